@@ -1,1 +1,21 @@
+"""Model names -> (config class, model class): the one table configs are resolved through."""
 
+from __future__ import annotations
+
+from typing import Any
+
+from treeqa.models.baselines import BagOfWords, BowConfig
+
+SENTIMENT_MODELS: dict[str, tuple[type, type]] = {
+    "bow": (BowConfig, BagOfWords),
+}
+
+
+def model_classes(name: str) -> tuple[type, type]:
+    if name not in SENTIMENT_MODELS:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(SENTIMENT_MODELS)}")
+    return SENTIMENT_MODELS[name]
+
+
+def build_sentiment_model(name: str, config: Any, vocab_size: int, vectors: Any = None) -> Any:
+    return model_classes(name)[1](config, vocab_size, vectors)

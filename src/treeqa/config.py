@@ -1,0 +1,202 @@
+"""Configs: frozen dataclasses <- TOML file <- ``--key=value`` overrides. Unknown keys are errors.
+
+A config is a frozen dataclass whose fields are plain values (bool, int, float, str, tuples of
+those) or nested config dataclasses (TOML sections). Overrides name a key as ``section.key``
+or, when the name is unique across sections, as a bare ``key``; aliases map the flags of other
+tools onto our keys (``--wd`` -> ``train.weight_decay``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with Path(path).open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: {err}") from err
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config ({err.strerror})") from err
+
+
+def parse_overrides(args: Sequence[str]) -> list[tuple[str, str]]:
+    """``["--a=1", "--b", "2"]`` -> ``[("a", "1"), ("b", "2")]``; a lone ``--flag`` means true."""
+    pairs: list[tuple[str, str]] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise ConfigError(f"expected --key=value or --key value, got {arg!r}")
+        if "=" in arg:
+            key, value = arg[2:].split("=", 1)
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            key, value = arg[2:], args[i + 1]
+            i += 1
+        else:
+            key, value = arg[2:], "true"
+        pairs.append((key.replace("-", "_"), value))
+        i += 1
+    return pairs
+
+
+def _is_config(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check a TOML value (or convert an override string) against a field type."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value in (None, "none", "None") and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(value, option, where)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{where}: {value!r} is not a valid {tp}")
+    if origin is tuple:
+        item = typing.get_args(tp)[0]
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return tuple(_coerce(v, item, where) for v in value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+            return value.lower() in ("true", "1", "yes", "on")
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        try:
+            return int(str(value).replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{where}: unsupported config type {tp}")
+
+
+def _unknown(key: str, known: Sequence[str], where: str) -> ConfigError:
+    close = difflib.get_close_matches(key, known, n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known keys: {', '.join(sorted(known))}"
+    return ConfigError(f"{where}: unknown key {key!r}{hint}")
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "config") -> T:
+    """Build ``cls`` from a (possibly nested) mapping, checking every key and type."""
+    types_ = _field_types(cls)
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in types_:
+            raise _unknown(key, list(types_), where)
+        tp = types_[key]
+        if _is_config(tp):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{where}.{key}: expected a section (table), got {value!r}")
+            values[key] = from_dict(tp, value, f"{where}.{key}")
+        else:
+            values[key] = _coerce(value, tp, f"{where}.{key}")
+    return cls(**values)
+
+
+def merge_overrides(
+    cls: type, data: dict[str, Any], overrides: Sequence[tuple[str, str]], aliases: Mapping[str, str] = {}
+) -> dict[str, Any]:
+    """Put each override into the nested dict at the key it names (section.key or a unique key)."""
+    sections = {name: tp for name, tp in _field_types(cls).items() if _is_config(tp)}
+    owners: dict[str, list[str]] = {}
+    for name, tp in _field_types(cls).items():
+        owners.setdefault(name, []).append("")
+        for sub in _field_types(tp) if _is_config(tp) else ():
+            owners.setdefault(sub, []).append(name)
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for raw_key, value in overrides:
+        key = aliases.get(raw_key, raw_key)
+        if "." in key:
+            section, sub = key.split(".", 1)
+            if section not in sections:
+                raise _unknown(section, list(sections), "--" + raw_key)
+            if sub not in _field_types(sections[section]):
+                raise _unknown(sub, list(_field_types(sections[section])), f"--{raw_key} ({section})")
+            out.setdefault(section, {})[sub] = value
+            continue
+        places = owners.get(key)
+        if not places:
+            raise _unknown(key, list(owners), "--" + raw_key)
+        if "" in places:  # a bare key naming a top-level field means that field
+            places = [""]
+        if len(places) > 1:
+            options = ", ".join(f"--{p}.{key}" if p else f"--{key}" for p in places)
+            raise ConfigError(f"--{raw_key} is ambiguous: say {options}")
+        if places[0]:
+            out.setdefault(places[0], {})[key] = value
+        else:
+            out[key] = value
+    return out
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    return {
+        k: list(v) if isinstance(v, tuple) else v
+        for k, v in dataclasses.asdict(config).items()
+    }
+
+
+def to_toml(config: Any) -> str:
+    """The resolved config as TOML (scalars first, then one table per section)."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        if isinstance(v, list | tuple):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return repr(v)
+
+    data = dataclasses.asdict(config)
+    lines = [f"{k} = {value(v)}" for k, v in data.items() if not isinstance(v, dict) and v is not None]
+    for k, v in data.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{k}]"] + [f"{kk} = {value(vv)}" for kk, vv in v.items() if vv is not None]
+    return "\n".join(lines) + "\n"

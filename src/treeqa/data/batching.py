@@ -1,0 +1,118 @@
+"""Forests of trees as one batch, with the level schedule the tree models run on.
+
+Shape letters: B trees in the batch, N nodes in the forest (trees concatenated, each in
+pre-order), K the largest number of children of any node in the batch, H levels (heights).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from treeqa.data.sst import targets as task_targets
+from treeqa.data.tree import Tree
+from treeqa.data.vocab import Vocab
+
+
+@dataclass(frozen=True)
+class EncodedTree:
+    """One tree as index arrays, computed once and reused every epoch (n nodes, k children)."""
+
+    words: np.ndarray  # [n] word id at leaves, 0 (padding) at inner nodes
+    labels: np.ndarray  # [n] fine-grained label 0-4, -1 = none
+    targets: np.ndarray  # [n] the task's target, -1 = ignored
+    parent: np.ndarray  # [n] local parent index, -1 at the root
+    children: np.ndarray  # [n, k] local child indices in order, -1 = none
+    height: np.ndarray  # [n] 0 at leaves
+    size: np.ndarray  # [n] nodes in the subtree
+
+
+def encode(tree: Tree, vocab: Vocab, task: str) -> EncodedTree:
+    n = len(tree)
+    k = max((len(c) for c in tree.children), default=0)
+    children = np.full((n, max(k, 1)), -1, dtype=np.int64)
+    for i, kids in enumerate(tree.children):
+        children[i, : len(kids)] = kids
+    words = np.array([0 if w is None else vocab.id(w) for w in tree.words], dtype=np.int64)
+    return EncodedTree(
+        words=words,
+        labels=tree.labels,
+        targets=task_targets(tree.labels, task),
+        parent=tree.parent,
+        children=children,
+        height=tree.height,
+        size=tree.size,
+    )
+
+
+@dataclass(frozen=True)
+class TreeBatch:
+    """A forest of B trees; every index refers to the concatenated node axis N."""
+
+    words: torch.Tensor  # [N] int64
+    is_leaf: torch.Tensor  # [N] bool
+    labels: torch.Tensor  # [N] int64 fine labels, -1 = none
+    targets: torch.Tensor  # [N] int64 task targets, -1 = ignored
+    parent: torch.Tensor  # [N] int64, -1 at roots
+    children: torch.Tensor  # [N, K] int64, -1 = no child
+    subtree_end: torch.Tensor  # [N] int64, node i's subtree is nodes [i, subtree_end[i])
+    roots: torch.Tensor  # [B] int64
+    levels: tuple[torch.Tensor, ...]  # H tensors of node indices, level h = nodes of height h
+
+    @property
+    def num_examples(self) -> int:
+        return int(self.roots.numel())
+
+    def to(self, device: torch.device | str) -> TreeBatch:
+        moved = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                moved[f.name] = tuple(v.to(device, non_blocking=True) for v in value)
+            else:
+                moved[f.name] = value.to(device, non_blocking=True)
+        return TreeBatch(**moved)
+
+
+def collate(trees: Sequence[EncodedTree]) -> TreeBatch:
+    """Concatenate encoded trees into one forest and group its nodes by height."""
+    sizes = np.array([len(t.words) for t in trees], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])  # [B]
+    k = max(t.children.shape[1] for t in trees)
+    children = np.full((int(sizes.sum()), k), -1, dtype=np.int64)
+    parent = np.concatenate([np.where(t.parent >= 0, t.parent + o, -1) for t, o in zip(trees, offsets)])
+    row = 0
+    for t, o in zip(trees, offsets):
+        c = t.children
+        children[row : row + len(c), : c.shape[1]] = np.where(c >= 0, c + o, -1)
+        row += len(c)
+    height = np.concatenate([t.height for t in trees])
+    order = np.argsort(height, kind="stable")
+    bounds = np.cumsum(np.bincount(height))[:-1]
+    words = np.concatenate([t.words for t in trees])
+    return TreeBatch(
+        words=torch.from_numpy(words),
+        is_leaf=torch.from_numpy(children[:, 0] < 0),
+        labels=torch.from_numpy(np.concatenate([t.labels for t in trees])),
+        targets=torch.from_numpy(np.concatenate([t.targets for t in trees])),
+        parent=torch.from_numpy(parent),
+        children=torch.from_numpy(children),
+        subtree_end=torch.from_numpy(
+            np.concatenate([np.arange(len(t.size)) + t.size + o for t, o in zip(trees, offsets)])
+        ),
+        roots=torch.from_numpy(offsets),
+        levels=tuple(torch.from_numpy(level) for level in np.split(order, bounds)),
+    )
+
+
+def batches(
+    trees: Sequence[EncodedTree], batch_size: int, shuffle: bool, seed: int = 0
+) -> Iterator[TreeBatch]:
+    """Batches of ``batch_size`` trees; the order depends only on ``seed`` (resume-safe)."""
+    order = np.random.default_rng(seed).permutation(len(trees)) if shuffle else range(len(trees))
+    order = list(order)
+    for start in range(0, len(order), batch_size):
+        yield collate([trees[i] for i in order[start : start + batch_size]])

@@ -1,0 +1,322 @@
+"""Fetch the official SST, SQuAD and GloVe files: resumable, verified, atomic.
+
+Layout under ``dest_dir``: ``sst/{train,dev,test}.txt``, ``squad/{train,dev}-v1.1.json`` (and
+``-v2.0``), ``glove/glove.840B.300d.txt``. Archives are kept beside what they unpack to, so a
+second call can verify them cheaply and make no request at all.
+
+A transfer writes ``<name>.part`` and resumes it with an HTTP Range request; the final name only
+appears (``os.replace``) once size and checksum agree, so an existing final file is trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import re
+import shutil
+import urllib.error
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
+
+from tqdm import tqdm
+
+ENV_BASE = "TREEQA_DOWNLOAD_BASE"
+_CHUNK = 1 << 20
+_AGENT = "treeqa-download/0.1 (+urllib)"
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One remote file. ``name`` is the folder under ``dest_dir`` it lands in; ``size`` is in
+    bytes; ``unpack`` is ``"zip"`` (extract every member, flattened, into that folder) or None."""
+
+    name: str
+    url: str
+    filename: str
+    sha256: str | None = None
+    md5: str | None = None
+    size: int | None = None
+    unpack: str | None = None
+
+
+_SQUAD = "https://rajpurkar.github.io/SQuAD-explorer/dataset/"
+
+# Only values that several independent published copies agree on (torchtext, ParlAI, Flux.jl,
+# wget logs); the rest are None. No GloVe checksum is published, so its size is what is checked.
+CATALOGUE: dict[str, list[Resource]] = {
+    "sst": [
+        Resource(
+            "sst",
+            "http://nlp.stanford.edu/sentiment/trainDevTestTrees_PTB.zip",
+            "trainDevTestTrees_PTB.zip",
+            sha256="5c613a4f673fc74097d523a2c83f38e0cc462984d847b82c7aaf36b01cbbbfcc",
+            unpack="zip",
+        )
+    ],
+    "squad": [
+        Resource(
+            "squad",
+            _SQUAD + "train-v1.1.json",
+            "train-v1.1.json",
+            md5="981b29407e0affa3b1b156f72073b945",
+            size=30_288_272,
+        ),
+        Resource(
+            "squad",
+            _SQUAD + "dev-v1.1.json",
+            "dev-v1.1.json",
+            md5="3e85deb501d4e538b6bc56f786231552",
+            size=4_854_279,
+        ),
+    ],
+    "squad2": [
+        Resource(
+            "squad",
+            _SQUAD + "train-v2.0.json",
+            "train-v2.0.json",
+            sha256="68dcfbb971bd3e96d5b46c7177b16c1a4e7d4bdef19fb204502738552dede002",
+            size=42_123_633,
+        ),
+        Resource(
+            "squad",
+            _SQUAD + "dev-v2.0.json",
+            "dev-v2.0.json",
+            sha256="80a5225e94905956a6446d296ca1093975c4d3b3260f1d6c8f68bc2ab77182d8",
+            size=4_370_528,
+        ),
+    ],
+    "glove": [
+        Resource(
+            "glove",
+            "https://nlp.stanford.edu/data/glove.840B.300d.zip",
+            "glove.840B.300d.zip",
+            size=2_176_768_927,
+            unpack="zip",
+        )
+    ],
+    "glove6b": [
+        Resource(
+            "glove",
+            "https://nlp.stanford.edu/data/glove.6B.zip",
+            "glove.6B.zip",
+            size=862_182_613,
+            unpack="zip",
+        )
+    ],
+}
+
+
+class DownloadError(RuntimeError):
+    """A transfer failed or produced the wrong bytes; the message names the URL."""
+
+
+def download(
+    name: str,
+    dest_dir: str | Path,
+    *,
+    base_url: str | None = None,
+    progress: bool = True,
+    timeout: float = 30.0,
+) -> list[Path]:
+    """Fetch, verify and unpack the catalogue entry ``name``; return the usable files.
+
+    ``base_url`` (or ``$TREEQA_DOWNLOAD_BASE``) replaces everything before each URL's file name,
+    for a mirror or a local test server. ``timeout`` is per socket operation, in seconds.
+    """
+    if name not in CATALOGUE:
+        raise ValueError(f"unknown download {name!r}; choose one of {', '.join(CATALOGUE)}")
+    base = base_url if base_url is not None else os.environ.get(ENV_BASE) or None
+    paths: list[Path] = []
+    for res in CATALOGUE[name]:
+        folder = Path(dest_dir) / res.name
+        url = res.url if base is None else base.rstrip("/") + "/" + _url_name(res.url)
+        archive = fetch(
+            url,
+            folder / res.filename,
+            sha256=res.sha256,
+            md5=res.md5,
+            size=res.size,
+            progress=progress,
+            timeout=timeout,
+        )
+        if res.unpack is None:
+            paths.append(archive)
+        elif res.unpack == "zip":
+            paths.extend(_unzip(archive, folder, progress=progress))
+        else:
+            raise ValueError(f"{res.filename}: unknown unpack kind {res.unpack!r}")
+    return paths
+
+
+def fetch(
+    url: str,
+    target: str | Path,
+    *,
+    sha256: str | None = None,
+    md5: str | None = None,
+    size: int | None = None,
+    progress: bool = True,
+    timeout: float = 30.0,
+) -> Path:
+    """Download ``url`` to ``target`` unless a verified copy is there; return ``target``.
+
+    A broken transfer raises DownloadError and keeps ``<target>.part`` for the next call to
+    resume; wrong bytes (size or checksum) are deleted before DownloadError is raised.
+    Without ``size`` the server's Content-Length is checked instead.
+    """
+    target = Path(target)
+    if target.is_file():
+        if _mismatch(target, sha256=sha256, md5=md5, size=size) is None:
+            return target
+        target.unlink()  # a damaged or outdated copy: replace it
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    expected = _transfer(url, part, size=size, progress=progress, timeout=timeout)
+    problem = _mismatch(part, sha256=sha256, md5=md5, size=expected)
+    if problem is not None:
+        part.unlink()
+        raise DownloadError(f"{url}: {problem}; the bad download was deleted")
+    os.replace(part, target)
+    return target
+
+
+def _transfer(url: str, part: Path, *, size: int | None, progress: bool, timeout: float) -> int | None:
+    """Append the rest of ``url`` to ``part``; return the full size the file should have."""
+    offset = part.stat().st_size if part.is_file() else 0
+    if size is not None and offset >= size:
+        if offset == size:
+            return size  # interrupted after the last byte: only verification is left
+        part.unlink()
+        offset = 0
+    headers = {"User-Agent": _AGENT}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    try:
+        response = urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=timeout
+        )
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and offset:
+            # The part is not a prefix of what the server has now; start over.
+            part.unlink()
+            return _transfer(url, part, size=size, progress=progress, timeout=timeout)
+        raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise DownloadError(_broken(url, part, exc)) from exc
+
+    with response:
+        if response.status == 206:
+            start, total = _content_range(response.headers.get("Content-Range", ""))
+            if start != offset:
+                response.close()
+                part.unlink()
+                return _transfer(url, part, size=size, progress=progress, timeout=timeout)
+            mode = "ab"
+        else:
+            # A plain 200 means the server ignored Range: the body is the whole file.
+            offset, mode = 0, "wb"
+            length = response.headers.get("Content-Length")
+            total = int(length) if length else None
+        if size is not None and total is not None and total != size:
+            raise DownloadError(f"{url}: server offers {total} bytes, expected {size}")
+        expected = size if size is not None else total
+        done = offset
+        bar = tqdm(
+            total=expected,
+            initial=offset,
+            unit="B",
+            unit_scale=True,
+            unit_divisor=1024,
+            desc=part.name.removesuffix(".part"),
+            disable=not progress,
+        )
+        try:
+            with open(part, mode) as out, bar:
+                while chunk := response.read(_CHUNK):
+                    out.write(chunk)
+                    done += len(chunk)
+                    bar.update(len(chunk))
+        except (OSError, http.client.HTTPException) as exc:
+            raise DownloadError(_broken(url, part, exc)) from exc
+    # http.client returns a short body without error when the peer closes early.
+    if expected is not None and done < expected:
+        reason = f"connection closed after {done} of {expected} bytes"
+        raise DownloadError(_broken(url, part, reason))
+    return expected
+
+
+def _unzip(archive: Path, folder: Path, *, progress: bool) -> list[Path]:
+    """Extract every file member into ``folder`` by base name (which also rules out paths
+    escaping ``folder``); members already there with the right size are left alone."""
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            members = [m for m in zf.infolist() if not m.is_dir()]
+            outs = [folder / PurePosixPath(m.filename).name for m in members]
+            if len(set(outs)) != len(outs):
+                raise DownloadError(f"{archive}: members share a file name; cannot flatten")
+            todo = [
+                (m, out)
+                for m, out in zip(members, outs, strict=True)
+                if not (out.is_file() and out.stat().st_size == m.file_size)
+            ]
+            total = sum(m.file_size for m, _ in todo)
+            with tqdm(
+                total=total,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc=f"unzip {archive.name}",
+                disable=not progress or not todo,
+            ) as bar:
+                for member, out in todo:
+                    tmp = out.with_name(out.name + ".part")
+                    with zf.open(member) as src, open(tmp, "wb") as dst:
+                        while chunk := src.read(_CHUNK):
+                            dst.write(chunk)
+                            bar.update(len(chunk))
+                    os.replace(tmp, out)
+    except zipfile.BadZipFile as exc:
+        raise DownloadError(f"{archive}: not a valid zip ({exc}); delete it and retry") from exc
+    return outs
+
+
+def _mismatch(path: Path, *, sha256: str | None, md5: str | None, size: int | None) -> str | None:
+    """Why ``path`` is not the expected file, or None when it is."""
+    actual = path.stat().st_size
+    if size is not None and actual != size:
+        return f"size mismatch for {path.name}: expected {size} bytes, got {actual}"
+    for algorithm, want in (("sha256", sha256), ("md5", md5)):
+        if want is not None:
+            got = _digest(path, algorithm)
+            if got != want.lower():
+                return f"{algorithm} mismatch for {path.name}: expected {want}, got {got}"
+    return None
+
+
+def _digest(path: Path, algorithm: str) -> str:
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _content_range(value: str) -> tuple[int | None, int | None]:
+    """(first byte, full size) from ``bytes A-B/N``; None where absent or ``*``."""
+    m = re.fullmatch(r"\s*bytes\s+(\d+)-\d+/(\d+|\*)\s*", value)
+    if m is None:
+        return None, None
+    return int(m[1]), None if m[2] == "*" else int(m[2])
+
+
+def _broken(url: str, part: Path, reason: object) -> str:
+    have = part.stat().st_size if part.is_file() else 0
+    return f"{url}: {reason}; kept {have} bytes in {part}, run again to resume"
+
+
+def _url_name(url: str) -> str:
+    return PurePosixPath(urlsplit(url).path).name

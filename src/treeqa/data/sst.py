@@ -1,0 +1,82 @@
+"""Stanford Sentiment Treebank: splits, fine-grained (5-way) and binary views.
+
+Binary view (Socher et al. 2013): labels 0-1 negative, 3-4 positive, neutral (2) ignored at
+every node; sentences whose root is neutral are dropped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from treeqa.data.tree import UNLABELLED, Tree, read_trees
+
+SPLITS = ("train", "dev", "test")
+TASKS = {"fine": 5, "binary": 2}
+_BINARY = np.array([0, 0, UNLABELLED, 1, 1], dtype=np.int64)
+
+
+def split_path(data_dir: str | Path, split: str) -> Path:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    path = Path(data_dir) / f"{split}.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such SST split file (expected train/dev/test.txt)")
+    return path
+
+
+def load_split(data_dir: str | Path, split: str) -> list[Tree]:
+    return read_trees(split_path(data_dir, split))
+
+
+def targets(labels: np.ndarray, task: str) -> np.ndarray:
+    """Training targets for a task: fine labels as they are, or binary with neutral -> -1."""
+    if task == "fine":
+        return labels
+    if task == "binary":
+        out = np.full_like(labels, UNLABELLED)
+        known = labels != UNLABELLED
+        out[known] = _BINARY[labels[known]]
+        return out
+    raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
+
+
+def task_view(trees: list[Tree], task: str) -> list[Tree]:
+    """The trees a task trains and evaluates on (binary drops neutral-rooted sentences)."""
+    if task == "binary":
+        return [t for t in trees if t.label != 2]
+    targets(trees[0].labels if trees else np.zeros(0, np.int64), task)  # validates the name
+    return trees
+
+
+@dataclass(frozen=True)
+class Stats:
+    trees: int
+    nodes: int
+    tokens: int
+    labels: dict[int, int]
+    root_labels: dict[int, int]
+    height_mean: float
+    height_max: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def stats(trees: list[Tree]) -> Stats:
+    labels: Counter[int] = Counter()
+    for t in trees:
+        labels.update(int(x) for x in t.labels)
+    heights = np.array([t.height[0] for t in trees]) if trees else np.zeros(1)
+    return Stats(
+        trees=len(trees),
+        nodes=sum(len(t) for t in trees),
+        tokens=sum(len(t.leaves) for t in trees),
+        labels=dict(sorted(labels.items())),
+        root_labels=dict(sorted(Counter(t.label for t in trees).items())),
+        height_mean=float(heights.mean()),
+        height_max=int(heights.max()),
+    )

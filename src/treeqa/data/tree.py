@@ -1,0 +1,213 @@
+"""A compact labelled tree and a strict PTB bracket reader/writer.
+
+Nodes are stored in pre-order (the order of their opening brackets), so node 0 is the root,
+a node's subtree is the contiguous range ``[i, i + size[i])`` and the children of a node are
+the nodes whose parent it is, in increasing index order. N is the number of nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+UNLABELLED = -1
+MAX_LABEL = 4
+
+# PTB escapes in SST leaves, mapped back to the characters word vectors are keyed by.
+PTB_ESCAPES = {
+    "-LRB-": "(",
+    "-RRB-": ")",
+    "-LSB-": "[",
+    "-RSB-": "]",
+    "-LCB-": "{",
+    "-RCB-": "}",
+    "``": '"',
+    "''": '"',
+}
+
+
+def unescape_ptb(token: str) -> str:
+    """The plain form of a PTB-escaped token, for vector look-up (``\\/`` -> ``/``)."""
+    token = PTB_ESCAPES.get(token, token)
+    return token.replace("\\/", "/").replace("\\*", "*")
+
+
+class TreeSyntaxError(ValueError):
+    """A malformed bracketed tree, located by file, line and column (both 1-based)."""
+
+    def __init__(self, message: str, source: str = "<string>", line: int = 1, column: int = 1):
+        self.source, self.line, self.column, self.reason = source, line, column, message
+        super().__init__(f"{source}:{line}:{column}: {message}")
+
+
+@dataclass(frozen=True, eq=False)
+class Tree:
+    """A labelled ordered tree: ``parent[i]`` (-1 at the root), ``labels[i]`` (-1 = none),
+    ``words[i]`` (the token at a leaf, None at an inner node)."""
+
+    parent: np.ndarray  # [N] int64
+    labels: np.ndarray  # [N] int64
+    words: tuple[str | None, ...]  # [N]
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Tree)
+            and self.words == other.words
+            and np.array_equal(self.parent, other.parent)
+            and np.array_equal(self.labels, other.labels)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def label(self) -> int:
+        return int(self.labels[0])
+
+    @cached_property
+    def children(self) -> tuple[tuple[int, ...], ...]:
+        kids: list[list[int]] = [[] for _ in self.words]
+        for i in range(1, len(self.words)):
+            kids[int(self.parent[i])].append(i)
+        return tuple(tuple(k) for k in kids)
+
+    @cached_property
+    def size(self) -> np.ndarray:
+        """[N] number of nodes in each subtree (its own node included)."""
+        size = np.ones(len(self), dtype=np.int64)
+        for i in range(len(self) - 1, 0, -1):  # children come after their parent
+            size[self.parent[i]] += size[i]
+        return size
+
+    @cached_property
+    def height(self) -> np.ndarray:
+        """[N] 0 at leaves, 1 + the highest child elsewhere."""
+        height = np.zeros(len(self), dtype=np.int64)
+        for i in range(len(self) - 1, 0, -1):
+            p = self.parent[i]
+            height[p] = max(height[p], height[i] + 1)
+        return height
+
+    @property
+    def leaves(self) -> list[str]:
+        return [w for w in self.words if w is not None]
+
+    def text(self) -> str:
+        return " ".join(self.leaves)
+
+    def to_ptb(self) -> str:
+        """The bracketed form; ``parse_tree(t.to_ptb()) == t``."""
+
+        def write(i: int) -> str:
+            label = "" if self.labels[i] == UNLABELLED else f"{self.labels[i]}"
+            word = self.words[i]
+            inside = word if word is not None else " ".join(write(c) for c in self.children[i])
+            return f"({label} {inside})" if label else f"({inside})"
+
+        return write(0)
+
+
+def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
+    """Parse one bracketed tree such as ``(3 (2 a) (4 good))``.
+
+    Labels must be 0-4 (or absent); tokens are split on ASCII space only, so a U+00A0 inside
+    a leaf stays part of its token. Errors name ``source:line:column``.
+    """
+
+    def fail(message: str, pos: int) -> TreeSyntaxError:
+        return TreeSyntaxError(message, source, line, pos + 1)
+
+    parent: list[int] = []
+    labels: list[int] = []
+    words: list[str | None] = []
+    stack: list[int] = []  # open nodes
+    n_items: list[int] = []  # children or words seen inside each open node
+    pos, end = 0, len(text)
+    while pos < end and text[pos] == " ":
+        pos += 1
+    if pos == end:
+        raise fail("empty line: expected a tree", 0)
+    if text[pos] != "(":
+        raise fail(f"expected '(' at the start of a tree, found {text[pos]!r}", pos)
+    while pos < end:
+        ch = text[pos]
+        if ch == " ":
+            pos += 1
+        elif ch == "(":
+            if not stack and parent:
+                raise fail("trailing text after the tree: a second tree on one line", pos)
+            if stack and words[stack[-1]] is not None:
+                raise fail("a leaf cannot also have children", pos)
+            node = len(words)
+            parent.append(stack[-1] if stack else -1)
+            if stack:
+                n_items[stack[-1]] += 1
+            words.append(None)
+            stack.append(node)
+            n_items.append(0)
+            pos += 1
+            start = pos
+            while pos < end and text[pos] not in " ()":
+                pos += 1
+            label = text[start:pos]
+            if not label:
+                labels.append(UNLABELLED)
+            elif label.isdigit() and int(label) <= MAX_LABEL:
+                labels.append(int(label))
+            else:
+                raise fail(f"label {label!r} is not an integer in 0-{MAX_LABEL}", start)
+        elif ch == ")":
+            if not stack:
+                raise fail("unbalanced ')': no open bracket to close", pos)
+            node = stack.pop()
+            if n_items[node] == 0:
+                raise fail("empty node: expected a word or a child before ')'", pos)
+            pos += 1
+        else:
+            if not stack:
+                raise fail(f"trailing text after the tree: {text[pos:pos + 20]!r}", pos)
+            start = pos
+            while pos < end and text[pos] not in " ()":
+                pos += 1
+            node = stack[-1]
+            if n_items[node] > 0:
+                raise fail("a node holds either one word or children, not both", start)
+            words[node] = text[start:pos]
+            n_items[node] += 1
+    if stack:
+        raise fail(f"unbalanced '(': {len(stack)} bracket(s) left open at the end of the line", end)
+    return Tree(
+        parent=np.asarray(parent, dtype=np.int64),
+        labels=np.asarray(labels, dtype=np.int64),
+        words=tuple(words),
+    )
+
+
+def iter_trees(lines: Iterable[str], source: str = "<string>") -> Iterator[Tree]:
+    """One tree per non-blank line."""
+    for number, raw in enumerate(lines, start=1):
+        text = raw.rstrip("\r\n")
+        if text.strip(" "):
+            yield parse_tree(text, source, number)
+
+
+def read_trees(path: str | Path) -> list[Tree]:
+    """Every tree in a PTB bracket file (plain UTF-8), errors naming ``path:line:column``."""
+    path = Path(path)
+    try:
+        with path.open(encoding="utf-8", newline="") as f:
+            return list(iter_trees(f, str(path)))
+    except UnicodeDecodeError as err:
+        raise TreeSyntaxError(f"not UTF-8 text ({err.reason})", str(path), 1, 1) from err
+
+
+def write_trees(trees: Iterable[Tree], path: str | Path) -> None:
+    with Path(path).open("w", encoding="utf-8", newline="") as f:
+        for tree in trees:
+            f.write(tree.to_ptb() + "\n")

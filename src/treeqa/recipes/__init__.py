@@ -1,0 +1,1 @@
+"""Recipes: data -> model -> fit -> checkpoint -> evaluate -> predict, one module per task."""

@@ -1,0 +1,172 @@
+"""The standard callbacks: progress bar, JSONL metrics log, checkpoints, early stopping."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from treeqa.models.common import Output
+from treeqa.train import checkpoint as ckpt
+from treeqa.train.loop import Callback, TrainState
+
+
+def batch_size_of(batch: Any) -> int:
+    return int(getattr(batch, "num_examples", 1))
+
+
+class ProgressBar(Callback):
+    """One bar per epoch showing the running loss and examples per second."""
+
+    def __init__(self, total: int | None = None, every: int = 10):
+        self.total, self.every = total, every
+        self.bar: tqdm | None = None
+
+    def on_epoch_start(self, state: TrainState) -> None:
+        self.bar = tqdm(total=self.total, desc=f"epoch {state.epoch + 1}", unit="batch", leave=False)
+        self.loss = torch.zeros(())
+        self.seen, self.steps, self.started = 0, 0, time.perf_counter()
+
+    def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
+        assert self.bar is not None and output.loss is not None
+        self.loss = self.loss.to(output.loss.device) + output.loss.detach().float()
+        self.seen += batch_size_of(batch)
+        self.steps += 1
+        self.bar.update(1)
+        if self.steps % self.every == 0:
+            rate = self.seen / max(time.perf_counter() - self.started, 1e-9)
+            self.bar.set_postfix(loss=f"{self.loss.item() / self.steps:.4f}", ex_s=f"{rate:.0f}")
+
+    def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
+        tqdm.write(f"epoch {state.epoch}: train_loss={self.loss.item() / max(self.steps, 1):.4f} {shown}")
+
+
+class MetricsLog(Callback):
+    """``metrics.jsonl`` in the run directory: a line every ``every`` steps and one per epoch."""
+
+    def __init__(self, run_dir: Path, every: int = 50):
+        self.path, self.every = Path(run_dir) / "metrics.jsonl", every
+
+    def _write(self, record: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def on_fit_start(self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def on_epoch_start(self, state: TrainState) -> None:
+        self.window = self.epoch_loss = torch.zeros(())
+        self.window_n = self.epoch_n = self.window_examples = self.epoch_examples = 0
+        self.window_start = self.epoch_start = time.perf_counter()
+
+    def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
+        assert output.loss is not None
+        loss = output.loss.detach().float().cpu()
+        self.window = self.window + loss
+        self.epoch_loss = self.epoch_loss + loss
+        n = batch_size_of(batch)
+        self.window_n, self.epoch_n = self.window_n + 1, self.epoch_n + 1
+        self.window_examples, self.epoch_examples = self.window_examples + n, self.epoch_examples + n
+        if state.step % self.every == 0:
+            now = time.perf_counter()
+            self._write(
+                {
+                    "step": state.step,
+                    "epoch": state.epoch + 1,
+                    "loss": self.window.item() / self.window_n,
+                    "lr": self.optimizer.param_groups[0]["lr"],
+                    "examples_per_s": self.window_examples / max(now - self.window_start, 1e-9),
+                }
+            )
+            self.window, self.window_n, self.window_examples, self.window_start = torch.zeros(()), 0, 0, now
+
+    def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
+        elapsed = time.perf_counter() - self.epoch_start
+        self._write(
+            {
+                "epoch": state.epoch,
+                "step": state.step,
+                "train_loss": self.epoch_loss.item() / max(self.epoch_n, 1),
+                "epoch_time_s": elapsed,
+                "examples_per_s": self.epoch_examples / max(elapsed, 1e-9),
+                **{f"dev_{k}": v for k, v in metrics.items()},
+            }
+        )
+
+
+class Checkpointer(Callback):
+    """``best.safetensors`` when the dev metric improves, ``last.safetensors`` every epoch.
+
+    ``meta`` describes the model (name, config, vocab, task, training config); the last
+    checkpoint adds what a resumed run needs: loop state, optimiser, scheduler and RNG state.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        meta: dict[str, Any],
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    ):
+        self.run_dir, self.meta, self.scheduler = Path(run_dir), meta, scheduler
+
+    def on_fit_start(self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.model, self.optimizer = model, optimizer
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return {f"model.{k}": v for k, v in self.model.state_dict().items()}
+
+    def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
+        meta = {**self.meta, "metrics": metrics, "epoch": state.epoch, "step": state.step}
+        if state.improved or not metrics:
+            ckpt.atomic_save(self.weights(), {**meta, "kind": "best"}, self.run_dir / ckpt.BEST)
+        optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer)
+        rng = {"rng.torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            rng.update({f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
+        sched = self.scheduler.state_dict() if self.scheduler is not None else None
+        if sched is not None:
+            sched.pop("lr_lambdas", None)
+        extra = {"kind": "last", "state": state.to_json(), "optimizer": optim_meta, "scheduler": sched}
+        ckpt.atomic_save({**self.weights(), **optim_tensors, **rng}, {**meta, **extra}, self.run_dir / ckpt.LAST)
+
+
+class EarlyStopping(Callback):
+    """Stop when the dev metric has not improved for ``patience`` epochs."""
+
+    def __init__(self, patience: int):
+        self.patience = patience
+
+    def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
+        if self.patience > 0 and state.best_epoch >= 0 and state.epoch - state.best_epoch >= self.patience:
+            tqdm.write(f"early stop: no better dev score for {self.patience} epochs (best epoch {state.best_epoch})")
+            state.stop = True
+
+
+def resume(
+    run_dir: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+) -> TrainState:
+    """Load the last checkpoint of ``run_dir`` into model, optimiser, scheduler and RNG."""
+    last = ckpt.load(run_dir, prefer=ckpt.LAST)
+    if last.meta.get("kind") != "last":
+        raise ckpt.CheckpointError(f"{run_dir}: no {ckpt.LAST} to resume from")
+    model.load_state_dict(last.weights())
+    ckpt.restore_optimizer(optimizer, last)
+    if scheduler is not None and last.meta.get("scheduler"):
+        scheduler.load_state_dict(last.meta["scheduler"])
+    torch.set_rng_state(last.tensors["rng.torch"])
+    cuda = [last.tensors[k] for k in sorted(last.tensors) if k.startswith("rng.cuda.")]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    return TrainState.from_json(last.meta["state"])

@@ -1,0 +1,113 @@
+"""Self-describing checkpoints: one safetensors file whose header holds the JSON metadata.
+
+The metadata (format version, model name and config, vocabularies, training config, metrics,
+and for the ``last`` checkpoint the loop state and optimiser settings) sits in the safetensors
+``__metadata__`` entry under the key ``treeqa``. Loading never unpickles anything.
+Files are written to a temporary name and renamed, so a crash never leaves half a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorsError
+from safetensors.torch import load_file, save_file
+
+FORMAT_VERSION = 1
+BEST, LAST = "best.safetensors", "last.safetensors"
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    meta: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        return {k[len("model.") :]: v for k, v in self.tensors.items() if k.startswith("model.")}
+
+    def group(self, prefix: str) -> dict[str, torch.Tensor]:
+        return {k[len(prefix) :]: v for k, v in self.tensors.items() if k.startswith(prefix)}
+
+
+def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = {"treeqa": json.dumps({"format_version": FORMAT_VERSION, **meta}, ensure_ascii=False)}
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        # safetensors refuses shared or non-contiguous storage; give it plain copies.
+        save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, tmp, header)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def resolve(path: str | Path, prefer: str = BEST) -> Path:
+    """A checkpoint file, or a run directory (its best checkpoint, else its last)."""
+    path = Path(path)
+    if path.is_dir():
+        for name in (prefer, BEST, LAST):
+            if (path / name).is_file():
+                return path / name
+        raise CheckpointError(f"{path}: a run directory with no {BEST} or {LAST} in it")
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file or run directory")
+    return path
+
+
+def load(path: str | Path, prefer: str = BEST) -> Checkpoint:
+    file = resolve(path, prefer)
+    try:
+        tensors = load_file(str(file))
+        from safetensors import safe_open
+
+        with safe_open(str(file), framework="pt") as f:
+            header = f.metadata() or {}
+    except (SafetensorsError, OSError) as err:
+        raise CheckpointError(f"{file}: not a readable safetensors checkpoint ({err})") from err
+    if "treeqa" not in header:
+        raise CheckpointError(f"{file}: a safetensors file without treeqa metadata")
+    meta = json.loads(header["treeqa"])
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{file}: checkpoint format {meta.get('format_version')}, this treeqa reads {FORMAT_VERSION}"
+        )
+    return Checkpoint(meta, tensors)
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split an optimiser state into tensors (for safetensors) and JSON (everything else)."""
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for pid, entry in sd["state"].items():
+        for key, value in entry.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optim.{pid}.{key}"] = value
+            else:
+                scalars.setdefault(str(pid), {})[key] = value
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def restore_optimizer(optimizer: torch.optim.Optimizer, ckpt: Checkpoint) -> None:
+    saved = ckpt.meta["optimizer"]
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in ckpt.group("optim.").items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = value
+    for pid, entry in saved["scalars"].items():
+        state.setdefault(int(pid), {}).update(entry)
+    optimizer.load_state_dict({"state": state, "param_groups": saved["param_groups"]})

@@ -1,0 +1,192 @@
+"""The one training loop. Every model trains through ``fit()``; extension is by callbacks only."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from treeqa.models.common import Output
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 10
+    """Passes over the training data."""
+    batch_size: int = 25
+    """Examples per optimiser step."""
+    optim: str = "adagrad"
+    """adagrad | adam"""
+    lr: float = 0.05
+    """Learning rate of every parameter but the word embeddings."""
+    emb_lr: float = 0.1
+    """Learning rate of the word embeddings; 0 freezes them."""
+    weight_decay: float = 1e-4
+    """L2 penalty (added to the gradient by the optimiser) on non-embedding parameters."""
+    adam_betas: tuple[float, ...] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    warmup_steps: int = 0
+    """Steps of inverse-exponential warm-up from 0 to lr (QANet); 0 = constant lr."""
+    clip: float = 0.0
+    """Clip the global gradient norm to this value; 0 = no clipping."""
+    seed: int = 0
+    metric: str = "root_acc"
+    """Dev metric (higher is better) that selects the best checkpoint and drives early stopping."""
+    patience: int = 0
+    """Stop after this many epochs without a better dev metric; 0 = never."""
+    device: str = "auto"
+    """auto | cpu | cuda | cuda:N"""
+    amp: str = "off"
+    """off | bf16 | fp16: autocast precision on GPU."""
+    health: str = "on"
+    """off | on | strict: the training-health monitor (strict stops on an error finding)."""
+    log_every: int = 50
+    """Steps between metric-log lines."""
+
+
+@dataclass
+class TrainState:
+    """Where a run is; saved in the last checkpoint so a killed run resumes from it."""
+
+    epoch: int = 0
+    step: int = 0
+    best: float = -math.inf
+    best_epoch: int = -1
+    improved: bool = False
+    stop: bool = False
+    history: list[dict[str, float]] = field(default_factory=list)
+    # Per-step timings, for progress and the health monitor (seconds).
+    data_time: float = 0.0
+    step_time: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "step": self.step,
+            "best": self.best if math.isfinite(self.best) else None,
+            "best_epoch": self.best_epoch,
+            "history": self.history,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrainState:
+        best = data.get("best")
+        return cls(
+            epoch=data["epoch"],
+            step=data["step"],
+            best=-math.inf if best is None else best,
+            best_epoch=data["best_epoch"],
+            history=list(data["history"]),
+        )
+
+
+class Batch(Protocol):
+    def to(self, device: torch.device) -> Batch: ...
+
+
+class Callback:
+    """Hooks called by ``fit()``; override the ones you need."""
+
+    def on_fit_start(self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_epoch_start(self, state: TrainState) -> None: ...
+    def on_batch_start(self, state: TrainState, batch: Any) -> None: ...
+    def on_after_backward(self, state: TrainState, model: nn.Module) -> None: ...
+    def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None: ...
+    def on_eval_start(self, state: TrainState, model: nn.Module) -> None: ...
+    def on_eval_end(self, state: TrainState, model: nn.Module) -> None: ...
+    def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None: ...
+    def on_fit_end(self, state: TrainState) -> None: ...
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def autocast(device: torch.device, amp: str) -> Any:
+    if amp == "off" or device.type != "cuda":
+        return nullcontext()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[amp]
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def fit(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train_batches: Callable[[int], Iterable[Any]],
+    config: TrainConfig,
+    *,
+    evaluate: Callable[[nn.Module], dict[str, float]] | None = None,
+    callbacks: Sequence[Callback] = (),
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    state: TrainState | None = None,
+) -> TrainState:
+    """Train ``model`` until ``config.epochs`` or a callback sets ``state.stop``.
+
+    ``train_batches(epoch)`` yields the batches of one epoch (its order must depend only on
+    the epoch, so a resumed run sees the same data); ``evaluate(model)`` returns dev metrics.
+    Pass the ``state`` of a resumed run to continue it.
+    """
+    state = state or TrainState()
+    device = resolve_device(config.device)
+    model.to(device)
+    for cb in callbacks:
+        cb.on_fit_start(state, model, optimizer)
+    while state.epoch < config.epochs and not state.stop:
+        model.train()
+        for cb in callbacks:
+            cb.on_epoch_start(state)
+        tick = time.perf_counter()
+        for batch in train_batches(state.epoch):
+            batch = batch.to(device)
+            started = time.perf_counter()
+            state.data_time = started - tick
+            for cb in callbacks:
+                cb.on_batch_start(state, batch)
+            with autocast(device, config.amp):
+                output: Output = model(batch)
+            if output.loss is None:
+                raise ValueError("a training batch produced no loss: does it carry labels?")
+            optimizer.zero_grad(set_to_none=True)
+            output.loss.backward()
+            for cb in callbacks:
+                cb.on_after_backward(state, model)
+            if config.clip > 0:
+                nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            state.step += 1
+            tick = time.perf_counter()
+            state.step_time = tick - started
+            for cb in callbacks:
+                cb.on_step_end(state, output, batch)
+            if state.stop:
+                break
+        state.epoch += 1
+        metrics: dict[str, float] = {}
+        if evaluate is not None:
+            for cb in callbacks:
+                cb.on_eval_start(state, model)
+            model.eval()
+            with torch.no_grad():
+                metrics = evaluate(model)
+            for cb in callbacks:
+                cb.on_eval_end(state, model)
+        score = metrics.get(config.metric)
+        state.improved = score is not None and score > state.best
+        if score is not None and state.improved:
+            state.best, state.best_epoch = score, state.epoch
+        state.history.append({"epoch": state.epoch, **metrics})
+        for cb in callbacks:
+            cb.on_epoch_end(state, metrics)
+    for cb in callbacks:
+        cb.on_fit_end(state)
+    return state
