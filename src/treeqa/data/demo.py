@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 
 from treeqa.data.tree import Tree, iter_trees, parse_tree
@@ -55,10 +56,21 @@ _P_NEGATION, _P_INTENSIFIER, _P_BUT, _P_PERIOD = 0.35, 0.3, 0.25, 0.3
 # A "but" sentence opens with a clause of the other polarity, so reading the start misleads.
 _CONTRAST = {0: (3, 4), 1: (3, 4), 2: (0, 1, 3, 4), 3: (0, 1), 4: (0, 1)}
 # (root label, "but", negated) of the first sentences of every split, so even five sentences
-# cover each label, a "but" and a negation; the negation comes last so its twin, which takes
-# the next slot, never crowds out a label.
-_OPENING = ((0, False, False), (4, False, False), (2, False, False), (3, True, False), (1, False, True))
+# cover each label, a "but" and a negation. Only the last one is negated: a negated sentence's
+# twin takes the next slot and would otherwise crowd out a label.
+_OPENING = (
+    (0, False, False),
+    (4, False, False),
+    (2, False, False),
+    (3, True, False),
+    (1, False, True),
+)
 _GRAMMAR = "clause = determiner noun copula [negation] [intensifier] adjective, two joined by 'but'"
+
+
+def _outside(text: str, why: str) -> ValueError:
+    return ValueError(f"{text!r} is outside the demo grammar ({_GRAMMAR}): {why}")
+
 
 _Node = tuple[int, str]  # (score, bracketed subtree)
 
@@ -72,6 +84,10 @@ class _Clause:
     intensifier: str | None
     adjective: str
 
+    def words(self) -> list[str]:
+        optional = (self.negation, self.intensifier)
+        return [self.det, self.noun, self.copula, *(w for w in optional if w), self.adjective]
+
 
 @dataclass(frozen=True)
 class _Sentence:
@@ -79,7 +95,7 @@ class _Sentence:
     period: bool
 
     def text(self) -> str:
-        words = " but ".join(" ".join(w for w in vars(c).values() if w) for c in self.clauses)
+        words = " but ".join(" ".join(c.words()) for c in self.clauses)
         return words + " ." if self.period else words
 
 
@@ -100,14 +116,27 @@ def _join(score: int, left: _Node, right: _Node) -> _Node:
     return score, f"({score + 2} {left[1]} {right[1]})"
 
 
+def _adjp(adjective: str, intensifier: str | None, negation: str | None) -> _Node:
+    adjp = _leaf(adjective)
+    if intensifier:
+        adjp = _join(_intensify(adjp[0]), _leaf(intensifier), adjp)
+    if negation:
+        adjp = _join(_negate(adjp[0]), _leaf(negation), adjp)
+    return adjp
+
+
 def _clause_tree(c: _Clause) -> _Node:
-    adjp = _leaf(c.adjective)
-    if c.intensifier:
-        adjp = _join(_intensify(adjp[0]), _leaf(c.intensifier), adjp)
-    if c.negation:
-        adjp = _join(_negate(adjp[0]), _leaf(c.negation), adjp)
+    adjp = _adjp(c.adjective, c.intensifier, c.negation)
     vp = _join(adjp[0], _leaf(c.copula), adjp)
     return _join(vp[0], _join(0, _leaf(c.det), _leaf(c.noun)), vp)
+
+
+@cache
+def _adjectives_for(negated: bool, intensified: bool, score: int) -> tuple[str, ...]:
+    """The adjectives that give an ADJP this score, so sampling needs no trial and error."""
+    negation = NEGATIONS[0] if negated else None
+    intensifier = INTENSIFIERS[0] if intensified else None
+    return tuple(a for a in ADJECTIVES if _adjp(a, intensifier, negation)[0] == score)
 
 
 def _sentence_tree(s: _Sentence) -> _Node:
@@ -118,27 +147,29 @@ def _sentence_tree(s: _Sentence) -> _Node:
     return _join(tree[0], tree, _leaf(".")) if s.period else tree
 
 
-def _sample_clause(rng: random.Random, score: int, negated: bool) -> _Clause:
-    while True:  # rejection keeps the natural mix of constructions behind each score
-        noun = rng.choice(NOUNS)
-        det = rng.choice(DETERMINERS[:4])
-        det = "an" if det == "a" and noun[0] in "aeiou" else det
-        negation = rng.choice(NEGATIONS) if negated or rng.random() < _P_NEGATION else None
+def _sample_clause(rng: random.Random, score: int, p_negation: float) -> _Clause:
+    while True:  # e.g. a negation cannot give +-2: draw the modifiers again
+        negation = rng.choice(NEGATIONS) if rng.random() < p_negation else None
         intensifier = rng.choice(INTENSIFIERS) if rng.random() < _P_INTENSIFIER else None
-        adjective = rng.choice(ADJECTIVES)
-        clause = _Clause(det, noun, rng.choice(COPULAS), negation, intensifier, adjective)
-        if _clause_tree(clause)[0] == score:
-            return clause
+        options = _adjectives_for(negation is not None, intensifier is not None, score)
+        if options:
+            break
+    noun = rng.choice(NOUNS)
+    det = rng.choice(DETERMINERS[:4])
+    det = "an" if det == "a" and noun[0] in "aeiou" else det
+    return _Clause(det, noun, rng.choice(COPULAS), negation, intensifier, rng.choice(options))
 
 
 def _sample(rng: random.Random, step: int) -> _Sentence:
     if step < len(_OPENING):
         label, but, negated = _OPENING[step]
+        p_first, p_last = 0.0, float(negated)
     else:
-        label, but, negated = rng.randrange(5), rng.random() < _P_BUT, False
-    last = _sample_clause(rng, label - 2, negated)
+        label, but = rng.randrange(5), rng.random() < _P_BUT
+        p_first = p_last = _P_NEGATION
+    last = _sample_clause(rng, label - 2, p_last)
     if but:
-        first = _sample_clause(rng, rng.choice(_CONTRAST[label]) - 2, False)
+        first = _sample_clause(rng, rng.choice(_CONTRAST[label]) - 2, p_first)
         return _Sentence((first, last), rng.random() < _P_PERIOD)
     return _Sentence((last,), rng.random() < _P_PERIOD)
 
@@ -146,9 +177,8 @@ def _sample(rng: random.Random, step: int) -> _Sentence:
 def _twin(s: _Sentence) -> _Sentence:
     """The sentence without its last negation word."""
     i = max(k for k, c in enumerate(s.clauses) if c.negation)
-    clauses = list(s.clauses)
-    clauses[i] = replace(clauses[i], negation=None)
-    return replace(s, clauses=tuple(clauses))
+    clauses = (*s.clauses[:i], replace(s.clauses[i], negation=None), *s.clauses[i + 1 :])
+    return replace(s, clauses=clauses)
 
 
 def _sentences(rng: random.Random, n: int, seen: set[str]) -> list[str]:
@@ -205,10 +235,7 @@ def _expect(words: list[str], i: int, allowed: Sequence[str], what: str, text: s
     word = words[i] if i < len(words) else None
     if word not in allowed:
         found = repr(word) if word else "the end of the clause"
-        raise ValueError(
-            f"{text!r} is outside the demo grammar ({_GRAMMAR}): expected {what}, found {found}; "
-            f"known: {', '.join(allowed)}"
-        )
+        raise _outside(text, f"expected {what}, found {found}; known: {', '.join(allowed)}")
     return words[i]
 
 
@@ -224,9 +251,7 @@ def _parse_clause(words: list[str], text: str) -> _Clause:
         intensifier, i = words[i], i + 1
     adjective = _expect(words, i, ADJECTIVES, "an adjective", text)
     if i + 1 < len(words):
-        extra = " ".join(words[i + 1 :])
-        raise ValueError(f"{text!r} is outside the demo grammar ({_GRAMMAR}): {extra!r} follows "
-                         f"the adjective {adjective!r}")
+        raise _outside(text, f"{' '.join(words[i + 1 :])!r} follows the adjective {adjective!r}")
     return _Clause(det, noun, copula, negation, intensifier, adjective)
 
 
@@ -235,8 +260,7 @@ def _parse_sentence(text: str) -> _Sentence:
     period = bool(words) and words[-1] == "."
     words = words[:-1] if period else words
     if "." in words or words.count("but") > 1:
-        raise ValueError(f"{text!r} is outside the demo grammar ({_GRAMMAR}): "
-                         "at most one 'but' and one final '.'")
+        raise _outside(text, "at most one 'but' and one final '.' are allowed")
     cut = words.index("but") if "but" in words else len(words)
     parts = [words[:cut], words[cut + 1 :]] if cut < len(words) else [words]
     return _Sentence(tuple(_parse_clause(p, text) for p in parts), period)

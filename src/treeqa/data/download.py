@@ -14,7 +14,6 @@ import hashlib
 import http.client
 import os
 import re
-import shutil
 import urllib.error
 import urllib.request
 import zipfile
@@ -26,7 +25,7 @@ from tqdm import tqdm
 
 ENV_BASE = "TREEQA_DOWNLOAD_BASE"
 _CHUNK = 1 << 20
-_AGENT = "treeqa-download/0.1 (+urllib)"
+_USER_AGENT = "treeqa-download/0.1 (+urllib)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +183,9 @@ def fetch(
     return target
 
 
-def _transfer(url: str, part: Path, *, size: int | None, progress: bool, timeout: float) -> int | None:
+def _transfer(
+    url: str, part: Path, *, size: int | None, progress: bool, timeout: float
+) -> int | None:
     """Append the rest of ``url`` to ``part``; return the full size the file should have."""
     offset = part.stat().st_size if part.is_file() else 0
     if size is not None and offset >= size:
@@ -192,7 +193,7 @@ def _transfer(url: str, part: Path, *, size: int | None, progress: bool, timeout
             return size  # interrupted after the last byte: only verification is left
         part.unlink()
         offset = 0
-    headers = {"User-Agent": _AGENT}
+    headers = {"User-Agent": _USER_AGENT}
     if offset:
         headers["Range"] = f"bytes={offset}-"
     try:
@@ -225,15 +226,7 @@ def _transfer(url: str, part: Path, *, size: int | None, progress: bool, timeout
             raise DownloadError(f"{url}: server offers {total} bytes, expected {size}")
         expected = size if size is not None else total
         done = offset
-        bar = tqdm(
-            total=expected,
-            initial=offset,
-            unit="B",
-            unit_scale=True,
-            unit_divisor=1024,
-            desc=part.name.removesuffix(".part"),
-            disable=not progress,
-        )
+        bar = _bar(expected, part.name.removesuffix(".part"), offset, enabled=progress)
         try:
             with open(part, mode) as out, bar:
                 while chunk := response.read(_CHUNK):
@@ -264,14 +257,7 @@ def _unzip(archive: Path, folder: Path, *, progress: bool) -> list[Path]:
                 if not (out.is_file() and out.stat().st_size == m.file_size)
             ]
             total = sum(m.file_size for m, _ in todo)
-            with tqdm(
-                total=total,
-                unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
-                desc=f"unzip {archive.name}",
-                disable=not progress or not todo,
-            ) as bar:
+            with _bar(total, f"unzip {archive.name}", 0, enabled=progress and bool(todo)) as bar:
                 for member, out in todo:
                     tmp = out.with_name(out.name + ".part")
                     with zf.open(member) as src, open(tmp, "wb") as dst:
@@ -282,6 +268,18 @@ def _unzip(archive: Path, folder: Path, *, progress: bool) -> list[Path]:
     except zipfile.BadZipFile as exc:
         raise DownloadError(f"{archive}: not a valid zip ({exc}); delete it and retry") from exc
     return outs
+
+
+def _bar(total: int | None, desc: str, initial: int, *, enabled: bool) -> tqdm:
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        disable=not enabled,
+    )
 
 
 def _mismatch(path: Path, *, sha256: str | None, md5: str | None, size: int | None) -> str | None:

@@ -28,7 +28,7 @@ class ProgressBar(Callback):
         self.bar: tqdm | None = None
 
     def on_epoch_start(self, state: TrainState) -> None:
-        self.bar = tqdm(total=self.total, desc=f"epoch {state.epoch + 1}", unit="batch", leave=False)
+        self.bar = tqdm(total=self.total, desc=f"epoch {state.epoch + 1}", unit="batch", leave=False, disable=None)
         self.loss = torch.zeros(())
         self.seen, self.steps, self.started = 0, 0, time.perf_counter()
 

@@ -16,16 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorsError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 FORMAT_VERSION = 1
 BEST, LAST = "best.safetensors", "last.safetensors"
 
-
 class CheckpointError(ValueError):
     pass
-
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -37,7 +35,6 @@ class Checkpoint:
 
     def group(self, prefix: str) -> dict[str, torch.Tensor]:
         return {k[len(prefix) :]: v for k, v in self.tensors.items() if k.startswith(prefix)}
-
 
 def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -54,7 +51,6 @@ def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Pa
         if os.path.exists(tmp):
             os.unlink(tmp)
 
-
 def resolve(path: str | Path, prefer: str = BEST) -> Path:
     """A checkpoint file, or a run directory (its best checkpoint, else its last)."""
     path = Path(path)
@@ -67,16 +63,14 @@ def resolve(path: str | Path, prefer: str = BEST) -> Path:
         raise CheckpointError(f"{path}: no such checkpoint file or run directory")
     return path
 
-
 def load(path: str | Path, prefer: str = BEST) -> Checkpoint:
     file = resolve(path, prefer)
     try:
         tensors = load_file(str(file))
-        from safetensors import safe_open
 
         with safe_open(str(file), framework="pt") as f:
             header = f.metadata() or {}
-    except (SafetensorsError, OSError) as err:
+    except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{file}: not a readable safetensors checkpoint ({err})") from err
     if "treeqa" not in header:
         raise CheckpointError(f"{file}: a safetensors file without treeqa metadata")
@@ -86,7 +80,6 @@ def load(path: str | Path, prefer: str = BEST) -> Checkpoint:
             f"{file}: checkpoint format {meta.get('format_version')}, this treeqa reads {FORMAT_VERSION}"
         )
     return Checkpoint(meta, tensors)
-
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Split an optimiser state into tensors (for safetensors) and JSON (everything else)."""
@@ -100,7 +93,6 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch
             else:
                 scalars.setdefault(str(pid), {})[key] = value
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
-
 
 def restore_optimizer(optimizer: torch.optim.Optimizer, ckpt: Checkpoint) -> None:
     saved = ckpt.meta["optimizer"]

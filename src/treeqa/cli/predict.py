@@ -1,0 +1,57 @@
+"""``treeqa predict [sentiment|qa]``: labels for every node of bracketed trees."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from treeqa.cli.common import subparser
+
+EXAMPLE = (
+    "treeqa predict --checkpoint runs/tl '(2 (2 the) (2 (2 movie) (2 (2 is) (2 good))))'\n"
+    "  treeqa predict --checkpoint runs/tl --input trees.txt --json\n"
+    "  treeqa predict qa --checkpoint runs/qanet --context '...' --question '...'"
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparser(subparsers, "predict", "Predict the sentiment of every node of bracketed trees.", EXAMPLE)
+    parser.add_argument("--checkpoint", type=Path, required=True, help="run directory or checkpoint file")
+    parser.add_argument("trees", nargs="*", help="bracketed trees (labels optional: '(the movie)' forms work)")
+    parser.add_argument("--input", type=Path, help="a file with one bracketed tree per line")
+    parser.add_argument("--demo-examples", action="store_true", help="predict the demo treebank's showcase sentences")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per tree")
+    parser.set_defaults(run=run, accepts_overrides=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.task_word == "qa":
+        from treeqa.cli import qa_commands
+
+        return qa_commands.predict_main(args)
+    if args.overrides:
+        raise ValueError(f"unrecognised arguments: {' '.join(args.overrides)}")
+    from treeqa.data.tree import iter_trees, read_trees
+    from treeqa.recipes.sentiment import load_model, predict
+
+    trees = list(iter_trees(args.trees, "<command line>"))
+    if args.input:
+        trees += read_trees(args.input)
+    if args.demo_examples:
+        from treeqa.data.demo import DEMO_EXAMPLES
+
+        trees += list(iter_trees(DEMO_EXAMPLES, "<demo examples>"))
+    if not trees:
+        raise ValueError("nothing to predict: give trees, --input FILE or --demo-examples")
+    loaded = load_model(args.checkpoint)
+    for result in predict(loaded, trees):
+        if args.json:
+            print(json.dumps(result))
+            continue
+        print(f"{result['label']}  {result['text']}")
+        for node in result["nodes"][1:]:
+            if " " in node["words"]:
+                print(f"    {node['label']}  {node['words']}")
+    return 0

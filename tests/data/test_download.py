@@ -1,0 +1,228 @@
+"""treeqa.data.download against a local HTTP server that can break and ignore Range."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import random
+import socket
+import threading
+import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from treeqa.data import download as dl
+from treeqa.data.download import CATALOGUE, DownloadError, download, fetch
+
+BLOB = random.Random(0).randbytes(300_000)
+BLOB_SHA256 = hashlib.sha256(BLOB).hexdigest()
+BLOB_MD5 = hashlib.md5(BLOB).hexdigest()
+
+
+class FileServer(ThreadingHTTPServer):
+    """Serves ``files`` by name; ``drop_after`` cuts the next body short once;
+    ``ignore_range`` answers every request with the whole file and 200."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.files: dict[str, bytes] = {}
+        self.drop_after: int | None = None
+        self.ignore_range = False
+        self.requests: list[tuple[str, str | None]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FileServer
+
+    def do_GET(self) -> None:
+        srv = self.server
+        wanted = self.headers.get("Range")
+        srv.requests.append((self.path, wanted))
+        if self.path.startswith("/moved/"):  # like nlp.stanford.edu -> downloads.cs.stanford.edu
+            self.send_response(302)
+            self.send_header("Location", self.path.removeprefix("/moved"))
+            self.end_headers()
+            return
+        body = srv.files.get(self.path.lstrip("/"))
+        if body is None:
+            self.send_error(404)
+            return
+        start = 0
+        if wanted and not srv.ignore_range:
+            start = int(wanted.removeprefix("bytes=").removesuffix("-"))
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.end_headers()
+        payload = body[start:]
+        if srv.drop_after is not None:
+            payload, srv.drop_after = payload[: srv.drop_after], None
+            self.close_connection = True
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FileServer]:
+    # A proxy from the environment must not see requests meant for 127.0.0.1.
+    monkeypatch.setenv("no_proxy", "*")
+    monkeypatch.delenv(dl.ENV_BASE, raising=False)
+    srv = FileServer()
+    srv.files["blob.bin"] = BLOB
+    thread = threading.Thread(target=srv.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join()
+
+
+def test_full_download_verifies_checksums(server: FileServer, tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "blob.bin"
+    out = fetch(f"{server.url}/blob.bin", target, sha256=BLOB_SHA256, md5=BLOB_MD5, progress=True)
+    assert out == target
+    assert target.read_bytes() == BLOB
+    assert not (tmp_path / "sub" / "blob.bin.part").exists()
+    assert server.requests == [("/blob.bin", None)]
+
+
+def test_resume_after_dropped_connection(server: FileServer, tmp_path: Path) -> None:
+    target, part = tmp_path / "blob.bin", tmp_path / "blob.bin.part"
+    server.drop_after = 70_000
+    url = f"{server.url}/blob.bin"
+    with pytest.raises(DownloadError, match="blob.bin.*resume"):
+        fetch(url, target, sha256=BLOB_SHA256, progress=False)
+    assert not target.exists()
+    assert part.stat().st_size == 70_000
+
+    fetch(url, target, sha256=BLOB_SHA256, progress=False)
+    assert server.requests[-1] == ("/blob.bin", "bytes=70000-")
+    assert target.read_bytes() == BLOB
+    assert not part.exists()
+
+
+def test_server_ignoring_range_restarts_cleanly(server: FileServer, tmp_path: Path) -> None:
+    target, part = tmp_path / "blob.bin", tmp_path / "blob.bin.part"
+    part.write_bytes(BLOB[:50_000])
+    server.ignore_range = True
+    # No size given: the 200's Content-Length is what the result is checked against.
+    fetch(f"{server.url}/blob.bin", target, sha256=BLOB_SHA256, progress=False)
+    assert server.requests == [("/blob.bin", "bytes=50000-")]
+    assert target.read_bytes() == BLOB
+
+
+def test_resume_survives_redirect(server: FileServer, tmp_path: Path) -> None:
+    (tmp_path / "blob.bin.part").write_bytes(BLOB[:1234])
+    fetch(f"{server.url}/moved/blob.bin", tmp_path / "blob.bin", sha256=BLOB_SHA256, progress=False)
+    assert server.requests == [("/moved/blob.bin", "bytes=1234-"), ("/blob.bin", "bytes=1234-")]
+    assert (tmp_path / "blob.bin").read_bytes() == BLOB
+
+
+def test_complete_part_file_needs_no_request(server: FileServer, tmp_path: Path) -> None:
+    (tmp_path / "blob.bin.part").write_bytes(BLOB)
+    fetch(f"{server.url}/blob.bin", tmp_path / "blob.bin", size=len(BLOB), progress=False)
+    assert server.requests == []
+    assert (tmp_path / "blob.bin").read_bytes() == BLOB
+
+
+def test_checksum_mismatch_deletes_and_reports(server: FileServer, tmp_path: Path) -> None:
+    target = tmp_path / "blob.bin"
+    with pytest.raises(DownloadError, match=f"expected {'0' * 64}, got {BLOB_SHA256}"):
+        fetch(f"{server.url}/blob.bin", target, sha256="0" * 64, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_wrong_size_fails_before_transfer(server: FileServer, tmp_path: Path) -> None:
+    with pytest.raises(DownloadError, match=f"offers {len(BLOB)} bytes, expected 12"):
+        fetch(f"{server.url}/blob.bin", tmp_path / "blob.bin", size=12, progress=False)
+    assert not (tmp_path / "blob.bin").exists()
+
+
+def test_not_found_names_url(server: FileServer, tmp_path: Path) -> None:
+    url = f"{server.url}/missing.json"
+    with pytest.raises(DownloadError, match=f"{url}: HTTP 404"):
+        fetch(url, tmp_path / "missing.json", progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_refused_connection_names_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("no_proxy", "*")
+    with socket.socket() as s:  # bound but never listening: connections are refused
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/x.bin"
+        with pytest.raises(DownloadError, match=url):
+            fetch(url, tmp_path / "x.bin", progress=False, timeout=2)
+
+
+def _sst_zip() -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("trees/", b"")
+        for split in ("train", "dev", "test"):
+            zf.writestr(f"trees/{split}.txt", f"(3 (2 {split}) (4 good))\n")
+    return buf.getvalue()
+
+
+def test_sst_zip_unpacks_flat_and_second_call_is_offline(
+    server: FileServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = _sst_zip()
+    (real,) = CATALOGUE["sst"]
+    fixture = dataclasses.replace(real, sha256=hashlib.sha256(archive).hexdigest())
+    monkeypatch.setitem(CATALOGUE, "sst", [fixture])
+    server.files[real.filename] = archive
+    monkeypatch.setenv(dl.ENV_BASE, server.url + "/")
+
+    paths = download("sst", tmp_path, progress=False)
+    assert sorted(p.name for p in paths) == ["dev.txt", "test.txt", "train.txt"]
+    assert all(p.parent == tmp_path / "sst" for p in paths)
+    assert (tmp_path / "sst" / "train.txt").read_text() == "(3 (2 train) (4 good))\n"
+    assert server.requests == [(f"/{real.filename}", None)]
+
+    again = download("sst", tmp_path, progress=False)
+    assert again == paths
+    assert len(server.requests) == 1
+
+
+def test_base_url_argument_wins_and_squad_lands_as_is(
+    server: FileServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    resources = [
+        dataclasses.replace(r, md5=None, sha256=BLOB_SHA256, size=None) for r in CATALOGUE["squad"]
+    ]
+    monkeypatch.setitem(CATALOGUE, "squad", resources)
+    monkeypatch.setenv(dl.ENV_BASE, "http://127.0.0.1:9/unused")
+    for r in resources:
+        server.files[r.filename] = BLOB
+    paths = download("squad", tmp_path, base_url=server.url, progress=False)
+    assert paths == [tmp_path / "squad" / "train-v1.1.json", tmp_path / "squad" / "dev-v1.1.json"]
+    assert all(p.read_bytes() == BLOB for p in paths)
+
+
+def test_unknown_name() -> None:
+    with pytest.raises(ValueError, match="sst"):
+        download("imagenet", Path("unused"))
+
+
+def test_catalogue_is_consistent() -> None:
+    assert {"sst", "squad", "glove"} <= CATALOGUE.keys()
+    for resources in CATALOGUE.values():
+        for r in resources:
+            assert r.url.endswith("/" + r.filename)
+            assert r.unpack in (None, "zip")
+            assert r.sha256 is None or len(r.sha256) == 64
+            assert r.md5 is None or len(r.md5) == 32
