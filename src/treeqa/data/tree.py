@@ -156,7 +156,11 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
             while pos < end and text[pos] not in " ()":
                 pos += 1
             label = text[start:pos]
-            if not label:
+            if label and pos < end and text[pos] == ")":  # "(word)": an unlabelled leaf
+                labels.append(UNLABELLED)
+                words[node] = label
+                n_items[node] += 1
+            elif not label:
                 labels.append(UNLABELLED)
             elif label.isdigit() and int(label) <= MAX_LABEL:
                 labels.append(int(label))

@@ -1,0 +1,75 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from treeqa.data import sst
+from treeqa.data.batching import batches, collate, encode
+from treeqa.data.tree import parse_tree
+from treeqa.data.vocab import Vocab
+
+TREES = [
+    parse_tree("(3 (2 (2 The) (2 Rock)) (4 (3 (2 is) (4 good)) (2 .)))"),
+    parse_tree("(1 (2 a) (0 (1 not) (2 (3 fun) (2 film))))"),
+    parse_tree("(2 (2 ok))"),
+]
+
+
+def test_binary_view_drops_neutral() -> None:
+    labels = np.array([0, 1, 2, 3, 4, -1])
+    assert list(sst.targets(labels, "binary")) == [0, 0, -1, 1, 1, -1]
+    assert list(sst.targets(labels, "fine")) == list(labels)
+    assert [t.label for t in sst.task_view(TREES, "binary")] == [3, 1]
+    with pytest.raises(ValueError, match="task must be"):
+        sst.targets(labels, "ternary")
+
+
+def test_split_path_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="train.txt"):
+        sst.split_path(tmp_path, "train")
+    with pytest.raises(ValueError, match="split must be"):
+        sst.split_path(tmp_path, "valid")
+
+
+def test_vocab_round_trip(tmp_path: Path) -> None:
+    vocab = Vocab.build(["b", "a", "b", "c"], min_count=1)
+    assert vocab.tokens == ("<pad>", "<unk>", "b", "a", "c")
+    assert vocab.ids(["a", "zzz"]) == [3, 1]
+    vocab.save(tmp_path / "v.json")
+    assert Vocab.load(tmp_path / "v.json") == vocab
+    with pytest.raises(ValueError, match="starts with"):
+        Vocab(("a", "b"))
+
+
+def test_collate_concatenates_and_schedules_levels() -> None:
+    vocab = Vocab.build(w for t in TREES for w in t.leaves)
+    enc = [encode(t, vocab, "fine") for t in TREES]
+    batch = collate(enc)
+    n = sum(len(t) for t in TREES)
+    assert batch.words.shape == (n,) and batch.children.shape == (n, 2)
+    assert batch.roots.tolist() == [0, 9, 16]
+    assert batch.parent[9 + 1].item() == 9  # second tree's first child points to its root
+    # Every node appears in exactly one level, children always in an earlier level.
+    seen = torch.cat(batch.levels).sort().values
+    assert seen.tolist() == list(range(n))
+    level_of = torch.empty(n, dtype=torch.long)
+    for h, nodes in enumerate(batch.levels):
+        level_of[nodes] = h
+    kids = batch.children[batch.children[:, 0] >= 0]
+    parents = torch.nonzero(batch.children[:, 0] >= 0).squeeze(1)
+    for k in range(kids.shape[1]):
+        valid = kids[:, k] >= 0
+        assert bool((level_of[kids[valid, k]] < level_of[parents[valid]]).all())
+    assert batch.subtree_end[0].item() == 9 and batch.subtree_end[16].item() == 18
+    assert batch.is_leaf.sum().item() == sum(len(t.leaves) for t in TREES)
+
+
+def test_batches_order_depends_only_on_seed() -> None:
+    vocab = Vocab.build(w for t in TREES for w in t.leaves)
+    enc = [encode(t, vocab, "fine") for t in TREES] * 4
+    first = [b.roots.numel() for b in batches(enc, 5, shuffle=True, seed=3)]
+    assert first == [5, 5, 2]
+    a = [b.words.tolist() for b in batches(enc, 5, shuffle=True, seed=3)]
+    b = [b.words.tolist() for b in batches(enc, 5, shuffle=True, seed=3)]
+    assert a == b

@@ -1,0 +1,93 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from treeqa.data.tree import TreeSyntaxError, parse_tree, read_trees, unescape_ptb, write_trees
+
+SST_LIKE = [
+    "(3 (2 (2 The) (2 Rock)) (4 (3 (2 is) (4 good)) (2 .)))",
+    "(1 (2 -LRB-) (1 (1 not) (2 co-writer\\/director)))",
+    "(2 (2 8\u00a01\\/2) (2 ''))",
+]
+
+
+def test_round_trip_is_byte_exact(tmp_path: Path) -> None:
+    src = tmp_path / "t.txt"
+    src.write_text("\n".join(SST_LIKE) + "\n", encoding="utf-8")
+    out = tmp_path / "o.txt"
+    write_trees(read_trees(src), out)
+    assert out.read_bytes() == src.read_bytes()
+
+
+def test_structure_and_heights() -> None:
+    t = parse_tree(SST_LIKE[0])
+    assert t.label == 3
+    assert t.words == (None, None, "The", "Rock", None, None, "is", "good", ".")
+    assert t.children[0] == (1, 4)
+    assert list(t.parent) == [-1, 0, 1, 1, 0, 4, 5, 5, 4]
+    assert list(t.height) == [3, 1, 0, 0, 2, 1, 0, 0, 0]
+    assert list(t.size) == [9, 3, 1, 1, 5, 3, 1, 1, 1]
+    assert t.text() == "The Rock is good ."
+
+
+def test_no_break_space_stays_inside_the_token() -> None:
+    t = parse_tree(SST_LIKE[2])
+    assert t.leaves == ["8\u00a01\\/2", "''"]
+
+
+def test_ptb_unescape() -> None:
+    assert [unescape_ptb(w) for w in ["-LRB-", "-RRB-", "co-writer\\/director", "\\*", "``", "''", "cat"]] == [
+        "(", ")", "co-writer/director", "*", '"', '"', "cat"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "column", "reason"),
+    [
+        ("(3 (2 a) (4 good)", 18, "unbalanced '('"),
+        ("(3 (2 a)))", 10, "unbalanced ')'"),
+        ("(3 (2 a)) (2 b)", 11, "a second tree"),
+        ("(3 (2 a)) junk", 11, "trailing text"),
+        ("(7 (2 a) (2 b))", 2, "label '7'"),
+        ("(x (2 a) (2 b))", 2, "label 'x'"),
+        ("(3 (2 a) (2 ))", 13, "empty node"),
+        ("(3 (2 a (2 b)))", 9, "leaf cannot also have children"),
+        ("(3 (2 a) b)", 10, "either one word or children"),
+        ("good movie", 1, "expected '('"),
+    ],
+)
+def test_errors_name_file_line_and_column(tmp_path: Path, text: str, column: int, reason: str) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_text("(2 (2 fine) (2 tree))\n" + text + "\n", encoding="utf-8")
+    with pytest.raises(TreeSyntaxError) as err:
+        read_trees(path)
+    assert err.value.line == 2 and err.value.column == column
+    assert str(err.value).startswith(f"{path}:2:{column}: ")
+    assert reason in str(err.value)
+
+
+def test_blank_lines_are_skipped_and_not_utf8_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.txt"
+    path.write_text("(2 a)\n\n(3 b)\n", encoding="utf-8")
+    assert len(read_trees(path)) == 2
+    path.write_bytes(b"(2 \xff)\n")
+    with pytest.raises(TreeSyntaxError, match="not UTF-8"):
+        read_trees(path)
+
+
+def test_unlabelled_trees_parse_and_write() -> None:
+    t = parse_tree("((the) ((movie) (rocks)))")
+    assert np.all(t.labels == -1)
+    assert t.to_ptb() == "((the) ((movie) (rocks)))"
+
+
+@pytest.mark.real_data
+def test_real_sst_counts_and_round_trip(real_data: Path, tmp_path: Path) -> None:
+    counts = {"train": (8544, 318582), "dev": (1101, 41447), "test": (2210, 82600)}
+    for split, (trees, nodes) in counts.items():
+        path = real_data / "sst" / f"{split}.txt"
+        parsed = read_trees(path)
+        assert (len(parsed), sum(len(t) for t in parsed)) == (trees, nodes)
+        write_trees(parsed, tmp_path / "out.txt")
+        assert (tmp_path / "out.txt").read_bytes() == path.read_bytes()

@@ -1,0 +1,66 @@
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from treeqa.config import ConfigError, from_dict, load_toml, merge_overrides, parse_overrides, to_toml
+
+
+@dataclass(frozen=True)
+class Inner:
+    lr: float = 0.1
+    steps: int = 3
+    flag: bool = False
+    betas: tuple[float, ...] = (0.9, 0.99)
+    name: str = "inner"
+
+
+@dataclass(frozen=True)
+class Outer:
+    name: str = "run"
+    train: Inner = field(default_factory=Inner)
+
+
+def test_overrides_parse_both_forms() -> None:
+    assert parse_overrides(["--a=1", "--b", "2", "--flag", "--c-d=x"]) == [
+        ("a", "1"), ("b", "2"), ("flag", "true"), ("c_d", "x")
+    ]
+    with pytest.raises(ConfigError, match="expected --key"):
+        parse_overrides(["oops"])
+
+
+def test_toml_then_overrides_then_types(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('name = "x"\n[train]\nlr = 0.5\nsteps = 7\n')
+    raw = load_toml(path)
+    merged = merge_overrides(Outer, raw, [("steps", "9"), ("train.flag", "yes"), ("betas", "0.8,0.999"), ("wd", "2")], {"wd": "train.lr"})
+    config = from_dict(Outer, merged)
+    assert config == Outer("x", Inner(lr=2.0, steps=9, flag=True, betas=(0.8, 0.999)))
+    again = from_dict(Outer, load_toml_text(tmp_path, to_toml(config)))
+    assert again == config
+
+
+def load_toml_text(tmp_path: Path, text: str) -> dict:
+    p = tmp_path / "again.toml"
+    p.write_text(text)
+    return load_toml(p)
+
+
+def test_bare_top_level_key_wins_over_section_key() -> None:
+    assert merge_overrides(Outer, {}, [("name", "basic")]) == {"name": "basic"}
+    assert merge_overrides(Outer, {}, [("train.name", "b")]) == {"train": {"name": "b"}}
+
+
+def test_unknown_keys_and_bad_values_are_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="did you mean lr"):
+        merge_overrides(Outer, {}, [("lrr", "1")])
+    with pytest.raises(ConfigError, match="unknown key 'bogus'"):
+        from_dict(Outer, {"train": {"bogus": 1}})
+    with pytest.raises(ConfigError, match="expected an integer"):
+        from_dict(Outer, {"train": {"steps": "many"}})
+    with pytest.raises(ConfigError, match="expected true or false"):
+        from_dict(Outer, {"train": {"flag": "maybe"}})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\nlr=1")
+    with pytest.raises(ConfigError, match="bad.toml"):
+        load_toml(bad)
