@@ -21,7 +21,9 @@ def shared_data() -> Path | None:
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small demo treebank (train 200 / dev 60 / test 60) in SST's file layout."""
-    return Path(next(iter(write_demo(tmp_path_factory.mktemp("demo"), sizes=(200, 60, 60)).values())).parent)
+    return Path(
+        next(iter(write_demo(tmp_path_factory.mktemp("demo"), sizes=(200, 60, 60)).values())).parent
+    )
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,14 @@ from pathlib import Path
 
 import pytest
 
-from treeqa.config import ConfigError, from_dict, load_toml, merge_overrides, parse_overrides, to_toml
+from treeqa.config import (
+    ConfigError,
+    from_dict,
+    load_toml,
+    merge_overrides,
+    parse_overrides,
+    to_toml,
+)
 
 
 @dataclass(frozen=True)
@@ -23,7 +30,10 @@ class Outer:
 
 def test_overrides_parse_both_forms() -> None:
     assert parse_overrides(["--a=1", "--b", "2", "--flag", "--c-d=x"]) == [
-        ("a", "1"), ("b", "2"), ("flag", "true"), ("c_d", "x")
+        ("a", "1"),
+        ("b", "2"),
+        ("flag", "true"),
+        ("c_d", "x"),
     ]
     with pytest.raises(ConfigError, match="expected --key"):
         parse_overrides(["oops"])
@@ -33,7 +43,12 @@ def test_toml_then_overrides_then_types(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text('name = "x"\n[train]\nlr = 0.5\nsteps = 7\n')
     raw = load_toml(path)
-    merged = merge_overrides(Outer, raw, [("steps", "9"), ("train.flag", "yes"), ("betas", "0.8,0.999"), ("wd", "2")], {"wd": "train.lr"})
+    merged = merge_overrides(
+        Outer,
+        raw,
+        [("steps", "9"), ("train.flag", "yes"), ("betas", "0.8,0.999"), ("wd", "2")],
+        {"wd": "train.lr"},
+    )
     config = from_dict(Outer, merged)
     assert config == Outer("x", Inner(lr=2.0, steps=9, flag=True, betas=(0.8, 0.999)))
     again = from_dict(Outer, load_toml_text(tmp_path, to_toml(config)))

@@ -88,7 +88,16 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+        if isinstance(value, str) and value.lower() in (
+            "true",
+            "1",
+            "yes",
+            "on",
+            "false",
+            "0",
+            "no",
+            "off",
+        ):
             return value.lower() in ("true", "1", "yes", "on")
         raise ConfigError(f"{where}: expected true or false, got {value!r}")
     if tp is int:
@@ -118,7 +127,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 
 def _unknown(key: str, known: Sequence[str], where: str) -> ConfigError:
     close = difflib.get_close_matches(key, known, n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; known keys: {', '.join(sorted(known))}"
+    hint = (
+        f"; did you mean {', '.join(close)}?"
+        if close
+        else f"; known keys: {', '.join(sorted(known))}"
+    )
     return ConfigError(f"{where}: unknown key {key!r}{hint}")
 
 
@@ -140,7 +153,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any], where: str = "config") -> T
 
 
 def merge_overrides(
-    cls: type, data: dict[str, Any], overrides: Sequence[tuple[str, str]], aliases: Mapping[str, str] = {}
+    cls: type,
+    data: dict[str, Any],
+    overrides: Sequence[tuple[str, str]],
+    aliases: Mapping[str, str] = {},
 ) -> dict[str, Any]:
     """Put each override into the nested dict at the key it names (section.key or a unique key)."""
     sections = {name: tp for name, tp in _field_types(cls).items() if _is_config(tp)}
@@ -157,7 +173,9 @@ def merge_overrides(
             if section not in sections:
                 raise _unknown(section, list(sections), "--" + raw_key)
             if sub not in _field_types(sections[section]):
-                raise _unknown(sub, list(_field_types(sections[section])), f"--{raw_key} ({section})")
+                raise _unknown(
+                    sub, list(_field_types(sections[section])), f"--{raw_key} ({section})"
+                )
             out.setdefault(section, {})[sub] = value
             continue
         places = owners.get(key)
@@ -177,8 +195,7 @@ def merge_overrides(
 
 def to_dict(config: Any) -> dict[str, Any]:
     return {
-        k: list(v) if isinstance(v, tuple) else v
-        for k, v in dataclasses.asdict(config).items()
+        k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()
     }
 
 
@@ -195,8 +212,12 @@ def to_toml(config: Any) -> str:
         return repr(v)
 
     data = dataclasses.asdict(config)
-    lines = [f"{k} = {value(v)}" for k, v in data.items() if not isinstance(v, dict) and v is not None]
+    lines = [
+        f"{k} = {value(v)}" for k, v in data.items() if not isinstance(v, dict) and v is not None
+    ]
     for k, v in data.items():
         if isinstance(v, dict):
-            lines += ["", f"[{k}]"] + [f"{kk} = {value(vv)}" for kk, vv in v.items() if vv is not None]
+            lines += ["", f"[{k}]"] + [
+                f"{kk} = {value(vv)}" for kk, vv in v.items() if vv is not None
+            ]
     return "\n".join(lines) + "\n"

@@ -13,7 +13,15 @@ def last_json(capsys: pytest.CaptureFixture[str]) -> dict:
 
 
 def test_help_of_every_subcommand_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["train"], ["evaluate"], ["predict"], ["data"], ["data", "stats"], ["data", "download"], ["data", "demo"]):
+    for argv in (
+        ["train"],
+        ["evaluate"],
+        ["predict"],
+        ["data"],
+        ["data", "stats"],
+        ["data", "download"],
+        ["data", "demo"],
+    ):
         with pytest.raises(SystemExit) as exit_:
             main([*argv, "--help"])
         assert exit_.value.code == 0
@@ -24,12 +32,36 @@ def test_data_stats_and_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["data", "demo", "--out", str(tmp_path / "demo")]) == 0
     assert main(["data", "stats", str(tmp_path / "demo"), "--json"]) == 0
     stats = last_json(capsys)
-    assert stats["train"]["trees"] == 2000 and set(stats["test"]["root_labels"]) == {"0", "1", "2", "3", "4"}
+    assert stats["train"]["trees"] == 2000 and set(stats["test"]["root_labels"]) == {
+        "0",
+        "1",
+        "2",
+        "3",
+        "4",
+    }
 
 
-def test_train_evaluate_predict(demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_evaluate_predict(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "run"
-    assert main(["train", "sentiment", "--data", str(demo_dir), "--epochs", "2", "--out", str(run), "--json", "--train.log_every=5"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "sentiment",
+                "--data",
+                str(demo_dir),
+                "--epochs",
+                "2",
+                "--out",
+                str(run),
+                "--json",
+                "--train.log_every=5",
+            ]
+        )
+        == 0
+    )
     trained = last_json(capsys)
     assert trained["epochs"] == 2 and trained["best_epoch"] in (1, 2)
     assert main(["evaluate", "--checkpoint", str(run), "--split", "dev", "--json"]) == 0
@@ -43,15 +75,32 @@ def test_train_evaluate_predict(demo_dir: Path, tmp_path: Path, capsys: pytest.C
     assert sum(out["probabilities"]) == pytest.approx(1, abs=1e-3)
 
 
-def test_train_resume_continues(demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_resume_continues(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = tmp_path / "run"
     assert main(["train", "--data", str(demo_dir), "--epochs", "1", "--out", str(run)]) == 0
     assert main(["train", "--resume", str(run), "--epochs", "2", "--json"]) == 0
     assert last_json(capsys)["epochs"] == 2
 
 
-def test_evaluate_seeds_reports_mean_and_std(demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["evaluate", "--seeds", "2", "--data", str(demo_dir), "--epochs", "1", "--out", str(tmp_path / "s"), "--split", "dev", "--json"]
+def test_evaluate_seeds_reports_mean_and_std(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "evaluate",
+        "--seeds",
+        "2",
+        "--data",
+        str(demo_dir),
+        "--epochs",
+        "1",
+        "--out",
+        str(tmp_path / "s"),
+        "--split",
+        "dev",
+        "--json",
+    ]
     assert main(argv) == 0
     summary = last_json(capsys)
     assert len(summary["root_acc"]["values"]) == 2 and summary["root_acc"]["std"] >= 0
@@ -59,10 +108,25 @@ def test_evaluate_seeds_reports_mean_and_std(demo_dir: Path, tmp_path: Path, cap
     assert (tmp_path / "s" / "seed-1" / "best.safetensors").is_file()
 
 
-def test_bad_input_gives_clear_errors(demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_gives_clear_errors(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["train", "--data", str(demo_dir), "--dropuot", "3"]) == 2
     assert "did you mean dropout" in capsys.readouterr().err
-    assert main(["train", "--data", str(tmp_path / "missing"), "--epochs", "1", "--out", str(tmp_path / "r")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(tmp_path / "missing"),
+                "--epochs",
+                "1",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 2
+    )
     assert "train.txt" in capsys.readouterr().err
     bad = tmp_path / "bad"
     bad.mkdir()

@@ -37,9 +37,10 @@ def test_no_break_space_stays_inside_the_token() -> None:
 
 
 def test_ptb_unescape() -> None:
-    assert [unescape_ptb(w) for w in ["-LRB-", "-RRB-", "co-writer\\/director", "\\*", "``", "''", "cat"]] == [
-        "(", ")", "co-writer/director", "*", '"', '"', "cat"
-    ]
+    assert [
+        unescape_ptb(w)
+        for w in ["-LRB-", "-RRB-", "co-writer\\/director", "\\*", "``", "''", "cat"]
+    ] == ["(", ")", "co-writer/director", "*", '"', '"', "cat"]
 
 
 @pytest.mark.parametrize(
@@ -57,7 +58,9 @@ def test_ptb_unescape() -> None:
         ("good movie", 1, "expected '('"),
     ],
 )
-def test_errors_name_file_line_and_column(tmp_path: Path, text: str, column: int, reason: str) -> None:
+def test_errors_name_file_line_and_column(
+    tmp_path: Path, text: str, column: int, reason: str
+) -> None:
     path = tmp_path / "bad.txt"
     path.write_text("(2 (2 fine) (2 tree))\n" + text + "\n", encoding="utf-8")
     with pytest.raises(TreeSyntaxError) as err:

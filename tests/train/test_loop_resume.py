@@ -18,7 +18,8 @@ def losses(run: Path) -> list[float]:
 
 def config(demo_dir: Path, epochs: int):
     return resolve_config(
-        {}, [("data", str(demo_dir)), ("epochs", str(epochs)), ("log_every", "1"), ("health", "off")]
+        {},
+        [("data", str(demo_dir)), ("epochs", str(epochs)), ("log_every", "1"), ("health", "off")],
     )
 
 
@@ -71,7 +72,9 @@ def test_corrupt_or_missing_checkpoints_give_clear_errors(tmp_path: Path) -> Non
         ckpt.load(bad)
 
 
-def test_atomic_save_leaves_the_old_file_when_writing_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_atomic_save_leaves_the_old_file_when_writing_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "w.safetensors"
     ckpt.atomic_save({"model.x": torch.ones(2)}, {"task": "t"}, path)
     before = path.read_bytes()
@@ -87,7 +90,16 @@ def test_atomic_save_leaves_the_old_file_when_writing_fails(tmp_path: Path, monk
 
 
 def test_early_stopping_and_frozen_embeddings(demo_dir: Path, tmp_path: Path) -> None:
-    cfg = resolve_config({}, [("data", str(demo_dir)), ("epochs", "30"), ("patience", "1"), ("emblr", "0"), ("health", "off")])
+    cfg = resolve_config(
+        {},
+        [
+            ("data", str(demo_dir)),
+            ("epochs", "30"),
+            ("patience", "1"),
+            ("emblr", "0"),
+            ("health", "off"),
+        ],
+    )
     result = train(cfg, tmp_path / "run")
     assert result["epochs"] < 30
     first = ckpt.load(tmp_path / "run" / ckpt.LAST)

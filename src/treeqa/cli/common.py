@@ -24,5 +24,6 @@ def emit_json(payload: dict[str, Any]) -> None:
 
 def format_metrics(metrics: dict[str, Any]) -> str:
     return "\n".join(
-        f"  {k:<18} {v:.4f}" if isinstance(v, float) else f"  {k:<18} {v}" for k, v in metrics.items()
+        f"  {k:<18} {v:.4f}" if isinstance(v, float) else f"  {k:<18} {v}"
+        for k, v in metrics.items()
     )

@@ -10,22 +10,50 @@ from treeqa.cli.common import emit_json, subparser
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparser(subparsers, "data", "Inspect, generate, download and prepare datasets.", "treeqa data stats data/sst/train.txt")
+    parser = subparser(
+        subparsers,
+        "data",
+        "Inspect, generate, download and prepare datasets.",
+        "treeqa data stats data/sst/train.txt",
+    )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    stats = subparser(actions, "stats", "Trees, nodes, tokens, labels and heights of SST-format files.", "treeqa data stats data/sst --json")
-    stats.add_argument("path", type=Path, help="a tree file, or a directory with train/dev/test.txt")
+    stats = subparser(
+        actions,
+        "stats",
+        "Trees, nodes, tokens, labels and heights of SST-format files.",
+        "treeqa data stats data/sst --json",
+    )
+    stats.add_argument(
+        "path", type=Path, help="a tree file, or a directory with train/dev/test.txt"
+    )
     stats.add_argument("--json", action="store_true", help="end with one JSON line")
     stats.set_defaults(run=run_stats)
 
-    demo = subparser(actions, "demo", "Write the embedded demo treebank as SST-format files.", "treeqa data demo --out data/demo")
-    demo.add_argument("--out", type=Path, required=True, help="directory to write train/dev/test.txt into")
+    demo = subparser(
+        actions,
+        "demo",
+        "Write the embedded demo treebank as SST-format files.",
+        "treeqa data demo --out data/demo",
+    )
+    demo.add_argument(
+        "--out", type=Path, required=True, help="directory to write train/dev/test.txt into"
+    )
     demo.set_defaults(run=run_demo)
 
-    download = subparser(actions, "download", "Fetch official SST, SQuAD or GloVe files (resumable, verified).", "treeqa data download sst --dir data")
+    download = subparser(
+        actions,
+        "download",
+        "Fetch official SST, SQuAD or GloVe files (resumable, verified).",
+        "treeqa data download sst --dir data",
+    )
     download.add_argument("name", help="sst | squad | squad2 | glove | glove6b")
-    download.add_argument("--dir", type=Path, default=Path("data"), help="destination directory (default: data)")
-    download.add_argument("--base-url", default=None, help="mirror to fetch from instead of the official hosts")
+    download.add_argument(
+        "--dir", type=Path, default=Path("data"), help="destination directory (default: data)"
+    )
+    download.add_argument(
+        "--base-url", default=None, help="mirror to fetch from instead of the official hosts"
+    )
     download.set_defaults(run=run_download)
 
 
@@ -33,7 +61,9 @@ def run_stats(args: argparse.Namespace) -> int:
     from treeqa.data import sst
     from treeqa.data.tree import read_trees
 
-    paths = [sst.split_path(args.path, s) for s in sst.SPLITS] if args.path.is_dir() else [args.path]
+    paths = (
+        [sst.split_path(args.path, s) for s in sst.SPLITS] if args.path.is_dir() else [args.path]
+    )
     report = {}
     for path in paths:
         s = sst.stats(read_trees(path))

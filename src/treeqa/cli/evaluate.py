@@ -19,11 +19,23 @@ EXAMPLE = (
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparser(subparsers, "evaluate", "Root and all-node accuracy (fine and binary) of a checkpoint.", EXAMPLE)
+    parser = subparser(
+        subparsers,
+        "evaluate",
+        "Root and all-node accuracy (fine and binary) of a checkpoint.",
+        EXAMPLE,
+    )
     parser.add_argument("--checkpoint", type=Path, help="run directory or checkpoint file")
     parser.add_argument("--split", default="test", choices=("train", "dev", "test"))
-    parser.add_argument("--seeds", type=int, default=0, help="train this many seeds (with --config/--out) and report mean +- std")
-    parser.add_argument("--out", type=Path, help="with --seeds: directory for the runs (seed-K inside)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=0,
+        help="train this many seeds (with --config/--out) and report mean +- std",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="with --seeds: directory for the runs (seed-K inside)"
+    )
     add_common_config_flags(parser)
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.set_defaults(run=run, accepts_overrides=True)
@@ -40,9 +52,15 @@ def run(args: argparse.Namespace) -> int:
         return run_seeds(args)
     if args.checkpoint is None:
         raise ValueError("give --checkpoint RUN_DIR (or --seeds N with a config to train)")
-    data = args.data if args.data is not None else sentiment.load_model(args.checkpoint).meta["data"]["path"]
+    data = (
+        args.data
+        if args.data is not None
+        else sentiment.load_model(args.checkpoint).meta["data"]["path"]
+    )
     metrics = sentiment.evaluate(args.checkpoint, data, args.split)
-    print(f"{args.checkpoint} on {args.split} ({data or 'embedded demo'}):\n{format_metrics(metrics)}")
+    print(
+        f"{args.checkpoint} on {args.split} ({data or 'embedded demo'}):\n{format_metrics(metrics)}"
+    )
     if args.json:
         emit_json(metrics)
     return 0
@@ -55,12 +73,17 @@ def run_seeds(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / config.name
     per_seed: list[dict[str, float]] = []
     for k in range(args.seeds):
-        seeded = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=config.train.seed + k))
+        seeded = dataclasses.replace(
+            config, train=dataclasses.replace(config.train, seed=config.train.seed + k)
+        )
         run_dir = out / f"seed-{seeded.train.seed}"
         resume = (run_dir / "last.safetensors").is_file()
         sentiment.train(seeded, run_dir, resume_run=resume)
         scores = sentiment.evaluate(run_dir, config.data.path, args.split)
-        print(f"seed {seeded.train.seed}: " + " ".join(f"{k}={v:.4f}" for k, v in scores.items() if k.endswith("acc")))
+        print(
+            f"seed {seeded.train.seed}: "
+            + " ".join(f"{k}={v:.4f}" for k, v in scores.items() if k.endswith("acc"))
+        )
         per_seed.append(scores)
     summary: dict[str, Any] = {"seeds": args.seeds, "split": args.split}
     for key in per_seed[0]:

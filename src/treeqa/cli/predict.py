@@ -17,11 +17,21 @@ EXAMPLE = (
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparser(subparsers, "predict", "Predict the sentiment of every node of bracketed trees.", EXAMPLE)
-    parser.add_argument("--checkpoint", type=Path, required=True, help="run directory or checkpoint file")
-    parser.add_argument("trees", nargs="*", help="bracketed trees (labels optional: '(the movie)' forms work)")
+    parser = subparser(
+        subparsers, "predict", "Predict the sentiment of every node of bracketed trees.", EXAMPLE
+    )
+    parser.add_argument(
+        "--checkpoint", type=Path, required=True, help="run directory or checkpoint file"
+    )
+    parser.add_argument(
+        "trees", nargs="*", help="bracketed trees (labels optional: '(the movie)' forms work)"
+    )
     parser.add_argument("--input", type=Path, help="a file with one bracketed tree per line")
-    parser.add_argument("--demo-examples", action="store_true", help="predict the demo treebank's showcase sentences")
+    parser.add_argument(
+        "--demo-examples",
+        action="store_true",
+        help="predict the demo treebank's showcase sentences",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object per tree")
     parser.set_defaults(run=run, accepts_overrides=True)
 

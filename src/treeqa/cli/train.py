@@ -29,10 +29,17 @@ def add_common_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parser(subparsers: Any) -> None:
-    parser = subparser(subparsers, "train", "Train a model; any config key can be set with --key=value.", EXAMPLE)
+    parser = subparser(
+        subparsers, "train", "Train a model; any config key can be set with --key=value.", EXAMPLE
+    )
     add_common_config_flags(parser)
     parser.add_argument("--out", type=Path, help="run directory (default: runs/NAME)")
-    parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its last checkpoint",
+    )
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
     parser.set_defaults(run=run, accepts_overrides=True)
 
@@ -64,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     config = sentiment_config(args, args.resume)
     out = args.resume or args.out or Path("runs") / config.name
     result = train(config, out, resume_run=args.resume is not None)
-    print(f"run directory: {out}\nbest dev {config.train.metric}: {result['best_dev']:.4f} (epoch {result['best_epoch']})")
+    print(
+        f"run directory: {out}\nbest dev {config.train.metric}: {result['best_dev']:.4f} (epoch {result['best_epoch']})"
+    )
     if args.json:
         emit_json({"run_dir": str(out), **result})
     return 0

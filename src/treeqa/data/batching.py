@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import torch
@@ -67,7 +68,7 @@ class TreeBatch:
         return int(self.roots.numel())
 
     def to(self, device: torch.device | str) -> TreeBatch:
-        moved = {}
+        moved: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, tuple):
@@ -83,9 +84,11 @@ def collate(trees: Sequence[EncodedTree]) -> TreeBatch:
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])  # [B]
     k = max(t.children.shape[1] for t in trees)
     children = np.full((int(sizes.sum()), k), -1, dtype=np.int64)
-    parent = np.concatenate([np.where(t.parent >= 0, t.parent + o, -1) for t, o in zip(trees, offsets)])
+    parent = np.concatenate(
+        [np.where(t.parent >= 0, t.parent + o, -1) for t, o in zip(trees, offsets, strict=False)]
+    )
     row = 0
-    for t, o in zip(trees, offsets):
+    for t, o in zip(trees, offsets, strict=False):
         c = t.children
         children[row : row + len(c), : c.shape[1]] = np.where(c >= 0, c + o, -1)
         row += len(c)
@@ -101,7 +104,9 @@ def collate(trees: Sequence[EncodedTree]) -> TreeBatch:
         parent=torch.from_numpy(parent),
         children=torch.from_numpy(children),
         subtree_end=torch.from_numpy(
-            np.concatenate([np.arange(len(t.size)) + t.size + o for t, o in zip(trees, offsets)])
+            np.concatenate(
+                [np.arange(len(t.size)) + t.size + o for t, o in zip(trees, offsets, strict=False)]
+            )
         ),
         roots=torch.from_numpy(offsets),
         levels=tuple(torch.from_numpy(level) for level in np.split(order, bounds)),
@@ -112,7 +117,6 @@ def batches(
     trees: Sequence[EncodedTree], batch_size: int, shuffle: bool, seed: int = 0
 ) -> Iterator[TreeBatch]:
     """Batches of ``batch_size`` trees; the order depends only on ``seed`` (resume-safe)."""
-    order = np.random.default_rng(seed).permutation(len(trees)) if shuffle else range(len(trees))
-    order = list(order)
+    order = np.random.default_rng(seed).permutation(len(trees)) if shuffle else np.arange(len(trees))
     for start in range(0, len(order), batch_size):
         yield collate([trees[i] for i in order[start : start + batch_size]])

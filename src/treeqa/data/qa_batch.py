@@ -25,4 +25,6 @@ class QABatch:
         return int(self.index.numel())
 
     def to(self, device: torch.device | str) -> QABatch:
-        return QABatch(**{f.name: getattr(self, f.name).to(device, non_blocking=True) for f in fields(self)})
+        return QABatch(
+            **{f.name: getattr(self, f.name).to(device, non_blocking=True) for f in fields(self)}
+        )

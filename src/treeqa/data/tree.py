@@ -175,7 +175,7 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
             pos += 1
         else:
             if not stack:
-                raise fail(f"trailing text after the tree: {text[pos:pos + 20]!r}", pos)
+                raise fail(f"trailing text after the tree: {text[pos : pos + 20]!r}", pos)
             start = pos
             while pos < end and text[pos] not in " ()":
                 pos += 1

@@ -5,9 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from treeqa.models.baselines import BagOfWords, BowConfig
+from treeqa.models.childsum import ChildSumConfig, ChildSumTreeLSTM
+from treeqa.models.tree_gru import TreeGRU, TreeGRUConfig
+from treeqa.models.tree_lstm import TreeLSTM, TreeLSTMConfig
 
 SENTIMENT_MODELS: dict[str, tuple[type, type]] = {
     "bow": (BowConfig, BagOfWords),
+    "tree_lstm": (TreeLSTMConfig, TreeLSTM),
+    "childsum": (ChildSumConfig, ChildSumTreeLSTM),
+    "tree_gru": (TreeGRUConfig, TreeGRU),
 }
 
 

@@ -26,7 +26,9 @@ def word_embedding(vocab_size: int, dim: int, vectors: np.ndarray | None = None)
     with torch.no_grad():
         if vectors is not None:
             if vectors.shape != (vocab_size, dim):
-                raise ValueError(f"vectors have shape {vectors.shape}, expected {(vocab_size, dim)}")
+                raise ValueError(
+                    f"vectors have shape {vectors.shape}, expected {(vocab_size, dim)}"
+                )
             table.weight.copy_(torch.from_numpy(vectors))
         else:
             table.weight.uniform_(-0.05, 0.05)

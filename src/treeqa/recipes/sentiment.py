@@ -55,7 +55,7 @@ ALIASES = {
 
 def experiment_class(model_name: str) -> type:
     """The frozen config dataclass of one experiment with ``model_name``'s config section."""
-    model_config = model_classes(model_name)[0]
+    model_config: type = model_classes(model_name)[0]
     return dataclasses.make_dataclass(
         "SentimentExperiment",
         [
@@ -105,7 +105,9 @@ def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:
     return vectors.matrix
 
 
-def evaluate_model(model: nn.Module, trees: Sequence[EncodedTree], task: str, batch_size: int = 256) -> dict[str, float]:
+def evaluate_model(
+    model: nn.Module, trees: Sequence[EncodedTree], task: str, batch_size: int = 256
+) -> dict[str, float]:
     device = next(model.parameters()).device
     metrics = SentimentMetrics()
     was_training = model.training
@@ -147,7 +149,9 @@ def train(
     scheduler = build_scheduler(optimizer, config.train)
     state = resume(out, model, optimizer, scheduler) if resume_run else None
 
-    encoded = {s: [encode(t, vocab, config.data.task) for t in trees] for s, trees in splits.items()}
+    encoded = {
+        s: [encode(t, vocab, config.data.task) for t in trees] for s, trees in splits.items()
+    }
     meta = {
         "task": TASK,
         "model": model_config.name,
@@ -168,14 +172,21 @@ def train(
     state = fit(
         model,
         optimizer,
-        lambda epoch: batches(encoded["train"], config.train.batch_size, True, seed * 100_003 + epoch),
+        lambda epoch: batches(
+            encoded["train"], config.train.batch_size, True, seed * 100_003 + epoch
+        ),
         config.train,
         evaluate=lambda m: evaluate_model(m, encoded["dev"], config.data.task),
         callbacks=callbacks,
         scheduler=scheduler,
         state=state,
     )
-    return {"best_epoch": state.best_epoch, "best_dev": state.best, "epochs": state.epoch, "steps": state.step}
+    return {
+        "best_epoch": state.best_epoch,
+        "best_dev": state.best,
+        "epochs": state.epoch,
+        "steps": state.step,
+    }
 
 
 @dataclass(frozen=True)
@@ -191,9 +202,11 @@ def load_model(path: str | Path, device: str = "auto") -> Loaded:
     checkpoint = ckpt.load(path)
     meta = checkpoint.meta
     if meta.get("task") != TASK:
-        raise ckpt.CheckpointError(f"{path}: a {meta.get('task')!r} checkpoint, not a sentiment one")
+        raise ckpt.CheckpointError(
+            f"{path}: a {meta.get('task')!r} checkpoint, not a sentiment one"
+        )
     config_cls = model_classes(meta["model"])[0]
-    model_config = cfg.from_dict(config_cls, meta["model_config"], "checkpoint model_config")
+    model_config: Any = cfg.from_dict(config_cls, meta["model_config"], "checkpoint model_config")
     vocab = Vocab(tuple(meta["vocab"]))
     model = build_sentiment_model(meta["model"], model_config, len(vocab))
     model.load_state_dict(checkpoint.weights())
@@ -227,7 +240,10 @@ def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
                 "label": int(p[0].argmax()),
                 "probabilities": [round(float(x), 4) for x in p[0]],
                 "nodes": [
-                    {"words": " ".join(w for w in tree.words[i : i + int(tree.size[i])] if w), "label": int(p[i].argmax())}
+                    {
+                        "words": " ".join(w for w in tree.words[i : i + int(tree.size[i])] if w),
+                        "label": int(p[i].argmax()),
+                    }
                     for i in range(len(tree))
                 ],
             }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,13 @@ class ProgressBar(Callback):
         self.bar: tqdm | None = None
 
     def on_epoch_start(self, state: TrainState) -> None:
-        self.bar = tqdm(total=self.total, desc=f"epoch {state.epoch + 1}", unit="batch", leave=False, disable=None)
+        self.bar = tqdm(
+            total=self.total,
+            desc=f"epoch {state.epoch + 1}",
+            unit="batch",
+            leave=False,
+            disable=None,
+        )
         self.loss = torch.zeros(())
         self.seen, self.steps, self.started = 0, 0, time.perf_counter()
 
@@ -46,7 +53,9 @@ class ProgressBar(Callback):
         if self.bar is not None:
             self.bar.close()
         shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
-        tqdm.write(f"epoch {state.epoch}: train_loss={self.loss.item() / max(self.steps, 1):.4f} {shown}")
+        tqdm.write(
+            f"epoch {state.epoch}: train_loss={self.loss.item() / max(self.steps, 1):.4f} {shown}"
+        )
 
 
 class MetricsLog(Callback):
@@ -59,7 +68,9 @@ class MetricsLog(Callback):
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
-    def on_fit_start(self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def on_fit_start(
+        self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> None:
         self.optimizer = optimizer
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -75,7 +86,10 @@ class MetricsLog(Callback):
         self.epoch_loss = self.epoch_loss + loss
         n = batch_size_of(batch)
         self.window_n, self.epoch_n = self.window_n + 1, self.epoch_n + 1
-        self.window_examples, self.epoch_examples = self.window_examples + n, self.epoch_examples + n
+        self.window_examples, self.epoch_examples = (
+            self.window_examples + n,
+            self.epoch_examples + n,
+        )
         if state.step % self.every == 0:
             now = time.perf_counter()
             self._write(
@@ -87,7 +101,12 @@ class MetricsLog(Callback):
                     "examples_per_s": self.window_examples / max(now - self.window_start, 1e-9),
                 }
             )
-            self.window, self.window_n, self.window_examples, self.window_start = torch.zeros(()), 0, 0, now
+            self.window, self.window_n, self.window_examples, self.window_start = (
+                torch.zeros(()),
+                0,
+                0,
+                now,
+            )
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
         elapsed = time.perf_counter() - self.epoch_start
@@ -108,6 +127,8 @@ class Checkpointer(Callback):
 
     ``meta`` describes the model (name, config, vocab, task, training config); the last
     checkpoint adds what a resumed run needs: loop state, optimiser, scheduler and RNG state.
+    ``extra_tensors(kind)`` ("best" or "last") returns tensors merged over the saved ones; a
+    ``model.*`` key replaces that weight (the EMA callback stores its shadows this way).
     """
 
     def __init__(
@@ -115,10 +136,14 @@ class Checkpointer(Callback):
         run_dir: Path,
         meta: dict[str, Any],
         scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+        extra_tensors: Callable[[str], dict[str, torch.Tensor]] | None = None,
     ):
         self.run_dir, self.meta, self.scheduler = Path(run_dir), meta, scheduler
+        self.extra_tensors = extra_tensors or (lambda kind: {})
 
-    def on_fit_start(self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def on_fit_start(
+        self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> None:
         self.model, self.optimizer = model, optimizer
 
     def weights(self) -> dict[str, torch.Tensor]:
@@ -127,7 +152,8 @@ class Checkpointer(Callback):
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
         meta = {**self.meta, "metrics": metrics, "epoch": state.epoch, "step": state.step}
         if state.improved or not metrics:
-            ckpt.atomic_save(self.weights(), {**meta, "kind": "best"}, self.run_dir / ckpt.BEST)
+            best = {**self.weights(), **self.extra_tensors("best")}
+            ckpt.atomic_save(best, {**meta, "kind": "best"}, self.run_dir / ckpt.BEST)
         optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer)
         rng = {"rng.torch": torch.get_rng_state()}
         if torch.cuda.is_available():
@@ -135,8 +161,14 @@ class Checkpointer(Callback):
         sched = self.scheduler.state_dict() if self.scheduler is not None else None
         if sched is not None:
             sched.pop("lr_lambdas", None)
-        extra = {"kind": "last", "state": state.to_json(), "optimizer": optim_meta, "scheduler": sched}
-        ckpt.atomic_save({**self.weights(), **optim_tensors, **rng}, {**meta, **extra}, self.run_dir / ckpt.LAST)
+        extra = {
+            "kind": "last",
+            "state": state.to_json(),
+            "optimizer": optim_meta,
+            "scheduler": sched,
+        }
+        tensors = {**self.weights(), **optim_tensors, **rng, **self.extra_tensors("last")}
+        ckpt.atomic_save(tensors, {**meta, **extra}, self.run_dir / ckpt.LAST)
 
 
 class EarlyStopping(Callback):
@@ -146,8 +178,14 @@ class EarlyStopping(Callback):
         self.patience = patience
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
-        if self.patience > 0 and state.best_epoch >= 0 and state.epoch - state.best_epoch >= self.patience:
-            tqdm.write(f"early stop: no better dev score for {self.patience} epochs (best epoch {state.best_epoch})")
+        if (
+            self.patience > 0
+            and state.best_epoch >= 0
+            and state.epoch - state.best_epoch >= self.patience
+        ):
+            tqdm.write(
+                f"early stop: no better dev score for {self.patience} epochs (best epoch {state.best_epoch})"
+            )
             state.stop = True
 
 

@@ -22,8 +22,10 @@ from safetensors.torch import load_file, save_file
 FORMAT_VERSION = 1
 BEST, LAST = "best.safetensors", "last.safetensors"
 
+
 class CheckpointError(ValueError):
     pass
+
 
 @dataclass(frozen=True)
 class Checkpoint:
@@ -36,6 +38,7 @@ class Checkpoint:
     def group(self, prefix: str) -> dict[str, torch.Tensor]:
         return {k[len(prefix) :]: v for k, v in self.tensors.items() if k.startswith(prefix)}
 
+
 def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     header = {"treeqa": json.dumps({"format_version": FORMAT_VERSION, **meta}, ensure_ascii=False)}
@@ -43,13 +46,16 @@ def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Pa
     os.close(fd)
     try:
         # safetensors refuses shared or non-contiguous storage; give it plain copies.
-        save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, tmp, header)
+        save_file(
+            {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, tmp, header
+        )
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
 
 def resolve(path: str | Path, prefer: str = BEST) -> Path:
     """A checkpoint file, or a run directory (its best checkpoint, else its last)."""
@@ -62,6 +68,7 @@ def resolve(path: str | Path, prefer: str = BEST) -> Path:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file or run directory")
     return path
+
 
 def load(path: str | Path, prefer: str = BEST) -> Checkpoint:
     file = resolve(path, prefer)
@@ -81,7 +88,10 @@ def load(path: str | Path, prefer: str = BEST) -> Checkpoint:
         )
     return Checkpoint(meta, tensors)
 
-def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+
+def optimizer_tensors(
+    optimizer: torch.optim.Optimizer,
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Split an optimiser state into tensors (for safetensors) and JSON (everything else)."""
     sd = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
@@ -93,6 +103,7 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch
             else:
                 scalars.setdefault(str(pid), {})[key] = value
     return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
 
 def restore_optimizer(optimizer: torch.optim.Optimizer, ckpt: Checkpoint) -> None:
     saved = ckpt.meta["optimizer"]

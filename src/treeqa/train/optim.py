@@ -35,10 +35,10 @@ def param_groups(model: nn.Module, config: TrainConfig) -> list[dict[str, object
 def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     groups = param_groups(model, config)
     if config.optim == "adagrad":
-        return torch.optim.Adagrad(groups, lr=config.lr)  # type: ignore[arg-type]
+        return torch.optim.Adagrad(groups, lr=config.lr)
     if config.optim == "adam":
         b1, b2 = config.adam_betas
-        return torch.optim.Adam(groups, lr=config.lr, betas=(b1, b2), eps=config.adam_eps)  # type: ignore[arg-type]
+        return torch.optim.Adam(groups, lr=config.lr, betas=(b1, b2), eps=config.adam_eps)
     raise ValueError(f"train.optim must be adagrad or adam, got {config.optim!r}")
 
 
