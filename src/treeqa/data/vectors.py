@@ -1,0 +1,424 @@
+"""Pretrained word vectors, filtered to a vocabulary while streaming and cached as ``.npy``.
+
+Two on-disk layouts are read:
+
+- GloVe text (plain or ``.gz``): ``word v1 ... vD`` per line. Tokens may contain spaces (as in
+  glove.840B), so the last D fields are the numbers and everything before them is the token;
+  D comes from the first line (or a word2vec ``count D`` header) unless the caller gives it.
+- A spaCy table: ``<prefix>.vectors.<...>.npy`` (optionally ``.xz``), a [R, D] array, plus
+  ``<prefix>.key2row.tsv`` (optionally ``.gz``) with ``word<TAB>row`` lines. Either file of the
+  pair may be passed; the other is found by name.
+
+Shape letters: V vocabulary rows (``len(keys)``), D vector width, R rows of a spaCy table.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import tempfile
+import warnings
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+__all__ = ["CoverageReport", "VectorFileError", "Vectors", "find_spacy_pair", "load_vectors"]
+
+CACHE_VERSION = 1  # bump when the reader's output changes, so old caches miss
+_EXAMPLES = 10
+_DECODE_ERRORS = (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error)
+_CORRUPT = "cannot decompress ({}): the file is truncated or corrupt"
+
+
+class VectorFileError(ValueError):
+    """A malformed, truncated or incomplete vectors file, located as ``file:line`` when known."""
+
+    def __init__(self, message: str, source: str | Path, line: int | None = None):
+        self.source, self.line, self.reason = str(source), line, message
+        super().__init__(f"{source}:{line}: {message}" if line else f"{source}: {message}")
+
+
+@dataclass(frozen=True)
+class CoverageReport:
+    """How many vocabulary rows the file covered. ``rows = exact + lower + missing + padding``."""
+
+    source: str  # file name of the vectors file
+    rows: int
+    exact: int  # found under the key itself
+    lower: int  # found only under the lower-cased key
+    missing: int  # got a random vector
+    padding: int  # None keys, left at zero
+    bad_lines: int  # malformed lines skipped (on_bad_line="skip")
+    lines_read: int
+    missing_examples: tuple[str, ...]
+
+    def summary(self) -> str:
+        wanted, found = self.rows - self.padding, self.exact + self.lower
+        share = 100.0 * found / max(wanted, 1)
+        examples = ", ".join(map(repr, self.missing_examples[:5]))
+        examples = f" (e.g. {examples})" if examples else ""
+        return (
+            f"{self.source}: {found}/{wanted} keys found ({share:.1f}%: {self.exact} exact, "
+            f"{self.lower} lower-case), {self.missing} missing{examples}, {self.padding} padding; "
+            f"{self.lines_read} lines read, {self.bad_lines} bad lines skipped"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Vectors:
+    """Row i belongs to ``keys[i]``."""
+
+    matrix: np.ndarray  # [V, D] float32; random rows where not found, zeros for None keys
+    found: np.ndarray  # [V] bool
+    report: CoverageReport
+
+
+def load_vectors(
+    path: str | Path,
+    keys: Sequence[str | None],
+    *,
+    lower_fallback: bool = True,
+    cache_dir: str | Path | None = None,
+    on_bad_line: str = "error",
+    seed: int = 0,
+    oov_scale: float = 0.05,
+    dim: int | None = None,
+) -> Vectors:
+    """Vectors for ``keys[i]`` in row i: a [V, D] float32 matrix and a [V] found mask.
+
+    A key is looked up as written, then (``lower_fallback``) lower-cased. Keys not in the file
+    get uniform(-oov_scale, oov_scale) rows from ``np.random.default_rng(seed)``; None keys
+    (padding) get zeros. ``dim`` (D) is read from the first line unless given. A malformed
+    line raises :class:`VectorFileError`, or with ``on_bad_line="skip"`` is counted and
+    skipped; a truncated file always raises. Numbers are checked only on the lines kept.
+
+    The result is cached in ``cache_dir`` (default: ``.treeqa-cache`` beside the file, or
+    ``~/.cache/treeqa/vectors`` when that folder is read-only), keyed by the file's path,
+    size and mtime and by every argument; a corrupt cache is rebuilt.
+    """
+    if on_bad_line not in ("error", "skip"):
+        raise ValueError(f"on_bad_line must be 'error' or 'skip', not {on_bad_line!r}")
+    path = Path(path)
+    pair = find_spacy_pair(path)
+    settings = [lower_fallback, seed, oov_scale, on_bad_line, dim]
+    digest = _cache_key(pair or (path,), keys, settings)
+    stem = _cache_folder(path, cache_dir) / f"{path.name}.{digest}"
+    cached = _read_cache(stem, len(keys))
+    if cached is not None:
+        return cached
+
+    wanted = {k.encode() for k in keys if k is not None}
+    if lower_fallback:
+        wanted |= {k.lower().encode() for k in keys if k is not None}
+    skip = on_bad_line == "skip"
+    if pair is None:
+        dim, vecs, lines, bad = _read_glove(path, wanted, dim, skip)
+    else:
+        dim, vecs, lines, bad = _read_spacy(*pair, wanted, dim, skip)
+    matrix, found, report = _assemble(keys, vecs, dim, lower_fallback, seed, oov_scale)
+    report = replace(report, source=path.name, bad_lines=bad, lines_read=lines)
+    vectors = Vectors(matrix, found, report)
+    _write_cache(stem, vectors)
+    return vectors
+
+
+def find_spacy_pair(path: str | Path) -> tuple[Path, Path] | None:
+    """``(table, key2row)`` when ``path`` names either file of a spaCy pair, else None (text).
+
+    Raises :class:`VectorFileError` when the partner file is missing or ambiguous.
+    """
+    path = Path(path)
+    if m := re.fullmatch(r"(.+)\.key2row\.tsv(?:\.gz)?", path.name):
+        suffixes = [".vectors*.npy", ".vectors*.npy.xz", ".npy", ".npy.xz"]
+    elif m := re.fullmatch(r"(.+?)(?:\.vectors.*)?\.npy(?:\.xz)?", path.name):
+        suffixes = [".key2row.tsv", ".key2row.tsv.gz"]
+    else:
+        return None
+    prefix = glob.escape(m[1])
+    partners = sorted({p for s in suffixes for p in path.parent.glob(prefix + s)})
+    if len(partners) != 1:
+        looked = ", ".join(m[1] + s for s in suffixes)
+        found = ", ".join(p.name for p in partners) or "none"
+        problem = f"a spaCy vectors file needs exactly one partner file, found {found}"
+        raise VectorFileError(f"{problem}: looked for {looked} in {path.parent}", path)
+    partner = partners[0]
+    return (partner, path) if "key2row" in path.name else (path, partner)
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def _open(path: Path) -> io.BufferedIOBase:
+    if path.suffix not in (".gz", ".xz"):
+        return path.open("rb")
+    # GzipFile.readline is Python code; a C buffer on top reads lines three times faster.
+    stream = gzip.open(path, "rb") if path.suffix == ".gz" else lzma.open(path, "rb")
+    return io.BufferedReader(_Chunks(stream), buffer_size=1 << 20)
+
+
+class _Chunks(io.RawIOBase):
+    """Hands on one decompressed chunk at a time (``read1``), so a truncated stream fails
+    only after every complete line before the cut was read, and the error names that line."""
+
+    def __init__(self, stream: io.BufferedIOBase):
+        self.stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.stream.read1(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.stream.close()
+        super().close()
+
+
+def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """Numbered raw lines, split on ``\\n`` only (840B tokens hold ``\\r`` and invalid UTF-8)."""
+    number = 0
+    with _open(path) as f:
+        try:
+            for number, raw in enumerate(f, start=1):
+                yield number, raw
+        except _DECODE_ERRORS as err:
+            raise VectorFileError(_CORRUPT.format(err), path, number + 1) from err
+
+
+class _BadLines:
+    """Raises on a malformed line, or counts it when the caller chose to skip them."""
+
+    def __init__(self, path: Path, skip: bool):
+        self.path, self.skip, self.count = path, skip, 0
+
+    def __call__(self, reason: str, number: int, raw: bytes) -> None:
+        if not raw.endswith(b"\n"):
+            # A bad last line with no newline is a cut-off download, not one stray line.
+            reason += "; the last line has no newline, so the file looks truncated"
+            raise VectorFileError(reason, self.path, number)
+        if not self.skip:
+            raise VectorFileError(reason, self.path, number)
+        self.count += 1
+
+
+def _read_glove(
+    path: Path, wanted: set[bytes], dim: int | None, skip: bool
+) -> tuple[int, dict[bytes, np.ndarray], int, int]:
+    """(D, {token: [D] vector} for the wanted tokens, lines read, bad lines skipped)."""
+    bad = _BadLines(path, skip)
+    vecs: dict[bytes, np.ndarray] = {}
+    number = 0
+    for number, raw in _lines(path):
+        line = raw.rstrip(b"\r\n ")
+        spaces = line.count(b" ")
+        if dim is None:
+            if spaces == 0:
+                raise VectorFileError("the first line holds no numbers; cannot tell D", path, 1)
+            count, _, width = line.partition(b" ")
+            if count.isdigit() and width.isdigit():  # a word2vec / fastText "count D" header
+                dim = int(width)
+                continue
+            dim = spaces
+        if spaces < dim:
+            found = f"{spaces + 1} fields" if line else "an empty line"
+            bad(f"expected a token and {dim} numbers, found {found}", number, raw)
+            continue
+        # Checking only the width of unwanted lines keeps a 2M-line file fast to stream.
+        token = line[: line.find(b" ")] if spaces == dim else line.rsplit(b" ", dim)[0]
+        if token not in wanted or token in vecs:  # the first of duplicate tokens wins
+            continue
+        numbers = line[len(token) + 1 :].split(b" ")
+        try:
+            vec = np.array(numbers, dtype=np.float32)  # [D]
+        except ValueError as err:
+            bad(f"a non-numeric field among the last {dim}: {err}", number, raw)
+            continue
+        if not np.isfinite(vec).all():
+            bad("the vector holds NaN or infinity", number, raw)
+            continue
+        vecs[token] = vec
+    if dim is None or number == 0:
+        raise VectorFileError("empty file: no vectors", path)
+    return dim, vecs, number, bad.count
+
+
+def _read_spacy(
+    table: Path, key2row: Path, wanted: set[bytes], dim: int | None, skip: bool
+) -> tuple[int, dict[bytes, np.ndarray], int, int]:
+    """Like :func:`_read_glove` for a spaCy table and its key2row TSV (lines = TSV lines)."""
+    bad = _BadLines(key2row, skip)
+    row_of: dict[bytes, int] = {}
+    number = 0
+    with _open(table) as f:
+        n_rows, width, dtype = _npy_header(f, table)
+        if dim is not None and dim != width:
+            raise VectorFileError(f"the table has D={width}, not the requested {dim}", table)
+        for number, raw in _lines(key2row):
+            token, tab, text = raw.rstrip(b"\r\n").partition(b"\t")
+            if not tab or b"\t" in text:
+                bad("expected 'word<TAB>row'", number, raw)
+                continue
+            if token not in wanted or token in row_of:
+                continue
+            if not text.isdigit() or int(text) >= n_rows:
+                bad(f"row {text!r} is not an index into the table's {n_rows} rows", number, raw)
+                continue
+            row_of[token] = int(text)
+        if number == 0:
+            raise VectorFileError("empty file: no keys", key2row)
+        rows = np.unique(np.fromiter(row_of.values(), dtype=np.int64, count=len(row_of)))
+        kept = _read_rows(f, table, n_rows, width, dtype, rows)  # [len(rows), D]
+    slot = {r: i for i, r in enumerate(rows.tolist())}
+    return width, {tok: kept[slot[r]] for tok, r in row_of.items()}, number, bad.count
+
+
+def _npy_header(f: io.BufferedIOBase, path: Path) -> tuple[int, int, np.dtype]:
+    try:
+        v1 = np.lib.format.read_magic(f) == (1, 0)
+        read = np.lib.format.read_array_header_1_0 if v1 else np.lib.format.read_array_header_2_0
+        shape, fortran_order, dtype = read(f)
+    except _DECODE_ERRORS as err:
+        raise VectorFileError(_CORRUPT.format(err), path) from err
+    except ValueError as err:
+        raise VectorFileError(f"not a readable .npy array ({err})", path) from err
+    if len(shape) != 2 or fortran_order or dtype.kind != "f":
+        raise VectorFileError(f"expected a C-order [R, D] float array, found {dtype} {shape}", path)
+    return shape[0], shape[1], dtype
+
+
+def _read_rows(
+    f: io.BufferedIOBase, path: Path, n_rows: int, width: int, dtype: np.dtype, rows: np.ndarray
+) -> np.ndarray:
+    """The sorted ``rows`` of a [R, D] table, streamed in blocks: [len(rows), D] float32.
+
+    The whole file is read, past the last wanted row, so that a truncated one is noticed.
+    """
+    kept = np.empty((len(rows), width), dtype=np.float32)
+    row_bytes = width * dtype.itemsize
+    block = max(1, (16 << 20) // row_bytes)
+    start = 0
+    try:
+        while start < n_rows:
+            n = min(block, n_rows - start)
+            buf = f.read(n * row_bytes)
+            if len(buf) < n * row_bytes:
+                done = start + len(buf) // row_bytes
+                raise VectorFileError(
+                    f"the table ends after {done} of {n_rows} rows; the file looks truncated", path
+                )
+            lo, hi = np.searchsorted(rows, [start, start + n])
+            kept[lo:hi] = np.frombuffer(buf, dtype).reshape(n, width)[rows[lo:hi] - start]
+            start += n
+        if f.read(1):
+            raise VectorFileError(f"unexpected data after the table's {n_rows} rows", path)
+    except _DECODE_ERRORS as err:
+        raise VectorFileError(_CORRUPT.format(err), path) from err
+    return kept
+
+
+def _assemble(
+    keys: Sequence[str | None],
+    vecs: dict[bytes, np.ndarray],
+    dim: int,
+    lower_fallback: bool,
+    seed: int,
+    oov_scale: float,
+) -> tuple[np.ndarray, np.ndarray, CoverageReport]:
+    """([V, D] matrix, [V] found mask, counts) from the vectors read for the wanted tokens."""
+    rng = np.random.default_rng(seed)
+    matrix = rng.uniform(-oov_scale, oov_scale, size=(len(keys), dim)).astype(np.float32)  # [V, D]
+    found = np.zeros(len(keys), dtype=bool)  # [V]
+    exact = lower = padding = 0
+    missing: list[str] = []
+    for i, key in enumerate(keys):
+        if key is None:
+            matrix[i] = 0.0
+            padding += 1
+            continue
+        vec = vecs.get(key.encode())
+        if vec is not None:
+            exact += 1
+        elif lower_fallback and (vec := vecs.get(key.lower().encode())) is not None:
+            lower += 1
+        else:
+            missing.append(key)
+            continue
+        matrix[i] = vec
+        found[i] = True
+    counts = CoverageReport(
+        "", len(keys), exact, lower, len(missing), padding, 0, 0, tuple(missing[:_EXAMPLES])
+    )
+    return matrix, found, counts
+
+
+# --- cache ---------------------------------------------------------------------------------
+
+
+def _cache_key(files: Sequence[Path], keys: Sequence[str | None], settings: list[object]) -> str:
+    stats = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    digest = hashlib.sha256(json.dumps([CACHE_VERSION, stats, settings]).encode())
+    digest.update(json.dumps(list(keys)).encode())  # most of a cached load's time
+    return digest.hexdigest()[:24]
+
+
+def _cache_folder(path: Path, cache_dir: str | Path | None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir)
+    parent = path.absolute().parent
+    # Mode bits as well as access(): root may write anywhere, but a folder marked
+    # read-only (a shared data folder) should stay untouched.
+    if os.access(parent, os.W_OK) and parent.stat().st_mode & 0o222:
+        return parent / ".treeqa-cache"
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return home / "treeqa" / "vectors"
+
+
+def _read_cache(stem: Path, n_keys: int) -> Vectors | None:
+    """The cached result, or None when it is absent, incomplete or corrupt."""
+    try:
+        meta = json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))
+        matrix = np.load(stem.with_name(stem.name + ".matrix.npy"), allow_pickle=False)
+        found = np.load(stem.with_name(stem.name + ".found.npy"), allow_pickle=False)
+        meta["missing_examples"] = tuple(meta["missing_examples"])
+        report = CoverageReport(**meta)
+    except (OSError, ValueError, EOFError, KeyError, TypeError):
+        return None
+    ok = matrix.dtype == np.float32 and matrix.ndim == 2 and found.dtype == np.bool_
+    if not ok or matrix.shape[0] != n_keys or found.shape != (n_keys,) or report.rows != n_keys:
+        return None
+    return Vectors(matrix, found, report)
+
+
+def _write_cache(stem: Path, vectors: Vectors) -> None:
+    """Write the arrays, then the JSON last: a reader that finds the JSON finds the arrays."""
+    meta = json.dumps(asdict(vectors.report)).encode()
+    parts: list[tuple[str, Callable[[IO[bytes]], object]]] = [
+        (".matrix.npy", lambda f: np.save(f, vectors.matrix)),
+        (".found.npy", lambda f: np.save(f, vectors.found)),
+        (".json", lambda f: f.write(meta)),
+    ]
+    try:
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        for suffix, write in parts:
+            # A temp file renamed into place: readers never see a half-written file.
+            fd, tmp = tempfile.mkstemp(dir=stem.parent, prefix=stem.name, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    write(f)
+                os.replace(tmp, stem.with_name(stem.name + suffix))
+            finally:
+                Path(tmp).unlink(missing_ok=True)
+    except OSError as err:
+        warnings.warn(f"could not write the vectors cache in {stem.parent}: {err}", stacklevel=3)

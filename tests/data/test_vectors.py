@@ -1,0 +1,294 @@
+import gzip
+import io
+import lzma
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from treeqa.data import vectors
+from treeqa.data.vectors import VectorFileError, find_spacy_pair, load_vectors
+
+GLOVE = "a 1 2 3\nb b 4 5 6\nthe 0.5 -0.25 1e-3\nApple 7 8 9\n"
+
+
+def write(path: Path, text: str) -> Path:
+    data = text.encode()
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+def load(path: Path, keys: list[str | None], tmp_path: Path, **kwargs: Any) -> vectors.Vectors:
+    return load_vectors(path, keys, cache_dir=tmp_path / "cache", **kwargs)
+
+
+def test_reads_tokens_with_spaces_and_reports_coverage(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", GLOVE)
+    got = load(path, [None, "b b", "a", "the", "zzz"], tmp_path)
+    assert got.matrix.shape == (5, 3) and got.matrix.dtype == np.float32
+    np.testing.assert_array_equal(got.matrix[1], [4, 5, 6])
+    np.testing.assert_array_equal(got.matrix[3], np.float32([0.5, -0.25, 1e-3]))
+    assert got.found.tolist() == [False, True, True, True, False]
+    r = got.report
+    assert (r.rows, r.exact, r.lower, r.missing, r.padding) == (5, 3, 0, 1, 1)
+    assert (r.lines_read, r.bad_lines, r.missing_examples) == (4, 0, ("zzz",))
+    assert "3/4 keys found" in r.summary() and "'zzz'" in r.summary()
+
+
+def test_utf8_tokens_match_and_undecodable_or_crlf_lines_do_not_break(tmp_path: Path) -> None:
+    path = tmp_path / "v.txt"
+    path.write_bytes("café 1 2 3\r\n".encode() + b"\xff\xfe 4 5 6\nx\ry 7 8 9\n")
+    got = load(path, ["café", "x\ry"], tmp_path)
+    np.testing.assert_array_equal(got.matrix, [[1, 2, 3], [7, 8, 9]])
+    assert got.report.lines_read == 3
+
+
+def test_gz_input_matches_plain(tmp_path: Path) -> None:
+    keys: list[str | None] = ["a", "b b", "the"]
+    plain = load(write(tmp_path / "v.txt", GLOVE), keys, tmp_path)
+    packed = load(write(tmp_path / "v.txt.gz", GLOVE), keys, tmp_path)
+    np.testing.assert_array_equal(plain.matrix, packed.matrix)
+
+
+def test_wrong_width_line_names_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", "a 1 2 3\nb 1 2\nc 1 2 3\n")
+    with pytest.raises(VectorFileError, match=r"v\.txt:2: expected a token and 3 numbers") as e:
+        load(path, ["a"], tmp_path)
+    assert e.value.line == 2 and e.value.source == str(path)
+
+
+def test_non_numeric_field_names_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", "a 1 2 3\nb 1 two 3\n")
+    with pytest.raises(VectorFileError, match=r"v\.txt:2: .*non-numeric.*two"):
+        load(path, ["b"], tmp_path)
+
+
+def test_skip_mode_counts_bad_lines(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", "a 1 2 3\nb 1 2\nc 1 x 3\n\nd 4 5 6\n")
+    got = load(path, ["a", "c", "d"], tmp_path, on_bad_line="skip")
+    assert got.found.tolist() == [True, False, True]
+    assert (got.report.bad_lines, got.report.lines_read) == (3, 5)
+    with pytest.raises(ValueError, match="on_bad_line"):
+        load(path, ["a"], tmp_path, on_bad_line="ignore")
+
+
+def test_truncated_last_line_is_an_error_even_when_skipping(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", "a 1 2 3\nb 4 5 6\nc 7 8")
+    for mode in ("error", "skip"):
+        with pytest.raises(VectorFileError, match=r"v\.txt:3: .*truncated"):
+            load(path, ["a"], tmp_path, on_bad_line=mode)
+
+
+def test_truncated_gz_names_the_file(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    text = "".join(
+        f"w{i} " + " ".join(f"{x:.6f}" for x in rng.normal(size=8)) + "\n" for i in range(500)
+    )
+    path = tmp_path / "v.txt.gz"
+    path.write_bytes(gzip.compress(text.encode())[:-200])
+    with pytest.raises(VectorFileError, match=r"v\.txt\.gz:\d+: .*truncated"):
+        load(path, ["w1"], tmp_path)
+
+
+def test_word2vec_header_gives_the_width(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.vec", "2 3\na 1 2 3\nb b 4 5 6\n")
+    got = load(path, ["b b"], tmp_path)
+    np.testing.assert_array_equal(got.matrix, [[4, 5, 6]])
+    assert got.report.lines_read == 3
+
+
+def test_given_width_overrides_the_first_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", "a a 1 2\nb 3 4\n")
+    np.testing.assert_array_equal(load(path, ["a a"], tmp_path, dim=2).matrix, [[1, 2]])
+    with pytest.raises(VectorFileError, match=r"v\.txt:2: expected a token and 3 numbers"):
+        load(path, ["a a"], tmp_path)
+
+
+def test_first_of_duplicate_tokens_wins(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", "a 1 2 3\na 4 5 6\n")
+    np.testing.assert_array_equal(load(path, ["a"], tmp_path).matrix, [[1, 2, 3]])
+
+
+def test_empty_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(VectorFileError, match="empty file"):
+        load(write(tmp_path / "v.txt", ""), ["a"], tmp_path)
+
+
+def test_lower_case_fallback_prefers_exact(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", GLOVE + "apple 1 1 1\n")
+    got = load(path, ["THE", "Apple", "APPLE"], tmp_path)
+    np.testing.assert_array_equal(
+        got.matrix, np.float32([[0.5, -0.25, 1e-3], [7, 8, 9], [1, 1, 1]])
+    )
+    assert (got.report.exact, got.report.lower) == (1, 2)
+    strict = load(path, ["THE", "Apple", "APPLE"], tmp_path, lower_fallback=False)
+    assert strict.found.tolist() == [False, True, False]
+
+
+def test_oov_rows_are_small_uniform_and_seeded(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", GLOVE)
+    keys: list[str | None] = [f"missing{i}" for i in range(200)] + [None, "a"]
+    got = load(path, keys, tmp_path)
+    oov = got.matrix[:200]  # [200, 3]
+    assert np.abs(oov).max() <= np.float32(0.05) and oov.std() > 0.02
+    assert abs(float(oov.mean())) < 0.01  # centred: uniform(-0.05, 0.05)
+    np.testing.assert_array_equal(got.matrix[200], [0, 0, 0])
+    np.testing.assert_array_equal(got.matrix[201], [1, 2, 3])
+    again = load_vectors(path, keys, cache_dir=tmp_path / "other")
+    np.testing.assert_array_equal(got.matrix, again.matrix)
+    other_seed = load(path, keys, tmp_path, seed=1)
+    assert not np.array_equal(oov, other_seed.matrix[:200])
+    assert np.abs(load(path, keys, tmp_path, oov_scale=0.001).matrix[:200]).max() <= 0.001
+
+
+def test_cache_hit_is_identical_and_other_keys_miss(tmp_path: Path, monkeypatch) -> None:
+    path = write(tmp_path / "v.txt", GLOVE)
+    first = load(path, ["a", "zzz", None], tmp_path)
+
+    def no_reading(*args: object) -> None:
+        raise AssertionError("the file was read again")
+
+    monkeypatch.setattr(vectors, "_read_glove", no_reading)
+    second = load(path, ["a", "zzz", None], tmp_path)
+    np.testing.assert_array_equal(first.matrix, second.matrix)
+    np.testing.assert_array_equal(first.found, second.found)
+    assert first.report == second.report
+    for keys in (["a", "zzz"], ["a", "zzz", "None"]):
+        with pytest.raises(AssertionError, match="read again"):
+            load(path, keys, tmp_path)
+
+
+def test_changed_file_misses_the_cache(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", GLOVE)
+    assert load(path, ["a"], tmp_path).matrix[0, 0] == 1
+    write(path, GLOVE.replace("a 1 2 3", "a 9.5 2 3"))  # a new size, whatever the mtime
+    assert load(path, ["a"], tmp_path).matrix[0, 0] == 9.5
+
+
+def test_corrupt_cache_is_rebuilt(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", GLOVE)
+    first = load(path, ["a", "b b"], tmp_path)
+    files = sorted((tmp_path / "cache").iterdir())
+    assert sorted(f.name.split(".")[-1] for f in files) == ["json", "npy", "npy"]
+    for f in files:
+        f.write_bytes(f.read_bytes()[:20])
+        again = load(path, ["a", "b b"], tmp_path)
+        np.testing.assert_array_equal(first.matrix, again.matrix)
+        assert first.report == again.report
+    assert not list((tmp_path / "cache").glob("*.tmp"))
+
+
+def test_default_cache_sits_beside_the_file_or_in_the_user_cache(
+    tmp_path: Path, monkeypatch
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    path = write(data / "v.txt", GLOVE)
+    load_vectors(path, ["a"])
+    assert len(list((data / ".treeqa-cache").iterdir())) == 3
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    ro = write(shared / "v.txt", GLOVE)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home-cache"))
+    shared.chmod(0o555)  # the mode bits mark it read-only even for root
+    try:
+        load_vectors(ro, ["a"])
+    finally:
+        shared.chmod(0o755)
+    assert not (shared / ".treeqa-cache").exists()
+    assert len(list((tmp_path / "home-cache" / "treeqa" / "vectors").iterdir())) == 3
+
+
+# --- spaCy layout --------------------------------------------------------------------------
+
+TABLE = np.arange(12, dtype=np.float32).reshape(4, 3)  # [R=4, D=3]
+KEY2ROW = "the\t0\nThe\t0\ncat\t2\nDog\t3\nmat\t2\n"
+
+
+def write_spacy(
+    tmp_path: Path, npy: str = "m.vectors.3d.float32.npy.xz", tsv: str = KEY2ROW
+) -> Path:
+    buf = io.BytesIO()
+    np.save(buf, TABLE)
+    data = lzma.compress(buf.getvalue()) if npy.endswith(".xz") else buf.getvalue()
+    (tmp_path / npy).write_bytes(data)
+    return write(tmp_path / "m.key2row.tsv.gz", tsv)
+
+
+def test_spacy_pair_from_either_file(tmp_path: Path) -> None:
+    key2row = write_spacy(tmp_path)
+    table = tmp_path / "m.vectors.3d.float32.npy.xz"
+    assert find_spacy_pair(key2row) == find_spacy_pair(table) == (table, key2row)
+    assert find_spacy_pair(tmp_path / "glove.txt.gz") is None
+    keys: list[str | None] = [None, "cat", "Dog", "MAT", "zzz", "THE"]
+    for path in (key2row, table):
+        got = load(path, keys, tmp_path)
+        expected = np.stack([np.zeros(3), TABLE[2], TABLE[3], TABLE[2], got.matrix[4], TABLE[0]])
+        np.testing.assert_array_equal(got.matrix, expected)
+        assert got.found.tolist() == [False, True, True, True, False, True]
+        assert (got.report.exact, got.report.lower, got.report.lines_read) == (2, 2, 5)
+
+
+def test_spacy_plain_npy(tmp_path: Path) -> None:
+    key2row = write_spacy(tmp_path, npy="m.vectors.npy")
+    got = load(key2row, ["Dog"], tmp_path)
+    np.testing.assert_array_equal(got.matrix, TABLE[3:4])
+
+
+def test_spacy_missing_partner_is_a_clear_error(tmp_path: Path) -> None:
+    key2row = write(tmp_path / "m.key2row.tsv.gz", KEY2ROW)
+    with pytest.raises(VectorFileError, match=r"partner file, found none.*m\.vectors\*\.npy"):
+        load(key2row, ["cat"], tmp_path)
+    alone = tmp_path / "x.vectors.300d.npy.xz"
+    alone.write_bytes(b"")
+    with pytest.raises(VectorFileError, match=r"x\.key2row\.tsv"):
+        load(alone, ["cat"], tmp_path)
+
+
+def test_spacy_bad_tsv_lines(tmp_path: Path) -> None:
+    key2row = write_spacy(tmp_path, tsv="the\t0\ncat 2\n")
+    with pytest.raises(VectorFileError, match=r"key2row\.tsv\.gz:2: expected 'word<TAB>row'"):
+        load(key2row, ["cat"], tmp_path)
+    key2row = write_spacy(tmp_path, tsv="the\t0\ncat\t9\n")
+    with pytest.raises(VectorFileError, match=r":2: row b'9' is not an index into the table's 4"):
+        load(key2row, ["cat"], tmp_path)
+    got = load(key2row, ["the", "cat"], tmp_path, on_bad_line="skip")
+    assert got.found.tolist() == [True, False] and got.report.bad_lines == 1
+
+
+def test_spacy_truncated_table(tmp_path: Path) -> None:
+    key2row = write_spacy(tmp_path, npy="m.vectors.npy")
+    table = tmp_path / "m.vectors.npy"
+    table.write_bytes(table.read_bytes()[:-10])
+    with pytest.raises(VectorFileError, match=r"ends after 3 of 4 rows"):
+        load(key2row, ["cat"], tmp_path)
+    xz = tmp_path / "m.vectors.npy.xz"
+    table.unlink()
+    buf = io.BytesIO()
+    np.save(buf, TABLE)
+    xz.write_bytes(lzma.compress(buf.getvalue())[:-30])
+    with pytest.raises(VectorFileError, match=r"m\.vectors\.npy\.xz"):
+        load(key2row, ["cat"], tmp_path)
+
+
+# --- real data (opt in: pytest -m real_data) -----------------------------------------------
+
+
+def data_dir() -> Path:
+    return Path(
+        os.environ.get("TREEQA_DATA") or Path(__file__).parents[2] / ".." / "shared" / "data"
+    )
+
+
+@pytest.mark.real_data
+def test_real_glove_subset(tmp_path: Path) -> None:
+    path = data_dir() / "vectors" / "glove.6B.50d.sst-squad-subset.txt.gz"
+    if not path.exists():
+        pytest.skip(f"no GloVe subset at {path}; set TREEQA_DATA")
+    got = load_vectors(path, ["the", "Movie", "-LRB-", None], cache_dir=tmp_path)
+    assert got.matrix.shape == (4, 50) and got.found.tolist() == [True, True, False, False]
+    np.testing.assert_allclose(got.matrix[0, :3], [0.418, 0.24968, -0.41242])
+    assert got.report.lines_read == 78388
