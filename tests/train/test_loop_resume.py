@@ -106,3 +106,35 @@ def test_early_stopping_and_frozen_embeddings(demo_dir: Path, tmp_path: Path) ->
     assert "optim.0.sum" in first.tensors  # Adagrad state saved for resume
     groups = first.meta["optimizer"]["param_groups"]
     assert [g["name"] for g in groups] == ["params"]  # no embedding group: frozen
+
+
+def test_a_run_killed_mid_epoch_resumes_to_the_same_curve(demo_dir: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from treeqa.cli.main import main
+
+    args = ["train", "--data", str(demo_dir), "--epochs", "3", "--health", "off"]
+    args += ["--train.log_every=1", "--train.checkpoint_every=3"]
+    assert main([*args, "--out", str(tmp_path / "full")]) == 0
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "treeqa", *args, "--out", str(cut)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        log = cut / "metrics.jsonl"
+        if log.exists() and len(losses(cut)) >= 11:  # into the second epoch, past a checkpoint
+            break
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if len(losses(cut)) >= 24:
+        pytest.skip("the run finished before it could be killed")
+    assert main(["train", "--resume", str(cut)]) == 0
+    assert losses(cut) == losses(tmp_path / "full")

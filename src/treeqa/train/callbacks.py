@@ -73,6 +73,14 @@ class MetricsLog(Callback):
     ) -> None:
         self.optimizer = optimizer
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            # A resumed run repeats the steps after its last checkpoint: drop their old lines.
+            kept = [
+                line
+                for line in self.path.read_text(encoding="utf-8").splitlines(keepends=True)
+                if line.endswith("\n") and json.loads(line).get("step", 0) <= state.step
+            ]
+            self.path.write_text("".join(kept), encoding="utf-8")
 
     def on_epoch_start(self, state: TrainState) -> None:
         self.window = self.epoch_loss = torch.zeros(())
@@ -129,6 +137,7 @@ class Checkpointer(Callback):
     checkpoint adds what a resumed run needs: loop state, optimiser, scheduler and RNG state.
     ``extra_tensors(kind)`` ("best" or "last") returns tensors merged over the saved ones; a
     ``model.*`` key replaces that weight (the EMA callback stores its shadows this way).
+    With ``every`` > 0 the last checkpoint is also written every ``every`` steps.
     """
 
     def __init__(
@@ -137,8 +146,10 @@ class Checkpointer(Callback):
         meta: dict[str, Any],
         scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
         extra_tensors: Callable[[str], dict[str, torch.Tensor]] | None = None,
+        every: int = 0,
     ):
         self.run_dir, self.meta, self.scheduler = Path(run_dir), meta, scheduler
+        self.every = every
         self.extra_tensors = extra_tensors or (lambda kind: {})
 
     def on_fit_start(
@@ -149,11 +160,18 @@ class Checkpointer(Callback):
     def weights(self) -> dict[str, torch.Tensor]:
         return {f"model.{k}": v for k, v in self.model.state_dict().items()}
 
+    def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
+        if self.every > 0 and state.step % self.every == 0:
+            self.save_last(state, {**self.meta, "epoch": state.epoch, "step": state.step})
+
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
         meta = {**self.meta, "metrics": metrics, "epoch": state.epoch, "step": state.step}
         if state.improved or not metrics:
             best = {**self.weights(), **self.extra_tensors("best")}
             ckpt.atomic_save(best, {**meta, "kind": "best"}, self.run_dir / ckpt.BEST)
+        self.save_last(state, meta)
+
+    def save_last(self, state: TrainState, meta: dict[str, Any]) -> None:
         optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer)
         rng = {"rng.torch": torch.get_rng_state()}
         if torch.cuda.is_available():

@@ -48,6 +48,8 @@ class TrainConfig:
     """off | on | strict: the training-health monitor (strict stops on an error finding)."""
     log_every: int = 50
     """Steps between metric-log lines."""
+    checkpoint_every: int = 0
+    """Also write the last checkpoint every this many steps (0 = at epoch ends only)."""
 
 
 @dataclass
@@ -56,6 +58,8 @@ class TrainState:
 
     epoch: int = 0
     step: int = 0
+    epoch_step: int = 0
+    """Batches done in the current epoch (a run resumed mid-epoch skips them)."""
     best: float = -math.inf
     best_epoch: int = -1
     improved: bool = False
@@ -69,6 +73,7 @@ class TrainState:
         return {
             "epoch": self.epoch,
             "step": self.step,
+            "epoch_step": self.epoch_step,
             "best": self.best if math.isfinite(self.best) else None,
             "best_epoch": self.best_epoch,
             "history": self.history,
@@ -80,6 +85,7 @@ class TrainState:
         return cls(
             epoch=data["epoch"],
             step=data["step"],
+            epoch_step=data.get("epoch_step", 0),
             best=-math.inf if best is None else best,
             best_epoch=data["best_epoch"],
             history=list(data["history"]),
@@ -146,7 +152,9 @@ def fit(
         for cb in callbacks:
             cb.on_epoch_start(state)
         tick = time.perf_counter()
-        for batch in train_batches(state.epoch):
+        for index, batch in enumerate(train_batches(state.epoch)):
+            if index < state.epoch_step:  # done before the run was interrupted
+                continue
             batch = batch.to(device)
             started = time.perf_counter()
             state.data_time = started - tick
@@ -166,6 +174,7 @@ def fit(
             if scheduler is not None:
                 scheduler.step()
             state.step += 1
+            state.epoch_step += 1
             tick = time.perf_counter()
             state.step_time = tick - started
             for cb in callbacks:
@@ -173,6 +182,7 @@ def fit(
             if state.stop:
                 break
         state.epoch += 1
+        state.epoch_step = 0
         metrics: dict[str, float] = {}
         if evaluate is not None:
             for cb in callbacks:
