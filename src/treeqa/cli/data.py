@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from treeqa.cli import data_squad
 from treeqa.cli.common import emit_json, subparser
 
 
@@ -55,6 +56,17 @@ def add_parser(subparsers: Any) -> None:
         "--base-url", default=None, help="mirror to fetch from instead of the official hosts"
     )
     download.set_defaults(run=run_download)
+
+    prepare = subparser(actions, "prepare", "Featurise a dataset for training.", data_squad.EXAMPLE)
+    datasets = prepare.add_subparsers(dest="dataset", required=True, metavar="DATASET")
+    squad = subparser(
+        datasets,
+        "squad",
+        "SQuAD v1.1/v2.0 JSON -> vocabularies, word vectors and memory-mapped arrays.",
+        data_squad.EXAMPLE,
+    )
+    data_squad.add_prepare_arguments(squad)
+    squad.set_defaults(run=data_squad.prepare_main)
 
 
 def run_stats(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from treeqa.cli import evaluate_qa
 from treeqa.cli.common import emit_json, format_metrics, subparser
 from treeqa.cli.train import add_common_config_flags, sentiment_config
 
@@ -38,13 +39,12 @@ def add_parser(subparsers: Any) -> None:
     )
     add_common_config_flags(parser)
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    evaluate_qa.add_evaluate_arguments(parser)
     parser.set_defaults(run=run, accepts_overrides=True)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.task_word == "qa":
-        from treeqa.cli import evaluate_qa
-
         return evaluate_qa.evaluate_main(args)
     from treeqa.recipes import sentiment
 

@@ -1,0 +1,96 @@
+"""``treeqa data prepare squad``: SQuAD v1.1/v2.0 JSON -> vocabularies and memory-mapped arrays."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from treeqa.cli.common import emit_json
+
+EXAMPLE = (
+    "treeqa data prepare squad --train data/squad/train-v1.1.json "
+    "--dev data/squad/dev-v1.1.json --vectors data/glove/glove.840B.300d.txt --out runs/squad_v1"
+)
+
+
+def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--train", type=Path, required=True, help="SQuAD train JSON (.json or .json.gz)"
+    )
+    parser.add_argument(
+        "--dev", type=Path, required=True, help="SQuAD dev JSON (.json or .json.gz)"
+    )
+    parser.add_argument(
+        "--vectors", type=Path, required=True, help="word vectors: GloVe text or a spaCy table"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="directory to write")
+    limits = parser.add_argument_group("train limits (dev keeps every question)")
+    limits.add_argument("--context-limit", type=int, default=400, help="tokens (default 400)")
+    limits.add_argument("--question-limit", type=int, default=50, help="tokens (default 50)")
+    limits.add_argument("--answer-limit", type=int, default=30, help="tokens (default 30)")
+    limits.add_argument(
+        "--char-limit", type=int, default=16, help="characters kept per token, both splits (16)"
+    )
+    parser.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip and count malformed questions and answers not in their context "
+        "(default: stop with an error naming the article and question)",
+    )
+    parser.add_argument(
+        "--negatives",
+        choices=("none", "same_article"),
+        default="none",
+        help="same_article: add unanswerable train examples, a question paired with another "
+        "paragraph of its article",
+    )
+    parser.add_argument(
+        "--negative-fraction",
+        type=float,
+        default=0.5,
+        help="share of answerable train questions that get a negative (default 0.5)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="for negatives and OOV vectors")
+    parser.add_argument(
+        "--vectors-cache", type=Path, help="where to cache filtered vectors (default: beside them)"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line (meta.json)")
+
+
+def prepare_main(args: argparse.Namespace) -> int:
+    from treeqa.data.squad_prepare import Limits, prepare_squad
+
+    limits = Limits(args.context_limit, args.question_limit, args.answer_limit, args.char_limit)
+    try:
+        meta = prepare_squad(
+            args.train,
+            args.dev,
+            args.vectors,
+            args.out,
+            limits=limits,
+            skip_bad=args.skip_bad,
+            negatives=None if args.negatives == "none" else args.negatives,
+            negative_fraction=args.negative_fraction,
+            seed=args.seed,
+            vectors_cache=args.vectors_cache,
+            overwrite=args.overwrite,
+            log=print,
+        )
+    except ImportError as err:  # spaCy is an optional dependency
+        print(f"treeqa data prepare squad: error: {err}", file=sys.stderr)
+        return 2
+    for split, s in meta["splits"].items():
+        dropped = ", ".join(f"{k} {v}" for k, v in s["dropped"].items()) or "none"
+        skipped = ", ".join(f"{k}: {v}" for k, v in s["skipped"].items()) or "none"
+        print(
+            f"{split} ({s['version']}): {s['examples']:,} examples from {s['questions_read']:,} "
+            f"questions, {s['paragraphs']:,} paragraphs; dropped {dropped}; skipped {skipped}; "
+            f"{s['unanswerable_examples']:,} unanswerable ({s['negatives']:,} made); "
+            f"{s['answers_not_whole_tokens']:,} of {s['answers']:,} answers not whole tokens"
+        )
+    print(meta["vocab"]["vectors"]["summary"])
+    if args.json:
+        emit_json(meta)
+    return 0

@@ -1,0 +1,61 @@
+"""``treeqa evaluate qa --gold FILE --predictions PRED.json``: the official SQuAD scores."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from treeqa.cli.common import emit_json
+
+EXAMPLE = "treeqa evaluate qa --gold dev-v1.1.json --predictions predictions.json --json"
+
+
+def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gold", type=Path, help="qa: SQuAD v1.1/v2.0 file (.json or .json.gz)")
+    parser.add_argument(
+        "--predictions", type=Path, help="qa: JSON object {question id: answer text}"
+    )
+    parser.add_argument(
+        "--squad-version",
+        choices=("v1.1", "v2.0"),
+        help="qa: score as this version (default: the gold file's own)",
+    )
+    if "--json" not in parser._option_string_actions:  # the sentiment flags may hold it
+        parser.add_argument("--json", action="store_true", help="end with one JSON line")
+
+
+def evaluate_main(args: argparse.Namespace) -> int:
+    from treeqa.eval.squad import evaluate_predictions, load_gold, load_predictions
+
+    if getattr(args, "overrides", None):
+        raise ValueError(f"unrecognised arguments for evaluate qa: {' '.join(args.overrides)}")
+    if args.gold is None or args.predictions is None:
+        raise ValueError("evaluate qa needs --gold FILE and --predictions PRED.json")
+    gold, predictions = load_gold(args.gold), load_predictions(args.predictions)
+    scores = evaluate_predictions(gold, predictions, version=args.squad_version)
+    if scores["unknown"]:
+        print(
+            f"warning: {scores['unknown']} predictions for question ids not in {args.gold.name}"
+            " (ignored)",
+            file=sys.stderr,
+        )
+    if scores["missing"]:
+        examples = ", ".join(scores["missing_examples"][:3])
+        print(
+            f"warning: {scores['missing']} of {scores['total']} questions have no prediction and"
+            f" score 0 (e.g. {examples})",
+            file=sys.stderr,
+        )
+    print(f"{args.predictions.name} on {args.gold.name} (SQuAD {scores['version']}):")
+    print(f"  exact_match {scores['exact_match']:.3f}\n  f1          {scores['f1']:.3f}")
+    print(f"  total       {scores['total']} ({scores['answered']} answered)")
+    if scores["version"] == "v2.0":
+        for part, name in (("has_ans", "HasAns"), ("no_ans", "NoAns")):
+            print(
+                f"  {name:<7} exact {scores[part + '_exact']:.3f} f1 {scores[part + '_f1']:.3f}"
+                f" over {scores[part + '_total']}"
+            )
+    if args.json:
+        emit_json(scores)
+    return 0

@@ -1,0 +1,232 @@
+"""Pass 1 of SQuAD preparation: tokenise each article once, map answers to token spans, apply
+the train limits, and stream each kept paragraph and example to disk; pass 2 turns token
+*type* ids into word and character ids chunk by chunk. The directory layout is described in
+:mod:`treeqa.data.squad_prepare`.
+
+Shape letters: T tokens, W characters per token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from treeqa.data.squad import Article, Tokenizer, answer_token_span
+
+_CHUNK = 1 << 18  # tokens converted per step in pass 2
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Train-time limits (QANet, Yu et al. 2018). Dev keeps every question; W applies to both."""
+
+    context: int = 400  # tokens
+    question: int = 50  # tokens
+    answer: int = 30  # tokens, end - start + 1
+    chars: int = 16  # characters kept per token (W)
+
+
+class Appender:
+    """Appends equal-width rows to a raw file; ``save`` turns it into a ``.npy``."""
+
+    def __init__(self, path: Path, dtype: type, width: int = 0):
+        self.path, self.dtype, self.width, self.rows = path, np.dtype(dtype), width, 0
+        self.raw = path.with_suffix(".raw")
+        self._file: IO[bytes] | None = self.raw.open("wb")
+
+    def append(self, rows: Any) -> None:
+        a = np.ascontiguousarray(rows, dtype=self.dtype)
+        assert self._file is not None and a.shape[1:] == ((self.width,) if self.width else ())
+        self._file.write(a.tobytes())
+        self.rows += len(a)
+
+    def memmap(self) -> np.ndarray:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        shape = (self.rows, self.width) if self.width else (self.rows,)
+        if not self.rows:
+            return np.zeros(shape, self.dtype)
+        return np.memmap(self.raw, self.dtype, "r", shape=shape)
+
+    def save(self) -> None:
+        write_npy(self.path, self.memmap(), lambda a: a)
+        self.raw.unlink()
+
+
+def write_npy(path: Path, src: np.ndarray, convert: Callable[[np.ndarray], np.ndarray]) -> None:
+    """``convert(src)`` written chunk by chunk into a new ``.npy`` (dtype/width from a probe)."""
+    probe = convert(src[:1])
+    out = np.lib.format.open_memmap(path, "w+", probe.dtype, (len(src), *probe.shape[1:]))
+    for a in range(0, len(src), _CHUNK):
+        out[a : a + _CHUNK] = convert(src[a : a + _CHUNK])
+    out.flush()
+    del out
+
+
+class TokenTypes:
+    """Distinct token strings seen in either split, numbered in order of first sight."""
+
+    def __init__(self) -> None:
+        self.index: dict[int, int] = {}  # spaCy orth hash -> type id
+        self.strings: list[str] = []
+
+    def ids(self, text: str, spans: np.ndarray, orth: np.ndarray) -> np.ndarray:
+        out = np.empty(len(orth), np.int32)  # [T]
+        index, strings = self.index, self.strings
+        for i, h in enumerate(orth.tolist()):
+            t = index.get(h)
+            if t is None:
+                t = index[h] = len(strings)
+                strings.append(text[spans[i, 0] : spans[i, 1]])
+            out[i] = t
+        return out
+
+
+class SplitWriter:
+    """Pass 1 of one split: tokenise, map answers, filter (train), stream to disk."""
+
+    def __init__(
+        self,
+        folder: Path,
+        split: str,
+        limits: Limits,
+        negatives: str | None,
+        negative_fraction: float,
+        seed: int,
+    ):
+        folder.mkdir(parents=True)
+        self.folder, self.train, self.limits = folder, split == "train", limits
+        self.negatives = negatives if self.train else None
+        self.negative_fraction, self.seed = negative_fraction, seed
+        self.ctx_tids = Appender(folder / "context_tids.npy", np.int32)
+        self.q_tids = Appender(folder / "question_tids.npy", np.int32)
+        self.arrays = {
+            "context_spans": Appender(folder / "context_spans.npy", np.int32, 2),
+            "question_spans": Appender(folder / "question_spans.npy", np.int32, 2),
+            "context_offsets": Appender(folder / "context_offsets.npy", np.int64),
+            "question_offsets": Appender(folder / "question_offsets.npy", np.int64),
+            "paragraph": Appender(folder / "paragraph.npy", np.int32),
+            "starts": Appender(folder / "starts.npy", np.int32),
+            "ends": Appender(folder / "ends.npy", np.int32),
+        }
+        self.arrays["context_offsets"].append([0])
+        self.arrays["question_offsets"].append([0])
+        self.contexts = (folder / "contexts.jsonl").open("w", encoding="utf-8")
+        self.questions = (folder / "questions.jsonl").open("w", encoding="utf-8")
+        self.gold = (folder / "gold.json").open("w", encoding="utf-8")
+        self.gold.write('{"data": [')
+        self.counts: Counter[str] = Counter()
+        self.max_len = {"context": 0, "question": 0}
+        self.n_ctx = self.n_q = 0
+
+    def add(self, article: Article, tok: Tokenizer, types: TokenTypes) -> None:
+        paras = article.paragraphs
+        c = self.counts
+        ctx = list(tok.pipe(p.context for p in paras))
+        qs = [(pi, q) for pi, p in enumerate(paras) for q in p.questions]
+        qtok = list(tok.pipe((q.text for _, q in qs), batch_size=1024))
+        lim = self.limits
+        examples: list[tuple[int, int, int, int, str]] = []  # (paragraph, question, y1, y2, id)
+        for qi, (pi, q) in enumerate(qs):
+            spans = ctx[pi][0]
+            y1 = y2 = -1
+            for a in q.answers:
+                mapped = answer_token_span(spans, paras[pi].context, a.start, a.start + len(a.text))
+                assert mapped is not None, "the reader rejects whitespace-only answers"
+                c["answers_inexact"] += not mapped[2]
+                if y1 < 0:
+                    y1, y2 = mapped[0], mapped[1]
+            c["answers"] += len(q.answers)
+            reason = None
+            if self.train and len(spans) > lim.context:
+                reason = "context_too_long"
+            elif self.train and len(qtok[qi][0]) > lim.question:
+                reason = "question_too_long"
+            elif self.train and y2 - y1 + 1 > lim.answer:
+                reason = "answer_too_long"
+            if reason:
+                c["dropped_" + reason] += 1
+            else:
+                examples.append((pi, qi, y1, y2, q.id))
+        if self.negatives == "same_article":
+            examples += self._negatives(article.index, examples, [len(s) for s, _ in ctx])
+        used = sorted({e[0] for e in examples})
+        new = {pi: c["paragraphs"] + k for k, pi in enumerate(used)}
+        for pi in used:
+            spans, orth = ctx[pi]
+            self.ctx_tids.append(types.ids(paras[pi].context, spans, orth))
+            self.arrays["context_spans"].append(spans.reshape(-1, 2))
+            self.n_ctx += len(spans)
+            self.arrays["context_offsets"].append([self.n_ctx])
+            self.contexts.write(json.dumps(paras[pi].context, ensure_ascii=False) + "\n")
+            self.max_len["context"] = max(self.max_len["context"], len(spans))
+        for _, qi, _, _, qid in examples:
+            spans, orth = qtok[qi]
+            self.q_tids.append(types.ids(qs[qi][1].text, spans, orth))
+            self.arrays["question_spans"].append(spans.reshape(-1, 2))
+            self.n_q += len(spans)
+            self.arrays["question_offsets"].append([self.n_q])
+            line = {"id": qid, "question": qs[qi][1].text}
+            self.questions.write(json.dumps(line, ensure_ascii=False) + "\n")
+            self.max_len["question"] = max(self.max_len["question"], len(spans))
+        for name, col in (("paragraph", 0), ("starts", 2), ("ends", 3)):
+            values = [new[e[0]] if col == 0 else e[col] for e in examples]
+            self.arrays[name].append(np.array(values, np.int32))
+        c["paragraphs"] += len(used)
+        c["examples"] += len(examples)
+        c["examples_no_answer"] += sum(e[2] < 0 for e in examples)
+        self._gold(article)
+
+    def _negatives(self, index: int, examples: list, ctx_lens: list[int]) -> list:
+        """Unanswerable examples: an answerable question paired with another paragraph of the
+        same article (Rajpurkar et al. 2018 built SQuAD 2.0 negatives within an article too)."""
+        rng = np.random.default_rng([self.seed, index])  # per article: order-independent
+        out = []
+        for pi, qi, y1, _, qid in examples:
+            if y1 < 0 or rng.random() >= self.negative_fraction:
+                continue
+            others = [p for p in range(len(ctx_lens)) if p != pi]
+            if not others:
+                self.counts["negatives_no_other_paragraph"] += 1
+                continue
+            other = others[int(rng.integers(len(others)))]
+            if ctx_lens[other] > self.limits.context:
+                self.counts["negatives_dropped_context_too_long"] += 1
+                continue
+            out.append((other, qi, -1, -1, qid + "#neg"))
+            self.counts["negatives"] += 1
+        return out
+
+    def _gold(self, article: Article) -> None:
+        qas = [
+            {"id": q.id, "answers": [{"text": a.text, "answer_start": a.start} for a in q.answers]}
+            | ({"is_impossible": True} if q.is_impossible else {})
+            for p in article.paragraphs
+            for q in p.questions
+        ]
+        sep = ", " if self.counts["gold_articles"] else ""
+        self.gold.write(sep + json.dumps({"title": article.title, "paragraphs": [{"qas": qas}]}))
+        self.counts["gold_articles"] += 1
+
+    def finish_pass1(self, version: str) -> None:
+        for f in (self.contexts, self.questions):
+            f.close()
+        self.gold.write(f'], "version": {json.dumps(version)}}}\n')
+        self.gold.close()
+        for a in self.arrays.values():
+            a.save()
+
+    def finish_pass2(self, type_words: np.ndarray, type_chars: np.ndarray) -> None:
+        for tids, name in ((self.ctx_tids, "context"), (self.q_tids, "question")):
+            src = tids.memmap()
+            write_npy(self.folder / f"{name}_words.npy", src, lambda t: type_words[t])
+            write_npy(self.folder / f"{name}_chars.npy", src, lambda t: type_chars[t])
+            del src
+            tids.raw.unlink()

@@ -1,0 +1,199 @@
+"""Reading a prepared SQuAD directory: memory-mapped arrays -> length-bucketed QABatches.
+
+The layout is written by :func:`treeqa.data.squad_prepare.prepare_squad`. Arrays are opened
+with ``mmap_mode="r"``, so a split costs page cache, not process memory, and several data
+loader workers share it. Shape letters: B examples, L context tokens, J question tokens,
+W characters per token, N examples of the split, P paragraphs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from treeqa.data.qa_batch import QABatch
+from treeqa.data.vocab import Vocab
+
+__all__ = ["PreparedSplit", "load_meta"]
+
+_ARRAYS = (
+    "context_offsets",
+    "context_words",
+    "context_chars",
+    "context_spans",
+    "question_offsets",
+    "question_words",
+    "question_chars",
+    "paragraph",
+    "starts",
+    "ends",
+)
+
+
+def load_meta(directory: str | Path) -> dict[str, Any]:
+    """The ``meta.json`` of a prepared directory; a clear error when it is not one."""
+    path = Path(directory) / "meta.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{directory} is not a prepared SQuAD directory (no meta.json); "
+            "run `treeqa data prepare squad` first"
+        )
+    meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    if meta.get("format") != "treeqa-squad":
+        raise ValueError(f"{path}: not a treeqa SQuAD meta file")
+    return meta
+
+
+class PreparedSplit:
+    """One split (``"train"`` or ``"dev"``) of a prepared directory, row = example."""
+
+    def __init__(self, directory: str | Path, split: str):
+        self.directory, self.split = Path(directory), split
+        self.meta = load_meta(directory)
+        if split not in self.meta["splits"]:
+            raise ValueError(f"{directory} has no split {split!r}")
+        folder = self.directory / split
+        self.arrays: dict[str, np.ndarray] = {
+            name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in _ARRAYS
+        }
+        a = self.arrays
+        self.context_lengths = np.diff(a["context_offsets"])[a["paragraph"]]  # [N]
+        self.question_lengths = np.diff(a["question_offsets"])  # [N]
+
+    def __len__(self) -> int:
+        return len(self.arrays["paragraph"])
+
+    @property
+    def chars_per_word(self) -> int:
+        return int(self.meta["limits"]["chars"])
+
+    def word_vocab(self) -> Vocab:
+        return Vocab.load(self.directory / "word_vocab.json")
+
+    def char_vocab(self) -> Vocab:
+        return Vocab.load(self.directory / "char_vocab.json")
+
+    def word_vectors(self) -> np.ndarray:
+        """[V, D] float32; rows 0 (padding) and 1 (unknown) are zero."""
+        return np.load(self.directory / "word_vectors.npy")
+
+    def gold(self) -> dict[str, Any]:
+        """Every question read for this split, in SQuAD layout: the input of
+        :func:`treeqa.eval.squad.evaluate_predictions`."""
+        with (self.directory / self.split / "gold.json").open(encoding="utf-8") as f:
+            gold: dict[str, Any] = json.load(f)
+        return gold
+
+    # Texts are loaded on first use: training never needs them, evaluation and serving do.
+    @cached_property
+    def _contexts(self) -> list[str]:
+        with (self.directory / self.split / "contexts.jsonl").open(encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    @cached_property
+    def _questions(self) -> list[dict[str, str]]:
+        with (self.directory / self.split / "questions.jsonl").open(encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    def question_id(self, row: int) -> str:
+        return self._questions[row]["id"]
+
+    def question(self, row: int) -> str:
+        return self._questions[row]["question"]
+
+    def context(self, row: int) -> str:
+        return self._contexts[int(self.arrays["paragraph"][row])]
+
+    def char_span(self, row: int, start: int, end: int) -> tuple[int, int]:
+        """Character (begin, end) in :meth:`context` of tokens ``start..end`` (inclusive)."""
+        p = int(self.arrays["paragraph"][row])
+        first, n = int(self.arrays["context_offsets"][p]), int(self.context_lengths[row])
+        if not 0 <= start <= end < n:
+            raise IndexError(f"token span {start}..{end} outside a {n}-token context (row {row})")
+        spans = self.arrays["context_spans"]
+        return int(spans[first + start, 0]), int(spans[first + end, 1])
+
+    def answer_text(self, row: int, start: int, end: int) -> str:
+        """The original context text of tokens ``start..end`` (inclusive); "" for a no-answer
+        prediction (``start < 0``), as the official v2.0 script expects."""
+        if start < 0:
+            return ""
+        begin, finish = self.char_span(row, start, end)
+        return self.context(row)[begin:finish]
+
+    def batch(self, rows: np.ndarray | list[int]) -> QABatch:
+        """The examples ``rows``, padded to their own longest context and question."""
+        rows = np.asarray(rows, dtype=np.int64)  # [B]
+        a = self.arrays
+        c_first = a["context_offsets"][a["paragraph"][rows]]  # [B]
+        q_first = a["question_offsets"][rows]  # [B]
+        cw, cc = _gather(
+            a["context_words"], a["context_chars"], c_first, self.context_lengths[rows]
+        )
+        qw, qc = _gather(
+            a["question_words"], a["question_chars"], q_first, self.question_lengths[rows]
+        )
+        return QABatch(
+            context_words=cw,
+            context_chars=cc,
+            question_words=qw,
+            question_chars=qc,
+            starts=torch.from_numpy(a["starts"][rows].astype(np.int64)),
+            ends=torch.from_numpy(a["ends"][rows].astype(np.int64)),
+            index=torch.from_numpy(rows),
+        )
+
+    def batches(
+        self,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        bucket: bool = True,
+        drop_last: bool = False,
+        rows: np.ndarray | None = None,
+    ) -> Iterator[QABatch]:
+        """Batches over the split (or over ``rows``). With ``bucket``, examples are sorted by
+        context length within chunks of 100 batches, so each batch pads to a similar length;
+        with ``shuffle`` the rows and then the batch order are permuted by ``seed`` (pass a
+        new seed, e.g. ``seed + epoch``, for each epoch)."""
+        order = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64)
+        rng = np.random.default_rng(seed)
+        if shuffle:
+            order = rng.permutation(order)
+        if bucket and len(order):
+            chunk = 100 * batch_size
+            parts = np.split(order, range(chunk, len(order), chunk))
+            order = np.concatenate(
+                [p[np.argsort(self.context_lengths[p], kind="stable")] for p in parts]
+            )
+        groups = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        if drop_last and groups and len(groups[-1]) < batch_size:
+            groups.pop()
+        if shuffle:
+            groups = [groups[i] for i in rng.permutation(len(groups))]
+        for g in groups:
+            yield self.batch(g)
+
+
+def _gather(
+    words: np.ndarray, chars: np.ndarray, first: np.ndarray, lengths: np.ndarray
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged rows ``[first[b], first[b] + lengths[b])`` of the flat token arrays, right-padded
+    with 0 to the batch's longest row: words [B, L] and chars [B, L, W] int64."""
+    width = max(int(lengths.max(initial=0)), 1)  # a zero-width tensor would break convs
+    if not len(words):
+        return torch.zeros(len(first), width, dtype=torch.long), torch.zeros(
+            len(first), width, chars.shape[1], dtype=torch.long
+        )
+    pos = first[:, None] + np.arange(width)  # [B, L]
+    valid = np.arange(width) < lengths[:, None]  # [B, L]
+    pos = np.where(valid, pos, 0)
+    w = np.where(valid, words[pos], 0).astype(np.int64)  # [B, L]
+    c = np.where(valid[..., None], chars[pos], 0).astype(np.int64)  # [B, L, W]
+    return torch.from_numpy(w), torch.from_numpy(c)

@@ -1,0 +1,258 @@
+"""SQuAD metrics: the official v1.1 and v2.0 evaluation scripts, re-implemented exactly.
+
+One module for training, ``treeqa evaluate qa``, benchmarks and serving. Scores are over
+*every* question of the gold file and in percent, like the official scripts. The two
+versions differ in small ways that change numbers, so each is kept as written:
+
+- v1.1: every gold text counts; token F1 is 0 when nothing overlaps (so "" vs "" scores 0).
+- v2.0: gold texts that normalise to "" are dropped and a question left with none is
+  unanswerable (gold ``[""]``); token F1 between empty token lists is 1 when both are empty;
+  scores are also split into HasAns / NoAns.
+
+One deliberate difference: a question with no prediction scores 0 under both versions (v1.1
+does this; the v2.0 script leaves it out of the total, or fails on it in its HasAns/NoAns
+split), so a partial predictions file can never raise the score.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from treeqa.data.squad import SquadFormatError, read_json_text
+
+__all__ = [
+    "PredictionFileError",
+    "compute_exact",
+    "compute_f1",
+    "evaluate_predictions",
+    "exact_match_score",
+    "f1_score",
+    "gold_answers",
+    "load_gold",
+    "load_predictions",
+    "normalize_answer",
+]
+
+_PUNCTUATION = frozenset(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+def normalize_answer(s: str) -> str:
+    """Lower-case, drop ASCII punctuation, drop the words a/an/the, squash whitespace."""
+    s = "".join(ch for ch in s.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", s).split())
+
+
+# --- v1.1 (evaluate-v1.1.py) -------------------------------------------------------------
+
+
+def exact_match_score(prediction: str, ground_truth: str) -> bool:
+    return normalize_answer(prediction) == normalize_answer(ground_truth)
+
+
+def f1_score(prediction: str, ground_truth: str) -> float:
+    pred = normalize_answer(prediction).split()
+    gold = normalize_answer(ground_truth).split()
+    same = sum((Counter(pred) & Counter(gold)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+# --- v2.0 (evaluate-v2.0.py) -------------------------------------------------------------
+
+
+def _tokens(s: str) -> list[str]:
+    return normalize_answer(s).split() if s else []
+
+
+def compute_exact(a_gold: str, a_pred: str) -> int:
+    return int(normalize_answer(a_gold) == normalize_answer(a_pred))
+
+
+def compute_f1(a_gold: str, a_pred: str) -> float:
+    gold, pred = _tokens(a_gold), _tokens(a_pred)
+    if not gold or not pred:
+        return float(gold == pred)  # no-answer: right only when both are empty
+    same = sum((Counter(gold) & Counter(pred)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+# --- scoring -----------------------------------------------------------------------------
+
+
+def _version(dataset: Mapping[str, Any] | list[Any]) -> str:
+    data: Any = dataset
+    if isinstance(dataset, Mapping):
+        if str(dataset.get("version", "")).lstrip("v").startswith("2"):
+            return "v2.0"
+        data = dataset.get("data", [])
+    impossible = any(
+        "is_impossible" in qa
+        for article in data
+        for p in article.get("paragraphs", [])
+        for qa in p.get("qas", [])
+    )
+    return "v2.0" if impossible else "v1.1"
+
+
+def gold_answers(
+    dataset: Mapping[str, Any] | list[Any], source: str = "<gold>"
+) -> list[tuple[str, list[str]]]:
+    """``(question id, gold answer texts)`` for every question, in file order. Accepts the
+    whole SQuAD JSON object or its ``"data"`` list; a malformed entry raises
+    :class:`SquadFormatError` naming the article and question."""
+    data = dataset.get("data") if isinstance(dataset, Mapping) else dataset
+    if not isinstance(data, list):
+        raise SquadFormatError('no "data" list at the top level', source)
+    out = []
+    for i, article in enumerate(data):
+        title = article.get("title") if isinstance(article, dict) else None
+        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+        if not isinstance(paragraphs, list):
+            raise SquadFormatError('needs a "paragraphs" list', source, article=i, title=title)
+        for p in paragraphs:
+            qas = p.get("qas") if isinstance(p, dict) else None
+            if not isinstance(qas, list):
+                raise SquadFormatError(
+                    'a paragraph needs a "qas" list', source, article=i, title=title
+                )
+            for qa in qas:
+                qid = qa.get("id") if isinstance(qa, dict) else None
+                answers = qa.get("answers") if isinstance(qa, dict) else None
+                texts = (
+                    [a.get("text") for a in answers if isinstance(a, dict)]
+                    if isinstance(answers, list)
+                    else None
+                )
+                if (
+                    not isinstance(qid, str)
+                    or texts is None
+                    or not all(isinstance(t, str) for t in texts)
+                ):
+                    raise SquadFormatError(
+                        'a question needs an "id" and "answers" with "text"',
+                        source, article=i, title=title, question_id=str(qid),
+                    )  # fmt: skip
+                out.append((qid, [str(t) for t in texts]))
+    return out
+
+
+def evaluate_predictions(
+    dataset_json: Mapping[str, Any] | list[Any],
+    predictions: Mapping[str, str],
+    *,
+    version: str | None = None,
+) -> dict[str, Any]:
+    """Official EM and F1 (percent) of ``predictions`` (question id -> answer text) over every
+    question of ``dataset_json``. ``version`` ("v1.1"/"v2.0") defaults to the file's own.
+
+    Keys: ``exact_match``, ``f1``, ``total``, ``answered``, ``missing`` (questions with no
+    prediction, scored 0), ``unknown`` (predictions for ids not in the gold file, ignored),
+    ``missing_examples``; for v2.0 also ``has_ans_exact``, ``has_ans_f1``, ``has_ans_total``,
+    ``no_ans_exact``, ``no_ans_f1``, ``no_ans_total``.
+    """
+    version = version or _version(dataset_json)
+    if version not in ("v1.1", "v2.0"):
+        raise ValueError(f"version must be 'v1.1' or 'v2.0', not {version!r}")
+    exact: dict[str, float] = {}
+    f1: dict[str, float] = {}
+    has_ans: dict[str, bool] = {}
+    missing: list[str] = []
+    for qid, texts in gold_answers(dataset_json):
+        if version == "v2.0":
+            texts = [t for t in texts if normalize_answer(t)] or [""]
+        has_ans[qid] = texts != [""]
+        if qid not in predictions:
+            missing.append(qid)
+            exact[qid] = f1[qid] = 0.0
+            continue
+        pred = predictions[qid]
+        if version == "v2.0":
+            exact[qid] = max(compute_exact(t, pred) for t in texts)
+            f1[qid] = max(compute_f1(t, pred) for t in texts)
+        else:
+            exact[qid] = max(float(exact_match_score(pred, t)) for t in texts)
+            f1[qid] = max(f1_score(pred, t) for t in texts)
+    out: dict[str, Any] = {"version": version, **_summary(exact, f1, list(exact), "")}
+    out["exact_match"] = out.pop("exact")
+    out |= {
+        "answered": len(exact) - len(missing),
+        "missing": len(missing),
+        "unknown": sum(1 for k in predictions if k not in exact),
+        "missing_examples": missing[:10],
+    }
+    if version == "v2.0":
+        out |= _summary(exact, f1, [k for k, v in has_ans.items() if v], "has_ans_")
+        out |= _summary(exact, f1, [k for k, v in has_ans.items() if not v], "no_ans_")
+    return out
+
+
+def _summary(
+    exact: dict[str, float], f1: dict[str, float], ids: list[str], prefix: str
+) -> dict[str, Any]:
+    n = len(ids)
+    return {
+        f"{prefix}exact": 100.0 * sum(exact[k] for k in ids) / n if n else 0.0,
+        f"{prefix}f1": 100.0 * sum(f1[k] for k in ids) / n if n else 0.0,
+        f"{prefix}total": n,
+    }
+
+
+# --- files -------------------------------------------------------------------------------
+
+
+class PredictionFileError(ValueError):
+    """A predictions file that is not a JSON object of question id -> answer text."""
+
+    def __init__(
+        self, message: str, source: str | Path, line: int | None = None, column: int | None = None
+    ):
+        self.source, self.line, self.column, self.reason = str(source), line, column, message
+        where = f"{source}:{line}:{column}" if line is not None else str(source)
+        super().__init__(f"{where}: {message}")
+
+
+def _parse(text: str, source: Path, error: type[ValueError]) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        if error is SquadFormatError:
+            raise SquadFormatError(err.msg, source, line=err.lineno, column=err.colno) from None
+        raise PredictionFileError(err.msg, source, err.lineno, err.colno) from None
+
+
+def load_gold(path: str | Path) -> dict[str, Any]:
+    """A SQuAD file (``.json`` or ``.json.gz``), checked to have gold answers for scoring."""
+    path = Path(path)
+    dataset = _parse(read_json_text(path), path, SquadFormatError)
+    if not isinstance(dataset, dict):
+        raise SquadFormatError("the top level is not a JSON object", path)
+    gold_answers(dataset, str(path))
+    return dataset
+
+
+def load_predictions(path: str | Path) -> dict[str, str]:
+    """The official predictions format: one JSON object, question id -> answer text."""
+    path = Path(path)
+    try:
+        text = read_json_text(path)
+    except SquadFormatError as err:
+        raise PredictionFileError(err.reason, path) from None
+    preds = _parse(text, path, PredictionFileError)
+    if not isinstance(preds, dict):
+        raise PredictionFileError("expected a JSON object {question id: answer text}", path)
+    for qid, answer in preds.items():
+        if not isinstance(answer, str):
+            raise PredictionFileError(f"the prediction for {qid!r} is not a string", path)
+    return preds

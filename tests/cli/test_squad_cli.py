@@ -1,0 +1,91 @@
+"""``treeqa data prepare squad`` and ``treeqa evaluate qa`` end to end through ``main()``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from treeqa.cli.main import main
+
+CONTEXT = "The U.S. Army's well-known base is in Fort Bragg. It opened in 1918."
+
+
+def squad(version: str) -> dict[str, Any]:
+    qas: list[dict[str, Any]] = [
+        {"id": "q1", "question": "Where is the base?",
+         "answers": [{"text": "Fort Bragg", "answer_start": CONTEXT.index("Fort Bragg")}]},
+        {"id": "q2", "question": "When did it open?",
+         "answers": [{"text": "1918", "answer_start": CONTEXT.index("1918")}]},
+    ]  # fmt: skip
+    if version == "v2.0":
+        qas.append({"id": "u1", "question": "Who closed it?", "answers": [], "is_impossible": True})
+    return {
+        "version": version,
+        "data": [{"title": "Fort_Bragg", "paragraphs": [{"context": CONTEXT, "qas": qas}]}],
+    }
+
+
+def last_json(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_prepare_squad_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("spacy")
+    (tmp_path / "train.json").write_text(json.dumps(squad("v2.0")))
+    (tmp_path / "vectors.txt").write_text("fort 0.1 0.2\nbragg 0.3 0.4\n1918 0.5 0.6\n")
+    argv = ["data", "prepare", "squad", "--train", str(tmp_path / "train.json"),
+            "--dev", str(tmp_path / "train.json"), "--vectors", str(tmp_path / "vectors.txt"),
+            "--out", str(tmp_path / "out"), "--vectors-cache", str(tmp_path / "cache")]  # fmt: skip
+    assert main([*argv, "--json"]) == 0
+    meta = last_json(capsys)
+    assert meta["version"] == "v2.0" and meta["vocab"]["words"] == 5
+    assert (
+        meta["splits"]["dev"]["examples"] == 3
+        and meta["splits"]["dev"]["unanswerable_examples"] == 1
+    )
+    assert (tmp_path / "out" / "dev" / "context_chars.npy").is_file()
+    assert main(argv) == 2  # --out is not empty
+    assert "exists and is not empty" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text(json.dumps(squad("1.1"), indent=1)[:-30])
+    assert main([*argv[:3], "--train", str(tmp_path / "bad.json"), *argv[5:], "--overwrite"]) == 2
+    assert "bad.json:" in capsys.readouterr().err
+
+
+def test_evaluate_qa_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "gold.json").write_text(json.dumps(squad("v2.0")))
+    (tmp_path / "pred.json").write_text(json.dumps({"q1": "Fort Bragg.", "u1": "", "zz": "x"}))
+    argv = [
+        "evaluate",
+        "qa",
+        "--gold",
+        str(tmp_path / "gold.json"),
+        "--predictions",
+        str(tmp_path / "pred.json"),
+    ]
+    assert main([*argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    scores = json.loads(captured.out.strip().splitlines()[-1])
+    assert scores["exact_match"] == pytest.approx(200 / 3) and scores["f1"] == pytest.approx(
+        200 / 3
+    )
+    assert (scores["has_ans_exact"], scores["no_ans_exact"]) == (50.0, 100.0)
+    assert "exact_match 66.667" in captured.out and "NoAns" in captured.out
+    assert (
+        "1 of 3 questions have no prediction" in captured.err
+        and "1 predictions for question ids" in captured.err
+    )
+    (tmp_path / "pred.json").write_text('{"q1": "Fort Bragg"')
+    assert main(argv) == 2
+    assert "pred.json:1:20" in capsys.readouterr().err
+    assert main(["evaluate", "qa", "--gold", str(tmp_path / "gold.json")]) == 2
+
+
+def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["data", "prepare", "squad"], ["evaluate", "qa"]):
+        with pytest.raises(SystemExit) as exit_:
+            main([*argv, "--help"])
+        assert exit_.value.code == 0
+        assert "example:" in capsys.readouterr().out

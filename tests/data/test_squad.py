@@ -1,0 +1,341 @@
+"""SQuAD reading, tokenisation with offsets, preparation to arrays and batching, on tiny
+fixtures written here (v1.1 and v2.0)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from treeqa.data.squad import (
+    ReadStats,
+    SquadFormatError,
+    answer_token_span,
+    iter_articles,
+)
+
+C1 = "The U.S. Army's well-known base is in Fort Bragg. It opened in 1918."
+C2 = "Fort Bragg  covers\n251 square miles of North Carolina."
+C3 = "Paris is the capital of France. " * 4  # 28 tokens: over the test context limit
+C4 = "Beyonce sang at the half-time show in 2016."
+
+
+def qa(qid: str, question: str, context: str, *answers: str) -> dict[str, Any]:
+    return {
+        "id": qid,
+        "question": question,
+        "answers": [{"text": a, "answer_start": context.index(a)} for a in answers],
+    }
+
+
+def squad_v1() -> dict[str, Any]:
+    return {
+        "data": [
+            {
+                "title": "Fort_Bragg",
+                "paragraphs": [
+                    {
+                        "context": C1,
+                        "qas": [
+                            qa("q1", "Where is the U.S. Army's base?", C1, "Fort Bragg"),
+                            qa("q2", "When did it open?", C1, "1918", "in 1918"),
+                            qa("q3", "What kind of base is it?", C1, "well-known"),
+                            qa("q4", "What did it do in 1918?", C1, "ope"),  # part of a token
+                        ],
+                    },
+                    {"context": C2, "qas": [qa("q5", "How big is it?", C2, "251 square miles")]},
+                ],
+            },
+            {
+                "title": "Paris",
+                "paragraphs": [
+                    {"context": C3, "qas": [qa("q6", "What is Paris?", C3, "the capital")]},
+                    {"context": C4, "qas": [qa("q7", "When did she sing?", C4, "2016")]},
+                ],
+            },
+        ],
+        "version": "1.1",
+    }
+
+
+def squad_v2() -> dict[str, Any]:
+    data = squad_v1()
+    data["version"] = "v2.0"
+    for article in data["data"]:
+        for p in article["paragraphs"]:
+            for q in p["qas"]:
+                q["is_impossible"] = False
+    data["data"][1]["paragraphs"][1]["qas"].append(
+        {"id": "u1", "question": "Who sang in 2017?", "answers": [], "is_impossible": True,
+         "plausible_answers": [{"text": "Beyonce", "answer_start": 0}]}
+    )  # fmt: skip
+    return data
+
+
+def write(path: Path, data: Any) -> Path:
+    text = json.dumps(data, indent=1)
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def write_vectors(path: Path, words: list[str], dim: int = 4) -> Path:
+    rng = np.random.default_rng(0)
+    lines = [f"{w} " + " ".join(f"{x:.4f}" for x in rng.normal(size=dim)) for w in words]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+VECTOR_WORDS = ["the", "u.s.", "army", "fort", "bragg", "1918", "paris", "of", "is", "?", "."]
+
+
+# --- reader ------------------------------------------------------------------------------
+
+
+def test_reader_streams_articles_from_plain_and_gzip_files(tmp_path: Path) -> None:
+    for name in ("a.json", "a.json.gz"):
+        stats = ReadStats()
+        articles = list(iter_articles(write(tmp_path / name, squad_v1()), stats=stats))
+        assert [a.title for a in articles] == ["Fort_Bragg", "Paris"]
+        q2 = articles[0].paragraphs[0].questions[1]
+        assert q2.id == "q2" and [a.text for a in q2.answers] == ["1918", "in 1918"]
+        assert (stats.articles, stats.paragraphs, stats.questions) == (2, 4, 7)
+        assert stats.squad_version == "v1.1" and stats.version == "1.1"
+
+
+def test_reader_reads_v2_and_version_before_data(tmp_path: Path) -> None:
+    data = squad_v2()
+    text = json.dumps({"version": data["version"], "data": data["data"]})  # v2.0 key order
+    (tmp_path / "v2.json").write_text(text)
+    stats = ReadStats()
+    articles = list(iter_articles(tmp_path / "v2.json", stats=stats))
+    u1 = articles[1].paragraphs[1].questions[-1]
+    assert u1.is_impossible and u1.answers == ()
+    assert stats.unanswerable == 1 and stats.squad_version == "v2.0"
+
+
+def test_broken_json_names_file_line_and_column(tmp_path: Path) -> None:
+    text = json.dumps(squad_v1(), indent=1).replace('"q5",', '"q5"', 1)
+    line = text[: text.index('"q5"')].count("\n") + 2  # the error is on the next key
+    (tmp_path / "bad.json").write_text(text)
+    with pytest.raises(SquadFormatError, match=rf"bad\.json:{line}:\d+: Expecting ','"):
+        list(iter_articles(tmp_path / "bad.json"))
+    (tmp_path / "cut.json").write_text(text[:-200])
+    with pytest.raises(SquadFormatError, match=r"cut\.json:\d+:\d+:"):
+        list(iter_articles(tmp_path / "cut.json"))
+    (tmp_path / "list.json").write_text("[]")
+    with pytest.raises(SquadFormatError, match="expected '{'"):
+        list(iter_articles(tmp_path / "list.json"))
+
+
+def test_answer_not_in_context_names_article_and_question_or_is_counted(tmp_path: Path) -> None:
+    data = squad_v1()
+    data["data"][1]["paragraphs"][1]["qas"][0]["answers"][0]["text"] = "2017"
+    path = write(tmp_path / "bad.json", data)
+    with pytest.raises(SquadFormatError) as err:
+        list(iter_articles(path))
+    assert "bad.json: article 1 ('Paris'): question 'q7': answer not in its context" in str(
+        err.value
+    )
+    stats = ReadStats()
+    articles = list(iter_articles(path, skip_bad=True, stats=stats))
+    assert stats.skipped == {"answer not in its context at answer_start": 1}
+    assert articles[1].paragraphs[1].questions == () and stats.questions == 6
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda q: q.pop("question"), "malformed question"),
+        (lambda q: q.update(id="q1"), "duplicate question id"),
+        (lambda q: q.update(answers=[]), "no answers"),
+        (lambda q: q["answers"][0].update(answer_start="3"), "malformed answer"),
+    ],
+)
+def test_malformed_questions_are_errors(tmp_path: Path, change: Any, reason: str) -> None:
+    data = squad_v1()
+    change(data["data"][1]["paragraphs"][1]["qas"][0])
+    with pytest.raises(SquadFormatError, match=reason):
+        list(iter_articles(write(tmp_path / "m.json", data)))
+
+
+# --- tokenisation ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    pytest.importorskip("spacy")
+    from treeqa.data.squad import Tokenizer
+
+    return Tokenizer()
+
+
+def test_tokens_keep_offsets_abbreviations_and_split_hyphens(tokenizer: Any) -> None:
+    tokens, spans = tokenizer.tokenize(C1)
+    assert tokens[:6] == ["The", "U.S.", "Army", "'s", "well", "-"]
+    assert tokens[-2:] == ["1918", "."]
+    assert all(C1[s:e] == t for t, (s, e) in zip(tokens, spans.tolist(), strict=True))
+    tokens, spans = tokenizer.tokenize(C2)  # a double space and a newline: no space tokens
+    assert tokens[:4] == ["Fort", "Bragg", "covers", "251"]
+    assert spans.dtype == np.int32 and spans.shape == (len(tokens), 2)
+
+
+def test_answer_token_span_flags_partial_tokens(tokenizer: Any) -> None:
+    _, spans = tokenizer.tokenize(C1)
+    start = C1.index("Fort Bragg")
+    assert answer_token_span(spans, C1, start, start + 10) == (10, 11, True)
+    assert answer_token_span(spans, C1, start - 1, start + 10) == (10, 11, True)  # " Fort Bragg"
+    start = C1.index("ope")
+    assert answer_token_span(spans, C1, start, start + 3) == (14, 14, False)
+    assert answer_token_span(spans, C1, 3, 4) is None  # one space
+
+
+# --- preparation -------------------------------------------------------------------------
+
+
+def prepare(tmp_path: Path, train: dict[str, Any], dev: dict[str, Any], **options: Any) -> Path:
+    from treeqa.data.squad_prepare import Limits, prepare_squad
+
+    tmp_path.mkdir(exist_ok=True)
+    out = tmp_path / "prepared"
+    options.setdefault("limits", Limits(context=20, question=9, answer=3))
+    prepare_squad(
+        write(tmp_path / "train.json.gz", train),
+        write(tmp_path / "dev.json", dev),
+        write_vectors(tmp_path / "vectors.txt", VECTOR_WORDS),
+        out,
+        vectors_cache=tmp_path / "cache",
+        **options,
+    )
+    return out
+
+
+def test_prepare_drops_long_train_examples_but_keeps_every_dev_question(tmp_path: Path) -> None:
+    pytest.importorskip("spacy")
+    from treeqa.data.squad_prepared import PreparedSplit, load_meta
+
+    out = prepare(tmp_path, squad_v1(), squad_v1())
+    meta = load_meta(out)
+    train, dev = meta["splits"]["train"], meta["splits"]["dev"]
+    # q6: 28-token context > 20; q5: answer of 3 tokens fits; q3 "well-known" is 3 tokens.
+    assert train["dropped"] == {"context_too_long": 1}
+    assert (train["examples"], train["paragraphs"]) == (6, 3)
+    assert (dev["examples"], dev["paragraphs"], dev["dropped"]) == (7, 4, {})
+    assert train["answers_not_whole_tokens"] == 1 and dev["max_context_tokens"] == 28
+    d = PreparedSplit(out, "dev")
+    gold = {
+        q["id"]: q["answers"] for p in squad_v1()["data"] for g in p["paragraphs"] for q in g["qas"]
+    }
+    for row in range(len(d)):
+        start, end = int(d.arrays["starts"][row]), int(d.arrays["ends"][row])
+        text = d.answer_text(row, start, end)
+        want = gold[d.question_id(row)][0]["text"]
+        assert text == ("opened" if want == "ope" else want)
+    assert d.context(4) == C2 and d.question_id(5) == "q6"
+
+
+def test_prepared_arrays_vocab_and_vectors(tmp_path: Path) -> None:
+    pytest.importorskip("spacy")
+    from treeqa.data.squad_prepared import PreparedSplit
+    from treeqa.data.vocab import Vocab
+
+    out = prepare(tmp_path, squad_v1(), squad_v1())
+    t = PreparedSplit(out, "train")
+    a = t.arrays
+    n, tc = len(t), int(a["context_offsets"][-1])
+    assert a["context_words"].dtype == np.int32 and a["context_words"].shape == (tc,)
+    assert a["context_chars"].dtype == np.uint16 and a["context_chars"].shape == (tc, 16)
+    assert a["context_spans"].shape == (tc, 2) and a["question_offsets"].shape == (n + 1,)
+    assert a["question_chars"].shape == (int(a["question_offsets"][-1]), 16)
+    words, chars = Vocab.load(out / "word_vocab.json"), Vocab.load(out / "char_vocab.json")
+    # only tokens with a vector (exact or lower-cased) are words; "Army" finds "army"
+    assert {"The", "the", "U.S.", "Army", "Fort", "?"} <= set(words.tokens)
+    assert "known" not in words and "Beyonce" not in words
+    vectors = np.load(out / "word_vectors.npy")
+    assert vectors.shape == (len(words), 4) and not vectors[:2].any()
+    table = {
+        line.split()[0]: line.split()[1:]
+        for line in (tmp_path / "vectors.txt").read_text().splitlines()
+    }
+    np.testing.assert_allclose(vectors[words.id("Army")], np.float32(table["army"]), rtol=1e-6)
+    first = [words.tokens[i] for i in a["context_words"][:4]]
+    assert first == ["The", "U.S.", "Army", "<unk>"]  # "'s" has no vector
+    u_chars = [chars.tokens[i] for i in a["context_chars"][1] if i]
+    assert u_chars == list("U.S.")
+    assert "B" in chars and "P" not in chars  # only "Paris" has a "P"; its example was dropped
+
+
+def test_v2_unanswerable_and_same_article_negatives(tmp_path: Path) -> None:
+    pytest.importorskip("spacy")
+    from treeqa.data.squad_prepared import PreparedSplit, load_meta
+
+    out = prepare(tmp_path, squad_v2(), squad_v2(), negatives="same_article", negative_fraction=1.0)
+    meta = load_meta(out)
+    assert meta["version"] == "v2.0" and meta["splits"]["dev"]["unanswerable_examples"] == 1
+    t, d = PreparedSplit(out, "train"), PreparedSplit(out, "dev")
+    negatives = [r for r in range(len(t)) if t.question_id(r).endswith("#neg")]
+    # q1-q5 pair with the other Fort_Bragg paragraph; q7's only partner (C3) is too long.
+    assert meta["splits"]["train"]["negatives"] == len(negatives) == 5
+    assert meta["splits"]["train"]["negatives_not_made"] == {"dropped_context_too_long": 1}
+    for r in negatives:
+        twin = [s for s in range(len(t)) if t.question_id(s) == t.question_id(r)[:-4]][0]
+        assert t.arrays["starts"][r] == t.arrays["ends"][r] == -1
+        assert t.context(r) != t.context(twin) and t.question(r) == t.question(twin)
+    u1 = [r for r in range(len(d)) if d.question_id(r) == "u1"][0]
+    assert d.arrays["starts"][u1] == -1 and d.answer_text(u1, -1, -1) == ""
+    gold = d.gold()
+    assert gold["version"] == "v2.0"
+    assert gold["data"][1]["paragraphs"][0]["qas"][-1] == {
+        "id": "u1",
+        "answers": [],
+        "is_impossible": True,
+    }
+    again = prepare(
+        tmp_path / "again", squad_v2(), squad_v2(), negatives="same_article", negative_fraction=1.0
+    )
+    assert np.array_equal(np.load(again / "train" / "paragraph.npy"), t.arrays["paragraph"])
+
+
+def test_prepare_refuses_a_full_out_and_leaves_nothing_on_error(tmp_path: Path) -> None:
+    pytest.importorskip("spacy")
+    out = prepare(tmp_path, squad_v1(), squad_v1())
+    with pytest.raises(FileExistsError):
+        prepare(tmp_path, squad_v1(), squad_v1())
+    bad = squad_v1()
+    bad["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 1
+    with pytest.raises(SquadFormatError, match="question 'q1'"):
+        prepare(tmp_path, squad_v1(), bad, overwrite=True)
+    assert (out / "meta.json").is_file() and not (tmp_path / "prepared.partial").exists()
+    prepare(tmp_path, squad_v1(), bad, overwrite=True, skip_bad=True)
+    assert json.loads((out / "meta.json").read_text())["splits"]["dev"]["examples"] == 6
+
+
+def test_batches_bucket_pad_to_their_own_length_and_match_one_at_a_time(tmp_path: Path) -> None:
+    pytest.importorskip("spacy")
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    d = PreparedSplit(prepare(tmp_path, squad_v1(), squad_v1()), "dev")
+    batches = list(d.batches(3, shuffle=True, seed=4))
+    rows = np.concatenate([b.index.numpy() for b in batches])
+    assert sorted(rows.tolist()) == list(range(len(d)))
+    again = np.concatenate([b.index.numpy() for b in d.batches(3, shuffle=True, seed=4)])
+    assert np.array_equal(rows, again)
+    for b in batches:
+        lengths = d.context_lengths[b.index.numpy()]
+        assert b.context_words.shape[1] == lengths.max()
+        assert b.question_chars.shape[:2] == b.question_words.shape
+        for i, row in enumerate(b.index.tolist()):
+            one = d.batch([row])
+            n = int(lengths[i])
+            assert (b.context_words[i, :n] == one.context_words[0]).all()
+            assert (b.context_words[i, n:] == 0).all() and (b.context_chars[i, n:] == 0).all()
+            assert (b.context_chars[i, :n] == one.context_chars[0]).all()
+            assert int(b.starts[i]) == int(d.arrays["starts"][row])
+    plain = list(d.batches(3, bucket=False))
+    assert np.concatenate([b.index.numpy() for b in plain]).tolist() == list(range(len(d)))

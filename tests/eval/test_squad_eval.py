@@ -1,0 +1,162 @@
+"""The official SQuAD v1.1/v2.0 metrics: normalisation, EM, token F1, max over gold answers,
+HasAns/NoAns, missing and unknown predictions, and file errors. Values are hand-computed."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from treeqa.data.squad import SquadFormatError
+from treeqa.eval.squad import (
+    PredictionFileError,
+    compute_exact,
+    compute_f1,
+    evaluate_predictions,
+    exact_match_score,
+    f1_score,
+    load_gold,
+    load_predictions,
+    normalize_answer,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "normal"),
+    [
+        ("The Cat", "cat"),
+        ("an apple, a day", "apple day"),
+        ("theatre anthem", "theatre anthem"),  # articles only as whole words
+        ("  Denver\tBroncos \n", "denver broncos"),
+        ("U.S.-based", "usbased"),  # ASCII punctuation is deleted, not turned into space
+        ("“quoted” café", "“quoted” café"),  # non-ASCII punctuation stays
+        ("the", ""),
+        ("A-the", "athe"),  # punctuation goes first, so "a-the" is one word
+    ],
+)
+def test_normalize_answer(text: str, normal: str) -> None:
+    assert normalize_answer(text) == normal
+
+
+def test_v1_exact_and_f1() -> None:
+    assert exact_match_score("the Denver Broncos!", "Denver Broncos")
+    # pred [big, red, dog] vs gold [red, dog, barked]: 2 shared, P = R = 2/3
+    assert f1_score("the big red dog", "a red dog barked") == pytest.approx(2 / 3)
+    # repeated tokens count once per match (Counter intersection): P = 1/3, R = 1
+    assert f1_score("dog dog dog", "dog") == pytest.approx(0.5)
+    assert f1_score("", "dog") == 0.0
+    assert f1_score("the", "a") == 0.0 and exact_match_score("the", "a")  # v1.1 quirk
+
+
+def test_v2_exact_and_f1_for_no_answer() -> None:
+    assert compute_exact("", "") == 1 and compute_f1("", "") == 1.0
+    assert compute_f1("", "Denver") == 0.0 and compute_f1("Denver", "") == 0.0
+    assert compute_f1("the", "") == 1.0  # both normalise to no tokens
+    assert compute_f1("big red dog", "red dog") == pytest.approx(0.8)
+
+
+def article(*qas: dict[str, Any]) -> dict[str, Any]:
+    return {"title": "t", "paragraphs": [{"context": "unused by scoring", "qas": list(qas)}]}
+
+
+def q(qid: str, *answers: str, impossible: bool | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": qid,
+        "question": "?",
+        "answers": [{"text": a, "answer_start": 0} for a in answers],
+    }
+    if impossible is not None:
+        out["is_impossible"] = impossible
+    return out
+
+
+V1 = {
+    "version": "1.1",
+    "data": [
+        article(q("a", "Denver Broncos", "the Denver Broncos"), q("b", "Santa Clara, California")),
+        article(q("c", "1918", "in 1918", "the year 1918"), q("d", "red dog barked")),
+    ],
+}
+
+
+def test_v1_fixture_by_hand() -> None:
+    preds = {"a": "Broncos", "b": "santa clara california.", "c": "year 1918", "d": "big red dog"}
+    s = evaluate_predictions(V1, preds)
+    # a: EM 0, F1 max(2*1*.5/1.5) = 2/3; b: EM 1, F1 1; c: EM 1 (gold "the year 1918"), F1 1;
+    # d: [big, red, dog] vs [red, dog, barked] -> 2/3
+    assert s["version"] == "v1.1" and s["total"] == 4 and s["missing"] == 0
+    assert s["exact_match"] == pytest.approx(100 * 2 / 4)
+    assert s["f1"] == pytest.approx(100 * (2 / 3 + 1 + 1 + 2 / 3) / 4)
+
+
+def test_missing_predictions_score_zero_and_unknown_ids_are_counted() -> None:
+    s = evaluate_predictions(V1, {"a": "Denver Broncos", "zzz": "x"})
+    assert s["exact_match"] == pytest.approx(25.0) and s["f1"] == pytest.approx(25.0)
+    assert (s["answered"], s["missing"], s["unknown"]) == (1, 3, 1)
+    assert s["missing_examples"] == ["b", "c", "d"]
+
+
+V2 = {
+    "version": "v2.0",
+    "data": [
+        article(
+            q("h1", "Denver Broncos", impossible=False),
+            q("h2", "red dog barked", "dog", impossible=False),
+            q("n1", impossible=True),
+            q("n2", impossible=True),
+            q("n3", impossible=True),
+        )
+    ],
+}
+
+
+def test_v2_fixture_by_hand_with_has_ans_and_no_ans() -> None:
+    preds = {"h1": "Denver", "h2": "big red dog", "n1": "", "n2": "something", "n3": ""}
+    s = evaluate_predictions(V2, preds)
+    # h1: EM 0, F1 2*1*.5/1.5 = 2/3; h2: EM 0, F1 max(2/3, P 1/3 R 1 -> .5) = 2/3
+    # n1, n3: "" vs [""] -> 1, 1; n2: 0, 0
+    assert s["version"] == "v2.0" and s["total"] == 5
+    assert s["exact_match"] == pytest.approx(100 * 2 / 5)
+    assert s["f1"] == pytest.approx(100 * (2 / 3 + 2 / 3 + 2) / 5)
+    assert (s["has_ans_total"], s["no_ans_total"]) == (2, 3)
+    assert s["has_ans_exact"] == 0.0 and s["has_ans_f1"] == pytest.approx(100 * 2 / 3)
+    assert s["no_ans_exact"] == pytest.approx(100 * 2 / 3) and s["no_ans_f1"] == pytest.approx(
+        100 * 2 / 3
+    )
+
+
+def test_v2_drops_gold_texts_that_normalise_to_nothing() -> None:
+    data = {"version": "v2.0", "data": [article(q("x", "The", impossible=False))]}
+    assert evaluate_predictions(data, {"x": ""})["no_ans_total"] == 1
+    assert evaluate_predictions(data, {"x": ""})["exact_match"] == 100.0
+    # scored as v1.1 the same question needs "the"/"a" and F1 is 0 anyway
+    v1 = evaluate_predictions(data, {"x": "a"}, version="v1.1")
+    assert (v1["exact_match"], v1["f1"]) == (100.0, 0.0)
+
+
+def test_version_detected_from_is_impossible_without_version_field() -> None:
+    assert evaluate_predictions({"data": V2["data"]}, {})["version"] == "v2.0"
+    assert evaluate_predictions(V1["data"], {})["version"] == "v1.1"
+
+
+def test_file_loaders_locate_errors(tmp_path: Path) -> None:
+    (tmp_path / "gold.json.gz").write_bytes(gzip.compress(json.dumps(V1).encode()))
+    assert load_gold(tmp_path / "gold.json.gz") == V1
+    (tmp_path / "broken.json").write_text('{"a": "x",\n "b": }\n')
+    with pytest.raises(PredictionFileError, match=r"broken\.json:2:7: Expecting value"):
+        load_predictions(tmp_path / "broken.json")
+    with pytest.raises(SquadFormatError, match=r"broken\.json:2:7"):
+        load_gold(tmp_path / "broken.json")
+    (tmp_path / "num.json").write_text('{"a": 3}')
+    with pytest.raises(PredictionFileError, match="prediction for 'a' is not a string"):
+        load_predictions(tmp_path / "num.json")
+    (tmp_path / "list.json").write_text('["a"]')
+    with pytest.raises(PredictionFileError, match="expected a JSON object"):
+        load_predictions(tmp_path / "list.json")
+    bad = {"data": [article({"question": "?", "answers": []})]}
+    (tmp_path / "noid.json").write_text(json.dumps(bad))
+    with pytest.raises(SquadFormatError, match=r"noid\.json: article 0 \('t'\): question 'None'"):
+        load_gold(tmp_path / "noid.json")
