@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from treeqa import __version__
-from treeqa.cli import data, evaluate, predict, train
+from treeqa.cli import data, doctor, evaluate, predict, train
 
-SUBCOMMANDS = (data, train, evaluate, predict)
+SUBCOMMANDS = (data, train, evaluate, predict, doctor)
 TASK_COMMANDS = ("train", "evaluate", "predict")
 TASKS = ("sentiment", "qa")
 

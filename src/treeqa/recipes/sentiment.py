@@ -19,6 +19,7 @@ from treeqa.data.batching import EncodedTree, batches, encode
 from treeqa.data.tree import Tree, unescape_ptb
 from treeqa.data.vocab import Vocab
 from treeqa.eval.metrics import SentimentMetrics
+from treeqa.health import HealthMonitor
 from treeqa.models import build_sentiment_model, model_classes
 from treeqa.models.common import Output
 from treeqa.train import checkpoint as ckpt
@@ -164,10 +165,12 @@ def train(
     callbacks: list[Callback] = [
         ProgressBar(total=n_batches),
         MetricsLog(out, config.train.log_every),
-        Checkpointer(out, meta, scheduler),
+        Checkpointer(out, meta, scheduler, every=config.train.checkpoint_every),
         EarlyStopping(config.train.patience),
         *extra_callbacks,
     ]
+    if config.train.health != "off":
+        callbacks.append(HealthMonitor(config.train.health, json_path=out / "health.json"))
     seed = config.train.seed
     state = fit(
         model,

@@ -1,0 +1,136 @@
+"""Per-step overhead of the health monitor on a clean training run, with and without it.
+
+One process trains the same model through treeqa's ``fit()`` in alternating repeats with the
+monitor off and on (default settings), so load drift hits both sides alike. Reported: the
+median per-step wall time of each side (measured around the whole step, callbacks included),
+their ratio, and the ratio of total wall time (which includes the periodic scans and the
+profiler window).
+
+    python benchmarks/bench_health_overhead.py --steps 400 --repeats 5 --out benchmarks/results/health-overhead
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from treeqa.health import HealthMonitor
+from treeqa.models.common import Output
+from treeqa.train.loop import Callback, TrainConfig, TrainState, fit
+
+
+class Batch:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        self.x, self.y = x, y
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(self.x.to(device), self.y.to(device))
+
+
+class Model(nn.Module):
+    """A 4-layer MLP classifier: big enough that a step is a few milliseconds on a CPU core."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.body = nn.Sequential(
+            *[m for _ in range(4) for m in (nn.Linear(dim, dim), nn.ReLU())], nn.Linear(dim, 10)
+        )
+
+    def forward(self, batch: Batch) -> Output:
+        logits = self.body(batch.x)
+        return Output(logits, nn.functional.cross_entropy(logits, batch.y))
+
+
+class StepClock(Callback):
+    """Wall time from one step's end to the next: data, compute and every callback."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.last: float | None = None
+
+    def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
+        now = time.perf_counter()
+        if self.last is not None:
+            self.times.append(now - self.last)
+        self.last = now
+
+
+def run(with_monitor: bool, steps: int, dim: int, device: str) -> tuple[list[float], float]:
+    torch.manual_seed(0)
+    data = [Batch(torch.randn(64, dim), torch.randint(0, 10, (64,))) for _ in range(32)]
+    model = Model(dim)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    clock = StepClock()
+    callbacks: list[Callback] = [HealthMonitor(stream=io.StringIO())] if with_monitor else []
+    config = TrainConfig(epochs=1, device=device)
+    started = time.perf_counter()
+    fit(
+        model,
+        opt,
+        lambda e: (data[i % len(data)] for i in range(steps)),
+        config,
+        callbacks=[*callbacks, clock],
+    )
+    return clock.times, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    run(True, 50, args.dim, args.device)  # warm-up: allocator, kernels, profiler import
+    per: dict[str, list[float]] = {"off": [], "on": []}
+    walls: dict[str, list[float]] = {"off": [], "on": []}
+    for r in range(args.repeats):
+        for side in ("off", "on") if r % 2 == 0 else ("on", "off"):
+            times, wall = run(side == "on", args.steps, args.dim, args.device)
+            per[side].extend(times[10:])
+            walls[side].append(wall)
+    med = {k: statistics.median(v) for k, v in per.items()}
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} thread(s), {args.device}".strip(),
+        "torch": torch.__version__,
+        "command": "python " + " ".join(sys.argv),
+        "steps_per_repeat": args.steps,
+        "repeats": args.repeats,
+        "median_step_ms": {k: round(v * 1e3, 4) for k, v in med.items()},
+        "median_step_ratio": round(med["on"] / med["off"], 4),
+        "total_wall_ratio": round(
+            statistics.median(walls["on"]) / statistics.median(walls["off"]), 4
+        ),
+    }
+    print(json.dumps(result, indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
+        args.out.with_suffix(".md").write_text(
+            "# Health monitor overhead\n\n"
+            f"{result['date']}, {result['machine']}, torch {result['torch']}\n\n"
+            f"`{result['command']}`\n\n"
+            "| | median step (ms) |\n|---|---|\n"
+            f"| monitor off | {result['median_step_ms']['off']} |\n| monitor on (default) | {result['median_step_ms']['on']} |\n\n"
+            f"Per-step ratio on/off: **{result['median_step_ratio']}**; total wall-time ratio "
+            f"(scans and profiler window included): {result['total_wall_ratio']}.\n"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""``treeqa doctor -- python SCRIPT.py [ARGS]``: run any PyTorch training script under the monitor."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from treeqa.cli.common import subparser
+
+EXAMPLE = (
+    "treeqa doctor --json health.json --plot health.png -- python train.py --epochs 3\n"
+    "  treeqa doctor --strict -- python -m mypackage.train"
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparser(
+        subparsers,
+        "doctor",
+        "Run a PyTorch training script under the training-health monitor and report findings.",
+        EXAMPLE,
+    )
+    parser.add_argument(
+        "--json", type=Path, dest="json_path", help="write the report (findings + series) here"
+    )
+    parser.add_argument(
+        "--plot", type=Path, dest="plot_path", help="write a PNG plot here (needs matplotlib)"
+    )
+    parser.add_argument(
+        "--every", type=int, default=50, help="steps between sampled (hooked) steps"
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="stop the script (exit 3) on an error finding"
+    )
+    parser.add_argument("command_line", nargs=argparse.REMAINDER, help="-- python SCRIPT.py [ARGS]")
+    parser.set_defaults(run=run, accepts_overrides=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from treeqa.health import run_doctor
+
+    command = list(args.command_line) + list(getattr(args, "overrides", None) or [])
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ValueError("give the script to run: treeqa doctor -- python SCRIPT.py [ARGS]")
+    if args.plot_path is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ValueError("--plot needs matplotlib: pip install 'treeqa[plot]'") from None
+    code, _ = run_doctor(
+        command,
+        json_path=args.json_path,
+        plot_path=args.plot_path,
+        every=args.every,
+        mode="strict" if args.strict else "on",
+        stream=sys.stderr,
+    )
+    return code

@@ -1,0 +1,387 @@
+"""Findings and the checks that produce them from numbers the monitor collected.
+
+Everything here is a plain function over series, module trees or tensors, so each check can be
+tested on its own; ``monitor.py`` decides when to call them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+import statistics
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+SEVERITIES = ("info", "warning", "error")
+
+FIXES: dict[str, str] = {
+    "graph-retained": "store state with .detach() (or recompute it each step) so no graph outlives its step",
+    "loss-accumulated-with-graph": "accumulate loss.item() (or loss.detach()), never the loss tensor itself",
+    "retain-graph-every-step": "drop retain_graph=True; detach whatever carries over from one step to the next",
+    "parameter-alias": "give each attribute its own layer (a new module or copy.deepcopy), or declare the tie",
+    "unused-parameter": "wire the parameters into forward (look for a typo or a branch never taken) or remove them",
+    "probabilities-into-cross-entropy": "pass raw logits to cross_entropy/CrossEntropyLoss; use log_softmax with NLLLoss",
+    "activation-growth": "remove the per-block scaling (e.g. x * sqrt(d) inside each block); scale once or normalise",
+    "loss-at-init": "initialise the output layer small (or zero) so that the first loss is near log(C)",
+    "non-finite": "guard the operation (eps in log/sqrt/division), lower the lr or clip gradients",
+    "step-time-regression": "look for state that grows with steps: retained graphs, caches, lists of tensors",
+    "memory-growth": "keep .item() or .detach().cpu() summaries, not tensors, in anything that lives across steps",
+    "input-bound": "load data in DataLoader workers (num_workers>0, pin_memory) and cache preprocessing",
+    "hot-op": "make the dominating operator cheaper (e.g. 2-D char conv -> depthwise-separable 1-D conv, bf16)",
+}
+CODES = tuple(FIXES)
+
+
+@dataclass
+class Finding:
+    """One problem: a stable code, how bad it is, the numbers behind it, where, and the fix."""
+
+    code: str
+    severity: str
+    message: str
+    where: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    fix: str = ""
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        if self.code not in FIXES or self.severity not in SEVERITIES:
+            raise ValueError(f"bad finding {self.code!r}/{self.severity!r}")
+        self.fix = self.fix or FIXES[self.code]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- source locations
+
+_SKIP = (
+    str(Path(torch.__file__).parent),
+    str(Path(__file__).parent),
+    "<frozen",
+    "runpy.py",
+)
+
+
+def user_site(depth: int = 1) -> str:
+    """``file:line`` of the innermost caller outside torch, this package and runpy."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(_SKIP) and "runpy" not in name and "lightning" not in name:
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return ""
+
+
+def definition_site(obj: Any) -> str:
+    """``file:line`` where a class (or a module's class) is defined; "" when unknown."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    try:
+        return f"{inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]}"
+    except (OSError, TypeError):
+        return ""
+
+
+def assignment_site(files: Iterable[str], attr: str) -> str:
+    """The first ``.attr = ...`` (or ``attr +=``) line in ``files``: where a holder gets its value."""
+    # A statement that starts with the target (``x.attr = ...``), not prose that mentions it.
+    pattern = re.compile(rf"^\s*([\w\[\]]+\.)*{re.escape(attr)}\s*(=(?!=)|\+=)")
+    for name in files:
+        try:
+            lines = Path(name).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for i, line in enumerate(lines, 1):
+            if (
+                pattern.search(line)
+                and not line.lstrip().startswith("#")
+                and not re.search(r"=\s*None\s*(#.*)?$", line)
+            ):
+                return f"{name}:{i}"
+    return ""
+
+
+# ---------------------------------------------------------------- series
+
+
+def quarter_medians(values: Sequence[float], warmup: int) -> list[float] | None:
+    """Medians of four consecutive quarters after ``warmup`` points; None if too few."""
+    rest = [v for v in values[warmup:] if math.isfinite(v)]
+    if len(rest) < 40:
+        return None
+    q = len(rest) // 4
+    return [statistics.median(rest[i * q : (i + 1) * q]) for i in range(4)]
+
+
+def rising(medians: Sequence[float], slack: float = 1.0) -> bool:
+    """Each quarter at least ``slack`` times the one before (slack < 1 tolerates timing noise)."""
+    return all(b >= slack * a for a, b in zip(medians, medians[1:], strict=False))
+
+
+def warmup_of(n: int) -> int:
+    return max(5, n // 20)
+
+
+def step_time_regression(step_times: Sequence[float]) -> Finding | None:
+    """Steps that get slower: quarter medians rise monotonically and the last is >= 1.5x the first."""
+    m = quarter_medians(step_times, warmup_of(len(step_times)))
+    if m is None or m[0] <= 0 or not rising(m, 0.9) or m[3] < 1.5 * m[0] or m[2] < 1.2 * m[0]:
+        return None
+    ratio = m[3] / m[0]
+    return Finding(
+        "step-time-regression",
+        "error" if ratio >= 3 else "warning",
+        f"steps got {ratio:.1f}x slower over the run ({m[0] * 1e3:.2f} ms -> {m[3] * 1e3:.2f} ms median)",
+        evidence={"quarter_median_ms": [round(v * 1e3, 3) for v in m], "ratio": round(ratio, 2)},
+    )
+
+
+def memory_growth(megabytes: Sequence[float], kind: str, floor_mb: float) -> Finding | None:
+    """Memory after the step keeps rising: quarter medians rise and grow by > floor and > 5%."""
+    m = quarter_medians(megabytes, warmup_of(len(megabytes)))
+    if m is None or not rising(m):
+        return None
+    growth = m[3] - m[0]
+    if growth < max(floor_mb, 0.05 * m[0]):
+        return None
+    return Finding(
+        "memory-growth",
+        "warning",
+        f"{kind} after each step keeps rising: +{growth:.0f} MB over the run ({m[0]:.0f} -> {m[3]:.0f} MB)",
+        evidence={
+            "kind": kind,
+            "quarter_median_mb": [round(v, 1) for v in m],
+            "growth_mb": round(growth, 1),
+        },
+    )
+
+
+def input_bound(data_times: Sequence[float], step_times: Sequence[float]) -> Finding | None:
+    """Waiting for data takes at least half of each step (median over the last 200 steps)."""
+    data, compute = list(data_times[-200:]), list(step_times[-200:])
+    if len(data) < 20:
+        return None
+    wait, busy = statistics.median(data), statistics.median(compute)
+    share = wait / max(wait + busy, 1e-12)
+    if share < 0.5:
+        return None
+    return Finding(
+        "input-bound",
+        "warning",
+        f"{share:.0%} of each step is spent waiting for data ({wait * 1e3:.2f} ms data vs {busy * 1e3:.2f} ms compute)",
+        evidence={
+            "data_ms": round(wait * 1e3, 3),
+            "compute_ms": round(busy * 1e3, 3),
+            "share": round(share, 3),
+        },
+    )
+
+
+def loss_at_init(first_loss: float, num_classes: int) -> Finding | None:
+    """The first cross-entropy is far above log(C): the output layer starts too confident."""
+    expected = math.log(max(num_classes, 2))
+    if not math.isfinite(first_loss) or first_loss <= expected + max(1.0, expected):
+        return None
+    return Finding(
+        "loss-at-init",
+        "warning",
+        f"first loss {first_loss:.3f} is far above log({num_classes}) = {expected:.3f} expected at initialisation",
+        evidence={
+            "first_loss": round(first_loss, 4),
+            "expected": round(expected, 4),
+            "classes": num_classes,
+        },
+    )
+
+
+# ---------------------------------------------------------------- tensors and modules
+
+
+def looks_like_probabilities(x: torch.Tensor) -> bool:
+    """Non-negative rows along the class dimension that sum to 1 (one host sync)."""
+    if not x.is_floating_point() or x.numel() == 0 or x.dim() == 0:
+        return False
+    dim = 1 if x.dim() >= 2 else 0
+    x = x.detach().float()
+    sums = x.sum(dim)
+    ok = (x.min() >= 0) & ((sums - 1).abs().max() < 1e-3)
+    return bool(ok)
+
+
+def module_names(models: Iterable[nn.Module]) -> dict[int, str]:
+    names: dict[int, str] = {}
+    for i, model in enumerate(models):
+        prefix = "" if i == 0 else f"model{i}."
+        for name, module in model.named_modules():
+            names.setdefault(id(module), (prefix + name) or type(model).__name__)
+    return names
+
+
+def parameter_aliases(model: nn.Module) -> list[Finding]:
+    """Layers or parameters reachable under two names with no declared tie."""
+    declared = set(getattr(model, "_tied_weights_keys", None) or ())
+    findings: list[Finding] = []
+    seen: dict[int, str] = {}
+    owners: dict[str, nn.Module] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        owners[name] = module
+        if not any(True for _ in module.parameters(recurse=False)) and not list(module.children()):
+            continue
+        first = seen.setdefault(id(module), name)
+        if first != name and not first.startswith(name + ".") and not name.startswith(first + "."):
+            if (
+                any(n in declared or n.startswith(tuple(declared)) for n in (name, first))
+                and declared
+            ):
+                continue
+            parent_name, _, attr = name.rpartition(".")
+            parent = owners.get(parent_name, model)
+            where = assignment_site([inspect.getsourcefile(type(parent)) or ""], attr)
+            findings.append(
+                Finding(
+                    "parameter-alias",
+                    "warning",
+                    f"{name} and {first} are the same {type(module).__name__}: they share every parameter",
+                    where=where or definition_site(parent),
+                    evidence={
+                        "names": [first, name],
+                        "parameters": sum(p.numel() for p in module.parameters()),
+                    },
+                )
+            )
+    by_param: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_param.setdefault(id(p), []).append(name)
+    module_alias = {n for f in findings for n in f.evidence["names"]}
+    for names in by_param.values():
+        if len(names) < 2 or any(n.rpartition(".")[0] in module_alias for n in names):
+            continue
+        kinds = {type(owners.get(n.rpartition(".")[0], model)).__name__ for n in names}
+        if names[0] in declared or names[1] in declared or len(kinds) > 1:
+            continue  # a tie across layer types (embedding <-> output) is the usual intended tie
+        findings.append(
+            Finding(
+                "parameter-alias",
+                "warning",
+                f"parameter shared by {', '.join(names)} (same layer type, no declared tie)",
+                where=definition_site(model),
+                evidence={"names": names},
+            )
+        )
+    return findings
+
+
+_FAMILIES = (
+    ("convolution", re.compile(r"conv")),
+    ("matmul", re.compile(r"::(mm|addmm|bmm|baddbmm|matmul|linear|addmv|mv|dot|einsum)\b|gemm")),
+    ("softmax/loss", re.compile(r"softmax|nll_loss|cross_entropy")),
+    ("indexing", re.compile(r"index|gather|scatter|embedding|take|masked")),
+    ("copy", re.compile(r"copy_|::to\b|_to_copy|contiguous|clone|cat|stack")),
+    ("reduction", re.compile(r"sum|mean|max|min|norm|var|std")),
+    (
+        "elementwise",
+        re.compile(r"add|mul|sub|div|tanh|sigmoid|relu|gelu|exp|log|pow|sqrt|where|fill|zero"),
+    ),
+)
+
+
+def op_family(name: str) -> str:
+    for family, pattern in _FAMILIES:
+        if pattern.search(name):
+            return family
+    return "other"
+
+
+def hot_op(op_times: dict[str, float], steps: int) -> Finding | None:
+    """The operator family with the largest share of self time in a profiler window.
+
+    Dense matmuls dominating is how a healthy model looks, so they stay "info"; convolution,
+    indexing or copy taking >= 40% and twice the runner-up is a warning (the 2-D character CNN of the QANet report is the example).
+    """
+    total = sum(op_times.values())
+    if total <= 0:
+        return None
+    families: dict[str, float] = {}
+    for name, t in op_times.items():
+        families[op_family(name)] = families.get(op_family(name), 0.0) + t
+    ranked = sorted(families.items(), key=lambda kv: -kv[1])
+    family, t = ranked[0]
+    share, runner_up = t / total, (ranked[1][1] / total if len(ranked) > 1 else 0.0)
+    top = sorted(
+        (kv for kv in op_times.items() if op_family(kv[0]) == family), key=lambda kv: -kv[1]
+    )[:3]
+    # Below ~2 ms a step, one preempted call can dominate a 3-step window: not worth a warning.
+    dominant = share >= 0.4 and share >= 2 * runner_up and t / 1e3 / max(steps, 1) >= 2.0
+    # Only families with a usual cheaper rewrite warn; on a busy CPU any small op can look hot.
+    severity = "warning" if dominant and family in ("convolution", "indexing", "copy") else "info"
+    return Finding(
+        "hot-op",
+        severity,
+        f"{family} operators take {share:.0%} of step time ({', '.join(k for k, _ in top)})",
+        evidence={
+            "family": family,
+            "share": round(share, 3),
+            "ms_per_step": round(t / 1e3 / max(steps, 1), 3),
+            "families": {
+                k: round(v / total, 3) for k, v in sorted(families.items(), key=lambda kv: -kv[1])
+            },
+            "top_ops": {k: round(v / 1e3 / max(steps, 1), 3) for k, v in top},
+        },
+    )
+
+
+def activation_growth(rms: dict[str, float]) -> Finding | None:
+    """Output RMS that multiplies from block to block across a repeated stack (``blocks.0..k``)."""
+    groups: dict[str, list[tuple[int, float]]] = {}
+    for name, value in rms.items():
+        m = re.fullmatch(r"(.*)\.(\d+)", name)
+        if m:
+            groups.setdefault(m.group(1), []).append((int(m.group(2)), value))
+    worst: tuple[float, str, list[float]] | None = None
+    for prefix, items in groups.items():
+        values = [v for _, v in sorted(items)]
+        if len(values) < 3 or min(values) <= 0 or not all(map(math.isfinite, values)):
+            continue
+        ratios = [b / a for a, b in zip(values, values[1:], strict=False)]
+        growth = values[-1] / values[0]
+        if (
+            sum(r >= 1.5 for r in ratios) >= len(ratios) - 1
+            and growth >= 8
+            and (worst is None or growth > worst[0])
+        ):
+            worst = (growth, prefix, values)
+    if worst is None:
+        return None
+    growth, prefix, values = worst
+    per_block = growth ** (1 / (len(values) - 1))
+    return Finding(
+        "activation-growth",
+        "error" if growth >= 1e3 else "warning",
+        f"output RMS of {prefix}.0..{len(values) - 1} grows {per_block:.1f}x per block ({growth:.3g}x in all)",
+        where=prefix,
+        evidence={
+            "rms": [float(f"{v:.4g}") for v in values],
+            "per_block": round(per_block, 2),
+            "total": float(f"{growth:.4g}"),
+        },
+    )
+
+
+def non_finite_grads(named: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
+    """Names of parameters whose gradient holds NaN/Inf (one host sync for the whole model)."""
+    grads = [(n, p.grad) for n, p in named if p.grad is not None and p.grad.is_floating_point()]
+    if not grads:
+        return []
+    norms = torch._foreach_norm([g.detach() for _, g in grads])
+    finite = torch.isfinite(torch.stack([n.float().to(norms[0].device) for n in norms]))
+    if bool(finite.all()):
+        return []
+    return [name for (name, _), ok in zip(grads, finite.tolist(), strict=True) if not ok]

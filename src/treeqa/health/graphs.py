@@ -1,0 +1,183 @@
+"""Find autograd graphs that outlive their step, and the objects that hold them.
+
+Autograd numbers every graph node it creates (``Node._sequence_nr()``, increasing per thread).
+The monitor remembers the number of each step's loss, so a node numbered at or below the loss
+of two steps ago belongs to an older step. A gc walk finds live tensors whose ``grad_fn`` is
+that old; ``gc.get_referrers`` and the live stack frames name what keeps them alive.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+_HERE = str(Path(__file__).parent)
+_TENSOR_TYPES = frozenset({torch.Tensor, nn.Parameter, nn.parameter.Buffer})
+
+
+def sequence_nr(tensor: torch.Tensor) -> int | None:
+    fn = tensor.grad_fn
+    return None if fn is None else int(fn._sequence_nr())
+
+
+def oldest_node(tensor: torch.Tensor, limit: int = 20_000) -> int | None:
+    """The smallest sequence number in ``tensor``'s graph (walks at most ``limit`` nodes)."""
+    fn = tensor.grad_fn
+    if fn is None:
+        return None
+    oldest, seen, todo = int(fn._sequence_nr()), {fn}, [fn]
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        for child, _ in node.next_functions:
+            if child is None or child in seen or type(child).__name__ == "AccumulateGrad":
+                continue
+            seen.add(child)
+            todo.append(child)
+            oldest = min(oldest, int(child._sequence_nr()))
+    return oldest
+
+
+@dataclass
+class Retained:
+    """Tensors alive after their step whose graph reaches nodes older than ``marker``."""
+
+    tensors: int = 0
+    scalars: int = 0
+    oldest: int | None = None
+    holders: dict[str, int] = field(default_factory=dict)
+    scalar_holders: dict[str, int] = field(default_factory=dict)
+
+
+def scan(marker: int, exclude: Iterable[int] = (), sample: int = 4) -> Retained:
+    """Walk every gc-tracked tensor; count those holding graph nodes numbered <= ``marker``.
+
+    Scalars (one element) are counted apart: a running total or a list of losses is
+    ``loss-accumulated-with-graph``; anything else is a retained state (``graph-retained``).
+    Holders are named for at most ``sample`` tensors of each kind (referrer walks are slow).
+    """
+    found = Retained()
+    skip = set(exclude)
+    objects = gc.get_objects()
+    tensors = [
+        o
+        for o in objects
+        if type(o) in _TENSOR_TYPES and o.grad_fn is not None and id(o) not in skip
+    ]
+    del objects
+    if any(int(t.grad_fn._sequence_nr()) <= marker for t in tensors):
+        # Garbage cycles may still hold old graphs; they are no leak. Collect, then look again.
+        del tensors
+        gc.collect()
+        tensors = [
+            o
+            for o in gc.get_objects()
+            if type(o) in _TENSOR_TYPES and o.grad_fn is not None and id(o) not in skip
+        ]
+    for t in tensors:
+        seq = int(t.grad_fn._sequence_nr())
+        scalar = t.numel() == 1
+        if seq > marker:
+            # A fresh node can still chain older ones: `total = total + loss` every step.
+            if not scalar:
+                continue
+            seq = oldest_node(t, limit=5_000) or seq
+            if seq > marker:
+                continue
+        found.oldest = seq if found.oldest is None else min(found.oldest, seq)
+        if scalar:
+            found.scalars += 1
+            if sum(found.scalar_holders.values()) < sample:
+                name = holder_name(t, tensors)
+                found.scalar_holders[name] = found.scalar_holders.get(name, 0) + 1
+        else:
+            found.tensors += 1
+            if sum(found.holders.values()) < sample:
+                name = holder_name(t, tensors)
+                found.holders[name] = found.holders.get(name, 0) + 1
+    return found
+
+
+def holder_name(tensor: torch.Tensor, ignore: Any) -> str:
+    """``Class.attr``, ``Class.attr[]``, ``global name`` or ``local name in fn()`` for a tensor."""
+    local = _frame_holder(tensor)
+    if local:
+        return local
+    for ref in gc.get_referrers(tensor):
+        if ref is ignore or isinstance(ref, types.FrameType):
+            continue
+        name = _describe(ref, tensor, ignore)
+        if name:
+            return name
+    return "unknown holder"
+
+
+def _frame_holder(tensor: torch.Tensor) -> str:
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_HERE):
+            frame = frame.f_back
+            continue
+        for name, value in frame.f_locals.items():
+            if value is tensor:
+                return f"local variable {name!r} in {frame.f_code.co_name}()"
+            if (
+                isinstance(value, list | tuple)
+                and len(value) < 100_000
+                and any(v is tensor for v in value)
+            ):
+                return f"list {name!r} in {frame.f_code.co_name}()"
+        frame = frame.f_back
+    return ""
+
+
+def _attr_of(owner: Any, value: Any) -> str | None:
+    attrs = getattr(owner, "__dict__", None)
+    if isinstance(attrs, dict):
+        for key, v in attrs.items():
+            if v is value:
+                return key
+    for key in getattr(type(owner), "__slots__", ()):
+        if getattr(owner, key, None) is value:
+            return key
+    return None
+
+
+def _describe(ref: Any, tensor: Any, ignore: Any, depth: int = 0) -> str:
+    if depth > 2:
+        return ""
+    if isinstance(ref, dict):
+        for owner in gc.get_referrers(ref):
+            if owner is ignore:
+                continue
+            if getattr(owner, "__dict__", None) is ref:
+                return f"{type(owner).__name__}.{_attr_of(owner, tensor)}"
+            if isinstance(owner, types.ModuleType) or (
+                isinstance(owner, types.FunctionType) and owner.__globals__ is ref
+            ):
+                key = next((k for k, v in ref.items() if v is tensor), "?")
+                return f"global {key!r}"
+        key = next((k for k, v in ref.items() if v is tensor), None)
+        if key is not None and "__name__" in ref:
+            return f"global {key!r} in {ref['__name__']}"
+        return ""
+    if isinstance(ref, list | tuple):
+        for owner in gc.get_referrers(ref):
+            if owner is ignore or isinstance(owner, types.FrameType):
+                continue
+            inner = _describe(owner, ref, ignore, depth + 1)
+            if inner:
+                return inner + "[]"
+        return ""
+    if isinstance(ref, nn.Module | object) and not isinstance(ref, type):
+        attr = _attr_of(ref, tensor)
+        if attr:
+            return f"{type(ref).__name__}.{attr}"
+    return ""

@@ -1,0 +1,75 @@
+"""PyTorch Lightning adapter: ``Trainer(callbacks=[HealthCallback()])``.
+
+Lightning is an optional extra (``pip install 'treeqa[lightning]'``) and is imported only when
+the adapter is built.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from treeqa.health.monitor import HealthMonitor
+
+
+def _lightning() -> Any:
+    try:
+        import lightning.pytorch as pl
+    except ImportError:
+        try:
+            import pytorch_lightning as pl  # the older package name
+        except ImportError as e:
+            raise ImportError(
+                "the Lightning adapter needs lightning: pip install 'treeqa[lightning]'"
+            ) from e
+    return pl
+
+
+def HealthCallback(
+    mode: str = "on",
+    every: int = 50,
+    json_path: str | Path | None = None,
+    plot_path: str | Path | None = None,
+) -> Any:
+    """A Lightning ``Callback`` driving a ``HealthMonitor`` (report at the end of ``fit``)."""
+    pl = _lightning()
+
+    class _HealthCallback(pl.Callback):  # type: ignore[name-defined]
+        def __init__(self) -> None:
+            self.monitor = HealthMonitor(mode, every, json_path, plot_path)
+            self.batch_end = time.perf_counter()
+            self.started = self.batch_end
+
+        def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            self.monitor.watch(pl_module)
+            self.monitor.install_loss_checks()
+
+        def on_train_batch_start(
+            self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+        ) -> None:
+            self.started = time.perf_counter()
+            self.monitor.begin_step()
+
+        def on_train_batch_end(
+            self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        ) -> None:
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            now = time.perf_counter()
+            self.monitor.end_step(loss, now - self.started, self.started - self.batch_end)
+            self.batch_end = time.perf_counter()
+            if self.monitor.stop_requested:
+                trainer.should_stop = True
+
+        def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+            self.monitor.paused = True
+
+        def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+            self.monitor.paused = False
+            self.batch_end = time.perf_counter()  # validation is not data wait
+
+        def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+            self.monitor.uninstall()
+            self.monitor.finish()
+
+    return _HealthCallback()

@@ -1,0 +1,105 @@
+"""The monitor's report: one line per new finding, a terminal summary, JSON and a plot."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from treeqa.health.checks import SEVERITIES, Finding
+
+_ORDER = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+
+
+def one_line(finding: Finding) -> str:
+    where = f" at {finding.where}" if finding.where else ""
+    return f"treeqa health: {finding.severity.upper()} [{finding.code}] step {finding.step}: {finding.message}{where}"
+
+
+def build(monitor: Any) -> dict[str, Any]:
+    findings = sorted(monitor.findings.values(), key=lambda f: (_ORDER[f.severity], f.step))
+    series = {
+        k: [None if isinstance(v, float) and not math.isfinite(v) else v for v in vs]
+        for k, vs in monitor.series.items()
+    }
+    return {
+        "findings": [f.to_json() for f in findings],
+        "series": series,
+        "steps": monitor.step,
+        "meta": {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(monitor.started)),
+            "python": platform.python_version(),
+        },
+    }
+
+
+def print_summary(result: dict[str, Any], stream: TextIO) -> None:
+    findings = result["findings"]
+    steps = result["steps"]
+    if not findings:
+        print(f"treeqa health: {steps} steps, no findings", file=stream)
+        return
+    counts = {s: sum(f["severity"] == s for f in findings) for s in SEVERITIES}
+    shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    print(f"\ntreeqa health: {steps} steps, {len(findings)} findings ({shown})", file=stream)
+    for f in findings:
+        print(f"  {f['severity']:<7} {f['code']:<34} step {f['step']}: {f['message']}", file=stream)
+        if f["where"]:
+            print(f"          where: {f['where']}", file=stream)
+        print(f"          fix:   {f['fix']}", file=stream)
+
+
+def write_json(result: dict[str, Any], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+
+
+def write_plot(result: dict[str, Any], path: str | Path) -> None:
+    """Step time, memory and loss over steps, with each finding marked where it first appeared."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise RuntimeError("the health plot needs matplotlib: pip install 'treeqa[plot]'") from e
+    s = result["series"]
+    steps = s["step"]
+    fig, axes = plt.subplots(3, 1, figsize=(9, 7.5), sharex=True)
+    panels = [
+        ("step time (ms)", [None if v is None else v * 1e3 for v in s["step_time"]], "tab:blue"),
+        ("memory (MB)", s["cuda_mb"] if any(s["cuda_mb"]) else s["rss_mb"], "tab:green"),
+        ("loss", s["loss"], "tab:red"),
+    ]
+    for ax, (label, values, color) in zip(axes, panels, strict=True):
+        xs = [x for x, v in zip(steps, values, strict=True) if v is not None]
+        ax.plot(xs, [v for v in values if v is not None], color=color, lw=0.8)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    colors = {"error": "red", "warning": "orange", "info": "grey"}
+    for i, f in enumerate(result["findings"]):
+        for ax in axes:
+            ax.axvline(f["step"], color=colors[f["severity"]], ls="--", lw=0.8)
+        axes[0].annotate(
+            f["code"],
+            (f["step"], 1 - 0.1 * (i % 8)),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            color=colors[f["severity"]],
+            rotation=0,
+            va="top",
+        )
+    if any(s["cuda_mb"]):
+        axes[1].set_ylabel("device memory (MB)")
+    axes[-1].set_xlabel("step")
+    axes[0].set_title(
+        f"training health: {len(result['findings'])} findings over {result['steps']} steps"
+    )
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

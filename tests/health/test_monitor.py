@@ -1,0 +1,180 @@
+"""The monitor inside treeqa's own fit(), its report files, the CLI and the checks on their own."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from treeqa.health import HealthMonitor, checks, run_doctor
+from treeqa.models.common import Output
+from treeqa.train.loop import TrainConfig, fit
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+class Batch:
+    def __init__(self, x: torch.Tensor, y: torch.Tensor):
+        self.x, self.y = x, y
+
+    def to(self, device: torch.device) -> Batch:
+        return self
+
+
+class Tiny(nn.Module):
+    def __init__(self, scale: float = 1.0):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+        self.scale = scale
+
+    def forward(self, batch: Batch) -> Output:
+        logits = self.body(batch.x) * self.scale
+        return Output(logits, nn.functional.cross_entropy(logits, batch.y))
+
+
+def batches(epoch: int) -> list[Batch]:
+    g = torch.Generator().manual_seed(epoch)
+    return [
+        Batch(torch.randn(16, 8, generator=g), torch.randint(0, 3, (16,), generator=g))
+        for _ in range(30)
+    ]
+
+
+def train(model: nn.Module, monitor: HealthMonitor, epochs: int = 2) -> int:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = fit(model, opt, batches, TrainConfig(epochs=epochs, device="cpu"), callbacks=[monitor])
+    return state.step
+
+
+def test_fit_clean_run_writes_report(tmp_path: Path) -> None:
+    monitor = HealthMonitor(every=10, json_path=tmp_path / "health.json", stream=io.StringIO())
+    assert train(Tiny(), monitor) == 60
+    report = json.loads((tmp_path / "health.json").read_text())
+    assert [f for f in report["findings"] if f["severity"] != "info"] == []
+    assert len(report["series"]["step_time"]) == 60 and all(
+        math.isfinite(v) for v in report["series"]["loss"]
+    )
+    assert nn.functional.cross_entropy.__name__ == "cross_entropy"  # the wrapper was removed
+
+
+def test_fit_strict_stops_on_error() -> None:
+    stream = io.StringIO()
+    monitor = HealthMonitor(mode="strict", every=10, stream=stream)
+    steps = train(Tiny(scale=float("nan")), monitor, epochs=3)
+    assert steps < 10
+    assert "non-finite" in stream.getvalue() and "stopping" in stream.getvalue()
+
+
+def test_fit_loss_at_init() -> None:
+    monitor = HealthMonitor(every=10, stream=io.StringIO())
+    train(Tiny(scale=40.0), monitor, epochs=1)
+    assert "loss-at-init" in {f.code for f in monitor.findings.values()}
+
+
+def line_of(script: str, text: str) -> int:
+    lines = (SCRIPTS / script).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+def test_doctor_names_holder_module_and_alias() -> None:
+    _, report = run_doctor(
+        ["python", str(SCRIPTS / "bug_graph_retained.py")], every=10, stream=io.StringIO()
+    )
+    retained = next(f for f in report["findings"] if f["code"] == "graph-retained")
+    assert (
+        retained["where"].startswith("Example.encoding")
+        and f"bug_graph_retained.py:{line_of('bug_graph_retained.py', 'ex.encoding = encoder')}" in retained["where"]
+    )
+    _, report = run_doctor(
+        ["python", str(SCRIPTS / "bug_parameter_alias.py")], every=10, stream=io.StringIO()
+    )
+    alias = next(f for f in report["findings"] if f["code"] == "parameter-alias")
+    assert (
+        sorted(alias["evidence"]["names"]) == ["cell.Ur", "cell.Uz"]
+        and f"bug_parameter_alias.py:{line_of('bug_parameter_alias.py', 'self.Ur = self.Uz')}" in alias["where"]
+    )
+    _, report = run_doctor(
+        ["python", str(SCRIPTS / "bug_non_finite.py")], every=10, stream=io.StringIO()
+    )
+    nan = next(f for f in report["findings"] if f["code"] == "non-finite")
+    assert nan["where"].startswith("norm (Standardize")
+
+
+def test_doctor_keeps_exit_code_and_writes_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    script = tmp_path / "fails.py"
+    script.write_text("import sys\nprint('hello')\nsys.exit(7)\n")
+    code, _ = run_doctor(
+        ["python", str(script)],
+        json_path=tmp_path / "r.json",
+        plot_path=tmp_path / "r.png",
+        stream=io.StringIO(),
+    )
+    assert (
+        code == 7 and (tmp_path / "r.json").exists() and (tmp_path / "r.png").stat().st_size > 1000
+    )
+
+
+def test_cli_doctor_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "treeqa",
+        "doctor",
+        "--every",
+        "10",
+        "--json",
+        str(out),
+        "--",
+        "python",
+        str(SCRIPTS / "bug_probs_into_ce.py"),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "done"  # the script's own output is untouched
+    assert "probabilities-into-cross-entropy" in proc.stderr
+    assert {f["code"] for f in json.loads(out.read_text())["findings"]} >= {
+        "probabilities-into-cross-entropy"
+    }
+
+
+def test_checks_on_numbers() -> None:
+    assert checks.step_time_regression([0.01] * 200) is None
+    assert checks.step_time_regression([0.01 * (1 + i / 50) for i in range(200)]) is not None
+    assert checks.memory_growth([500.0 + i for i in range(100)], "host RSS", 32.0) is not None
+    assert checks.input_bound([0.03] * 30, [0.01] * 30) is not None
+    assert checks.activation_growth({"b.0": 1.0, "b.1": 1.1, "b.2": 1.2}) is None
+    assert (
+        checks.activation_growth({"b.0": 1.0, "b.1": 11.0, "b.2": 130.0, "b.3": 1500.0}) is not None
+    )
+    assert checks.looks_like_probabilities(torch.randn(4, 5).softmax(1))
+    assert not checks.looks_like_probabilities(torch.randn(4, 5))
+    assert checks.loss_at_init(math.log(10) + 0.2, 10) is None
+    assert (
+        checks.hot_op(
+            {"aten::mkldnn_convolution": 7e3, "aten::addmm": 2e3, "aten::add": 1e3}, 1
+        ).severity
+        == "warning"
+    )  # type: ignore[union-attr]
+
+
+def test_lightning_adapter_is_optional() -> None:
+    try:
+        import lightning  # noqa: F401
+    except ImportError:
+        from treeqa.health.lightning import HealthCallback
+
+        with pytest.raises(ImportError, match="treeqa\\[lightning\\]"):
+            HealthCallback()
+        return
+    from treeqa.health.lightning import HealthCallback
+
+    assert HealthCallback().monitor is not None
