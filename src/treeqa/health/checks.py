@@ -380,7 +380,9 @@ def non_finite_grads(named: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
     grads = [(n, p.grad) for n, p in named if p.grad is not None and p.grad.is_floating_point()]
     if not grads:
         return []
-    norms = torch._foreach_norm([g.detach() for _, g in grads])
+    # Sparse gradients (embedding tables with sparse=True) have no norm kernel: use their values.
+    dense = [g.detach().coalesce().values() if g.is_sparse else g.detach() for _, g in grads]
+    norms = torch._foreach_norm(dense)
     finite = torch.isfinite(torch.stack([n.float().to(norms[0].device) for n in norms]))
     if bool(finite.all()):
         return []

@@ -1,0 +1,324 @@
+"""Speed of the level-batched tree models against their recursive references, on SST train.
+
+One run measures, with the same model and weights side by side:
+  1. inference: level-batched (batch 256) vs the recursive reference (one node at a time) in
+     sentences/s, and their ratio;
+  2. training steps: level-batched at batch 25 vs the reference one sentence at a time;
+  3. one training epoch at batch 25 and one at batch 256 (Adagrad, as in the paper configs);
+  4. epoch-time drift over ``--drift-epochs`` epochs (last / first, and the medians of the
+     last and first three);
+  5. peak resident memory.
+Results go to ``benchmarks/results/tree-<model>.md`` and ``.json`` with the date, the machine
+and the command. Example:
+
+    python benchmarks/bench_tree.py --model tree_lstm --data "$TREEQA_DATA/sst"
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+
+from treeqa.data.batching import EncodedTree, TreeBatch, batches, collate, encode
+from treeqa.data.sst import load_split
+from treeqa.data.vocab import Vocab
+from treeqa.models import SENTIMENT_MODELS
+from treeqa.models.reference import reference_forward
+from treeqa.train.loop import TrainConfig
+from treeqa.train.optim import build_optimizer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def default_data() -> str:
+    base = os.environ.get("TREEQA_DATA")
+    return str(Path(base) / "sst") if base else str(ROOT.parent / "shared" / "data" / "sst")
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+class Timing(NamedTuple):
+    """Wall-clock seconds, and this process's CPU seconds (what the same work would take on
+    idle cores with one torch thread, when other jobs share the machine)."""
+
+    wall: float
+    cpu: float
+
+    @classmethod
+    def start(cls) -> Timing:
+        return cls(time.perf_counter(), time.process_time())
+
+    def since(self) -> Timing:
+        return Timing(time.perf_counter() - self.wall, time.process_time() - self.cpu)
+
+
+def rates(n: int, t: Timing) -> dict[str, float]:
+    return {
+        "seconds": t.wall,
+        "cpu_seconds": t.cpu,
+        "sentences_per_s": n / max(t.wall, 1e-9),
+        "sentences_per_cpu_s": n / max(t.cpu, 1e-9),
+    }
+
+
+def train_epoch(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, data: Sequence[TreeBatch]
+) -> Timing:
+    """Seconds for one pass of optimiser steps over pre-collated batches."""
+    model.train()
+    start = Timing.start()
+    for batch in data:
+        out = model(batch)
+        assert out.loss is not None
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        opt.step()
+    return start.since()
+
+
+def inference(model: torch.nn.Module, trees: Sequence[EncodedTree], batch_size: int) -> Timing:
+    model.eval()
+    start = Timing.start()
+    with torch.no_grad():
+        for batch in batches(trees, batch_size, shuffle=False):
+            model(batch)
+    return start.since()
+
+
+def reference_inference(model: torch.nn.Module, trees: Sequence[EncodedTree]) -> Timing:
+    model.eval()
+    start = Timing.start()
+    with torch.no_grad():
+        for tree in trees:
+            reference_forward(model, collate([tree]))
+    return start.since()
+
+
+def reference_training(
+    model: torch.nn.Module, opt: torch.optim.Optimizer, trees: Sequence[EncodedTree]
+) -> Timing:
+    """One optimiser step per sentence, as the original code ran."""
+    model.train()
+    start = Timing.start()
+    for tree in trees:
+        out = reference_forward(model, collate([tree]))
+        assert out.loss is not None
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        opt.step()
+    return start.since()
+
+
+def side_by_side(batched: dict[str, float], reference: dict[str, float]) -> dict[str, Any]:
+    return {
+        "batched": batched,
+        "reference": reference,
+        "ratio": batched["sentences_per_s"] / reference["sentences_per_s"],
+        "ratio_cpu": batched["sentences_per_cpu_s"] / reference["sentences_per_cpu_s"],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--data", default=default_data(), help="SST directory (default: $TREEQA_DATA/sst)"
+    )
+    parser.add_argument(
+        "--model", default="tree_lstm", choices=["tree_lstm", "childsum", "tree_gru"]
+    )
+    parser.add_argument("--task", default="fine", choices=["fine", "binary"])
+    parser.add_argument(
+        "--embed-dim", type=int, default=300, help="word vector size (300 as in the paper)"
+    )
+    parser.add_argument("--hidden-dim", type=int, default=150)
+    parser.add_argument(
+        "--reference-sentences",
+        type=int,
+        default=200,
+        help="train sentences timed for the reference",
+    )
+    parser.add_argument("--drift-epochs", type=int, default=20)
+    parser.add_argument("--drift-batch", type=int, default=256)
+    parser.add_argument(
+        "--drift-sentences", type=int, default=0, help="train sentences per drift epoch (0 = all)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads (0 = torch's default)"
+    )
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--json", action="store_true", help="print the results as one JSON line")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", message="Sparse invariant checks")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    load_start = os.getloadavg()[0]
+
+    trees = load_split(args.data, "train")
+    vocab = Vocab.build(w for t in trees for w in t.leaves)
+    encoded = [encode(t, vocab, args.task) for t in trees]
+    n = len(encoded)
+    config_cls, model_cls = SENTIMENT_MODELS[args.model]
+    model = model_cls(
+        config_cls(
+            embed_dim=args.embed_dim,
+            hidden_dim=args.hidden_dim,
+            num_classes=5 if args.task == "fine" else 2,
+        ),
+        len(vocab),
+    )
+    train_config = TrainConfig(lr=0.05, emb_lr=0.005, weight_decay=2.7e-6)
+    results: dict[str, Any] = {}
+    log = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
+
+    # 1. Inference: same weights, whole train set batched vs a prefix one node at a time.
+    subset = encoded[: args.reference_sentences]
+    inference(model, encoded[:512], 256)  # warm-up
+    results["inference"] = side_by_side(
+        rates(n, inference(model, encoded, 256)),
+        rates(len(subset), reference_inference(model, subset)),
+    )
+    log("inference", results["inference"])
+
+    # 2. Training steps side by side (a copy of the weights for each, so both start equal).
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    reference_steps = reference_training(model, build_optimizer(model, train_config), subset)
+    model.load_state_dict(state)
+    opt = build_optimizer(model, train_config)
+    b25 = [collate([encoded[i] for i in range(s, min(s + 25, n))]) for s in range(0, n, 25)]
+    sub25 = b25[: max(1, len(subset) // 25)]
+    results["training_steps"] = side_by_side(
+        rates(sum(b.num_examples for b in sub25), train_epoch(model, opt, sub25)),
+        rates(len(subset), reference_steps),
+    )
+    log("training steps", results["training_steps"])
+
+    # 3. Whole epochs (batches collated once up front: the data path is not what is timed).
+    model.load_state_dict(state)
+    opt = build_optimizer(model, train_config)
+    results["epoch_b25"] = rates(n, train_epoch(model, opt, b25))
+    log("epoch b25", results["epoch_b25"])
+    b256 = [collate([encoded[i] for i in range(s, min(s + 256, n))]) for s in range(0, n, 256)]
+    results["epoch_b256"] = rates(n, train_epoch(model, opt, b256))
+    log("epoch b256", results["epoch_b256"])
+
+    # 4. Drift: a growing graph or a leak would show as epochs getting slower. CPU seconds
+    # are the steadier measure when other jobs come and go on the machine.
+    m = args.drift_sentences or n
+    drift = [
+        collate([encoded[i] for i in range(s, min(s + args.drift_batch, m))])
+        for s in range(0, m, args.drift_batch)
+    ]
+    times = [train_epoch(model, opt, drift) for _ in range(args.drift_epochs)]
+    results["drift"] = {"epochs": len(times), "batch_size": args.drift_batch, "sentences": m}
+    for kind in ("wall", "cpu"):
+        t = [getattr(x, kind) for x in times]
+        results["drift"][kind] = {
+            "epoch_seconds": [round(x, 3) for x in t],
+            "last_over_first": t[-1] / t[0],
+            "median_last3_over_first3": statistics.median(t[-3:]) / statistics.median(t[:3]),
+        }
+    log("drift", results["drift"])
+    results["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    results["setup"] = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python benchmarks/bench_tree.py "
+        + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
+        "model": args.model,
+        "task": args.task,
+        "embed_dim": args.embed_dim,
+        "hidden_dim": args.hidden_dim,
+        "train_sentences": n,
+        "reference_sentences": len(subset),
+        "nproc": os.cpu_count(),
+        "cpu": cpu_model(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg()[0],
+    }
+    write_results(results, Path(args.out))
+    if args.json:
+        print(json.dumps(results))
+    return results
+
+
+def pair(r: dict[str, float]) -> str:
+    return f"{r['sentences_per_s']:,.0f} ({r['sentences_per_cpu_s']:,.0f})"
+
+
+def write_results(results: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    s = results["setup"]
+    stem = out / f"tree-{s['model']}"
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    inf, tr, d = results["inference"], results["training_steps"], results["drift"]
+    e25, e256 = results["epoch_b25"], results["epoch_b256"]
+    lines = [
+        f"# Tree model speed: {s['model']} (E={s['embed_dim']}, D={s['hidden_dim']}, task {s['task']})",
+        "",
+        f"- date: {s['date']}; command: `{s['command']}`",
+        f"- machine: {s['nproc']} CPUs ({s['cpu']}), torch {s['torch']}, {s['torch_threads']} threads;"
+        f" load average {s['load_average_start']:.2f} at start, {s['load_average_end']:.2f} at end"
+        " (other jobs share the CPUs when it is above 0)",
+        f"- data: SST train, {s['train_sentences']} sentences; the reference is timed on the first"
+        f" {s['reference_sentences']}",
+        "",
+        "Rates are per wall-clock second and, in brackets, per CPU second of this process"
+        " (with one torch thread: the speed on an idle core).",
+        "",
+        "| measure | level-batched | recursive reference | ratio | goal |",
+        "| --- | ---: | ---: | ---: | --- |",
+        f"| inference, sentences/s (batch 256 vs one node at a time) | {pair(inf['batched'])}"
+        f" | {pair(inf['reference'])} | {inf['ratio']:,.1f}x ({inf['ratio_cpu']:,.1f}x) | >= 100x |",
+        f"| training, sentences/s (batch 25 vs one sentence per step) | {pair(tr['batched'])}"
+        f" | {pair(tr['reference'])} | {tr['ratio']:,.1f}x ({tr['ratio_cpu']:,.1f}x) | |",
+        "",
+        "| measure | value | goal |",
+        "| --- | ---: | --- |",
+        f"| training epoch, batch 25 | {e25['seconds']:.1f} s ({e25['cpu_seconds']:.1f} CPU s);"
+        f" {pair(e25)} sentences/s | <= 10 s |",
+        f"| training epoch, batch 256 | {pair(e256)} sentences/s;"
+        f" {e256['seconds']:.1f} s ({e256['cpu_seconds']:.1f} CPU s) | >= 3,000 sentences/s |",
+        f"| epoch-time drift over {d['epochs']} epochs of {d['sentences']:,} sentences"
+        f" (batch {d['batch_size']}), last / first | wall {d['wall']['last_over_first']:.3f},"
+        f" CPU {d['cpu']['last_over_first']:.3f} (medians of last 3 / first 3: wall"
+        f" {d['wall']['median_last3_over_first3']:.3f}, CPU {d['cpu']['median_last3_over_first3']:.3f})"
+        " | <= 1.05 |",
+        f"| peak RSS | {results['peak_rss_mib']:,.0f} MiB | |",
+        "",
+        f"Epoch wall seconds: {', '.join(f'{t:.2f}' for t in d['wall']['epoch_seconds'])}",
+        "",
+        f"Epoch CPU seconds: {', '.join(f'{t:.2f}' for t in d['cpu']['epoch_seconds'])}",
+        "",
+    ]
+    stem.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

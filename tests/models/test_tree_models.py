@@ -1,0 +1,264 @@
+"""Level-batched tree models against their naive recursive references, in float64."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import weakref
+
+import numpy as np
+import pytest
+import torch
+
+from treeqa.data.batching import TreeBatch, collate, encode
+from treeqa.data.tree import Tree, parse_tree
+from treeqa.data.vocab import Vocab
+from treeqa.models import SENTIMENT_MODELS
+from treeqa.models.childsum import ChildSumConfig, ChildSumTreeLSTM
+from treeqa.models.reference import reference_forward
+from treeqa.models.tree_gru import TreeGRU, TreeGRUConfig
+from treeqa.models.tree_levels import LevelStates
+from treeqa.models.tree_lstm import TreeLSTM, TreeLSTMConfig
+
+TOL = 1e-5
+# SST-format trees: PTB escapes, a U+00A0 inside a token, deep and shallow shapes.
+SST_LINES = [
+    "(3 (2 It) (4 (4 (2 's) (4 (3 (2 a) (4 (3 lovely) (2 film))) (3 (2 with) (4 (3 (3 lovely) (2 performances)) (2 (2 by) (2 (2 (2 Buy) (2 and)) (2 Accorsi))))))) (2 .)))",
+    "(1 (2 (2 -LRB-) (2 unwatchable)) (1 (2 but) (1 (2 not) (3 good))))",
+    "(2 yes)",
+    "(0 (1 (2 A) (1 (2 caf\u00a0e) (1 (2 thriller) (1 (2 \\/) (1 boring))))) (2 -RRB-))",
+    "(4 (3 (3 (2 not) (2 (2 a) (2 (2 bad) (2 movie)))) (2 ,)) (4 (2 truly) (4 great)))",
+]
+
+
+def random_tree(rng: np.random.Generator, max_kids: int, depth: int = 0) -> str:
+    label = int(rng.integers(0, 5))
+    if depth >= 6 or rng.random() < 0.3 + 0.08 * depth:
+        return f"({label} w{int(rng.integers(0, 12))})"
+    k = max_kids if max_kids == 2 else int(rng.integers(1, max_kids + 1))
+    inside = " ".join(random_tree(rng, max_kids, depth + 1) for _ in range(k))
+    return f"({label} {inside})"
+
+
+def forest(lines: list[str], task: str = "fine") -> tuple[list[Tree], Vocab]:
+    trees = [parse_tree(line) for line in lines]
+    return trees, Vocab.build(w for t in trees for w in t.leaves)
+
+
+def batch_of(trees: list[Tree], vocab: Vocab, task: str = "fine") -> TreeBatch:
+    return collate([encode(t, vocab, task) for t in trees])
+
+
+def random_forest(seed: int, max_kids: int, n: int = 7) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [random_tree(rng, max_kids) for _ in range(n)]
+
+
+@dataclasses.dataclass(frozen=True)
+class DependencyBatch(TreeBatch):
+    """A TreeBatch with the POS tags and relations a dependency reader will add."""
+
+    tags: torch.Tensor = torch.zeros(0, dtype=torch.int64)  # [N]
+    rels: torch.Tensor = torch.zeros(0, dtype=torch.int64)  # [N]
+
+
+def build(name: str, vocab: Vocab, **overrides: object) -> torch.nn.Module:
+    config_cls, model_cls = SENTIMENT_MODELS[name]
+    config = config_cls(embed_dim=6, hidden_dim=5, dropout=0.0, **overrides)
+    torch.manual_seed(0)
+    model = model_cls(config, len(vocab)).double()
+    with torch.no_grad():  # larger weights than the default init make the test sharper
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return model
+
+
+def dense(g: torch.Tensor | None) -> torch.Tensor | None:
+    """Word-vector gradients are sparse; compare everything densely."""
+    return g.to_dense() if g is not None and g.is_sparse else g
+
+
+def assert_same_as_reference(model: torch.nn.Module, batch: TreeBatch) -> None:
+    outputs, grads = [], []
+    for run in (model, lambda b: reference_forward(model, b)):
+        model.zero_grad(set_to_none=True)
+        out = run(batch)
+        assert out.loss is not None
+        out.loss.backward()
+        outputs.append(out)
+        grads.append({k: dense(p.grad) for k, p in model.named_parameters()})
+    (batched, ref), (g_batched, g_ref) = outputs, grads
+    assert batched.logits.shape == (len(batch.words), model.config.num_classes)
+    torch.testing.assert_close(batched.logits, ref.logits, atol=TOL, rtol=0)
+    torch.testing.assert_close(batched.loss, ref.loss, atol=TOL, rtol=0)
+    for name, g in g_batched.items():
+        assert g is not None, f"{name} got no gradient"
+        assert g.abs().sum() > 0, f"{name} got a zero gradient"
+        torch.testing.assert_close(g, g_ref[name], atol=TOL, rtol=0, msg=name)
+
+
+CASES = [
+    ("tree_lstm", {}),
+    ("childsum", {}),
+    ("tree_gru", {"cell": "gru"}),
+    ("tree_gru", {"cell": "seed", "attention_dim": 4}),
+]
+
+
+@pytest.mark.parametrize(("name", "overrides"), CASES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_batched_equals_recursive_reference_on_random_forests(
+    name: str, overrides: dict[str, object], seed: int
+) -> None:
+    max_kids = 2 if name == "tree_lstm" else 4
+    trees, vocab = forest(random_forest(seed, max_kids))
+    if max_kids > 2:
+        assert max(len(c) for t in trees for c in t.children) > 2  # really any fan-out
+    assert_same_as_reference(build(name, vocab, **overrides), batch_of(trees, vocab))
+
+
+@pytest.mark.parametrize(("name", "overrides"), CASES)
+@pytest.mark.parametrize("task", ["fine", "binary"])
+def test_batched_equals_recursive_reference_on_sst_trees(
+    name: str, overrides: dict[str, object], task: str
+) -> None:
+    trees, vocab = forest(SST_LINES)
+    model = build(name, vocab, num_classes=5 if task == "fine" else 2, **overrides)
+    assert_same_as_reference(model, batch_of(trees, vocab, task))
+
+
+def test_tree_gru_with_tags_relations_and_attention_equals_reference() -> None:
+    trees, vocab = forest(random_forest(3, 3))
+    base = batch_of(trees, vocab)
+    n = len(base.words)
+    g = torch.Generator().manual_seed(0)
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(TreeBatch)}
+    batch = DependencyBatch(
+        **fields,
+        tags=torch.randint(0, 4, (n,), generator=g),
+        rels=torch.randint(0, 3, (n,), generator=g),
+    )
+    model = build("tree_gru", vocab, tag_dim=3, num_tags=4, rel_dim=2, num_rels=3, attention_dim=4)
+    assert_same_as_reference(model, batch)
+
+
+def test_tags_or_relations_without_their_data_are_an_error() -> None:
+    trees, vocab = forest(SST_LINES[:2])
+    model = build("tree_gru", vocab, tag_dim=3, num_tags=4)
+    with pytest.raises(ValueError, match="no POS tags"):
+        model(batch_of(trees, vocab))
+    model = build("tree_gru", vocab, rel_dim=3, num_rels=4)
+    with pytest.raises(ValueError, match="no relations"):
+        model(batch_of(trees, vocab))
+    with pytest.raises(ValueError, match="num_tags"):
+        TreeGRU(TreeGRUConfig(tag_dim=3), 10)
+    with pytest.raises(ValueError, match="cell"):
+        TreeGRU(TreeGRUConfig(cell="lstm"), 10)
+
+
+def test_binary_tree_lstm_rejects_wider_trees() -> None:
+    trees, vocab = forest(["(2 (2 a) (2 b) (2 c))"])
+    with pytest.raises(ValueError, match="childsum"):
+        build("tree_lstm", vocab)(batch_of(trees, vocab))
+
+
+def test_a_tree_is_scored_the_same_alone_and_in_a_batch() -> None:
+    trees, vocab = forest(SST_LINES)
+    for model in (build("tree_lstm", vocab), build("childsum", vocab), build("tree_gru", vocab)):
+        model.eval()
+        together = model(batch_of(trees, vocab)).logits
+        alone = torch.cat([model(batch_of([t], vocab)).logits for t in trees])
+        torch.testing.assert_close(together, alone, atol=1e-10, rtol=0)
+
+
+def test_dropout_before_the_classifier_only_in_training() -> None:
+    trees, vocab = forest(SST_LINES)
+    model = TreeLSTM(TreeLSTMConfig(embed_dim=6, hidden_dim=5, dropout=0.5), len(vocab))
+    batch = batch_of(trees, vocab)
+    model.train()
+    assert not torch.equal(model(batch).logits, model(batch).logits)
+    model.eval()
+    assert torch.equal(model(batch).logits, model(batch).logits)
+
+
+def test_configs_carry_the_recipe_fields_and_paper_sizes() -> None:
+    for cls in (TreeLSTMConfig, ChildSumConfig, TreeGRUConfig):
+        config = cls()
+        assert (config.embed_dim, config.hidden_dim, config.dropout, config.num_classes) == (
+            300,
+            150,
+            0.5,
+            5,
+        )
+        assert dataclasses.is_dataclass(config)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            config.name = "x"  # type: ignore[misc]
+    assert ChildSumTreeLSTM(ChildSumConfig(embed_dim=4, hidden_dim=3), 5).embed.weight.shape == (
+        5,
+        4,
+    )
+
+
+def test_report_command_line_resolves_to_the_tree_gru_config() -> None:
+    from treeqa.recipes.sentiment import resolve_config
+
+    argv = "--model tree_gru --emblr 0 --rel_dim 0 --tag_dim 0 --optim adagrad --name basic --lr 0.05 --wd 1e-4 --at_hid_dim 0"
+    from treeqa.config import parse_overrides
+
+    config = resolve_config({}, parse_overrides(argv.split()))
+    assert config.name == "basic"
+    assert isinstance(config.model, TreeGRUConfig)
+    assert (config.model.rel_dim, config.model.tag_dim, config.model.attention_dim) == (0, 0, 0)
+    assert (
+        config.train.emb_lr,
+        config.train.optim,
+        config.train.lr,
+        config.train.weight_decay,
+    ) == (
+        0.0,
+        "adagrad",
+        0.05,
+        1e-4,
+    )
+
+
+def test_level_states_graph_is_freed_by_reference_counting() -> None:
+    # Regression: the store once held the token whose grad_fn held the store, a cycle that kept
+    # every step's graph alive (host memory grew every step).
+    x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    states = LevelStates(2, 3, x)
+    states.write(torch.tensor([0, 1]), x * 2)
+    y = states.read(torch.tensor([1, 0, 2]))  # row 2 is the zero state
+    torch.testing.assert_close(y[2], torch.zeros(3, dtype=torch.float64))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+    buffers = weakref.ref(states.buffers)
+    gc.disable()
+    try:
+        del states, y
+        assert buffers() is None
+    finally:
+        gc.enable()
+
+
+def test_level_states_backward_twice_through_a_retained_graph() -> None:
+    # The state store keeps its own gradient buffer; a second backward must not see the first.
+    trees, vocab = forest(SST_LINES)
+    model = build("tree_lstm", vocab)
+    loss = model(batch_of(trees, vocab)).loss
+    assert loss is not None
+    loss.backward(retain_graph=True)
+    once = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    loss.backward()
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(dense(p.grad), 2 * dense(once[k]), msg=k)
+
+
+def test_inference_without_autograd_matches_training_mode_forward() -> None:
+    trees, vocab = forest(SST_LINES)
+    for name in ("tree_lstm", "childsum", "tree_gru"):
+        model = build(name, vocab).eval()
+        with torch.no_grad():
+            quiet = model(batch_of(trees, vocab)).logits
+        assert not quiet.requires_grad
+        torch.testing.assert_close(quiet, model(batch_of(trees, vocab)).logits.detach())
