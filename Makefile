@@ -16,10 +16,17 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The embedded treebank: a bag-of-words baseline, then a Tree-LSTM; compare them on negation.
+DEMO_TREE := --model tree_lstm --embed_dim 50 --hidden_dim 50
 demo: $(STAMP)
-	$(PY) -m treeqa train sentiment --out runs/demo --epochs 12
-	$(PY) -m treeqa evaluate --checkpoint runs/demo --split test
-	$(PY) -m treeqa predict --checkpoint runs/demo --demo-examples
+	$(PY) -m treeqa train sentiment --model bow --epochs 10 --out runs/demo-bow
+	$(PY) -m treeqa train sentiment $(DEMO_TREE) --epochs 4 --out runs/demo-tree-lstm
+	@echo "== bag of words on the demo test set"
+	$(PY) -m treeqa evaluate --checkpoint runs/demo-bow --split test
+	@echo "== Tree-LSTM on the demo test set"
+	$(PY) -m treeqa evaluate --checkpoint runs/demo-tree-lstm --split test
+	@echo "== Tree-LSTM predictions (label of the sentence, then of each phrase)"
+	$(PY) -m treeqa predict --checkpoint runs/demo-tree-lstm --demo-examples
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from treeqa.cli import qa_commands
 from treeqa.cli.common import subparser
 
 EXAMPLE = (
@@ -24,7 +25,7 @@ def add_parser(subparsers: Any) -> None:
         "--checkpoint", type=Path, required=True, help="run directory or checkpoint file"
     )
     parser.add_argument(
-        "trees", nargs="*", help="bracketed trees (labels optional: '(the movie)' forms work)"
+        "trees", nargs="*", help="bracketed trees (labels optional: '((the) (movie))')"
     )
     parser.add_argument("--input", type=Path, help="a file with one bracketed tree per line")
     parser.add_argument(
@@ -33,13 +34,13 @@ def add_parser(subparsers: Any) -> None:
         help="predict the demo treebank's showcase sentences",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object per tree")
+    # `predict qa` flags: declared here so `--context TEXT` is never taken for a tree.
+    qa_commands.add_predict_arguments(parser)
     parser.set_defaults(run=run, accepts_overrides=True)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.task_word == "qa":
-        from treeqa.cli import qa_commands
-
         return qa_commands.predict_main(args)
     if args.overrides:
         raise ValueError(f"unrecognised arguments: {' '.join(args.overrides)}")

@@ -222,7 +222,16 @@ def evaluate(path: str | Path, data_path: str, split: str) -> dict[str, float]:
     data = SentimentData(path=data_path, task=loaded.task)
     trees = load_trees(data)[split]
     encoded = [encode(t, loaded.vocab, loaded.task) for t in trees]
-    return {**evaluate_model(loaded.model, encoded, loaded.task), "sentences": len(trees)}
+    scores: dict[str, float] = evaluate_model(loaded.model, encoded, loaded.task)
+    scores["sentences"] = len(trees)
+    if not data_path:
+        # The demo treebank is built to test composition: score its negated sentences apart.
+        from treeqa.data.demo import is_negated
+
+        negated = [e for e, t in zip(encoded, trees, strict=True) if is_negated(t)]
+        scores["negated_root_acc"] = evaluate_model(loaded.model, negated, loaded.task)["root_acc"]
+        scores["negated_sentences"] = len(negated)
+    return scores
 
 
 def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
