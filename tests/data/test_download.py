@@ -229,16 +229,28 @@ def test_catalogue_is_consistent() -> None:
 
 
 def test_cli_download_through_a_mirror(
-    server: FileServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    server: FileServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from treeqa.cli.main import main
 
     archive = _sst_zip()
     (real,) = CATALOGUE["sst"]
-    monkeypatch.setitem(CATALOGUE, "sst", [dataclasses.replace(real, sha256=hashlib.sha256(archive).hexdigest())])
+    monkeypatch.setitem(
+        CATALOGUE, "sst", [dataclasses.replace(real, sha256=hashlib.sha256(archive).hexdigest())]
+    )
     server.files[real.filename] = archive
-    assert main(["data", "download", "sst", "--dir", str(tmp_path), "--base-url", server.url + "/"]) == 0
-    assert sorted(Path(p).name for p in capsys.readouterr().out.split()) == ["dev.txt", "test.txt", "train.txt"]
+    assert (
+        main(["data", "download", "sst", "--dir", str(tmp_path), "--base-url", server.url + "/"])
+        == 0
+    )
+    assert sorted(Path(p).name for p in capsys.readouterr().out.split()) == [
+        "dev.txt",
+        "test.txt",
+        "train.txt",
+    ]
     assert (tmp_path / "sst" / "test.txt").is_file()
     assert main(["data", "download", "nope", "--dir", str(tmp_path)]) == 2
     assert "sst" in capsys.readouterr().err

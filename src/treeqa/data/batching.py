@@ -117,6 +117,8 @@ def batches(
     trees: Sequence[EncodedTree], batch_size: int, shuffle: bool, seed: int = 0
 ) -> Iterator[TreeBatch]:
     """Batches of ``batch_size`` trees; the order depends only on ``seed`` (resume-safe)."""
-    order = np.random.default_rng(seed).permutation(len(trees)) if shuffle else np.arange(len(trees))
+    order = (
+        np.random.default_rng(seed).permutation(len(trees)) if shuffle else np.arange(len(trees))
+    )
     for start in range(0, len(order), batch_size):
         yield collate([trees[i] for i in order[start : start + batch_size]])

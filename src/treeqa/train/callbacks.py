@@ -220,7 +220,10 @@ def resume(
     model.load_state_dict(last.weights())
     ckpt.restore_optimizer(optimizer, last)
     if scheduler is not None and last.meta.get("scheduler"):
-        scheduler.load_state_dict(last.meta["scheduler"])
+        # lr_lambdas (functions) were left out when saving; LambdaLR's loader still expects
+        # the key, and None entries keep the lambdas the scheduler was built with.
+        sched = {"lr_lambdas": [None] * len(optimizer.param_groups), **last.meta["scheduler"]}
+        scheduler.load_state_dict(sched)
     torch.set_rng_state(last.tensors["rng.torch"])
     cuda = [last.tensors[k] for k in sorted(last.tensors) if k.startswith("rng.cuda.")]
     if cuda and torch.cuda.is_available():
