@@ -1,14 +1,17 @@
 """The seeded-bug corpus: every finding code is caught in a small plain-PyTorch script that has
-the bug, and clean scripts produce no warning- or error-level findings."""
+the bug, and clean scripts produce no warning- or error-level findings.
+
+Scripts run in this process through ``run_doctor`` (runpy), as ``treeqa doctor`` runs them;
+``test_monitor.py`` runs the CLI itself in a subprocess once.
+"""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
 
-from treeqa.health import CODES, run_doctor
+from treeqa.health import CODES
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -27,13 +30,7 @@ EXPECTED = {
     "bug_input_bound.py": "input-bound",
     "bug_hot_op.py": "hot-op",
 }
-# Scripts whose bug needs many steps to show; opt in with -m slow.
-SLOW = {"bug_step_time_regression.py", "bug_memory_growth.py", "bug_hot_op.py"}
 CLEAN = ["clean_mlp.py", "clean_gru.py", "clean_transformer.py"]
-
-
-def doctor(name: str) -> tuple[int, dict]:
-    return run_doctor(["python", str(SCRIPTS / name)], every=10, stream=io.StringIO())
 
 
 def test_every_code_has_a_bug_script() -> None:
@@ -41,11 +38,9 @@ def test_every_code_has_a_bug_script() -> None:
     assert all((SCRIPTS / name).exists() for name in [*EXPECTED, *CLEAN])
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in EXPECTED]
-)
-def test_bug_script_is_named(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, report = doctor(name)
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_bug_script_is_named(name: str, doctor_report) -> None:
+    code, report, _ = doctor_report(name)
     assert code == 0
     found = {
         f["code"]: f for f in report["findings"] if f["severity"] != "info" or f["code"] == "hot-op"
@@ -57,11 +52,9 @@ def test_bug_script_is_named(name: str, capsys: pytest.CaptureFixture[str]) -> N
         assert finding["severity"] in ("warning", "error")
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=pytest.mark.slow) if n == "clean_transformer.py" else n for n in CLEAN],
-)
-def test_clean_script_has_no_warnings(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, report = doctor(name)
+@pytest.mark.parametrize("name", CLEAN)
+def test_clean_script_has_no_warnings(name: str, doctor_report) -> None:
+    code, report, _ = doctor_report(name)
     assert code == 0
+    assert report["steps"] >= 80  # enough steps for the timing and memory checks to run
     assert [f for f in report["findings"] if f["severity"] != "info"] == []

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,28 +85,34 @@ def line_of(script: str, text: str) -> int:
     return next(i for i, line in enumerate(lines, 1) if text in line)
 
 
-def test_doctor_names_holder_module_and_alias() -> None:
-    _, report = run_doctor(
-        ["python", str(SCRIPTS / "bug_graph_retained.py")], every=10, stream=io.StringIO()
-    )
+def test_doctor_names_holder_module_and_alias(doctor_report) -> None:
+    _, report, _ = doctor_report("bug_graph_retained.py")
     retained = next(f for f in report["findings"] if f["code"] == "graph-retained")
-    assert (
-        retained["where"].startswith("Example.encoding")
-        and f"bug_graph_retained.py:{line_of('bug_graph_retained.py', 'ex.encoding = encoder')}" in retained["where"]
-    )
-    _, report = run_doctor(
-        ["python", str(SCRIPTS / "bug_parameter_alias.py")], every=10, stream=io.StringIO()
-    )
+    line = line_of("bug_graph_retained.py", "ex.encoding = encoder")
+    assert retained["where"].startswith("Example.encoding")
+    assert f"bug_graph_retained.py:{line}" in retained["where"]
+    _, report, _ = doctor_report("bug_parameter_alias.py")
     alias = next(f for f in report["findings"] if f["code"] == "parameter-alias")
-    assert (
-        sorted(alias["evidence"]["names"]) == ["cell.Ur", "cell.Uz"]
-        and f"bug_parameter_alias.py:{line_of('bug_parameter_alias.py', 'self.Ur = self.Uz')}" in alias["where"]
-    )
-    _, report = run_doctor(
-        ["python", str(SCRIPTS / "bug_non_finite.py")], every=10, stream=io.StringIO()
-    )
+    line = line_of("bug_parameter_alias.py", "self.Ur = self.Uz")
+    assert sorted(alias["evidence"]["names"]) == ["cell.Ur", "cell.Uz"]
+    assert f"bug_parameter_alias.py:{line}" in alias["where"]
+    _, report, _ = doctor_report("bug_non_finite.py")
     nan = next(f for f in report["findings"] if f["code"] == "non-finite")
     assert nan["where"].startswith("norm (Standardize")
+    _, report, _ = doctor_report("bug_probs_into_ce.py")
+    probs = next(f for f in report["findings"] if f["code"] == "probabilities-into-cross-entropy")
+    line = line_of("bug_probs_into_ce.py", "loss = criterion(model(x)")
+    assert probs["where"].endswith(f"bug_probs_into_ce.py:{line}")
+
+
+def test_doctor_leaves_no_state_behind() -> None:
+    # A script's namespace (and the loss graph in it) must not outlive its run: a later run in
+    # the same process would report that old graph as its own.
+    for name in ("bug_activation_growth.py", "bug_loss_at_init.py"):
+        with contextlib.redirect_stdout(io.StringIO()):
+            _, report = run_doctor(["python", str(SCRIPTS / name)], every=10, stream=io.StringIO())
+    assert "loss-accumulated-with-graph" not in {f["code"] for f in report["findings"]}
+    assert nn.functional.cross_entropy.__name__ == "cross_entropy"  # the wrapper was removed
 
 
 def test_doctor_keeps_exit_code_and_writes_plot(tmp_path: Path) -> None:
@@ -122,34 +130,49 @@ def test_doctor_keeps_exit_code_and_writes_plot(tmp_path: Path) -> None:
     )
 
 
+BUGGY_EXIT = """
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(8, 4), nn.Softmax(dim=-1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(5):
+    loss = nn.CrossEntropyLoss()(model(torch.randn(16, 8)), torch.randint(0, 4, (16,)))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+Path(sys.argv[1]).write_text("written by the script")
+print("done", sys.argv[2])
+sys.exit(5)
+"""
+
+
 def test_cli_doctor_end_to_end(tmp_path: Path) -> None:
-    out = tmp_path / "report.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "treeqa",
-        "doctor",
-        "--every",
-        "10",
-        "--json",
-        str(out),
-        "--",
-        "python",
-        str(SCRIPTS / "bug_probs_into_ce.py"),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "done"  # the script's own output is untouched
-    assert "probabilities-into-cross-entropy" in proc.stderr
-    assert {f["code"] for f in json.loads(out.read_text())["findings"]} >= {
-        "probabilities-into-cross-entropy"
-    }
+    """The real command in a fresh interpreter: the script's stdout, files, argv and exit code
+    are its own; the finding goes to stderr and the JSON report."""
+    script, out, made = tmp_path / "train.py", tmp_path / "report.json", tmp_path / "made.txt"
+    script.write_text(BUGGY_EXIT)
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--every", "10", "--json", str(out)]
+    cmd += ["--", "python", str(script), str(made), "arg2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 5, proc.stderr
+    assert proc.stdout.strip() == "done arg2"
+    assert made.read_text() == "written by the script"
+    assert "[probabilities-into-cross-entropy]" in proc.stderr
+    codes = {f["code"] for f in json.loads(out.read_text())["findings"]}
+    assert "probabilities-into-cross-entropy" in codes
 
 
 def test_checks_on_numbers() -> None:
     assert checks.step_time_regression([0.01] * 200) is None
     assert checks.step_time_regression([0.01 * (1 + i / 50) for i in range(200)]) is not None
     assert checks.memory_growth([500.0 + i for i in range(100)], "host RSS", 32.0) is not None
+    one_jump = [350.0] * 55 + [383.0] * 145  # the profiler's buffers at step 55, then flat
+    assert checks.memory_growth(one_jump, "host RSS", 32.0) is None
     assert checks.input_bound([0.03] * 30, [0.01] * 30) is not None
     assert checks.activation_growth({"b.0": 1.0, "b.1": 1.1, "b.2": 1.2}) is None
     assert (

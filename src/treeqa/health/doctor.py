@@ -15,6 +15,7 @@ import runpy
 import sys
 import time
 import traceback
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,14 +48,19 @@ class Doctor:
         self.handles.append(register_optimizer_step_post_hook(self._step_end))
         self.original_backward = torch.autograd.backward
         original = self.original_backward
+        # torch caches functions it finds in its namespace; a weak reference keeps such a cache
+        # from holding this doctor, its monitor and the script's models after the run.
+        doctor = weakref.ref(self)
 
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            loss = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
-            retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
-            create = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
-            if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-                self.loss = loss
-            self.monitor.note_backward(bool(create if retain is None else retain))
+            me = doctor()
+            if me is not None:
+                loss = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
+                retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
+                create = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
+                if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+                    me.loss = loss
+                me.monitor.note_backward(bool(create if retain is None else retain))
             return original(tensors, *args, **kwargs)
 
         torch.autograd.backward = backward
@@ -150,6 +156,9 @@ def run_doctor(
         monitor.source_files.append(str(Path(target).resolve()))
     doctor = Doctor(monitor)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
+    # multiprocessing's first import aliases __mp_main__ to the running __main__ (the script's
+    # namespace here); restored below so that namespace does not outlive the run in-process.
+    saved_mp_main = sys.modules.get("__mp_main__")
     sys.argv = argv
     if kind == "path":
         sys.path.insert(0, str(Path(target).resolve().parent))
@@ -175,6 +184,10 @@ def run_doctor(
     finally:
         doctor.uninstall()
         sys.argv, sys.path[:] = saved_argv, saved_path
+        if saved_mp_main is not None:
+            sys.modules["__mp_main__"] = saved_mp_main
+        else:
+            sys.modules.pop("__mp_main__", None)
         sys.stdout.flush()
     result = monitor.finish()
     return code, result

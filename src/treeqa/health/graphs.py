@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import sys
 import types
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from treeqa.health.checks import Finding
+
 _HERE = str(Path(__file__).parent)
+UNKNOWN = "unknown holder"
 _TENSOR_TYPES = frozenset({torch.Tensor, nn.Parameter, nn.parameter.Buffer})
 
 
@@ -94,15 +97,80 @@ def scan(marker: int, exclude: Iterable[int] = (), sample: int = 4) -> Retained:
         found.oldest = seq if found.oldest is None else min(found.oldest, seq)
         if scalar:
             found.scalars += 1
-            if sum(found.scalar_holders.values()) < sample:
-                name = holder_name(t, tensors)
-                found.scalar_holders[name] = found.scalar_holders.get(name, 0) + 1
         else:
             found.tensors += 1
-            if sum(found.holders.values()) < sample:
-                name = holder_name(t, tensors)
-                found.holders[name] = found.holders.get(name, 0) + 1
+        holders = found.scalar_holders if scalar else found.holders
+        named = sum(n for k, n in holders.items() if k != UNKNOWN)
+        # Many old tensors are held only from inside a graph (C++); keep looking, within a
+        # bound, until a few have a Python holder to name.
+        if named < sample and holders.get(UNKNOWN, 0) < 8 * sample:
+            name = holder_name(t, tensors)
+            holders[name] = holders.get(name, 0) + 1
+    for holders in (found.holders, found.scalar_holders):
+        if len(holders) > 1:
+            holders.pop(UNKNOWN, None)
     return found
+
+
+def findings(
+    found: Retained,
+    step: int,
+    reused: bool,
+    scans_in_a_row: int,
+    step_of: Callable[[int], int],
+    where: Callable[[str], str],
+) -> list[Finding]:
+    """Findings from one scan at ``step``. ``reused``: this step's loss reaches the old nodes.
+
+    ``step_of`` maps a sequence number to its step; ``where`` adds the assignment site to a
+    holder name. Retained non-scalar graphs are reported after two scans in a row (one scan can
+    catch a state that is about to be dropped) or at once when backward runs through them.
+    """
+    out: list[Finding] = []
+    # A running total or a list of losses has a Python holder; a scalar reachable only from
+    # inside another retained graph (C++) is part of that graph, reported as graph-retained.
+    if found.scalars and set(found.scalar_holders) != {UNKNOWN}:
+        holder = next(iter(found.scalar_holders), "unknown holder")
+        oldest = step_of(found.oldest or 0)
+        out.append(
+            Finding(
+                "loss-accumulated-with-graph",
+                "error",
+                f"{found.scalars} scalar tensor(s) keep the graphs of earlier steps (held by {holder}), from step {oldest} on",
+                where=where(holder),
+                evidence={
+                    "scalars": found.scalars,
+                    "holders": found.scalar_holders,
+                    "oldest_step": oldest,
+                },
+            )
+        )
+    if found.tensors and (scans_in_a_row >= 2 or reused):
+        holder = (
+            max(found.holders, key=lambda k: found.holders[k])
+            if found.holders
+            else "unknown holder"
+        )
+        oldest = step_of(found.oldest or 0)
+        msg = f"{found.tensors} tensors still hold autograd graphs from step {oldest} at step {step} (held by {holder})"
+        if reused:
+            msg += "; this step's backward runs through them, so each step does more work"
+        out.append(
+            Finding(
+                "graph-retained",
+                "error" if reused else "warning",
+                msg,
+                where=where(holder),
+                evidence={
+                    "tensors": found.tensors,
+                    "holders": found.holders,
+                    "oldest_step": oldest,
+                    "step": step,
+                    "backward_reaches_old_graphs": reused,
+                },
+            )
+        )
+    return out
 
 
 def holder_name(tensor: torch.Tensor, ignore: Any) -> str:
@@ -116,7 +184,7 @@ def holder_name(tensor: torch.Tensor, ignore: Any) -> str:
         name = _describe(ref, tensor, ignore)
         if name:
             return name
-    return "unknown holder"
+    return UNKNOWN
 
 
 def _frame_holder(tensor: torch.Tensor) -> str:

@@ -1,35 +1,37 @@
 """The training-health monitor: cheap checks every step, hooks and scans on sampled steps.
 
-Every step costs a few timer reads, one ``float(loss)`` (the only host sync), a read of the
-process memory and list appends. Heavier checks run on sampled steps (the first three and
+Every step costs a few timer reads, one ``float(loss)`` (the only host sync) and list
+appends; process memory is read every ``RSS_EVERY``-th step. Heavier checks run on sampled steps (the first three and
 every ``every``-th): module-output RMS, probabilities fed to cross-entropy, gradient finiteness.
-gc walks for retained graphs run on a doubling schedule within a time budget, profiler windows
-once early and again when steps get slower. ``fit()`` drives it as a ``Callback``;
+gc walks for retained graphs run at steps 8 and 32, then within a time budget; profiler
+windows (``profile.py``) once early and again when steps get slower; on a NaN/Inf,
+``nonfinite.py`` hooks the next forwards to name the first module that produced it. ``fit()`` drives it as a ``Callback``;
 ``treeqa doctor`` and the Lightning adapter drive the same ``begin_step``/``end_step`` API.
 """
 
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from treeqa.health import checks, graphs, report
 from treeqa.health.checks import Finding
+from treeqa.health.losses import LossInputCheck
+from treeqa.health.nonfinite import NonFiniteTracer
+from treeqa.health.profile import ProfileWindow
 from treeqa.models.common import Output
 from treeqa.train.loop import Callback, TrainState
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+RSS_EVERY = 10  # reading /proc costs ~0.1 ms on a busy host; a trend needs far fewer reads
 
 
 class HealthError(RuntimeError):
@@ -84,19 +86,16 @@ class HealthMonitor(Callback):
         self._hooks: list[Any] = []
         self._rms: dict[str, torch.Tensor] = {}
         self._unused: set[str] | None = None
-        self._nan_steps_left = 0
-        self._nan_origin: str | None = None
-        self._nan_evidence: dict[str, Any] = {}
+        self.nonfinite = NonFiniteTracer(self.add)
+        self.profile = ProfileWindow(memory=rss_mb)
         self._retain_steps = 0
         self._retain_site = ""
         self._backward_retained: bool | None = None
         self._last_scan_end, self._last_scan_cost, self._scans_with_graphs = 0.0, 0.0, 0
-        self._profiler: Any = None
-        self._profile_start = self._profile_end = 0
-        self._profiles = 0
-        self._profiled: set[int] = set()
-        self._ce_seen = False
-        self._restore: list[Callable[[], None]] = []
+        self._last_rss = 0.0
+        self.loss_check = LossInputCheck(
+            self.add, lambda: self.sampling and not self.paused, lambda: self.step == 0
+        )
         self.started = time.time()
 
     # ------------------------------------------------------------------ API for any loop
@@ -114,6 +113,10 @@ class HealthMonitor(Callback):
                 if site and site not in self.source_files and "site-packages" not in site:
                     self.source_files.append(site)
         self.names = checks.module_names(self.models)
+        self.profile.dense_conv = any(
+            isinstance(m, nn.Conv2d | nn.Conv3d) and m.groups == 1 for m in self._modules()
+        )
+        self.nonfinite.names = self.names
         seen: set[int] = set()
         self.params = []
         for i, model in enumerate(self.models):
@@ -124,18 +127,11 @@ class HealthMonitor(Callback):
 
     def install_loss_checks(self) -> None:
         """Wrap ``F.cross_entropy``/``F.nll_loss`` (nn losses call them) to look at their input."""
-        for fname in ("cross_entropy", "nll_loss"):
-            original = getattr(F, fname)
-            if getattr(original, "_treeqa_health", False):
-                continue
-            wrapper = self._loss_wrapper(fname, original)
-            setattr(F, fname, wrapper)
-            self._restore.append(functools.partial(setattr, F, fname, original))
+        self.loss_check.install()
 
     def uninstall(self) -> None:
         self._remove_hooks()
-        while self._restore:
-            self._restore.pop()()
+        self.loss_check.uninstall()
 
     def begin_step(self) -> None:
         """Call when the step's compute starts (after its batch is ready)."""
@@ -144,10 +140,12 @@ class HealthMonitor(Callback):
         if self.sampling:
             self._rms = {}
             self._hooks.append(torch.nn.modules.module.register_module_forward_hook(self._rms_hook))
-        if self._nan_steps_left > 0:
-            self._hooks.append(torch.nn.modules.module.register_module_forward_hook(self._nan_hook))
-        if self._profiler is None and self._profile_end == 0 and s == self.every + 1:
-            self._start_profile(s)
+        if self.nonfinite.armed:
+            self._hooks.append(self.nonfinite.begin_step())
+        if s == self.every + 1 and self.profile.windows == 0:
+            self.profile.schedule(s)
+        if self.profile.active:
+            self.profile.begin(s)
 
     def note_backward(self, retain_graph: bool) -> None:
         self._backward_retained = retain_graph
@@ -158,32 +156,43 @@ class HealthMonitor(Callback):
         self, loss: torch.Tensor | float | None, step_time: float, data_time: float = 0.0
     ) -> None:
         """Call after the optimiser step with the step's loss and its timings (seconds)."""
-        self.step += 1
-        s = self.step
+        self.step = s = self.step + 1
         value = math.nan
-        if isinstance(loss, torch.Tensor):
-            seq = graphs.sequence_nr(loss)
-            if seq is not None:
-                self._seq.append(seq)
+        tensor = loss if isinstance(loss, torch.Tensor) else None
+        if tensor is not None:
+            if tensor.grad_fn is not None:
+                self._seq.append(tensor.grad_fn._sequence_nr())
                 self._seq_step.append(s)
-            value = float(loss.detach().float().mean())
+            value = (
+                tensor.detach() if tensor.numel() == 1 else tensor.detach().float().mean()
+            ).item()
         elif loss is not None:
             value = float(loss)
-        cuda = torch.cuda.memory_allocated() / 2**20 if torch.cuda.is_initialized() else 0.0
-        for key, v in zip(
-            self.series, (s, step_time, data_time, value, self._rss(s), cuda), strict=True
-        ):
-            self.series[key].append(float(v))
-        self._remove_hooks()
+        # Also around profiler windows, so their buffers are subtracted from fresh reads.
+        if s % RSS_EVERY == 1 or self.profile.active or (s - 1) in self.profile.profiled:
+            self._last_rss = rss_mb()
+        series = self.series
+        series["step"].append(s)
+        series["step_time"].append(step_time)
+        series["data_time"].append(data_time)
+        series["loss"].append(value)
+        series["rss_mb"].append(self._last_rss - self.profile.memory_added)
+        series["cuda_mb"].append(
+            torch.cuda.memory_allocated() / 2**20 if torch.cuda.is_initialized() else 0.0
+        )
+        if self._hooks:
+            self._remove_hooks()
         if self.sampling:
             self._sampled_checks(s)
             self.sampling = False
-        self._check_retain(s)
-        self._check_non_finite(s, value)
-        if self._profiler is not None and s >= self._profile_end:
-            self._finish_profile()
+        if self._backward_retained is not None or self._retain_steps:
+            self._check_retain(s)
+        if value != value or value in (math.inf, -math.inf) or self.nonfinite.armed:
+            self.nonfinite.saw_loss(s, value)
+        if self.profile.active:
+            self._add_if(self.profile.end(s))
         if s in (8, 32) or s % (4 * self.every) == 0:
-            self._maybe_scan(s, loss if isinstance(loss, torch.Tensor) else None)
+            self._maybe_scan(s, tensor)
         if s % self.every == 0:
             self._series_checks(s)
 
@@ -221,10 +230,8 @@ class HealthMonitor(Callback):
     def finish(self) -> dict[str, Any]:
         """Final analyses; write JSON/plot if asked; print the summary. Returns the report."""
         self._remove_hooks()
-        if self._profiler is not None:
-            self._finish_profile()
-        if self._nan_steps_left > 0 or self._nan_evidence:
-            self._emit_non_finite()
+        self._add_if(self.profile.close(self.step))
+        self.nonfinite.finish()
         self._series_checks(self.step)
         result = report.build(self)
         report.print_summary(result, self.stream)
@@ -311,107 +318,8 @@ class HealthMonitor(Callback):
                         evidence={"parameters": names[:20], "values": count},
                     )
                 )
-        bad = checks.non_finite_grads(self.params) if self.params else []
-        if bad and not self._nan_evidence:
-            self._nan_evidence = {"step": s, "gradients": bad[:10]}
-            self._nan_steps_left = max(self._nan_steps_left, 1)
-
-    def _loss_wrapper(
-        self, fname: str, original: Callable[..., torch.Tensor]
-    ) -> Callable[..., torch.Tensor]:
-        def wrapper(input: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-            result = original(input, *args, **kwargs)
-            if self.sampling and not self.paused and isinstance(input, torch.Tensor):
-                self._inspect_loss(fname, input, result)
-            return result
-
-        wrapper._treeqa_health = True  # type: ignore[attr-defined]
-        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-        return wrapper
-
-    def _inspect_loss(self, fname: str, input: torch.Tensor, result: torch.Tensor) -> None:
-        if checks.looks_like_probabilities(input):
-            where = checks.user_site(3)
-            classes = input.shape[1 if input.dim() >= 2 else 0]
-            self.add(
-                Finding(
-                    "probabilities-into-cross-entropy",
-                    "error",
-                    f"{fname} received probabilities (non-negative rows summing to 1 over {classes} classes), not {'logits' if fname == 'cross_entropy' else 'log-probabilities'}",
-                    where=where,
-                    evidence={
-                        "function": fname,
-                        "classes": int(classes),
-                        "min": round(float(input.min()), 6),
-                    },
-                )
-            )
-        if (
-            fname == "cross_entropy"
-            and not self._ce_seen
-            and self.step == 0
-            and result.numel() == 1
-        ):
-            self._ce_seen = True
-            found = checks.loss_at_init(
-                float(result.detach()), int(input.shape[1 if input.dim() >= 2 else 0])
-            )
-            if found is not None:
-                found.where = checks.user_site(3)
-                self.add(found)
-
-    # ------------------------------------------------------------------ non-finite values
-
-    def _check_non_finite(self, s: int, value: float) -> None:
-        if not math.isfinite(value) and not self._nan_evidence:
-            self._nan_evidence = {"step": s, "loss": str(value)}
-            self._nan_steps_left = 3
-        elif self._nan_steps_left > 0 and (self._nan_evidence.get("step") != s or self._nan_origin):
-            self._nan_steps_left -= 1
-            if self._nan_origin or self._nan_steps_left == 0:
-                self._emit_non_finite()
-
-    def _nan_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
-        if (
-            self._nan_origin is not None
-            or not isinstance(output, torch.Tensor)
-            or not output.is_floating_point()
-        ):
-            return
-        if bool(torch.isfinite(output).all()):
-            return
-        ins = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
-        bad_params = [
-            n
-            for n, p in module.named_parameters(recurse=False)
-            if not bool(torch.isfinite(p).all())
-        ]
-        if all(bool(torch.isfinite(x).all()) for x in ins) or bad_params:
-            name = self.names.get(id(module), type(module).__name__)
-            self._nan_origin = f"{name} ({type(module).__name__}, {checks.definition_site(module)})"
-            self._nan_evidence["module"] = name
-            if bad_params:
-                self._nan_evidence["non_finite_parameters"] = bad_params
-
-    def _emit_non_finite(self) -> None:
-        ev, origin = self._nan_evidence, self._nan_origin
-        what = "gradients" if "gradients" in ev else "the loss"
-        msg = f"non-finite values in {what} from step {ev.get('step')}"
-        msg += (
-            f"; first produced by module {origin}"
-            if origin
-            else "; no module output was non-finite (look at the loss code)"
-        )
-        self.add(
-            Finding(
-                "non-finite",
-                "error",
-                msg,
-                where=origin or ", ".join(ev.get("gradients", [])[:3]),
-                evidence=dict(ev),
-            )
-        )
-        self._nan_steps_left = 0
+        if self.params:
+            self.nonfinite.saw_gradients(s, checks.non_finite_grads(self.params))
 
     # ------------------------------------------------------------------ retained graphs
 
@@ -446,62 +354,24 @@ class HealthMonitor(Callback):
         reused = loss is not None and (graphs.oldest_node(loss) or marker + 1) <= marker
         self._last_scan_end = time.perf_counter()
         self._last_scan_cost = self._last_scan_end - now
-        if found.scalars:
-            holder = next(iter(found.scalar_holders), "unknown holder")
-            self.add(
-                Finding(
-                    "loss-accumulated-with-graph",
-                    "error",
-                    f"{found.scalars} scalar tensor(s) keep the graphs of earlier steps (held by {holder}), from step {self._step_of(found.oldest or 0)} on",
-                    where=self._where(holder),
-                    evidence={
-                        "scalars": found.scalars,
-                        "holders": found.scalar_holders,
-                        "oldest_step": self._step_of(found.oldest or 0),
-                    },
-                )
-            )
         self._scans_with_graphs = self._scans_with_graphs + 1 if found.tensors else 0
-        if found.tensors and (self._scans_with_graphs >= 2 or reused):
-            holder = (
-                max(found.holders, key=lambda k: found.holders[k])
-                if found.holders
-                else "unknown holder"
-            )
-            oldest = self._step_of(found.oldest or 0)
-            msg = f"{found.tensors} tensors still hold autograd graphs from step {oldest} at step {s} (held by {holder})"
-            msg += (
-                "; this step's backward runs through them, so each step does more work"
-                if reused
-                else ""
-            )
-            self.add(
-                Finding(
-                    "graph-retained",
-                    "error" if reused else "warning",
-                    msg,
-                    where=self._where(holder),
-                    evidence={
-                        "tensors": found.tensors,
-                        "holders": found.holders,
-                        "oldest_step": oldest,
-                        "step": s,
-                        "backward_reaches_old_graphs": reused,
-                    },
-                )
-            )
+        for finding in graphs.findings(
+            found, s, reused, self._scans_with_graphs, self._step_of, self._where
+        ):
+            self.add(finding)
 
     def _where(self, holder: str) -> str:
-        attr = holder.split("'")[1] if "'" in holder else holder.rstrip("[]").rpartition(".")[2]
-        site = checks.assignment_site(self.source_files, attr) if attr else ""
+        named = "'" in holder  # a global or local variable, not an attribute
+        attr = holder.split("'")[1] if named else holder.rstrip("[]").rpartition(".")[2]
+        site = checks.assignment_site(self.source_files, attr, not named) if attr else ""
         return f"{holder} ({site})" if site else holder
 
     # ------------------------------------------------------------------ series and profiles
 
     def _series_checks(self, s: int) -> None:
+        profiled = self.profile.profiled
         times = [
-            math.nan if i + 1 in self._profiled else t
-            for i, t in enumerate(self.series["step_time"])
+            math.nan if i + 1 in profiled else t for i, t in enumerate(self.series["step_time"])
         ]
         for found in (
             checks.step_time_regression(times),
@@ -513,50 +383,11 @@ class HealthMonitor(Callback):
         ):
             if found is not None:
                 self.add(found)
-        recent = [t for t in times[-20:] if math.isfinite(t)]
-        early = [t for t in times[5:25] if math.isfinite(t)]
-        if len(times) >= 60 and self._profiles < 3 and self._profiler is None and recent and early:
-            if sorted(recent)[len(recent) // 2] > 1.5 * sorted(early)[len(early) // 2]:
-                self._start_profile(s + 1)
+        self.profile.schedule_if_slower(times, s + 1)
 
-    def _start_profile(self, s: int) -> None:
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self._profiler = torch.profiler.profile(activities=activities)
-        self._profiler.__enter__()
-        self._profile_start, self._profile_end = s, s + 2
-        self._profiles += 1
-
-    def _finish_profile(self) -> None:
-        prof, self._profiler = self._profiler, None
-        prof.__exit__(None, None, None)
-        steps = range(self._profile_start, self.step + 1)
-        self._profiled.update(steps)
-        times: dict[str, float] = {}
-        for evt in prof.key_averages():
-            if (
-                evt.key.startswith(
-                    ("ProfilerStep", "[", "Optimizer.", "cuda", "enumerate(", "autograd::")
-                )
-                or "#" in evt.key
-            ):
-                continue
-            t = float(evt.self_cpu_time_total) + float(
-                getattr(evt, "self_device_time_total", 0.0) or 0.0
-            )
-            times[evt.key] = times.get(evt.key, 0.0) + t
-        found = checks.hot_op(times, len(steps))
+    def _add_if(self, found: Finding | None) -> None:
         if found is not None:
-            found.where = next(iter(found.evidence["top_ops"]), "")
-            found.evidence["steps"] = [steps.start, steps.stop - 1]
             self.add(found)
-
-    def _rss(self, s: int) -> float:
-        # Reading /proc costs ~0.1 ms on a busy host: every 5th step is enough for a trend.
-        if s % 5 == 1 or not self.series["rss_mb"]:
-            self._last_rss = rss_mb()
-        return self._last_rss
 
     def _modules(self) -> list[nn.Module]:
         return [m for model in self.models for m in model.modules()]

@@ -1,0 +1,89 @@
+"""Look at what goes into ``F.cross_entropy``/``F.nll_loss`` (the nn losses call them).
+
+The functions are wrapped for the run: on sampled steps the input is checked for probabilities
+(non-negative rows summing to 1, i.e. softmax output where logits belong), and the first
+cross-entropy of the run is compared with log(C).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from treeqa.health import checks
+from treeqa.health.checks import Finding
+
+
+class LossInputCheck:
+    """``active()``: look at this call (a sampled step, not eval); ``at_init()``: no step done yet."""
+
+    def __init__(
+        self,
+        add: Callable[[Finding], None],
+        active: Callable[[], bool],
+        at_init: Callable[[], bool],
+    ):
+        self.add, self.active, self.at_init = add, active, at_init
+        self.first_seen = False
+        self._originals: dict[str, Callable[..., torch.Tensor]] = {}
+
+    def install(self) -> None:
+        for fname in ("cross_entropy", "nll_loss"):
+            original = getattr(F, fname)
+            if not getattr(original, "_treeqa_health", False):
+                self._originals[fname] = original
+                setattr(F, fname, self._wrap(fname, original))
+
+    def uninstall(self) -> None:
+        for fname, original in self._originals.items():
+            setattr(F, fname, original)
+        self._originals.clear()
+
+    def _wrap(
+        self, fname: str, original: Callable[..., torch.Tensor]
+    ) -> Callable[..., torch.Tensor]:
+        check = weakref.ref(self)  # torch may cache the wrapper; it must not keep the monitor
+
+        def wrapper(input: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            result = original(input, *args, **kwargs)
+            me = check()
+            if me is not None and isinstance(input, torch.Tensor) and me.active():
+                me._inspect(fname, input, result)
+            return result
+
+        wrapper._treeqa_health = True  # type: ignore[attr-defined]
+        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+        return wrapper
+
+    def _inspect(self, fname: str, input: torch.Tensor, result: torch.Tensor) -> None:
+        classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
+        if checks.looks_like_probabilities(input):
+            expected = "logits" if fname == "cross_entropy" else "log-probabilities"
+            self.add(
+                Finding(
+                    "probabilities-into-cross-entropy",
+                    "error",
+                    f"{fname} received probabilities (non-negative rows summing to 1 over {classes} classes), not {expected}",
+                    where=checks.user_site(2),
+                    evidence={
+                        "function": fname,
+                        "classes": classes,
+                        "min": round(float(input.detach().min()), 6),
+                    },
+                )
+            )
+        if (
+            fname == "cross_entropy"
+            and not self.first_seen
+            and self.at_init()
+            and result.numel() == 1
+        ):
+            self.first_seen = True
+            found = checks.loss_at_init(float(result.detach()), classes)
+            if found is not None:
+                found.where = checks.user_site(2)
+                self.add(found)

@@ -1,0 +1,100 @@
+"""Name the first module that produced a NaN/Inf.
+
+A non-finite loss (seen every step) or gradient (seen on sampled steps) arms the tracer; on the
+next few steps a global forward hook looks for the first module whose output is non-finite
+while its inputs are finite (or whose own parameters are not). The finding names that module,
+or says that no module output was non-finite (the loss code itself is then the suspect).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from treeqa.health import checks
+from treeqa.health.checks import Finding
+
+
+class NonFiniteTracer:
+    """Arms on the first non-finite value, hooks forwards for up to ``watch_steps`` steps, reports once."""
+
+    def __init__(self, add: Callable[[Finding], None], watch_steps: int = 3):
+        self.add, self.watch_steps = add, watch_steps
+        self.names: dict[int, str] = {}
+        self.steps_left = 0
+        self.origin: str | None = None
+        self.evidence: dict[str, Any] = {}
+
+    @property
+    def armed(self) -> bool:
+        return self.steps_left > 0
+
+    def begin_step(self) -> Any:
+        """The forward-hook handle to remove at the step's end, or None when not armed."""
+        if self.steps_left <= 0:
+            return None
+        return torch.nn.modules.module.register_module_forward_hook(self._hook)
+
+    def saw_gradients(self, step: int, bad: list[str]) -> None:
+        """``bad``: parameters whose gradient is non-finite on a sampled step."""
+        if bad and not self.evidence:
+            self.evidence = {"step": step, "gradients": bad[:10]}
+            self.steps_left = max(self.steps_left, 1)
+
+    def saw_loss(self, step: int, value: float) -> None:
+        if not math.isfinite(value) and not self.evidence:
+            self.evidence = {"step": step, "loss": str(value)}
+            self.steps_left = self.watch_steps
+        elif self.steps_left > 0 and (self.evidence.get("step") != step or self.origin):
+            self.steps_left -= 1
+            if self.origin or self.steps_left == 0:
+                self.emit()
+
+    def finish(self) -> None:
+        if self.steps_left > 0 or self.evidence:
+            self.emit()
+
+    def emit(self) -> None:
+        ev, origin = self.evidence, self.origin
+        what = "gradients" if "gradients" in ev else "the loss"
+        msg = f"non-finite values in {what} from step {ev.get('step')}"
+        msg += (
+            f"; first produced by module {origin}"
+            if origin
+            else "; no module output was non-finite (look at the loss code)"
+        )
+        self.add(
+            Finding(
+                "non-finite",
+                "error",
+                msg,
+                where=origin or ", ".join(ev.get("gradients", [])[:3]),
+                evidence=dict(ev),
+            )
+        )
+        self.steps_left = 0
+
+    def _hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if (
+            self.origin is not None
+            or not isinstance(output, torch.Tensor)
+            or not output.is_floating_point()
+            or bool(torch.isfinite(output).all())
+        ):
+            return
+        ins = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        bad_params = [
+            n
+            for n, p in module.named_parameters(recurse=False)
+            if not bool(torch.isfinite(p).all())
+        ]
+        if all(bool(torch.isfinite(x).all()) for x in ins) or bad_params:
+            name = self.names.get(id(module), type(module).__name__)
+            self.origin = f"{name} ({type(module).__name__}, {checks.definition_site(module)})"
+            self.evidence["module"] = name
+            if bad_params:
+                self.evidence["non_finite_parameters"] = bad_params

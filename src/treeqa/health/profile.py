@@ -1,0 +1,104 @@
+"""Short ``torch.profiler`` windows that name the operator family dominating step time.
+
+A window covers the compute of a few steps (each step from its first forward to its optimiser
+step, so data loading between steps stays out): once after the first sampled interval, and
+again (up to ``max_windows`` in all) when recent steps got 1.5x slower than early ones.
+Profiled steps are marked so the timing checks can leave them out (the profiler slows them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from treeqa.health import checks
+from treeqa.health.checks import Finding
+
+# Rows of key_averages() that are not operators: step markers, optimiser and runtime ranges.
+_NOT_OPS = ("ProfilerStep", "[", "Optimizer.", "cuda", "enumerate(", "autograd::")
+
+
+class ProfileWindow:
+    def __init__(
+        self, steps: int = 3, max_windows: int = 3, memory: Callable[[], float] | None = None
+    ):
+        self.steps, self.max_windows, self.memory = steps, max_windows, memory
+        self.dense_conv = True  # the watched models have a dense (groups=1) 2-D/3-D conv
+        self.memory_added = 0.0  # MB the profiler itself left resident (not the run's growth)
+        self._memory_before = 0.0
+        self.profiled: set[int] = set()  # steps whose compute was profiled
+        self.windows = 0
+        self._next: int | None = None  # first step of the scheduled or open window
+        self._profiler: Any = None
+        self._times: dict[str, float] = {}
+        self._covered: list[int] = []
+
+    @property
+    def active(self) -> bool:
+        return self._next is not None
+
+    def schedule(self, step: int) -> None:
+        """Profile the compute of ``steps`` steps from ``step`` on."""
+        if self._next is None and self.windows < self.max_windows:
+            self._next, self._times, self._covered = step, {}, []
+            self.windows += 1
+
+    def schedule_if_slower(self, step_times: Sequence[float], next_step: int) -> None:
+        """Schedule a window when the last 20 steps' median is 1.5x that of steps 5..25."""
+        if len(step_times) < 60 or self.active:
+            return
+        recent = [t for t in step_times[-20:] if math.isfinite(t)]
+        early = [t for t in step_times[5:25] if math.isfinite(t)]
+        if recent and early:
+            if sorted(recent)[len(recent) // 2] > 1.5 * sorted(early)[len(early) // 2]:
+                self.schedule(next_step)
+
+    def begin(self, step: int) -> None:
+        """The step's compute starts: open the profiler if this step is in the window."""
+        if self._next is None or step < self._next or self._profiler is not None:
+            return
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self._memory_before = self.memory() if self.memory else 0.0
+        self._profiler = torch.profiler.profile(activities=activities)
+        self._profiler.__enter__()
+
+    def end(self, step: int) -> Finding | None:
+        """The step is done: close the profiler; the hot-op finding once the window is full."""
+        self._stop(step)
+        return self.close() if len(self._covered) >= self.steps else None
+
+    def close(self, step: int | None = None) -> Finding | None:
+        """End the window now (also at the end of the run, at ``step``); its finding, if any."""
+        if step is not None:
+            self._stop(step)
+        covered, self._next = self._covered, None
+        if not covered:
+            return None
+        self._covered = []
+        found = checks.hot_op(self._times, len(covered), self.dense_conv)
+        if found is not None:
+            found.where = next(iter(found.evidence["top_ops"]), "")
+            found.evidence["steps"] = [covered[0], covered[-1]]
+        return found
+
+    def _stop(self, step: int) -> None:
+        prof, self._profiler = self._profiler, None
+        if prof is None:
+            return
+        prof.__exit__(None, None, None)
+        self.profiled.add(step)
+        if self.memory:
+            self.memory_added += max(0.0, self.memory() - self._memory_before)
+        self._covered.append(step)
+        for evt in prof.key_averages():
+            if evt.key.startswith(_NOT_OPS) or "#" in evt.key:
+                continue
+            t = float(evt.self_cpu_time_total) + float(
+                getattr(evt, "self_device_time_total", 0.0) or 0.0
+            )
+            self._times[evt.key] = self._times.get(evt.key, 0.0) + t
