@@ -1,0 +1,124 @@
+"""``treeqa train qa`` and ``treeqa predict qa``: QANet on prepared SQuAD.
+
+Imports stay light here (argparse only); torch and spaCy load when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+TRAIN_EXAMPLE = (
+    "treeqa train qa --config configs/qanet_paper.toml --prepared runs/squad_v1 --out runs/qanet\n"
+    "  treeqa train qa --config configs/qanet_cpu_small.toml --schedule.budget_minutes=45\n"
+    "  treeqa train qa --resume runs/qanet"
+)
+PREDICT_EXAMPLE = (
+    "treeqa predict qa --checkpoint runs/qanet --context 'Paris is the capital of France.' "
+    "--question 'What is the capital of France?'\n"
+    "  treeqa predict qa --checkpoint runs/qanet --input questions.jsonl --output answers.jsonl"
+)
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``treeqa train qa``; any other config key works as --section.key=value."""
+    for flag, kwargs in (
+        ("--config", {"type": Path, "help": "TOML config (configs/qanet_*.toml)"}),
+        ("--out", {"type": Path, "help": "run directory (default: runs/NAME)"}),
+        ("--resume", {"type": Path, "metavar": "RUN_DIR", "help": "continue a run"}),
+        ("--json", {"action": "store_true", "help": "end with one JSON line"}),
+    ):
+        with contextlib.suppress(argparse.ArgumentError):  # already there in the shared parser
+            p.add_argument(flag, **kwargs)
+    with contextlib.suppress(argparse.ArgumentError):
+        p.add_argument("--prepared", help="prepared SQuAD directory (treeqa data prepare squad)")
+
+
+def add_predict_arguments(p: argparse.ArgumentParser) -> None:
+    """Flags of ``treeqa predict qa``: one question on the command line, or JSONL in and out."""
+    with contextlib.suppress(argparse.ArgumentError):
+        p.add_argument("--checkpoint", type=Path, required=True, help="run directory or file")
+    p.add_argument("--context", help="qa: the passage to read")
+    p.add_argument("--question", help="qa: the question about --context")
+    with contextlib.suppress(argparse.ArgumentError):
+        p.add_argument("--input", type=Path, help='JSONL: {"context": ..., "question": ...}')
+    p.add_argument("--output", type=Path, help="qa: write JSONL answers here (default: stdout)")
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from treeqa.config import load_toml, parse_overrides
+    from treeqa.recipes.qa import resolve_config
+
+    for unused in ("task", "vectors"):
+        if getattr(args, unused, None) is not None:
+            raise ValueError(f"--{unused} does not apply to qa (vectors are fixed at preparation)")
+    source = args.resume / "config.toml" if args.resume is not None else args.config
+    raw = load_toml(source) if source else {}
+    named = ("model", "data", "prepared", "epochs", "batch_size", "seed", "health")
+    pairs = [(k, str(getattr(args, k))) for k in named if getattr(args, k, None) is not None]
+    return resolve_config(raw, pairs + parse_overrides(getattr(args, "overrides", []) or []))
+
+
+def train_main(args: argparse.Namespace) -> int:
+    from treeqa.recipes.qa import train
+
+    config = _config(args)
+    out = args.resume or args.out or Path("runs") / config.name
+    result = train(config, out, resume_run=args.resume is not None)
+    print(
+        f"run directory: {out}\nbest dev f1: {result['best_dev']:.2f} (epoch {result['best_epoch']})"
+    )
+    if getattr(args, "json", False):
+        print(json.dumps({"run_dir": str(out), **result}, sort_keys=True, default=float))
+    return 0
+
+
+def _read_jsonl(path: Path) -> list[tuple[str, str]]:
+    pairs = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                pairs.append((str(item["context"]), str(item["question"])))
+            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                raise ValueError(
+                    f'{path}:{n}: expected {{"context": ..., "question": ...}} ({err})'
+                ) from err
+    return pairs
+
+
+def predict_main(args: argparse.Namespace) -> int:
+    extra = getattr(args, "overrides", []) or []
+    if extra or getattr(args, "trees", None):
+        raise ValueError(f"unrecognised arguments: {' '.join([*args.trees, *extra])}")
+    pairs: list[tuple[str, str]] = []
+    if args.context is not None or args.question is not None:
+        if not args.context or not args.question:
+            raise ValueError("give both --context and --question")
+        pairs.append((args.context, args.question))
+    if args.input:
+        pairs += _read_jsonl(args.input)
+    if not pairs:
+        raise ValueError("nothing to answer: give --context and --question, or --input FILE.jsonl")
+    from treeqa.recipes.qa import load_model, predict
+
+    results = predict(load_model(args.checkpoint), pairs)
+    if args.output:
+        with args.output.open("w", encoding="utf-8") as f:
+            for (_, question), r in zip(pairs, results, strict=True):
+                f.write(json.dumps({"question": question, **r}, ensure_ascii=False) + "\n")
+        print(f"wrote {len(results)} answers to {args.output}", file=sys.stderr)
+        return 0
+    for (_, question), r in zip(pairs, results, strict=True):
+        if getattr(args, "json", False) or args.input:
+            print(json.dumps({"question": question, **r}, ensure_ascii=False))
+        else:
+            answer = r["answer"] if r["start"] >= 0 else "(no answer)"
+            print(f"{answer}\t(score {r['score']:.4f}, characters {r['start']}-{r['end']})")
+    return 0

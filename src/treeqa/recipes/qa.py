@@ -1,0 +1,381 @@
+"""Reading comprehension on prepared SQuAD: train QANet, evaluate with the official metric, predict.
+
+Shape letters: B questions, L context tokens, J question tokens, W characters per token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from treeqa import config as cfg
+from treeqa.data.qa_batch import QABatch
+from treeqa.data.squad_prepared import PreparedSplit
+from treeqa.data.vocab import Vocab
+from treeqa.eval.squad import evaluate_predictions
+from treeqa.models.qanet import QANet, QANetConfig, decode
+from treeqa.train import checkpoint as ckpt
+from treeqa.train.callbacks import Checkpointer, EarlyStopping, MetricsLog, ProgressBar, resume
+from treeqa.train.ema import EMA
+from treeqa.train.loop import Callback, TrainConfig, TrainState, fit, resolve_device
+from treeqa.train.optim import build_optimizer, build_scheduler
+
+TASK = "qa"
+
+
+@dataclass(frozen=True)
+class QAData:
+    prepared: str = "runs/squad_v1"
+    """Directory written by ``treeqa data prepare squad`` (train/ and dev/ inside)."""
+    bucket: bool = True
+    """Group training questions of similar context length into a batch (less padding)."""
+    dev_subset: int = 0
+    """Dev questions scored during training: a fixed seeded sample; 0 = every dev question."""
+    eval_batch_size: int = 32
+
+
+@dataclass(frozen=True)
+class QASchedule:
+    eval_every: int = 0
+    """Steps between dev evaluations, each closing one fit() epoch; 0 = one pass over train."""
+    budget_minutes: float = 0.0
+    """Stop training after this much wall-clock time (checked every step); 0 = no limit."""
+    ema_decay: float = 0.9999
+    """Decay of the weight moving average used for evaluation (paper: 0.9999); 0 = off."""
+    threshold: float = 0.0
+    """SQuAD 2.0: answer nothing when the no-answer score beats the best span's by more."""
+
+
+@dataclass(frozen=True)
+class QAExperiment:
+    name: str = "qanet"
+    data: QAData = field(default_factory=QAData)
+    schedule: QASchedule = field(default_factory=QASchedule)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    model: QANetConfig = field(default_factory=QANetConfig)
+
+
+ALIASES = {"data": "data.prepared", "prepared": "data.prepared", "model": "model.name"}
+
+TRAIN_DEFAULTS: dict[str, Any] = {
+    "metric": "f1",
+    "batch_size": 32,
+    "optim": "adam",
+    "lr": 1e-3,
+    "emb_lr": 0.0,  # documents that word vectors are fixed; QANet keeps them in a buffer
+    "weight_decay": 3e-7,
+    "adam_betas": [0.8, 0.999],
+    "adam_eps": 1e-7,
+    "warmup_steps": 1000,
+    "clip": 5.0,
+    "amp": "bf16",
+}
+"""QANet's training settings (configs/qanet_paper.toml gives their sources), under [train]."""
+
+
+def resolve_config(raw: dict[str, Any], overrides: Sequence[tuple[str, str]]) -> QAExperiment:
+    """TOML dict + overrides -> the experiment config; unknown keys are errors."""
+    merged = cfg.merge_overrides(QAExperiment, raw, overrides, ALIASES)
+    merged["train"] = {**TRAIN_DEFAULTS, **merged.get("train", {})}
+    config = cfg.from_dict(QAExperiment, merged)
+    if config.model.name != "qanet":
+        raise cfg.ConfigError(f"model.name: the qa task trains 'qanet', not {config.model.name!r}")
+    return config
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class StepStream:
+    """Training batches as one endless stream cut into fit() epochs of ``per_epoch`` steps.
+
+    Pass p over the data is shuffled with seed ``seed * 100_003 + p``, so the batches of
+    every epoch depend only on its number; a resumed run skips to its first step once.
+    """
+
+    def __init__(
+        self, split: PreparedSplit, batch_size: int, per_epoch: int, seed: int, bucket: bool
+    ):
+        self.split, self.batch_size, self.per_epoch = split, batch_size, per_epoch
+        self.seed, self.bucket = seed, bucket
+        self.position, self.iterator = 0, self._stream()
+
+    def _stream(self) -> Iterator[QABatch]:
+        p = 0
+        while True:
+            yield from self.split.batches(
+                self.batch_size, True, self.seed * 100_003 + p, bucket=self.bucket
+            )
+            p += 1
+
+    def __call__(self, epoch: int) -> Iterator[QABatch]:
+        first = epoch * self.per_epoch
+        if first < self.position:
+            self.position, self.iterator = 0, self._stream()
+        for _ in range(first - self.position):
+            next(self.iterator)
+        self.position = first
+        for _ in range(self.per_epoch):
+            self.position += 1
+            yield next(self.iterator)
+
+
+class Budget(Callback):
+    """Stop the run once ``minutes`` of wall-clock time have passed since it started."""
+
+    def __init__(self, minutes: float):
+        self.seconds = minutes * 60
+
+    def on_fit_start(
+        self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> None:
+        self.started = time.monotonic()
+
+    def on_step_end(self, state: TrainState, output: Any, batch: Any) -> None:
+        if self.seconds > 0 and time.monotonic() - self.started > self.seconds:
+            state.stop = True
+
+
+def predict_rows(
+    model: nn.Module,
+    split: PreparedSplit,
+    rows: np.ndarray | None,
+    batch_size: int,
+    threshold: float,
+) -> dict[str, tuple[str, float]]:
+    """question id -> (answer text, log-probability of the choice) for ``rows`` (None = all)."""
+    config: QANetConfig = model.config  # type: ignore[assignment]
+    device = next(model.parameters()).device
+    out: dict[str, tuple[str, float]] = {}
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        # Bucketed: answers are keyed by row, so sorting by length only saves padding.
+        for batch in split.batches(batch_size, False, 0, bucket=True, rows=rows):
+            batch = batch.to(device)
+            logits = model(batch).logits  # [B, 2, L(+1)]
+            mask = batch.context_words != 0  # [B, L]
+            start, end, score = decode(
+                logits, mask, config.max_answer_len, config.no_answer, threshold
+            )
+            for row, s, e, p in zip(
+                batch.index.tolist(), start.tolist(), end.tolist(), score.tolist(), strict=True
+            ):
+                text = "" if s < 0 else split.answer_text(row, s, e)
+                out[split.question_id(row)] = (text, p)
+    model.train(was_training)
+    return out
+
+
+def evaluate_model(
+    model: nn.Module,
+    split: PreparedSplit,
+    rows: np.ndarray | None,
+    batch_size: int,
+    threshold: float,
+) -> dict[str, float]:
+    """Official SQuAD EM/F1 (0-100) over the questions of ``rows`` (None = every question)."""
+    predictions = {
+        qid: text
+        for qid, (text, _) in predict_rows(model, split, rows, batch_size, threshold).items()
+    }
+    gold = split.gold()
+    if rows is not None:  # the official scripts score every question they are given
+        gold = _only(gold, set(predictions))
+    scores = evaluate_predictions(gold, predictions)
+    return {k: float(v) for k, v in scores.items() if isinstance(v, int | float)}
+
+
+def _only(gold: dict[str, Any], ids: set[str]) -> dict[str, Any]:
+    """The SQuAD-layout ``gold`` restricted to questions ``ids``."""
+    data = [
+        {
+            **a,
+            "paragraphs": [
+                {**p, "qas": [q for q in p["qas"] if q["id"] in ids]} for p in a["paragraphs"]
+            ],
+        }
+        for a in gold["data"]
+    ]
+    return {**gold, "data": data}
+
+
+def build_model(model_config: QANetConfig, split: PreparedSplit) -> tuple[QANet, Vocab, Vocab]:
+    words, chars = split.word_vocab(), split.char_vocab()
+    return QANet(model_config, len(words), len(chars), split.word_vectors()), words, chars
+
+
+def train(
+    config: QAExperiment,
+    out: Path,
+    *,
+    resume_run: bool = False,
+    extra_callbacks: Sequence[Callback] = (),
+) -> dict[str, Any]:
+    """Train QANet into run directory ``out``; returns the best dev F1 and where it was reached."""
+    out.mkdir(parents=True, exist_ok=True)
+    seed_everything(config.train.seed)
+    prepared = Path(config.data.prepared)
+    train_split, dev_split = PreparedSplit(prepared, "train"), PreparedSplit(prepared, "dev")
+    meta_data = train_split.meta
+    no_answer = config.model.no_answer or meta_data["version"] == "v2.0"
+    dim = int(meta_data["vocab"]["vector_dim"])
+    config = dataclasses.replace(
+        config, model=dataclasses.replace(config.model, no_answer=no_answer, word_dim=dim)
+    )
+    (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
+
+    model, words, chars = build_model(config.model, train_split)
+    optimizer = build_optimizer(model, config.train)
+    scheduler = build_scheduler(optimizer, config.train)
+    ema = EMA(config.schedule.ema_decay) if config.schedule.ema_decay > 0 else None
+    state = resume(out, model, optimizer, scheduler) if resume_run else None
+    if state is not None and ema is not None:
+        ema.load(ckpt.load(out, prefer=ckpt.LAST).group("ema."))
+
+    dev_rows = None
+    if 0 < config.data.dev_subset < len(dev_split):
+        rng = np.random.default_rng(config.train.seed)
+        dev_rows = np.sort(rng.choice(len(dev_split), config.data.dev_subset, replace=False))
+    per_epoch = config.schedule.eval_every or -(-len(train_split) // config.train.batch_size)
+    stream = StepStream(
+        train_split, config.train.batch_size, per_epoch, config.train.seed, config.data.bucket
+    )
+    meta = {
+        "task": TASK,
+        "model": "qanet",
+        "model_config": cfg.to_dict(config.model),
+        "data": cfg.to_dict(config.data),
+        "schedule": cfg.to_dict(config.schedule),
+        "train_config": cfg.to_dict(config.train),
+        "word_vocab": list(words.tokens),
+        "char_vocab": list(chars.tokens),
+        "limits": meta_data["limits"],
+        "squad_version": meta_data["version"],
+    }
+    callbacks: list[Callback] = [
+        ProgressBar(total=per_epoch),
+        MetricsLog(out, config.train.log_every),
+        # EMA before the Checkpointer: it must swap its shadows in/out around evaluation.
+        *([ema] if ema is not None else []),
+        Checkpointer(out, meta, scheduler, ema.checkpoint_tensors if ema is not None else None),
+        EarlyStopping(config.train.patience),
+        Budget(config.schedule.budget_minutes),
+        *extra_callbacks,
+    ]
+    threshold, eval_bs = config.schedule.threshold, config.data.eval_batch_size
+    state = fit(
+        model,
+        optimizer,
+        stream,
+        config.train,
+        evaluate=lambda m: evaluate_model(m, dev_split, dev_rows, eval_bs, threshold),
+        callbacks=callbacks,
+        scheduler=scheduler,
+        state=state,
+    )
+    return {
+        "best_epoch": state.best_epoch,
+        "best_dev": state.best,
+        "epochs": state.epoch,
+        "steps": state.step,
+    }
+
+
+@dataclass(frozen=True)
+class Loaded:
+    model: QANet
+    words: Vocab
+    chars: Vocab
+    max_chars: int
+    threshold: float
+    meta: dict[str, Any]
+
+
+def load_model(path: str | Path, device: str = "auto") -> Loaded:
+    """A trained QANet from a run directory or checkpoint file (best = EMA weights), for inference."""
+    checkpoint = ckpt.load(path)
+    meta = checkpoint.meta
+    if meta.get("task") != TASK:
+        raise ckpt.CheckpointError(f"{path}: a {meta.get('task')!r} checkpoint, not a qa one")
+    model_config = cfg.from_dict(QANetConfig, meta["model_config"], "checkpoint model_config")
+    words, chars = Vocab(tuple(meta["word_vocab"])), Vocab(tuple(meta["char_vocab"]))
+    model = QANet(model_config, len(words), len(chars))
+    model.load_state_dict(checkpoint.weights())
+    model.to(resolve_device(device)).eval()
+    threshold = float(meta.get("schedule", {}).get("threshold", 0.0))
+    return Loaded(model, words, chars, int(meta["limits"]["chars"]), threshold, meta)
+
+
+def evaluate(path: str | Path, prepared: str | Path, split: str = "dev") -> dict[str, float]:
+    """Official EM/F1 of a checkpoint on every question of a prepared split."""
+    loaded = load_model(path)
+    data = PreparedSplit(Path(prepared), split)
+    return {
+        **evaluate_model(loaded.model, data, None, 32, loaded.threshold),
+        "questions": float(len(data)),
+    }
+
+
+def _encode(loaded: Loaded, tokens: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padded word ids [B, T] and char ids [B, T, W] of tokenised texts."""
+    width = max(len(t) for t in tokens)
+    words = torch.zeros(len(tokens), width, dtype=torch.long)
+    chars = torch.zeros(len(tokens), width, loaded.max_chars, dtype=torch.long)
+    for i, toks in enumerate(tokens):
+        words[i, : len(toks)] = torch.tensor(loaded.words.ids(toks), dtype=torch.long)
+        for j, tok in enumerate(toks):
+            ids = loaded.chars.ids(tok[: loaded.max_chars])
+            chars[i, j, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return words, chars
+
+
+def predict(
+    loaded: Loaded, examples: Sequence[tuple[str, str]], batch_size: int = 16
+) -> list[dict[str, Any]]:
+    """Per (context, question): the answer text, its character offsets and its probability
+    (empty answer and start = end = -1 when a SQuAD 2.0 model answers nothing)."""
+    from treeqa.data.squad import Tokenizer  # spaCy: an optional dependency
+
+    tokenizer, device = Tokenizer(), next(loaded.model.parameters()).device
+    config, results = loaded.model.config, []
+    for at in range(0, len(examples), batch_size):
+        chunk = examples[at : at + batch_size]
+        contexts = [tokenizer.tokenize(c) for c, _ in chunk]  # (tokens, spans [T, 2])
+        questions = [tokenizer.tokenize(q)[0] or ["?"] for _, q in chunk]
+        if any(not toks for toks, _ in contexts):
+            raise ValueError("a context has no tokens")
+        cw, cc = _encode(loaded, [toks for toks, _ in contexts])
+        qw, qc = _encode(loaded, questions)
+        none = torch.full((len(chunk),), -1, dtype=torch.long)
+        batch = QABatch(cw, cc, qw, qc, none, none, torch.arange(len(chunk))).to(device)
+        with torch.no_grad():
+            logits = loaded.model(batch).logits
+        start, end, score = decode(
+            logits,
+            batch.context_words != 0,
+            config.max_answer_len,
+            config.no_answer,
+            loaded.threshold,
+        )
+        for (context, _), (_, spans), s, e, p in zip(
+            chunk, contexts, start.tolist(), end.tolist(), score.tolist(), strict=True
+        ):
+            a, b = (int(spans[s, 0]), int(spans[e, 1])) if s >= 0 else (-1, -1)
+            text = context[a:b] if s >= 0 else ""
+            results.append(
+                {"answer": text, "start": a, "end": b, "score": round(float(np.exp(p)), 6)}
+            )
+    return results

@@ -1,0 +1,267 @@
+"""QA recipe on a tiny prepared SQuAD fixture: train -> save -> load -> the same predictions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("spacy")
+
+from treeqa.cli.main import main  # noqa: E402
+from treeqa.recipes import qa  # noqa: E402
+from treeqa.train import checkpoint as ckpt  # noqa: E402
+
+PARAGRAPHS = [
+    (
+        "Paris is the capital of France. The Seine flows through Paris. It has many museums.",
+        [
+            ("What is the capital of France?", "Paris", 0),
+            ("What river flows through Paris?", "Seine", 36),
+        ],
+    ),
+    (
+        "The cat sat on the mat in 1999. The dog slept in the garden near the old oak tree.",
+        [("Where did the dog sleep?", "in the garden", 46), ("When did the cat sit?", "1999", 26)],
+    ),
+    (
+        "Water boils at 100 degrees. Ice melts at zero degrees. Steam is very hot indeed.",
+        [
+            ("At what temperature does water boil?", "100 degrees", 15),
+            ("What melts at zero?", "Ice", 28),
+        ],
+    ),
+]
+TINY = [
+    "--model.d_model=16",
+    "--model.heads=2",
+    "--model.char_dim=8",
+    "--model.emb_convs=1",
+    "--model.model_blocks=1",
+    "--model.model_convs=1",
+    "--train.batch_size=3",
+    "--train.epochs=2",
+    "--schedule.eval_every=3",
+    "--train.optim=adam",
+    "--train.lr=0.003",
+    "--schedule.ema_decay=0.9",
+    "--train.device=cpu",
+    "--train.health=off",
+]
+
+
+def squad_json(version: str) -> dict:
+    articles = []
+    for n, (context, qas) in enumerate(PARAGRAPHS):
+        items = []
+        for k, (question, answer, start) in enumerate(qas):
+            assert context[start : start + len(answer)] == answer
+            items.append(
+                {
+                    "id": f"q{n}{k}",
+                    "question": question,
+                    "answers": [{"text": answer, "answer_start": start}],
+                }
+            )
+        articles.append({"title": f"t{n}", "paragraphs": [{"context": context, "qas": items}]})
+    return {"version": version, "data": articles}
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from treeqa.data.squad import Tokenizer
+    from treeqa.data.squad_prepare import prepare_squad
+
+    root = tmp_path_factory.mktemp("squad")
+    data = squad_json("1.1")
+    for split in ("train", "dev"):
+        (root / f"{split}.json").write_text(json.dumps(data), encoding="utf-8")
+    tokens = {
+        t
+        for c, qas in PARAGRAPHS
+        for text in [c, *(q for q, _, _ in qas)]
+        for t in Tokenizer().tokenize(text)[0]
+    }
+    rng = np.random.default_rng(0)
+    lines = [
+        f"{t} " + " ".join(f"{x:.4f}" for x in rng.normal(size=6))
+        for t in sorted(tokens)
+        if t.isalpha()
+    ]
+    (root / "vectors.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = root / "prepared"
+    prepare_squad(
+        root / "train.json",
+        root / "dev.json",
+        root / "vectors.txt",
+        out,
+        vectors_cache=root / "cache",
+    )
+    return out
+
+
+def test_train_save_load_same_predictions(prepared: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = [
+        "train",
+        "qa",
+        f"--prepared={prepared}",
+        f"--out={out}",
+        "--json",
+        *TINY,
+        "--train.epochs=1",
+    ]
+    assert main(argv) == 0
+    best = ckpt.load(out)
+    assert best.meta["task"] == "qa" and best.meta["kind"] == "best"
+    assert "model.embedding.word_vectors" in best.tensors  # self-describing: vectors inside
+    last = ckpt.load(out, prefer=ckpt.LAST)
+    assert any(k.startswith("ema.") for k in last.tensors)
+    # One evaluation, so best and last are of the same step: best holds the EMA shadows as its
+    # model weights, last holds the raw weights plus the shadows as ema.* (for resuming).
+    w = "model.pointer.start.weight"
+    assert not np.allclose(best.tensors[w].numpy(), last.tensors[w].numpy())
+    np.testing.assert_allclose(
+        best.tensors[w].numpy(), last.tensors["ema.pointer.start.weight"].numpy()
+    )
+
+    # Scores recomputed from the loaded checkpoint equal those logged during training.
+    scores = qa.evaluate(out, prepared, "dev")
+    assert scores["f1"] == pytest.approx(best.meta["metrics"]["f1"])
+    assert scores["questions"] == 6
+
+    # Raw text in (tokenised at prediction time) gives the answers of the prepared arrays.
+    loaded = qa.load_model(out)
+    split = qa.PreparedSplit(prepared, "dev")
+    from_arrays = qa.predict_rows(loaded.model, split, None, 4, 0.0)
+    pairs = [(c, q) for c, qas in PARAGRAPHS for q, _, _ in qas]
+    ids = [f"q{n}{k}" for n in range(3) for k in range(2)]
+    results = qa.predict(loaded, pairs)
+    for (context, _), qid, r in zip(pairs, ids, results, strict=True):
+        assert r["answer"] == from_arrays[qid][0]
+        assert context[r["start"] : r["end"]] == r["answer"]
+        assert r["score"] == pytest.approx(np.exp(from_arrays[qid][1]), rel=1e-4)
+
+
+def test_predict_cli_text_and_jsonl(
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert (
+        main(["train", "qa", f"--prepared={prepared}", f"--out={out}", *TINY, "--train.epochs=1"])
+        == 0
+    )
+    capsys.readouterr()
+    context, question = PARAGRAPHS[0][0], PARAGRAPHS[0][1][0][0]
+    assert (
+        main(
+            [
+                "predict",
+                "qa",
+                "--checkpoint",
+                str(out),
+                "--context",
+                context,
+                "--question",
+                question,
+            ]
+        )
+        == 0
+    )
+    line = capsys.readouterr().out.strip()
+    assert "score" in line
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text(
+        "".join(
+            json.dumps({"context": c, "question": q}) + "\n" for c, q in [(context, question)] * 2
+        )
+    )
+    assert (
+        main(["predict", "qa", "--checkpoint", str(out), "--input", str(src), "--output", str(dst)])
+        == 0
+    )
+    answers = [json.loads(x) for x in dst.read_text().splitlines()]
+    assert len(answers) == 2 and answers[0] == answers[1] and answers[0]["question"] == question
+    assert answers[0]["answer"] in line
+
+
+def test_resolve_config_rejects_unknown_keys() -> None:
+    from treeqa.config import ConfigError
+
+    with pytest.raises(ConfigError):
+        qa.resolve_config({}, [("model.d_modle", "8")])
+    config = qa.resolve_config({}, [("prepared", "x"), ("threshold", "1.5")])
+    assert config.data.prepared == "x" and config.schedule.threshold == 1.5
+
+
+def test_squad2_no_answer_training_and_thresholded_decoding(tmp_path: Path) -> None:
+    from treeqa.data.squad_prepare import prepare_squad
+
+    data = squad_json("v2.0")
+    for article in data["data"]:
+        for qa_ in article["paragraphs"][0]["qas"]:
+            qa_["is_impossible"] = False
+    impossible = {
+        "id": "none0",
+        "question": "What is the capital of Spain?",
+        "answers": [],
+        "is_impossible": True,
+    }
+    data["data"][0]["paragraphs"][0]["qas"].append(impossible)
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.json").write_text(json.dumps(data), encoding="utf-8")
+    words = {
+        w.strip(".?")
+        for c, qas in PARAGRAPHS
+        for w in " ".join([c, *(q for q, _, _ in qas)]).split()
+    }
+    rng = np.random.default_rng(1)
+    lines = [
+        f"{w} " + " ".join(f"{x:.4f}" for x in rng.normal(size=6))
+        for w in sorted(words)
+        if w.isalpha()
+    ]
+    (tmp_path / "vectors.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    prepared = tmp_path / "prepared"
+    prepare_squad(
+        tmp_path / "train.json", tmp_path / "dev.json", tmp_path / "vectors.txt", prepared
+    )
+    out = tmp_path / "run"
+    # A threshold far below zero: the no-answer slot always wins, whatever was learned.
+    argv = [
+        "train",
+        "qa",
+        f"--prepared={prepared}",
+        f"--out={out}",
+        *TINY,
+        "--train.epochs=1",
+        "--threshold=-1e6",
+    ]
+    assert main(argv) == 0
+    loaded = qa.load_model(out)
+    assert loaded.model.config.no_answer  # switched on by the v2.0 data
+    scores = qa.evaluate(out, prepared, "dev")
+    assert (
+        scores["no_ans_total"] == 1
+        and scores["no_ans_exact"] == 100.0
+        and scores["has_ans_f1"] == 0.0
+    )
+    [result] = qa.predict(loaded, [(PARAGRAPHS[0][0], "What is the capital of Spain?")])
+    assert result["answer"] == "" and result["start"] == -1
+
+
+def test_resume_continues_steps_and_ema(prepared: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert (
+        main(["train", "qa", f"--prepared={prepared}", f"--out={out}", *TINY, "--train.epochs=1"])
+        == 0
+    )
+    first = ckpt.load(out, prefer=ckpt.LAST)
+    assert main(["train", "qa", "--resume", str(out), "--train.epochs=2"]) == 0
+    last = ckpt.load(out, prefer=ckpt.LAST)
+    assert first.meta["step"] == 3 and last.meta["step"] == 6
+    w = "pointer.start.weight"
+    # The shadows moved on from the saved ones rather than restarting from the raw weights.
+    assert not np.allclose(first.tensors["ema." + w].numpy(), last.tensors["ema." + w].numpy())
