@@ -265,3 +265,12 @@ def test_resume_continues_steps_and_ema(prepared: Path, tmp_path: Path) -> None:
     w = "pointer.start.weight"
     # The shadows moved on from the saved ones rather than restarting from the raw weights.
     assert not np.allclose(first.tensors["ema." + w].numpy(), last.tensors["ema." + w].numpy())
+
+
+def test_training_runs_under_the_health_monitor(prepared: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    tiny = [a for a in TINY if not a.startswith("--train.health")]
+    argv = ["train", "qa", f"--prepared={prepared}", f"--out={out}", *tiny, "--train.health=on"]
+    assert main(argv) == 0
+    report = json.loads((out / "health.json").read_text())
+    assert not [f for f in report["findings"] if f["severity"] == "error"]

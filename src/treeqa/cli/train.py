@@ -11,7 +11,8 @@ from treeqa.cli.common import emit_json, subparser
 EXAMPLE = (
     "treeqa train sentiment --model tree_lstm --data data/sst --vectors glove.txt.gz --out runs/tl\n"
     "  treeqa train sentiment --config configs/tree_lstm_fine.toml --train.epochs=5\n"
-    "  treeqa train sentiment --resume runs/tl        # continue a killed run"
+    "  treeqa train sentiment --resume runs/tl        # continue a killed run\n"
+    "  treeqa train qa --config configs/qanet_paper.toml --data.prepared runs/squad_v1 --out runs/qanet"
 )
 
 

@@ -22,6 +22,7 @@ from treeqa.data.qa_batch import QABatch
 from treeqa.data.squad_prepared import PreparedSplit
 from treeqa.data.vocab import Vocab
 from treeqa.eval.squad import evaluate_predictions
+from treeqa.health import HealthMonitor
 from treeqa.models.qanet import QANet, QANetConfig, decode
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.callbacks import Checkpointer, EarlyStopping, MetricsLog, ProgressBar, resume
@@ -275,6 +276,8 @@ def train(
         Budget(config.schedule.budget_minutes),
         *extra_callbacks,
     ]
+    if config.train.health != "off":
+        callbacks.append(HealthMonitor(config.train.health, json_path=out / "health.json"))
     threshold, eval_bs = config.schedule.threshold, config.data.eval_batch_size
     state = fit(
         model,
