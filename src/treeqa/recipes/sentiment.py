@@ -184,12 +184,7 @@ def train(
         scheduler=scheduler,
         state=state,
     )
-    return {
-        "best_epoch": state.best_epoch,
-        "best_dev": state.best,
-        "epochs": state.epoch,
-        "steps": state.step,
-    }
+    return state.summary()
 
 
 @dataclass(frozen=True)

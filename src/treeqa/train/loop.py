@@ -79,6 +79,15 @@ class TrainState:
             "history": self.history,
         }
 
+    def summary(self) -> dict[str, Any]:
+        """What a finished run reports: best dev score and where it was, epochs and steps run."""
+        return {
+            "best_epoch": self.best_epoch,
+            "best_dev": self.best,
+            "epochs": self.epoch,
+            "steps": self.step,
+        }
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TrainState:
         best = data.get("best")
