@@ -15,7 +15,6 @@ import argparse
 import io
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from machine import cpu_model  # benchmarks/machine.py (scripts run from this folder)
 from treeqa.health import HealthMonitor
 from treeqa.models.common import Output
 from treeqa.train.loop import Callback, TrainConfig, TrainState, fit
@@ -124,16 +124,6 @@ def run(with_monitor: bool, steps: int, dim: int, device: str) -> tuple[list[flo
     if monitor is not None:
         COSTS.extend(monitor.cost[10:])
     return clock.times, time.perf_counter() - started
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next(
-                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
-            )
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def main() -> None:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import cpu_model  # benchmarks/machine.py (scripts run from this folder)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,16 +35,6 @@ def find(folder: Path, *patterns: str) -> Path:
 def squad_file(folder: Path, stem: str) -> Path:
     # *.json(.gz) only: the shared folder also holds *.jsonl.gz side files
     return find(folder, f"{stem}*.json.gz", f"{stem}*.json")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> int:

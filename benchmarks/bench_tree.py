@@ -20,7 +20,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import resource
 import shlex
 import statistics
@@ -33,6 +32,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from machine import cpu_model  # benchmarks/machine.py (scripts run from this folder)
 from treeqa.data.batching import EncodedTree, TreeBatch, batches, collate, encode
 from treeqa.data.sst import load_split
 from treeqa.data.vocab import Vocab
@@ -47,16 +47,6 @@ ROOT = Path(__file__).resolve().parent.parent
 def default_data() -> str:
     base = os.environ.get("TREEQA_DATA")
     return str(Path(base) / "sst") if base else str(ROOT.parent / "shared" / "data" / "sst")
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 class Timing(NamedTuple):
