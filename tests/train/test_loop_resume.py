@@ -138,3 +138,11 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_curve(demo_dir: Path, tmp_pa
         pytest.skip("the run finished before it could be killed")
     assert main(["train", "--resume", str(cut)]) == 0
     assert losses(cut) == losses(tmp_path / "full")
+
+
+def test_loading_a_checkpoint_of_another_task_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "qa.safetensors"
+    ckpt.atomic_save({"model.x": torch.ones(1)}, {"task": "qa"}, path)
+    assert ckpt.load(path, task="qa").meta["task"] == "qa"
+    with pytest.raises(ckpt.CheckpointError, match="a 'qa' checkpoint, not a 'sentiment' one"):
+        ckpt.load(path, task="sentiment")

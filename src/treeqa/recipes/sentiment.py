@@ -197,12 +197,8 @@ class Loaded:
 
 def load_model(path: str | Path, device: str = "auto") -> Loaded:
     """A trained model from a run directory or checkpoint file, ready for inference."""
-    checkpoint = ckpt.load(path)
+    checkpoint = ckpt.load(path, task=TASK)
     meta = checkpoint.meta
-    if meta.get("task") != TASK:
-        raise ckpt.CheckpointError(
-            f"{path}: a {meta.get('task')!r} checkpoint, not a sentiment one"
-        )
     config_cls = model_classes(meta["model"])[0]
     model_config: Any = cfg.from_dict(config_cls, meta["model_config"], "checkpoint model_config")
     vocab = Vocab(tuple(meta["vocab"]))

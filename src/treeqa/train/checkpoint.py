@@ -70,11 +70,11 @@ def resolve(path: str | Path, prefer: str = BEST) -> Path:
     return path
 
 
-def load(path: str | Path, prefer: str = BEST) -> Checkpoint:
+def load(path: str | Path, prefer: str = BEST, task: str | None = None) -> Checkpoint:
+    """A checkpoint (file or run directory); with ``task``, refuse one made for another task."""
     file = resolve(path, prefer)
     try:
         tensors = load_file(str(file))
-
         with safe_open(str(file), framework="pt") as f:
             header = f.metadata() or {}
     except (SafetensorError, OSError) as err:
@@ -86,6 +86,8 @@ def load(path: str | Path, prefer: str = BEST) -> Checkpoint:
         raise CheckpointError(
             f"{file}: checkpoint format {meta.get('format_version')}, this treeqa reads {FORMAT_VERSION}"
         )
+    if task is not None and meta.get("task") != task:
+        raise CheckpointError(f"{file}: a {meta.get('task')!r} checkpoint, not a {task!r} one")
     return Checkpoint(meta, tensors)
 
 
