@@ -89,7 +89,7 @@ class MetricsLog(Callback):
 
     def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
         assert output.loss is not None
-        loss = output.loss.detach().float().cpu()
+        loss = output.loss.detach().float()  # stays on its device: no sync until a log line
         self.window = self.window + loss
         self.epoch_loss = self.epoch_loss + loss
         n = batch_size_of(batch)
