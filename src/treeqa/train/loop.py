@@ -27,6 +27,9 @@ class TrainConfig:
     """Learning rate of every parameter but the word embeddings."""
     emb_lr: float = 0.1
     """Learning rate of the word embeddings; 0 freezes them."""
+    emb_optim: str = "same"
+    """same | sgd: how the word embeddings step; sgd is plain SGD at emb_lr next to Adagrad
+    for the rest, as in Tai et al.'s code."""
     weight_decay: float = 1e-4
     """L2 penalty (added to the gradient by the optimiser) on non-embedding parameters."""
     adam_betas: tuple[float, ...] = (0.9, 0.999)

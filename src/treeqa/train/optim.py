@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.adagrad import adagrad
 
 from treeqa.train.loop import TrainConfig
 
@@ -13,7 +16,7 @@ EMBEDDING_SUFFIX = "embed.weight"
 """Parameters whose name ends with this get ``emb_lr`` and no weight decay."""
 
 
-def param_groups(model: nn.Module, config: TrainConfig) -> list[dict[str, object]]:
+def param_groups(model: nn.Module, config: TrainConfig) -> list[dict[str, Any]]:
     """Two groups: word embeddings at ``emb_lr`` (frozen when 0) and the rest at ``lr``."""
     embed, rest = [], []
     for name, p in model.named_parameters():
@@ -24,18 +27,83 @@ def param_groups(model: nn.Module, config: TrainConfig) -> list[dict[str, object
                 embed.append(p)
         elif p.requires_grad:
             rest.append(p)
-    groups: list[dict[str, object]] = [
+    groups: list[dict[str, Any]] = [
         {"name": "params", "params": rest, "lr": config.lr, "weight_decay": config.weight_decay}
     ]
     if embed:
-        groups.append({"name": "embed", "params": embed, "lr": config.emb_lr, "weight_decay": 0.0})
+        groups.append(
+            {
+                "name": "embed",
+                "params": embed,
+                "lr": config.emb_lr,
+                "weight_decay": 0.0,
+                "sgd": config.emb_optim == "sgd",
+            }
+        )
     return groups
 
 
+class Adagrad(torch.optim.Adagrad):
+    """torch's Adagrad, except that a group with ``"sgd": True`` takes plain SGD steps.
+
+    Tai et al.'s code steps the word vectors with plain SGD (``emb:updateParameters``) after
+    Adagrad has stepped the other parameters. An Adagrad step moves every touched coordinate by
+    about lr at first, whatever the gradient's size; plain SGD moves a word vector in proportion
+    to its gradient, so pretrained vectors change slowly. Dense or sparse gradients both work.
+    """
+
+    def __init__(self, groups: list[dict[str, Any]], lr: float):
+        super().__init__(groups, lr=lr)
+        for group in self.param_groups:
+            group.setdefault("sgd", False)
+            if group["sgd"]:  # no squared-gradient sums for these
+                for p in group["params"]:
+                    self.state.pop(p, None)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            if group["sgd"]:
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p.add_(p.grad, alpha=-group["lr"])
+                continue
+            params: list[torch.Tensor] = []
+            grads: list[torch.Tensor] = []
+            sums: list[torch.Tensor] = []
+            steps: list[torch.Tensor] = []
+            has_sparse, has_complex = self._init_group(group, params, grads, sums, steps)
+            adagrad(
+                params,
+                grads,
+                sums,
+                steps,
+                lr=group["lr"],
+                weight_decay=group["weight_decay"],
+                lr_decay=group["lr_decay"],
+                eps=group["eps"],
+                has_sparse_grad=has_sparse,
+                foreach=group["foreach"],
+                maximize=group["maximize"],
+                differentiable=group["differentiable"],
+                has_complex=has_complex,
+                fused=group["fused"],
+            )
+        return loss
+
+
 def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    if config.emb_optim not in ("same", "sgd"):
+        raise ValueError(f"train.emb_optim must be same or sgd, got {config.emb_optim!r}")
+    if config.emb_optim == "sgd" and config.optim != "adagrad":
+        raise ValueError("train.emb_optim = sgd goes with train.optim = adagrad (Tai et al.)")
     groups = param_groups(model, config)
     if config.optim == "adagrad":
-        return torch.optim.Adagrad(groups, lr=config.lr)
+        return Adagrad(groups, lr=config.lr)
     if config.optim == "adam":
         b1, b2 = config.adam_betas
         return torch.optim.Adam(groups, lr=config.lr, betas=(b1, b2), eps=config.adam_eps)

@@ -1,0 +1,57 @@
+"""Parameter groups and the Adagrad whose embedding group can step with plain SGD."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from treeqa.train.loop import TrainConfig
+from treeqa.train.optim import build_optimizer
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 4, sparse=True)
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, words: torch.Tensor) -> torch.Tensor:
+        return self.out(self.embed(words)).square().sum()
+
+
+def test_embedding_sgd_next_to_adagrad_matches_the_two_done_by_hand() -> None:
+    torch.manual_seed(0)
+    model = Tiny()
+    by_hand = copy.deepcopy(model)
+    config = TrainConfig(optim="adagrad", lr=0.05, weight_decay=1e-3, emb_lr=0.5, emb_optim="sgd")
+    optimizer = build_optimizer(model, config)
+    adagrad = torch.optim.Adagrad(by_hand.out.parameters(), lr=0.05, weight_decay=1e-3)
+    words = torch.tensor([1, 2, 2, 7])
+    for _ in range(3):
+        optimizer.zero_grad()
+        model(words).backward()
+        optimizer.step()
+        adagrad.zero_grad()
+        by_hand.embed.zero_grad()
+        by_hand(words).backward()
+        adagrad.step()
+        with torch.no_grad():  # plain SGD on the sparse embedding gradient
+            by_hand.embed.weight.add_(by_hand.embed.weight.grad, alpha=-0.5)
+    for (name, a), b in zip(model.named_parameters(), by_hand.parameters(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
+    # Untouched rows stay where they were; the SGD group keeps no Adagrad sums.
+    torch.testing.assert_close(model.embed.weight[0], by_hand.embed.weight[0])
+    assert len(optimizer.state_dict()["state"]) == 2  # out.weight and out.bias only
+
+
+def test_same_optimiser_for_embeddings_by_default_and_bad_values_named() -> None:
+    model = Tiny()
+    optimizer = build_optimizer(model, TrainConfig())
+    assert [g["sgd"] for g in optimizer.param_groups] == [False, False]
+    with pytest.raises(ValueError, match="emb_optim must be same or sgd"):
+        build_optimizer(model, TrainConfig(emb_optim="adam"))
+    with pytest.raises(ValueError, match="goes with train.optim = adagrad"):
+        build_optimizer(model, TrainConfig(optim="adam", emb_optim="sgd"))
