@@ -186,6 +186,25 @@ def test_predict_cli_text_and_jsonl(
     assert len(answers) == 2 and answers[0] == answers[1] and answers[0]["question"] == question
     assert answers[0]["answer"] in line
 
+    # `evaluate qa --checkpoint`: every dev question answered and scored; the answers it writes
+    # score the same through `evaluate qa --predictions`.
+    predictions, gold = tmp_path / "pred.json", tmp_path / "gold.json"
+    argv = ["evaluate", "qa", "--checkpoint", str(out), "--prepared", str(prepared)]
+    assert main([*argv, "--write-predictions", str(predictions), "--json"]) == 0
+    from_checkpoint = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert from_checkpoint["questions"] == 6 and from_checkpoint["total"] == 6
+    assert len(json.loads(predictions.read_text())) == 6
+    gold.write_text(json.dumps(qa.PreparedSplit(prepared, "dev").gold()))
+    assert (
+        main(["evaluate", "qa", "--gold", str(gold), "--predictions", str(predictions), "--json"])
+        == 0
+    )
+    from_file = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert from_file["f1"] == pytest.approx(from_checkpoint["f1"])
+    assert from_file["exact_match"] == pytest.approx(from_checkpoint["exact_match"])
+    assert main([*argv, "--split", "test"]) == 2
+    assert "has no split 'test'" in capsys.readouterr().err
+
 
 def test_resolve_config_rejects_unknown_keys() -> None:
     from treeqa.config import ConfigError

@@ -27,7 +27,9 @@ def add_parser(subparsers: Any) -> None:
         EXAMPLE,
     )
     parser.add_argument("--checkpoint", type=Path, help="run directory or checkpoint file")
-    parser.add_argument("--split", default="test", choices=("train", "dev", "test"))
+    parser.add_argument(
+        "--split", choices=("train", "dev", "test"), help="default: test (sentiment), dev (qa)"
+    )
     parser.add_argument(
         "--seeds",
         type=int,
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         return evaluate_qa.evaluate_main(args)
     from treeqa.recipes import sentiment
 
+    args.split = args.split or "test"
     if args.seeds > 0:
         return run_seeds(args)
     if args.checkpoint is None:

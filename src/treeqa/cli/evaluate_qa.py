@@ -1,4 +1,9 @@
-"""``treeqa evaluate qa --gold FILE --predictions PRED.json``: the official SQuAD scores."""
+"""``treeqa evaluate qa``: the official SQuAD scores of a predictions file or of a checkpoint.
+
+``--gold FILE --predictions PRED.json`` scores answers in the official format;
+``--checkpoint RUN --prepared DIR [--split dev]`` answers every question of a prepared split
+with a trained model and scores those answers the same way.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,11 @@ from pathlib import Path
 
 from treeqa.cli.common import emit_json
 
-EXAMPLE = "treeqa evaluate qa --gold dev-v1.1.json --predictions predictions.json --json"
+EXAMPLE = (
+    "treeqa evaluate qa --gold dev-v1.1.json --predictions predictions.json --json\n"
+    "  treeqa evaluate qa --checkpoint runs/qanet --prepared runs/squad_v1 --split dev"
+    " --write-predictions predictions.json"
+)
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +30,14 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("v1.1", "v2.0"),
         help="qa: score as this version (default: the gold file's own)",
     )
+    parser.add_argument(
+        "--prepared", type=Path, help="qa: with --checkpoint, a `treeqa data prepare squad` dir"
+    )
+    parser.add_argument(
+        "--write-predictions",
+        type=Path,
+        help="qa: with --checkpoint, also write its answers {question id: text} to this file",
+    )
     if "--json" not in parser._option_string_actions:  # the sentiment flags may hold it
         parser.add_argument("--json", action="store_true", help="end with one JSON line")
 
@@ -30,8 +47,13 @@ def evaluate_main(args: argparse.Namespace) -> int:
 
     if getattr(args, "overrides", None):
         raise ValueError(f"unrecognised arguments for evaluate qa: {' '.join(args.overrides)}")
+    if args.checkpoint is not None:
+        return evaluate_checkpoint(args)
     if args.gold is None or args.predictions is None:
-        raise ValueError("evaluate qa needs --gold FILE and --predictions PRED.json")
+        raise ValueError(
+            "evaluate qa needs --gold FILE and --predictions PRED.json,"
+            " or --checkpoint RUN and --prepared DIR"
+        )
     gold, predictions = load_gold(args.gold), load_predictions(args.predictions)
     scores = evaluate_predictions(gold, predictions, version=args.squad_version)
     if scores["unknown"]:
@@ -56,6 +78,28 @@ def evaluate_main(args: argparse.Namespace) -> int:
                 f"  {name:<7} exact {scores[part + '_exact']:.3f} f1 {scores[part + '_f1']:.3f}"
                 f" over {scores[part + '_total']}"
             )
+    if args.json:
+        emit_json(scores)
+    return 0
+
+
+def evaluate_checkpoint(args: argparse.Namespace) -> int:
+    from treeqa.recipes import qa
+
+    if args.prepared is None:
+        raise ValueError("evaluate qa --checkpoint needs --prepared DIR (the prepared SQuAD)")
+    split = args.split or "dev"
+    scores = qa.evaluate(args.checkpoint, args.prepared, split, args.write_predictions)
+    print(f"{args.checkpoint} on {args.prepared} {split} ({int(scores['questions'])} questions):")
+    print(f"  exact_match {scores['exact_match']:.3f}\n  f1          {scores['f1']:.3f}")
+    if "has_ans_total" in scores:
+        for part, name in (("has_ans", "HasAns"), ("no_ans", "NoAns")):
+            print(
+                f"  {name:<7} exact {scores[part + '_exact']:.3f} f1 {scores[part + '_f1']:.3f}"
+                f" over {int(scores[part + '_total'])}"
+            )
+    if args.write_predictions is not None:
+        print(f"  answers written to {args.write_predictions}")
     if args.json:
         emit_json(scores)
     return 0

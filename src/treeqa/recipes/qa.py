@@ -6,6 +6,8 @@ Shape letters: B questions, L context tokens, J question tokens, W characters pe
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -315,14 +317,34 @@ def load_model(path: str | Path, device: str = "auto") -> Loaded:
     return Loaded(model, words, chars, int(meta["limits"]["chars"]), threshold, meta)
 
 
-def evaluate(path: str | Path, prepared: str | Path, split: str = "dev") -> dict[str, float]:
-    """Official EM/F1 of a checkpoint on every question of a prepared split."""
+def evaluate(
+    path: str | Path,
+    prepared: str | Path,
+    split: str = "dev",
+    predictions_out: str | Path | None = None,
+) -> dict[str, float]:
+    """Official EM/F1 of a checkpoint on every question of a prepared split.
+
+    With ``predictions_out``, also writes the answers in the official format (question id ->
+    answer text, "" for no answer), which ``treeqa evaluate qa --predictions`` scores again.
+    """
     loaded = load_model(path)
     data = PreparedSplit(Path(prepared), split)
-    return {
-        **evaluate_model(loaded.model, data, None, 32, loaded.threshold),
-        "questions": float(len(data)),
-    }
+    answers = predict_rows(loaded.model, data, None, 32, loaded.threshold)
+    predictions = {qid: text for qid, (text, _) in answers.items()}
+    if predictions_out is not None:
+        write_json_atomic(Path(predictions_out), predictions)
+    scores = evaluate_predictions(data.gold(), predictions)
+    numbers = {k: float(v) for k, v in scores.items() if isinstance(v, int | float)}
+    return {**numbers, "questions": float(len(data))}
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    """Write JSON to a temporary file beside ``path`` and rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, ensure_ascii=False))
+    os.replace(tmp, path)
 
 
 def _encode(loaded: Loaded, tokens: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
