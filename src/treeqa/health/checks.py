@@ -68,6 +68,13 @@ _SKIP = (
     "<frozen",
     "runpy.py",
 )
+_SKIP_PACKAGES = ("lightning", "pytorch_lightning", "lightning_utilities")
+"""Frameworks that call the user's training step: their frames are not where a bug is."""
+
+
+def _framework(filename: str) -> bool:
+    parts = Path(filename).parts
+    return any(p in parts for p in _SKIP_PACKAGES) or "runpy" in filename
 
 
 def user_site(depth: int = 1) -> str:
@@ -75,7 +82,7 @@ def user_site(depth: int = 1) -> str:
     frame = sys._getframe(depth)
     while frame is not None:
         name = frame.f_code.co_filename
-        if not name.startswith(_SKIP) and "runpy" not in name and "lightning" not in name:
+        if not name.startswith(_SKIP) and not _framework(name):
             return f"{name}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return ""

@@ -6,6 +6,7 @@ the adapter is built.
 
 from __future__ import annotations
 
+import importlib
 import time
 from pathlib import Path
 from typing import Any
@@ -14,16 +15,13 @@ from treeqa.health.monitor import HealthMonitor
 
 
 def _lightning() -> Any:
-    try:
-        import lightning.pytorch as pl
-    except ImportError:
+    """``lightning.pytorch``, or ``pytorch_lightning`` (the older package name)."""
+    for name in ("lightning.pytorch", "pytorch_lightning"):
         try:
-            import pytorch_lightning as pl  # the older package name
-        except ImportError as e:
-            raise ImportError(
-                "the Lightning adapter needs lightning: pip install 'treeqa[lightning]'"
-            ) from e
-    return pl
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError("the Lightning adapter needs lightning: pip install 'treeqa[lightning]'")
 
 
 def HealthCallback(

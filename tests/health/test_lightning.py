@@ -1,0 +1,73 @@
+"""The Lightning adapter: a LightningModule trained by a Lightning Trainer under the monitor."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+pl = pytest.importorskip("lightning.pytorch")
+
+from treeqa.health.lightning import HealthCallback  # noqa: E402
+
+
+class Classifier(pl.LightningModule):
+    """Five-class classifier; ``softmax_head`` adds the bug of probabilities into the loss."""
+
+    def __init__(self, softmax_head: bool):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 5)]
+        self.net = nn.Sequential(*layers, *([nn.Softmax(dim=-1)] if softmax_head else []))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", nn.functional.cross_entropy(self.net(x), y))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+
+def loader(seed: int) -> torch.utils.data.DataLoader:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(640, 20, generator=g)
+    y = x[:, :5].argmax(1)
+    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32)
+
+
+def train(softmax_head: bool, report: Path) -> dict[str, Any]:
+    torch.manual_seed(0)
+    callback = HealthCallback(json_path=report, every=10)
+    trainer = pl.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
+    trainer.fit(Classifier(softmax_head), loader(0), loader(1))
+    return json.loads(report.read_text())
+
+
+def test_lightning_clean_run_has_no_warnings(tmp_path: Path) -> None:
+    report = train(softmax_head=False, report=tmp_path / "clean.json")
+    assert len(report["series"]["step_time"]) == 40  # 2 epochs x 20 batches, validation apart
+    assert [f["code"] for f in report["findings"] if f["severity"] != "info"] == []
+
+
+def test_lightning_softmax_into_cross_entropy_is_named(tmp_path: Path) -> None:
+    report = train(softmax_head=True, report=tmp_path / "bug.json")
+    codes = {f["code"]: f for f in report["findings"]}
+    assert "probabilities-into-cross-entropy" in codes
+    assert codes["probabilities-into-cross-entropy"]["severity"] == "error"
+    assert "test_lightning.py" in codes["probabilities-into-cross-entropy"]["where"]
