@@ -167,6 +167,31 @@ def test_cli_doctor_end_to_end(tmp_path: Path) -> None:
     assert "probabilities-into-cross-entropy" in codes
 
 
+def test_first_epoch_allocator_warm_up_is_not_memory_growth() -> None:
+    """Seen on SST: RSS climbs 437 -> 506 MB over the first epoch (342 steps, every batch shape
+    met once), then stays flat with allocator steps of a few MB for nine epochs."""
+    warm_up = [437.0 + 0.2 * i for i in range(342)]
+    flat = [505.0 + 11.0 * ((i // 400) % 2) for i in range(2400)]
+
+    def grows(rss: list[float], first_epoch_ends: bool) -> bool:
+        monitor = HealthMonitor(stream=io.StringIO())
+        monitor.memory_warmup = 1000  # as on_fit_start sets it
+        if first_epoch_ends:
+            monitor.series["rss_mb"] = rss[:342]
+            monitor.epoch_ended()
+        monitor.series["rss_mb"] = rss
+        monitor.series["step_time"] = [0.01] * len(rss)
+        monitor.series["data_time"] = [0.0] * len(rss)
+        monitor._series_checks(len(rss))
+        return any(code == "memory-growth" for code, _ in monitor.findings)
+
+    assert not grows(warm_up + flat, first_epoch_ends=True)
+    assert not grows(warm_up[:300], first_epoch_ends=False)  # checked inside the first epoch
+    leak = [437.0 + 0.2 * i for i in range(342 + 2400)]  # the same climb, never stopping
+    assert grows(leak, first_epoch_ends=True)
+    assert checks.memory_growth(warm_up[:300], "host RSS", 32.0) is not None  # outside fit()
+
+
 def test_checks_on_numbers() -> None:
     assert checks.step_time_regression([0.01] * 200) is None
     assert checks.step_time_regression([0.01 * (1 + i / 50) for i in range(200)]) is not None

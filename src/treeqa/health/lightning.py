@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from treeqa.health.monitor import HealthMonitor
+from treeqa.health.monitor import FIT_MEMORY_WARMUP, HealthMonitor
 
 
 def _lightning() -> Any:
@@ -40,8 +40,12 @@ def HealthCallback(
             self.started = self.batch_end
 
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            self.monitor.memory_warmup = FIT_MEMORY_WARMUP
             self.monitor.watch(pl_module)
             self.monitor.install_loss_checks()
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            self.monitor.epoch_ended()
 
         def on_train_batch_start(
             self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int

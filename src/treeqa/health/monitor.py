@@ -32,6 +32,8 @@ from treeqa.train.loop import Callback, TrainState
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 RSS_EVERY = 10  # reading /proc costs ~0.1 ms on a busy host; a trend needs far fewer reads
+FIT_MEMORY_WARMUP = 1000
+"""Under fit(), memory growth is judged after the first epoch or after this many steps."""
 
 
 class HealthError(RuntimeError):
@@ -93,6 +95,10 @@ class HealthMonitor(Callback):
         self._backward_retained: bool | None = None
         self._last_scan_end, self._last_scan_cost, self._scans_with_graphs = 0.0, 0.0, 0
         self._last_rss = 0.0
+        # Steps whose memory is allocator warm-up, left out of the memory-growth check. Under
+        # fit() the first epoch (every batch shape seen once, so RSS climbs to its working size)
+        # or FIT_MEMORY_WARMUP steps, whichever ends first; elsewhere warmup_of(n) only.
+        self.memory_warmup = 0
         self.loss_check = LossInputCheck(
             self.add, lambda: self.sampling and not self.paused, lambda: self.step == 0
         )
@@ -247,6 +253,7 @@ class HealthMonitor(Callback):
         self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
     ) -> None:
         self.step = state.step
+        self.memory_warmup = FIT_MEMORY_WARMUP
         self.watch(model)
         self.install_loss_checks()
 
@@ -262,6 +269,13 @@ class HealthMonitor(Callback):
                 file=self.stream,
             )
             state.stop = True
+
+    def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
+        self.epoch_ended()
+
+    def epoch_ended(self) -> None:
+        """An epoch is over: memory growth is judged on the steps after the first one."""
+        self.memory_warmup = min(self.memory_warmup, len(self.series["rss_mb"]))
 
     def on_eval_start(self, state: TrainState, model: nn.Module) -> None:
         self.paused = True
@@ -373,10 +387,11 @@ class HealthMonitor(Callback):
         times = [
             math.nan if i + 1 in profiled else t for i, t in enumerate(self.series["step_time"])
         ]
+        warm = self.memory_warmup
         for found in (
             checks.step_time_regression(times),
-            checks.memory_growth(self.series["rss_mb"], "host RSS", 32.0),
-            checks.memory_growth(self.series["cuda_mb"], "device memory", 16.0)
+            checks.memory_growth(self.series["rss_mb"][warm:], "host RSS", 32.0),
+            checks.memory_growth(self.series["cuda_mb"][warm:], "device memory", 16.0)
             if any(self.series["cuda_mb"])
             else None,
             checks.input_bound(self.series["data_time"], self.series["step_time"]),
