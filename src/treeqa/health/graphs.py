@@ -117,12 +117,13 @@ def findings(
     step: int,
     reused: bool,
     scans_in_a_row: int,
-    step_of: Callable[[int], int],
+    step_of: Callable[[int], tuple[int, int]],
     where: Callable[[str], str],
 ) -> list[Finding]:
     """Findings from one scan at ``step``. ``reused``: this step's loss reaches the old nodes.
 
-    ``step_of`` maps a sequence number to its step; ``where`` adds the assignment site to a
+    ``step_of`` maps a sequence number to the steps it may come from (first, last: the
+    monitor notes the sequence number on sampled steps only); ``where`` adds the assignment site to a
     holder name. Retained non-scalar graphs are reported after two scans in a row (one scan can
     catch a state that is about to be dropped) or at once when backward runs through them.
     """
@@ -131,12 +132,12 @@ def findings(
     # inside another retained graph (C++) is part of that graph, reported as graph-retained.
     if found.scalars and set(found.scalar_holders) != {UNKNOWN}:
         holder = next(iter(found.scalar_holders), "unknown holder")
-        oldest = step_of(found.oldest or 0)
+        first, oldest = step_of(found.oldest or 0)
         out.append(
             Finding(
                 "loss-accumulated-with-graph",
                 "error",
-                f"{found.scalars} scalar tensor(s) keep the graphs of earlier steps (held by {holder}), from step {oldest} on",
+                f"{found.scalars} scalar tensor(s) keep the graphs of earlier steps (held by {holder}), from {_steps(first, oldest)} on",
                 where=where(holder),
                 evidence={
                     "scalars": found.scalars,
@@ -151,8 +152,8 @@ def findings(
             if found.holders
             else "unknown holder"
         )
-        oldest = step_of(found.oldest or 0)
-        msg = f"{found.tensors} tensors still hold autograd graphs from step {oldest} at step {step} (held by {holder})"
+        first, oldest = step_of(found.oldest or 0)
+        msg = f"{found.tensors} tensors still hold autograd graphs from {_steps(first, oldest)} at step {step} (held by {holder})"
         if reused:
             msg += "; this step's backward runs through them, so each step does more work"
         out.append(
@@ -171,6 +172,10 @@ def findings(
             )
         )
     return out
+
+
+def _steps(first: int, last: int) -> str:
+    return f"step {last}" if first == last else f"steps {first}-{last}"
 
 
 def holder_name(tensor: torch.Tensor, ignore: Any) -> str:

@@ -166,9 +166,13 @@ class HealthMonitor(Callback):
         value = math.nan
         tensor = loss if isinstance(loss, torch.Tensor) else None
         if tensor is not None:
-            if tensor.grad_fn is not None:
-                self._seq.append(tensor.grad_fn._sequence_nr())
-                self._seq_step.append(s)
+            # Reading grad_fn after backward costs ~30 us (a fresh Python object for the node,
+            # on cold caches): note it only where a scan or a step lookup needs it.
+            if tensor.requires_grad and self._notes_graph(s):
+                fn = tensor.grad_fn
+                if fn is not None:
+                    self._seq.append(fn._sequence_nr())
+                    self._seq_step.append(s)
             value = (
                 tensor.detach() if tensor.numel() == 1 else tensor.detach().float().mean()
             ).item()
@@ -197,7 +201,7 @@ class HealthMonitor(Callback):
             self.nonfinite.saw_loss(s, value)
         if self.profile.active:
             self._add_if(self.profile.end(s))
-        if s in (8, 32) or s % (4 * self.every) == 0:
+        if self._scans(s):
             self._maybe_scan(s, tensor)
         if s % self.every == 0:
             self._series_checks(s)
@@ -351,19 +355,32 @@ class HealthMonitor(Callback):
                 )
             )
 
-    def _step_of(self, seq: int) -> int:
+    def _scans(self, s: int) -> bool:
+        """A graph scan may run after step s (the early ones always, later ones on budget)."""
+        return s in (8, 32) or s % (4 * self.every) == 0
+
+    def _notes_graph(self, s: int) -> bool:
+        """Step s's loss node number is kept: sampled steps, and two steps before a scan."""
+        return s <= 3 or s % self.every == 0 or self._scans(s + 2)
+
+    def _step_of(self, seq: int) -> tuple[int, int]:
+        """The steps (first, last) whose graphs may hold node number ``seq``."""
         i = bisect.bisect_left(self._seq, seq)
-        return self._seq_step[i] if i < len(self._seq_step) else self.step
+        last = self._seq_step[i] if i < len(self._seq_step) else self.step
+        first = self._seq_step[i - 1] + 1 if i > 0 else 1
+        return min(first, last), last
 
     def _maybe_scan(self, s: int, loss: torch.Tensor | None) -> None:
         now = time.perf_counter()
         # The two early scans always run (a fixed cost that catches leaks early); later ones
         # keep within the time budget.
-        if len(self._seq) < 3 or (
+        # Nodes numbered <= marker belong to step s-2 or earlier.
+        recent = zip(self._seq[-3:][::-1], self._seq_step[-3:][::-1], strict=True)
+        marker = next((q for q, t in recent if t <= s - 2), None)
+        if marker is None or (
             s > 32 and now - self._last_scan_end < self._last_scan_cost / self.scan_budget
         ):
             return
-        marker = self._seq[-3]  # nodes numbered <= this belong to step s-2 or earlier
         found = graphs.scan(marker)
         reused = loss is not None and (graphs.oldest_node(loss) or marker + 1) <= marker
         self._last_scan_end = time.perf_counter()
