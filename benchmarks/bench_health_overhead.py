@@ -1,10 +1,12 @@
 """Per-step overhead of the health monitor on a clean training run, with and without it.
 
-One process trains the same model through treeqa's ``fit()`` in alternating repeats with the
-monitor off and on (default settings), so load drift hits both sides alike. Reported: the
-median per-step wall time of each side (measured around the whole step, callbacks included),
-their ratio, and the ratio of total wall time (which includes the periodic scans and the
-profiler window).
+One process trains the same model through treeqa's ``fit()`` in rotating repeats with the
+monitor off, on (default settings), and off again as a second, independent "off" side, so load
+drift hits every side alike. Reported: the median per-step wall time of each side (measured
+around the whole step, callbacks included), the on/off ratio, the off/off ratio (the noise
+floor of this A/B on this machine: with nothing different it should be 1), the ratio of total
+wall time (which includes the periodic scans and the profiler window), and the monitor's own
+time measured inside its callbacks.
 
     python benchmarks/bench_health_overhead.py --steps 2000 --repeats 6 --out benchmarks/results/health-overhead
 """
@@ -140,13 +142,19 @@ def main() -> None:
     run(True, 50, args.dim, args.device)  # warm-up: allocator, kernels, profiler import
     COSTS.clear()
     load_before = os.getloadavg()
-    per: dict[str, list[float]] = {"off": [], "on": []}
-    walls: dict[str, list[float]] = {"off": [], "on": []}
+    sides = ("off", "on", "off2")
+    per: dict[str, list[float]] = {k: [] for k in sides}
+    walls: dict[str, list[float]] = {k: [] for k in sides}
+    pair_ratios: dict[str, list[float]] = {"on": [], "off2": []}
     for r in range(args.repeats):
-        for side in ("off", "on") if r % 2 == 0 else ("on", "off"):
+        medians = {}
+        for side in sides[r % 3 :] + sides[: r % 3]:  # rotate the order
             times, wall = run(side == "on", args.steps, args.dim, args.device)
             per[side].extend(times[10:])
             walls[side].append(wall)
+            medians[side] = statistics.median(times[10:])
+        for side in pair_ratios:
+            pair_ratios[side].append(medians[side] / medians["off"])
     load_after = os.getloadavg()
     med = {k: statistics.median(v) for k, v in per.items()}
     wrapper = loss_wrapper_cost()
@@ -162,6 +170,8 @@ def main() -> None:
         "repeats": args.repeats,
         "median_step_ms": {k: round(v * 1e3, 4) for k, v in med.items()},
         "median_step_ratio": round(med["on"] / med["off"], 4),
+        "null_ratio_off2_off": round(med["off2"] / med["off"], 4),
+        "repeat_ratios": {k: [round(v, 4) for v in vs] for k, vs in pair_ratios.items()},
         "monitor_cost_us": {
             "median_per_step": round(own_median * 1e6, 1),
             "mean_per_step": round(own_mean * 1e6, 1),
@@ -186,8 +196,11 @@ def main() -> None:
             f"{result['load_average_1m']['end']} at the end (other jobs share the CPUs)\n\n"
             f"`{result['command']}`\n\n"
             "| | median step (ms) |\n|---|---|\n"
-            f"| monitor off | {result['median_step_ms']['off']} |\n| monitor on (default) | {result['median_step_ms']['on']} |\n\n"
-            f"Per-step ratio on/off: **{result['median_step_ratio']}**; total wall-time ratio "
+            f"| monitor off | {result['median_step_ms']['off']} |\n| monitor on (default) | {result['median_step_ms']['on']} |\n"
+            f"| monitor off, second side (null control) | {result['median_step_ms']['off2']} |\n\n"
+            f"Per-step ratio on/off: **{result['median_step_ratio']}**; off/off (noise floor): "
+            f"{result['null_ratio_off2_off']}; per repeat on/off {result['repeat_ratios']['on']}, "
+            f"off/off {result['repeat_ratios']['off2']}; total wall-time ratio "
             f"(scans and profiler window included): {result['total_wall_ratio']}.\n\n"
             "The monitor's own time, measured inside its callbacks (plus the cross-entropy "
             "wrapper), does not depend on what else the CPUs run: "
