@@ -6,8 +6,8 @@ The forest runs one height at a time (``TreeBatch.levels``): every node of a hei
 the whole batch, is one set of tensor operations, and child states are gathered by index
 (``tree_levels.LevelStates``).
 
-Shape letters: N nodes in the forest, L nodes in one level, K children per node, E word
-vector size, D hidden size, C classes.
+Shape letters: N nodes in the forest, L nodes in one level, U distinct words among the
+leaves, K children per node, E word vector size, D hidden size, C classes.
 """
 
 from __future__ import annotations
@@ -57,13 +57,18 @@ class TreeLSTM(nn.Module):
         self.classify = nn.Linear(d, config.num_classes)
 
     def leaf_states(self, words: torch.Tensor) -> torch.Tensor:
-        """words [L] -> [L, 2D] rows [h; c]."""
+        """words [L] -> [L, 2D] rows [h; c].
+
+        A leaf's state depends on its word alone, so each distinct word of the batch is
+        computed once (on SST train, 60% of the leaves at batch 25, 38% at batch 256).
+        """
         d = self.config.hidden_dim
+        distinct, index = torch.unique(words, return_inverse=True)  # [U], [L]
         # split/chunk rather than slicing: their backward is one cat, where each slice's
         # backward would zero-fill a full-size gradient.
-        c, o = self.leaf(self.embed(words)).split(d, 1)  # [L, D] each
-        h = torch.sigmoid(o) * torch.tanh(c)  # [L, D]
-        return torch.cat([h, c], 1)
+        c, o = self.leaf(self.embed(distinct)).split(d, 1)  # [U, D] each
+        h = torch.sigmoid(o) * torch.tanh(c)  # [U, D]
+        return torch.cat([h, c], 1).index_select(0, index)  # [L, 2D]
 
     def node_states(self, kids: torch.Tensor) -> torch.Tensor:
         """kids [L, 2, 2D] children's [h; c] -> [L, 2D] rows [h; c]."""
