@@ -21,6 +21,10 @@ def test_binary_view_drops_neutral() -> None:
     assert list(sst.targets(labels, "binary")) == [0, 0, -1, 1, 1, -1]
     assert list(sst.targets(labels, "fine")) == list(labels)
     assert [t.label for t in sst.task_view(TREES, "binary")] == [3, 1]
+    # binary3 (Tai et al.'s binary training): the same sentences, every node keeps a label.
+    assert list(sst.targets(labels, "binary3")) == [0, 0, 1, 2, 2, -1]
+    assert [t.label for t in sst.task_view(TREES, "binary3")] == [3, 1]
+    assert sst.TASKS["binary3"] == 3 and sst.scored_as("binary3") == "binary"
     with pytest.raises(ValueError, match="task must be"):
         sst.targets(labels, "ternary")
 

@@ -20,7 +20,7 @@ def add_common_config_flags(parser: argparse.ArgumentParser) -> None:
     """The config keys every training command shows in --help; any other --key=value also works."""
     parser.add_argument("--config", type=Path, help="TOML config (see configs/)")
     parser.add_argument("--model", help="sentiment: bow | tree_lstm | childsum | tree_gru")
-    parser.add_argument("--task", help="fine | binary")
+    parser.add_argument("--task", help="fine | binary | binary3")
     parser.add_argument("--data", help="dataset directory (default: the embedded demo treebank)")
     parser.add_argument("--vectors", help="word vectors: GloVe text (.txt/.gz) or spaCy table")
     parser.add_argument("--epochs", help="passes over the training data")

@@ -2,6 +2,11 @@
 
 Binary view (Socher et al. 2013): labels 0-1 negative, 3-4 positive, neutral (2) ignored at
 every node; sentences whose root is neutral are dropped.
+
+``binary3`` is the binary task as Tai et al.'s code trains it (util/read_data.lua,
+remap_labels): the same sentences, but every node keeps a label, negative / neutral /
+positive (0 / 1 / 2), and a prediction is negative vs positive (neutral never wins). It is
+scored exactly like ``binary``.
 """
 
 from __future__ import annotations
@@ -15,8 +20,15 @@ import numpy as np
 from treeqa.data.tree import UNLABELLED, Tree, read_trees
 
 SPLITS = ("train", "dev", "test")
-TASKS = {"fine": 5, "binary": 2}
+TASKS = {"fine": 5, "binary": 2, "binary3": 3}
+"""Task -> number of classes the model outputs."""
 _BINARY = np.array([0, 0, UNLABELLED, 1, 1], dtype=np.int64)
+_BINARY3 = np.array([0, 0, 1, 2, 2], dtype=np.int64)
+
+
+def scored_as(task: str) -> str:
+    """The accuracies that judge a task: binary3 is a binary task."""
+    return "binary" if task == "binary3" else task
 
 
 def split_path(data_dir: str | Path, split: str) -> Path:
@@ -33,20 +45,21 @@ def load_split(data_dir: str | Path, split: str) -> list[Tree]:
 
 
 def targets(labels: np.ndarray, task: str) -> np.ndarray:
-    """Training targets for a task: fine labels as they are, or binary with neutral -> -1."""
+    """Training targets for a task: fine labels as they are, binary with neutral -> -1, or
+    binary3 with negative / neutral / positive -> 0 / 1 / 2."""
     if task == "fine":
         return labels
-    if task == "binary":
+    if task in ("binary", "binary3"):
         out = np.full_like(labels, UNLABELLED)
         known = labels != UNLABELLED
-        out[known] = _BINARY[labels[known]]
+        out[known] = (_BINARY if task == "binary" else _BINARY3)[labels[known]]
         return out
     raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
 
 
 def task_view(trees: list[Tree], task: str) -> list[Tree]:
     """The trees a task trains and evaluates on (binary drops neutral-rooted sentences)."""
-    if task == "binary":
+    if scored_as(task) == "binary":
         return [t for t in trees if t.label != 2]
     targets(trees[0].labels if trees else np.zeros(0, np.int64), task)  # validates the name
     return trees

@@ -1,8 +1,9 @@
 """SST metrics, one module for training, evaluation, benchmarks and serving.
 
 Root and all-node accuracy, fine-grained (5-way) and binary. A 5-class model is also scored
-on the binary task by comparing p(0)+p(1) with p(3)+p(4) on non-neutral gold nodes.
-Shape letters: N nodes, C classes (5 or 2).
+on the binary task by comparing p(0)+p(1) with p(3)+p(4) on non-neutral gold nodes; a 3-class
+(negative / neutral / positive, task binary3) model by comparing p(0) with p(2).
+Shape letters: N nodes, C classes (5, 3 or 2).
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from dataclasses import dataclass, field
 
 import torch
 
-from treeqa.data.sst import targets
+from treeqa.data.sst import scored_as, targets
 
 
 def binary_predictions(logits: torch.Tensor) -> torch.Tensor:
-    """[N] 1 = positive, from [N, 5] fine or [N, 2] binary logits."""
+    """[N] 1 = positive, from [N, 5] fine, [N, 3] binary3 or [N, 2] binary logits."""
     if logits.shape[1] == 2:
         return logits.argmax(1)
+    if logits.shape[1] == 3:  # Tai et al.: negative unless p(positive) is the larger
+        return (logits[:, 2] > logits[:, 0]).long()
     p = logits.float().softmax(1)  # [N, 5]
     return (p[:, 3:].sum(1) > p[:, :2].sum(1)).long()
 
@@ -52,6 +55,7 @@ class SentimentMetrics:
     def compute(self, task: str) -> dict[str, float]:
         """Accuracies; ``root_acc``/``all_acc`` are those of ``task`` (fine or binary)."""
         out = {f"{k}_acc": c / n for k, (c, n) in self.counts.items() if n}
-        out["root_acc"] = out.get(f"{task}_root_acc", float("nan"))
-        out["all_acc"] = out.get(f"{task}_all_acc", float("nan"))
+        scored = scored_as(task)
+        out["root_acc"] = out.get(f"{scored}_root_acc", float("nan"))
+        out["all_acc"] = out.get(f"{scored}_all_acc", float("nan"))
         return out

@@ -25,7 +25,7 @@ class BowConfig:
     dropout: float = 0.5
     """Dropout on the averaged embedding, before the classifier."""
     num_classes: int = 5
-    """5 for fine-grained, 2 for binary; set from the task."""
+    """5 for fine-grained, 2 for binary, 3 for binary3; set from the task."""
 
 
 class BagOfWords(nn.Module):

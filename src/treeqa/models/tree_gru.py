@@ -43,7 +43,7 @@ class TreeGRUConfig:
     dropout: float = 0.5
     """Dropout on node states, before the classifier."""
     num_classes: int = 5
-    """5 for fine-grained, 2 for binary; set from the task."""
+    """5 for fine-grained, 2 for binary, 3 for binary3; set from the task."""
     sparse_embedding: bool = True
     """Sparse word-vector gradients: a step touches only its batch's rows, not the whole
     table (Adagrad takes them; set false for Adam)."""

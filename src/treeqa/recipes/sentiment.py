@@ -35,7 +35,8 @@ class SentimentData:
     path: str = ""
     """Directory with train.txt, dev.txt, test.txt in SST's bracket format; empty = embedded demo."""
     task: str = "fine"
-    """fine (5 classes) | binary (neutral ignored, neutral-rooted sentences dropped)"""
+    """fine (5 classes) | binary (neutral ignored, neutral-rooted sentences dropped) |
+    binary3 (the same sentences, every node negative / neutral / positive, as Tai et al. train)"""
     vectors: str = ""
     """GloVe text (.txt/.gz) or spaCy vector table; empty = random embeddings."""
     lower_fallback: bool = True
