@@ -49,6 +49,15 @@ def default_data() -> str:
     return str(Path(base) / "sst") if base else str(ROOT.parent / "shared" / "data" / "sst")
 
 
+DEVICE = torch.device("cpu")
+"""Where the models run (--device); on a GPU every timing waits for its queued work."""
+
+
+def sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
 class Timing(NamedTuple):
     """Wall-clock seconds, and this process's CPU seconds (what the same work would take on
     idle cores with one torch thread, when other jobs share the machine)."""
@@ -58,9 +67,11 @@ class Timing(NamedTuple):
 
     @classmethod
     def start(cls) -> Timing:
+        sync()
         return cls(time.perf_counter(), time.process_time())
 
     def since(self) -> Timing:
+        sync()
         return Timing(time.perf_counter() - self.wall, time.process_time() - self.cpu)
 
 
@@ -93,7 +104,7 @@ def inference(model: torch.nn.Module, trees: Sequence[EncodedTree], batch_size: 
     start = Timing.start()
     with torch.no_grad():
         for batch in batches(trees, batch_size, shuffle=False):
-            model(batch)
+            model(batch.to(DEVICE))
     return start.since()
 
 
@@ -102,7 +113,7 @@ def reference_inference(model: torch.nn.Module, trees: Sequence[EncodedTree]) ->
     start = Timing.start()
     with torch.no_grad():
         for tree in trees:
-            reference_forward(model, collate([tree]))
+            reference_forward(model, collate([tree]).to(DEVICE))
     return start.since()
 
 
@@ -113,7 +124,7 @@ def reference_training(
     model.train()
     start = Timing.start()
     for tree in trees:
-        out = reference_forward(model, collate([tree]))
+        out = reference_forward(model, collate([tree]).to(DEVICE))
         assert out.loss is not None
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
@@ -159,12 +170,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--threads", type=int, default=0, help="torch threads (0 = torch's default)"
     )
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--json", action="store_true", help="print the results as one JSON line")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message="Sparse invariant checks")
     if args.threads:
         torch.set_num_threads(args.threads)
+    global DEVICE
+    DEVICE = torch.device(args.device)
     torch.manual_seed(0)
     load_start = os.getloadavg()[0]
 
@@ -180,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             num_classes=5 if args.task == "fine" else 2,
         ),
         len(vocab),
-    )
+    ).to(DEVICE)
     train_config = TrainConfig(lr=0.05, emb_lr=0.005, weight_decay=2.7e-6)
     results: dict[str, Any] = {}
     log = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
@@ -199,7 +213,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     reference_steps = reference_training(model, build_optimizer(model, train_config), subset)
     model.load_state_dict(state)
     opt = build_optimizer(model, train_config)
-    b25 = [collate([encoded[i] for i in range(s, min(s + 25, n))]) for s in range(0, n, 25)]
+    b25 = [
+        collate([encoded[i] for i in range(s, min(s + 25, n))]).to(DEVICE) for s in range(0, n, 25)
+    ]
     sub25 = b25[: max(1, len(subset) // 25)]
     results["training_steps"] = side_by_side(
         rates(sum(b.num_examples for b in sub25), train_epoch(model, opt, sub25)),
@@ -212,7 +228,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     opt = build_optimizer(model, train_config)
     results["epoch_b25"] = rates(n, train_epoch(model, opt, b25))
     log("epoch b25", results["epoch_b25"])
-    b256 = [collate([encoded[i] for i in range(s, min(s + 256, n))]) for s in range(0, n, 256)]
+    b256 = [
+        collate([encoded[i] for i in range(s, min(s + 256, n))]).to(DEVICE)
+        for s in range(0, n, 256)
+    ]
     results["epoch_b256"] = rates(n, train_epoch(model, opt, b256))
     log("epoch b256", results["epoch_b256"])
 
@@ -220,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     # are the steadier measure when other jobs come and go on the machine.
     m = args.drift_sentences or n
     drift = [
-        collate([encoded[i] for i in range(s, min(s + args.drift_batch, m))])
+        collate([encoded[i] for i in range(s, min(s + args.drift_batch, m))]).to(DEVICE)
         for s in range(0, m, args.drift_batch)
     ]
     times = [train_epoch(model, opt, drift) for _ in range(args.drift_epochs)]
@@ -249,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "cpu": cpu_model(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
+        "device": torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu",
         "load_average_start": load_start,
         "load_average_end": os.getloadavg()[0],
     }
@@ -273,7 +293,8 @@ def write_results(results: dict[str, Any], out: Path) -> None:
         f"# Tree model speed: {s['model']} (E={s['embed_dim']}, D={s['hidden_dim']}, task {s['task']})",
         "",
         f"- date: {s['date']}; command: `{s['command']}`",
-        f"- machine: {s['nproc']} CPUs ({s['cpu']}), torch {s['torch']}, {s['torch_threads']} threads;"
+        f"- machine: {s['nproc']} CPUs ({s['cpu']}), device {s['device']}, torch {s['torch']},"
+        f" {s['torch_threads']} threads;"
         f" load average {s['load_average_start']:.2f} at start, {s['load_average_end']:.2f} at end"
         " (other jobs share the CPUs when it is above 0)",
         f"- data: SST train, {s['train_sentences']} sentences; the reference is timed on the first"
