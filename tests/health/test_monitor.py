@@ -192,9 +192,28 @@ def test_first_epoch_allocator_warm_up_is_not_memory_growth() -> None:
     assert checks.memory_growth(warm_up[:300], "host RSS", 32.0) is not None  # outside fit()
 
 
+def test_loss_readings_fill_the_series_and_catch_a_nan() -> None:
+    monitor = HealthMonitor(stream=io.StringIO())
+    values = [2.0, 1.5, float("nan"), 1.0]
+    for v in values:
+        monitor.begin_step()
+        monitor.end_step(torch.tensor(v, requires_grad=True) * 1.0, 0.01)
+    monitor.end_step(torch.tensor([3.0, 5.0]), 0.01)  # a per-example loss counts as its mean
+    monitor.end_step(0.5, 0.01)  # a float is taken as it is
+    report = monitor.finish()
+    got = report["series"]["loss"]
+    assert got == [2.0, 1.5, None, 1.0, 4.0, 0.5]  # NaN is null in the JSON report
+    assert not monitor.losses.pending
+    assert [f["code"] for f in report["findings"]] == ["non-finite"]
+
+
 def test_checks_on_numbers() -> None:
     assert checks.step_time_regression([0.01] * 200) is None
     assert checks.step_time_regression([0.01 * (1 + i / 50) for i in range(200)]) is not None
+    # Wall time doubling while CPU time stays flat: other jobs on the machine, not a leak.
+    slower_wall = [0.01 * (1 + i / 100) for i in range(200)]
+    assert checks.step_time_regression(slower_wall, [0.01] * 200) is None
+    assert checks.step_time_regression(slower_wall, slower_wall) is not None
     assert checks.memory_growth([500.0 + i for i in range(100)], "host RSS", 32.0) is not None
     one_jump = [350.0] * 55 + [383.0] * 145  # the profiler's buffers at step 55, then flat
     assert checks.memory_growth(one_jump, "host RSS", 32.0) is None

@@ -141,11 +141,22 @@ def warmup_of(n: int) -> int:
     return max(5, n // 20)
 
 
-def step_time_regression(step_times: Sequence[float]) -> Finding | None:
-    """Steps that get slower: quarter medians rise monotonically and the last is >= 1.5x the first."""
+def step_time_regression(
+    step_times: Sequence[float], cpu_times: Sequence[float] | None = None
+) -> Finding | None:
+    """Steps that get slower: quarter medians rise monotonically and the last is >= 1.5x the first.
+
+    ``cpu_times``: the process's CPU seconds per step, given when the work is on the CPU. Then
+    the CPU time must grow too (by >= 1.3x): a leak makes each step do more work, while other
+    jobs arriving on a shared machine stretch wall time only.
+    """
     m = quarter_medians(step_times, warmup_of(len(step_times)))
     if m is None or m[0] <= 0 or not rising(m, 0.9) or m[3] < 1.5 * m[0] or m[2] < 1.2 * m[0]:
         return None
+    if cpu_times is not None:
+        c = quarter_medians(cpu_times, warmup_of(len(cpu_times)))
+        if c is not None and c[0] > 0 and c[3] < 1.3 * c[0]:
+            return None
     ratio = m[3] / m[0]
     return Finding(
         "step-time-regression",

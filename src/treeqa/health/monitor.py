@@ -1,7 +1,8 @@
 """The training-health monitor: cheap checks every step, hooks and scans on sampled steps.
 
-Every step costs a few timer reads, one ``float(loss)`` (the only host sync) and list
-appends; process memory is read every ``RSS_EVERY``-th step. Heavier checks run on sampled steps (the first three and
+Every step costs a few timer reads and list appends, and queues the loss for reading
+(``readings.py``: on a GPU without a per-step host sync); process memory is read every
+``RSS_EVERY``-th step. Heavier checks run on sampled steps (the first three and
 every ``every``-th): module-output RMS, probabilities fed to cross-entropy, gradient finiteness.
 gc walks for retained graphs run at steps 8 and 32, then within a time budget; profiler
 windows (``profile.py``) once early and again when steps get slower; on a NaN/Inf,
@@ -27,6 +28,7 @@ from treeqa.health.checks import Finding
 from treeqa.health.losses import LossInputCheck
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
+from treeqa.health.readings import LossReadings
 from treeqa.models.common import Output
 from treeqa.train.loop import Callback, TrainState
 
@@ -73,7 +75,8 @@ class HealthMonitor(Callback):
         self.stream = stream or sys.stderr
         self.findings: dict[tuple[str, str], Finding] = {}
         self.series: dict[str, list[float]] = {
-            k: [] for k in ("step", "step_time", "data_time", "loss", "rss_mb", "cuda_mb")
+            k: []
+            for k in ("step", "step_time", "cpu_time", "data_time", "loss", "rss_mb", "cuda_mb")
         }
         self.models: list[nn.Module] = []
         self.params: list[tuple[str, nn.Parameter]] = []
@@ -95,6 +98,8 @@ class HealthMonitor(Callback):
         self._backward_retained: bool | None = None
         self._last_scan_end, self._last_scan_cost, self._scans_with_graphs = 0.0, 0.0, 0
         self._last_rss = 0.0
+        self._cpu_begin = time.process_time()
+        self.losses = LossReadings()
         # Steps whose memory is allocator warm-up, left out of the memory-growth check. Under
         # fit() the first epoch (every batch shape seen once, so RSS climbs to its working size)
         # or FIT_MEMORY_WARMUP steps, whichever ends first; elsewhere warmup_of(n) only.
@@ -142,6 +147,7 @@ class HealthMonitor(Callback):
     def begin_step(self) -> None:
         """Call when the step's compute starts (after its batch is ready)."""
         s = self.step + 1
+        self._cpu_begin = time.process_time()
         self.sampling = s <= 3 or s % self.every == 0
         if self.sampling:
             self._rms = {}
@@ -163,7 +169,7 @@ class HealthMonitor(Callback):
     ) -> None:
         """Call after the optimiser step with the step's loss and its timings (seconds)."""
         self.step = s = self.step + 1
-        value = math.nan
+        value = math.nan  # a tensor's value is filled in when its reading arrives
         tensor = loss if isinstance(loss, torch.Tensor) else None
         if tensor is not None:
             # Reading grad_fn after backward costs ~30 us (a fresh Python object for the node,
@@ -173,9 +179,7 @@ class HealthMonitor(Callback):
                 if fn is not None:
                     self._seq.append(fn._sequence_nr())
                     self._seq_step.append(s)
-            value = (
-                tensor.detach() if tensor.numel() == 1 else tensor.detach().float().mean()
-            ).item()
+            self.losses.add(s, tensor)
         elif loss is not None:
             value = float(loss)
         # Also around profiler windows, so their buffers are subtracted from fresh reads.
@@ -184,6 +188,7 @@ class HealthMonitor(Callback):
         series = self.series
         series["step"].append(s)
         series["step_time"].append(step_time)
+        series["cpu_time"].append(time.process_time() - self._cpu_begin)
         series["data_time"].append(data_time)
         series["loss"].append(value)
         series["rss_mb"].append(self._last_rss - self.profile.memory_added)
@@ -197,14 +202,26 @@ class HealthMonitor(Callback):
             self.sampling = False
         if self._backward_retained is not None or self._retain_steps:
             self._check_retain(s)
-        if value != value or value in (math.inf, -math.inf) or self.nonfinite.armed:
-            self.nonfinite.saw_loss(s, value)
+        if tensor is None:
+            self._saw_loss(s, value)
+        self._read_losses(wait=False)
         if self.profile.active:
             self._add_if(self.profile.end(s))
         if self._scans(s):
             self._maybe_scan(s, tensor)
         if s % self.every == 0:
             self._series_checks(s)
+
+    def _read_losses(self, wait: bool) -> None:
+        """Put the loss readings that have arrived into the series and check them."""
+        losses, last = self.series["loss"], self.step
+        for step, value in self.losses.ready(wait):
+            losses[len(losses) - 1 - (last - step)] = value
+            self._saw_loss(step, value)
+
+    def _saw_loss(self, step: int, value: float) -> None:
+        if value != value or value in (math.inf, -math.inf) or self.nonfinite.armed:
+            self.nonfinite.saw_loss(step, value)
 
     def add(self, finding: Finding) -> None:
         finding.step = finding.step or self.step
@@ -240,6 +257,7 @@ class HealthMonitor(Callback):
     def finish(self) -> dict[str, Any]:
         """Final analyses; write JSON/plot if asked; print the summary. Returns the report."""
         self._remove_hooks()
+        self._read_losses(wait=True)
         self._add_if(self.profile.close(self.step))
         self.nonfinite.finish()
         self._series_checks(self.step)
@@ -401,12 +419,16 @@ class HealthMonitor(Callback):
 
     def _series_checks(self, s: int) -> None:
         profiled = self.profile.profiled
-        times = [
-            math.nan if i + 1 in profiled else t for i, t in enumerate(self.series["step_time"])
-        ]
+
+        def unprofiled(values: list[float]) -> list[float]:
+            return [math.nan if i + 1 in profiled else v for i, v in enumerate(values)]
+
+        times = unprofiled(self.series["step_time"])
         warm = self.memory_warmup
+        # With the work on the CPU, a slowdown must show in CPU time too (not just other jobs).
+        cpu = None if torch.cuda.is_initialized() else unprofiled(self.series["cpu_time"])
         for found in (
-            checks.step_time_regression(times),
+            checks.step_time_regression(times, cpu),
             checks.memory_growth(self.series["rss_mb"][warm:], "host RSS", 32.0),
             checks.memory_growth(self.series["cuda_mb"][warm:], "device memory", 16.0)
             if any(self.series["cuda_mb"])
