@@ -77,6 +77,16 @@ def test_evaluate_qa_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "1 of 3 questions have no prediction" in captured.err
         and "1 predictions for question ids" in captured.err
     )
+    # The official --na-prob-file search: answering q1 and abstaining on u1 is best.
+    (tmp_path / "na.json").write_text(json.dumps({"q1": 0.1, "q2": 0.2, "u1": 0.9}))
+    assert main([*argv, "--na-probs", str(tmp_path / "na.json"), "--json"]) == 0
+    captured = capsys.readouterr()
+    best = json.loads(captured.out.strip().splitlines()[-1])
+    assert best["best_exact"] == pytest.approx(200 / 3) and best["best_exact_thresh"] == 0.1
+    assert "best    exact 66.667" in captured.out
+    (tmp_path / "na.json").write_text(json.dumps({"q1": "high"}))
+    assert main([*argv, "--na-probs", str(tmp_path / "na.json")]) == 2
+    assert "no-answer score for 'q1' is not a number" in capsys.readouterr().err
     (tmp_path / "pred.json").write_text('{"q1": "Fort Bragg"')
     assert main(argv) == 2
     assert "pred.json:1:20" in capsys.readouterr().err

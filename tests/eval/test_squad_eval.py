@@ -128,6 +128,20 @@ def test_v2_fixture_by_hand_with_has_ans_and_no_ans() -> None:
     )
 
 
+def test_v2_best_threshold_as_the_official_script() -> None:
+    # Span answers for every question, and a no-answer score for each; the search answers the
+    # questions scored at most the threshold and abstains on the rest.
+    spans = {"h1": "Denver Broncos", "h2": "big red dog", "n1": "x", "n2": "y", "n3": "z"}
+    na = {"h1": -2.0, "n1": -1.0, "h2": 0.5, "n2": 1.0, "n3": 3.0}
+    s = evaluate_predictions(V2, spans, na_probs=na)
+    # Start: abstain everywhere = 3 (the no-answer questions). In na order: h1 +1 -> 4 (best,
+    # thresh -2); n1 -1 -> 3; h2 +0 (EM) / +2/3 (F1) -> 3 / 3.67; n2, n3 -1 each.
+    assert s["best_exact"] == pytest.approx(100 * 4 / 5) and s["best_exact_thresh"] == -2.0
+    assert s["best_f1"] == pytest.approx(100 * 4 / 5) and s["best_f1_thresh"] == -2.0
+    # Without na_probs (or for v1.1) there is no search.
+    assert "best_f1" not in evaluate_predictions(V2, spans)
+
+
 def test_v2_drops_gold_texts_that_normalise_to_nothing() -> None:
     data = {"version": "v2.0", "data": [article(q("x", "The", impossible=False))]}
     assert evaluate_predictions(data, {"x": ""})["no_ans_total"] == 1

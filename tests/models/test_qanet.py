@@ -209,10 +209,11 @@ def test_no_answer_slot_trains_and_decodes() -> None:
     logits[:, :, 1] = 2.0  # span (1, 1) scores 4 before normalisation
     logits[0, :, 4], logits[1, :, 4] = 3.0, 1.0  # no-answer slot: 6 for row 0, 2 for row 1
     mask = torch.ones(2, 4, dtype=torch.bool)
-    start, end, _ = decode(logits, mask, 30, no_answer=True)
+    start, end, score, margin = decode(logits, mask, 30, no_answer=True)
     assert start.tolist() == [-1, 1] and end.tolist() == [-1, 1]
-    start, _, _ = decode(logits, mask, 30, no_answer=True, threshold=5.0)
-    assert start.tolist() == [1, 1]
+    torch.testing.assert_close(margin, torch.tensor([2.0, -2.0]))  # 6 - 4 and 2 - 4
+    assert decode(logits, mask, 30, no_answer=True, threshold=5.0).start.tolist() == [1, 1]
+    assert decode(logits, mask, 30, no_answer=False).no_answer_margin.isinf().all()
 
 
 def test_v1_rows_without_answer_are_ignored() -> None:

@@ -267,6 +267,12 @@ def test_squad2_no_answer_training_and_thresholded_decoding(tmp_path: Path) -> N
         and scores["no_ans_exact"] == 100.0
         and scores["has_ans_f1"] == 0.0
     )
+    # The official best-threshold search over the no-answer margins: never below the score at
+    # the threshold used, and its threshold reproduces it.
+    assert scores["best_f1"] >= scores["f1"] and scores["best_exact"] >= scores["exact_match"]
+    split = qa.PreparedSplit(prepared, "dev")
+    again = qa.evaluate_model(loaded.model, split, None, 4, scores["best_f1_thresh"])
+    assert again["f1"] == pytest.approx(scores["best_f1"])
     [result] = qa.predict(loaded, [(PARAGRAPHS[0][0], "What is the capital of Spain?")])
     assert result["answer"] == "" and result["start"] == -1
 

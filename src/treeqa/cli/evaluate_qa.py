@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from treeqa.cli.common import emit_json
 
@@ -31,6 +32,12 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         help="qa: score as this version (default: the gold file's own)",
     )
     parser.add_argument(
+        "--na-probs",
+        type=Path,
+        help="qa: v2.0, with --predictions: JSON {question id: no-answer score} for the"
+        " official best-threshold search",
+    )
+    parser.add_argument(
         "--prepared", type=Path, help="qa: with --checkpoint, a `treeqa data prepare squad` dir"
     )
     parser.add_argument(
@@ -43,7 +50,12 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def evaluate_main(args: argparse.Namespace) -> int:
-    from treeqa.eval.squad import evaluate_predictions, load_gold, load_predictions
+    from treeqa.eval.squad import (
+        evaluate_predictions,
+        load_gold,
+        load_na_probs,
+        load_predictions,
+    )
 
     if getattr(args, "overrides", None):
         raise ValueError(f"unrecognised arguments for evaluate qa: {' '.join(args.overrides)}")
@@ -55,7 +67,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
             " or --checkpoint RUN and --prepared DIR"
         )
     gold, predictions = load_gold(args.gold), load_predictions(args.predictions)
-    scores = evaluate_predictions(gold, predictions, version=args.squad_version)
+    na_probs = load_na_probs(args.na_probs) if args.na_probs is not None else None
+    scores = evaluate_predictions(gold, predictions, version=args.squad_version, na_probs=na_probs)
     if scores["unknown"]:
         print(
             f"warning: {scores['unknown']} predictions for question ids not in {args.gold.name}"
@@ -78,9 +91,19 @@ def evaluate_main(args: argparse.Namespace) -> int:
                 f"  {name:<7} exact {scores[part + '_exact']:.3f} f1 {scores[part + '_f1']:.3f}"
                 f" over {scores[part + '_total']}"
             )
+    print_best(scores)
     if args.json:
         emit_json(scores)
     return 0
+
+
+def print_best(scores: dict[str, Any]) -> None:
+    """The official v2.0 best-threshold lines, when there was a search."""
+    if "best_f1" in scores:
+        print(
+            f"  best    exact {scores['best_exact']:.3f} (threshold {scores['best_exact_thresh']:.4g})"
+            f" f1 {scores['best_f1']:.3f} (threshold {scores['best_f1_thresh']:.4g})"
+        )
 
 
 def evaluate_checkpoint(args: argparse.Namespace) -> int:
@@ -98,6 +121,7 @@ def evaluate_checkpoint(args: argparse.Namespace) -> int:
                 f"  {name:<7} exact {scores[part + '_exact']:.3f} f1 {scores[part + '_f1']:.3f}"
                 f" over {int(scores[part + '_total'])}"
             )
+    print_best(scores)
     if args.write_predictions is not None:
         print(f"  answers written to {args.write_predictions}")
     if args.json:

@@ -148,23 +148,11 @@ def gold_answers(
     return out
 
 
-def evaluate_predictions(
-    dataset_json: Mapping[str, Any] | list[Any],
-    predictions: Mapping[str, str],
-    *,
-    version: str | None = None,
-) -> dict[str, Any]:
-    """Official EM and F1 (percent) of ``predictions`` (question id -> answer text) over every
-    question of ``dataset_json``. ``version`` ("v1.1"/"v2.0") defaults to the file's own.
-
-    Keys: ``exact_match``, ``f1``, ``total``, ``answered``, ``missing`` (questions with no
-    prediction, scored 0), ``unknown`` (predictions for ids not in the gold file, ignored),
-    ``missing_examples``; for v2.0 also ``has_ans_exact``, ``has_ans_f1``, ``has_ans_total``,
-    ``no_ans_exact``, ``no_ans_f1``, ``no_ans_total``.
-    """
-    version = version or _version(dataset_json)
-    if version not in ("v1.1", "v2.0"):
-        raise ValueError(f"version must be 'v1.1' or 'v2.0', not {version!r}")
+def score_questions(
+    dataset_json: Mapping[str, Any] | list[Any], predictions: Mapping[str, str], version: str
+) -> tuple[dict[str, float], dict[str, float], dict[str, bool], list[str]]:
+    """Per question: exact (0/1) and F1 of its prediction against the best gold answer, whether
+    it has an answer, and the ids with no prediction (scored 0)."""
     exact: dict[str, float] = {}
     f1: dict[str, float] = {}
     has_ans: dict[str, bool] = {}
@@ -184,6 +172,30 @@ def evaluate_predictions(
         else:
             exact[qid] = max(float(exact_match_score(pred, t)) for t in texts)
             f1[qid] = max(f1_score(pred, t) for t in texts)
+    return exact, f1, has_ans, missing
+
+
+def evaluate_predictions(
+    dataset_json: Mapping[str, Any] | list[Any],
+    predictions: Mapping[str, str],
+    *,
+    version: str | None = None,
+    na_probs: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """Official EM and F1 (percent) of ``predictions`` (question id -> answer text) over every
+    question of ``dataset_json``. ``version`` ("v1.1"/"v2.0") defaults to the file's own.
+
+    Keys: ``exact_match``, ``f1``, ``total``, ``answered``, ``missing`` (questions with no
+    prediction, scored 0), ``unknown`` (predictions for ids not in the gold file, ignored),
+    ``missing_examples``; for v2.0 also ``has_ans_exact``, ``has_ans_f1``, ``has_ans_total``,
+    ``no_ans_exact``, ``no_ans_f1``, ``no_ans_total``, and with ``na_probs`` (question id ->
+    no-answer score, higher = more likely unanswerable) the official ``best_exact``,
+    ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh``.
+    """
+    version = version or _version(dataset_json)
+    if version not in ("v1.1", "v2.0"):
+        raise ValueError(f"version must be 'v1.1' or 'v2.0', not {version!r}")
+    exact, f1, has_ans, missing = score_questions(dataset_json, predictions, version)
     out: dict[str, Any] = {"version": version, **_summary(exact, f1, list(exact), "")}
     out["exact_match"] = out.pop("exact")
     out |= {
@@ -195,7 +207,38 @@ def evaluate_predictions(
     if version == "v2.0":
         out |= _summary(exact, f1, [k for k, v in has_ans.items() if v], "has_ans_")
         out |= _summary(exact, f1, [k for k, v in has_ans.items() if not v], "no_ans_")
+        if na_probs is not None:
+            for name, scores in (("exact", exact), ("f1", f1)):
+                best, thresh = find_best_thresh(predictions, scores, na_probs, has_ans)
+                out |= {f"best_{name}": best, f"best_{name}_thresh": thresh}
     return out
+
+
+def find_best_thresh(
+    predictions: Mapping[str, str],
+    scores: Mapping[str, float],
+    na_probs: Mapping[str, float],
+    has_ans: Mapping[str, bool],
+) -> tuple[float, float]:
+    """The official v2.0 search: answer the questions whose no-answer score is at most the
+    threshold, abstain on the rest; the best total (percent) and its threshold.
+
+    Questions go in order of ``na_probs``; abstaining scores 1 on an unanswerable question and
+    answering scores its ``scores`` entry (an answer to an unanswerable one scores 0, so a
+    non-empty prediction there costs the 1). Questions without a score are skipped.
+    """
+    current = best = float(sum(1 for v in has_ans.values() if not v))
+    threshold = 0.0
+    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+        if qid not in scores:
+            continue
+        if has_ans[qid]:
+            current += scores[qid]
+        elif predictions.get(qid):
+            current -= 1
+        if current > best:
+            best, threshold = current, na_probs[qid]
+    return 100.0 * best / len(scores), threshold
 
 
 def _summary(
@@ -256,3 +299,19 @@ def load_predictions(path: str | Path) -> dict[str, str]:
         if not isinstance(answer, str):
             raise PredictionFileError(f"the prediction for {qid!r} is not a string", path)
     return preds
+
+
+def load_na_probs(path: str | Path) -> dict[str, float]:
+    """The official no-answer file: one JSON object, question id -> no-answer score."""
+    path = Path(path)
+    try:
+        text = read_json_text(path)
+    except SquadFormatError as err:
+        raise PredictionFileError(err.reason, path) from None
+    scores = _parse(text, path, PredictionFileError)
+    if not isinstance(scores, dict):
+        raise PredictionFileError("expected a JSON object {question id: no-answer score}", path)
+    for qid, value in scores.items():
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise PredictionFileError(f"the no-answer score for {qid!r} is not a number", path)
+    return {qid: float(v) for qid, v in scores.items()}

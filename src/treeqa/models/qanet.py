@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -278,21 +279,31 @@ def best_spans(
     return flat // length, flat % length, score
 
 
+class Decoded(NamedTuple):
+    """The chosen answers of a batch; start = end = -1 where the choice is no answer."""
+
+    start: torch.Tensor  # [B]
+    end: torch.Tensor  # [B]
+    score: torch.Tensor  # [B] log p(start) + log p(end) of the choice
+    no_answer_margin: torch.Tensor  # [B] no-answer score minus the best span's (-inf without)
+
+
 def decode(
     logits: torch.Tensor, mask: torch.Tensor, max_len: int, no_answer: bool, threshold: float = 0.0
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Best spans from logits [B, 2, L(+1)]; with ``no_answer`` a row answers nothing (start =
-    end = -1) when the no-answer score beats the best span's by more than ``threshold``.
-    Returns start [B], end [B] and the score [B]: log p(start) + log p(end) of the choice."""
+) -> Decoded:
+    """Best spans from logits [B, 2, L(+1)]; with ``no_answer`` a row answers nothing when the
+    no-answer score beats the best span's by more than ``threshold`` (``math.inf``: never)."""
     logp = logits.float().log_softmax(2)  # [B, 2, L(+1)]; each row normalised once
     length = mask.size(1)
     start, end, score = best_spans(logp[:, 0, :length], logp[:, 1, :length], mask, max_len)
+    margin = torch.full_like(score, -math.inf)
     if no_answer:
         none = logp[:, 0, length] + logp[:, 1, length]  # [B]
-        empty = none > score + threshold
+        margin = none - score
+        empty = margin > threshold
         start, end = start.masked_fill(empty, -1), end.masked_fill(empty, -1)
         score = torch.where(empty, none, score)
-    return start, end, score
+    return Decoded(start, end, score, margin)
 
 
 class QANet(nn.Module):

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -151,17 +152,28 @@ class Budget(Callback):
             state.stop = True
 
 
+class Answer(NamedTuple):
+    text: str
+    """The answer given: the best span, or "" when the no-answer score wins by > threshold."""
+    score: float
+    """log p(start) + log p(end) of the choice."""
+    span: str
+    """The best span's text, given or not (what a lower threshold would answer)."""
+    no_answer_margin: float
+    """No-answer score minus the best span's; -inf for a model without the no-answer slot."""
+
+
 def predict_rows(
     model: nn.Module,
     split: PreparedSplit,
     rows: np.ndarray | None,
     batch_size: int,
     threshold: float,
-) -> dict[str, tuple[str, float]]:
-    """question id -> (answer text, log-probability of the choice) for ``rows`` (None = all)."""
+) -> dict[str, Answer]:
+    """question id -> its ``Answer`` for ``rows`` (None = all)."""
     config: QANetConfig = model.config  # type: ignore[assignment]
     device = next(model.parameters()).device
-    out: dict[str, tuple[str, float]] = {}
+    out: dict[str, Answer] = {}
     was_training = model.training
     model.eval()
     with torch.no_grad():
@@ -170,16 +182,36 @@ def predict_rows(
             batch = batch.to(device)
             logits = model(batch).logits  # [B, 2, L(+1)]
             mask = batch.context_words != 0  # [B, L]
-            start, end, score = decode(
-                logits, mask, config.max_answer_len, config.no_answer, threshold
-            )
-            for row, s, e, p in zip(
-                batch.index.tolist(), start.tolist(), end.tolist(), score.tolist(), strict=True
+            # Best spans for all rows (threshold inf); the threshold is applied here.
+            best = decode(logits, mask, config.max_answer_len, config.no_answer, math.inf)
+            for row, s, e, p, m in zip(
+                batch.index.tolist(),
+                best.start.tolist(),
+                best.end.tolist(),
+                best.score.tolist(),
+                best.no_answer_margin.tolist(),
+                strict=True,
             ):
-                text = "" if s < 0 else split.answer_text(row, s, e)
-                out[split.question_id(row)] = (text, p)
+                span = split.answer_text(row, s, e)
+                empty = m > threshold
+                out[split.question_id(row)] = Answer(
+                    "" if empty else span, p + m if empty else p, span, m
+                )
     model.train(was_training)
     return out
+
+
+def official_scores(gold: dict[str, Any], answers: dict[str, Answer]) -> dict[str, float]:
+    """Official EM/F1 (0-100) of the answers given; for SQuAD 2.0 with a no-answer slot also the
+    official best threshold search over the no-answer margins (``best_f1`` at
+    ``best_f1_thresh``: the ``schedule.threshold`` that gives it)."""
+    scores = evaluate_predictions(gold, {q: a.text for q, a in answers.items()})
+    margins = {q: a.no_answer_margin for q, a in answers.items()}
+    if scores["version"] == "v2.0" and all(math.isfinite(m) for m in margins.values()):
+        spans = {q: a.span for q, a in answers.items()}
+        best = evaluate_predictions(gold, spans, na_probs=margins)
+        scores |= {k: v for k, v in best.items() if k.startswith("best_")}
+    return {k: float(v) for k, v in scores.items() if isinstance(v, int | float)}
 
 
 def evaluate_model(
@@ -189,16 +221,12 @@ def evaluate_model(
     batch_size: int,
     threshold: float,
 ) -> dict[str, float]:
-    """Official SQuAD EM/F1 (0-100) over the questions of ``rows`` (None = every question)."""
-    predictions = {
-        qid: text
-        for qid, (text, _) in predict_rows(model, split, rows, batch_size, threshold).items()
-    }
+    """Official SQuAD scores over the questions of ``rows`` (None = every question)."""
+    answers = predict_rows(model, split, rows, batch_size, threshold)
     gold = split.gold()
     if rows is not None:  # the official scripts score every question they are given
-        gold = _only(gold, set(predictions))
-    scores = evaluate_predictions(gold, predictions)
-    return {k: float(v) for k, v in scores.items() if isinstance(v, int | float)}
+        gold = _only(gold, set(answers))
+    return official_scores(gold, answers)
 
 
 def _only(gold: dict[str, Any], ids: set[str]) -> dict[str, Any]:
@@ -331,12 +359,9 @@ def evaluate(
     loaded = load_model(path)
     data = PreparedSplit(Path(prepared), split)
     answers = predict_rows(loaded.model, data, None, 32, loaded.threshold)
-    predictions = {qid: text for qid, (text, _) in answers.items()}
     if predictions_out is not None:
-        write_json_atomic(Path(predictions_out), predictions)
-    scores = evaluate_predictions(data.gold(), predictions)
-    numbers = {k: float(v) for k, v in scores.items() if isinstance(v, int | float)}
-    return {**numbers, "questions": float(len(data))}
+        write_json_atomic(Path(predictions_out), {q: a.text for q, a in answers.items()})
+    return {**official_scores(data.gold(), answers), "questions": float(len(data))}
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
@@ -381,7 +406,7 @@ def predict(
         batch = QABatch(cw, cc, qw, qc, none, none, torch.arange(len(chunk))).to(device)
         with torch.no_grad():
             logits = loaded.model(batch).logits
-        start, end, score = decode(
+        start, end, score, _ = decode(
             logits,
             batch.context_words != 0,
             config.max_answer_len,
