@@ -5,8 +5,8 @@ Gates read the node's word vector x and the sum of its children's states,
 Inner nodes of constituency trees have no word, so x = 0 there; dependency trees give every node
 a word. Levels run as in ``tree_lstm.py``.
 
-Shape letters: N nodes in the forest, L nodes in one level, K most children of a node,
-E word vector size, D hidden size, C classes.
+Shape letters: N nodes in the forest, L nodes in one level, U distinct words in the batch,
+K most children of a node, E word vector size, D hidden size, C classes.
 """
 
 from __future__ import annotations
@@ -66,9 +66,11 @@ class ChildSumTreeLSTM(nn.Module):
     def forward(self, batch: TreeBatch) -> Output:
         n, d = batch.words.shape[0], self.config.hidden_dim
         kids = child_slots(batch)  # [N, K]
-        # One matmul gives every node's input part; constituency inner nodes read the zero
-        # padding vector, so theirs is just the bias.
-        wx = self.input(self.embed(batch.words))  # [N, 4D]
+        # One matmul gives every node's input part, computed once per distinct word of the
+        # batch: a node's input depends on its word alone, and on constituency trees every
+        # inner node reads the same padding word (so theirs is just the bias).
+        distinct, index = torch.unique(batch.words, return_inverse=True)  # [U], [N]
+        wx = self.input(self.embed(distinct)).index_select(0, index)  # [N, 4D]
         leaves = batch.levels[0]
         wx_leaf = wx.index_select(0, leaves)  # [L0, 4D]
         # A leaf has no children: h~ = 0 and no forget terms.
