@@ -248,6 +248,7 @@ class HealthMonitor(Callback):
             print(report.one_line(finding), file=self.stream, flush=True)
         else:
             old.evidence, old.message = finding.evidence, finding.message
+            old.where = finding.where or old.where  # e.g. the top operator of the latest window
             if checks.SEVERITIES.index(finding.severity) > checks.SEVERITIES.index(old.severity):
                 old.severity = finding.severity
                 print(report.one_line(old), file=self.stream, flush=True)
