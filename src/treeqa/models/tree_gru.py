@@ -12,9 +12,9 @@ level, and a node with fewer than i + 1 children keeps its state at step i. The 
 are absent: every gate has its own weights (no ``self.Ur = self.Uz``) and states live in a
 per-forward buffer, never on the trees.
 
-Shape letters: N nodes in the forest, L nodes in one level, K most children of a node,
-E word vector size, T tag vector size, R relation vector size, A attention hidden size,
-D hidden size, C classes.
+Shape letters: N nodes in the forest, L nodes in one level, U distinct (word, tag) inputs
+in the batch, K most children of a node, E word vector size, T tag vector size, R relation
+vector size, A attention hidden size, D hidden size, C classes.
 """
 
 from __future__ import annotations
@@ -114,15 +114,20 @@ class TreeGRU(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.classify = nn.Linear(d, config.num_classes)
 
-    def node_inputs(self, batch: TreeBatch) -> torch.Tensor:
-        """[N, E + T] each node's own input [w; t]."""
-        x = self.embed(batch.words)  # [N, E]
+    def node_inputs(self, batch: TreeBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """[U, E + T] the distinct own inputs [w; t] among the batch's nodes, and [N] each
+        node's row in them. An own input depends on the word (and tag) alone, so each distinct
+        one is transformed once; on constituency trees every inner node reads the padding word."""
         tags = getattr(batch, "tags", None)  # [N] int64, only on dependency batches
-        if self.tag_vectors is not None:
-            if tags is None:
-                raise ValueError("model.tag_dim > 0 but the batch has no POS tags; use tag_dim = 0")
-            x = torch.cat([x, self.tag_vectors(tags)], 1)
-        return x
+        if self.tag_vectors is None:
+            distinct, index = torch.unique(batch.words, return_inverse=True)  # [U], [N]
+            return self.embed(distinct), index
+        if tags is None:
+            raise ValueError("model.tag_dim > 0 but the batch has no POS tags; use tag_dim = 0")
+        pairs = batch.words * self.config.num_tags + tags  # [N] one key per (word, tag)
+        distinct, index = torch.unique(pairs, return_inverse=True)  # [U], [N]
+        words, tag_ids = distinct // self.config.num_tags, distinct % self.config.num_tags
+        return torch.cat([self.embed(words), self.tag_vectors(tag_ids)], 1), index
 
     def relation_part(self, batch: TreeBatch, w_rel: torch.Tensor) -> torch.Tensor | None:
         """[N + 1, 3D + A] W r_v for every node as a child (row N, "no child", is zero)."""
@@ -137,7 +142,7 @@ class TreeGRU(nn.Module):
     def forward(self, batch: TreeBatch) -> Output:
         cfg = self.config
         n, d = batch.words.shape[0], cfg.hidden_dim
-        own = self.node_inputs(batch)  # [N, E + T]
+        own, own_row = self.node_inputs(batch)  # [U, E + T], [N]
         # Column blocks of W (and W_b) for the per-node, per-child state and relation inputs.
         w = self.node_in.weight  # [3D + A, E + T + D + R]
         split = own.shape[1]
@@ -146,7 +151,8 @@ class TreeGRU(nn.Module):
         kids = child_slots(batch)  # [N, K]
 
         leaves = batch.levels[0]
-        gx = self.leaf_in(own.index_select(0, leaves))  # [L0, 3D]
+        gx = self.leaf_in(own).index_select(0, own_row.index_select(0, leaves))  # [L0, 3D]
+        base_own = F.linear(own, w_own, self.node_in.bias)  # [U, 3D + A]
         zero = gx.new_zeros(gx.shape[0], d)  # [L0, D]
         leaf = gru_update(gx, self.leaf_hidden_bias.expand_as(gx), zero, cfg.cell)
         states = LevelStates(n, d, leaf)
@@ -154,7 +160,7 @@ class TreeGRU(nn.Module):
 
         for level, slots in zip(batch.levels[1:], level_children(batch, kids), strict=True):
             m, k = slots.shape
-            base = F.linear(own.index_select(0, level), w_own, self.node_in.bias)  # [L, 3D + A]
+            base = base_own.index_select(0, own_row.index_select(0, level))  # [L, 3D + A]
             flat = slots.reshape(-1)  # [L*K]
             per_child = F.linear(states.read(flat), w_state)  # [L*K, 3D + A]
             if rel is not None:
