@@ -55,3 +55,26 @@ def test_same_optimiser_for_embeddings_by_default_and_bad_values_named() -> None
         build_optimizer(model, TrainConfig(emb_optim="adam"))
     with pytest.raises(ValueError, match="goes with train.optim = adagrad"):
         build_optimizer(model, TrainConfig(optim="adam", emb_optim="sgd"))
+
+
+def test_state_dict_round_trip_with_an_sgd_group() -> None:
+    """A resumed run restores the Adagrad sums and keeps the SGD group stateless."""
+    torch.manual_seed(0)
+    config = TrainConfig(optim="adagrad", lr=0.05, emb_lr=0.5, emb_optim="sgd")
+    words = torch.tensor([1, 2, 2, 7])
+    model = Tiny()
+    optimizer = build_optimizer(model, config)
+    for _ in range(2):
+        optimizer.zero_grad()
+        model(words).backward()
+        optimizer.step()
+    resumed = copy.deepcopy(model)
+    again = build_optimizer(resumed, config)
+    again.load_state_dict(copy.deepcopy(optimizer.state_dict()))  # as if read from a file
+    for m, opt in ((model, optimizer), (resumed, again)):
+        opt.zero_grad()
+        m(words).backward()
+        opt.step()
+    for a, b in zip(model.parameters(), resumed.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+    assert [g["sgd"] for g in again.param_groups] == [False, True]
