@@ -175,7 +175,7 @@ def test_first_epoch_allocator_warm_up_is_not_memory_growth() -> None:
 
     def grows(rss: list[float], first_epoch_ends: bool) -> bool:
         monitor = HealthMonitor(stream=io.StringIO())
-        monitor.memory_warmup = 1000  # as on_fit_start sets it
+        monitor.expect_epochs()  # as on_fit_start does
         if first_epoch_ends:
             monitor.series["rss_mb"] = rss[:342]
             monitor.epoch_ended()

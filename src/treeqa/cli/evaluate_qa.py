@@ -85,20 +85,20 @@ def evaluate_main(args: argparse.Namespace) -> int:
     print(f"{args.predictions.name} on {args.gold.name} (SQuAD {scores['version']}):")
     print(f"  exact_match {scores['exact_match']:.3f}\n  f1          {scores['f1']:.3f}")
     print(f"  total       {scores['total']} ({scores['answered']} answered)")
-    if scores["version"] == "v2.0":
-        for part, name in (("has_ans", "HasAns"), ("no_ans", "NoAns")):
-            print(
-                f"  {name:<7} exact {scores[part + '_exact']:.3f} f1 {scores[part + '_f1']:.3f}"
-                f" over {scores[part + '_total']}"
-            )
-    print_best(scores)
+    print_v2_parts(scores)
     if args.json:
         emit_json(scores)
     return 0
 
 
-def print_best(scores: dict[str, Any]) -> None:
-    """The official v2.0 best-threshold lines, when there was a search."""
+def print_v2_parts(scores: dict[str, Any]) -> None:
+    """The v2.0 HasAns/NoAns lines, and the official best-threshold line after a search."""
+    if "has_ans_total" in scores:
+        for part, name in (("has_ans", "HasAns"), ("no_ans", "NoAns")):
+            print(
+                f"  {name:<7} exact {scores[part + '_exact']:.3f} f1 {scores[part + '_f1']:.3f}"
+                f" over {int(scores[part + '_total'])}"
+            )
     if "best_f1" in scores:
         print(
             f"  best    exact {scores['best_exact']:.3f} (threshold {scores['best_exact_thresh']:.4g})"
@@ -115,13 +115,7 @@ def evaluate_checkpoint(args: argparse.Namespace) -> int:
     scores = qa.evaluate(args.checkpoint, args.prepared, split, args.write_predictions)
     print(f"{args.checkpoint} on {args.prepared} {split} ({int(scores['questions'])} questions):")
     print(f"  exact_match {scores['exact_match']:.3f}\n  f1          {scores['f1']:.3f}")
-    if "has_ans_total" in scores:
-        for part, name in (("has_ans", "HasAns"), ("no_ans", "NoAns")):
-            print(
-                f"  {name:<7} exact {scores[part + '_exact']:.3f} f1 {scores[part + '_f1']:.3f}"
-                f" over {int(scores[part + '_total'])}"
-            )
-    print_best(scores)
+    print_v2_parts(scores)
     if args.write_predictions is not None:
         print(f"  answers written to {args.write_predictions}")
     if args.json:

@@ -288,13 +288,7 @@ def load_gold(path: str | Path) -> dict[str, Any]:
 def load_predictions(path: str | Path) -> dict[str, str]:
     """The official predictions format: one JSON object, question id -> answer text."""
     path = Path(path)
-    try:
-        text = read_json_text(path)
-    except SquadFormatError as err:
-        raise PredictionFileError(err.reason, path) from None
-    preds = _parse(text, path, PredictionFileError)
-    if not isinstance(preds, dict):
-        raise PredictionFileError("expected a JSON object {question id: answer text}", path)
+    preds = _load_object(path, "answer text")
     for qid, answer in preds.items():
         if not isinstance(answer, str):
             raise PredictionFileError(f"the prediction for {qid!r} is not a string", path)
@@ -304,14 +298,20 @@ def load_predictions(path: str | Path) -> dict[str, str]:
 def load_na_probs(path: str | Path) -> dict[str, float]:
     """The official no-answer file: one JSON object, question id -> no-answer score."""
     path = Path(path)
-    try:
-        text = read_json_text(path)
-    except SquadFormatError as err:
-        raise PredictionFileError(err.reason, path) from None
-    scores = _parse(text, path, PredictionFileError)
-    if not isinstance(scores, dict):
-        raise PredictionFileError("expected a JSON object {question id: no-answer score}", path)
+    scores = _load_object(path, "no-answer score")
     for qid, value in scores.items():
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise PredictionFileError(f"the no-answer score for {qid!r} is not a number", path)
     return {qid: float(v) for qid, v in scores.items()}
+
+
+def _load_object(path: Path, values: str) -> dict[str, Any]:
+    """A JSON object {question id: ``values``} from a file, or a PredictionFileError."""
+    try:
+        text = read_json_text(path)
+    except SquadFormatError as err:
+        raise PredictionFileError(err.reason, path) from None
+    found = _parse(text, path, PredictionFileError)
+    if not isinstance(found, dict):
+        raise PredictionFileError(f"expected a JSON object {{question id: {values}}}", path)
+    return found

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from treeqa.health.monitor import FIT_MEMORY_WARMUP, HealthMonitor
+from treeqa.health.monitor import HealthMonitor
 
 
 def _lightning() -> Any:
@@ -40,7 +40,7 @@ def HealthCallback(
             self.started = self.batch_end
 
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-            self.monitor.memory_warmup = FIT_MEMORY_WARMUP
+            self.monitor.expect_epochs()
             self.monitor.watch(pl_module)
             self.monitor.install_loss_checks()
 

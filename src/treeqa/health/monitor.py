@@ -276,7 +276,7 @@ class HealthMonitor(Callback):
         self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
     ) -> None:
         self.step = state.step
-        self.memory_warmup = FIT_MEMORY_WARMUP
+        self.expect_epochs()
         self.watch(model)
         self.install_loss_checks()
 
@@ -295,6 +295,10 @@ class HealthMonitor(Callback):
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
         self.epoch_ended()
+
+    def expect_epochs(self) -> None:
+        """The loop reports epoch ends (``epoch_ended``): judge memory after the first one."""
+        self.memory_warmup = FIT_MEMORY_WARMUP
 
     def epoch_ended(self) -> None:
         """An epoch is over: memory growth is judged on the steps after the first one."""
