@@ -232,6 +232,20 @@ def test_spacy_pair_from_either_file(tmp_path: Path) -> None:
         assert (got.report.exact, got.report.lower, got.report.lines_read) == (2, 2, 5)
 
 
+def test_report_counts_words_that_share_a_vector(tmp_path: Path) -> None:
+    # "cat" and "mat" share row 2 (a pruned table); "THE" and "the" are one word.
+    key2row = write_spacy(tmp_path)
+    keys: list[str | None] = [None, "cat", "Dog", "MAT", "zzz", "THE", "the"]
+    for _ in range(2):  # computed, then read back from the cache
+        r = load(key2row, keys, tmp_path).report
+        assert (r.distinct, r.shared, r.shared_examples) == (3, 2, (("cat", "mat"),))
+        assert "5 found keys hold only 3 distinct vectors; 2 keys share" in r.summary()
+        assert "'cat' = 'mat'" in r.summary()
+    glove = write(tmp_path / "v.txt", GLOVE)
+    r = load(glove, ["a", "the", "Apple"], tmp_path).report
+    assert (r.distinct, r.shared) == (3, 0) and "WARNING" not in r.summary()
+
+
 def test_spacy_plain_npy(tmp_path: Path) -> None:
     key2row = write_spacy(tmp_path, npy="m.vectors.npy")
     got = load(key2row, ["Dog"], tmp_path)

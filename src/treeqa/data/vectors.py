@@ -34,7 +34,7 @@ import numpy as np
 
 __all__ = ["CoverageReport", "VectorFileError", "Vectors", "find_spacy_pair", "load_vectors"]
 
-CACHE_VERSION = 1  # bump when the reader's output changes, so old caches miss
+CACHE_VERSION = 2  # bump when the reader's output changes, so old caches miss
 _EXAMPLES = 10
 _DECODE_ERRORS = (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error)
 _CORRUPT = "cannot decompress ({}): the file is truncated or corrupt"
@@ -61,6 +61,13 @@ class CoverageReport:
     bad_lines: int  # malformed lines skipped (on_bad_line="skip")
     lines_read: int
     missing_examples: tuple[str, ...]
+    distinct: int = 0
+    """Distinct vectors among the found keys."""
+    shared: int = 0
+    """Found keys whose vector another found key also has, not counting case variants of
+    the same word: a pruned table (spaCy's md vectors) maps many words onto one row."""
+    shared_examples: tuple[tuple[str, ...], ...] = ()
+    """A few groups of words that share one vector, most frequent key first."""
 
     def summary(self) -> str:
         wanted, found = self.rows - self.padding, self.exact + self.lower
@@ -71,6 +78,17 @@ class CoverageReport:
             f"{self.source}: {found}/{wanted} keys found ({share:.1f}%: {self.exact} exact, "
             f"{self.lower} lower-case), {self.missing} missing{examples}, {self.padding} padding; "
             f"{self.lines_read} lines read, {self.bad_lines} bad lines skipped"
+            + self._shared_summary(found)
+        )
+
+    def _shared_summary(self, found: int) -> str:
+        if not self.shared:
+            return ""
+        groups = "; ".join(" = ".join(map(repr, g)) for g in self.shared_examples[:3])
+        return (
+            f". WARNING: the {found} found keys hold only {self.distinct} distinct vectors;"
+            f" {self.shared} keys share theirs with a different word (e.g. {groups}), so those"
+            " words start indistinguishable"
         )
 
 
@@ -357,10 +375,40 @@ def _assemble(
             continue
         matrix[i] = vec
         found[i] = True
+    distinct, shared, groups = _sharing(keys, matrix, found)
     counts = CoverageReport(
-        "", len(keys), exact, lower, len(missing), padding, 0, 0, tuple(missing[:_EXAMPLES])
+        "",
+        len(keys),
+        exact,
+        lower,
+        len(missing),
+        padding,
+        0,
+        0,
+        tuple(missing[:_EXAMPLES]),
+        distinct,
+        shared,
+        groups,
     )
     return matrix, found, counts
+
+
+def _sharing(
+    keys: Sequence[str | None], matrix: np.ndarray, found: np.ndarray
+) -> tuple[int, int, tuple[tuple[str, ...], ...]]:
+    """(distinct vectors among the found keys, keys sharing one with a different word,
+    example groups): words are told apart case-insensitively, keys in vocabulary order."""
+    rows = np.flatnonzero(found)  # [F]
+    if not len(rows):
+        return 0, 0, ()
+    _, group = np.unique(matrix[rows], axis=0, return_inverse=True)  # group id per found key
+    group = group.reshape(-1)
+    words: dict[int, dict[str, None]] = {}  # group -> its words (lower-cased), in key order
+    for g, row in zip(group.tolist(), rows.tolist(), strict=True):
+        words.setdefault(g, {})[str(keys[row]).lower()] = None
+    shared = sum(len(words[g]) > 1 for g in group.tolist())
+    examples = [tuple(list(w)[:4]) for w in words.values() if len(w) > 1][:_EXAMPLES]
+    return len(words), shared, tuple(examples)
 
 
 # --- cache ---------------------------------------------------------------------------------
@@ -392,6 +440,7 @@ def _read_cache(stem: Path, n_keys: int) -> Vectors | None:
         matrix = np.load(stem.with_name(stem.name + ".matrix.npy"), allow_pickle=False)
         found = np.load(stem.with_name(stem.name + ".found.npy"), allow_pickle=False)
         meta["missing_examples"] = tuple(meta["missing_examples"])
+        meta["shared_examples"] = tuple(tuple(g) for g in meta["shared_examples"])
         report = CoverageReport(**meta)
     except (OSError, ValueError, EOFError, KeyError, TypeError):
         return None
