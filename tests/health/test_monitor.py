@@ -233,6 +233,35 @@ def test_checks_on_numbers() -> None:
     )  # type: ignore[union-attr]
 
 
+def test_a_machine_that_slows_down_is_not_a_regression() -> None:
+    """Seen on a shared host: a clean 80-step script's steps and CPU time rose 12 -> 20 ms per
+    step; a fixed reference workload timed after each step slowed as much."""
+    steps = [0.012 * (1 + i / 100) for i in range(200)]
+    machine = [15e-6 * (1 + i / 100) for i in range(200)]
+    assert checks.step_time_regression(steps, steps) is not None
+    assert checks.step_time_regression(steps, steps, machine) is None
+    # A leak on a steady machine, and a leak on a machine that gets slower, still show.
+    leak = [0.01 * (1 + i / 50) for i in range(200)]
+    steady = [15e-6] * 100 + [math.nan] * 3 + [15e-6] * 97  # NaN: not timed (profiler window)
+    alone = checks.step_time_regression(leak, leak, steady)
+    assert alone is not None and alone.evidence["machine_slowdown"] == 1.0
+    both = [a * b / 15e-6 for a, b in zip(leak, machine, strict=True)]
+    found = checks.step_time_regression(both, both, machine)
+    assert found is not None and found.evidence["machine_slowdown"] > 1.5
+    assert found.evidence["ratio"] == pytest.approx(alone.evidence["ratio"], rel=0.02)
+
+
+def test_monitor_times_the_canary_after_each_cpu_step() -> None:
+    monitor = HealthMonitor(stream=io.StringIO())
+    state = torch.random.get_rng_state()
+    for _ in range(3):
+        monitor.begin_step()
+        monitor.end_step(1.0, 0.01)
+    canary = monitor.series["canary"]
+    assert len(canary) == 3 and all(0 < t < 0.1 for t in canary)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the script's random stream
+
+
 def test_lightning_adapter_is_optional() -> None:
     try:
         import lightning  # noqa: F401

@@ -123,10 +123,11 @@ def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) ->
 # ---------------------------------------------------------------- series
 
 
-def quarter_medians(values: Sequence[float], warmup: int) -> list[float] | None:
-    """Medians of four consecutive quarters after ``warmup`` points; None if too few."""
+def quarter_medians(values: Sequence[float], warmup: int, minimum: int = 40) -> list[float] | None:
+    """Medians of four consecutive quarters of the finite values after ``warmup`` points;
+    None if fewer than ``minimum``."""
     rest = [v for v in values[warmup:] if math.isfinite(v)]
-    if len(rest) < 40:
+    if len(rest) < minimum:
         return None
     q = len(rest) // 4
     return [statistics.median(rest[i * q : (i + 1) * q]) for i in range(4)]
@@ -142,27 +143,45 @@ def warmup_of(n: int) -> int:
 
 
 def step_time_regression(
-    step_times: Sequence[float], cpu_times: Sequence[float] | None = None
+    step_times: Sequence[float],
+    cpu_times: Sequence[float] | None = None,
+    canary: Sequence[float] | None = None,
 ) -> Finding | None:
     """Steps that get slower: quarter medians rise monotonically and the last is >= 1.5x the first.
 
     ``cpu_times``: the process's CPU seconds per step, given when the work is on the CPU. Then
     the CPU time must grow too (by >= 1.3x): a leak makes each step do more work, while other
     jobs arriving on a shared machine stretch wall time only.
+    ``canary``: seconds of a fixed reference workload after each step (NaN where not timed).
+    Step times are first divided by the machine's speed relative to the first quarter, so a
+    host that got slower is not taken for a script that did.
     """
-    m = quarter_medians(step_times, warmup_of(len(step_times)))
-    if m is None or m[0] <= 0 or not rising(m, 0.9) or m[3] < 1.5 * m[0] or m[2] < 1.2 * m[0]:
+    warmup = warmup_of(len(step_times))
+    m = quarter_medians(step_times, warmup)
+    if m is None or m[0] <= 0:
+        return None
+    speed = quarter_medians(canary, warmup, minimum=20) if canary is not None else None
+    if speed is not None and min(speed) > 0:
+        m = [v * speed[0] / k for v, k in zip(m, speed, strict=True)]
+    if not rising(m, 0.9) or m[3] < 1.5 * m[0] or m[2] < 1.2 * m[0]:
         return None
     if cpu_times is not None:
         c = quarter_medians(cpu_times, warmup_of(len(cpu_times)))
         if c is not None and c[0] > 0 and c[3] < 1.3 * c[0]:
             return None
     ratio = m[3] / m[0]
+    evidence: dict[str, Any] = {
+        "quarter_median_ms": [round(v * 1e3, 3) for v in m],
+        "ratio": round(ratio, 2),
+    }
+    if speed is not None:
+        evidence["machine_slowdown"] = round(speed[3] / speed[0], 2)
     return Finding(
         "step-time-regression",
         "error" if ratio >= 3 else "warning",
-        f"steps got {ratio:.1f}x slower over the run ({m[0] * 1e3:.2f} ms -> {m[3] * 1e3:.2f} ms median)",
-        evidence={"quarter_median_ms": [round(v * 1e3, 3) for v in m], "ratio": round(ratio, 2)},
+        f"steps got {ratio:.1f}x slower over the run ({m[0] * 1e3:.2f} ms -> {m[3] * 1e3:.2f} ms median"
+        + (", at the first quarter's machine speed)" if speed is not None else ")"),
+        evidence=evidence,
     )
 
 

@@ -52,6 +52,26 @@ def rss_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class Canary:
+    """A fixed ~15 us CPU workload, timed after each step: how fast this machine runs now.
+
+    On a shared host the speed of a core drifts (other tenants, clock changes) by up to 2x
+    within a minute, and every step drifts with it; CPU time drifts too, so it cannot tell
+    this from a leak. A leak slows the steps but not this workload.
+    """
+
+    def __init__(self) -> None:
+        # No RNG: the monitor must not change the script's random stream.
+        self.a = torch.linspace(-1.0, 1.0, 32 * 32).reshape(32, 32)
+
+    def __call__(self) -> float:
+        start = time.perf_counter()
+        with torch.no_grad():
+            torch.mm(self.a, self.a)
+            torch.mm(self.a, self.a)
+        return time.perf_counter() - start
+
+
 class HealthMonitor(Callback):
     """Watches a training run and reports ``Finding``s (see ``treeqa.health.checks.CODES``).
 
@@ -76,8 +96,18 @@ class HealthMonitor(Callback):
         self.findings: dict[tuple[str, str], Finding] = {}
         self.series: dict[str, list[float]] = {
             k: []
-            for k in ("step", "step_time", "cpu_time", "data_time", "loss", "rss_mb", "cuda_mb")
+            for k in (
+                "step",
+                "step_time",
+                "cpu_time",
+                "canary",
+                "data_time",
+                "loss",
+                "rss_mb",
+                "cuda_mb",
+            )
         }
+        self.canary = Canary()
         self.models: list[nn.Module] = []
         self.params: list[tuple[str, nn.Parameter]] = []
         self.names: dict[int, str] = {}
@@ -189,12 +219,13 @@ class HealthMonitor(Callback):
         series["step"].append(s)
         series["step_time"].append(step_time)
         series["cpu_time"].append(time.process_time() - self._cpu_begin)
+        on_cpu = not torch.cuda.is_initialized()
+        # Not inside a profiler window: its operators would count as the script's.
+        series["canary"].append(self.canary() if on_cpu and not self.profile.active else math.nan)
         series["data_time"].append(data_time)
         series["loss"].append(value)
         series["rss_mb"].append(self._last_rss - self.profile.memory_added)
-        series["cuda_mb"].append(
-            torch.cuda.memory_allocated() / 2**20 if torch.cuda.is_initialized() else 0.0
-        )
+        series["cuda_mb"].append(0.0 if on_cpu else torch.cuda.memory_allocated() / 2**20)
         if self._hooks:
             self._remove_hooks()
         if self.sampling:
@@ -430,10 +461,13 @@ class HealthMonitor(Callback):
 
         times = unprofiled(self.series["step_time"])
         warm = self.memory_warmup
-        # With the work on the CPU, a slowdown must show in CPU time too (not just other jobs).
-        cpu = None if torch.cuda.is_initialized() else unprofiled(self.series["cpu_time"])
+        # With the work on the CPU, a slowdown must show in CPU time too (not just other jobs),
+        # and beyond the machine's own speed (the canary).
+        on_cpu = not torch.cuda.is_initialized()
+        cpu = unprofiled(self.series["cpu_time"]) if on_cpu else None
+        canary = self.series["canary"] if on_cpu else None
         for found in (
-            checks.step_time_regression(times, cpu),
+            checks.step_time_regression(times, cpu, canary),
             checks.memory_growth(self.series["rss_mb"][warm:], "host RSS", 32.0),
             checks.memory_growth(self.series["cuda_mb"][warm:], "device memory", 16.0)
             if any(self.series["cuda_mb"])
