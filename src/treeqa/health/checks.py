@@ -152,17 +152,18 @@ def step_time_regression(
     ``cpu_times``: the process's CPU seconds per step, given when the work is on the CPU. Then
     the CPU time must grow too (by >= 1.3x): a leak makes each step do more work, while other
     jobs arriving on a shared machine stretch wall time only.
-    ``canary``: seconds of a fixed reference workload after each step (NaN where not timed).
-    Step times are first divided by the machine's speed relative to the first quarter, so a
-    host that got slower is not taken for a script that did.
+    ``canary``: seconds of a fixed reference workload after some steps (NaN where not timed).
+    Step times are first divided by how much slower than in the first quarter the machine ran,
+    so a host that got slower is not taken for a script that did. Only slowing counts: a
+    reference that happened to read fast late in the run must not make a finding.
     """
     warmup = warmup_of(len(step_times))
     m = quarter_medians(step_times, warmup)
     if m is None or m[0] <= 0:
         return None
-    speed = quarter_medians(canary, warmup, minimum=20) if canary is not None else None
-    if speed is not None and min(speed) > 0:
-        m = [v * speed[0] / k for v, k in zip(m, speed, strict=True)]
+    speed = quarter_medians(canary, warmup, minimum=16) if canary is not None else None
+    if speed is not None and speed[0] > 0:
+        m = [v / max(1.0, k / speed[0]) for v, k in zip(m, speed, strict=True)]
     if not rising(m, 0.9) or m[3] < 1.5 * m[0] or m[2] < 1.2 * m[0]:
         return None
     if cpu_times is not None:

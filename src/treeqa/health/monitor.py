@@ -53,7 +53,7 @@ def rss_mb() -> float:
 
 
 class Canary:
-    """A fixed ~15 us CPU workload, timed after each step: how fast this machine runs now.
+    """A fixed ~8 us CPU workload, timed after each step: how fast this machine runs now.
 
     On a shared host the speed of a core drifts (other tenants, clock changes) by up to 2x
     within a minute, and every step drifts with it; CPU time drifts too, so it cannot tell
@@ -61,14 +61,14 @@ class Canary:
     """
 
     def __init__(self) -> None:
-        # No RNG: the monitor must not change the script's random stream.
-        self.a = torch.linspace(-1.0, 1.0, 32 * 32).reshape(32, 32)
+        # No RNG (the script's random stream stays its own) and no default device or dtype
+        # (a script may set CUDA as the default; that must not initialise CUDA here).
+        self.a = torch.linspace(-1.0, 1.0, 32 * 32, device="cpu", dtype=torch.float32)
+        self.a = self.a.reshape(32, 32)  # [32, 32]
 
     def __call__(self) -> float:
         start = time.perf_counter()
-        with torch.no_grad():
-            torch.mm(self.a, self.a)
-            torch.mm(self.a, self.a)
+        torch.mm(self.a, self.a)  # self.a needs no grad: no graph is recorded
         return time.perf_counter() - start
 
 
@@ -221,7 +221,8 @@ class HealthMonitor(Callback):
         series["cpu_time"].append(time.process_time() - self._cpu_begin)
         on_cpu = not torch.cuda.is_initialized()
         # Not inside a profiler window: its operators would count as the script's.
-        series["canary"].append(self.canary() if on_cpu and not self.profile.active else math.nan)
+        timed = on_cpu and not self.profile.active
+        series["canary"].append(self.canary() if timed else math.nan)
         series["data_time"].append(data_time)
         series["loss"].append(value)
         series["rss_mb"].append(self._last_rss - self.profile.memory_added)
