@@ -217,6 +217,12 @@ def test_checks_on_numbers() -> None:
     assert checks.memory_growth([500.0 + i for i in range(100)], "host RSS", 32.0) is not None
     one_jump = [350.0] * 55 + [383.0] * 145  # the profiler's buffers at step 55, then flat
     assert checks.memory_growth(one_jump, "host RSS", 32.0) is None
+    # Seen on a QANet run: RSS rose over the first half (length buckets, a 64-example dev
+    # batch) and then stayed at its high-water mark; the last quarter was 0.1 MB higher.
+    plateau = [898.0] * 50 + [1074.0] * 50 + [1465.2] * 50 + [1465.3] * 50
+    assert checks.memory_growth(plateau, "host RSS", 32.0) is None
+    leak = [343.0] * 50 + [393.0] * 50 + [454.0] * 50 + [508.0] * 50  # bug_memory_growth.py
+    assert checks.memory_growth(leak, "host RSS", 32.0) is not None
     assert checks.input_bound([0.03] * 30, [0.01] * 30) is not None
     assert checks.activation_growth({"b.0": 1.0, "b.1": 1.1, "b.2": 1.2}) is None
     assert (
