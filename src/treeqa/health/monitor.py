@@ -53,11 +53,13 @@ def rss_mb() -> float:
 
 
 class Canary:
-    """A fixed ~8 us CPU workload, timed after each step: how fast this machine runs now.
+    """A fixed CPU workload, timed after each step: how fast this machine runs now.
 
     On a shared host the speed of a core drifts (other tenants, clock changes) by up to 2x
     within a minute, and every step drifts with it; CPU time drifts too, so it cannot tell
-    this from a leak. A leak slows the steps but not this workload.
+    this from a leak. A leak slows the steps but not this workload. It takes ~8 us hot but
+    ~50 us right after a step (cold caches); timing it only every 4th step saved that but
+    tracked the machine too loosely (3 of 15 clean runs flagged on a busy host, as without it).
     """
 
     def __init__(self) -> None:
