@@ -386,9 +386,9 @@ def _assemble(
         0,
         0,
         tuple(missing[:_EXAMPLES]),
-        distinct,
-        shared,
-        groups,
+        distinct=distinct,
+        shared=shared,
+        shared_examples=groups,
     )
     return matrix, found, counts
 
@@ -402,11 +402,11 @@ def _sharing(
     if not len(rows):
         return 0, 0, ()
     _, group = np.unique(matrix[rows], axis=0, return_inverse=True)  # group id per found key
-    group = group.reshape(-1)
+    group_of = group.reshape(-1).tolist()  # [F]
     words: dict[int, dict[str, None]] = {}  # group -> its words (lower-cased), in key order
-    for g, row in zip(group.tolist(), rows.tolist(), strict=True):
+    for g, row in zip(group_of, rows.tolist(), strict=True):
         words.setdefault(g, {})[str(keys[row]).lower()] = None
-    shared = sum(len(words[g]) > 1 for g in group.tolist())
+    shared = sum(len(words[g]) > 1 for g in group_of)
     examples = [tuple(list(w)[:4]) for w in words.values() if len(w) > 1][:_EXAMPLES]
     return len(words), shared, tuple(examples)
 

@@ -123,11 +123,11 @@ def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) ->
 # ---------------------------------------------------------------- series
 
 
-def quarter_medians(values: Sequence[float], warmup: int, minimum: int = 40) -> list[float] | None:
+def quarter_medians(values: Sequence[float], warmup: int) -> list[float] | None:
     """Medians of four consecutive quarters of the finite values after ``warmup`` points;
-    None if fewer than ``minimum``."""
+    None if there are fewer than 40."""
     rest = [v for v in values[warmup:] if math.isfinite(v)]
-    if len(rest) < minimum:
+    if len(rest) < 40:
         return None
     q = len(rest) // 4
     return [statistics.median(rest[i * q : (i + 1) * q]) for i in range(4)]
@@ -152,7 +152,7 @@ def step_time_regression(
     ``cpu_times``: the process's CPU seconds per step, given when the work is on the CPU. Then
     the CPU time must grow too (by >= 1.3x): a leak makes each step do more work, while other
     jobs arriving on a shared machine stretch wall time only.
-    ``canary``: seconds of a fixed reference workload after some steps (NaN where not timed).
+    ``canary``: seconds of a fixed reference workload after each step (NaN where not timed).
     Step times are first divided by how much slower than in the first quarter the machine ran,
     so a host that got slower is not taken for a script that did. Only slowing counts: a
     reference that happened to read fast late in the run must not make a finding.
@@ -161,7 +161,7 @@ def step_time_regression(
     m = quarter_medians(step_times, warmup)
     if m is None or m[0] <= 0:
         return None
-    speed = quarter_medians(canary, warmup, minimum=16) if canary is not None else None
+    speed = quarter_medians(canary, warmup) if canary is not None else None
     if speed is not None and speed[0] > 0:
         m = [v / max(1.0, k / speed[0]) for v, k in zip(m, speed, strict=True)]
     if not rising(m, 0.9) or m[3] < 1.5 * m[0] or m[2] < 1.2 * m[0]:

@@ -1,6 +1,7 @@
 """The training-health monitor: cheap checks every step, hooks and scans on sampled steps.
 
-Every step costs a few timer reads and list appends, and queues the loss for reading
+Every step costs a few timer reads and list appends, on CPU a timed reference workload
+(``Canary``: the machine's own speed), and queues the loss for reading
 (``readings.py``: on a GPU without a per-step host sync); process memory is read every
 ``RSS_EVERY``-th step. Heavier checks run on sampled steps (the first three and
 every ``every``-th): module-output RMS, probabilities fed to cross-entropy, gradient finiteness.
