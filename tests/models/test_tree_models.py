@@ -241,10 +241,12 @@ def test_level_states_graph_is_freed_by_reference_counting() -> None:
         gc.enable()
 
 
-def test_level_states_backward_twice_through_a_retained_graph() -> None:
-    # The state store keeps its own gradient buffer; a second backward must not see the first.
+@pytest.mark.parametrize("name", ["tree_lstm", "childsum"])
+def test_backward_twice_through_a_retained_graph(name: str) -> None:
+    # The Tree-LSTM's written-out backward and the Child-Sum's state store (with its own
+    # gradient buffer) must both start clean on a second backward.
     trees, vocab = forest(SST_LINES)
-    model = build("tree_lstm", vocab)
+    model = build(name, vocab)
     loss = model(batch_of(trees, vocab)).loss
     assert loss is not None
     loss.backward(retain_graph=True)
@@ -252,6 +254,48 @@ def test_level_states_backward_twice_through_a_retained_graph() -> None:
     loss.backward()
     for k, p in model.named_parameters():
         torch.testing.assert_close(dense(p.grad), 2 * dense(once[k]), msg=k)
+
+
+def test_tree_lstm_unary_nodes_and_leaf_only_batches_equal_the_reference() -> None:
+    # A unary node reads the zero state as its right child; a batch of single words has no
+    # inner level at all.
+    trees, vocab = forest(["(3 (2 (1 a) (4 b)))", "(1 (0 (2 c)))", "(2 (3 a) (1 (0 c)))"])
+    assert_same_as_reference(build("tree_lstm", vocab), batch_of(trees, vocab))
+    leaves, vocab = forest(["(2 yes)", "(4 great)"])
+    model, batch = build("tree_lstm", vocab), batch_of(leaves, vocab)
+    out = model(batch)
+    torch.testing.assert_close(out.logits, reference_forward(model, batch).logits, atol=TOL, rtol=0)
+    assert out.loss is not None
+    out.loss.backward()
+    assert model.compose.weight.grad is not None and not model.compose.weight.grad.any()
+
+
+def test_tree_lstm_forest_backward_passes_gradcheck() -> None:
+    # The written-out backward against finite differences, on the raw inputs of the function.
+    from treeqa.models.tree_lstm import _Forest, _Schedule
+
+    trees, vocab = forest(SST_LINES[:2] + ["(1 (0 (2 c)))"])
+    batch = batch_of(trees, vocab)
+    plan, n0, d = _Schedule.of(batch), len(batch.levels[0]), 3
+    g = torch.Generator().manual_seed(0)
+    inputs = [
+        torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True)
+        for shape in ((n0, d), (n0, d), (5 * d, 2 * d), (5 * d,))
+    ]
+    assert torch.autograd.gradcheck(lambda *t: _Forest.apply(*t, plan), inputs)
+
+
+def test_tree_lstm_under_cpu_bfloat16_autocast() -> None:
+    trees, vocab = forest(SST_LINES)
+    model = build("tree_lstm", vocab).float()
+    exact = model(batch_of(trees, vocab)).logits
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(batch_of(trees, vocab))
+    assert out.loss is not None
+    out.loss.backward()
+    torch.testing.assert_close(out.logits.float(), exact, atol=0.1, rtol=0.05)
+    for name, p in model.named_parameters():
+        assert p.grad is not None and bool(dense(p.grad).isfinite().all()), name
 
 
 def test_inference_without_autograd_matches_training_mode_forward() -> None:

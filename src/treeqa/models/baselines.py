@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from treeqa.data.batching import TreeBatch
-from treeqa.models.common import Output, node_loss, word_embedding
+from treeqa.models.common import Dropout, Output, node_loss, word_embedding
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class BagOfWords(nn.Module):
         super().__init__()
         self.config = config
         self.embed = word_embedding(vocab_size, config.embed_dim, vectors)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.classify = nn.Linear(config.embed_dim, config.num_classes)
 
     def forward(self, batch: TreeBatch) -> Output:

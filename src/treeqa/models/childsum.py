@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from treeqa.data.batching import TreeBatch
-from treeqa.models.common import Output, node_loss, word_embedding
+from treeqa.models.common import Dropout, Output, node_loss, word_embedding
 from treeqa.models.tree_levels import LevelStates, child_slots, level_children
 
 
@@ -51,7 +51,7 @@ class ChildSumTreeLSTM(nn.Module):
         self.input = nn.Linear(config.embed_dim, 4 * d)
         self.hidden_iou = nn.Linear(d, 3 * d, bias=False)  # U_i, U_o, U_u on h~
         self.hidden_f = nn.Linear(d, d, bias=False)  # U_f on each child's h_k
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.classify = nn.Linear(d, config.num_classes)
 
     def cell(self, wx: torch.Tensor, iou_h: torch.Tensor, fc: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from treeqa.data.batching import TreeBatch
-from treeqa.models.common import Output, node_loss, word_embedding
+from treeqa.models.common import Dropout, Output, node_loss, word_embedding
 from treeqa.models.tree_levels import LevelStates, child_slots, level_children
 
 CELLS = ("gru", "seed")
@@ -111,7 +111,7 @@ class TreeGRU(nn.Module):
         self.node_in = nn.Linear(e + t + d + r, 3 * d + a)
         self.node_hidden = nn.Linear(d, 3 * d)
         self.attention = nn.Linear(a, 1) if a else None  # W_a
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.classify = nn.Linear(d, config.num_classes)
 
     def node_inputs(self, batch: TreeBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,24 +3,30 @@
 Leaves read word vectors; an inner node reads only its two children's states:
 ``c = i*u + f_l*c_l + f_r*c_r``, ``h = o*tanh(c)``, with one forget gate per child.
 The forest runs one height at a time (``TreeBatch.levels``): every node of a height, across
-the whole batch, is one set of tensor operations, and child states are gathered by index
-(``tree_levels.LevelStates``).
+the whole batch, is one set of tensor operations, and child states are gathered by index.
 
-Shape letters: N nodes in the forest, L nodes in one level, U distinct words among the
-leaves, K children per node, E word vector size, D hidden size, C classes.
+The inner levels run inside one autograd function (``_Forest``) with the backward written out:
+on a CPU, autograd's bookkeeping for ~20 small operations per level cost as much as the
+arithmetic, and the weight gradient becomes one matmul over every inner node of the forest
+instead of one per level. Tests check it against the recursive reference and autograd.
+
+Shape letters: N nodes in the forest, M inner nodes, L nodes in one level, U distinct words
+among the leaves, E word vector size, D hidden size, C classes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.autograd.function import FunctionCtx, once_differentiable
 
 from treeqa.data.batching import TreeBatch
-from treeqa.models.common import Output, node_loss, word_embedding
-from treeqa.models.tree_levels import LevelStates, child_slots, level_children
+from treeqa.models.common import Dropout, Output, node_loss, word_embedding
+from treeqa.models.tree_levels import child_slots
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,105 @@ class TreeLSTMConfig:
     table (Adagrad takes them; set false for Adam)."""
 
 
+@dataclass(frozen=True)
+class _Schedule:
+    """The forest in level order: leaves first, then each height."""
+
+    sizes: list[int]  # nodes per level, leaves first
+    kids: torch.Tensor  # [2M] positions of each inner node's left and right child (N = none)
+    order: torch.Tensor  # [N] node id at each position
+    position: torch.Tensor  # [N] position of each node id
+
+    @classmethod
+    def of(cls, batch: TreeBatch) -> _Schedule:
+        n = batch.words.shape[0]
+        order = torch.cat(batch.levels)  # [N]
+        position = torch.empty(n + 1, dtype=torch.long, device=order.device)  # [N + 1]
+        position[order] = torch.arange(n, device=order.device)
+        position[n] = n  # "no child" stays the zero row
+        inner = order[batch.levels[0].shape[0] :]  # [M]
+        kids = child_slots(batch, arity=2).index_select(0, inner)  # [M, 2] node ids
+        sizes = [int(level.shape[0]) for level in batch.levels]
+        return cls(sizes, position[kids].view(-1), order, position[:n])
+
+    def levels(
+        self, inner: list[torch.Tensor], tables: list[torch.Tensor]
+    ) -> list[tuple[torch.Tensor, ...]]:
+        """Per inner level, bottom up: its child positions [2L], then each [M, ...] tensor of
+        ``inner`` and each [N + 1, ...] table of ``tables`` cut to the level's rows."""
+        sizes = self.sizes[1:]
+        parts = [self.kids.split([2 * k for k in sizes])]
+        parts += [t.split(sizes) for t in inner]
+        parts += [t[:-1].split(self.sizes)[1:] for t in tables]
+        return list(zip(*parts, strict=True))
+
+
+class _Forest(torch.autograd.Function):
+    """Leaf states -> h of every node in level order, with the backward written out.
+
+    The state tables H, C are [N + 1, D] in level order, so a level's states are one slice;
+    row N is the zero state of "no child". For each inner node it keeps x = [h_l; h_r], the
+    gates g = [i; f_l; f_r; o] after the sigmoid, and v = [tanh(u); c_l; c_r; tanh(c)], so that
+    c = sum of g[:3] * v[:3] and h = g[3] * v[3], and dL/dg = [dc; dc; dc; dh] * v.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx,
+        leaf_h: torch.Tensor,  # [L0, D]
+        leaf_c: torch.Tensor,  # [L0, D]
+        weight: torch.Tensor,  # [5D, 2D]
+        bias: torch.Tensor,  # [5D]
+        plan: _Schedule,
+    ) -> torch.Tensor:
+        d, m = leaf_h.shape[1], plan.kids.shape[0] // 2
+        h_all = torch.cat([leaf_h, leaf_h.new_zeros(m + 1, d)])  # [N + 1, D]
+        c_all = torch.cat([leaf_c, leaf_c.new_zeros(m + 1, d)])  # [N + 1, D]
+        x = leaf_h.new_empty(m, 2 * d)  # [M, 2D]
+        g = leaf_h.new_empty(m, 4 * d)  # [M, 4D]
+        v = leaf_h.new_empty(m, 4 * d)  # [M, 4D]
+        weight_t = weight.t()  # [2D, 5D]
+        for kids, x_k, g_k, v_k, h_k, c_k in plan.levels([x, g, v], [h_all, c_all]):
+            torch.index_select(h_all, 0, kids, out=x_k.view(-1, d))
+            pre_gates, pre_u = torch.addmm(bias, x_k, weight_t).split([4 * d, d], 1)
+            torch.sigmoid(pre_gates, out=g_k)
+            tanh_u, c_kids, tanh_c = v_k.split([d, 2 * d, d], 1)  # [L, D], [L, 2D], [L, D]
+            torch.tanh(pre_u, out=tanh_u)
+            c_kids.copy_(c_all.index_select(0, kids).view(-1, 2 * d))
+            g3, o = g_k.split([3 * d, d], 1)
+            torch.sum((g3 * v_k[:, : 3 * d]).view(-1, 3, d), 1, out=c_k)  # i*tanh(u) + f*c_kids
+            torch.tanh(c_k, out=tanh_c)
+            torch.mul(o, tanh_c, out=h_k)
+        ctx.save_for_backward(weight, x, g, v)
+        ctx.plan = plan  # type: ignore[attr-defined]
+        return h_all[:-1]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_h: torch.Tensor) -> tuple[Any, ...]:
+        weight, x, g, v = ctx.saved_tensors
+        plan: _Schedule = ctx.plan
+        d, m = grad_h.shape[1], x.shape[0]
+        dh_all = torch.cat([grad_h, grad_h.new_zeros(1, d)])  # [N + 1, D]
+        dc_all = torch.zeros_like(dh_all)  # [N + 1, D]
+        d_pre = grad_h.new_empty(m, 5 * d)  # [M, 5D] gradient before the sigmoid and tanh
+        one = grad_h.new_ones(())
+        levels = plan.levels([d_pre, g, v], [dh_all, dc_all])
+        for kids, dp_k, g_k, v_k, dh, dc in reversed(levels):  # top down
+            i, f, o = g_k.split([d, 2 * d, d], 1)
+            tanh_u, _, tanh_c = v_k.split([d, 2 * d, d], 1)
+            dc = torch.addcmul(dc, dh * o, torch.addcmul(one, tanh_c, tanh_c, value=-1))
+            dp_gates, dp_u = dp_k.split([4 * d, d], 1)
+            sigmoid_slope = torch.addcmul(g_k, g_k, g_k, value=-1)  # g * (1 - g)
+            torch.mul(torch.cat([dc, dc, dc, dh], 1) * v_k, sigmoid_slope, out=dp_gates)
+            torch.mul(dc * i, torch.addcmul(one, tanh_u, tanh_u, value=-1), out=dp_u)
+            dh_all.index_add_(0, kids, (dp_k @ weight).view(-1, d))  # [2L, D]
+            dc_all.index_add_(0, kids, (torch.cat([dc, dc], 1) * f).view(-1, d))  # [2L, D]
+        n0 = plan.sizes[0]
+        d_weight = d_pre.t() @ x  # [5D, 2D], one matmul over every inner node
+        return dh_all[:n0], dc_all[:n0], d_weight, d_pre.sum(0), None
+
+
 class TreeLSTM(nn.Module):
     """Binary Tree-LSTM over constituency trees; logits for every node."""
 
@@ -53,11 +158,11 @@ class TreeLSTM(nn.Module):
         self.leaf = nn.Linear(config.embed_dim, 2 * d)
         # One fused Linear for all five gates of an inner node: [h_l; h_r] -> [i; f_l; f_r; o; u].
         self.compose = nn.Linear(2 * d, 5 * d)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
         self.classify = nn.Linear(d, config.num_classes)
 
-    def leaf_states(self, words: torch.Tensor) -> torch.Tensor:
-        """words [L] -> [L, 2D] rows [h; c].
+    def leaf_states(self, words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """words [L] -> h, c [L, D] each.
 
         A leaf's state depends on its word alone, so each distinct word of the batch is
         computed once (on SST train, 60% of the leaves at batch 25, 38% at batch 256).
@@ -68,29 +173,16 @@ class TreeLSTM(nn.Module):
         # backward would zero-fill a full-size gradient.
         c, o = self.leaf(self.embed(distinct)).split(d, 1)  # [U, D] each
         h = torch.sigmoid(o) * torch.tanh(c)  # [U, D]
-        return torch.cat([h, c], 1).index_select(0, index)  # [L, 2D]
-
-    def node_states(self, kids: torch.Tensor) -> torch.Tensor:
-        """kids [L, 2, 2D] children's [h; c] -> [L, 2D] rows [h; c]."""
-        d, n = self.config.hidden_dim, kids.shape[0]
-        h_kids, c_kids = kids.split(d, 2)  # [L, 2, D] each
-        sig, u = self.compose(h_kids.reshape(n, 2 * d)).split([4 * d, d], 1)  # [L, 4D], [L, D]
-        i, f_l, f_r, o = torch.sigmoid(sig).chunk(4, 1)  # [L, D] each
-        c_l, c_r = c_kids.unbind(1)  # [L, D] each
-        c = i * torch.tanh(u) + f_l * c_l + f_r * c_r  # [L, D]
-        h = o * torch.tanh(c)  # [L, D]
-        return torch.cat([h, c], 1)
+        return h.index_select(0, index), c.index_select(0, index)  # [L, D] each
 
     def forward(self, batch: TreeBatch) -> Output:
-        n, d = batch.words.shape[0], self.config.hidden_dim
-        kids = child_slots(batch, arity=2)  # [N, 2]
-        leaves = batch.levels[0]
-        leaf = self.leaf_states(batch.words[leaves])  # [L0, 2D]
-        states = LevelStates(n, 2 * d, leaf)  # rows [h; c]
-        states.write(leaves, leaf)
-        for level, slots in zip(batch.levels[1:], level_children(batch, kids), strict=True):
-            hc = states.read(slots.reshape(-1)).view(-1, 2, 2 * d)  # [L, 2, 2D]
-            states.write(level, self.node_states(hc))
-        h = states.read(torch.arange(n, device=leaf.device))[:, :d]  # [N, D]
-        logits = self.classify(self.dropout(h))  # [N, C]
+        plan = _Schedule.of(batch)
+        leaf_h, leaf_c = self.leaf_states(batch.words[plan.order[: plan.sizes[0]]])  # [L0, D] each
+        # Under autocast the leaves may come out in bfloat16; the forest runs in the weights'
+        # precision (its levels are launch-bound on a GPU, not matmul-bound).
+        dtype = self.compose.weight.dtype
+        with torch.autocast(leaf_h.device.type, enabled=False):
+            w, b = self.compose.weight, self.compose.bias
+            h = _Forest.apply(leaf_h.to(dtype), leaf_c.to(dtype), w, b, plan)  # [N, D] level order
+        logits = self.classify(self.dropout(h)).index_select(0, plan.position)  # [N, C] node order
         return Output(logits, node_loss(logits, batch.targets))

@@ -77,6 +77,11 @@ class Adagrad(torch.optim.Adagrad):
             sums: list[torch.Tensor] = []
             steps: list[torch.Tensor] = []
             has_sparse, has_complex = self._init_group(group, params, grads, sums, steps)
+            # torch's fused CPU kernel is ~5x faster than its per-tensor loop here (a
+            # Tree-LSTM step spent ~8% in Adagrad); it takes dense CPU gradients only.
+            fused = group["fused"]
+            if fused is None and params and not has_sparse and not has_complex:
+                fused = all(p.device.type == "cpu" for p in params)
             adagrad(
                 params,
                 grads,
@@ -91,7 +96,7 @@ class Adagrad(torch.optim.Adagrad):
                 maximize=group["maximize"],
                 differentiable=group["differentiable"],
                 has_complex=has_complex,
-                fused=group["fused"],
+                fused=fused,
             )
         return loss
 
