@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import gc
 import weakref
@@ -306,3 +307,29 @@ def test_inference_without_autograd_matches_training_mode_forward() -> None:
             quiet = model(batch_of(trees, vocab)).logits
         assert not quiet.requires_grad
         torch.testing.assert_close(quiet, model(batch_of(trees, vocab)).logits.detach())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["tree_lstm", "childsum", "tree_gru"])
+def test_on_gpu_the_same_logits_and_gradients_as_on_cpu(name: str) -> None:
+    trees, vocab = forest(SST_LINES)
+    batch = batch_of(trees, vocab)
+    model = build(name, vocab).float()
+    on_gpu = copy.deepcopy(model).cuda()
+    runs = []
+    for m, b in ((model, batch), (on_gpu, batch.to("cuda"))):
+        out = m(b)
+        assert out.loss is not None
+        out.loss.backward()
+        grads = {k: dense(p.grad).cpu() for k, p in m.named_parameters() if p.grad is not None}
+        runs.append((out.logits.detach().cpu(), grads))
+    (cpu_logits, cpu_grads), (gpu_logits, gpu_grads) = runs
+    torch.testing.assert_close(gpu_logits, cpu_logits, atol=1e-4, rtol=1e-4)
+    assert gpu_grads.keys() == cpu_grads.keys()
+    for k, g in cpu_grads.items():
+        torch.testing.assert_close(gpu_grads[k], g, atol=1e-4, rtol=1e-3, msg=k)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = on_gpu(batch.to("cuda")).loss
+    assert loss is not None and bool(torch.isfinite(loss))
+    loss.backward()
