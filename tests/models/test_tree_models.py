@@ -18,7 +18,7 @@ from treeqa.models import SENTIMENT_MODELS
 from treeqa.models.childsum import ChildSumConfig, ChildSumTreeLSTM
 from treeqa.models.reference import reference_forward
 from treeqa.models.tree_gru import TreeGRU, TreeGRUConfig
-from treeqa.models.tree_levels import LevelStates
+from treeqa.models.tree_levels import LevelOrder
 from treeqa.models.tree_lstm import TreeLSTM, TreeLSTMConfig
 
 TOL = 1e-5
@@ -223,29 +223,34 @@ def test_report_command_line_resolves_to_the_tree_gru_config() -> None:
     )
 
 
-def test_level_states_graph_is_freed_by_reference_counting() -> None:
-    # Regression: the store once held the token whose grad_fn held the store, a cycle that kept
-    # every step's graph alive (host memory grew every step).
-    x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
-    states = LevelStates(2, 3, x)
-    states.write(torch.tensor([0, 1]), x * 2)
-    y = states.read(torch.tensor([1, 0, 2]))  # row 2 is the zero state
-    torch.testing.assert_close(y[2], torch.zeros(3, dtype=torch.float64))
-    y.sum().backward()
-    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
-    buffers = weakref.ref(states.buffers)
+@pytest.mark.parametrize("name", ["tree_lstm", "childsum", "tree_gru"])
+def test_a_steps_graph_is_freed_by_reference_counting(name: str) -> None:
+    # Regression (an earlier state store): a reference cycle through autograd kept every step's
+    # graph, and the buffers it held, alive until the garbage collector ran.
+    trees, vocab = forest(SST_LINES)
+    model = build(name, vocab)
+    out = model(batch_of(trees, vocab))
+    assert out.loss is not None
+    node, todo = None, [out.logits.grad_fn]
+    while todo and node is None:  # find the forest's node; it is its own ctx
+        fn = todo.pop()
+        node = fn if type(fn).__name__ == "_ForestBackward" else None
+        todo += [f for f, _ in fn.next_functions if f is not None]
+    assert node is not None
+    plan = weakref.ref(node.plan)  # kept on the ctx, as are the steps' saved values
+    out.loss.backward()
     gc.disable()
     try:
-        del states, y
-        assert buffers() is None
+        del out, node, fn, todo
+        assert plan() is None
     finally:
         gc.enable()
 
 
-@pytest.mark.parametrize("name", ["tree_lstm", "childsum"])
+@pytest.mark.parametrize("name", ["tree_lstm", "tree_gru", "childsum"])
 def test_backward_twice_through_a_retained_graph(name: str) -> None:
-    # The Tree-LSTM's written-out backward and the Child-Sum's state store (with its own
-    # gradient buffer) must both start clean on a second backward.
+    # The written-out backwards and the Child-Sum's state store (with its own gradient
+    # buffer) must all start clean on a second backward.
     trees, vocab = forest(SST_LINES)
     model = build(name, vocab)
     loss = model(batch_of(trees, vocab)).loss
@@ -273,11 +278,11 @@ def test_tree_lstm_unary_nodes_and_leaf_only_batches_equal_the_reference() -> No
 
 def test_tree_lstm_forest_backward_passes_gradcheck() -> None:
     # The written-out backward against finite differences, on the raw inputs of the function.
-    from treeqa.models.tree_lstm import _Forest, _Schedule
+    from treeqa.models.tree_lstm import _Forest
 
     trees, vocab = forest(SST_LINES[:2] + ["(1 (0 (2 c)))"])
     batch = batch_of(trees, vocab)
-    plan, n0, d = _Schedule.of(batch), len(batch.levels[0]), 3
+    plan, n0, d = LevelOrder.of(batch, arity=2), len(batch.levels[0]), 3
     g = torch.Generator().manual_seed(0)
     inputs = [
         torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True)
@@ -286,9 +291,45 @@ def test_tree_lstm_forest_backward_passes_gradcheck() -> None:
     assert torch.autograd.gradcheck(lambda *t: _Forest.apply(*t, plan), inputs)
 
 
-def test_tree_lstm_under_cpu_bfloat16_autocast() -> None:
+@pytest.mark.parametrize("cell", ["gru", "seed"])
+def test_tree_gru_forest_backward_passes_gradcheck(cell: str) -> None:
+    # Fan-out up to 3 (nodes without an i-th child keep their state), relations and attention.
+    from treeqa.models.tree_gru import _Forest
+
+    trees, vocab = forest(random_forest(5, 3, n=3))
+    batch = batch_of(trees, vocab)
+    plan, n0, d, a = LevelOrder.of(batch), len(batch.levels[0]), 3, 2
+    m, k = plan.kids.shape
+    assert k == 3 and bool((plan.kids == len(batch.words)).any())
+    g = torch.Generator().manual_seed(0)
+    shapes = [(n0, d), (m, 3 * d + a), (m, k, 3 * d + a), (3 * d + a, d), (3 * d, d), (3 * d,)]
+    shapes += [(1, a), (1,)]
+    inputs = [
+        torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True) for shape in shapes
+    ]
+    assert torch.autograd.gradcheck(lambda *t: _Forest.apply(*t, plan, cell), inputs)
+
+
+def test_childsum_forest_backward_passes_gradcheck() -> None:
+    from treeqa.models.childsum import _Forest
+
+    trees, vocab = forest(random_forest(6, 4, n=3))
+    batch = batch_of(trees, vocab)
+    plan, n0, d = LevelOrder.of(batch), len(batch.levels[0]), 3
+    m, k = plan.kids.shape
+    assert k >= 3 and bool((plan.kids == len(batch.words)).any())  # missing children too
+    g = torch.Generator().manual_seed(0)
+    inputs = [
+        torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True)
+        for shape in ((n0, d), (n0, d), (m, 4 * d), (3 * d, d), (d, d))
+    ]
+    assert torch.autograd.gradcheck(lambda *t: _Forest.apply(*t, plan), inputs)
+
+
+@pytest.mark.parametrize(("name", "overrides"), CASES)
+def test_under_cpu_bfloat16_autocast(name: str, overrides: dict[str, object]) -> None:
     trees, vocab = forest(SST_LINES)
-    model = build("tree_lstm", vocab).float()
+    model = build(name, vocab, **overrides).float()
     exact = model(batch_of(trees, vocab)).logits
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(batch_of(trees, vocab))

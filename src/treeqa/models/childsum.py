@@ -3,23 +3,26 @@
 Gates read the node's word vector x and the sum of its children's states,
 ``h~ = sum_k h_k``; every child k keeps its own forget gate ``f_k = sigmoid(W_f x + U_f h_k + b_f)``.
 Inner nodes of constituency trees have no word, so x = 0 there; dependency trees give every node
-a word. Levels run as in ``tree_lstm.py``.
+a word. The inner levels run inside one autograd function (``_Forest``) with the backward
+written out, as in ``tree_lstm.py``.
 
-Shape letters: N nodes in the forest, L nodes in one level, U distinct words in the batch,
-K most children of a node, E word vector size, D hidden size, C classes.
+Shape letters: N nodes in the forest, M inner nodes, L nodes in one level, U distinct words in
+the batch, K most children of a node, E word vector size, D hidden size, C classes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from torch.autograd.function import FunctionCtx, once_differentiable
 
 from treeqa.data.batching import TreeBatch
 from treeqa.models.common import Dropout, Output, node_loss, word_embedding
-from treeqa.models.tree_levels import LevelStates, child_slots, level_children
+from treeqa.models.tree_levels import LevelOrder
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,87 @@ class ChildSumConfig:
     table (Adagrad takes them; set false for Adam)."""
 
 
+class _Forest(torch.autograd.Function):
+    """Leaf states -> h of every node in level order, with the backward written out.
+
+    ``wx`` [M, 4D] is each inner node's input part [i; o; u; f] (computed outside, by
+    autograd). For each inner node it keeps the children's h and c ([M, K, D] each, zero for a
+    missing child), their forget gates, h~ = sum_k h_k, the gates i, o, tanh(u) and tanh(c).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx,
+        leaf_h: torch.Tensor,  # [L0, D]
+        leaf_c: torch.Tensor,  # [L0, D]
+        wx: torch.Tensor,  # [M, 4D]
+        u_iou: torch.Tensor,  # [3D, D]
+        u_f: torch.Tensor,  # [D, D]
+        plan: LevelOrder,
+    ) -> torch.Tensor:
+        d, (m, k) = leaf_h.shape[1], plan.kids.shape
+        h_all = torch.cat([leaf_h, leaf_h.new_zeros(m + 1, d)])  # [N + 1, D]
+        c_all = torch.cat([leaf_c, leaf_c.new_zeros(m + 1, d)])  # [N + 1, D]
+        h_kids, c_kids, f = (leaf_h.new_empty(m, k, d) for _ in range(3))  # [M, K, D] each
+        h_sum = leaf_h.new_empty(m, d)  # [M, D]
+        gates = leaf_h.new_empty(m, 3 * d)  # [M, 3D] i, o, tanh(u)
+        tanh_c = leaf_h.new_empty(m, d)  # [M, D]
+        for kids, wx_k, hk, ck, f_k, hs_k, g_k, tc_k, h_k, c_k in plan.levels(
+            [wx, h_kids, c_kids, f, h_sum, gates, tanh_c], [h_all, c_all]
+        ):  # [L, K], [L, 4D], [L, K, D] x3, [L, D], [L, 3D], [L, D], [L, D] x2
+            flat = kids.view(-1)  # [L*K]
+            torch.index_select(h_all, 0, flat, out=hk.view(-1, d))
+            torch.index_select(c_all, 0, flat, out=ck.view(-1, d))
+            wx_iou, wx_f = wx_k.split([3 * d, d], 1)
+            u_h = (hk.view(-1, d) @ u_f.t()).view(-1, k, d)  # [L, K, D] U_f h_k
+            torch.sigmoid(wx_f.unsqueeze(1) + u_h, out=f_k)
+            torch.sum(hk, 1, out=hs_k)
+            pre = torch.addmm(wx_iou, hs_k, u_iou.t())  # [L, 3D]
+            pre_io, pre_u = pre.split([2 * d, d], 1)
+            i_o, tanh_u = g_k.split([2 * d, d], 1)
+            torch.sigmoid(pre_io, out=i_o)
+            torch.tanh(pre_u, out=tanh_u)
+            i, o = i_o.chunk(2, 1)
+            # Missing children have c_k = 0, so their (non-zero) forget gates add nothing.
+            torch.add(i * tanh_u, (f_k * ck).sum(1), out=c_k)  # c = i*u + sum_k f_k*c_k
+            torch.tanh(c_k, out=tc_k)
+            torch.mul(o, tc_k, out=h_k)
+        ctx.save_for_backward(u_iou, u_f, h_kids, c_kids, f, h_sum, gates, tanh_c)
+        ctx.plan = plan  # type: ignore[attr-defined]
+        return h_all[:-1]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_h: torch.Tensor) -> tuple[Any, ...]:
+        u_iou, u_f, h_kids, c_kids, f, h_sum, gates, tanh_c = ctx.saved_tensors
+        plan: LevelOrder = ctx.plan
+        d, (m, k) = grad_h.shape[1], plan.kids.shape
+        dh_all = torch.cat([grad_h, grad_h.new_zeros(1, d)])  # [N + 1, D]
+        dc_all = torch.zeros_like(dh_all)  # [N + 1, D]
+        d_wx = grad_h.new_empty(m, 4 * d)  # [M, 4D] gradient of the pre-activations
+        d_f = grad_h.new_empty(m, k, d)  # [M, K, D] forget gates, before the sigmoid
+        levels = plan.levels(
+            [d_wx, d_f, c_kids, f, gates, tanh_c], [dh_all, dc_all]
+        )  # [L, K], [L, 4D], [L, K, D] x3, [L, 3D], [L, D], [L, D] x2
+        for kids, d_wx_k, d_f_k, ck, f_k, g_k, tc_k, dh, dc in reversed(levels):  # top down
+            i, o, tanh_u = g_k.split([d, d, d], 1)
+            dc = dc + dh * o * (1 - tc_k * tc_k)  # through h = o * tanh(c)
+            d_iou, d_fk = d_wx_k.split([3 * d, d], 1)
+            slopes = torch.cat([i * (1 - i), o * (1 - o), 1 - tanh_u * tanh_u], 1)  # [L, 3D]
+            torch.mul(torch.cat([dc * tanh_u, dh * tc_k, dc * i], 1), slopes, out=d_iou)
+            torch.mul(dc.unsqueeze(1) * ck, f_k * (1 - f_k), out=d_f_k)  # [L, K, D]
+            torch.sum(d_f_k, 1, out=d_fk)
+            # Every child gets U_iou's share of h~ and its own forget gate's share.
+            d_h_kids = (d_f_k.view(-1, d) @ u_f).view(-1, k, d) + (d_iou @ u_iou).unsqueeze(1)
+            flat = kids.view(-1)
+            dh_all.index_add_(0, flat, d_h_kids.view(-1, d))
+            dc_all.index_add_(0, flat, (dc.unsqueeze(1) * f_k).view(-1, d))
+        n0 = plan.sizes[0]
+        d_u_iou = d_wx[:, : 3 * d].t() @ h_sum  # [3D, D], one matmul over every inner node
+        d_u_f = d_f.view(-1, d).t() @ h_kids.view(-1, d)  # [D, D], over every child slot
+        return dh_all[:n0], dc_all[:n0], d_wx, d_u_iou, d_u_f, None
+
+
 class ChildSumTreeLSTM(nn.Module):
     """Child-Sum Tree-LSTM; logits for every node."""
 
@@ -54,38 +138,24 @@ class ChildSumTreeLSTM(nn.Module):
         self.dropout = Dropout(config.dropout)
         self.classify = nn.Linear(d, config.num_classes)
 
-    def cell(self, wx: torch.Tensor, iou_h: torch.Tensor, fc: torch.Tensor) -> torch.Tensor:
-        """wx [L, 4D] input part, iou_h [L, 3D] U h~, fc [L, D] sum_k f_k c_k -> [L, 2D] [h; c]."""
-        d = self.config.hidden_dim
-        g = wx[:, : 3 * d] + iou_h  # [L, 3D]
-        io = torch.sigmoid(g[:, : 2 * d])  # [L, 2D]
-        c = io[:, :d] * torch.tanh(g[:, 2 * d :]) + fc  # [L, D]
-        h = io[:, d:] * torch.tanh(c)  # [L, D]
-        return torch.cat([h, c], 1)
-
     def forward(self, batch: TreeBatch) -> Output:
-        n, d = batch.words.shape[0], self.config.hidden_dim
-        kids = child_slots(batch)  # [N, K]
+        d = self.config.hidden_dim
+        plan = LevelOrder.of(batch)
         # One matmul gives every node's input part, computed once per distinct word of the
         # batch: a node's input depends on its word alone, and on constituency trees every
         # inner node reads the same padding word (so theirs is just the bias).
         distinct, index = torch.unique(batch.words, return_inverse=True)  # [U], [N]
-        wx = self.input(self.embed(distinct)).index_select(0, index)  # [N, 4D]
-        leaves = batch.levels[0]
-        wx_leaf = wx.index_select(0, leaves)  # [L0, 4D]
-        # A leaf has no children: h~ = 0 and no forget terms.
-        leaf = self.cell(wx_leaf, wx_leaf.new_zeros(()), wx_leaf.new_zeros(()))  # [L0, 2D]
-        states = LevelStates(n, 2 * d, leaf)  # rows [h; c]
-        states.write(leaves, leaf)
-        for level, slots in zip(batch.levels[1:], level_children(batch, kids), strict=True):
-            m, k = slots.shape
-            hc = states.read(slots.reshape(-1)).view(m, k, 2 * d)  # [L, K, 2D]
-            h_k, c_k = hc[:, :, :d], hc[:, :, d:]  # [L, K, D] each; zero for missing children
-            wx_l = wx.index_select(0, level)  # [L, 4D]
-            f = torch.sigmoid(wx_l[:, None, 3 * d :] + self.hidden_f(h_k))  # [L, K, D]
-            # Missing children have c_k = 0, so their (non-zero) forget gates add nothing.
-            fc = (f * c_k).sum(1)  # [L, D]
-            states.write(level, self.cell(wx_l, self.hidden_iou(h_k.sum(1)), fc))
-        h = states.read(torch.arange(n, device=wx.device))[:, :d]  # [N, D]
-        logits = self.classify(self.dropout(h))  # [N, C]
+        wx = self.input(self.embed(distinct)).index_select(0, index.index_select(0, plan.order))
+        wx_leaf, wx_inner = wx.split([plan.sizes[0], len(wx) - plan.sizes[0]])  # [L0, 4D], [M, 4D]
+        # A leaf has no children: h~ = 0 and no forget terms, so c = i*u and h = o*tanh(c).
+        i, o, u = wx_leaf[:, : 3 * d].chunk(3, 1)  # [L0, D] each
+        leaf_c = torch.sigmoid(i) * torch.tanh(u)  # [L0, D]
+        leaf_h = torch.sigmoid(o) * torch.tanh(leaf_c)  # [L0, D]
+        # Under autocast the inputs may come out in bfloat16; the forest runs in the weights'
+        # precision (its levels are launch-bound on a GPU, not matmul-bound).
+        u_iou, u_f = self.hidden_iou.weight, self.hidden_f.weight
+        with torch.autocast(wx.device.type, enabled=False):
+            inputs = (t.to(u_f.dtype) for t in (leaf_h, leaf_c, wx_inner))
+            h = _Forest.apply(*inputs, u_iou, u_f, plan)  # [N, D] in level order
+        logits = self.classify(self.dropout(h)).index_select(0, plan.position)  # [N, C]
         return Output(logits, node_loss(logits, batch.targets))

@@ -8,27 +8,31 @@ relation of child v to u. Tags and relations come with dependency-parsed SST; on
 trees ``tag_dim = rel_dim = 0``.
 
 Batched per level: the per-child loop becomes K steps over the i-th child of every node of the
-level, and a node with fewer than i + 1 children keeps its state at step i. The report's bugs
-are absent: every gate has its own weights (no ``self.Ur = self.Uz``) and states live in a
-per-forward buffer, never on the trees.
+level, and a node with fewer than i + 1 children keeps its state at step i. The inner levels
+run inside one autograd function (``_Forest``) with the backward written out, as in
+``tree_lstm.py``; tests check it against the recursive reference and finite differences. The
+report's bugs are absent: every gate has its own weights (no ``self.Ur = self.Uz``) and states
+live in a per-forward buffer, never on the trees.
 
-Shape letters: N nodes in the forest, L nodes in one level, U distinct (word, tag) inputs
-in the batch, K most children of a node, E word vector size, T tag vector size, R relation
-vector size, A attention hidden size, D hidden size, C classes.
+Shape letters: N nodes in the forest, M inner nodes, L nodes in one level, U distinct (word,
+tag) inputs in the batch, K most children of a node, E word vector size, T tag vector size,
+R relation vector size, A attention hidden size, D hidden size, G = 3D + A, C classes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import FunctionCtx, once_differentiable
 
 from treeqa.data.batching import TreeBatch
 from treeqa.models.common import Dropout, Output, node_loss, word_embedding
-from treeqa.models.tree_levels import LevelStates, child_slots, level_children
+from treeqa.models.tree_levels import LevelOrder
 
 CELLS = ("gru", "seed")
 
@@ -74,6 +78,133 @@ def gru_update(gx: torch.Tensor, gh: torch.Tensor, h: torch.Tensor, cell: str) -
     if cell == "seed":
         return r * h + (1 - z) * cand
     return (1 - z) * cand + z * h
+
+
+class _Forest(torch.autograd.Function):
+    """Leaf states -> the state of every node in level order, with the backward written out.
+
+    Computed outside, by autograd: ``base`` [M, G] = W_own [w_u; t_u] + b for each inner node,
+    and ``rel`` [M, K, G] = W_rel r_v for each child slot (or None); G = 3D + A. For each level
+    and child step i: ``pre = base + W_state k_v + rel``, a GRU step against ``gh = U h + b_h``,
+    the attention gate, and a node with no i-th child keeps its state. One matmul per level
+    gives W_state k_v for all K children, and the weight gradients are one matmul each over
+    every child slot of the forest ([M, K, ...] buffers, node-major).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: FunctionCtx,
+        leaf: torch.Tensor,  # [L0, D]
+        base: torch.Tensor,  # [M, G]
+        rel: torch.Tensor | None,  # [M, K, G]
+        w_state: torch.Tensor,  # [G, D]
+        w_hidden: torch.Tensor,  # [3D, D]
+        b_hidden: torch.Tensor,  # [3D]
+        w_att: torch.Tensor | None,  # [1, A]
+        b_att: torch.Tensor | None,  # [1]
+        plan: LevelOrder,
+        cell: str,
+    ) -> torch.Tensor:
+        d, (m, k), g = leaf.shape[1], plan.kids.shape, w_state.shape[0]
+        n = m + plan.sizes[0]
+        h_all = torch.cat([leaf, leaf.new_zeros(m + 1, d)])  # [N + 1, D]
+        child = leaf.new_empty(m, k, d)  # [M, K, D] the child state each step reads
+        before = leaf.new_zeros(m, k, d)  # [M, K, D] the node's state before each step
+        att = leaf.new_empty(m, k, g - 3 * d)  # [M, K, A] tanh of the attention input
+        extra = [rel] if rel is not None else []
+        steps = []  # per level and step, bottom up: what the backward needs
+        for kids, base_k, child_k, before_k, att_k, *rel_k, h_k in plan.levels(
+            [base, child, before, att, *extra], [h_all]
+        ):  # [L, K], [L, G], [L, K, D], [L, K, D], [L, K, A], ([L, K, G]), [L, D]
+            torch.index_select(h_all, 0, kids.view(-1), out=child_k.view(-1, d))
+            pre_k = (child_k.view(-1, d) @ w_state.t()).view(-1, k, g) + base_k.unsqueeze(1)
+            if rel_k:
+                pre_k = pre_k + rel_k[0]  # [L, K, G]
+            h = leaf.new_zeros(kids.shape[0], d)  # [L, D], before the first child
+            for i, pre in enumerate(pre_k.unbind(1)):  # [L, G]
+                if i:
+                    before_k[:, i] = h
+                gh = torch.addmm(b_hidden, h, w_hidden.t()) if i else b_hidden.expand(len(h), -1)
+                x_rz, x_n, x_att = pre.split([2 * d, d, g - 3 * d], 1)
+                gh_rz, gh_n = gh.split([2 * d, d], 1)  # [L, 2D], [L, D]
+                rz = torch.sigmoid(x_rz + gh_rz)  # [L, 2D]
+                r, z = rz.chunk(2, 1)
+                cand = torch.tanh(x_n + r * gh_n)  # [L, D]
+                # seed: r*h + (1-z)*cand; gru: (1-z)*cand + z*h
+                gru = r * h + (1 - z) * cand if cell == "seed" else torch.lerp(cand, h, z)
+                new, gate = gru, None
+                if w_att is not None and b_att is not None:
+                    t = torch.tanh(x_att, out=att_k[:, i])  # [L, A]
+                    gate = torch.sigmoid(torch.addmm(b_att, t, w_att.t()))  # [L, 1]
+                    new = torch.lerp(h, gru, gate)  # gate*gru + (1-gate)*h
+                no_child = kids[:, i : i + 1] == n if i else None  # [L, 1]
+                steps.append((rz, cand, gh_n, gru, gate, no_child))
+                h = new if no_child is None else torch.where(no_child, h, new)
+            h_k.copy_(h)
+        ctx.save_for_backward(w_state, w_hidden, child, before, att)
+        ctx.w_att, ctx.has_rel = w_att, rel is not None  # type: ignore[attr-defined]
+        ctx.steps, ctx.plan, ctx.cell = steps, plan, cell  # type: ignore[attr-defined]
+        return h_all[:-1]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        w_state, w_hidden, child, before, att = ctx.saved_tensors
+        w_att: torch.Tensor | None = ctx.w_att
+        plan: LevelOrder = ctx.plan
+        d, (m, k), g = grad.shape[1], plan.kids.shape, w_state.shape[0]
+        dh_all = torch.cat([grad, grad.new_zeros(1, d)])  # [N + 1, D]
+        d_pre = grad.new_zeros(m, k, g)  # [M, K, G]
+        d_gh = grad.new_zeros(m, k, 3 * d)  # [M, K, 3D]
+        d_logit = grad.new_zeros(m, k, 1)  # [M, K, 1] attention gate, before its sigmoid
+        steps = iter(reversed(ctx.steps))
+        levels = plan.levels([d_pre, d_gh, d_logit, before, att], [dh_all])
+        for kids, d_pre_k, d_gh_k, d_logit_k, before_k, att_k, dh in reversed(levels):
+            for i in reversed(range(k)):  # dh: [L, D] gradient of the state after step i
+                rz, cand, gh_n, gru, gate, no_child = next(steps)
+                h = before_k[:, i]  # [L, D]
+                d_new = dh if no_child is None else dh.masked_fill(no_child, 0)
+                # kept state where the node has no i-th child
+                d_h: torch.Tensor | float = 0 if no_child is None else dh.masked_fill(~no_child, 0)
+                d_gru, d_att = d_new, []
+                if gate is not None and w_att is not None:
+                    d_gru = d_new * gate
+                    d_gate = (d_new * (gru - h)).sum(1, keepdim=True)  # [L, 1]
+                    d_logit_k[:, i] = d_gate * gate * (1 - gate)
+                    t = att_k[:, i]  # [L, A]
+                    d_att = [(d_logit_k[:, i] @ w_att) * (1 - t * t)]
+                    d_h = d_h + d_new * (1 - gate)
+                r, z = rz.chunk(2, 1)
+                d_xn = d_gru * (1 - z) * (1 - cand * cand)  # [L, D] through tanh to x_n
+                d_r = d_xn * gh_n  # [L, D]
+                if ctx.cell == "seed":
+                    d_z, d_r, d_h = -d_gru * cand, d_r + d_gru * h, d_h + d_gru * r
+                else:
+                    d_z, d_h = d_gru * (h - cand), d_h + d_gru * z
+                d_rz = torch.cat([d_r, d_z], 1) * rz * (1 - rz)  # [L, 2D]
+                d_pre_k[:, i] = torch.cat([d_rz, d_xn, *d_att], 1)
+                d_gh_k[:, i] = torch.cat([d_rz, d_xn * r], 1)
+                if i:  # the state before the first child is zero: nothing to pass back
+                    dh = d_h + d_gh_k[:, i] @ w_hidden
+            d_children = d_pre_k.view(-1, g) @ w_state  # [L*K, D]
+            dh_all.index_add_(0, kids.view(-1), d_children)
+        d_w_att = d_b_att = None
+        if w_att is not None:
+            d_w_att = d_logit.view(-1, 1).t() @ att.view(-1, att.shape[2])  # [1, A]
+            d_b_att = d_logit.view(-1, 1).sum(0)  # [1]
+        d_gh_flat = d_gh.view(-1, 3 * d)  # [M*K, 3D]
+        return (
+            dh_all[: plan.sizes[0]],
+            d_pre.sum(1),  # [M, G]
+            d_pre if ctx.has_rel else None,
+            d_pre.view(-1, g).t() @ child.view(-1, d),  # [G, D]
+            d_gh_flat.t() @ before.view(-1, d),  # [3D, D]
+            d_gh_flat.sum(0),  # [3D]
+            d_w_att,
+            d_b_att,
+            None,
+            None,
+        )
 
 
 class TreeGRU(nn.Module):
@@ -141,43 +272,43 @@ class TreeGRU(nn.Module):
 
     def forward(self, batch: TreeBatch) -> Output:
         cfg = self.config
-        n, d = batch.words.shape[0], cfg.hidden_dim
+        d = cfg.hidden_dim
         own, own_row = self.node_inputs(batch)  # [U, E + T], [N]
         # Column blocks of W (and W_b) for the per-node, per-child state and relation inputs.
         w = self.node_in.weight  # [3D + A, E + T + D + R]
         split = own.shape[1]
         w_own, w_state, w_rel = w[:, :split], w[:, split : split + d], w[:, split + d :]
         rel = self.relation_part(batch, w_rel)  # [N + 1, 3D + A] or None
-        kids = child_slots(batch)  # [N, K]
+        plan = LevelOrder.of(batch)
 
-        leaves = batch.levels[0]
+        leaves = plan.leaves
         gx = self.leaf_in(own).index_select(0, own_row.index_select(0, leaves))  # [L0, 3D]
-        base_own = F.linear(own, w_own, self.node_in.bias)  # [U, 3D + A]
         zero = gx.new_zeros(gx.shape[0], d)  # [L0, D]
-        leaf = gru_update(gx, self.leaf_hidden_bias.expand_as(gx), zero, cfg.cell)
-        states = LevelStates(n, d, leaf)
-        states.write(leaves, leaf)
-
-        for level, slots in zip(batch.levels[1:], level_children(batch, kids), strict=True):
-            m, k = slots.shape
-            base = base_own.index_select(0, own_row.index_select(0, level))  # [L, 3D + A]
-            flat = slots.reshape(-1)  # [L*K]
-            per_child = F.linear(states.read(flat), w_state)  # [L*K, 3D + A]
-            if rel is not None:
-                per_child = per_child + rel.index_select(0, flat)
-            per_child = per_child.view(m, k, -1)  # [L, K, 3D + A]
-            h = leaf.new_zeros(m, d)  # [L, D]
-            for i in range(k):
-                pre = base + per_child[:, i]  # [L, 3D + A]
-                # h = 0 before the first child, so U h is just the bias there.
-                gh = self.node_hidden(h) if i else self.node_hidden.bias.expand(m, 3 * d)
-                new = gru_update(pre[:, : 3 * d], gh, h, cfg.cell)  # [L, D]
-                if self.attention is not None:
-                    a = torch.sigmoid(self.attention(torch.tanh(pre[:, 3 * d :])))  # [L, 1]
-                    new = a * new + (1 - a) * h
-                # Every inner node has a first child; later steps skip nodes without an i-th.
-                h = new if i == 0 else torch.where(slots[:, i : i + 1] < n, new, h)
-            states.write(level, h)
-        k_all = states.read(torch.arange(n, device=own.device))  # [N, D]
-        logits = self.classify(self.dropout(k_all))  # [N, C]
+        leaf = gru_update(gx, self.leaf_hidden_bias.expand_as(gx), zero, cfg.cell)  # [L0, D]
+        base_own = F.linear(own, w_own, self.node_in.bias)  # [U, 3D + A]
+        inner = plan.order[len(leaves) :]  # [M] inner node ids, level by level
+        base = base_own.index_select(0, own_row.index_select(0, inner))  # [M, 3D + A]
+        m, k = plan.child_ids.shape
+        # [M, K, 3D + A] W r_v of each child slot (row N of rel, "no child", is zero)
+        rel_slots = (
+            None if rel is None else rel.index_select(0, plan.child_ids.view(-1)).view(m, k, -1)
+        )
+        att = self.attention
+        # Under autocast the inputs may come out in bfloat16; the forest runs in the weights'
+        # precision (its levels are launch-bound on a GPU, not matmul-bound).
+        dtype = w_state.dtype
+        with torch.autocast(leaf.device.type, enabled=False):
+            k_all = _Forest.apply(
+                leaf.to(dtype),
+                base.to(dtype),
+                None if rel_slots is None else rel_slots.to(dtype),
+                w_state,
+                self.node_hidden.weight,
+                self.node_hidden.bias,
+                None if att is None else att.weight,
+                None if att is None else att.bias,
+                plan,
+                cfg.cell,
+            )  # [N, D] in level order
+        logits = self.classify(self.dropout(k_all)).index_select(0, plan.position)  # [N, C]
         return Output(logits, node_loss(logits, batch.targets))

@@ -26,7 +26,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from treeqa.data.batching import TreeBatch
 from treeqa.models.common import Dropout, Output, node_loss, word_embedding
-from treeqa.models.tree_levels import child_slots
+from treeqa.models.tree_levels import LevelOrder
 
 
 @dataclass(frozen=True)
@@ -45,39 +45,6 @@ class TreeLSTMConfig:
     table (Adagrad takes them; set false for Adam)."""
 
 
-@dataclass(frozen=True)
-class _Schedule:
-    """The forest in level order: leaves first, then each height."""
-
-    sizes: list[int]  # nodes per level, leaves first
-    kids: torch.Tensor  # [2M] positions of each inner node's left and right child (N = none)
-    order: torch.Tensor  # [N] node id at each position
-    position: torch.Tensor  # [N] position of each node id
-
-    @classmethod
-    def of(cls, batch: TreeBatch) -> _Schedule:
-        n = batch.words.shape[0]
-        order = torch.cat(batch.levels)  # [N]
-        position = torch.empty(n + 1, dtype=torch.long, device=order.device)  # [N + 1]
-        position[order] = torch.arange(n, device=order.device)
-        position[n] = n  # "no child" stays the zero row
-        inner = order[batch.levels[0].shape[0] :]  # [M]
-        kids = child_slots(batch, arity=2).index_select(0, inner)  # [M, 2] node ids
-        sizes = [int(level.shape[0]) for level in batch.levels]
-        return cls(sizes, position[kids].view(-1), order, position[:n])
-
-    def levels(
-        self, inner: list[torch.Tensor], tables: list[torch.Tensor]
-    ) -> list[tuple[torch.Tensor, ...]]:
-        """Per inner level, bottom up: its child positions [2L], then each [M, ...] tensor of
-        ``inner`` and each [N + 1, ...] table of ``tables`` cut to the level's rows."""
-        sizes = self.sizes[1:]
-        parts = [self.kids.split([2 * k for k in sizes])]
-        parts += [t.split(sizes) for t in inner]
-        parts += [t[:-1].split(self.sizes)[1:] for t in tables]
-        return list(zip(*parts, strict=True))
-
-
 class _Forest(torch.autograd.Function):
     """Leaf states -> h of every node in level order, with the backward written out.
 
@@ -94,9 +61,9 @@ class _Forest(torch.autograd.Function):
         leaf_c: torch.Tensor,  # [L0, D]
         weight: torch.Tensor,  # [5D, 2D]
         bias: torch.Tensor,  # [5D]
-        plan: _Schedule,
+        plan: LevelOrder,
     ) -> torch.Tensor:
-        d, m = leaf_h.shape[1], plan.kids.shape[0] // 2
+        d, m = leaf_h.shape[1], plan.kids.shape[0]
         h_all = torch.cat([leaf_h, leaf_h.new_zeros(m + 1, d)])  # [N + 1, D]
         c_all = torch.cat([leaf_c, leaf_c.new_zeros(m + 1, d)])  # [N + 1, D]
         x = leaf_h.new_empty(m, 2 * d)  # [M, 2D]
@@ -104,6 +71,7 @@ class _Forest(torch.autograd.Function):
         v = leaf_h.new_empty(m, 4 * d)  # [M, 4D]
         weight_t = weight.t()  # [2D, 5D]
         for kids, x_k, g_k, v_k, h_k, c_k in plan.levels([x, g, v], [h_all, c_all]):
+            kids = kids.view(-1)  # [2L], left then right child of each node
             torch.index_select(h_all, 0, kids, out=x_k.view(-1, d))
             pre_gates, pre_u = torch.addmm(bias, x_k, weight_t).split([4 * d, d], 1)
             torch.sigmoid(pre_gates, out=g_k)
@@ -122,7 +90,7 @@ class _Forest(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad_h: torch.Tensor) -> tuple[Any, ...]:
         weight, x, g, v = ctx.saved_tensors
-        plan: _Schedule = ctx.plan
+        plan: LevelOrder = ctx.plan
         d, m = grad_h.shape[1], x.shape[0]
         dh_all = torch.cat([grad_h, grad_h.new_zeros(1, d)])  # [N + 1, D]
         dc_all = torch.zeros_like(dh_all)  # [N + 1, D]
@@ -130,6 +98,7 @@ class _Forest(torch.autograd.Function):
         one = grad_h.new_ones(())
         levels = plan.levels([d_pre, g, v], [dh_all, dc_all])
         for kids, dp_k, g_k, v_k, dh, dc in reversed(levels):  # top down
+            kids = kids.view(-1)  # [2L]
             i, f, o = g_k.split([d, 2 * d, d], 1)
             tanh_u, _, tanh_c = v_k.split([d, 2 * d, d], 1)
             dc = torch.addcmul(dc, dh * o, torch.addcmul(one, tanh_c, tanh_c, value=-1))
@@ -176,8 +145,8 @@ class TreeLSTM(nn.Module):
         return h.index_select(0, index), c.index_select(0, index)  # [L, D] each
 
     def forward(self, batch: TreeBatch) -> Output:
-        plan = _Schedule.of(batch)
-        leaf_h, leaf_c = self.leaf_states(batch.words[plan.order[: plan.sizes[0]]])  # [L0, D] each
+        plan = LevelOrder.of(batch, arity=2)
+        leaf_h, leaf_c = self.leaf_states(batch.words[plan.leaves])  # [L0, D] each
         # Under autocast the leaves may come out in bfloat16; the forest runs in the weights'
         # precision (its levels are launch-bound on a GPU, not matmul-bound).
         dtype = self.compose.weight.dtype
