@@ -280,9 +280,9 @@ def test_tree_lstm_forest_backward_passes_gradcheck() -> None:
     # The written-out backward against finite differences, on the raw inputs of the function.
     from treeqa.models.tree_lstm import _Forest
 
-    trees, vocab = forest(SST_LINES[:2] + ["(1 (0 (2 c)))"])
+    trees, vocab = forest(SST_LINES[1:2] + ["(1 (0 (2 c)))"])
     batch = batch_of(trees, vocab)
-    plan, n0, d = LevelOrder.of(batch, arity=2), len(batch.levels[0]), 3
+    plan, n0, d = LevelOrder.of(batch, arity=2), len(batch.levels[0]), 2
     g = torch.Generator().manual_seed(0)
     inputs = [
         torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True)
@@ -296,9 +296,9 @@ def test_tree_gru_forest_backward_passes_gradcheck(cell: str) -> None:
     # Fan-out up to 3 (nodes without an i-th child keep their state), relations and attention.
     from treeqa.models.tree_gru import _Forest
 
-    trees, vocab = forest(random_forest(5, 3, n=3))
+    trees, vocab = forest(random_forest(24, 3, n=1))  # 9 nodes, 5 levels
     batch = batch_of(trees, vocab)
-    plan, n0, d, a = LevelOrder.of(batch), len(batch.levels[0]), 3, 2
+    plan, n0, d, a = LevelOrder.of(batch), len(batch.levels[0]), 2, 1
     m, k = plan.kids.shape
     assert k == 3 and bool((plan.kids == len(batch.words)).any())
     g = torch.Generator().manual_seed(0)
@@ -313,9 +313,9 @@ def test_tree_gru_forest_backward_passes_gradcheck(cell: str) -> None:
 def test_childsum_forest_backward_passes_gradcheck() -> None:
     from treeqa.models.childsum import _Forest
 
-    trees, vocab = forest(random_forest(6, 4, n=3))
+    trees, vocab = forest(random_forest(22, 4, n=2))  # 13 nodes, 5 levels
     batch = batch_of(trees, vocab)
-    plan, n0, d = LevelOrder.of(batch), len(batch.levels[0]), 3
+    plan, n0, d = LevelOrder.of(batch), len(batch.levels[0]), 2
     m, k = plan.kids.shape
     assert k >= 3 and bool((plan.kids == len(batch.words)).any())  # missing children too
     g = torch.Generator().manual_seed(0)
