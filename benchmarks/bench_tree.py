@@ -6,7 +6,7 @@ One run measures, with the same model and weights side by side:
   2. training steps: level-batched at batch 25 vs the reference one sentence at a time;
   3. one training epoch at batch 25 and one at batch 256 (Adagrad, as in the paper configs);
   4. epoch-time drift over ``--drift-epochs`` epochs (last / first, and the medians of the
-     last and first three);
+     last and first three), in wall and CPU seconds and divided by a host-speed probe;
   5. peak resident memory.
 Results go to ``benchmarks/results/tree-<model>.md`` and ``.json`` with the date, the machine
 and the command. Example:
@@ -73,6 +73,24 @@ class Timing(NamedTuple):
     def since(self) -> Timing:
         sync()
         return Timing(time.perf_counter() - self.wall, time.process_time() - self.cpu)
+
+
+PROBE = (
+    torch.linspace(-1, 1, 256 * 300).view(256, 300),
+    torch.linspace(-1, 1, 300 * 750).view(300, 750),
+)
+
+
+def host_probe() -> float:
+    """Seconds for a fixed CPU workload (ten [256, 300] x [300, 750] matmuls and tanh, ~20 ms):
+    how fast the host runs right now. 1.0 on a GPU, whose speed other host jobs do not set."""
+    if DEVICE.type != "cpu":
+        return 1.0
+    a, w = PROBE
+    start = time.perf_counter()
+    for _ in range(10):
+        torch.tanh(a @ w)
+    return time.perf_counter() - start
 
 
 def rates(n: int, t: Timing) -> dict[str, float]:
@@ -252,17 +270,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         }
         log("epoch large", results["epoch_large"])
 
-    # 4. Drift: a growing graph or a leak would show as epochs getting slower. CPU seconds
-    # are the steadier measure when other jobs come and go on the machine.
+    # 4. Drift: a growing graph or a leak would show as epochs getting slower. On a shared
+    # host both wall and CPU seconds move with other jobs (+-15% between 0.6 s epochs), so each
+    # epoch is also divided by a fixed workload timed right after it (its median rescales).
     m = args.drift_sentences or n
     drift = [
         collate([encoded[i] for i in range(s, min(s + args.drift_batch, m))]).to(DEVICE)
         for s in range(0, m, args.drift_batch)
     ]
-    times = [train_epoch(model, opt, drift) for _ in range(args.drift_epochs)]
+    times, probes = [], []
+    for _ in range(args.drift_epochs):
+        times.append(train_epoch(model, opt, drift))
+        probes.append(host_probe())
     results["drift"] = {"epochs": len(times), "batch_size": args.drift_batch, "sentences": m}
-    for kind in ("wall", "cpu"):
-        t = [getattr(x, kind) for x in times]
+    results["drift"]["probe_seconds"] = [round(p, 4) for p in probes]
+    scale = statistics.median(probes)
+    series = {
+        "wall": [x.wall for x in times],
+        "cpu": [x.cpu for x in times],
+        "host_normalised": [x.wall / p * scale for x, p in zip(times, probes, strict=True)],
+    }
+    for kind, t in series.items():
         results["drift"][kind] = {
             "epoch_seconds": [round(x, 3) for x in t],
             "last_over_first": t[-1] / t[0],
@@ -337,9 +365,10 @@ def write_results(results: dict[str, Any], out: Path) -> None:
         f" {e256['seconds']:.1f} s ({e256['cpu_seconds']:.1f} CPU s) | >= 3,000 sentences/s |",
         f"| epoch-time drift over {d['epochs']} epochs of {d['sentences']:,} sentences"
         f" (batch {d['batch_size']}), last / first | wall {d['wall']['last_over_first']:.3f},"
-        f" CPU {d['cpu']['last_over_first']:.3f} (medians of last 3 / first 3: wall"
-        f" {d['wall']['median_last3_over_first3']:.3f}, CPU {d['cpu']['median_last3_over_first3']:.3f})"
-        " | <= 1.05 |",
+        f" CPU {d['cpu']['last_over_first']:.3f}, host-normalised"
+        f" {d['host_normalised']['last_over_first']:.3f} (medians of last 3 / first 3: wall"
+        f" {d['wall']['median_last3_over_first3']:.3f}, CPU {d['cpu']['median_last3_over_first3']:.3f},"
+        f" host-normalised {d['host_normalised']['median_last3_over_first3']:.3f}) | <= 1.05 |",
         *(
             [
                 f"| training epoch, batch {large['batch']} | {pair(large)} sentences/s;"
@@ -358,6 +387,8 @@ def write_results(results: dict[str, Any], out: Path) -> None:
         f"Epoch wall seconds: {', '.join(f'{t:.2f}' for t in d['wall']['epoch_seconds'])}",
         "",
         f"Epoch CPU seconds: {', '.join(f'{t:.2f}' for t in d['cpu']['epoch_seconds'])}",
+        "",
+        f"Host probe seconds after each epoch: {', '.join(f'{t:.4f}' for t in d['probe_seconds'])}",
         "",
     ]
     stem.with_suffix(".md").write_text("\n".join(lines), encoding="utf-8")
