@@ -109,7 +109,8 @@ class _Forest(torch.autograd.Function):
         n = m + plan.sizes[0]
         h_all = torch.cat([leaf, leaf.new_zeros(m + 1, d)])  # [N + 1, D]
         child = leaf.new_empty(m, k, d)  # [M, K, D] the child state each step reads
-        before = leaf.new_zeros(m, k, d)  # [M, K, D] the node's state before each step
+        before = leaf.new_empty(m, k, d)  # [M, K, D] the node's state before each step
+        before[:, 0] = 0  # before the first child
         att = leaf.new_empty(m, k, g - 3 * d)  # [M, K, A] tanh of the attention input
         extra = [rel] if rel is not None else []
         steps = []  # per level and step, bottom up: what the backward needs
@@ -154,8 +155,8 @@ class _Forest(torch.autograd.Function):
         plan: LevelOrder = ctx.plan
         d, (m, k), g = grad.shape[1], plan.kids.shape, w_state.shape[0]
         dh_all = torch.cat([grad, grad.new_zeros(1, d)])  # [N + 1, D]
-        d_pre = grad.new_zeros(m, k, g)  # [M, K, G]
-        d_gh = grad.new_zeros(m, k, 3 * d)  # [M, K, 3D]
+        d_pre = grad.new_empty(m, k, g)  # [M, K, G], every slot written below
+        d_gh = grad.new_empty(m, k, 3 * d)  # [M, K, 3D], every slot written below
         d_logit = grad.new_zeros(m, k, 1)  # [M, K, 1] attention gate, before its sigmoid
         steps = iter(reversed(ctx.steps))
         levels = plan.levels([d_pre, d_gh, d_logit, before, att], [dh_all])
