@@ -19,6 +19,7 @@ setup: $(STAMP)
 # The embedded treebank: a bag-of-words baseline, then a Tree-LSTM; compare them on negation.
 DEMO_TREE := --model tree_lstm --embed_dim 50 --hidden_dim 50
 demo: $(STAMP)
+	rm -rf runs/demo-bow runs/demo-tree-lstm  # the demo's own runs; a run directory is never trained over
 	$(PY) -m treeqa train sentiment --model bow --epochs 10 --out runs/demo-bow
 	$(PY) -m treeqa train sentiment $(DEMO_TREE) --epochs 4 --out runs/demo-tree-lstm
 	@echo "== bag of words on the demo test set"

@@ -80,6 +80,13 @@ def test_train_resume_continues(
 ) -> None:
     run = tmp_path / "run"
     assert main(["train", "--data", str(demo_dir), "--epochs", "1", "--out", str(run)]) == 0
+    # A second new run into the same directory would replace its checkpoints: refused.
+    kept = {p.name: p.read_bytes() for p in run.glob("*.safetensors")}
+    capsys.readouterr()
+    assert main(["train", "--data", str(demo_dir), "--epochs", "1", "--out", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and f"--resume {run}" in err
+    assert {p.name: p.read_bytes() for p in run.glob("*.safetensors")} == kept
     assert main(["train", "--resume", str(run), "--epochs", "2", "--json"]) == 0
     assert last_json(capsys)["epochs"] == 2
 

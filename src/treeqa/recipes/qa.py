@@ -256,7 +256,7 @@ def train(
     extra_callbacks: Sequence[Callback] = (),
 ) -> dict[str, Any]:
     """Train QANet into run directory ``out``; returns the best dev F1 and where it was reached."""
-    out.mkdir(parents=True, exist_ok=True)
+    ckpt.open_run_dir(out, resume_run)
     seed_everything(config.train.seed)
     prepared = Path(config.data.prepared)
     train_split, dev_split = PreparedSplit(prepared, "train"), PreparedSplit(prepared, "dev")

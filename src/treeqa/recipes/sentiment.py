@@ -133,7 +133,7 @@ def train(
     config: Any, out: Path, *, resume_run: bool = False, extra_callbacks: Sequence[Callback] = ()
 ) -> dict[str, Any]:
     """Train one sentiment model into run directory ``out``; returns the best dev metrics."""
-    out.mkdir(parents=True, exist_ok=True)
+    ckpt.open_run_dir(out, resume_run)
     seed_everything(config.train.seed)
     splits = load_trees(config.data)
     vocab = build_vocab(splits)

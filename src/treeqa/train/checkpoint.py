@@ -39,6 +39,18 @@ class Checkpoint:
         return {k[len(prefix) :]: v for k, v in self.tensors.items() if k.startswith(prefix)}
 
 
+def open_run_dir(out: Path, resume: bool) -> None:
+    """Create run directory ``out`` for a new run; a directory whose run left a checkpoint is
+    only ever resumed, never trained over (that would replace its best and last weights)."""
+    found = [name for name in (BEST, LAST) if (out / name).exists()]
+    if found and not resume:
+        raise FileExistsError(
+            f"{out} already holds a run ({', '.join(found)}): continue it with --resume {out}, "
+            "or give the new run another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+
+
 def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     header = {"treeqa": json.dumps({"format_version": FORMAT_VERSION, **meta}, ensure_ascii=False)}
