@@ -22,7 +22,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from treeqa.data.batching import TreeBatch
 from treeqa.models.common import Dropout, Output, node_loss, word_embedding
-from treeqa.models.tree_levels import LevelOrder
+from treeqa.models.tree_levels import LevelOrder, run_forest
 
 
 @dataclass(frozen=True)
@@ -151,11 +151,7 @@ class ChildSumTreeLSTM(nn.Module):
         i, o, u = wx_leaf[:, : 3 * d].chunk(3, 1)  # [L0, D] each
         leaf_c = torch.sigmoid(i) * torch.tanh(u)  # [L0, D]
         leaf_h = torch.sigmoid(o) * torch.tanh(leaf_c)  # [L0, D]
-        # Under autocast the inputs may come out in bfloat16; the forest runs in the weights'
-        # precision (its levels are launch-bound on a GPU, not matmul-bound).
         u_iou, u_f = self.hidden_iou.weight, self.hidden_f.weight
-        with torch.autocast(wx.device.type, enabled=False):
-            inputs = (t.to(u_f.dtype) for t in (leaf_h, leaf_c, wx_inner))
-            h = _Forest.apply(*inputs, u_iou, u_f, plan)  # [N, D] in level order
+        h = run_forest(_Forest, [leaf_h, leaf_c, wx_inner], u_f.dtype, u_iou, u_f, plan)  # [N, D]
         logits = self.classify(self.dropout(h)).index_select(0, plan.position)  # [N, C]
         return Output(logits, node_loss(logits, batch.targets))

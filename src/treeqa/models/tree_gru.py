@@ -32,7 +32,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from treeqa.data.batching import TreeBatch
 from treeqa.models.common import Dropout, Output, node_loss, word_embedding
-from treeqa.models.tree_levels import LevelOrder
+from treeqa.models.tree_levels import LevelOrder, run_forest
 
 CELLS = ("gru", "seed")
 
@@ -282,34 +282,28 @@ class TreeGRU(nn.Module):
         rel = self.relation_part(batch, w_rel)  # [N + 1, 3D + A] or None
         plan = LevelOrder.of(batch)
 
-        leaves = plan.leaves
-        gx = self.leaf_in(own).index_select(0, own_row.index_select(0, leaves))  # [L0, 3D]
+        gx = self.leaf_in(own).index_select(0, own_row.index_select(0, plan.leaves))  # [L0, 3D]
         zero = gx.new_zeros(gx.shape[0], d)  # [L0, D]
         leaf = gru_update(gx, self.leaf_hidden_bias.expand_as(gx), zero, cfg.cell)  # [L0, D]
         base_own = F.linear(own, w_own, self.node_in.bias)  # [U, 3D + A]
-        inner = plan.order[len(leaves) :]  # [M] inner node ids, level by level
-        base = base_own.index_select(0, own_row.index_select(0, inner))  # [M, 3D + A]
+        base = base_own.index_select(0, own_row.index_select(0, plan.inner))  # [M, 3D + A]
         m, k = plan.child_ids.shape
         # [M, K, 3D + A] W r_v of each child slot (row N of rel, "no child", is zero)
         rel_slots = (
             None if rel is None else rel.index_select(0, plan.child_ids.view(-1)).view(m, k, -1)
         )
         att = self.attention
-        # Under autocast the inputs may come out in bfloat16; the forest runs in the weights'
-        # precision (its levels are launch-bound on a GPU, not matmul-bound).
-        dtype = w_state.dtype
-        with torch.autocast(leaf.device.type, enabled=False):
-            k_all = _Forest.apply(
-                leaf.to(dtype),
-                base.to(dtype),
-                None if rel_slots is None else rel_slots.to(dtype),
-                w_state,
-                self.node_hidden.weight,
-                self.node_hidden.bias,
-                None if att is None else att.weight,
-                None if att is None else att.bias,
-                plan,
-                cfg.cell,
-            )  # [N, D] in level order
+        k_all = run_forest(
+            _Forest,
+            [leaf, base, rel_slots],
+            w_state.dtype,
+            w_state,
+            self.node_hidden.weight,
+            self.node_hidden.bias,
+            None if att is None else att.weight,
+            None if att is None else att.bias,
+            plan,
+            cfg.cell,
+        )  # [N, D] in level order
         logits = self.classify(self.dropout(k_all)).index_select(0, plan.position)  # [N, C]
         return Output(logits, node_loss(logits, batch.targets))

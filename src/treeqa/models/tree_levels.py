@@ -13,7 +13,9 @@ one level.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -37,15 +39,19 @@ class LevelOrder:
         position = torch.empty(n + 1, dtype=torch.long, device=order.device)  # [N + 1]
         position[order] = torch.arange(n, device=order.device)
         position[n] = n  # "no child" stays the zero row
-        inner = order[batch.levels[0].shape[0] :]  # [M]
-        child_ids = child_slots(batch, arity).index_select(0, inner)  # [M, K]
         sizes = [int(level.shape[0]) for level in batch.levels]
+        child_ids = child_slots(batch, arity).index_select(0, order[sizes[0] :])  # [M, K]
         return cls(sizes, position[child_ids], child_ids, order, position[:n])
 
     @property
     def leaves(self) -> torch.Tensor:
         """[L0] node ids of the leaves, in level order."""
         return self.order[: self.sizes[0]]
+
+    @property
+    def inner(self) -> torch.Tensor:
+        """[M] node ids of the inner nodes, level by level."""
+        return self.order[self.sizes[0] :]
 
     def levels(
         self, inner: list[torch.Tensor], tables: list[torch.Tensor]
@@ -57,6 +63,22 @@ class LevelOrder:
         parts += [t.split(sizes) for t in inner]
         parts += [t[:-1].split(self.sizes)[1:] for t in tables]
         return list(zip(*parts, strict=True))
+
+
+def run_forest(
+    forest: type[torch.autograd.Function],
+    states: Sequence[torch.Tensor | None],
+    dtype: torch.dtype,
+    *rest: Any,
+) -> torch.Tensor:
+    """``forest.apply(*states, *rest)`` outside autocast, ``states`` (the activations computed
+    before the levels) cast to ``dtype``, the weights' precision: under autocast they may come
+    out in bfloat16, and the levels are launch-bound on a GPU, not matmul-bound."""
+    device = next(s for s in states if s is not None).device.type
+    with torch.autocast(device, enabled=False):
+        cast = [None if s is None else s.to(dtype) for s in states]
+        out: torch.Tensor = forest.apply(*cast, *rest)
+    return out
 
 
 def child_slots(batch: TreeBatch, arity: int | None = None) -> torch.Tensor:

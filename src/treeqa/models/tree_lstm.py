@@ -26,7 +26,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from treeqa.data.batching import TreeBatch
 from treeqa.models.common import Dropout, Output, node_loss, word_embedding
-from treeqa.models.tree_levels import LevelOrder
+from treeqa.models.tree_levels import LevelOrder, run_forest
 
 
 @dataclass(frozen=True)
@@ -147,11 +147,7 @@ class TreeLSTM(nn.Module):
     def forward(self, batch: TreeBatch) -> Output:
         plan = LevelOrder.of(batch, arity=2)
         leaf_h, leaf_c = self.leaf_states(batch.words[plan.leaves])  # [L0, D] each
-        # Under autocast the leaves may come out in bfloat16; the forest runs in the weights'
-        # precision (its levels are launch-bound on a GPU, not matmul-bound).
-        dtype = self.compose.weight.dtype
-        with torch.autocast(leaf_h.device.type, enabled=False):
-            w, b = self.compose.weight, self.compose.bias
-            h = _Forest.apply(leaf_h.to(dtype), leaf_c.to(dtype), w, b, plan)  # [N, D] level order
+        w, b = self.compose.weight, self.compose.bias
+        h = run_forest(_Forest, [leaf_h, leaf_c], w.dtype, w, b, plan)  # [N, D] level order
         logits = self.classify(self.dropout(h)).index_select(0, plan.position)  # [N, C] node order
         return Output(logits, node_loss(logits, batch.targets))
