@@ -93,6 +93,11 @@ def host_probe() -> float:
     return time.perf_counter() - start
 
 
+def collated(trees: Sequence[EncodedTree], batch_size: int) -> list[TreeBatch]:
+    """The trees in order, collated once up front and moved to the device."""
+    return [b.to(DEVICE) for b in batches(trees, batch_size, shuffle=False)]
+
+
 def rates(n: int, t: Timing) -> dict[str, float]:
     return {
         "seconds": t.wall,
@@ -237,9 +242,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     reference_steps = reference_training(model, build_optimizer(model, train_config), subset)
     model.load_state_dict(state)
     opt = build_optimizer(model, train_config)
-    b25 = [
-        collate([encoded[i] for i in range(s, min(s + 25, n))]).to(DEVICE) for s in range(0, n, 25)
-    ]
+    b25 = collated(encoded, 25)
     sub25 = b25[: max(1, len(subset) // 25)]
     results["training_steps"] = side_by_side(
         rates(sum(b.num_examples for b in sub25), train_epoch(model, opt, sub25)),
@@ -252,17 +255,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     opt = build_optimizer(model, train_config)
     results["epoch_b25"] = rates(n, train_epoch(model, opt, b25))
     log("epoch b25", results["epoch_b25"])
-    b256 = [
-        collate([encoded[i] for i in range(s, min(s + 256, n))]).to(DEVICE)
-        for s in range(0, n, 256)
-    ]
+    b256 = collated(encoded, 256)
     results["epoch_b256"] = rates(n, train_epoch(model, opt, b256))
     log("epoch b256", results["epoch_b256"])
     if args.large_batch:
-        large = [
-            collate([encoded[i] for i in range(s, min(s + args.large_batch, n))]).to(DEVICE)
-            for s in range(0, n, args.large_batch)
-        ]
+        large = collated(encoded, args.large_batch)
         train_epoch(model, opt, large[:2])  # new shapes: let the GPU libraries pick kernels
         results["epoch_large"] = {
             "batch": args.large_batch,
@@ -274,10 +271,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     # host both wall and CPU seconds move with other jobs (+-15% between 0.6 s epochs), so each
     # epoch is also divided by a fixed workload timed right after it (its median rescales).
     m = args.drift_sentences or n
-    drift = [
-        collate([encoded[i] for i in range(s, min(s + args.drift_batch, m))]).to(DEVICE)
-        for s in range(0, m, args.drift_batch)
-    ]
+    drift = collated(encoded[:m], args.drift_batch)
     times, probes = [], []
     for _ in range(args.drift_epochs):
         times.append(train_epoch(model, opt, drift))
