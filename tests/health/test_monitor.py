@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from treeqa.health import HealthMonitor, checks, run_doctor
+from treeqa.health.heap import heap_mb
 from treeqa.models.common import Output
 from treeqa.train.loop import TrainConfig, fit
 
@@ -190,6 +191,41 @@ def test_first_epoch_allocator_warm_up_is_not_memory_growth() -> None:
     leak = [437.0 + 0.2 * i for i in range(342 + 2400)]  # the same climb, never stopping
     assert grows(leak, first_epoch_ends=True)
     assert checks.memory_growth(warm_up[:300], "host RSS", 32.0) is not None  # outside fit()
+
+
+def test_rss_growth_with_flat_heap_in_use_is_heap_retention() -> None:
+    """Seen on SST (Tree-GRU, 20 epochs): RSS 408 -> 540 MB while malloc's bytes in use stayed
+    at 175 MB and its free bytes rose 10 -> 103 MB. A leak raises the bytes in use instead."""
+    n = 200
+    rss = [408.0 + 0.66 * i for i in range(n)]
+    flat_used = [175.0 + (i % 7) for i in range(n)]
+    free = [10.0 + 0.46 * i for i in range(n)]
+    kept = checks.memory_growth(rss, "host RSS", 32.0, (flat_used, free))
+    assert kept is not None and kept.code == "heap-retention" and kept.severity == "info"
+    assert kept.evidence["heap_free_mb"][3] > kept.evidence["heap_free_mb"][0] + 60
+    leaking_used = [190.0 + 0.65 * i for i in range(n)]
+    leak = checks.memory_growth(rss, "host RSS", 32.0, (leaking_used, [20.0] * n))
+    assert leak is not None and leak.code == "memory-growth" and leak.severity == "warning"
+    # Neither leak nor retention explains it (Python objects, not malloc): still a warning.
+    other = checks.memory_growth(rss, "host RSS", 32.0, (flat_used, [20.0] * n))
+    assert other is not None and other.code == "memory-growth"
+    # No heap readings (not glibc): RSS alone, as before.
+    nan = [math.nan] * n
+    plain = checks.memory_growth(rss, "host RSS", 32.0, (nan, nan))
+    assert plain is not None and plain.code == "memory-growth"
+
+
+def test_heap_reading_follows_a_kept_tensor() -> None:
+    if heap_mb() is None:
+        pytest.skip("no glibc mallinfo2 here")
+    before = heap_mb()
+    kept = torch.ones(8 * 2**20 // 4)  # 8 MB, kept
+    after = heap_mb()
+    assert before is not None and after is not None
+    assert after[0] - before[0] >= 7.9
+    del kept
+    freed = heap_mb()
+    assert freed is not None and freed[0] < after[0] - 7.9
 
 
 def test_loss_readings_fill_the_series_and_catch_a_nan() -> None:

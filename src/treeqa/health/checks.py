@@ -33,6 +33,7 @@ FIXES: dict[str, str] = {
     "non-finite": "guard the operation (eps in log/sqrt/division), lower the lr or clip gradients",
     "step-time-regression": "look for state that grows with steps: retained graphs, caches, lists of tensors",
     "memory-growth": "keep .item() or .detach().cpu() summaries, not tensors, in anything that lives across steps",
+    "heap-retention": "nothing leaks; to return the memory, run with MALLOC_MMAP_THRESHOLD_=131072 (slower) or preload jemalloc/tcmalloc",
     "input-bound": "load data in DataLoader workers (num_workers>0, pin_memory) and cache preprocessing",
     "hot-op": "make the dominating operator cheaper (e.g. 2-D char conv -> depthwise-separable 1-D conv, bf16)",
 }
@@ -186,12 +187,22 @@ def step_time_regression(
     )
 
 
-def memory_growth(megabytes: Sequence[float], kind: str, floor_mb: float) -> Finding | None:
+def memory_growth(
+    megabytes: Sequence[float],
+    kind: str,
+    floor_mb: float,
+    heap: tuple[Sequence[float], Sequence[float]] | None = None,
+) -> Finding | None:
     """Memory after the step keeps rising: every quarter median above the one before by at
     least a tenth of the whole rise, and the last above the first by > floor and > 5%. A
     one-time jump (a profiler window, a cache filled once) or an allocator that reaches its
     high-water mark (QANet's length buckets: 898 -> 1074 -> 1465 -> 1465 MB) leaves the later
-    quarters flat and is no growth."""
+    quarters flat and is no growth.
+
+    ``heap``: the C heap's MB in use and free after each step (``heap.heap_mb``), aligned with
+    ``megabytes``. Where the bytes in use rose by under a quarter of the rise and the free
+    bytes by at least half of it, malloc is keeping freed blocks (``heap-retention``, info),
+    not the script keeping tensors."""
     m = quarter_medians(megabytes, warmup_of(len(megabytes)))
     if m is None:
         return None
@@ -200,15 +211,30 @@ def memory_growth(megabytes: Sequence[float], kind: str, floor_mb: float) -> Fin
         return None
     if not all(b - a >= 0.1 * growth for a, b in zip(m, m[1:], strict=False)):
         return None
+    evidence: dict[str, Any] = {
+        "kind": kind,
+        "quarter_median_mb": [round(v, 1) for v in m],
+        "growth_mb": round(growth, 1),
+    }
+    used, free = (quarter_medians(s, warmup_of(len(s))) for s in heap) if heap else (None, None)
+    if used is not None and free is not None:
+        evidence["heap_in_use_mb"] = [round(v, 1) for v in used]
+        evidence["heap_free_mb"] = [round(v, 1) for v in free]
+        if used[3] - used[0] < 0.25 * growth and free[3] - free[0] >= 0.5 * growth:
+            return Finding(
+                "heap-retention",
+                "info",
+                f"{kind} rose +{growth:.0f} MB ({m[0]:.0f} -> {m[3]:.0f} MB) while the C heap's "
+                f"bytes in use stayed at {used[0]:.0f} -> {used[3]:.0f} MB and its free bytes "
+                f"rose {free[0]:.0f} -> {free[3]:.0f} MB: malloc keeps freed blocks of varying "
+                "sizes, not a leak",
+                evidence=evidence,
+            )
     return Finding(
         "memory-growth",
         "warning",
         f"{kind} after each step keeps rising: +{growth:.0f} MB over the run ({m[0]:.0f} -> {m[3]:.0f} MB)",
-        evidence={
-            "kind": kind,
-            "quarter_median_mb": [round(v, 1) for v in m],
-            "growth_mb": round(growth, 1),
-        },
+        evidence=evidence,
     )
 
 

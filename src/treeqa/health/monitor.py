@@ -3,7 +3,8 @@
 Every step costs a few timer reads and list appends, on CPU a timed reference workload
 (``Canary``: the machine's own speed), and queues the loss for reading
 (``readings.py``: on a GPU without a per-step host sync); process memory is read every
-``RSS_EVERY``-th step. Heavier checks run on sampled steps (the first three and
+``RSS_EVERY``-th step (and with it, at most every ``HEAP_EVERY_S``, what the C heap holds in use
+and free: ``heap.py``). Heavier checks run on sampled steps (the first three and
 every ``every``-th): module-output RMS, probabilities fed to cross-entropy, gradient finiteness.
 gc walks for retained graphs run at steps 8 and 32, then within a time budget; profiler
 windows (``profile.py``) once early and again when steps get slower; on a NaN/Inf,
@@ -26,6 +27,7 @@ from torch import nn
 
 from treeqa.health import checks, graphs, report
 from treeqa.health.checks import Finding
+from treeqa.health.heap import heap_mb
 from treeqa.health.losses import LossInputCheck
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
@@ -35,6 +37,7 @@ from treeqa.train.loop import Callback, TrainState
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 RSS_EVERY = 10  # reading /proc costs ~0.1 ms on a busy host; a trend needs far fewer reads
+HEAP_EVERY_S = 0.5  # and the C heap (with RSS) at most this often: ~0.2 ms on a fragmented heap
 FIT_MEMORY_WARMUP = 1000
 """Under fit(), memory growth is judged after the first epoch or after this many steps."""
 
@@ -107,6 +110,8 @@ class HealthMonitor(Callback):
                 "data_time",
                 "loss",
                 "rss_mb",
+                "heap_used_mb",
+                "heap_free_mb",
                 "cuda_mb",
             )
         }
@@ -131,6 +136,8 @@ class HealthMonitor(Callback):
         self._backward_retained: bool | None = None
         self._last_scan_end, self._last_scan_cost, self._scans_with_graphs = 0.0, 0.0, 0
         self._last_rss = 0.0
+        self._last_heap: tuple[float, float] | None = None
+        self._heap_read_at = -math.inf
         self._cpu_begin = time.process_time()
         self.losses = LossReadings()
         # Steps whose memory is allocator warm-up, left out of the memory-growth check. Under
@@ -218,6 +225,8 @@ class HealthMonitor(Callback):
         # Also around profiler windows, so their buffers are subtracted from fresh reads.
         if s % RSS_EVERY == 1 or self.profile.active or (s - 1) in self.profile.profiled:
             self._last_rss = rss_mb()
+            if time.perf_counter() - self._heap_read_at >= HEAP_EVERY_S:
+                self._last_heap, self._heap_read_at = heap_mb(), time.perf_counter()
         series = self.series
         series["step"].append(s)
         series["step_time"].append(step_time)
@@ -229,6 +238,9 @@ class HealthMonitor(Callback):
         series["data_time"].append(data_time)
         series["loss"].append(value)
         series["rss_mb"].append(self._last_rss - self.profile.memory_added)
+        used, free = self._last_heap or (math.nan, math.nan)
+        series["heap_used_mb"].append(used - self.profile.memory_added)
+        series["heap_free_mb"].append(free)
         series["cuda_mb"].append(0.0 if on_cpu else torch.cuda.memory_allocated() / 2**20)
         if self._hooks:
             self._remove_hooks()
@@ -264,6 +276,7 @@ class HealthMonitor(Callback):
         run_wide = finding.code in (
             "step-time-regression",
             "memory-growth",
+            "heap-retention",
             "input-bound",
             "hot-op",
             "loss-at-init",
@@ -472,7 +485,12 @@ class HealthMonitor(Callback):
         canary = self.series["canary"] if on_cpu else None
         for found in (
             checks.step_time_regression(times, cpu, canary),
-            checks.memory_growth(self.series["rss_mb"][warm:], "host RSS", 32.0),
+            checks.memory_growth(
+                self.series["rss_mb"][warm:],
+                "host RSS",
+                32.0,
+                (self.series["heap_used_mb"][warm:], self.series["heap_free_mb"][warm:]),
+            ),
             checks.memory_growth(self.series["cuda_mb"][warm:], "device memory", 16.0)
             if any(self.series["cuda_mb"])
             else None,
