@@ -6,10 +6,16 @@
 #      sentences/s on an H200);
 #   4. QANet speed: bench_qanet.py --device cuda --amp bf16, paper config (goal >= 1,500
 #      training examples/s on an H200), faithful and naive models side by side.
+#   5. QANet training (only when named in STEPS): the paper config on prepared SQuAD v1.1 for
+#      QA_MINUTES of wall-clock time, dev EM/F1 on 2,000 questions every 1,000 steps, then the
+#      best checkpoint scored on every dev question (qa_train, qa_eval).
 # Each step has its own time limit and log; a failing step does not stop the others.
 #
 #   SST=path/to/sst OUT=runs/gpu benchmarks/gpu_checks.sh      # SST: dir with train/dev/test.txt
+#   STEPS="env qa_unpack qa_train qa_eval" QA_PACK=runs/gpu-data/squad_v1.tar.xz QA_MINUTES=6 benchmarks/gpu_checks.sh
 #
+# QA_PACK is the prepared directory as a .tar.xz (`benchmarks/gpu_pack.sh` makes it with SST,
+# ~35 MB in all: the GPU machine has neither the data nor spaCy to prepare it).
 # Needs torch with CUDA, numpy, safetensors, pytest; runs the code of this checkout (src/).
 # A smoke test of the script itself on a CPU (small QANet shapes, a few minutes):
 #   DEVICE=cpu QANET_ARGS="--steps 1 --warmup 0 --batch 2 --context 60 --question 12" benchmarks/gpu_checks.sh
@@ -20,14 +26,18 @@ SST=${SST:-${TREEQA_DATA:-../shared/data}/sst}
 PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 QANET_ARGS=${QANET_ARGS:-"--steps 20 --warmup 3"}
+STEPS=${STEPS:-"env tests tree qanet"}
+QA_MINUTES=${QA_MINUTES:-6}
+QA_ARGS=${QA_ARGS:-}  # extra config overrides for qa_train, e.g. a small model for a CPU smoke test
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-SST=$(cd "$SST" && pwd)
+case " $STEPS " in *" tree "*) SST=$(cd "$SST" && pwd) ;; esac
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 
-step() {  # name limit_seconds command...
+step() {  # name limit_seconds command...; runs only when STEPS names it
     local name=$1 limit=$2
     shift 2
+    case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
     local start=$SECONDS
     timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
     local rc=$?
@@ -42,3 +52,11 @@ step tree 240 "$PY" benchmarks/bench_tree.py --device "$DEVICE" --model tree_lst
     --reference-sentences 20 --drift-epochs 5 --large-batch 1024 --data "$SST" --out "$OUT" --json
 # shellcheck disable=SC2086  # QANET_ARGS is a list of options
 step qanet 240 "$PY" benchmarks/bench_qanet.py --device "$DEVICE" --amp bf16 $QANET_ARGS --json
+QA_DATA="$OUT/data/squad_v1"
+step qa_unpack 120 "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
+    "${QA_PACK:-runs/gpu-data/squad_v1.tar.xz}" "$OUT/data"
+# shellcheck disable=SC2086  # QA_ARGS is a list of options
+step qa_train $((${QA_MINUTES%.*} * 60 + 240)) "$PY" -m treeqa train qa --config configs/qanet_paper.toml \
+    --data.prepared="$QA_DATA" --out "$OUT/qanet" --train.device="$DEVICE" \
+    --schedule.budget_minutes="$QA_MINUTES" --schedule.eval_every=1000 --data.dev_subset=2000 $QA_ARGS
+step qa_eval 300 "$PY" -m treeqa evaluate qa --checkpoint "$OUT/qanet" --prepared "$QA_DATA" --split dev --json
