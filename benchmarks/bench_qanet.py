@@ -8,6 +8,10 @@ step, after warm-up steps) and peak memory, and the ratios faithful/naive.
 
     python benchmarks/bench_qanet.py --device cpu --steps 3
     python benchmarks/bench_qanet.py --device cuda --amp bf16 --steps 50 --json
+    python benchmarks/bench_qanet.py --device cuda --amp bf16 --steps 50 --compile --only faithful
+
+``--compile`` runs the model under ``torch.compile`` (one graph for forward and loss; the
+warm-up steps pay for compiling, so give at least 2).
 """
 
 from __future__ import annotations
@@ -60,10 +64,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
     batch = synthetic_batch(args, vocab, chars).to(device)
     model.train()
+    forward = torch.compile(model) if args.compile else model
 
     def step() -> None:
         with autocast(device, args.amp):
-            loss = model(batch).loss
+            loss = forward(batch).loss
         assert loss is not None
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -91,7 +96,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         kind = "host_peak_rss"
     return {
-        "model": args.only,
+        "model": args.only + (" (compiled)" if args.compile else ""),
         "examples_per_s": args.batch * args.steps / elapsed,
         "step_s": elapsed / args.steps,
         # CPU seconds of this process: on a shared machine wall time measures the neighbours,
@@ -131,6 +136,7 @@ def main() -> int:
     parser.add_argument("--vocab", type=int, default=20_000, help="rows of the fixed word table")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
     parser.add_argument("--only", choices=sorted(MODELS), help="measure one model in this process")
+    parser.add_argument("--compile", action="store_true", help="run the model under torch.compile")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     if args.only:
@@ -167,6 +173,7 @@ def main() -> int:
                 "context",
                 "question",
                 "chars",
+                "compile",
             )
         },
         "machine": machine(args.device, args.threads),

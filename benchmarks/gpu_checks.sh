@@ -6,6 +6,8 @@
 #      sentences/s on an H200);
 #   4. QANet speed: bench_qanet.py --device cuda --amp bf16, paper config (goal >= 1,500
 #      training examples/s on an H200), faithful and naive models side by side.
+#   4b. qanet_compiled (only when named in STEPS): the faithful model under torch.compile
+#      (compiling QANet took 7.5 minutes on 2 CPU cores; expect minutes on the GPU machine too).
 #   5. QANet training (only when named in STEPS): the paper config on prepared SQuAD v1.1 for
 #      QA_MINUTES of wall-clock time, dev EM/F1 on 2,000 questions every 1,000 steps, then the
 #      best checkpoint scored on every dev question (qa_train, qa_eval).
@@ -52,6 +54,9 @@ step tree 240 "$PY" benchmarks/bench_tree.py --device "$DEVICE" --model tree_lst
     --reference-sentences 20 --drift-epochs 5 --large-batch 1024 --data "$SST" --out "$OUT" --json
 # shellcheck disable=SC2086  # QANET_ARGS is a list of options
 step qanet 240 "$PY" benchmarks/bench_qanet.py --device "$DEVICE" --amp bf16 $QANET_ARGS --json
+# shellcheck disable=SC2086
+step qanet_compiled 480 "$PY" benchmarks/bench_qanet.py --device "$DEVICE" --amp bf16 $QANET_ARGS \
+    --warmup 3 --compile --only faithful
 QA_DATA="$OUT/data/squad_v1"
 step qa_unpack 120 "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
     "${QA_PACK:-runs/gpu-data/squad_v1.tar.xz}" "$OUT/data"

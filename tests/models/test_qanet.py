@@ -242,6 +242,32 @@ def test_stochastic_depth_skips_and_rescales() -> None:
     assert len(outs) > 1  # random sublayer drops in training
 
 
+def test_compile_path_equals_eager_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under torch.compile stochastic depth multiplies by a 0/1 draw instead of branching on
+    the host, and the loss skips its labels check. Run eagerly with ``is_compiling`` forced,
+    the same seed draws the same survivals (both from the CPU generator): same loss, same
+    gradients, and a dropped sublayer adds exactly nothing."""
+    config = dataclasses.replace(TINY, survival=0.5)  # dropout 0: the draws stay in step
+    net, batch = model(config), make_batch([7, 5, 6], [3, 4, 2])
+    net.train()
+
+    def loss_and_grads(compiling: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
+        net.zero_grad()
+        torch.manual_seed(3)
+        loss = net(batch).loss
+        assert loss is not None
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in net.parameters() if p.grad is not None]
+
+    eager, eager_grads = loss_and_grads(False)
+    masked, masked_grads = loss_and_grads(True)
+    torch.testing.assert_close(masked, eager)
+    assert len(masked_grads) == len(eager_grads)
+    for a, b in zip(masked_grads, eager_grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
 def test_ema_warmup_swap_and_restore() -> None:
     net = torch.nn.Linear(3, 2)
     ema = EMA(decay=0.9999)

@@ -183,6 +183,11 @@ class EncoderBlock(nn.Module):
         for i, p in enumerate(self.survival):
             if not self.training or p >= 1:
                 x = x + self.drop(self.sublayer(i, x, mask))
+            elif torch.compiler.is_compiling():
+                # Under torch.compile a host-side branch would split the graph (and recompile
+                # for every pattern of kept layers): the same draw as a 0/1 factor, work not saved.
+                keep = (torch.rand((), device=x.device) < p).to(x.dtype)
+                x = x + self.drop(self.sublayer(i, x, mask)) * (keep / p)
             elif float(torch.rand(())) < p:  # one draw per batch (paper); skipped work is saved
                 # Scaled by 1/p in training so evaluation uses the full residual unchanged.
                 x = x + self.drop(self.sublayer(i, x, mask)) / p
@@ -255,7 +260,8 @@ def span_loss(
     bad = (starts < 0) | (ends < 0) | (starts >= length) | (ends >= length)
     fill = length if no_answer else -1
     starts, ends = starts.masked_fill(bad, fill), ends.masked_fill(bad, fill)
-    if not bool((starts >= 0).any()):
+    # (Not checked under torch.compile, where reading it back would split the graph.)
+    if not torch.compiler.is_compiling() and not bool((starts >= 0).any()):
         return None
     return F.cross_entropy(logits[:, 0], starts, ignore_index=-1) + F.cross_entropy(
         logits[:, 1], ends, ignore_index=-1
