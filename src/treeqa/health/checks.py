@@ -33,7 +33,7 @@ FIXES: dict[str, str] = {
     "non-finite": "guard the operation (eps in log/sqrt/division), lower the lr or clip gradients",
     "step-time-regression": "look for state that grows with steps: retained graphs, caches, lists of tensors",
     "memory-growth": "keep .item() or .detach().cpu() summaries, not tensors, in anything that lives across steps",
-    "heap-retention": "nothing leaks; to return the memory, run with MALLOC_MMAP_THRESHOLD_=131072 (slower) or preload jemalloc/tcmalloc",
+    "heap-retention": "nothing leaks; to keep RSS lower, run with MALLOC_MMAP_THRESHOLD_=1048576 (a few % slower) or preload jemalloc/tcmalloc",
     "input-bound": "load data in DataLoader workers (num_workers>0, pin_memory) and cache preprocessing",
     "hot-op": "make the dominating operator cheaper (e.g. 2-D char conv -> depthwise-separable 1-D conv, bf16)",
 }
