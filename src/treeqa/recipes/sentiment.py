@@ -38,7 +38,8 @@ class SentimentData:
     """fine (5 classes) | binary (neutral ignored, neutral-rooted sentences dropped) |
     binary3 (the same sentences, every node negative / neutral / positive, as Tai et al. train)"""
     vectors: str = ""
-    """GloVe text (.txt/.gz) or spaCy vector table; empty = random embeddings."""
+    """GloVe text (.txt/.gz) or spaCy vector table; empty = random embeddings. Several files
+    joined by '+' are concatenated: a word's vector is its vector from each file, side by side."""
     lower_fallback: bool = True
     """Look a word up lower-cased when its exact form has no vector."""
 
@@ -102,9 +103,12 @@ def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:
     from treeqa.data.vectors import load_vectors
 
     keys = [None, None] + [unescape_ptb(t) for t in vocab.tokens[2:]]
-    vectors = load_vectors(data.vectors, keys, lower_fallback=data.lower_fallback)
-    print(f"vectors: {vectors.report.summary()}")
-    return vectors.matrix
+    tables = []  # [V, D_i] per file; a word's vector is their concatenation
+    for i, path in enumerate(data.vectors.split("+")):
+        vectors = load_vectors(path, keys, lower_fallback=data.lower_fallback, seed=i)
+        print(f"vectors: {vectors.report.summary()}")
+        tables.append(vectors.matrix)
+    return np.concatenate(tables, 1)
 
 
 def evaluate_model(

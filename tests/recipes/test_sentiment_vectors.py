@@ -1,0 +1,32 @@
+"""Word vectors for the sentiment recipe: one file, or several side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from treeqa.data.vocab import Vocab
+from treeqa.recipes.sentiment import SentimentData, build_vectors
+
+
+def write_glove(path: Path, rows: dict[str, list[float]]) -> str:
+    path.write_text("".join(f"{w} {' '.join(map(str, v))}\n" for w, v in rows.items()))
+    return str(path)
+
+
+def test_files_joined_by_plus_are_concatenated(tmp_path: Path) -> None:
+    vocab = Vocab.build(["good", "film", "bad", "Good"])
+    a = write_glove(tmp_path / "a.txt", {"good": [1.0, 2.0], "film": [3.0, 4.0]})
+    b = write_glove(tmp_path / "b.txt", {"bad": [5.0, 6.0, 7.0], "good": [8.0, 9.0, 10.0]})
+    one = build_vectors(SentimentData(vectors=a), vocab)
+    both = build_vectors(SentimentData(vectors=f"{a}+{b}"), vocab)
+    assert one is not None and both is not None
+    assert both.shape == (len(vocab), 5)
+    np.testing.assert_array_equal(both[:, :2], one)  # the first file's columns are unchanged
+    row = vocab.index
+    np.testing.assert_array_equal(both[row["good"]], [1, 2, 8, 9, 10])
+    np.testing.assert_array_equal(both[row["Good"]], [1, 2, 8, 9, 10])  # lower-case fallback
+    np.testing.assert_array_equal(both[row["bad"], 2:], [5, 6, 7])
+    assert np.all(np.abs(both[row["bad"], :2]) <= 0.05)  # missing from the first: small random
+    np.testing.assert_array_equal(both[0], np.zeros(5))  # padding
