@@ -22,7 +22,10 @@ def add_common_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="sentiment: bow | tree_lstm | childsum | tree_gru")
     parser.add_argument("--task", help="fine | binary | binary3")
     parser.add_argument("--data", help="dataset directory (default: the embedded demo treebank)")
-    parser.add_argument("--vectors", help="word vectors: GloVe text (.txt/.gz) or spaCy table")
+    parser.add_argument(
+        "--vectors",
+        help="sentiment word vectors: GloVe text (.txt/.gz) or spaCy table; A+B = side by side",
+    )
     parser.add_argument("--epochs", help="passes over the training data")
     parser.add_argument("--batch_size", help="examples per step")
     parser.add_argument("--seed", help="random seed")
