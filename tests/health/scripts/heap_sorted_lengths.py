@@ -1,7 +1,7 @@
 """Not a leak: batches sorted by length, each a little longer than the last, and nothing kept
 across steps. Host RSS still rises step after step, because glibc's malloc keeps the freed
 blocks of every size it met (the GRU's per-time-step states sit between them) for reuse. The
-steps get slower too (longer batches), so step-time-regression is expected beside it."""
+steps get slower too (longer batches), so step-time-regression may appear beside it."""
 
 import torch
 import torch.nn.functional as F
