@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from treeqa.data.qa_batch import QABatch
 from treeqa.models.qanet import (
     NEG,
+    BlockMask,
     ContextQueryAttention,
     QANet,
     QANetConfig,
@@ -145,7 +146,7 @@ def test_no_sqrt_d_scaling_activations_stay_flat() -> None:
     torch.manual_seed(0)
     blocks = encoder_stack(config, 7, 2, 5).eval()
     x = torch.randn(2, 40, config.d_model)
-    mask = torch.ones(2, 40, dtype=torch.bool)
+    mask = BlockMask.of(torch.ones(2, 40, dtype=torch.bool))
     rms = []
     with torch.no_grad():
         for block in blocks:
@@ -230,7 +231,7 @@ def test_stochastic_depth_skips_and_rescales() -> None:
     blocks = encoder_stack(config, 2, 1, 3)
     assert blocks[0].survival[0] == pytest.approx(1 - 1 / 6 * 0.5)
     assert blocks[-1].survival[-1] == pytest.approx(0.5)
-    x, mask = torch.randn(2, 5, 16), torch.ones(2, 5, dtype=torch.bool)
+    x, mask = torch.randn(2, 5, 16), BlockMask.of(torch.ones(2, 5, dtype=torch.bool))
     blocks.eval()
     torch.manual_seed(0)
     a = blocks[1](x, mask)

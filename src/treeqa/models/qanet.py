@@ -7,6 +7,7 @@ model last.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -59,13 +60,18 @@ class QANetConfig:
     """SQuAD 2.0: add a learned no-answer slot at index L of both pointer distributions."""
 
 
-def position_signal(length: int, dim: int, device: torch.device) -> torch.Tensor:
-    """Sinusoidal timing signal [L, D], computed per call so any context length works."""
-    half = dim // 2
-    pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]  # [L, 1]
-    freq = torch.exp(-math.log(1e4) * torch.arange(half, device=device) / max(half - 1, 1))
-    angles = pos * freq  # [L, D/2]
-    return torch.cat([angles.sin(), angles.cos()], 1)  # [L, D]
+@functools.lru_cache(maxsize=64)
+def position_signal(
+    length: int, dim: int, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """Sinusoidal timing signal [L, D] for any length, made once per (L, D, device, dtype):
+    23 blocks read it every forward, and making it is 10 small operations (kernels on a GPU)."""
+    with torch.inference_mode(False), torch.no_grad():
+        half = dim // 2
+        pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]  # [L, 1]
+        freq = torch.exp(-math.log(1e4) * torch.arange(half, device=device) / max(half - 1, 1))
+        angles = pos * freq  # [L, D/2]
+        return torch.cat([angles.sin(), angles.cos()], 1).to(dtype)  # [L, D]
 
 
 class PositionSignal(nn.Module):
@@ -73,7 +79,19 @@ class PositionSignal(nn.Module):
     residual stack that multiplies activations by ~11 per block and the loss explodes."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [B, L, D]
-        return x + position_signal(x.size(1), x.size(2), x.device).to(x.dtype)
+        return x + position_signal(x.size(1), x.size(2), x.device, x.dtype)
+
+
+class BlockMask(NamedTuple):
+    """A sequence's padding in the two forms the encoder blocks read, made once per stack
+    rather than in each of its sublayers (on a GPU each is a kernel)."""
+
+    padding: torch.Tensor  # [B, L, 1] True at padding: zeroed before each convolution
+    keys: torch.Tensor  # [B, 1, 1, L] True at real tokens: the attention's key mask
+
+    @classmethod
+    def of(cls, mask: torch.Tensor) -> BlockMask:  # mask [B, L], True = real token
+        return cls(~mask[..., None], mask[:, None, None, :])
 
 
 class DepthwiseSeparableConv(nn.Module):
@@ -161,24 +179,24 @@ class EncoderBlock(nn.Module):
         p_last = config.survival
         self.survival = [1 - (first + i + 1) / total * (1 - p_last) for i in range(convs + 2)]
 
-    def attend(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def attend(self, x: torch.Tensor, mask: BlockMask) -> torch.Tensor:
         b, n, d = x.shape
         qkv = self.qkv(x).view(b, n, 3, self.heads, d // self.heads)  # [B, L, 3, H, D/H]
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # [B, H, L, D/H] each
         p = self.attn_dropout if self.training else 0.0
         # Key padding mask [B, 1, 1, L]: SDPA picks a fused kernel where the device has one.
-        h = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :], dropout_p=p)
+        h = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.keys, dropout_p=p)
         return self.out(h.transpose(1, 2).reshape(b, n, d))  # [B, L, D]
 
-    def sublayer(self, i: int, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def sublayer(self, i: int, x: torch.Tensor, mask: BlockMask) -> torch.Tensor:
         h = self.norms[i](x)
         if i < len(self.convs):
             # Zero padding first so it never leaks into real tokens through the kernel:
             # batched outputs then equal one-at-a-time outputs.
-            return F.relu(self.convs[i](h.masked_fill(~mask[..., None], 0.0)))
+            return F.relu(self.convs[i](h.masked_fill(mask.padding, 0.0)))
         return self.attend(h, mask) if i == len(self.convs) else self.ffn(h)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # x [B, L, D]
+    def forward(self, x: torch.Tensor, mask: BlockMask) -> torch.Tensor:  # x [B, L, D]
         x = self.position(x)
         for i, p in enumerate(self.survival):
             if not self.training or p >= 1:
@@ -354,8 +372,9 @@ class QANet(nn.Module):
 
     def encode(self, words: torch.Tensor, chars: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         x = self.embedding(words, chars)  # [B, L, D]; context and question share these weights
+        masks = BlockMask.of(mask)
         for block in self.embedding_encoder:
-            x = block(x, mask)
+            x = block(x, masks)
         return x
 
     def forward(self, batch: QABatch) -> Output:
@@ -363,11 +382,11 @@ class QANet(nn.Module):
         c = self.encode(batch.context_words, batch.context_chars, c_mask)  # [B, L, D]
         q = self.encode(batch.question_words, batch.question_chars, q_mask)  # [B, J, D]
         x = self.resize(self.cq_attention(c, q, c_mask, q_mask))  # [B, L, D]
-        m = []
+        m, masks = [], BlockMask.of(c_mask)
         for _ in range(self.config.model_passes):  # one stack, shared weights (paper)
             x = self.drop(x)
             for block in self.model_encoder:
-                x = block(x, c_mask)
+                x = block(x, masks)
             m.append(x)
         logits = self.pointer(m[0], m[1], m[-1]).float()  # [B, 2, L]
         mask = c_mask
