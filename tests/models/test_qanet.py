@@ -15,12 +15,11 @@ from treeqa.models.qanet import (
     ContextQueryAttention,
     QANet,
     QANetConfig,
-    best_spans,
-    decode,
     encoder_stack,
     span_loss,
 )
 from treeqa.models.qanet_naive import MaterialisedCQAttention, NaiveQANet
+from treeqa.models.spans import best_spans, decode
 from treeqa.train.ema import EMA
 from treeqa.train.loop import TrainState
 

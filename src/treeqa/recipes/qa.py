@@ -26,7 +26,8 @@ from treeqa.data.squad_prepared import PreparedSplit
 from treeqa.data.vocab import Vocab
 from treeqa.eval.squad import evaluate_predictions
 from treeqa.health import HealthMonitor
-from treeqa.models.qanet import QANet, QANetConfig, decode
+from treeqa.models.qanet import QANet, QANetConfig
+from treeqa.models.spans import decode
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.callbacks import Checkpointer, EarlyStopping, MetricsLog, ProgressBar, resume
 from treeqa.train.ema import EMA
