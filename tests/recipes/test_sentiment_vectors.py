@@ -30,3 +30,11 @@ def test_files_joined_by_plus_are_concatenated(tmp_path: Path) -> None:
     np.testing.assert_array_equal(both[row["bad"], 2:], [5, 6, 7])
     assert np.all(np.abs(both[row["bad"], :2]) <= 0.05)  # missing from the first: small random
     np.testing.assert_array_equal(both[0], np.zeros(5))  # padding
+
+
+def test_an_existing_path_with_a_plus_is_one_file(tmp_path: Path) -> None:
+    vocab = Vocab.build(["good"])
+    path = write_glove(tmp_path / "glove+extra.txt", {"good": [1.0, 2.0, 3.0]})
+    vectors = build_vectors(SentimentData(vectors=path), vocab)
+    assert vectors is not None and vectors.shape == (len(vocab), 3)
+    np.testing.assert_array_equal(vectors[vocab.index["good"]], [1, 2, 3])

@@ -39,7 +39,8 @@ class SentimentData:
     binary3 (the same sentences, every node negative / neutral / positive, as Tai et al. train)"""
     vectors: str = ""
     """GloVe text (.txt/.gz) or spaCy vector table; empty = random embeddings. Several files
-    joined by '+' are concatenated: a word's vector is its vector from each file, side by side."""
+    joined by '+' are concatenated: a word's vector is its vector from each file, side by side
+    (a path that exists as written is one file, '+' or not)."""
     lower_fallback: bool = True
     """Look a word up lower-cased when its exact form has no vector."""
 
@@ -104,7 +105,8 @@ def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:
 
     keys = [None, None] + [unescape_ptb(t) for t in vocab.tokens[2:]]
     tables = []  # [V, D_i] per file; a word's vector is their concatenation
-    for i, path in enumerate(data.vectors.split("+")):
+    paths = [data.vectors] if Path(data.vectors).exists() else data.vectors.split("+")
+    for i, path in enumerate(paths):
         vectors = load_vectors(path, keys, lower_fallback=data.lower_fallback, seed=i)
         print(f"vectors: {vectors.report.summary()}")
         tables.append(vectors.matrix)
