@@ -95,16 +95,15 @@ def write_plot(result: dict[str, Any], path: str | Path) -> None:
         )
     if any(s["cuda_mb"]):
         axes[1].set_ylabel("device memory (MB)")
-    else:  # what of the RSS malloc holds in live blocks and in freed ones (glibc only)
+    elif any(v is not None for v in s.get("heap_used_mb", [])):  # glibc's heap readings
         axes[1].lines[0].set_label("host RSS")
-        for key, style in (("heap_used_mb", "-"), ("heap_free_mb", ":")):
-            values = s.get(key, [])
-            xs = [x for x, v in zip(steps, values, strict=False) if v is not None]
-            if xs:
-                label = key.removesuffix("_mb").replace("_", " ")
-                ax = axes[1]
-                ax.plot(xs, [v for v in values if v is not None], "k" + style, lw=0.7, label=label)
-                ax.legend(fontsize=7, loc="center right")
+        for key, style, label in (
+            ("heap_used_mb", "k-", "heap used"),
+            ("heap_free_mb", "k:", "heap free"),
+        ):
+            xs = [x for x, v in zip(steps, s[key], strict=True) if v is not None]
+            axes[1].plot(xs, [v for v in s[key] if v is not None], style, lw=0.7, label=label)
+        axes[1].legend(fontsize=7, loc="center right")
     axes[-1].set_xlabel("step")
     axes[0].set_title(
         f"training health: {len(result['findings'])} findings over {result['steps']} steps"
