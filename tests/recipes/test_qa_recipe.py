@@ -46,7 +46,7 @@ TINY = [
     "--schedule.eval_every=3",
     "--train.optim=adam",
     "--train.lr=0.003",
-    "--schedule.ema_decay=0.9",
+    "--train.ema_decay=0.9",
     "--train.device=cpu",
     "--train.health=off",
 ]
@@ -213,6 +213,13 @@ def test_resolve_config_rejects_unknown_keys() -> None:
         qa.resolve_config({}, [("model.d_modle", "8")])
     config = qa.resolve_config({}, [("prepared", "x"), ("threshold", "1.5")])
     assert config.data.prepared == "x" and config.schedule.threshold == 1.5
+    assert config.train.ema_decay == 0.9999  # the paper's
+
+
+def test_a_run_directory_with_ema_decay_under_schedule_still_resolves() -> None:
+    # Earlier versions wrote the EMA decay under [schedule]; resuming such a run reads it.
+    config = qa.resolve_config({"schedule": {"ema_decay": 0.99, "eval_every": 7}}, [])
+    assert config.train.ema_decay == 0.99 and config.schedule.eval_every == 7
 
 
 def test_squad2_no_answer_training_and_thresholded_decoding(tmp_path: Path) -> None:

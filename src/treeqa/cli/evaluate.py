@@ -71,10 +71,12 @@ def run(args: argparse.Namespace) -> int:
 
 def run_seeds(args: argparse.Namespace) -> int:
     from treeqa.recipes import sentiment
+    from treeqa.train.distributed import World
 
     config = sentiment_config(args)
     out = args.out or Path("runs") / config.name
     per_seed: list[dict[str, float]] = []
+    main = World.from_env().main
     for k in range(args.seeds):
         seeded = dataclasses.replace(
             config, train=dataclasses.replace(config.train, seed=config.train.seed + k)
@@ -82,12 +84,16 @@ def run_seeds(args: argparse.Namespace) -> int:
         run_dir = out / f"seed-{seeded.train.seed}"
         resume = (run_dir / "last.safetensors").is_file()
         sentiment.train(seeded, run_dir, resume_run=resume)
+        if not main:  # under torchrun, process 0 scores and reports
+            continue
         scores = sentiment.evaluate(run_dir, config.data.path, args.split)
         print(
             f"seed {seeded.train.seed}: "
             + " ".join(f"{k}={v:.4f}" for k, v in scores.items() if k.endswith("acc"))
         )
         per_seed.append(scores)
+    if not main:
+        return 0
     summary: dict[str, Any] = {"seeds": args.seeds, "split": args.split}
     for key in per_seed[0]:
         values = [s[key] for s in per_seed]

@@ -65,10 +65,13 @@ def _config(args: argparse.Namespace) -> Any:
 
 def train_main(args: argparse.Namespace) -> int:
     from treeqa.recipes.qa import train
+    from treeqa.train.distributed import World
 
     config = _config(args)
     out = args.resume or args.out or Path("runs") / config.name
     result = train(config, out, resume_run=args.resume is not None)
+    if not World.from_env().main:  # under torchrun, process 0 reports
+        return 0
     print(
         f"run directory: {out}\nbest dev f1: {result['best_dev']:.2f} (epoch {result['best_epoch']})"
     )

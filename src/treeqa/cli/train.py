@@ -71,10 +71,13 @@ def run(args: argparse.Namespace) -> int:
 
         return qa_commands.train_main(args)
     from treeqa.recipes.sentiment import train
+    from treeqa.train.distributed import World
 
     config = sentiment_config(args, args.resume)
     out = args.resume or args.out or Path("runs") / config.name
     result = train(config, out, resume_run=args.resume is not None)
+    if not World.from_env().main:  # under torchrun, process 0 reports
+        return 0
     print(
         f"run directory: {out}\nbest dev {config.train.metric}: {result['best_dev']:.4f} (epoch {result['best_epoch']})"
     )

@@ -85,6 +85,8 @@ class HealthMonitor(Callback):
     sampled steps. ``scan_budget``: share of wall time the gc walks may take.
     """
 
+    main_only = True  # under torchrun, process 0 watches (its steps wait for the others')
+
     def __init__(
         self,
         mode: str = "on",

@@ -312,6 +312,9 @@ class QANet(nn.Module):
             table.copy_(torch.as_tensor(vectors, dtype=torch.float32))  # raises on a shape mismatch
         table[0] = 0.0  # padding
         self.config = config
+        # Stochastic depth leaves some sublayers' weights unused at a step (data-parallel
+        # training must then look for them: ``train/distributed.py``).
+        self.skips_weights = config.survival < 1
         d = config.d_model
         self.embedding = Embedding(config, vocab_size, num_chars, table)
         self.embedding_encoder = encoder_stack(

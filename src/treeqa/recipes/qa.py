@@ -30,6 +30,7 @@ from treeqa.models.qanet import QANet, QANetConfig
 from treeqa.models.spans import decode
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.callbacks import Checkpointer, EarlyStopping, MetricsLog, ProgressBar, resume
+from treeqa.train.distributed import World
 from treeqa.train.ema import EMA
 from treeqa.train.loop import Callback, TrainConfig, TrainState, fit, resolve_device
 from treeqa.train.optim import build_optimizer, build_scheduler
@@ -267,7 +268,8 @@ def train(
     config = dataclasses.replace(
         config, model=dataclasses.replace(config.model, no_answer=no_answer, word_dim=dim)
     )
-    (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
+    if World.from_env().main:  # under torchrun, process 0 writes the run directory
+        (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
 
     model, words, chars = build_model(config.model, train_split)
     optimizer = build_optimizer(model, config.train)
@@ -298,7 +300,7 @@ def train(
         "squad_version": meta_data["version"],
     }
     callbacks: list[Callback] = [
-        ProgressBar(total=per_epoch),
+        ProgressBar(total=per_epoch // World.from_env().size),
         MetricsLog(out, config.train.log_every),
         # EMA before the Checkpointer: it must swap its shadows in/out around evaluation.
         *([ema] if ema is not None else []),

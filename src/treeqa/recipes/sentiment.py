@@ -24,6 +24,8 @@ from treeqa.models import build_sentiment_model, model_classes
 from treeqa.models.common import Output
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.callbacks import Checkpointer, EarlyStopping, MetricsLog, ProgressBar, resume
+from treeqa.train.distributed import World
+from treeqa.train.ema import EMA
 from treeqa.train.loop import Callback, TrainConfig, fit, resolve_device
 from treeqa.train.optim import build_optimizer, build_scheduler
 
@@ -150,12 +152,16 @@ def train(
         **({"embed_dim": vectors.shape[1]} if vectors is not None else {}),
     )
     config = dataclasses.replace(config, model=model_config)
-    (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
+    if World.from_env().main:  # under torchrun, process 0 writes the run directory
+        (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
 
     model = build_sentiment_model(model_config.name, model_config, len(vocab), vectors)
     optimizer = build_optimizer(model, config.train)
     scheduler = build_scheduler(optimizer, config.train)
+    ema = EMA(config.train.ema_decay) if config.train.ema_decay > 0 else None
     state = resume(out, model, optimizer, scheduler) if resume_run else None
+    if state is not None and ema is not None:
+        ema.load(ckpt.load(out, prefer=ckpt.LAST).group("ema."))
 
     encoded = {
         s: [encode(t, vocab, config.data.task) for t in trees] for s, trees in splits.items()
@@ -170,9 +176,17 @@ def train(
     }
     n_batches = -(-len(encoded["train"]) // config.train.batch_size)
     callbacks: list[Callback] = [
-        ProgressBar(total=n_batches),
+        ProgressBar(total=n_batches // World.from_env().size),
         MetricsLog(out, config.train.log_every),
-        Checkpointer(out, meta, scheduler, every=config.train.checkpoint_every),
+        # EMA before the Checkpointer: it must swap its shadows in/out around evaluation.
+        *([ema] if ema is not None else []),
+        Checkpointer(
+            out,
+            meta,
+            scheduler,
+            ema.checkpoint_tensors if ema is not None else None,
+            every=config.train.checkpoint_every,
+        ),
         EarlyStopping(config.train.patience),
         *extra_callbacks,
     ]

@@ -24,6 +24,8 @@ def batch_size_of(batch: Any) -> int:
 class ProgressBar(Callback):
     """One bar per epoch showing the running loss and examples per second."""
 
+    main_only = True
+
     def __init__(self, total: int | None = None, every: int = 10):
         self.total, self.every = total, every
         self.bar: tqdm | None = None
@@ -60,6 +62,8 @@ class ProgressBar(Callback):
 
 class MetricsLog(Callback):
     """``metrics.jsonl`` in the run directory: a line every ``every`` steps and one per epoch."""
+
+    main_only = True
 
     def __init__(self, run_dir: Path, every: int = 50):
         self.path, self.every = Path(run_dir) / "metrics.jsonl", every
@@ -139,6 +143,8 @@ class Checkpointer(Callback):
     ``model.*`` key replaces that weight (the EMA callback stores its shadows this way).
     With ``every`` > 0 the last checkpoint is also written every ``every`` steps.
     """
+
+    main_only = True
 
     def __init__(
         self,

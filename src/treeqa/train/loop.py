@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from treeqa.models.common import Output
+from treeqa.train import distributed
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class TrainConfig:
     """Steps between metric-log lines."""
     checkpoint_every: int = 0
     """Also write the last checkpoint every this many steps (0 = at epoch ends only)."""
+    ema_decay: float = 0.0
+    """Evaluate and keep as best an exponential moving average of the weights; 0 = off."""
 
 
 @dataclass
@@ -111,6 +114,9 @@ class Batch(Protocol):
 class Callback:
     """Hooks called by ``fit()``; override the ones you need."""
 
+    main_only = False
+    """Under torchrun, run on process 0 only (set by callbacks that write files or output)."""
+
     def on_fit_start(
         self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
     ) -> None: ...
@@ -152,11 +158,19 @@ def fit(
 
     ``train_batches(epoch)`` yields the batches of one epoch (its order must depend only on
     the epoch, so a resumed run sees the same data); ``evaluate(model)`` returns dev metrics.
-    Pass the ``state`` of a resumed run to continue it.
+    Pass the ``state`` of a resumed run to continue it. Started by torchrun, the processes
+    train one model data-parallel (``distributed.py``).
     """
     state = state or TrainState()
     device = resolve_device(config.device)
+    world = distributed.World.from_env()
+    if world.size > 1:
+        device = distributed.join(world, device)
+        callbacks = [cb for cb in callbacks if world.main or not cb.main_only]
     model.to(device)
+    net = distributed.wrap(model, device) if world.size > 1 else model  # forward through net
+    if world.rank > 0:  # other dropout masks than process 0's; the weights are its own
+        torch.manual_seed(torch.initial_seed() + world.rank)
     for cb in callbacks:
         cb.on_fit_start(state, model, optimizer)
     while state.epoch < config.epochs and not state.stop:
@@ -164,7 +178,10 @@ def fit(
         for cb in callbacks:
             cb.on_epoch_start(state)
         tick = time.perf_counter()
-        for index, batch in enumerate(train_batches(state.epoch)):
+        epoch_batches = train_batches(state.epoch)
+        if world.size > 1:
+            epoch_batches = distributed.shard(epoch_batches, world)
+        for index, batch in enumerate(epoch_batches):
             if index < state.epoch_step:  # done before the run was interrupted
                 continue
             batch = batch.to(device)
@@ -173,7 +190,7 @@ def fit(
             for cb in callbacks:
                 cb.on_batch_start(state, batch)
             with autocast(device, config.amp):
-                output: Output = model(batch)
+                output: Output = net(batch)
             if output.loss is None:
                 raise ValueError("a training batch produced no loss: does it carry labels?")
             optimizer.zero_grad(set_to_none=True)
@@ -191,6 +208,8 @@ def fit(
             state.step_time = tick - started
             for cb in callbacks:
                 cb.on_step_end(state, output, batch)
+            if world.size > 1:
+                state.stop = distributed.any_stop(state.stop, world, device)
             if state.stop:
                 break
         state.epoch += 1
@@ -200,10 +219,13 @@ def fit(
             for cb in callbacks:
                 cb.on_eval_start(state, model)
             model.eval()
-            with torch.no_grad():
-                metrics = evaluate(model)
+            if world.main:
+                with torch.no_grad():
+                    metrics = evaluate(model)
             for cb in callbacks:
                 cb.on_eval_end(state, model)
+            if world.size > 1:
+                metrics = distributed.from_main(metrics, world)
         score = metrics.get(config.metric)
         state.improved = score is not None and score > state.best
         if score is not None and state.improved:
@@ -211,6 +233,8 @@ def fit(
         state.history.append({"epoch": state.epoch, **metrics})
         for cb in callbacks:
             cb.on_epoch_end(state, metrics)
+        if world.size > 1:
+            state.stop = distributed.any_stop(state.stop, world, device)
     for cb in callbacks:
         cb.on_fit_end(state)
     return state

@@ -1,0 +1,101 @@
+"""Data-parallel training over several processes, launched by ``torchrun``.
+
+``torchrun --nproc-per-node P -m treeqa train ...`` starts P copies of the command and gives each
+RANK, LOCAL_RANK and WORLD_SIZE. ``fit()`` then joins them into one process group (NCCL on GPUs,
+gloo on CPUs), wraps the model in ``DistributedDataParallel`` (which averages the gradients of
+every step across processes) and gives each process every P-th batch of the same epoch order:
+``batch_size`` is per process, the global batch is P times it. Process 0 evaluates, writes the
+run directory and runs the health monitor; the others train only. Without torchrun nothing here
+runs and fit() trains in one process as before.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the processes torchrun started (one process: rank 0 of 1)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @classmethod
+    def from_env(cls) -> World:
+        size = int(os.environ.get("WORLD_SIZE", "1"))
+        if size <= 1:
+            return cls()
+        return cls(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")))
+
+    @property
+    def main(self) -> bool:
+        """The process that evaluates and writes (rank 0)."""
+        return self.rank == 0
+
+
+def join(world: World, device: torch.device) -> torch.device:
+    """Join the process group (once) and return this process's device: its own GPU on CUDA."""
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", world.local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return device
+
+
+def wrap(model: nn.Module, device: torch.device) -> nn.Module:
+    """``model`` under DistributedDataParallel; its weights are rank 0's from here on."""
+    sparse = [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Embedding) and m.sparse and m.weight.requires_grad
+    ]
+    if sparse and device.type == "cuda":
+        raise ValueError(
+            f"{', '.join(sparse)}: NCCL cannot average sparse gradients; train with "
+            "--model.sparse_embedding=false on several GPUs"
+        )
+    ids = [device.index] if device.type == "cuda" else None
+    # A model whose steps leave some weights unused (QANet's stochastic depth) says so; DDP
+    # then looks for them after every forward (a graph walk, and a warning where none are).
+    unused = bool(getattr(model, "skips_weights", False))
+    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=unused)
+
+
+def shard(batches: Iterable[T], world: World) -> Iterator[T]:
+    """This process's batches: the rank-th of every ``world.size`` in a row. A last, incomplete
+    round is dropped, so every process takes the same number of steps (a process with one
+    step more would wait forever for the others to average its gradients)."""
+    round_: list[T] = []
+    for batch in batches:
+        round_.append(batch)
+        if len(round_) == world.size:
+            yield round_[world.rank]
+            round_ = []
+
+
+def any_stop(stop: bool, world: World, device: torch.device) -> bool:
+    """True on every process when any of them wants to stop (a time budget, a health error)."""
+    flag = torch.tensor([float(stop)], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
+def from_main(value: Any, world: World) -> Any:
+    """Process 0's ``value`` on every process (e.g. the dev metrics only it computed)."""
+    box = [value if world.main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -1,0 +1,62 @@
+"""One process of the data-parallel test (run by torchrun from ``test_distributed.py``).
+
+Trains a small Tree-LSTM (no dropout, sparse word-vector gradients) through ``fit()`` on
+fixed batches of the demo treebank and saves this process's final weights and the batches it
+took as ``OUT/rank{R}.safetensors``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from treeqa.data.batching import TreeBatch, collate, encode
+from treeqa.data.demo import demo_splits
+from treeqa.data.vocab import Vocab
+from treeqa.models.tree_lstm import TreeLSTM, TreeLSTMConfig
+from treeqa.train.distributed import World
+from treeqa.train.loop import Callback, TrainConfig, TrainState, fit
+from treeqa.train.optim import build_optimizer
+
+BATCHES, BATCH_SIZE = 9, 4  # the ninth batch is an incomplete round for two processes
+CONFIG = TrainConfig(epochs=1, lr=0.05, emb_lr=0.5, emb_optim="sgd", weight_decay=1e-4)
+
+
+def setup() -> tuple[TreeLSTM, torch.optim.Optimizer, list[TreeBatch]]:
+    """The same model, optimiser and batches in every process and in the test."""
+    trees = demo_splits()["train"][: BATCHES * BATCH_SIZE]
+    vocab = Vocab.build(w for t in trees for w in t.leaves)
+    encoded = [encode(t, vocab, "fine") for t in trees]
+    batches = [collate(encoded[s : s + BATCH_SIZE]) for s in range(0, len(encoded), BATCH_SIZE)]
+    torch.manual_seed(0)
+    config = TreeLSTMConfig(embed_dim=6, hidden_dim=5, dropout=0.0, sparse_embedding=True)
+    model = TreeLSTM(config, len(vocab))
+    return model, build_optimizer(model, CONFIG), batches
+
+
+class Taken(Callback):
+    def __init__(self, batches: list[TreeBatch]):
+        self.batches, self.taken = batches, []
+
+    def on_batch_start(self, state: TrainState, batch: TreeBatch) -> None:
+        same = [
+            b.words.shape == batch.words.shape and torch.equal(b.words, batch.words)
+            for b in self.batches
+        ]  # fit() moved it to the device: a copy
+        self.taken.append(same.index(True))
+
+
+def main(out: Path) -> None:
+    model, optimizer, batches = setup()
+    taken = Taken(batches)
+    fit(model, optimizer, lambda epoch: batches, CONFIG, callbacks=[taken])
+    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    tensors["taken"] = torch.tensor(taken.taken)
+    save_file(tensors, str(out / f"rank{World.from_env().rank}.safetensors"))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,88 @@
+"""Data-parallel training under torchrun: two CPU processes (gloo) against one emulating them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from treeqa.recipes.sentiment import load_model
+from treeqa.train.distributed import World, shard
+
+HERE = Path(__file__).parent
+
+
+def test_shard_gives_each_process_every_nth_batch_in_full_rounds() -> None:
+    batches = list(range(7))
+    assert list(shard(batches, World(0, 2))) == [0, 2, 4]
+    assert list(shard(batches, World(1, 2))) == [1, 3, 5]  # 6 alone would wait forever
+    assert list(shard(batches, World(2, 3))) == [2, 5]
+
+
+def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    # --standalone: a local rendezvous on a free port
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", str(nproc), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_two_processes_train_as_one_with_averaged_gradients(tmp_path: Path) -> None:
+    run = torchrun(2, str(HERE / "ddp_worker.py"), str(tmp_path))
+    assert run.returncode == 0, run.stderr[-3000:]
+    ranks = [load_file(str(tmp_path / f"rank{r}.safetensors")) for r in (0, 1)]
+    assert ranks[0]["taken"].tolist() == [0, 2, 4, 6]  # batch 8 is an incomplete round
+    assert ranks[1]["taken"].tolist() == [1, 3, 5, 7]
+
+    # The same steps in one process: gradients of each pair of batches, averaged.
+    sys.path.insert(0, str(HERE))
+    from ddp_worker import setup
+
+    model, optimizer, batches = setup()
+    for k in range(4):
+        grads: list[list[torch.Tensor]] = []
+        for batch in batches[2 * k : 2 * k + 2]:
+            optimizer.zero_grad(set_to_none=True)
+            model(batch).loss.backward()
+            grads.append([p.grad for p in model.parameters()])
+        for p, g0, g1 in zip(model.parameters(), *grads, strict=True):
+            p.grad = (g0 + g1) / 2  # sparse for the word vectors
+        optimizer.step()
+    expected = model.state_dict()
+    for rank in ranks:
+        for name, value in expected.items():
+            torch.testing.assert_close(rank[name], value, rtol=1e-5, atol=1e-6, msg=name)
+    before = setup()[0].state_dict()
+    assert not torch.allclose(before["compose.weight"], expected["compose.weight"])
+
+
+def test_torchrun_trains_one_run_directory_from_the_cli(demo_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    run = torchrun(
+        2,
+        *("-m", "treeqa", "train", "sentiment", "--model", "tree_lstm", "--data", str(demo_dir)),
+        *("--epochs", "1", "--out", str(out), "--json"),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.count("run directory:") == 1  # process 0 reports, the other trains only
+    result = json.loads(run.stdout.splitlines()[-1])
+    # Each process took every second batch: the run made half the single-process steps.
+    single = -(-len((demo_dir / "train.txt").read_text().splitlines()) // 25)
+    assert result["steps"] == single // 2
+    assert sorted(p.name for p in out.iterdir()) == [
+        "best.safetensors",
+        "config.toml",
+        "health.json",
+        "last.safetensors",
+        "metrics.jsonl",
+    ]
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert logged[-1]["epoch"] == 1 and logged[-1]["dev_root_acc"] == result["best_dev"]
+    loaded = load_model(out).model  # the checkpoint holds the plain model's weights
+    assert not isinstance(loaded, torch.nn.parallel.DistributedDataParallel)
