@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 
 from treeqa import __version__
-from treeqa.cli import data, doctor, evaluate, predict, train
+from treeqa.cli import data, doctor, evaluate, predict, serve, train
 
-SUBCOMMANDS = (data, train, evaluate, predict, doctor)
+SUBCOMMANDS = (data, train, evaluate, predict, serve, doctor)
 TASK_COMMANDS = ("train", "evaluate", "predict")
 TASKS = ("sentiment", "qa")
 

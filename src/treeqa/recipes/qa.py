@@ -22,6 +22,7 @@ from torch import nn
 
 from treeqa import config as cfg
 from treeqa.data.qa_batch import QABatch
+from treeqa.data.squad import Tokenizer
 from treeqa.data.squad_prepared import PreparedSplit
 from treeqa.data.vocab import Vocab
 from treeqa.eval.squad import evaluate_predictions
@@ -55,8 +56,6 @@ class QASchedule:
     """Steps between dev evaluations, each closing one fit() epoch; 0 = one pass over train."""
     budget_minutes: float = 0.0
     """Stop training after this much wall-clock time (checked every step); 0 = no limit."""
-    ema_decay: float = 0.9999
-    """Decay of the weight moving average used for evaluation (paper: 0.9999); 0 = off."""
     threshold: float = 0.0
     """SQuAD 2.0: answer nothing when the no-answer score beats the best span's by more."""
 
@@ -84,12 +83,17 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "warmup_steps": 1000,
     "clip": 5.0,
     "amp": "bf16",
+    "ema_decay": 0.9999,
 }
 """QANet's training settings (configs/qanet_paper.toml gives their sources), under [train]."""
 
 
 def resolve_config(raw: dict[str, Any], overrides: Sequence[tuple[str, str]]) -> QAExperiment:
     """TOML dict + overrides -> the experiment config; unknown keys are errors."""
+    schedule = raw.get("schedule", {})
+    if "ema_decay" in schedule:  # where run directories of earlier versions keep it
+        raw = {**raw, "schedule": {k: v for k, v in schedule.items() if k != "ema_decay"}}
+        raw["train"] = {"ema_decay": schedule["ema_decay"], **raw.get("train", {})}
     merged = cfg.merge_overrides(QAExperiment, raw, overrides, ALIASES)
     merged["train"] = {**TRAIN_DEFAULTS, **merged.get("train", {})}
     config = cfg.from_dict(QAExperiment, merged)
@@ -274,7 +278,7 @@ def train(
     model, words, chars = build_model(config.model, train_split)
     optimizer = build_optimizer(model, config.train)
     scheduler = build_scheduler(optimizer, config.train)
-    ema = EMA(config.schedule.ema_decay) if config.schedule.ema_decay > 0 else None
+    ema = EMA(config.train.ema_decay) if config.train.ema_decay > 0 else None
     state = resume(out, model, optimizer, scheduler) if resume_run else None
     if state is not None and ema is not None:
         ema.load(ckpt.load(out, prefer=ckpt.LAST).group("ema."))
@@ -389,13 +393,16 @@ def _encode(loaded: Loaded, tokens: Sequence[Sequence[str]]) -> tuple[torch.Tens
 
 
 def predict(
-    loaded: Loaded, examples: Sequence[tuple[str, str]], batch_size: int = 16
+    loaded: Loaded,
+    examples: Sequence[tuple[str, str]],
+    batch_size: int = 16,
+    tokenizer: Tokenizer | None = None,
 ) -> list[dict[str, Any]]:
     """Per (context, question): the answer text, its character offsets and its probability
-    (empty answer and start = end = -1 when a SQuAD 2.0 model answers nothing)."""
-    from treeqa.data.squad import Tokenizer  # spaCy: an optional dependency
-
-    tokenizer, device = Tokenizer(), next(loaded.model.parameters()).device
+    (empty answer and start = end = -1 when a SQuAD 2.0 model answers nothing). A server
+    passes its ``tokenizer``: making one takes ~0.3 s."""
+    # Tokenizer() imports spaCy, an optional dependency, only when made
+    tokenizer, device = tokenizer or Tokenizer(), next(loaded.model.parameters()).device
     config, results = loaded.model.config, []
     for at in range(0, len(examples), batch_size):
         chunk = examples[at : at + batch_size]

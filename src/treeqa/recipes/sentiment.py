@@ -267,6 +267,7 @@ def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
                     {
                         "words": " ".join(w for w in tree.words[i : i + int(tree.size[i])] if w),
                         "label": int(p[i].argmax()),
+                        "parent": int(tree.parent[i]),  # pre-order index; -1 at the root
                     }
                     for i in range(len(tree))
                 ],

@@ -1,0 +1,48 @@
+"""``treeqa serve``: trained checkpoints behind a JSON API and a web page."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from treeqa.cli.common import subparser
+
+EXAMPLE = (
+    "treeqa serve runs/tl runs/qanet --port 8000     # then open http://127.0.0.1:8000/\n"
+    '  curl -s localhost:8000/api/sentiment -d \'{"tree": "(((the) (film)) ((is) ((not) (good))))"}\''
+)
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparser(
+        subparsers,
+        "serve",
+        "Serve trained models (one sentiment, one QA) over HTTP: JSON API and a web page.",
+        EXAMPLE,
+    )
+    parser.add_argument(
+        "checkpoints", nargs="+", type=Path, help="run directories or checkpoint files"
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: this machine only)"
+    )
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda | auto")
+    parser.add_argument("--quiet", action="store_true", help="do not log each request")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from treeqa.serve.app import Models, make_server
+
+    server = make_server(Models(args.checkpoints, args.device), args.host, args.port, args.quiet)
+    host, port = str(server.server_address[0]), int(server.server_address[1])
+    print(f"treeqa serve: http://{host}:{port}/ (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0

@@ -1,0 +1,204 @@
+"""``treeqa serve``: trained models behind a small JSON API and a web page.
+
+Routes (JSON in and out; errors are ``{"error": message}`` with a 4xx status that says whose
+fault it was):
+
+    GET  /                 the web page (``static/index.html``)
+    GET  /api/health       {"status": "ok", "models": {task: {...}}}
+    POST /api/sentiment    {"tree": "(3 (2 a) (3 (2 good) (2 film)))"}  (or "((a) ((good) (film)))")
+                           -> {"text", "label", "probabilities", "nodes": [{"words", "label",
+                               "parent"}]}, nodes in pre-order
+    POST /api/qa           {"context": ..., "question": ...}
+                           -> {"answer", "start", "end", "score"}  (character offsets)
+
+One checkpoint per task; requests to one model are answered one at a time (a lock), which keeps
+the model's memory flat whatever the number of clients. The standard library's threading HTTP
+server is enough for this: the work is in the model, not in the connections.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from treeqa.train import checkpoint as ckpt
+
+MAX_BODY = 1 << 20
+"""Largest request body accepted (bytes): a SQuAD context is a few kB."""
+
+
+class RequestError(Exception):
+    """A bad request: ``status`` and a message naming the field at fault."""
+
+    def __init__(self, status: HTTPStatus, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def field(body: dict[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise RequestError(HTTPStatus.BAD_REQUEST, f"field {name!r}: expected a non-empty string")
+    return value
+
+
+class Models:
+    """The loaded checkpoints, one per task, and the answer to each API call."""
+
+    def __init__(self, paths: list[Path], device: str = "cpu"):
+        self.sentiment: Any = None
+        self.qa: Any = None
+        self.tokenizer: Any = None
+        self.info: dict[str, dict[str, Any]] = {}
+        for path in paths:
+            task = ckpt.load(path).meta.get("task")
+            if task in self.info:
+                raise ValueError(f"{path}: a second {task} checkpoint; serve one per task")
+            if task == "sentiment":
+                from treeqa.recipes import sentiment
+
+                self.sentiment = sentiment.load_model(path, device)
+                meta = self.sentiment.meta
+                self.info[task] = {"model": meta["model"], "task": self.sentiment.task}
+            elif task == "qa":
+                from treeqa.data.squad import Tokenizer
+                from treeqa.recipes import qa
+
+                self.tokenizer = Tokenizer()  # needs spaCy: fail at start-up, not later
+                self.qa = qa.load_model(path, device)
+                self.info[task] = {"model": "qanet", "squad": self.qa.meta["squad_version"]}
+            else:
+                raise ValueError(f"{path}: a checkpoint of task {task!r}, expected sentiment or qa")
+            self.info[task]["checkpoint"] = str(path)
+        self.lock = threading.Lock()
+
+    def health(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {"status": "ok", "models": self.info}
+
+    def predict_sentiment(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.sentiment is None:
+            raise RequestError(HTTPStatus.NOT_FOUND, "no sentiment model is being served")
+        from treeqa.data.tree import TreeSyntaxError, parse_tree
+        from treeqa.recipes.sentiment import predict
+
+        text = field(body, "tree")
+        try:
+            tree = parse_tree(text.strip(), "field 'tree'", 1)
+        except TreeSyntaxError as err:
+            raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from err
+        try:
+            with self.lock:
+                result: dict[str, Any] = predict(self.sentiment, [tree])[0]
+        except ValueError as err:  # e.g. a node with 3 children for the binary Tree-LSTM
+            raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, f"field 'tree': {err}") from err
+        return {"task": self.sentiment.task, **result}
+
+    def predict_qa(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.qa is None:
+            raise RequestError(HTTPStatus.NOT_FOUND, "no QA model is being served")
+        from treeqa.recipes.qa import predict
+
+        pair = (field(body, "context"), field(body, "question"))
+        if len(pair[0]) > MAX_BODY // 4:
+            raise RequestError(HTTPStatus.BAD_REQUEST, "field 'context': longer than 256k chars")
+        try:
+            with self.lock:
+                answer: dict[str, Any] = predict(self.qa, [pair], tokenizer=self.tokenizer)[0]
+        except ValueError as err:  # e.g. a context of whitespace only
+            raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, f"field 'context': {err}") from err
+        return answer
+
+
+def page() -> bytes:
+    return resources.files("treeqa.serve").joinpath("static/index.html").read_bytes()
+
+
+def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
+    routes: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
+        ("GET", "/api/health"): models.health,
+        ("POST", "/api/sentiment"): models.predict_sentiment,
+        ("POST", "/api/qa"): models.predict_qa,
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "treeqa"
+
+        def do_GET(self) -> None:
+            if self.path in ("/", "/index.html"):
+                self.send(HTTPStatus.OK, page(), "text/html; charset=utf-8")
+            else:
+                self.answer("GET")
+
+        def do_POST(self) -> None:
+            self.answer("POST")
+
+        def answer(self, method: str) -> None:
+            try:
+                route = routes.get((method, self.path.split("?")[0]))
+                if route is None:
+                    allowed = [m for m, p in routes if p == self.path]
+                    status = HTTPStatus.METHOD_NOT_ALLOWED if allowed else HTTPStatus.NOT_FOUND
+                    raise RequestError(status, f"{method} {self.path}: no such route")
+                result = route(self.body() if method == "POST" else {})
+                self.send_json(HTTPStatus.OK, result)
+            except RequestError as err:
+                self.send_json(err.status, {"error": str(err)})
+            except Exception as err:  # noqa: BLE001 - a server answers, whatever went wrong
+                self.send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": repr(err)})
+                raise
+
+        def body(self) -> dict[str, Any]:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} B")
+            raw = self.rfile.read(length)
+            try:
+                body = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as err:
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"body: not UTF-8 ({err})") from err
+            except json.JSONDecodeError as err:
+                where = f"line {err.lineno} column {err.colno}"
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST, f"body: invalid JSON at {where}"
+                ) from err
+            if not isinstance(body, dict):
+                raise RequestError(HTTPStatus.BAD_REQUEST, "body: expected a JSON object")
+            return body
+
+        def send_json(self, status: HTTPStatus, value: dict[str, Any]) -> None:
+            data = json.dumps(value, ensure_ascii=False).encode("utf-8")
+            self.send(status, data, "application/json; charset=utf-8")
+
+        def send(self, status: HTTPStatus, data: bytes, kind: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            if isinstance(self.server, Server) and self.server.quiet:
+                return
+            super().log_message(format, *args)
+
+    return Handler
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True  # a client that hangs does not keep the process alive
+    quiet = False  # no line per request
+
+
+def make_server(
+    models: Models, host: str = "127.0.0.1", port: int = 8000, quiet: bool = False
+) -> Server:
+    """A server bound to ``host:port`` (port 0: any free one); call ``serve_forever()``."""
+    server = Server((host, port), handler_for(models))
+    server.quiet = quiet
+    return server

@@ -1,0 +1,58 @@
+"""The web page in a headless browser: the tree drawn with a coloured circle per node.
+
+Opt-in (``-m slow``): needs Playwright (``pip install playwright``) and a Chromium at
+``TREEQA_CHROMIUM`` or /usr/bin/chromium (Debian: ``apt-get install chromium``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+sync_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM = os.environ.get("TREEQA_CHROMIUM", "/usr/bin/chromium")
+
+from test_serve import TREE, run_dir  # noqa: E402, F401 - the trained-model fixture
+
+from treeqa.serve.app import Models, make_server  # noqa: E402
+
+
+def test_the_page_draws_the_predicted_tree(run_dir: Path) -> None:  # noqa: F811
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    server = make_server(Models([run_dir]), port=0, quiet=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    errors: list[str] = []
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+            page.wait_for_selector("#sentiment-section:not([hidden])")
+            assert page.is_hidden("#qa-section")  # no QA model served
+            page.fill("#tree", TREE)
+            page.click("#tree-go")
+            page.wait_for_selector("#tree-svg g.node")
+            nodes = page.locator("#tree-svg g.node")
+            assert nodes.count() == 9
+            assert page.locator("#tree-svg text").all_text_contents() == [
+                "the", "film", "is", "not", "good"
+            ]  # fmt: skip
+            fills = {nodes.nth(i).locator("circle").get_attribute("fill") for i in range(9)}
+            assert all(f and f.startswith("rgb(") for f in fills)
+            assert "Sentence:" in page.inner_text("#tree-label")
+
+            page.fill("#tree", "((a) (b)")  # unbalanced: the server's message is shown
+            page.click("#tree-go")
+            page.wait_for_function("document.getElementById('tree-error').textContent !== ''")
+            assert "field 'tree'" in page.inner_text("#tree-error")
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert errors == []

@@ -1,0 +1,113 @@
+"""``treeqa serve`` with a sentiment model: the JSON API, its errors and the web page."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from treeqa.data.tree import parse_tree
+from treeqa.recipes import sentiment
+from treeqa.serve.app import MAX_BODY, Models, make_server
+
+TREE = "(((the) (film)) ((is) ((not) (good))))"
+
+
+def call(base: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, Any]:
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base + path, data=data, method="POST" if data else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+@pytest.fixture(scope="module")
+def run_dir(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("serve") / "tl"
+    overrides = [("data", str(demo_dir)), ("model", "tree_lstm"), ("epochs", "1")]
+    sentiment.train(sentiment.resolve_config({}, [*overrides, ("health", "off")]), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def base(run_dir: Path) -> Iterator[str]:
+    server = make_server(Models([run_dir]), port=0, quiet=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_health_names_the_served_model(base: str, run_dir: Path) -> None:
+    status, body = call(base, "/api/health")
+    assert status == 200 and body["status"] == "ok"
+    assert body["models"] == {
+        "sentiment": {"model": "tree_lstm", "task": "fine", "checkpoint": str(run_dir)}
+    }
+
+
+def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -> None:
+    status, body = call(base, "/api/sentiment", {"tree": TREE})
+    assert status == 200
+    expected = sentiment.predict(sentiment.load_model(run_dir), [parse_tree(TREE)])[0]
+    assert body == {"task": "fine", **expected}
+    nodes = body["nodes"]
+    assert len(nodes) == 9 and nodes[0]["parent"] == -1 and nodes[0]["words"] == body["text"]
+    # Parents come before their children (pre-order) and a parent's words contain the child's.
+    for i, node in enumerate(nodes[1:], 1):
+        assert 0 <= node["parent"] < i and node["words"] in nodes[node["parent"]]["words"]
+    assert sum(body["probabilities"]) == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "raw", "status", "message"),
+    [
+        ("/api/sentiment", None, b'{"tree": ', 400, "invalid JSON at line 1 column 10"),
+        ("/api/sentiment", None, b"\xff\xfe", 400, "not UTF-8"),
+        ("/api/sentiment", ["a list"], None, 400, "expected a JSON object"),
+        ("/api/sentiment", {"text": "the film"}, None, 400, "field 'tree': expected a non-empty"),
+        ("/api/sentiment", {"tree": "((the) (film)"}, None, 400, "field 'tree':1:"),
+        ("/api/sentiment", {"tree": "((a) (b) (c))"}, None, 422, "at most 2 children"),
+        ("/api/qa", {"context": "a", "question": "b"}, None, 404, "no QA model"),
+        ("/api/nothing", {}, None, 404, "no such route"),
+        ("/api/health", {}, None, 405, "no such route"),
+    ],
+)
+def test_a_bad_request_gets_a_status_and_a_message_naming_the_fault(
+    base: str, path: str, body: Any, raw: bytes | None, status: int, message: str
+) -> None:
+    got, answer = call(base, path, body, raw)
+    assert got == status and message in answer["error"]
+
+
+def test_a_body_over_the_limit_is_refused_unread(base: str) -> None:
+    # Only the header is sent: the server must answer without waiting for the body.
+    connection = http.client.HTTPConnection(base.removeprefix("http://"), timeout=30)
+    connection.putrequest("POST", "/api/sentiment")
+    connection.putheader("Content-Length", str(MAX_BODY + 1))
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.status == 413 and "body over" in json.loads(response.read())["error"]
+    connection.close()
+
+
+def test_the_page_is_served_and_calls_the_api(base: str) -> None:
+    with urllib.request.urlopen(base + "/", timeout=30) as response:
+        html = response.read().decode()
+        assert response.headers["Content-Type"].startswith("text/html")
+    assert all(s in html for s in ('id="tree-svg"', "/api/sentiment", "/api/qa", "/api/health"))
+
+
+def test_two_checkpoints_of_one_task_are_refused(run_dir: Path) -> None:
+    with pytest.raises(ValueError, match="a second sentiment checkpoint"):
+        Models([run_dir, run_dir])
