@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -84,5 +85,8 @@ def test_torchrun_trains_one_run_directory_from_the_cli(demo_dir: Path, tmp_path
     ]
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert logged[-1]["epoch"] == 1 and logged[-1]["dev_root_acc"] == result["best_dev"]
+    # Throughput counts both processes' examples: the 200 trees of the epoch, not 100.
+    epoch = logged[-1]
+    assert epoch["examples_per_s"] * epoch["epoch_time_s"] == pytest.approx(200)
     loaded = load_model(out).model  # the checkpoint holds the plain model's weights
     assert not isinstance(loaded, torch.nn.parallel.DistributedDataParallel)

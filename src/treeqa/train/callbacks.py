@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from treeqa.models.common import Output
 from treeqa.train import checkpoint as ckpt
+from treeqa.train.distributed import World
 from treeqa.train.loop import Callback, TrainState
 
 
@@ -22,13 +23,15 @@ def batch_size_of(batch: Any) -> int:
 
 
 class ProgressBar(Callback):
-    """One bar per epoch showing the running loss and examples per second."""
+    """One bar per epoch showing the running loss and examples per second (of every process,
+    as ``MetricsLog`` counts them)."""
 
     main_only = True
 
     def __init__(self, total: int | None = None, every: int = 10):
         self.total, self.every = total, every
         self.bar: tqdm | None = None
+        self.processes = World.from_env().size
 
     def on_epoch_start(self, state: TrainState) -> None:
         self.bar = tqdm(
@@ -44,7 +47,7 @@ class ProgressBar(Callback):
     def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
         assert self.bar is not None and output.loss is not None
         self.loss = self.loss.to(output.loss.device) + output.loss.detach().float()
-        self.seen += batch_size_of(batch)
+        self.seen += batch_size_of(batch) * self.processes
         self.steps += 1
         self.bar.update(1)
         if self.steps % self.every == 0:
@@ -61,12 +64,15 @@ class ProgressBar(Callback):
 
 
 class MetricsLog(Callback):
-    """``metrics.jsonl`` in the run directory: a line every ``every`` steps and one per epoch."""
+    """``metrics.jsonl`` in the run directory: a line every ``every`` steps and one per epoch.
+    Losses are process 0's; examples per second count every process (under torchrun they
+    take the same number of batches, so process 0's count times the processes)."""
 
     main_only = True
 
     def __init__(self, run_dir: Path, every: int = 50):
         self.path, self.every = Path(run_dir) / "metrics.jsonl", every
+        self.processes = World.from_env().size
 
     def _write(self, record: dict[str, Any]) -> None:
         with self.path.open("a", encoding="utf-8") as f:
@@ -96,7 +102,7 @@ class MetricsLog(Callback):
         loss = output.loss.detach().float()  # stays on its device: no sync until a log line
         self.window = self.window + loss
         self.epoch_loss = self.epoch_loss + loss
-        n = batch_size_of(batch)
+        n = batch_size_of(batch) * self.processes
         self.window_n, self.epoch_n = self.window_n + 1, self.epoch_n + 1
         self.window_examples, self.epoch_examples = (
             self.window_examples + n,
