@@ -45,14 +45,21 @@ class World:
         return self.rank == 0
 
 
+_control: Any = None
+"""A gloo group for the loop's own messages (stop flags, dev metrics): on the host, so that
+agreeing to go on after a step never waits for the GPU to finish its queued work."""
+
+
 def join(world: World, device: torch.device) -> torch.device:
     """Join the process group (once) and return this process's device: its own GPU on CUDA."""
+    global _control
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", world.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        _control = dist.new_group(backend="gloo") if device.type == "cuda" else None
     return device
 
 
@@ -87,15 +94,15 @@ def shard(batches: Iterable[T], world: World) -> Iterator[T]:
             round_ = []
 
 
-def any_stop(stop: bool, world: World, device: torch.device) -> bool:
+def any_stop(stop: bool) -> bool:
     """True on every process when any of them wants to stop (a time budget, a health error)."""
-    flag = torch.tensor([float(stop)], device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    flag = torch.tensor([float(stop)])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=_control)
     return bool(flag.item())
 
 
 def from_main(value: Any, world: World) -> Any:
     """Process 0's ``value`` on every process (e.g. the dev metrics only it computed)."""
     box = [value if world.main else None]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0, group=_control)
     return box[0]

@@ -209,7 +209,7 @@ def fit(
             for cb in callbacks:
                 cb.on_step_end(state, output, batch)
             if world.size > 1:
-                state.stop = distributed.any_stop(state.stop, world, device)
+                state.stop = distributed.any_stop(state.stop)
             if state.stop:
                 break
         state.epoch += 1
@@ -234,7 +234,7 @@ def fit(
         for cb in callbacks:
             cb.on_epoch_end(state, metrics)
         if world.size > 1:
-            state.stop = distributed.any_stop(state.stop, world, device)
+            state.stop = distributed.any_stop(state.stop)
     for cb in callbacks:
         cb.on_fit_end(state)
     return state
