@@ -82,22 +82,25 @@ class Adagrad(torch.optim.Adagrad):
             fused = group["fused"]
             if fused is None and params and not has_sparse and not has_complex:
                 fused = all(p.device.type == "cpu" for p in params)
-            adagrad(
-                params,
-                grads,
-                sums,
-                steps,
-                lr=group["lr"],
-                weight_decay=group["weight_decay"],
-                lr_decay=group["lr_decay"],
-                eps=group["eps"],
-                has_sparse_grad=has_sparse,
-                foreach=group["foreach"],
-                maximize=group["maximize"],
-                differentiable=group["differentiable"],
-                has_complex=has_complex,
-                fused=fused,
-            )
+            # Sparse rows come from our own embedding gradients: torch need not re-check them
+            # (and says so once per run, at length, unless told).
+            with torch.sparse.check_sparse_tensor_invariants(enable=False):
+                adagrad(
+                    params,
+                    grads,
+                    sums,
+                    steps,
+                    lr=group["lr"],
+                    weight_decay=group["weight_decay"],
+                    lr_decay=group["lr_decay"],
+                    eps=group["eps"],
+                    has_sparse_grad=has_sparse,
+                    foreach=group["foreach"],
+                    maximize=group["maximize"],
+                    differentiable=group["differentiable"],
+                    has_complex=has_complex,
+                    fused=fused,
+                )
         return loss
 
 
