@@ -12,6 +12,7 @@ from treeqa.train import checkpoint as ckpt
 
 def config(demo_dir: Path, epochs: int, ema: str):
     overrides = [("data", str(demo_dir)), ("model", "tree_lstm"), ("epochs", str(epochs))]
+    overrides += [("model.embed_dim", "8"), ("model.hidden_dim", "8")]
     overrides += [("train.ema_decay", ema), ("health", "off")]
     return resolve_config({}, overrides)
 

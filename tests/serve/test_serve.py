@@ -34,6 +34,7 @@ def call(base: str, path: str, body: Any = None, raw: bytes | None = None) -> tu
 def run_dir(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("serve") / "tl"
     overrides = [("data", str(demo_dir)), ("model", "tree_lstm"), ("epochs", "1")]
+    overrides += [("model.embed_dim", "8"), ("model.hidden_dim", "8")]
     sentiment.train(sentiment.resolve_config({}, [*overrides, ("health", "off")]), out)
     return out
 
