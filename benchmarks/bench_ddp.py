@@ -66,7 +66,9 @@ def main() -> dict[str, Any]:
         for r in range(args.rounds):
             one.append(run(1, args.procs * args.batch, args, Path(tmp) / f"one{r}"))
             many.append(run(args.procs, args.batch, args, Path(tmp) / f"many{r}"))
-            print(f"round {r + 1}: one process {one[-1]:.1f} s, {args.procs} processes {many[-1]:.1f} s")
+            print(
+                f"round {r + 1}: one process {one[-1]:.1f} s, {args.procs} processes {many[-1]:.1f} s"
+            )
     result = {
         "one_process_s": one,
         "processes_s": many,
