@@ -32,7 +32,7 @@ from treeqa.models.spans import decode
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.callbacks import Checkpointer, EarlyStopping, MetricsLog, ProgressBar, resume
 from treeqa.train.distributed import World
-from treeqa.train.ema import EMA
+from treeqa.train.ema import build_ema
 from treeqa.train.loop import Callback, TrainConfig, TrainState, fit, resolve_device
 from treeqa.train.optim import build_optimizer, build_scheduler
 
@@ -272,16 +272,15 @@ def train(
     config = dataclasses.replace(
         config, model=dataclasses.replace(config.model, no_answer=no_answer, word_dim=dim)
     )
-    if World.from_env().main:  # under torchrun, process 0 writes the run directory
+    world = World.from_env()
+    if world.main:  # under torchrun, process 0 writes the run directory
         (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
 
     model, words, chars = build_model(config.model, train_split)
     optimizer = build_optimizer(model, config.train)
     scheduler = build_scheduler(optimizer, config.train)
-    ema = EMA(config.train.ema_decay) if config.train.ema_decay > 0 else None
     state = resume(out, model, optimizer, scheduler) if resume_run else None
-    if state is not None and ema is not None:
-        ema.load(ckpt.load(out, prefer=ckpt.LAST).group("ema."))
+    ema = build_ema(config.train.ema_decay, out if state is not None else None)
 
     dev_rows = None
     if 0 < config.data.dev_subset < len(dev_split):
@@ -304,7 +303,7 @@ def train(
         "squad_version": meta_data["version"],
     }
     callbacks: list[Callback] = [
-        ProgressBar(total=per_epoch // World.from_env().size),
+        ProgressBar(total=per_epoch // world.size),
         MetricsLog(out, config.train.log_every),
         # EMA before the Checkpointer: it must swap its shadows in/out around evaluation.
         *([ema] if ema is not None else []),

@@ -25,7 +25,7 @@ from treeqa.models.common import Output
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.callbacks import Checkpointer, EarlyStopping, MetricsLog, ProgressBar, resume
 from treeqa.train.distributed import World
-from treeqa.train.ema import EMA
+from treeqa.train.ema import build_ema
 from treeqa.train.loop import Callback, TrainConfig, fit, resolve_device
 from treeqa.train.optim import build_optimizer, build_scheduler
 
@@ -152,16 +152,15 @@ def train(
         **({"embed_dim": vectors.shape[1]} if vectors is not None else {}),
     )
     config = dataclasses.replace(config, model=model_config)
-    if World.from_env().main:  # under torchrun, process 0 writes the run directory
+    world = World.from_env()
+    if world.main:  # under torchrun, process 0 writes the run directory
         (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
 
     model = build_sentiment_model(model_config.name, model_config, len(vocab), vectors)
     optimizer = build_optimizer(model, config.train)
     scheduler = build_scheduler(optimizer, config.train)
-    ema = EMA(config.train.ema_decay) if config.train.ema_decay > 0 else None
     state = resume(out, model, optimizer, scheduler) if resume_run else None
-    if state is not None and ema is not None:
-        ema.load(ckpt.load(out, prefer=ckpt.LAST).group("ema."))
+    ema = build_ema(config.train.ema_decay, out if state is not None else None)
 
     encoded = {
         s: [encode(t, vocab, config.data.task) for t in trees] for s, trees in splits.items()
@@ -176,7 +175,7 @@ def train(
     }
     n_batches = -(-len(encoded["train"]) // config.train.batch_size)
     callbacks: list[Callback] = [
-        ProgressBar(total=n_batches // World.from_env().size),
+        ProgressBar(total=n_batches // world.size),
         MetricsLog(out, config.train.log_every),
         # EMA before the Checkpointer: it must swap its shadows in/out around evaluation.
         *([ema] if ema is not None else []),

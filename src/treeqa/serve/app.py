@@ -11,13 +11,14 @@ fault it was):
     POST /api/qa           {"context": ..., "question": ...}
                            -> {"answer", "start", "end", "score"}  (character offsets)
 
-One checkpoint per task; requests to one model are answered one at a time (a lock), which keeps
-the model's memory flat whatever the number of clients. The standard library's threading HTTP
+One checkpoint per task; requests are answered one at a time (a lock), which keeps the models'
+memory flat whatever the number of clients. The standard library's threading HTTP
 server is enough for this: the work is in the model, not in the connections.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -57,7 +58,7 @@ class Models:
         self.tokenizer: Any = None
         self.info: dict[str, dict[str, Any]] = {}
         for path in paths:
-            task = ckpt.load(path).meta.get("task")
+            task = ckpt.read_meta(path).get("task")  # the header only: no tensor read twice
             if task in self.info:
                 raise ValueError(f"{path}: a second {task} checkpoint; serve one per task")
             if task == "sentiment":
@@ -115,6 +116,7 @@ class Models:
         return answer
 
 
+@functools.cache
 def page() -> bytes:
     return resources.files("treeqa.serve").joinpath("static/index.html").read_bytes()
 
@@ -139,10 +141,11 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             self.answer("POST")
 
         def answer(self, method: str) -> None:
+            path = self.path.split("?")[0]
             try:
-                route = routes.get((method, self.path.split("?")[0]))
+                route = routes.get((method, path))
                 if route is None:
-                    allowed = [m for m, p in routes if p == self.path]
+                    allowed = [m for m, p in routes if p == path]
                     status = HTTPStatus.METHOD_NOT_ALLOWED if allowed else HTTPStatus.NOT_FOUND
                     raise RequestError(status, f"{method} {self.path}: no such route")
                 result = route(self.body() if method == "POST" else {})

@@ -85,8 +85,18 @@ def resolve(path: str | Path, prefer: str = BEST) -> Path:
 def load(path: str | Path, prefer: str = BEST, task: str | None = None) -> Checkpoint:
     """A checkpoint (file or run directory); with ``task``, refuse one made for another task."""
     file = resolve(path, prefer)
+    meta = read_meta(file, task)
     try:
         tensors = load_file(str(file))
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"{file}: not a readable safetensors checkpoint ({err})") from err
+    return Checkpoint(meta, tensors)
+
+
+def read_meta(path: str | Path, task: str | None = None, prefer: str = BEST) -> dict[str, Any]:
+    """A checkpoint's metadata alone (its header; no tensor is read), checked as ``load`` does."""
+    file = resolve(path, prefer)
+    try:
         with safe_open(str(file), framework="pt") as f:
             header = f.metadata() or {}
     except (SafetensorError, OSError) as err:
@@ -100,7 +110,8 @@ def load(path: str | Path, prefer: str = BEST, task: str | None = None) -> Check
         )
     if task is not None and meta.get("task") != task:
         raise CheckpointError(f"{file}: a {meta.get('task')!r} checkpoint, not a {task!r} one")
-    return Checkpoint(meta, tensors)
+    meta_dict: dict[str, Any] = meta
+    return meta_dict
 
 
 def optimizer_tensors(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
 from treeqa.models.common import Output
+from treeqa.train import checkpoint as ckpt
 from treeqa.train.loop import Callback, TrainState
 
 
@@ -73,3 +76,14 @@ class EMA(Callback):
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
         """Shadows from a last checkpoint's ``ema.*`` group (``Checkpoint.group("ema.")``)."""
         self.shadow = {n: t.clone() for n, t in tensors.items()}
+
+
+def build_ema(decay: float, resumed_from: Path | None = None) -> EMA | None:
+    """The EMA callback of a run (None when ``decay`` is 0); a run resumed from
+    ``resumed_from`` carries on with the shadows of its last checkpoint."""
+    if decay <= 0:
+        return None
+    ema = EMA(decay)
+    if resumed_from is not None:
+        ema.load(ckpt.load(resumed_from, prefer=ckpt.LAST).group("ema."))
+    return ema
