@@ -55,14 +55,6 @@ def random_forest(seed: int, max_kids: int, n: int = 7) -> list[str]:
     return [random_tree(rng, max_kids) for _ in range(n)]
 
 
-@dataclasses.dataclass(frozen=True)
-class DependencyBatch(TreeBatch):
-    """A TreeBatch with the POS tags and relations a dependency reader will add."""
-
-    tags: torch.Tensor = torch.zeros(0, dtype=torch.int64)  # [N]
-    rels: torch.Tensor = torch.zeros(0, dtype=torch.int64)  # [N]
-
-
 def build(name: str, vocab: Vocab, **overrides: object) -> torch.nn.Module:
     config_cls, model_cls = SENTIMENT_MODELS[name]
     config = config_cls(embed_dim=6, hidden_dim=5, dropout=0.0, **overrides)
@@ -133,9 +125,8 @@ def test_tree_gru_with_tags_relations_and_attention_equals_reference() -> None:
     base = batch_of(trees, vocab)
     n = len(base.words)
     g = torch.Generator().manual_seed(0)
-    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(TreeBatch)}
-    batch = DependencyBatch(
-        **fields,
+    batch = dataclasses.replace(
+        base,
         tags=torch.randint(0, 4, (n,), generator=g),
         rels=torch.randint(0, 3, (n,), generator=g),
     )

@@ -37,15 +37,15 @@ def test_the_page_draws_the_predicted_tree(run_dir: Path) -> None:  # noqa: F811
             assert page.is_hidden("#qa-section")  # no QA model served
             page.fill("#tree", TREE)
             page.click("#tree-go")
-            page.wait_for_selector("#tree-svg g.node")
-            nodes = page.locator("#tree-svg g.node")
+            page.wait_for_selector("#trees svg g.node")
+            nodes = page.locator("#trees svg g.node")
             assert nodes.count() == 9
-            assert page.locator("#tree-svg text").all_text_contents() == [
+            assert page.locator("#trees svg text").all_text_contents() == [
                 "the", "film", "is", "not", "good"
             ]  # fmt: skip
             fills = {nodes.nth(i).locator("circle").get_attribute("fill") for i in range(9)}
             assert all(f and f.startswith("rgb(") for f in fills)
-            assert "Sentence:" in page.inner_text("#tree-label")
+            assert "Sentence:" in page.inner_text("#trees .tree-label")
 
             page.fill("#tree", "((a) (b)")  # unbalanced: the server's message is shown
             page.click("#tree-go")

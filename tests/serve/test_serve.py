@@ -53,7 +53,12 @@ def test_health_names_the_served_model(base: str, run_dir: Path) -> None:
     status, body = call(base, "/api/health")
     assert status == 200 and body["status"] == "ok"
     assert body["models"] == {
-        "sentiment": {"model": "tree_lstm", "task": "fine", "checkpoint": str(run_dir)}
+        "sentiment": {
+            "model": "tree_lstm",
+            "task": "fine",
+            "input": "tree",
+            "checkpoint": str(run_dir),
+        }
     }
 
 
@@ -76,7 +81,14 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
         ("/api/sentiment", None, b'{"tree": ', 400, "invalid JSON at line 1 column 10"),
         ("/api/sentiment", None, b"\xff\xfe", 400, "not UTF-8"),
         ("/api/sentiment", ["a list"], None, 400, "expected a JSON object"),
-        ("/api/sentiment", {"text": "the film"}, None, 400, "field 'tree': expected a non-empty"),
+        ("/api/sentiment", {}, None, 400, "field 'tree': expected a non-empty"),
+        (
+            "/api/sentiment",
+            {"text": "the film"},
+            None,
+            422,
+            "field 'text': this model reads bracketed",
+        ),
         ("/api/sentiment", {"tree": "((the) (film)"}, None, 400, "field 'tree':1:"),
         ("/api/sentiment", {"tree": "((a) (b) (c))"}, None, 422, "at most 2 children"),
         ("/api/qa", {"context": "a", "question": "b"}, None, 404, "no QA model"),
@@ -106,7 +118,7 @@ def test_the_page_is_served_and_calls_the_api(base: str) -> None:
     with urllib.request.urlopen(base + "/", timeout=30) as response:
         html = response.read().decode()
         assert response.headers["Content-Type"].startswith("text/html")
-    assert all(s in html for s in ('id="tree-svg"', "/api/sentiment", "/api/qa", "/api/health"))
+    assert all(s in html for s in ('id="trees"', "/api/sentiment", "/api/qa", "/api/health"))
 
 
 def test_two_checkpoints_of_one_task_are_refused(run_dir: Path) -> None:

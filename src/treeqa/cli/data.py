@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ def add_parser(subparsers: Any) -> None:
         "treeqa data stats data/sst --json",
     )
     stats.add_argument(
-        "path", type=Path, help="a tree file, or a directory with train/dev/test.txt"
+        "path", type=Path, help="a tree file, or a directory with train/dev/test.txt (or .jsonl)"
     )
     stats.add_argument("--json", action="store_true", help="end with one JSON line")
     stats.set_defaults(run=run_stats)
@@ -67,18 +68,34 @@ def add_parser(subparsers: Any) -> None:
     )
     data_squad.add_prepare_arguments(squad)
     squad.set_defaults(run=data_squad.prepare_main)
+    dependency = subparser(
+        datasets,
+        "sst-dependency",
+        "SST trees -> spaCy dependency parses with the SST labels projected (train/dev/test.jsonl).",
+        "treeqa data prepare sst-dependency --sst data/sst --out data/sst-dep --pipeline en_core_web_sm",
+    )
+    dependency.add_argument(
+        "--sst", type=Path, required=True, help="directory with SST's train/dev/test.txt"
+    )
+    dependency.add_argument("--out", type=Path, required=True, help="directory to write into")
+    dependency.add_argument(
+        "--pipeline",
+        default="en_core_web_sm",
+        help="trained spaCy pipeline that parses (default: en_core_web_sm)",
+    )
+    dependency.add_argument("--json", action="store_true", help="end with one JSON line")
+    dependency.set_defaults(run=run_prepare_dependency)
 
 
 def run_stats(args: argparse.Namespace) -> int:
     from treeqa.data import sst
-    from treeqa.data.tree import read_trees
 
     paths = (
         [sst.split_path(args.path, s) for s in sst.SPLITS] if args.path.is_dir() else [args.path]
     )
     report = {}
     for path in paths:
-        s = sst.stats(read_trees(path))
+        s = sst.stats(sst.read_tree_file(path))
         report[path.stem] = s.as_dict()
         hist = " ".join(f"{k}:{v}" for k, v in s.labels.items())
         roots = " ".join(f"{k}:{v}" for k, v in s.root_labels.items())
@@ -88,6 +105,19 @@ def run_stats(args: argparse.Namespace) -> int:
         )
     if args.json:
         emit_json(report)
+    return 0
+
+
+def run_prepare_dependency(args: argparse.Namespace) -> int:
+    from treeqa.data.dependency import convert_sst
+
+    try:
+        meta = convert_sst(args.sst, args.out, args.pipeline)
+    except (ImportError, OSError) as err:
+        print(f"treeqa data prepare sst-dependency: error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        emit_json(meta)
     return 0
 
 

@@ -13,6 +13,7 @@ from treeqa.cli.common import subparser
 EXAMPLE = (
     "treeqa predict --checkpoint runs/tl '(2 (2 the) (2 (2 movie) (2 (2 is) (2 good))))'\n"
     "  treeqa predict --checkpoint runs/tl --input trees.txt --json\n"
+    "  treeqa predict --checkpoint runs/childsum-dep --text 'Not my favourite film.'\n"
     "  treeqa predict qa --checkpoint runs/qanet --context '...' --question '...'"
 )
 
@@ -28,6 +29,12 @@ def add_parser(subparsers: Any) -> None:
         "trees", nargs="*", help="bracketed trees (labels optional: '((the) (movie))')"
     )
     parser.add_argument("--input", type=Path, help="a file with one bracketed tree per line")
+    parser.add_argument(
+        "--text",
+        action="append",
+        default=[],
+        help="raw text, parsed into dependency trees (models trained on them); repeatable",
+    )
     parser.add_argument(
         "--demo-examples",
         action="store_true",
@@ -54,9 +61,10 @@ def run(args: argparse.Namespace) -> int:
         from treeqa.data.demo import DEMO_EXAMPLES
 
         trees += list(iter_trees(DEMO_EXAMPLES, "<demo examples>"))
-    if not trees:
-        raise ValueError("nothing to predict: give trees, --input FILE or --demo-examples")
+    if not trees and not args.text:
+        raise ValueError("nothing to predict: give trees, --text, --input FILE or --demo-examples")
     loaded = load_model(args.checkpoint)
+    trees += [tree for text in args.text for tree in loaded.parse(text)]
     for result in predict(loaded, trees):
         if args.json:
             print(json.dumps(result))

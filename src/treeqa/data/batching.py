@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeqa.data.dependency import DependencyTree
 from treeqa.data.sst import targets as task_targets
 from treeqa.data.tree import Tree
 from treeqa.data.vocab import Vocab
@@ -29,9 +30,21 @@ class EncodedTree:
     children: np.ndarray  # [n, k] local child indices in order, -1 = none
     height: np.ndarray  # [n] 0 at leaves
     size: np.ndarray  # [n] nodes in the subtree
+    tags: np.ndarray | None = None  # [n] POS-tag id (dependency trees only)
+    rels: np.ndarray | None = None  # [n] id of the relation to the parent (dependency trees only)
 
 
-def encode(tree: Tree, vocab: Vocab, task: str) -> EncodedTree:
+def encode(
+    tree: Tree, vocab: Vocab, task: str, tags: Vocab | None = None, rels: Vocab | None = None
+) -> EncodedTree:
+    """Index arrays of one tree; ``tags``/``rels`` vocabularies encode a dependency tree's
+    POS tags and relations (every node of a dependency tree holds a word)."""
+    tag_ids = rel_ids = None
+    if tags is not None or rels is not None:
+        if not isinstance(tree, DependencyTree):
+            raise ValueError("POS-tag and relation vocabularies need a dependency tree")
+        tag_ids = None if tags is None else np.array(tags.ids(tree.tags), dtype=np.int64)
+        rel_ids = None if rels is None else np.array(rels.ids(tree.rels), dtype=np.int64)
     n = len(tree)
     k = max((len(c) for c in tree.children), default=0)
     children = np.full((n, max(k, 1)), -1, dtype=np.int64)
@@ -46,6 +59,8 @@ def encode(tree: Tree, vocab: Vocab, task: str) -> EncodedTree:
         children=children,
         height=tree.height,
         size=tree.size,
+        tags=tag_ids,
+        rels=rel_ids,
     )
 
 
@@ -62,6 +77,8 @@ class TreeBatch:
     subtree_end: torch.Tensor  # [N] int64, node i's subtree is nodes [i, subtree_end[i])
     roots: torch.Tensor  # [B] int64
     levels: tuple[torch.Tensor, ...]  # H tensors of node indices, level h = nodes of height h
+    tags: torch.Tensor | None = None  # [N] int64 POS-tag ids (dependency trees only)
+    rels: torch.Tensor | None = None  # [N] int64 relation-to-parent ids (dependency trees only)
 
     @property
     def num_examples(self) -> int:
@@ -73,6 +90,8 @@ class TreeBatch:
             value = getattr(self, f.name)
             if isinstance(value, tuple):
                 moved[f.name] = tuple(v.to(device, non_blocking=True) for v in value)
+            elif value is None:
+                moved[f.name] = None
             else:
                 moved[f.name] = value.to(device, non_blocking=True)
         return TreeBatch(**moved)
@@ -110,7 +129,16 @@ def collate(trees: Sequence[EncodedTree]) -> TreeBatch:
         ),
         roots=torch.from_numpy(offsets),
         levels=tuple(torch.from_numpy(level) for level in np.split(order, bounds)),
+        tags=_joined([t.tags for t in trees]),
+        rels=_joined([t.rels for t in trees]),
     )
+
+
+def _joined(parts: Sequence[np.ndarray | None]) -> torch.Tensor | None:
+    """One [N] tensor from every tree's array, or None when any tree lacks it."""
+    if any(p is None for p in parts):
+        return None
+    return torch.from_numpy(np.concatenate(parts))  # type: ignore[arg-type]
 
 
 def batches(

@@ -32,16 +32,30 @@ def scored_as(task: str) -> str:
 
 
 def split_path(data_dir: str | Path, split: str) -> Path:
+    """``split``.txt (PTB brackets) or ``split``.jsonl (dependency trees) in ``data_dir``."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    path = Path(data_dir) / f"{split}.txt"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such SST split file (expected train/dev/test.txt)")
-    return path
+    for suffix in (".txt", ".jsonl"):
+        path = Path(data_dir) / f"{split}{suffix}"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"{Path(data_dir) / split}.txt: no such SST split file (expected train/dev/test.txt, "
+        "or .jsonl from `treeqa data prepare sst-dependency`)"
+    )
 
 
 def load_split(data_dir: str | Path, split: str) -> list[Tree]:
-    return read_trees(split_path(data_dir, split))
+    return read_tree_file(split_path(data_dir, split))
+
+
+def read_tree_file(path: str | Path) -> list[Tree]:
+    """PTB brackets, or dependency trees from a ``.jsonl`` file."""
+    if Path(path).suffix == ".jsonl":
+        from treeqa.data.dependency import read_dependency_trees
+
+        return list(read_dependency_trees(path))
+    return read_trees(path)
 
 
 def targets(labels: np.ndarray, task: str) -> np.ndarray:
@@ -87,7 +101,7 @@ def stats(trees: list[Tree]) -> Stats:
     return Stats(
         trees=len(trees),
         nodes=sum(len(t) for t in trees),
-        tokens=sum(len(t.leaves) for t in trees),
+        tokens=sum(len(t.tokens) for t in trees),
         labels=dict(sorted(labels.items())),
         root_labels=dict(sorted(Counter(t.label for t in trees).items())),
         height_mean=float(heights.mean()),

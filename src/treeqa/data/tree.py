@@ -36,6 +36,15 @@ def unescape_ptb(token: str) -> str:
     return token.replace("\\/", "/").replace("\\*", "*")
 
 
+_ESCAPE = {plain: escaped for escaped, plain in PTB_ESCAPES.items() if escaped != "``"}
+
+
+def escape_ptb(token: str) -> str:
+    """A plain token as SST spells it (``(`` -> ``-LRB-``, ``/`` -> ``\\/``): raw text then
+    finds the treebank's vocabulary."""
+    return _ESCAPE.get(token) or token.replace("/", "\\/").replace("*", "\\*")
+
+
 class TreeSyntaxError(ValueError):
     """A malformed bracketed tree, located by file, line and column (both 1-based)."""
 
@@ -98,8 +107,17 @@ class Tree:
     def leaves(self) -> list[str]:
         return [w for w in self.words if w is not None]
 
+    @property
+    def tokens(self) -> list[str]:
+        """The sentence's words in order (a constituency tree's leaves)."""
+        return self.leaves
+
+    def phrase(self, i: int) -> str:
+        """The words of node i's subtree, in sentence order."""
+        return " ".join(w for w in self.words[i : i + int(self.size[i])] if w is not None)
+
     def text(self) -> str:
-        return " ".join(self.leaves)
+        return " ".join(self.tokens)
 
     def to_ptb(self) -> str:
         """The bracketed form; ``parse_tree(t.to_ptb()) == t``."""

@@ -37,11 +37,12 @@ class BagOfWords(nn.Module):
         self.classify = nn.Linear(config.embed_dim, config.num_classes)
 
     def forward(self, batch: TreeBatch) -> Output:
-        leaf = batch.is_leaf.unsqueeze(1).to(self.embed.weight.dtype)  # [N, 1]
-        x = self.embed(batch.words) * leaf  # [N, D], zero at inner nodes
-        # Subtrees are contiguous in pre-order, so a node's leaf sum is a difference of prefix sums.
+        # Nodes with a word: a constituency tree's leaves, every node of a dependency tree.
+        has_word = (batch.words != 0).unsqueeze(1).to(self.embed.weight.dtype)  # [N, 1]
+        x = self.embed(batch.words) * has_word  # [N, D], zero at wordless inner nodes
+        # Subtrees are contiguous in pre-order, so a node's word sum is a difference of prefix sums.
         sums = torch.cat([x.new_zeros(1, x.shape[1]), x.cumsum(0)])  # [N + 1, D]
-        counts = torch.cat([leaf.new_zeros(1, 1), leaf.cumsum(0)])  # [N + 1, 1]
+        counts = torch.cat([has_word.new_zeros(1, 1), has_word.cumsum(0)])  # [N + 1, 1]
         start = torch.arange(len(batch.words), device=x.device)  # [N]
         mean = (sums[batch.subtree_end] - sums[start]) / (
             counts[batch.subtree_end] - counts[start]

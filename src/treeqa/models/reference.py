@@ -78,7 +78,7 @@ def _tree_gru_node(model: TreeGRU, batch: TreeBatch, u: int, kids: list[State]) 
     cfg, d = model.config, model.config.hidden_dim
     own = [_word(model, batch, u)]
     if model.tag_vectors is not None:
-        own.append(model.tag_vectors(getattr(batch, "tags")[u : u + 1])[0])  # noqa: B009
+        own.append(model.tag_vectors(batch.tags[u : u + 1])[0])  # type: ignore[index]
     if not kids:
         wx = model.leaf_in.weight @ torch.cat(own) + model.leaf_in.bias  # [3D]
         zero = wx.new_zeros(d)
@@ -87,7 +87,7 @@ def _tree_gru_node(model: TreeGRU, batch: TreeBatch, u: int, kids: list[State]) 
     for v, (k_v,) in zip([int(c) for c in batch.children[u] if c >= 0], kids, strict=True):
         parts = [*own, k_v]
         if model.rel_vectors is not None:
-            parts.append(model.rel_vectors(getattr(batch, "rels")[v : v + 1])[0])  # noqa: B009
+            parts.append(model.rel_vectors(batch.rels[v : v + 1])[0])  # type: ignore[index]
         x = torch.cat(parts)  # [w_u; t_u; k_v; r_v], the column order of node_in
         g = model.node_in.weight @ x + model.node_in.bias  # [3D + A]
         m = _gru(g[: 3 * d], model.node_hidden.weight, model.node_hidden.bias, h, cfg.cell)

@@ -250,7 +250,7 @@ class TreeGRU(nn.Module):
         """[U, E + T] the distinct own inputs [w; t] among the batch's nodes, and [N] each
         node's row in them. An own input depends on the word (and tag) alone, so each distinct
         one is transformed once; on constituency trees every inner node reads the padding word."""
-        tags = getattr(batch, "tags", None)  # [N] int64, only on dependency batches
+        tags = batch.tags  # [N] int64, only on dependency batches
         if self.tag_vectors is None:
             distinct, index = torch.unique(batch.words, return_inverse=True)  # [U], [N]
             return self.embed(distinct), index
@@ -265,7 +265,7 @@ class TreeGRU(nn.Module):
         """[N + 1, 3D + A] W r_v for every node as a child (row N, "no child", is zero)."""
         if self.rel_vectors is None:
             return None
-        rels = getattr(batch, "rels", None)  # [N] int64 relation of each node to its parent
+        rels = batch.rels  # [N] int64 relation of each node to its parent
         if rels is None:
             raise ValueError("model.rel_dim > 0 but the batch has no relations; use rel_dim = 0")
         part = F.linear(self.rel_vectors(rels), w_rel)  # [N, 3D + A]

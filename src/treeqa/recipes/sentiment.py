@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from torch import nn
 from treeqa import config as cfg
 from treeqa.data import sst
 from treeqa.data.batching import EncodedTree, batches, encode
+from treeqa.data.dependency import DependencyTree
 from treeqa.data.tree import Tree, unescape_ptb
 from treeqa.data.vocab import Vocab
 from treeqa.eval.metrics import SentimentMetrics
@@ -35,7 +37,8 @@ TASK = "sentiment"
 @dataclass(frozen=True)
 class SentimentData:
     path: str = ""
-    """Directory with train.txt, dev.txt, test.txt in SST's bracket format; empty = embedded demo."""
+    """Directory with train.txt, dev.txt, test.txt in SST's bracket format, or train/dev/test.jsonl
+    dependency trees (`treeqa data prepare sst-dependency`); empty = embedded demo."""
     task: str = "fine"
     """fine (5 classes) | binary (neutral ignored, neutral-rooted sentences dropped) |
     binary3 (the same sentences, every node negative / neutral / positive, as Tai et al. train)"""
@@ -97,7 +100,44 @@ def load_trees(data: SentimentData) -> dict[str, list[Tree]]:
 def build_vocab(splits: dict[str, list[Tree]]) -> Vocab:
     # Every split's words, as in Tai et al.'s preprocessing: test words are given their
     # pretrained vectors; labels are never used.
-    return Vocab.build(w for trees in splits.values() for t in trees for w in t.leaves)
+    return Vocab.build(w for trees in splits.values() for t in trees for w in t.tokens)
+
+
+def build_syntax_vocabs(splits: dict[str, list[Tree]]) -> tuple[Vocab | None, Vocab | None]:
+    """POS-tag and relation vocabularies of dependency trees (None, None for constituency)."""
+    trees = [t for split in splits.values() for t in split if isinstance(t, DependencyTree)]
+    if not trees:
+        return None, None
+    tags = Vocab.build(tag for t in trees for tag in t.tags)
+    return tags, Vocab.build(rel for t in trees for rel in t.rels)
+
+
+def syntax_config(model_config: Any, tags: Vocab | None, rels: Vocab | None) -> dict[str, int]:
+    """Model-config fields set from the data's tree kind; a model that cannot read the data
+    (the binary Tree-LSTM on dependency trees, tags without tags) is an error here."""
+    if tags is None or rels is None:
+        if getattr(model_config, "tag_dim", 0) or getattr(model_config, "rel_dim", 0):
+            raise ValueError(
+                "model.tag_dim and model.rel_dim need dependency trees (data from "
+                "`treeqa data prepare sst-dependency`); set them to 0 for constituency trees"
+            )
+        return {}
+    if model_config.name == "tree_lstm":
+        raise ValueError(
+            "the binary Tree-LSTM reads constituency trees; on dependency trees use "
+            "--model childsum or --model tree_gru"
+        )
+    if hasattr(model_config, "tag_dim"):
+        return {"num_tags": len(tags), "num_rels": len(rels)}
+    return {}
+
+
+def parser_of(data: SentimentData) -> str:
+    """The spaCy pipeline that parsed a dependency data directory ("" for PTB trees)."""
+    meta = Path(data.path) / "meta.json" if data.path else None
+    if meta is None or not meta.is_file():
+        return ""
+    return str(json.loads(meta.read_text(encoding="utf-8")).get("pipeline", ""))
 
 
 def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:
@@ -145,11 +185,13 @@ def train(
     seed_everything(config.train.seed)
     splits = load_trees(config.data)
     vocab = build_vocab(splits)
+    tags, rels = build_syntax_vocabs(splits)
     vectors = build_vectors(config.data, vocab)
     model_config = dataclasses.replace(
         config.model,
         num_classes=sst.TASKS[config.data.task],
         **({"embed_dim": vectors.shape[1]} if vectors is not None else {}),
+        **syntax_config(config.model, tags, rels),
     )
     config = dataclasses.replace(config, model=model_config)
     world = World.from_env()
@@ -163,7 +205,8 @@ def train(
     ema = build_ema(config.train.ema_decay, out if state is not None else None)
 
     encoded = {
-        s: [encode(t, vocab, config.data.task) for t in trees] for s, trees in splits.items()
+        s: [encode(t, vocab, config.data.task, tags, rels) for t in trees]
+        for s, trees in splits.items()
     }
     meta = {
         "task": TASK,
@@ -172,6 +215,8 @@ def train(
         "data": cfg.to_dict(config.data),
         "train_config": cfg.to_dict(config.train),
         "vocab": list(vocab.tokens),
+        **({"tags": list(tags.tokens), "rels": list(rels.tokens)} if tags and rels else {}),
+        "parser": parser_of(config.data),
     }
     n_batches = -(-len(encoded["train"]) // config.train.batch_size)
     callbacks: list[Callback] = [
@@ -213,6 +258,36 @@ class Loaded:
     vocab: Vocab
     task: str
     meta: dict[str, Any]
+    tags: Vocab | None = None
+    """POS tags and relations of a model trained on dependency trees (else None)."""
+    rels: Vocab | None = None
+
+    @property
+    def parser(self) -> str:
+        """The spaCy pipeline its dependency trees came from ("" for constituency trees)."""
+        return str(self.meta.get("parser", ""))
+
+    def encode(self, tree: Tree) -> EncodedTree:
+        if self.tags is not None and not isinstance(tree, DependencyTree):
+            raise ValueError(
+                "this model was trained on dependency trees: give it raw text, not a bracketed tree"
+            )
+        return encode(tree, self.vocab, self.task, self.tags, self.rels)
+
+    def parse(self, text: str) -> list[Tree]:
+        """Raw text -> one dependency tree per sentence, parsed as the training data was."""
+        if not self.parser:
+            raise ValueError(
+                "this model reads bracketed constituency trees, and treeqa has no constituency "
+                "parser: give a bracketed tree, or train on dependency trees "
+                "(`treeqa data prepare sst-dependency`) to predict from raw text"
+            )
+        from treeqa.data.dependency import load_parser, parse_text
+
+        trees: list[Tree] = list(parse_text(load_parser(self.parser), text))
+        if not trees:
+            raise ValueError("no words to predict in the text")
+        return trees
 
 
 def load_model(path: str | Path, device: str = "auto") -> Loaded:
@@ -225,14 +300,15 @@ def load_model(path: str | Path, device: str = "auto") -> Loaded:
     model = build_sentiment_model(meta["model"], model_config, len(vocab))
     model.load_state_dict(checkpoint.weights())
     model.to(resolve_device(device)).eval()
-    return Loaded(model, vocab, meta["data"]["task"], meta)
+    tags, rels = (Vocab(tuple(meta[k])) if k in meta else None for k in ("tags", "rels"))
+    return Loaded(model, vocab, meta["data"]["task"], meta, tags, rels)
 
 
 def evaluate(path: str | Path, data_path: str, split: str) -> dict[str, float]:
     loaded = load_model(path)
     data = SentimentData(path=data_path, task=loaded.task)
     trees = load_trees(data)[split]
-    encoded = [encode(t, loaded.vocab, loaded.task) for t in trees]
+    encoded = [loaded.encode(t) for t in trees]
     scores: dict[str, float] = evaluate_model(loaded.model, encoded, loaded.task)
     scores["sentences"] = len(trees)
     if not data_path:
@@ -245,9 +321,21 @@ def evaluate(path: str | Path, data_path: str, split: str) -> dict[str, float]:
     return scores
 
 
+def syntax_of(tree: Tree, i: int) -> dict[str, Any]:
+    """A dependency node's own word, its place in the sentence, tag and relation ({} else)."""
+    if not isinstance(tree, DependencyTree):
+        return {}
+    return {
+        "word": tree.words[i],
+        "position": int(tree.position[i]),
+        "tag": tree.tags[i],
+        "rel": tree.rels[i],
+    }
+
+
 def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
     """Per tree: the predicted label and class probabilities of every node (pre-order)."""
-    encoded = [encode(t, loaded.vocab, loaded.task) for t in trees]
+    encoded = [loaded.encode(t) for t in trees]
     device = next(loaded.model.parameters()).device
     results: list[dict[str, Any]] = []
     with torch.no_grad():
@@ -264,9 +352,10 @@ def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
                 "probabilities": [round(float(x), 4) for x in p[0]],
                 "nodes": [
                     {
-                        "words": " ".join(w for w in tree.words[i : i + int(tree.size[i])] if w),
+                        "words": tree.phrase(i),
                         "label": int(p[i].argmax()),
                         "parent": int(tree.parent[i]),  # pre-order index; -1 at the root
+                        **syntax_of(tree, i),
                     }
                     for i in range(len(tree))
                 ],

