@@ -28,7 +28,11 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "trees", nargs="*", help="bracketed trees (labels optional: '((the) (movie))')"
     )
-    parser.add_argument("--input", type=Path, help="a file with one bracketed tree per line")
+    parser.add_argument(
+        "--input",
+        type=Path,
+        help="a file with one bracketed tree per line (or dependency trees, .jsonl)",
+    )
     parser.add_argument(
         "--text",
         action="append",
@@ -51,12 +55,13 @@ def run(args: argparse.Namespace) -> int:
         return qa_commands.predict_main(args)
     if args.overrides:
         raise ValueError(f"unrecognised arguments: {' '.join(args.overrides)}")
-    from treeqa.data.tree import iter_trees, read_trees
+    from treeqa.data.sst import read_tree_file
+    from treeqa.data.tree import Tree, iter_trees
     from treeqa.recipes.sentiment import load_model, predict
 
-    trees = list(iter_trees(args.trees, "<command line>"))
+    trees: list[Tree] = list(iter_trees(args.trees, "<command line>"))
     if args.input:
-        trees += read_trees(args.input)
+        trees += read_tree_file(args.input)
     if args.demo_examples:
         from treeqa.data.demo import DEMO_EXAMPLES
 
