@@ -267,12 +267,11 @@ def test_checks_on_numbers() -> None:
     assert checks.looks_like_probabilities(torch.randn(4, 5).softmax(1))
     assert not checks.looks_like_probabilities(torch.randn(4, 5))
     assert checks.loss_at_init(math.log(10) + 0.2, 10) is None
-    assert (
-        checks.hot_op(
-            {"aten::mkldnn_convolution": 7e3, "aten::addmm": 2e3, "aten::add": 1e3}, 1
-        ).severity
-        == "warning"
-    )  # type: ignore[union-attr]
+    conv = checks.hot_op({"aten::mkldnn_convolution": 7e3, "aten::addmm": 2e3, "aten::add": 1e3}, 1)
+    assert conv is not None and conv.severity == "warning" and "depthwise" in conv.fix
+    # Each family gets its own fix: a tree model's gathers are not a char CNN.
+    gathers = checks.hot_op({"aten::index_select": 7e3, "aten::addmm": 2e3}, 1)
+    assert gathers is not None and "torch.unique" in gathers.fix and "conv" not in gathers.fix
 
 
 def test_a_machine_that_slows_down_is_not_a_regression() -> None:

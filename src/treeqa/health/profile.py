@@ -9,6 +9,7 @@ Profiled steps are marked so the timing checks can leave them out (the profiler 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -64,6 +65,9 @@ class ProfileWindow:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self._memory_before = self.memory() if self.memory else 0.0
+        # Kineto prints a line to stderr at each start and stop ("USDT: ... profiler_start"):
+        # noise in a training log. Read when the profiler first starts; a user's setting wins.
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
         self._profiler = torch.profiler.profile(activities=activities)
         self._profiler.__enter__()
 
