@@ -146,6 +146,8 @@ def test_parsing_keeps_sst_tokens_and_one_sentence(tmp_path: Path) -> None:
         (sst_dir / f"{split}.txt").write_text("\n".join(trees) + "\n", encoding="utf-8")
     meta = convert_sst(sst_dir, tmp_path / "dep", PIPELINE, log=lambda _: None)
     assert meta["pipeline"] == PIPELINE and meta["splits"]["train"]["sentences"] == 2
+    with pytest.raises(FileExistsError, match="not empty"):
+        convert_sst(sst_dir, tmp_path / "dep", PIPELINE, log=lambda _: None)
     for split, trees in lines.items():
         dep = sst.load_split(tmp_path / "dep", split)
         for line, tree in zip(trees, dep, strict=True):

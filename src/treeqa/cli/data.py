@@ -83,6 +83,7 @@ def add_parser(subparsers: Any) -> None:
         default="en_core_web_sm",
         help="trained spaCy pipeline that parses (default: en_core_web_sm)",
     )
+    dependency.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     dependency.add_argument("--json", action="store_true", help="end with one JSON line")
     dependency.set_defaults(run=run_prepare_dependency)
 
@@ -112,8 +113,8 @@ def run_prepare_dependency(args: argparse.Namespace) -> int:
     from treeqa.data.dependency import convert_sst
 
     try:
-        meta = convert_sst(args.sst, args.out, args.pipeline)
-    except (ImportError, OSError) as err:
+        meta = convert_sst(args.sst, args.out, args.pipeline, overwrite=args.overwrite)
+    except (ImportError, OSError) as err:  # FileExistsError included
         print(f"treeqa data prepare sst-dependency: error: {err}", file=sys.stderr)
         return 2
     if args.json:

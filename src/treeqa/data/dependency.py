@@ -246,13 +246,19 @@ def parse_text(nlp: Any, text: str) -> list[DependencyTree]:
 
 
 def convert_sst(
-    sst_dir: str | Path, out: str | Path, pipeline: str, log: Any = print
+    sst_dir: str | Path,
+    out: str | Path,
+    pipeline: str,
+    log: Any = print,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Parse SST's three splits into ``out/{train,dev,test}.jsonl`` plus ``meta.json``."""
     from treeqa.data import sst
 
-    nlp = load_parser(pipeline)
     out = Path(out)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} exists and is not empty (pass overwrite=True to replace it)")
+    nlp = load_parser(pipeline)
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "pipeline": pipeline,
