@@ -77,6 +77,7 @@ class TreeBatch:
     subtree_end: torch.Tensor  # [N] int64, node i's subtree is nodes [i, subtree_end[i])
     roots: torch.Tensor  # [B] int64
     levels: tuple[torch.Tensor, ...]  # H tensors of node indices, level h = nodes of height h
+    level_arity: tuple[int, ...] = ()  # H, the most children of a node in each level (host ints)
     tags: torch.Tensor | None = None  # [N] int64 POS-tag ids (dependency trees only)
     rels: torch.Tensor | None = None  # [N] int64 relation-to-parent ids (dependency trees only)
 
@@ -88,12 +89,12 @@ class TreeBatch:
         moved: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, tuple):
-                moved[f.name] = tuple(v.to(device, non_blocking=True) for v in value)
-            elif value is None:
-                moved[f.name] = None
-            else:
+            if isinstance(value, torch.Tensor):
                 moved[f.name] = value.to(device, non_blocking=True)
+            elif f.name == "levels":
+                moved[f.name] = tuple(v.to(device, non_blocking=True) for v in value)
+            else:  # None, or host-side ints
+                moved[f.name] = value
         return TreeBatch(**moved)
 
 
@@ -115,6 +116,7 @@ def collate(trees: Sequence[EncodedTree]) -> TreeBatch:
     order = np.argsort(height, kind="stable")
     bounds = np.cumsum(np.bincount(height))[:-1]
     words = np.concatenate([t.words for t in trees])
+    arity = np.maximum.reduceat((children[order] >= 0).sum(1), np.concatenate([[0], bounds]))
     return TreeBatch(
         words=torch.from_numpy(words),
         is_leaf=torch.from_numpy(children[:, 0] < 0),
@@ -129,6 +131,7 @@ def collate(trees: Sequence[EncodedTree]) -> TreeBatch:
         ),
         roots=torch.from_numpy(offsets),
         levels=tuple(torch.from_numpy(level) for level in np.split(order, bounds)),
+        level_arity=tuple(int(a) for a in arity),
         tags=_joined([t.tags for t in trees]),
         rels=_joined([t.rels for t in trees]),
     )

@@ -7,8 +7,10 @@ w: word vector (zero at constituency inner nodes), t: POS-tag vector, r: vector 
 relation of child v to u. Tags and relations come with dependency-parsed SST; on constituency
 trees ``tag_dim = rel_dim = 0``.
 
-Batched per level: the per-child loop becomes K steps over the i-th child of every node of the
-level, and a node with fewer than i + 1 children keeps its state at step i. The inner levels
+Batched per level: the per-child loop becomes steps over the i-th child of every node of the
+level, as many as the level's widest node has children (``TreeBatch.level_arity``; on
+dependency trees a batch's widest node is ~4x the typical one), and a node with fewer than
+i + 1 children keeps its state at step i. The inner levels
 run inside one autograd function (``_Forest``) with the backward written out, as in
 ``tree_lstm.py``; tests check it against the recursive reference and finite differences. The
 report's bugs are absent: every gate has its own weights (no ``self.Ur = self.Uz``) and states
@@ -108,19 +110,23 @@ class _Forest(torch.autograd.Function):
         d, (m, k), g = leaf.shape[1], plan.kids.shape, w_state.shape[0]
         n = m + plan.sizes[0]
         h_all = torch.cat([leaf, leaf.new_zeros(m + 1, d)])  # [N + 1, D]
-        child = leaf.new_empty(m, k, d)  # [M, K, D] the child state each step reads
-        before = leaf.new_empty(m, k, d)  # [M, K, D] the node's state before each step
-        before[:, 0] = 0  # before the first child
-        att = leaf.new_empty(m, k, g - 3 * d)  # [M, K, A] tanh of the attention input
+        # Slots past a level's widest node are never written: zero, so that the forest-wide
+        # weight-gradient matmuls read zeros there.
+        child = leaf.new_zeros(m, k, d)  # [M, K, D] the child state each step reads
+        before = leaf.new_zeros(m, k, d)  # [M, K, D] the node's state before each step
+        att = leaf.new_zeros(m, k, g - 3 * d)  # [M, K, A] tanh of the attention input
         extra = [rel] if rel is not None else []
         steps = []  # per level and step, bottom up: what the backward needs
-        for kids, base_k, child_k, before_k, att_k, *rel_k, h_k in plan.levels(
-            [base, child, before, att, *extra], [h_all]
+        levels = plan.levels([base, child, before, att, *extra], [h_all])
+        for width, (kids, base_k, child_k, before_k, att_k, *rel_k, h_k) in zip(
+            plan.arity, levels, strict=True
         ):  # [L, K], [L, G], [L, K, D], [L, K, D], [L, K, A], ([L, K, G]), [L, D]
-            torch.index_select(h_all, 0, kids.view(-1), out=child_k.view(-1, d))
-            pre_k = (child_k.view(-1, d) @ w_state.t()).view(-1, k, g) + base_k.unsqueeze(1)
+            kids = kids[:, :width]  # [L, W]: steps past the level's widest node would be no-ops
+            slots = h_all.index_select(0, kids.reshape(-1))  # [L*W, D]
+            child_k[:, :width] = slots.view(-1, width, d)
+            pre_k = (slots @ w_state.t()).view(-1, width, g) + base_k.unsqueeze(1)
             if rel_k:
-                pre_k = pre_k + rel_k[0]  # [L, K, G]
+                pre_k = pre_k + rel_k[0][:, :width]  # [L, W, G]
             h = leaf.new_zeros(kids.shape[0], d)  # [L, D], before the first child
             for i, pre in enumerate(pre_k.unbind(1)):  # [L, G]
                 if i:
@@ -155,13 +161,16 @@ class _Forest(torch.autograd.Function):
         plan: LevelOrder = ctx.plan
         d, (m, k), g = grad.shape[1], plan.kids.shape, w_state.shape[0]
         dh_all = torch.cat([grad, grad.new_zeros(1, d)])  # [N + 1, D]
-        d_pre = grad.new_empty(m, k, g)  # [M, K, G], every slot written below
-        d_gh = grad.new_empty(m, k, 3 * d)  # [M, K, 3D], every slot written below
+        # Zero past each level's widest node (no step there), as in the forward's buffers.
+        d_pre = grad.new_zeros(m, k, g)  # [M, K, G]
+        d_gh = grad.new_zeros(m, k, 3 * d)  # [M, K, 3D]
         d_logit = grad.new_zeros(m, k, 1)  # [M, K, 1] attention gate, before its sigmoid
         steps = iter(reversed(ctx.steps))
         levels = plan.levels([d_pre, d_gh, d_logit, before, att], [dh_all])
-        for kids, d_pre_k, d_gh_k, d_logit_k, before_k, att_k, dh in reversed(levels):
-            for i in reversed(range(k)):  # dh: [L, D] gradient of the state after step i
+        for width, (kids, d_pre_k, d_gh_k, d_logit_k, before_k, att_k, dh) in reversed(
+            list(zip(plan.arity, levels, strict=True))
+        ):
+            for i in reversed(range(width)):  # dh: [L, D] gradient of the state after step i
                 rz, cand, gh_n, gru, gate, no_child = next(steps)
                 h = before_k[:, i]  # [L, D]
                 d_new = dh if no_child is None else dh.masked_fill(no_child, 0)
@@ -187,8 +196,8 @@ class _Forest(torch.autograd.Function):
                 d_gh_k[:, i] = torch.cat([d_rz, d_xn * r], 1)
                 if i:  # the state before the first child is zero: nothing to pass back
                     dh = d_h + d_gh_k[:, i] @ w_hidden
-            d_children = d_pre_k.view(-1, g) @ w_state  # [L*K, D]
-            dh_all.index_add_(0, kids.view(-1), d_children)
+            d_children = d_pre_k[:, :width].reshape(-1, g) @ w_state  # [L*W, D]
+            dh_all.index_add_(0, kids[:, :width].reshape(-1), d_children)
         d_w_att = d_b_att = None
         if w_att is not None:
             d_w_att = d_logit.view(-1, 1).t() @ att.view(-1, att.shape[2])  # [1, A]

@@ -31,6 +31,7 @@ class LevelOrder:
     child_ids: torch.Tensor  # [M, K] the same children as node ids (N = none)
     order: torch.Tensor  # [N] node id at each position
     position: torch.Tensor  # [N] position of each node id
+    arity: list[int]  # per inner level, the most children of one of its nodes (<= K)
 
     @classmethod
     def of(cls, batch: TreeBatch, arity: int | None = None) -> LevelOrder:
@@ -41,7 +42,9 @@ class LevelOrder:
         position[n] = n  # "no child" stays the zero row
         sizes = [int(level.shape[0]) for level in batch.levels]
         child_ids = child_slots(batch, arity).index_select(0, order[sizes[0] :])  # [M, K]
-        return cls(sizes, position[child_ids], child_ids, order, position[:n])
+        k = child_ids.shape[1]
+        widest = list(batch.level_arity[1:]) or [k] * (len(sizes) - 1)
+        return cls(sizes, position[child_ids], child_ids, order, position[:n], widest)
 
     @property
     def leaves(self) -> torch.Tensor:
