@@ -100,16 +100,13 @@ def from_record(record: Any, source: str = "<record>", line: int = 1) -> Depende
             dependents[h].append(i)  # in sentence order
     order: list[int] = []  # pre-order of sentence positions
     parent: list[int] = []
-    stack = [(roots[0], -1)]
+    stack = [(roots[0], -1)]  # each token is pushed once, by its head: no endless loop
     while stack:
         pos, parent_node = stack.pop()
         parent.append(parent_node)
         order.append(pos)
-        node = len(order) - 1
-        stack.extend((d, node) for d in reversed(dependents[pos]))
-        if len(order) > n:
-            break
-    if len(order) != n:
+        stack.extend((d, len(order) - 1) for d in reversed(dependents[pos]))
+    if len(order) != n:  # a cycle is never reached from the root
         raise fail("field 'heads': not a tree (a cycle, or tokens not reachable from the root)")
     return DependencyTree(
         parent=np.asarray(parent, dtype=np.int64),
