@@ -151,15 +151,14 @@ def write_dependency_trees(trees: Iterable[DependencyTree], path: str | Path) ->
 
 def constituent_labels(tree: Tree) -> dict[tuple[int, int], int]:
     """(first token, last token) -> label of the highest labelled constituent with that span."""
-    first = np.zeros(len(tree), dtype=np.int64)
     is_leaf = np.array([w is not None for w in tree.words])
     leaf_index = np.cumsum(is_leaf) - 1  # [N] index of the leaf at or before each node
     spans: dict[tuple[int, int], int] = {}
     for i in range(len(tree)):
-        end = i + int(tree.size[i]) - 1  # the last node of the subtree is its last leaf
-        first[i] = leaf_index[i] + (0 if is_leaf[i] else 1)
+        first = int(leaf_index[i]) + (0 if is_leaf[i] else 1)  # an inner node's leaves follow it
+        last = int(leaf_index[i + int(tree.size[i]) - 1])  # its subtree ends with its last leaf
         if tree.labels[i] != UNLABELLED:
-            spans.setdefault((int(first[i]), int(leaf_index[end])), int(tree.labels[i]))
+            spans.setdefault((first, last), int(tree.labels[i]))
     return spans
 
 
