@@ -8,10 +8,11 @@ One run measures, with the same model and weights side by side:
   4. epoch-time drift over ``--drift-epochs`` epochs (last / first, and the medians of the
      last and first three), in wall and CPU seconds and divided by a host-speed probe;
   5. peak resident memory.
-Results go to ``benchmarks/results/tree-<model>.md`` and ``.json`` with the date, the machine
-and the command. Example:
+Results go to ``benchmarks/results/tree-<model>.md`` and ``.json`` (``tree-<model>-dep.*``
+for dependency-parsed SST) with the date, the machine and the command. Example:
 
     python benchmarks/bench_tree.py --model tree_lstm --data "$TREEQA_DATA/sst"
+    python benchmarks/bench_tree.py --model tree_gru --data DEP_DIR   # sst-dependency output
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import torch
 
 from machine import cpu_model  # benchmarks/machine.py (scripts run from this folder)
 from treeqa.data.batching import EncodedTree, TreeBatch, batches, collate, encode
+from treeqa.data.dependency import DependencyTree
 from treeqa.data.sst import load_split
 from treeqa.data.vocab import Vocab
 from treeqa.models import SENTIMENT_MODELS
@@ -212,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     load_start = os.getloadavg()[0]
 
     trees = load_split(args.data, "train")
-    vocab = Vocab.build(w for t in trees for w in t.leaves)
+    tree_kind = "dependency" if isinstance(trees[0], DependencyTree) else "constituency"
+    vocab = Vocab.build(w for t in trees for w in t.tokens)
     encoded = [encode(t, vocab, args.task) for t in trees]
     n = len(encoded)
     config_cls, model_cls = SENTIMENT_MODELS[args.model]
@@ -303,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "task": args.task,
         "embed_dim": args.embed_dim,
         "hidden_dim": args.hidden_dim,
+        "trees": tree_kind,
         "train_sentences": n,
         "reference_sentences": len(subset),
         "nproc": os.cpu_count(),
@@ -326,7 +330,7 @@ def pair(r: dict[str, float]) -> str:
 def write_results(results: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     s = results["setup"]
-    stem = out / f"tree-{s['model']}"
+    stem = out / f"tree-{s['model']}{'-dep' if s.get('trees') == 'dependency' else ''}"
     stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     inf, tr, d = results["inference"], results["training_steps"], results["drift"]
     e25, e256 = results["epoch_b25"], results["epoch_b256"]
@@ -338,7 +342,8 @@ def write_results(results: dict[str, Any], out: Path) -> None:
         f" {s['torch_threads']} threads;"
         f" load average {s['load_average_start']:.2f} at start, {s['load_average_end']:.2f} at end"
         " (other jobs share the CPUs when it is above 0)",
-        f"- data: SST train, {s['train_sentences']} sentences; the reference is timed on the first"
+        f"- data: SST train ({s.get('trees', 'constituency')} trees), {s['train_sentences']}"
+        f" sentences; the reference is timed on the first"
         f" {s['reference_sentences']}",
         "",
         "Rates are per wall-clock second and, in brackets, per CPU second of this process"

@@ -122,7 +122,8 @@ def test_encoded_batches_carry_tags_and_relations() -> None:
     encoded = encode(tree, vocab, "fine", tags, rels)
     assert (encoded.words > 1).all()  # every dependency node holds a word
     batch = collate([encoded, encoded])
-    assert batch.level_arity == (0, 1, 4)  # leaves; "film" (1 dependent); "is" (4)
+    # Per level, the nodes with an i-th child: leaves; "film" (1 dependent); "is" (4); two copies.
+    assert batch.level_steps == ((), (2,), (2, 2, 2, 2))
     assert batch.tags is not None and batch.rels is not None
     assert batch.tags.tolist() == 2 * tags.ids(tree.tags)
     assert batch.to("cpu").rels.tolist() == 2 * rels.ids(tree.rels)  # type: ignore[union-attr]

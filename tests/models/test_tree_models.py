@@ -18,7 +18,7 @@ from treeqa.models import SENTIMENT_MODELS
 from treeqa.models.childsum import ChildSumConfig, ChildSumTreeLSTM
 from treeqa.models.reference import reference_forward
 from treeqa.models.tree_gru import TreeGRU, TreeGRUConfig
-from treeqa.models.tree_levels import LevelOrder
+from treeqa.models.tree_levels import ChildSlots, LevelOrder
 from treeqa.models.tree_lstm import TreeLSTM, TreeLSTMConfig
 
 TOL = 1e-5
@@ -284,21 +284,40 @@ def test_tree_lstm_forest_backward_passes_gradcheck() -> None:
 
 @pytest.mark.parametrize("cell", ["gru", "seed"])
 def test_tree_gru_forest_backward_passes_gradcheck(cell: str) -> None:
-    # Fan-out up to 3 (nodes without an i-th child keep their state), relations and attention.
+    # Fan-out up to 3 (nodes without an i-th child keep their state), attention.
     from treeqa.models.tree_gru import _Forest
 
-    trees, vocab = forest(random_forest(24, 3, n=1))  # 9 nodes, 5 levels
+    trees, vocab = forest(random_forest(20, 3, n=2))  # 9 nodes, 4 levels, steps of 2, 1, 1
     batch = batch_of(trees, vocab)
     plan, n0, d, a = LevelOrder.of(batch), len(batch.levels[0]), 2, 1
-    m, k = plan.kids.shape
-    assert k == 3 and bool((plan.kids == len(batch.words)).any())
+    slots = ChildSlots.of(batch, plan)
+    assert plan.kids.shape[1] == 3 and any(len(set(level)) > 1 for level in slots.steps)
     g = torch.Generator().manual_seed(0)
-    shapes = [(n0, d), (m, 3 * d + a), (m, k, 3 * d + a), (3 * d + a, d), (3 * d, d), (3 * d,)]
+    shapes = [(n0, d), (len(slots.child), 3 * d + a), (3 * d + a, d), (3 * d, d), (3 * d,)]
     shapes += [(1, a), (1,)]
     inputs = [
         torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True) for shape in shapes
     ]
-    assert torch.autograd.gradcheck(lambda *t: _Forest.apply(*t, plan, cell), inputs)
+    assert torch.autograd.gradcheck(lambda *t: _Forest.apply(*t, plan, slots, cell), inputs)
+
+
+def test_child_slots_visit_each_child_once_in_step_order() -> None:
+    # Level by level, then step i, then the level's nodes with an i-th child: a prefix of it.
+    trees, vocab = forest(random_forest(40, 4, n=3))
+    batch = batch_of(trees, vocab)
+    plan = LevelOrder.of(batch)
+    slots = ChildSlots.of(batch, plan)
+    non_roots = (batch.parent >= 0).nonzero().view(-1)
+    assert sorted(slots.child.tolist()) == non_roots.tolist()
+    assert torch.equal(batch.parent[slots.child], slots.parent)
+    assert torch.equal(plan.position[slots.child], slots.position)
+    pairs = iter(zip(slots.parent.tolist(), slots.child.tolist(), strict=True))
+    for level, sizes in zip(batch.levels[1:], slots.steps, strict=True):
+        assert sizes[0] == len(level) and list(sizes) == sorted(sizes, reverse=True)
+        for i, n in enumerate(sizes):
+            for node in level[:n].tolist():  # the first n nodes of the level have an i-th child
+                assert next(pairs) == (node, batch.children[node, i].item())
+    assert next(pairs, None) is None
 
 
 def test_childsum_forest_backward_passes_gradcheck() -> None:
@@ -307,14 +326,14 @@ def test_childsum_forest_backward_passes_gradcheck() -> None:
     trees, vocab = forest(random_forest(22, 4, n=2))  # 13 nodes, 5 levels
     batch = batch_of(trees, vocab)
     plan, n0, d = LevelOrder.of(batch), len(batch.levels[0]), 2
-    m, k = plan.kids.shape
-    assert k >= 3 and bool((plan.kids == len(batch.words)).any())  # missing children too
+    slots = ChildSlots.of(batch, plan)
+    assert plan.kids.shape[1] >= 3 and any(len(set(level)) > 1 for level in slots.steps)
     g = torch.Generator().manual_seed(0)
     inputs = [
         torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True)
-        for shape in ((n0, d), (n0, d), (m, 4 * d), (3 * d, d), (d, d))
+        for shape in ((n0, d), (n0, d), (plan.kids.shape[0], 4 * d), (3 * d, d), (d, d))
     ]
-    assert torch.autograd.gradcheck(lambda *t: _Forest.apply(*t, plan), inputs)
+    assert torch.autograd.gradcheck(lambda *t: _Forest.apply(*t, plan, slots), inputs)
 
 
 @pytest.mark.parametrize(("name", "overrides"), CASES)

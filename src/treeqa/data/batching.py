@@ -77,7 +77,9 @@ class TreeBatch:
     subtree_end: torch.Tensor  # [N] int64, node i's subtree is nodes [i, subtree_end[i])
     roots: torch.Tensor  # [B] int64
     levels: tuple[torch.Tensor, ...]  # H tensors of node indices, level h = nodes of height h
-    level_arity: tuple[int, ...] = ()  # H, the most children of a node in each level (host ints)
+    # H tuples of host ints: level h's nodes that have more than i children, i = 0, 1, ... (its
+    # nodes come most children first, so these are prefixes; like PackedSequence.batch_sizes)
+    level_steps: tuple[tuple[int, ...], ...]
     tags: torch.Tensor | None = None  # [N] int64 POS-tag ids (dependency trees only)
     rels: torch.Tensor | None = None  # [N] int64 relation-to-parent ids (dependency trees only)
 
@@ -113,10 +115,10 @@ def collate(trees: Sequence[EncodedTree]) -> TreeBatch:
         children[row : row + len(c), : c.shape[1]] = np.where(c >= 0, c + o, -1)
         row += len(c)
     height = np.concatenate([t.height for t in trees])
-    order = np.argsort(height, kind="stable")
+    counts = (children >= 0).sum(1)  # [N] children of each node
+    order = np.lexsort((-counts, height))  # by height, then most children first
     bounds = np.cumsum(np.bincount(height))[:-1]
     words = np.concatenate([t.words for t in trees])
-    arity = np.maximum.reduceat((children[order] >= 0).sum(1), np.concatenate([[0], bounds]))
     return TreeBatch(
         words=torch.from_numpy(words),
         is_leaf=torch.from_numpy(children[:, 0] < 0),
@@ -131,10 +133,16 @@ def collate(trees: Sequence[EncodedTree]) -> TreeBatch:
         ),
         roots=torch.from_numpy(offsets),
         levels=tuple(torch.from_numpy(level) for level in np.split(order, bounds)),
-        level_arity=tuple(int(a) for a in arity),
+        level_steps=tuple(_steps(c) for c in np.split(counts[order], bounds)),
         tags=_joined([t.tags for t in trees]),
         rels=_joined([t.rels for t in trees]),
     )
+
+
+def _steps(counts: np.ndarray) -> tuple[int, ...]:
+    """[L] children per node -> how many have more than i children, for i below the most."""
+    more = np.cumsum(np.bincount(counts)[::-1])[::-1]  # [K + 1] nodes with >= j children
+    return tuple(int(n) for n in more[1:])
 
 
 def _joined(parts: Sequence[np.ndarray | None]) -> torch.Tensor | None:

@@ -7,7 +7,7 @@ a word. The inner levels run inside one autograd function (``_Forest``) with the
 written out, as in ``tree_lstm.py``.
 
 Shape letters: N nodes in the forest, M inner nodes, L nodes in one level, U distinct words in
-the batch, K most children of a node, E word vector size, D hidden size, C classes.
+the batch, S child slots (one per non-root node), E word vector size, D hidden size, C classes.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from treeqa.data.batching import TreeBatch
 from treeqa.models.common import Dropout, Output, node_loss, word_embedding
-from treeqa.models.tree_levels import LevelOrder, run_forest
+from treeqa.models.tree_levels import ChildSlots, LevelOrder, run_forest
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,10 @@ class _Forest(torch.autograd.Function):
     """Leaf states -> h of every node in level order, with the backward written out.
 
     ``wx`` [M, 4D] is each inner node's input part [i; o; u; f] (computed outside, by
-    autograd). For each inner node it keeps the children's h and c ([M, K, D] each, zero for a
-    missing child), their forget gates, h~ = sum_k h_k, the gates i, o, tanh(u) and tanh(c).
+    autograd). Children are read through the forest's real child slots (``ChildSlots``, S in
+    all), so a node's fan-out costs what it has, not the batch's widest node: each slot keeps
+    its child's h and c and its forget gate; each inner node keeps h~ = sum_k h_k, the gates
+    i, o, tanh(u) and tanh(c).
     """
 
     @staticmethod
@@ -58,36 +60,35 @@ class _Forest(torch.autograd.Function):
         u_iou: torch.Tensor,  # [3D, D]
         u_f: torch.Tensor,  # [D, D]
         plan: LevelOrder,
+        slots: ChildSlots,
     ) -> torch.Tensor:
-        d, (m, k) = leaf_h.shape[1], plan.kids.shape
+        d, m, s = leaf_h.shape[1], wx.shape[0], slots.child.shape[0]
         h_all = torch.cat([leaf_h, leaf_h.new_zeros(m + 1, d)])  # [N + 1, D]
         c_all = torch.cat([leaf_c, leaf_c.new_zeros(m + 1, d)])  # [N + 1, D]
-        h_kids, c_kids, f = (leaf_h.new_empty(m, k, d) for _ in range(3))  # [M, K, D] each
-        h_sum = leaf_h.new_empty(m, d)  # [M, D]
+        h_kids, c_kids, f = (leaf_h.new_empty(s, d) for _ in range(3))  # [S, D] each
+        h_sum = leaf_h.new_zeros(m, d)  # [M, D]
         gates = leaf_h.new_empty(m, 3 * d)  # [M, 3D] i, o, tanh(u)
         tanh_c = leaf_h.new_empty(m, d)  # [M, D]
-        for kids, wx_k, hk, ck, f_k, hs_k, g_k, tc_k, h_k, c_k in plan.levels(
-            [wx, h_kids, c_kids, f, h_sum, gates, tanh_c], [h_all, c_all]
-        ):  # [L, K], [L, 4D], [L, K, D] x3, [L, D], [L, 3D], [L, D], [L, D] x2
-            flat = kids.view(-1)  # [L*K]
-            torch.index_select(h_all, 0, flat, out=hk.view(-1, d))
-            torch.index_select(c_all, 0, flat, out=ck.view(-1, d))
+        inner = plan.levels([wx, h_sum, gates, tanh_c], [h_all, c_all])
+        for (where, row, hk, ck, f_k), (_, wx_k, hs_k, g_k, tc_k, h_k, c_k) in zip(
+            slots.levels([h_kids, c_kids, f]), inner, strict=True
+        ):  # [S_l], [S_l], [S_l, D] x3; [L, 4D], [L, D], [L, 3D], [L, D], [L, D] x2
+            torch.index_select(h_all, 0, where, out=hk)
+            torch.index_select(c_all, 0, where, out=ck)
             wx_iou, wx_f = wx_k.split([3 * d, d], 1)
-            u_h = (hk.view(-1, d) @ u_f.t()).view(-1, k, d)  # [L, K, D] U_f h_k
-            torch.sigmoid(wx_f.unsqueeze(1) + u_h, out=f_k)
-            torch.sum(hk, 1, out=hs_k)
+            torch.sigmoid(torch.addmm(wx_f.index_select(0, row), hk, u_f.t()), out=f_k)
+            hs_k.index_add_(0, row, hk)  # h~ = sum_k h_k
             pre = torch.addmm(wx_iou, hs_k, u_iou.t())  # [L, 3D]
             pre_io, pre_u = pre.split([2 * d, d], 1)
             i_o, tanh_u = g_k.split([2 * d, d], 1)
             torch.sigmoid(pre_io, out=i_o)
             torch.tanh(pre_u, out=tanh_u)
             i, o = i_o.chunk(2, 1)
-            # Missing children have c_k = 0, so their (non-zero) forget gates add nothing.
-            torch.add(i * tanh_u, (f_k * ck).sum(1), out=c_k)  # c = i*u + sum_k f_k*c_k
+            torch.mul(i, tanh_u, out=c_k).index_add_(0, row, f_k * ck)  # c = i*u + sum f_k*c_k
             torch.tanh(c_k, out=tc_k)
             torch.mul(o, tc_k, out=h_k)
         ctx.save_for_backward(u_iou, u_f, h_kids, c_kids, f, h_sum, gates, tanh_c)
-        ctx.plan = plan  # type: ignore[attr-defined]
+        ctx.plan, ctx.slots = plan, slots  # type: ignore[attr-defined]
         return h_all[:-1]
 
     @staticmethod
@@ -95,31 +96,33 @@ class _Forest(torch.autograd.Function):
     def backward(ctx: Any, grad_h: torch.Tensor) -> tuple[Any, ...]:
         u_iou, u_f, h_kids, c_kids, f, h_sum, gates, tanh_c = ctx.saved_tensors
         plan: LevelOrder = ctx.plan
-        d, (m, k) = grad_h.shape[1], plan.kids.shape
+        slots: ChildSlots = ctx.slots
+        d, m = grad_h.shape[1], gates.shape[0]
         dh_all = torch.cat([grad_h, grad_h.new_zeros(1, d)])  # [N + 1, D]
         dc_all = torch.zeros_like(dh_all)  # [N + 1, D]
-        d_wx = grad_h.new_empty(m, 4 * d)  # [M, 4D] gradient of the pre-activations
-        d_f = grad_h.new_empty(m, k, d)  # [M, K, D] forget gates, before the sigmoid
-        levels = plan.levels(
-            [d_wx, d_f, c_kids, f, gates, tanh_c], [dh_all, dc_all]
-        )  # [L, K], [L, 4D], [L, K, D] x3, [L, 3D], [L, D], [L, D] x2
-        for kids, d_wx_k, d_f_k, ck, f_k, g_k, tc_k, dh, dc in reversed(levels):  # top down
+        d_wx = grad_h.new_zeros(m, 4 * d)  # [M, 4D] gradient of the pre-activations
+        d_f = torch.empty_like(f)  # [S, D] forget gates, before the sigmoid
+        inner = plan.levels([d_wx, gates, tanh_c], [dh_all, dc_all])
+        levels = zip(slots.levels([d_f, c_kids, f]), inner, strict=True)
+        for (where, row, d_f_k, ck, f_k), (_, d_wx_k, g_k, tc_k, dh, dc) in reversed(
+            list(levels)
+        ):  # top down; [S_l], [S_l], [S_l, D] x3; [L, 4D], [L, 3D], [L, D] x3
             i, o, tanh_u = g_k.split([d, d, d], 1)
             dc = dc + dh * o * (1 - tc_k * tc_k)  # through h = o * tanh(c)
             d_iou, d_fk = d_wx_k.split([3 * d, d], 1)
             slopes = torch.cat([i * (1 - i), o * (1 - o), 1 - tanh_u * tanh_u], 1)  # [L, 3D]
             torch.mul(torch.cat([dc * tanh_u, dh * tc_k, dc * i], 1), slopes, out=d_iou)
-            torch.mul(dc.unsqueeze(1) * ck, f_k * (1 - f_k), out=d_f_k)  # [L, K, D]
-            torch.sum(d_f_k, 1, out=d_fk)
+            dc_slot = dc.index_select(0, row)  # [S_l, D] the parent's dc at each slot
+            torch.mul(dc_slot * ck, f_k * (1 - f_k), out=d_f_k)  # [S_l, D]
+            d_fk.index_add_(0, row, d_f_k)
             # Every child gets U_iou's share of h~ and its own forget gate's share.
-            d_h_kids = (d_f_k.view(-1, d) @ u_f).view(-1, k, d) + (d_iou @ u_iou).unsqueeze(1)
-            flat = kids.view(-1)
-            dh_all.index_add_(0, flat, d_h_kids.view(-1, d))
-            dc_all.index_add_(0, flat, (dc.unsqueeze(1) * f_k).view(-1, d))
+            d_h_kids = torch.addmm((d_iou @ u_iou).index_select(0, row), d_f_k, u_f)  # [S_l, D]
+            dh_all.index_add_(0, where, d_h_kids)
+            dc_all.index_add_(0, where, dc_slot * f_k)
         n0 = plan.sizes[0]
         d_u_iou = d_wx[:, : 3 * d].t() @ h_sum  # [3D, D], one matmul over every inner node
-        d_u_f = d_f.view(-1, d).t() @ h_kids.view(-1, d)  # [D, D], over every child slot
-        return dh_all[:n0], dc_all[:n0], d_wx, d_u_iou, d_u_f, None
+        d_u_f = d_f.t() @ h_kids  # [D, D], over every child slot
+        return dh_all[:n0], dc_all[:n0], d_wx, d_u_iou, d_u_f, None, None
 
 
 class ChildSumTreeLSTM(nn.Module):
@@ -152,6 +155,7 @@ class ChildSumTreeLSTM(nn.Module):
         leaf_c = torch.sigmoid(i) * torch.tanh(u)  # [L0, D]
         leaf_h = torch.sigmoid(o) * torch.tanh(leaf_c)  # [L0, D]
         u_iou, u_f = self.hidden_iou.weight, self.hidden_f.weight
-        h = run_forest(_Forest, [leaf_h, leaf_c, wx_inner], u_f.dtype, u_iou, u_f, plan)  # [N, D]
+        slots = ChildSlots.of(batch, plan)
+        h = run_forest(_Forest, [leaf_h, leaf_c, wx_inner], u_f.dtype, u_iou, u_f, plan, slots)
         logits = self.classify(self.dropout(h)).index_select(0, plan.position)  # [N, C]
         return Output(logits, node_loss(logits, batch.targets))

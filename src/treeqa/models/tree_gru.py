@@ -8,17 +8,19 @@ relation of child v to u. Tags and relations come with dependency-parsed SST; on
 trees ``tag_dim = rel_dim = 0``.
 
 Batched per level: the per-child loop becomes steps over the i-th child of every node of the
-level, as many as the level's widest node has children (``TreeBatch.level_arity``; on
-dependency trees a batch's widest node is ~4x the typical one), and a node with fewer than
-i + 1 children keeps its state at step i. The inner levels
-run inside one autograd function (``_Forest``) with the backward written out, as in
-``tree_lstm.py``; tests check it against the recursive reference and finite differences. The
-report's bugs are absent: every gate has its own weights (no ``self.Ur = self.Uz``) and states
-live in a per-forward buffer, never on the trees.
+level. A level's nodes come most children first (``TreeBatch.level_steps``), so step i runs
+on the prefix of nodes that have an i-th child and the rest keep their states: packed, like
+``PackedSequence``, with no padded child slots and no masks (on dependency SST, padding each
+level to its widest node would run 2.6x as many child steps at batch 25, 3.5x at batch 256).
+The inner levels run inside one autograd function (``_Forest``) with the backward written
+out, as in ``tree_lstm.py``; tests check it against the recursive reference and finite
+differences. The report's bugs are absent: every gate has its own weights (no
+``self.Ur = self.Uz``) and states live in a per-forward buffer, never on the trees.
 
-Shape letters: N nodes in the forest, M inner nodes, L nodes in one level, U distinct (word,
-tag) inputs in the batch, K most children of a node, E word vector size, T tag vector size,
-R relation vector size, A attention hidden size, D hidden size, G = 3D + A, C classes.
+Shape letters: N nodes in the forest, M inner nodes, L nodes in one level, n_i the nodes of a
+level that have an i-th child, S child slots (one per non-root node), U distinct (word, tag)
+inputs in the batch, E word vector size, T tag vector size, R relation vector size, A
+attention hidden size, D hidden size, G = 3D + A, C classes.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from treeqa.data.batching import TreeBatch
 from treeqa.models.common import Dropout, Output, node_loss, word_embedding
-from treeqa.models.tree_levels import LevelOrder, run_forest
+from treeqa.models.tree_levels import ChildSlots, LevelOrder, run_forest
 
 CELLS = ("gru", "seed")
 
@@ -85,72 +87,68 @@ def gru_update(gx: torch.Tensor, gh: torch.Tensor, h: torch.Tensor, cell: str) -
 class _Forest(torch.autograd.Function):
     """Leaf states -> the state of every node in level order, with the backward written out.
 
-    Computed outside, by autograd: ``base`` [M, G] = W_own [w_u; t_u] + b for each inner node,
-    and ``rel`` [M, K, G] = W_rel r_v for each child slot (or None); G = 3D + A. For each level
-    and child step i: ``pre = base + W_state k_v + rel``, a GRU step against ``gh = U h + b_h``,
-    the attention gate, and a node with no i-th child keeps its state. One matmul per level
-    gives W_state k_v for all K children, and the weight gradients are one matmul each over
-    every child slot of the forest ([M, K, ...] buffers, node-major).
+    Computed outside, by autograd: ``fixed`` [S, G] = W_own [w_u; t_u] + b + W_rel r_v for
+    each child slot (``ChildSlots``), G = 3D + A. For each level and child step i:
+    ``pre = fixed + W_state k_v``, a GRU step against ``gh = U h + b_h``, the attention gate.
+    Step i of a level updates the states of its first n_i nodes, those with an i-th child; the
+    others keep theirs. One matmul per level gives W_state k_v for all of its slots, and the
+    weight gradients are one matmul each over every slot of the forest.
     """
 
     @staticmethod
     def forward(
         ctx: FunctionCtx,
         leaf: torch.Tensor,  # [L0, D]
-        base: torch.Tensor,  # [M, G]
-        rel: torch.Tensor | None,  # [M, K, G]
+        fixed: torch.Tensor,  # [S, G]
         w_state: torch.Tensor,  # [G, D]
         w_hidden: torch.Tensor,  # [3D, D]
         b_hidden: torch.Tensor,  # [3D]
         w_att: torch.Tensor | None,  # [1, A]
         b_att: torch.Tensor | None,  # [1]
         plan: LevelOrder,
+        slots: ChildSlots,
         cell: str,
     ) -> torch.Tensor:
-        d, (m, k), g = leaf.shape[1], plan.kids.shape, w_state.shape[0]
-        n = m + plan.sizes[0]
+        d, m, (s, g) = leaf.shape[1], plan.kids.shape[0], fixed.shape
         h_all = torch.cat([leaf, leaf.new_zeros(m + 1, d)])  # [N + 1, D]
-        # Slots past a level's widest node are never written: zero, so that the forest-wide
-        # weight-gradient matmuls read zeros there.
-        child = leaf.new_zeros(m, k, d)  # [M, K, D] the child state each step reads
-        before = leaf.new_zeros(m, k, d)  # [M, K, D] the node's state before each step
-        att = leaf.new_zeros(m, k, g - 3 * d)  # [M, K, A] tanh of the attention input
-        extra = [rel] if rel is not None else []
+        child = leaf.new_empty(s, d)  # [S, D] the child state each step reads
+        before = leaf.new_zeros(s, d)  # [S, D] the node's state before each step (0 at the first)
+        att = leaf.new_empty(s, g - 3 * d)  # [S, A] tanh of the attention input
         steps = []  # per level and step, bottom up: what the backward needs
-        levels = plan.levels([base, child, before, att, *extra], [h_all])
-        for width, (kids, base_k, child_k, before_k, att_k, *rel_k, h_k) in zip(
-            plan.arity, levels, strict=True
-        ):  # [L, K], [L, G], [L, K, D], [L, K, D], [L, K, A], ([L, K, G]), [L, D]
-            kids = kids[:, :width]  # [L, W]: steps past the level's widest node would be no-ops
-            slots = h_all.index_select(0, kids.reshape(-1))  # [L*W, D]
-            child_k[:, :width] = slots.view(-1, width, d)
-            pre_k = (slots @ w_state.t()).view(-1, width, g) + base_k.unsqueeze(1)
-            if rel_k:
-                pre_k = pre_k + rel_k[0][:, :width]  # [L, W, G]
-            h = leaf.new_zeros(kids.shape[0], d)  # [L, D], before the first child
-            for i, pre in enumerate(pre_k.unbind(1)):  # [L, G]
+        levels = slots.levels([fixed, child, before, att])
+        h_levels = h_all[:-1].split(plan.sizes)[1:]
+        for sizes, (where, _, fixed_k, child_k, before_k, att_k), h_k in zip(
+            slots.steps, levels, h_levels, strict=True
+        ):  # [S_l], [S_l, G], [S_l, D], [S_l, D], [S_l, A], [L, D]
+            torch.index_select(h_all, 0, where, out=child_k)
+            pre_k = torch.addmm(fixed_k, child_k, w_state.t())  # [S_l, G]
+            h = leaf.new_zeros(sizes[0], d)  # [L, D], before the first child
+            parts = [t.split(sizes) for t in (pre_k, before_k, att_k)]
+            for i, (pre, before_i, att_i) in enumerate(zip(*parts, strict=True)):  # n_i rows
+                h_i = h[: pre.shape[0]]  # [n_i, D] the nodes with an i-th child
                 if i:
-                    before_k[:, i] = h
-                gh = torch.addmm(b_hidden, h, w_hidden.t()) if i else b_hidden.expand(len(h), -1)
+                    before_i.copy_(h_i)
+                    gh = torch.addmm(b_hidden, h_i, w_hidden.t())  # [n_i, 3D]
+                else:
+                    gh = b_hidden.expand(len(h_i), -1)
                 x_rz, x_n, x_att = pre.split([2 * d, d, g - 3 * d], 1)
-                gh_rz, gh_n = gh.split([2 * d, d], 1)  # [L, 2D], [L, D]
-                rz = torch.sigmoid(x_rz + gh_rz)  # [L, 2D]
+                gh_rz, gh_n = gh.split([2 * d, d], 1)  # [n_i, 2D], [n_i, D]
+                rz = torch.sigmoid(x_rz + gh_rz)  # [n_i, 2D]
                 r, z = rz.chunk(2, 1)
-                cand = torch.tanh(x_n + r * gh_n)  # [L, D]
+                cand = torch.tanh(x_n + r * gh_n)  # [n_i, D]
                 # seed: r*h + (1-z)*cand; gru: (1-z)*cand + z*h
-                gru = r * h + (1 - z) * cand if cell == "seed" else torch.lerp(cand, h, z)
+                gru = r * h_i + (1 - z) * cand if cell == "seed" else torch.lerp(cand, h_i, z)
                 new, gate = gru, None
                 if w_att is not None and b_att is not None:
-                    t = torch.tanh(x_att, out=att_k[:, i])  # [L, A]
-                    gate = torch.sigmoid(torch.addmm(b_att, t, w_att.t()))  # [L, 1]
-                    new = torch.lerp(h, gru, gate)  # gate*gru + (1-gate)*h
-                no_child = kids[:, i : i + 1] == n if i else None  # [L, 1]
-                steps.append((rz, cand, gh_n, gru, gate, no_child))
-                h = new if no_child is None else torch.where(no_child, h, new)
+                    t = torch.tanh(x_att, out=att_i)  # [n_i, A]
+                    gate = torch.sigmoid(torch.addmm(b_att, t, w_att.t()))  # [n_i, 1]
+                    new = torch.lerp(h_i, gru, gate)  # gate*gru + (1-gate)*h
+                steps.append((rz, cand, gh_n, gru, gate))
+                h_i.copy_(new)
             h_k.copy_(h)
         ctx.save_for_backward(w_state, w_hidden, child, before, att)
-        ctx.w_att, ctx.has_rel = w_att, rel is not None  # type: ignore[attr-defined]
-        ctx.steps, ctx.plan, ctx.cell = steps, plan, cell  # type: ignore[attr-defined]
+        ctx.w_att, ctx.steps = w_att, steps  # type: ignore[attr-defined]
+        ctx.plan, ctx.slots, ctx.cell = plan, slots, cell  # type: ignore[attr-defined]
         return h_all[:-1]
 
     @staticmethod
@@ -159,59 +157,60 @@ class _Forest(torch.autograd.Function):
         w_state, w_hidden, child, before, att = ctx.saved_tensors
         w_att: torch.Tensor | None = ctx.w_att
         plan: LevelOrder = ctx.plan
-        d, (m, k), g = grad.shape[1], plan.kids.shape, w_state.shape[0]
+        slots: ChildSlots = ctx.slots
+        d, (s, g) = grad.shape[1], (child.shape[0], w_state.shape[0])
         dh_all = torch.cat([grad, grad.new_zeros(1, d)])  # [N + 1, D]
-        # Zero past each level's widest node (no step there), as in the forward's buffers.
-        d_pre = grad.new_zeros(m, k, g)  # [M, K, G]
-        d_gh = grad.new_zeros(m, k, 3 * d)  # [M, K, 3D]
-        d_logit = grad.new_zeros(m, k, 1)  # [M, K, 1] attention gate, before its sigmoid
+        d_pre = grad.new_empty(s, g)  # [S, G]
+        d_gh = grad.new_empty(s, 3 * d)  # [S, 3D]
+        d_logit = grad.new_empty(s, 1)  # [S, 1] attention gate, before its sigmoid
         steps = iter(reversed(ctx.steps))
-        levels = plan.levels([d_pre, d_gh, d_logit, before, att], [dh_all])
-        for width, (kids, d_pre_k, d_gh_k, d_logit_k, before_k, att_k, dh) in reversed(
-            list(zip(plan.arity, levels, strict=True))
+        levels = slots.levels([d_pre, d_gh, d_logit, before, att])
+        dh_levels = dh_all[:-1].split(plan.sizes)[1:]
+        for sizes, (where, _, d_pre_k, d_gh_k, d_logit_k, before_k, att_k), dh_k in reversed(
+            list(zip(slots.steps, levels, dh_levels, strict=True))
         ):
-            for i in reversed(range(width)):  # dh: [L, D] gradient of the state after step i
-                rz, cand, gh_n, gru, gate, no_child = next(steps)
-                h = before_k[:, i]  # [L, D]
-                d_new = dh if no_child is None else dh.masked_fill(no_child, 0)
-                # kept state where the node has no i-th child
-                d_h: torch.Tensor | float = 0 if no_child is None else dh.masked_fill(~no_child, 0)
-                d_gru, d_att = d_new, []
+            dh = dh_k.clone()  # [L, D] gradient of the states after the level's last step
+            parts = [t.split(sizes) for t in (d_pre_k, d_gh_k, d_logit_k, before_k, att_k)]
+            for i, (d_pre_i, d_gh_i, d_logit_i, h, t) in reversed(
+                list(enumerate(zip(*parts, strict=True)))
+            ):
+                rz, cand, gh_n, gru, gate = next(steps)
+                d_new = dh[: len(h)]  # [n_i, D] of the state after step i; h: the one before
+                d_gru, d_att, d_kept = d_new, [], None
                 if gate is not None and w_att is not None:
                     d_gru = d_new * gate
-                    d_gate = (d_new * (gru - h)).sum(1, keepdim=True)  # [L, 1]
-                    d_logit_k[:, i] = d_gate * gate * (1 - gate)
-                    t = att_k[:, i]  # [L, A]
-                    d_att = [(d_logit_k[:, i] @ w_att) * (1 - t * t)]
-                    d_h = d_h + d_new * (1 - gate)
+                    d_gate = (d_new * (gru - h)).sum(1, keepdim=True)  # [n_i, 1]
+                    torch.mul(d_gate, gate * (1 - gate), out=d_logit_i)
+                    d_att = [(d_logit_i @ w_att) * (1 - t * t)]  # t: [n_i, A]
+                    d_kept = d_new * (1 - gate)  # through the (1 - gate) * h term
                 r, z = rz.chunk(2, 1)
-                d_xn = d_gru * (1 - z) * (1 - cand * cand)  # [L, D] through tanh to x_n
-                d_r = d_xn * gh_n  # [L, D]
+                d_xn = d_gru * (1 - z) * (1 - cand * cand)  # [n_i, D] through tanh to x_n
+                d_r = d_xn * gh_n  # [n_i, D]
                 if ctx.cell == "seed":
-                    d_z, d_r, d_h = -d_gru * cand, d_r + d_gru * h, d_h + d_gru * r
+                    d_z, d_r, d_h = -d_gru * cand, d_r + d_gru * h, d_gru * r
                 else:
-                    d_z, d_h = d_gru * (h - cand), d_h + d_gru * z
-                d_rz = torch.cat([d_r, d_z], 1) * rz * (1 - rz)  # [L, 2D]
-                d_pre_k[:, i] = torch.cat([d_rz, d_xn, *d_att], 1)
-                d_gh_k[:, i] = torch.cat([d_rz, d_xn * r], 1)
+                    d_z, d_h = d_gru * (h - cand), d_gru * z
+                if d_kept is not None:
+                    d_h = d_h + d_kept
+                d_rz = torch.cat([d_r, d_z], 1) * rz * (1 - rz)  # [n_i, 2D]
+                torch.cat([d_rz, d_xn, *d_att], 1, out=d_pre_i)
+                torch.cat([d_rz, d_xn * r], 1, out=d_gh_i)
                 if i:  # the state before the first child is zero: nothing to pass back
-                    dh = d_h + d_gh_k[:, i] @ w_hidden
-            d_children = d_pre_k[:, :width].reshape(-1, g) @ w_state  # [L*W, D]
-            dh_all.index_add_(0, kids[:, :width].reshape(-1), d_children)
+                    d_new.copy_(torch.addmm(d_h, d_gh_i, w_hidden))
+            dh_all.index_add_(0, where, d_pre_k @ w_state)  # [S_l, D] to the children
         d_w_att = d_b_att = None
         if w_att is not None:
-            d_w_att = d_logit.view(-1, 1).t() @ att.view(-1, att.shape[2])  # [1, A]
-            d_b_att = d_logit.view(-1, 1).sum(0)  # [1]
-        d_gh_flat = d_gh.view(-1, 3 * d)  # [M*K, 3D]
+            d_w_att = d_logit.t() @ att  # [1, A]
+            d_b_att = d_logit.sum(0)  # [1]
         return (
             dh_all[: plan.sizes[0]],
-            d_pre.sum(1),  # [M, G]
-            d_pre if ctx.has_rel else None,
-            d_pre.view(-1, g).t() @ child.view(-1, d),  # [G, D]
-            d_gh_flat.t() @ before.view(-1, d),  # [3D, D]
-            d_gh_flat.sum(0),  # [3D]
+            d_pre,  # [S, G]
+            d_pre.t() @ child,  # [G, D]
+            d_gh.t() @ before,  # [3D, D]
+            d_gh.sum(0),  # [3D]
             d_w_att,
             d_b_att,
+            None,
             None,
             None,
         )
@@ -270,15 +269,13 @@ class TreeGRU(nn.Module):
         words, tag_ids = distinct // self.config.num_tags, distinct % self.config.num_tags
         return torch.cat([self.embed(words), self.tag_vectors(tag_ids)], 1), index
 
-    def relation_part(self, batch: TreeBatch, w_rel: torch.Tensor) -> torch.Tensor | None:
-        """[N + 1, 3D + A] W r_v for every node as a child (row N, "no child", is zero)."""
-        if self.rel_vectors is None:
-            return None
+    def relation_vectors(self, batch: TreeBatch, slots: ChildSlots) -> torch.Tensor:
+        """[S, R] the vector of each child slot's relation to its parent."""
+        assert self.rel_vectors is not None
         rels = batch.rels  # [N] int64 relation of each node to its parent
         if rels is None:
             raise ValueError("model.rel_dim > 0 but the batch has no relations; use rel_dim = 0")
-        part = F.linear(self.rel_vectors(rels), w_rel)  # [N, 3D + A]
-        return torch.cat([part, part.new_zeros(1, part.shape[1])])
+        return self.rel_vectors(rels.index_select(0, slots.child))
 
     def forward(self, batch: TreeBatch) -> Output:
         cfg = self.config
@@ -288,23 +285,20 @@ class TreeGRU(nn.Module):
         w = self.node_in.weight  # [3D + A, E + T + D + R]
         split = own.shape[1]
         w_own, w_state, w_rel = w[:, :split], w[:, split : split + d], w[:, split + d :]
-        rel = self.relation_part(batch, w_rel)  # [N + 1, 3D + A] or None
         plan = LevelOrder.of(batch)
+        slots = ChildSlots.of(batch, plan)
 
         gx = self.leaf_in(own).index_select(0, own_row.index_select(0, plan.leaves))  # [L0, 3D]
         zero = gx.new_zeros(gx.shape[0], d)  # [L0, D]
         leaf = gru_update(gx, self.leaf_hidden_bias.expand_as(gx), zero, cfg.cell)  # [L0, D]
-        base_own = F.linear(own, w_own, self.node_in.bias)  # [U, 3D + A]
-        base = base_own.index_select(0, own_row.index_select(0, plan.inner))  # [M, 3D + A]
-        m, k = plan.child_ids.shape
-        # [M, K, 3D + A] W r_v of each child slot (row N of rel, "no child", is zero)
-        rel_slots = (
-            None if rel is None else rel.index_select(0, plan.child_ids.view(-1)).view(m, k, -1)
-        )
+        base = F.linear(own, w_own, self.node_in.bias)  # [U, 3D + A]
+        fixed = base.index_select(0, own_row.index_select(0, slots.parent))  # [S, 3D + A]
+        if self.rel_vectors is not None:
+            fixed = fixed + F.linear(self.relation_vectors(batch, slots), w_rel)
         att = self.attention
         k_all = run_forest(
             _Forest,
-            [leaf, base, rel_slots],
+            [leaf, fixed],
             w_state.dtype,
             w_state,
             self.node_hidden.weight,
@@ -312,6 +306,7 @@ class TreeGRU(nn.Module):
             None if att is None else att.weight,
             None if att is None else att.bias,
             plan,
+            slots,
             cfg.cell,
         )  # [N, D] in level order
         logits = self.classify(self.dropout(k_all)).index_select(0, plan.position)  # [N, C]

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from treeqa.data.batching import TreeBatch
@@ -31,7 +32,6 @@ class LevelOrder:
     child_ids: torch.Tensor  # [M, K] the same children as node ids (N = none)
     order: torch.Tensor  # [N] node id at each position
     position: torch.Tensor  # [N] position of each node id
-    arity: list[int]  # per inner level, the most children of one of its nodes (<= K)
 
     @classmethod
     def of(cls, batch: TreeBatch, arity: int | None = None) -> LevelOrder:
@@ -42,9 +42,7 @@ class LevelOrder:
         position[n] = n  # "no child" stays the zero row
         sizes = [int(level.shape[0]) for level in batch.levels]
         child_ids = child_slots(batch, arity).index_select(0, order[sizes[0] :])  # [M, K]
-        k = child_ids.shape[1]
-        widest = list(batch.level_arity[1:]) or [k] * (len(sizes) - 1)
-        return cls(sizes, position[child_ids], child_ids, order, position[:n], widest)
+        return cls(sizes, position[child_ids], child_ids, order, position[:n])
 
     @property
     def leaves(self) -> torch.Tensor:
@@ -66,6 +64,48 @@ class LevelOrder:
         parts += [t.split(sizes) for t in inner]
         parts += [t[:-1].split(self.sizes)[1:] for t in tables]
         return list(zip(*parts, strict=True))
+
+
+@dataclass(frozen=True)
+class ChildSlots:
+    """The forest's real child slots, S in all (one per non-root node), with no padding to
+    the widest node. Ordered as a model that steps through each node's children in turn
+    visits them (the Tree-GRU): level by level, then step i of the level, then the level's
+    nodes that have an i-th child. Those nodes are a prefix of the level
+    (``TreeBatch.level_steps``), so step i updates the first n_i states of the level and the
+    others keep theirs, with no masks. The Child-Sum Tree-LSTM sums over the same slots.
+    """
+
+    steps: list[tuple[int, ...]]  # per inner level: n_i, its nodes with an i-th child
+    position: torch.Tensor  # [S] level-order position of the slot's child
+    child: torch.Tensor  # [S] node id of the slot's child
+    parent: torch.Tensor  # [S] node id of the slot's parent
+    row: torch.Tensor  # [S] the parent's row within its level
+
+    @classmethod
+    def of(cls, batch: TreeBatch, plan: LevelOrder) -> ChildSlots:
+        steps = list(batch.level_steps[1:])
+        k = plan.kids.shape[1]
+        start, flat, rows = 0, [], []  # each slot's index into the [M, K] child tables
+        for size, level in zip(plan.sizes[1:], steps, strict=True):
+            for i, n in enumerate(level):  # step i: the level's first n nodes, child i
+                rows.append(np.arange(n))
+                flat.append((start + rows[-1]) * k + i)
+            start += size
+        empty = [np.zeros(0, np.int64)]
+        index, row = (
+            torch.from_numpy(np.concatenate(a or empty)).to(plan.kids.device) for a in (flat, rows)
+        )  # [S] each
+        parent = plan.inner.index_select(0, torch.div(index, k, rounding_mode="floor"))
+        return cls(steps, plan.kids.view(-1)[index], plan.child_ids.view(-1)[index], parent, row)
+
+    def levels(self, slotted: list[torch.Tensor]) -> list[tuple[torch.Tensor, ...]]:
+        """Per inner level, bottom up: its slots' ``position`` and ``row``, then each [S, ...]
+        tensor of ``slotted``, all cut to the level's slots (in step order; ``steps`` splits
+        them further)."""
+        sizes = [sum(level) for level in self.steps]
+        cut = [self.position, self.row, *slotted]
+        return list(zip(*(t.split(sizes) for t in cut), strict=True))
 
 
 def run_forest(
