@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 import torch
@@ -223,6 +224,30 @@ def test_v1_rows_without_answer_are_ignored() -> None:
     expected = F.cross_entropy(logits[:1, 0], starts[:1]) + F.cross_entropy(logits[:1, 1], ends[:1])
     assert loss is not None
     torch.testing.assert_close(loss, expected)
+
+
+def test_attention_dropout_defaults_to_dropout_and_can_be_switched_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[float] = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args: Any, dropout_p: float = 0.0, **kwargs: Any) -> torch.Tensor:
+        seen.append(dropout_p)
+        return sdpa(*args, dropout_p=dropout_p, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    batch = make_batch([9, 6], [5, 3])
+    for attention_dropout, expected in ((None, 0.1), (0.0, 0.0), (0.3, 0.3)):
+        net = model(dataclasses.replace(TINY, dropout=0.1, attention_dropout=attention_dropout))
+        seen.clear()
+        net.train()(batch)
+        assert seen and set(seen) == {expected}
+        seen.clear()
+        net.eval()(batch)
+        assert seen and set(seen) == {0.0}  # never in evaluation
+    with pytest.raises(ValueError, match="attention_dropout"):
+        model(dataclasses.replace(TINY, attention_dropout=1.0))
 
 
 def test_stochastic_depth_skips_and_rescales() -> None:

@@ -49,7 +49,11 @@ class QANetConfig:
     model_passes: int = 3
     """Times the model-encoder stack is applied (shared weights), giving M0, M1, M2."""
     dropout: float = 0.1
-    """Dropout between layers, on word embeddings and on attention weights."""
+    """Dropout between layers and on word embeddings (paper: 0.1)."""
+    attention_dropout: float | None = None
+    """Dropout on the self-attention weights; None = ``dropout``. The paper does not mention
+    it; the reference TensorFlow implementation applies ``dropout`` there. 0 lets a CPU run use
+    SDPA's fused kernel, which has no dropout: 1.3-1.7x faster steps for the reduced CPU model."""
     char_dropout: float = 0.05
     survival: float = 0.9
     """Stochastic depth: survival probability p_L of the last sublayer of a stack (sublayer l
@@ -174,7 +178,9 @@ class EncoderBlock(nn.Module):
         self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(convs + 2))
         self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.ffn = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d))
-        self.heads, self.attn_dropout = config.heads, config.dropout
+        self.heads = config.heads
+        p = config.attention_dropout
+        self.attn_dropout = config.dropout if p is None else p
         self.drop = nn.Dropout(config.dropout)
         p_last = config.survival
         self.survival = [1 - (first + i + 1) / total * (1 - p_last) for i in range(convs + 2)]
@@ -307,6 +313,8 @@ class QANet(nn.Module):
             raise ValueError(
                 "model_passes must be at least 2: the pointers read M0, M1 and the last M"
             )
+        if not 0 <= (config.attention_dropout or 0) < 1:
+            raise ValueError(f"attention_dropout must be in [0, 1), got {config.attention_dropout}")
         table = torch.zeros(vocab_size, config.word_dim)
         if vectors is not None:
             table.copy_(torch.as_tensor(vectors, dtype=torch.float32))  # raises on a shape mismatch
