@@ -11,12 +11,18 @@ step, after warm-up steps) and peak memory, and the ratios faithful/naive.
     python benchmarks/bench_qanet.py --device cuda --amp bf16 --steps 50 --compile --only faithful
 
 ``--compile`` runs the model under ``torch.compile`` (one graph for forward and loss; the
-warm-up steps pay for compiling, so give at least 2).
+warm-up steps pay for compiling, so give at least 2). ``--model-config`` takes the model from
+a config file's ``[model]`` table instead of the paper's, e.g. the reduced CPU model, and
+``--attention-dropout 0`` switches off dropout on the attention weights:
+
+    python benchmarks/bench_qanet.py --model-config configs/qanet_cpu_small.toml --batch 16 \
+      --context 150 --question 20 --threads 1 --steps 5 --attention-dropout 0
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -24,6 +30,7 @@ import resource
 import subprocess
 import sys
 import time
+import tomllib
 from typing import Any
 
 import torch
@@ -51,6 +58,17 @@ def synthetic_batch(args: argparse.Namespace, vocab: int, chars: int) -> QABatch
     )
 
 
+def model_config(args: argparse.Namespace) -> QANetConfig:
+    """The paper's QANet, or a config file's [model] table; then --attention-dropout."""
+    table: dict[str, Any] = {}
+    if args.model_config:
+        with open(args.model_config, "rb") as f:
+            table = tomllib.load(f).get("model", {})
+    if args.attention_dropout is not None:
+        table["attention_dropout"] = args.attention_dropout
+    return dataclasses.replace(QANetConfig(), **table)
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Train ``args.only`` for warm-up + measured steps in this process."""
     if args.threads:
@@ -58,7 +76,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     torch.manual_seed(0)
     device = torch.device(args.device)
     vocab, chars = args.vocab, 256
-    model = MODELS[args.only](QANetConfig(), vocab, chars, torch.randn(vocab, 300)).to(device)
+    model = MODELS[args.only](model_config(args), vocab, chars, torch.randn(vocab, 300)).to(device)
     optimizer = torch.optim.Adam(
         [p for p in model.parameters() if p.requires_grad], lr=1e-3, betas=(0.8, 0.999), eps=1e-7
     )
@@ -137,6 +155,10 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
     parser.add_argument("--only", choices=sorted(MODELS), help="measure one model in this process")
     parser.add_argument("--compile", action="store_true", help="run the model under torch.compile")
+    parser.add_argument("--model-config", help="a config file whose [model] table sets the model")
+    parser.add_argument(
+        "--attention-dropout", type=float, help="dropout on attention weights (default: dropout)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     if args.only:
@@ -174,6 +196,8 @@ def main() -> int:
                 "question",
                 "chars",
                 "compile",
+                "model_config",
+                "attention_dropout",
             )
         },
         "machine": machine(args.device, args.threads),
