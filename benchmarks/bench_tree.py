@@ -330,7 +330,7 @@ def pair(r: dict[str, float]) -> str:
 def write_results(results: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     s = results["setup"]
-    stem = out / f"tree-{s['model']}{'-dep' if s.get('trees') == 'dependency' else ''}"
+    stem = out / f"tree-{s['model']}{'-dep' if s['trees'] == 'dependency' else ''}"
     stem.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     inf, tr, d = results["inference"], results["training_steps"], results["drift"]
     e25, e256 = results["epoch_b25"], results["epoch_b256"]
@@ -342,7 +342,7 @@ def write_results(results: dict[str, Any], out: Path) -> None:
         f" {s['torch_threads']} threads;"
         f" load average {s['load_average_start']:.2f} at start, {s['load_average_end']:.2f} at end"
         " (other jobs share the CPUs when it is above 0)",
-        f"- data: SST train ({s.get('trees', 'constituency')} trees), {s['train_sentences']}"
+        f"- data: SST train ({s['trees']} trees), {s['train_sentences']}"
         f" sentences; the reference is timed on the first"
         f" {s['reference_sentences']}",
         "",

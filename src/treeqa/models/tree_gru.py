@@ -122,7 +122,7 @@ class _Forest(torch.autograd.Function):
         ):  # [S_l], [S_l, G], [S_l, D], [S_l, D], [S_l, A], [L, D]
             torch.index_select(h_all, 0, where, out=child_k)
             pre_k = torch.addmm(fixed_k, child_k, w_state.t())  # [S_l, G]
-            h = leaf.new_zeros(sizes[0], d)  # [L, D], before the first child
+            h = h_k  # [L, D] the level's states, zero before the first child, updated in place
             parts = [t.split(sizes) for t in (pre_k, before_k, att_k)]
             for i, (pre, before_i, att_i) in enumerate(zip(*parts, strict=True)):  # n_i rows
                 h_i = h[: pre.shape[0]]  # [n_i, D] the nodes with an i-th child
@@ -145,7 +145,6 @@ class _Forest(torch.autograd.Function):
                     new = torch.lerp(h_i, gru, gate)  # gate*gru + (1-gate)*h
                 steps.append((rz, cand, gh_n, gru, gate))
                 h_i.copy_(new)
-            h_k.copy_(h)
         ctx.save_for_backward(w_state, w_hidden, child, before, att)
         ctx.w_att, ctx.steps = w_att, steps  # type: ignore[attr-defined]
         ctx.plan, ctx.slots, ctx.cell = plan, slots, cell  # type: ignore[attr-defined]
@@ -169,7 +168,7 @@ class _Forest(torch.autograd.Function):
         for sizes, (where, _, d_pre_k, d_gh_k, d_logit_k, before_k, att_k), dh_k in reversed(
             list(zip(slots.steps, levels, dh_levels, strict=True))
         ):
-            dh = dh_k.clone()  # [L, D] gradient of the states after the level's last step
+            dh = dh_k  # [L, D] of the states after the level's last step; read by no other level
             parts = [t.split(sizes) for t in (d_pre_k, d_gh_k, d_logit_k, before_k, att_k)]
             for i, (d_pre_i, d_gh_i, d_logit_i, h, t) in reversed(
                 list(enumerate(zip(*parts, strict=True)))
