@@ -53,7 +53,8 @@ class QANetConfig:
     attention_dropout: float | None = None
     """Dropout on the self-attention weights; None = ``dropout``. The paper does not mention
     it; the reference TensorFlow implementation applies ``dropout`` there. 0 lets a CPU run use
-    SDPA's fused kernel, which has no dropout: 1.3-1.7x faster steps for the reduced CPU model."""
+    SDPA's fused kernel, which has no dropout (1.28x faster steps in a CPU run of the reduced
+    model, the same F1 per step: benchmarks/results/qanet-cpu-curve.md)."""
     char_dropout: float = 0.05
     survival: float = 0.9
     """Stochastic depth: survival probability p_L of the last sublayer of a stack (sublayer l
