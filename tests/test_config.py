@@ -5,6 +5,7 @@ import pytest
 
 from treeqa.config import (
     ConfigError,
+    check_fields,
     from_dict,
     load_toml,
     merge_overrides,
@@ -79,3 +80,23 @@ def test_unknown_keys_and_bad_values_are_errors(tmp_path: Path) -> None:
     bad.write_text("[train\nlr=1")
     with pytest.raises(ConfigError, match="bad.toml"):
         load_toml(bad)
+
+
+def test_a_config_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes(b"[train]\nlr = 1\n# caf\xe9\n")
+    with pytest.raises(ConfigError) as err:
+        load_toml(bad)
+    assert str(err.value) == f"{bad}:3: not UTF-8 text (invalid continuation byte)"
+
+
+def test_check_fields_names_the_section_and_field() -> None:
+    check_fields(Inner(), "train", at_least={"lr": 0, "steps": 1}, choices={"name": ("inner",)})
+    with pytest.raises(ConfigError, match=r"^train\.steps: expected at least 1, got -2$"):
+        check_fields(Inner(steps=-2), "train", at_least={"steps": 1})
+    with pytest.raises(ConfigError, match=r"^train\.lr: expected at least 0, got nan$"):
+        check_fields(Inner(lr=float("nan")), "train", at_least={"lr": 0})
+    with pytest.raises(ConfigError, match=r"^train\.lr: expected less than 1, got 1\.5$"):
+        check_fields(Inner(lr=1.5), "train", below={"lr": 1})
+    with pytest.raises(ConfigError, match=r"^train\.name: expected one of a \| b, got 'c'$"):
+        check_fields(Inner(name="c"), "train", choices={"name": ("a", "b")})

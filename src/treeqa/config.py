@@ -30,6 +30,9 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: {err}") from err
+    except UnicodeDecodeError as err:
+        line = err.object[: err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text ({err.reason})") from err
     except OSError as err:
         raise ConfigError(f"{path}: cannot read config ({err.strerror})") from err
 
@@ -123,6 +126,32 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return value
     raise ConfigError(f"{where}: unsupported config type {tp}")
+
+
+def check_fields(
+    config: Any,
+    section: str,
+    *,
+    at_least: Mapping[str, float] = {},
+    below: Mapping[str, float] = {},
+    choices: Mapping[str, Sequence[str]] = {},
+) -> None:
+    """Raise :class:`ConfigError` naming ``section.field`` for the first value out of range or
+    not among its choices (``not value >= low``, so NaN is out of every range)."""
+    for name, low in at_least.items():
+        value = getattr(config, name)
+        if not value >= low:
+            raise ConfigError(f"{section}.{name}: expected at least {low}, got {value!r}")
+    for name, high in below.items():
+        value = getattr(config, name)
+        if not value < high:
+            raise ConfigError(f"{section}.{name}: expected less than {high}, got {value!r}")
+    for name, options in choices.items():
+        value = getattr(config, name)
+        if value not in options:
+            raise ConfigError(
+                f"{section}.{name}: expected one of {' | '.join(options)}, got {value!r}"
+            )
 
 
 def _unknown(key: str, known: Sequence[str], where: str) -> ConfigError:

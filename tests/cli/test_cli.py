@@ -145,3 +145,59 @@ def test_bad_input_gives_clear_errors(
     assert "no such checkpoint" in capsys.readouterr().err
     assert main(["predict", "--checkpoint", str(tmp_path / "nothing"), "(2 (2 a) (2 b"]) == 2
     assert "unbalanced" in capsys.readouterr().err
+
+
+def test_a_model_key_that_is_not_a_table_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('model = "tree_lstm"\n')  # meant [model] name = "tree_lstm"
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err == "treeqa train: error: config.model: expected a section (table), got 'tree_lstm'\n"
+
+
+def test_resume_with_another_out_is_refused_not_ignored(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    assert main(["train", "--resume", str(run), "--out", str(elsewhere)]) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa train: error: --out {elsewhere} with --resume {run}: "
+        f"a resumed run continues in {run}; drop --out\n"
+    )
+    assert not run.exists() and not elsewhere.exists()
+
+
+def test_an_empty_split_is_an_error_not_a_nan_score(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "dev", "test"):
+        (data / f"{split}.txt").write_text((demo_dir / f"{split}.txt").read_text())
+    (data / "dev.txt").write_text("\n")
+    assert main(["train", "--data", str(data), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"treeqa train: error: {data / 'dev.txt'}: no trees in the dev split\n"
+
+
+def test_serve_names_a_port_it_cannot_listen_on(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    run = tmp_path / "run"
+    assert main(["train", "--data", str(demo_dir), "--epochs", "1", "--out", str(run)]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["serve", str(run), "--port", "70000"])
+    assert "argument --port: expected a port in 0-65535, got 70000" in capsys.readouterr().err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", str(run), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"treeqa serve: error: cannot listen on 127.0.0.1:{port}: ")
+    assert err.count("\n") == 1

@@ -99,3 +99,57 @@ def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
             main([*argv, "--help"])
         assert exit_.value.code == 0
         assert "example:" in capsys.readouterr().out
+
+
+def test_prepare_squad_overwrite_replaces_only_a_prepared_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "train.json").write_text(json.dumps(squad("v1.1")))
+    (tmp_path / "vectors.txt").write_text("fort 0.1 0.2\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    argv = ["data", "prepare", "squad", "--train", str(tmp_path / "train.json"),
+            "--dev", str(tmp_path / "train.json"), "--vectors", str(tmp_path / "vectors.txt"),
+            "--out", str(mine)]  # fmt: skip
+    assert main(argv) == 2
+    assert "exists and is not empty (--overwrite replaces it)" in capsys.readouterr().err
+    assert main([*argv, "--overwrite"]) == 2  # was: the folder deleted, notes and all
+    assert capsys.readouterr().err == (
+        f"treeqa data: error: {mine} is not a prepared SQuAD directory (no treeqa-squad "
+        "meta.json), so --overwrite does not delete it; give another --out\n"
+    )
+    assert (mine / "notes.txt").read_text() == "keep me"
+    for flag, value, message in (
+        ("--context-limit", "0", "expected a whole number of at least 1, got 0"),
+        ("--char-limit", "-2", "expected a whole number of at least 1, got -2"),
+        ("--negative-fraction", "1.5", "expected a number in [0, 1], got 1.5"),
+    ):
+        with pytest.raises(SystemExit):
+            main([*argv, flag, value])
+        assert f"argument {flag}: {message}" in capsys.readouterr().err
+
+
+def test_predict_qa_input_lines_name_the_line_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = json.dumps({"context": CONTEXT, "question": "Where?"})
+    cases = {
+        "not json": "2: invalid JSON: Expecting value",
+        '["a", "b"]': '2: expected {"context": ..., "question": ...}',
+        '{"context": "Paris."}': "2: field 'question': expected a non-empty string",
+        '{"context": 5, "question": "Where?"}': "2: field 'context': expected a non-empty string",
+        '{"context": "  ", "question": "Where?"}': "2: field 'context': expected a non-empty string",
+    }
+    path = tmp_path / "in.jsonl"
+    for line, message in cases.items():
+        path.write_text(f"{good}\n{line}\n")
+        # The input is read before the checkpoint is loaded: none is needed to find the error.
+        argv = ["predict", "qa", "--checkpoint", str(tmp_path / "none"), "--input", str(path)]
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"treeqa predict: error: {path}:{message}\n"
+    path.write_bytes(good.encode() + b'\n{"context": "caf\xe9"}\n')
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa predict: error: {path}:2: not UTF-8 text (invalid continuation byte)\n"
+    )

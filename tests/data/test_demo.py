@@ -187,3 +187,17 @@ def test_generation_is_fast() -> None:
     start = time.perf_counter()
     generate(2600, seed=3)
     assert time.perf_counter() - start < 1.0
+
+
+def test_write_demo_never_replaces_another_treebank(tmp_path: Path) -> None:
+    mine = tmp_path / "sst" / "train.txt"
+    mine.parent.mkdir()
+    mine.write_text("(4 (4 mine))\n")
+    with pytest.raises(FileExistsError) as err:
+        write_demo(mine.parent)
+    assert str(err.value) == (
+        f"{mine} exists and is not this demo treebank; write the demo into another folder"
+    )
+    assert mine.read_text() == "(4 (4 mine))\n" and not (mine.parent / "dev.txt").exists()
+    first = write_demo(tmp_path / "demo")
+    assert write_demo(tmp_path / "demo") == first  # the demo itself may be written again

@@ -102,6 +102,13 @@ def test_broken_json_names_line_and_column(tmp_path: Path) -> None:
         read_dependency_trees(path)
 
 
+def test_not_utf8_names_the_line_of_the_bad_byte(tmp_path: Path) -> None:
+    path = tmp_path / "dev.jsonl"
+    path.write_bytes((json.dumps(RECORD) + "\n").encode() * 2 + b'{"tokens": ["\xff"]}\n')
+    with pytest.raises(TreeSyntaxError, match=r"dev\.jsonl:3:14: not UTF-8 text"):
+        read_dependency_trees(path)
+
+
 def test_labels_project_from_constituents_with_the_same_span() -> None:
     constituency = parse_tree(CONSTITUENCY)
     # "is" covers the whole sentence: the root always takes the sentence label.

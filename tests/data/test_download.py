@@ -254,3 +254,14 @@ def test_cli_download_through_a_mirror(
     assert (tmp_path / "sst" / "test.txt").is_file()
     assert main(["data", "download", "nope", "--dir", str(tmp_path)]) == 2
     assert "sst" in capsys.readouterr().err
+
+
+def test_cli_download_failure_is_one_line_naming_the_url(
+    server: FileServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from treeqa.cli.main import main
+
+    argv = ["data", "download", "squad", "--dir", str(tmp_path), "--base-url", server.url]
+    assert main(argv) == 2  # was a DownloadError traceback
+    err = capsys.readouterr().err
+    assert err == f"treeqa data download: error: {server.url}/train-v1.1.json: HTTP 404 Not Found\n"

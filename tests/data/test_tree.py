@@ -79,6 +79,15 @@ def test_blank_lines_are_skipped_and_not_utf8_is_an_error(tmp_path: Path) -> Non
         read_trees(path)
 
 
+def test_not_utf8_names_the_line_and_column_of_the_bad_byte(tmp_path: Path) -> None:
+    # The reader decodes ahead in blocks; the error must still point at line 3, not line 1.
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"(2 a)\n(2 \xc3\xa9t\xc3\xa9)\n(2 \xc3\xa9g\xff)\n")  # line 2: valid UTF-8
+    with pytest.raises(TreeSyntaxError) as err:
+        read_trees(path)
+    assert str(err.value) == f"{path}:3:6: not UTF-8 text (invalid start byte)"
+
+
 def test_unlabelled_trees_parse_and_write() -> None:
     t = parse_tree("((the) ((movie) (rocks)))")
     assert np.all(t.labels == -1)

@@ -323,3 +323,28 @@ def test_lightning_adapter_is_optional() -> None:
     from treeqa.health.lightning import HealthCallback
 
     assert HealthCallback().monitor is not None
+
+
+def test_cli_doctor_bad_arguments_are_one_line_before_any_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from treeqa.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "train.py"
+    script.write_text("open('ran.txt', 'w').close()\n")
+    missing = tmp_path / "nosuch.py"
+    for argv, message in (
+        (["--", "python", str(missing)], f"{missing}: no such script"),
+        (["--", "python", "-m", "nosuch_module"], "-m nosuch_module: no such module"),
+        (["--json", str(tmp_path), "--", "python", str(script)], f"--json {tmp_path}: a directory"),
+    ):
+        assert main(["doctor", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"treeqa doctor: error: {message}") and err.count("\n") == 1
+    with pytest.raises(SystemExit):
+        main(["doctor", "--every", "0", "--", "python", str(script)])
+    assert (
+        "argument --every: expected a whole number of at least 1, got 0" in capsys.readouterr().err
+    )
+    assert not (tmp_path / "ran.txt").exists()  # the script never started

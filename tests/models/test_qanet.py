@@ -347,3 +347,16 @@ def test_bf16_autocast_on_gpu_matches_float32() -> None:
         for p in net.parameters()
         if p.requires_grad
     )
+
+
+def test_sizes_and_dropout_out_of_range_name_the_field() -> None:
+    # heads = 0 was a ZeroDivisionError, dropout 1.5 torch's message naming no config key.
+    for change, message in (
+        ({"heads": 0}, "model.heads: expected at least 1, got 0"),
+        ({"d_model": 0}, "model.d_model: expected at least 1, got 0"),
+        ({"dropout": 1.5}, "model.dropout: expected less than 1, got 1.5"),
+        ({"char_dropout": -0.1}, "model.char_dropout: expected at least 0, got -0.1"),
+    ):
+        with pytest.raises(ValueError) as err:
+            QANet(dataclasses.replace(TINY, **change), VOCAB, CHARS)
+        assert str(err.value) == message

@@ -14,7 +14,7 @@ import torch
 from treeqa.data.batching import TreeBatch, collate, encode
 from treeqa.data.tree import Tree, parse_tree
 from treeqa.data.vocab import Vocab
-from treeqa.models import SENTIMENT_MODELS
+from treeqa.models import SENTIMENT_MODELS, build_sentiment_model
 from treeqa.models.childsum import ChildSumConfig, ChildSumTreeLSTM
 from treeqa.models.reference import reference_forward
 from treeqa.models.tree_gru import TreeGRU, TreeGRUConfig
@@ -384,3 +384,16 @@ def test_on_gpu_the_same_logits_and_gradients_as_on_cpu(name: str) -> None:
         loss = on_gpu(batch.to("cuda")).loss
     assert loss is not None and bool(torch.isfinite(loss))
     loss.backward()
+
+
+@pytest.mark.parametrize("name", list(SENTIMENT_MODELS))
+def test_sizes_below_one_name_the_field(name: str) -> None:
+    config_cls = SENTIMENT_MODELS[name][0]
+    with pytest.raises(ValueError) as err:
+        build_sentiment_model(name, config_cls(embed_dim=0), 10)
+    assert str(err.value) == "model.embed_dim: expected at least 1, got 0"
+    if hasattr(config_cls(), "hidden_dim"):
+        # Was "not enough values to unpack (expected 2, got 1)" for the Tree-LSTM.
+        with pytest.raises(ValueError) as err:
+            build_sentiment_model(name, config_cls(hidden_dim=0), 10)
+        assert str(err.value) == "model.hidden_dim: expected at least 1, got 0"

@@ -216,6 +216,21 @@ def test_resolve_config_rejects_unknown_keys() -> None:
     assert config.train.ema_decay == 0.9999  # the paper's
 
 
+def test_data_and_schedule_values_out_of_range_name_the_field() -> None:
+    from treeqa.config import ConfigError
+
+    cases = {
+        "schedule.eval_every": ("-1", "schedule.eval_every: expected at least 0, got -1"),
+        "schedule.budget_minutes": ("-5", "schedule.budget_minutes: expected at least 0, got -5.0"),
+        "data.dev_subset": ("-3", "data.dev_subset: expected at least 0, got -3"),
+        "data.eval_batch_size": ("0", "data.eval_batch_size: expected at least 1, got 0"),
+    }
+    for key, (value, message) in cases.items():
+        with pytest.raises(ConfigError) as err:
+            qa.resolve_config({}, [(key, value)])
+        assert str(err.value) == message
+
+
 def test_a_run_directory_with_ema_decay_under_schedule_still_resolves() -> None:
     # Earlier versions wrote the EMA decay under [schedule]; resuming such a run reads it.
     config = qa.resolve_config({"schedule": {"ema_decay": 0.99, "eval_every": 7}}, [])

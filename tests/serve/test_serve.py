@@ -114,6 +114,44 @@ def test_a_body_over_the_limit_is_refused_unread(base: str) -> None:
     connection.close()
 
 
+@pytest.mark.parametrize(
+    ("length", "message"),
+    [
+        ("abc", "header Content-Length: 'abc' is not a byte count"),
+        # -1 made the server read until the client hung up: the request never ended.
+        ("-1", "header Content-Length: '-1' is not a byte count"),
+    ],
+)
+def test_a_bad_content_length_is_a_400(base: str, length: str, message: str) -> None:
+    connection = http.client.HTTPConnection(base.removeprefix("http://"), timeout=30)
+    connection.putrequest("POST", "/api/sentiment")
+    connection.putheader("Content-Length", length)
+    connection.endheaders(b'{"tree": "((a) (b))"}')
+    response = connection.getresponse()
+    assert response.status == 400 and json.loads(response.read()) == {"error": message}
+    connection.close()
+
+
+def test_a_body_shorter_than_its_content_length_times_out(run_dir: Path) -> None:
+    server = make_server(Models([run_dir]), port=0, quiet=True)
+    server.RequestHandlerClass.timeout = 0.5
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=30)
+        connection.putrequest("POST", "/api/sentiment")
+        connection.putheader("Content-Length", "500")
+        connection.endheaders(b'{"tree": "((a) (b))"}')
+        response = connection.getresponse()
+        assert response.status == 408
+        assert json.loads(response.read()) == {
+            "error": "body: fewer than the 500 bytes of Content-Length arrived"
+        }
+        connection.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_page_is_served_and_calls_the_api(base: str) -> None:
     with urllib.request.urlopen(base + "/", timeout=30) as response:
         html = response.read().decode()

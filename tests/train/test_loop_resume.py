@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from treeqa.config import ConfigError
 from treeqa.recipes.sentiment import resolve_config, train
 from treeqa.train import checkpoint as ckpt
-from treeqa.train.loop import Callback, TrainState
+from treeqa.train.loop import Callback, TrainConfig, TrainState, resolve_device
 
 
 def losses(run: Path) -> list[float]:
@@ -146,3 +147,84 @@ def test_loading_a_checkpoint_of_another_task_is_refused(tmp_path: Path) -> None
     assert ckpt.load(path, task="qa").meta["task"] == "qa"
     with pytest.raises(ckpt.CheckpointError, match="a 'qa' checkpoint, not a 'sentiment' one"):
         ckpt.load(path, task="sentiment")
+
+
+def test_train_config_values_out_of_range_name_the_field() -> None:
+    cases = {
+        "batch_size": (0, "train.batch_size: expected at least 1, got 0"),
+        "epochs": (-1, "train.epochs: expected at least 1, got -1"),
+        "log_every": (0, "train.log_every: expected at least 1, got 0"),
+        "lr": (-1.0, "train.lr: expected at least 0, got -1.0"),
+        "ema_decay": (1.5, "train.ema_decay: expected less than 1, got 1.5"),
+        "amp": ("fp8", "train.amp: expected one of off | bf16 | fp16, got 'fp8'"),
+        "health": ("maybe", "train.health: expected one of off | on | strict, got 'maybe'"),
+        "adam_betas": ((0.9,), "train.adam_betas: expected two numbers, got [0.9]"),
+    }
+    for key, (value, message) in cases.items():
+        with pytest.raises(ConfigError) as err:
+            TrainConfig(**{key: value})
+        assert str(err.value) == message
+
+
+def test_a_bad_device_name_is_one_clear_error() -> None:
+    with pytest.raises(ValueError, match="^device 'tpu': expected auto, cpu, cuda or cuda:N$"):
+        resolve_device("tpu")
+    with pytest.raises(ValueError, match=r"^device 'cuda:99': this machine has \d+ CUDA device"):
+        resolve_device("cuda:99")
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+def test_a_metric_the_evaluation_does_not_report_stops_the_run(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    # Before, every epoch scored -inf "no better" and no best checkpoint was ever written.
+    bad = resolve_config({}, [("data", str(demo_dir)), ("health", "off"), ("metric", "acc")])
+    with pytest.raises(ConfigError, match="train.metric: 'acc' is not a dev metric; choose one"):
+        train(bad, tmp_path / "run")
+
+
+def test_checkpoint_metadata_that_is_broken_or_incomplete_names_the_file(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    from treeqa.recipes.sentiment import load_model
+
+    cases = {
+        "{not json": "its treeqa metadata is not JSON",
+        "[1, 2]": "its treeqa metadata is not a JSON object",
+        '{"format_version": 1, "task": "sentiment"}': "its metadata has no model, model_config",
+    }
+    for header, message in cases.items():
+        path = tmp_path / "c.safetensors"
+        save_file({"model.x": torch.zeros(1)}, path, {"treeqa": header})
+        with pytest.raises(ckpt.CheckpointError, match=f"^{path}: {message}"):
+            load_model(path)
+
+
+def test_weights_that_do_not_fit_their_config_name_the_file(demo_dir: Path, tmp_path: Path) -> None:
+    from treeqa.recipes.sentiment import load_model
+
+    train(config(demo_dir, 1), tmp_path / "run")
+    best = ckpt.load(tmp_path / "run")
+    path = tmp_path / "cut.safetensors"
+    weights = {k: v for k, v in best.tensors.items() if k != "model.classify.bias"}
+    ckpt.atomic_save(weights, best.meta, path)
+    with pytest.raises(ckpt.CheckpointError) as err:
+        load_model(path)
+    assert str(err.value) == (
+        f"{path}: its weights do not fit the model's config "
+        '(Missing key(s) in state_dict: "classify.bias".)'
+    )
+
+
+def test_a_resume_whose_overrides_do_not_fit_leaves_the_run_config(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    train(config(demo_dir, 1), run)
+    saved = (run / "config.toml").read_text()
+    wider = resolve_config(
+        {}, [("data", str(demo_dir)), ("epochs", "2"), ("health", "off"), ("embed_dim", "7")]
+    )
+    with pytest.raises(ckpt.CheckpointError, match="its weights do not fit"):
+        train(wider, run, resume_run=True)
+    assert (run / "config.toml").read_text() == saved

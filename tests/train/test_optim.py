@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from treeqa.train.loop import TrainConfig
-from treeqa.train.optim import build_optimizer
+from treeqa.train.optim import build_optimizer, build_scheduler
 
 
 class Tiny(nn.Module):
@@ -78,3 +78,10 @@ def test_state_dict_round_trip_with_an_sgd_group() -> None:
     for a, b in zip(model.parameters(), resumed.parameters(), strict=True):
         torch.testing.assert_close(a, b)
     assert [g["sgd"] for g in again.param_groups] == [False, True]
+
+
+def test_a_one_step_warm_up_is_no_warm_up() -> None:
+    # log(1) = 0: a 1-step warm-up divided by zero on the first step.
+    optimizer = build_optimizer(Tiny(), TrainConfig(optim="adam", lr=0.01, warmup_steps=1))
+    assert build_scheduler(optimizer, TrainConfig(warmup_steps=1)) is None
+    assert build_scheduler(optimizer, TrainConfig(warmup_steps=2)) is not None

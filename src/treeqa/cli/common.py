@@ -1,4 +1,4 @@
-"""Helpers the subcommands share: example epilogs and the --json convention."""
+"""Helpers the subcommands share: example epilogs, argument checks and the --json convention."""
 
 from __future__ import annotations
 
@@ -15,6 +15,39 @@ def subparser(subparsers: Any, name: str, help: str, example: str) -> argparse.A
         epilog=f"example:\n  {example}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    value = int(text)  # argparse reports a ValueError as "invalid positive_int value"
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a number in [0, 1]."""
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text}")
+    return value
+
+
+def tcp_port(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port in 0-65535, got {text}")
+    return value
+
+
+def check_out(args: argparse.Namespace) -> None:
+    """A resumed run continues in its own directory: an --out elsewhere would be ignored."""
+    resume, out = getattr(args, "resume", None), getattr(args, "out", None)
+    if resume is not None and out is not None and out.resolve() != resume.resolve():
+        raise ValueError(
+            f"--out {out} with --resume {resume}: a resumed run continues in {resume}; drop --out"
+        )
 
 
 def emit_json(payload: dict[str, Any]) -> None:

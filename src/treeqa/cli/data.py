@@ -131,8 +131,13 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_download(args: argparse.Namespace) -> int:
-    from treeqa.data.download import download
+    from treeqa.data.download import DownloadError, download
 
-    for path in download(args.name, args.dir, base_url=args.base_url):
+    try:
+        paths = download(args.name, args.dir, base_url=args.base_url)
+    except DownloadError as err:  # names the URL, and what was kept to resume from
+        print(f"treeqa data download: error: {err}", file=sys.stderr)
+        return 2
+    for path in paths:
         print(path)
     return 0

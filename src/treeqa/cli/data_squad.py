@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from treeqa.cli.common import emit_json
+from treeqa.cli.common import emit_json, fraction, positive_int
 
 EXAMPLE = (
     "treeqa data prepare squad --train data/squad/train-v1.1.json "
@@ -26,11 +26,18 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, required=True, help="directory to write")
     limits = parser.add_argument_group("train limits (dev keeps every question)")
-    limits.add_argument("--context-limit", type=int, default=400, help="tokens (default 400)")
-    limits.add_argument("--question-limit", type=int, default=50, help="tokens (default 50)")
-    limits.add_argument("--answer-limit", type=int, default=30, help="tokens (default 30)")
     limits.add_argument(
-        "--char-limit", type=int, default=16, help="characters kept per token, both splits (16)"
+        "--context-limit", type=positive_int, default=400, help="tokens (default 400)"
+    )
+    limits.add_argument(
+        "--question-limit", type=positive_int, default=50, help="tokens (default 50)"
+    )
+    limits.add_argument("--answer-limit", type=positive_int, default=30, help="tokens (default 30)")
+    limits.add_argument(
+        "--char-limit",
+        type=positive_int,
+        default=16,
+        help="characters kept per token, both splits (16)",
     )
     parser.add_argument(
         "--skip-bad",
@@ -47,7 +54,7 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--negative-fraction",
-        type=float,
+        type=fraction,
         default=0.5,
         help="share of answerable train questions that get a negative (default 0.5)",
     )

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from treeqa.cli.common import subparser
+from treeqa.cli.common import positive_int, subparser
 
 EXAMPLE = (
     "treeqa doctor --json health.json --plot health.png -- python train.py --epochs 3\n"
@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> None:
         "--plot", type=Path, dest="plot_path", help="write a PNG plot here (needs matplotlib)"
     )
     parser.add_argument(
-        "--every", type=int, default=50, help="steps between sampled (hooked) steps"
+        "--every", type=positive_int, default=50, help="steps between sampled (hooked) steps"
     )
     parser.add_argument(
         "--strict", action="store_true", help="stop the script (exit 3) on an error finding"
@@ -46,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ValueError("give the script to run: treeqa doctor -- python SCRIPT.py [ARGS]")
+    for flag, path in (("--json", args.json_path), ("--plot", args.plot_path)):
+        if path is not None and path.is_dir():  # found now, not after the whole run
+            raise ValueError(f"{flag} {path}: a directory; give a file name")
     if args.plot_path is not None:
         try:
             import matplotlib  # noqa: F401

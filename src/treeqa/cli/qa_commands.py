@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from treeqa.cli.common import check_out
+
 TRAIN_EXAMPLE = (
     "treeqa train qa --config configs/qanet_paper.toml --prepared runs/squad_v1 --out runs/qanet\n"
     "  treeqa train qa --config configs/qanet_cpu_small.toml --schedule.budget_minutes=45\n"
@@ -67,6 +69,7 @@ def train_main(args: argparse.Namespace) -> int:
     from treeqa.recipes.qa import train
     from treeqa.train.distributed import World
 
+    check_out(args)
     config = _config(args)
     out = args.resume or args.out or Path("runs") / config.name
     result = train(config, out, resume_run=args.resume is not None)
@@ -82,17 +85,23 @@ def train_main(args: argparse.Namespace) -> int:
 
 def _read_jsonl(path: Path) -> list[tuple[str, str]]:
     pairs = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
             try:
-                item = json.loads(line)
-                pairs.append((str(item["context"]), str(item["question"])))
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise ValueError(
-                    f'{path}:{n}: expected {{"context": ..., "question": ...}} ({err})'
-                ) from err
+                line = raw.decode("utf-8")
+                item = json.loads(line) if line.strip() else None
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}:{n}: not UTF-8 text ({err.reason})") from err
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{n}: invalid JSON: {err.msg}") from err
+            if item is None:
+                continue
+            if not isinstance(item, dict):
+                raise ValueError(f'{path}:{n}: expected {{"context": ..., "question": ...}}')
+            for key in ("context", "question"):
+                if not isinstance(item.get(key), str) or not item[key].strip():
+                    raise ValueError(f"{path}:{n}: field {key!r}: expected a non-empty string")
+            pairs.append((item["context"], item["question"]))
     return pairs
 
 
@@ -102,8 +111,8 @@ def predict_main(args: argparse.Namespace) -> int:
         raise ValueError(f"unrecognised arguments: {' '.join([*args.trees, *extra])}")
     pairs: list[tuple[str, str]] = []
     if args.context is not None or args.question is not None:
-        if not args.context or not args.question:
-            raise ValueError("give both --context and --question")
+        if not (args.context or "").strip() or not (args.question or "").strip():
+            raise ValueError("give both --context and --question, each with some text")
         pairs.append((args.context, args.question))
     if args.input:
         pairs += _read_jsonl(args.input)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from treeqa.cli.common import subparser
+from treeqa.cli.common import subparser, tcp_port
 
 EXAMPLE = (
     "treeqa serve runs/tl runs/qanet --port 8000     # then open http://127.0.0.1:8000/\n"
@@ -27,7 +27,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default: this machine only)"
     )
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--port", type=tcp_port, default=8000, help="0 picks a free port")
     parser.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     parser.add_argument("--quiet", action="store_true", help="do not log each request")
     parser.set_defaults(run=run)
@@ -36,7 +36,11 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from treeqa.serve.app import Models, make_server
 
-    server = make_server(Models(args.checkpoints, args.device), args.host, args.port, args.quiet)
+    models = Models(args.checkpoints, args.device)
+    try:
+        server = make_server(models, args.host, args.port, args.quiet)
+    except OSError as err:  # a port in use, a host name that does not resolve
+        raise OSError(f"cannot listen on {args.host}:{args.port}: {err.strerror or err}") from err
     host, port = str(server.server_address[0]), int(server.server_address[1])
     print(f"treeqa serve: http://{host}:{port}/ (Ctrl-C stops)", flush=True)
     try:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from treeqa.cli.common import emit_json, subparser
+from treeqa.cli.common import check_out, emit_json, subparser
 
 EXAMPLE = (
     "treeqa train sentiment --model tree_lstm --data data/sst --vectors glove.txt.gz --out runs/tl\n"
@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from treeqa.recipes.sentiment import train
     from treeqa.train.distributed import World
 
+    check_out(args)
     config = sentiment_config(args, args.resume)
     out = args.resume or args.out or Path("runs") / config.name
     result = train(config, out, resume_run=args.resume is not None)

@@ -221,14 +221,24 @@ def demo_splits(seed: int = 13, sizes: Sequence[int] = DEFAULT_SIZES) -> dict[st
 def write_demo(
     dest_dir: str | Path, seed: int = 13, sizes: Sequence[int] = DEFAULT_SIZES
 ) -> dict[str, Path]:
-    """Write ``train.txt``, ``dev.txt`` and ``test.txt`` as in SST's distribution."""
+    """Write ``train.txt``, ``dev.txt`` and ``test.txt`` as in SST's distribution.
+
+    A different file already there (a real treebank, say) is never replaced.
+    """
     dest = Path(dest_dir)
+    texts = {
+        dest / f"{split}.txt": "".join(line + "\n" for line in lines)
+        for split, lines in _split_lines(seed, sizes).items()
+    }
+    for path, text in texts.items():
+        if path.exists() and path.read_bytes() != text.encode("utf-8"):
+            raise FileExistsError(
+                f"{path} exists and is not this demo treebank; write the demo into another folder"
+            )
     dest.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for split, lines in _split_lines(seed, sizes).items():
-        paths[split] = dest / f"{split}.txt"
-        paths[split].write_text("".join(line + "\n" for line in lines), "utf-8", newline="\n")
-    return paths
+    for path, text in texts.items():
+        path.write_text(text, "utf-8", newline="\n")
+    return {path.stem: path for path in texts}
 
 
 def _expect(words: list[str], i: int, allowed: Sequence[str], what: str, text: str) -> str:

@@ -23,7 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from treeqa.data.tree import MAX_LABEL, UNLABELLED, Tree, TreeSyntaxError, unescape_ptb
+from treeqa.data.tree import (
+    MAX_LABEL,
+    UNLABELLED,
+    Tree,
+    TreeSyntaxError,
+    not_utf8,
+    unescape_ptb,
+)
 
 FIELDS = ("tokens", "tags", "heads", "rels", "labels")
 ROOT_REL = "ROOT"
@@ -135,7 +142,7 @@ def read_dependency_trees(path: str | Path) -> list[DependencyTree]:
                     ) from err
                 trees.append(from_record(record, str(path), number))
     except UnicodeDecodeError as err:
-        raise TreeSyntaxError(f"not UTF-8 text ({err.reason})", str(path), 1, 1) from err
+        raise not_utf8(path, err) from err
     return trees
 
 
@@ -253,7 +260,7 @@ def convert_sst(
 
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty (pass overwrite=True to replace it)")
+        raise FileExistsError(f"{out} exists and is not empty (--overwrite replaces it)")
     nlp = load_parser(pipeline)
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {

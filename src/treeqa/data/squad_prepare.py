@@ -116,8 +116,14 @@ def prepare_squad(
         raise ValueError(f"negatives must be None or 'same_article', not {negatives!r}")
     limits = limits or Limits()
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty (pass overwrite=True to replace it)")
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{out} exists and is not empty (--overwrite replaces it)")
+        if not _prepared_before(out):
+            raise FileExistsError(
+                f"{out} is not a prepared SQuAD directory (no treeqa-squad meta.json), so "
+                "--overwrite does not delete it; give another --out"
+            )
     work = out.with_name(out.name + ".partial")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -180,6 +186,15 @@ def prepare_squad(
     work.rename(out)
     say(f"wrote {out}: {len(words)} words, {len(chars)} chars, vectors {matrix.shape}")
     return meta
+
+
+def _prepared_before(out: Path) -> bool:
+    """Whether ``out`` holds an earlier preparation: the only folder ``overwrite`` deletes."""
+    try:
+        meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == "treeqa-squad"
 
 
 def _meta(

@@ -226,7 +226,20 @@ def read_trees(path: str | Path) -> list[Tree]:
         with path.open(encoding="utf-8", newline="") as f:
             return list(iter_trees(f, str(path)))
     except UnicodeDecodeError as err:
-        raise TreeSyntaxError(f"not UTF-8 text ({err.reason})", str(path), 1, 1) from err
+        raise not_utf8(path, err) from err
+
+
+def not_utf8(path: Path, err: UnicodeDecodeError) -> TreeSyntaxError:
+    """The error for a file that is not UTF-8, at the line and column of its first bad byte
+    (the text reader decodes ahead in blocks, so its own position names no line)."""
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                column = len(raw[: bad.start].decode("utf-8")) + 1
+                return TreeSyntaxError(f"not UTF-8 text ({bad.reason})", str(path), number, column)
+    return TreeSyntaxError(f"not UTF-8 text ({err.reason})", str(path), 1, 1)
 
 
 def write_trees(trees: Iterable[Tree], path: str | Path) -> None:

@@ -10,6 +10,7 @@ code are its own, and the monitor writes only to stderr and the report paths.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import runpy
 import sys
@@ -135,6 +136,17 @@ def _target(command: Sequence[str]) -> tuple[str, str, list[str]]:
     return "path", args[0], args
 
 
+def _importable(module: str) -> bool:
+    """Whether ``python -m module`` would find it (the working directory first, as there)."""
+    sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a missing parent package
+        return False
+    finally:
+        sys.path.pop(0)
+
+
 def run_doctor(
     command: Sequence[str],
     *,
@@ -149,6 +161,10 @@ def run_doctor(
     Returns the script's exit code (3 when strict mode stopped it) and the report.
     """
     kind, target, argv = _target(command)
+    if kind == "path" and not Path(target).is_file():
+        raise FileNotFoundError(f"{target}: no such script (treeqa doctor -- python SCRIPT.py)")
+    if kind == "module" and not _importable(target):
+        raise ValueError(f"-m {target}: no such module here or on the Python path")
     monitor = HealthMonitor(
         mode=mode, every=every, json_path=json_path, plot_path=plot_path, stream=stream
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from treeqa.config import check_fields
 from treeqa.models.baselines import BagOfWords, BowConfig
 from treeqa.models.childsum import ChildSumConfig, ChildSumTreeLSTM
 from treeqa.models.tree_gru import TreeGRU, TreeGRUConfig
@@ -24,4 +25,6 @@ def model_classes(name: str) -> tuple[type, type]:
 
 
 def build_sentiment_model(name: str, config: Any, vocab_size: int, vectors: Any = None) -> Any:
+    sizes = [k for k in ("embed_dim", "hidden_dim", "num_classes") if hasattr(config, k)]
+    check_fields(config, "model", at_least=dict.fromkeys(sizes, 1))
     return model_classes(name)[1](config, vocab_size, vectors)

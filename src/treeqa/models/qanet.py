@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from treeqa.config import check_fields
 from treeqa.data.qa_batch import QABatch
 from treeqa.models.common import Output
 
@@ -306,6 +307,14 @@ class QANet(nn.Module):
         vectors: np.ndarray | torch.Tensor | None = None,
     ):
         super().__init__()
+        sizes = ["d_model", "heads", "char_dim", "char_kernel", "emb_blocks", "emb_kernel"]
+        sizes += ["model_blocks", "model_kernel", "max_answer_len"]
+        check_fields(
+            config,
+            "model",
+            at_least=dict.fromkeys(sizes, 1) | {"dropout": 0, "char_dropout": 0},
+            below={"dropout": 1, "char_dropout": 1},
+        )
         if config.d_model % config.heads or config.d_model % 2:
             raise ValueError(
                 f"d_model {config.d_model} must be even and divisible by heads {config.heads}"

@@ -49,6 +49,9 @@ class QAData:
     """Dev questions scored during training: a fixed seeded sample; 0 = every dev question."""
     eval_batch_size: int = 32
 
+    def __post_init__(self) -> None:
+        cfg.check_fields(self, "data", at_least={"dev_subset": 0, "eval_batch_size": 1})
+
 
 @dataclass(frozen=True)
 class QASchedule:
@@ -58,6 +61,9 @@ class QASchedule:
     """Stop training after this much wall-clock time (checked every step); 0 = no limit."""
     threshold: float = 0.0
     """SQuAD 2.0: answer nothing when the no-answer score beats the best span's by more."""
+
+    def __post_init__(self) -> None:
+        cfg.check_fields(self, "schedule", at_least={"eval_every": 0, "budget_minutes": 0})
 
 
 @dataclass(frozen=True)
@@ -273,14 +279,16 @@ def train(
         config, model=dataclasses.replace(config.model, no_answer=no_answer, word_dim=dim)
     )
     world = World.from_env()
-    if world.main:  # under torchrun, process 0 writes the run directory
-        (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
 
     model, words, chars = build_model(config.model, train_split)
     optimizer = build_optimizer(model, config.train)
     scheduler = build_scheduler(optimizer, config.train)
     state = resume(out, model, optimizer, scheduler) if resume_run else None
     ema = build_ema(config.train.ema_decay, out if state is not None else None)
+    # Written once the last checkpoint has loaded: a resume whose overrides do not fit it
+    # fails above and leaves the run's config as it was.
+    if world.main:  # under torchrun, process 0 writes the run directory
+        (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
 
     dev_rows = None
     if 0 < config.data.dev_subset < len(dev_split):
@@ -340,12 +348,13 @@ class Loaded:
 
 def load_model(path: str | Path, device: str = "auto") -> Loaded:
     """A trained QANet from a run directory or checkpoint file (best = EMA weights), for inference."""
-    checkpoint = ckpt.load(path, task=TASK)
+    needs = ("model_config", "word_vocab", "char_vocab", "limits", "squad_version")
+    checkpoint = ckpt.load(path, task=TASK, needs=needs)
     meta = checkpoint.meta
     model_config = cfg.from_dict(QANetConfig, meta["model_config"], "checkpoint model_config")
     words, chars = Vocab(tuple(meta["word_vocab"])), Vocab(tuple(meta["char_vocab"]))
     model = QANet(model_config, len(words), len(chars))
-    model.load_state_dict(checkpoint.weights())
+    checkpoint.load_weights(model)
     model.to(resolve_device(device)).eval()
     threshold = float(meta.get("schedule", {}).get("threshold", 0.0))
     return Loaded(model, words, chars, int(meta["limits"]["chars"]), threshold, meta)

@@ -79,7 +79,8 @@ def experiment_class(model_name: str) -> type:
 
 def resolve_config(raw: dict[str, Any], overrides: Sequence[tuple[str, str]]) -> Any:
     """TOML dict + overrides -> the experiment config; unknown keys are errors."""
-    name = raw.get("model", {}).get("name", "bow")
+    section = raw.get("model", {})  # not a table: from_dict below says so, naming the key
+    name = section.get("name", "bow") if isinstance(section, dict) else "bow"
     for key, value in overrides:
         if ALIASES.get(key, key) == "model.name":
             name = value
@@ -90,6 +91,11 @@ def resolve_config(raw: dict[str, Any], overrides: Sequence[tuple[str, str]]) ->
 def load_trees(data: SentimentData) -> dict[str, list[Tree]]:
     if data.path:
         splits = {s: sst.load_split(data.path, s) for s in sst.SPLITS}
+        for split, trees in splits.items():
+            if not trees:  # nothing to learn from, or every score NaN
+                raise ValueError(
+                    f"{sst.split_path(data.path, split)}: no trees in the {split} split"
+                )
     else:
         from treeqa.data.demo import demo_splits
 
@@ -195,14 +201,16 @@ def train(
     )
     config = dataclasses.replace(config, model=model_config)
     world = World.from_env()
-    if world.main:  # under torchrun, process 0 writes the run directory
-        (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
 
     model = build_sentiment_model(model_config.name, model_config, len(vocab), vectors)
     optimizer = build_optimizer(model, config.train)
     scheduler = build_scheduler(optimizer, config.train)
     state = resume(out, model, optimizer, scheduler) if resume_run else None
     ema = build_ema(config.train.ema_decay, out if state is not None else None)
+    # Written once the last checkpoint has loaded: a resume whose overrides do not fit it
+    # fails above and leaves the run's config as it was.
+    if world.main:  # under torchrun, process 0 writes the run directory
+        (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
 
     encoded = {
         s: [encode(t, vocab, config.data.task, tags, rels) for t in trees]
@@ -292,13 +300,13 @@ class Loaded:
 
 def load_model(path: str | Path, device: str = "auto") -> Loaded:
     """A trained model from a run directory or checkpoint file, ready for inference."""
-    checkpoint = ckpt.load(path, task=TASK)
+    checkpoint = ckpt.load(path, task=TASK, needs=("model", "model_config", "vocab", "data"))
     meta = checkpoint.meta
     config_cls = model_classes(meta["model"])[0]
     model_config: Any = cfg.from_dict(config_cls, meta["model_config"], "checkpoint model_config")
     vocab = Vocab(tuple(meta["vocab"]))
     model = build_sentiment_model(meta["model"], model_config, len(vocab))
-    model.load_state_dict(checkpoint.weights())
+    checkpoint.load_weights(model)
     model.to(resolve_device(device)).eval()
     tags, rels = (Vocab(tuple(meta[k])) if k in meta else None for k in ("tags", "rels"))
     return Loaded(model, vocab, meta["data"]["task"], meta, tags, rels)

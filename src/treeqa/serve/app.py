@@ -36,6 +36,8 @@ from treeqa.train import checkpoint as ckpt
 
 MAX_BODY = 1 << 20
 """Largest request body accepted (bytes): a SQuAD context is a few kB."""
+REQUEST_TIMEOUT = 30.0
+"""Seconds a client may stay silent while sending its request; then its connection ends."""
 
 
 class RequestError(Exception):
@@ -142,6 +144,7 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "treeqa"
+        timeout = REQUEST_TIMEOUT
 
         def do_GET(self) -> None:
             if self.path in ("/", "/index.html"):
@@ -169,10 +172,21 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 raise
 
         def body(self) -> dict[str, Any]:
-            length = int(self.headers.get("Content-Length") or 0)
+            given = self.headers.get("Content-Length") or "0"
+            if not given.strip().isdecimal():  # read(-1) would wait for the client to hang up
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST, f"header Content-Length: {given!r} is not a byte count"
+                )
+            length = int(given)
             if length > MAX_BODY:
                 raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} B")
-            raw = self.rfile.read(length)
+            try:
+                raw = self.rfile.read(length)
+            except TimeoutError as err:
+                raise RequestError(
+                    HTTPStatus.REQUEST_TIMEOUT,
+                    f"body: fewer than the {length} bytes of Content-Length arrived",
+                ) from err
             try:
                 body = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as err:

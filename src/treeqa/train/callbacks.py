@@ -229,7 +229,7 @@ def resume(
     last = ckpt.load(run_dir, prefer=ckpt.LAST)
     if last.meta.get("kind") != "last":
         raise ckpt.CheckpointError(f"{run_dir}: no {ckpt.LAST} to resume from")
-    model.load_state_dict(last.weights())
+    last.load_weights(model)
     ckpt.restore_optimizer(optimizer, last)
     if scheduler is not None and last.meta.get("scheduler"):
         # lr_lambdas (functions) were left out when saving; LambdaLR's loader still expects

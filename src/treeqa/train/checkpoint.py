@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 FORMAT_VERSION = 1
 BEST, LAST = "best.safetensors", "last.safetensors"
@@ -31,9 +33,24 @@ class CheckpointError(ValueError):
 class Checkpoint:
     meta: dict[str, Any]
     tensors: dict[str, torch.Tensor]
+    file: Path | None = None
+    """Where it was read from (for error messages)."""
 
     def weights(self) -> dict[str, torch.Tensor]:
         return {k[len("model.") :]: v for k, v in self.tensors.items() if k.startswith("model.")}
+
+    def load_weights(self, model: nn.Module) -> None:
+        """Copy the model weights into ``model``; weights that do not fit it are a
+        CheckpointError naming the file and the first mismatch."""
+        try:
+            model.load_state_dict(self.weights())
+        except RuntimeError as err:
+            # torch lists every mismatch on its own line; the first says what is wrong.
+            lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+            first = lines[1] if len(lines) > 1 else lines[0] if lines else ""
+            raise CheckpointError(
+                f"{self.file}: its weights do not fit the model's config ({first})"
+            ) from err
 
     def group(self, prefix: str) -> dict[str, torch.Tensor]:
         return {k[len(prefix) :]: v for k, v in self.tensors.items() if k.startswith(prefix)}
@@ -82,15 +99,21 @@ def resolve(path: str | Path, prefer: str = BEST) -> Path:
     return path
 
 
-def load(path: str | Path, prefer: str = BEST, task: str | None = None) -> Checkpoint:
-    """A checkpoint (file or run directory); with ``task``, refuse one made for another task."""
+def load(
+    path: str | Path, prefer: str = BEST, task: str | None = None, needs: Sequence[str] = ()
+) -> Checkpoint:
+    """A checkpoint (file or run directory); with ``task``, refuse one made for another task,
+    and one whose metadata lacks a key of ``needs``."""
     file = resolve(path, prefer)
     meta = read_meta(file, task)
+    missing = [key for key in needs if key not in meta]
+    if missing:
+        raise CheckpointError(f"{file}: its metadata has no {', '.join(missing)}")
     try:
         tensors = load_file(str(file))
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{file}: not a readable safetensors checkpoint ({err})") from err
-    return Checkpoint(meta, tensors)
+    return Checkpoint(meta, tensors, file)
 
 
 def read_meta(path: str | Path, task: str | None = None, prefer: str = BEST) -> dict[str, Any]:
@@ -103,7 +126,12 @@ def read_meta(path: str | Path, task: str | None = None, prefer: str = BEST) -> 
         raise CheckpointError(f"{file}: not a readable safetensors checkpoint ({err})") from err
     if "treeqa" not in header:
         raise CheckpointError(f"{file}: a safetensors file without treeqa metadata")
-    meta = json.loads(header["treeqa"])
+    try:
+        meta = json.loads(header["treeqa"])
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{file}: its treeqa metadata is not JSON ({err})") from err
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{file}: its treeqa metadata is not a JSON object")
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(
             f"{file}: checkpoint format {meta.get('format_version')}, this treeqa reads {FORMAT_VERSION}"

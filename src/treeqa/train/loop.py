@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from treeqa.config import ConfigError, check_fields
 from treeqa.models.common import Output
 from treeqa.train import distributed
 
@@ -36,7 +37,7 @@ class TrainConfig:
     adam_betas: tuple[float, ...] = (0.9, 0.999)
     adam_eps: float = 1e-8
     warmup_steps: int = 0
-    """Steps of inverse-exponential warm-up from 0 to lr (QANet); 0 = constant lr."""
+    """Steps of inverse-exponential warm-up from 0 to lr (QANet); 0 or 1 = constant lr."""
     clip: float = 0.0
     """Clip the global gradient norm to this value; 0 = no clipping."""
     seed: int = 0
@@ -56,6 +57,26 @@ class TrainConfig:
     """Also write the last checkpoint every this many steps (0 = at epoch ends only)."""
     ema_decay: float = 0.0
     """Evaluate and keep as best an exponential moving average of the weights; 0 = off."""
+
+    def __post_init__(self) -> None:
+        zero_or_more = ["lr", "emb_lr", "weight_decay", "adam_eps", "warmup_steps", "clip"]
+        zero_or_more += ["patience", "checkpoint_every", "ema_decay"]
+        check_fields(
+            self,
+            "train",
+            at_least={
+                "epochs": 1,
+                "batch_size": 1,
+                "log_every": 1,
+                **dict.fromkeys(zero_or_more, 0),
+            },
+            below={"ema_decay": 1},
+            choices={"amp": ("off", "bf16", "fp16"), "health": ("off", "on", "strict")},
+        )
+        if len(self.adam_betas) != 2:
+            raise ConfigError(
+                f"train.adam_betas: expected two numbers, got {list(self.adam_betas)}"
+            )
 
 
 @dataclass
@@ -131,9 +152,18 @@ class Callback:
 
 
 def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA when there is a device), ``cpu``, ``cuda`` or ``cuda:N``; a name torch does
+    not know, or a CUDA device this machine lacks, is a one-line ValueError, not torch's."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        found = torch.cuda.device_count()
+        raise ValueError(f"device {name!r}: this machine has {found} CUDA device(s)")
+    return device
 
 
 def autocast(device: torch.device, amp: str) -> Any:
@@ -226,6 +256,12 @@ def fit(
                 cb.on_eval_end(state, model)
             if world.size > 1:
                 metrics = distributed.from_main(metrics, world)
+        if metrics and config.metric not in metrics:
+            # Every epoch would be "no better", so no best checkpoint would ever be written.
+            raise ConfigError(
+                f"train.metric: {config.metric!r} is not a dev metric; "
+                f"choose one of {', '.join(metrics)}"
+            )
         score = metrics.get(config.metric)
         state.improved = score is not None and score > state.best
         if score is not None and state.improved:

@@ -121,8 +121,10 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimi
 def build_scheduler(
     optimizer: torch.optim.Optimizer, config: TrainConfig
 ) -> torch.optim.lr_scheduler.LRScheduler | None:
-    """QANet's inverse-exponential warm-up: lr * log(step + 1) / log(warmup) until warmup."""
-    if config.warmup_steps <= 0:
+    """QANet's inverse-exponential warm-up: lr * log(step + 1) / log(warmup) until warmup.
+
+    A warm-up of 1 step is none (its log(1) = 0 would divide by zero)."""
+    if config.warmup_steps <= 1:
         return None
     warmup = config.warmup_steps
 
