@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -297,6 +298,10 @@ def test_squad2_no_answer_training_and_thresholded_decoding(tmp_path: Path) -> N
     assert again["f1"] == pytest.approx(scores["best_f1"])
     [result] = qa.predict(loaded, [(PARAGRAPHS[0][0], "What is the capital of Spain?")])
     assert result["answer"] == "" and result["start"] == -1
+    # Raw text in: the margin and best span the prepared arrays give the same question.
+    from_arrays = qa.predict_rows(loaded.model, split, None, 4, math.inf)["none0"]
+    assert result["no_answer_margin"] == pytest.approx(from_arrays.no_answer_margin, abs=1e-4)
+    assert result["best_span"] == from_arrays.span and result["best_span"]
 
 
 def test_resume_continues_steps_and_ema(prepared: Path, tmp_path: Path) -> None:

@@ -407,8 +407,10 @@ def predict(
     tokenizer: Tokenizer | None = None,
 ) -> list[dict[str, Any]]:
     """Per (context, question): the answer text, its character offsets and its probability
-    (empty answer and start = end = -1 when a SQuAD 2.0 model answers nothing). A server
-    passes its ``tokenizer``: making one takes ~0.3 s."""
+    (empty answer and start = end = -1 when a SQuAD 2.0 model answers nothing). A SQuAD 2.0
+    model also gives ``no_answer_margin`` (log p(no answer) - log p(best span); it abstains
+    when this beats its threshold) and ``best_span``, the text a lower threshold would answer.
+    A server passes its ``tokenizer``: making one takes ~0.3 s."""
     # Tokenizer() imports spaCy, an optional dependency, only when made
     tokenizer, device = tokenizer or Tokenizer(), next(loaded.model.parameters()).device
     config, results = loaded.model.config, []
@@ -424,19 +426,19 @@ def predict(
         batch = QABatch(cw, cc, qw, qc, none, none, torch.arange(len(chunk))).to(device)
         with torch.no_grad():
             logits = loaded.model(batch).logits
-        start, end, score, _ = decode(
-            logits,
-            batch.context_words != 0,
-            config.max_answer_len,
-            config.no_answer,
-            loaded.threshold,
-        )
-        for (context, _), (_, spans), s, e, p in zip(
-            chunk, contexts, start.tolist(), end.tolist(), score.tolist(), strict=True
+        # Best spans for all rows (threshold inf); the threshold is applied here.
+        mask = batch.context_words != 0  # [B, L]
+        best = decode(logits, mask, config.max_answer_len, config.no_answer, math.inf)
+        for (context, _), (_, spans), s, e, p, m in zip(
+            chunk, contexts, *(t.tolist() for t in best), strict=True
         ):
-            a, b = (int(spans[s, 0]), int(spans[e, 1])) if s >= 0 else (-1, -1)
-            text = context[a:b] if s >= 0 else ""
-            results.append(
-                {"answer": text, "start": a, "end": b, "score": round(float(np.exp(p)), 6)}
-            )
+            a, b = int(spans[s, 0]), int(spans[e, 1])
+            result: dict[str, Any] = {"answer": context[a:b], "start": a, "end": b}
+            if config.no_answer and m > loaded.threshold:
+                result = {"answer": "", "start": -1, "end": -1}
+                p += m  # the no-answer score
+            result["score"] = round(float(np.exp(p)), 6)
+            if config.no_answer:
+                result |= {"no_answer_margin": round(m, 6), "best_span": context[a:b]}
+            results.append(result)
     return results
