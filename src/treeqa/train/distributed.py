@@ -11,6 +11,7 @@ runs and fit() trains in one process as before.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -60,7 +61,14 @@ def join(world: World, device: torch.device) -> torch.device:
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         _control = dist.new_group(backend="gloo") if device.type == "cuda" else None
+        # Leave the group before interpreter shutdown (torch's advice), not during it.
+        atexit.register(_leave)
     return device
+
+
+def _leave() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def wrap(model: nn.Module, device: torch.device) -> nn.Module:
