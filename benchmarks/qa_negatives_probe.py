@@ -49,6 +49,15 @@ def made_pairs(path: str, questions: int, seed: int) -> list[dict[str, Any]]:
     return rows
 
 
+def margin_auc(answers: dict[str, Answer]) -> float:
+    """How well the no-answer margins rank the made negatives above the answerable questions:
+    the chance that a random negative's margin beats a random answerable one's (0.5 = none)."""
+    neg = np.array([a.no_answer_margin for q, a in answers.items() if q.endswith("#neg")])
+    pos = np.array([a.no_answer_margin for q, a in answers.items() if not q.endswith("#neg")])
+    wins = (neg[:, None] > pos[None, :]).sum() + 0.5 * (neg[:, None] == pos[None, :]).sum()
+    return float(wins / (len(neg) * len(pos)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -88,6 +97,7 @@ def main() -> None:
     ):
         (args.out / name).write_text(json.dumps(value), encoding="utf-8")
     scores = official_scores(gold, answers)
+    scores["margin_auc"] = margin_auc(answers)
     print(json.dumps({"checkpoint": str(args.checkpoint), "pairs": len(rows), **scores}))
 
 
