@@ -3,7 +3,7 @@
 Every step costs a few timer reads and list appends, on CPU a timed reference workload
 (``Canary``: the machine's own speed), and queues the loss for reading
 (``readings.py``: on a GPU without a per-step host sync); process memory is read every
-``RSS_EVERY``-th step (and with it, at most every ``HEAP_EVERY_S``, what the C heap holds in use
+``RSS_EVERY``-th step or ``RSS_EVERY_S`` seconds, whichever comes first (and with it, at most every ``HEAP_EVERY_S``, what the C heap holds in use
 and free: ``heap.py``). Heavier checks run on sampled steps (the first three and
 every ``every``-th): module-output RMS, probabilities fed to cross-entropy, gradient finiteness.
 gc walks for retained graphs run at steps 8 and 32, then within a time budget; profiler
@@ -37,6 +37,7 @@ from treeqa.train.loop import Callback, TrainState
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 RSS_EVERY = 10  # reading /proc costs ~0.1 ms on a busy host; a trend needs far fewer reads
+RSS_EVERY_S = 0.05  # but slow steps are each read (<= 0.2%): a short run still gets a trend
 HEAP_EVERY_S = 0.5  # and the C heap (with RSS) at most this often: ~0.2 ms on a fragmented heap
 FIT_MEMORY_WARMUP = 1000
 """Under fit(), memory growth is judged after the first epoch or after this many steps."""
@@ -139,7 +140,7 @@ class HealthMonitor(Callback):
         self._last_scan_end, self._last_scan_cost, self._scans_with_graphs = 0.0, 0.0, 0
         self._last_rss = 0.0
         self._last_heap: tuple[float, float] | None = None
-        self._heap_read_at = -math.inf
+        self._heap_read_at = self._rss_read_at = -math.inf
         self._cpu_begin = time.process_time()
         self.losses = LossReadings()
         # Steps whose memory is allocator warm-up, left out of the memory-growth check. Under
@@ -225,10 +226,16 @@ class HealthMonitor(Callback):
         elif loss is not None:
             value = float(loss)
         # Also around profiler windows, so their buffers are subtracted from fresh reads.
-        if s % RSS_EVERY == 1 or self.profile.active or (s - 1) in self.profile.profiled:
-            self._last_rss = rss_mb()
-            if time.perf_counter() - self._heap_read_at >= HEAP_EVERY_S:
-                self._last_heap, self._heap_read_at = heap_mb(), time.perf_counter()
+        now = time.perf_counter()
+        if (
+            s % RSS_EVERY == 1
+            or now - self._rss_read_at >= RSS_EVERY_S
+            or self.profile.active
+            or (s - 1) in self.profile.profiled
+        ):
+            self._last_rss, self._rss_read_at = rss_mb(), now
+            if now - self._heap_read_at >= HEAP_EVERY_S:
+                self._last_heap, self._heap_read_at = heap_mb(), now
         series = self.series
         series["step"].append(s)
         series["step_time"].append(step_time)
