@@ -237,11 +237,11 @@ def evaluate_model(
     answers = predict_rows(model, split, rows, batch_size, threshold)
     gold = split.gold()
     if rows is not None:  # the official scripts score every question they are given
-        gold = _only(gold, set(answers))
+        gold = gold_subset(gold, set(answers))
     return official_scores(gold, answers)
 
 
-def _only(gold: dict[str, Any], ids: set[str]) -> dict[str, Any]:
+def gold_subset(gold: dict[str, Any], ids: set[str]) -> dict[str, Any]:
     """The SQuAD-layout ``gold`` restricted to questions ``ids``."""
     data = [
         {
@@ -253,6 +253,14 @@ def _only(gold: dict[str, Any], ids: set[str]) -> dict[str, Any]:
         for a in gold["data"]
     ]
     return {**gold, "data": data}
+
+
+def dev_sample(questions: int, size: int, seed: int) -> np.ndarray | None:
+    """The sorted rows of the dev questions that in-training evaluation scores (``data.dev_subset``
+    of them, drawn with the run's seed); None for every question."""
+    if not 0 < size < questions:
+        return None
+    return np.sort(np.random.default_rng(seed).choice(questions, size, replace=False))
 
 
 def build_model(model_config: QANetConfig, split: PreparedSplit) -> tuple[QANet, Vocab, Vocab]:
@@ -290,10 +298,7 @@ def train(
     if world.main:  # under torchrun, process 0 writes the run directory
         (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
 
-    dev_rows = None
-    if 0 < config.data.dev_subset < len(dev_split):
-        rng = np.random.default_rng(config.train.seed)
-        dev_rows = np.sort(rng.choice(len(dev_split), config.data.dev_subset, replace=False))
+    dev_rows = dev_sample(len(dev_split), config.data.dev_subset, config.train.seed)
     per_epoch = config.schedule.eval_every or -(-len(train_split) // config.train.batch_size)
     stream = StepStream(
         train_split, config.train.batch_size, per_epoch, config.train.seed, config.data.bucket
