@@ -52,8 +52,14 @@ def made_pairs(path: str, questions: int, seed: int) -> list[dict[str, Any]]:
 def margin_auc(answers: dict[str, Answer]) -> float:
     """How well the no-answer margins rank the made negatives above the answerable questions:
     the chance that a random negative's margin beats a random answerable one's (0.5 = none)."""
-    neg = np.array([a.no_answer_margin for q, a in answers.items() if q.endswith("#neg")])
-    pos = np.array([a.no_answer_margin for q, a in answers.items() if not q.endswith("#neg")])
+    neg = [a.no_answer_margin for q, a in answers.items() if q.endswith("#neg")]
+    pos = [a.no_answer_margin for q, a in answers.items() if not q.endswith("#neg")]
+    return auc(neg, pos)
+
+
+def auc(negatives: list[float], positives: list[float]) -> float:
+    """The chance that a random unanswerable question's margin beats a random answerable one's."""
+    neg, pos = np.array(negatives), np.array(positives)
     wins = (neg[:, None] > pos[None, :]).sum() + 0.5 * (neg[:, None] == pos[None, :]).sum()
     return float(wins / (len(neg) * len(pos)))
 

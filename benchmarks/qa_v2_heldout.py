@@ -5,8 +5,9 @@ so its ``best_f1`` is an upper bound. Here the threshold is chosen on the dev sa
 run's in-training evaluation scored (``data.dev_subset`` questions, drawn with the run's seed:
 ``recipes.qa.dev_sample``) and applied to every other dev question. Printed for the held-out
 questions: F1 at that threshold, at the checkpoint's own threshold, abstaining on every
-question, and the official upper bound; and F1 over the whole dev set at the checkpoint's
-threshold. Example:
+question, and the official upper bound; F1 over the whole dev set at the checkpoint's
+threshold; and how well the no-answer margins rank v2.0's unanswerable questions above the
+answerable ones (AUC, 0.5 = no signal). Example:
 
     python benchmarks/qa_v2_heldout.py --checkpoint runs/qanet_v2/run/last.safetensors \\
         --prepared runs/squad_v2neg --json runs/qanet_v2/heldout.json
@@ -20,6 +21,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from qa_negatives_probe import auc
 from treeqa.data.squad_prepared import PreparedSplit
 from treeqa.recipes.qa import (
     Answer,
@@ -48,6 +50,20 @@ def choose_threshold(gold: dict[str, Any], answers: dict[str, Answer]) -> tuple[
     if scores["best_f1"] <= abstain:
         return -math.inf, abstain
     return scores["best_f1_thresh"], scores["best_f1"]
+
+
+def margin_auc(gold: dict[str, Any], answers: dict[str, Answer]) -> float:
+    """AUC of the no-answer margins: v2.0's unanswerable questions against the answerable ones."""
+    unanswerable = {
+        q["id"]
+        for article in gold["data"]
+        for paragraph in article["paragraphs"]
+        for q in paragraph["qas"]
+        if q.get("is_impossible") or not q["answers"]
+    }
+    neg = [a.no_answer_margin for q, a in answers.items() if q in unanswerable]
+    pos = [a.no_answer_margin for q, a in answers.items() if q not in unanswerable]
+    return auc(neg, pos)
 
 
 def main() -> None:
@@ -88,6 +104,7 @@ def main() -> None:
         "held_out_abstain_f1": 100.0 * chosen["no_ans_total"] / chosen["total"],
         "held_out_best_f1_upper_bound": own["best_f1"],
         "dev_at_checkpoint_threshold": everything,
+        "dev_margin_auc": margin_auc(gold, answers),
     }
     print(f"{args.checkpoint} (step {result['step']}), SQuAD 2.0 dev:")
     print(
@@ -106,6 +123,7 @@ def main() -> None:
         f"  all {len(answers)} dev questions, threshold {loaded.threshold:g}:"
         f" EM {everything['exact_match']:.2f} F1 {everything['f1']:.2f}"
     )
+    print(f"  no-answer margin AUC, unanswerable vs answerable: {result['dev_margin_auc']:.3f}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
