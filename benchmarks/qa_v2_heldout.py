@@ -23,6 +23,7 @@ from typing import Any
 
 from qa_negatives_probe import auc
 from treeqa.data.squad_prepared import PreparedSplit
+from treeqa.eval.squad import gold_answers
 from treeqa.recipes.qa import (
     Answer,
     dev_sample,
@@ -41,12 +42,17 @@ def at_threshold(answers: dict[str, Answer], threshold: float) -> dict[str, Answ
     }
 
 
+def abstain_f1(scores: dict[str, float]) -> float:
+    """F1 of answering no question: the share of unanswerable questions."""
+    return 100.0 * scores["no_ans_total"] / scores["total"]
+
+
 def choose_threshold(gold: dict[str, Any], answers: dict[str, Answer]) -> tuple[float, float]:
     """The official search's threshold on these questions and its F1. The search starts from
     abstaining everywhere at threshold 0 (made for probabilities); with margins, abstaining
     everywhere is threshold -inf, so that is what a search that found nothing better gives."""
     scores = official_scores(gold, answers)
-    abstain = 100.0 * scores["no_ans_total"] / scores["total"]
+    abstain = abstain_f1(scores)
     if scores["best_f1"] <= abstain:
         return -math.inf, abstain
     return scores["best_f1_thresh"], scores["best_f1"]
@@ -54,13 +60,7 @@ def choose_threshold(gold: dict[str, Any], answers: dict[str, Answer]) -> tuple[
 
 def margin_auc(gold: dict[str, Any], answers: dict[str, Answer]) -> float:
     """AUC of the no-answer margins: v2.0's unanswerable questions against the answerable ones."""
-    unanswerable = {
-        q["id"]
-        for article in gold["data"]
-        for paragraph in article["paragraphs"]
-        for q in paragraph["qas"]
-        if q.get("is_impossible") or not q["answers"]
-    }
+    unanswerable = {q for q, texts in gold_answers(gold) if not texts}
     neg = [a.no_answer_margin for q, a in answers.items() if q in unanswerable]
     pos = [a.no_answer_margin for q, a in answers.items() if q not in unanswerable]
     return auc(neg, pos)
@@ -101,7 +101,7 @@ def main() -> None:
         "held_in_f1_at_chosen": held_in_f1,
         "held_out_at_chosen": chosen,
         "held_out_at_checkpoint_threshold": own,
-        "held_out_abstain_f1": 100.0 * chosen["no_ans_total"] / chosen["total"],
+        "held_out_abstain_f1": abstain_f1(chosen),
         "held_out_best_f1_upper_bound": own["best_f1"],
         "dev_at_checkpoint_threshold": everything,
         "dev_margin_auc": margin_auc(gold, answers),

@@ -3,8 +3,8 @@
 Every step costs a few timer reads and list appends, on CPU a timed reference workload
 (``Canary``: the machine's own speed), and queues the loss for reading
 (``readings.py``: on a GPU without a per-step host sync); process memory is read every
-``RSS_EVERY``-th step or ``RSS_EVERY_S`` seconds, whichever comes first (and with it, at most every ``HEAP_EVERY_S``, what the C heap holds in use
-and free: ``heap.py``). Heavier checks run on sampled steps (the first three and
+``RSS_EVERY``-th step or ``RSS_EVERY_S`` seconds, whichever comes first (and with it, at most
+every ``HEAP_EVERY_S``, what the C heap holds in use and free: ``heap.py``). Heavier checks run on sampled steps (the first three and
 every ``every``-th): module-output RMS, probabilities fed to cross-entropy, gradient finiteness.
 gc walks for retained graphs run at steps 8 and 32, then within a time budget; profiler
 windows (``profile.py``) once early and again when steps get slower; on a NaN/Inf,
