@@ -15,8 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from treeqa.health import HealthMonitor, checks, run_doctor
+from treeqa.health import HealthMonitor, checks, report, run_doctor
 from treeqa.health.heap import heap_mb
+from treeqa.health.profile import ProfileWindow
 from treeqa.models.common import Output
 from treeqa.train.loop import TrainConfig, fit
 
@@ -292,6 +293,21 @@ def test_a_machine_that_slows_down_is_not_a_regression() -> None:
     assert found.evidence["ratio"] == pytest.approx(alone.evidence["ratio"], rel=0.02)
 
 
+def test_a_reference_read_on_some_steps_keeps_its_quarters_aligned_with_the_steps() -> None:
+    """After the first 200 steps the reference is timed on every 4th step only: its quarters
+    must still cover the same steps as the step times', not the first steps' dense readings."""
+    n = 1000
+    # The machine runs at full speed until step 600, then 2x slower; so do the steps.
+    machine = [15e-6 * (2 if i >= 600 else 1) for i in range(n)]
+    sparse = [t if i < 200 or i % 4 == 0 else math.nan for i, t in enumerate(machine)]
+    steps = [0.01 * (2 if i >= 600 else 1) * (1 + i / 2000) for i in range(n)]
+    assert checks.step_time_regression(steps, steps) is not None
+    assert checks.step_time_regression(steps, steps, sparse) is None
+    medians = checks.quarter_medians(sparse, 50)
+    assert medians == checks.quarter_medians(machine, 50) == [15e-6, 15e-6, 30e-6, 30e-6]
+    assert checks.quarter_medians([1.0] * 50 + [math.nan] * 150, 0) is None  # a quarter empty
+
+
 def test_a_reference_that_reads_fast_late_makes_no_finding() -> None:
     drift = [0.01 * (1 + i / 400) for i in range(200)]  # 1.4x: under the 1.5x threshold
     faster = [15e-6 * (1 - i / 400) for i in range(200)]
@@ -299,16 +315,48 @@ def test_a_reference_that_reads_fast_late_makes_no_finding() -> None:
     assert checks.step_time_regression(drift, drift, faster) is None
 
 
-def test_monitor_times_the_canary_after_each_cpu_step() -> None:
-    monitor = HealthMonitor(stream=io.StringIO())
+def test_monitor_times_the_canary_after_each_early_cpu_step_then_every_4th() -> None:
+    monitor = HealthMonitor(every=1000, stream=io.StringIO())  # no profiler window (step 1001)
     state = torch.random.get_rng_state()
-    for _ in range(8):
+    for _ in range(240):
         monitor.begin_step()
         monitor.end_step(1.0, 0.01)
-    timed = [t for t in monitor.series["canary"] if not math.isnan(t)]
-    assert len(monitor.series["canary"]) == 8 and len(timed) == 8
-    assert all(0 < t < 0.1 for t in timed)
+    for name in ("canary", "cpu_time"):
+        series = monitor.series[name]
+        read = [i + 1 for i, t in enumerate(series) if not math.isnan(t)]
+        assert len(series) == 240 and read == [*range(1, 201), *range(204, 241, 4)], name
+    assert all(0 < t < 0.1 for t in monitor.series["canary"][:200])
     assert torch.equal(torch.random.get_rng_state(), state)  # the script's random stream
+
+
+def test_series_checks_thin_out_as_the_run_grows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each series check reads every step so far: at a fixed interval their cost per step would
+    grow with the run. Every 50 steps until step 1,600, then every 1/32 of the steps so far."""
+    monitor = HealthMonitor(every=50, stream=io.StringIO())
+    checked: list[int] = []
+    monkeypatch.setattr(monitor, "_series_checks", checked.append)
+    for _ in range(3200):
+        monitor.begin_step()
+        monitor.end_step(1.0, 0.01)
+    gaps = [b - a for a, b in zip(checked, checked[1:], strict=False)]
+    assert checked[:3] == [50, 100, 150] and set(gaps[:31]) == {50}
+    assert all(b - a == max(50, a // 32) for a, b in zip(checked, checked[1:], strict=False))
+    assert 50 < len(checked) < 64  # a fixed interval: 64
+    assert report.build(monitor)["series"]["step"][:3] == [1, 2, 3]  # ints in the JSON
+
+
+def test_profiler_window_is_not_opened_for_a_host_that_got_slower() -> None:
+    early, slow = [0.01] * 40, [0.02] * 40  # steps 2x slower at the end
+    machine_early, machine_slow = [1e-5] * 40, [2e-5] * 40
+    for canary, expected in (
+        (None, True),  # no reference: slower steps open a window
+        ([*machine_early, *machine_early], True),  # the machine kept its speed: the steps slowed
+        ([*machine_early, *machine_slow], False),  # the machine slowed as much
+        ([*machine_early, *[math.nan, math.nan, math.nan, 2e-5] * 10], False),  # every 4th read
+    ):
+        window = ProfileWindow()
+        window.schedule_if_slower([*early, *slow], 81, canary)
+        assert window.active is expected, canary
 
 
 def test_lightning_adapter_is_optional() -> None:

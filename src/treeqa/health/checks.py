@@ -125,13 +125,15 @@ def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) ->
 
 
 def quarter_medians(values: Sequence[float], warmup: int) -> list[float] | None:
-    """Medians of four consecutive quarters of the finite values after ``warmup`` points;
-    None if there are fewer than 40."""
-    rest = [v for v in values[warmup:] if math.isfinite(v)]
-    if len(rest) < 40:
-        return None
+    """Medians of the finite values in four consecutive quarters of the steps after ``warmup``
+    (a series read on some steps only, NaN elsewhere, keeps its quarters aligned with the
+    steps'); None if there are fewer than 40 finite values or under 5 in a quarter."""
+    rest = values[warmup:]
     q = len(rest) // 4
-    return [statistics.median(rest[i * q : (i + 1) * q]) for i in range(4)]
+    quarters = [[v for v in rest[i * q : (i + 1) * q] if math.isfinite(v)] for i in range(4)]
+    if sum(map(len, quarters)) < 40 or min(map(len, quarters)) < 5:
+        return None
+    return [statistics.median(part) for part in quarters]
 
 
 def rising(medians: Sequence[float], slack: float = 1.0) -> bool:

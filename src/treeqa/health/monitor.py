@@ -19,6 +19,8 @@ import math
 import os
 import sys
 import time
+from array import array
+from collections.abc import MutableSequence, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -39,6 +41,10 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 RSS_EVERY = 10  # reading /proc costs ~0.1 ms on a busy host; a trend needs far fewer reads
 RSS_EVERY_S = 0.05  # but slow steps are each read (<= 0.2%): a short run still gets a trend
 HEAP_EVERY_S = 0.5  # and the C heap (with RSS) at most this often: ~0.2 ms on a fragmented heap
+TIMED_ALL = 200  # the CPU clock and reference workload on each of the first 200 steps,
+TIMED_EVERY = 4  # then on every 4th (~80 us after a step): >= 1/16 of a run's steps per quarter
+SERIES_CHECKS = 32  # series checks every `every` steps, or every 1/32 of the steps so far:
+# each reads the whole series, so a fixed interval would cost in proportion to the run's length
 FIT_MEMORY_WARMUP = 1000
 """Under fit(), memory growth is judged after the first epoch or after this many steps."""
 
@@ -103,8 +109,9 @@ class HealthMonitor(Callback):
         self.json_path, self.plot_path = json_path, plot_path
         self.stream = stream or sys.stderr
         self.findings: dict[tuple[str, str], Finding] = {}
-        self.series: dict[str, list[float]] = {
-            k: []
+        # array("d"): 8 bytes a value (a list of floats takes ~32), so a 1M-step run keeps ~80 MB
+        self.series: dict[str, MutableSequence[float]] = {
+            k: array("d")
             for k in (
                 "step",
                 "step_time",
@@ -127,6 +134,8 @@ class HealthMonitor(Callback):
         self.stop_requested = False
         self.paused = False
         self.sampling = False
+        self.timed = False  # this step's CPU time and the reference workload are read
+        self._next_series_check = self.every
         self._seq: list[int] = []  # sequence number of each step's loss (graphs-from-step map)
         self._seq_step: list[int] = []
         self._hooks: list[Any] = []
@@ -190,7 +199,9 @@ class HealthMonitor(Callback):
     def begin_step(self) -> None:
         """Call when the step's compute starts (after its batch is ready)."""
         s = self.step + 1
-        self._cpu_begin = time.process_time()
+        self.timed = s <= TIMED_ALL or s % TIMED_EVERY == 0
+        if self.timed:
+            self._cpu_begin = time.process_time()
         self.sampling = s <= 3 or s % self.every == 0
         if self.sampling:
             self._rms = {}
@@ -212,8 +223,9 @@ class HealthMonitor(Callback):
     ) -> None:
         """Call after the optimiser step with the step's loss and its timings (seconds)."""
         self.step = s = self.step + 1
-        value = math.nan  # a tensor's value is filled in when its reading arrives
+        value = math.nan  # a GPU tensor's value is filled in when its reading arrives
         tensor = loss if isinstance(loss, torch.Tensor) else None
+        queued = tensor is not None and tensor.is_cuda
         if tensor is not None:
             # Reading grad_fn after backward costs ~30 us (a fresh Python object for the node,
             # on cold caches): note it only where a scan or a step lookup needs it.
@@ -222,7 +234,10 @@ class HealthMonitor(Callback):
                 if fn is not None:
                     self._seq.append(fn._sequence_nr())
                     self._seq_step.append(s)
-            self.losses.add(s, tensor)
+            if queued:
+                self.losses.add(s, tensor)
+            else:  # read at once: ~10 us less after a step than through the queue
+                value = (tensor if tensor.numel() == 1 else tensor.detach().float().mean()).item()
         elif loss is not None:
             value = float(loss)
         # Also around profiler windows, so their buffers are subtracted from fresh reads.
@@ -239,10 +254,11 @@ class HealthMonitor(Callback):
         series = self.series
         series["step"].append(s)
         series["step_time"].append(step_time)
-        series["cpu_time"].append(time.process_time() - self._cpu_begin)
         on_cpu = not torch.cuda.is_initialized()
+        timed = self.timed and on_cpu
+        series["cpu_time"].append(time.process_time() - self._cpu_begin if timed else math.nan)
         # Not inside a profiler window: its operators would count as the script's.
-        timed = on_cpu and not self.profile.active
+        timed = timed and not self.profile.active
         series["canary"].append(self.canary() if timed else math.nan)
         series["data_time"].append(data_time)
         series["loss"].append(value)
@@ -258,14 +274,16 @@ class HealthMonitor(Callback):
             self.sampling = False
         if self._backward_retained is not None or self._retain_steps:
             self._check_retain(s)
-        if tensor is None:
+        if not queued:
             self._saw_loss(s, value)
-        self._read_losses(wait=False)
+        if self.losses.pending:
+            self._read_losses(wait=False)
         if self.profile.active:
             self._add_if(self.profile.end(s))
         if self._scans(s):
             self._maybe_scan(s, tensor)
-        if s % self.every == 0:
+        if s >= self._next_series_check:
+            self._next_series_check = s + max(self.every, s // SERIES_CHECKS)
             self._series_checks(s)
 
     def _read_losses(self, wait: bool) -> None:
@@ -482,7 +500,7 @@ class HealthMonitor(Callback):
     def _series_checks(self, s: int) -> None:
         profiled = self.profile.profiled
 
-        def unprofiled(values: list[float]) -> list[float]:
+        def unprofiled(values: Sequence[float]) -> list[float]:
             return [math.nan if i + 1 in profiled else v for i, v in enumerate(values)]
 
         times = unprofiled(self.series["step_time"])
@@ -507,7 +525,7 @@ class HealthMonitor(Callback):
         ):
             if found is not None:
                 self.add(found)
-        self.profile.schedule_if_slower(times, s + 1)
+        self.profile.schedule_if_slower(times, s + 1, canary)
 
     def _add_if(self, found: Finding | None) -> None:
         if found is not None:

@@ -47,15 +47,23 @@ class ProfileWindow:
             self._next, self._times, self._covered = step, {}, []
             self.windows += 1
 
-    def schedule_if_slower(self, step_times: Sequence[float], next_step: int) -> None:
-        """Schedule a window when the last 20 steps' median is 1.5x that of steps 5..25."""
+    def schedule_if_slower(
+        self, step_times: Sequence[float], next_step: int, canary: Sequence[float] | None = None
+    ) -> None:
+        """Schedule a window when the last 20 steps' median is 1.5x that of steps 5..25, at
+        the early steps' machine speed where a reference workload was timed (``canary``,
+        NaN where not): a host that got slower is no reason to profile."""
         if len(step_times) < 60 or self.active:
             return
-        recent = [t for t in step_times[-20:] if math.isfinite(t)]
-        early = [t for t in step_times[5:25] if math.isfinite(t)]
-        if recent and early:
-            if sorted(recent)[len(recent) // 2] > 1.5 * sorted(early)[len(early) // 2]:
-                self.schedule(next_step)
+        recent, early = _median(step_times[-20:]), _median(step_times[5:25])
+        if recent is None or early is None:
+            return
+        if canary is not None:
+            now, then = _median(canary[-20:]), _median(canary[5:25])
+            if now is not None and then is not None and then > 0:
+                recent /= max(1.0, now / then)
+        if recent > 1.5 * early:
+            self.schedule(next_step)
 
     def begin(self, step: int) -> None:
         """The step's compute starts: open the profiler if this step is in the window."""
@@ -106,3 +114,8 @@ class ProfileWindow:
                 getattr(evt, "self_device_time_total", 0.0) or 0.0
             )
             self._times[evt.key] = self._times.get(evt.key, 0.0) + t
+
+
+def _median(values: Sequence[float]) -> float | None:
+    finite = sorted(v for v in values if math.isfinite(v))
+    return finite[len(finite) // 2] if finite else None

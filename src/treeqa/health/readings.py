@@ -3,8 +3,8 @@
 ``loss.item()`` on a GPU makes the host wait until the step's kernels have run, once per step,
 so the next step cannot be queued while this one computes. Instead each loss is copied into
 pinned host memory without blocking, with an event behind the copy, and read once the event
-has passed: usually by the next step, and at the latest when the run ends. On a CPU a value is
-ready at once, through the same queue.
+has passed: usually by the next step, and at the latest when the run ends. A loss on any other
+device is read at once by the monitor (``item()``), without this queue.
 """
 
 from __future__ import annotations

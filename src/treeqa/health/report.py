@@ -22,9 +22,9 @@ def one_line(finding: Finding) -> str:
 def build(monitor: Any) -> dict[str, Any]:
     findings = sorted(monitor.findings.values(), key=lambda f: (_ORDER[f.severity], f.step))
     series = {
-        k: [None if isinstance(v, float) and not math.isfinite(v) else v for v in vs]
-        for k, vs in monitor.series.items()
+        k: [None if not math.isfinite(v) else v for v in vs] for k, vs in monitor.series.items()
     }
+    series["step"] = [int(v) for v in monitor.series["step"]]
     return {
         "findings": [f.to_json() for f in findings],
         "series": series,
