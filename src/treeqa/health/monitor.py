@@ -53,10 +53,25 @@ class HealthError(RuntimeError):
     """Raised (doctor) or turned into ``state.stop`` (fit) by an error finding in strict mode."""
 
 
+class _Statm:
+    """``/proc/self/statm`` kept open: a read after a step costs ~50 us, against ~150 us to open
+    and close it each time (hot: 3 against 22 us)."""
+
+    def __init__(self) -> None:
+        self.pid, self.fd = -1, -1
+
+    def resident_pages(self) -> int:
+        if self.pid != os.getpid():  # first read, or a forked child (the file is its parent's)
+            self.pid, self.fd = os.getpid(), os.open("/proc/self/statm", os.O_RDONLY)
+        return int(os.pread(self.fd, 128, 0).split()[1])
+
+
+_STATM = _Statm()
+
+
 def rss_mb() -> float:
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE / 2**20
+        return _STATM.resident_pages() * _PAGE / 2**20
     except OSError:
         import resource
 
