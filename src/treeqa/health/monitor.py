@@ -1,15 +1,19 @@
 """The training-health monitor: cheap checks every step, hooks and scans on sampled steps.
 
-Every step costs a few timer reads and list appends, on CPU a timed reference workload
-(``Canary``: the machine's own speed), and queues the loss for reading
-(``readings.py``: on a GPU without a per-step host sync); process memory is read every
+Every step costs a few timer reads and appends to the series and reads the loss (on a GPU
+through ``readings.py``, without a per-step host sync). On CPU, the process's CPU time and a
+timed reference workload (``Canary``: the machine's own speed) are read on each of the first
+``TIMED_ALL`` steps, then on every ``TIMED_EVERY``-th. Process memory is read every
 ``RSS_EVERY``-th step or ``RSS_EVERY_S`` seconds, whichever comes first (and with it, at most
-every ``HEAP_EVERY_S``, what the C heap holds in use and free: ``heap.py``). Heavier checks run on sampled steps (the first three and
-every ``every``-th): module-output RMS, probabilities fed to cross-entropy, gradient finiteness.
-gc walks for retained graphs run at steps 8 and 32, then within a time budget; profiler
-windows (``profile.py``) once early and again when steps get slower; on a NaN/Inf,
-``nonfinite.py`` hooks the next forwards to name the first module that produced it. ``fit()`` drives it as a ``Callback``;
-``treeqa doctor`` and the Lightning adapter drive the same ``begin_step``/``end_step`` API.
+every ``HEAP_EVERY_S``, what the C heap holds in use and free: ``heap.py``). Heavier checks run
+on sampled steps (the first three and every ``every``-th): module-output RMS, probabilities fed
+to cross-entropy, gradient finiteness. The checks over the series run every ``every`` steps, or
+every 1/``SERIES_CHECKS`` of the steps so far, whichever is longer. gc walks for retained
+graphs run at steps 8 and 32, then within a time budget; profiler windows (``profile.py``) once
+early and again when steps get slower than the machine; on a NaN/Inf, ``nonfinite.py`` hooks
+the next forwards to name the first module that produced it. ``fit()`` drives it as a
+``Callback``; ``treeqa doctor`` and the Lightning adapter drive the same
+``begin_step``/``end_step`` API.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ RSS_EVERY = 10  # reading /proc costs ~0.1 ms on a busy host; a trend needs far 
 RSS_EVERY_S = 0.05  # but slow steps are each read (<= 0.2%): a short run still gets a trend
 HEAP_EVERY_S = 0.5  # and the C heap (with RSS) at most this often: ~0.2 ms on a fragmented heap
 TIMED_ALL = 200  # the CPU clock and reference workload on each of the first 200 steps,
-TIMED_EVERY = 4  # then on every 4th (~80 us after a step): >= 1/16 of a run's steps per quarter
+TIMED_EVERY = 4  # then every 4th (~80 us after a step): a quarter of n steps has >= n/16 readings
 SERIES_CHECKS = 32  # series checks every `every` steps, or every 1/32 of the steps so far:
 # each reads the whole series, so a fixed interval would cost in proportion to the run's length
 FIT_MEMORY_WARMUP = 1000
@@ -79,13 +83,14 @@ def rss_mb() -> float:
 
 
 class Canary:
-    """A fixed CPU workload, timed after each step: how fast this machine runs now.
+    """A fixed CPU workload, timed after a step: how fast this machine runs now.
 
     On a shared host the speed of a core drifts (other tenants, clock changes) by up to 2x
     within a minute, and every step drifts with it; CPU time drifts too, so it cannot tell
     this from a leak. A leak slows the steps but not this workload. It takes ~8 us hot but
-    ~50 us right after a step (cold caches); timing it only every 4th step saved that but
-    tracked the machine too loosely (3 of 15 clean runs flagged on a busy host, as without it).
+    ~50-80 us right after a step (cold caches), hence every step only while a run is short:
+    read every 4th step from the start, an 80-step script had ~5 readings a quarter, too few
+    (3 of 15 clean runs flagged on a busy host, as without it).
     """
 
     def __init__(self) -> None:
