@@ -306,6 +306,9 @@ def test_a_reference_read_on_some_steps_keeps_its_quarters_aligned_with_the_step
     medians = checks.quarter_medians(sparse, 50)
     assert medians == checks.quarter_medians(machine, 50) == [15e-6, 15e-6, 30e-6, 30e-6]
     assert checks.quarter_medians([1.0] * 50 + [math.nan] * 150, 0) is None  # a quarter empty
+    # A long run's quarters are sampled (an odd stride), and still see a series read every 4th step.
+    long = [float(i * 4 // 40_000 + 1) if i % 4 == 0 else math.nan for i in range(40_000)]
+    assert checks.quarter_medians(long, 0) == [1.0, 2.0, 3.0, 4.0]
 
 
 def test_a_reference_that_reads_fast_late_makes_no_finding() -> None:

@@ -519,9 +519,14 @@ class HealthMonitor(Callback):
 
     def _series_checks(self, s: int) -> None:
         profiled = self.profile.profiled
+        first = int(self.series["step"][0]) if self.series["step"] else 1  # > 1 on resume
 
-        def unprofiled(values: Sequence[float]) -> list[float]:
-            return [math.nan if i + 1 in profiled else v for i, v in enumerate(values)]
+        def unprofiled(values: Sequence[float]) -> MutableSequence[float]:
+            out = array("d", values)
+            for step in profiled:
+                if 0 <= step - first < len(out):
+                    out[step - first] = math.nan
+            return out
 
         times = unprofiled(self.series["step_time"])
         warm = self.memory_warmup
@@ -539,7 +544,7 @@ class HealthMonitor(Callback):
                 (self.series["heap_used_mb"][warm:], self.series["heap_free_mb"][warm:]),
             ),
             checks.memory_growth(self.series["cuda_mb"][warm:], "device memory", 16.0)
-            if any(self.series["cuda_mb"])
+            if not on_cpu
             else None,
             checks.input_bound(self.series["data_time"], self.series["step_time"]),
         ):
