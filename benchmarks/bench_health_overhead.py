@@ -16,10 +16,13 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
+import random
 import statistics
 import sys
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +106,25 @@ def loss_wrapper_cost(n: int = 20_000) -> float:
     return max(0.0, best["on"] - best["off"])
 
 
+def series_check_cost(steps: int, repeats: int = 5) -> float:
+    """Seconds for one pass of the monitor's checks over the series of a ``steps``-step CPU run
+    (synthetic values, the reference workload read every 4th step, one profiler window)."""
+    rng = random.Random(0)
+    monitor = HealthMonitor(stream=io.StringIO())
+    monitor.profile.profiled.update({51, 52, 53})
+    for values in monitor.series.values():
+        values.extend(rng.random() for _ in range(steps))
+    monitor.series["step"][:] = array("d", range(1, steps + 1))
+    monitor.series["cuda_mb"][:] = array("d", [0.0] * steps)
+    monitor.series["canary"][:] = array(
+        "d", [v if i % 4 == 0 else math.nan for i, v in enumerate(monitor.series["canary"])]
+    )
+    start = time.perf_counter()
+    for _ in range(repeats):
+        monitor._series_checks(steps)
+    return (time.perf_counter() - start) / repeats
+
+
 COSTS: list[float] = []
 STEADY: list[
     float
@@ -141,8 +163,21 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, help="write OUT.json and OUT.md")
+    parser.add_argument(
+        "--series-checks",
+        action="store_true",
+        help="only time one pass of the checks over the series of runs of 2,000-512,000 steps",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.series_checks:
+        for n in (2_000, 8_000, 32_000, 128_000, 512_000):
+            cost = series_check_cost(n)
+            print(
+                f"{n:>7} steps: {cost * 1e3:7.2f} ms a pass; per step, a pass every 50 steps "
+                f"{cost / 50 * 1e6:6.1f} us, every max(50, steps/32) {cost / max(50, n / 32) * 1e6:5.1f} us"
+            )
+        return
     run(True, 50, args.dim, args.device)  # warm-up: allocator, kernels, profiler import
     COSTS.clear()
     STEADY.clear()
