@@ -68,6 +68,27 @@ def test_fit_clean_run_writes_report(tmp_path: Path) -> None:
     assert nn.functional.cross_entropy.__name__ == "cross_entropy"  # the wrapper was removed
 
 
+class DeviceBatch(Batch):
+    def to(self, device: torch.device) -> DeviceBatch:
+        return DeviceBatch(self.x.to(device), self.y.to(device))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_fit_on_gpu_reads_every_loss_and_the_device_memory(tmp_path: Path) -> None:
+    monitor = HealthMonitor(every=10, json_path=tmp_path / "health.json", stream=io.StringIO())
+    opt = torch.optim.SGD((model := Tiny()).parameters(), lr=0.1)
+    on_gpu = lambda e: [DeviceBatch(b.x, b.y) for b in batches(e)]  # noqa: E731
+    fit(model, opt, on_gpu, TrainConfig(epochs=2, device="cuda"), callbacks=[monitor])
+    report = json.loads((tmp_path / "health.json").read_text())
+    assert [f for f in report["findings"] if f["severity"] != "info"] == []
+    series = report["series"]
+    assert len(series["loss"]) == 60 and all(math.isfinite(v) for v in series["loss"])
+    assert not monitor.losses.pending  # every queued GPU loss was read by the end
+    assert all(v > 0 for v in series["cuda_mb"])
+    assert series["canary"] == [None] * 60  # the CPU reference workload is not timed on a GPU
+
+
 def test_fit_strict_stops_on_error() -> None:
     stream = io.StringIO()
     monitor = HealthMonitor(mode="strict", every=10, stream=stream)
