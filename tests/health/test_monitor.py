@@ -18,6 +18,7 @@ from torch import nn
 from treeqa.health import HealthMonitor, checks, report, run_doctor
 from treeqa.health.heap import heap_mb
 from treeqa.health.profile import ProfileWindow
+from treeqa.health.readings import LossReadings
 from treeqa.models.common import Output
 from treeqa.train.loop import TrainConfig, fit
 
@@ -263,6 +264,14 @@ def test_loss_readings_fill_the_series_and_catch_a_nan() -> None:
     assert got == [2.0, 1.5, None, 1.0, 4.0, 0.5]  # NaN is null in the JSON report
     assert not monitor.losses.pending
     assert [f["code"] for f in report["findings"]] == ["non-finite"]
+
+
+def test_loss_queue_returns_readings_in_step_order() -> None:
+    """The queue a GPU loss takes (on a CPU tensor its values are there at once)."""
+    queue = LossReadings()
+    queue.add(1, torch.tensor(2.0, requires_grad=True) * 1.0)
+    queue.add(2, torch.tensor([1.0, 3.0]))  # a per-example loss counts as its mean
+    assert queue.ready() == [(1, 2.0), (2, 2.0)] and not queue.pending
 
 
 def test_checks_on_numbers() -> None:
