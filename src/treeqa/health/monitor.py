@@ -42,8 +42,8 @@ from treeqa.models.common import Output
 from treeqa.train.loop import Callback, TrainState
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-RSS_EVERY = 10  # reading /proc costs ~0.1 ms on a busy host; a trend needs far fewer reads
-RSS_EVERY_S = 0.05  # but slow steps are each read (<= 0.2%): a short run still gets a trend
+RSS_EVERY = 10  # a read of /proc costs ~50 us after a step; a trend needs far fewer reads
+RSS_EVERY_S = 0.05  # but slow steps are each read (<= 0.1%): a short run still gets a trend
 HEAP_EVERY_S = 0.5  # and the C heap (with RSS) at most this often: ~0.2 ms on a fragmented heap
 TIMED_ALL = 200  # the CPU clock and reference workload on each of the first 200 steps,
 TIMED_EVERY = 4  # then every 4th (~80 us after a step): a quarter of n steps has >= n/16 readings
