@@ -238,6 +238,19 @@ def test_rss_growth_with_flat_heap_in_use_is_heap_retention() -> None:
     assert plain is not None and plain.code == "memory-growth"
 
 
+def test_the_monitors_own_series_are_not_counted_as_the_scripts_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A million steps of series are ~80 MB: a long run must not read them as its own growth."""
+    monkeypatch.setattr("treeqa.health.monitor.rss_mb", lambda: 500.0)
+    monitor = HealthMonitor(stream=io.StringIO())
+    for _ in range(1000):
+        monitor.begin_step()
+        monitor.end_step(1.0, 0.01)
+    own = len(monitor.series) * 8 * 1000 / 2**20  # MB of series after 1,000 steps
+    assert monitor.series["rss_mb"][-1] == pytest.approx(500.0 - own)
+
+
 def test_heap_reading_follows_a_kept_tensor() -> None:
     if heap_mb() is None:
         pytest.skip("no glibc mallinfo2 here")

@@ -282,9 +282,11 @@ class HealthMonitor(Callback):
         series["canary"].append(self.canary() if timed else math.nan)
         series["data_time"].append(data_time)
         series["loss"].append(value)
-        series["rss_mb"].append(self._last_rss - self.profile.memory_added)
+        # Neither the profiler's buffers nor these series (8 bytes a value) are the script's.
+        own = self.profile.memory_added + len(series) * 8 * len(series["step"]) / 2**20
+        series["rss_mb"].append(self._last_rss - own)
         used, free = self._last_heap or (math.nan, math.nan)
-        series["heap_used_mb"].append(used - self.profile.memory_added)
+        series["heap_used_mb"].append(used - own)
         series["heap_free_mb"].append(free)
         series["cuda_mb"].append(0.0 if on_cpu else torch.cuda.memory_allocated() / 2**20)
         if self._hooks:
