@@ -126,9 +126,8 @@ def series_check_cost(steps: int, repeats: int = 5) -> float:
 
 
 COSTS: list[float] = []
-STEADY: list[
-    float
-] = []  # from step 100 on: after the early scans (8, 32) and first profiler window
+# From step 100 on: after the early scans (steps 8, 32) and the first profiler window.
+STEADY: list[float] = []
 
 
 def run(with_monitor: bool, steps: int, dim: int, device: str) -> tuple[list[float], float]:

@@ -78,8 +78,12 @@ class DeviceBatch(Batch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_fit_on_gpu_reads_every_loss_and_the_device_memory(tmp_path: Path) -> None:
     monitor = HealthMonitor(every=10, json_path=tmp_path / "health.json", stream=io.StringIO())
-    opt = torch.optim.SGD((model := Tiny()).parameters(), lr=0.1)
-    on_gpu = lambda e: [DeviceBatch(b.x, b.y) for b in batches(e)]  # noqa: E731
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def on_gpu(epoch: int) -> list[DeviceBatch]:
+        return [DeviceBatch(b.x, b.y) for b in batches(epoch)]
+
     fit(model, opt, on_gpu, TrainConfig(epochs=2, device="cuda"), callbacks=[monitor])
     report = json.loads((tmp_path / "health.json").read_text())
     assert [f for f in report["findings"] if f["severity"] != "info"] == []
