@@ -304,14 +304,21 @@ def test_v2_unanswerable_and_same_article_negatives(tmp_path: Path) -> None:
 
 def test_prepare_refuses_a_full_out_and_leaves_nothing_on_error(tmp_path: Path) -> None:
     pytest.importorskip("spacy")
+    users = tmp_path / "prepared.partial"  # a folder of the user's, named like a work folder
+    users.mkdir()
+    (users / "notes.txt").write_text("kept")
     out = prepare(tmp_path, squad_v1(), squad_v1())
+    assert (users / "notes.txt").read_text() == "kept"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["prepared", "prepared.partial", "train.json.gz", "dev.json", "vectors.txt", "cache"]
+    )
     with pytest.raises(FileExistsError):
         prepare(tmp_path, squad_v1(), squad_v1())
     bad = squad_v1()
     bad["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 1
     with pytest.raises(SquadFormatError, match="question 'q1'"):
         prepare(tmp_path, squad_v1(), bad, overwrite=True)
-    assert (out / "meta.json").is_file() and not (tmp_path / "prepared.partial").exists()
+    assert (out / "meta.json").is_file() and not list(tmp_path.glob(".prepared.*"))
     prepare(tmp_path, squad_v1(), bad, overwrite=True, skip_bad=True)
     assert json.loads((out / "meta.json").read_text())["splits"]["dev"]["examples"] == 6
 

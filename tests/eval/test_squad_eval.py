@@ -144,11 +144,46 @@ def test_v2_best_threshold_as_the_official_script() -> None:
 
 def test_v2_drops_gold_texts_that_normalise_to_nothing() -> None:
     data = {"version": "v2.0", "data": [article(q("x", "The", impossible=False))]}
-    assert evaluate_predictions(data, {"x": ""})["no_ans_total"] == 1
-    assert evaluate_predictions(data, {"x": ""})["exact_match"] == 100.0
+    # Only "" can match now, yet the question stays in HasAns: the v2.0 script splits on
+    # bool(qa["answers"]), before any normalisation.
+    s = evaluate_predictions(data, {"x": ""})
+    assert (s["exact_match"], s["has_ans_total"], s["no_ans_total"]) == (100.0, 1, 0)
     # scored as v1.1 the same question needs "the"/"a" and F1 is 0 anyway
     v1 = evaluate_predictions(data, {"x": "a"}, version="v1.1")
     assert (v1["exact_match"], v1["f1"]) == (100.0, 0.0)
+
+
+def test_v2_no_answer_scores_above_the_threshold_abstain_as_the_official_script() -> None:
+    # Margins (log-odds) go above 1; the official script then scores those questions as
+    # answered with "" in every key but the best-threshold search.
+    spans = {"h1": "Denver Broncos", "h2": "big red dog", "n1": "x", "n2": "y"}
+    na = {"h1": 0.5, "h2": 2.0, "n1": 3.0, "n2": -1.0, "n3": 5.0}
+    s = evaluate_predictions(V2, spans, na_probs=na)
+    # h1 answered (EM 1, F1 1); h2 abstains (0, 0); n1 abstains (1, 1); n2 answered (0, 0);
+    # n3 has no prediction: 0 whatever its score.
+    assert s["exact_match"] == pytest.approx(100 * 2 / 5) and s["f1"] == pytest.approx(40.0)
+    assert (s["has_ans_exact"], s["no_ans_exact"]) == pytest.approx((50.0, 100 / 3))
+    s = evaluate_predictions(V2, spans, na_probs=na, na_prob_thresh=2.5)  # h2 answers now
+    assert s["f1"] == pytest.approx(100 * (1 + 2 / 3 + 1) / 5)
+    # The search itself uses the raw scores: n2 (-1) answers wrongly, h1 +1, h2 +2/3 (F1).
+    assert s["best_f1"] == pytest.approx(100 * (3 - 1 + 1 + 2 / 3) / 5)
+    with pytest.raises(ValueError, match="no-answer scores are for SQuAD v2.0"):
+        evaluate_predictions(V1, {"a": "x"}, na_probs={"a": 0.0})
+
+
+def test_gold_answers_that_cannot_be_scored_are_errors_naming_the_question(
+    tmp_path: Path,
+) -> None:
+    strings = {"version": "1.1", "data": [article({"id": "s1", "question": "?", "answers": ["x"]})]}
+    (tmp_path / "strings.json").write_text(json.dumps(strings))
+    with pytest.raises(SquadFormatError, match=r"question 's1'.*objects with a string \"text\""):
+        load_gold(tmp_path / "strings.json")
+    duplicated = {"version": "1.1", "data": [article(q("d", "x"), q("d", "y"))]}
+    (tmp_path / "dup.json").write_text(json.dumps(duplicated))
+    with pytest.raises(SquadFormatError, match="question 'd'.*a question id used twice"):
+        load_gold(tmp_path / "dup.json")
+    with pytest.raises(ValueError, match="question 'n1' has no gold answer.*score the file as v2"):
+        evaluate_predictions(V2, {"n1": ""}, version="v1.1")
 
 
 def test_version_detected_from_is_impossible_without_version_field() -> None:

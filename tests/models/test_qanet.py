@@ -176,20 +176,34 @@ def test_loss_is_cross_entropy_on_raw_logits() -> None:
     assert net(unlabelled).loss is None
 
 
-def test_best_spans_matches_brute_force() -> None:
+@pytest.mark.parametrize("max_len", [1, 4, 30])
+@pytest.mark.parametrize("ties", [False, True])
+def test_best_spans_matches_brute_force(max_len: int, ties: bool) -> None:
     g = torch.Generator().manual_seed(3)
     s, e = torch.randn(6, 13, generator=g), torch.randn(6, 13, generator=g)
+    if ties:  # many equal scores: the first span in (start, end) order wins
+        s, e = s.round(), e.round()
     mask = torch.ones(6, 13, dtype=torch.bool)
     mask[2, 7:], mask[4, 1:] = False, False
-    start, end, score = best_spans(s, e, mask, max_len=4)
+    start, end, score = best_spans(s, e, mask, max_len=max_len)
     for b in range(6):
         n = int(mask[b].sum())
         cands = [
-            (float(s[b, i] + e[b, j]), i, j) for i in range(n) for j in range(i, min(n, i + 4))
+            (-float(s[b, i] + e[b, j]), i, j)
+            for i in range(n)
+            for j in range(i, min(n, i + max_len))
         ]
-        best = max(cands)
+        best = min(cands)
         assert (int(start[b]), int(end[b])) == best[1:]
-        assert float(score[b]) == pytest.approx(best[0], abs=1e-5)
+        assert float(score[b]) == pytest.approx(-best[0], abs=1e-5)
+
+
+def test_best_spans_of_a_long_context_score_only_the_band() -> None:
+    length = 200_000  # a dense [L, L] score table would take 160 GB
+    s, e = torch.zeros(1, length), torch.zeros(1, length)
+    s[0, 150_000], e[0, 150_010] = 5.0, 4.0
+    start, end, score = best_spans(s, e, torch.ones(1, length, dtype=torch.bool), max_len=30)
+    assert (int(start), int(end), float(score)) == (150_000, 150_010, 9.0)
 
 
 def test_no_answer_slot_trains_and_decodes() -> None:

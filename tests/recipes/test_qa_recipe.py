@@ -146,6 +146,35 @@ def test_train_save_load_same_predictions(prepared: Path, tmp_path: Path) -> Non
         assert r["score"] == pytest.approx(np.exp(from_arrays[qid][1]), rel=1e-4)
 
 
+def test_a_split_prepared_apart_is_renumbered_into_the_model_vocabulary(
+    prepared: Path, tmp_path: Path
+) -> None:
+    from treeqa.data.squad_prepare import prepare_squad
+
+    out = tmp_path / "run"
+    assert main(["train", "qa", f"--prepared={prepared}", f"--out={out}", *TINY]) == 0
+    # Prepared from another training file: the same dev questions, their words numbered otherwise.
+    data = squad_json("1.1")
+    other = {**data, "data": data["data"][2:]}
+    (tmp_path / "train.json").write_text(json.dumps(other), encoding="utf-8")
+    apart = tmp_path / "apart"
+    prepare_squad(
+        tmp_path / "train.json",
+        prepared.parent / "dev.json",
+        prepared.parent / "vectors.txt",
+        apart,
+        vectors_cache=tmp_path / "cache",
+    )
+    split = qa.PreparedSplit(apart, "dev")
+    assert split.word_vocab() != qa.PreparedSplit(prepared, "dev").word_vocab()
+    same = qa.evaluate(out, prepared, "dev", tmp_path / "same.json")
+    renumbered = qa.evaluate(out, apart, "dev", tmp_path / "apart.json")
+    assert json.loads((tmp_path / "apart.json").read_text()) == json.loads(
+        (tmp_path / "same.json").read_text()
+    )
+    assert renumbered == {**same, "words_unknown_to_model": 0.0}
+
+
 def test_predict_cli_text_and_jsonl(
     prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -175,17 +204,22 @@ def test_predict_cli_text_and_jsonl(
     assert "score" in line
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text(
-        "".join(
-            json.dumps({"context": c, "question": q}) + "\n" for c, q in [(context, question)] * 2
+        "\n".join(
+            json.dumps({"id": n, "context": context, "question": question}) for n in ("a", "b")
         )
+        + "\n\n"  # a blank line is skipped; the ids say which answer is whose
     )
     assert (
         main(["predict", "qa", "--checkpoint", str(out), "--input", str(src), "--output", str(dst)])
         == 0
     )
     answers = [json.loads(x) for x in dst.read_text().splitlines()]
-    assert len(answers) == 2 and answers[0] == answers[1] and answers[0]["question"] == question
+    assert [a.pop("id") for a in answers] == ["a", "b"] and answers[0] == answers[1]
+    assert answers[0]["question"] == question and "context" not in answers[0]
     assert answers[0]["answer"] in line
+    flags = ["--checkpoint", str(out), "--context", context, "--question", question]
+    assert main(["predict", *flags]) == 2
+    assert "are for reading comprehension: treeqa predict qa" in capsys.readouterr().err
 
     # `evaluate qa --checkpoint`: every dev question answered and scored; the answers it writes
     # score the same through `evaluate qa --predictions`.

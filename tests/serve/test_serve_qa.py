@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,3 +54,11 @@ def test_a_context_without_words_is_refused(base: str) -> None:
     assert status == 400 and "field 'context'" in body["error"]
     status, body = call(base, "/api/sentiment", {"tree": "((a) (b))"})
     assert status == 404 and "no sentiment model" in body["error"]
+
+
+def test_a_context_too_long_to_read_at_once_is_refused_before_the_model_runs(base: str) -> None:
+    long_context = "word " * (qa.MAX_CONTEXT_TOKENS + 1)
+    start = time.perf_counter()
+    status, body = call(base, "/api/qa", {"context": long_context, "question": "Why?"})
+    assert status == 422 and f"a context of {qa.MAX_CONTEXT_TOKENS + 1} tokens" in body["error"]
+    assert time.perf_counter() - start < 5

@@ -51,6 +51,41 @@ def test_resume_gives_the_same_loss_curve(demo_dir: Path, tmp_path: Path) -> Non
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_run_killed_before_its_first_last_checkpoint_starts_again(
+    demo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train(config(demo_dir, 2), tmp_path / "full")
+    cut, save = tmp_path / "cut", ckpt.atomic_save
+
+    def killed_before_last(tensors, meta, path: Path) -> None:
+        if path.name == ckpt.LAST:  # the first best is written, the first last half-written
+            (path.parent / f"{ckpt.LAST}.123.abcd{ckpt.PARTIAL}").write_bytes(b"half")
+            raise Killed
+        save(tensors, meta, path)
+
+    monkeypatch.setattr(ckpt, "atomic_save", killed_before_last)
+    with pytest.raises(Killed):
+        train(config(demo_dir, 2), cut)
+    monkeypatch.undo()
+    assert (cut / ckpt.BEST).exists() and not (cut / ckpt.LAST).exists()
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(config(demo_dir, 2), cut)  # never trained over
+    train(config(demo_dir, 2), cut, resume_run=True)
+    assert losses(cut) == losses(tmp_path / "full")
+    assert sorted(p.name for p in cut.glob("*.safetensors*")) == [ckpt.BEST, ckpt.LAST]
+
+
+def test_checkpoints_are_written_with_the_usual_file_mode(tmp_path: Path) -> None:
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        ckpt.atomic_save({"model.x": torch.ones(1)}, {"task": "qa"}, tmp_path / "a.safetensors")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "a.safetensors").stat().st_mode & 0o777 == 0o644
+
+
 def test_checkpoint_is_self_describing_and_needs_no_pickle(demo_dir: Path, tmp_path: Path) -> None:
     train(config(demo_dir, 1), tmp_path / "run")
     best = ckpt.load(tmp_path / "run")

@@ -82,8 +82,8 @@ def run_seeds(args: argparse.Namespace) -> int:
             config, train=dataclasses.replace(config.train, seed=config.train.seed + k)
         )
         run_dir = out / f"seed-{seeded.train.seed}"
-        resume = (run_dir / "last.safetensors").is_file()
-        sentiment.train(seeded, run_dir, resume_run=resume)
+        # A seed's directory from an earlier call is continued (or, killed early, restarted).
+        sentiment.train(seeded, run_dir, resume_run=run_dir.is_dir())
         if not main:  # under torchrun, process 0 scores and reports
             continue
         scores = sentiment.evaluate(run_dir, config.data.path, args.split)

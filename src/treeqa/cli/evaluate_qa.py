@@ -38,6 +38,13 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
         " official best-threshold search",
     )
     parser.add_argument(
+        "--na-prob-thresh",
+        type=float,
+        default=1.0,
+        help="qa: with --na-probs, answer nothing where the no-answer score is above this, as"
+        " the official v2.0 script does (default 1.0)",
+    )
+    parser.add_argument(
         "--prepared", type=Path, help="qa: with --checkpoint, a `treeqa data prepare squad` dir"
     )
     parser.add_argument(
@@ -68,7 +75,13 @@ def evaluate_main(args: argparse.Namespace) -> int:
         )
     gold, predictions = load_gold(args.gold), load_predictions(args.predictions)
     na_probs = load_na_probs(args.na_probs) if args.na_probs is not None else None
-    scores = evaluate_predictions(gold, predictions, version=args.squad_version, na_probs=na_probs)
+    scores = evaluate_predictions(
+        gold,
+        predictions,
+        version=args.squad_version,
+        na_probs=na_probs,
+        na_prob_thresh=args.na_prob_thresh,
+    )
     if scores["unknown"]:
         print(
             f"warning: {scores['unknown']} predictions for question ids not in {args.gold.name}"
@@ -113,6 +126,13 @@ def evaluate_checkpoint(args: argparse.Namespace) -> int:
         raise ValueError("evaluate qa --checkpoint needs --prepared DIR (the prepared SQuAD)")
     split = args.split or "dev"
     scores = qa.evaluate(args.checkpoint, args.prepared, split, args.write_predictions)
+    if "words_unknown_to_model" in scores:
+        print(
+            f"note: {args.prepared} was prepared apart from this model; its ids are renumbered "
+            f"into the model's vocabularies, and {int(scores['words_unknown_to_model'])} of its "
+            "words are unknown to the model",
+            file=sys.stderr,
+        )
     print(f"{args.checkpoint} on {args.prepared} {split} ({int(scores['questions'])} questions):")
     print(f"  exact_match {scores['exact_match']:.3f}\n  f1          {scores['f1']:.3f}")
     print_v2_parts(scores)

@@ -55,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
         return qa_commands.predict_main(args)
     if args.overrides:
         raise ValueError(f"unrecognised arguments: {' '.join(args.overrides)}")
+    if args.context is not None or args.question is not None:
+        raise ValueError(
+            "--context and --question are for reading comprehension: treeqa predict qa"
+        )
     from treeqa.data.sst import read_tree_file
     from treeqa.data.tree import Tree, iter_trees
     from treeqa.recipes.sentiment import load_model, predict

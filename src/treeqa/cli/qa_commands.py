@@ -83,8 +83,10 @@ def train_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_jsonl(path: Path) -> list[tuple[str, str]]:
-    pairs = []
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSONL items with a context and a question; blank lines are skipped (so each item's
+    other fields, an "id" say, come back with its answer)."""
+    items = []
     with path.open("rb") as f:
         for n, raw in enumerate(f, 1):
             try:
@@ -101,35 +103,39 @@ def _read_jsonl(path: Path) -> list[tuple[str, str]]:
             for key in ("context", "question"):
                 if not isinstance(item.get(key), str) or not item[key].strip():
                     raise ValueError(f"{path}:{n}: field {key!r}: expected a non-empty string")
-            pairs.append((item["context"], item["question"]))
-    return pairs
+            items.append(item)
+    return items
 
 
 def predict_main(args: argparse.Namespace) -> int:
     extra = getattr(args, "overrides", []) or []
     if extra or getattr(args, "trees", None):
         raise ValueError(f"unrecognised arguments: {' '.join([*args.trees, *extra])}")
-    pairs: list[tuple[str, str]] = []
+    items: list[dict[str, Any]] = []
     if args.context is not None or args.question is not None:
         if not (args.context or "").strip() or not (args.question or "").strip():
             raise ValueError("give both --context and --question, each with some text")
-        pairs.append((args.context, args.question))
+        items.append({"context": args.context, "question": args.question})
     if args.input:
-        pairs += _read_jsonl(args.input)
-    if not pairs:
+        items += _read_jsonl(args.input)
+    if not items:
         raise ValueError("nothing to answer: give --context and --question, or --input FILE.jsonl")
     from treeqa.recipes.qa import load_model, predict
 
-    results = predict(load_model(args.checkpoint), pairs)
+    results = predict(load_model(args.checkpoint), [(x["context"], x["question"]) for x in items])
+    # Each answer line carries its input's fields but the context (an "id", say).
+    lines = [
+        {**{k: v for k, v in x.items() if k != "context"}, **r}
+        for x, r in zip(items, results, strict=True)
+    ]
     if args.output:
         with args.output.open("w", encoding="utf-8") as f:
-            for (_, question), r in zip(pairs, results, strict=True):
-                f.write(json.dumps({"question": question, **r}, ensure_ascii=False) + "\n")
+            f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
         print(f"wrote {len(results)} answers to {args.output}", file=sys.stderr)
         return 0
-    for (_, question), r in zip(pairs, results, strict=True):
+    for line, r in zip(lines, results, strict=True):
         if getattr(args, "json", False) or args.input:
-            print(json.dumps({"question": question, **r}, ensure_ascii=False))
+            print(json.dumps(line, ensure_ascii=False))
         else:
             answer = r["answer"] if r["start"] >= 0 else "(no answer)"
             print(f"{answer}\t(score {r['score']:.4f}, characters {r['start']}-{r['end']})")

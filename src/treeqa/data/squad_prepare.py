@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import secrets
 import shutil
 from collections import Counter
 from collections.abc import Callable
@@ -124,8 +126,8 @@ def prepare_squad(
                 f"{out} is not a prepared SQuAD directory (no treeqa-squad meta.json), so "
                 "--overwrite does not delete it; give another --out"
             )
-    work = out.with_name(out.name + ".partial")
-    shutil.rmtree(work, ignore_errors=True)
+    # A fresh folder of its own beside ``out``: a folder the user named like it is never touched.
+    work = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
     work.mkdir(parents=True)
     say = log or (lambda _: None)
     try:

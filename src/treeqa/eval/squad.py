@@ -17,6 +17,7 @@ split), so a partial predictions file can never raise the score.
 from __future__ import annotations
 
 import json
+import math
 import re
 import string
 from collections import Counter
@@ -116,6 +117,7 @@ def gold_answers(
     if not isinstance(data, list):
         raise SquadFormatError('no "data" list at the top level', source)
     out = []
+    seen: set[str] = set()
     for i, article in enumerate(data):
         title = article.get("title") if isinstance(article, dict) else None
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
@@ -131,7 +133,7 @@ def gold_answers(
                 qid = qa.get("id") if isinstance(qa, dict) else None
                 answers = qa.get("answers") if isinstance(qa, dict) else None
                 texts = (
-                    [a.get("text") for a in answers if isinstance(a, dict)]
+                    [a.get("text") if isinstance(a, dict) else None for a in answers]
                     if isinstance(answers, list)
                     else None
                 )
@@ -141,9 +143,15 @@ def gold_answers(
                     or not all(isinstance(t, str) for t in texts)
                 ):
                     raise SquadFormatError(
-                        'a question needs an "id" and "answers" with "text"',
+                        'a question needs an "id" and "answers", a list of objects with a'
+                        ' string "text"',
                         source, article=i, title=title, question_id=str(qid),
                     )  # fmt: skip
+                if qid in seen:  # the official scripts count it twice (v1.1) or once (v2.0)
+                    raise SquadFormatError(
+                        "a question id used twice", source, article=i, title=title, question_id=qid
+                    )
+                seen.add(qid)
                 out.append((qid, [str(t) for t in texts]))
     return out
 
@@ -158,9 +166,14 @@ def score_questions(
     has_ans: dict[str, bool] = {}
     missing: list[str] = []
     for qid, texts in gold_answers(dataset_json):
+        has_ans[qid] = bool(texts)  # as the v2.0 script: even if every text normalises to ""
         if version == "v2.0":
             texts = [t for t in texts if normalize_answer(t)] or [""]
-        has_ans[qid] = texts != [""]
+        elif not texts:
+            raise ValueError(
+                f"question {qid!r} has no gold answer, which SQuAD v1.1 scoring cannot score"
+                " (an unanswerable question: score the file as v2.0)"
+            )
         if qid not in predictions:
             missing.append(qid)
             exact[qid] = f1[qid] = 0.0
@@ -181,6 +194,7 @@ def evaluate_predictions(
     *,
     version: str | None = None,
     na_probs: Mapping[str, float] | None = None,
+    na_prob_thresh: float = 1.0,
 ) -> dict[str, Any]:
     """Official EM and F1 (percent) of ``predictions`` (question id -> answer text) over every
     question of ``dataset_json``. ``version`` ("v1.1"/"v2.0") defaults to the file's own.
@@ -190,12 +204,23 @@ def evaluate_predictions(
     ``missing_examples``; for v2.0 also ``has_ans_exact``, ``has_ans_f1``, ``has_ans_total``,
     ``no_ans_exact``, ``no_ans_f1``, ``no_ans_total``, and with ``na_probs`` (question id ->
     no-answer score, higher = more likely unanswerable) the official ``best_exact``,
-    ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh``.
+    ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh``. As in the v2.0 script, a question
+    whose no-answer score is above ``na_prob_thresh`` then counts as answered with nothing in
+    every other key (with scores in [0, 1] and the default 1.0, never).
     """
     version = version or _version(dataset_json)
     if version not in ("v1.1", "v2.0"):
         raise ValueError(f"version must be 'v1.1' or 'v2.0', not {version!r}")
+    if na_probs is not None and version != "v2.0":
+        raise ValueError("no-answer scores are for SQuAD v2.0; v1.1 has no unanswerable questions")
     exact, f1, has_ans, missing = score_questions(dataset_json, predictions, version)
+    raw_exact, raw_f1 = exact, f1
+    if na_probs is not None:  # a question with no prediction stays at 0 whatever its score
+        scored = {qid: p for qid, p in na_probs.items() if qid in predictions}
+        exact, f1 = (
+            apply_no_ans_threshold(scores, scored, has_ans, na_prob_thresh)
+            for scores in (exact, f1)
+        )
     out: dict[str, Any] = {"version": version, **_summary(exact, f1, list(exact), "")}
     out["exact_match"] = out.pop("exact")
     out |= {
@@ -208,10 +233,25 @@ def evaluate_predictions(
         out |= _summary(exact, f1, [k for k, v in has_ans.items() if v], "has_ans_")
         out |= _summary(exact, f1, [k for k, v in has_ans.items() if not v], "no_ans_")
         if na_probs is not None:
-            for name, scores in (("exact", exact), ("f1", f1)):
+            for name, scores in (("exact", raw_exact), ("f1", raw_f1)):
                 best, thresh = find_best_thresh(predictions, scores, na_probs, has_ans)
                 out |= {f"best_{name}": best, f"best_{name}_thresh": thresh}
     return out
+
+
+def apply_no_ans_threshold(
+    scores: Mapping[str, float],
+    na_probs: Mapping[str, float],
+    has_ans: Mapping[str, bool],
+    threshold: float,
+) -> dict[str, float]:
+    """The v2.0 script's: a question whose no-answer score is above ``threshold`` scores as an
+    empty answer (1 if unanswerable, else 0); a question missing from ``na_probs`` keeps its
+    score (the official script fails on it)."""
+    return {
+        qid: float(not has_ans[qid]) if na_probs.get(qid, -math.inf) > threshold else s
+        for qid, s in scores.items()
+    }
 
 
 def find_best_thresh(

@@ -26,10 +26,13 @@ def best_spans(
     length = start_logits.size(1)
     s = start_logits.float().masked_fill(~mask, NEG)  # [B, L]
     e = end_logits.float().masked_fill(~mask, NEG)  # [B, L]
-    band = torch.ones(length, length, dtype=torch.bool, device=s.device).triu().tril(max_len - 1)
-    scores = (s[:, :, None] + e[:, None, :]).masked_fill(~band, NEG)  # [B, L, L]; [i, j]
-    score, flat = scores.flatten(1).max(1)  # [B]
-    return flat // length, flat % length, score
+    # Only the band j - i < K is scored, so a long context costs B*L*K, not B*L*L.
+    width = min(max_len, length)  # K
+    ends = torch.nn.functional.pad(e, (0, width - 1), value=NEG).unfold(1, width, 1)  # [B, L, K]
+    scores = s[:, :, None] + ends  # [B, L, K]; [i, k] scores the span (i, i + k)
+    score, flat = scores.flatten(1).max(1)  # [B]; ties: the first in (i, j) order, as before
+    start = flat // width
+    return start, start + flat % width, score
 
 
 class Decoded(NamedTuple):

@@ -175,12 +175,49 @@ class Answer(NamedTuple):
     """No-answer score minus the best span's; -inf for a model without the no-answer slot."""
 
 
+@dataclass(frozen=True)
+class IdMap:
+    """Renumbers a prepared split's word and char ids into a model's vocabularies: a split
+    prepared apart from the model's training data numbers its tokens otherwise."""
+
+    words: torch.Tensor  # [V_split] the model's id of each split word id; 1 = unknown to it
+    chars: torch.Tensor  # [C_split]
+
+    @classmethod
+    def between(cls, split: PreparedSplit, words: Vocab, chars: Vocab) -> IdMap | None:
+        """None when the split already numbers its tokens as the model does."""
+        split_words, split_chars = split.word_vocab(), split.char_vocab()
+        if split_words == words and split_chars == chars:
+            return None
+        return cls(
+            *(
+                torch.tensor(v.ids(s.tokens))
+                for s, v in ((split_words, words), (split_chars, chars))
+            )
+        )
+
+    @property
+    def unknown_words(self) -> int:
+        return int((self.words[2:] == 1).sum())
+
+    def __call__(self, batch: QABatch) -> QABatch:
+        w, c = self.words, self.chars
+        return dataclasses.replace(
+            batch,
+            context_words=w[batch.context_words],
+            context_chars=c[batch.context_chars],
+            question_words=w[batch.question_words],
+            question_chars=c[batch.question_chars],
+        )
+
+
 def predict_rows(
     model: nn.Module,
     split: PreparedSplit,
     rows: np.ndarray | None,
     batch_size: int,
     threshold: float,
+    id_map: IdMap | None = None,
 ) -> dict[str, Answer]:
     """question id -> its ``Answer`` for ``rows`` (None = all)."""
     config: QANetConfig = model.config  # type: ignore[assignment]
@@ -191,7 +228,7 @@ def predict_rows(
     with torch.no_grad():
         # Bucketed: answers are keyed by row, so sorting by length only saves padding.
         for batch in split.batches(batch_size, False, 0, bucket=True, rows=rows):
-            batch = batch.to(device)
+            batch = (id_map(batch) if id_map is not None else batch).to(device)
             logits = model(batch).logits  # [B, 2, L(+1)]
             mask = batch.context_words != 0  # [B, L]
             # Best spans for all rows (threshold inf); the threshold is applied here.
@@ -375,13 +412,19 @@ def evaluate(
 
     With ``predictions_out``, also writes the answers in the official format (question id ->
     answer text, "" for no answer), which ``treeqa evaluate qa --predictions`` scores again.
+    A split prepared apart from the model's training data is renumbered into the model's
+    vocabularies; ``words_unknown_to_model`` then counts its words the model reads as unknown.
     """
     loaded = load_model(path)
     data = PreparedSplit(Path(prepared), split)
-    answers = predict_rows(loaded.model, data, None, 32, loaded.threshold)
+    id_map = IdMap.between(data, loaded.words, loaded.chars)
+    answers = predict_rows(loaded.model, data, None, 32, loaded.threshold, id_map)
     if predictions_out is not None:
         write_json_atomic(Path(predictions_out), {q: a.text for q, a in answers.items()})
-    return {**official_scores(data.gold(), answers), "questions": float(len(data))}
+    scores = {**official_scores(data.gold(), answers), "questions": float(len(data))}
+    if id_map is not None:
+        scores["words_unknown_to_model"] = float(id_map.unknown_words)
+    return scores
 
 
 def write_json_atomic(path: Path, value: Any) -> None:
@@ -390,6 +433,11 @@ def write_json_atomic(path: Path, value: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(value, ensure_ascii=False))
     os.replace(tmp, path)
+
+
+MAX_CONTEXT_TOKENS = 2_000
+"""The longest context ``predict`` takes: ~2.6 s for the paper's model on one CPU thread
+(8.3 s at 4,000 tokens); SQuAD's contexts are under 1,000 tokens."""
 
 
 def _encode(loaded: Loaded, tokens: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -425,6 +473,12 @@ def predict(
         questions = [tokenizer.tokenize(q)[0] or ["?"] for _, q in chunk]
         if any(not toks for toks, _ in contexts):
             raise ValueError("a context has no tokens")
+        longest = max(len(toks) for toks, _ in contexts)
+        if longest > MAX_CONTEXT_TOKENS:
+            raise ValueError(
+                f"a context of {longest} tokens; this reads at most {MAX_CONTEXT_TOKENS} at once "
+                "(time grows with the square of the length): give it one passage at a time"
+            )
         cw, cc = _encode(loaded, [toks for toks, _ in contexts])
         qw, qc = _encode(loaded, questions)
         none = torch.full((len(chunk),), -1, dtype=torch.long)

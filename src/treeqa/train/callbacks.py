@@ -224,8 +224,18 @@ def resume(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-) -> TrainState:
-    """Load the last checkpoint of ``run_dir`` into model, optimiser, scheduler and RNG."""
+) -> TrainState | None:
+    """Load the last checkpoint of ``run_dir`` into model, optimiser, scheduler and RNG.
+
+    None when the run stopped before writing its first last checkpoint (a kill during the
+    first epoch, or between its best and last writes): it starts again from step 0, which
+    the seeded run replays exactly, and overwrites the best checkpoint it left.
+    """
+    if World.from_env().main:
+        ckpt.remove_partial_writes(run_dir)
+    if not (run_dir / ckpt.LAST).is_file():
+        tqdm.write(f"{run_dir}: no {ckpt.LAST} yet; the run starts again from its first step")
+        return None
     last = ckpt.load(run_dir, prefer=ckpt.LAST)
     if last.meta.get("kind") != "last":
         raise ckpt.CheckpointError(f"{run_dir}: no {ckpt.LAST} to resume from")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,8 @@ from torch import nn
 
 FORMAT_VERSION = 1
 BEST, LAST = "best.safetensors", "last.safetensors"
+PARTIAL = ".tmp"
+"""The suffix of a checkpoint being written; a kill during the write leaves one behind."""
 
 
 class CheckpointError(ValueError):
@@ -71,19 +73,33 @@ def open_run_dir(out: Path, resume: bool) -> None:
 def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     header = {"treeqa": json.dumps({"format_version": FORMAT_VERSION, **meta}, ensure_ascii=False)}
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    tmp = str(path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}{PARTIAL}"))
     try:
         # safetensors refuses shared or non-contiguous storage; give it plain copies.
         save_file(
             {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, tmp, header
         )
+        # safetensors makes its files private (0600); a checkpoint gets the umask's usual mode.
+        os.chmod(tmp, 0o666 & ~_umask())
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def remove_partial_writes(run_dir: Path) -> None:
+    """Delete the half-written checkpoints a killed run left in ``run_dir``."""
+    for name in (BEST, LAST):
+        for partial in run_dir.glob(f"{name}.*{PARTIAL}"):
+            partial.unlink(missing_ok=True)
 
 
 def resolve(path: str | Path, prefer: str = BEST) -> Path:
