@@ -13,7 +13,7 @@ import difflib
 import tomllib
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -250,3 +250,21 @@ def to_toml(config: Any) -> str:
                 f"{kk} = {value(vv)}" for kk, vv in v.items() if vv is not None
             ]
     return "\n".join(lines) + "\n"
+
+
+def changed_settings(stored: str, config: Any, free: Collection[str]) -> list[str]:
+    """The settings, as ``section.key: old -> new``, where ``config`` differs from the TOML
+    ``stored`` by ``to_toml``, leaving out the keys of ``free``."""
+
+    def flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in data.items():
+            out |= flat(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {prefix + k: v}
+        return out
+
+    before, after = flat(tomllib.loads(stored)), flat(tomllib.loads(to_toml(config)))
+    return [
+        f"{k}: {before.get(k)!r} -> {after.get(k)!r}"
+        for k in sorted(before.keys() | after.keys())
+        if k not in free and before.get(k) != after.get(k)
+    ]

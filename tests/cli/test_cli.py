@@ -75,6 +75,23 @@ def test_train_evaluate_predict(
     assert sum(out["probabilities"]) == pytest.approx(1, abs=1e-3)
 
 
+def test_a_binary3_model_predicts_negative_or_positive_as_it_is_scored(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, out = tmp_path / "run", tmp_path / "labels.jsonl"
+    argv = ["train", "--data", str(demo_dir), "--task", "binary3", "--epochs", "1"]
+    assert main([*argv, "--out", str(run), "--health", "off"]) == 0
+    tree = "(3 (2 (2 the) (2 movie)) (3 (2 is) (3 good)))"
+    capsys.readouterr()
+    assert main(["predict", "--checkpoint", str(run), tree, "--output", str(out)]) == 0
+    assert capsys.readouterr().out == ""  # all of it went to the file
+    (result,) = [json.loads(line) for line in out.read_text().splitlines()]
+    labels = [result["label"]] + [node["label"] for node in result["nodes"]]
+    assert set(labels) <= {0, 2}  # neutral never wins, as in `evaluate`
+    p = result["probabilities"]
+    assert result["label"] == (2 if p[2] > p[0] else 0)
+
+
 def test_train_resume_continues(
     demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

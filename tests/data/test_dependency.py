@@ -157,6 +157,18 @@ def test_parsing_keeps_sst_tokens_and_one_sentence(tmp_path: Path) -> None:
     assert meta["pipeline"] == PIPELINE and meta["splits"]["train"]["sentences"] == 2
     with pytest.raises(FileExistsError, match="not empty"):
         convert_sst(sst_dir, tmp_path / "dep", PIPELINE, log=lambda _: None)
+    # An --overwrite that fails on the last split leaves the earlier output whole.
+    before = {p.name: p.read_bytes() for p in (tmp_path / "dep").iterdir()}
+    (sst_dir / "test.txt").write_text("(9 (2 bad) (2 label))\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"test\.txt:1"):
+        convert_sst(sst_dir, tmp_path / "dep", PIPELINE, log=lambda _: None, overwrite=True)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "dep").iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dep", "sst"]
+    (sst_dir / "test.txt").write_text(lines["test"][0] + "\n", encoding="utf-8")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("kept")
+    with pytest.raises(FileExistsError, match="--overwrite does not delete it"):
+        convert_sst(sst_dir, tmp_path / "mine", PIPELINE, log=lambda _: None, overwrite=True)
     for split, trees in lines.items():
         dep = sst.load_split(tmp_path / "dep", split)
         for line, tree in zip(trees, dep, strict=True):

@@ -2,6 +2,7 @@ import gzip
 import io
 import lzma
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,26 @@ def test_wrong_width_line_names_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(VectorFileError, match=r"v\.txt:2: expected a token and 3 numbers") as e:
         load(path, ["a"], tmp_path)
     assert e.value.line == 2 and e.value.source == str(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        # one row wider than the rest: not a token "b 0.4 0.5" with spaces
+        ("a 0.1 0.2 0.3\nb 0.1 0.2 0.3 0.4 0.5\n", 2, "3 numbers (as on line 1), found 5"),
+        # a narrow first row sets D: the next row says where D came from
+        ("a 0.1 0.2\nb 0.1 0.2 0.3\n", 2, "2 numbers (as on line 1), found 3"),
+        # a word2vec header that does not fit its rows
+        ("2 2\na 0.1 0.2 0.3\n", 2, "2 numbers (as the header on line 1 says), found 3"),
+    ],
+)
+def test_a_row_wider_than_the_file_is_an_error_naming_where_d_came_from(
+    tmp_path: Path, text: str, line: int, message: str
+) -> None:
+    path = write(tmp_path / "v.txt", text)
+    expected = re.escape(f"v.txt:{line}: expected a token and {message}")
+    with pytest.raises(VectorFileError, match=expected):
+        load(path, ["a", "b"], tmp_path)
 
 
 def test_non_numeric_field_names_file_and_line(tmp_path: Path) -> None:

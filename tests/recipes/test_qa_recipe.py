@@ -360,3 +360,12 @@ def test_training_runs_under_the_health_monitor(prepared: Path, tmp_path: Path) 
     assert main(argv) == 0
     report = json.loads((out / "health.json").read_text())
     assert not [f for f in report["findings"] if f["severity"] == "error"]
+
+
+def test_a_metric_v1_scoring_does_not_give_is_refused_before_training(
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["train", "qa", f"--prepared={prepared}", f"--out={tmp_path / 'run'}", *TINY]
+    assert main([*argv, "--train.metric=best_f1"]) == 2
+    assert "'best_f1' is not a dev metric; choose one of exact_match, f1" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

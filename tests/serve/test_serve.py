@@ -91,6 +91,16 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
         ),
         ("/api/sentiment", {"tree": "((the) (film)"}, None, 400, "field 'tree':1:"),
         ("/api/sentiment", {"tree": "((a) (b) (c))"}, None, 422, "at most 2 children"),
+        # Refused before the batch is built: its child table would be [nodes, widest node].
+        (
+            "/api/sentiment",
+            {"tree": f"({'(a) ' * 100})"},
+            None,
+            422,
+            "at most 2 children per node, got 100",
+        ),
+        ("/api/sentiment", {"tree": f"({'(a) ' * 60_000})"}, None, 422, "a tree of 60001 nodes"),
+        ("/api/sentiment", None, b"[" * 200_000, 400, "body: JSON nested too deeply"),
         ("/api/qa", {"context": "a", "question": "b"}, None, 404, "no QA model"),
         ("/api/nothing", {}, None, 404, "no such route"),
         ("/api/health", {}, None, 405, "no such route"),

@@ -17,6 +17,11 @@ def losses(run: Path) -> list[float]:
     return [x["loss"] for x in lines if "loss" in x]
 
 
+def epoch_losses(run: Path) -> list[float]:
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [x["train_loss"] for x in lines if "train_loss" in x]
+
+
 def config(demo_dir: Path, epochs: int):
     return resolve_config(
         {},
@@ -174,6 +179,8 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_curve(demo_dir: Path, tmp_pa
         pytest.skip("the run finished before it could be killed")
     assert main(["train", "--resume", str(cut)]) == 0
     assert losses(cut) == losses(tmp_path / "full")
+    # The epoch's mean loss counts the steps before the kill too.
+    assert epoch_losses(cut) == epoch_losses(tmp_path / "full")
 
 
 def test_loading_a_checkpoint_of_another_task_is_refused(tmp_path: Path) -> None:
@@ -216,6 +223,10 @@ def test_a_metric_the_evaluation_does_not_report_stops_the_run(
     bad = resolve_config({}, [("data", str(demo_dir)), ("health", "off"), ("metric", "acc")])
     with pytest.raises(ConfigError, match="train.metric: 'acc' is not a dev metric; choose one"):
         train(bad, tmp_path / "run")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # refused before the first epoch
+    binary = resolve_config({}, [("task", "binary3"), ("metric", "fine_root_acc")])
+    with pytest.raises(ConfigError, match="choose one of binary_root_acc, binary_all_acc"):
+        train(binary, tmp_path / "binary")
 
 
 def test_checkpoint_metadata_that_is_broken_or_incomplete_names_the_file(tmp_path: Path) -> None:
@@ -260,6 +271,35 @@ def test_a_resume_whose_overrides_do_not_fit_leaves_the_run_config(
     wider = resolve_config(
         {}, [("data", str(demo_dir)), ("epochs", "2"), ("health", "off"), ("embed_dim", "7")]
     )
-    with pytest.raises(ckpt.CheckpointError, match="its weights do not fit"):
+    with pytest.raises(
+        ConfigError, match=r"model.embed_dim: 50 -> 7\. Only data.eval_batch_size, name, "
+    ):
         train(wider, run, resume_run=True)
     assert (run / "config.toml").read_text() == saved
+
+
+def test_a_resume_keeps_what_the_run_learns_with_and_may_change_how_long_it_goes_on(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    train(config(demo_dir, 1), run)
+    saved = (run / "config.toml").read_text()
+    faster = resolve_config(
+        {}, [("data", str(demo_dir)), ("epochs", "2"), ("health", "off"), ("lr", "0.9")]
+    )
+    # The restored optimiser would go on at the old rate while config.toml said 0.9.
+    with pytest.raises(ConfigError, match=r"train.lr: 0.05 -> 0.9"):
+        train(faster, run, resume_run=True)
+    assert (run / "config.toml").read_text() == saved
+    assert train(config(demo_dir, 2), run, resume_run=True)["epochs"] == 2
+
+
+def test_a_resumed_run_that_stopped_early_stays_stopped(demo_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    patient = [("data", str(demo_dir)), ("epochs", "40"), ("health", "off"), ("patience", "1")]
+    first = train(resolve_config({}, patient), run)
+    assert first["epochs"] < 40  # stopped early
+    again = train(resolve_config({}, patient), run, resume_run=True)
+    assert again["epochs"] == first["epochs"]
+    more = [*patient[:3], ("patience", "50")]
+    assert train(resolve_config({}, more), run, resume_run=True)["epochs"] > first["epochs"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("nothing to predict: give trees, --text, --input FILE or --demo-examples")
     loaded = load_model(args.checkpoint)
     trees += [tree for text in args.text for tree in loaded.parse(text)]
-    for result in predict(loaded, trees):
+    results = predict(loaded, trees)
+    if args.output:
+        with args.output.open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(result) + "\n" for result in results)
+        print(f"wrote {len(results)} trees to {args.output}", file=sys.stderr)
+        return 0
+    for result in results:
         if args.json:
             print(json.dumps(result))
             continue

@@ -48,7 +48,7 @@ def add_predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--question", help="qa: the question about --context")
     with contextlib.suppress(argparse.ArgumentError):
         p.add_argument("--input", type=Path, help='JSONL: {"context": ..., "question": ...}')
-    p.add_argument("--output", type=Path, help="qa: write JSONL answers here (default: stdout)")
+    p.add_argument("--output", type=Path, help="write JSONL results here (default: stdout)")
 
 
 def _config(args: argparse.Namespace) -> Any:

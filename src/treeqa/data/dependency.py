@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import secrets
+import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -255,34 +258,59 @@ def convert_sst(
     log: Any = print,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Parse SST's three splits into ``out/{train,dev,test}.jsonl`` plus ``meta.json``."""
+    """Parse SST's three splits into ``out/{train,dev,test}.jsonl`` plus ``meta.json``.
+
+    The files are written to a folder beside ``out`` and renamed into place at the end, so a
+    failure (a malformed tree in the test split, say) leaves an earlier ``out`` as it was.
+    """
     from treeqa.data import sst
 
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty (--overwrite replaces it)")
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{out} exists and is not empty (--overwrite replaces it)")
+        if not _converted_before(out):
+            raise FileExistsError(
+                f"{out} was not written by `treeqa data prepare sst-dependency` (no meta.json "
+                "naming a pipeline), so --overwrite does not delete it; give another --out"
+            )
     nlp = load_parser(pipeline)
-    out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "pipeline": pipeline,
         "pipeline_version": nlp.meta.get("version", ""),
         "splits": {},
     }
-    for split in sst.SPLITS:
-        trees = sst.load_split(sst_dir, split)
-        dep = []
-        for i, (tree, doc) in enumerate(
-            zip(trees, parse(nlp, (t.tokens for t in trees)), strict=True)
-        ):
-            record = parsed_record(doc, tree.tokens, [UNLABELLED] * len(doc))
-            record["labels"] = project_labels(tree, record["heads"])
-            dep.append(from_record(record, f"{split} sentence", i + 1))
-        write_dependency_trees(dep, out / f"{split}.jsonl")
-        nodes = sum(len(t) for t in dep)
-        labelled = sum(int((t.labels != UNLABELLED).sum()) for t in dep)
-        meta["splits"][split] = {"sentences": len(dep), "nodes": nodes, "labelled": labelled}
-        log(f"{split}: {len(dep):,} sentences, {labelled:,} of {nodes:,} nodes labelled")
-    tmp = out / "meta.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(out / "meta.json")
+    work = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
+    work.mkdir(parents=True)
+    try:
+        for split in sst.SPLITS:
+            trees = sst.load_split(sst_dir, split)
+            dep = []
+            for i, (tree, doc) in enumerate(
+                zip(trees, parse(nlp, (t.tokens for t in trees)), strict=True)
+            ):
+                record = parsed_record(doc, tree.tokens, [UNLABELLED] * len(doc))
+                record["labels"] = project_labels(tree, record["heads"])
+                dep.append(from_record(record, f"{split} sentence", i + 1))
+            write_dependency_trees(dep, work / f"{split}.jsonl")
+            nodes = sum(len(t) for t in dep)
+            labelled = sum(int((t.labels != UNLABELLED).sum()) for t in dep)
+            meta["splits"][split] = {"sentences": len(dep), "nodes": nodes, "labelled": labelled}
+            log(f"{split}: {len(dep):,} sentences, {labelled:,} of {nodes:,} nodes labelled")
+        (work / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out)
+    work.rename(out)
     return meta
+
+
+def _converted_before(out: Path) -> bool:
+    """Whether ``out`` holds an earlier conversion: the only folder ``overwrite`` deletes."""
+    try:
+        meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and "pipeline" in meta and "splits" in meta

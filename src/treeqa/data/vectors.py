@@ -34,7 +34,7 @@ import numpy as np
 
 __all__ = ["CoverageReport", "VectorFileError", "Vectors", "find_spacy_pair", "load_vectors"]
 
-CACHE_VERSION = 2  # bump when the reader's output changes, so old caches miss
+CACHE_VERSION = 3  # bump when the reader's output changes, so old caches miss
 _EXAMPLES = 10
 _DECODE_ERRORS = (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error)
 _CORRUPT = "cannot decompress ({}): the file is truncated or corrupt"
@@ -238,6 +238,7 @@ def _read_glove(
     bad = _BadLines(path, skip)
     vecs: dict[bytes, np.ndarray] = {}
     number = 0
+    told = "as asked"  # where D came from, for messages
     for number, raw in _lines(path):
         line = raw.rstrip(b"\r\n ")
         spaces = line.count(b" ")
@@ -246,15 +247,19 @@ def _read_glove(
                 raise VectorFileError("the first line holds no numbers; cannot tell D", path, 1)
             count, _, width = line.partition(b" ")
             if count.isdigit() and width.isdigit():  # a word2vec / fastText "count D" header
-                dim = int(width)
+                dim, told = int(width), f"as the header on line {number} says"
                 continue
-            dim = spaces
+            dim, told = spaces, f"as on line {number}"
         if spaces < dim:
             found = f"{spaces + 1} fields" if line else "an empty line"
-            bad(f"expected a token and {dim} numbers, found {found}", number, raw)
+            bad(f"expected a token and {dim} numbers ({told}), found {found}", number, raw)
             continue
         # Checking only the width of unwanted lines keeps a 2M-line file fast to stream.
         token = line[: line.find(b" ")] if spaces == dim else line.rsplit(b" ", dim)[0]
+        if spaces > dim and _looks_like_numbers(token.split(b" ")[1:]):
+            # Not a token with spaces (GloVe 840B has some) but a row of another width.
+            bad(f"expected a token and {dim} numbers ({told}), found {spaces}", number, raw)
+            continue
         if token not in wanted or token in vecs:  # the first of duplicate tokens wins
             continue
         numbers = line[len(token) + 1 :].split(b" ")
@@ -270,6 +275,15 @@ def _read_glove(
     if dim is None or number == 0:
         raise VectorFileError("empty file: no vectors", path)
     return dim, vecs, number, bad.count
+
+
+def _looks_like_numbers(fields: list[bytes]) -> bool:
+    """Whether fields read as vector components ("0.418", "-1e-05"), which tokens are not."""
+    try:
+        [float(f) for f in fields]
+    except ValueError:
+        return False
+    return all(b"." in f or b"e" in f.lower() for f in fields)
 
 
 def _read_spacy(

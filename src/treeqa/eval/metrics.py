@@ -52,6 +52,12 @@ class SentimentMetrics:
         self._add("binary_root", right[is_root & polar])
         self._add("binary_all", right[polar])
 
+    @staticmethod
+    def names(classes: int) -> list[str]:
+        """The keys ``compute`` gives for a model of ``classes`` outputs (5, 3 or 2)."""
+        parts = (["fine_root", "fine_all"] if classes == 5 else []) + ["binary_root", "binary_all"]
+        return [f"{p}_acc" for p in parts] + ["root_acc", "all_acc"]
+
     def compute(self, task: str) -> dict[str, float]:
         """Accuracies; ``root_acc``/``all_acc`` are those of ``task`` (fine or binary)."""
         out = {f"{k}_acc": c / n for k, (c, n) in self.counts.items() if n}

@@ -30,10 +30,24 @@ from treeqa.health import HealthMonitor
 from treeqa.models.qanet import QANet, QANetConfig
 from treeqa.models.spans import decode
 from treeqa.train import checkpoint as ckpt
-from treeqa.train.callbacks import Checkpointer, EarlyStopping, MetricsLog, ProgressBar, resume
+from treeqa.train.callbacks import (
+    Checkpointer,
+    EarlyStopping,
+    MetricsLog,
+    ProgressBar,
+    check_resumable,
+    resume,
+)
 from treeqa.train.distributed import World
 from treeqa.train.ema import build_ema
-from treeqa.train.loop import Callback, TrainConfig, TrainState, fit, resolve_device
+from treeqa.train.loop import (
+    Callback,
+    TrainConfig,
+    TrainState,
+    check_metric,
+    fit,
+    resolve_device,
+)
 from treeqa.train.optim import build_optimizer, build_scheduler
 
 TASK = "qa"
@@ -278,6 +292,14 @@ def evaluate_model(
     return official_scores(gold, answers)
 
 
+def dev_metric_names(version: str) -> list[str]:
+    """The scores in-training evaluation gives (``official_scores``) that ``train.metric`` may name."""
+    names = ["exact_match", "f1"]
+    if version == "v2.0":
+        names += [f"{part}_{m}" for part in ("has_ans", "no_ans", "best") for m in ("exact", "f1")]
+    return names
+
+
 def gold_subset(gold: dict[str, Any], ids: set[str]) -> dict[str, Any]:
     """The SQuAD-layout ``gold`` restricted to questions ``ids``."""
     data = [
@@ -328,6 +350,9 @@ def train(
     model, words, chars = build_model(config.model, train_split)
     optimizer = build_optimizer(model, config.train)
     scheduler = build_scheduler(optimizer, config.train)
+    check_metric(config.train.metric, dev_metric_names(meta_data["version"]))
+    if resume_run:
+        check_resumable(out, config)
     state = resume(out, model, optimizer, scheduler) if resume_run else None
     ema = build_ema(config.train.ema_decay, out if state is not None else None)
     # Written once the last checkpoint has loaded: a resume whose overrides do not fit it

@@ -20,15 +20,22 @@ from treeqa.data.batching import EncodedTree, batches, encode
 from treeqa.data.dependency import DependencyTree
 from treeqa.data.tree import Tree, unescape_ptb
 from treeqa.data.vocab import Vocab
-from treeqa.eval.metrics import SentimentMetrics
+from treeqa.eval.metrics import SentimentMetrics, binary_predictions
 from treeqa.health import HealthMonitor
 from treeqa.models import build_sentiment_model, model_classes
 from treeqa.models.common import Output
 from treeqa.train import checkpoint as ckpt
-from treeqa.train.callbacks import Checkpointer, EarlyStopping, MetricsLog, ProgressBar, resume
+from treeqa.train.callbacks import (
+    Checkpointer,
+    EarlyStopping,
+    MetricsLog,
+    ProgressBar,
+    check_resumable,
+    resume,
+)
 from treeqa.train.distributed import World
 from treeqa.train.ema import build_ema
-from treeqa.train.loop import Callback, TrainConfig, fit, resolve_device
+from treeqa.train.loop import Callback, TrainConfig, check_metric, fit, resolve_device
 from treeqa.train.optim import build_optimizer, build_scheduler
 
 TASK = "sentiment"
@@ -205,6 +212,9 @@ def train(
     model = build_sentiment_model(model_config.name, model_config, len(vocab), vectors)
     optimizer = build_optimizer(model, config.train)
     scheduler = build_scheduler(optimizer, config.train)
+    check_metric(config.train.metric, SentimentMetrics.names(model_config.num_classes))
+    if resume_run:
+        check_resumable(out, config)
     state = resume(out, model, optimizer, scheduler) if resume_run else None
     ema = build_ema(config.train.ema_decay, out if state is not None else None)
     # Written once the last checkpoint has loaded: a resume whose overrides do not fit it
@@ -278,7 +288,8 @@ class Loaded:
     def encode(self, tree: Tree) -> EncodedTree:
         if self.tags is not None and not isinstance(tree, DependencyTree):
             raise ValueError(
-                "this model was trained on dependency trees: give it raw text, not a bracketed tree"
+                "this model was trained on dependency trees, not bracketed ones: give it raw "
+                "text, or data from `treeqa data prepare sst-dependency`"
             )
         return encode(tree, self.vocab, self.task, self.tags, self.rels)
 
@@ -341,27 +352,58 @@ def syntax_of(tree: Tree, i: int) -> dict[str, Any]:
     }
 
 
+MAX_PREDICT_NODES = 5_000
+"""The largest tree ``predict`` takes (SST's longest sentence has 111 nodes): a batch holds
+[nodes, widest node] child indices, so one very wide tree would take gigabytes."""
+
+
+def check_predictable(loaded: Loaded, tree: Tree) -> None:
+    """A ValueError for a tree ``predict`` should not run: too large, or too wide for the
+    binary Tree-LSTM (checked here, before the batch is built)."""
+    if len(tree) > MAX_PREDICT_NODES:
+        raise ValueError(
+            f"a tree of {len(tree)} nodes; predict takes at most {MAX_PREDICT_NODES} at once"
+        )
+    widest = max((len(c) for c in tree.children), default=0)
+    if loaded.meta["model"] == "tree_lstm" and widest > 2:
+        raise ValueError(
+            f"this model takes trees with at most 2 children per node, got {widest}; use the "
+            "Child-Sum Tree-LSTM (--model childsum) for any fan-out"
+        )
+
+
+def labels_of(probs: torch.Tensor, task: str) -> torch.Tensor:
+    """[N] predicted labels from [N, C] probabilities; a binary3 model's are negative or
+    positive (0 or 2), as it is scored: neutral never wins."""
+    if task == "binary3":
+        return binary_predictions(probs) * 2
+    return probs.argmax(1)
+
+
 def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
     """Per tree: the predicted label and class probabilities of every node (pre-order)."""
+    for tree in trees:
+        check_predictable(loaded, tree)
     encoded = [loaded.encode(t) for t in trees]
     device = next(loaded.model.parameters()).device
     results: list[dict[str, Any]] = []
     with torch.no_grad():
         batch = next(batches(encoded, len(encoded), shuffle=False)).to(device)
         probs = loaded.model(batch).logits.float().softmax(1).cpu()  # [N, C]
+    labels = labels_of(probs, loaded.task).tolist()  # [N]
     start = 0
     for tree in trees:
-        p = probs[start : start + len(tree)]
+        p, label = probs[start : start + len(tree)], labels[start : start + len(tree)]
         start += len(tree)
         results.append(
             {
                 "text": tree.text(),
-                "label": int(p[0].argmax()),
+                "label": label[0],
                 "probabilities": [round(float(x), 4) for x in p[0]],
                 "nodes": [
                     {
                         "words": tree.phrase(i),
-                        "label": int(p[i].argmax()),
+                        "label": label[i],
                         "parent": int(tree.parent[i]),  # pre-order index; -1 at the root
                         **syntax_of(tree, i),
                     }

@@ -196,6 +196,8 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 raise RequestError(
                     HTTPStatus.BAD_REQUEST, f"body: invalid JSON at {where}"
                 ) from err
+            except RecursionError as err:  # e.g. 200,000 "[" in a row
+                raise RequestError(HTTPStatus.BAD_REQUEST, "body: JSON nested too deeply") from err
             if not isinstance(body, dict):
                 raise RequestError(HTTPStatus.BAD_REQUEST, "body: expected a JSON object")
             return body

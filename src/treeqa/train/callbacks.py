@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from treeqa import config as cfg
 from treeqa.models.common import Output
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.distributed import World
@@ -41,26 +42,22 @@ class ProgressBar(Callback):
             leave=False,
             disable=None,
         )
-        self.loss = torch.zeros(())
         self.seen, self.steps, self.started = 0, 0, time.perf_counter()
 
     def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
-        assert self.bar is not None and output.loss is not None
-        self.loss = self.loss.to(output.loss.device) + output.loss.detach().float()
+        assert self.bar is not None
         self.seen += batch_size_of(batch) * self.processes
         self.steps += 1
         self.bar.update(1)
         if self.steps % self.every == 0:
             rate = self.seen / max(time.perf_counter() - self.started, 1e-9)
-            self.bar.set_postfix(loss=f"{self.loss.item() / self.steps:.4f}", ex_s=f"{rate:.0f}")
+            self.bar.set_postfix(loss=f"{state.epoch_loss:.4f}", ex_s=f"{rate:.0f}")
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
         if self.bar is not None:
             self.bar.close()
         shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
-        tqdm.write(
-            f"epoch {state.epoch}: train_loss={self.loss.item() / max(self.steps, 1):.4f} {shown}"
-        )
+        tqdm.write(f"epoch {state.epoch}: train_loss={state.epoch_loss:.4f} {shown}")
 
 
 class MetricsLog(Callback):
@@ -93,17 +90,16 @@ class MetricsLog(Callback):
             self.path.write_text("".join(kept), encoding="utf-8")
 
     def on_epoch_start(self, state: TrainState) -> None:
-        self.window = self.epoch_loss = torch.zeros(())
-        self.window_n = self.epoch_n = self.window_examples = self.epoch_examples = 0
+        self.window = torch.zeros(())
+        self.window_n = self.window_examples = self.epoch_examples = 0
         self.window_start = self.epoch_start = time.perf_counter()
 
     def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
         assert output.loss is not None
         loss = output.loss.detach().float()  # stays on its device: no sync until a log line
         self.window = self.window + loss
-        self.epoch_loss = self.epoch_loss + loss
         n = batch_size_of(batch) * self.processes
-        self.window_n, self.epoch_n = self.window_n + 1, self.epoch_n + 1
+        self.window_n += 1
         self.window_examples, self.epoch_examples = (
             self.window_examples + n,
             self.epoch_examples + n,
@@ -132,7 +128,7 @@ class MetricsLog(Callback):
             {
                 "epoch": state.epoch,
                 "step": state.step,
-                "train_loss": self.epoch_loss.item() / max(self.epoch_n, 1),
+                "train_loss": state.epoch_loss,
                 "epoch_time_s": elapsed,
                 "examples_per_s": self.epoch_examples / max(elapsed, 1e-9),
                 **{f"dev_{k}": v for k, v in metrics.items()},
@@ -207,16 +203,49 @@ class EarlyStopping(Callback):
     def __init__(self, patience: int):
         self.patience = patience
 
-    def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
-        if (
+    def due(self, state: TrainState) -> bool:
+        return (
             self.patience > 0
             and state.best_epoch >= 0
             and state.epoch - state.best_epoch >= self.patience
-        ):
+        )
+
+    def on_fit_start(
+        self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> None:
+        # A resumed run that had stopped early stays stopped (a larger patience continues it).
+        state.stop = state.stop or self.due(state)
+
+    def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
+        if self.due(state):
             tqdm.write(
                 f"early stop: no better dev score for {self.patience} epochs (best epoch {state.best_epoch})"
             )
             state.stop = True
+
+
+RESUMABLE = frozenset(
+    {"name", "train.epochs", "train.patience", "train.log_every", "train.checkpoint_every"}
+    | {"train.health", "train.device", "train.amp", "schedule.budget_minutes"}
+    | {"data.eval_batch_size"}
+)
+"""The settings a resumed run may change: how long it goes on and how it is run and watched,
+not what it learns (an optimiser's restored state would keep its old learning rate, say)."""
+
+
+def check_resumable(run_dir: Path, config: Any) -> None:
+    """A ConfigError when ``config`` changes a setting, outside ``RESUMABLE``, of the run
+    ``run_dir`` is to continue; a run with no last checkpoint yet starts afresh with any."""
+    stored = run_dir / "config.toml"
+    if not (run_dir / ckpt.LAST).is_file() or not stored.is_file():
+        return
+    changed = cfg.changed_settings(stored.read_text(encoding="utf-8"), config, RESUMABLE)
+    if changed:
+        raise cfg.ConfigError(
+            f"{run_dir} was trained with other settings, and a resumed run keeps its own: "
+            f"{'; '.join(changed)}. Only {', '.join(sorted(RESUMABLE))} may change when it "
+            "goes on; give another --out to train with these"
+        )
 
 
 def resume(

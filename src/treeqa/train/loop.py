@@ -92,6 +92,11 @@ class TrainState:
     improved: bool = False
     stop: bool = False
     history: list[dict[str, float]] = field(default_factory=list)
+    loss_sum: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
+    """The training loss summed over this epoch's steps, resumed ones included (on the
+    model's device: read when an epoch's mean is logged, not every step)."""
+    loss_steps: int = 0
+    """The steps in ``loss_sum`` (``epoch_step``, but kept once the epoch has ended)."""
     # Per-step timings, for progress and the health monitor (seconds).
     data_time: float = 0.0
     step_time: float = 0.0
@@ -104,7 +109,14 @@ class TrainState:
             "best": self.best if math.isfinite(self.best) else None,
             "best_epoch": self.best_epoch,
             "history": self.history,
+            "loss_sum": float(self.loss_sum),
+            "loss_steps": self.loss_steps,
         }
+
+    @property
+    def epoch_loss(self) -> float:
+        """The mean training loss of this epoch's steps so far."""
+        return float(self.loss_sum) / max(self.loss_steps, 1)
 
     def summary(self) -> dict[str, Any]:
         """What a finished run reports: best dev score and where it was, epochs and steps run."""
@@ -125,6 +137,8 @@ class TrainState:
             best=-math.inf if best is None else best,
             best_epoch=data["best_epoch"],
             history=list(data["history"]),
+            loss_sum=torch.tensor(float(data.get("loss_sum", 0.0))),
+            loss_steps=int(data.get("loss_steps", 0)),
         )
 
 
@@ -173,6 +187,16 @@ def autocast(device: torch.device, amp: str) -> Any:
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def check_metric(metric: str, names: Iterable[str]) -> None:
+    """A ConfigError unless ``metric`` is one of the dev metrics ``names``: with another, every
+    epoch would be "no better" and no best checkpoint would ever be written."""
+    names = list(names)
+    if metric not in names:
+        raise ConfigError(
+            f"train.metric: {metric!r} is not a dev metric; choose one of {', '.join(names)}"
+        )
+
+
 def fit(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -205,6 +229,9 @@ def fit(
         cb.on_fit_start(state, model, optimizer)
     while state.epoch < config.epochs and not state.stop:
         model.train()
+        if state.epoch_step == 0:  # not an epoch resumed part-way
+            state.loss_sum, state.loss_steps = torch.zeros((), device=device), 0
+        state.loss_sum = state.loss_sum.to(device)
         for cb in callbacks:
             cb.on_epoch_start(state)
         tick = time.perf_counter()
@@ -232,6 +259,8 @@ def fit(
             optimizer.step()
             if scheduler is not None:
                 scheduler.step()
+            state.loss_sum += output.loss.detach().float()
+            state.loss_steps += 1
             state.step += 1
             state.epoch_step += 1
             tick = time.perf_counter()
@@ -256,12 +285,8 @@ def fit(
                 cb.on_eval_end(state, model)
             if world.size > 1:
                 metrics = distributed.from_main(metrics, world)
-        if metrics and config.metric not in metrics:
-            # Every epoch would be "no better", so no best checkpoint would ever be written.
-            raise ConfigError(
-                f"train.metric: {config.metric!r} is not a dev metric; "
-                f"choose one of {', '.join(metrics)}"
-            )
+        if metrics:
+            check_metric(config.metric, metrics)
         score = metrics.get(config.metric)
         state.improved = score is not None and score > state.best
         if score is not None and state.improved:
