@@ -116,8 +116,8 @@ def test_prepare_squad_overwrite_replaces_only_a_prepared_directory(
     assert "exists and is not empty (--overwrite replaces it)" in capsys.readouterr().err
     assert main([*argv, "--overwrite"]) == 2  # was: the folder deleted, notes and all
     assert capsys.readouterr().err == (
-        f"treeqa data: error: {mine} is not a prepared SQuAD directory (no treeqa-squad "
-        "meta.json), so --overwrite does not delete it; give another --out\n"
+        f"treeqa data: error: {mine} was not written by `data prepare squad` (no meta.json of "
+        "its own), so --overwrite does not delete it; give another --out\n"
     )
     assert (mine / "notes.txt").read_text() == "keep me"
     for flag, value, message in (

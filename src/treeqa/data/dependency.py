@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import secrets
-import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -26,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from treeqa.data.output_dir import built_aside, check_replaceable
 from treeqa.data.tree import (
     MAX_LABEL,
     UNLABELLED,
@@ -266,23 +264,16 @@ def convert_sst(
     from treeqa.data import sst
 
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{out} exists and is not empty (--overwrite replaces it)")
-        if not _converted_before(out):
-            raise FileExistsError(
-                f"{out} was not written by `treeqa data prepare sst-dependency` (no meta.json "
-                "naming a pipeline), so --overwrite does not delete it; give another --out"
-            )
+    check_replaceable(
+        out, overwrite, lambda meta: "pipeline" in meta, "data prepare sst-dependency"
+    )
     nlp = load_parser(pipeline)
     meta: dict[str, Any] = {
         "pipeline": pipeline,
         "pipeline_version": nlp.meta.get("version", ""),
         "splits": {},
     }
-    work = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
-    work.mkdir(parents=True)
-    try:
+    with built_aside(out) as work:
         for split in sst.SPLITS:
             trees = sst.load_split(sst_dir, split)
             dep = []
@@ -298,19 +289,4 @@ def convert_sst(
             meta["splits"][split] = {"sentences": len(dep), "nodes": nodes, "labelled": labelled}
             log(f"{split}: {len(dep):,} sentences, {labelled:,} of {nodes:,} nodes labelled")
         (work / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    work.rename(out)
     return meta
-
-
-def _converted_before(out: Path) -> bool:
-    """Whether ``out`` holds an earlier conversion: the only folder ``overwrite`` deletes."""
-    try:
-        meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(meta, dict) and "pipeline" in meta and "splits" in meta

@@ -29,9 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import secrets
-import shutil
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
@@ -40,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from treeqa.data.output_dir import built_aside, check_replaceable
 from treeqa.data.squad import ReadStats, Tokenizer, iter_articles
 from treeqa.data.squad_features import Limits, SplitWriter, TokenTypes
 from treeqa.data.vectors import load_vectors
@@ -118,19 +116,11 @@ def prepare_squad(
         raise ValueError(f"negatives must be None or 'same_article', not {negatives!r}")
     limits = limits or Limits()
     out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{out} exists and is not empty (--overwrite replaces it)")
-        if not _prepared_before(out):
-            raise FileExistsError(
-                f"{out} is not a prepared SQuAD directory (no treeqa-squad meta.json), so "
-                "--overwrite does not delete it; give another --out"
-            )
-    # A fresh folder of its own beside ``out``: a folder the user named like it is never touched.
-    work = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
-    work.mkdir(parents=True)
+    check_replaceable(
+        out, overwrite, lambda meta: meta.get("format") == "treeqa-squad", "data prepare squad"
+    )
     say = log or (lambda _: None)
-    try:
+    with built_aside(out) as work:
         tok, types = Tokenizer(), TokenTypes()
         writers, stats = {}, {}
         for split, path in (("train", Path(train)), ("dev", Path(dev))):
@@ -180,23 +170,8 @@ def prepare_squad(
             seed,
         )
         (work / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    work.rename(out)
     say(f"wrote {out}: {len(words)} words, {len(chars)} chars, vectors {matrix.shape}")
     return meta
-
-
-def _prepared_before(out: Path) -> bool:
-    """Whether ``out`` holds an earlier preparation: the only folder ``overwrite`` deletes."""
-    try:
-        meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(meta, dict) and meta.get("format") == "treeqa-squad"
 
 
 def _meta(
