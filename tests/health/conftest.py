@@ -19,10 +19,11 @@ from treeqa.health import run_doctor
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
-FRESH_PROCESS = {"bug_memory_growth.py", "heap_sorted_lengths.py"}
-"""Scripts whose finding reads host RSS, run as ``treeqa doctor`` runs them: in a new
-interpreter. In this long-lived test process, heap that earlier tests freed is handed out again
-first, so a leak can fill it for most of its run before RSS rises (seen once in ~15 runs)."""
+FRESH_PROCESS = {"bug_memory_growth.py", "heap_sorted_lengths.py", "bug_loss_accumulated.py"}
+"""Scripts run as ``treeqa doctor`` runs them: in a new interpreter. In this long-lived test
+process, heap that earlier tests freed is handed out again first, so a leak can fill it for
+most of its run before RSS rises (seen once in ~15 runs); and a fresh interpreter numbers its
+first autograd node 0, which a scan once took for "no node" and so missed ``total += loss``."""
 
 
 @pytest.fixture(autouse=True)

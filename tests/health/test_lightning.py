@@ -16,16 +16,22 @@ from treeqa.health.lightning import HealthCallback  # noqa: E402
 
 
 class Classifier(pl.LightningModule):
-    """Five-class classifier; ``softmax_head`` adds the bug of probabilities into the loss."""
+    """Five-class classifier; ``softmax_head`` adds the bug of probabilities into the loss,
+    ``running_total`` that of adding up loss tensors."""
 
-    def __init__(self, softmax_head: bool):
+    def __init__(self, softmax_head: bool, running_total: bool = False):
         super().__init__()
         layers: list[nn.Module] = [nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 5)]
         self.net = nn.Sequential(*layers, *([nn.Softmax(dim=-1)] if softmax_head else []))
+        self.running_total = running_total
+        self.total: Any = 0.0
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
-        return nn.functional.cross_entropy(self.net(x), y)
+        loss = nn.functional.cross_entropy(self.net(x), y)
+        if self.running_total:
+            self.total += loss  # bug: keeps every step's graph
+        return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         x, y = batch
@@ -42,7 +48,7 @@ def loader(seed: int) -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32)
 
 
-def train(softmax_head: bool, report: Path) -> dict[str, Any]:
+def train(softmax_head: bool, report: Path, running_total: bool = False) -> dict[str, Any]:
     torch.manual_seed(0)
     callback = HealthCallback(json_path=report, every=10)
     trainer = pl.Trainer(
@@ -55,7 +61,7 @@ def train(softmax_head: bool, report: Path) -> dict[str, Any]:
         enable_model_summary=False,
         callbacks=[callback],
     )
-    trainer.fit(Classifier(softmax_head), loader(0), loader(1))
+    trainer.fit(Classifier(softmax_head, running_total), loader(0), loader(1))
     return json.loads(report.read_text())
 
 
@@ -71,3 +77,11 @@ def test_lightning_softmax_into_cross_entropy_is_named(tmp_path: Path) -> None:
     assert "probabilities-into-cross-entropy" in codes
     assert codes["probabilities-into-cross-entropy"]["severity"] == "error"
     assert "test_lightning.py" in codes["probabilities-into-cross-entropy"]["where"]
+
+
+def test_lightning_running_total_of_losses_is_named(tmp_path: Path) -> None:
+    """Lightning hands on_train_batch_end a detached loss; the adapter takes the one backward
+    runs on (on_before_backward), so the graph checks run."""
+    report = train(softmax_head=False, report=tmp_path / "total.json", running_total=True)
+    found = next(f for f in report["findings"] if f["code"] == "loss-accumulated-with-graph")
+    assert "Classifier.total" in found["where"] and "test_lightning.py" in found["where"]

@@ -17,6 +17,7 @@ from torch import nn
 
 from treeqa.health import HealthMonitor, checks, report, run_doctor
 from treeqa.health.heap import heap_mb
+from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
 from treeqa.health.readings import LossReadings
 from treeqa.models.common import Output
@@ -446,3 +447,247 @@ def test_cli_doctor_bad_arguments_are_one_line_before_any_run(
         "argument --every: expected a whole number of at least 1, got 0" in capsys.readouterr().err
     )
     assert not (tmp_path / "ran.txt").exists()  # the script never started
+
+
+def test_loss_accumulated_is_caught_in_a_fresh_interpreter(doctor_report) -> None:
+    """The corpus script runs under the real ``treeqa doctor`` in a new process (conftest's
+    FRESH_PROCESS), where the running total's oldest graph node is numbered 0."""
+    _, report, _ = doctor_report("bug_loss_accumulated.py")
+    found = next(f for f in report["findings"] if f["code"] == "loss-accumulated-with-graph")
+    line = line_of("bug_loss_accumulated.py", "total_loss += loss")
+    assert "total_loss" in found["where"] and f"bug_loss_accumulated.py:{line}" in found["where"]
+
+
+HOLDERS = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+_warm = (torch.ones(1, requires_grad=True) * 2).sum()  # a graph made before training, kept
+init_norm = _warm * 1.5  # and another, derived from it: neither grows
+lin = nn.Linear(8, 4)
+opt = torch.optim.SGD(lin.parameters(), lr=0.01)
+state, total = torch.zeros(4), 0.0
+for step in range(34):
+    x = torch.randn(16, 8)
+    if "{bug}" == "state":
+        state = 0.5 * state + lin(x).mean(0)  # carried over without detach
+        loss = (state - 1.0).pow(2).mean()
+        retain = True
+    else:
+        loss = lin(x).pow(2).mean()
+        retain = False
+    opt.zero_grad()
+    loss.backward(retain_graph=retain)
+    opt.step()
+    if "{bug}" == "total":
+        total += loss
+"""
+
+
+@pytest.mark.parametrize("bug", ["none", "total", "state"])
+def test_graph_holders_are_the_ones_that_span_steps(bug: str, tmp_path: Path) -> None:
+    """A graph made before the first step is no earlier step's; a loss computed from a
+    carried-over state is not the holder, the state is."""
+    script = tmp_path / f"holders_{bug}.py"
+    script.write_text(HOLDERS.replace("{bug}", bug))
+    _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
+    kinds = ("graph-retained", "loss-accumulated-with-graph")
+    graph = {f["code"]: f for f in report["findings"] if f["code"] in kinds}
+    if bug == "none":
+        assert graph == {}
+    elif bug == "total":
+        assert list(graph) == ["loss-accumulated-with-graph"]
+        assert "'total'" in graph["loss-accumulated-with-graph"]["where"]
+    else:
+        assert list(graph) == ["graph-retained"]
+        found = graph["graph-retained"]
+        line = next(i for i, t in enumerate(HOLDERS.splitlines(), 1) if "state = 0.5" in t)
+        assert (
+            found["severity"] == "error"
+            and f"'state' in <module>() ({script}:{line})" in found["where"]
+        )
+
+
+COMPILED = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))
+compiled = torch.compile(model, backend="{backend}")
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+total = 0.0
+for step in range(40):
+    x = torch.randn(32, 16)
+    loss = nn.functional.cross_entropy(compiled(x), (x[:, 0] > 0).long())
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    total += loss  # the monitor still sees a compiled model's steps and graphs
+print("done")
+"""
+
+
+def test_cli_doctor_runs_a_compiled_script(tmp_path: Path) -> None:
+    """Dynamo traces into global module hooks: the doctor's must do nothing there (it asserted
+    before), and must not be added and removed on sampled steps, which recompiles the model."""
+    script, out = tmp_path / "compiled.py", tmp_path / "report.json"
+    script.write_text(COMPILED.replace("{backend}", "aot_eager"))
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--every", "10", "--json", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_LOGS": "recompiles"}
+    proc = subprocess.run(
+        [*cmd, "--", "python", str(script)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+    report = json.loads(out.read_text())
+    assert report["steps"] == 40
+    assert "loss-accumulated-with-graph" in {f["code"] for f in report["findings"]}
+    assert proc.stderr.count("Recompiling") <= 1  # hooks of the first step only
+
+
+PATHS = """
+import os
+import sys
+import warnings
+
+import torch
+from torch import nn
+
+warnings.warn("hidden by -W ignore")
+os.chdir(sys.argv[1])  # the report path was given relative to the caller's directory
+model = nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+total = 0.0
+for i in range(10):
+    loss = model(torch.randn(3, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    total += loss
+print(__file__, sys.argv[0])
+raise KeyboardInterrupt
+"""
+
+
+def test_doctor_paths_options_and_ctrl_c(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As plain python: an absolute __file__, argv[0] as given, -W/-X options with their value,
+    exit 130 on Ctrl-C with the script's own traceback; reports go where the caller meant."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(PATHS)
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(ValueError, match="cannot write there"):  # before the run, not after
+        run_doctor(["python", "train.py", "elsewhere"], json_path="train.py/r.json")
+    command = ["python", "-W", "ignore", "-X", "faulthandler", "train.py", "elsewhere"]
+    code, _ = run_doctor(command, json_path="r.json", every=5, stream=io.StringIO())
+    out, err = capsys.readouterr()
+    assert code == 130
+    assert out.split() == [str(tmp_path / "train.py"), "train.py"]
+    assert "hidden by" not in err and "runpy" not in err and "doctor.py" not in err
+    assert err.startswith("Traceback") and err.strip().endswith("KeyboardInterrupt")
+    assert (tmp_path / "r.json").exists() and not (tmp_path / "elsewhere" / "r.json").exists()
+
+
+def test_doctor_module_run_names_the_modules_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text(
+        COMPILED.replace('torch.compile(model, backend="{backend}")', "model")
+    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        _, report = run_doctor(["python", "-m", "pkg.train"], every=5, stream=io.StringIO())
+    found = next(f for f in report["findings"] if f["code"] == "loss-accumulated-with-graph")
+    assert str(tmp_path / "pkg" / "train.py") + ":" in found["where"]
+
+
+def test_messages_say_what_is_known() -> None:
+    """Armed after the bad step, the NaN tracer finds weights the optimiser already spoiled: that
+    module did not produce the NaN. Advice fits the operator family and the loader in use."""
+    found: list[checks.Finding] = []
+    tracer = NonFiniteTracer(found.append)
+    enc = nn.Linear(4, 2)
+    tracer.names = {id(enc): "enc"}
+    tracer.saw_loss(41, math.nan)
+    handle = tracer.begin_step()
+    with torch.no_grad():
+        enc.weight.fill_(math.nan)
+        enc(torch.ones(1, 4))
+    handle.remove()
+    tracer.saw_loss(42, math.nan)
+    assert (
+        "enc's parameters (weight) are already non-finite, updated at step 41" in found[0].message
+    )
+    assert "first produced" not in found[0].message and found[0].where == "enc (Linear)"
+    for family, op in (
+        ("other", "aten::t"),
+        ("elementwise", "aten::relu"),
+        ("softmax/loss", "aten::_log_softmax"),
+    ):
+        hot = checks.hot_op({op: 7e3, "aten::addmm": 1e3}, 1)
+        assert hot is not None and hot.evidence["family"] == family
+        assert "conv" not in hot.fix and "bf16" not in hot.fix, family
+    waits = checks.input_bound([0.03] * 30, [0.01] * 30, workers=4)
+    assert waits is not None and "already has 4 workers" in waits.fix
+    assert "num_workers>0" not in waits.fix
+    monitor = HealthMonitor(stream=io.StringIO())
+    for _ in range(3):
+        monitor.note_backward(True)
+        monitor.end_step(1.0, 0.01)
+    retain = next(f for f in monitor.findings.values() if f.code == "retain-graph-every-step")
+    assert "no later backward" not in retain.message  # a later backward may well go through it
+
+
+TEACHER = """
+import time
+
+import torch
+from torch import nn
+
+
+class Teacher(nn.Module):  # frozen and slow: its forward is compute, not waiting for data
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x):
+        time.sleep(0.004)
+        return self.lin(x)
+
+
+teacher, student = Teacher(), nn.Linear(8, 4)
+opt = torch.optim.SGD(student.parameters(), lr=0.01)
+for step in range(30):
+    x = torch.randn(16, 8)
+    with torch.no_grad():
+        target = teacher(x)
+    loss = (student(x) - target).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_frozen_teachers_forward_is_not_data_wait(tmp_path: Path) -> None:
+    script = tmp_path / "distill.py"
+    script.write_text(TEACHER)
+    _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
+    assert report["steps"] == 30
+    assert "input-bound" not in {f["code"] for f in report["findings"]}
+    assert min(report["series"]["step_time"][1:]) >= 0.004  # the teacher counts as compute
+
+
+def test_a_one_time_jump_is_not_a_regression_and_no_steps_is_said() -> None:
+    """Seen: a backbone unfrozen at step 150 of 300 took steps 1.9 -> 3.1 ms at once, then flat."""
+    unfreeze = [0.0019] * 150 + [0.0031] * 150
+    assert checks.step_time_regression(unfreeze, unfreeze) is None
+    late_leak = [0.01] * 100 + [0.01 * (1 + i / 50) for i in range(100)]  # grows from half-way
+    assert checks.step_time_regression(late_leak, late_leak) is not None
+    stream = io.StringIO()
+    HealthMonitor(stream=stream).finish()  # a script that never stepped an optimiser
+    assert "0 training steps seen, so nothing was monitored" in stream.getvalue()
+    assert "no findings" not in stream.getvalue()

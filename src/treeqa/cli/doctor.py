@@ -46,9 +46,6 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ValueError("give the script to run: treeqa doctor -- python SCRIPT.py [ARGS]")
-    for flag, path in (("--json", args.json_path), ("--plot", args.plot_path)):
-        if path is not None and path.is_dir():  # found now, not after the whole run
-            raise ValueError(f"{flag} {path}: a directory; give a file name")
     if args.plot_path is not None:
         try:
             import matplotlib  # noqa: F401

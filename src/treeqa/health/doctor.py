@@ -4,20 +4,27 @@ Step boundaries come from global hooks installed before the script starts: a ste
 the first module forward after the previous optimiser step (the gap before it is data time)
 and ends at ``Optimizer.step`` (a global optimiser post-hook). ``torch.autograd.backward``
 (which ``Tensor.backward`` calls) is wrapped to see the loss and ``retain_graph``. The script
-runs through ``runpy`` as ``__main__`` with its own ``sys.argv``; its output, files and exit
+runs as ``__main__`` (``-m``: through ``runpy``) with its own ``sys.argv``; its output, files and exit
 code are its own, and the monitor writes only to stderr and the report paths.
 """
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import faulthandler
 import importlib.util
+import io
 import os
 import runpy
 import sys
 import time
 import traceback
+import types
+import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +32,7 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from treeqa.health import report
 from treeqa.health.monitor import HealthError, HealthMonitor
 
 
@@ -82,24 +90,32 @@ class Doctor:
             self.monitor.begin_step()
 
     def _discover(self, module: nn.Module, args: Any) -> None:
+        # Inside torch.compile's trace a hook's side effects cannot be traced (Dynamo asserts):
+        # skip them there. is_compiling() is a constant to Dynamo, so the hook adds nothing to
+        # the compiled graph and no graph break; the compiled module's own call runs it eagerly.
+        if torch.compiler.is_compiling():
+            return
         # Until the first optimiser step every module call is seen, to find the models trained.
         self.called.setdefault(id(module), module)
         self._begin()
 
     def _root_pre_hook(self, module: nn.Module, args: Any) -> None:
-        self._begin()
+        if not torch.compiler.is_compiling():  # see _discover
+            self._begin()
 
     def _find_roots(self, optimizer: torch.optim.Optimizer) -> None:
         trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
         inner = {id(c) for m in self.called.values() for c in m.modules() if c is not m}
-        self.roots = [
-            m
-            for i, m in self.called.items()
-            if i not in inner and any(id(p) in trained for p in m.parameters())
-        ]
+        tops = [m for i, m in self.called.items() if i not in inner]
+        self.roots = [m for m in tops if any(id(p) in trained for p in m.parameters())]
         self.handles.pop(0).remove()  # the every-module discovery hook: no cost from now on
-        for root in self.roots:
-            self.handles.append(root.register_forward_pre_hook(self._root_pre_hook))
+        # A step's compute starts at the first forward of any model, trained by the clock or
+        # not: a frozen teacher, or the other half of a GAN that steps after the clock, is
+        # compute, not waiting for data. Modules without parameters (transforms in a Dataset)
+        # may run while loading data and do not start it.
+        for top in tops:
+            if next(top.parameters(), None) is not None:
+                self.handles.append(top.register_forward_pre_hook(self._root_pre_hook))
         self.monitor.watch(*self.roots)
         self.called.clear()
 
@@ -120,31 +136,117 @@ class Doctor:
             raise HealthError("strict mode: stopping on an error finding (see above)")
 
 
-def _target(command: Sequence[str]) -> tuple[str, str, list[str]]:
-    """("path" | "module", target, argv) from ``python script.py args`` or ``script.py args``."""
+@dataclass
+class Target:
+    """What ``python [OPTIONS] SCRIPT.py ARGS`` or ``python -m MODULE ARGS`` runs."""
+
+    kind: str  # "path" | "module"
+    name: str
+    argv: list[str]
+    options: list[tuple[str, str]] = field(default_factory=list)  # ("-W", "ignore"), ("-X", ...)
+
+
+_VALUE_OPTIONS = ("-W", "-X")
+"""Interpreter options that take a value: ``-W ignore`` must not take ``ignore`` for the script."""
+
+
+def _target(command: Sequence[str]) -> Target:
+    """The run ``command`` asks for: ``python [OPTIONS] script.py args``, ``script.py args`` or
+    ``python [OPTIONS] -m module args``."""
     args = list(command)
+    options: list[tuple[str, str]] = []
     if args and Path(args[0]).name.startswith("python"):
         args = args[1:]
-        while args and args[0].startswith("-") and args[0] not in ("-m",):
-            args = args[1:]  # interpreter flags such as -u do not change what runs
+        while args and args[0].startswith("-") and args[0] != "-m":
+            flag = args.pop(0)
+            if flag == "-c":
+                raise ValueError("python -c is not supported: give a script or -m module")
+            if flag[:2] in _VALUE_OPTIONS:
+                value = flag[2:] or (args.pop(0) if args else "")
+                options.append((flag[:2], value))
+            # other flags (-u, -O, -B ...) do not change what runs
     if not args:
         raise ValueError("no script given: treeqa doctor -- python SCRIPT.py [ARGS]")
     if args[0] == "-m":
         if len(args) < 2:
             raise ValueError("-m needs a module name")
-        return "module", args[1], args[1:]
-    return "path", args[0], args
+        return Target("module", args[1], args[1:], options)
+    return Target("path", args[0], args, options)
 
 
-def _importable(module: str) -> bool:
-    """Whether ``python -m module`` would find it (the working directory first, as there)."""
+def _module_file(module: str) -> str | None:
+    """The file ``python -m module`` would run (the working directory first, as there), or None."""
     sys.path.insert(0, os.getcwd())
     try:
-        return importlib.util.find_spec(module) is not None
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is not None:  # a package
+            spec = importlib.util.find_spec(module + ".__main__")
     except ImportError:  # a missing parent package
-        return False
+        return None
     finally:
         sys.path.pop(0)
+    return None if spec is None else (spec.origin or "")
+
+
+@contextlib.contextmanager
+def _interpreter_options(options: list[tuple[str, str]]) -> Iterator[None]:
+    """Apply ``-W`` warning filters and ``-X faulthandler`` for the run, as python would."""
+    faults = faulthandler.is_enabled()
+    with warnings.catch_warnings():
+        for flag, value in options:
+            if flag == "-W":
+                try:
+                    warnings._setoption(value)  # type: ignore[attr-defined]  # parses -W as python does
+                except Exception as e:  # python too warns and runs on
+                    print(f"Invalid -W option ignored: {e}", file=sys.stderr)
+            elif value == "faulthandler":
+                with contextlib.suppress(ValueError, OSError):  # stderr without a file descriptor
+                    faulthandler.enable()
+        try:
+            yield
+        finally:
+            if not faults:
+                faulthandler.disable()
+
+
+def _writable(flag: str, path: Path) -> None:
+    """Fail before the run, not after it, when a report cannot be written there."""
+    if path.is_dir():
+        raise ValueError(f"{flag} {path}: a directory; give a file name")
+    try:  # the report's directory is made as writing it would, only sooner
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot write there ({e.strerror})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise ValueError(f"{flag} {path}: cannot write there (no permission)")
+
+
+def _run_script(path: Path) -> None:
+    """Run ``path`` as ``python path`` does: as ``__main__`` with an absolute ``__file__`` and
+    ``sys.argv[0]`` as given (``runpy.run_path`` would make both the path passed to it)."""
+    with io.open_code(str(path)) as f:
+        code = compile(f.read(), str(path), "exec")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=str(path), __cached__=None, __loader__=None, __builtins__=builtins
+    )
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+def _print_script_traceback(error: BaseException) -> None:
+    """The traceback as python prints it: from the script's frames, without runpy's or ours."""
+    tb = error.__traceback__
+    while tb is not None and (
+        tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename
+    ):
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb)
 
 
 def run_doctor(
@@ -158,18 +260,29 @@ def run_doctor(
 ) -> tuple[int, dict[str, Any]]:
     """Run ``command`` (``python SCRIPT.py ARGS`` or ``python -m MODULE ARGS``) under the monitor.
 
-    Returns the script's exit code (3 when strict mode stopped it) and the report.
+    Returns the script's exit code (3 when strict mode stopped it, 130 on Ctrl-C) and the
+    report. Report paths are taken relative to the working directory at the call: the script
+    may change it.
     """
-    kind, target, argv = _target(command)
-    if kind == "path" and not Path(target).is_file():
-        raise FileNotFoundError(f"{target}: no such script (treeqa doctor -- python SCRIPT.py)")
-    if kind == "module" and not _importable(target):
-        raise ValueError(f"-m {target}: no such module here or on the Python path")
+    target = _target(command)
+    kind, argv = target.kind, target.argv
+    if kind == "path" and not Path(target.name).is_file():
+        raise FileNotFoundError(
+            f"{target.name}: no such script (treeqa doctor -- python SCRIPT.py)"
+        )
+    source = str(Path(target.name).resolve()) if kind == "path" else _module_file(target.name)
+    if source is None:
+        raise ValueError(f"-m {target.name}: no such module here or on the Python path")
+    json_path = Path(json_path).absolute() if json_path is not None else None
+    plot_path = Path(plot_path).absolute() if plot_path is not None else None
+    for flag, path in (("--json", json_path), ("--plot", plot_path)):
+        if path is not None:
+            _writable(flag, path)
     monitor = HealthMonitor(
         mode=mode, every=every, json_path=json_path, plot_path=plot_path, stream=stream
     )
-    if kind == "path":
-        monitor.source_files.append(str(Path(target).resolve()))
+    if source:
+        monitor.source_files.append(source)
     doctor = Doctor(monitor)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     # multiprocessing's first import aliases __mp_main__ to the running __main__ (the script's
@@ -177,16 +290,17 @@ def run_doctor(
     saved_mp_main = sys.modules.get("__mp_main__")
     sys.argv = argv
     if kind == "path":
-        sys.path.insert(0, str(Path(target).resolve().parent))
+        sys.path.insert(0, str(Path(target.name).resolve().parent))
     else:
         sys.path.insert(0, os.getcwd())
     code = 0
     doctor.install()
     try:
-        if kind == "path":
-            runpy.run_path(target, run_name="__main__")
-        else:
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        with _interpreter_options(target.options):
+            if kind == "path":
+                _run_script(Path(target.name).absolute())
+            else:
+                runpy.run_module(target.name, run_name="__main__", alter_sys=True)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
@@ -194,9 +308,9 @@ def run_doctor(
     except HealthError as e:
         print(f"treeqa doctor: {e}", file=sys.stderr)
         code = 3
-    except BaseException:
-        traceback.print_exc()
-        code = 1
+    except BaseException as e:
+        _print_script_traceback(e)
+        code = 130 if isinstance(e, KeyboardInterrupt) else 1  # as python exits on Ctrl-C
     finally:
         doctor.uninstall()
         sys.argv, sys.path[:] = saved_argv, saved_path
@@ -205,5 +319,9 @@ def run_doctor(
         else:
             sys.modules.pop("__mp_main__", None)
         sys.stdout.flush()
-    result = monitor.finish()
+    try:
+        result = monitor.finish()
+    except OSError as e:  # the report could not be written: the script's exit code still holds
+        print(f"treeqa doctor: could not write the report: {e}", file=sys.stderr)
+        result = report.build(monitor)
     return code, result

@@ -31,8 +31,20 @@ def sequence_nr(tensor: torch.Tensor) -> int | None:
     return None if fn is None else int(fn._sequence_nr())
 
 
-def oldest_node(tensor: torch.Tensor, limit: int = 20_000) -> int | None:
-    """The smallest sequence number in ``tensor``'s graph (walks at most ``limit`` nodes)."""
+def next_sequence_nr() -> int:
+    """A number at or above every autograd node made so far on this thread (-1 if unknown).
+
+    Read before the first step: graphs numbered at or below it were made before training (an
+    initial weight norm kept for a ratio), not by earlier steps.
+    """
+    with torch.enable_grad():
+        probe = torch.zeros((), requires_grad=True) * 1.0
+    return -1 if probe.grad_fn is None else int(probe.grad_fn._sequence_nr())  # inference mode
+
+
+def oldest_node(tensor: torch.Tensor, limit: int = 20_000, floor: int = -1) -> int | None:
+    """The smallest sequence number above ``floor`` in ``tensor``'s graph (walks at most
+    ``limit`` nodes; nodes at or below ``floor`` and what they reach are left out)."""
     fn = tensor.grad_fn
     if fn is None:
         return None
@@ -43,57 +55,134 @@ def oldest_node(tensor: torch.Tensor, limit: int = 20_000) -> int | None:
             if child is None or child in seen or type(child).__name__ == "AccumulateGrad":
                 continue
             seen.add(child)
-            todo.append(child)
-            oldest = min(oldest, int(child._sequence_nr()))
+            seq = int(child._sequence_nr())
+            if seq > floor:
+                todo.append(child)
+                oldest = min(oldest, seq)
     return oldest
 
 
 @dataclass
 class Retained:
-    """Tensors alive after their step whose graph reaches nodes older than ``marker``."""
+    """Tensors alive after their step that hold graphs of earlier steps (numbered in
+    ``(floor, marker]``): old tensors themselves, or newer ones whose graph reaches old nodes."""
 
     tensors: int = 0
     scalars: int = 0
     oldest: int | None = None
+    reused: bool = False
     holders: dict[str, int] = field(default_factory=dict)
     scalar_holders: dict[str, int] = field(default_factory=dict)
 
 
-def scan(marker: int, exclude: Iterable[int] = (), sample: int = 4) -> Retained:
-    """Walk every gc-tracked tensor; count those holding graph nodes numbered <= ``marker``.
+def _number(tensor: torch.Tensor) -> int:
+    """The sequence number of a tensor known to have a ``grad_fn``."""
+    fn = tensor.grad_fn
+    return -1 if fn is None else int(fn._sequence_nr())
 
-    Scalars (one element) are counted apart: a running total or a list of losses is
-    ``loss-accumulated-with-graph``; anything else is a retained state (``graph-retained``).
-    Holders are named for at most ``sample`` tensors of each kind (referrer walks are slow).
+
+def _graph_tensors(skip: Any) -> list[torch.Tensor]:
+    return [
+        o
+        for o in gc.get_objects()
+        if type(o) in _TENSOR_TYPES and o.grad_fn is not None and o is not skip
+    ]
+
+
+def _parents(
+    roots: list[Any], floor: int, marker: int, limit: int
+) -> tuple[dict[Any, list[Any]], list[Any]]:
+    """The graph below ``roots`` as child -> parents, and its old nodes (``floor < seq <=
+    marker``). The walk stops at old and pre-training nodes (their own inputs are older still)
+    and after ``limit`` nodes."""
+    parents: dict[Any, list[Any]] = {}
+    old: list[Any] = []
+    seen, todo = set(roots), list(roots)
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        seq = int(node._sequence_nr())
+        if seq <= marker:
+            if seq > floor:
+                old.append(node)
+            continue
+        for child, _ in node.next_functions:
+            if child is None or type(child).__name__ == "AccumulateGrad":
+                continue
+            parents.setdefault(child, []).append(node)
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return parents, old
+
+
+def _above(nodes: Iterable[Any], parents: dict[Any, list[Any]]) -> set[Any]:
+    """Every node whose graph contains one of ``nodes`` (the nodes themselves excluded)."""
+    out: set[Any] = set()
+    todo = list(nodes)
+    while todo:
+        for parent in parents.get(todo.pop(), ()):
+            if parent not in out:
+                out.add(parent)
+                todo.append(parent)
+    return out
+
+
+def scan(
+    marker: int,
+    floor: int = -1,
+    loss: torch.Tensor | None = None,
+    sample: int = 4,
+    limit: int = 20_000,
+) -> Retained:
+    """Walk every gc-tracked tensor for graphs of earlier steps: nodes numbered in ``(floor,
+    marker]`` (``floor``: the last number before the first step; ``marker``: the loss of two
+    steps ago).
+
+    A tensor counts when its own node is that old (a state cached without detach, a list of
+    losses) or when it is newer and its graph reaches such a node (``total += loss``, a
+    recurrent state carried over), unless its graph runs through another such tensor: then
+    that one is the holder (``loss = f(state)``: the state, not the loss). Scalars (one
+    element) are counted apart: a running total or a list of losses is
+    ``loss-accumulated-with-graph``; anything else is ``graph-retained``. A single old scalar
+    (a loss kept once, e.g. the best one) does not grow and is left out. ``loss``: this step's
+    loss; ``reused`` says whether its graph reaches the old nodes. Holders are named for at
+    most ``sample`` tensors of each kind (referrer walks are slow).
     """
     found = Retained()
-    skip = set(exclude)
-    objects = gc.get_objects()
-    tensors = [
-        o
-        for o in objects
-        if type(o) in _TENSOR_TYPES and o.grad_fn is not None and id(o) not in skip
-    ]
-    del objects
-    if any(int(t.grad_fn._sequence_nr()) <= marker for t in tensors):
+    tensors = _graph_tensors(loss)
+    if any(floor < _number(t) <= marker for t in tensors):
         # Garbage cycles may still hold old graphs; they are no leak. Collect, then look again.
         del tensors
         gc.collect()
-        tensors = [
-            o
-            for o in gc.get_objects()
-            if type(o) in _TENSOR_TYPES and o.grad_fn is not None and id(o) not in skip
-        ]
+        tensors = _graph_tensors(loss)
+    old, fresh = [], []
     for t in tensors:
-        seq = int(t.grad_fn._sequence_nr())
+        seq = _number(t)
+        if floor < seq <= marker:
+            old.append(t)
+        elif seq > marker:
+            fresh.append(t)
+    # One node object per tensor, held for the walk: a grad_fn's Python object is its identity.
+    nodes = [t.grad_fn for t in fresh]
+    loss_node = loss.grad_fn if loss is not None else None
+    walked = nodes if loss_node is None else [*nodes, loss_node]
+    parents, old_nodes = _parents(walked, floor, marker, limit)
+    reaching = _above(old_nodes, parents)
+    found.reused = loss_node is not None and loss_node in reaching
+    if found.reused:
+        found.oldest = min(int(n._sequence_nr()) for n in old_nodes)
+    spanning = [(t, n) for t, n in zip(fresh, nodes, strict=True) if n in reaching]
+    through = _above((n for _, n in spanning), parents)
+    roots = [t for t, n in spanning if n not in through]
+    old_scalars = [t for t in old if t.numel() == 1]
+    kept = [t for t in roots if t.numel() == 1] + (old_scalars if len(old_scalars) > 1 else [])
+    kept += [t for t in roots if t.numel() != 1] + [t for t in old if t.numel() != 1]
+    for t in kept:
         scalar = t.numel() == 1
-        if seq > marker:
-            # A fresh node can still chain older ones: `total = total + loss` every step.
-            if not scalar:
-                continue
-            seq = oldest_node(t, limit=5_000) or seq
-            if seq > marker:
-                continue
+        seq = _number(t)
+        if seq > marker:  # a newer tensor: the step its graph goes back to
+            first = oldest_node(t, limit=5_000, floor=floor)
+            seq = seq if first is None else first
         found.oldest = seq if found.oldest is None else min(found.oldest, seq)
         if scalar:
             found.scalars += 1
@@ -115,17 +204,17 @@ def scan(marker: int, exclude: Iterable[int] = (), sample: int = 4) -> Retained:
 def findings(
     found: Retained,
     step: int,
-    reused: bool,
     scans_in_a_row: int,
     step_of: Callable[[int], tuple[int, int]],
     where: Callable[[str], str],
 ) -> list[Finding]:
-    """Findings from one scan at ``step``. ``reused``: this step's loss reaches the old nodes.
+    """Findings from one scan at ``step``.
 
     ``step_of`` maps a sequence number to the steps it may come from (first, last: the
     monitor notes the sequence number on sampled steps only); ``where`` adds the assignment site to a
     holder name. Retained non-scalar graphs are reported after two scans in a row (one scan can
-    catch a state that is about to be dropped) or at once when backward runs through them.
+    catch a state that is about to be dropped) or at once when this step's backward runs
+    through old graphs (``found.reused``).
     """
     out: list[Finding] = []
     # A running total or a list of losses has a Python holder; a scalar reachable only from
@@ -146,14 +235,20 @@ def findings(
                 },
             )
         )
-    if found.tensors and (scans_in_a_row >= 2 or reused):
+    reused = found.reused
+    if (found.tensors and scans_in_a_row >= 2) or reused:
         holder = (
             max(found.holders, key=lambda k: found.holders[k])
             if found.holders
             else "unknown holder"
         )
         first, oldest = step_of(found.oldest or 0)
-        msg = f"{found.tensors} tensors still hold autograd graphs from {_steps(first, oldest)} at step {step} (held by {holder})"
+        steps = _steps(first, oldest)
+        msg = (
+            f"{found.tensors} tensors still hold autograd graphs from {steps} at step {step} (held by {holder})"
+            if found.tensors
+            else f"this step's loss reaches autograd graphs from {steps} at step {step} (held by {holder})"
+        )
         if reused:
             msg += "; this step's backward runs through them, so each step does more work"
         out.append(

@@ -38,6 +38,7 @@ def HealthCallback(
             self.monitor = HealthMonitor(mode, every, json_path, plot_path)
             self.batch_end = time.perf_counter()
             self.started = self.batch_end
+            self.loss: Any = None
 
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
             self.monitor.expect_epochs()
@@ -53,10 +54,17 @@ def HealthCallback(
             self.started = time.perf_counter()
             self.monitor.begin_step()
 
+        def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+            # The loss Lightning hands to on_train_batch_end is detached: the graph checks
+            # (retained graphs, a running total of losses) need the one backward runs on.
+            self.loss = loss
+
         def on_train_batch_end(
             self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
         ) -> None:
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            if self.loss is not None:
+                loss, self.loss = self.loss, None
             now = time.perf_counter()
             self.monitor.end_step(loss, now - self.started, self.started - self.batch_end)
             self.batch_end = time.perf_counter()

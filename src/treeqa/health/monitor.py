@@ -19,6 +19,7 @@ the next forwards to name the first module that produced it. ``fit()`` drives it
 from __future__ import annotations
 
 import bisect
+import gc
 import math
 import os
 import sys
@@ -51,6 +52,16 @@ SERIES_CHECKS = 32  # series checks every `every` steps, or every 1/32 of the st
 # each reads the whole series, so a fixed interval would cost in proportion to the run's length
 FIT_MEMORY_WARMUP = 1000
 """Under fit(), memory growth is judged after the first epoch or after this many steps."""
+
+
+def compiled() -> bool:
+    """Whether torch.compile has compiled a frame in this process. Dynamo guards on the global
+    hook dicts, so a global hook added and removed on sampled steps would recompile the model
+    each time and, past its recompile limit (8), leave it running eagerly; inside a compiled
+    graph such hooks see nothing anyway."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None) if utils is not None else None
+    return bool(counters and counters.get("frames", {}).get("total"))
 
 
 class HealthError(RuntimeError):
@@ -157,6 +168,7 @@ class HealthMonitor(Callback):
         self.timed = False  # this step's CPU time and the reference workload are read
         self._next_series_check = self.every
         self._seq: list[int] = []  # sequence number of each step's loss (graphs-from-step map)
+        self._floor: int | None = None  # the last node number before the first step
         self._seq_step: list[int] = []
         self._hooks: list[Any] = []
         self._rms: dict[str, torch.Tensor] = {}
@@ -164,6 +176,7 @@ class HealthMonitor(Callback):
         self.nonfinite = NonFiniteTracer(self.add)
         self.profile = ProfileWindow(memory=rss_mb)
         self._retain_steps = 0
+        self._workers: int | None = None  # DataLoader workers (input-bound's advice)
         self._retain_site = ""
         self._backward_retained: bool | None = None
         self._last_scan_end, self._last_scan_cost, self._scans_with_graphs = 0.0, 0.0, 0
@@ -219,14 +232,17 @@ class HealthMonitor(Callback):
     def begin_step(self) -> None:
         """Call when the step's compute starts (after its batch is ready)."""
         s = self.step + 1
+        if self._floor is None:  # graphs made before the first step are not earlier steps'
+            self._floor = graphs.next_sequence_nr()
         self.timed = s <= TIMED_ALL or s % TIMED_EVERY == 0
         if self.timed:
             self._cpu_begin = time.process_time()
         self.sampling = s <= 3 or s % self.every == 0
-        if self.sampling:
+        hooks = (self.sampling or self.nonfinite.armed) and not compiled()
+        if self.sampling and hooks:
             self._rms = {}
             self._hooks.append(torch.nn.modules.module.register_module_forward_hook(self._rms_hook))
-        if self.nonfinite.armed:
+        if self.nonfinite.armed and hooks:
             self._hooks.append(self.nonfinite.begin_step())
         if s == self.every + 1 and self.profile.windows == 0:
             self.profile.schedule(s)
@@ -414,6 +430,8 @@ class HealthMonitor(Callback):
     # ------------------------------------------------------------------ sampled checks
 
     def _rms_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if torch.compiler.is_compiling():  # no side effects inside torch.compile's trace
+            return
         name = self.names.get(id(module))
         if (
             name is not None
@@ -469,7 +487,9 @@ class HealthMonitor(Callback):
                 Finding(
                     "retain-graph-every-step",
                     "warning",
-                    "backward(retain_graph=True) on every step with no later backward through that graph: each step's graph stays alive",
+                    "the last backward of every step passes retain_graph=True, so each step's graph "
+                    "outlives its backward; if it silenced 'backward through the graph a second "
+                    "time', a state carries its graph from step to step",
                     where=self._retain_site,
                     evidence={"steps": 3},
                 )
@@ -501,13 +521,12 @@ class HealthMonitor(Callback):
             s > 32 and now - self._last_scan_end < self._last_scan_cost / self.scan_budget
         ):
             return
-        found = graphs.scan(marker)
-        reused = loss is not None and (graphs.oldest_node(loss) or marker + 1) <= marker
+        found = graphs.scan(marker, -1 if self._floor is None else self._floor, loss)
         self._last_scan_end = time.perf_counter()
         self._last_scan_cost = self._last_scan_end - now
         self._scans_with_graphs = self._scans_with_graphs + 1 if found.tensors else 0
         for finding in graphs.findings(
-            found, s, reused, self._scans_with_graphs, self._step_of, self._where
+            found, s, self._scans_with_graphs, self._step_of, self._where
         ):
             self.add(finding)
 
@@ -548,11 +567,27 @@ class HealthMonitor(Callback):
             checks.memory_growth(self.series["cuda_mb"][warm:], "device memory", 16.0)
             if not on_cpu
             else None,
-            checks.input_bound(self.series["data_time"], self.series["step_time"]),
+            checks.input_bound(
+                self.series["data_time"], self.series["step_time"], self._loader_workers()
+            ),
         ):
             if found is not None:
                 self.add(found)
         self.profile.schedule_if_slower(times, s + 1, canary)
+
+    def _loader_workers(self) -> int:
+        """The most workers of a live DataLoader, looked up once input waits show up: a gc walk
+        (~10-50 ms) is too slow for every series check."""
+        if self._workers is None:
+            data = sys.modules.get("torch.utils.data")
+            loader = getattr(data, "DataLoader", None)
+            if loader is None or not checks.input_bound(
+                self.series["data_time"], self.series["step_time"]
+            ):
+                return 0
+            found = [o.num_workers for o in gc.get_objects() if isinstance(o, loader)]
+            self._workers = max(found, default=0)
+        return self._workers
 
     def _add_if(self, found: Finding | None) -> None:
         if found is not None:

@@ -27,6 +27,7 @@ class NonFiniteTracer:
         self.names: dict[int, str] = {}
         self.steps_left = 0
         self.origin: str | None = None
+        self.watched = False  # forward hooks ran after the bad value (not at the run's end)
         self.evidence: dict[str, Any] = {}
 
     @property
@@ -37,6 +38,7 @@ class NonFiniteTracer:
         """The forward-hook handle to remove at the step's end, or None when not armed."""
         if self.steps_left <= 0:
             return None
+        self.watched = True
         return torch.nn.modules.module.register_module_forward_hook(self._hook)
 
     def saw_gradients(self, step: int, bad: list[str]) -> None:
@@ -62,11 +64,20 @@ class NonFiniteTracer:
         ev, origin = self.evidence, self.origin
         what = "gradients" if "gradients" in ev else "the loss"
         msg = f"non-finite values in {what} from step {ev.get('step')}"
-        msg += (
-            f"; first produced by module {origin}"
-            if origin
-            else "; no module output was non-finite (look at the loss code)"
-        )
+        params = ev.get("non_finite_parameters")
+        if origin and params:
+            # Armed only after the bad step, whose optimiser step already wrote NaN/Inf into the
+            # weights: this module did not produce it, the earlier step's forward or loss did.
+            msg += (
+                f"; {ev['module']}'s parameters ({', '.join(params[:5])}) are already non-finite, "
+                f"updated at step {ev.get('step')}: look at that step's inputs and loss"
+            )
+        elif origin:
+            msg += f"; first produced by module {origin}"
+        elif self.watched:
+            msg += "; no module output was non-finite (look at the loss code)"
+        else:  # the run ended first, or a compiled model (no module hooks) ran
+            msg += "; no forward was watched after it, so the module is not known"
         self.add(
             Finding(
                 "non-finite",
@@ -81,6 +92,7 @@ class NonFiniteTracer:
     def _hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if (
             self.origin is not None
+            or torch.compiler.is_compiling()  # no side effects inside torch.compile's trace
             or not isinstance(output, torch.Tensor)
             or not output.is_floating_point()
             or bool(torch.isfinite(output).all())
@@ -94,7 +106,10 @@ class NonFiniteTracer:
         ]
         if all(bool(torch.isfinite(x).all()) for x in ins) or bad_params:
             name = self.names.get(id(module), type(module).__name__)
-            self.origin = f"{name} ({type(module).__name__}, {checks.definition_site(module)})"
+            site = checks.definition_site(module)
+            # torch's own layers (nn.Linear) are named by their attribute, not torch's file.
+            user = site and not site.startswith(checks.TORCH_DIR)
+            self.origin = f"{name} ({type(module).__name__}{', ' + site if user else ''})"
             self.evidence["module"] = name
             if bad_params:
                 self.evidence["non_finite_parameters"] = bad_params

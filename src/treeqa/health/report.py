@@ -39,6 +39,14 @@ def build(monitor: Any) -> dict[str, Any]:
 def print_summary(result: dict[str, Any], stream: TextIO) -> None:
     findings = result["findings"]
     steps = result["steps"]
+    if steps == 0:  # "no findings" would read as a clean bill of health
+        print(
+            "treeqa health: 0 training steps seen, so nothing was monitored (a step is one "
+            "torch.optim optimiser step: inference, or updates by hand, are not seen)",
+            file=stream,
+        )
+        if not findings:
+            return
     if not findings:
         print(f"treeqa health: {steps} steps, no findings", file=stream)
         return
