@@ -369,3 +369,21 @@ def test_a_metric_v1_scoring_does_not_give_is_refused_before_training(
     assert main([*argv, "--train.metric=best_f1"]) == 2
     assert "'best_f1' is not a dev metric; choose one of exact_match, f1" in capsys.readouterr().err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_eval_every_counts_optimiser_steps_under_torchrun(prepared: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+    command += ["2", "-m", "treeqa", "train", "qa", f"--prepared={prepared}", *TINY]
+    out = tmp_path / "run"
+    command += ["--schedule.eval_every=3", "--train.epochs=1", f"--out={out}", "--json"]
+    run = subprocess.run(
+        command, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    # 3 steps, each one batch per process: before, 3 batches were shared out and one dropped.
+    assert json.loads(run.stdout.splitlines()[-1])["steps"] == 3

@@ -90,3 +90,37 @@ def test_torchrun_trains_one_run_directory_from_the_cli(demo_dir: Path, tmp_path
     assert epoch["examples_per_s"] * epoch["epoch_time_s"] == pytest.approx(200)
     loaded = load_model(out).model  # the checkpoint holds the plain model's weights
     assert not isinstance(loaded, torch.nn.parallel.DistributedDataParallel)
+
+
+def test_a_resumed_torchrun_run_draws_what_it_drew_and_keeps_its_processes(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    from treeqa.cli.main import main
+
+    args = ["-m", "treeqa", "train", "sentiment", "--model", "tree_lstm", "--data", str(demo_dir)]
+    args += ["--health", "off", "--train.log_every=1"]  # dropout 0.5: every process draws masks
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert torchrun(2, *args, "--epochs", "2", "--out", str(full)).returncode == 0
+    assert torchrun(2, *args, "--epochs", "1", "--out", str(cut)).returncode == 0
+    # One process would count its epoch position in batches of one, and halve the batch.
+    assert main(["train", "--resume", str(cut), "--epochs", "2"]) == 2
+    resumed = torchrun(2, "-m", "treeqa", "train", "--resume", str(cut), "--epochs", "2")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    def logged(run: Path) -> list[dict[str, float]]:
+        lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in x.items() if k in ("step", "loss", "train_loss")} for x in lines]
+
+    assert logged(cut) == logged(full)  # process 1's masks after the resume are its masks before
+    a, b = (load_file(str(run / "last.safetensors")) for run in (full, cut))
+    assert all(torch.equal(a[k], b[k]) for k in a if k.startswith("model."))
+
+
+def test_an_epoch_with_no_batch_for_a_process_is_an_error(demo_dir: Path, tmp_path: Path) -> None:
+    run = torchrun(
+        2,
+        *("-m", "treeqa", "train", "sentiment", "--model", "bow", "--data", str(demo_dir)),
+        *("--batch_size", "2000", "--health", "off", "--out", str(tmp_path / "run")),
+    )
+    assert run.returncode != 0
+    assert "epoch 1 gave this process no batch to train on: under torchrun" in run.stderr

@@ -361,7 +361,11 @@ def train(
         (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
 
     dev_rows = dev_sample(len(dev_split), config.data.dev_subset, config.train.seed)
-    per_epoch = config.schedule.eval_every or -(-len(train_split) // config.train.batch_size)
+    # Batches per fit() epoch: eval_every optimiser steps, each taking one batch per process
+    # (under torchrun every process takes every P-th batch), or one pass over the data.
+    per_epoch = config.schedule.eval_every * world.size or -(
+        -len(train_split) // config.train.batch_size
+    )
     stream = StepStream(
         train_split, config.train.batch_size, per_epoch, config.train.seed, config.data.bucket
     )

@@ -189,6 +189,7 @@ class Checkpointer(Callback):
             sched.pop("lr_lambdas", None)
         extra = {
             "kind": "last",
+            "processes": World.from_env().size,
             "state": state.to_json(),
             "optimizer": optim_meta,
             "scheduler": sched,
@@ -268,6 +269,12 @@ def resume(
     last = ckpt.load(run_dir, prefer=ckpt.LAST)
     if last.meta.get("kind") != "last":
         raise ckpt.CheckpointError(f"{run_dir}: no {ckpt.LAST} to resume from")
+    processes, now = int(last.meta.get("processes", 1)), World.from_env().size
+    if processes != now:  # its epoch position counts batches per process, its batch is P x B
+        raise cfg.ConfigError(
+            f"{run_dir} was trained by {processes} process(es) and is resumed by {now}: "
+            f"resume it with as many (torchrun --nproc-per-node {processes})"
+        )
     last.load_weights(model)
     ckpt.restore_optimizer(optimizer, last)
     if scheduler is not None and last.meta.get("scheduler"):

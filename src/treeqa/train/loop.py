@@ -223,8 +223,7 @@ def fit(
         callbacks = [cb for cb in callbacks if world.main or not cb.main_only]
     model.to(device)
     net = distributed.wrap(model, device) if world.size > 1 else model  # forward through net
-    if world.rank > 0:  # other dropout masks than process 0's; the weights are its own
-        torch.manual_seed(torch.initial_seed() + world.rank)
+    seed = torch.initial_seed()  # the run's seed (restoring an RNG state leaves it as it was)
     for cb in callbacks:
         cb.on_fit_start(state, model, optimizer)
     while state.epoch < config.epochs and not state.stop:
@@ -241,6 +240,12 @@ def fit(
         for index, batch in enumerate(epoch_batches):
             if index < state.epoch_step:  # done before the run was interrupted
                 continue
+            if world.rank > 0:
+                # Other dropout masks than process 0's (whose RNG state the checkpoint keeps),
+                # drawn from the step number, so a resumed run draws the ones it drew before.
+                torch.manual_seed(
+                    ((seed * 1_000_003 + world.rank) * 1_000_003 + state.step) % 2**63
+                )
             batch = batch.to(device)
             started = time.perf_counter()
             state.data_time = started - tick
@@ -271,6 +276,16 @@ def fit(
                 state.stop = distributed.any_stop(state.stop)
             if state.stop:
                 break
+        if state.epoch_step == 0 and not state.stop:
+            raise ValueError(
+                f"epoch {state.epoch + 1} gave this process no batch to train on"
+                + (
+                    f": under torchrun each of the {world.size} processes takes every "
+                    f"{world.size}-th batch; use smaller batches or fewer processes"
+                    if world.size > 1
+                    else ""
+                )
+            )
         state.epoch += 1
         state.epoch_step = 0
         metrics: dict[str, float] = {}
