@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import io
 import random
+import signal
 import socket
 import threading
 import zipfile
@@ -16,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from treeqa.data import download as dl
-from treeqa.data.download import CATALOGUE, DownloadError, download, fetch
+from treeqa.data.download import (
+    CATALOGUE,
+    DownloadError,
+    DownloadInterrupted,
+    DownloadWarning,
+    download,
+    fetch,
+)
 
 BLOB = random.Random(0).randbytes(300_000)
 BLOB_SHA256 = hashlib.sha256(BLOB).hexdigest()
@@ -24,7 +32,8 @@ BLOB_MD5 = hashlib.md5(BLOB).hexdigest()
 
 
 class FileServer(ThreadingHTTPServer):
-    """Serves ``files`` by name; ``drop_after`` cuts the next body short once;
+    """Serves ``files`` by name; ``drop_after`` cuts the next body short once; ``stall_after``
+    sends that many bytes of each body, then nothing until ``release`` is set;
     ``ignore_range`` answers every request with the whole file and 200."""
 
     daemon_threads = True
@@ -33,6 +42,8 @@ class FileServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.files: dict[str, bytes] = {}
         self.drop_after: int | None = None
+        self.stall_after: int | None = None
+        self.release = threading.Event()
         self.ignore_range = False
         self.requests: list[tuple[str, str | None]] = []
 
@@ -70,6 +81,11 @@ class _Handler(BaseHTTPRequestHandler):
         if srv.drop_after is not None:
             payload, srv.drop_after = payload[: srv.drop_after], None
             self.close_connection = True
+        if srv.stall_after is not None:
+            self.wfile.write(payload[: srv.stall_after])
+            self.wfile.flush()
+            srv.release.wait(timeout=30)
+            return
         self.wfile.write(payload)
 
     def log_message(self, format: str, *args: object) -> None:
@@ -86,6 +102,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FileServer]:
     thread = threading.Thread(target=srv.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     yield srv
+    srv.release.set()
     srv.shutdown()
     srv.server_close()
     thread.join()
@@ -164,8 +181,47 @@ def test_refused_connection_names_url(tmp_path: Path, monkeypatch: pytest.Monkey
     with socket.socket() as s:  # bound but never listening: connections are refused
         s.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{s.getsockname()[1]}/x.bin"
-        with pytest.raises(DownloadError, match=url):
+        with pytest.raises(DownloadError, match=f"{url}: .*refused; nothing was downloaded$"):
             fetch(url, tmp_path / "x.bin", progress=False, timeout=2)
+    assert list(tmp_path.iterdir()) == []  # was "kept 0 bytes in x.bin.part", which did not exist
+
+
+def test_stall_keeps_every_byte_that_arrived(server: FileServer, tmp_path: Path) -> None:
+    target, part = tmp_path / "blob.bin", tmp_path / "blob.bin.part"
+    server.stall_after = 70_000
+    url = f"{server.url}/blob.bin"
+    with pytest.raises(DownloadError, match="timed out; kept 70,000 bytes in .*blob.bin.part"):
+        fetch(url, target, sha256=BLOB_SHA256, progress=False, timeout=0.5)
+    assert part.stat().st_size == 70_000  # read(1 MiB) used to hold them and lose them
+
+    server.stall_after = None
+    fetch(url, target, sha256=BLOB_SHA256, progress=False)
+    assert server.requests[-1] == ("/blob.bin", "bytes=70000-")
+    assert target.read_bytes() == BLOB
+
+
+def test_mismatched_file_survives_a_failed_download(server: FileServer, tmp_path: Path) -> None:
+    target = tmp_path / "blob.bin"
+    target.write_text("the user's edited copy")
+    with pytest.raises(DownloadError, match="HTTP 404"):
+        fetch(f"{server.url}/gone.bin", target, sha256=BLOB_SHA256, progress=False)
+    assert target.read_text() == "the user's edited copy"  # was deleted before the request
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blob.bin"]
+
+
+def test_mismatched_file_is_moved_aside_for_a_verified_one(
+    server: FileServer, tmp_path: Path
+) -> None:
+    target = tmp_path / "blob.bin"
+    (tmp_path / "blob.bin.old").write_text("an older backup")
+    target.write_text("the user's edited copy")
+    with pytest.warns(
+        DownloadWarning, match="blob.bin did not verify .* moved it to .*blob.bin.old2"
+    ):
+        fetch(f"{server.url}/blob.bin", target, sha256=BLOB_SHA256, progress=False)
+    assert target.read_bytes() == BLOB
+    assert (tmp_path / "blob.bin.old2").read_text() == "the user's edited copy"
+    assert (tmp_path / "blob.bin.old").read_text() == "an older backup"
 
 
 def _sst_zip() -> bytes:
@@ -196,6 +252,25 @@ def test_sst_zip_unpacks_flat_and_second_call_is_offline(
     again = download("sst", tmp_path, progress=False)
     assert again == paths
     assert len(server.requests) == 1
+
+
+def test_unzip_moves_a_changed_file_aside(
+    server: FileServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = _sst_zip()
+    (real,) = CATALOGUE["sst"]
+    monkeypatch.setitem(
+        CATALOGUE, "sst", [dataclasses.replace(real, sha256=hashlib.sha256(archive).hexdigest())]
+    )
+    server.files[real.filename] = archive
+    (tmp_path / "sst").mkdir()
+    (tmp_path / "sst" / "train.txt").write_text("(2 mine)\n")
+    with pytest.warns(
+        DownloadWarning, match="train.txt did not verify .*moved it to .*train.txt.old"
+    ):
+        download("sst", tmp_path, base_url=server.url, progress=False)
+    assert (tmp_path / "sst" / "train.txt").read_text() == "(3 (2 train) (4 good))\n"
+    assert (tmp_path / "sst" / "train.txt.old").read_text() == "(2 mine)\n"  # was overwritten
 
 
 def test_base_url_argument_wins_and_squad_lands_as_is(
@@ -265,3 +340,98 @@ def test_cli_download_failure_is_one_line_naming_the_url(
     assert main(argv) == 2  # was a DownloadError traceback
     err = capsys.readouterr().err
     assert err == f"treeqa data download: error: {server.url}/train-v1.1.json: HTTP 404 Not Found\n"
+
+
+def _blob_as_squad(server: FileServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    resources = [
+        dataclasses.replace(r, md5=None, sha256=BLOB_SHA256, size=None) for r in CATALOGUE["squad"]
+    ]
+    monkeypatch.setitem(CATALOGUE, "squad", resources)
+    for r in resources:
+        server.files[r.filename] = BLOB
+
+
+def test_cli_failure_keeps_the_users_file(
+    server: FileServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from treeqa.cli.main import main
+
+    _blob_as_squad(server, monkeypatch)
+    mine = tmp_path / "squad" / "train-v1.1.json"
+    mine.parent.mkdir()
+    mine.write_text('{"my": "edited copy"}')
+    with socket.socket() as s:  # bound but never listening: connections are refused
+        s.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{s.getsockname()[1]}"
+        assert (
+            main(["data", "download", "squad", "--dir", str(tmp_path), "--base-url", refused]) == 2
+        )
+    assert mine.read_text() == '{"my": "edited copy"}'  # was deleted
+
+    assert (
+        main(["data", "download", "squad", "--dir", str(tmp_path), "--base-url", server.url]) == 0
+    )
+    err = capsys.readouterr().err
+    assert f"treeqa data download: warning: {mine} did not verify" in err
+    assert mine.read_bytes() == BLOB
+    assert Path(f"{mine}.old").read_text() == '{"my": "edited copy"}'
+
+
+def test_cli_ctrl_c_is_one_line_and_exit_130(
+    server: FileServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from treeqa.cli.main import main
+
+    _blob_as_squad(server, monkeypatch)
+    server.stall_after = 70_000
+    # A real SIGINT to this (main) thread while it waits on the stalled socket, as Ctrl-C sends.
+    ctrl_c = threading.Timer(
+        0.5, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)
+    )
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        ctrl_c.start()
+        code = main(["data", "download", "squad", "--dir", str(tmp_path), "--base-url", server.url])
+    except KeyboardInterrupt:  # fail this test rather than stop the whole session
+        pytest.fail("Ctrl-C escaped from `treeqa data download` as a KeyboardInterrupt")
+    finally:
+        ctrl_c.cancel()
+        signal.signal(signal.SIGINT, previous)
+    part = tmp_path / "squad" / "train-v1.1.json.part"
+    assert code == 130
+    err = capsys.readouterr().err  # was a KeyboardInterrupt traceback
+    said = f"treeqa data download: interrupted; kept 70,000 bytes in {part}, run again to resume"
+    assert err.splitlines()[-1] == said  # after the progress bar
+    assert "Traceback" not in err
+    assert part.stat().st_size == 70_000
+
+
+def test_interrupt_is_still_a_keyboard_interrupt() -> None:
+    assert issubclass(DownloadInterrupted, KeyboardInterrupt)
+
+
+def test_cli_unknown_name_and_unwritable_dir_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from treeqa.cli.main import main
+
+    assert main(["data", "download", "nope", "--dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "treeqa data download: error: unknown download 'nope'; "
+        f"choose one of {', '.join(CATALOGUE)}\n"
+    )
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("")
+    assert main(["data", "download", "squad", "--dir", str(not_a_dir)]) == 2
+    err = capsys.readouterr().err  # was "treeqa data: error: [Errno 20] Not a directory: ..."
+    assert (
+        err
+        == f"treeqa data download: error: cannot create the folder {not_a_dir / 'squad'}: Not a directory\n"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,9 @@ def add_parser(subparsers: Any) -> None:
         "--dir", type=Path, default=Path("data"), help="destination directory (default: data)"
     )
     download.add_argument(
-        "--base-url", default=None, help="mirror to fetch from instead of the official hosts"
+        "--base-url",
+        default=None,
+        help="mirror to fetch from instead of the official hosts (default: $TREEQA_DOWNLOAD_BASE)",
     )
     download.set_defaults(run=run_download)
 
@@ -131,13 +134,29 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_download(args: argparse.Namespace) -> int:
-    from treeqa.data.download import DownloadError, download
+    from treeqa.data.download import DownloadError, DownloadInterrupted, download
 
-    try:
-        paths = download(args.name, args.dir, base_url=args.base_url)
-    except DownloadError as err:  # names the URL, and what was kept to resume from
-        print(f"treeqa data download: error: {err}", file=sys.stderr)
-        return 2
+    prog = "treeqa data download"
+    with warnings.catch_warnings(record=True) as notes:
+        warnings.simplefilter("always")
+        try:
+            paths = download(args.name, args.dir, base_url=args.base_url)
+        except (DownloadError, ValueError) as err:  # names the URL or path, and what was kept
+            print(f"{prog}: error: {err}", file=sys.stderr)
+            return 2
+        except OSError as err:  # a disk that fills or turns read-only between our own checks
+            print(
+                f"{prog}: error: {err.filename or args.dir}: {err.strerror or err}", file=sys.stderr
+            )
+            return 2
+        except KeyboardInterrupt as err:
+            # The shell's convention for Ctrl-C: 128 + SIGINT, with no traceback.
+            said = str(err) if isinstance(err, DownloadInterrupted) else "interrupted"
+            print(f"{prog}: {said}", file=sys.stderr)
+            return 130
+        finally:
+            for note in notes:  # e.g. a file that failed verification was kept as <name>.old
+                print(f"{prog}: warning: {note.message}", file=sys.stderr)
     for path in paths:
         print(path)
     return 0

@@ -5,7 +5,9 @@ Layout under ``dest_dir``: ``sst/{train,dev,test}.txt``, ``squad/{train,dev}-v1.
 second call can verify them cheaply and make no request at all.
 
 A transfer writes ``<name>.part`` and resumes it with an HTTP Range request; the final name only
-appears (``os.replace``) once size and checksum agree, so an existing final file is trusted.
+appears (``os.replace``) once size and checksum agree, so an existing final file that verifies is
+trusted. One that does not (the user's own edit, an older release) is never deleted: it stays in
+place until a verified download is ready, then moves to ``<name>.old`` with a DownloadWarning.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import re
 import urllib.error
 import urllib.request
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -110,7 +113,17 @@ CATALOGUE: dict[str, list[Resource]] = {
 
 
 class DownloadError(RuntimeError):
-    """A transfer failed or produced the wrong bytes; the message names the URL."""
+    """A transfer failed or produced the wrong bytes, or the destination cannot be written; the
+    message names the URL or the path, and what was kept for the next call."""
+
+
+class DownloadInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a download. Still a KeyboardInterrupt, so callers that stop on one still
+    do; the message says what was kept for the next call to resume from."""
+
+
+class DownloadWarning(UserWarning):
+    """A file that failed verification was moved aside (never deleted) for a verified one."""
 
 
 def download(
@@ -163,24 +176,59 @@ def fetch(
 ) -> Path:
     """Download ``url`` to ``target`` unless a verified copy is there; return ``target``.
 
-    A broken transfer raises DownloadError and keeps ``<target>.part`` for the next call to
-    resume; wrong bytes (size or checksum) are deleted before DownloadError is raised.
-    Without ``size`` the server's Content-Length is checked instead.
+    A broken transfer raises DownloadError (Ctrl-C: DownloadInterrupted) and keeps
+    ``<target>.part`` for the next call to resume; wrong bytes (size or checksum) are deleted
+    before DownloadError is raised. Without ``size`` the server's Content-Length is checked
+    instead. An existing ``target`` that fails verification is left alone unless a verified
+    download replaces it; then it is moved to ``<target>.old`` with a DownloadWarning.
     """
     target = Path(target)
+    stale = None
     if target.is_file():
-        if _mismatch(target, sha256=sha256, md5=md5, size=size) is None:
+        stale = _mismatch(target, sha256=sha256, md5=md5, size=size)
+        if stale is None:
             return target
-        target.unlink()  # a damaged or outdated copy: replace it
-    target.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(target.parent)
     part = target.with_name(target.name + ".part")
-    expected = _transfer(url, part, size=size, progress=progress, timeout=timeout)
-    problem = _mismatch(part, sha256=sha256, md5=md5, size=expected)
+    try:
+        expected = _transfer(url, part, size=size, progress=progress, timeout=timeout)
+        problem = _mismatch(part, sha256=sha256, md5=md5, size=expected)
+    except KeyboardInterrupt as exc:
+        raise DownloadInterrupted(f"interrupted; {_leftover(part)}") from exc
     if problem is not None:
         part.unlink()
         raise DownloadError(f"{url}: {problem}; the bad download was deleted")
+    if stale is not None:
+        _set_aside(target, stale)
     os.replace(part, target)
     return target
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DownloadError(f"cannot create the folder {folder}: {exc.strerror or exc}") from exc
+
+
+def _set_aside(path: Path, why: str) -> Path:
+    """Move ``path`` to the first free ``<name>.old``, ``.old2``, ... and warn.
+
+    A final name only ever appears verified, so a file there that fails verification is most
+    likely the user's own edit or an older release they may still want: keeping it costs disk,
+    losing it costs their work. Refusing instead would leave a damaged file blocking every run.
+    """
+    backup, n = path.with_name(path.name + ".old"), 1
+    while backup.exists():
+        n += 1
+        backup = path.with_name(f"{path.name}.old{n}")
+    os.replace(path, backup)
+    warnings.warn(
+        f"{path} did not verify ({why}); moved it to {backup} and put the verified file in its place",
+        DownloadWarning,
+        stacklevel=3,
+    )
+    return backup
 
 
 def _transfer(
@@ -206,6 +254,9 @@ def _transfer(
             part.unlink()
             return _transfer(url, part, size=size, progress=progress, timeout=timeout)
         raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
+    except urllib.error.URLError as exc:
+        # Its reason reads "[Errno 111] Connection refused"; str(exc) wraps it in "<urlopen error".
+        raise DownloadError(_broken(url, part, exc.reason)) from exc
     except (OSError, http.client.HTTPException) as exc:
         raise DownloadError(_broken(url, part, exc)) from exc
 
@@ -225,16 +276,8 @@ def _transfer(
         if size is not None and total is not None and total != size:
             raise DownloadError(f"{url}: server offers {total} bytes, expected {size}")
         expected = size if size is not None else total
-        done = offset
         bar = _bar(expected, part.name.removesuffix(".part"), offset, enabled=progress)
-        try:
-            with open(part, mode) as out, bar:
-                while chunk := response.read(_CHUNK):
-                    out.write(chunk)
-                    done += len(chunk)
-                    bar.update(len(chunk))
-        except (OSError, http.client.HTTPException) as exc:
-            raise DownloadError(_broken(url, part, exc)) from exc
+        done = offset + _append(url, response, part, mode, bar)
     # http.client returns a short body without error when the peer closes early.
     if expected is not None and done < expected:
         reason = f"connection closed after {done} of {expected} bytes"
@@ -242,9 +285,31 @@ def _transfer(
     return expected
 
 
+def _append(url: str, response: http.client.HTTPResponse, part: Path, mode: str, bar: tqdm) -> int:
+    """Write the body to ``part`` as it arrives; return how many bytes were written."""
+    with bar:
+        try:
+            out = open(part, mode)
+        except OSError as exc:
+            raise DownloadError(f"cannot write {part}: {exc.strerror or exc}") from exc
+        done = 0
+        try:
+            with out:
+                # read1 hands over whatever the socket has. read(n) would wait for n bytes and
+                # drop those it held when a stall timed out or Ctrl-C came.
+                while chunk := response.read1(_CHUNK):
+                    out.write(chunk)
+                    done += len(chunk)
+                    bar.update(len(chunk))
+        except (OSError, http.client.HTTPException) as exc:
+            raise DownloadError(_broken(url, part, exc)) from exc
+    return done
+
+
 def _unzip(archive: Path, folder: Path, *, progress: bool) -> list[Path]:
     """Extract every file member into ``folder`` by base name (which also rules out paths
-    escaping ``folder``); members already there with the right size are left alone."""
+    escaping ``folder``); members already there with the right size are left alone, and a file
+    of another size is moved to ``<name>.old`` (see :func:`_set_aside`), never overwritten."""
     try:
         with zipfile.ZipFile(archive) as zf:
             members = [m for m in zf.infolist() if not m.is_dir()]
@@ -259,15 +324,29 @@ def _unzip(archive: Path, folder: Path, *, progress: bool) -> list[Path]:
             total = sum(m.file_size for m, _ in todo)
             with _bar(total, f"unzip {archive.name}", 0, enabled=progress and bool(todo)) as bar:
                 for member, out in todo:
-                    tmp = out.with_name(out.name + ".part")
-                    with zf.open(member) as src, open(tmp, "wb") as dst:
-                        while chunk := src.read(_CHUNK):
-                            dst.write(chunk)
-                            bar.update(len(chunk))
-                    os.replace(tmp, out)
+                    _extract(zf, member, out, bar, archive.name)
     except zipfile.BadZipFile as exc:
         raise DownloadError(f"{archive}: not a valid zip ({exc}); delete it and retry") from exc
+    except KeyboardInterrupt as exc:
+        raise DownloadInterrupted(f"interrupted while unpacking {archive}; run again") from exc
     return outs
+
+
+def _extract(
+    zf: zipfile.ZipFile, member: zipfile.ZipInfo, out: Path, bar: tqdm, zip_name: str
+) -> None:
+    tmp = out.with_name(out.name + ".part")
+    try:
+        with zf.open(member) as src, open(tmp, "wb") as dst:
+            while chunk := src.read(_CHUNK):
+                dst.write(chunk)
+                bar.update(len(chunk))
+    except OSError as exc:
+        raise DownloadError(f"cannot write {tmp}: {exc.strerror or exc}") from exc
+    if out.is_file():
+        got = out.stat().st_size
+        _set_aside(out, f"{got} bytes, but {member.filename} in {zip_name} has {member.file_size}")
+    os.replace(tmp, out)
 
 
 def _bar(total: int | None, desc: str, initial: int, *, enabled: bool) -> tqdm:
@@ -312,8 +391,16 @@ def _content_range(value: str) -> tuple[int | None, int | None]:
 
 
 def _broken(url: str, part: Path, reason: object) -> str:
+    return f"{url}: {reason}; {_leftover(part)}"
+
+
+def _leftover(part: Path) -> str:
+    """What a rerun starts from, said truthfully; an empty ``part`` is removed, not reported."""
     have = part.stat().st_size if part.is_file() else 0
-    return f"{url}: {reason}; kept {have} bytes in {part}, run again to resume"
+    if have:
+        return f"kept {have:,} bytes in {part}, run again to resume"
+    part.unlink(missing_ok=True)
+    return "nothing was downloaded"
 
 
 def _url_name(url: str) -> str:
