@@ -387,3 +387,30 @@ def test_eval_every_counts_optimiser_steps_under_torchrun(prepared: Path, tmp_pa
     assert run.returncode == 0, run.stderr[-3000:]
     # 3 steps, each one batch per process: before, 3 batches were shared out and one dropped.
     assert json.loads(run.stdout.splitlines()[-1])["steps"] == 3
+
+
+def test_v1_train_with_same_article_negatives_trains_the_no_answer_slot(
+    prepared: Path, tmp_path: Path
+) -> None:
+    from treeqa.data.squad_prepare import prepare_squad
+
+    data = squad_json("1.1")
+    one_article = {**data, "data": [{"title": "t", "paragraphs": [
+        p for a in data["data"] for p in a["paragraphs"]
+    ]}]}  # fmt: skip
+    (tmp_path / "train.json").write_text(json.dumps(one_article), encoding="utf-8")
+    negatives = tmp_path / "negatives"
+    meta = prepare_squad(
+        tmp_path / "train.json",
+        prepared.parent / "dev.json",
+        prepared.parent / "vectors.txt",
+        negatives,
+        negatives="same_article",
+        negative_fraction=1.0,
+        vectors_cache=tmp_path / "cache",
+    )
+    assert meta["version"] == "v1.1" and meta["splits"]["train"]["unanswerable_examples"] > 0
+    out = tmp_path / "run"
+    assert main(["train", "qa", f"--prepared={negatives}", f"--out={out}", *TINY]) == 0
+    # Without the slot the loss would skip those rows: they would train nothing.
+    assert ckpt.load(out).meta["model_config"]["no_answer"] is True

@@ -20,6 +20,8 @@ sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = os.environ.get("TREEQA_CHROMIUM", "/usr/bin/chromium")
 
 from test_serve import TREE, run_dir  # noqa: E402, F401 - the trained-model fixture
+from test_serve_qa import prepared  # noqa: E402, F401 - the prepared-SQuAD fixture
+from test_serve_qa import run_dir as qa_run_dir  # noqa: E402, F401 - a trained QANet
 
 from treeqa.serve.app import Models, make_server  # noqa: E402
 
@@ -87,3 +89,21 @@ def test_the_page_parses_text_for_a_dependency_model(dep_dir: Path, tmp_path: Pa
         words = svgs.nth(0).locator("text").all_text_contents()
         assert sorted(words) == sorted(["The", "film", "is", "not", "good", "."])
         assert page.locator("#trees .tree-label").count() == 2
+
+
+def test_the_page_marks_the_answer_the_api_gives_after_emoji(qa_run_dir: Path) -> None:
+    from treeqa.recipes import qa
+
+    # Characters outside the BMP before the answer: two UTF-16 units each in JavaScript.
+    context = "Fans 😀😀 cheered 𝒜. The Seine flows through Paris. Paris is the capital of France."
+    question = "What flows through Paris?"
+    with served_page(qa_run_dir) as page:
+        page.wait_for_selector("#qa-section:not([hidden])")
+        page.fill("#context", context)
+        page.fill("#question", question)
+        page.click("#qa-go")
+        page.wait_for_selector("#passage mark")
+        marked, passage = page.inner_text("#passage mark"), page.inner_text("#passage")
+    expected = qa.predict(qa.load_model(qa_run_dir), [(context, question)])[0]
+    assert marked == expected["answer"] == context[expected["start"] : expected["end"]]
+    assert passage == context

@@ -85,3 +85,22 @@ def test_a_one_step_warm_up_is_no_warm_up() -> None:
     optimizer = build_optimizer(Tiny(), TrainConfig(optim="adam", lr=0.01, warmup_steps=1))
     assert build_scheduler(optimizer, TrainConfig(warmup_steps=1)) is None
     assert build_scheduler(optimizer, TrainConfig(warmup_steps=2)) is not None
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_clipping_scales_sparse_and_dense_gradients_as_clip_grad_norm_does(sparse: bool) -> None:
+    from treeqa.train.loop import clip_gradients
+
+    def model(sparse: bool) -> list[nn.Parameter]:
+        torch.manual_seed(0)
+        embed, out = nn.Embedding(10, 4, sparse=sparse), nn.Linear(4, 1)
+        out(embed(torch.tensor([1, 2, 1]))).sum().backward()  # row 1 twice: uncoalesced
+        return [*embed.parameters(), *out.parameters()]
+
+    got, expected = model(sparse), model(False)
+    clip_gradients(got, 0.1)
+    norm = nn.utils.clip_grad_norm_(expected, 0.1)
+    assert norm > 0.1  # so the clipping did something
+    for a, b in zip(got, expected, strict=True):
+        assert a.grad is not None and b.grad is not None
+        torch.testing.assert_close(a.grad.to_dense(), b.grad)

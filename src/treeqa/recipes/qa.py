@@ -340,7 +340,10 @@ def train(
     prepared = Path(config.data.prepared)
     train_split, dev_split = PreparedSplit(prepared, "train"), PreparedSplit(prepared, "dev")
     meta_data = train_split.meta
-    no_answer = config.model.no_answer or meta_data["version"] == "v2.0"
+    # The slot is trained when there is something to train it on: SQuAD 2.0, or v1.1 train
+    # with same-article negatives (without it their rows would be ignored by the loss).
+    unanswerable = meta_data["splits"]["train"].get("unanswerable_examples", 0) > 0
+    no_answer = config.model.no_answer or meta_data["version"] == "v2.0" or unanswerable
     dim = int(meta_data["vocab"]["vector_dim"])
     config = dataclasses.replace(
         config, model=dataclasses.replace(config.model, no_answer=no_answer, word_dim=dim)

@@ -187,6 +187,25 @@ def autocast(device: torch.device, amp: str) -> Any:
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def clip_gradients(params: Iterable[nn.Parameter], max_norm: float) -> None:
+    """Scale the gradients so their global norm is at most ``max_norm``, as
+    ``clip_grad_norm_`` does; it has no kernel for the sparse word-vector gradients, so
+    those are coalesced (a row looked up twice holds its gradient twice) and taken apart."""
+    with torch.no_grad():
+        given = [p for p in params if p.grad is not None]
+        if not any(p.grad.is_sparse for p in given):  # type: ignore[union-attr]
+            nn.utils.clip_grad_norm_(given, max_norm)
+            return
+        for p in given:
+            if p.grad.is_sparse:  # type: ignore[union-attr]
+                p.grad = p.grad.coalesce()  # type: ignore[union-attr]
+        grads = [p.grad for p in given if p.grad is not None]
+        norms = [(g.values() if g.is_sparse else g).float().norm() for g in grads]
+        scale = (max_norm / (torch.stack(norms).norm() + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            (g.values() if g.is_sparse else g).mul_(scale.to(g.dtype))
+
+
 def check_metric(metric: str, names: Iterable[str]) -> None:
     """A ConfigError unless ``metric`` is one of the dev metrics ``names``: with another, every
     epoch would be "no better" and no best checkpoint would ever be written."""
@@ -260,7 +279,7 @@ def fit(
             for cb in callbacks:
                 cb.on_after_backward(state, model)
             if config.clip > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+                clip_gradients(model.parameters(), config.clip)
             optimizer.step()
             if scheduler is not None:
                 scheduler.step()
