@@ -91,7 +91,7 @@ def test_the_page_parses_text_for_a_dependency_model(dep_dir: Path, tmp_path: Pa
         assert page.locator("#trees .tree-label").count() == 2
 
 
-def test_the_page_marks_the_answer_the_api_gives_after_emoji(qa_run_dir: Path) -> None:
+def test_the_page_marks_the_answer_the_api_gives_after_emoji(qa_run_dir: Path) -> None:  # noqa: F811
     from treeqa.recipes import qa
 
     # Characters outside the BMP before the answer: two UTF-16 units each in JavaScript.
