@@ -100,3 +100,30 @@ def test_check_fields_names_the_section_and_field() -> None:
         check_fields(Inner(lr=1.5), "train", below={"lr": 1})
     with pytest.raises(ConfigError, match=r"^train\.name: expected one of a \| b, got 'c'$"):
         check_fields(Inner(name="c"), "train", choices={"name": ("a", "b")})
+
+
+def test_a_section_given_a_plain_value_is_named_not_a_traceback() -> None:
+    with pytest.raises(ConfigError, match="config.train: expected a section \\(table\\), got 3"):
+        merge_overrides(Outer, {"train": 3}, [("lr", "0.2")])
+
+
+def test_infinity_is_out_of_every_range() -> None:
+    with pytest.raises(ConfigError, match="train.lr: expected at least 0, got inf"):
+        check_fields(Inner(lr=float("inf")), "train", at_least={"lr": 0})
+
+
+def test_a_named_flag_and_an_override_of_its_key_must_agree() -> None:
+    # The named flag's place on the command line is lost; two values for one key are refused.
+    with pytest.raises(ConfigError, match="--steps 1 and --train.steps=2 both set train.steps"):
+        merge_overrides(Outer, {}, [("steps", "1"), ("train.steps", "2")], named=1)
+    agreed = merge_overrides(Outer, {}, [("steps", "1"), ("train.steps", "1")], named=1)
+    assert agreed["train"]["steps"] == "1"
+    # Among plain overrides the later still wins.
+    assert merge_overrides(Outer, {}, [("lr", "1"), ("train.lr", "2")])["train"]["lr"] == "2"
+
+
+def test_strings_with_newlines_and_control_characters_round_trip_through_toml() -> None:
+    import tomllib
+
+    odd = Outer(name='a\nb"c\\d\x7f\x01 é 😀')
+    assert from_dict(Outer, tomllib.loads(to_toml(odd))) == odd

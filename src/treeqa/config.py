@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
+import math
 import tomllib
 import types
 import typing
@@ -137,14 +139,15 @@ def check_fields(
     choices: Mapping[str, Sequence[str]] = {},
 ) -> None:
     """Raise :class:`ConfigError` naming ``section.field`` for the first value out of range or
-    not among its choices (``not value >= low``, so NaN is out of every range)."""
+    not among its choices (``not value >= low``, so NaN is out of every range; so is infinity:
+    ``--lr inf`` would train NaN weights)."""
     for name, low in at_least.items():
         value = getattr(config, name)
-        if not value >= low:
+        if not (value >= low and math.isfinite(value)):
             raise ConfigError(f"{section}.{name}: expected at least {low}, got {value!r}")
     for name, high in below.items():
         value = getattr(config, name)
-        if not value < high:
+        if not (value < high and math.isfinite(value)):
             raise ConfigError(f"{section}.{name}: expected less than {high}, got {value!r}")
     for name, options in choices.items():
         value = getattr(config, name)
@@ -152,6 +155,15 @@ def check_fields(
             raise ConfigError(
                 f"{section}.{name}: expected one of {' | '.join(options)}, got {value!r}"
             )
+
+
+def _target(key: str, owners: Mapping[str, list[str]]) -> tuple[str, str]:
+    """(section, key) that an override key names, as far as it can be told ("" = top level)."""
+    if "." in key:
+        section, sub = key.split(".", 1)
+        return section, sub
+    places = owners.get(key, [])
+    return (places[0] if len(places) == 1 else "", key)
 
 
 def _unknown(key: str, known: Sequence[str], where: str) -> ConfigError:
@@ -186,15 +198,33 @@ def merge_overrides(
     data: dict[str, Any],
     overrides: Sequence[tuple[str, str]],
     aliases: Mapping[str, str] = {},
+    named: int = 0,
 ) -> dict[str, Any]:
-    """Put each override into the nested dict at the key it names (section.key or a unique key)."""
+    """Put each override into the nested dict at the key it names (section.key or a unique key);
+    of two for one key the later wins. The first ``named`` come from named flags (``--epochs``),
+    whose place on the command line is lost: one of those and a later override setting the
+    same key to another value are an error, not a silent choice."""
     sections = {name: tp for name, tp in _field_types(cls).items() if _is_config(tp)}
     owners: dict[str, list[str]] = {}
     for name, tp in _field_types(cls).items():
         owners.setdefault(name, []).append("")
         for sub in _field_types(tp) if _is_config(tp) else ():
             owners.setdefault(sub, []).append(name)
+    for name in sections:
+        if name in data and not isinstance(data[name], dict):
+            raise ConfigError(f"config.{name}: expected a section (table), got {data[name]!r}")
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    flags: dict[tuple[str, str], tuple[str, str]] = {}  # (section, key) -> a named flag's
+    for index, (raw_key, value) in enumerate(overrides):
+        target = _target(aliases.get(raw_key, raw_key), owners)
+        if index < named:
+            flags[target] = (raw_key, value)
+        elif target in flags and flags[target][1] != value:
+            flag, given = flags[target]
+            raise ConfigError(
+                f"--{flag} {given} and --{raw_key}={value} both set {'.'.join(filter(None, target))}:"
+                " give one"
+            )
     for raw_key, value in overrides:
         key = aliases.get(raw_key, raw_key)
         if "." in key:
@@ -235,7 +265,8 @@ def to_toml(config: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
         if isinstance(v, str):
-            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            # JSON's escapes are TOML's, control characters included; TOML also wants DEL escaped.
+            return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
         if isinstance(v, list | tuple):
             return "[" + ", ".join(value(x) for x in v) + "]"
         return repr(v)

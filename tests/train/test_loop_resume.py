@@ -303,3 +303,34 @@ def test_a_resumed_run_that_stopped_early_stays_stopped(demo_dir: Path, tmp_path
     assert again["epochs"] == first["epochs"]
     more = [*patient[:3], ("patience", "50")]
     assert train(resolve_config({}, more), run, resume_run=True)["epochs"] > first["epochs"]
+
+
+class Poison(Callback):
+    """Writes NaN into the weights after step ``at``, as a blown-up update would."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def on_fit_start(self, state: TrainState, model, optimizer) -> None:
+        self.model = model
+
+    def on_step_end(self, state: TrainState, output, batch) -> None:
+        if state.step == self.at:
+            with torch.no_grad():
+                next(self.model.parameters()).fill_(float("nan"))
+
+
+def test_a_strict_health_stop_keeps_the_checkpoints_from_before_it(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    pairs = [("data", str(demo_dir)), ("epochs", "3"), ("log_every", "1")]
+    pairs += [("health", "strict"), ("checkpoint_every", "2")]
+    result = train(resolve_config({}, pairs), run, extra_callbacks=[Poison(11)])  # epoch 2 of 3
+    assert result["aborted"] and result["epochs"] == 1
+    last = ckpt.load(run / ckpt.LAST)
+    assert last.meta["state"]["step"] == 10  # step 12's save held NaN: not written
+    assert all(bool(v.isfinite().all()) for v in last.tensors.values() if v.is_floating_point())
+    epochs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in epochs if "train_loss" in x] == [1]  # the cut epoch: no line
+    assert json.loads((run / "health.json").read_text())["findings"][0]["code"] == "non-finite"

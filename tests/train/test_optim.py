@@ -82,7 +82,9 @@ def test_state_dict_round_trip_with_an_sgd_group() -> None:
 
 def test_a_one_step_warm_up_is_no_warm_up() -> None:
     # log(1) = 0: a 1-step warm-up divided by zero on the first step.
-    optimizer = build_optimizer(Tiny(), TrainConfig(optim="adam", lr=0.01, warmup_steps=1))
+    tiny = Tiny()
+    tiny.embed.sparse = False  # Adam takes dense gradients only
+    optimizer = build_optimizer(tiny, TrainConfig(optim="adam", lr=0.01, warmup_steps=1))
     assert build_scheduler(optimizer, TrainConfig(warmup_steps=1)) is None
     assert build_scheduler(optimizer, TrainConfig(warmup_steps=2)) is not None
 
@@ -104,3 +106,12 @@ def test_clipping_scales_sparse_and_dense_gradients_as_clip_grad_norm_does(spars
     for a, b in zip(got, expected, strict=True):
         assert a.grad is not None and b.grad is not None
         torch.testing.assert_close(a.grad.to_dense(), b.grad)
+
+
+def test_adam_with_sparse_word_vector_gradients_is_refused_with_the_fix() -> None:
+    embed = nn.Embedding(5, 3, sparse=True)
+    model = nn.ModuleDict({"embed": embed, "out": nn.Linear(3, 1)})
+    with pytest.raises(ValueError, match="adam cannot step the sparse gradients of embed: add"):
+        build_optimizer(model, TrainConfig(optim="adam", emb_optim="same"))
+    embed.weight.requires_grad_(False)  # frozen vectors have no gradients to step
+    build_optimizer(model, TrainConfig(optim="adam", emb_optim="same"))

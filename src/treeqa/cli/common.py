@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -60,3 +62,26 @@ def format_metrics(metrics: dict[str, Any]) -> str:
         f"  {k:<18} {v:.4f}" if isinstance(v, float) else f"  {k:<18} {v}"
         for k, v in metrics.items()
     )
+
+
+def named_overrides(args: argparse.Namespace, named: Sequence[str]) -> list[tuple[str, str]]:
+    """(key, value) of the flags in ``named`` that were given. argparse reads these itself, so
+    their place among the other overrides is lost: they go first, and ``merge_overrides``
+    refuses a later override that sets the same key otherwise."""
+    return [(k, str(getattr(args, k))) for k in named if getattr(args, k, None) is not None]
+
+
+STRICT_STOP = 3
+"""The exit code of a run the health monitor stopped in strict mode (as ``treeqa doctor``)."""
+
+
+def exit_code(result: dict[str, Any], out: Any) -> int:
+    """0 for a run that finished; STRICT_STOP, said on stderr, for one the monitor stopped."""
+    if not result.get("aborted"):
+        return 0
+    print(
+        f"stopped by the health monitor (strict); {out}/health.json says why; its checkpoints, "
+        "if any, are from before the stop",
+        file=sys.stderr,
+    )
+    return STRICT_STOP

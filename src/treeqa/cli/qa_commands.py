@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from treeqa.cli.common import check_out
+from treeqa.cli.common import STRICT_STOP, check_out, exit_code, named_overrides
 
 TRAIN_EXAMPLE = (
     "treeqa train qa --config configs/qanet_paper.toml --prepared runs/squad_v1 --out runs/qanet\n"
@@ -60,9 +60,11 @@ def _config(args: argparse.Namespace) -> Any:
             raise ValueError(f"--{unused} does not apply to qa (vectors are fixed at preparation)")
     source = args.resume / "config.toml" if args.resume is not None else args.config
     raw = load_toml(source) if source else {}
-    named = ("model", "data", "prepared", "epochs", "batch_size", "seed", "health")
-    pairs = [(k, str(getattr(args, k))) for k in named if getattr(args, k, None) is not None]
-    return resolve_config(raw, pairs + parse_overrides(getattr(args, "overrides", []) or []))
+    named = named_overrides(
+        args, ("model", "data", "prepared", "epochs", "batch_size", "seed", "health")
+    )
+    overrides = parse_overrides(getattr(args, "overrides", []) or [])
+    return resolve_config(raw, named + overrides, len(named))
 
 
 def train_main(args: argparse.Namespace) -> int:
@@ -74,13 +76,13 @@ def train_main(args: argparse.Namespace) -> int:
     out = args.resume or args.out or Path("runs") / config.name
     result = train(config, out, resume_run=args.resume is not None)
     if not World.from_env().main:  # under torchrun, process 0 reports
-        return 0
+        return STRICT_STOP if result["aborted"] else 0
     print(
         f"run directory: {out}\nbest dev f1: {result['best_dev']:.2f} (epoch {result['best_epoch']})"
     )
     if getattr(args, "json", False):
         print(json.dumps({"run_dir": str(out), **result}, sort_keys=True, default=float))
-    return 0
+    return exit_code(result, out)
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -6,7 +6,14 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from treeqa.cli.common import check_out, emit_json, subparser
+from treeqa.cli.common import (
+    STRICT_STOP,
+    check_out,
+    emit_json,
+    exit_code,
+    named_overrides,
+    subparser,
+)
 
 EXAMPLE = (
     "treeqa train sentiment --model tree_lstm --data data/sst --vectors glove.txt.gz --out runs/tl\n"
@@ -48,21 +55,18 @@ def add_parser(subparsers: Any) -> None:
     parser.set_defaults(run=run, accepts_overrides=True)
 
 
-def collect_overrides(args: argparse.Namespace) -> list[tuple[str, str]]:
-    from treeqa.config import parse_overrides
-
-    named = ("model", "task", "data", "vectors", "epochs", "batch_size", "seed", "health")
-    pairs = [(k, str(getattr(args, k))) for k in named if getattr(args, k, None) is not None]
-    return pairs + parse_overrides(args.overrides)
+NAMED = ("model", "task", "data", "vectors", "epochs", "batch_size", "seed", "health")
+"""The sentiment flags argparse reads itself."""
 
 
 def sentiment_config(args: argparse.Namespace, base: Path | None = None) -> Any:
-    from treeqa.config import load_toml
+    from treeqa.config import load_toml, parse_overrides
     from treeqa.recipes.sentiment import resolve_config
 
     source = base / "config.toml" if base is not None else args.config
     raw = load_toml(source) if source else {}
-    return resolve_config(raw, collect_overrides(args))
+    named = named_overrides(args, NAMED)
+    return resolve_config(raw, named + parse_overrides(args.overrides), len(named))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,10 +82,10 @@ def run(args: argparse.Namespace) -> int:
     out = args.resume or args.out or Path("runs") / config.name
     result = train(config, out, resume_run=args.resume is not None)
     if not World.from_env().main:  # under torchrun, process 0 reports
-        return 0
+        return STRICT_STOP if result["aborted"] else 0
     print(
         f"run directory: {out}\nbest dev {config.train.metric}: {result['best_dev']:.4f} (epoch {result['best_epoch']})"
     )
     if args.json:
         emit_json({"run_dir": str(out), **result})
-    return 0
+    return exit_code(result, out)

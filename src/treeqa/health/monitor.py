@@ -404,7 +404,7 @@ class HealthMonitor(Callback):
                 f"treeqa health (strict): stopping at step {self.step}: {errors[0].code}: {errors[0].message}",
                 file=self.stream,
             )
-            state.stop = True
+            state.stop = state.abort = True  # the epoch is not finished: not scored or saved
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
         self.epoch_ended()

@@ -108,13 +108,18 @@ TRAIN_DEFAULTS: dict[str, Any] = {
 """QANet's training settings (configs/qanet_paper.toml gives their sources), under [train]."""
 
 
-def resolve_config(raw: dict[str, Any], overrides: Sequence[tuple[str, str]]) -> QAExperiment:
-    """TOML dict + overrides -> the experiment config; unknown keys are errors."""
+def resolve_config(
+    raw: dict[str, Any], overrides: Sequence[tuple[str, str]], named: int = 0
+) -> QAExperiment:
+    """TOML dict + overrides -> the experiment config; unknown keys are errors. The first
+    ``named`` overrides come from named flags (see ``config.merge_overrides``)."""
     schedule = raw.get("schedule", {})
-    if "ema_decay" in schedule:  # where run directories of earlier versions keep it
+    if (
+        isinstance(schedule, dict) and "ema_decay" in schedule
+    ):  # where run directories of earlier versions keep it
         raw = {**raw, "schedule": {k: v for k, v in schedule.items() if k != "ema_decay"}}
         raw["train"] = {"ema_decay": schedule["ema_decay"], **raw.get("train", {})}
-    merged = cfg.merge_overrides(QAExperiment, raw, overrides, ALIASES)
+    merged = cfg.merge_overrides(QAExperiment, raw, overrides, ALIASES, named)
     merged["train"] = {**TRAIN_DEFAULTS, **merged.get("train", {})}
     config = cfg.from_dict(QAExperiment, merged)
     if config.model.name != "qanet":

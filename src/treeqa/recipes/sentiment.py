@@ -84,15 +84,18 @@ def experiment_class(model_name: str) -> type:
     )
 
 
-def resolve_config(raw: dict[str, Any], overrides: Sequence[tuple[str, str]]) -> Any:
-    """TOML dict + overrides -> the experiment config; unknown keys are errors."""
+def resolve_config(
+    raw: dict[str, Any], overrides: Sequence[tuple[str, str]], named: int = 0
+) -> Any:
+    """TOML dict + overrides -> the experiment config; unknown keys are errors. The first
+    ``named`` overrides come from named flags (see ``config.merge_overrides``)."""
     section = raw.get("model", {})  # not a table: from_dict below says so, naming the key
     name = section.get("name", "bow") if isinstance(section, dict) else "bow"
     for key, value in overrides:
         if ALIASES.get(key, key) == "model.name":
             name = value
     cls = experiment_class(name)
-    return cfg.from_dict(cls, cfg.merge_overrides(cls, raw, overrides, ALIASES))
+    return cfg.from_dict(cls, cfg.merge_overrides(cls, raw, overrides, ALIASES, named))
 
 
 def load_trees(data: SentimentData) -> dict[str, list[Tree]]:

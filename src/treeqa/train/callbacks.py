@@ -168,11 +168,23 @@ class Checkpointer(Callback):
     def weights(self) -> dict[str, torch.Tensor]:
         return {f"model.{k}": v for k, v in self.model.state_dict().items()}
 
+    def finite(self, state: TrainState) -> bool:
+        """Whether the weights are finite; non-finite ones are never saved over good ones."""
+        if all(bool(p.isfinite().all()) for p in self.model.parameters()):
+            return True
+        tqdm.write(
+            f"step {state.step}: the weights hold NaN or infinity; {self.run_dir}'s checkpoints "
+            "stay as they were"
+        )
+        return False
+
     def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
-        if self.every > 0 and state.step % self.every == 0:
+        if self.every > 0 and state.step % self.every == 0 and self.finite(state):
             self.save_last(state, {**self.meta, "epoch": state.epoch, "step": state.step})
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
+        if not self.finite(state):
+            return
         meta = {**self.meta, "metrics": metrics, "epoch": state.epoch, "step": state.step}
         if state.improved or not metrics:
             best = {**self.weights(), **self.extra_tensors("best")}

@@ -91,6 +91,9 @@ class TrainState:
     best_epoch: int = -1
     improved: bool = False
     stop: bool = False
+    abort: bool = False
+    """A stop for an error (the health monitor in strict mode): the epoch it cuts short is
+    neither scored nor checkpointed, so the last checkpoint stays the one before it."""
     history: list[dict[str, float]] = field(default_factory=list)
     loss_sum: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
     """The training loss summed over this epoch's steps, resumed ones included (on the
@@ -125,6 +128,7 @@ class TrainState:
             "best_dev": self.best,
             "epochs": self.epoch,
             "steps": self.step,
+            "aborted": self.abort,
         }
 
     @classmethod
@@ -295,6 +299,10 @@ def fit(
                 state.stop = distributed.any_stop(state.stop)
             if state.stop:
                 break
+        if state.stop and world.size > 1:  # every process stops here; all leave, or none
+            state.abort = distributed.any_stop(state.abort)
+        if state.abort:
+            break
         if state.epoch_step == 0 and not state.stop:
             raise ValueError(
                 f"epoch {state.epoch + 1} gave this process no batch to train on"

@@ -113,6 +113,16 @@ def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimi
     if config.optim == "adagrad":
         return Adagrad(groups, lr=config.lr)
     if config.optim == "adam":
+        sparse = [
+            name
+            for name, m in model.named_modules()
+            if isinstance(m, nn.Embedding) and m.sparse and m.weight.requires_grad
+        ]
+        if sparse:
+            raise ValueError(
+                f"train.optim = adam cannot step the sparse gradients of {', '.join(sparse)}: "
+                "add --model.sparse_embedding=false, or train with adagrad"
+            )
         b1, b2 = config.adam_betas
         return torch.optim.Adam(groups, lr=config.lr, betas=(b1, b2), eps=config.adam_eps)
     raise ValueError(f"train.optim must be adagrad or adam, got {config.optim!r}")
