@@ -218,3 +218,14 @@ def test_serve_names_a_port_it_cannot_listen_on(
     err = capsys.readouterr().err
     assert err.startswith(f"treeqa serve: error: cannot listen on 127.0.0.1:{port}: ")
     assert err.count("\n") == 1
+
+
+def test_a_qa_config_given_to_train_sentiment_says_train_qa(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = Path(__file__).parents[2] / "configs" / "qanet_cpu_small.toml"
+    argv = ["train", "sentiment", "--config", str(config), "--out", str(tmp_path / "r")]
+    assert main(argv) == 2
+    assert "a reading-comprehension (QANet) config or run: use `treeqa train qa`" in (
+        capsys.readouterr().err
+    )

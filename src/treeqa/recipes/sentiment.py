@@ -94,6 +94,11 @@ def resolve_config(
     for key, value in overrides:
         if ALIASES.get(key, key) == "model.name":
             name = value
+    data = raw.get("data", {})
+    if name == "qanet" or (isinstance(data, dict) and "prepared" in data):
+        raise cfg.ConfigError(
+            "this is a reading-comprehension (QANet) config or run: use `treeqa train qa`"
+        )
     cls = experiment_class(name)
     return cfg.from_dict(cls, cfg.merge_overrides(cls, raw, overrides, ALIASES, named))
 
