@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -80,6 +81,21 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
     [
         ("/api/sentiment", None, b'{"tree": ', 400, "invalid JSON at line 1 column 10"),
         ("/api/sentiment", None, b"\xff\xfe", 400, "not UTF-8"),
+        # JSON's \ud800 escape decodes to a lone surrogate: the reply failed to encode (a 500).
+        (
+            "/api/sentiment",
+            None,
+            b'{"tree": "((a\\ud800) (b))"}',
+            400,
+            "field 'tree': not valid text (a lone surrogate)",
+        ),
+        (
+            "/api/sentiment",
+            None,
+            b'{"tree": "((a) (b))", "x": [{"\\udfff": 1}]}',
+            400,
+            "field 'x': not valid text",
+        ),
         ("/api/sentiment", ["a list"], None, 400, "expected a JSON object"),
         ("/api/sentiment", {}, None, 400, "field 'tree': expected a non-empty"),
         (
@@ -110,7 +126,7 @@ def test_a_bad_request_gets_a_status_and_a_message_naming_the_fault(
     base: str, path: str, body: Any, raw: bytes | None, status: int, message: str
 ) -> None:
     got, answer = call(base, path, body, raw)
-    assert got == status and message in answer["error"]
+    assert got == status and message in answer["error"], answer
 
 
 def test_a_body_over_the_limit_is_refused_unread(base: str) -> None:
@@ -140,6 +156,123 @@ def test_a_bad_content_length_is_a_400(base: str, length: str, message: str) -> 
     response = connection.getresponse()
     assert response.status == 400 and json.loads(response.read()) == {"error": message}
     connection.close()
+
+
+def post_headers(base: str, headers: list[tuple[str, str]]) -> tuple[int, str]:
+    """POST /api/sentiment with these headers and no body: a server waiting for one would
+    time out (a 408) rather than answer."""
+    connection = http.client.HTTPConnection(base.removeprefix("http://"), timeout=30)
+    connection.putrequest("POST", "/api/sentiment", skip_accept_encoding=True)
+    for name, value in headers:
+        connection.putheader(name, value)
+    connection.endheaders()
+    response = connection.getresponse()
+    answer = json.loads(response.read())["error"]
+    connection.close()
+    return response.status, answer
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "message"),
+    [
+        # Both were read as an empty body: "invalid JSON at line 1 column 1" for valid JSON.
+        ([], 411, "header Content-Length: missing"),
+        ([("Transfer-Encoding", "chunked")], 411, "header Transfer-Encoding: not supported"),
+        (
+            [("Content-Length", "5"), ("Content-Length", "6")],
+            400,
+            "Content-Length: differing values",
+        ),
+    ],
+)
+def test_a_body_without_one_clear_length_is_refused(
+    base: str, headers: list[tuple[str, str]], status: int, message: str
+) -> None:
+    got, answer = post_headers(base, headers)
+    assert got == status and message in answer
+
+
+def test_a_repeated_equal_content_length_is_accepted(base: str) -> None:
+    data = json.dumps({"tree": TREE}).encode()
+    connection = http.client.HTTPConnection(base.removeprefix("http://"), timeout=30)
+    connection.putrequest("POST", "/api/sentiment")
+    connection.putheader("Content-Length", str(len(data)))
+    connection.putheader("Content-Length", str(len(data)))
+    connection.endheaders(data)
+    assert connection.getresponse().status == 200
+    connection.close()
+
+
+def raw_request(base: str, request: bytes) -> tuple[str, dict[str, str], bytes]:
+    """Status line, headers and body of the reply to bytes sent as they are."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        reply = b"".join(iter(lambda: sock.recv(65536), b""))
+    head, _, data = reply.partition(b"\r\n\r\n")
+    status, *lines = head.decode("latin-1").split("\r\n")
+    return status, dict(line.split(": ", 1) for line in lines), data
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "message"),
+    [
+        # Each is read to its end by the server, so no unread bytes reset the connection.
+        (b"GET /" + b"a" * 65532, "414", "Request-URI Too Long"),
+        (b"GET / HTTP/1.0\r\n" + b"X-A: b\r\n" * 101, "431", "Too many headers"),
+        (b"BREW /api/health HTTP/1.0\r\n\r\n", "501", "Unsupported method ('BREW')"),
+        (b"PUT /api/sentiment HTTP/1.0\r\n\r\n", "405", "PUT /api/sentiment: no such route"),
+        (b"OPTIONS /api/nothing HTTP/1.0\r\n\r\n", "404", "no such route"),
+    ],
+)
+def test_every_error_reply_is_json(
+    base: str, request_bytes: bytes, status: str, message: str
+) -> None:
+    line, headers, data = raw_request(base, request_bytes)  # these were stdlib's HTML pages
+    assert line.split()[1] == status and headers["Content-Type"].startswith("application/json")
+    assert message in json.loads(data)["error"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PUT", "/api/sentiment", "POST"),
+        ("POST", "/api/health", "GET, HEAD"),
+        ("DELETE", "/", "GET, HEAD"),
+    ],
+)
+def test_a_405_names_the_allowed_methods(base: str, method: str, path: str, allow: str) -> None:
+    connection = http.client.HTTPConnection(base.removeprefix("http://"), timeout=30)
+    connection.request(method, path, body=b"{}")
+    response = connection.getresponse()
+    assert response.status == 405 and response.headers["Allow"] == allow
+    assert "no such route" in json.loads(response.read())["error"]
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"), [("/api/health", "application/json"), ("/", "text/html")]
+)
+def test_head_gives_the_headers_of_get_only(base: str, path: str, kind: str) -> None:
+    connection = http.client.HTTPConnection(base.removeprefix("http://"), timeout=30)
+    connection.request("GET", path)
+    length = connection.getresponse().getheader("Content-Length")
+    connection.close()
+    _, headers, data = raw_request(base, f"HEAD {path} HTTP/1.0\r\n\r\n".encode())
+    assert headers["Content-Type"].startswith(kind) and headers["Content-Length"] == length
+    assert data == b""
+
+
+def test_a_burst_of_connections_waits_in_the_listen_queue() -> None:
+    # The server accepts nothing here: connections beyond the listen backlog (stdlib: 5) had
+    # their SYN dropped and waited ~1 s for a retry, so a burst of 50 clients stalled.
+    server = make_server(Models([]), port=0, quiet=True)
+    try:
+        sockets = [socket.create_connection(server.server_address, timeout=0.5) for _ in range(50)]
+        for sock in sockets:
+            sock.close()
+    finally:
+        server.server_close()
 
 
 def test_a_body_shorter_than_its_content_length_times_out(run_dir: Path) -> None:

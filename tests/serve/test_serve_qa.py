@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("spacy")
@@ -17,6 +18,7 @@ from test_qa_recipe import TINY, prepared  # noqa: E402, F401 - the prepared-SQu
 from test_serve import call  # noqa: E402
 
 from treeqa.cli.main import main  # noqa: E402
+from treeqa.data.squad import Tokenizer  # noqa: E402
 from treeqa.recipes import qa  # noqa: E402
 from treeqa.serve.app import Models, make_server  # noqa: E402
 
@@ -62,3 +64,35 @@ def test_a_context_too_long_to_read_at_once_is_refused_before_the_model_runs(bas
     status, body = call(base, "/api/qa", {"context": long_context, "question": "Why?"})
     assert status == 422 and f"a context of {qa.MAX_CONTEXT_TOKENS + 1} tokens" in body["error"]
     assert time.perf_counter() - start < 5
+
+
+def test_a_lone_surrogate_is_a_400_naming_the_field(base: str) -> None:
+    # JSON's \ud800 escape: once a 422 carrying the codec's message.
+    raw = b'{"context": "Paris\\ud800 is big.", "question": "What?"}'
+    status, body = call(base, "/api/qa", raw=raw)
+    assert (status, body) == (400, {"error": "field 'context': not valid text (a lone surrogate)"})
+
+
+def new_words(seed: int, n: int) -> str:
+    return " ".join(f"w{seed}x{i}" for i in range(n)) + "."
+
+
+def test_a_fresh_tokenizer_tokenises_as_a_used_one() -> None:
+    used, fresh = Tokenizer(), Tokenizer()
+    for seed in range(20):
+        used.tokenize(new_words(seed, 30))
+    texts = [CONTEXT, new_words(3, 10), "Don't stop: it's 3.5 km (U.S.) away!"]
+    for got, expected in zip(used.pipe(texts), fresh.pipe(texts), strict=True):
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_the_tokenizer_is_renewed_before_its_vocabulary_grows_without_bound(run_dir: Path) -> None:
+    # spaCy keeps every new token text (~400 B each): a server learnt all words ever sent.
+    models = Models([run_dir])
+    models.max_new_strings = 100
+    first, start = models.tokenizer, models.tokenizer.strings
+    for seed in range(12):  # ~33 new strings a request: renewed every fifth
+        pair = {"context": new_words(seed, 30), "question": "Which word?"}
+        assert models.predict_qa(pair) == qa.predict(models.qa, [tuple(pair.values())])[0]
+        assert models.tokenizer.strings - start <= 100 + 40
+    assert models.tokenizer is not first

@@ -312,6 +312,11 @@ class Tokenizer:
             a[:, 1] += a[:, 0]  # (start, length) -> (start, end)
             yield a[:, :2].astype(np.int32), a[:, 3]
 
+    @property
+    def strings(self) -> int:
+        """Strings spaCy has interned: it adds each new token text and never drops one."""
+        return len(self._tokenizer.vocab.strings)
+
     def tokenize(self, text: str) -> tuple[list[str], np.ndarray]:
         """(tokens, spans [T, 2]) of one text."""
         spans, _ = next(self.pipe([text]))

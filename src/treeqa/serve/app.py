@@ -3,7 +3,7 @@
 Routes (JSON in and out; errors are ``{"error": message}`` with a 4xx status that says whose
 fault it was):
 
-    GET  /                 the web page (``static/index.html``)
+    GET  /                 the web page (``static/index.html``); HEAD works wherever GET does
     GET  /api/health       {"status": "ok", "models": {task: {...}}}
     POST /api/sentiment    {"tree": "(3 (2 a) (3 (2 good) (2 film)))"}  (or "((a) ((good) (film)))")
                            -> {"text", "label", "probabilities", "nodes": [{"words", "label",
@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -38,14 +38,17 @@ MAX_BODY = 1 << 20
 """Largest request body accepted (bytes): a SQuAD context is a few kB."""
 REQUEST_TIMEOUT = 30.0
 """Seconds a client may stay silent while sending its request; then its connection ends."""
+PAGES = ("/", "/index.html")
+"""Paths of the web page."""
 
 
 class RequestError(Exception):
-    """A bad request: ``status`` and a message naming the field at fault."""
+    """A bad request: ``status``, a message naming the field at fault and any extra headers."""
 
-    def __init__(self, status: HTTPStatus, message: str):
+    def __init__(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status = status
+        self.headers = headers or {}
 
 
 def field(body: dict[str, Any], name: str) -> str:
@@ -55,8 +58,39 @@ def field(body: dict[str, Any], name: str) -> str:
     return value
 
 
+def strings(value: Any) -> Iterator[str]:
+    """Every string in decoded JSON, keys included; a loop, not recursion, as json.loads
+    accepts nesting almost as deep as the recursion limit."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+
+
+def check_text(body: dict[str, Any]) -> None:
+    """JSON's ``\\ud800`` escape decodes to a lone surrogate, which no UTF-8 reply can carry:
+    refuse it here, naming the field, rather than fail while answering."""
+    for name, value in body.items():
+        for text in strings([name, value]):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST, f"field {name!r}: not valid text (a lone surrogate)"
+                ) from err
+
+
 class Models:
     """The loaded checkpoints, one per task, and the answer to each API call."""
+
+    max_new_strings = 100_000
+    """Token texts the QA tokenizer may learn before it is replaced: spaCy keeps every new one
+    (~400 B each, so ~40 MB), and a fresh tokenizer takes ~0.3 s to make."""
 
     def __init__(self, paths: list[Path], device: str = "cpu"):
         self.sentiment: Any = None
@@ -82,6 +116,7 @@ class Models:
                 from treeqa.recipes import qa
 
                 self.tokenizer = Tokenizer()  # needs spaCy: fail at start-up, not later
+                self.tokenizer_strings = self.tokenizer.strings
                 self.qa = qa.load_model(path, device)
                 self.info[task] = {"model": "qanet", "squad": self.qa.meta["squad_version"]}
             else:
@@ -91,6 +126,15 @@ class Models:
 
     def health(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"status": "ok", "models": self.info}
+
+    def renew_tokenizer(self) -> None:
+        """A fresh tokenizer once the old one has learnt too many words: memory stays bounded
+        and tokens are the same, spaCy's rules being fixed and its hashes those of the text."""
+        if self.tokenizer.strings - self.tokenizer_strings > self.max_new_strings:
+            from treeqa.data.squad import Tokenizer
+
+            self.tokenizer = Tokenizer()
+            self.tokenizer_strings = self.tokenizer.strings
 
     def predict_sentiment(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.sentiment is None:
@@ -124,6 +168,7 @@ class Models:
             raise RequestError(HTTPStatus.BAD_REQUEST, "field 'context': longer than 256k chars")
         try:
             with self.lock:
+                self.renew_tokenizer()
                 answer: dict[str, Any] = predict(self.qa, [pair], tokenizer=self.tokenizer)[0]
         except ValueError as err:  # e.g. a context of whitespace only
             raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, f"field 'context': {err}") from err
@@ -142,42 +187,86 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
         ("POST", "/api/qa"): models.predict_qa,
     }
 
+    def allowed(path: str) -> list[str]:
+        methods = [m for m, p in routes if p == path]
+        if path in PAGES:
+            methods.append("GET")
+        if "GET" in methods:
+            methods.append("HEAD")
+        return methods
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "treeqa"
         timeout = REQUEST_TIMEOUT
 
         def do_GET(self) -> None:
-            if self.path in ("/", "/index.html"):
+            if self.path.split("?")[0] in PAGES:
                 self.send(HTTPStatus.OK, page(), "text/html; charset=utf-8")
             else:
                 self.answer("GET")
 
+        def do_HEAD(self) -> None:
+            self.do_GET()  # send() leaves the body out
+
         def do_POST(self) -> None:
             self.answer("POST")
+
+        # Methods no route takes: a 405 naming the allowed ones, not stdlib's HTML 501.
+        def do_PUT(self) -> None:
+            self.answer("PUT")
+
+        def do_DELETE(self) -> None:
+            self.answer("DELETE")
+
+        def do_PATCH(self) -> None:
+            self.answer("PATCH")
+
+        def do_OPTIONS(self) -> None:
+            self.answer("OPTIONS")
 
         def answer(self, method: str) -> None:
             path = self.path.split("?")[0]
             try:
                 route = routes.get((method, path))
                 if route is None:
-                    allowed = [m for m, p in routes if p == path]
-                    status = HTTPStatus.METHOD_NOT_ALLOWED if allowed else HTTPStatus.NOT_FOUND
-                    raise RequestError(status, f"{method} {self.path}: no such route")
+                    raise self.no_route(path)
                 result = route(self.body() if method == "POST" else {})
                 self.send_json(HTTPStatus.OK, result)
             except RequestError as err:
-                self.send_json(err.status, {"error": str(err)})
+                self.send_json(err.status, {"error": str(err)}, err.headers)
             except Exception as err:  # noqa: BLE001 - a server answers, whatever went wrong
                 self.send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": repr(err)})
                 raise
 
-        def body(self) -> dict[str, Any]:
-            given = self.headers.get("Content-Length") or "0"
-            if not given.strip().isdecimal():  # read(-1) would wait for the client to hang up
+        def no_route(self, path: str) -> RequestError:
+            message = f"{self.command} {self.path}: no such route"
+            if methods := allowed(path):
+                allow = {"Allow": ", ".join(methods)}
+                return RequestError(HTTPStatus.METHOD_NOT_ALLOWED, message, allow)
+            return RequestError(HTTPStatus.NOT_FOUND, message)
+
+        def content_length(self) -> int:
+            if "Transfer-Encoding" in self.headers:  # chunked: its length comes as it goes
                 raise RequestError(
-                    HTTPStatus.BAD_REQUEST, f"header Content-Length: {given!r} is not a byte count"
+                    HTTPStatus.LENGTH_REQUIRED,
+                    "header Transfer-Encoding: not supported; send Content-Length instead",
                 )
-            length = int(given)
+            given = self.headers.get_all("Content-Length") or []
+            if not given:  # no length: the body would be read as empty
+                raise RequestError(HTTPStatus.LENGTH_REQUIRED, "header Content-Length: missing")
+            if len(set(given)) > 1:  # which one frames the body is anyone's guess
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST, f"header Content-Length: differing values {given}"
+                )
+            if not given[0].strip().isdecimal():  # read(-1) would wait for the client to hang up
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"header Content-Length: {given[0]!r} is not a byte count",
+                )
+            return int(given[0])
+
+        def body(self) -> dict[str, Any]:
+            length = self.content_length()
             if length > MAX_BODY:
                 raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} B")
             try:
@@ -200,18 +289,35 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 raise RequestError(HTTPStatus.BAD_REQUEST, "body: JSON nested too deeply") from err
             if not isinstance(body, dict):
                 raise RequestError(HTTPStatus.BAD_REQUEST, "body: expected a JSON object")
+            check_text(body)
             return body
 
-        def send_json(self, status: HTTPStatus, value: dict[str, Any]) -> None:
-            data = json.dumps(value, ensure_ascii=False).encode("utf-8")
-            self.send(status, data, "application/json; charset=utf-8")
+        def send_error(
+            self, code: int, message: str | None = None, explain: str | None = None
+        ) -> None:
+            """The standard library's own refusals (URL too long, too many headers, a method
+            with no ``do_`` method), as JSON like every other error."""
+            status = HTTPStatus(code)
+            self.close_connection = True  # the request may be half read
+            text = ": ".join(s for s in (message or status.phrase, explain) if s)
+            self.send_json(status, {"error": text})
 
-        def send(self, status: HTTPStatus, data: bytes, kind: str) -> None:
+        def send_json(
+            self, status: HTTPStatus, value: dict[str, Any], headers: dict[str, str] | None = None
+        ) -> None:
+            data = json.dumps(value, ensure_ascii=False).encode("utf-8")
+            self.send(status, data, "application/json; charset=utf-8", headers)
+
+        def send(
+            self, status: HTTPStatus, data: bytes, kind: str, headers: dict[str, str] | None = None
+        ) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", kind)
+            for name, value in {"Content-Type": kind, **(headers or {})}.items():
+                self.send_header(name, value)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if self.command != "HEAD":
+                self.wfile.write(data)
 
         def log_message(self, format: str, *args: Any) -> None:
             if isinstance(self.server, Server) and self.server.quiet:
@@ -224,6 +330,9 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
 class Server(ThreadingHTTPServer):
     daemon_threads = True  # a client that hangs does not keep the process alive
     quiet = False  # no line per request
+    # The listen backlog (stdlib: 5): connections beyond it wait ~1 s for a SYN retry, so a
+    # burst of clients stalls while the one thread that accepts them is busy.
+    request_queue_size = 128
 
 
 def make_server(
