@@ -414,3 +414,20 @@ def test_v1_train_with_same_article_negatives_trains_the_no_answer_slot(
     assert main(["train", "qa", f"--prepared={negatives}", f"--out={out}", *TINY]) == 0
     # Without the slot the loss would skip those rows: they would train nothing.
     assert ckpt.load(out).meta["model_config"]["no_answer"] is True
+
+
+def test_the_best_threshold_reproduces_its_score_when_abstaining_everywhere_wins() -> None:
+    gold = {
+        "version": "v2.0",
+        "data": [{"title": "t", "paragraphs": [{"context": "c", "qas": [
+            {"id": "n1", "question": "?", "answers": [], "is_impossible": True},
+            {"id": "h1", "question": "?", "answers": [{"text": "x", "answer_start": 0}]},
+        ]}]}],
+    }  # fmt: skip
+    # Both spans are wrong, so abstaining everywhere is best; the margins are negative log-odds.
+    answers = {q: qa.Answer("wrong", -1.0, "wrong", m) for q, m in (("n1", -2.0), ("h1", -1.0))}
+    scores = qa.official_scores(gold, answers)
+    assert scores["best_f1"] == 50.0
+    # The threshold given is one that, used as schedule.threshold, abstains on both.
+    threshold = scores["best_f1_thresh"]
+    assert all(a.no_answer_margin > threshold for a in answers.values())

@@ -334,3 +334,29 @@ def test_a_strict_health_stop_keeps_the_checkpoints_from_before_it(
     epochs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [x["epoch"] for x in epochs if "train_loss" in x] == [1]  # the cut epoch: no line
     assert json.loads((run / "health.json").read_text())["findings"][0]["code"] == "non-finite"
+
+
+class StopAt(Callback):
+    """Stops the run after step ``at``, as a time budget does."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def on_step_end(self, state: TrainState, output, batch) -> None:
+        state.stop = state.stop or state.step == self.at
+
+
+def test_a_run_stopped_part_way_through_an_epoch_resumes_from_the_next_batch(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    train(config(demo_dir, 3), tmp_path / "full")
+    cut = tmp_path / "cut"
+    stopped = train(config(demo_dir, 3), cut, extra_callbacks=[StopAt(11)])  # epoch 2, batch 3
+    assert (stopped["epochs"], stopped["steps"], stopped["aborted"]) == (1, 11, False)
+    lines = [json.loads(x) for x in (cut / "metrics.jsonl").read_text().splitlines()]
+    assert [(x["epoch"], x["step"]) for x in lines if "train_loss" in x] == [(1, 8), (2, 11)]
+    train(config(demo_dir, 3), cut, resume_run=True)
+    assert losses(cut) == losses(tmp_path / "full")  # no batch skipped, none twice
+    a = ckpt.load(tmp_path / "full" / ckpt.LAST).weights()
+    b = ckpt.load(cut / ckpt.LAST).weights()
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -195,6 +195,7 @@ def evaluate_predictions(
     version: str | None = None,
     na_probs: Mapping[str, float] | None = None,
     na_prob_thresh: float = 1.0,
+    abstain_thresh: float = 0.0,
 ) -> dict[str, Any]:
     """Official EM and F1 (percent) of ``predictions`` (question id -> answer text) over every
     question of ``dataset_json``. ``version`` ("v1.1"/"v2.0") defaults to the file's own.
@@ -206,7 +207,9 @@ def evaluate_predictions(
     no-answer score, higher = more likely unanswerable) the official ``best_exact``,
     ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh``. As in the v2.0 script, a question
     whose no-answer score is above ``na_prob_thresh`` then counts as answered with nothing in
-    every other key (with scores in [0, 1] and the default 1.0, never).
+    every other key (with scores in [0, 1] and the default 1.0, never). ``abstain_thresh`` is
+    the threshold reported when abstaining everywhere is best: the official 0.0 suits scores in
+    [0, 1]; for scores that may be negative (log-odds), pass one below them all.
     """
     version = version or _version(dataset_json)
     if version not in ("v1.1", "v2.0"):
@@ -234,7 +237,9 @@ def evaluate_predictions(
         out |= _summary(exact, f1, [k for k, v in has_ans.items() if not v], "no_ans_")
         if na_probs is not None:
             for name, scores in (("exact", raw_exact), ("f1", raw_f1)):
-                best, thresh = find_best_thresh(predictions, scores, na_probs, has_ans)
+                best, thresh = find_best_thresh(
+                    predictions, scores, na_probs, has_ans, abstain_thresh
+                )
                 out |= {f"best_{name}": best, f"best_{name}_thresh": thresh}
     return out
 
@@ -259,6 +264,7 @@ def find_best_thresh(
     scores: Mapping[str, float],
     na_probs: Mapping[str, float],
     has_ans: Mapping[str, bool],
+    abstain_thresh: float = 0.0,
 ) -> tuple[float, float]:
     """The official v2.0 search: answer the questions whose no-answer score is at most the
     threshold, abstain on the rest; the best total (percent) and its threshold.
@@ -268,7 +274,7 @@ def find_best_thresh(
     non-empty prediction there costs the 1). Questions without a score are skipped.
     """
     current = best = float(sum(1 for v in has_ans.values() if not v))
-    threshold = 0.0
+    threshold = abstain_thresh
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
         if qid not in scores:
             continue

@@ -277,7 +277,9 @@ def official_scores(gold: dict[str, Any], answers: dict[str, Answer]) -> dict[st
     margins = {q: a.no_answer_margin for q, a in answers.items()}
     if scores["version"] == "v2.0" and all(math.isfinite(m) for m in margins.values()):
         spans = {q: a.span for q, a in answers.items()}
-        best = evaluate_predictions(gold, spans, na_probs=margins)
+        # Margins are log-odds: abstaining everywhere needs a threshold below them all.
+        floor = min(margins.values(), default=0.0) - 1.0
+        best = evaluate_predictions(gold, spans, na_probs=margins, abstain_thresh=floor)
         scores |= {k: v for k, v in best.items() if k.startswith("best_")}
     return {k: float(v) for k, v in scores.items() if isinstance(v, int | float)}
 

@@ -57,7 +57,7 @@ class ProgressBar(Callback):
         if self.bar is not None:
             self.bar.close()
         shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
-        tqdm.write(f"epoch {state.epoch}: train_loss={state.epoch_loss:.4f} {shown}")
+        tqdm.write(f"epoch {state.scored_epoch}: train_loss={state.epoch_loss:.4f} {shown}")
 
 
 class MetricsLog(Callback):
@@ -126,7 +126,7 @@ class MetricsLog(Callback):
         elapsed = time.perf_counter() - self.epoch_start
         self._write(
             {
-                "epoch": state.epoch,
+                "epoch": state.scored_epoch,
                 "step": state.step,
                 "train_loss": state.epoch_loss,
                 "epoch_time_s": elapsed,

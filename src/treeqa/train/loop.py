@@ -117,6 +117,12 @@ class TrainState:
         }
 
     @property
+    def scored_epoch(self) -> int:
+        """At an epoch's end, its number from 1; a stop part-way keeps ``epoch`` (epochs done)
+        and ``epoch_step`` (batches done) for a resumed run, and scores epoch ``epoch + 1``."""
+        return self.epoch + 1 if self.epoch_step else self.epoch
+
+    @property
     def epoch_loss(self) -> float:
         """The mean training loss of this epoch's steps so far."""
         return float(self.loss_sum) / max(self.loss_steps, 1)
@@ -299,13 +305,17 @@ def fit(
                 state.stop = distributed.any_stop(state.stop)
             if state.stop:
                 break
+        else:
+            state.epoch, state.epoch_step = state.epoch + 1, 0
+        # A stop part-way (a time budget) leaves the epoch's position as it is: the run is
+        # scored and saved there, and a resumed run goes on from the next batch.
         if state.stop and world.size > 1:  # every process stops here; all leave, or none
             state.abort = distributed.any_stop(state.abort)
         if state.abort:
             break
-        if state.epoch_step == 0 and not state.stop:
+        if state.loss_steps == 0 and not state.stop:
             raise ValueError(
-                f"epoch {state.epoch + 1} gave this process no batch to train on"
+                f"epoch {state.epoch} gave this process no batch to train on"
                 + (
                     f": under torchrun each of the {world.size} processes takes every "
                     f"{world.size}-th batch; use smaller batches or fewer processes"
@@ -313,8 +323,6 @@ def fit(
                     else ""
                 )
             )
-        state.epoch += 1
-        state.epoch_step = 0
         metrics: dict[str, float] = {}
         if evaluate is not None:
             for cb in callbacks:
@@ -332,8 +340,8 @@ def fit(
         score = metrics.get(config.metric)
         state.improved = score is not None and score > state.best
         if score is not None and state.improved:
-            state.best, state.best_epoch = score, state.epoch
-        state.history.append({"epoch": state.epoch, **metrics})
+            state.best, state.best_epoch = score, state.scored_epoch
+        state.history.append({"epoch": state.scored_epoch, **metrics})
         for cb in callbacks:
             cb.on_epoch_end(state, metrics)
         if world.size > 1:
