@@ -153,3 +153,10 @@ def test_predict_qa_input_lines_name_the_line_and_field(
     assert capsys.readouterr().err == (
         f"treeqa predict: error: {path}:2: not UTF-8 text (invalid continuation byte)\n"
     )
+
+
+def test_evaluate_qa_with_seeds_says_what_seeds_are_for(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["evaluate", "qa", "--seeds", "2"]) == 2
+    assert "--seeds trains and scores sentiment seeds" in capsys.readouterr().err

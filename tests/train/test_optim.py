@@ -115,3 +115,12 @@ def test_adam_with_sparse_word_vector_gradients_is_refused_with_the_fix() -> Non
         build_optimizer(model, TrainConfig(optim="adam", emb_optim="same"))
     embed.weight.requires_grad_(False)  # frozen vectors have no gradients to step
     build_optimizer(model, TrainConfig(optim="adam", emb_optim="same"))
+
+
+def test_fit_names_a_batch_it_cannot_move_to_the_device() -> None:
+    from treeqa.train.loop import fit
+
+    model = Tiny()
+    optimizer = build_optimizer(model, TrainConfig())
+    with pytest.raises(TypeError, match="a training batch is a tuple; fit\\(\\) needs batches"):
+        fit(model, optimizer, lambda epoch: [(1, 2)], TrainConfig(epochs=1, health="off"))

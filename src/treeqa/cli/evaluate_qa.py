@@ -64,6 +64,11 @@ def evaluate_main(args: argparse.Namespace) -> int:
         load_predictions,
     )
 
+    if getattr(args, "seeds", None):
+        raise ValueError(
+            "--seeds trains and scores sentiment seeds; for QANet, train each seed "
+            "with `treeqa train qa --train.seed=K` and score it with --checkpoint"
+        )
     if getattr(args, "overrides", None):
         raise ValueError(f"unrecognised arguments for evaluate qa: {' '.join(args.overrides)}")
     if args.checkpoint is not None:

@@ -240,7 +240,9 @@ def fit(
     """Train ``model`` until ``config.epochs`` or a callback sets ``state.stop``.
 
     ``train_batches(epoch)`` yields the batches of one epoch (its order must depend only on
-    the epoch, so a resumed run sees the same data); ``evaluate(model)`` returns dev metrics.
+    the epoch, so a resumed run sees the same data); a batch has ``.to(device)`` (a tensor, or
+    a dataclass such as ``TreeBatch``) and, to count examples rather than batches in the logged
+    rates, ``num_examples``. ``evaluate(model)`` returns dev metrics.
     Pass the ``state`` of a resumed run to continue it. Started by torchrun, the processes
     train one model data-parallel (``distributed.py``).
     """
@@ -274,6 +276,11 @@ def fit(
                 # drawn from the step number, so a resumed run draws the ones it drew before.
                 torch.manual_seed(
                     ((seed * 1_000_003 + world.rank) * 1_000_003 + state.step) % 2**63
+                )
+            if not hasattr(batch, "to"):
+                raise TypeError(
+                    f"a training batch is a {type(batch).__name__}; fit() needs batches with "
+                    ".to(device): a tensor, or a dataclass of tensors with its own .to"
                 )
             batch = batch.to(device)
             started = time.perf_counter()
