@@ -360,3 +360,18 @@ def test_a_run_stopped_part_way_through_an_epoch_resumes_from_the_next_batch(
     a = ckpt.load(tmp_path / "full" / ckpt.LAST).weights()
     b = ckpt.load(cut / ckpt.LAST).weights()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_resumed_run_keeps_the_health_report_of_its_earlier_part(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    watched = [("data", str(demo_dir)), ("log_every", "1"), ("health", "on")]
+    train(resolve_config({}, [*watched, ("epochs", "1")]), run)
+    first = json.loads((run / "health.json").read_text())
+    train(resolve_config({}, [*watched, ("epochs", "2")]), run, resume_run=True)
+    assert json.loads((run / "health.1.json").read_text()) == first
+    assert json.loads((run / "health.json").read_text())["series"]["step"][0] == 9
+    # Resumed once it has finished (as evaluate --seeds does), it trains and reports nothing.
+    train(resolve_config({}, [*watched, ("epochs", "2")]), run, resume_run=True)
+    assert sorted(p.name for p in run.glob("health*")) == ["health.1.json", "health.json"]

@@ -120,3 +120,14 @@ def write_plot(result: dict[str, Any], path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def keep_earlier(path: Path) -> None:
+    """Move a report an earlier part of the run wrote (before a resume) to ``health.1.json``,
+    ``health.2.json``, ...: the resumed part writes its own, and the earlier findings stay."""
+    if not path.exists():
+        return
+    k = 1
+    while (earlier := path.with_name(f"{path.stem}.{k}{path.suffix}")).exists():
+        k += 1
+    path.rename(earlier)
