@@ -157,13 +157,28 @@ def check_fields(
             )
 
 
-def _target(key: str, owners: Mapping[str, list[str]]) -> tuple[str, str]:
-    """(section, key) that an override key names, as far as it can be told ("" = top level)."""
+def _place(
+    key: str, raw_key: str, sections: Mapping[str, Any], owners: Mapping[str, list[str]]
+) -> tuple[str, str]:
+    """(section, key) that override ``--raw_key`` (``key`` after aliases) names, "" for the top
+    level (a bare key naming a top-level field means that field); unknown or ambiguous keys are
+    a ConfigError."""
     if "." in key:
         section, sub = key.split(".", 1)
+        if section not in sections:
+            raise _unknown(section, list(sections), "--" + raw_key)
+        if sub not in _field_types(sections[section]):
+            raise _unknown(sub, list(_field_types(sections[section])), f"--{raw_key} ({section})")
         return section, sub
-    places = owners.get(key, [])
-    return (places[0] if len(places) == 1 else "", key)
+    places = owners.get(key)
+    if not places:
+        raise _unknown(key, list(owners), "--" + raw_key)
+    if "" in places:
+        return "", key
+    if len(places) > 1:
+        options = ", ".join(f"--{p}.{key}" for p in places)
+        raise ConfigError(f"--{raw_key} is ambiguous: say {options}")
+    return places[0], key
 
 
 def _unknown(key: str, known: Sequence[str], where: str) -> ConfigError:
@@ -216,37 +231,18 @@ def merge_overrides(
     out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     flags: dict[tuple[str, str], tuple[str, str]] = {}  # (section, key) -> a named flag's
     for index, (raw_key, value) in enumerate(overrides):
-        target = _target(aliases.get(raw_key, raw_key), owners)
+        place = _place(aliases.get(raw_key, raw_key), raw_key, sections, owners)
         if index < named:
-            flags[target] = (raw_key, value)
-        elif target in flags and flags[target][1] != value:
-            flag, given = flags[target]
+            flags[place] = (raw_key, value)
+        elif place in flags and flags[place][1] != value:
+            flag, given = flags[place]
             raise ConfigError(
-                f"--{flag} {given} and --{raw_key}={value} both set {'.'.join(filter(None, target))}:"
+                f"--{flag} {given} and --{raw_key}={value} both set {'.'.join(filter(None, place))}:"
                 " give one"
             )
-    for raw_key, value in overrides:
-        key = aliases.get(raw_key, raw_key)
-        if "." in key:
-            section, sub = key.split(".", 1)
-            if section not in sections:
-                raise _unknown(section, list(sections), "--" + raw_key)
-            if sub not in _field_types(sections[section]):
-                raise _unknown(
-                    sub, list(_field_types(sections[section])), f"--{raw_key} ({section})"
-                )
-            out.setdefault(section, {})[sub] = value
-            continue
-        places = owners.get(key)
-        if not places:
-            raise _unknown(key, list(owners), "--" + raw_key)
-        if "" in places:  # a bare key naming a top-level field means that field
-            places = [""]
-        if len(places) > 1:
-            options = ", ".join(f"--{p}.{key}" if p else f"--{key}" for p in places)
-            raise ConfigError(f"--{raw_key} is ambiguous: say {options}")
-        if places[0]:
-            out.setdefault(places[0], {})[key] = value
+        section, key = place
+        if section:
+            out.setdefault(section, {})[key] = value
         else:
             out[key] = value
     return out

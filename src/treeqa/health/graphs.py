@@ -26,9 +26,10 @@ UNKNOWN = "unknown holder"
 _TENSOR_TYPES = frozenset({torch.Tensor, nn.Parameter, nn.parameter.Buffer})
 
 
-def sequence_nr(tensor: torch.Tensor) -> int | None:
+def sequence_nr(tensor: torch.Tensor) -> int:
+    """The number of ``tensor``'s graph node (-1 for a tensor without one)."""
     fn = tensor.grad_fn
-    return None if fn is None else int(fn._sequence_nr())
+    return -1 if fn is None else int(fn._sequence_nr())
 
 
 def next_sequence_nr() -> int:
@@ -75,18 +76,24 @@ class Retained:
     scalar_holders: dict[str, int] = field(default_factory=dict)
 
 
-def _number(tensor: torch.Tensor) -> int:
-    """The sequence number of a tensor known to have a ``grad_fn``."""
-    fn = tensor.grad_fn
-    return -1 if fn is None else int(fn._sequence_nr())
-
-
-def _graph_tensors(skip: Any) -> list[torch.Tensor]:
-    return [
+def _by_age(
+    loss: torch.Tensor | None, floor: int, marker: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    """Every gc-tracked tensor with a graph but ``loss``; and of them, the old (numbered in
+    ``(floor, marker]``) and the fresh (above ``marker``)."""
+    tensors = [
         o
         for o in gc.get_objects()
-        if type(o) in _TENSOR_TYPES and o.grad_fn is not None and o is not skip
+        if type(o) in _TENSOR_TYPES and o.grad_fn is not None and o is not loss
     ]
+    old, fresh = [], []
+    for t in tensors:
+        seq = sequence_nr(t)
+        if floor < seq <= marker:
+            old.append(t)
+        elif seq > marker:
+            fresh.append(t)
+    return tensors, old, fresh
 
 
 def _parents(
@@ -149,19 +156,12 @@ def scan(
     most ``sample`` tensors of each kind (referrer walks are slow).
     """
     found = Retained()
-    tensors = _graph_tensors(loss)
-    if any(floor < _number(t) <= marker for t in tensors):
+    tensors, old, fresh = _by_age(loss, floor, marker)
+    if old:
         # Garbage cycles may still hold old graphs; they are no leak. Collect, then look again.
-        del tensors
+        del tensors, old, fresh
         gc.collect()
-        tensors = _graph_tensors(loss)
-    old, fresh = [], []
-    for t in tensors:
-        seq = _number(t)
-        if floor < seq <= marker:
-            old.append(t)
-        elif seq > marker:
-            fresh.append(t)
+        tensors, old, fresh = _by_age(loss, floor, marker)
     # One node object per tensor, held for the walk: a grad_fn's Python object is its identity.
     nodes = [t.grad_fn for t in fresh]
     loss_node = loss.grad_fn if loss is not None else None
@@ -179,7 +179,7 @@ def scan(
     kept += [t for t in roots if t.numel() != 1] + [t for t in old if t.numel() != 1]
     for t in kept:
         scalar = t.numel() == 1
-        seq = _number(t)
+        seq = sequence_nr(t)
         if seq > marker:  # a newer tensor: the step its graph goes back to
             first = oldest_node(t, limit=5_000, floor=floor)
             seq = seq if first is None else first

@@ -64,6 +64,19 @@ def compiled() -> bool:
     return bool(counters and counters.get("frames", {}).get("total"))
 
 
+def for_run(
+    mode: str, run_dir: Path, resumed: TrainState | None, epochs: int, main: bool
+) -> HealthMonitor | None:
+    """The monitor of a training run writing ``run_dir/health.json`` (None when ``mode`` is
+    off, or when a finished run is resumed, as ``evaluate --seeds`` does: it trains nothing, so
+    its report stays). On process ``main``, a report an earlier part of the run wrote is kept."""
+    if mode == "off" or (resumed is not None and resumed.epoch >= epochs):
+        return None
+    if main:
+        report.keep_earlier(run_dir / "health.json")
+    return HealthMonitor(mode, json_path=run_dir / "health.json")
+
+
 class HealthError(RuntimeError):
     """Raised (doctor) or turned into ``state.stop`` (fit) by an error finding in strict mode."""
 
@@ -567,27 +580,24 @@ class HealthMonitor(Callback):
             checks.memory_growth(self.series["cuda_mb"][warm:], "device memory", 16.0)
             if not on_cpu
             else None,
-            checks.input_bound(
-                self.series["data_time"], self.series["step_time"], self._loader_workers()
-            ),
+            self._input_bound(),
         ):
             if found is not None:
                 self.add(found)
         self.profile.schedule_if_slower(times, s + 1, canary)
 
-    def _loader_workers(self) -> int:
-        """The most workers of a live DataLoader, looked up once input waits show up: a gc walk
-        (~10-50 ms) is too slow for every series check."""
-        if self._workers is None:
-            data = sys.modules.get("torch.utils.data")
-            loader = getattr(data, "DataLoader", None)
-            if loader is None or not checks.input_bound(
-                self.series["data_time"], self.series["step_time"]
-            ):
-                return 0
-            found = [o.num_workers for o in gc.get_objects() if isinstance(o, loader)]
-            self._workers = max(found, default=0)
-        return self._workers
+    def _input_bound(self) -> Finding | None:
+        """``input-bound``, with the most workers of a live DataLoader looked up once the wait
+        first shows: a gc walk (~10-50 ms) is too slow for every series check."""
+        data, step = self.series["data_time"], self.series["step_time"]
+        found = checks.input_bound(data, step, self._workers or 0)
+        loader = getattr(sys.modules.get("torch.utils.data"), "DataLoader", None)
+        if found is None or self._workers is not None or loader is None:
+            return found
+        self._workers = max(
+            (o.num_workers for o in gc.get_objects() if isinstance(o, loader)), default=0
+        )
+        return checks.input_bound(data, step, self._workers)
 
     def _add_if(self, found: Finding | None) -> None:
         if found is not None:

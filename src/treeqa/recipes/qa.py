@@ -26,8 +26,7 @@ from treeqa.data.squad import Tokenizer
 from treeqa.data.squad_prepared import PreparedSplit
 from treeqa.data.vocab import Vocab
 from treeqa.eval.squad import evaluate_predictions
-from treeqa.health import HealthMonitor
-from treeqa.health import report as health_report
+from treeqa.health import monitor as health
 from treeqa.models.qanet import QANet, QANetConfig
 from treeqa.models.spans import decode
 from treeqa.train import checkpoint as ckpt
@@ -402,12 +401,9 @@ def train(
         Budget(config.schedule.budget_minutes),
         *extra_callbacks,
     ]
-    # A finished run resumed (evaluate --seeds does) trains nothing: its report stays as it is.
-    finished = state is not None and state.epoch >= config.train.epochs
-    if config.train.health != "off" and not finished:
-        if world.main:
-            health_report.keep_earlier(out / "health.json")
-        callbacks.append(HealthMonitor(config.train.health, json_path=out / "health.json"))
+    monitor = health.for_run(config.train.health, out, state, config.train.epochs, world.main)
+    if monitor is not None:
+        callbacks.append(monitor)
     threshold, eval_bs = config.schedule.threshold, config.data.eval_batch_size
     state = fit(
         model,

@@ -21,8 +21,7 @@ from treeqa.data.dependency import DependencyTree
 from treeqa.data.tree import Tree, unescape_ptb
 from treeqa.data.vocab import Vocab
 from treeqa.eval.metrics import SentimentMetrics, binary_predictions
-from treeqa.health import HealthMonitor
-from treeqa.health import report as health_report
+from treeqa.health import monitor as health
 from treeqa.models import build_sentiment_model, model_classes
 from treeqa.models.common import Output
 from treeqa.train import checkpoint as ckpt
@@ -261,12 +260,9 @@ def train(
         EarlyStopping(config.train.patience),
         *extra_callbacks,
     ]
-    # A finished run resumed (evaluate --seeds does) trains nothing: its report stays as it is.
-    finished = state is not None and state.epoch >= config.train.epochs
-    if config.train.health != "off" and not finished:
-        if world.main:
-            health_report.keep_earlier(out / "health.json")
-        callbacks.append(HealthMonitor(config.train.health, json_path=out / "health.json"))
+    monitor = health.for_run(config.train.health, out, state, config.train.epochs, world.main)
+    if monitor is not None:
+        callbacks.append(monitor)
     seed = config.train.seed
     state = fit(
         model,

@@ -202,14 +202,14 @@ def clip_gradients(params: Iterable[nn.Parameter], max_norm: float) -> None:
     ``clip_grad_norm_`` does; it has no kernel for the sparse word-vector gradients, so
     those are coalesced (a row looked up twice holds its gradient twice) and taken apart."""
     with torch.no_grad():
-        given = [p for p in params if p.grad is not None]
-        if not any(p.grad.is_sparse for p in given):  # type: ignore[union-attr]
+        given = list(params)
+        for p in given:
+            if p.grad is not None and p.grad.is_sparse:
+                p.grad = p.grad.coalesce()
+        grads = [p.grad for p in given if p.grad is not None]
+        if not any(g.is_sparse for g in grads):
             nn.utils.clip_grad_norm_(given, max_norm)
             return
-        for p in given:
-            if p.grad.is_sparse:  # type: ignore[union-attr]
-                p.grad = p.grad.coalesce()  # type: ignore[union-attr]
-        grads = [p.grad for p in given if p.grad is not None]
         norms = [(g.values() if g.is_sparse else g).float().norm() for g in grads]
         scale = (max_norm / (torch.stack(norms).norm() + 1e-6)).clamp(max=1.0)
         for g in grads:
