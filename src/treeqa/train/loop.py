@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ class TrainConfig:
     device: str = "auto"
     """auto | cpu | cuda | cuda:N"""
     amp: str = "off"
-    """off | bf16 | fp16: autocast precision on GPU."""
+    """off | bf16 | fp16: autocast precision on GPU; fp16 also scales the loss (GradScaler)."""
     health: str = "on"
     """off | on | strict: the training-health monitor (strict stops on an error finding)."""
     log_every: int = 50
@@ -100,6 +101,10 @@ class TrainState:
     model's device: read when an epoch's mean is logged, not every step)."""
     loss_steps: int = 0
     """The steps in ``loss_sum`` (``epoch_step``, but kept once the epoch has ended)."""
+    scaler: torch.amp.GradScaler | None = None
+    """The loss scaler ``fit()`` steps with (enabled under fp16 autocast only)."""
+    scaler_state: dict[str, Any] | None = None
+    """A resumed run's saved loss-scaler state, which ``fit()`` loads into its scaler."""
     # Per-step timings, for progress and the health monitor (seconds).
     data_time: float = 0.0
     step_time: float = 0.0
@@ -114,6 +119,11 @@ class TrainState:
             "history": self.history,
             "loss_sum": float(self.loss_sum),
             "loss_steps": self.loss_steps,
+            "grad_scaler": (
+                self.scaler.state_dict()
+                if self.scaler is not None and self.scaler.is_enabled()
+                else None
+            ),
         }
 
     @property
@@ -149,6 +159,7 @@ class TrainState:
             history=list(data["history"]),
             loss_sum=torch.tensor(float(data.get("loss_sum", 0.0))),
             loss_steps=int(data.get("loss_steps", 0)),
+            scaler_state=data.get("grad_scaler"),
         )
 
 
@@ -190,11 +201,28 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+AMP_DEVICES = ("cuda",)
+"""Device types ``train.amp`` applies on: on CPU, half-precision autocast slows most machines
+down, so it trains in float32 there."""
+
+
 def autocast(device: torch.device, amp: str) -> Any:
-    if amp == "off" or device.type != "cuda":
+    if amp == "off" or device.type not in AMP_DEVICES:
         return nullcontext()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[amp]
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def loss_scaler(device: torch.device, amp: str, state: TrainState) -> torch.amp.GradScaler:
+    """The loss scaler of a run: float16 gradients underflow to zero without one, so under fp16
+    autocast the loss is scaled up before backward, the gradients down before anything reads
+    them, and a step whose gradients overflowed is skipped (the scale then halves). Disabled
+    (every call passes through) otherwise. A resumed run goes on with its saved scale."""
+    enabled = amp == "fp16" and device.type in AMP_DEVICES
+    scaler = torch.amp.GradScaler(device.type, enabled=enabled)
+    if enabled and state.scaler_state:
+        scaler.load_state_dict(state.scaler_state)
+    return scaler
 
 
 def clip_gradients(params: Iterable[nn.Parameter], max_norm: float) -> None:
@@ -255,6 +283,7 @@ def fit(
     model.to(device)
     net = distributed.wrap(model, device) if world.size > 1 else model  # forward through net
     seed = torch.initial_seed()  # the run's seed (restoring an RNG state leaves it as it was)
+    state.scaler = scaler = loss_scaler(device, config.amp, state)
     for cb in callbacks:
         cb.on_fit_start(state, model, optimizer)
     while state.epoch < config.epochs and not state.stop:
@@ -292,14 +321,21 @@ def fit(
             if output.loss is None:
                 raise ValueError("a training batch produced no loss: does it carry labels?")
             optimizer.zero_grad(set_to_none=True)
-            output.loss.backward()
+            scaler.scale(output.loss).backward()
+            scaler.unscale_(optimizer)  # callbacks and clipping see the true gradients
             for cb in callbacks:
                 cb.on_after_backward(state, model)
             if config.clip > 0:
                 clip_gradients(model.parameters(), config.clip)
-            optimizer.step()
+            scaler.step(optimizer)  # skipped when a gradient overflowed float16
+            scaler.update()
             if scheduler is not None:
-                scheduler.step()
+                with warnings.catch_warnings():
+                    # A first step skipped for overflow is not the misordering torch warns of.
+                    warnings.filterwarnings(
+                        "ignore", "Detected call of `lr_scheduler.step", UserWarning
+                    )
+                    scheduler.step()
             state.loss_sum += output.loss.detach().float()
             state.loss_steps += 1
             state.step += 1
