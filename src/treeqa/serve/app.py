@@ -18,17 +18,23 @@ fault it was):
 One checkpoint per task; requests are answered one at a time (a lock), which keeps the models'
 memory flat whatever the number of clients. The standard library's threading HTTP
 server is enough for this: the work is in the model, not in the connections.
+
+A body comes with Content-Length or ``Transfer-Encoding: chunked``. Connections are kept alive
+(HTTP/1.1) unless a request leaves unread bytes behind, which would be taken for the next one.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import re
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
+from io import BufferedIOBase
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,10 @@ MAX_BODY = 1 << 20
 """Largest request body accepted (bytes): a SQuAD context is a few kB."""
 REQUEST_TIMEOUT = 30.0
 """Seconds a client may stay silent while sending its request; then its connection ends."""
+MAX_LINE = 4096
+"""Longest chunk-size line or trailer field accepted in a chunked body (bytes, CRLF included)."""
+HEX = re.compile(rb"[0-9A-Fa-f]+")
+"""A chunk size: hex digits only (``int(s, 16)`` also takes "0x", "_", signs and blanks)."""
 PAGES = ("/", "/index.html")
 """Paths of the web page."""
 
@@ -49,6 +59,67 @@ class RequestError(Exception):
         super().__init__(message)
         self.status = status
         self.headers = headers or {}
+
+
+def crlf_line(stream: BufferedIOBase, max_line: int, what: str) -> bytes:
+    """One line of chunked framing, CRLF included; a bare LF, a line of ``max_line`` bytes with
+    no end, or the end of the stream is a 400."""
+    line = stream.readline(max_line)
+    if line.endswith(b"\r\n"):
+        return line
+    if line.endswith(b"\n"):
+        message = f"body: {what} ends in a bare LF, not CRLF"
+    elif len(line) == max_line:
+        message = f"body: {what} longer than {max_line} B"
+    else:
+        message = "body: the connection closed before the last chunk"
+    raise RequestError(HTTPStatus.BAD_REQUEST, message)
+
+
+def read_chunked(stream: BufferedIOBase, limit: int, max_line: int = MAX_LINE) -> bytes:
+    """The data of a chunked body (RFC 9112 §7.1), read from ``stream`` through its final CRLF
+    and no further, so the next request on the connection starts where this one stops.
+
+    ``stream`` is the connection's buffered reader: ``chunk-size [;ext] CRLF data CRLF``, ...,
+    ``0 [;ext] CRLF``, trailer fields each ending in CRLF, then CRLF. Returns the chunks' data
+    joined, at most ``limit`` bytes; extensions and trailers are read and dropped. Raises
+    RequestError: 413 as soon as a chunk size would take the data past ``limit`` (that chunk
+    is left unread), or the size lines (extensions included) and trailers past ``limit`` bytes
+    of their own; 400 for a size that is not hex digits, a line over ``max_line`` bytes or not
+    ending in CRLF, data not followed by CRLF, or a stream that ends early. A client that goes
+    silent raises the socket's TimeoutError.
+    """
+    chunks: list[bytes] = []
+    total = framing = 0
+    trailers = False  # past the last chunk: trailer fields up to an empty line
+    while True:
+        line = crlf_line(stream, max_line, "trailer field" if trailers else "chunk size line")
+        framing += len(line)
+        if framing > limit:  # else 1-byte chunks with 4 kB extensions read 4000x the limit
+            message = f"body: chunk size lines and trailers over {limit} B"
+            raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, message)
+        if trailers:
+            if line == b"\r\n":
+                return b"".join(chunks)
+            continue
+        digits = line[:-2].split(b";", 1)[0].rstrip(b" \t")  # blanks may precede ";" (BWS)
+        if not HEX.fullmatch(digits):
+            message = f"body: chunk size {digits[:20].decode('latin-1')!r} is not hexadecimal"
+            raise RequestError(HTTPStatus.BAD_REQUEST, message)
+        size = int(digits, 16)
+        if size == 0:
+            trailers = True
+            continue
+        total += size
+        if total > limit:
+            raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {limit} B")
+        chunks.append(stream.read(size))
+        end = stream.read(2)
+        if len(chunks[-1]) < size or len(end) < 2:
+            raise RequestError(HTTPStatus.BAD_REQUEST, "body: the connection closed mid-chunk")
+        if end != b"\r\n":
+            message = f"body: the data of a {size}-byte chunk is not followed by CRLF"
+            raise RequestError(HTTPStatus.BAD_REQUEST, message)
 
 
 def field(body: dict[str, Any], name: str) -> str:
@@ -197,7 +268,13 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "treeqa"
+        protocol_version = "HTTP/1.1"  # keep-alive; every reply has a Content-Length
         timeout = REQUEST_TIMEOUT
+        body_read = False  # reset per request: whether its body has been read to the end
+
+        def parse_request(self) -> bool:
+            self.body_read = False
+            return super().parse_request()
 
         def do_GET(self) -> None:
             if self.path.split("?")[0] in PAGES:
@@ -246,11 +323,6 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             return RequestError(HTTPStatus.NOT_FOUND, message)
 
         def content_length(self) -> int:
-            if "Transfer-Encoding" in self.headers:  # chunked: its length comes as it goes
-                raise RequestError(
-                    HTTPStatus.LENGTH_REQUIRED,
-                    "header Transfer-Encoding: not supported; send Content-Length instead",
-                )
             given = self.headers.get_all("Content-Length") or []
             if not given:  # no length: the body would be read as empty
                 raise RequestError(HTTPStatus.LENGTH_REQUIRED, "header Content-Length: missing")
@@ -265,17 +337,45 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 )
             return int(given[0])
 
-        def body(self) -> dict[str, Any]:
+        def sized_body(self) -> bytes:
             length = self.content_length()
             if length > MAX_BODY:
                 raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} B")
             try:
-                raw = self.rfile.read(length)
+                return self.rfile.read(length)
             except TimeoutError as err:
                 raise RequestError(
                     HTTPStatus.REQUEST_TIMEOUT,
                     f"body: fewer than the {length} bytes of Content-Length arrived",
                 ) from err
+
+        def chunked_body(self) -> bytes:
+            """A body with Transfer-Encoding, whose codings must be exactly ``chunked`` (RFC 9112
+            §6.1, §6.3); it frames the body even where Content-Length is given too."""
+            if "Content-Length" in self.headers:  # both: a request-smuggling attempt, perhaps
+                self.close_connection = True
+            given = ", ".join(self.headers.get_all("Transfer-Encoding") or [])
+            codings = [c.strip().lower() for c in given.split(",") if c.strip()]
+            if self.request_version < "HTTP/1.1":  # no HTTP/1.0 sender can frame it
+                message = "header Transfer-Encoding: not allowed in an HTTP/1.0 request"
+                raise RequestError(HTTPStatus.BAD_REQUEST, message)
+            if codings[-1:] != ["chunked"]:  # the end of the body cannot be found
+                message = f"header Transfer-Encoding: {given!r} does not end in chunked"
+                raise RequestError(HTTPStatus.BAD_REQUEST, message)
+            if len(codings) > 1:
+                message = f"header Transfer-Encoding: {given!r}: only chunked is supported"
+                raise RequestError(HTTPStatus.NOT_IMPLEMENTED, message)
+            try:
+                return read_chunked(self.rfile, MAX_BODY)
+            except TimeoutError as err:
+                raise RequestError(
+                    HTTPStatus.REQUEST_TIMEOUT, "body: the client went silent before the last chunk"
+                ) from err
+
+        def body(self) -> dict[str, Any]:
+            chunked = "Transfer-Encoding" in self.headers
+            raw = self.chunked_body() if chunked else self.sized_body()
+            self.body_read = True
             try:
                 body = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as err:
@@ -308,16 +408,33 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             data = json.dumps(value, ensure_ascii=False).encode("utf-8")
             self.send(status, data, "application/json; charset=utf-8", headers)
 
+        def unread_body(self) -> bool:
+            """Whether the request has a body still unread (a refusal, or a route that takes
+            none): what follows on the connection is no request, so the connection must end."""
+            length = self.headers.get("Content-Length", "0").strip()
+            return not self.body_read and ("Transfer-Encoding" in self.headers or length != "0")
+
         def send(
             self, status: HTTPStatus, data: bytes, kind: str, headers: dict[str, str] | None = None
         ) -> None:
             self.send_response(status)
-            for name, value in {"Content-Type": kind, **(headers or {})}.items():
+            # Where the request line or headers were refused, close_connection is set already
+            # and self.headers may be missing.
+            self.close_connection = self.close_connection or self.unread_body()
+            headers = {"Content-Type": kind, **(headers or {})}
+            if self.close_connection:
+                headers["Connection"] = "close"
+            for name, value in headers.items():
                 self.send_header(name, value)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
+
+        def log_error(self, format: str, *args: Any) -> None:
+            if format.startswith("Request timed out"):  # a kept-alive connection left idle
+                return
+            super().log_error(format, *args)
 
         def log_message(self, format: str, *args: Any) -> None:
             if isinstance(self.server, Server) and self.server.quiet:
@@ -333,6 +450,12 @@ class Server(ThreadingHTTPServer):
     # The listen backlog (stdlib: 5): connections beyond it wait ~1 s for a SYN retry, so a
     # burst of clients stalls while the one thread that accepts them is busy.
     request_queue_size = 128
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up (reset, broken pipe) is no server error, and a kept-alive
+        # connection is often reset while idle: a browser or a client that left a reply unread.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def make_server(
