@@ -159,4 +159,8 @@ def test_evaluate_qa_with_seeds_says_what_seeds_are_for(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert main(["evaluate", "qa", "--seeds", "2"]) == 2
-    assert "--seeds trains and scores sentiment seeds" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "treeqa evaluate qa: error: --seeds is for sentiment: treeqa evaluate sentiment takes it,"
+        " treeqa evaluate qa does not; for QANet, train each seed with"
+        " `treeqa train qa --train.seed=K` and score it with --checkpoint\n"
+    )

@@ -5,17 +5,31 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def subparser(subparsers: Any, name: str, help: str, example: str) -> argparse.ArgumentParser:
+def subparser(
+    subparsers: Any,
+    name: str,
+    help: str,
+    example: str,
+    *,
+    description: str = "",
+    prog: str = "",
+    usage: str | None = None,
+) -> argparse.ArgumentParser:
+    """A command's parser: ``help`` is its line in the parent's list, ``description`` (default
+    ``help``; paragraphs apart by a blank line) heads its own --help, and ``example`` ends it."""
     return subparsers.add_parser(
         name,
         help=help,
-        description=help,
+        description="\n\n".join(textwrap.fill(p, 88) for p in (description or help).split("\n\n")),
         epilog=f"example:\n  {example}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage=usage,
+        **({"prog": prog} if prog else {}),
     )
 
 
@@ -64,11 +78,18 @@ def format_metrics(metrics: dict[str, Any]) -> str:
     )
 
 
-def named_overrides(args: argparse.Namespace, named: Sequence[str]) -> list[tuple[str, str]]:
-    """(key, value) of the flags in ``named`` that were given. argparse reads these itself, so
-    their place among the other overrides is lost: they go first, and ``merge_overrides``
-    refuses a later override that sets the same key otherwise."""
-    return [(k, str(getattr(args, k))) for k in named if getattr(args, k, None) is not None]
+def join_flags(flags: Sequence[str]) -> str:
+    """``--a``, ``--a and --b``, ``--a, --b and --c``."""
+    return " and ".join([", ".join(flags[:-1]), flags[-1]] if len(flags) > 1 else flags)
+
+
+def refuse_unused(flags: Mapping[str, Any], why: str) -> None:
+    """A ValueError naming the flags of ``flags`` (flag -> value) that were given: they would
+    do nothing, ``why``."""
+    given = [flag for flag, v in flags.items() if v is not None and v is not False and v != []]
+    if given:
+        verb = "does" if len(given) == 1 else "do"
+        raise ValueError(f"{join_flags(given)} {verb} nothing {why}")
 
 
 STRICT_STOP = 3

@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from treeqa.cli import data_squad
+from treeqa.cli import data_squad, flags
 from treeqa.cli.common import emit_json, subparser
 
 
@@ -28,9 +28,12 @@ def add_parser(subparsers: Any) -> None:
         "treeqa data stats data/sst --json",
     )
     stats.add_argument(
-        "path", type=Path, help="a tree file, or a directory with train/dev/test.txt (or .jsonl)"
+        "path",
+        type=Path,
+        metavar="PATH",
+        help="a tree file, or a directory with train/dev/test.txt (or .jsonl)",
     )
-    stats.add_argument("--json", action="store_true", help="end with one JSON line")
+    flags.add_json(stats)
     stats.set_defaults(run=run_stats)
 
     demo = subparser(
@@ -40,7 +43,11 @@ def add_parser(subparsers: Any) -> None:
         "treeqa data demo --out data/demo",
     )
     demo.add_argument(
-        "--out", type=Path, required=True, help="directory to write train/dev/test.txt into"
+        "--out",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="directory to write train/dev/test.txt into",
     )
     demo.set_defaults(run=run_demo)
 
@@ -50,14 +57,24 @@ def add_parser(subparsers: Any) -> None:
         "Fetch official SST, SQuAD or GloVe files (resumable, verified).",
         "treeqa data download sst --dir data",
     )
-    download.add_argument("name", help="sst | squad | squad2 | glove | glove6b")
     download.add_argument(
-        "--dir", type=Path, default=Path("data"), help="destination directory (default: data)"
+        "name",
+        metavar="NAME",
+        help="sst, squad (v1.1), squad2 (v2.0), glove (840B) or glove6b (6B)",
+    )
+    download.add_argument(
+        "--dir",
+        type=Path,
+        default=Path("data"),
+        metavar="DIR",
+        help="destination directory (default: data)",
     )
     download.add_argument(
         "--base-url",
         default=None,
-        help="mirror to fetch from instead of the official hosts (default: $TREEQA_DOWNLOAD_BASE)",
+        metavar="URL",
+        help="mirror to fetch from instead of the official hosts "
+        "(default: $TREEQA_DOWNLOAD_BASE, else the official hosts)",
     )
     download.set_defaults(run=run_download)
 
@@ -78,16 +95,23 @@ def add_parser(subparsers: Any) -> None:
         "treeqa data prepare sst-dependency --sst data/sst --out data/sst-dep --pipeline en_core_web_sm",
     )
     dependency.add_argument(
-        "--sst", type=Path, required=True, help="directory with SST's train/dev/test.txt"
+        "--sst",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="directory with SST's train/dev/test.txt",
     )
-    dependency.add_argument("--out", type=Path, required=True, help="directory to write into")
+    dependency.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="directory to write into"
+    )
     dependency.add_argument(
         "--pipeline",
         default="en_core_web_sm",
+        metavar="NAME",
         help="trained spaCy pipeline that parses (default: en_core_web_sm)",
     )
-    dependency.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    dependency.add_argument("--json", action="store_true", help="end with one JSON line")
+    flags.add_overwrite(dependency)
+    flags.add_json(dependency)
     dependency.set_defaults(run=run_prepare_dependency)
 
 

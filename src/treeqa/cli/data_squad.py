@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from treeqa.cli import flags
 from treeqa.cli.common import emit_json, fraction, positive_int
 
 EXAMPLE = (
@@ -15,29 +16,29 @@ EXAMPLE = (
 
 
 def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--train", type=Path, required=True, help="SQuAD train JSON (.json or .json.gz)"
-    )
-    parser.add_argument(
-        "--dev", type=Path, required=True, help="SQuAD dev JSON (.json or .json.gz)"
-    )
-    parser.add_argument(
-        "--vectors", type=Path, required=True, help="word vectors: GloVe text or a spaCy table"
-    )
-    parser.add_argument("--out", type=Path, required=True, help="directory to write")
+    for flag, help in (
+        ("--train", "SQuAD train JSON (.json or .json.gz)"),
+        ("--dev", "SQuAD dev JSON (.json or .json.gz)"),
+        ("--vectors", "word vectors: GloVe text or a spaCy table"),
+    ):
+        parser.add_argument(flag, type=Path, required=True, metavar="FILE", help=help)
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write")
     limits = parser.add_argument_group("train limits (dev keeps every question)")
     limits.add_argument(
-        "--context-limit", type=positive_int, default=400, help="tokens (default 400)"
+        "--context-limit", type=positive_int, default=400, metavar="N", help="tokens (default: 400)"
     )
     limits.add_argument(
-        "--question-limit", type=positive_int, default=50, help="tokens (default 50)"
+        "--question-limit", type=positive_int, default=50, metavar="N", help="tokens (default: 50)"
     )
-    limits.add_argument("--answer-limit", type=positive_int, default=30, help="tokens (default 30)")
+    limits.add_argument(
+        "--answer-limit", type=positive_int, default=30, metavar="N", help="tokens (default: 30)"
+    )
     limits.add_argument(
         "--char-limit",
         type=positive_int,
         default=16,
-        help="characters kept per token, both splits (16)",
+        metavar="N",
+        help="characters kept per token, both splits (default: 16)",
     )
     parser.add_argument(
         "--skip-bad",
@@ -50,20 +51,30 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("none", "same_article"),
         default="none",
         help="same_article: add unanswerable train examples, a question paired with another "
-        "paragraph of its article",
+        "paragraph of its article (default: none)",
     )
     parser.add_argument(
         "--negative-fraction",
         type=fraction,
         default=0.5,
-        help="share of answerable train questions that get a negative (default 0.5)",
+        metavar="P",
+        help="with --negatives: share of answerable train questions that get one (default: 0.5)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="for negatives and OOV vectors")
     parser.add_argument(
-        "--vectors-cache", type=Path, help="where to cache filtered vectors (default: beside them)"
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="random seed of the negatives and of vectors for words without one (default: 0)",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    parser.add_argument("--json", action="store_true", help="end with one JSON line (meta.json)")
+    parser.add_argument(
+        "--vectors-cache",
+        type=Path,
+        metavar="DIR",
+        help="where to cache the filtered vectors (default: .treeqa-cache beside the vectors)",
+    )
+    flags.add_overwrite(parser)
+    flags.add_json(parser, "end with one JSON line, meta.json")
 
 
 def prepare_main(args: argparse.Namespace) -> int:

@@ -21,20 +21,40 @@ def add_parser(subparsers: Any) -> None:
         "doctor",
         "Run a PyTorch training script under the training-health monitor and report findings.",
         EXAMPLE,
+        usage="%(prog)s [-h] [options] -- COMMAND [ARGS ...]",
     )
     parser.add_argument(
-        "--json", type=Path, dest="json_path", help="write the report (findings + series) here"
+        "--json",
+        type=Path,
+        dest="json_path",
+        metavar="FILE",
+        help="write the report (findings + series) here as JSON (default: none)",
     )
     parser.add_argument(
-        "--plot", type=Path, dest="plot_path", help="write a PNG plot here (needs matplotlib)"
+        "--plot",
+        type=Path,
+        dest="plot_path",
+        metavar="FILE",
+        help="write a PNG plot here; needs matplotlib (default: none)",
     )
     parser.add_argument(
-        "--every", type=positive_int, default=50, help="steps between sampled (hooked) steps"
+        "--every",
+        type=positive_int,
+        default=50,
+        metavar="N",
+        help="steps between sampled (hooked) steps (default: 50)",
     )
     parser.add_argument(
-        "--strict", action="store_true", help="stop the script (exit 3) on an error finding"
+        "--strict",
+        action="store_true",
+        help="stop the script (exit 3) on an error finding (default: report only)",
     )
-    parser.add_argument("command_line", nargs=argparse.REMAINDER, help="-- python SCRIPT.py [ARGS]")
+    parser.add_argument(
+        "command_line",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="the training command to run, e.g. -- python train.py --epochs 3",
+    )
     parser.set_defaults(run=run, accepts_overrides=True)
 
 

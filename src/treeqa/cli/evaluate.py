@@ -1,4 +1,4 @@
-"""``treeqa evaluate [sentiment|qa]``: score a checkpoint, or train N seeds and report mean +- std."""
+"""``treeqa evaluate [sentiment]``: score a checkpoint, or train N seeds and report mean +- std."""
 
 from __future__ import annotations
 
@@ -8,53 +8,80 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from treeqa.cli import evaluate_qa
-from treeqa.cli.common import emit_json, format_metrics, subparser
-from treeqa.cli.train import add_common_config_flags, sentiment_config
+from treeqa.cli import evaluate_qa, flags
+from treeqa.cli.common import emit_json, format_metrics, positive_int, refuse_unused, subparser
+from treeqa.cli.train import sentiment_config
 
+HELP = "Score a sentiment checkpoint or N seeds, or (`evaluate qa`) SQuAD answers."
 EXAMPLE = (
     "treeqa evaluate --checkpoint runs/tl --data data/sst --split test --json\n"
-    "  treeqa evaluate --seeds 3 --config configs/tree_lstm_fine.toml --out runs/tl3 --split test\n"
-    "  treeqa evaluate qa --gold dev-v1.1.json --predictions predictions.json"
+    "  treeqa evaluate --seeds 3 --config configs/tree_lstm_fine.toml --out runs/tl3 --split test"
+)
+USAGE = (
+    "%(prog)s [-h] --checkpoint RUN [--data DIR]\n"
+    "              [--split {train,dev,test}] [--json]\n"
+    "       %(prog)s [-h] --seeds N [--out DIR] [--config TOML]\n"
+    "              [config flags] [--key=value ...] [--split {train,dev,test}] [--json]"
+)
+"""A line for each way to use it: argparse's one line would not say which flags go together."""
+DESCRIPTION = (
+    "Root and all-node accuracy (fine-grained and binary) of a sentiment checkpoint; or train N "
+    "seeds (--seeds N, set up by --config, the config flags and any --key=value) and report "
+    "each accuracy's mean +- std. Reading comprehension: `treeqa evaluate qa --help`.\n\n"
+    + flags.CONFIG_HELP.format(sections="sections data, model, train")
 )
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, task: str) -> argparse.ArgumentParser:
+    if task == "qa":
+        return evaluate_qa.add_parser(subparsers, HELP)
     parser = subparser(
         subparsers,
         "evaluate",
-        "Root and all-node accuracy (fine and binary) of a checkpoint.",
+        HELP,
         EXAMPLE,
+        description=DESCRIPTION,
+        prog=flags.usage_prog("evaluate", task),
+        usage=USAGE,
     )
-    parser.add_argument("--checkpoint", type=Path, help="run directory or checkpoint file")
-    parser.add_argument(
-        "--split", choices=("train", "dev", "test"), help="default: test (sentiment), dev (qa)"
-    )
+    flags.add_checkpoint(parser, "the model to score on --data")
+    flags.add_split(parser, "test")
+    flags.add_json(parser)
     parser.add_argument(
         "--seeds",
-        type=int,
-        default=0,
-        help="train this many seeds (with --config/--out) and report mean +- std",
+        type=positive_int,
+        metavar="N",
+        help="instead of --checkpoint, train N seeds (train.seed, train.seed + 1, ...) and "
+        "score each (default: none)",
     )
-    parser.add_argument(
-        "--out", type=Path, help="with --seeds: directory for the runs (seed-K inside)"
+    flags.add_out(parser, "with --seeds: the directory for the runs, seed-K inside")
+    flags.add_config(parser, "configs/tree_lstm_fine.toml")
+    flags.add_config_flags(
+        parser,
+        "sentiment",
+        defaults={"data": "with --checkpoint, the data it was trained on; else the embedded demo"},
     )
-    add_common_config_flags(parser)
-    parser.add_argument("--json", action="store_true", help="end with one JSON line")
-    evaluate_qa.add_evaluate_arguments(parser)
     parser.set_defaults(run=run, accepts_overrides=True)
+    return parser
+
+
+TRAINING = [flag for flag in flags.config_flags("sentiment") if flag.name != "data"]
+"""The config flags that set up training: --data also says what a checkpoint is scored on."""
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.task_word == "qa":
-        return evaluate_qa.evaluate_main(args)
     from treeqa.recipes import sentiment
 
     args.split = args.split or "test"
-    if args.seeds > 0:
+    if args.seeds:
+        refuse_unused({"--checkpoint": args.checkpoint}, "with --seeds, which trains its models")
         return run_seeds(args)
     if args.checkpoint is None:
         raise ValueError("give --checkpoint RUN_DIR (or --seeds N with a config to train)")
+    setup = {f"--{f.name}": getattr(args, f.name) for f in TRAINING}
+    setup |= {"--config": args.config, "--out": args.out}
+    setup |= {arg.split("=", 1)[0]: True for arg in args.overrides if arg.startswith("--")}
+    refuse_unused(setup, "without --seeds: they set up training; --checkpoint is trained already")
     data = (
         args.data
         if args.data is not None

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from treeqa.cli.common import emit_json
+from treeqa.cli import flags
+from treeqa.cli.common import emit_json, refuse_unused, subparser
 
 EXAMPLE = (
     "treeqa evaluate qa --gold dev-v1.1.json --predictions predictions.json --json\n"
@@ -21,39 +22,77 @@ EXAMPLE = (
 )
 
 
-def add_evaluate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gold", type=Path, help="qa: SQuAD v1.1/v2.0 file (.json or .json.gz)")
-    parser.add_argument(
-        "--predictions", type=Path, help="qa: JSON object {question id: answer text}"
+USAGE = (
+    "%(prog)s [-h] --gold FILE --predictions FILE [--squad-version {v1.1,v2.0}]\n"
+    "              [--na-probs FILE [--na-prob-thresh P]] [--json]\n"
+    "       %(prog)s [-h] --checkpoint RUN --prepared DIR [--split {train,dev,test}]\n"
+    "              [--write-predictions FILE] [--json]"
+)
+"""A line for each way to use it, as in ``treeqa evaluate``."""
+DESCRIPTION = (
+    "The official SQuAD v1.1 / v2.0 exact match and F1: of a predictions file against the gold "
+    "file, or of a QANet checkpoint's answers to every question of a prepared split. "
+    "Sentiment: `treeqa evaluate sentiment --help`."
+)
+
+
+def add_parser(subparsers: Any, help: str) -> argparse.ArgumentParser:
+    parser = subparser(
+        subparsers,
+        "evaluate",
+        help,
+        EXAMPLE,
+        description=DESCRIPTION,
+        prog=flags.usage_prog("evaluate", "qa"),
+        usage=USAGE,
     )
-    parser.add_argument(
+    files = parser.add_argument_group("score a predictions file")
+    files.add_argument(
+        "--gold", type=Path, metavar="FILE", help="SQuAD file, .json or .json.gz (default: none)"
+    )
+    files.add_argument(
+        "--predictions",
+        type=Path,
+        metavar="FILE",
+        help="JSON object {question id: answer text} (default: none)",
+    )
+    files.add_argument(
         "--squad-version",
         choices=("v1.1", "v2.0"),
-        help="qa: score as this version (default: the gold file's own)",
+        help="score as this version (default: the gold file's own)",
     )
-    parser.add_argument(
+    files.add_argument(
         "--na-probs",
         type=Path,
-        help="qa: v2.0, with --predictions: JSON {question id: no-answer score} for the"
-        " official best-threshold search",
+        metavar="FILE",
+        help="v2.0: JSON {question id: no-answer score} for the official best-threshold search "
+        "(default: none)",
     )
-    parser.add_argument(
+    files.add_argument(
         "--na-prob-thresh",
         type=float,
-        default=1.0,
-        help="qa: with --na-probs, answer nothing where the no-answer score is above this, as"
-        " the official v2.0 script does (default 1.0)",
+        metavar="P",
+        help="with --na-probs, answer nothing where the no-answer score is above this, as the "
+        "official v2.0 script does (default: 1.0)",
     )
-    parser.add_argument(
-        "--prepared", type=Path, help="qa: with --checkpoint, a `treeqa data prepare squad` dir"
+    model = parser.add_argument_group("score a checkpoint")
+    flags.add_checkpoint(model, "the QANet model to score")
+    model.add_argument(
+        "--prepared",
+        type=Path,
+        metavar="DIR",
+        help="with --checkpoint: a `treeqa data prepare squad` directory (default: none)",
     )
-    parser.add_argument(
+    flags.add_split(model, "dev")
+    model.add_argument(
         "--write-predictions",
         type=Path,
-        help="qa: with --checkpoint, also write its answers {question id: text} to this file",
+        metavar="FILE",
+        help="with --checkpoint: also write its answers, {question id: text}, here (default: none)",
     )
-    if "--json" not in parser._option_string_actions:  # the sentiment flags may hold it
-        parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    flags.add_json(parser)
+    parser.set_defaults(run=evaluate_main)
+    return parser
 
 
 def evaluate_main(args: argparse.Namespace) -> int:
@@ -64,15 +103,24 @@ def evaluate_main(args: argparse.Namespace) -> int:
         load_predictions,
     )
 
-    if getattr(args, "seeds", None):
-        raise ValueError(
-            "--seeds trains and scores sentiment seeds; for QANet, train each seed "
-            "with `treeqa train qa --train.seed=K` and score it with --checkpoint"
-        )
-    if getattr(args, "overrides", None):
-        raise ValueError(f"unrecognised arguments for evaluate qa: {' '.join(args.overrides)}")
+    from_file = {
+        "--gold": args.gold,
+        "--predictions": args.predictions,
+        "--squad-version": args.squad_version,
+        "--na-probs": args.na_probs,
+        "--na-prob-thresh": args.na_prob_thresh,
+    }
     if args.checkpoint is not None:
+        refuse_unused(from_file, "with --checkpoint, which scores the model's own answers")
         return evaluate_checkpoint(args)
+    from_model = {
+        "--prepared": args.prepared,
+        "--split": args.split,
+        "--write-predictions": args.write_predictions,
+    }
+    refuse_unused(from_model, "without --checkpoint")
+    if args.na_probs is None:
+        refuse_unused({"--na-prob-thresh": args.na_prob_thresh}, "without --na-probs")
     if args.gold is None or args.predictions is None:
         raise ValueError(
             "evaluate qa needs --gold FILE and --predictions PRED.json,"
@@ -85,7 +133,7 @@ def evaluate_main(args: argparse.Namespace) -> int:
         predictions,
         version=args.squad_version,
         na_probs=na_probs,
-        na_prob_thresh=args.na_prob_thresh,
+        na_prob_thresh=1.0 if args.na_prob_thresh is None else args.na_prob_thresh,
     )
     if scores["unknown"]:
         print(

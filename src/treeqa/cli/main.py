@@ -7,38 +7,82 @@ import sys
 from collections.abc import Sequence
 
 from treeqa import __version__
-from treeqa.cli import data, doctor, evaluate, predict, serve, train
+from treeqa.cli import data, doctor, evaluate, flags, predict, serve, train
+from treeqa.cli.common import join_flags
 
 SUBCOMMANDS = (data, train, evaluate, predict, serve, doctor)
-TASK_COMMANDS = ("train", "evaluate", "predict")
+TASK_MODULES = {"train": train, "evaluate": evaluate, "predict": predict}
+"""The commands with a task word: ``treeqa train qa``; without one, the task is sentiment."""
 TASKS = ("sentiment", "qa")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(task: str = "sentiment") -> argparse.ArgumentParser:
+    """The ``treeqa`` parser, whose ``train``, ``evaluate`` and ``predict`` are ``task``'s."""
     parser = argparse.ArgumentParser(
         prog="treeqa",
         description="Tree-structured sentiment models on SST and QANet on SQuAD.",
-        epilog="Run `treeqa COMMAND --help` for the options and an example of each command.",
+        epilog="Run `treeqa COMMAND --help` for the options and an example of each command; "
+        "`treeqa COMMAND qa --help` for the reading-comprehension side of train, evaluate and "
+        "predict.",
     )
     parser.add_argument("--version", action="version", version=f"treeqa {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in SUBCOMMANDS:
-        module.add_parser(subparsers)
+        if module in TASK_MODULES.values():
+            module.add_parser(subparsers, task)
+        else:
+            module.add_parser(subparsers)
     return parser
+
+
+def options(command: str, task: str) -> set[str]:
+    """The flags of ``treeqa COMMAND TASK``."""
+    parser = TASK_MODULES[command].add_parser(argparse.ArgumentParser().add_subparsers(), task)
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def foreign_flags(command: str, task: str, extra: Sequence[str]) -> list[str]:
+    """The flags among ``extra`` (arguments argparse did not take) that ``command`` takes for
+    its other task only: ``--emblr`` given to ``train qa``. ``--tag-dim`` is ``--tag_dim``, as
+    for config overrides."""
+    other = TASKS[1 - TASKS.index(task)]
+
+    def plain(flag: str) -> str:
+        return flag.split("=", 1)[0].replace("-", "_")
+
+    theirs = {plain(f): f for f in options(command, other) - options(command, task)}
+    found = [theirs[plain(arg)] for arg in extra if arg.startswith("--") and plain(arg) in theirs]
+    return list(dict.fromkeys(found))
+
+
+def foreign_message(command: str, task: str, found: Sequence[str]) -> str:
+    other = TASKS[1 - TASKS.index(task)]
+    verb, them = ("is", "it") if len(found) == 1 else ("are", "them")
+    message = (
+        f"{join_flags(found)} {verb} for {flags.TASK_NAMES[other]}: treeqa {command} {other} "
+        f"takes {them}, treeqa {command} {task} does not"
+    )
+    return "; ".join([message] + [flags.ELSEWHERE[f] for f in found if f in flags.ELSEWHERE])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
     # `treeqa train sentiment ...` / `treeqa evaluate qa ...`: the task word is not an argparse
     # positional, so override values such as `--emblr 0` can never be taken for it.
-    task_word = "sentiment"
-    if len(argv) > 1 and argv[0] in TASK_COMMANDS and argv[1] in TASKS:
-        task_word = argv.pop(1)
-    args, extra = parser.parse_known_args(argv)
-    args.task_word = task_word
-    if extra and not getattr(args, "accepts_overrides", False):
-        parser.error(f"unrecognised arguments: {' '.join(extra)}")
+    task = "sentiment"
+    if len(argv) > 1 and argv[0] in TASK_MODULES and argv[1] in TASKS:
+        task = argv.pop(1)
+    args, extra = build_parser(task).parse_known_args(argv)
+    found = foreign_flags(args.command, task, extra) if args.command in TASK_MODULES else []
+    if found or (extra and not getattr(args, "accepts_overrides", False)):
+        why = (
+            foreign_message(args.command, task, found)
+            if found
+            else f"unrecognised arguments: {' '.join(extra)}"
+        )
+        command = f"{args.command} qa" if task == "qa" else args.command
+        print(f"treeqa {command}: error: {why}", file=sys.stderr)
+        return 2
     args.overrides = extra
     try:
         return int(args.run(args) or 0)

@@ -1,65 +1,87 @@
-"""``treeqa predict [sentiment|qa]``: labels for every node of bracketed trees."""
+"""``treeqa predict [sentiment]``: labels for every node of trees; ``treeqa predict qa``: answers."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from treeqa.cli import qa_commands
+from treeqa.cli import flags, qa_commands
 from treeqa.cli.common import subparser
 
-EXAMPLE = (
-    "treeqa predict --checkpoint runs/tl '(2 (2 the) (2 (2 movie) (2 (2 is) (2 good))))'\n"
-    "  treeqa predict --checkpoint runs/tl --input trees.txt --json\n"
-    "  treeqa predict --checkpoint runs/childsum-dep --text 'Not my favourite film.'\n"
-    "  treeqa predict qa --checkpoint runs/qanet --context '...' --question '...'"
-)
+HELP = "Predict the sentiment of every node of trees, or (`predict qa`) answer questions."
+EXAMPLES = {
+    "sentiment": (
+        "treeqa predict --checkpoint runs/tl '(2 (2 the) (2 (2 movie) (2 (2 is) (2 good))))'\n"
+        "  treeqa predict --checkpoint runs/tl --input trees.txt --json\n"
+        "  treeqa predict --checkpoint runs/childsum-dep --text 'Not my favourite film.'"
+    ),
+    "qa": (
+        "treeqa predict qa --checkpoint runs/qanet --context 'Paris is the capital of France.' "
+        "--question 'What is the capital of France?'\n"
+        "  treeqa predict qa --checkpoint runs/qanet --input questions.jsonl --output answers.jsonl"
+    ),
+}
+DESCRIPTIONS = {
+    "sentiment": (
+        "The sentiment label and probabilities of every node of bracketed trees (or of raw "
+        "text, for a model trained on dependency trees), from a sentiment checkpoint. "
+        "Reading comprehension: `treeqa predict qa --help`."
+    ),
+    "qa": (
+        "Answer questions about passages with a QANet checkpoint: the answer span, its "
+        "character offsets and score (a SQuAD 2.0 model adds its no-answer margin). "
+        "Sentiment: `treeqa predict sentiment --help`."
+    ),
+}
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, task: str) -> argparse.ArgumentParser:
     parser = subparser(
-        subparsers, "predict", "Predict the sentiment of every node of bracketed trees.", EXAMPLE
+        subparsers,
+        "predict",
+        HELP,
+        EXAMPLES[task],
+        description=DESCRIPTIONS[task],
+        prog=flags.usage_prog("predict", task),
     )
-    parser.add_argument(
-        "--checkpoint", type=Path, required=True, help="run directory or checkpoint file"
-    )
-    parser.add_argument(
-        "trees", nargs="*", help="bracketed trees (labels optional: '((the) (movie))')"
-    )
-    parser.add_argument(
-        "--input",
-        type=Path,
-        help="a file with one bracketed tree per line (or dependency trees, .jsonl)",
-    )
-    parser.add_argument(
-        "--text",
-        action="append",
-        default=[],
-        help="raw text, parsed into dependency trees (models trained on them); repeatable",
-    )
-    parser.add_argument(
-        "--demo-examples",
-        action="store_true",
-        help="predict the demo treebank's showcase sentences",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object per tree")
-    # `predict qa` flags: declared here so `--context TEXT` is never taken for a tree.
-    qa_commands.add_predict_arguments(parser)
-    parser.set_defaults(run=run, accepts_overrides=True)
+    flags.add_checkpoint(parser, "the model", required=True)
+    if task == "qa":
+        parser.add_argument("--context", metavar="TEXT", help="the passage to read (default: none)")
+        parser.add_argument(
+            "--question", metavar="TEXT", help="the question about --context (default: none)"
+        )
+        flags.add_input(parser, 'a JSONL file, one {"context": ..., "question": ...} a line')
+    else:
+        parser.add_argument(
+            "trees",
+            nargs="*",
+            metavar="TREE",
+            help="bracketed trees, labels optional: '((the) (movie))'",
+        )
+        parser.add_argument(
+            "--text",
+            action="append",
+            default=[],
+            help="raw text, parsed into dependency trees (a model trained on them); "
+            "repeatable (default: none)",
+        )
+        flags.add_input(
+            parser, "a file of bracketed trees, one a line (or dependency trees, .jsonl)"
+        )
+        parser.add_argument(
+            "--demo-examples",
+            action="store_true",
+            help="also predict the demo treebank's showcase sentences (default: off)",
+        )
+    flags.add_output(parser)
+    flags.add_json(parser, "print one JSON object per result")
+    parser.set_defaults(run=qa_commands.predict_main if task == "qa" else run)
+    return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.task_word == "qa":
-        return qa_commands.predict_main(args)
-    if args.overrides:
-        raise ValueError(f"unrecognised arguments: {' '.join(args.overrides)}")
-    if args.context is not None or args.question is not None:
-        raise ValueError(
-            "--context and --question are for reading comprehension: treeqa predict qa"
-        )
     from treeqa.data.sst import read_tree_file
     from treeqa.data.tree import Tree, iter_trees
     from treeqa.recipes.sentiment import load_model, predict

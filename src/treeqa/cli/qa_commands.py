@@ -1,4 +1,4 @@
-"""``treeqa train qa`` and ``treeqa predict qa``: QANet on prepared SQuAD.
+"""What ``treeqa train qa`` and ``treeqa predict qa`` run: QANet on prepared SQuAD.
 
 Imports stay light here (argparse only); torch and spaCy load when a command runs.
 """
@@ -6,65 +6,23 @@ Imports stay light here (argparse only); torch and spaCy load when a command run
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from treeqa.cli.common import STRICT_STOP, check_out, exit_code, named_overrides
-
-TRAIN_EXAMPLE = (
-    "treeqa train qa --config configs/qanet_paper.toml --prepared runs/squad_v1 --out runs/qanet\n"
-    "  treeqa train qa --config configs/qanet_cpu_small.toml --schedule.budget_minutes=45\n"
-    "  treeqa train qa --resume runs/qanet"
-)
-PREDICT_EXAMPLE = (
-    "treeqa predict qa --checkpoint runs/qanet --context 'Paris is the capital of France.' "
-    "--question 'What is the capital of France?'\n"
-    "  treeqa predict qa --checkpoint runs/qanet --input questions.jsonl --output answers.jsonl"
-)
-
-
-def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of ``treeqa train qa``; any other config key works as --section.key=value."""
-    for flag, kwargs in (
-        ("--config", {"type": Path, "help": "TOML config (configs/qanet_*.toml)"}),
-        ("--out", {"type": Path, "help": "run directory (default: runs/NAME)"}),
-        ("--resume", {"type": Path, "metavar": "RUN_DIR", "help": "continue a run"}),
-        ("--json", {"action": "store_true", "help": "end with one JSON line"}),
-    ):
-        with contextlib.suppress(argparse.ArgumentError):  # already there in the shared parser
-            p.add_argument(flag, **kwargs)
-    with contextlib.suppress(argparse.ArgumentError):
-        p.add_argument("--prepared", help="prepared SQuAD directory (treeqa data prepare squad)")
-
-
-def add_predict_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of ``treeqa predict qa``: one question on the command line, or JSONL in and out."""
-    with contextlib.suppress(argparse.ArgumentError):
-        p.add_argument("--checkpoint", type=Path, required=True, help="run directory or file")
-    p.add_argument("--context", help="qa: the passage to read")
-    p.add_argument("--question", help="qa: the question about --context")
-    with contextlib.suppress(argparse.ArgumentError):
-        p.add_argument("--input", type=Path, help='JSONL: {"context": ..., "question": ...}')
-    p.add_argument("--output", type=Path, help="write JSONL results here (default: stdout)")
+from treeqa.cli import flags
+from treeqa.cli.common import STRICT_STOP, check_out, emit_json, exit_code
 
 
 def _config(args: argparse.Namespace) -> Any:
     from treeqa.config import load_toml, parse_overrides
     from treeqa.recipes.qa import resolve_config
 
-    for unused in ("task", "vectors"):
-        if getattr(args, unused, None) is not None:
-            raise ValueError(f"--{unused} does not apply to qa (vectors are fixed at preparation)")
     source = args.resume / "config.toml" if args.resume is not None else args.config
     raw = load_toml(source) if source else {}
-    named = named_overrides(
-        args, ("model", "data", "prepared", "epochs", "batch_size", "seed", "health")
-    )
-    overrides = parse_overrides(getattr(args, "overrides", []) or [])
-    return resolve_config(raw, named + overrides, len(named))
+    named = flags.named_overrides(args, flags.config_flags("qa"))
+    return resolve_config(raw, named + parse_overrides(args.overrides), len(named))
 
 
 def train_main(args: argparse.Namespace) -> int:
@@ -80,8 +38,8 @@ def train_main(args: argparse.Namespace) -> int:
     print(
         f"run directory: {out}\nbest dev f1: {result['best_dev']:.2f} (epoch {result['best_epoch']})"
     )
-    if getattr(args, "json", False):
-        print(json.dumps({"run_dir": str(out), **result}, sort_keys=True, default=float))
+    if args.json:
+        emit_json({"run_dir": str(out), **result})
     return exit_code(result, out)
 
 
@@ -110,9 +68,6 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def predict_main(args: argparse.Namespace) -> int:
-    extra = getattr(args, "overrides", []) or []
-    if extra or getattr(args, "trees", None):
-        raise ValueError(f"unrecognised arguments: {' '.join([*args.trees, *extra])}")
     items: list[dict[str, Any]] = []
     if args.context is not None or args.question is not None:
         if not (args.context or "").strip() or not (args.question or "").strip():
@@ -136,7 +91,7 @@ def predict_main(args: argparse.Namespace) -> int:
         print(f"wrote {len(results)} answers to {args.output}", file=sys.stderr)
         return 0
     for line, r in zip(lines, results, strict=True):
-        if getattr(args, "json", False) or args.input:
+        if args.json or args.input:
             print(json.dumps(line, ensure_ascii=False))
         else:
             answer = r["answer"] if r["start"] >= 0 else "(no answer)"

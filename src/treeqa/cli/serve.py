@@ -22,14 +22,24 @@ def add_parser(subparsers: Any) -> None:
         EXAMPLE,
     )
     parser.add_argument(
-        "checkpoints", nargs="+", type=Path, help="run directories or checkpoint files"
+        "checkpoints",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="run directories or checkpoint files: at most one sentiment and one QA model",
     )
     parser.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default: this machine only)"
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default: 127.0.0.1, this machine only)",
     )
-    parser.add_argument("--port", type=tcp_port, default=8000, help="0 picks a free port")
-    parser.add_argument("--device", default="cpu", help="cpu | cuda | auto")
-    parser.add_argument("--quiet", action="store_true", help="do not log each request")
+    parser.add_argument(
+        "--port", type=tcp_port, default=8000, help="TCP port; 0 picks a free one (default: 8000)"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
+    parser.add_argument(
+        "--quiet", action="store_true", help="do not log each request (default: log them)"
+    )
     parser.set_defaults(run=run)
 
 

@@ -1,4 +1,4 @@
-"""``treeqa train [sentiment|qa]``: train a model into a run directory."""
+"""``treeqa train [sentiment]`` and ``treeqa train qa``: train a model into a run directory."""
 
 from __future__ import annotations
 
@@ -6,74 +6,76 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from treeqa.cli.common import (
-    STRICT_STOP,
-    check_out,
-    emit_json,
-    exit_code,
-    named_overrides,
-    subparser,
-)
+from treeqa.cli import flags, qa_commands
+from treeqa.cli.common import STRICT_STOP, check_out, emit_json, exit_code, subparser
 
-EXAMPLE = (
-    "treeqa train sentiment --model tree_lstm --data data/sst --vectors glove.txt.gz --out runs/tl\n"
-    "  treeqa train sentiment --config configs/tree_lstm_fine.toml --train.epochs=5\n"
-    "  treeqa train sentiment --resume runs/tl        # continue a killed run\n"
-    "  treeqa train qa --config configs/qanet_paper.toml --data.prepared runs/squad_v1 --out runs/qanet"
-)
+HELP = "Train a sentiment model, or QANet (`train qa`), into a run directory."
+EXAMPLES = {
+    "sentiment": (
+        "treeqa train sentiment --model tree_lstm --data data/sst --vectors glove.txt.gz "
+        "--out runs/tl\n"
+        "  treeqa train sentiment --config configs/tree_lstm_fine.toml --train.epochs=5\n"
+        "  treeqa train sentiment --resume runs/tl        # continue a killed run\n"
+        "  treeqa train sentiment --model tree_gru --emblr 0 --rel_dim 0 --tag_dim 0 "
+        "--optim adagrad --name basic --lr 0.05 --wd 1e-4 --at_hid_dim 0"
+    ),
+    "qa": (
+        "treeqa train qa --config configs/qanet_paper.toml --prepared runs/squad_v1 "
+        "--out runs/qanet\n"
+        "  treeqa train qa --config configs/qanet_cpu_small.toml --schedule.budget_minutes=45\n"
+        "  treeqa train qa --resume runs/qanet"
+    ),
+}
+CONFIG_EXAMPLES = {"sentiment": "configs/tree_lstm_fine.toml", "qa": "configs/qanet_paper.toml"}
+DESCRIPTIONS = {
+    "sentiment": (
+        "Train a sentiment model (bag of words, Tree-LSTM, Child-Sum Tree-LSTM or Tree-GRU) "
+        "on SST-format trees into a run directory. `treeqa train` is `treeqa train sentiment`; "
+        "QANet's flags: `treeqa train qa --help`.\n\n"
+        + flags.CONFIG_HELP.format(sections="sections data, model, train")
+    ),
+    "qa": (
+        "Train QANet on a prepared SQuAD directory into a run directory. The sentiment models' "
+        "flags: `treeqa train sentiment --help`.\n\n"
+        + flags.CONFIG_HELP.format(
+            sections="sections data, schedule, train, model: configs/qanet_paper.toml"
+        )
+    ),
+}
 
 
-def add_common_config_flags(parser: argparse.ArgumentParser) -> None:
-    """The config keys every training command shows in --help; any other --key=value also works."""
-    parser.add_argument("--config", type=Path, help="TOML config (see configs/)")
-    parser.add_argument("--model", help="sentiment: bow | tree_lstm | childsum | tree_gru")
-    parser.add_argument("--task", help="fine | binary | binary3")
-    parser.add_argument("--data", help="dataset directory (default: the embedded demo treebank)")
-    parser.add_argument(
-        "--vectors",
-        help="sentiment word vectors: GloVe text (.txt/.gz) or spaCy table; A+B = side by side",
-    )
-    parser.add_argument("--epochs", help="passes over the training data")
-    parser.add_argument("--batch_size", help="examples per step")
-    parser.add_argument("--seed", help="random seed")
-    parser.add_argument("--health", help="off | on | strict: training-health monitor")
-
-
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Any, task: str) -> argparse.ArgumentParser:
     parser = subparser(
-        subparsers, "train", "Train a model; any config key can be set with --key=value.", EXAMPLE
+        subparsers,
+        "train",
+        HELP,
+        EXAMPLES[task],
+        description=DESCRIPTIONS[task],
+        prog=flags.usage_prog("train", task),
     )
-    add_common_config_flags(parser)
-    parser.add_argument("--out", type=Path, help="run directory (default: runs/NAME)")
-    parser.add_argument(
-        "--resume",
-        type=Path,
-        metavar="RUN_DIR",
-        help="continue the run in RUN_DIR from its last checkpoint",
-    )
-    parser.add_argument("--json", action="store_true", help="end with one JSON line")
+    flags.add_config(parser, CONFIG_EXAMPLES[task])
+    flags.add_resume(parser)
+    flags.add_out(parser)
+    flags.add_json(parser)
+    flags.add_config_flags(parser, task)
+    run = qa_commands.train_main if task == "qa" else train_sentiment
     parser.set_defaults(run=run, accepts_overrides=True)
-
-
-NAMED = ("model", "task", "data", "vectors", "epochs", "batch_size", "seed", "health")
-"""The sentiment flags argparse reads itself."""
+    return parser
 
 
 def sentiment_config(args: argparse.Namespace, base: Path | None = None) -> Any:
+    """The resolved config: ``base``'s config.toml (a resumed run) or --config, then the
+    config flags, then the other overrides."""
     from treeqa.config import load_toml, parse_overrides
     from treeqa.recipes.sentiment import resolve_config
 
     source = base / "config.toml" if base is not None else args.config
     raw = load_toml(source) if source else {}
-    named = named_overrides(args, NAMED)
+    named = flags.named_overrides(args, flags.config_flags("sentiment"))
     return resolve_config(raw, named + parse_overrides(args.overrides), len(named))
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.task_word == "qa":
-        from treeqa.cli import qa_commands
-
-        return qa_commands.train_main(args)
+def train_sentiment(args: argparse.Namespace) -> int:
     from treeqa.recipes.sentiment import train
     from treeqa.train.distributed import World
 
