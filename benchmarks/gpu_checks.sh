@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check of treeqa in one run, sized for a short loan of one GPU (~10 minutes):
 #   1. the environment (torch, CUDA, device name);
-#   2. the GPU tests (tree models and QANet: CPU == GPU, bf16 autocast; the health monitor on a GPU);
+#   2. the GPU tests (tree models and QANet: CPU == GPU, bf16 autocast, fp16 with a loss scaler;
+#      the health monitor on a GPU);
 #   3. tree speed: bench_tree.py --device cuda (batch 25, 256 and 1024; goal >= 20,000
 #      sentences/s on an H200);
 #   4. QANet speed: bench_qanet.py --device cuda --amp bf16, paper config (goal >= 1,500
@@ -49,7 +50,8 @@ step() {  # name limit_seconds command...; runs only when STEPS names it
 
 step env 60 "$PY" -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))"
 step tests 180 "$PY" -m pytest -q -p no:cacheprovider -m gpu -o addopts="" \
-    tests/models/test_tree_models.py tests/models/test_qanet.py tests/health/test_monitor.py
+    tests/models/test_tree_models.py tests/models/test_qanet.py tests/health/test_monitor.py \
+    tests/train/test_amp.py
 step tree 240 "$PY" benchmarks/bench_tree.py --device "$DEVICE" --model tree_lstm \
     --reference-sentences 20 --drift-epochs 5 --large-batch 1024 --data "$SST" --out "$OUT" --json
 # shellcheck disable=SC2086  # QANET_ARGS is a list of options
