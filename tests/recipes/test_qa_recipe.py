@@ -431,3 +431,13 @@ def test_the_best_threshold_reproduces_its_score_when_abstaining_everywhere_wins
     # The threshold given is one that, used as schedule.threshold, abstains on both.
     threshold = scores["best_f1_thresh"]
     assert all(a.no_answer_margin > threshold for a in answers.values())
+
+
+def test_a_training_stream_over_no_examples_is_an_error_not_a_hang() -> None:
+    class NoExamples:  # a prepared split that yields no batch (the reader refuses one today)
+        def batches(self, *args: object, **kwargs: object) -> list[object]:
+            return []
+
+    stream = qa.StepStream(NoExamples(), batch_size=4, per_epoch=3, seed=0, bucket=True)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no examples"):
+        next(iter(stream(0)))

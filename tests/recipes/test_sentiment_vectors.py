@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from treeqa.config import ConfigError
 from treeqa.data.vocab import Vocab
 from treeqa.recipes.sentiment import SentimentData, build_vectors
 
@@ -38,3 +40,11 @@ def test_an_existing_path_with_a_plus_is_one_file(tmp_path: Path) -> None:
     vectors = build_vectors(SentimentData(vectors=path), vocab)
     assert vectors is not None and vectors.shape == (len(vocab), 3)
     np.testing.assert_array_equal(vectors[vocab.index["good"]], [1, 2, 3])
+
+
+def test_an_empty_part_of_a_joined_path_is_an_error(tmp_path: Path) -> None:
+    vocab = Vocab.build(["good"])
+    path = write_glove(tmp_path / "a.txt", {"good": [1.0, 2.0]})
+    for given in (f"{path}+", f"+{path}", f"{path}++{path}"):
+        with pytest.raises(ConfigError, match="empty part"):
+            build_vectors(SentimentData(vectors=given), vocab)

@@ -92,6 +92,8 @@ def from_record(record: Any, source: str = "<record>", line: int = 1) -> Depende
         kind = int if key in ("heads", "labels") else str
         if not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
             raise fail(f"field {key!r} must hold only {kind.__name__}s")
+    if "" in record["tokens"]:  # as a bracketed tree's empty leaf is
+        raise fail(f"field 'tokens': token {record['tokens'].index('')} is empty")
     heads, labels = record["heads"], record["labels"]
     roots = [i for i, h in enumerate(heads) if h == -1]
     if len(roots) != 1:

@@ -40,7 +40,7 @@ import numpy as np
 from treeqa.data.output_dir import built_aside, check_replaceable
 from treeqa.data.squad import ReadStats, Tokenizer, iter_articles
 from treeqa.data.squad_features import Limits, SplitWriter, TokenTypes
-from treeqa.data.vectors import load_vectors
+from treeqa.data.vectors import find_spacy_pair, load_vectors
 from treeqa.data.vocab import PAD, UNK, Vocab
 
 __all__ = ["FORMAT_VERSION", "Limits", "build_vocabularies", "prepare_squad"]
@@ -119,6 +119,10 @@ def prepare_squad(
     check_replaceable(
         out, overwrite, lambda meta: meta.get("format") == "treeqa-squad", "data prepare squad"
     )
+    for path in (Path(train), Path(dev), Path(vectors)):  # before minutes of tokenising
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
+    find_spacy_pair(vectors)  # a spaCy table's partner file, likewise
     say = log or (lambda _: None)
     with built_aside(out) as work:
         tok, types = Tokenizer(), TokenTypes()
@@ -128,6 +132,13 @@ def prepare_squad(
             st = ReadStats()
             for article in iter_articles(path, skip_bad=skip_bad, stats=st):
                 w.add(article, tok, types)
+            if not w.counts["examples"]:  # a split with nothing to train or score on
+                dropped = {k[8:]: v for k, v in w.counts.items() if k.startswith("dropped_")}
+                raise ValueError(
+                    f"{path}: no {split} example kept of {st.questions} questions read "
+                    f"(dropped by the limits: {dropped or 'none'}; skipped: "
+                    f"{dict(st.skipped) or 'none'})"
+                )
             w.finish_pass1(st.squad_version)
             writers[split], stats[split] = w, st
             say(f"{split}: {st.questions} questions read, {w.counts['examples']} examples kept")

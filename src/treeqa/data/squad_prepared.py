@@ -18,36 +18,89 @@ import numpy as np
 import torch
 
 from treeqa.data.qa_batch import QABatch
+from treeqa.data.squad_prepare import FORMAT_VERSION
 from treeqa.data.vocab import Vocab
 
 __all__ = ["PreparedSplit", "load_meta"]
 
-_ARRAYS = (
-    "context_offsets",
-    "context_words",
-    "context_chars",
-    "context_spans",
-    "question_offsets",
-    "question_words",
-    "question_chars",
-    "paragraph",
-    "starts",
-    "ends",
-)
+_ARRAYS = {  # name -> number of dimensions
+    "context_offsets": 1,
+    "context_words": 1,
+    "context_chars": 2,
+    "context_spans": 2,
+    "question_offsets": 1,
+    "question_words": 1,
+    "question_chars": 2,
+    "paragraph": 1,
+    "starts": 1,
+    "ends": 1,
+}
+_AGAIN = "prepare the directory again (treeqa data prepare squad)"
+_META_FIELDS = {
+    ("version",): str,
+    ("splits",): dict,
+    ("limits", "chars"): int,
+    ("vocab", "vector_dim"): int,
+}
+"""What readers of ``meta.json`` look up, and its type."""
 
 
 def load_meta(directory: str | Path) -> dict[str, Any]:
-    """The ``meta.json`` of a prepared directory; a clear error when it is not one."""
+    """The ``meta.json`` of a prepared directory; a clear error when it is not one, or was
+    written in another format version."""
     path = Path(directory) / "meta.json"
     if not path.is_file():
         raise FileNotFoundError(
             f"{directory} is not a prepared SQuAD directory (no meta.json); "
             "run `treeqa data prepare squad` first"
         )
-    meta: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    if meta.get("format") != "treeqa-squad":
+    meta = _read_json(path)
+    if not isinstance(meta, dict) or meta.get("format") != "treeqa-squad":
         raise ValueError(f"{path}: not a treeqa SQuAD meta file")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: format version {meta.get('format_version')!r}, where this treeqa reads "
+            f"version {FORMAT_VERSION} only; {_AGAIN}"
+        )
+    for keys, kind in _META_FIELDS.items():
+        value: Any = meta
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            field = ".".join(keys)
+            raise ValueError(f"{path}: field {field!r} is missing or not of type {kind.__name__}")
     return meta
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # broken JSON or UTF-8: a damaged file
+        raise ValueError(f"{path}: not readable JSON ({err}); {_AGAIN}") from err
+
+
+def _read_jsonl(path: Path, rows: int) -> list[Any]:
+    """The ``rows`` values of a ``.jsonl`` file, one a line; a damaged line is named."""
+    values: list[Any] = []
+    try:
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                values.append(json.loads(line))
+    except ValueError as err:
+        reason = err.msg if isinstance(err, json.JSONDecodeError) else err
+        raise ValueError(f"{path}:{len(values) + 1}: {reason}; {_AGAIN}") from err
+    if len(values) != rows:
+        raise ValueError(f"{path}: {len(values)} lines, where the arrays need {rows}; {_AGAIN}")
+    return values
+
+
+def _load(path: Path, mmap: bool = True) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{path}: missing; {_AGAIN}") from err
+    except (ValueError, EOFError) as err:  # cut short, or not an .npy array at all
+        raise ValueError(f"{path}: not a whole .npy array ({err}); {_AGAIN}") from err
 
 
 class PreparedSplit:
@@ -60,11 +113,49 @@ class PreparedSplit:
             raise ValueError(f"{directory} has no split {split!r}")
         folder = self.directory / split
         self.arrays: dict[str, np.ndarray] = {
-            name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in _ARRAYS
+            name: _load(folder / f"{name}.npy") for name in _ARRAYS
         }
+        self._check(folder)
         a = self.arrays
         self.context_lengths = np.diff(a["context_offsets"])[a["paragraph"]]  # [N]
         self.question_lengths = np.diff(a["question_offsets"])  # [N]
+        if not len(self):  # an empty training stream would wait for a batch forever
+            raise ValueError(f"{folder}: the {split} split holds no examples")
+
+    def _check(self, folder: Path) -> None:
+        """Arrays that fit together: one cut short, or left by another run, is an error
+        naming it here rather than an IndexError mid-epoch. Reads O(N + P) numbers."""
+        a, width = self.arrays, self.chars_per_word
+
+        def fail(name: str, problem: str) -> ValueError:
+            return ValueError(f"{folder / name}.npy: {problem}; {_AGAIN}")
+
+        for name, ndim in _ARRAYS.items():
+            if a[name].dtype.kind not in "iu" or a[name].ndim != ndim:
+                raise fail(name, f"a {a[name].dtype} array of shape {a[name].shape}")
+        n = len(a["paragraph"])
+        paragraphs = len(a["context_offsets"]) - 1
+        for kind, rows in (("context", paragraphs), ("question", n)):
+            offsets = a[f"{kind}_offsets"]
+            if len(offsets) != rows + 1 or rows < 0 or offsets[0] or (np.diff(offsets) < 0).any():
+                raise fail(f"{kind}_offsets", f"not {max(rows, 0) + 1} rising offsets from 0")
+            tokens = int(offsets[-1])
+            shapes = {"words": (tokens,), "chars": (tokens, width), "spans": (tokens, 2)}
+            for part, shape in shapes.items():
+                name = f"{kind}_{part}"
+                if name in a and a[name].shape != shape:
+                    raise fail(name, f"shape {a[name].shape}, where the offsets need {shape}")
+        for name in ("starts", "ends"):
+            if len(a[name]) != n:
+                raise fail(name, f"{len(a[name])} rows, where paragraph.npy has {n}")
+        if n and not 0 <= a["paragraph"].min() <= a["paragraph"].max() < paragraphs:
+            raise fail("paragraph", f"a paragraph index outside 0-{paragraphs - 1}")
+        lengths = np.diff(a["context_offsets"])[a["paragraph"]]  # [N]
+        starts, ends = np.asarray(a["starts"]), np.asarray(a["ends"])  # [N]
+        unanswerable = (starts == -1) & (ends == -1)
+        inside = (starts >= 0) & (starts <= ends) & (ends < lengths)
+        if not (unanswerable | inside).all():
+            raise fail("ends", "an answer span outside its context")
 
     def __len__(self) -> int:
         return len(self.arrays["paragraph"])
@@ -81,25 +172,23 @@ class PreparedSplit:
 
     def word_vectors(self) -> np.ndarray:
         """[V, D] float32; rows 0 (padding) and 1 (unknown) are zero."""
-        return np.load(self.directory / "word_vectors.npy")
+        return _load(self.directory / "word_vectors.npy", mmap=False)
 
     def gold(self) -> dict[str, Any]:
         """Every question read for this split, in SQuAD layout: the input of
         :func:`treeqa.eval.squad.evaluate_predictions`."""
-        with (self.directory / self.split / "gold.json").open(encoding="utf-8") as f:
-            gold: dict[str, Any] = json.load(f)
+        gold: dict[str, Any] = _read_json(self.directory / self.split / "gold.json")
         return gold
 
     # Texts are loaded on first use: training never needs them, evaluation and serving do.
     @cached_property
     def _contexts(self) -> list[str]:
-        with (self.directory / self.split / "contexts.jsonl").open(encoding="utf-8") as f:
-            return [json.loads(line) for line in f]
+        rows = len(self.arrays["context_offsets"]) - 1
+        return _read_jsonl(self.directory / self.split / "contexts.jsonl", rows)
 
     @cached_property
     def _questions(self) -> list[dict[str, str]]:
-        with (self.directory / self.split / "questions.jsonl").open(encoding="utf-8") as f:
-            return [json.loads(line) for line in f]
+        return _read_jsonl(self.directory / self.split / "questions.jsonl", len(self))
 
     def question_id(self, row: int) -> str:
         return self._questions[row]["id"]

@@ -180,7 +180,8 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
                 n_items[node] += 1
             elif not label:
                 labels.append(UNLABELLED)
-            elif label.isdigit() and int(label) <= MAX_LABEL:
+            elif label.isascii() and label.isdigit() and int(label) <= MAX_LABEL:
+                # isascii: str.isdigit() also holds for "²" (int() refuses it) and "٣".
                 labels.append(int(label))
             else:
                 raise fail(f"label {label!r} is not an integer in 0-{MAX_LABEL}", start)

@@ -34,10 +34,12 @@ import numpy as np
 
 __all__ = ["CoverageReport", "VectorFileError", "Vectors", "find_spacy_pair", "load_vectors"]
 
-CACHE_VERSION = 3  # bump when the reader's output changes, so old caches miss
+CACHE_VERSION = 4  # bump when the reader's output changes, so old caches miss
 _EXAMPLES = 10
 _DECODE_ERRORS = (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error)
 _CORRUPT = "cannot decompress ({}): the file is truncated or corrupt"
+_NOT_FINITE = "holds NaN, infinity or a number too large for float32"
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, as Windows editors write it
 
 
 class VectorFileError(ValueError):
@@ -210,7 +212,8 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
     with _open(path) as f:
         try:
             for number, raw in enumerate(f, start=1):
-                yield number, raw
+                # Else the BOM would join the first token, and that word would go missing.
+                yield number, raw.removeprefix(_BOM) if number == 1 else raw
         except _DECODE_ERRORS as err:
             raise VectorFileError(_CORRUPT.format(err), path, number + 1) from err
 
@@ -231,6 +234,7 @@ class _BadLines:
         self.count += 1
 
 
+@np.errstate(over="ignore")  # "1e99" becomes inf, refused below: no RuntimeWarning first
 def _read_glove(
     path: Path, wanted: set[bytes], dim: int | None, skip: bool
 ) -> tuple[int, dict[bytes, np.ndarray], int, int]:
@@ -238,6 +242,7 @@ def _read_glove(
     bad = _BadLines(path, skip)
     vecs: dict[bytes, np.ndarray] = {}
     number = 0
+    promised = None  # the vector count of a word2vec header
     told = "as asked"  # where D came from, for messages
     for number, raw in _lines(path):
         line = raw.rstrip(b"\r\n ")
@@ -248,6 +253,7 @@ def _read_glove(
             count, _, width = line.partition(b" ")
             if count.isdigit() and width.isdigit():  # a word2vec / fastText "count D" header
                 dim, told = int(width), f"as the header on line {number} says"
+                promised = int(count)
                 continue
             dim, told = spaces, f"as on line {number}"
         if spaces < dim:
@@ -269,11 +275,18 @@ def _read_glove(
             bad(f"a non-numeric field among the last {dim}: {err}", number, raw)
             continue
         if not np.isfinite(vec).all():
-            bad("the vector holds NaN or infinity", number, raw)
+            bad(f"the vector {_NOT_FINITE}", number, raw)
             continue
         vecs[token] = vec
     if dim is None or number == 0:
         raise VectorFileError("empty file: no vectors", path)
+    if promised is not None and number - 1 < promised:
+        # Cut at a line boundary, the text itself looks whole: only the header tells.
+        raise VectorFileError(
+            f"the header on line 1 promises {promised} vectors, but the file ends after "
+            f"{number - 1}: it looks truncated (if it was cut on purpose, fix the header)",
+            path,
+        )
     return dim, vecs, number, bad.count
 
 
@@ -312,6 +325,11 @@ def _read_spacy(
             raise VectorFileError("empty file: no keys", key2row)
         rows = np.unique(np.fromiter(row_of.values(), dtype=np.int64, count=len(row_of)))
         kept = _read_rows(f, table, n_rows, width, dtype, rows)  # [len(rows), D]
+    finite = np.isfinite(kept).all(axis=1)  # [len(rows)]
+    if not finite.all():  # as a GloVe line would be, a wanted row with NaN or inf is refused
+        row = int(rows[np.argmin(finite)])
+        word = next(t for t, r in row_of.items() if r == row).decode(errors="replace")
+        raise VectorFileError(f"row {row} (the vector of {word!r}) {_NOT_FINITE}", table)
     slot = {r: i for i, r in enumerate(rows.tolist())}
     return width, {tok: kept[slot[r]] for tok, r in row_of.items()}, number, bad.count
 
@@ -330,6 +348,7 @@ def _npy_header(f: io.BufferedIOBase, path: Path) -> tuple[int, int, np.dtype]:
     return shape[0], shape[1], dtype
 
 
+@np.errstate(over="ignore")  # a float64 row too large for float32 becomes inf, refused later
 def _read_rows(
     f: io.BufferedIOBase, path: Path, n_rows: int, width: int, dtype: np.dtype, rows: np.ndarray
 ) -> np.ndarray:

@@ -59,4 +59,7 @@ class Vocab:
 
     @classmethod
     def load(cls, path: str | Path) -> Vocab:
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        try:
+            return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        except ValueError as err:  # broken JSON or UTF-8, or not a vocabulary
+            raise ValueError(f"{path}: {err}") from err

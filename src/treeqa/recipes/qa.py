@@ -150,9 +150,14 @@ class StepStream:
     def _stream(self) -> Iterator[QABatch]:
         p = 0
         while True:
-            yield from self.split.batches(
+            empty = True
+            for batch in self.split.batches(
                 self.batch_size, True, self.seed * 100_003 + p, bucket=self.bucket
-            )
+            ):
+                empty = False
+                yield batch
+            if empty:  # else every pass yields nothing, for ever
+                raise ValueError("the training split has no examples to make a batch of")
             p += 1
 
     def __call__(self, epoch: int) -> Iterator[QABatch]:

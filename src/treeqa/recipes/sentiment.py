@@ -169,6 +169,10 @@ def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:
     keys = [None, None] + [unescape_ptb(t) for t in vocab.tokens[2:]]
     tables = []  # [V, D_i] per file; a word's vector is their concatenation
     paths = [data.vectors] if Path(data.vectors).exists() else data.vectors.split("+")
+    if "" in paths:
+        raise cfg.ConfigError(
+            f"data.vectors: {data.vectors!r} has an empty part; join vector files as A+B"
+        )
     for i, path in enumerate(paths):
         vectors = load_vectors(path, keys, lower_fallback=data.lower_fallback, seed=i)
         print(f"vectors: {vectors.report.summary()}")

@@ -1,0 +1,283 @@
+"""Bad input to the data readers: each case is a located error (file and line or field), never
+a traceback from deeper down, a silently wrong result or a hang. Tiny fixtures written here."""
+
+from __future__ import annotations
+
+import io
+import json
+import lzma
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from treeqa.data.dependency import from_record
+from treeqa.data.tree import TreeSyntaxError, parse_tree
+from treeqa.data.vectors import VectorFileError, load_vectors
+
+# --- bracketed trees -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("label", ["²", "٣", "４"])  # str.isdigit() holds for each
+def test_a_label_that_is_not_an_ascii_digit_is_a_located_error(label: str) -> None:
+    with pytest.raises(TreeSyntaxError, match=rf"^t\.txt:1:2: label '{label}' is not an integer"):
+        parse_tree(f"({label} (2 a) (4 good))", "t.txt")
+
+
+def test_an_empty_dependency_token_is_an_error_like_an_empty_leaf() -> None:
+    record = {
+        "tokens": ["Not", "", "."],
+        "tags": ["RB", "JJ", "."],
+        "heads": [1, -1, 1],
+        "rels": ["neg", "ROOT", "punct"],
+        "labels": [2, 3, -1],
+    }
+    with pytest.raises(TreeSyntaxError, match=r"^d\.jsonl:4:1: field 'tokens': token 1 is empty"):
+        from_record(record, "d.jsonl", 4)
+
+
+# --- word vectors --------------------------------------------------------------------------
+
+
+def vectors(tmp_path: Path, path: Path, keys: list[str | None]) -> Any:
+    return load_vectors(path, keys, cache_dir=tmp_path / "cache")
+
+
+def test_a_byte_order_mark_does_not_hide_the_first_glove_word(tmp_path: Path) -> None:
+    path = tmp_path / "v.txt"
+    path.write_bytes(b"\xef\xbb\xbfthe 1 2\nand 3 4\n")
+    v = vectors(tmp_path, path, ["the", "and"])
+    assert v.found.all()
+    np.testing.assert_array_equal(v.matrix, [[1, 2], [3, 4]])
+
+
+def spacy_pair(tmp_path: Path, table: np.ndarray, key2row: bytes) -> Path:
+    buffer = io.BytesIO()
+    np.save(buffer, table)
+    (tmp_path / "md.vectors.npy.xz").write_bytes(lzma.compress(buffer.getvalue()))
+    (tmp_path / "md.key2row.tsv").write_bytes(key2row)
+    return tmp_path / "md.vectors.npy.xz"
+
+
+def test_a_byte_order_mark_does_not_hide_the_first_spacy_key(tmp_path: Path) -> None:
+    table = np.arange(6, dtype=np.float32).reshape(3, 2)
+    path = spacy_pair(tmp_path, table, b"\xef\xbb\xbfthe\t2\nand\t0\n")
+    v = vectors(tmp_path, path, ["the", "and"])
+    assert v.found.all()
+    np.testing.assert_array_equal(v.matrix, table[[2, 0]])
+
+
+def test_a_wanted_spacy_row_with_nan_is_an_error_naming_row_and_word(tmp_path: Path) -> None:
+    table = np.array([[0.5, 1.0], [np.nan, 2.0], [3.0, 4.0]], dtype=np.float32)
+    path = spacy_pair(tmp_path, table, b"the\t0\nbad\t1\n")
+    with pytest.raises(VectorFileError, match=r"row 1 \(the vector of 'bad'\) holds NaN"):
+        vectors(tmp_path, path, ["the", "bad"])
+
+
+@pytest.mark.parametrize("lines", [1, 2])  # the header alone; the header and one vector
+def test_a_file_shorter_than_its_word2vec_header_says_is_truncated(
+    tmp_path: Path, lines: int
+) -> None:
+    path = tmp_path / "v.txt"
+    text = "3 2\nthe 1 2\nand 3 4\nfilm 5 6\n"
+    path.write_text("".join(text.splitlines(keepends=True)[:lines]), encoding="utf-8")
+    said = f"promises 3 vectors, but the file ends after {lines - 1}: it looks truncated"
+    with pytest.raises(VectorFileError, match=said):
+        vectors(tmp_path, path, ["the"])
+
+
+def test_a_number_too_large_for_float32_is_an_error_without_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "v.txt"
+    path.write_text("the 1e99 2\n", encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow warning would come first
+        with pytest.raises(VectorFileError, match=r"v\.txt:1: the vector holds NaN, infinity"):
+            vectors(tmp_path, path, ["the"])
+
+
+# --- SQuAD preparation and prepared directories --------------------------------------------
+
+CONTEXT = "Fort Bragg is in North Carolina. It opened in 1918."
+OTHER = "Paris is the capital of France."
+
+
+def squad() -> dict[str, Any]:
+    def qa(qid: str, question: str, context: str, answer: str) -> dict[str, Any]:
+        start = context.index(answer)
+        return {
+            "id": qid,
+            "question": question,
+            "answers": [{"text": answer, "answer_start": start}],
+        }
+
+    return {
+        "version": "1.1",
+        "data": [
+            {
+                "title": "Places",
+                "paragraphs": [
+                    {
+                        "context": CONTEXT,
+                        "qas": [
+                            qa("q1", "Where is Fort Bragg?", CONTEXT, "North Carolina"),
+                            qa("q2", "When did it open?", CONTEXT, "1918"),
+                        ],
+                    },
+                    {"context": OTHER, "qas": [qa("q3", "What is Paris?", OTHER, "the capital")]},
+                ],
+            }
+        ],
+    }
+
+
+def prepare_inputs(folder: Path, train: dict[str, Any]) -> tuple[Path, Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.json").write_text(json.dumps(train), encoding="utf-8")
+    (folder / "dev.json").write_text(json.dumps(squad()), encoding="utf-8")
+    words = ["fort", "is", "in", "the", "paris", "1918", "?", "."]
+    lines = [f"{w} {i} 0.5 -1" for i, w in enumerate(words)]
+    (folder / "vectors.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder / "train.json", folder / "dev.json", folder / "vectors.txt"
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("spacy")
+    from treeqa.data.squad_prepare import prepare_squad
+
+    folder = tmp_path_factory.mktemp("squad")
+    prepare_squad(*prepare_inputs(folder, squad()), folder / "prepared", vectors_cache=folder)
+    return folder / "prepared"
+
+
+@pytest.fixture
+def copy(prepared: Path, tmp_path: Path) -> Path:
+    """A copy of the prepared directory, free to damage."""
+    return Path(shutil.copytree(prepared, tmp_path / "prepared"))
+
+
+def edit_meta(directory: Path, change: Any) -> None:
+    meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+    change(meta)
+    (directory / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: m.update(format_version=0),  # older
+        lambda m: m.update(format_version=99),  # newer
+        lambda m: m.pop("format_version"),
+    ],
+)
+def test_a_prepared_directory_of_another_format_version_is_refused(copy: Path, change: Any) -> None:
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    edit_meta(copy, change)
+    with pytest.raises(ValueError, match=r"meta\.json: format version .* reads version 1 only"):
+        PreparedSplit(copy, "dev")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"format": "treeqa-squad", "format_version": 1', "not readable JSON"),
+        ("[]", "not a treeqa SQuAD meta file"),
+        ('{"format": "treeqa-squad", "format_version": 1}', "field 'version' is missing"),
+    ],
+)
+def test_a_broken_meta_file_is_named(copy: Path, text: str, problem: str) -> None:
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    (copy / "meta.json").write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"meta\.json: {problem}"):
+        PreparedSplit(copy, "dev")
+
+
+def cut(path: Path, keep: int) -> None:
+    path.write_bytes(path.read_bytes()[:keep])
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "problem"),
+    [
+        ("context_words", lambda p: cut(p, -4), "not a whole .npy array"),  # one token short
+        ("starts", lambda p: cut(p, 30), "not a whole .npy array"),  # inside the header
+        ("paragraph", lambda p: cut(p, 0), "not a whole .npy array"),  # empty
+        ("ends", lambda p: np.save(p, np.load(p)[:-1]), "2 rows, where paragraph.npy has 3"),
+        ("paragraph", lambda p: np.save(p, np.load(p) + 5), "a paragraph index outside"),
+        ("ends", lambda p: np.save(p, np.load(p) + 99), "an answer span outside its context"),
+        ("ends", lambda p: p.unlink(), "missing"),
+    ],
+)
+def test_a_damaged_array_is_named_when_the_split_opens(
+    copy: Path, name: str, damage: Any, problem: str
+) -> None:
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    damage(copy / "dev" / f"{name}.npy")
+    with pytest.raises((ValueError, FileNotFoundError), match=rf"dev/{name}\.npy: {problem}"):
+        PreparedSplit(copy, "dev")
+
+
+def test_damaged_texts_and_vocabularies_are_named(copy: Path) -> None:
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    dev = copy / "dev"
+    contexts = dev / "contexts.jsonl"
+    contexts.write_text(contexts.read_text(encoding="utf-8").splitlines()[0] + "\n", "utf-8")
+    questions = dev / "questions.jsonl"
+    questions.write_text(questions.read_text(encoding="utf-8")[:-10], encoding="utf-8")
+    cut(copy / "word_vocab.json", 12)
+    split = PreparedSplit(copy, "dev")
+    with pytest.raises(ValueError, match=r"contexts\.jsonl: 1 lines, where the arrays need 2"):
+        split.context(0)
+    with pytest.raises(ValueError, match=r"questions\.jsonl:3: Unterminated string"):
+        split.question_id(0)
+    with pytest.raises(ValueError, match=r"word_vocab\.json: "):
+        split.word_vocab()
+
+
+def test_an_empty_split_is_refused_rather_than_trained_on_forever(copy: Path) -> None:
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    train = copy / "train"  # zero examples, in arrays that agree with each other
+    for name in ("paragraph", "starts", "ends"):
+        np.save(train / f"{name}.npy", np.zeros(0, np.int32))
+    for kind in ("context", "question"):
+        np.save(train / f"{kind}_offsets.npy", np.zeros(1, np.int64))
+        np.save(train / f"{kind}_words.npy", np.zeros(0, np.int32))
+        np.save(train / f"{kind}_chars.npy", np.zeros((0, 16), np.uint16))
+    np.save(train / "context_spans.npy", np.zeros((0, 2), np.int32))
+    with pytest.raises(ValueError, match=r"train: the train split holds no examples"):
+        PreparedSplit(copy, "train")
+
+
+def test_prepare_refuses_a_split_with_no_examples_and_writes_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("spacy")
+    from treeqa.data.squad_prepare import prepare_squad
+
+    empty = squad() | {"data": []}
+    out = tmp_path / "prepared"
+    with pytest.raises(ValueError, match=r"train\.json: no train example kept of 0 questions"):
+        prepare_squad(*prepare_inputs(tmp_path, empty), out, vectors_cache=tmp_path)
+    assert not out.exists() and not list(tmp_path.glob("*.partial"))
+
+
+@pytest.mark.parametrize("missing", ["dev.json", "vectors.txt"])
+def test_prepare_checks_its_inputs_before_tokenising(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
+    from treeqa.data import squad_prepare
+
+    def tokenizer() -> None:
+        raise AssertionError("tokenising began before the inputs were checked")
+
+    monkeypatch.setattr(squad_prepare, "Tokenizer", tokenizer)
+    inputs = prepare_inputs(tmp_path, squad())
+    (tmp_path / missing).unlink()
+    with pytest.raises(FileNotFoundError, match=rf"{missing}: no such file"):
+        squad_prepare.prepare_squad(*inputs, tmp_path / "prepared", vectors_cache=tmp_path)
