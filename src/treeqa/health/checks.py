@@ -266,8 +266,8 @@ def input_bound(
 ) -> Finding | None:
     """Waiting for data takes at least half of each step (median over the last 200 steps).
 
-    ``workers``: the most worker processes a live DataLoader has: then "use workers" is no
-    advice; the samples themselves are too slow to produce."""
+    ``workers``: the most worker processes a DataLoader of the run had: then "use workers" is
+    no advice; the samples themselves are too slow to produce."""
     data, compute = list(data_times[-200:]), list(step_times[-200:])
     if len(data) < 20:
         return None

@@ -1,9 +1,14 @@
 """Find autograd graphs that outlive their step, and the objects that hold them.
 
 Autograd numbers every graph node it creates (``Node._sequence_nr()``, increasing per thread).
-The monitor remembers the number of each step's loss, so a node numbered at or below the loss
-of two steps ago belongs to an older step. A gc walk finds live tensors whose ``grad_fn`` is
-that old; ``gc.get_referrers`` and the live stack frames name what keeps them alive.
+The monitor remembers the number of the loss at each scan, so a node numbered at or below the
+previous scan's loss was made before that scan. A graph that still reaches such a node has
+outlived a whole interval between scans: it is carried on from step to step and grows. A state
+kept with its graph on purpose for a few steps (truncated backpropagation through time, whose
+backward runs through the last few chunks) is cut within the interval and is not reported; a
+test of "older than two steps" could not tell the two apart. A gc walk finds live tensors whose
+``grad_fn`` is that old; ``gc.get_referrers`` and the live stack frames name what keeps them
+alive.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import gc
 import sys
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,9 +146,9 @@ def scan(
     sample: int = 4,
     limit: int = 20_000,
 ) -> Retained:
-    """Walk every gc-tracked tensor for graphs of earlier steps: nodes numbered in ``(floor,
-    marker]`` (``floor``: the last number before the first step; ``marker``: the loss of two
-    steps ago).
+    """Walk every gc-tracked tensor for graphs kept since the previous scan: nodes numbered in
+    ``(floor, marker]`` (``floor``: the last number before the first step; ``marker``: the loss
+    at the previous scan).
 
     A tensor counts when its own node is that old (a state cached without detach, a list of
     losses) or when it is newer and its graph reaches such a node (``total += loss``, a
@@ -177,6 +182,9 @@ def scan(
     old_scalars = [t for t in old if t.numel() == 1]
     kept = [t for t in roots if t.numel() == 1] + (old_scalars if len(old_scalars) > 1 else [])
     kept += [t for t in roots if t.numel() != 1] + [t for t in old if t.numel() != 1]
+    # This scan's own lists refer to the tensors too: the referrer walks skip them (each costs
+    # a pass over every gc-tracked object).
+    ours = {id(c) for c in (tensors, old, fresh, roots, old_scalars, kept, spanning, *spanning)}
     for t in kept:
         scalar = t.numel() == 1
         seq = sequence_nr(t)
@@ -193,18 +201,39 @@ def scan(
         # Many old tensors are held only from inside a graph (C++); keep looking, within a
         # bound, until a few have a Python holder to name.
         if named < sample and holders.get(UNKNOWN, 0) < 8 * sample:
-            name = holder_name(t, tensors)
+            name = holder_name(t, ours)
             holders[name] = holders.get(name, 0) + 1
+    if spanning and not set(found.holders) - {UNKNOWN}:
+        # A carried state whose graph saves its earlier values (c = f * c + ..., an RNN cell)
+        # keeps them alive from inside that graph (C++): those are the graph, not its holder.
+        for t in _frame_tops(spanning, parents):
+            name = holder_name(t, ours)
+            found.holders[name] = found.holders.get(name, 0) + 1
     for holders in (found.holders, found.scalar_holders):
         if len(holders) > 1:
             holders.pop(UNKNOWN, None)
     return found
 
 
+def _frame_tops(
+    spanning: list[tuple[torch.Tensor, Any]], parents: dict[Any, list[Any]]
+) -> list[torch.Tensor]:
+    """Of the non-scalar ``(tensor, node)`` pairs, those a script's variable holds (directly or
+    in a list or tuple) whose graph runs through no other such tensor."""
+    held: set[int] = set()
+    for frame in _script_frames():
+        for value in frame.f_locals.values():
+            if isinstance(value, list | tuple) and len(value) < 100_000:
+                held.update(id(v) for v in value)
+            held.add(id(value))
+    mine = [(t, n) for t, n in spanning if id(t) in held and t.numel() != 1]
+    above = _above((n for _, n in mine), parents)
+    return [t for t, n in mine if n not in above]
+
+
 def findings(
     found: Retained,
     step: int,
-    scans_in_a_row: int,
     step_of: Callable[[int], tuple[int, int]],
     where: Callable[[str], str],
 ) -> list[Finding]:
@@ -212,9 +241,8 @@ def findings(
 
     ``step_of`` maps a sequence number to the steps it may come from (first, last: the
     monitor notes the sequence number on sampled steps only); ``where`` adds the assignment site to a
-    holder name. Retained non-scalar graphs are reported after two scans in a row (one scan can
-    catch a state that is about to be dropped) or at once when this step's backward runs
-    through old graphs (``found.reused``).
+    holder name. Retained non-scalar graphs are an error when this step's backward runs
+    through them (``found.reused``: each step does more work), a warning otherwise.
     """
     out: list[Finding] = []
     # A running total or a list of losses has a Python holder; a scalar reachable only from
@@ -236,7 +264,7 @@ def findings(
             )
         )
     reused = found.reused
-    if (found.tensors and scans_in_a_row >= 2) or reused:
+    if found.tensors or reused:
         holder = (
             max(found.holders, key=lambda k: found.holders[k])
             if found.holders
@@ -273,13 +301,14 @@ def _steps(first: int, last: int) -> str:
     return f"step {last}" if first == last else f"steps {first}-{last}"
 
 
-def holder_name(tensor: torch.Tensor, ignore: Any) -> str:
-    """``Class.attr``, ``Class.attr[]``, ``global name`` or ``local name in fn()`` for a tensor."""
+def holder_name(tensor: torch.Tensor, ignore: Collection[int]) -> str:
+    """``Class.attr``, ``Class.attr[]``, ``global name`` or ``local name in fn()`` for a tensor
+    (``ignore``: the ids of the caller's own containers that refer to it)."""
     local = _frame_holder(tensor)
     if local:
         return local
     for ref in gc.get_referrers(tensor):
-        if ref is ignore or isinstance(ref, types.FrameType):
+        if id(ref) in ignore or isinstance(ref, types.FrameType):
             continue
         name = _describe(ref, tensor, ignore)
         if name:
@@ -287,12 +316,17 @@ def holder_name(tensor: torch.Tensor, ignore: Any) -> str:
     return UNKNOWN
 
 
-def _frame_holder(tensor: torch.Tensor) -> str:
-    frame: types.FrameType | None = sys._getframe(1)
+def _script_frames() -> Iterator[types.FrameType]:
+    """The live frames outside this package, innermost first."""
+    frame: types.FrameType | None = sys._getframe()
     while frame is not None:
-        if frame.f_code.co_filename.startswith(_HERE):
-            frame = frame.f_back
-            continue
+        if not frame.f_code.co_filename.startswith(_HERE):
+            yield frame
+        frame = frame.f_back
+
+
+def _frame_holder(tensor: torch.Tensor) -> str:
+    for frame in _script_frames():
         for name, value in frame.f_locals.items():
             if value is tensor:
                 return f"local variable {name!r} in {frame.f_code.co_name}()"
@@ -302,7 +336,6 @@ def _frame_holder(tensor: torch.Tensor) -> str:
                 and any(v is tensor for v in value)
             ):
                 return f"list {name!r} in {frame.f_code.co_name}()"
-        frame = frame.f_back
     return ""
 
 
@@ -318,12 +351,12 @@ def _attr_of(owner: Any, value: Any) -> str | None:
     return None
 
 
-def _describe(ref: Any, tensor: Any, ignore: Any, depth: int = 0) -> str:
+def _describe(ref: Any, tensor: Any, ignore: Collection[int], depth: int = 0) -> str:
     if depth > 2:
         return ""
     if isinstance(ref, dict):
         for owner in gc.get_referrers(ref):
-            if owner is ignore:
+            if id(owner) in ignore:
                 continue
             if getattr(owner, "__dict__", None) is ref:
                 return f"{type(owner).__name__}.{_attr_of(owner, tensor)}"
@@ -338,7 +371,7 @@ def _describe(ref: Any, tensor: Any, ignore: Any, depth: int = 0) -> str:
         return ""
     if isinstance(ref, list | tuple):
         for owner in gc.get_referrers(ref):
-            if owner is ignore or isinstance(owner, types.FrameType):
+            if id(owner) in ignore or isinstance(owner, types.FrameType):
                 continue
             inner = _describe(owner, ref, ignore, depth + 1)
             if inner:

@@ -8,8 +8,9 @@ timed reference workload (``Canary``: the machine's own speed) are read on each 
 every ``HEAP_EVERY_S``, what the C heap holds in use and free: ``heap.py``). Heavier checks run
 on sampled steps (the first three and every ``every``-th): module-output RMS, probabilities fed
 to cross-entropy, gradient finiteness. The checks over the series run every ``every`` steps, or
-every 1/``SERIES_CHECKS`` of the steps so far, whichever is longer. gc walks for retained
-graphs run at steps 8 and 32, then within a time budget; profiler windows (``profile.py``) once
+every 1/``SERIES_CHECKS`` of the steps so far, whichever is longer. gc walks for graphs kept
+since the previous scan (``graphs.py``) run at step 32 (step 8 notes where the first interval
+starts), then within a time budget; profiler windows (``profile.py``) once
 early and again when steps get slower than the machine; on a NaN/Inf, ``nonfinite.py`` hooks
 the next forwards to name the first module that produced it. ``fit()`` drives it as a
 ``Callback``; ``treeqa doctor`` and the Lightning adapter drive the same
@@ -19,7 +20,6 @@ the next forwards to name the first module that produced it. ``fit()`` drives it
 from __future__ import annotations
 
 import bisect
-import gc
 import math
 import os
 import sys
@@ -35,6 +35,7 @@ from torch import nn
 from treeqa.health import checks, graphs, report
 from treeqa.health.checks import Finding
 from treeqa.health.heap import heap_mb
+from treeqa.health.loaders import LoaderWorkers
 from treeqa.health.losses import LossInputCheck
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
@@ -189,10 +190,13 @@ class HealthMonitor(Callback):
         self.nonfinite = NonFiniteTracer(self.add)
         self.profile = ProfileWindow(memory=rss_mb)
         self._retain_steps = 0
-        self._workers: int | None = None  # DataLoader workers (input-bound's advice)
+        self.loaders = LoaderWorkers()  # the most DataLoader workers (input-bound's advice)
         self._retain_site = ""
         self._backward_retained: bool | None = None
-        self._last_scan_end, self._last_scan_cost, self._scans_with_graphs = 0.0, 0.0, 0
+        self._retained_seq = -1  # the loss node number of the last step that retained its graph
+        self._retain_reused = False  # a later backward ran through a retained graph
+        self._scan_marker: int | None = None  # the loss node number at the previous scan
+        self._last_scan_end, self._last_scan_cost = 0.0, 0.0
         self._last_rss = 0.0
         self._last_heap: tuple[float, float] | None = None
         self._heap_read_at = self._rss_read_at = -math.inf
@@ -235,12 +239,16 @@ class HealthMonitor(Callback):
                     self.params.append(((f"model{i}." if i else "") + name, p))
 
     def install_loss_checks(self) -> None:
-        """Wrap ``F.cross_entropy``/``F.nll_loss`` (nn losses call them) to look at their input."""
+        """Wrap ``F.cross_entropy``/``F.nll_loss`` (nn losses call them) to look at their input,
+        and ``DataLoader.__iter__`` to note each loader's workers (``loaders.py``). Call it
+        before the first loader is iterated."""
         self.loss_check.install()
+        self.loaders.install()
 
     def uninstall(self) -> None:
         self._remove_hooks()
         self.loss_check.uninstall()
+        self.loaders.uninstall()
 
     def begin_step(self) -> None:
         """Call when the step's compute starts (after its batch is ready)."""
@@ -324,7 +332,7 @@ class HealthMonitor(Callback):
             self._sampled_checks(s)
             self.sampling = False
         if self._backward_retained is not None or self._retain_steps:
-            self._check_retain(s)
+            self._check_retain(tensor)
         if not queued:
             self._saw_loss(s, value)
         if self.losses.pending:
@@ -492,10 +500,23 @@ class HealthMonitor(Callback):
 
     # ------------------------------------------------------------------ retained graphs
 
-    def _check_retain(self, s: int) -> None:
+    def _check_retain(self, loss: torch.Tensor | None) -> None:
+        """``retain-graph-every-step`` after three steps in a row, unless the backward of the
+        second or third ran through the graph the step before kept: then it was kept for that
+        backward (truncated backpropagation through time over a few steps), and whether the
+        carried state grows is ``graph-retained``'s to say. At most two graph walks a streak."""
         retained, self._backward_retained = self._backward_retained, None
         self._retain_steps = self._retain_steps + 1 if retained else 0
-        if self._retain_steps == 3:
+        if not retained:
+            self._retain_reused = False
+            return
+        if self._retain_steps > 3:
+            return
+        if self._retain_steps > 1 and loss is not None:
+            first = graphs.oldest_node(loss, floor=-1 if self._floor is None else self._floor)
+            self._retain_reused |= first is not None and first <= self._retained_seq
+        self._retained_seq = -1 if loss is None else graphs.sequence_nr(loss)
+        if self._retain_steps == 3 and not self._retain_reused:
             self.add(
                 Finding(
                     "retain-graph-every-step",
@@ -513,8 +534,8 @@ class HealthMonitor(Callback):
         return s in (8, 32) or s % (4 * self.every) == 0
 
     def _notes_graph(self, s: int) -> bool:
-        """Step s's loss node number is kept: sampled steps, and two steps before a scan."""
-        return s <= 3 or s % self.every == 0 or self._scans(s + 2)
+        """Step s's loss node number is kept: sampled steps and scans."""
+        return s <= 3 or s % self.every == 0 or self._scans(s)
 
     def _step_of(self, seq: int) -> tuple[int, int]:
         """The steps (first, last) whose graphs may hold node number ``seq``."""
@@ -525,22 +546,19 @@ class HealthMonitor(Callback):
 
     def _maybe_scan(self, s: int, loss: torch.Tensor | None) -> None:
         now = time.perf_counter()
-        # The two early scans always run (a fixed cost that catches leaks early); later ones
-        # keep within the time budget.
-        # Nodes numbered <= marker belong to step s-2 or earlier.
-        recent = zip(self._seq[-3:][::-1], self._seq_step[-3:][::-1], strict=True)
-        marker = next((q for q, t in recent if t <= s - 2), None)
-        if marker is None or (
-            s > 32 and now - self._last_scan_end < self._last_scan_cost / self.scan_budget
-        ):
+        # The early scans always run (a fixed cost that catches leaks early); later ones keep
+        # within the time budget.
+        if s > 32 and now - self._last_scan_end < self._last_scan_cost / self.scan_budget:
+            return
+        # Nodes numbered <= marker were made at or before the previous scan; the first scan
+        # only notes where its interval starts.
+        marker, self._scan_marker = self._scan_marker, (self._seq[-1] if self._seq else None)
+        if marker is None:
             return
         found = graphs.scan(marker, -1 if self._floor is None else self._floor, loss)
         self._last_scan_end = time.perf_counter()
         self._last_scan_cost = self._last_scan_end - now
-        self._scans_with_graphs = self._scans_with_graphs + 1 if found.tensors else 0
-        for finding in graphs.findings(
-            found, s, self._scans_with_graphs, self._step_of, self._where
-        ):
+        for finding in graphs.findings(found, s, self._step_of, self._where):
             self.add(finding)
 
     def _where(self, holder: str) -> str:
@@ -587,17 +605,10 @@ class HealthMonitor(Callback):
         self.profile.schedule_if_slower(times, s + 1, canary)
 
     def _input_bound(self) -> Finding | None:
-        """``input-bound``, with the most workers of a live DataLoader looked up once the wait
-        first shows: a gc walk (~10-50 ms) is too slow for every series check."""
-        data, step = self.series["data_time"], self.series["step_time"]
-        found = checks.input_bound(data, step, self._workers or 0)
-        loader = getattr(sys.modules.get("torch.utils.data"), "DataLoader", None)
-        if found is None or self._workers is not None or loader is None:
-            return found
-        self._workers = max(
-            (o.num_workers for o in gc.get_objects() if isinstance(o, loader)), default=0
+        """``input-bound``, advised by the most workers of a DataLoader iterated in the run."""
+        return checks.input_bound(
+            self.series["data_time"], self.series["step_time"], self.loaders.most
         )
-        return checks.input_bound(data, step, self._workers)
 
     def _add_if(self, found: Finding | None) -> None:
         if found is not None:

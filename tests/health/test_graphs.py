@@ -1,0 +1,151 @@
+"""Retained graphs against truncated backpropagation through time (TBPTT).
+
+A recurrent state carried from chunk to chunk of a long sequence keeps its graph on purpose for
+a few optimiser steps at most: for none (detached at the end of each chunk), until the next
+chunk (detached at its start), or for a window of chunks whose backward runs through all of
+them. None of these grows; a state never detached does, and is still ``graph-retained``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from treeqa.health import run_doctor
+
+GRAPH_CODES = ("graph-retained", "loss-accumulated-with-graph", "retain-graph-every-step")
+
+LSTM_LM = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+VOCAB, DIM, BATCH, BPTT = 100, 32, 4, 35
+
+
+class LanguageModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, DIM)
+        self.rnn = nn.{cell}(DIM, DIM)
+        self.out = nn.Linear(DIM, VOCAB)
+
+    def forward(self, tokens, hidden):  # tokens: [T, B]
+        states, hidden = self.rnn(self.embed(tokens), hidden)  # [T, B, DIM]
+        return self.out(states), hidden  # [T, B, VOCAB]
+
+
+def detach(hidden):
+    return hidden.detach() if isinstance(hidden, torch.Tensor) else tuple(h.detach() for h in hidden)
+
+
+stream = torch.randint(0, VOCAB, (BPTT * 36 + 1, BATCH))  # one long sequence per batch row
+model = LanguageModel()
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+hidden = None
+for i in range(0, stream.size(0) - 1, BPTT):
+    x, y = stream[i : i + BPTT], stream[i + 1 : i + 1 + BPTT]
+    if "{detach}" == "start" and hidden is not None:
+        hidden = detach(hidden)  # the last chunk's graph lived until now
+    logits, hidden = model(x, hidden)
+    if "{detach}" == "end":
+        hidden = detach(hidden)
+    loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+    opt.step()
+"""
+
+# fo-pooling (QRNN) over frozen embeddings: the state's recurrence saves no parameter, so a
+# backward can run through the chunks of earlier optimiser steps (an nn.LSTM's cannot: the
+# optimiser has changed the weights its graph saved).
+WINDOWED_LM = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+VOCAB, DIM, BATCH, BPTT, WINDOW = 100, 32, 4, 10, {window}
+
+
+class FoPooling(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding.from_pretrained(torch.randn(VOCAB, DIM))
+        self.gates = nn.Linear(DIM, 2 * DIM)
+        self.out = nn.Linear(DIM, VOCAB)
+
+    def forward(self, tokens, c):  # tokens: [T, B]; c: [B, DIM]
+        f, z = self.gates(self.embed(tokens)).chunk(2, dim=-1)  # [T, B, DIM] each
+        f, z = torch.sigmoid(f), torch.tanh(z)
+        states = []
+        for t in range(tokens.size(0)):
+            c = f[t] * c + (1 - f[t]) * z[t]
+            states.append(c)
+        return self.out(torch.stack(states)), c  # [T, B, VOCAB], [B, DIM]
+
+
+stream = torch.randint(0, VOCAB, (BPTT * 36 + 1, BATCH))
+model = FoPooling()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+c = torch.zeros(BATCH, DIM)
+for chunk, i in enumerate(range(0, stream.size(0) - 1, BPTT)):
+    x, y = stream[i : i + BPTT], stream[i + 1 : i + 1 + BPTT]
+    if "{detach}" == "start" and chunk % WINDOW == 0:
+        c = c.detach()
+    logits, c = model(x, c)
+    loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+    opt.zero_grad()
+    loss.backward(retain_graph=True)  # the next chunk's backward runs through this graph
+    opt.step()
+    if "{detach}" == "end" and chunk % WINDOW == WINDOW - 1:
+        c = c.detach()
+"""
+
+
+def doctor(tmp_path: Path, source: str) -> dict[str, Any]:
+    script = tmp_path / "lm.py"
+    script.write_text(source)
+    with contextlib.redirect_stdout(io.StringIO()):
+        code, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
+    assert code == 0 and report["steps"] == 36
+    return report
+
+
+def graph_findings(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["code"]: f for f in report["findings"] if f["code"] in GRAPH_CODES}
+
+
+@pytest.mark.parametrize(("cell", "detach"), [("LSTM", "end"), ("GRU", "start")])
+def test_an_rnn_state_detached_at_each_chunk_is_not_retained(
+    cell: str, detach: str, tmp_path: Path
+) -> None:
+    source = LSTM_LM.replace("{cell}", cell).replace("{detach}", detach)
+    assert graph_findings(doctor(tmp_path, source)) == {}
+
+
+@pytest.mark.parametrize(("window", "detach"), [(4, "start"), (4, "end"), (2, "start")])
+def test_a_window_of_chunks_kept_for_the_backward_is_not_retained(
+    window: int, detach: str, tmp_path: Path
+) -> None:
+    """The state keeps its graph for up to ``window`` optimiser steps and each backward runs
+    through it: seen before as graph-retained (error) and retain-graph-every-step."""
+    source = WINDOWED_LM.replace("{window}", str(window)).replace("{detach}", detach)
+    assert graph_findings(doctor(tmp_path, source)) == {}
+
+
+def test_a_state_never_detached_is_retained_and_named(tmp_path: Path) -> None:
+    """Without the detach the graph grows by a chunk each step: graph-retained, an error since
+    each backward runs through all of it, held by the script's ``c`` (not by the earlier
+    states its graph saves). retain_graph=True is needed here, so that finding is not made."""
+    source = WINDOWED_LM.replace("{window}", "4").replace("{detach}", "never")
+    found = graph_findings(doctor(tmp_path, source))
+    assert list(found) == ["graph-retained"]
+    retained = found["graph-retained"]
+    assert retained["severity"] == "error" and retained["evidence"]["backward_reaches_old_graphs"]
+    assert retained["evidence"]["oldest_step"] == 1
+    assert retained["where"].startswith("local variable 'c' in <module>()")
