@@ -27,6 +27,7 @@ EXPECTED = {
     "bug_activation_growth.py": "activation-growth",
     "bug_loss_at_init.py": "loss-at-init",
     "bug_non_finite.py": "non-finite",
+    "bug_non_finite_fp16.py": "non-finite",  # NaN gradients the loss scaler takes for overflows
     "bug_step_time_regression.py": "step-time-regression",
     "bug_memory_growth.py": "memory-growth",
     "bug_input_bound.py": "input-bound",
@@ -34,7 +35,7 @@ EXPECTED = {
     "heap_sorted_lengths.py": "heap-retention",
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
-CLEAN = ["clean_mlp.py", "clean_gru.py", "clean_transformer.py"]
+CLEAN = ["clean_mlp.py", "clean_gru.py", "clean_transformer.py", "clean_fp16_scaler.py"]
 
 
 def test_every_code_has_a_bug_script() -> None:

@@ -5,11 +5,14 @@ runs float16 autocast too, so the same code path runs here."""
 from __future__ import annotations
 
 import copy
+import io
+import math
 
 import pytest
 import torch
 
 from treeqa.data.qa_batch import QABatch
+from treeqa.health.monitor import HealthMonitor
 from treeqa.models.common import Output
 from treeqa.models.qanet import QANet, QANetConfig
 from treeqa.train import loop
@@ -139,3 +142,40 @@ def test_a_resumed_run_goes_on_with_its_saved_scale() -> None:
     assert resumed.scaler_state == saved
     scaler = loop.loss_scaler(torch.device("cpu"), "fp16", resumed)
     assert scaler.state_dict() == saved
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_fp16_on_a_gpu_scales_the_loss_and_trains() -> None:
+    model, seen = qanet(), Seen()
+    config = TrainConfig(epochs=8, amp="fp16", device="cuda", health="off", optim="adam")
+    data = batches()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    state = fit(model, optimizer, lambda epoch: data, config, callbacks=[seen])
+    assert state.scaler is not None and state.scaler.is_enabled()
+    assert sum(seen.losses[-4:]) < 0.9 * sum(seen.losses[:4])
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+class NaNGradients(torch.nn.Module):
+    """QANet plus sqrt(0) in its loss: the loss stays finite, every gradient is NaN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qanet = qanet()
+
+    def forward(self, batch: QABatch) -> Output:
+        out = self.qanet(batch)
+        zero = (self.qanet.pointer.start.weight * 0).pow(2).sum()
+        return Output(out.logits, out.loss + zero.sqrt())
+
+
+@pytest.mark.usefixtures("amp_on_cpu")
+@pytest.mark.parametrize("nan", [False, True])
+def test_the_health_monitor_tells_overflows_from_nan_gradients(nan: bool) -> None:
+    seen, monitor = Seen(), HealthMonitor("on", every=1, stream=io.StringIO())
+    train(NaNGradients() if nan else qanet(), "fp16", 6, None, seen, monitor)  # type: ignore[arg-type]
+    assert math.inf in seen.norms or math.isnan(seen.norms[0])  # overflowed steps were skipped
+    findings = [f for f in monitor.findings.values() if f.code == "non-finite"]
+    # Overflows the scaler skips are no finding; gradients non-finite at every scale are.
+    assert [f.severity for f in findings] == (["error"] if nan else [])

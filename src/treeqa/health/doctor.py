@@ -2,7 +2,8 @@
 
 Step boundaries come from global hooks installed before the script starts: a step begins at
 the first module forward after the previous optimiser step (the gap before it is data time)
-and ends at ``Optimizer.step`` (a global optimiser post-hook). ``torch.autograd.backward``
+and ends at ``Optimizer.step`` (a global optimiser post-hook), or at ``GradScaler.step`` where the
+loss scaler skipped the optimiser step for an overflow. ``torch.autograd.backward``
 (which ``Tensor.backward`` calls) is wrapped to see the loss and ``retain_graph``. The script
 runs as ``__main__`` (``-m``: through ``runpy``) with its own ``sys.argv``; its output, files and exit
 code are its own, and the monitor writes only to stderr and the report paths.
@@ -30,6 +31,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.amp import GradScaler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from treeqa.health import report
@@ -50,6 +52,8 @@ class Doctor:
         self.compute_start = self.last_end
         self.handles: list[Any] = []
         self.original_backward: Any = None
+        self.original_scaler_step: Any = None
+        self.steps_ended = 0
 
     def install(self) -> None:
         hooks = torch.nn.modules.module
@@ -73,6 +77,19 @@ class Doctor:
             return original(tensors, *args, **kwargs)
 
         torch.autograd.backward = backward
+        self.original_scaler_step = original_step = vars(GradScaler)["step"]
+
+        def step(
+            scaler: GradScaler, optimizer: torch.optim.Optimizer, *args: Any, **kw: Any
+        ) -> Any:
+            me = doctor()
+            ended = me.steps_ended if me is not None else 0
+            result = original_step(scaler, optimizer, *args, **kw)
+            if me is not None and me.steps_ended == ended:  # skipped for an overflow: a step
+                me._step_end(optimizer, args, kw)
+            return result
+
+        GradScaler.step = step  # type: ignore[method-assign]
         self.monitor.install_loss_checks()
 
     def uninstall(self) -> None:
@@ -81,6 +98,9 @@ class Doctor:
         if self.original_backward is not None:
             torch.autograd.backward = self.original_backward
             self.original_backward = None
+        if self.original_scaler_step is not None:
+            GradScaler.step = self.original_scaler_step  # type: ignore[method-assign]
+            self.original_scaler_step = None
         self.monitor.uninstall()
 
     def _begin(self) -> None:
@@ -125,6 +145,7 @@ class Doctor:
             self._find_roots(optimizer)
         if optimizer is not self.clock:
             return
+        self.steps_ended += 1
         now = time.perf_counter()
         if not self.open:  # no module forward seen this step (functional model)
             self.compute_start = self.last_end

@@ -40,6 +40,7 @@ from treeqa.health.losses import LossInputCheck
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
 from treeqa.health.readings import LossReadings
+from treeqa.health.scalers import MIN_SCALE, LossScalers
 from treeqa.models.common import Output
 from treeqa.train.loop import Callback, TrainState
 
@@ -191,6 +192,7 @@ class HealthMonitor(Callback):
         self.profile = ProfileWindow(memory=rss_mb)
         self._retain_steps = 0
         self.loaders = LoaderWorkers()  # the most DataLoader workers (input-bound's advice)
+        self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN
         self._retain_site = ""
         self._backward_retained: bool | None = None
         self._retained_seq = -1  # the loss node number of the last step that retained its graph
@@ -240,15 +242,18 @@ class HealthMonitor(Callback):
 
     def install_loss_checks(self) -> None:
         """Wrap ``F.cross_entropy``/``F.nll_loss`` (nn losses call them) to look at their input,
-        and ``DataLoader.__iter__`` to note each loader's workers (``loaders.py``). Call it
-        before the first loader is iterated."""
+        ``DataLoader.__iter__`` to note each loader's workers (``loaders.py``) and
+        ``GradScaler.update`` to note fp16 loss scalers (``scalers.py``). Call it before the
+        first loader is iterated."""
         self.loss_check.install()
         self.loaders.install()
+        self.scalers.install()
 
     def uninstall(self) -> None:
         self._remove_hooks()
         self.loss_check.uninstall()
         self.loaders.uninstall()
+        self.scalers.uninstall()
 
     def begin_step(self) -> None:
         """Call when the step's compute starts (after its batch is ready)."""
@@ -395,6 +400,8 @@ class HealthMonitor(Callback):
         self._read_losses(wait=True)
         self._add_if(self.profile.close(self.step))
         self.nonfinite.finish()
+        if not any(code == "non-finite" for code, _ in self.findings):
+            self._add_if(self.scalers.collapsed(self.step))
         self._series_checks(self.step)
         result = report.build(self)
         report.print_summary(result, self.stream)
@@ -496,7 +503,10 @@ class HealthMonitor(Callback):
                     )
                 )
         if self.params:
-            self.nonfinite.saw_gradients(s, checks.non_finite_grads(self.params))
+            bad = checks.non_finite_grads(self.params)
+            scale = self.scalers.scale() if bad else None
+            if scale is None or scale < MIN_SCALE:  # else an overflow the loss scaler skipped
+                self.nonfinite.saw_gradients(s, bad)
 
     # ------------------------------------------------------------------ retained graphs
 

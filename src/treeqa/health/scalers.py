@@ -1,0 +1,75 @@
+"""The fp16 loss scalers a run steps with, so an overflow they skip is not taken for a NaN.
+
+Under fp16 autocast, ``GradScaler`` multiplies the loss by a large scale; a step whose
+gradients overflow to Inf/NaN is skipped and the scale halves. Such gradients are expected
+(the first steps of most fp16 runs have them), so the monitor judges non-finite gradients by
+the scale instead: while it stays at or above ``MIN_SCALE`` the scaler is handling overflows;
+below it, the gradients have been non-finite at every scale tried, which no overflow explains.
+Scalers are noted when they scale a loss (``GradScaler.scale`` is wrapped for the run: one
+set insertion a step, no device sync); their scale is read only on sampled steps whose gradients
+are non-finite.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from torch.amp import GradScaler
+
+from treeqa.health.checks import Finding
+
+MIN_SCALE = 1.0
+"""A loss scale below this (from 65,536, at least 17 halvings more than doublings): the
+gradients are non-finite whatever the scale, a NaN or Inf of the model's own."""
+
+
+class LossScalers:
+    """The enabled ``GradScaler``\\ s that scaled a loss while installed."""
+
+    def __init__(self) -> None:
+        self.seen: weakref.WeakSet[GradScaler] = weakref.WeakSet()
+        self._original: Callable[..., Any] | None = None
+
+    def install(self) -> None:
+        original = vars(GradScaler)["scale"]
+        if getattr(original, "_treeqa_health", False):  # another monitor notes them
+            return
+        self._original = original
+        scalers = weakref.ref(self)  # the class outlives the run; it must not keep the monitor
+
+        def scale(scaler: GradScaler, *args: Any, **kwargs: Any) -> Any:
+            me = scalers()
+            if me is not None and scaler.is_enabled():
+                me.seen.add(scaler)
+            return original(scaler, *args, **kwargs)
+
+        scale._treeqa_health = True  # type: ignore[attr-defined]
+        scale.__wrapped__ = original  # type: ignore[attr-defined]
+        GradScaler.scale = scale  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            GradScaler.scale = self._original  # type: ignore[method-assign]
+            self._original = None
+
+    def scale(self) -> float | None:
+        """The smallest scale of the scalers in use (one device sync each); None: no scaler."""
+        return min((s.get_scale() for s in list(self.seen) if s.is_enabled()), default=None)
+
+    def collapsed(self, step: int) -> Finding | None:
+        """``non-finite`` when a scaler's scale is below ``MIN_SCALE`` (read at the run's end,
+        so a short run whose sampled steps came too early is judged too)."""
+        scale = self.scale()
+        if scale is None or scale >= MIN_SCALE:
+            return None
+        return Finding(
+            "non-finite",
+            "error",
+            f"the fp16 loss scale fell to {scale:.3g}: the gradients were non-finite at every "
+            "scale tried, so the loss scaler skipped the steps (a NaN or Inf, not an overflow)",
+            where="GradScaler",
+            evidence={"loss_scale": scale},
+            step=step,
+        )
