@@ -148,13 +148,15 @@ def test_a_resumed_run_goes_on_with_its_saved_scale() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_fp16_on_a_gpu_scales_the_loss_and_trains() -> None:
     model, seen = qanet(), Seen()
+    monitor = HealthMonitor("on", every=1, stream=io.StringIO())
     config = TrainConfig(epochs=8, amp="fp16", device="cuda", health="off", optim="adam")
     data = batches()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    state = fit(model, optimizer, lambda epoch: data, config, callbacks=[seen])
+    state = fit(model, optimizer, lambda epoch: data, config, callbacks=[seen, monitor])
     assert state.scaler is not None and state.scaler.is_enabled()
     assert sum(seen.losses[-4:]) < 0.9 * sum(seen.losses[:4])
     assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert not [f for f in monitor.findings.values() if f.code == "non-finite"]
 
 
 class NaNGradients(torch.nn.Module):
