@@ -319,3 +319,17 @@ def test_the_page_is_served_and_calls_the_api(base: str) -> None:
 def test_two_checkpoints_of_one_task_are_refused(run_dir: Path) -> None:
     with pytest.raises(ValueError, match="a second sentiment checkpoint"):
         Models([run_dir, run_dir])
+
+
+def test_a_client_that_sends_a_whole_large_body_first_still_reads_the_413(base: str) -> None:
+    # Closing a socket with unread data resets the connection: without a lingering close a
+    # client that sends its body before reading the answer saw a reset, not the answer.
+    host, port = base.removeprefix("http://").split(":")
+    body = b"x" * (16 << 20)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"POST /api/sentiment HTTP/1.1\r\nHost: x\r\n")
+        s.sendall(f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413") and b"body over" in answer

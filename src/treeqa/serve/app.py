@@ -28,8 +28,10 @@ from __future__ import annotations
 import functools
 import json
 import re
+import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,6 +46,10 @@ MAX_BODY = 1 << 20
 """Largest request body accepted (bytes): a SQuAD context is a few kB."""
 REQUEST_TIMEOUT = 30.0
 """Seconds a client may stay silent while sending its request; then its connection ends."""
+LINGER_S, LINGER_BYTES = 2.0, 64 << 20
+"""After refusing a body it left unread, the server reads and drops what the client still
+sends, for this long and up to this much, before it closes: closing a socket with unread data
+resets the connection, and a client still sending would see the reset, not the answer."""
 MAX_LINE = 4096
 """Longest chunk-size line or trailer field accepted in a chunked body (bytes, CRLF included)."""
 HEX = re.compile(rb"[0-9A-Fa-f]+")
@@ -120,6 +126,22 @@ def read_chunked(stream: BufferedIOBase, limit: int, max_line: int = MAX_LINE) -
         if end != b"\r\n":
             message = f"body: the data of a {size}-byte chunk is not followed by CRLF"
             raise RequestError(HTTPStatus.BAD_REQUEST, message)
+
+
+def drain(connection: socket.socket) -> None:
+    """End our side of ``connection``, then read and drop what the client still sends until it
+    closes, ``LINGER_S`` pass or ``LINGER_BYTES`` arrive (a "lingering close")."""
+    try:
+        connection.shutdown(socket.SHUT_WR)
+        deadline, left = time.monotonic() + LINGER_S, LINGER_BYTES
+        while left > 0 and (wait := deadline - time.monotonic()) > 0:
+            connection.settimeout(wait)
+            chunk = connection.recv(min(left, 1 << 16))
+            if not chunk:
+                return
+            left -= len(chunk)
+    except OSError:  # the client is gone, or went silent: nothing more to wait for
+        return
 
 
 def field(body: dict[str, Any], name: str) -> str:
@@ -271,6 +293,7 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"  # keep-alive; every reply has a Content-Length
         timeout = REQUEST_TIMEOUT
         body_read = False  # reset per request: whether its body has been read to the end
+        refused_unread = False  # the answer leaves the request's body unread
 
         def parse_request(self) -> bool:
             self.body_read = False
@@ -420,7 +443,8 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             # Where the request line or headers were refused, close_connection is set already
             # and self.headers may be missing.
-            self.close_connection = self.close_connection or self.unread_body()
+            self.refused_unread = hasattr(self, "headers") and self.unread_body()
+            self.close_connection = self.close_connection or self.refused_unread
             headers = {"Content-Type": kind, **(headers or {})}
             if self.close_connection:
                 headers["Connection"] = "close"
@@ -430,6 +454,12 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)
+
+        def finish(self) -> None:
+            lingering = self.close_connection and self.refused_unread
+            super().finish()  # the answer is flushed
+            if lingering:
+                drain(self.connection)
 
         def log_error(self, format: str, *args: Any) -> None:
             if format.startswith("Request timed out"):  # a kept-alive connection left idle
