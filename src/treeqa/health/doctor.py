@@ -89,7 +89,7 @@ class Doctor:
                 me._step_end(optimizer, args, kw)
             return result
 
-        GradScaler.step = step  # type: ignore[method-assign]
+        GradScaler.step = step  # type: ignore[method-assign,assignment]
         self.monitor.install_loss_checks()
 
     def uninstall(self) -> None:

@@ -47,7 +47,7 @@ class LossScalers:
 
         scale._treeqa_health = True  # type: ignore[attr-defined]
         scale.__wrapped__ = original  # type: ignore[attr-defined]
-        GradScaler.scale = scale  # type: ignore[method-assign]
+        GradScaler.scale = scale  # type: ignore[method-assign,assignment]
 
     def uninstall(self) -> None:
         if self._original is not None:
