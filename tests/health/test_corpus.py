@@ -35,7 +35,16 @@ EXPECTED = {
     "heap_sorted_lengths.py": "heap-retention",
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
-CLEAN = ["clean_mlp.py", "clean_gru.py", "clean_transformer.py", "clean_fp16_scaler.py"]
+CLEAN = [
+    "clean_mlp.py",
+    "clean_gru.py",
+    "clean_transformer.py",
+    "clean_fp16_scaler.py",
+    "clean_func_per_sample.py",  # torch.func: vmap'd losses, no backward (no loss seen)
+    "clean_two_runs.py",  # a second model and optimiser: its steps are counted too
+    "clean_eval_between_steps.py",  # a summed eval loss before training: no loss-at-init
+    "clean_partial_training.py",  # head-only optimiser, aux head on some steps, teacher
+]
 
 
 def test_every_code_has_a_bug_script() -> None:
@@ -65,3 +74,18 @@ def test_clean_script_has_no_warnings(name: str, doctor_report) -> None:
     assert code == 0
     assert report["steps"] >= 80  # enough steps for the timing and memory checks to run
     assert [f for f in report["findings"] if f["severity"] != "info"] == []
+
+
+def test_an_evaluation_between_steps_is_neither_compute_nor_data_wait(doctor_report) -> None:
+    """The model the clock trains, in eval mode under no_grad, runs between two steps."""
+    _, report, _ = doctor_report("clean_eval_between_steps.py")
+    series = report["series"]
+    for step in (41, 81):  # each comes right after an evaluation of 2 x 0.15 s
+        i = series["step"].index(step)
+        assert series["step_time"][i] + series["data_time"][i] < 0.15, (step, series)
+
+
+def test_a_second_run_in_one_script_is_counted(doctor_report) -> None:
+    _, report, _ = doctor_report("clean_two_runs.py")
+    # 60 + 60 steps, less the few of the second optimiser before it takes over as the clock
+    assert 100 <= report["steps"] <= 120

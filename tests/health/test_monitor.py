@@ -691,3 +691,44 @@ def test_a_one_time_jump_is_not_a_regression_and_no_steps_is_said() -> None:
     HealthMonitor(stream=stream).finish()  # a script that never stepped an optimiser
     assert "0 training steps seen, so nothing was monitored" in stream.getvalue()
     assert "no findings" not in stream.getvalue()
+
+
+WGAN = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+gen, critic = nn.Linear(4, 2), nn.Linear(2, 1)
+opt_g = torch.optim.Adam(gen.parameters(), lr=1e-3)
+opt_c = torch.optim.Adam(critic.parameters(), lr=1e-3)
+for it in range(12):
+    g_loss = -critic(gen(torch.randn(16, 4))).mean()  # the generator steps first: the clock
+    opt_g.zero_grad()
+    g_loss.backward()
+    opt_g.step()
+    for _ in range(5):  # five critic steps per generator step
+        fake = gen(torch.randn(16, 4)).detach()
+        c_loss = critic(fake).mean() - critic(torch.randn(16, 2)).mean()
+        opt_c.zero_grad()
+        c_loss.backward()
+        opt_c.step()
+"""
+
+
+def test_another_optimiser_stepping_between_clock_steps_does_not_take_over(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "wgan.py"
+    script.write_text(WGAN)
+    _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
+    assert report["steps"] == 12
+
+
+def test_loss_at_init_reads_mean_losses_only() -> None:
+    from treeqa.health.losses import _averaged
+
+    assert _averaged((), {})
+    assert _averaged((None,), {"reduction": "mean", "label_smoothing": 0.1})
+    assert not _averaged((None,), {"reduction": "sum"})
+    assert not _averaged((None, None, None, -100, None, "sum"), {})  # reduction by position
+    assert not _averaged((None,), {"size_average": False})

@@ -314,6 +314,15 @@ def loss_at_init(first_loss: float, num_classes: int) -> Finding | None:
 # ---------------------------------------------------------------- tensors and modules
 
 
+def untraceable(x: Any) -> bool:
+    """Inside ``torch.compile``'s trace, or a tensor of a ``torch.func`` transform (``vmap``,
+    ``grad``: per-sample gradients): values there cannot be read on the host (vmap raises on
+    ``.item()``), and a hook must not touch them."""
+    return torch.compiler.is_compiling() or (
+        isinstance(x, torch.Tensor) and torch._C._functorch.is_functorch_wrapped_tensor(x)
+    )
+
+
 def looks_like_probabilities(x: torch.Tensor) -> bool:
     """Non-negative rows along the class dimension that sum to 1 (one host sync)."""
     if not x.is_floating_point() or x.numel() == 0 or x.dim() == 0:

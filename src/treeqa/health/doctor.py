@@ -3,7 +3,10 @@
 Step boundaries come from global hooks installed before the script starts: a step begins at
 the first module forward after the previous optimiser step (the gap before it is data time)
 and ends at ``Optimizer.step`` (a global optimiser post-hook), or at ``GradScaler.step`` where the
-loss scaler skipped the optimiser step for an overflow. ``torch.autograd.backward``
+loss scaler skipped the optimiser step for an overflow; a forward of a trained model in eval
+mode without gradients is an evaluation between steps and starts none. The first optimiser
+that steps is the clock until another steps on without it (a second run in the script).
+``torch.autograd.backward``
 (which ``Tensor.backward`` calls) is wrapped to see the loss and ``retain_graph``. The script
 runs as ``__main__`` (``-m``: through ``runpy``) with its own ``sys.argv``; its output, files and exit
 code are its own, and the monitor writes only to stderr and the report paths.
@@ -37,27 +40,42 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from treeqa.health import report
 from treeqa.health.monitor import HealthError, HealthMonitor
 
+SWITCH_AFTER = 8
+"""Another optimiser that steps more than this many times (and more than 4x as often as any
+did between two of the clock's steps so far) while the clock does not takes over as the clock:
+the script's first run is over and a second one trains (a loop in a function called twice,
+pre-training then fine-tuning with a new optimiser)."""
+
 
 class Doctor:
     """Global hooks that drive a ``HealthMonitor`` from an unmodified training script."""
 
     def __init__(self, monitor: HealthMonitor):
         self.monitor = monitor
-        self.clock: torch.optim.Optimizer | None = None
+        # Weak: an optimiser whose run is over (and its state, twice the model for Adam) must
+        # not stay alive for the rest of the script.
+        self.clock: weakref.ref[torch.optim.Optimizer] | None = None
+        self.finding_roots = True  # the clock's next step looks up the models it trains
         self.called: dict[int, nn.Module] = {}
         self.roots: list[nn.Module] = []
+        self.trained: set[int] = set()  # ids of the roots
+        self.others: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
+            weakref.WeakKeyDictionary()
+        )  # steps of each other optimiser since the clock's last step
+        self.most_between = 0  # the most steps another optimiser made between two clock steps
         self.open = False
         self.loss: torch.Tensor | None = None
         self.last_end = time.perf_counter()
         self.compute_start = self.last_end
         self.handles: list[Any] = []
+        self.discovery: Any = None  # the every-module hook, while models are looked up
+        self.root_handles: list[Any] = []
         self.original_backward: Any = None
         self.original_scaler_step: Any = None
-        self.steps_ended = 0
+        self.step_calls = 0  # optimiser steps seen, of any optimiser
 
     def install(self) -> None:
-        hooks = torch.nn.modules.module
-        self.handles.append(hooks.register_module_forward_pre_hook(self._discover))
+        self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self._discover)
         self.handles.append(register_optimizer_step_post_hook(self._step_end))
         self.original_backward = torch.autograd.backward
         original = self.original_backward
@@ -83,9 +101,9 @@ class Doctor:
             scaler: GradScaler, optimizer: torch.optim.Optimizer, *args: Any, **kw: Any
         ) -> Any:
             me = doctor()
-            ended = me.steps_ended if me is not None else 0
+            calls = me.step_calls if me is not None else 0
             result = original_step(scaler, optimizer, *args, **kw)
-            if me is not None and me.steps_ended == ended:  # skipped for an overflow: a step
+            if me is not None and me.step_calls == calls:  # skipped for an overflow: a step
                 me._step_end(optimizer, args, kw)
             return result
 
@@ -93,8 +111,10 @@ class Doctor:
         self.monitor.install_loss_checks()
 
     def uninstall(self) -> None:
-        while self.handles:
-            self.handles.pop().remove()
+        for handle in [*self.handles, *self.root_handles, self.discovery]:
+            if handle is not None:
+                handle.remove()
+        self.handles, self.root_handles, self.discovery = [], [], None
         if self.original_backward is not None:
             torch.autograd.backward = self.original_backward
             self.original_backward = None
@@ -115,37 +135,86 @@ class Doctor:
         # the compiled graph and no graph break; the compiled module's own call runs it eagerly.
         if torch.compiler.is_compiling():
             return
-        # Until the first optimiser step every module call is seen, to find the models trained.
+        # Until the clock's first step every module call is seen, to find the models trained.
         self.called.setdefault(id(module), module)
-        self._begin()
+        if not self._evaluating(module):
+            self._begin()
+
+    def _evaluating(self, module: nn.Module) -> bool:
+        """A model the clock trains, run in eval mode without gradients: an evaluation between
+        steps (``model.eval()`` under ``no_grad``/``inference_mode``), not the next step's
+        compute. A frozen teacher is no model the clock trains, and its forward is compute."""
+        return id(module) in self.trained and not module.training and not torch.is_grad_enabled()
 
     def _root_pre_hook(self, module: nn.Module, args: Any) -> None:
-        if not torch.compiler.is_compiling():  # see _discover
+        if not torch.compiler.is_compiling() and not self._evaluating(module):  # see _discover
             self._begin()
+
+    def _root_hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        # The wait for the next step's data starts when an evaluation's last forward ends.
+        if not self.open and not torch.compiler.is_compiling() and self._evaluating(module):
+            self.last_end = time.perf_counter()
 
     def _find_roots(self, optimizer: torch.optim.Optimizer) -> None:
         trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
         inner = {id(c) for m in self.called.values() for c in m.modules() if c is not m}
         tops = [m for i, m in self.called.items() if i not in inner]
         self.roots = [m for m in tops if any(id(p) in trained for p in m.parameters())]
-        self.handles.pop(0).remove()  # the every-module discovery hook: no cost from now on
+        self.trained = {id(m) for m in self.roots}
+        if self.discovery is not None:  # the every-module hook: no cost from now on
+            self.discovery.remove()
+            self.discovery = None
+        while self.root_handles:
+            self.root_handles.pop().remove()
         # A step's compute starts at the first forward of any model, trained by the clock or
         # not: a frozen teacher, or the other half of a GAN that steps after the clock, is
         # compute, not waiting for data. Modules without parameters (transforms in a Dataset)
         # may run while loading data and do not start it.
         for top in tops:
             if next(top.parameters(), None) is not None:
-                self.handles.append(top.register_forward_pre_hook(self._root_pre_hook))
-        self.monitor.watch(*self.roots)
+                self.root_handles.append(top.register_forward_pre_hook(self._root_pre_hook))
+                self.root_handles.append(top.register_forward_hook(self._root_hook))
+        self.monitor.unwatch()
+        self.monitor.watch(
+            *self.roots, trained=[p for group in optimizer.param_groups for p in group["params"]]
+        )
         self.called.clear()
+        self.finding_roots = False
+
+    def _switch_clock(self, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer`` is the clock from now on; its next step looks up the models it trains
+        (the every-module hook is back until then), and this one is not counted."""
+        self.clock = weakref.ref(optimizer)
+        self.others.clear()
+        self.most_between = 0
+        self.finding_roots = True
+        self.trained = set()
+        if self.discovery is None:
+            self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(
+                self._discover
+            )
+        self.called.clear()
+        # A step the monitor has begun stays open (its begin is not repeated) but starts now.
+        self.last_end = time.perf_counter()
+        if self.open:
+            self.compute_start = self.last_end
 
     def _step_end(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self.clock is None:
-            self.clock = optimizer
-            self._find_roots(optimizer)
-        if optimizer is not self.clock:
+        self.step_calls += 1
+        clock = self.clock() if self.clock is not None else None
+        if clock is None and self.clock is None:  # the first step of the run
+            self.clock = weakref.ref(optimizer)
+            clock = optimizer
+        if optimizer is not clock:
+            n = self.others[optimizer] = self.others.get(optimizer, 0) + 1
+            if n > max(SWITCH_AFTER, 4 * self.most_between):
+                self._switch_clock(optimizer)
             return
-        self.steps_ended += 1
+        if self.others:
+            self.most_between = max(self.most_between, *self.others.values())
+            self.others.clear()
+        if self.finding_roots:
+            self._find_roots(optimizer)
         now = time.perf_counter()
         if not self.open:  # no module forward seen this step (functional model)
             self.compute_start = self.last_end

@@ -54,17 +54,24 @@ class LossInputCheck:
             if (
                 me is not None
                 and isinstance(input, torch.Tensor)
-                and not torch.compiler.is_compiling()  # a host sync inside a compiled graph
+                and not checks.untraceable(input)  # a host sync inside a compiled graph or vmap
                 and me.active()
             ):
-                me._inspect(fname, input, result)
+                me._inspect(fname, input, result, args, kwargs)
             return result
 
         wrapper._treeqa_health = True  # type: ignore[attr-defined]
         wrapper.__wrapped__ = original  # type: ignore[attr-defined]
         return wrapper
 
-    def _inspect(self, fname: str, input: torch.Tensor, result: torch.Tensor) -> None:
+    def _inspect(
+        self,
+        fname: str,
+        input: torch.Tensor,
+        result: torch.Tensor,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> None:
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
         if checks.looks_like_probabilities(input):
             expected = "logits" if fname == "cross_entropy" else "log-probabilities"
@@ -86,9 +93,21 @@ class LossInputCheck:
             and not self.first_seen
             and self.at_init()
             and result.numel() == 1
+            and _averaged(args, kwargs or {})
         ):
             self.first_seen = True
             found = checks.loss_at_init(float(result.detach()), classes)
             if found is not None:
                 found.where = checks.user_site(2)
                 self.add(found)
+
+
+def _averaged(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """The loss is a mean over its targets (``reduction="mean"``, the default), so its first
+    value compares with log(C); a sum (``reduction="sum"``, an evaluation's running total or a
+    per-sequence loss) is that times the number of targets. ``args`` follow the input:
+    (target, weight, size_average, ignore_index, reduce, reduction, ...)."""
+    reduction = kwargs.get("reduction", args[5] if len(args) > 5 else "mean")
+    size_average = kwargs.get("size_average", args[2] if len(args) > 2 else None)
+    reduce = kwargs.get("reduce", args[4] if len(args) > 4 else None)
+    return reduction == "mean" and size_average is not False and reduce is not False

@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from array import array
-from collections.abc import MutableSequence, Sequence
+from collections.abc import Iterable, MutableSequence, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -54,6 +54,10 @@ SERIES_CHECKS = 32  # series checks every `every` steps, or every 1/32 of the st
 # each reads the whole series, so a fixed interval would cost in proportion to the run's length
 FIT_MEMORY_WARMUP = 1000
 """Under fit(), memory growth is judged after the first epoch or after this many steps."""
+UNUSED_STEPS = 100
+"""A parameter is unused when it got no gradient in this many steps (or the whole run, if
+shorter): a branch taken on some steps only (a conditional head, an expert a router picked for
+no token of a small batch, stochastic depth) gets one within a few."""
 
 
 def compiled() -> bool:
@@ -187,7 +191,9 @@ class HealthMonitor(Callback):
         self._seq_step: list[int] = []
         self._hooks: list[Any] = []
         self._rms: dict[str, torch.Tensor] = {}
-        self._unused: set[str] | None = None
+        self._unused: set[str] | None = None  # no gradient in the first sampled steps
+        self._unused_params: list[tuple[str, nn.Parameter]] = []  # and since then, to check
+        self._unused_from = 1  # the first step of the window (later after a new model)
         self.nonfinite = NonFiniteTracer(self.add)
         self.profile = ProfileWindow(memory=rss_mb)
         self._retain_steps = 0
@@ -215,8 +221,13 @@ class HealthMonitor(Callback):
 
     # ------------------------------------------------------------------ API for any loop
 
-    def watch(self, *models: nn.Module) -> None:
-        """Check these models (parameter aliases now; unused parameters and activations later)."""
+    def watch(self, *models: nn.Module, trained: Iterable[nn.Parameter] | None = None) -> None:
+        """Check these models (parameter aliases now; unused parameters and activations later).
+
+        ``trained``: the parameters an optimiser updates, when known. Only those can be unused:
+        a backbone run under ``no_grad`` for a linear probe, left out of the optimiser, is
+        frozen on purpose even where its ``requires_grad`` is still True."""
+        keep = None if trained is None else {id(p) for p in trained}
         for model in models:
             if any(model is m for m in self.models):
                 continue
@@ -236,9 +247,16 @@ class HealthMonitor(Callback):
         self.params = []
         for i, model in enumerate(self.models):
             for name, p in model.named_parameters():
-                if id(p) not in seen and p.requires_grad:
+                if id(p) not in seen and p.requires_grad and (keep is None or id(p) in keep):
                     seen.add(id(p))
                     self.params.append(((f"model{i}." if i else "") + name, p))
+
+    def unwatch(self) -> None:
+        """Forget the models watched so far (their run is over and another model trains now):
+        the monitor keeps them alive no longer, and the next step starts a new window for
+        ``unused-parameter``."""
+        self.models, self.params = [], []
+        self._unused, self._unused_params, self._unused_from = None, [], self.step + 1
 
     def install_loss_checks(self) -> None:
         """Wrap ``F.cross_entropy``/``F.nll_loss`` (nn losses call them) to look at their input,
@@ -336,9 +354,15 @@ class HealthMonitor(Callback):
         if self.sampling:
             self._sampled_checks(s)
             self.sampling = False
+        if s - self._unused_from < 3 and self.params:
+            self._note_unused(s)
+        if self._unused_params:
+            self._track_unused(s)
         if self._backward_retained is not None or self._retain_steps:
             self._check_retain(tensor)
-        if not queued:
+        # No loss at all (gradients from torch.autograd.grad or torch.func, set by hand): the
+        # NaN in the series is a placeholder, not a non-finite loss.
+        if not queued and loss is not None:
             self._saw_loss(s, value)
         if self.losses.pending:
             self._read_losses(wait=False)
@@ -399,6 +423,8 @@ class HealthMonitor(Callback):
         self._remove_hooks()
         self._read_losses(wait=True)
         self._add_if(self.profile.close(self.step))
+        if self._unused_params:  # a run shorter than the window
+            self._track_unused(self.step, last=True)
         self.nonfinite.finish()
         if not any(code == "non-finite" for code, _ in self.findings):
             self._add_if(self.scalers.collapsed(self.step))
@@ -418,7 +444,7 @@ class HealthMonitor(Callback):
     ) -> None:
         self.step = state.step
         self.expect_epochs()
-        self.watch(model)
+        self.watch(model, trained=[p for g in optimizer.param_groups for p in g["params"]])
         self.install_loss_checks()
 
     def on_batch_start(self, state: TrainState, batch: Any) -> None:
@@ -458,7 +484,7 @@ class HealthMonitor(Callback):
     # ------------------------------------------------------------------ sampled checks
 
     def _rms_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
-        if torch.compiler.is_compiling():  # no side effects inside torch.compile's trace
+        if checks.untraceable(output):  # torch.compile's trace or a torch.func transform
             return
         name = self.names.get(id(module))
         if (
@@ -487,26 +513,42 @@ class HealthMonitor(Callback):
                     else found.where
                 )
                 self.add(found)
-        if s <= 3 and self.params:
-            unused = {n for n, p in self.params if p.grad is None}
-            self._unused = unused if self._unused is None else self._unused & unused
-            if s == 3 and self._unused and len(self._unused) < len(self.params):
-                names = sorted(self._unused)
-                count = sum(p.numel() for n, p in self.params if n in self._unused)
-                self.add(
-                    Finding(
-                        "unused-parameter",
-                        "warning",
-                        f"{len(names)} parameter tensors ({count} values) never received a gradient: {', '.join(names[:5])}",
-                        where=names[0],
-                        evidence={"parameters": names[:20], "values": count},
-                    )
-                )
         if self.params:
             bad = checks.non_finite_grads(self.params)
             scale = self.scalers.scale() if bad else None
             if scale is None or scale < MIN_SCALE:  # else an overflow the loss scaler skipped
                 self.nonfinite.saw_gradients(s, bad)
+
+    def _note_unused(self, s: int) -> None:
+        """The first three steps of the window give the candidates (every parameter looked
+        at); each later step looks at those few only, until the window ends."""
+        unused = {n for n, p in self.params if p.grad is None}
+        self._unused = unused if self._unused is None else self._unused & unused
+        if s - self._unused_from == 2:
+            self._unused_params = [(n, p) for n, p in self.params if n in self._unused]
+            if len(self._unused_params) == len(self.params):  # no backward reached them
+                self._unused_params = []
+
+    def _track_unused(self, s: int, last: bool = False) -> None:
+        """Drop the candidates that got a gradient this step; report the rest when the window of
+        ``UNUSED_STEPS`` steps (or the run, ``last``) is over."""
+        self._unused_params = [(n, p) for n, p in self._unused_params if p.grad is None]
+        steps = s - self._unused_from + 1
+        if not self._unused_params or (steps < UNUSED_STEPS and not last):
+            return
+        names = sorted(n for n, _ in self._unused_params)
+        count = sum(p.numel() for _, p in self._unused_params)
+        self._unused_params = []
+        self.add(
+            Finding(
+                "unused-parameter",
+                "warning",
+                f"{len(names)} parameter tensors ({count} values) never received a gradient in "
+                f"{steps} steps: {', '.join(names[:5])}",
+                where=names[0],
+                evidence={"parameters": names[:20], "values": count, "steps": steps},
+            )
+        )
 
     # ------------------------------------------------------------------ retained graphs
 

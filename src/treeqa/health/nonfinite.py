@@ -92,8 +92,8 @@ class NonFiniteTracer:
     def _hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if (
             self.origin is not None
-            or torch.compiler.is_compiling()  # no side effects inside torch.compile's trace
             or not isinstance(output, torch.Tensor)
+            or checks.untraceable(output)  # torch.compile's trace or a torch.func transform
             or not output.is_floating_point()
             or bool(torch.isfinite(output).all())
         ):
