@@ -7,11 +7,11 @@ script ends before the last check), so its workers are noted when its iterator i
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
-from typing import Any
 
 from torch.utils.data import DataLoader
+
+from treeqa.health.wrap import note_calls
 
 
 class LoaderWorkers:
@@ -19,26 +19,15 @@ class LoaderWorkers:
 
     def __init__(self) -> None:
         self.most = 0
-        self._original: Callable[[DataLoader], Any] | None = None
+        self._undo: Callable[[], None] | None = None
 
     def install(self) -> None:
-        original = vars(DataLoader)["__iter__"]
-        if getattr(original, "_treeqa_health", False):  # another monitor counts them
-            return
-        self._original = original
-        workers = weakref.ref(self)  # the class outlives the run; it must not keep the monitor
-
-        def __iter__(loader: DataLoader) -> Any:
-            me = workers()
-            if me is not None:
-                me.most = max(me.most, int(loader.num_workers))
-            return original(loader)
-
-        __iter__._treeqa_health = True  # type: ignore[attr-defined]
-        __iter__.__wrapped__ = original  # type: ignore[attr-defined]
-        DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+        self._undo = note_calls(DataLoader, "__iter__", self._note)
 
     def uninstall(self) -> None:
-        if self._original is not None:
-            DataLoader.__iter__ = self._original  # type: ignore[method-assign]
-            self._original = None
+        if self._undo is not None:
+            self._undo()
+            self._undo = None
+
+    def _note(self, loader: DataLoader) -> None:
+        self.most = max(self.most, int(loader.num_workers))

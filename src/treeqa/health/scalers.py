@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 from torch.amp import GradScaler
 
 from treeqa.health.checks import Finding
+from treeqa.health.wrap import note_calls
 
 MIN_SCALE = 1.0
 """A loss scale below this (from 65,536, at least 17 halvings more than doublings): the
@@ -30,29 +30,19 @@ class LossScalers:
 
     def __init__(self) -> None:
         self.seen: weakref.WeakSet[GradScaler] = weakref.WeakSet()
-        self._original: Callable[..., Any] | None = None
+        self._undo: Callable[[], None] | None = None
 
     def install(self) -> None:
-        original = vars(GradScaler)["scale"]
-        if getattr(original, "_treeqa_health", False):  # another monitor notes them
-            return
-        self._original = original
-        scalers = weakref.ref(self)  # the class outlives the run; it must not keep the monitor
-
-        def scale(scaler: GradScaler, *args: Any, **kwargs: Any) -> Any:
-            me = scalers()
-            if me is not None and scaler.is_enabled():
-                me.seen.add(scaler)
-            return original(scaler, *args, **kwargs)
-
-        scale._treeqa_health = True  # type: ignore[attr-defined]
-        scale.__wrapped__ = original  # type: ignore[attr-defined]
-        GradScaler.scale = scale  # type: ignore[method-assign,assignment]
+        self._undo = note_calls(GradScaler, "scale", self._note)
 
     def uninstall(self) -> None:
-        if self._original is not None:
-            GradScaler.scale = self._original  # type: ignore[method-assign]
-            self._original = None
+        if self._undo is not None:
+            self._undo()
+            self._undo = None
+
+    def _note(self, scaler: GradScaler) -> None:
+        if scaler.is_enabled():
+            self.seen.add(scaler)
 
     def scale(self) -> float | None:
         """The smallest scale of the scalers in use (one device sync each); None: no scaler."""
