@@ -327,3 +327,10 @@ def test_real_glove_subset(tmp_path: Path) -> None:
     assert got.matrix.shape == (4, 50) and got.found.tolist() == [True, True, False, False]
     np.testing.assert_allclose(got.matrix[0, :3], [0.418, 0.24968, -0.41242])
     assert got.report.lines_read == 78388
+
+
+def test_an_underscore_in_a_number_is_non_numeric(tmp_path: Path) -> None:
+    # Python's float (which numpy uses for text) reads "1_0" as 10.
+    path = write(tmp_path / "v.txt", "a 1 2 3\nb 1 1_0 3\n")
+    with pytest.raises(VectorFileError, match=r"v\.txt:2: .*non-numeric.*'_'"):
+        load(path, ["b"], tmp_path)

@@ -268,9 +268,11 @@ def _read_glove(
             continue
         if token not in wanted or token in vecs:  # the first of duplicate tokens wins
             continue
-        numbers = line[len(token) + 1 :].split(b" ")
+        numbers = line[len(token) + 1 :]
         try:
-            vec = np.array(numbers, dtype=np.float32)  # [D]
+            if b"_" in numbers:  # Python's float takes "1_0" for 10; no vector file writes it
+                raise ValueError("'_' inside a number")
+            vec = np.array(numbers.split(b" "), dtype=np.float32)  # [D]
         except ValueError as err:
             bad(f"a non-numeric field among the last {dim}: {err}", number, raw)
             continue
