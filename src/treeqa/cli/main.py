@@ -41,11 +41,17 @@ def options(command: str, task: str) -> set[str]:
     return {option for action in parser._actions for option in action.option_strings}
 
 
+def other_task(task: str) -> str:
+    return TASKS[1 - TASKS.index(task)]
+
+
 def foreign_flags(command: str, task: str, extra: Sequence[str]) -> list[str]:
     """The flags among ``extra`` (arguments argparse did not take) that ``command`` takes for
     its other task only: ``--emblr`` given to ``train qa``. ``--tag-dim`` is ``--tag_dim``, as
     for config overrides."""
-    other = TASKS[1 - TASKS.index(task)]
+    if not extra:  # nothing to look up: no parsers to build
+        return []
+    other = other_task(task)
 
     def plain(flag: str) -> str:
         return flag.split("=", 1)[0].replace("-", "_")
@@ -56,7 +62,7 @@ def foreign_flags(command: str, task: str, extra: Sequence[str]) -> list[str]:
 
 
 def foreign_message(command: str, task: str, found: Sequence[str]) -> str:
-    other = TASKS[1 - TASKS.index(task)]
+    other = other_task(task)
     verb, them = ("is", "it") if len(found) == 1 else ("are", "them")
     message = (
         f"{join_flags(found)} {verb} for {flags.TASK_NAMES[other]}: treeqa {command} {other} "
