@@ -93,6 +93,31 @@ def test_evaluate_qa_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["evaluate", "qa", "--gold", str(tmp_path / "gold.json")]) == 2
 
 
+def test_evaluate_qa_refuses_no_answer_scores_it_cannot_search(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "gold.json").write_text(json.dumps(squad("v2.0")))
+    (tmp_path / "pred.json").write_text(json.dumps({"q1": "Fort Bragg", "q2": "1918", "u1": ""}))
+    argv = ["evaluate", "qa", "--gold", str(tmp_path / "gold.json"),
+            "--predictions", str(tmp_path / "pred.json"), "--na-probs", str(tmp_path / "na.json")]  # fmt: skip
+    # A question answered but not scored: the file is named with the questions it lacks.
+    (tmp_path / "na.json").write_text(json.dumps({"q1": 0.1}))
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa evaluate: error: {tmp_path / 'na.json'}: no no-answer score for 2 of the 3"
+        " questions with a prediction (e.g. q2, u1): the threshold search needs one for each\n"
+    )
+    (tmp_path / "na.json").write_text('{"q1": 0.1, "q2": NaN, "u1": 0.9}')
+    assert main(argv) == 2
+    assert "no-answer score for 'q2' is not a number" in capsys.readouterr().err
+    (tmp_path / "na.json").write_text(json.dumps({"q1": 0.1, "q2": 0.2, "u1": 0.9}))
+    with pytest.raises(SystemExit):  # NaN is above no score and below none: never abstain
+        main([*argv, "--na-prob-thresh", "nan"])
+    assert "argument --na-prob-thresh: expected a number, got nan" in capsys.readouterr().err
+    assert main([*argv, "--na-prob-thresh", "inf", "--json"]) == 0
+    assert last_json(capsys)["no_ans_exact"] == 100.0
+
+
 def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["data", "prepare", "squad"], ["evaluate", "qa"]):
         with pytest.raises(SystemExit) as exit_:

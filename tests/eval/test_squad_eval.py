@@ -12,6 +12,7 @@ import pytest
 
 from treeqa.data.squad import SquadFormatError
 from treeqa.eval.squad import (
+    NoAnswerScoreError,
     PredictionFileError,
     compute_exact,
     compute_f1,
@@ -19,6 +20,7 @@ from treeqa.eval.squad import (
     exact_match_score,
     f1_score,
     load_gold,
+    load_na_probs,
     load_predictions,
     normalize_answer,
 )
@@ -165,8 +167,12 @@ def test_v2_no_answer_scores_above_the_threshold_abstain_as_the_official_script(
     assert (s["has_ans_exact"], s["no_ans_exact"]) == pytest.approx((50.0, 100 / 3))
     s = evaluate_predictions(V2, spans, na_probs=na, na_prob_thresh=2.5)  # h2 answers now
     assert s["f1"] == pytest.approx(100 * (1 + 2 / 3 + 1) / 5)
-    # The search itself uses the raw scores: n2 (-1) answers wrongly, h1 +1, h2 +2/3 (F1).
-    assert s["best_f1"] == pytest.approx(100 * (3 - 1 + 1 + 2 / 3) / 5)
+    # The search itself uses the raw scores, from the 2 unanswerable questions with a
+    # prediction (n3 has none): n2 (-1) answers wrongly, h1 +1, h2 +2/3 (F1), n1 -1.
+    assert s["best_f1"] == pytest.approx(100 * (2 - 1 + 1 + 2 / 3) / 5)
+    assert s["best_f1_thresh"] == 2.0
+    at_best = evaluate_predictions(V2, spans, na_probs=na, na_prob_thresh=s["best_f1_thresh"])
+    assert at_best["f1"] == pytest.approx(s["best_f1"])
     with pytest.raises(ValueError, match="no-answer scores are for SQuAD v2.0"):
         evaluate_predictions(V1, {"a": "x"}, na_probs={"a": 0.0})
 
@@ -209,3 +215,47 @@ def test_file_loaders_locate_errors(tmp_path: Path) -> None:
     (tmp_path / "noid.json").write_text(json.dumps(bad))
     with pytest.raises(SquadFormatError, match=r"noid\.json: article 0 \('t'\): question 'None'"):
         load_gold(tmp_path / "noid.json")
+
+
+def test_a_question_with_no_prediction_is_no_right_abstention_in_the_threshold_search() -> None:
+    # n1-n3 are left out of the predictions: they score 0 in every key, the best threshold's
+    # score among them, so leaving out the unanswerable questions cannot raise it.
+    spans = {"h1": "Denver Broncos", "h2": "red dog"}
+    na = {"h1": 0.1, "h2": 0.2, "n1": 0.9, "n2": 0.9, "n3": 0.9}
+    s = evaluate_predictions(V2, spans, na_probs=na)
+    assert s["f1"] == pytest.approx(100 * (1 + 0.8) / 5)
+    assert s["best_f1"] == pytest.approx(s["f1"]) and s["best_exact"] == pytest.approx(20.0)
+    complete = evaluate_predictions(V2, {**spans, "n1": "", "n2": "", "n3": ""}, na_probs=na)
+    assert complete["best_f1"] == pytest.approx(100 * (1 + 0.8 + 3) / 5)
+
+
+def test_no_answer_scores_missing_for_an_answered_question_or_nan_are_errors(
+    tmp_path: Path,
+) -> None:
+    spans = {"h1": "Denver Broncos", "h2": "red dog", "n1": "x"}
+    # Without a score for h2 the search used to treat it as abstained in best_* and as
+    # answered in every other key.
+    with pytest.raises(
+        NoAnswerScoreError, match=r"no no-answer score for 1 of the 3.*\(e\.g\. h2\)"
+    ):
+        evaluate_predictions(V2, spans, na_probs={"h1": 0.1, "n1": 0.9})
+    with pytest.raises(NoAnswerScoreError, match="NaN"):
+        evaluate_predictions(V2, spans, na_probs={"h1": 0.1, "h2": float("nan"), "n1": 0.9})
+    # Scores for questions without a prediction (n2, n3) are not needed.
+    assert evaluate_predictions(V2, spans, na_probs={"h1": 0.1, "h2": 0.2, "n1": 0.9})["total"] == 5
+    (tmp_path / "na.json").write_text('{"h1": 0.1, "h2": NaN}')
+    with pytest.raises(PredictionFileError, match=r"na\.json: the no-answer score for 'h2'"):
+        load_na_probs(tmp_path / "na.json")
+
+
+def test_a_question_id_given_twice_is_an_error_not_the_last_answer(tmp_path: Path) -> None:
+    (tmp_path / "twice.json").write_text('{"a": "Denver Broncos", "b": "x", "a": "wrong"}')
+    with pytest.raises(PredictionFileError, match=r"twice\.json: question id 'a' is given twice"):
+        load_predictions(tmp_path / "twice.json")
+    (tmp_path / "na.json").write_text('{"a": 0.1, "a": 0.9}')
+    with pytest.raises(PredictionFileError, match="question id 'a' is given twice"):
+        load_na_probs(tmp_path / "na.json")
+    # A repeated key inside a value is the value's error, not a repeated question id.
+    (tmp_path / "nested.json").write_text('{"a": {"x": 1, "x": 2}}')
+    with pytest.raises(PredictionFileError, match="prediction for 'a' is not a string"):
+        load_predictions(tmp_path / "nested.json")

@@ -8,6 +8,7 @@ with a trained model and scores those answers the same way.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,7 +71,7 @@ def add_parser(subparsers: Any, help: str) -> argparse.ArgumentParser:
     )
     files.add_argument(
         "--na-prob-thresh",
-        type=float,
+        type=threshold,
         metavar="P",
         help="with --na-probs, answer nothing where the no-answer score is above this, as the "
         "official v2.0 script does (default: 1.0)",
@@ -95,8 +96,17 @@ def add_parser(subparsers: Any, help: str) -> argparse.ArgumentParser:
     return parser
 
 
+def threshold(text: str) -> float:
+    """An argparse type: a number, inf included; NaN is above and below nothing."""
+    value = float(text)
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"expected a number, got {text}")
+    return value
+
+
 def evaluate_main(args: argparse.Namespace) -> int:
     from treeqa.eval.squad import (
+        NoAnswerScoreError,
         evaluate_predictions,
         load_gold,
         load_na_probs,
@@ -128,13 +138,16 @@ def evaluate_main(args: argparse.Namespace) -> int:
         )
     gold, predictions = load_gold(args.gold), load_predictions(args.predictions)
     na_probs = load_na_probs(args.na_probs) if args.na_probs is not None else None
-    scores = evaluate_predictions(
-        gold,
-        predictions,
-        version=args.squad_version,
-        na_probs=na_probs,
-        na_prob_thresh=1.0 if args.na_prob_thresh is None else args.na_prob_thresh,
-    )
+    try:
+        scores = evaluate_predictions(
+            gold,
+            predictions,
+            version=args.squad_version,
+            na_probs=na_probs,
+            na_prob_thresh=1.0 if args.na_prob_thresh is None else args.na_prob_thresh,
+        )
+    except NoAnswerScoreError as err:
+        raise ValueError(f"{args.na_probs}: {err}") from None
     if scores["unknown"]:
         print(
             f"warning: {scores['unknown']} predictions for question ids not in {args.gold.name}"

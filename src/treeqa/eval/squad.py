@@ -28,6 +28,7 @@ from typing import Any
 from treeqa.data.squad import SquadFormatError, read_json_text
 
 __all__ = [
+    "NoAnswerScoreError",
     "PredictionFileError",
     "compute_exact",
     "compute_f1",
@@ -204,7 +205,8 @@ def evaluate_predictions(
     prediction, scored 0), ``unknown`` (predictions for ids not in the gold file, ignored),
     ``missing_examples``; for v2.0 also ``has_ans_exact``, ``has_ans_f1``, ``has_ans_total``,
     ``no_ans_exact``, ``no_ans_f1``, ``no_ans_total``, and with ``na_probs`` (question id ->
-    no-answer score, higher = more likely unanswerable) the official ``best_exact``,
+    no-answer score, higher = more likely unanswerable; one for every question with a
+    prediction, none NaN, else a NoAnswerScoreError) the official ``best_exact``,
     ``best_exact_thresh``, ``best_f1``, ``best_f1_thresh``. As in the v2.0 script, a question
     whose no-answer score is above ``na_prob_thresh`` then counts as answered with nothing in
     every other key (with scores in [0, 1] and the default 1.0, never). ``abstain_thresh`` is
@@ -219,6 +221,7 @@ def evaluate_predictions(
     exact, f1, has_ans, missing = score_questions(dataset_json, predictions, version)
     raw_exact, raw_f1 = exact, f1
     if na_probs is not None:  # a question with no prediction stays at 0 whatever its score
+        check_na_probs(na_probs, [qid for qid in exact if qid in predictions])
         scored = {qid: p for qid, p in na_probs.items() if qid in predictions}
         exact, f1 = (
             apply_no_ans_threshold(scores, scored, has_ans, na_prob_thresh)
@@ -259,6 +262,26 @@ def apply_no_ans_threshold(
     }
 
 
+class NoAnswerScoreError(ValueError):
+    """No-answer scores that cannot be searched: one missing for an answered question, or NaN."""
+
+
+def check_na_probs(na_probs: Mapping[str, float], answered: list[str]) -> None:
+    """A NoAnswerScoreError unless every question of ``answered`` has a no-answer score and
+    no score is NaN (the official script fails on a missing one; NaN has no order to sort by)."""
+    nan = [qid for qid, p in na_probs.items() if math.isnan(p)]
+    if nan:
+        raise NoAnswerScoreError(
+            f"the no-answer score of {len(nan)} question(s) is NaN (e.g. {', '.join(nan[:3])})"
+        )
+    lacking = [qid for qid in answered if qid not in na_probs]
+    if lacking:
+        raise NoAnswerScoreError(
+            f"no no-answer score for {len(lacking)} of the {len(answered)} questions with a "
+            f"prediction (e.g. {', '.join(lacking[:3])}): the threshold search needs one for each"
+        )
+
+
 def find_best_thresh(
     predictions: Mapping[str, str],
     scores: Mapping[str, float],
@@ -271,12 +294,15 @@ def find_best_thresh(
 
     Questions go in order of ``na_probs``; abstaining scores 1 on an unanswerable question and
     answering scores its ``scores`` entry (an answer to an unanswerable one scores 0, so a
-    non-empty prediction there costs the 1). Questions without a score are skipped.
+    non-empty prediction there costs the 1). A question with no prediction scores 0 at every
+    threshold, as everywhere in ``evaluate_predictions`` (the official script counts an
+    unanswerable one as a right abstention, so a partial file could beat a complete one);
+    questions without a score are skipped.
     """
-    current = best = float(sum(1 for v in has_ans.values() if not v))
+    current = best = float(sum(1 for k, v in has_ans.items() if not v and k in predictions))
     threshold = abstain_thresh
     for qid in sorted(na_probs, key=lambda k: na_probs[k]):
-        if qid not in scores:
+        if qid not in scores or qid not in predictions:
             continue
         if has_ans[qid]:
             current += scores[qid]
@@ -346,18 +372,37 @@ def load_na_probs(path: str | Path) -> dict[str, float]:
     path = Path(path)
     scores = _load_object(path, "no-answer score")
     for qid, value in scores.items():
-        if not isinstance(value, int | float) or isinstance(value, bool):
+        if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value):
             raise PredictionFileError(f"the no-answer score for {qid!r} is not a number", path)
     return {qid: float(v) for qid, v in scores.items()}
 
 
 def _load_object(path: Path, values: str) -> dict[str, Any]:
-    """A JSON object {question id: ``values``} from a file, or a PredictionFileError."""
+    """A JSON object {question id: ``values``} from a file, or a PredictionFileError. A question
+    id given twice is an error: JSON readers keep one of the two values without a word."""
     try:
         text = read_json_text(path)
     except SquadFormatError as err:
         raise PredictionFileError(err.reason, path) from None
-    found = _parse(text, path, PredictionFileError)
+    twice: list[str] = []
+
+    def pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        # Called for each object as it closes, the top level's last: what it leaves in
+        # ``twice`` are that object's repeated keys.
+        twice.clear()
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                twice.append(key)
+            seen.add(key)
+        return dict(pairs)
+
+    try:
+        found = json.loads(text, object_pairs_hook=pairs_to_dict)
+    except json.JSONDecodeError as err:
+        raise PredictionFileError(err.msg, path, err.lineno, err.colno) from None
     if not isinstance(found, dict):
         raise PredictionFileError(f"expected a JSON object {{question id: {values}}}", path)
+    if twice:
+        raise PredictionFileError(f"question id {twice[0]!r} is given twice", path)
     return found
