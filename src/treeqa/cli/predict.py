@@ -52,7 +52,9 @@ def add_parser(subparsers: Any, task: str) -> argparse.ArgumentParser:
         parser.add_argument(
             "--question", metavar="TEXT", help="the question about --context (default: none)"
         )
-        flags.add_input(parser, 'a JSONL file, one {"context": ..., "question": ...} a line')
+        flags.add_input(
+            parser, 'a JSONL file, one {"context": ..., "question": ...} a line ("-": stdin)'
+        )
     else:
         parser.add_argument(
             "trees",

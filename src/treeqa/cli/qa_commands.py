@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,57 +44,136 @@ def train_main(args: argparse.Namespace) -> int:
     return exit_code(result, out)
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The JSONL items with a context and a question; blank lines are skipped (so each item's
-    other fields, an "id" say, come back with its answer)."""
+STDIN = Path("-")
+"""``--input -``: read standard input."""
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in a JSON value's strings and keys ("\\ud800" in JSON, or
+    bytes on the command line that are not UTF-8), which no UTF-8 output can hold, as U+XXXX;
+    None when there is none."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            return f"U+{ord(value[err.start]):04X}"
+        return None
+    parts = [*value, *value.values()] if isinstance(value, dict) else value
+    for part in parts if isinstance(value, dict | list) else []:
+        found = _lone_surrogate(part)
+        if found is not None:
+            return found
+    return None
+
+
+def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(``path:line``, item) for the JSONL items with a context and a question; blank lines
+    are skipped (so each item's other fields, an "id" say, come back with its answer)."""
     items = []
-    with path.open("rb") as f:
+    name = "<stdin>" if path == STDIN else str(path)
+    with sys.stdin.buffer if path == STDIN else path.open("rb") as f:
         for n, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8")
                 item = json.loads(line) if line.strip() else None
             except UnicodeDecodeError as err:
-                raise ValueError(f"{path}:{n}: not UTF-8 text ({err.reason})") from err
+                raise ValueError(f"{name}:{n}: not UTF-8 text ({err.reason})") from err
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{n}: invalid JSON: {err.msg}") from err
+                raise ValueError(f"{name}:{n}: invalid JSON: {err.msg}") from err
             if item is None:
                 continue
             if not isinstance(item, dict):
-                raise ValueError(f'{path}:{n}: expected {{"context": ..., "question": ...}}')
+                raise ValueError(f'{name}:{n}: expected {{"context": ..., "question": ...}}')
             for key in ("context", "question"):
                 if not isinstance(item.get(key), str) or not item[key].strip():
-                    raise ValueError(f"{path}:{n}: field {key!r}: expected a non-empty string")
-            items.append(item)
+                    raise ValueError(f"{name}:{n}: field {key!r}: expected a non-empty string")
+            for key, value in item.items():
+                surrogate = _lone_surrogate(value)
+                if surrogate is not None:
+                    raise ValueError(
+                        f"{name}:{n}: field {key!r}: a lone surrogate ({surrogate}) is not text"
+                    )
+            items.append((f"{name}:{n}", item))
+    if not items:
+        raise ValueError(f"{name}: no questions in it (blank lines only)")
     return items
 
 
+def _answers(
+    loaded: Any, items: list[tuple[str, dict[str, Any]]], batch_size: int = 16
+) -> Iterator[dict[str, Any]]:
+    """Each item's answer, in order, a batch at a time. An item ``predict`` refuses (a context
+    too long, say) stops the stream with an error naming its source, after the answers to the
+    items before it."""
+    from treeqa.data.squad import Tokenizer
+    from treeqa.recipes.qa import predict
+
+    tokenizer = Tokenizer()
+    for at in range(0, len(items), batch_size):
+        chunk = items[at : at + batch_size]
+        try:
+            results = predict(
+                loaded, [(x["context"], x["question"]) for _, x in chunk], tokenizer=tokenizer
+            )
+        except ValueError:  # one at a time, to answer those before the one refused
+            results = []
+            for where, x in chunk:
+                try:
+                    results += predict(loaded, [(x["context"], x["question"])], tokenizer=tokenizer)
+                except ValueError as err:
+                    yield from results
+                    raise ValueError(f"{where}: {err}") from None
+        yield from results
+
+
+def _text_line(r: dict[str, Any]) -> str:
+    """One answer for the terminal: the answer and where it is, or that there is none."""
+    if r["start"] < 0:
+        return (
+            f"(no answer)\t(score {r['score']:.4f}, no-answer margin "
+            f"{r['no_answer_margin']:.4f}; best span {json.dumps(r['best_span'], ensure_ascii=False)})"
+        )
+    return f"{r['answer']}\t(score {r['score']:.4f}, characters {r['start']}-{r['end']})"
+
+
 def predict_main(args: argparse.Namespace) -> int:
-    items: list[dict[str, Any]] = []
+    items: list[tuple[str, dict[str, Any]]] = []
     if args.context is not None or args.question is not None:
         if not (args.context or "").strip() or not (args.question or "").strip():
             raise ValueError("give both --context and --question, each with some text")
-        items.append({"context": args.context, "question": args.question})
+        for flag, text in (("--context", args.context), ("--question", args.question)):
+            if _lone_surrogate(text) is not None:
+                raise ValueError(f"{flag}: not UTF-8 text (bytes that are not UTF-8)")
+        items.append(("--context", {"context": args.context, "question": args.question}))
     if args.input:
         items += _read_jsonl(args.input)
     if not items:
         raise ValueError("nothing to answer: give --context and --question, or --input FILE.jsonl")
-    from treeqa.recipes.qa import load_model, predict
+    from treeqa.recipes.qa import load_model
 
-    results = predict(load_model(args.checkpoint), [(x["context"], x["question"]) for x in items])
-    # Each answer line carries its input's fields but the context (an "id", say).
-    lines = [
-        {**{k: v for k, v in x.items() if k != "context"}, **r}
-        for x, r in zip(items, results, strict=True)
-    ]
-    if args.output:
-        with args.output.open("w", encoding="utf-8") as f:
-            f.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
-        print(f"wrote {len(results)} answers to {args.output}", file=sys.stderr)
-        return 0
-    for line, r in zip(lines, results, strict=True):
-        if args.json or args.input:
-            print(json.dumps(line, ensure_ascii=False))
-        else:
-            answer = r["answer"] if r["start"] >= 0 else "(no answer)"
-            print(f"{answer}\t(score {r['score']:.4f}, characters {r['start']}-{r['end']})")
+    loaded = load_model(args.checkpoint)
+    out = args.output.open("w", encoding="utf-8") if args.output else None
+    written = 0
+    try:
+        for (_, x), r in zip(items, _answers(loaded, items), strict=True):
+            # Each answer line carries its input's fields but the context (an "id", say).
+            line = {**{k: v for k, v in x.items() if k != "context"}, **r}
+            if out is not None:
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+            elif args.json or args.input:
+                print(json.dumps(line, ensure_ascii=False), flush=True)
+            else:
+                print(_text_line(r), flush=True)
+            written += 1
+    except ValueError as err:
+        if out is not None:
+            raise ValueError(
+                f"{err} (the {written} answers before it are in {args.output})"
+            ) from None
+        raise
+    finally:
+        if out is not None:
+            out.close()
+    if out is not None:
+        print(f"wrote {written} answers to {args.output}", file=sys.stderr)
     return 0

@@ -1,0 +1,188 @@
+"""``treeqa predict qa`` as a user meets it: JSONL in and out, errors that name the line and
+keep the answers before it, standard input, text no UTF-8 output can hold, and offsets that
+point at the answer in any script."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("spacy")
+
+from treeqa.cli.main import main  # noqa: E402
+
+CONTEXTS = [
+    (
+        "Paris is the capital of France. The Seine flows through Paris.",
+        "What river flows?",
+        "Seine",
+    ),
+    ("The cat sat on the mat in 1999. The dog slept in the garden.", "When did it sit?", "1999"),
+    ("Water boils at 100 degrees. Ice melts at zero degrees.", "What melts?", "Ice"),
+]
+TINY = ["--model.d_model=16", "--model.heads=2", "--model.char_dim=8", "--model.emb_convs=1",
+        "--model.model_blocks=1", "--model.model_convs=1", "--train.batch_size=3",
+        "--train.epochs=1", "--schedule.eval_every=3", "--train.ema_decay=0.9",
+        "--train.device=cpu", "--train.health=off"]  # fmt: skip
+
+
+def train_tiny(root: Path, version: str, *extra: str) -> Path:
+    """A tiny QANet trained for three steps on the paragraphs above (SQuAD ``version``)."""
+    from treeqa.data.squad import Tokenizer
+    from treeqa.data.squad_prepare import prepare_squad
+
+    root.mkdir(parents=True, exist_ok=True)
+    qas: list[dict[str, Any]] = []
+    data = {"version": version, "data": []}
+    for n, (context, question, answer) in enumerate(CONTEXTS):
+        qas = [{"id": f"q{n}", "question": question,
+                "answers": [{"text": answer, "answer_start": context.index(answer)}]}]  # fmt: skip
+        if version == "v2.0":
+            qas[0]["is_impossible"] = False
+            qas.append({"id": f"u{n}", "question": "Who?", "answers": [], "is_impossible": True})
+        data["data"].append({"title": f"t{n}", "paragraphs": [{"context": context, "qas": qas}]})
+    (root / "squad.json").write_text(json.dumps(data), encoding="utf-8")
+    tokens = {t for c, q, _ in CONTEXTS for text in (c, q) for t in Tokenizer().tokenize(text)[0]}
+    rng = np.random.default_rng(0)
+    (root / "vectors.txt").write_text(
+        "".join(
+            f"{t} {' '.join(f'{x:.3f}' for x in rng.normal(size=4))}\n" for t in sorted(tokens)
+        ),
+        encoding="utf-8",
+    )
+    squad = root / "squad.json"
+    prepare_squad(squad, squad, root / "vectors.txt", root / "prepared", vectors_cache=root / "c")
+    argv = ["train", "qa", f"--prepared={root / 'prepared'}", f"--out={root / 'run'}", *TINY]
+    assert main([*argv, *extra]) == 0
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train_tiny(tmp_path_factory.mktemp("qa"), "1.1")
+
+
+def predict(run: Path, *argv: str) -> list[str]:
+    return ["predict", "qa", "--checkpoint", str(run), *argv]
+
+
+def jsonl(path: Path, *items: dict[str, Any] | str) -> Path:
+    path.write_text(
+        "".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in items),
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_a_line_refused_is_named_and_the_answers_before_it_are_kept(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    context, question, _ = CONTEXTS[0]
+    # Far past the 400 training tokens and 50 question tokens: still answered.
+    long_context = " ".join([context] * 50)  # 650 tokens
+    long_question = " ".join(["which"] * 80) + " river?"
+    src = jsonl(
+        tmp_path / "in.jsonl",
+        {"id": "a", "context": context, "question": question},
+        "",
+        {"id": "b", "context": long_context, "question": long_question},
+        {"id": "c", "context": "word " * 2100, "question": question},
+        {"id": "d", "context": context, "question": question},
+    )
+    out = tmp_path / "out.jsonl"
+    assert main(predict(run, "--input", str(src), "--output", str(out))) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa predict: error: {src}:4: a context of 2100 tokens; this reads at most 2000 at "
+        "once (time grows with the square of the length): give it one passage at a time (the 2 "
+        f"answers before it are in {out})\n"
+    )
+    answers = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [a["id"] for a in answers] == ["a", "b"]
+    assert long_context[answers[1]["start"] : answers[1]["end"]] == answers[1]["answer"] != ""
+    # Printed, the same answers come out before the error.
+    assert main(predict(run, "--input", str(src))) == 2
+    captured = capsys.readouterr()
+    assert [json.loads(line) for line in captured.out.splitlines()] == answers
+    assert f"{src}:4: a context of 2100 tokens" in captured.err
+
+
+def test_text_no_utf8_output_can_hold_is_refused_naming_where(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    context, question, _ = CONTEXTS[0]
+    for field, item in (
+        ("context", {"context": context + "\ud800", "question": question}),
+        ("id", {"id": "x\udfff", "context": context, "question": question}),
+    ):
+        src = tmp_path / "in.jsonl"
+        src.write_text(
+            json.dumps({"context": context, "question": question}) + "\n" + json.dumps(item) + "\n"
+        )
+        assert main(predict(run, "--input", str(src))) == 2
+        assert capsys.readouterr().err.startswith(
+            f"treeqa predict: error: {src}:2: field {field!r}: a lone surrogate (U+D"
+        )
+    # Bytes on the command line that are not UTF-8 reach Python as lone surrogates.
+    assert main(predict(run, "--context", "Paris \udcff is big.", "--question", question)) == 2
+    assert capsys.readouterr().err == (
+        "treeqa predict: error: --context: not UTF-8 text (bytes that are not UTF-8)\n"
+    )
+
+
+def test_standard_input_and_an_input_with_no_questions(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    context, question, _ = CONTEXTS[0]
+    line = json.dumps({"id": 7, "context": context, "question": question}) + "\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(line.encode())))
+    assert main(predict(run, "--input", "-")) == 0
+    [answer] = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert answer["id"] == 7 and context[answer["start"] : answer["end"]] == answer["answer"]
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n \n")))
+    assert main(predict(run, "--input", "-")) == 2
+    assert capsys.readouterr().err == (
+        "treeqa predict: error: <stdin>: no questions in it (blank lines only)\n"
+    )
+
+
+def test_offsets_point_at_the_answer_in_any_script(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pieces = ["Paris", "capital", "Café", "e\u0301te\u0301", "東京は日本の首都です。", "👍🏽",
+              "👨\u200d👩\u200d👧", "שלום", "عالم", "\u200b", "\u00a0", "\t", "\n", "\r\n", "ﬁ",
+              "İstanbul", "ß", "\ufeff", "\u3000", "“quoted”", "U.S.", "🇫🇷", "1999."]  # fmt: skip
+    rng = np.random.default_rng(0)
+    items = []
+    for n in range(40):
+        words = rng.choice(pieces, size=int(rng.integers(1, 30)))
+        context = "".join(w + str(rng.choice([" ", "", "\u00a0", "\n"])) for w in words)
+        items.append({"id": n, "context": "x " + context, "question": "What is the capital?"})
+    assert main(predict(run, "--input", str(jsonl(tmp_path / "in.jsonl", *items)))) == 0
+    for item, line in zip(items, capsys.readouterr().out.splitlines(), strict=True):
+        answer = json.loads(line)
+        assert item["context"][answer["start"] : answer["end"]] == answer["answer"]
+        assert answer["answer"] and answer["answer"] == answer["answer"].strip()
+
+
+def test_no_answer_printed_with_its_margin_and_best_span_not_offsets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A threshold far below zero: this SQuAD 2.0 model answers nothing, whatever it learned.
+    run = train_tiny(tmp_path, "v2.0", "--threshold=-1e6")
+    context, question, _ = CONTEXTS[0]
+    capsys.readouterr()
+    assert main(predict(run, "--context", context, "--question", question, "--json")) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["start"] == -1 and result["best_span"]
+    assert main(predict(run, "--context", context, "--question", question)) == 0
+    assert capsys.readouterr().out == (
+        f"(no answer)\t(score {result['score']:.4f}, no-answer margin "
+        f"{result['no_answer_margin']:.4f}; best span {json.dumps(result['best_span'])})\n"
+    )
