@@ -118,6 +118,18 @@ def test_evaluate_qa_refuses_no_answer_scores_it_cannot_search(
     assert last_json(capsys)["no_ans_exact"] == 100.0
 
 
+def test_evaluate_qa_refuses_a_directory_to_write_predictions_before_answering(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No checkpoint is loaded and no question answered: the error comes first.
+    argv = ["evaluate", "qa", "--checkpoint", str(tmp_path / "none"), "--prepared",
+            str(tmp_path / "none"), "--write-predictions", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa evaluate: error: --write-predictions {tmp_path} is a directory; give a file name\n"
+    )
+
+
 def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["data", "prepare", "squad"], ["evaluate", "qa"]):
         with pytest.raises(SystemExit) as exit_:

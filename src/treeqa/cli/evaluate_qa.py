@@ -190,6 +190,11 @@ def evaluate_checkpoint(args: argparse.Namespace) -> int:
 
     if args.prepared is None:
         raise ValueError("evaluate qa --checkpoint needs --prepared DIR (the prepared SQuAD)")
+    if args.write_predictions is not None and args.write_predictions.is_dir():
+        # Found out before answering every question, not after.
+        raise ValueError(
+            f"--write-predictions {args.write_predictions} is a directory; give a file name"
+        )
     split = args.split or "dev"
     scores = qa.evaluate(args.checkpoint, args.prepared, split, args.write_predictions)
     if "words_unknown_to_model" in scores:
