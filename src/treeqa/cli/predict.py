@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from treeqa.cli import flags, qa_commands
@@ -83,34 +84,83 @@ def add_parser(subparsers: Any, task: str) -> argparse.ArgumentParser:
     return parser
 
 
+PREDICT_BATCH = 256
+"""Trees predicted at once: each batch is written out as soon as it is done."""
+
+
+def _tree_line(text: str) -> bool:
+    """Whether a line holds a bracketed tree (as ``iter_trees`` reads it)."""
+    return bool(text.rstrip("\r\n").strip(" "))
+
+
+def _lines_of_trees(path: Path, count: int) -> list[str]:
+    """``path:line`` of each of the ``count`` trees ``read_tree_file`` read from ``path``, one
+    per non-blank line (``path, tree k`` should the two ever disagree)."""
+    if path.suffix == ".jsonl":  # as read_dependency_trees reads it
+        with path.open(encoding="utf-8") as f:
+            numbers = [n for n, line in enumerate(f, 1) if line.strip()]
+    else:
+        with path.open(encoding="utf-8", newline="") as f:
+            numbers = [n for n, line in enumerate(f, 1) if _tree_line(line)]
+    if len(numbers) != count:
+        return [f"{path}, tree {k}" for k in range(1, count + 1)]
+    return [f"{path}:{n}" for n in numbers]
+
+
 def run(args: argparse.Namespace) -> int:
     from treeqa.data.sst import read_tree_file
     from treeqa.data.tree import Tree, iter_trees
-    from treeqa.recipes.sentiment import load_model, predict
+    from treeqa.recipes.sentiment import check_predictable, load_model, predict
 
-    trees: list[Tree] = list(iter_trees(args.trees, "<command line>"))
+    # (where it came from, tree): errors name the argument or file line of the tree they are about.
+    items: list[tuple[str, Tree]] = []
+    given = [n for n, text in enumerate(args.trees, 1) if _tree_line(text)]
+    items += zip(
+        [f"<command line>:{n}" for n in given],
+        iter_trees(args.trees, "<command line>"),
+        strict=True,
+    )
     if args.input:
-        trees += read_tree_file(args.input)
+        trees = read_tree_file(args.input)
+        items += zip(_lines_of_trees(args.input, len(trees)), trees, strict=True)
     if args.demo_examples:
         from treeqa.data.demo import DEMO_EXAMPLES
 
-        trees += list(iter_trees(DEMO_EXAMPLES, "<demo examples>"))
-    if not trees and not args.text:
+        items += [
+            ("<demo examples>", tree) for tree in iter_trees(DEMO_EXAMPLES, "<demo examples>")
+        ]
+    if not items and not args.text:
         raise ValueError("nothing to predict: give trees, --text, --input FILE or --demo-examples")
     loaded = load_model(args.checkpoint)
-    trees += [tree for text in args.text for tree in loaded.parse(text)]
-    results = predict(loaded, trees)
-    if args.output:
-        with args.output.open("w", encoding="utf-8") as f:
-            f.writelines(json.dumps(result) + "\n" for result in results)
-        print(f"wrote {len(results)} trees to {args.output}", file=sys.stderr)
-        return 0
-    for result in results:
-        if args.json:
-            print(json.dumps(result))
-            continue
-        print(f"{result['label']}  {result['text']}")
-        for node in result["nodes"][1:]:
-            if " " in node["words"]:
-                print(f"    {node['label']}  {node['words']}")
+    for n, text in enumerate(args.text, 1):
+        try:
+            items += [(f"--text {n}", tree) for tree in loaded.parse(text)]
+        except ValueError as err:
+            raise ValueError(f"--text {n}: {err}") from None
+    # Every tree is checked before any is predicted, so an error loses no work.
+    for where, tree in items:
+        try:
+            check_predictable(loaded, tree)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+    out = args.output.open("w", encoding="utf-8") if args.output else None
+    written = 0
+    try:
+        for at in range(0, len(items), PREDICT_BATCH):
+            for result in predict(loaded, [tree for _, tree in items[at : at + PREDICT_BATCH]]):
+                if out is not None:
+                    out.write(json.dumps(result) + "\n")
+                elif args.json:
+                    print(json.dumps(result))
+                else:
+                    print(f"{result['label']}  {result['text']}")
+                    for node in result["nodes"][1:]:
+                        if " " in node["words"]:
+                            print(f"    {node['label']}  {node['words']}")
+                written += 1
+    finally:
+        if out is not None:
+            out.close()
+    if out is not None:
+        print(f"wrote {written} trees to {args.output}", file=sys.stderr)
     return 0

@@ -1,0 +1,74 @@
+"""``treeqa predict`` (sentiment) as a user meets it: a tree the model cannot take is named
+by its file line or argument before anything is predicted, and large inputs are written out
+a batch at a time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from treeqa.cli import predict as predict_cli
+from treeqa.cli.main import main
+from treeqa.recipes import sentiment
+
+
+@pytest.fixture(scope="module")
+def run(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny binary Tree-LSTM: it takes trees of at most two children per node."""
+    out = tmp_path_factory.mktemp("tl") / "run"
+    overrides = [("data", str(demo_dir)), ("model", "tree_lstm"), ("epochs", "1"),
+                 ("health", "off"), ("model.embed_dim", "6"), ("model.hidden_dim", "5")]  # fmt: skip
+    sentiment.train(sentiment.resolve_config({}, overrides), out)
+    return out
+
+
+def deep(levels: int) -> str:
+    """A tree of 2 * levels + 1 nodes, ``levels`` deep."""
+    tree = "(good)"
+    for _ in range(levels):
+        tree = f"({tree} (x))"
+    return tree
+
+
+def test_a_tree_the_model_cannot_take_is_named_by_its_line(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    src = tmp_path / "trees.txt"
+    src.write_text(f"((the) (film))\n\n{deep(2600)}\n((a) (b))\n", encoding="utf-8")
+    assert main(["predict", "--checkpoint", str(run), "--input", str(src)]) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa predict: error: {src}:3: a tree of 5201 nodes; predict takes at most 5000 at once\n"
+    )
+    argv = ["predict", "--checkpoint", str(run), "((the) (film))", "", "((a) (b) (c))"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "treeqa predict: error: <command line>:3: this model takes trees with at most 2 children"
+        " per node, got 3; use the Child-Sum Tree-LSTM (--model childsum) for any fan-out\n"
+    )
+    # Nothing is predicted before the error, so nothing is written.
+    out = tmp_path / "out.jsonl"
+    assert (
+        main(["predict", "--checkpoint", str(run), "--input", str(src), "--output", str(out)]) == 2
+    )
+    assert not out.exists()
+
+
+def test_a_large_input_is_predicted_a_batch_at_a_time_as_all_at_once(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trees = ["((the) (film))", "((not) ((very) (good)))", deep(40), "(bad)", "((a) (b))"]
+    src = tmp_path / "trees.txt"
+    src.write_text("\n".join(trees) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    argv = ["predict", "--checkpoint", str(run), "--input", str(src), "--output", str(out)]
+    assert main(argv) == 0
+    whole = out.read_text(encoding="utf-8")
+    monkeypatch.setattr(predict_cli, "PREDICT_BATCH", 2)
+    assert main(argv) == 0
+    assert out.read_text(encoding="utf-8") == whole
+    results = [json.loads(line) for line in whole.splitlines()]
+    assert [r["text"] for r in results][:2] == ["the film", "not very good"]
+    assert len(results) == 5 and len(results[2]["nodes"]) == 81
