@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -186,3 +188,19 @@ def test_no_answer_printed_with_its_margin_and_best_span_not_offsets(
         f"(no answer)\t(score {result['score']:.4f}, no-answer margin "
         f"{result['no_answer_margin']:.4f}; best span {json.dumps(result['best_span'])})\n"
     )
+
+
+def test_a_reader_that_stops_early_stops_the_answers_quietly(run: Path, tmp_path: Path) -> None:
+    # `treeqa predict qa --input big.jsonl | head -1`: more answers than a pipe holds (64 KiB).
+    context, question, _ = CONTEXTS[0]
+    items = (
+        {"id": n, "note": "x" * 500, "context": context, "question": question} for n in range(200)
+    )
+    src = jsonl(tmp_path / "in.jsonl", *items)
+    argv = [sys.executable, "-m", "treeqa", *predict(run, "--input", str(src))]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        assert child.stdout is not None and child.stderr is not None
+        assert json.loads(child.stdout.readline())["id"] == 0
+        child.stdout.close()
+        assert child.stderr.read() == b""  # was: treeqa predict: error: [Errno 32] Broken pipe
+        assert child.wait() == 128 + signal.SIGPIPE

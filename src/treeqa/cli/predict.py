@@ -158,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
                         if " " in node["words"]:
                             print(f"    {node['label']}  {node['words']}")
                 written += 1
+    except BrokenPipeError:
+        return qa_commands.reader_gone()
     finally:
         if out is not None:
             out.close()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,6 +138,14 @@ def _text_line(r: dict[str, Any]) -> str:
     return f"{r['answer']}\t(score {r['score']:.4f}, characters {r['start']}-{r['end']})"
 
 
+def reader_gone() -> int:
+    """After a BrokenPipeError on stdout (``treeqa predict ... | head``): stop quietly, as a
+    pipe's writer does, with the shell's status for SIGPIPE. Python would report the broken
+    pipe again when it flushes stdout at exit, so stdout now goes nowhere."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
+
+
 def predict_main(args: argparse.Namespace) -> int:
     items: list[tuple[str, dict[str, Any]]] = []
     if args.context is not None or args.question is not None:
@@ -165,6 +175,8 @@ def predict_main(args: argparse.Namespace) -> int:
             else:
                 print(_text_line(r), flush=True)
             written += 1
+    except BrokenPipeError:
+        return reader_gone()
     except ValueError as err:
         if out is not None:
             raise ValueError(
