@@ -204,3 +204,20 @@ def test_a_reader_that_stops_early_stops_the_answers_quietly(run: Path, tmp_path
         child.stdout.close()
         assert child.stderr.read() == b""  # was: treeqa predict: error: [Errno 32] Broken pipe
         assert child.wait() == 128 + signal.SIGPIPE
+
+
+def test_an_output_that_is_the_input_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Answers are written as they come: an error half-way would leave the input cut short.
+    src = jsonl(tmp_path / "in.jsonl", {"context": CONTEXTS[0][0], "question": "Where?"})
+    before = src.read_text()
+    (tmp_path / "sub").mkdir()
+    again = tmp_path / "sub" / ".." / "in.jsonl"
+    argv = ["predict", "qa", "--checkpoint", str(tmp_path / "none"), "--input", str(src)]
+    assert main([*argv, "--output", str(again)]) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa predict: error: --output {again} is the --input file; write the results"
+        " elsewhere\n"
+    )
+    assert src.read_text() == before

@@ -72,3 +72,14 @@ def test_a_large_input_is_predicted_a_batch_at_a_time_as_all_at_once(
     results = [json.loads(line) for line in whole.splitlines()]
     assert [r["text"] for r in results][:2] == ["the film", "not very good"]
     assert len(results) == 5 and len(results[2]["nodes"]) == 81
+
+
+def test_an_output_that_is_the_input_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "trees.txt"
+    src.write_text("((the) (film))\n", encoding="utf-8")
+    argv = ["predict", "--checkpoint", str(tmp_path / "none"), "--input", str(src)]
+    assert main([*argv, "--output", str(src)]) == 2
+    assert "is the --input file; write the results elsewhere" in capsys.readouterr().err
+    assert src.read_text(encoding="utf-8") == "((the) (film))\n"

@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from treeqa.data.tree import Tree, iter_trees
     from treeqa.recipes.sentiment import check_predictable, load_model, predict
 
+    qa_commands.check_output(args)
     # (where it came from, tree): errors name the argument or file line of the tree they are about.
     items: list[tuple[str, Tree]] = []
     given = [n for n, text in enumerate(args.trees, 1) if _tree_line(text)]

@@ -146,7 +146,18 @@ def reader_gone() -> int:
     return 128 + signal.SIGPIPE
 
 
+def check_output(args: argparse.Namespace) -> None:
+    """Answers are written as they come, so an --output that is the --input file would be cut
+    to the answers made before an error: refused."""
+    output, given = args.output, args.input
+    if output is None or given is None or given == STDIN or not output.exists():
+        return
+    if os.path.samefile(output, given):
+        raise ValueError(f"--output {output} is the --input file; write the results elsewhere")
+
+
 def predict_main(args: argparse.Namespace) -> int:
+    check_output(args)
     items: list[tuple[str, dict[str, Any]]] = []
     if args.context is not None or args.question is not None:
         if not (args.context or "").strip() or not (args.question or "").strip():
