@@ -130,6 +130,31 @@ def test_evaluate_qa_refuses_a_directory_to_write_predictions_before_answering(
     )
 
 
+def test_evaluate_qa_refuses_predictions_that_answer_none_of_the_gold_questions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "gold.json").write_text(json.dumps(squad("v1.1")))
+    pred = tmp_path / "pred.jsonl"
+    argv = ["evaluate", "qa", "--gold", str(tmp_path / "gold.json"), "--predictions", str(pred)]
+    # `treeqa predict qa --output` lines: one object is read as ids "id" and "answer" (was: a
+    # score of 0 and two warnings), two are JSON lines.
+    pred.write_text(json.dumps({"id": "q1", "answer": "Fort Bragg"}) + "\n")
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa evaluate: error: {pred}: none of its 2 question ids is in {tmp_path / 'gold.json'}"
+        " (e.g. 'id', 'answer'); the answers to another file, or not {question id: answer text}?\n"
+    )
+    pred.write_text(pred.read_text() + json.dumps({"id": "q2", "answer": "1918"}) + "\n")
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa evaluate: error: {pred}:2:1: Extra data (expected one JSON object"
+        " {question id: answer text}, not one a line)\n"
+    )
+    pred.write_text("{}")  # no answers at all: every question scores 0, as the official script
+    assert main([*argv, "--json"]) == 0
+    assert last_json(capsys)["f1"] == 0.0
+
+
 def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
     for argv in (["data", "prepare", "squad"], ["evaluate", "qa"]):
         with pytest.raises(SystemExit) as exit_:

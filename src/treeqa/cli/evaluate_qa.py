@@ -148,6 +148,12 @@ def evaluate_main(args: argparse.Namespace) -> int:
         )
     except NoAnswerScoreError as err:
         raise ValueError(f"{args.na_probs}: {err}") from None
+    if predictions and scores["answered"] == 0:  # a score of 0 that says nothing of the model
+        raise ValueError(
+            f"{args.predictions}: none of its {len(predictions)} question ids is in "
+            f"{args.gold} (e.g. {', '.join(repr(k) for k in list(predictions)[:3])}); "
+            "the answers to another file, or not {question id: answer text}?"
+        )
     if scores["unknown"]:
         print(
             f"warning: {scores['unknown']} predictions for question ids not in {args.gold.name}"

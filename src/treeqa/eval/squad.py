@@ -400,7 +400,10 @@ def _load_object(path: Path, values: str) -> dict[str, Any]:
     try:
         found = json.loads(text, object_pairs_hook=pairs_to_dict)
     except json.JSONDecodeError as err:
-        raise PredictionFileError(err.msg, path, err.lineno, err.colno) from None
+        why = err.msg
+        if why == "Extra data":  # JSON lines, say `treeqa predict qa --output`
+            why += f" (expected one JSON object {{question id: {values}}}, not one a line)"
+        raise PredictionFileError(why, path, err.lineno, err.colno) from None
     if not isinstance(found, dict):
         raise PredictionFileError(f"expected a JSON object {{question id: {values}}}", path)
     if twice:
