@@ -153,6 +153,8 @@ def test_answer_not_in_context_names_article_and_question_or_is_counted(tmp_path
     ("change", "reason"),
     [
         (lambda q: q.pop("question"), "malformed question"),
+        (lambda q: q.update(question=""), "question 'q7': empty question"),
+        (lambda q: q.update(question=" \n\u3000"), "question 'q7': empty question"),
         (lambda q: q.update(id="q1"), "duplicate question id"),
         (lambda q: q.update(answers=[]), "no answers"),
         (lambda q: q["answers"][0].update(answer_start="3"), "malformed answer"),
@@ -163,6 +165,19 @@ def test_malformed_questions_are_errors(tmp_path: Path, change: Any, reason: str
     change(data["data"][1]["paragraphs"][1]["qas"][0])
     with pytest.raises(SquadFormatError, match=reason):
         list(iter_articles(write(tmp_path / "m.json", data)))
+
+
+def test_an_empty_context_is_an_error_or_skips_its_questions(tmp_path: Path) -> None:
+    data = squad_v1()
+    paragraph = data["data"][1]["paragraphs"][1]
+    paragraph["context"] = " \n "
+    path = write(tmp_path / "blank.json", data)
+    with pytest.raises(SquadFormatError, match=r"blank.json: article 1 \('Paris'\): empty context"):
+        list(iter_articles(path))
+    stats = ReadStats()
+    articles = list(iter_articles(path, skip_bad=True, stats=stats))
+    assert stats.skipped == {"empty context": len(paragraph["qas"])}
+    assert len(articles[1].paragraphs) == 1
 
 
 # --- tokenisation ------------------------------------------------------------------------

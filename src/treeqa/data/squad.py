@@ -236,6 +236,10 @@ class _Checker:
                     title,
                 )
                 continue
+            if not p["context"].strip():  # nothing to answer from, or to attend over
+                if qas:
+                    self._bad("empty context", len(qas), index, title)
+                continue
             qs = [q for q in (self.question(r, p["context"], index, title) for r in p["qas"]) if q]
             kept.append(Paragraph(p["context"], tuple(qs)))
         self.stats.articles += 1
@@ -255,6 +259,8 @@ class _Checker:
         reason = None
         if not isinstance(impossible, bool) or not isinstance(answers, list):
             reason = 'malformed question ("answers" must be a list, "is_impossible" true/false)'
+        elif not raw["question"].strip():
+            reason = "empty question"
         elif qid in self.ids:
             reason = "duplicate question id"
         elif impossible and answers:
