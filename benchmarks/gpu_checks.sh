@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every GPU check of treeqa in one run, sized for a short loan of one GPU (~10 minutes):
+# Every GPU check of treeqa in one run, sized for a short loan of one GPU (the default steps'
+# time limits add up to 12 minutes):
 #   1. the environment (torch, CUDA, device name);
 #   2. the GPU tests (tree models and QANet: CPU == GPU, bf16 autocast, fp16 with a loss scaler;
 #      the health monitor on a GPU);
