@@ -113,6 +113,11 @@ def test_a_line_refused_is_named_and_the_answers_before_it_are_kept(
     captured = capsys.readouterr()
     assert [json.loads(line) for line in captured.out.splitlines()] == answers
     assert f"{src}:4: a context of 2100 tokens" in captured.err
+    # The first line refused: nothing answered, and the output says so.
+    first = jsonl(tmp_path / "first.jsonl", {"context": "word " * 2100, "question": question})
+    assert main(predict(run, "--input", str(first), "--output", str(out))) == 2
+    assert capsys.readouterr().err.endswith(f"at a time ({out} holds no answers)\n")
+    assert out.read_text(encoding="utf-8") == ""
 
 
 def test_text_no_utf8_output_can_hold_is_refused_naming_where(

@@ -190,9 +190,13 @@ def predict_main(args: argparse.Namespace) -> int:
         return reader_gone()
     except ValueError as err:
         if out is not None:
-            raise ValueError(
-                f"{err} (the {written} answers before it are in {args.output})"
-            ) from None
+            if written == 0:
+                kept = f"{args.output} holds no answers"
+            elif written == 1:
+                kept = f"the answer before it is in {args.output}"
+            else:
+                kept = f"the {written} answers before it are in {args.output}"
+            raise ValueError(f"{err} ({kept})") from None
         raise
     finally:
         if out is not None:
