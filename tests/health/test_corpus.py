@@ -33,6 +33,14 @@ EXPECTED = {
     "bug_input_bound.py": "input-bound",
     "bug_hot_op.py": "hot-op",
     "heap_sorted_lengths.py": "heap-retention",
+    "bug_gradients_not_zeroed.py": "gradients-not-zeroed",
+    "bug_step_without_gradients.py": "step-without-gradients",
+    "bug_train_in_eval_mode.py": "train-in-eval-mode",
+    "bug_lr_collapsed.py": "lr-collapsed",
+    "bug_loss_broadcast.py": "loss-broadcast",
+    "bug_logits_into_nll.py": "logits-into-nll-loss",
+    "bug_sigmoid_into_bce_with_logits.py": "probabilities-into-cross-entropy",
+    "bug_dropout_in_eval.py": "dropout-in-eval",
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
 CLEAN = [
@@ -44,6 +52,10 @@ CLEAN = [
     "clean_two_runs.py",  # a second model and optimiser: its steps are counted too
     "clean_eval_between_steps.py",  # a summed eval loss before training: no loss-at-init
     "clean_partial_training.py",  # head-only optimiser, aux head on some steps, teacher
+    "clean_grad_accumulation.py",  # zeroed every 4 backwards, to zeros (set_to_none=False)
+    "clean_gan.py",  # the generator's backward adds to the critic's gradients
+    "clean_frozen_bn.py",  # BN layers in eval mode, evaluations, OneCycle every batch
+    "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax, MC dropout
 ]
 
 

@@ -36,6 +36,13 @@ FIXES: dict[str, str] = {
     "heap-retention": "nothing leaks; to keep RSS lower, run with MALLOC_MMAP_THRESHOLD_=1048576 (a few % slower) or preload jemalloc/tcmalloc",
     "input-bound": "load data in DataLoader workers (num_workers>0, pin_memory) and cache preprocessing",
     "hot-op": "make the dominating operator family cheaper (each family has its own advice)",
+    "gradients-not-zeroed": "call optimizer.zero_grad() once per optimiser step (before backward), so each step uses only its own gradients",
+    "step-without-gradients": "build the optimiser over the parameters of the model that trains, and zero gradients before backward(), not between backward() and step()",
+    "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
+    "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
+    "loss-broadcast": "give prediction and target the same shape (pred.squeeze(-1) or target.unsqueeze(-1)) before the loss",
+    "logits-into-nll-loss": "apply log_softmax over the class dimension before nll_loss/NLLLoss, or pass the logits to cross_entropy",
+    "dropout-in-eval": "pass training=self.training to F.dropout (or use an nn.Dropout module), so model.eval() turns it off",
 }
 CODES = tuple(FIXES)
 
@@ -530,3 +537,157 @@ def non_finite_grads(named: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
     if bool(finite.all()):
         return []
     return [name for (name, _), ok in zip(grads, finite.tolist(), strict=True) if not ok]
+
+
+# ---------------------------------------------------------------- optimiser steps and losses
+
+
+def gradients_not_zeroed(clean: Sequence[bool], streak: int = 3) -> Finding | None:
+    """Gradients carried over from the previous optimiser step into every new one.
+
+    ``clean``: one verdict per sampled step, oldest first: whether any backward of that step
+    accumulated into a gradient that was None or zero. Gradient accumulation zeroes once per
+    optimiser step, so its first micro-batch starts clean; a GAN's generator backward that
+    runs through the critic adds to the critic's gradients, but the critic's own backward
+    starts clean after its zero_grad. Only ``streak`` dirty sampled steps in a row (and none
+    clean since) mean that nothing zeroes them."""
+    if len(clean) < streak or any(clean[-streak:]):
+        return None
+    return Finding(
+        "gradients-not-zeroed",
+        "error",
+        f"the gradients were never zeroed between optimiser steps on the last {streak} sampled "
+        "steps: each step adds its gradient to all earlier ones",
+        evidence={"sampled_steps": len(clean), "dirty_in_a_row": streak},
+    )
+
+
+def step_without_gradients(steps: int, stale: bool, streak: int = 5) -> Finding | None:
+    """The optimiser stepped ``steps`` sampled steps in a row after a backward, and none of its
+    parameters had a gradient. ``stale``: no model that ran a forward holds its parameters
+    (it was built over a model that was replaced); else the gradients were cleared between
+    backward and step."""
+    if steps < streak:
+        return None
+    cause = (
+        "its parameters belong to no model that runs (was the model re-created after the "
+        "optimiser was built?)"
+        if stale
+        else "the backward reached none of them: gradients cleared between backward() and "
+        "step() (zero_grad in the wrong place?), or a forward under torch.no_grad() or detached"
+    )
+    return Finding(
+        "step-without-gradients",
+        "error",
+        f"the optimiser stepped {steps} sampled steps after a backward with no gradient on any of "
+        f"its parameters, so nothing it holds changes: {cause}",
+        evidence={"sampled_steps": steps, "stale_parameters": stale},
+    )
+
+
+def train_in_eval_mode(
+    train_steps: int, eval_steps: int, since: int, modules: Sequence[str], streak: int = 20
+) -> Finding | None:
+    """A model that trained in train mode went on training in eval mode (``model.eval()`` for
+    a validation, no ``model.train()`` after it) for ``eval_steps`` steps in a row since step
+    ``since``. ``modules``: its layers that behave differently in eval mode (dropout,
+    batch norm); without them the mode changes nothing. A model in eval mode from its first
+    step (fine-tuning with dropout off on purpose) has no ``train_steps`` and is not judged."""
+    if train_steps == 0 or eval_steps < streak or not modules:
+        return None
+    return Finding(
+        "train-in-eval-mode",
+        "warning",
+        f"the model trains in eval mode since step {since} ({eval_steps} steps), after "
+        f"{train_steps} steps in train mode: {', '.join(modules[:3])} run as in evaluation "
+        "(dropout off, batch norm frozen at its running statistics)",
+        evidence={
+            "train_mode_steps": train_steps,
+            "eval_mode_steps": eval_steps,
+            "since_step": since,
+            "mode_dependent": list(modules[:10]),
+        },
+    )
+
+
+LR_FLOOR = 1e-4
+"""The learning rate counts as collapsed below this share of its peak so far: a cosine or
+linear schedule to zero gets there only in the last ~0.6% of its steps; StepLR(step_size=30,
+gamma=0.1) stepped every batch after 120 batches."""
+
+
+def lr_collapsed(peak: float, low_since: int | None, step: int, first: int = 1) -> Finding | None:
+    """The learning rate stayed below ``LR_FLOOR`` x its peak from step ``low_since`` on, for at
+    least as many steps as it was above (and >= 50): a per-epoch scheduler stepped every batch.
+    ``first``: the first step counted (a later run in one script starts later)."""
+    if low_since is None or peak <= 0:
+        return None
+    low, before = step - low_since + 1, low_since - first
+    if low < max(50, before):
+        return None
+    return Finding(
+        "lr-collapsed",
+        "warning",
+        f"the learning rate has been below {LR_FLOOR:g} x its peak ({peak:.3g}) since step "
+        f"{low_since}: {low} of {step - first + 1} steps train with almost no step size",
+        evidence={"peak_lr": peak, "low_since_step": low_since, "low_steps": low},
+    )
+
+
+def loss_broadcast(
+    fname: str, input_shape: Sequence[int], target_shape: Sequence[int]
+) -> Finding | None:
+    """An elementwise loss whose input and target broadcast to more elements than either has
+    (prediction [N, 1] against target [N] makes [N, N]: every prediction against every
+    target). A target that broadcasts to the input's shape (a scalar) is fine."""
+    try:
+        shape = torch.broadcast_shapes(tuple(input_shape), tuple(target_shape))
+    except RuntimeError:
+        return None
+    n = math.prod(shape)
+    if n <= max(math.prod(input_shape), math.prod(target_shape)):
+        return None
+    return Finding(
+        "loss-broadcast",
+        "error",
+        f"{fname} compares input {list(input_shape)} with target {list(target_shape)}: they "
+        f"broadcast to {list(shape)}, every prediction against every target",
+        evidence={
+            "function": fname,
+            "input_shape": list(input_shape),
+            "target_shape": list(target_shape),
+            "broadcast_shape": list(shape),
+        },
+    )
+
+
+_VIEWS = re.compile(
+    r"(Squeeze|SqueezeDim|Unsqueeze|View|UnsafeView|Reshape|ReshapeAlias|Alias|Select|Slice"
+    r"|Expand|Permute|T|Transpose|Clone|ToCopy|Unbind)Backward\d+"
+)
+"""Autograd nodes of ops that move values without changing them."""
+
+
+def produced_by(x: torch.Tensor, op: str, hops: int = 4) -> bool:
+    """Whether ``x`` comes from autograd node ``op`` (e.g. "SigmoidBackward0") through at most
+    ``hops`` view-like nodes (squeeze, view, select...). No host sync."""
+    node = x.grad_fn
+    for _ in range(hops + 1):
+        if node is None:
+            return False
+        name = type(node).__name__
+        if name == op:
+            return True
+        if not _VIEWS.fullmatch(name) or not node.next_functions:
+            return False
+        node = node.next_functions[0][0]
+    return False
+
+
+def above_zero(x: torch.Tensor) -> float | None:
+    """The largest value of ``x`` where log-probabilities (<= 0) belong, when it is clearly
+    above 0 (raw logits); None for log-probabilities (fp16 rounding included). One host sync."""
+    if not x.is_floating_point() or x.numel() == 0:
+        return None
+    top = float(x.detach().max())
+    return top if top > 1e-3 else None

@@ -38,7 +38,9 @@ from torch.amp import GradScaler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from treeqa.health import report
-from treeqa.health.monitor import HealthError, HealthMonitor
+from treeqa.health.evaluation import EvalDropout
+from treeqa.health.monitor import HealthError, HealthMonitor, compiled
+from treeqa.health.updates import Updates
 
 SWITCH_AFTER = 8
 """Another optimiser that steps more than this many times (and more than 4x as often as any
@@ -73,6 +75,8 @@ class Doctor:
         self.original_backward: Any = None
         self.original_scaler_step: Any = None
         self.step_calls = 0  # optimiser steps seen, of any optimiser
+        self.updates = Updates(monitor.add)  # what the clock's steps are given (updates.py)
+        self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
 
     def install(self) -> None:
         self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self._discover)
@@ -91,6 +95,7 @@ class Doctor:
                 create = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
                 if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
                     me.loss = loss
+                me.updates.backwards += 1
                 me.monitor.note_backward(bool(create if retain is None else retain))
             return original(tensors, *args, **kwargs)
 
@@ -115,6 +120,8 @@ class Doctor:
             if handle is not None:
                 handle.remove()
         self.handles, self.root_handles, self.discovery = [], [], None
+        self.updates.remove_hooks()
+        self.eval_dropout.end()
         if self.original_backward is not None:
             torch.autograd.backward = self.original_backward
             self.original_backward = None
@@ -128,6 +135,7 @@ class Doctor:
             self.open = True
             self.compute_start = time.perf_counter()
             self.monitor.begin_step()
+            self.updates.begin_step(self.monitor.sampling and not compiled())
 
     def _discover(self, module: nn.Module, args: Any) -> None:
         # Inside torch.compile's trace a hook's side effects cannot be traced (Dynamo asserts):
@@ -147,13 +155,21 @@ class Doctor:
         return id(module) in self.trained and not module.training and not torch.is_grad_enabled()
 
     def _root_pre_hook(self, module: nn.Module, args: Any) -> None:
-        if not torch.compiler.is_compiling() and not self._evaluating(module):  # see _discover
+        if torch.compiler.is_compiling():  # see _discover
+            return
+        if id(module) in self.trained:
+            self.updates.forward(module)
+        if self._evaluating(module):
+            self.eval_dropout.begin()
+        else:
             self._begin()
 
     def _root_hook(self, module: nn.Module, args: Any, output: Any) -> None:
         # The wait for the next step's data starts when an evaluation's last forward ends.
-        if not self.open and not torch.compiler.is_compiling() and self._evaluating(module):
-            self.last_end = time.perf_counter()
+        if not torch.compiler.is_compiling() and self._evaluating(module):
+            self.eval_dropout.end()
+            if not self.open:
+                self.last_end = time.perf_counter()
 
     def _find_roots(self, optimizer: torch.optim.Optimizer) -> None:
         trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -180,6 +196,7 @@ class Doctor:
         )
         self.called.clear()
         self.finding_roots = False
+        self.updates.reset(self.monitor.step)
 
     def _switch_clock(self, optimizer: torch.optim.Optimizer) -> None:
         """``optimizer`` is the clock from now on; its next step looks up the models it trains
@@ -219,7 +236,11 @@ class Doctor:
         if not self.open:  # no module forward seen this step (functional model)
             self.compute_start = self.last_end
         loss, self.loss = self.loss, None
+        sampled = self.monitor.sampling
         self.monitor.end_step(loss, now - self.compute_start, self.compute_start - self.last_end)
+        self.updates.end_step(
+            self.monitor.step, sampled, optimizer, self.roots, self.monitor.params
+        )
         self.open = False
         self.last_end = time.perf_counter()
         if self.monitor.stop_requested:
@@ -409,6 +430,7 @@ def run_doctor(
         else:
             sys.modules.pop("__mp_main__", None)
         sys.stdout.flush()
+    doctor.updates.finish(monitor.step)
     try:
         result = monitor.finish()
     except OSError as e:  # the report could not be written: the script's exit code still holds

@@ -1,8 +1,11 @@
-"""Look at what goes into ``F.cross_entropy``/``F.nll_loss`` (the nn losses call them).
+"""Look at what goes into the loss functions of ``torch.nn.functional`` (the nn losses call them).
 
-The functions are wrapped for the run: on sampled steps the input is checked for probabilities
-(non-negative rows summing to 1, i.e. softmax output where logits belong), and the first
-cross-entropy of the run is compared with log(C).
+The functions are wrapped for the run. On sampled steps: the input of ``cross_entropy`` and
+``nll_loss`` is checked for probabilities (non-negative rows summing to 1, i.e. softmax output
+where logits belong), that of ``nll_loss`` for values above 0 (logits where log-probabilities
+belong), that of ``binary_cross_entropy_with_logits`` for a sigmoid's output, and the shapes of
+the elementwise regression losses for a broadcast (prediction [N, 1] against target [N]). The
+first cross-entropy of the run is compared with log(C).
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from torch.nn import functional as F
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
+
+CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits")
+ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
+"""Losses of an input against a target of the same shape (torch broadcasts, with a warning)."""
 
 
 class LossInputCheck:
@@ -32,7 +39,7 @@ class LossInputCheck:
         self._originals: dict[str, Callable[..., torch.Tensor]] = {}
 
     def install(self) -> None:
-        for fname in ("cross_entropy", "nll_loss"):
+        for fname in (*CLASSIFICATION, *ELEMENTWISE):
             original = getattr(F, fname)
             if not getattr(original, "_treeqa_health", False):
                 self._originals[fname] = original
@@ -72,8 +79,44 @@ class LossInputCheck:
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> None:
+        if fname in ELEMENTWISE:
+            target = args[0] if args else (kwargs or {}).get("target")
+            if isinstance(target, torch.Tensor):
+                found = checks.loss_broadcast(fname, input.shape, target.shape)
+                if found is not None:
+                    found.where = checks.user_site(2)
+                    self.add(found)
+            return
+        if fname == "binary_cross_entropy_with_logits":
+            if checks.produced_by(input, "SigmoidBackward0"):
+                self.add(
+                    Finding(
+                        "probabilities-into-cross-entropy",
+                        "error",
+                        f"{fname} received a sigmoid's output (probabilities), not logits",
+                        where=checks.user_site(2),
+                        evidence={"function": fname, "produced_by": "sigmoid"},
+                        fix="drop the final sigmoid and pass logits to BCEWithLogitsLoss "
+                        "(or keep it and use BCELoss)",
+                    )
+                )
+            return
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
-        if checks.looks_like_probabilities(input):
+        probabilities = checks.looks_like_probabilities(input)
+        if fname == "nll_loss" and not probabilities:
+            top = checks.above_zero(input)
+            if top is not None:
+                self.add(
+                    Finding(
+                        "logits-into-nll-loss",
+                        "error",
+                        f"nll_loss received values up to {top:.3g}, not log-probabilities "
+                        "(<= 0): raw logits without log_softmax, so the loss falls without bound",
+                        where=checks.user_site(2),
+                        evidence={"function": fname, "max": round(top, 4), "classes": classes},
+                    )
+                )
+        if probabilities:
             expected = "logits" if fname == "cross_entropy" else "log-probabilities"
             self.add(
                 Finding(

@@ -1,0 +1,198 @@
+"""What each optimiser step of ``treeqa doctor``'s clock is given: gradients of this step only,
+gradients at all, a model in train mode, a learning rate.
+
+``Updates`` is driven by the ``Doctor`` (which sees the optimiser, the models it trains and
+every backward) and reports to the monitor:
+
+- ``gradients-not-zeroed``: on sampled steps a hook on one trained parameter notes, before
+  each backward accumulates into it, whether its gradient was None or zero; with ``.grad``
+  never cleared, no backward of the step starts clean.
+- ``step-without-gradients``: the clock stepped after a backward while none of its parameters
+  that require gradients had one (a stale optimiser, zero_grad between backward and step).
+- ``train-in-eval-mode``: the models the clock trains ran their forwards with gradients in
+  eval mode, after steps in train mode.
+- ``lr-collapsed``: the clock's learning rate fell below ``checks.LR_FLOOR`` of its peak and
+  stayed there for as long as it was above.
+
+Per step this costs a few attribute reads; the hooks are on sampled steps only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from treeqa.health import checks
+from treeqa.health.checks import Finding
+
+EMPTY_STEPS = 20
+"""Steps in a row with a backward and no gradient on the optimiser's parameters (a conditional
+head with an optimiser of its own gets one within a few)."""
+EVAL_STEPS = 20
+"""Steps in a row trained in eval mode (after train mode) before it is reported."""
+
+
+class Updates:
+    """``add``: where findings go (``HealthMonitor.add``)."""
+
+    def __init__(self, add: Callable[[Finding], None]):
+        self.add = add
+        self.reported: set[str] = set()
+        self._handles: list[Any] = []
+        self.reset(0)
+
+    def reset(self, step: int) -> None:
+        """A new clock (a new run in the script): judge its steps afresh from ``step`` on."""
+        self.remove_hooks()
+        self.probe: nn.Parameter | None = None  # the parameter hooked on the next sampled step
+        self.clean: list[bool] = []  # per sampled step: a backward started from cleared grads
+        self._before: bool | None = None  # the probe's gradient was clear before this backward
+        self._step_clean: bool | None = None
+        self.backwards = 0  # backward calls since the clock's last step
+        self.empty = 0  # steps in a row stepped after a backward with no gradients
+        self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
+        self.mode = 0  # this step's forwards with gradients: 1 train mode, 2 eval mode
+        self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
+        self.peak, self.first = 0.0, step + 1
+        self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
+        self.reported -= {"lr-collapsed"}
+
+    # ------------------------------------------------------------------ from the doctor's hooks
+
+    def forward(self, module: nn.Module) -> None:
+        """A model the clock trains starts a forward."""
+        if torch.is_grad_enabled():
+            self.mode |= 1 if module.training else 2
+
+    def begin_step(self, sampled: bool) -> None:
+        """The step's compute starts: on a sampled step, hook the probe parameter."""
+        probe = self.probe
+        if not sampled or probe is None or self._handles:
+            return
+        self._step_clean = None
+        self._handles = [
+            probe.register_hook(self._before_accumulate),
+            probe.register_post_accumulate_grad_hook(self._accumulated),
+        ]
+
+    def _before_accumulate(self, grad: torch.Tensor) -> None:
+        if self._step_clean:  # this step already had a backward from cleared gradients
+            return
+        g = self.probe.grad if self.probe is not None else None
+        if g is not None and g.is_sparse:
+            g = g.coalesce().values()
+        self._before = g is None or not bool(g.any())  # one host sync, on sampled steps only
+
+    def _accumulated(self, param: torch.Tensor) -> None:
+        # Only a backward that accumulates into .grad counts: torch.autograd.grad runs the
+        # first hook too but leaves .grad alone (a gradient set by hand is no carry-over).
+        if self._before is not None:
+            self._step_clean = bool(self._step_clean) or self._before
+            self._before = None
+
+    def remove_hooks(self) -> None:
+        while self._handles:
+            self._handles.pop().remove()
+
+    # ------------------------------------------------------------------ at the clock's step
+
+    def end_step(
+        self,
+        step: int,
+        sampled: bool,
+        optimizer: torch.optim.Optimizer,
+        roots: list[nn.Module],
+        params: list[tuple[str, nn.Parameter]],
+    ) -> None:
+        """After the clock's optimiser step ``step`` (``sampled``: the monitor sampled it);
+        ``roots``: the models it trains, ``params`` their trained parameters."""
+        if self._handles:
+            self.remove_hooks()
+            if self._step_clean is not None:
+                self.clean.append(self._step_clean)
+                self._report(checks.gradients_not_zeroed(self.clean))
+        if sampled:  # the parameter that had a gradient now, for the next sampled step
+            self.probe = next((p for _, p in reversed(params) if p.grad is not None), None)
+        if self.backwards:
+            self._note_gradients(optimizer, roots)
+        self.backwards = 0
+        self._note_mode(step, roots)
+        self._note_lr(step, sampled, optimizer)
+
+    def _note_gradients(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
+        # The parameter that had a gradient last time first: a frozen backbone given to the
+        # optimiser is not walked again on every step.
+        if self.with_grad is not None and self.with_grad.grad is not None:
+            self.empty = 0
+            return
+        wanted = False
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self.empty, self.with_grad = 0, p
+                    return
+                wanted |= p.requires_grad
+        if not wanted:  # all frozen (staged unfreezing): no step is expected to change them
+            return
+        self.empty += 1
+        if self.empty == EMPTY_STEPS:
+            self._report(
+                checks.step_without_gradients(self.empty, stale=not roots, streak=EMPTY_STEPS)
+            )
+
+    def _note_mode(self, step: int, roots: list[nn.Module]) -> None:
+        mode, self.mode = self.mode, 0
+        if mode & 1:
+            self.train_steps += 1
+            self.eval_steps = 0
+        elif mode & 2:
+            self.eval_since = self.eval_since if self.eval_steps else step
+            self.eval_steps += 1
+            if self.eval_steps == EVAL_STEPS and self.train_steps:
+                self._report(
+                    checks.train_in_eval_mode(
+                        self.train_steps, self.eval_steps, self.eval_since, _mode_dependent(roots)
+                    )
+                )
+
+    def _note_lr(self, step: int, sampled: bool, optimizer: torch.optim.Optimizer) -> None:
+        lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+        if not isinstance(lr, float | int):  # a tensor lr (capturable optimisers): not read
+            return
+        if lr > self.peak:
+            self.peak, self.low_since = float(lr), None
+        elif self.low_since is None and lr < checks.LR_FLOOR * self.peak:
+            self.low_since = step
+        elif self.low_since is not None and lr >= checks.LR_FLOOR * self.peak:
+            self.low_since = None  # warm restarts: it comes back
+        if sampled and self.low_since is not None:
+            self._report(checks.lr_collapsed(self.peak, self.low_since, step, self.first))
+
+    def finish(self, step: int) -> None:
+        if self.low_since is not None:
+            self._report(
+                checks.lr_collapsed(self.peak, self.low_since, step, self.first), at_step=False
+            )
+
+    def _report(self, found: Finding | None, at_step: bool = True) -> None:
+        """``at_step``: called from the optimiser's step, whose line in the script is where."""
+        if found is not None and found.code not in self.reported:
+            self.reported.add(found.code)
+            found.where = checks.user_site() if at_step else ""
+            self.add(found)
+
+
+def _mode_dependent(roots: list[nn.Module]) -> list[str]:
+    """Layers in eval mode that compute differently in train mode: dropout with p > 0 and
+    batch norm."""
+    names = []
+    for i, root in enumerate(roots):
+        for name, m in root.named_modules():
+            dropout = isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0
+            if (dropout or isinstance(m, nn.modules.batchnorm._BatchNorm)) and not m.training:
+                label = name or type(root).__name__
+                names.append(f"{(f'model{i}.' if i else '') + label} ({type(m).__name__})")
+    return names

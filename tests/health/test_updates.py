@@ -1,0 +1,213 @@
+"""The checks on what an optimiser step is given (``updates.py``) and on loss inputs, on their
+own: gradients carried over, steps without gradients, eval mode, a collapsed learning rate,
+broadcast loss shapes, sigmoid output and logits where the loss wants something else."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from treeqa.health import checks
+from treeqa.health.checks import Finding
+from treeqa.health.updates import EMPTY_STEPS, EVAL_STEPS, Updates
+
+
+def test_gradients_not_zeroed_needs_dirty_sampled_steps_in_a_row() -> None:
+    assert checks.gradients_not_zeroed([True, False, False]) is None
+    assert checks.gradients_not_zeroed([False, False, True]) is None  # zeroed again
+    found = checks.gradients_not_zeroed([True, False, False, False])
+    assert found is not None and found.severity == "error"
+
+
+def _probe_run(zero: str, steps: int = 4) -> list[bool]:
+    """Step a layer whose bias is the probe, every step sampled; ``zero``: how the script
+    clears gradients ("none", "set_to_none", "zeros", "accumulate" every 2 backwards,
+    "autograd.grad" with .grad set by hand)."""
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 2)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+    updates = Updates(lambda found: None)
+    params = list(layer.named_parameters())
+    for step in range(1, steps + 1):
+        updates.begin_step(sampled=True)
+        for _micro in range(2 if zero == "accumulate" else 1):
+            loss = layer(torch.randn(3, 4)).pow(2).mean()
+            if zero == "autograd.grad":
+                for p, g in zip(
+                    layer.parameters(),
+                    torch.autograd.grad(loss, list(layer.parameters())),
+                    strict=True,
+                ):
+                    p.grad = g
+            else:
+                loss.backward()
+        opt.step()
+        updates.end_step(step, True, opt, [layer], params)  # as the optimiser's post-hook
+        if zero in ("set_to_none", "accumulate"):
+            opt.zero_grad()
+        elif zero == "zeros":
+            opt.zero_grad(set_to_none=False)
+    return updates.clean
+
+
+def test_a_probe_parameter_tells_cleared_gradients_from_carried_ones() -> None:
+    assert _probe_run("none") == [False, False, False]  # step 1 chooses the probe
+    assert _probe_run("set_to_none") == [True, True, True]
+    assert _probe_run("zeros") == [True, True, True]  # zero tensors: a host sync tells
+    assert _probe_run("accumulate") == [True, True, True]  # the first micro-batch starts clean
+    assert _probe_run("autograd.grad") == []  # .grad replaced by hand: nothing accumulates
+
+
+def test_step_without_gradients_counts_steps_after_a_backward_only() -> None:
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    stale = nn.Linear(4, 2)  # the optimiser's parameters: no model that runs holds them
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(stale.parameters(), lr=0.1)
+    for step in range(1, EMPTY_STEPS + 1):
+        if step > 1:  # a step with no backward (gradients set by hand elsewhere) is not judged
+            model(torch.randn(3, 4)).sum().backward()
+            updates.backwards += 1
+        updates.end_step(step, False, opt, [], [])
+    assert found == []
+    model(torch.randn(3, 4)).sum().backward()
+    updates.backwards += 1
+    updates.end_step(EMPTY_STEPS + 1, False, opt, [], [])
+    assert [f.code for f in found] == ["step-without-gradients"]
+    assert found[0].evidence["stale_parameters"] is True
+
+
+def test_a_frozen_optimiser_stepping_without_gradients_is_not_judged() -> None:
+    """Staged unfreezing: the backbone's optimiser steps while its parameters are frozen."""
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    backbone = nn.Linear(4, 4).requires_grad_(False)
+    opt = torch.optim.SGD(backbone.parameters(), lr=0.1)
+    for step in range(1, 3 * EMPTY_STEPS):
+        updates.backwards += 1
+        updates.end_step(step, False, opt, [backbone], [])
+    assert found == []
+
+
+def test_train_in_eval_mode_after_train_mode_with_mode_dependent_layers() -> None:
+    def run(model: nn.Module, train_first: int) -> list[str]:
+        found: list[Finding] = []
+        updates = Updates(found.append)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(1, train_first + EVAL_STEPS + 5):
+            model.train(step <= train_first)
+            updates.forward(model)
+            updates.end_step(step, False, opt, [model], [])
+        return [f.code for f in found]
+
+    dropout = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+    assert run(dropout, 10) == ["train-in-eval-mode"]
+    assert run(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), 10) == ["train-in-eval-mode"]
+    assert run(dropout, 0) == []  # eval mode from the first step: on purpose
+    assert run(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), 10) == []  # the mode changes nothing
+    assert checks.train_in_eval_mode(10, EVAL_STEPS, 11, []) is None
+
+
+def _lr_findings(make, steps: int, lr: float = 0.1) -> list[str]:
+    """Step an optimiser ``steps`` times with the scheduler ``make(opt)`` stepped after each."""
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    opt = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=lr)
+    scheduler = make(opt)
+    for step in range(1, steps + 1):
+        opt.step()
+        updates.end_step(step, step % 50 == 0, opt, [], [])
+        scheduler.step()
+    updates.finish(steps)
+    return [f.code for f in found]
+
+
+def test_lr_collapsed_is_a_per_epoch_schedule_stepped_every_batch() -> None:
+    sched = torch.optim.lr_scheduler
+    assert _lr_findings(lambda o: sched.StepLR(o, step_size=10, gamma=0.1), 200) == ["lr-collapsed"]
+    assert _lr_findings(lambda o: sched.ExponentialLR(o, gamma=0.9), 300) == ["lr-collapsed"]
+    # Schedules that reach ~0 only at their end, or come back up, are not.
+    assert _lr_findings(lambda o: sched.CosineAnnealingLR(o, T_max=400), 400) == []
+    assert _lr_findings(lambda o: sched.OneCycleLR(o, max_lr=0.1, total_steps=400), 400) == []
+    assert _lr_findings(lambda o: sched.LinearLR(o, 1.0, 0.0, total_iters=400), 400) == []
+    assert _lr_findings(lambda o: sched.CosineAnnealingWarmRestarts(o, T_0=40), 400) == []
+    assert _lr_findings(lambda o: sched.StepLR(o, step_size=100, gamma=0.1), 400) == []
+    # StepLR per batch, but the run ends soon after the collapse: fewer low steps than high.
+    assert _lr_findings(lambda o: sched.StepLR(o, step_size=40, gamma=0.1), 300) == []
+
+
+def test_loss_broadcast_is_a_shape_pair_that_grows() -> None:
+    found = checks.loss_broadcast("mse_loss", (32, 1), (32,))
+    assert found is not None and found.evidence["broadcast_shape"] == [32, 32]
+    assert checks.loss_broadcast("l1_loss", (32,), (32, 1)) is not None
+    assert checks.loss_broadcast("mse_loss", (32, 1), (32, 1)) is None
+    assert checks.loss_broadcast("l1_loss", (32, 7), ()) is None  # a scalar target
+    assert checks.loss_broadcast("mse_loss", (32, 7), (1, 7)) is None
+    assert checks.loss_broadcast("mse_loss", (3,), (4,)) is None  # torch raises on its own
+
+
+def test_sigmoid_output_is_told_through_views_only() -> None:
+    x = torch.randn(8, 1, requires_grad=True)
+    assert checks.produced_by(torch.sigmoid(x).squeeze(1), "SigmoidBackward0")
+    assert checks.produced_by(torch.sigmoid(x).view(8)[:4], "SigmoidBackward0")
+    assert not checks.produced_by(torch.sigmoid(x) * 2.0, "SigmoidBackward0")
+    assert not checks.produced_by(torch.tanh(x), "SigmoidBackward0")
+    assert not checks.produced_by(torch.sigmoid(x.detach()), "SigmoidBackward0")  # no graph
+
+
+def test_values_above_zero_are_not_log_probabilities() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(16, 5) * 3
+    assert checks.above_zero(logits) is not None
+    assert checks.above_zero(F.log_softmax(logits, 1)) is None
+    assert checks.above_zero(F.log_softmax(logits.half(), 1)) is None
+    assert checks.above_zero(F.log_softmax(logits * 1e4, 1)) is None  # one class at ~1
+
+
+def test_the_loss_wrappers_report_and_leave_correct_inputs_alone() -> None:
+    from treeqa.health.losses import LossInputCheck
+
+    found: list[Finding] = []
+    check = LossInputCheck(found.append, lambda: True, lambda: False)
+    check.install()
+    try:
+        pred = torch.randn(8, 1, requires_grad=True)
+        F.mse_loss(pred, torch.randn(8, 1))
+        F.binary_cross_entropy_with_logits(pred.squeeze(1), torch.ones(8))
+        F.nll_loss(F.log_softmax(torch.randn(8, 5), 1), torch.zeros(8, dtype=torch.long))
+        assert found == []
+        with pytest.warns(UserWarning, match="target size"):  # torch's own warning
+            F.mse_loss(pred, torch.randn(8))
+        F.binary_cross_entropy_with_logits(pred.sigmoid().squeeze(1), torch.ones(8))
+        F.nll_loss(torch.randn(8, 5) * 3, torch.zeros(8, dtype=torch.long))
+    finally:
+        check.uninstall()
+    assert [f.code for f in found] == [
+        "loss-broadcast",
+        "probabilities-into-cross-entropy",
+        "logits-into-nll-loss",
+    ]
+    assert F.mse_loss.__name__ == "mse_loss"  # unwrapped
+
+
+def test_functional_dropout_without_training_is_named_in_evaluations_only() -> None:
+    from treeqa.health.evaluation import EvalDropout
+
+    found: list[Finding] = []
+    check = EvalDropout(found.append)
+    x = torch.randn(4, 8)
+    F.dropout(x, 0.5)  # in a training step: not wrapped, not judged
+    check.begin()
+    try:
+        nn.Dropout(0.5).eval()(x)  # passes its training flag
+        F.dropout(x, 0.5, training=False)
+        F.dropout(x, p=0.5, training=True)  # Monte Carlo dropout, said so
+        F.dropout(x, 0.0)
+        assert found == []
+        F.dropout(x, 0.5)
+    finally:
+        check.end()
+    assert [f.code for f in found] == ["dropout-in-eval"]
+    assert F.dropout.__name__ == "dropout"  # unwrapped after the evaluation
