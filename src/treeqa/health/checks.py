@@ -173,10 +173,46 @@ def warmup_of(n: int) -> int:
     return max(5, n // 20)
 
 
+WAIT_RISE = 0.03
+"""A rise of the share of step time spent waiting for a CPU (first quarter to last) above which
+other processes, not the script, may have slowed the steps: see ``step_time_regression``. From
+quiet, it stretches a single-threaded step by 1/0.97 (3%). OpenMP's spinning threads were seen
+to multiply that stretch by 4-13x (a 2-thread GRU on 2 busy cores as more busy processes
+arrived: steps 12-34x slower where the thread's waiting alone explains 1.5-3.2x), so a rise
+just under this one stretches steps by at most ~1.4x, under the 1.5x a finding needs."""
+
+
+def quarter_shares(
+    part: Sequence[float], whole: Sequence[float], warmup: int
+) -> list[float] | None:
+    """For each quarter of the steps after ``warmup`` (sampled as ``quarter_medians`` does), the
+    sum of ``part`` over the sum of ``whole``, on the steps where both are finite: a share of
+    time, which a few long steps weigh as much as many short ones add up to. None where a
+    quarter has under 5 such steps or all of them under 40."""
+    rest_part, rest_whole = part[warmup:], whole[warmup:]
+    q = len(rest_whole) // 4
+    k = (q // 1024) | 1
+    shares, seen = [], 0
+    for i in range(4):
+        span = slice(i * q, (i + 1) * q, k)
+        pairs = [
+            (a, b)
+            for a, b in zip(rest_part[span], rest_whole[span], strict=True)
+            if math.isfinite(a) and math.isfinite(b)
+        ]
+        total = sum(b for _, b in pairs)
+        if len(pairs) < 5 or total <= 0:
+            return None
+        seen += len(pairs)
+        shares.append(sum(a for a, _ in pairs) / total)
+    return shares if seen >= 40 else None
+
+
 def step_time_regression(
     step_times: Sequence[float],
     cpu_times: Sequence[float] | None = None,
     canary: Sequence[float] | None = None,
+    cpu_wait: Sequence[float] | None = None,
 ) -> Finding | None:
     """Steps that get slower: quarter medians rise monotonically and the last is >= 1.5x the first.
 
@@ -187,11 +223,25 @@ def step_time_regression(
     Step times are first divided by how much slower than in the first quarter the machine ran,
     so a host that got slower is not taken for a script that did. Only slowing counts: a
     reference that happened to read fast late in the run must not make a finding.
+    ``cpu_wait``: seconds of each step that the thread running it spent runnable but waiting
+    for a CPU (the kernel's run-queue delay; NaN where not read). Where the share of step time
+    spent so rose by ``WAIT_RISE`` or more, other processes took CPU time the script had before,
+    and no finding is made: with several threads a step can slow down far more than its own
+    wait (OpenMP threads spin at each barrier for a sibling that was preempted, so CPU time
+    grows too), and a ~10 us reference workload is rarely preempted at all. More work per step
+    leaves the share as it was: the scheduler's fair share does not depend on step length (a
+    share of summed time, not a median of per-step shares: a short step is either preempted
+    or not, so the median would rise as steps got longer).
     """
     warmup = warmup_of(len(step_times))
     m = quarter_medians(step_times, warmup)
     if m is None or m[0] <= 0:
         return None
+    waited = None
+    if cpu_wait is not None and len(cpu_wait) == len(step_times):
+        waited = quarter_shares(cpu_wait, step_times, warmup)
+        if waited is not None and waited[3] - waited[0] >= WAIT_RISE:
+            return None
     speed = quarter_medians(canary, warmup) if canary is not None else None
     if speed is not None and speed[0] > 0:
         m = [v / max(1.0, k / speed[0]) for v, k in zip(m, speed, strict=True)]
@@ -208,6 +258,8 @@ def step_time_regression(
     }
     if speed is not None:
         evidence["machine_slowdown"] = round(speed[3] / speed[0], 2)
+    if waited is not None:
+        evidence["cpu_wait_share"] = [round(waited[0], 3), round(waited[3], 3)]
     return Finding(
         "step-time-regression",
         "error" if ratio >= 3 else "warning",

@@ -23,6 +23,7 @@ import bisect
 import math
 import os
 import sys
+import threading
 import time
 from array import array
 from collections.abc import Iterable, MutableSequence, Sequence
@@ -112,6 +113,36 @@ def rss_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class _RunQueue:
+    """How long a thread has waited for a CPU: the second field of the kernel's schedstat
+    (nanoseconds runnable but not running, since the thread started). One ``pread`` of a file
+    kept open, ~5-10 us; where the file is missing (macOS, a kernel built without it) the
+    reading is NaN and the step-time check does without it."""
+
+    def __init__(self) -> None:
+        self.fd, self.tid, self.missing = -1, -1, False
+
+    def waited(self) -> tuple[int, float]:
+        """(the calling thread's id, the seconds it has waited on a run queue so far)."""
+        tid = threading.get_native_id()
+        if self.missing:
+            return tid, math.nan
+        try:
+            if tid != self.tid:  # the first read, another thread or a forked child
+                if self.fd >= 0:
+                    os.close(self.fd)
+                self.fd, self.tid = -1, -1
+                self.fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+                self.tid = tid
+            return tid, int(os.pread(self.fd, 64, 0).split()[1]) * 1e-9
+        except (OSError, IndexError, ValueError):
+            self.missing = True
+            return tid, math.nan
+
+
+_RUN_QUEUE = _RunQueue()
+
+
 class Canary:
     """A fixed CPU workload, timed after a step: how fast this machine runs now.
 
@@ -167,6 +198,7 @@ class HealthMonitor(Callback):
                 "step_time",
                 "cpu_time",
                 "canary",
+                "cpu_wait",
                 "data_time",
                 "loss",
                 "rss_mb",
@@ -209,6 +241,7 @@ class HealthMonitor(Callback):
         self._last_heap: tuple[float, float] | None = None
         self._heap_read_at = self._rss_read_at = -math.inf
         self._cpu_begin = time.process_time()
+        self._wait_begin = _RUN_QUEUE.waited()
         self.losses = LossReadings()
         # Steps whose memory is allocator warm-up, left out of the memory-growth check. Under
         # fit() the first epoch (every batch shape seen once, so RSS climbs to its working size)
@@ -281,6 +314,7 @@ class HealthMonitor(Callback):
         self.timed = s <= TIMED_ALL or s % TIMED_EVERY == 0
         if self.timed:
             self._cpu_begin = time.process_time()
+            self._wait_begin = _RUN_QUEUE.waited()
         self.sampling = s <= 3 or s % self.every == 0
         hooks = (self.sampling or self.nonfinite.armed) and not compiled()
         if self.sampling and hooks:
@@ -303,6 +337,7 @@ class HealthMonitor(Callback):
     ) -> None:
         """Call after the optimiser step with the step's loss and its timings (seconds)."""
         self.step = s = self.step + 1
+        waited = self._cpu_wait() if self.timed else math.nan  # before the monitor's own work
         value = math.nan  # a GPU tensor's value is filled in when its reading arrives
         tensor = loss if isinstance(loss, torch.Tensor) else None
         queued = tensor is not None and tensor.is_cuda
@@ -337,6 +372,7 @@ class HealthMonitor(Callback):
         on_cpu = not torch.cuda.is_initialized()
         timed = self.timed and on_cpu
         series["cpu_time"].append(time.process_time() - self._cpu_begin if timed else math.nan)
+        series["cpu_wait"].append(waited if timed else math.nan)
         # Not inside a profiler window: its operators would count as the script's.
         timed = timed and not self.profile.active
         series["canary"].append(self.canary() if timed else math.nan)
@@ -639,8 +675,9 @@ class HealthMonitor(Callback):
         on_cpu = not torch.cuda.is_initialized()
         cpu = unprofiled(self.series["cpu_time"]) if on_cpu else None
         canary = self.series["canary"] if on_cpu else None
+        wait = unprofiled(self.series["cpu_wait"]) if on_cpu else None
         for found in (
-            checks.step_time_regression(times, cpu, canary),
+            checks.step_time_regression(times, cpu, canary, wait),
             checks.memory_growth(
                 self.series["rss_mb"][warm:],
                 "host RSS",
@@ -655,6 +692,12 @@ class HealthMonitor(Callback):
             if found is not None:
                 self.add(found)
         self.profile.schedule_if_slower(times, s + 1, canary)
+
+    def _cpu_wait(self) -> float:
+        """Seconds this step's thread waited for a CPU (NaN if the step ended on another)."""
+        tid, waited = _RUN_QUEUE.waited()
+        begin_tid, begin = self._wait_begin
+        return waited - begin if tid == begin_tid else math.nan
 
     def _input_bound(self) -> Finding | None:
         """``input-bound``, advised by the most workers of a DataLoader iterated in the run."""
