@@ -175,11 +175,12 @@ def warmup_of(n: int) -> int:
 
 WAIT_RISE = 0.03
 """A rise of the share of step time spent waiting for a CPU (first quarter to last) above which
-other processes, not the script, may have slowed the steps: see ``step_time_regression``. From
-quiet, it stretches a single-threaded step by 1/0.97 (3%). OpenMP's spinning threads were seen
-to multiply that stretch by 4-13x (a 2-thread GRU on 2 busy cores as more busy processes
-arrived: steps 12-34x slower where the thread's waiting alone explains 1.5-3.2x), so a rise
-just under this one stretches steps by at most ~1.4x, under the 1.5x a finding needs."""
+other processes, not the script, may have slowed the steps: see ``step_time_regression``. Runs
+on a quiet machine read 0.00 in every quarter; from there a rise of 0.03 stretches a
+single-threaded step by 1/0.97. With several threads the stretch is not bounded by the share:
+a 2-thread GRU on 2 busy cores, as more busy processes arrived, got 8-95x slower where the
+thread's own waiting explains 1.5-4.4x (OpenMP threads spinning for a preempted sibling), so
+any rise beyond a quiet machine's readings is taken as other processes' doing."""
 
 
 def quarter_shares(
