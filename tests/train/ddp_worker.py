@@ -2,11 +2,14 @@
 
 Trains a small Tree-LSTM (no dropout, sparse word-vector gradients) through ``fit()`` on
 fixed batches of the demo treebank and saves this process's final weights and the batches it
-took as ``OUT/rank{R}.safetensors``.
+took as ``OUT/rank{R}.safetensors``. With ``--sigterm-at S``, process 1 sends itself SIGTERM
+at step S and each process saves only the step it stopped at, as ``OUT/rank{R}.stop``.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -17,8 +20,9 @@ from treeqa.data.batching import TreeBatch, collate, encode
 from treeqa.data.demo import demo_splits
 from treeqa.data.vocab import Vocab
 from treeqa.models.tree_lstm import TreeLSTM, TreeLSTMConfig
+from treeqa.train.callbacks import StopOnSignal
 from treeqa.train.distributed import World
-from treeqa.train.loop import Callback, TrainConfig, TrainState, fit
+from treeqa.train.loop import Callback, Interrupted, TrainConfig, TrainState, fit
 from treeqa.train.optim import build_optimizer
 
 BATCHES, BATCH_SIZE = 9, 4  # the ninth batch is an incomplete round for two processes
@@ -49,9 +53,25 @@ class Taken(Callback):
         self.taken.append(same.index(True))
 
 
-def main(out: Path) -> None:
+class SigtermAt(Callback):
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, state: TrainState, output: object, batch: object) -> None:
+        if World.from_env().rank == 1 and state.step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def main(out: Path, sigterm_at: int = 0) -> None:
     model, optimizer, batches = setup()
     taken = Taken(batches)
+    if sigterm_at:
+        stopper = [SigtermAt(sigterm_at), StopOnSignal()]  # stops after the step it was sent in
+        try:
+            fit(model, optimizer, lambda epoch: batches, CONFIG, callbacks=stopper)
+        except Interrupted as stop:
+            (out / f"rank{World.from_env().rank}.stop").write_text(f"{stop.signum} {stop.step}")
+        return
     fit(model, optimizer, lambda epoch: batches, CONFIG, callbacks=[taken])
     tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     tensors["taken"] = torch.tensor(taken.taken)
@@ -59,4 +79,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), int(sys.argv[3]) if sys.argv[2:3] == ["--sigterm-at"] else 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,15 @@ def test_two_processes_train_as_one_with_averaged_gradients(tmp_path: Path) -> N
             torch.testing.assert_close(rank[name], value, rtol=1e-5, atol=1e-6, msg=name)
     before = setup()[0].state_dict()
     assert not torch.allclose(before["compose.weight"], expected["compose.weight"])
+
+
+def test_a_sigterm_to_one_process_stops_every_process_after_the_same_step(
+    tmp_path: Path,
+) -> None:
+    run = torchrun(2, str(HERE / "ddp_worker.py"), str(tmp_path), "--sigterm-at", "2")
+    assert run.returncode == 0, run.stderr[-3000:]
+    stops = [(tmp_path / f"rank{r}.stop").read_text() for r in (0, 1)]
+    assert stops == [f"{signal.SIGTERM.value} 2"] * 2  # process 0 was not sent it
 
 
 def test_torchrun_trains_one_run_directory_from_the_cli(demo_dir: Path, tmp_path: Path) -> None:

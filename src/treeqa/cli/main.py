@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -95,3 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, OSError) as err:
         print(f"treeqa {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as stop:
+        # Ctrl-C, or a training run's loop.Interrupted (SIGINT or SIGTERM, after it saved
+        # itself): the shell's 128 + signal, without a traceback.
+        print(f"treeqa {args.command}: {stop or 'interrupted'}", file=sys.stderr)
+        return 128 + int(getattr(stop, "signum", signal.SIGINT))

@@ -35,6 +35,7 @@ from treeqa.train.callbacks import (
     EarlyStopping,
     MetricsLog,
     ProgressBar,
+    StopOnSignal,
     check_resumable,
     resume,
 )
@@ -404,6 +405,7 @@ def train(
         Checkpointer(out, meta, scheduler, ema.checkpoint_tensors if ema is not None else None),
         EarlyStopping(config.train.patience),
         Budget(config.schedule.budget_minutes),
+        StopOnSignal(),
         *extra_callbacks,
     ]
     monitor = health.for_run(config.train.health, out, state, config.train.epochs, world.main)

@@ -30,6 +30,7 @@ from treeqa.train.callbacks import (
     EarlyStopping,
     MetricsLog,
     ProgressBar,
+    StopOnSignal,
     check_resumable,
     resume,
 )
@@ -262,6 +263,7 @@ def train(
             every=config.train.checkpoint_every,
         ),
         EarlyStopping(config.train.patience),
+        StopOnSignal(),
         *extra_callbacks,
     ]
     monitor = health.for_run(config.train.health, out, state, config.train.epochs, world.main)

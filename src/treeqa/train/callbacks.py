@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +54,10 @@ class ProgressBar(Callback):
         if self.steps % self.every == 0:
             rate = self.seen / max(time.perf_counter() - self.started, 1e-9)
             self.bar.set_postfix(loss=f"{state.epoch_loss:.4f}", ex_s=f"{rate:.0f}")
+
+    def on_interrupt(self, state: TrainState) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
         if self.bar is not None:
@@ -191,6 +197,11 @@ class Checkpointer(Callback):
             ckpt.atomic_save(best, {**meta, "kind": "best"}, self.run_dir / ckpt.BEST)
         self.save_last(state, meta)
 
+    def on_interrupt(self, state: TrainState) -> None:
+        if self.finite(state):
+            self.save_last(state, {**self.meta, "epoch": state.epoch, "step": state.step})
+            tqdm.write(f"step {state.step}: saved {self.run_dir / ckpt.LAST}")
+
     def save_last(self, state: TrainState, meta: dict[str, Any]) -> None:
         optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer)
         rng = {"rng.torch": torch.get_rng_state()}
@@ -208,6 +219,60 @@ class Checkpointer(Callback):
         }
         tensors = {**self.weights(), **optim_tensors, **rng, **self.extra_tensors("last")}
         ckpt.atomic_save(tensors, {**meta, **extra}, self.run_dir / ckpt.LAST)
+
+
+class StopOnSignal(Callback):
+    """Ctrl-C (SIGINT) or SIGTERM (a scheduler preempting the job) stops the run after the step
+    in progress, or after the evaluation in progress: ``fit()`` has the last checkpoint written
+    there and raises ``Interrupted``, and ``--resume`` goes on from it. A second signal stops
+    at once, as without this callback (the run then resumes from its previous checkpoint).
+
+    The handlers are the run's only: installed when it starts, the previous ones put back when
+    it ends, however it ends. Python runs handlers in the main thread only, so a run in another thread keeps
+    the default behaviour. Under torchrun a signal to any process stops them all at one step.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.caught = 0
+        self.previous: dict[int, Any] = {}
+
+    def on_fit_start(
+        self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> None:
+        self.caught = 0
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self.handle) for s in self.SIGNALS}
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.caught:  # the second: act as if this callback were not there
+            self.restore()
+            signal.raise_signal(signum)
+            return
+        self.caught = signum
+        tqdm.write(
+            f"{signal.Signals(signum).name}: stopping after this step and saving the run "
+            "(again to stop at once)"
+        )
+
+    def restore(self) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+        self.previous = {}
+
+    def stop(self, state: TrainState) -> None:
+        if self.caught:
+            state.stop, state.interrupted = True, self.caught
+
+    def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
+        self.stop(state)
+
+    def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
+        self.stop(state)
+
+    def on_teardown(self, state: TrainState) -> None:
+        self.restore()
 
 
 class EarlyStopping(Callback):

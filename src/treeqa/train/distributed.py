@@ -102,11 +102,16 @@ def shard(batches: Iterable[T], world: World) -> Iterator[T]:
             round_ = []
 
 
+def largest(value: int) -> int:
+    """The largest of the processes' ``value``s, on every process."""
+    box = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(box, op=dist.ReduceOp.MAX, group=_control)
+    return int(box.item())
+
+
 def any_stop(stop: bool) -> bool:
     """True on every process when any of them wants to stop (a time budget, a health error)."""
-    flag = torch.tensor([float(stop)])
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=_control)
-    return bool(flag.item())
+    return bool(largest(int(stop)))
 
 
 def from_main(value: Any, world: World) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import signal
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -95,6 +96,9 @@ class TrainState:
     abort: bool = False
     """A stop for an error (the health monitor in strict mode): the epoch it cuts short is
     neither scored nor checkpointed, so the last checkpoint stays the one before it."""
+    interrupted: int = 0
+    """The signal (SIGINT, SIGTERM) that stopped the run after a step, or 0: the last
+    checkpoint is written at that step, unscored, and ``fit()`` raises ``Interrupted``."""
     history: list[dict[str, float]] = field(default_factory=list)
     loss_sum: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
     """The training loss summed over this epoch's steps, resumed ones included (on the
@@ -145,6 +149,7 @@ class TrainState:
             "epochs": self.epoch,
             "steps": self.step,
             "aborted": self.abort,
+            "interrupted": signal.Signals(self.interrupted).name if self.interrupted else None,
         }
 
     @classmethod
@@ -160,6 +165,24 @@ class TrainState:
             loss_sum=torch.tensor(float(data.get("loss_sum", 0.0))),
             loss_steps=int(data.get("loss_steps", 0)),
             scaler_state=data.get("grad_scaler"),
+        )
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal stopped ``fit()`` after a step, once the callbacks had saved the run there
+    (the last checkpoint, for ``--resume``). Still a KeyboardInterrupt, so code that stops on
+    Ctrl-C stops on this too."""
+
+    def __init__(self, signum: int, state: TrainState):
+        self.signum, self.step = signum, state.step
+        where = (
+            f"(epoch {state.epoch + 1}, batch {state.epoch_step})"
+            if state.epoch_step
+            else f"(the end of epoch {state.epoch})"
+        )
+        super().__init__(
+            f"stopped by {signal.Signals(signum).name} after step {state.step} {where}; "
+            "the last checkpoint is saved there and --resume goes on from it"
         )
 
 
@@ -183,7 +206,13 @@ class Callback:
     def on_eval_start(self, state: TrainState, model: nn.Module) -> None: ...
     def on_eval_end(self, state: TrainState, model: nn.Module) -> None: ...
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None: ...
+    def on_interrupt(self, state: TrainState) -> None:
+        """A signal stopped the run after this step, part-way through an epoch: save it."""
+
     def on_fit_end(self, state: TrainState) -> None: ...
+    def on_teardown(self, state: TrainState) -> None:
+        """Called last, however ``fit()`` ends (an exception too): give back what
+        ``on_fit_start`` took from the process (signal handlers, say)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -272,7 +301,9 @@ def fit(
     a dataclass such as ``TreeBatch``) and, to count examples rather than batches in the logged
     rates, ``num_examples``. ``evaluate(model)`` returns dev metrics.
     Pass the ``state`` of a resumed run to continue it. Started by torchrun, the processes
-    train one model data-parallel (``distributed.py``).
+    train one model data-parallel (``distributed.py``). A callback that sets
+    ``state.interrupted`` (``StopOnSignal``) with ``state.stop`` stops the run after the step:
+    nothing is scored, ``on_interrupt`` saves it, and ``Interrupted`` is raised at the end.
     """
     state = state or TrainState()
     device = resolve_device(config.device)
@@ -286,109 +317,121 @@ def fit(
     state.scaler = scaler = loss_scaler(device, config.amp, state)
     for cb in callbacks:
         cb.on_fit_start(state, model, optimizer)
-    while state.epoch < config.epochs and not state.stop:
-        model.train()
-        if state.epoch_step == 0:  # not an epoch resumed part-way
-            state.loss_sum, state.loss_steps = torch.zeros((), device=device), 0
-        state.loss_sum = state.loss_sum.to(device)
-        for cb in callbacks:
-            cb.on_epoch_start(state)
-        tick = time.perf_counter()
-        epoch_batches = train_batches(state.epoch)
-        if world.size > 1:
-            epoch_batches = distributed.shard(epoch_batches, world)
-        for index, batch in enumerate(epoch_batches):
-            if index < state.epoch_step:  # done before the run was interrupted
-                continue
-            if world.rank > 0:
-                # Other dropout masks than process 0's (whose RNG state the checkpoint keeps),
-                # drawn from the step number, so a resumed run draws the ones it drew before.
-                torch.manual_seed(
-                    ((seed * 1_000_003 + world.rank) * 1_000_003 + state.step) % 2**63
-                )
-            if not hasattr(batch, "to"):
-                raise TypeError(
-                    f"a training batch is a {type(batch).__name__}; fit() needs batches with "
-                    ".to(device): a tensor, or a dataclass of tensors with its own .to"
-                )
-            batch = batch.to(device)
-            started = time.perf_counter()
-            state.data_time = started - tick
+    try:
+        while state.epoch < config.epochs and not state.stop:
+            model.train()
+            if state.epoch_step == 0:  # not an epoch resumed part-way
+                state.loss_sum, state.loss_steps = torch.zeros((), device=device), 0
+            state.loss_sum = state.loss_sum.to(device)
             for cb in callbacks:
-                cb.on_batch_start(state, batch)
-            with autocast(device, config.amp):
-                output: Output = net(batch)
-            if output.loss is None:
-                raise ValueError("a training batch produced no loss: does it carry labels?")
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(output.loss).backward()
-            scaler.unscale_(optimizer)  # callbacks and clipping see the true gradients
-            for cb in callbacks:
-                cb.on_after_backward(state, model)
-            if config.clip > 0:
-                clip_gradients(model.parameters(), config.clip)
-            scaler.step(optimizer)  # skipped when a gradient overflowed float16
-            scaler.update()
-            if scheduler is not None:
-                with warnings.catch_warnings():
-                    # A first step skipped for overflow is not the misordering torch warns of.
-                    warnings.filterwarnings(
-                        "ignore", "Detected call of `lr_scheduler.step", UserWarning
-                    )
-                    scheduler.step()
-            state.loss_sum += output.loss.detach().float()
-            state.loss_steps += 1
-            state.step += 1
-            state.epoch_step += 1
+                cb.on_epoch_start(state)
             tick = time.perf_counter()
-            state.step_time = tick - started
+            epoch_batches = train_batches(state.epoch)
+            if world.size > 1:
+                epoch_batches = distributed.shard(epoch_batches, world)
+            for index, batch in enumerate(epoch_batches):
+                if index < state.epoch_step:  # done before the run was interrupted
+                    continue
+                if world.rank > 0:
+                    # Other dropout masks than process 0's (whose RNG state the checkpoint keeps),
+                    # drawn from the step number, so a resumed run draws the ones it drew before.
+                    torch.manual_seed(
+                        ((seed * 1_000_003 + world.rank) * 1_000_003 + state.step) % 2**63
+                    )
+                if not hasattr(batch, "to"):
+                    raise TypeError(
+                        f"a training batch is a {type(batch).__name__}; fit() needs batches with "
+                        ".to(device): a tensor, or a dataclass of tensors with its own .to"
+                    )
+                batch = batch.to(device)
+                started = time.perf_counter()
+                state.data_time = started - tick
+                for cb in callbacks:
+                    cb.on_batch_start(state, batch)
+                with autocast(device, config.amp):
+                    output: Output = net(batch)
+                if output.loss is None:
+                    raise ValueError("a training batch produced no loss: does it carry labels?")
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(output.loss).backward()
+                scaler.unscale_(optimizer)  # callbacks and clipping see the true gradients
+                for cb in callbacks:
+                    cb.on_after_backward(state, model)
+                if config.clip > 0:
+                    clip_gradients(model.parameters(), config.clip)
+                scaler.step(optimizer)  # skipped when a gradient overflowed float16
+                scaler.update()
+                if scheduler is not None:
+                    with warnings.catch_warnings():
+                        # A first step skipped for overflow is not the misordering torch warns of.
+                        warnings.filterwarnings(
+                            "ignore", "Detected call of `lr_scheduler.step", UserWarning
+                        )
+                        scheduler.step()
+                state.loss_sum += output.loss.detach().float()
+                state.loss_steps += 1
+                state.step += 1
+                state.epoch_step += 1
+                tick = time.perf_counter()
+                state.step_time = tick - started
+                for cb in callbacks:
+                    cb.on_step_end(state, output, batch)
+                if world.size > 1:
+                    state.stop = distributed.any_stop(state.stop)
+                if state.stop:
+                    break
+            else:
+                state.epoch, state.epoch_step = state.epoch + 1, 0
+            # A stop part-way (a time budget) leaves the epoch's position as it is: the run is
+            # scored and saved there, and a resumed run goes on from the next batch.
+            if state.stop and world.size > 1:  # every process stops here; all leave, or none
+                state.abort = distributed.any_stop(state.abort)
+                state.interrupted = distributed.largest(state.interrupted)
+            if state.abort:
+                break
+            if state.interrupted:  # a signal: saved where it is, scored when the run goes on
+                for cb in callbacks:
+                    cb.on_interrupt(state)
+                break
+            if state.loss_steps == 0 and not state.stop:
+                raise ValueError(
+                    f"epoch {state.epoch} gave this process no batch to train on"
+                    + (
+                        f": under torchrun each of the {world.size} processes takes every "
+                        f"{world.size}-th batch; use smaller batches or fewer processes"
+                        if world.size > 1
+                        else ""
+                    )
+                )
+            metrics: dict[str, float] = {}
+            if evaluate is not None:
+                for cb in callbacks:
+                    cb.on_eval_start(state, model)
+                model.eval()
+                if world.main:
+                    with torch.no_grad():
+                        metrics = evaluate(model)
+                for cb in callbacks:
+                    cb.on_eval_end(state, model)
+                if world.size > 1:
+                    metrics = distributed.from_main(metrics, world)
+            if metrics:
+                check_metric(config.metric, metrics)
+            score = metrics.get(config.metric)
+            state.improved = score is not None and score > state.best
+            if score is not None and state.improved:
+                state.best, state.best_epoch = score, state.scored_epoch
+            state.history.append({"epoch": state.scored_epoch, **metrics})
             for cb in callbacks:
-                cb.on_step_end(state, output, batch)
+                cb.on_epoch_end(state, metrics)
             if world.size > 1:
                 state.stop = distributed.any_stop(state.stop)
-            if state.stop:
-                break
-        else:
-            state.epoch, state.epoch_step = state.epoch + 1, 0
-        # A stop part-way (a time budget) leaves the epoch's position as it is: the run is
-        # scored and saved there, and a resumed run goes on from the next batch.
-        if state.stop and world.size > 1:  # every process stops here; all leave, or none
-            state.abort = distributed.any_stop(state.abort)
-        if state.abort:
-            break
-        if state.loss_steps == 0 and not state.stop:
-            raise ValueError(
-                f"epoch {state.epoch} gave this process no batch to train on"
-                + (
-                    f": under torchrun each of the {world.size} processes takes every "
-                    f"{world.size}-th batch; use smaller batches or fewer processes"
-                    if world.size > 1
-                    else ""
-                )
-            )
-        metrics: dict[str, float] = {}
-        if evaluate is not None:
-            for cb in callbacks:
-                cb.on_eval_start(state, model)
-            model.eval()
-            if world.main:
-                with torch.no_grad():
-                    metrics = evaluate(model)
-            for cb in callbacks:
-                cb.on_eval_end(state, model)
-            if world.size > 1:
-                metrics = distributed.from_main(metrics, world)
-        if metrics:
-            check_metric(config.metric, metrics)
-        score = metrics.get(config.metric)
-        state.improved = score is not None and score > state.best
-        if score is not None and state.improved:
-            state.best, state.best_epoch = score, state.scored_epoch
-        state.history.append({"epoch": state.scored_epoch, **metrics})
+                state.interrupted = distributed.largest(state.interrupted)
         for cb in callbacks:
-            cb.on_epoch_end(state, metrics)
-        if world.size > 1:
-            state.stop = distributed.any_stop(state.stop)
-    for cb in callbacks:
-        cb.on_fit_end(state)
-    return state
+            cb.on_fit_end(state)
+        if state.interrupted:
+            raise Interrupted(state.interrupted, state)
+        return state
+    finally:
+        for cb in callbacks:
+            cb.on_teardown(state)

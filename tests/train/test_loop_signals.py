@@ -1,0 +1,138 @@
+"""Ctrl-C and SIGTERM: a training run saves where it is, stops, and resumes to the same curve."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from treeqa.recipes.sentiment import resolve_config, train
+from treeqa.train import checkpoint as ckpt
+from treeqa.train.loop import Callback, Interrupted, TrainState
+
+
+def config(demo_dir: Path, epochs: int):
+    return resolve_config(
+        {},
+        [("data", str(demo_dir)), ("epochs", str(epochs)), ("log_every", "1"), ("health", "off")],
+    )
+
+
+def lines(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def losses(run: Path) -> list[float]:
+    return [x["loss"] for x in lines(run) if "loss" in x]
+
+
+@pytest.fixture(scope="module")
+def full(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted run of ``config(demo_dir, 3)``."""
+    run = tmp_path_factory.mktemp("signals") / "full"
+    train(config(demo_dir, 3), run)
+    return run
+
+
+class SignalAt(Callback):
+    """Sends this process ``signum`` ``times`` times at the end of step ``at``."""
+
+    def __init__(self, at: int, signum: int = signal.SIGTERM, times: int = 1):
+        self.at, self.signum, self.times = at, signum, times
+
+    def on_step_end(self, state: TrainState, output, batch) -> None:
+        if state.step == self.at:
+            for _ in range(self.times):
+                os.kill(os.getpid(), self.signum)
+
+
+def test_sigterm_saves_the_step_it_stopped_at_and_resumes_to_the_same_curve(
+    demo_dir: Path, full: Path, tmp_path: Path
+) -> None:
+    cut = tmp_path / "cut"
+    with pytest.raises(Interrupted) as stop:  # 8 steps an epoch
+        train(config(demo_dir, 3), cut, extra_callbacks=[SignalAt(11)])
+    # Sent after StopOnSignal had seen step 11: the run stops after the step in progress, 12.
+    assert (stop.value.signum, stop.value.step) == (signal.SIGTERM, 12)
+    assert "stopped by SIGTERM after step 12 (epoch 2, batch 4)" in str(stop.value)
+    assert isinstance(stop.value, KeyboardInterrupt)
+    last = ckpt.load(cut / ckpt.LAST)
+    assert (last.meta["state"]["step"], last.meta["state"]["epoch_step"]) == (12, 4)
+    assert ckpt.load(cut / ckpt.BEST).meta["step"] == 8  # best stays epoch 1's: not scored
+    assert [x["epoch"] for x in lines(cut) if "train_loss" in x] == [1]  # no line for a cut epoch
+    # The handlers were the run's only.
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    train(config(demo_dir, 3), cut, resume_run=True)
+    assert losses(cut) == losses(full)  # no batch skipped, none twice
+    epochs = [[x["train_loss"] for x in lines(run) if "train_loss" in x] for run in (cut, full)]
+    assert epochs[0] == epochs[1]
+    a = ckpt.load(full / ckpt.LAST).weights()
+    b = ckpt.load(cut / ckpt.LAST).weights()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_signal_during_evaluation_stops_after_the_epoch_is_saved(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    class SignalInEvaluation(Callback):
+        def on_eval_start(self, state: TrainState, model) -> None:
+            if state.epoch == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    run = tmp_path / "run"
+    with pytest.raises(Interrupted) as stop:
+        train(config(demo_dir, 3), run, extra_callbacks=[SignalInEvaluation()])
+    assert (stop.value.signum, stop.value.step) == (signal.SIGINT, 8)
+    assert "(the end of epoch 1)" in str(stop.value)
+    assert [x["epoch"] for x in lines(run) if "train_loss" in x] == [1]  # scored and logged
+    assert ckpt.load(run / ckpt.LAST).meta["state"]["epoch"] == 1
+
+
+def test_a_second_signal_stops_at_once_without_saving(demo_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt) as stop:
+        train(config(demo_dir, 3), run, extra_callbacks=[SignalAt(11, signal.SIGINT, times=2)])
+    assert not isinstance(stop.value, Interrupted)
+    assert ckpt.load(run / ckpt.LAST).meta["state"]["step"] == 8  # epoch 1's, as before
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_the_cli_saves_on_a_signal_exits_128_plus_it_and_resumes(
+    signum: int, demo_dir: Path, full: Path, tmp_path: Path
+) -> None:
+    from treeqa.cli.main import main
+
+    args = ["train", "--data", str(demo_dir), "--epochs", "3", "--health", "off"]
+    args += ["--train.log_every=1"]  # config(demo_dir, 3)
+    cut = tmp_path / "cut"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "treeqa", *args, "--out", str(cut)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (cut / "metrics.jsonl").exists() and len(losses(cut)) >= 10:  # in epoch 2
+            break
+        time.sleep(0.01)
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the signal")
+    assert proc.returncode == 128 + signum, stderr
+    name = signal.Signals(signum).name
+    assert f"treeqa train: stopped by {name} after step" in stderr
+    assert "Traceback" not in stderr
+    step = ckpt.load(cut / ckpt.LAST).meta["state"]["step"]
+    assert step == len(losses(cut)) >= 10  # saved at the last step it logged
+    assert main(["train", "--resume", str(cut)]) == 0
+    assert losses(cut) == losses(full)
