@@ -56,7 +56,7 @@ class Updates:
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
         self.mode = 0  # this step's forwards with gradients: 1 train mode, 2 eval mode
         self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
-        self.peak, self.first = 0.0, step + 1
+        self.peak, self.floor, self.first = 0.0, 0.0, step + 1
         self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
         self.reported -= {"lr-collapsed"}
 
@@ -160,13 +160,16 @@ class Updates:
 
     def _note_lr(self, step: int, sampled: bool, optimizer: torch.optim.Optimizer) -> None:
         lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
-        if not isinstance(lr, float | int):  # a tensor lr (capturable optimisers): not read
-            return
+        if type(lr) is not float:  # a tensor lr (capturable optimisers) is not read
+            if type(lr) is not int:
+                return
+            lr = float(lr)
         if lr > self.peak:
-            self.peak, self.low_since = float(lr), None
-        elif self.low_since is None and lr < checks.LR_FLOOR * self.peak:
-            self.low_since = step
-        elif self.low_since is not None and lr >= checks.LR_FLOOR * self.peak:
+            self.peak, self.low_since, self.floor = lr, None, checks.LR_FLOOR * lr
+        elif self.low_since is None:
+            if lr < self.floor:
+                self.low_since = step
+        elif lr >= self.floor:
             self.low_since = None  # warm restarts: it comes back
         if sampled and self.low_since is not None:
             self._report(checks.lr_collapsed(self.peak, self.low_since, step, self.first))
