@@ -16,11 +16,15 @@ from treeqa.train import checkpoint as ckpt
 from treeqa.train.loop import Callback, Interrupted, TrainState
 
 
-def config(demo_dir: Path, epochs: int):
+def config(demo_dir: Path, epochs: int, *more: tuple[str, str]):
     return resolve_config(
         {},
-        [("data", str(demo_dir)), ("epochs", str(epochs)), ("log_every", "1"), ("health", "off")],
+        [("data", str(demo_dir)), ("epochs", str(epochs)), ("log_every", "1"), ("health", "off")]
+        + list(more),
     )
+
+
+EMA = ("train.ema_decay", "0.9")  # a callback with state of its own in the last checkpoint
 
 
 def lines(run: Path) -> list[dict]:
@@ -33,9 +37,9 @@ def losses(run: Path) -> list[float]:
 
 @pytest.fixture(scope="module")
 def full(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An uninterrupted run of ``config(demo_dir, 3)``."""
+    """An uninterrupted run of ``config(demo_dir, 3, EMA)``."""
     run = tmp_path_factory.mktemp("signals") / "full"
-    train(config(demo_dir, 3), run)
+    train(config(demo_dir, 3, EMA), run)
     return run
 
 
@@ -56,7 +60,7 @@ def test_sigterm_saves_the_step_it_stopped_at_and_resumes_to_the_same_curve(
 ) -> None:
     cut = tmp_path / "cut"
     with pytest.raises(Interrupted) as stop:  # 8 steps an epoch
-        train(config(demo_dir, 3), cut, extra_callbacks=[SignalAt(11)])
+        train(config(demo_dir, 3, EMA), cut, extra_callbacks=[SignalAt(11)])
     # Sent after StopOnSignal had seen step 11: the run stops after the step in progress, 12.
     assert (stop.value.signum, stop.value.step) == (signal.SIGTERM, 12)
     assert "stopped by SIGTERM after step 12 (epoch 2, batch 4)" in str(stop.value)
@@ -69,13 +73,13 @@ def test_sigterm_saves_the_step_it_stopped_at_and_resumes_to_the_same_curve(
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
-    train(config(demo_dir, 3), cut, resume_run=True)
+    train(config(demo_dir, 3, EMA), cut, resume_run=True)
     assert losses(cut) == losses(full)  # no batch skipped, none twice
     epochs = [[x["train_loss"] for x in lines(run) if "train_loss" in x] for run in (cut, full)]
     assert epochs[0] == epochs[1]
-    a = ckpt.load(full / ckpt.LAST).weights()
-    b = ckpt.load(cut / ckpt.LAST).weights()
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    a, b = (ckpt.load(run / ckpt.LAST).tensors for run in (full, cut))
+    assert any(k.startswith("ema.") for k in a) and a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)  # weights, averages, optimiser, RNG
 
 
 def test_a_signal_during_evaluation_stops_after_the_epoch_is_saved(
@@ -111,7 +115,7 @@ def test_the_cli_saves_on_a_signal_exits_128_plus_it_and_resumes(
     from treeqa.cli.main import main
 
     args = ["train", "--data", str(demo_dir), "--epochs", "3", "--health", "off"]
-    args += ["--train.log_every=1"]  # config(demo_dir, 3)
+    args += ["--train.log_every=1", "--train.ema_decay=0.9"]  # config(demo_dir, 3, EMA)
     cut = tmp_path / "cut"
     proc = subprocess.Popen(
         [sys.executable, "-m", "treeqa", *args, "--out", str(cut)],
