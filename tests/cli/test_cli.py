@@ -68,6 +68,13 @@ def test_train_evaluate_predict(
     scores = last_json(capsys)
     assert scores["root_acc"] == pytest.approx(trained["best_dev"])
     assert scores["sentences"] == 60
+    # A folder holding only the split to score will do.
+    alone = tmp_path / "dev-only"
+    alone.mkdir()
+    (alone / "dev.txt").write_bytes((demo_dir / "dev.txt").read_bytes())
+    argv = ["evaluate", "--checkpoint", str(run), "--split", "dev", "--data", str(alone)]
+    assert main([*argv, "--json"]) == 0
+    assert last_json(capsys) == scores
     tree = "(3 (2 (2 the) (2 movie)) (3 (2 is) (3 good)))"
     assert main(["predict", "--checkpoint", str(run / "best.safetensors"), tree, "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip())

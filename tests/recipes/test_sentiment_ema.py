@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from treeqa.recipes.sentiment import evaluate, resolve_config, train
+from treeqa.recipes.sentiment import evaluate, load_model, resolve_config, train
 from treeqa.train import checkpoint as ckpt
 
 
@@ -28,6 +28,9 @@ def test_best_checkpoint_holds_the_averaged_weights_it_was_scored_with(
     assert torch.equal(best.tensors[f"model.{w}"], last.tensors[f"ema.{w}"])
     # Scoring the saved best checkpoint gives the dev score that selected it.
     assert evaluate(out, str(demo_dir), "dev")["root_acc"] == result["best_dev"]
+    # So does the last one (here the same epoch): loaded for inference, it takes the averages.
+    assert load_model(out / ckpt.LAST).model.state_dict()[w].equal(last.tensors[f"ema.{w}"])
+    assert evaluate(out / ckpt.LAST, str(demo_dir), "dev") == evaluate(out, str(demo_dir), "dev")
 
     # A resumed run carries the averages on: they end as in a run never interrupted.
     train(config(demo_dir, 2, "0.9"), out, resume_run=True)

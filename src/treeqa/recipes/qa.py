@@ -436,14 +436,15 @@ class Loaded:
 
 
 def load_model(path: str | Path, device: str = "auto") -> Loaded:
-    """A trained QANet from a run directory or checkpoint file (best = EMA weights), for inference."""
+    """A trained QANet from a run directory or checkpoint file, for inference: with EMA, the
+    averaged weights (best holds them as its weights, last beside the raw ones)."""
     needs = ("model_config", "word_vocab", "char_vocab", "limits", "squad_version")
     checkpoint = ckpt.load(path, task=TASK, needs=needs)
     meta = checkpoint.meta
     model_config = cfg.from_dict(QANetConfig, meta["model_config"], "checkpoint model_config")
     words, chars = Vocab(tuple(meta["word_vocab"])), Vocab(tuple(meta["char_vocab"]))
     model = QANet(model_config, len(words), len(chars))
-    checkpoint.load_weights(model)
+    checkpoint.load_weights(model, averaged=True)
     model.to(resolve_device(device)).eval()
     threshold = float(meta.get("schedule", {}).get("threshold", 0.0))
     return Loaded(model, words, chars, int(meta["limits"]["chars"]), threshold, meta)
@@ -478,8 +479,11 @@ def write_json_atomic(path: Path, value: Any) -> None:
     """Write JSON to a temporary file beside ``path`` and rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, ensure_ascii=False))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(value, ensure_ascii=False))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a write or rename that failed leaves nothing beside it
 
 
 MAX_CONTEXT_TOKENS = 2_000

@@ -104,9 +104,10 @@ def resolve_config(
     return cfg.from_dict(cls, cfg.merge_overrides(cls, raw, overrides, ALIASES, named))
 
 
-def load_trees(data: SentimentData) -> dict[str, list[Tree]]:
+def load_trees(data: SentimentData, names: Sequence[str] = sst.SPLITS) -> dict[str, list[Tree]]:
+    """The ``names`` splits of ``data`` (a folder of SST files, or the embedded demo)."""
     if data.path:
-        splits = {s: sst.load_split(data.path, s) for s in sst.SPLITS}
+        splits = {s: sst.load_split(data.path, s) for s in names}
         for split, trees in splits.items():
             if not trees:  # nothing to learn from, or every score NaN
                 raise ValueError(
@@ -115,7 +116,7 @@ def load_trees(data: SentimentData) -> dict[str, list[Tree]]:
     else:
         from treeqa.data.demo import demo_splits
 
-        splits = demo_splits()
+        splits = {s: trees for s, trees in demo_splits().items() if s in names}
     return {s: sst.task_view(trees, data.task) for s, trees in splits.items()}
 
 
@@ -325,14 +326,15 @@ class Loaded:
 
 
 def load_model(path: str | Path, device: str = "auto") -> Loaded:
-    """A trained model from a run directory or checkpoint file, ready for inference."""
+    """A trained model from a run directory or checkpoint file, ready for inference: with EMA,
+    the averaged weights (best holds them as its weights, last beside the raw ones)."""
     checkpoint = ckpt.load(path, task=TASK, needs=("model", "model_config", "vocab", "data"))
     meta = checkpoint.meta
     config_cls = model_classes(meta["model"])[0]
     model_config: Any = cfg.from_dict(config_cls, meta["model_config"], "checkpoint model_config")
     vocab = Vocab(tuple(meta["vocab"]))
     model = build_sentiment_model(meta["model"], model_config, len(vocab))
-    checkpoint.load_weights(model)
+    checkpoint.load_weights(model, averaged=True)
     model.to(resolve_device(device)).eval()
     tags, rels = (Vocab(tuple(meta[k])) if k in meta else None for k in ("tags", "rels"))
     return Loaded(model, vocab, meta["data"]["task"], meta, tags, rels)
@@ -341,7 +343,7 @@ def load_model(path: str | Path, device: str = "auto") -> Loaded:
 def evaluate(path: str | Path, data_path: str, split: str) -> dict[str, float]:
     loaded = load_model(path)
     data = SentimentData(path=data_path, task=loaded.task)
-    trees = load_trees(data)[split]
+    trees = load_trees(data, (split,))[split]  # a folder holding that split alone will do
     encoded = [loaded.encode(t) for t in trees]
     scores: dict[str, float] = evaluate_model(loaded.model, encoded, loaded.task)
     scores["sentences"] = len(trees)

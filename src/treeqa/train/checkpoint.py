@@ -41,11 +41,14 @@ class Checkpoint:
     def weights(self) -> dict[str, torch.Tensor]:
         return {k[len("model.") :]: v for k, v in self.tensors.items() if k.startswith("model.")}
 
-    def load_weights(self, model: nn.Module) -> None:
+    def load_weights(self, model: nn.Module, averaged: bool = False) -> None:
         """Copy the model weights into ``model``; weights that do not fit it are a
-        CheckpointError naming the file and the first mismatch."""
+        CheckpointError naming the file and the first mismatch. ``averaged``: where the
+        checkpoint keeps moving averages beside the raw weights (``ema.*``, the last checkpoint
+        of a run with ``train.ema_decay``), take those, which its evaluation scored."""
+        weights = {**self.weights(), **(self.group("ema.") if averaged else {})}
         try:
-            model.load_state_dict(self.weights())
+            model.load_state_dict(weights)
         except RuntimeError as err:
             # torch lists every mismatch on its own line; the first says what is wrong.
             lines = [line.strip() for line in str(err).splitlines() if line.strip()]
