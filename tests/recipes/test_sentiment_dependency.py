@@ -59,8 +59,12 @@ def test_models_and_data_that_do_not_fit_are_errors(
     with pytest.raises(ValueError, match="need dependency trees"):
         sentiment.train(config(demo_dir, "tree_gru", ("model.tag_dim", "3")), tmp_path / "b")
     sentiment.train(config(demo_dir, "childsum"), tmp_path / "c")
+    loaded = sentiment.load_model(tmp_path / "c")
     with pytest.raises(ValueError, match="no constituency parser"):
-        sentiment.load_model(tmp_path / "c").parse("The film is good.")
+        loaded.parse("The film is good.")
+    dependency = read_dependency_trees(dep_dir / "test.jsonl")[0]
+    with pytest.raises(ValueError, match="trained on bracketed constituency trees"):
+        loaded.encode(dependency)  # a Child-Sum model takes any fan-out, but not this data
 
 
 def test_raw_text_is_parsed_as_the_training_data_was(

@@ -307,6 +307,11 @@ class Loaded:
                 "this model was trained on dependency trees, not bracketed ones: give it raw "
                 "text, or data from `treeqa data prepare sst-dependency`"
             )
+        if self.tags is None and isinstance(tree, DependencyTree):
+            raise ValueError(
+                "this model was trained on bracketed constituency trees, not dependency trees: "
+                "give it trees in SST's bracket format"
+            )
         return encode(tree, self.vocab, self.task, self.tags, self.rels)
 
     def parse(self, text: str) -> list[Tree]:
