@@ -51,6 +51,16 @@ def test_a_step_that_does_more_work_is_found_whatever_the_machine_does() -> None
     assert checks.step_time_regression(steps, steps, canary, missing) is not None
 
 
+def test_a_leak_on_a_saturated_host_whose_share_wanders_is_still_found() -> None:
+    """Seen under the corpus test on a host with load ~9 on 2 cores: the memory-bank bug's
+    steps 14 -> 37 ms while its thread waited 0.637, 0.649, 0.645, 0.657 of the time; a
+    wander of 0.02-0.03 there is noise, not a process arriving."""
+    steps = ramp(0.014, 0.040)
+    share = [0.637, 0.649, 0.645, 0.67]
+    wait = [t * share[min(3, i * 4 // N)] for i, t in enumerate(steps)]
+    assert checks.step_time_regression(steps, steps, [12e-6] * N, wait) is not None
+
+
 def test_longer_steps_on_a_steadily_busy_machine_are_still_found() -> None:
     """Other processes take 40% of the time throughout, but in slices: a short step is mostly
     not preempted at all, a long one each time. The median step's share of waiting rises

@@ -226,8 +226,8 @@ def step_time_regression(
     reference that happened to read fast late in the run must not make a finding.
     ``cpu_wait``: seconds of each step that the thread running it spent runnable but waiting
     for a CPU (the kernel's run-queue delay; NaN where not read). Where the share of step time
-    spent so rose by ``WAIT_RISE`` or more, other processes took CPU time the script had before,
-    and no finding is made: with several threads a step can slow down far more than its own
+    spent so rose by ``WAIT_RISE`` or more, and by a third of its first quarter's level, other
+    processes took CPU time the script had before, and no finding is made: with several threads a step can slow down far more than its own
     wait (OpenMP threads spin at each barrier for a sibling that was preempted, so CPU time
     grows too), and a ~10 us reference workload is rarely preempted at all. More work per step
     leaves the share as it was: the scheduler's fair share does not depend on step length (a
@@ -241,7 +241,9 @@ def step_time_regression(
     waited = None
     if cpu_wait is not None and len(cpu_wait) == len(step_times):
         waited = quarter_shares(cpu_wait, step_times, warmup)
-        if waited is not None and waited[3] - waited[0] >= WAIT_RISE:
+        # The share wanders with its level (+-0.16 between quarters at ~0.75 on a saturated
+        # host with no process arriving; exactly 0 on a quiet one): a third of it must come on top.
+        if waited is not None and waited[3] - waited[0] >= max(WAIT_RISE, waited[0] / 3):
             return None
     speed = quarter_medians(canary, warmup) if canary is not None else None
     if speed is not None and speed[0] > 0:
