@@ -353,6 +353,25 @@ def test_resume_continues_steps_and_ema(prepared: Path, tmp_path: Path) -> None:
     assert not np.allclose(first.tensors["ema." + w].numpy(), last.tensors["ema." + w].numpy())
 
 
+def test_checkpoint_every_writes_the_last_checkpoint_between_evaluations(
+    prepared: Path, tmp_path: Path
+) -> None:
+    from treeqa.config import parse_overrides
+    from treeqa.train.loop import Callback
+
+    class KilledAt4(Callback):  # after the checkpointer, like a kill between steps
+        def on_step_end(self, state, output, batch) -> None:
+            if state.step == 4:
+                raise KeyboardInterrupt
+
+    overrides = [f"--prepared={prepared}", *TINY, "--train.checkpoint_every=2"]
+    config = qa.resolve_config({}, parse_overrides(overrides))
+    with pytest.raises(KeyboardInterrupt):
+        qa.train(config, tmp_path / "run", extra_callbacks=[KilledAt4()])
+    # Evaluations come every 3 steps: without checkpoint_every the last one would be step 3's.
+    assert ckpt.load(tmp_path / "run", prefer=ckpt.LAST).meta["state"]["step"] == 4
+
+
 def test_training_runs_under_the_health_monitor(prepared: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     tiny = [a for a in TINY if not a.startswith("--train.health")]

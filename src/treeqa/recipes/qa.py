@@ -402,7 +402,13 @@ def train(
         MetricsLog(out, config.train.log_every),
         # EMA before the Checkpointer: it must swap its shadows in/out around evaluation.
         *([ema] if ema is not None else []),
-        Checkpointer(out, meta, scheduler, ema.checkpoint_tensors if ema is not None else None),
+        Checkpointer(
+            out,
+            meta,
+            scheduler,
+            ema.checkpoint_tensors if ema is not None else None,
+            every=config.train.checkpoint_every,
+        ),
         EarlyStopping(config.train.patience),
         Budget(config.schedule.budget_minutes),
         StopOnSignal(),
