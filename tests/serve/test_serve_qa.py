@@ -58,12 +58,20 @@ def test_a_context_without_words_is_refused(base: str) -> None:
     assert status == 404 and "no sentiment model" in body["error"]
 
 
-def test_a_context_too_long_to_read_at_once_is_refused_before_the_model_runs(base: str) -> None:
+def test_a_context_or_question_too_long_to_read_at_once_is_refused_before_the_model_runs(
+    base: str,
+) -> None:
     long_context = "word " * (qa.MAX_CONTEXT_TOKENS + 1)
     start = time.perf_counter()
     status, body = call(base, "/api/qa", {"context": long_context, "question": "Why?"})
     assert status == 422 and f"a context of {qa.MAX_CONTEXT_TOKENS + 1} tokens" in body["error"]
     assert time.perf_counter() - start < 5
+    # A question too: a 1 MiB body of one (~200,000 tokens) would need a [J, J] attention of
+    # 160 GB per head.
+    long_question = "why " * (qa.MAX_QUESTION_TOKENS + 1)
+    status, body = call(base, "/api/qa", {"context": "Paris is big.", "question": long_question})
+    n = qa.MAX_QUESTION_TOKENS + 1
+    assert status == 422 and f"a question of {n} tokens; this reads at most" in body["error"]
 
 
 def test_a_lone_surrogate_is_a_400_naming_the_field(base: str) -> None:

@@ -495,6 +495,10 @@ def write_json_atomic(path: Path, value: Any) -> None:
 MAX_CONTEXT_TOKENS = 2_000
 """The longest context ``predict`` takes: ~2.6 s for the paper's model on one CPU thread
 (8.3 s at 4,000 tokens); SQuAD's contexts are under 1,000 tokens."""
+MAX_QUESTION_TOKENS = 500
+"""The longest question ``predict`` takes: SQuAD's are under 100 tokens (training keeps 50),
+and a question's self-attention grows with the square of its length too (a 1 MiB request
+body would be ~200,000 tokens)."""
 
 
 def _encode(loaded: Loaded, tokens: Sequence[Sequence[str]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -535,6 +539,11 @@ def predict(
             raise ValueError(
                 f"a context of {longest} tokens; this reads at most {MAX_CONTEXT_TOKENS} at once "
                 "(time grows with the square of the length): give it one passage at a time"
+            )
+        asked = max(len(toks) for toks in questions)
+        if asked > MAX_QUESTION_TOKENS:
+            raise ValueError(
+                f"a question of {asked} tokens; this reads at most {MAX_QUESTION_TOKENS}"
             )
         cw, cc = _encode(loaded, [toks for toks, _ in contexts])
         qw, qc = _encode(loaded, questions)
