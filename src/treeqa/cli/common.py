@@ -1,12 +1,16 @@
-"""Helpers the subcommands share: example epilogs, argument checks and the --json convention."""
+"""Helpers the subcommands share: example epilogs, argument checks, the --json convention and
+streamed output (stdin input, a reader that goes away)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -106,3 +110,25 @@ def exit_code(result: dict[str, Any], out: Any) -> int:
         file=sys.stderr,
     )
     return STRICT_STOP
+
+
+STDIN = Path("-")
+"""``--input -``: read standard input."""
+
+
+def reader_gone() -> int:
+    """After a BrokenPipeError on stdout (``treeqa predict ... | head``): stop quietly, as a
+    pipe's writer does, with the shell's status for SIGPIPE. Python would report the broken
+    pipe again when it flushes stdout at exit, so stdout now goes nowhere."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
+
+
+def check_output(args: argparse.Namespace) -> None:
+    """Answers are written as they come, so an --output that is the --input file would be cut
+    to the answers made before an error: refused."""
+    output, given = args.output, args.input
+    if output is None or given is None or given == STDIN or not output.exists():
+        return
+    if os.path.samefile(output, given):
+        raise ValueError(f"--output {output} is the --input file; write the results elsewhere")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from treeqa.cli import flags, qa_commands
-from treeqa.cli.common import subparser
+from treeqa.cli.common import check_output, reader_gone, subparser
 
 HELP = "Predict the sentiment of every node of trees, or (`predict qa`) answer questions."
 EXAMPLES = {
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from treeqa.data.tree import Tree, iter_trees
     from treeqa.recipes.sentiment import check_predictable, load_model, predict
 
-    qa_commands.check_output(args)
+    check_output(args)
     # (where it came from, tree): errors name the argument or file line of the tree they are about.
     items: list[tuple[str, Tree]] = []
     given = [n for n, text in enumerate(args.trees, 1) if _tree_line(text)]
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
                             print(f"    {node['label']}  {node['words']}")
                 written += 1
     except BrokenPipeError:
-        return qa_commands.reader_gone()
+        return reader_gone()
     finally:
         if out is not None:
             out.close()

@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from treeqa.cli import flags
-from treeqa.cli.common import STRICT_STOP, check_out, emit_json, exit_code
+from treeqa.cli.common import (
+    STDIN,
+    STRICT_STOP,
+    check_out,
+    check_output,
+    emit_json,
+    exit_code,
+    reader_gone,
+)
 
 
 def _config(args: argparse.Namespace) -> Any:
@@ -44,10 +50,6 @@ def train_main(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"run_dir": str(out), **result})
     return exit_code(result, out)
-
-
-STDIN = Path("-")
-"""``--input -``: read standard input."""
 
 
 def _lone_surrogate(value: Any) -> str | None:
@@ -136,24 +138,6 @@ def _text_line(r: dict[str, Any]) -> str:
             f"{r['no_answer_margin']:.4f}; best span {json.dumps(r['best_span'], ensure_ascii=False)})"
         )
     return f"{r['answer']}\t(score {r['score']:.4f}, characters {r['start']}-{r['end']})"
-
-
-def reader_gone() -> int:
-    """After a BrokenPipeError on stdout (``treeqa predict ... | head``): stop quietly, as a
-    pipe's writer does, with the shell's status for SIGPIPE. Python would report the broken
-    pipe again when it flushes stdout at exit, so stdout now goes nowhere."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return 128 + signal.SIGPIPE
-
-
-def check_output(args: argparse.Namespace) -> None:
-    """Answers are written as they come, so an --output that is the --input file would be cut
-    to the answers made before an error: refused."""
-    output, given = args.output, args.input
-    if output is None or given is None or given == STDIN or not output.exists():
-        return
-    if os.path.samefile(output, given):
-        raise ValueError(f"--output {output} is the --input file; write the results elsewhere")
 
 
 def predict_main(args: argparse.Namespace) -> int:
