@@ -178,6 +178,25 @@ def test_offsets_point_at_the_answer_in_any_script(
         assert answer["answer"] and answer["answer"] == answer["answer"].strip()
 
 
+def test_a_printed_answer_is_one_line_whatever_breaks_it_spans(
+    run: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from treeqa.recipes import qa
+
+    capsys.readouterr()
+    # An answer across a tab and line breaks, as the tiny model's short spans cannot promise.
+    context = "Le\tfleuve\r\nqui\n\npasse\u2028\u2029à Paris\x85est\x0bla\x0c\x1cSeine."
+    answer = {"answer": context[:-1], "start": 0, "end": len(context) - 1, "score": 0.5}
+    monkeypatch.setattr(qa, "predict", lambda loaded, pairs, **_: [dict(answer) for _ in pairs])
+    argv = predict(run, "--context", context, "--question", "Quel fleuve ?")
+    assert main(argv) == 0
+    assert capsys.readouterr().out == (  # was: the answer and its tab cut across lines
+        f"Le fleuve qui passe à Paris est la Seine\t(score 0.5000, characters 0-{len(context) - 1})\n"
+    )
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["answer"] == context[:-1]
+
+
 def test_no_answer_printed_with_its_margin_and_best_span_not_offsets(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

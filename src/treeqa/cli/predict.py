@@ -33,7 +33,10 @@ DESCRIPTIONS = {
     "qa": (
         "Answer questions about passages with a QANet checkpoint: the answer span, its "
         "character offsets and score (a SQuAD 2.0 model adds its no-answer margin). "
-        "Sentiment: `treeqa predict sentiment --help`."
+        "Sentiment: `treeqa predict sentiment --help`.\n\n"
+        "Printed as text, each answer is one line: the answer, a tab, then its score and "
+        "offsets; a run of tabs or line breaks inside an answer is printed as one space. "
+        "--json, --input and --output give JSON lines with the exact text."
     ),
 }
 
