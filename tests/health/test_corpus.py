@@ -41,6 +41,8 @@ EXPECTED = {
     "bug_logits_into_nll.py": "logits-into-nll-loss",
     "bug_sigmoid_into_bce_with_logits.py": "probabilities-into-cross-entropy",
     "bug_dropout_in_eval.py": "dropout-in-eval",
+    "bug_clip_before_backward.py": "clip-before-backward",
+    "bug_clip_no_parameters.py": "clip-no-parameters",
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
 CLEAN = [
@@ -56,6 +58,7 @@ CLEAN = [
     "clean_gan.py",  # the generator's backward adds to the critic's gradients
     "clean_frozen_bn.py",  # BN layers in eval mode, evaluations, OneCycle every batch
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax, MC dropout
+    "clean_clip.py",  # clip then step at the loop's top, after accumulation, a reused list
 ]
 
 

@@ -43,6 +43,8 @@ FIXES: dict[str, str] = {
     "loss-broadcast": "give prediction and target the same shape (pred.squeeze(-1) or target.unsqueeze(-1)) before the loss",
     "logits-into-nll-loss": "apply log_softmax over the class dimension before nll_loss/NLLLoss, or pass the logits to cross_entropy",
     "dropout-in-eval": "pass training=self.training to F.dropout (or use an nn.Dropout module), so model.eval() turns it off",
+    "clip-before-backward": "clip after loss.backward() and before optimizer.step(), so the step applies the clipped gradients",
+    "clip-no-parameters": "give the clip a list (params = list(model.parameters())) or call model.parameters() anew at each clip",
 }
 CODES = tuple(FIXES)
 
@@ -662,6 +664,37 @@ def train_in_eval_mode(
             "since_step": since,
             "mode_dependent": list(modules[:10]),
         },
+    )
+
+
+def clip_before_backward(steps: int, streak: int = 20) -> Finding | None:
+    """``steps`` optimiser steps in a row clipped the gradients of the parameters being
+    trained before the step's first backward and never after it: each clip met the previous
+    step's gradients (or none, after zero_grad), and the step applied unclipped ones."""
+    if steps < streak:
+        return None
+    return Finding(
+        "clip-before-backward",
+        "warning",
+        f"the gradients were clipped before backward() on {steps} optimiser steps in a row and "
+        "never after it: each clip acts on the last step's gradients (or none), and the "
+        "optimiser steps with unclipped ones",
+        evidence={"steps_in_a_row": steps},
+    )
+
+
+def clip_no_parameters(function: str, generator: bool) -> Finding:
+    """A clip given no parameters: nothing is clipped, and it returns a total norm of 0."""
+    cause = (
+        "an empty generator (model.parameters() already used up, e.g. given to the optimiser first)"
+        if generator
+        else "an empty iterable"
+    )
+    return Finding(
+        "clip-no-parameters",
+        "warning",
+        f"{function} was given {cause}: no gradient is clipped",
+        evidence={"function": function, "generator": generator},
     )
 
 

@@ -38,6 +38,7 @@ from torch.amp import GradScaler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from treeqa.health import report
+from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
 from treeqa.health.updates import Updates
@@ -77,6 +78,7 @@ class Doctor:
         self.step_calls = 0  # optimiser steps seen, of any optimiser
         self.updates = Updates(monitor.add)  # what the clock's steps are given (updates.py)
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
+        self.clipping = Clipping(monitor.add, self.updates)  # clips of the wrong gradients
 
     def install(self) -> None:
         self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self._discover)
@@ -113,6 +115,7 @@ class Doctor:
             return result
 
         GradScaler.step = step  # type: ignore[method-assign,assignment]
+        self.clipping.install()
         self.monitor.install_loss_checks()
 
     def uninstall(self) -> None:
@@ -122,6 +125,7 @@ class Doctor:
         self.handles, self.root_handles, self.discovery = [], [], None
         self.updates.remove_hooks()
         self.eval_dropout.end()
+        self.clipping.uninstall()
         if self.original_backward is not None:
             torch.autograd.backward = self.original_backward
             self.original_backward = None
@@ -197,6 +201,7 @@ class Doctor:
         self.called.clear()
         self.finding_roots = False
         self.updates.reset(self.monitor.step)
+        self.clipping.reset([p for group in optimizer.param_groups for p in group["params"]])
 
     def _switch_clock(self, optimizer: torch.optim.Optimizer) -> None:
         """``optimizer`` is the clock from now on; its next step looks up the models it trains
@@ -238,6 +243,7 @@ class Doctor:
         loss, self.loss = self.loss, None
         sampled = self.monitor.sampling
         self.monitor.end_step(loss, now - self.compute_start, self.compute_start - self.last_end)
+        self.clipping.end_step()
         self.updates.end_step(
             self.monitor.step, sampled, optimizer, self.roots, self.monitor.params
         )

@@ -8,7 +8,6 @@ training step pays nothing for this check.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +15,7 @@ from torch.nn import functional as F
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
+from treeqa.health.wrap import note_function_calls
 
 DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d")
 """Functional dropouts whose ``training`` defaults to True (``alpha_dropout``'s is False)."""
@@ -27,30 +27,27 @@ class EvalDropout:
     def __init__(self, add: Callable[[Finding], None]):
         self.add = add
         self.reported = False
-        self._originals: dict[str, Callable[..., Any]] = {}
+        self._undo: list[Callable[[], None]] = []
 
     def begin(self) -> None:
         """An evaluation forward starts: wrap the functional dropouts until ``end``."""
-        if self._originals or self.reported:
+        if self._undo or self.reported:
             return
-        me = weakref.ref(self)
         for name in DROPOUTS:
-            original = getattr(F, name, None)
-            if original is None or getattr(original, "_treeqa_health", False):
-                continue
-            self._originals[name] = original
-            setattr(F, name, _wrap(name, original, me))
+            undo = note_function_calls(F, name, self.called)
+            if undo is not None:
+                self._undo.append(undo)
 
     def end(self) -> None:
-        for name, original in self._originals.items():
-            setattr(F, name, original)
-        self._originals.clear()
+        while self._undo:
+            self._undo.pop()()
 
     def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """``F.<name>(input, *args, **kwargs)`` ran during an evaluation."""
-        if self.reported or len(args) >= 2 or "training" in kwargs:  # nn.Dropout passes it
+        """``F.<name>(*args, **kwargs)`` ran during an evaluation."""
+        # F.dropout(input, p, training, inplace): nn.Dropout passes training.
+        if self.reported or len(args) >= 3 or "training" in kwargs:
             return
-        p = args[0] if args else kwargs.get("p", 0.5)
+        p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
         if not isinstance(p, float | int) or p <= 0:
             return
         self.reported = True
@@ -64,17 +61,3 @@ class EvalDropout:
                 evidence={"function": name, "p": p},
             )
         )
-
-
-def _wrap(
-    name: str, original: Callable[..., Any], check: weakref.ref[EvalDropout]
-) -> Callable[..., Any]:
-    def wrapper(input: Any, *args: Any, **kwargs: Any) -> Any:
-        me = check()
-        if me is not None:
-            me.called(name, args, kwargs)
-        return original(input, *args, **kwargs)
-
-    wrapper._treeqa_health = True  # type: ignore[attr-defined]
-    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-    return wrapper

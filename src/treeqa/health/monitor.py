@@ -217,6 +217,7 @@ class HealthMonitor(Callback):
         self.paused = False
         self.sampling = False
         self.timed = False  # this step's CPU time and the reference workload are read
+        self.in_step = False  # between begin_step and end_step: a finding now is the next step's
         self._next_series_check = self.every
         self._seq: list[int] = []  # sequence number of each step's loss (graphs-from-step map)
         self._floor: int | None = None  # the last node number before the first step
@@ -309,6 +310,7 @@ class HealthMonitor(Callback):
     def begin_step(self) -> None:
         """Call when the step's compute starts (after its batch is ready)."""
         s = self.step + 1
+        self.in_step = True
         if self._floor is None:  # graphs made before the first step are not earlier steps'
             self._floor = graphs.next_sequence_nr()
         self.timed = s <= TIMED_ALL or s % TIMED_EVERY == 0
@@ -337,6 +339,7 @@ class HealthMonitor(Callback):
     ) -> None:
         """Call after the optimiser step with the step's loss and its timings (seconds)."""
         self.step = s = self.step + 1
+        self.in_step = False
         waited = self._cpu_wait() if self.timed else math.nan  # before the monitor's own work
         value = math.nan  # a GPU tensor's value is filled in when its reading arrives
         tensor = loss if isinstance(loss, torch.Tensor) else None
@@ -422,7 +425,7 @@ class HealthMonitor(Callback):
             self.nonfinite.saw_loss(step, value)
 
     def add(self, finding: Finding) -> None:
-        finding.step = finding.step or self.step
+        finding.step = finding.step or self.step + self.in_step
         # Run-wide findings (timings, memory, profiles) are one finding each, updated as they grow.
         run_wide = finding.code in (
             "step-time-regression",

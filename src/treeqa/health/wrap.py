@@ -1,7 +1,7 @@
-"""Wrap a method of a library class for the length of a run, to note each instance that calls it.
+"""Wrap a library method or function for the length of a run, to note each call.
 
-The class outlives the run, so the wrapper holds the noting method weakly: a finished run's
-monitor (and the models it watched) is not kept alive by a class attribute.
+The class or module outlives the run, so the wrapper holds the noting method weakly: a finished
+run's monitor (and the models it watched) is not kept alive by a library attribute.
 """
 
 from __future__ import annotations
@@ -25,7 +25,38 @@ def note_calls(cls: type, name: str, note: Callable[[Any], None]) -> Callable[[]
             method(instance)
         return original(instance, *args, **kwargs)
 
+    return _install(cls, name, original, wrapper)
+
+
+Arguments = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def note_function_calls(
+    owner: Any, name: str, note: Callable[[str, tuple[Any, ...], dict[str, Any]], Arguments | None]
+) -> Callable[[], None] | None:
+    """Make the function ``owner.name`` (a module's, e.g. ``torch.nn.functional.dropout``)
+    call the bound method ``note(name, args, kwargs)`` before it runs; a note may return the
+    arguments to run it with instead (an iterator it had to read, as a list). Returns the undo,
+    or None when it is missing or a monitor has wrapped it already."""
+    original = getattr(owner, name, None)
+    if original is None or getattr(original, "_treeqa_health", False):
+        return None
+    noted = weakref.WeakMethod(note)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        method = noted()
+        given = method(name, args, kwargs) if method is not None else None
+        if given is not None:
+            args, kwargs = given
+        return original(*args, **kwargs)
+
+    return _install(owner, name, original, wrapper)
+
+
+def _install(
+    owner: Any, name: str, original: Callable[..., Any], wrapper: Callable[..., Any]
+) -> Callable[[], None]:
     wrapper._treeqa_health = True  # type: ignore[attr-defined]
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-    setattr(cls, name, wrapper)
-    return lambda: setattr(cls, name, original)
+    setattr(owner, name, wrapper)
+    return lambda: setattr(owner, name, original)

@@ -1,0 +1,112 @@
+"""The doctor's view of gradient clipping on its own: clips before the step's backward, clips
+given nothing, and the wrapped functions clipping exactly as torch's own."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+from torch.nn.utils import clip_grad
+
+from treeqa.health.checks import Finding
+from treeqa.health.clipping import BEFORE_STEPS, Clipping
+from treeqa.health.updates import Updates
+
+
+def _clipping() -> tuple[Clipping, Updates, list[Finding]]:
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    clipping = Clipping(found.append, updates)
+    clipping.install()
+    return clipping, updates, found
+
+
+def _step(model: nn.Module, updates: Updates, clipping: Clipping, clip_first: bool) -> None:
+    """One optimiser step as the doctor sees it: a clip before or after the backward."""
+    if clip_first:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    model(torch.randn(3, 4)).pow(2).sum().backward()
+    updates.backwards += 1
+    if not clip_first:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    clipping.end_step()
+    updates.backwards = 0
+    model.zero_grad()
+
+
+def test_clips_before_backward_on_steps_in_a_row_are_reported() -> None:
+    model = nn.Linear(4, 2)
+    clipping, updates, found = _clipping()
+    try:
+        clipping.reset(list(model.parameters()))
+        for _ in range(BEFORE_STEPS - 1):
+            _step(model, updates, clipping, clip_first=True)
+        _step(model, updates, clipping, clip_first=False)  # one right step starts the count again
+        for _ in range(BEFORE_STEPS - 1):
+            _step(model, updates, clipping, clip_first=True)
+        assert found == []
+        _step(model, updates, clipping, clip_first=True)
+        assert [f.code for f in found] == ["clip-before-backward"]
+        assert found[0].where.endswith(f"{__file__}:{_step.__code__.co_firstlineno + 3}")
+    finally:
+        clipping.uninstall()
+
+
+def test_clips_of_parameters_the_clock_does_not_train_are_not_judged() -> None:
+    model, other = nn.Linear(4, 2), nn.Linear(4, 2)
+    clipping, updates, found = _clipping()
+    try:
+        clipping.reset(list(other.parameters()))  # the clock trains another model
+        for _ in range(BEFORE_STEPS + 5):
+            _step(model, updates, clipping, clip_first=True)
+        assert found == []
+    finally:
+        clipping.uninstall()
+
+
+def test_a_clip_given_an_empty_generator_is_reported_once() -> None:
+    model = nn.Linear(4, 2)
+    params = model.parameters()
+    list(params)  # used up, as by an optimiser built over it
+    clipping, _, found = _clipping()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch warns of the empty generator too
+            for _ in range(3):
+                torch.nn.utils.clip_grad_norm_(params, 1.0)
+        assert [f.code for f in found] == ["clip-no-parameters"]
+        assert found[0].evidence == {"function": "clip_grad_norm_", "generator": True}
+    finally:
+        clipping.uninstall()
+
+
+def _model_with_gradients() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    model(torch.randn(3, 4)).pow(2).sum().mul(100).backward()
+    return model
+
+
+def test_wrapped_clips_clip_as_torch_does_and_uninstall_restores_them() -> None:
+    originals = (torch.nn.utils.clip_grad_norm_, clip_grad.clip_grad_value_)
+    reference = _model_with_gradients()
+    want = originals[0](reference.parameters(), 1.0)
+    clipping, _, found = _clipping()
+    try:
+        assert torch.nn.utils.clip_grad_norm_ is not originals[0]
+        model = _model_with_gradients()
+        # A generator, by keyword: read into a list once, and clipped.
+        total = torch.nn.utils.clip_grad_norm_(parameters=model.parameters(), max_norm=1.0)
+        assert total.item() > 1.0 and torch.equal(total, want)
+        for p, r in zip(model.parameters(), reference.parameters(), strict=True):
+            assert torch.equal(p.grad, r.grad)
+        clip_grad.clip_grad_value_(model.weight, 1e-3)  # one tensor is passed through as it is
+        assert model.weight.grad.abs().max() <= 1e-3
+        assert found == []
+        second = Clipping(found.append, Updates(found.append))
+        second.install()
+        assert second._undo == []  # wrapped once: the first monitor notes the calls
+    finally:
+        clipping.uninstall()
+    assert (torch.nn.utils.clip_grad_norm_, clip_grad.clip_grad_value_) == originals
