@@ -120,6 +120,30 @@ def test_a_line_refused_is_named_and_the_answers_before_it_are_kept(
     assert out.read_text(encoding="utf-8") == ""
 
 
+def test_a_context_or_question_with_nothing_visible_is_refused_as_empty(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    context, question, _ = CONTEXTS[0]
+    nothing = "\u200b\u200b\u200c \ufeff\u2060\x00\u00ad"  # was: answered, an invisible span
+    why = "with no visible character (only whitespace, zero-width or control characters)"
+    for field, item in (
+        ("context", {"context": nothing, "question": question}),
+        ("question", {"context": context, "question": nothing}),
+    ):
+        src = jsonl(tmp_path / "in.jsonl", {"id": "a", "context": context, "question": question},
+                    {"id": "b", **item})  # fmt: skip
+        out = tmp_path / "out.jsonl"
+        assert main(predict(run, "--input", str(src), "--output", str(out))) == 2
+        assert capsys.readouterr().err == (
+            f"treeqa predict: error: {src}:2: a {field} {why} (the answer before it is in {out})\n"
+        )
+        assert [json.loads(x)["id"] for x in out.read_text(encoding="utf-8").splitlines()] == ["a"]
+        assert main(predict(run, *(f"--{k}={v}" for k, v in item.items()))) == 2
+        err = capsys.readouterr().err
+        assert err == f"treeqa predict: error: <command line>: a {field} {why}\n"
+
+
 def test_text_no_utf8_output_can_hold_is_refused_naming_where(
     run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -155,6 +155,7 @@ def test_answer_not_in_context_names_article_and_question_or_is_counted(tmp_path
         (lambda q: q.pop("question"), "malformed question"),
         (lambda q: q.update(question=""), "question 'q7': empty question"),
         (lambda q: q.update(question=" \n\u3000"), "question 'q7': empty question"),
+        (lambda q: q.update(question="\u200b\ufeff\x00"), "question 'q7': empty question"),
         (lambda q: q.update(id="q1"), "duplicate question id"),
         (lambda q: q.update(answers=[]), "no answers"),
         (lambda q: q["answers"][0].update(answer_start="3"), "malformed answer"),
@@ -167,10 +168,11 @@ def test_malformed_questions_are_errors(tmp_path: Path, change: Any, reason: str
         list(iter_articles(write(tmp_path / "m.json", data)))
 
 
-def test_an_empty_context_is_an_error_or_skips_its_questions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("context", [" \n ", "\u200b\u200c \u2060"])  # nothing visible
+def test_an_empty_context_is_an_error_or_skips_its_questions(tmp_path: Path, context: str) -> None:
     data = squad_v1()
     paragraph = data["data"][1]["paragraphs"][1]
-    paragraph["context"] = " \n "
+    paragraph["context"] = context
     path = write(tmp_path / "blank.json", data)
     with pytest.raises(SquadFormatError, match=r"blank.json: article 1 \('Paris'\): empty context"):
         list(iter_articles(path))

@@ -58,6 +58,13 @@ def test_a_context_without_words_is_refused(base: str) -> None:
     assert status == 404 and "no sentiment model" in body["error"]
 
 
+def test_a_context_or_question_with_nothing_visible_is_a_422_naming_it(base: str) -> None:
+    nothing = "\u200b\u200c\ufeff \u2060"  # tokens, but nothing to read: once answered
+    for field, pair in (("context", (nothing, "Why?")), ("question", (CONTEXT, nothing))):
+        status, body = call(base, "/api/qa", {"context": pair[0], "question": pair[1]})
+        assert status == 422 and body["error"].startswith(f"a {field} with no visible character")
+
+
 def test_a_context_or_question_too_long_to_read_at_once_is_refused_before_the_model_runs(
     base: str,
 ) -> None:

@@ -161,7 +161,7 @@ def predict_main(args: argparse.Namespace) -> int:
         for flag, text in (("--context", args.context), ("--question", args.question)):
             if _lone_surrogate(text) is not None:
                 raise ValueError(f"{flag}: not UTF-8 text (bytes that are not UTF-8)")
-        items.append(("--context", {"context": args.context, "question": args.question}))
+        items.append(("<command line>", {"context": args.context, "question": args.question}))
     if args.input:
         items += _read_jsonl(args.input)
     if not items:

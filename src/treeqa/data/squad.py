@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ __all__ = [
     "answer_token_span",
     "iter_articles",
     "read_json_text",
+    "visible",
 ]
 
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
@@ -203,6 +205,13 @@ def iter_articles(
         raise SquadFormatError('no "data" list at the top level', source)
 
 
+def visible(text: str) -> bool:
+    """Whether ``text`` has a character that shows: one that is neither a separator (Unicode
+    category Z*: spaces, line breaks) nor an "other" (C*: controls, zero-width and other
+    format characters). Text without one is empty to a reader, whatever tokens it makes."""
+    return any(unicodedata.category(c)[0] not in "ZC" for c in text)
+
+
 class _Checker:
     """Turns decoded JSON into checked dataclasses; raises or counts what is malformed."""
 
@@ -236,7 +245,7 @@ class _Checker:
                     title,
                 )
                 continue
-            if not p["context"].strip():  # nothing to answer from, or to attend over
+            if not visible(p["context"]):  # nothing to answer from, or to attend over
                 if qas:
                     self._bad("empty context", len(qas), index, title)
                 continue
@@ -259,7 +268,7 @@ class _Checker:
         reason = None
         if not isinstance(impossible, bool) or not isinstance(answers, list):
             reason = 'malformed question ("answers" must be a list, "is_impossible" true/false)'
-        elif not raw["question"].strip():
+        elif not visible(raw["question"]):
             reason = "empty question"
         elif qid in self.ids:
             reason = "duplicate question id"

@@ -22,7 +22,7 @@ from torch import nn
 
 from treeqa import config as cfg
 from treeqa.data.qa_batch import QABatch
-from treeqa.data.squad import Tokenizer
+from treeqa.data.squad import Tokenizer, visible
 from treeqa.data.squad_prepared import PreparedSplit
 from treeqa.data.vocab import Vocab
 from treeqa.eval.squad import evaluate_predictions
@@ -530,10 +530,14 @@ def predict(
     config, results = loaded.model.config, []
     for at in range(0, len(examples), batch_size):
         chunk = examples[at : at + batch_size]
+        for i, name in enumerate(("context", "question")):
+            if not all(visible(pair[i]) for pair in chunk):  # "\u200b", say: tokens, no text
+                raise ValueError(
+                    f"a {name} with no visible character (only whitespace, zero-width or "
+                    "control characters)"
+                )
         contexts = [tokenizer.tokenize(c) for c, _ in chunk]  # (tokens, spans [T, 2])
-        questions = [tokenizer.tokenize(q)[0] or ["?"] for _, q in chunk]
-        if any(not toks for toks, _ in contexts):
-            raise ValueError("a context has no tokens")
+        questions = [tokenizer.tokenize(q)[0] for _, q in chunk]
         longest = max(len(toks) for toks, _ in contexts)
         if longest > MAX_CONTEXT_TOKENS:
             raise ValueError(

@@ -263,8 +263,8 @@ class Models:
             with self.lock:
                 self.renew_tokenizer()
                 answer: dict[str, Any] = predict(self.qa, [pair], tokenizer=self.tokenizer)[0]
-        except ValueError as err:  # e.g. a context of whitespace only
-            raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, f"field 'context': {err}") from err
+        except ValueError as err:  # a context or question too long or invisible; it says which
+            raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, str(err)) from err
         return answer
 
 
