@@ -4,7 +4,9 @@ a batch at a time."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,32 @@ def test_a_large_input_is_predicted_a_batch_at_a_time_as_all_at_once(
     results = [json.loads(line) for line in whole.splitlines()]
     assert [r["text"] for r in results][:2] == ["the film", "not very good"]
     assert len(results) == 5 and len(results[2]["nodes"]) == 81
+
+
+def test_standard_input_is_read_as_a_file_is_and_named_by_its_lines(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def stdin(data: bytes) -> None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+    capsys.readouterr()
+    text = "((the) (film))\r\n\n((not) ((very) (good)))\n"
+    src = tmp_path / "trees.txt"
+    src.write_text(text, encoding="utf-8", newline="")
+    argv = ["predict", "--checkpoint", str(run), "--json", "--input"]
+    assert main([*argv, str(src)]) == 0
+    from_file = capsys.readouterr().out
+    stdin(text.encode())
+    assert main([*argv, "-"]) == 0  # was: error: no such file '-'
+    assert capsys.readouterr().out == from_file and len(from_file.splitlines()) == 2
+    for data, message in (
+        (b"((the) (film))\n\n((a) (b) (c))\n", "<stdin>:3: this model takes trees with at most 2"),
+        (b"((the) (film))\n((a) (b)\n", "<stdin>:2:9: unbalanced '(': 1 bracket(s) left open"),
+        (b"((the) (film))\n((caf\xe9) (b))\n", "<stdin>:2:6: not UTF-8 text (invalid continuation"),
+    ):
+        stdin(data)
+        assert main([*argv, "-"]) == 2
+        assert capsys.readouterr().err.startswith(f"treeqa predict: error: {message}")
 
 
 def test_an_output_that_is_the_input_is_refused(

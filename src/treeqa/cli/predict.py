@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from treeqa.cli import flags, qa_commands
-from treeqa.cli.common import check_output, reader_gone, subparser
+from treeqa.cli.common import STDIN, check_output, reader_gone, subparser
+
+if TYPE_CHECKING:
+    from treeqa.data.tree import Tree
 
 HELP = "Predict the sentiment of every node of trees, or (`predict qa`) answer questions."
 EXAMPLES = {
     "sentiment": (
         "treeqa predict --checkpoint runs/tl '(2 (2 the) (2 (2 movie) (2 (2 is) (2 good))))'\n"
         "  treeqa predict --checkpoint runs/tl --input trees.txt --json\n"
+        "  cat trees.txt | treeqa predict --checkpoint runs/tl --input -\n"
         "  treeqa predict --checkpoint runs/childsum-dep --text 'Not my favourite film.'"
     ),
     "qa": (
@@ -74,7 +79,9 @@ def add_parser(subparsers: Any, task: str) -> argparse.ArgumentParser:
             "repeatable (default: none)",
         )
         flags.add_input(
-            parser, "a file of bracketed trees, one a line (or dependency trees, .jsonl)"
+            parser,
+            'a file of bracketed trees, one a line (or dependency trees, .jsonl); "-": '
+            "bracketed trees from stdin",
         )
         parser.add_argument(
             "--demo-examples",
@@ -96,6 +103,25 @@ def _tree_line(text: str) -> bool:
     return bool(text.rstrip("\r\n").strip(" "))
 
 
+def _numbered(lines: list[str], source: str) -> list[tuple[str, Tree]]:
+    """(``source:line``, tree) for each tree of ``lines``, one a non-blank line."""
+    from treeqa.data.tree import iter_trees
+
+    given = [n for n, text in enumerate(lines, 1) if _tree_line(text)]
+    return list(zip([f"{source}:{n}" for n in given], iter_trees(lines, source), strict=True))
+
+
+def _stdin_lines() -> list[str]:
+    """Standard input's lines, split as ``read_trees`` splits a file's."""
+    from treeqa.data.tree import not_utf8_lines
+
+    data = sys.stdin.buffer.read()
+    try:
+        return io.StringIO(data.decode("utf-8"), newline="").readlines()
+    except UnicodeDecodeError as err:
+        raise not_utf8_lines(io.BytesIO(data), "<stdin>", err) from err
+
+
 def _lines_of_trees(path: Path, count: int) -> list[str]:
     """``path:line`` of each of the ``count`` trees ``read_tree_file`` read from ``path``, one
     per non-blank line (``path, tree k`` should the two ever disagree)."""
@@ -112,19 +138,15 @@ def _lines_of_trees(path: Path, count: int) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from treeqa.data.sst import read_tree_file
-    from treeqa.data.tree import Tree, iter_trees
+    from treeqa.data.tree import iter_trees
     from treeqa.recipes.sentiment import check_predictable, load_model, predict
 
     check_output(args)
     # (where it came from, tree): errors name the argument or file line of the tree they are about.
-    items: list[tuple[str, Tree]] = []
-    given = [n for n, text in enumerate(args.trees, 1) if _tree_line(text)]
-    items += zip(
-        [f"<command line>:{n}" for n in given],
-        iter_trees(args.trees, "<command line>"),
-        strict=True,
-    )
-    if args.input:
+    items = _numbered(args.trees, "<command line>")
+    if args.input == STDIN:
+        items += _numbered(_stdin_lines(), "<stdin>")
+    elif args.input:
         trees = read_tree_file(args.input)
         items += zip(_lines_of_trees(args.input, len(trees)), trees, strict=True)
     if args.demo_examples:

@@ -234,13 +234,19 @@ def not_utf8(path: Path, err: UnicodeDecodeError) -> TreeSyntaxError:
     """The error for a file that is not UTF-8, at the line and column of its first bad byte
     (the text reader decodes ahead in blocks, so its own position names no line)."""
     with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                raw.decode("utf-8")
-            except UnicodeDecodeError as bad:
-                column = len(raw[: bad.start].decode("utf-8")) + 1
-                return TreeSyntaxError(f"not UTF-8 text ({bad.reason})", str(path), number, column)
-    return TreeSyntaxError(f"not UTF-8 text ({err.reason})", str(path), 1, 1)
+        return not_utf8_lines(f, str(path), err)
+
+
+def not_utf8_lines(lines: Iterable[bytes], source: str, err: UnicodeDecodeError) -> TreeSyntaxError:
+    """The error for ``source``'s lines of bytes (a file's, standard input's) that are not
+    UTF-8, at the line and column of the first bad byte."""
+    for number, raw in enumerate(lines, start=1):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            column = len(raw[: bad.start].decode("utf-8")) + 1
+            return TreeSyntaxError(f"not UTF-8 text ({bad.reason})", source, number, column)
+    return TreeSyntaxError(f"not UTF-8 text ({err.reason})", source, 1, 1)
 
 
 def write_trees(trees: Iterable[Tree], path: str | Path) -> None:
