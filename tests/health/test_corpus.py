@@ -43,6 +43,7 @@ EXPECTED = {
     "bug_dropout_in_eval.py": "dropout-in-eval",
     "bug_clip_before_backward.py": "clip-before-backward",
     "bug_clip_no_parameters.py": "clip-no-parameters",
+    "bug_softmax_over_batch.py": "softmax-over-wrong-dim",
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
 CLEAN = [
@@ -57,7 +58,8 @@ CLEAN = [
     "clean_grad_accumulation.py",  # zeroed every 4 backwards, to zeros (set_to_none=False)
     "clean_gan.py",  # the generator's backward adds to the critic's gradients
     "clean_frozen_bn.py",  # BN layers in eval mode, evaluations, OneCycle every batch
-    "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax, MC dropout
+    "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over
+    # a sequence's last dim, [B, C, T] over dim 1, log of softmax), MC dropout
     "clean_clip.py",  # clip then step at the loop's top, after accumulation, a reused list
 ]
 

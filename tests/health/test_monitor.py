@@ -323,6 +323,28 @@ def test_checks_on_numbers() -> None:
     assert gathers is not None and "torch.unique" in gathers.fix and "conv" not in gathers.fix
 
 
+def test_hot_op_warns_only_if_the_family_dominates_without_the_threads_cpu_wait() -> None:
+    """On a busy host a preempted call holds its operator's wall time: a trivial model's
+    ``scatter_add_`` read 72% of a step. The window's run-queue wait is taken from the top
+    family before judging it."""
+    times = {"aten::scatter_add_": 7.2e3, "aten::addmm": 1.8e3, "aten::add": 1e3}  # us, 1 step
+    assert checks.hot_op(times, 1).severity == "warning"
+    found = checks.hot_op(times, 1, cpu_wait=5e3)  # 5 ms of the 10 waiting for a CPU
+    assert found.severity == "info" and found.evidence["cpu_wait_ms_per_step"] == 5.0
+    assert found.evidence["share"] == 0.72  # the report still says what the profiler read
+    assert checks.hot_op(times, 1, cpu_wait=0.3e3).severity == "warning"  # 6.9 of 9.7 ms: stands
+
+
+def test_a_profile_window_adds_up_the_step_threads_cpu_wait() -> None:
+    clock = iter([(7, 1.0), (7, 1.25), (7, 2.0), (8, 2.5), (7, 3.0), (7, math.nan)])
+    window = ProfileWindow(steps=3, waited=lambda: next(clock))
+    window.schedule(1)
+    for step in (1, 2, 3):  # 0.25 s waited; a close on another thread; NaN: neither counts
+        window.begin(step)
+        window.end(step)
+    assert window.cpu_wait == 0.25 and not window.active
+
+
 def test_a_machine_that_slows_down_is_not_a_regression() -> None:
     """Seen on a shared host: a clean 80-step script's steps and CPU time rose 12 -> 20 ms per
     step; a fixed reference workload timed after each step slowed as much."""

@@ -110,17 +110,26 @@ def test_train_in_eval_mode_after_train_mode_with_mode_dependent_layers() -> Non
     assert checks.train_in_eval_mode(10, EVAL_STEPS, 11, []) is None
 
 
-def _lr_findings(make, steps: int, lr: float = 0.1) -> list[str]:
-    """Step an optimiser ``steps`` times with the scheduler ``make(opt)`` stepped after each."""
+def _lr_findings(make, steps: int, lr: float = 0.1, every: int = 1) -> list[str]:
+    """Step an optimiser ``steps`` times with the scheduler ``make(opt)`` stepped after every
+    ``every``-th (a ReduceLROnPlateau is given a metric that never improves)."""
     found: list[Finding] = []
     updates = Updates(found.append)
-    opt = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=lr)
-    scheduler = make(opt)
-    for step in range(1, steps + 1):
-        opt.step()
-        updates.end_step(step, step % 50 == 0, opt, [], [])
-        scheduler.step()
-    updates.finish(steps)
+    updates.install()
+    try:
+        opt = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=lr)
+        scheduler = make(opt)
+        for step in range(1, steps + 1):
+            opt.step()
+            updates.end_step(step, step % 50 == 0, opt, [], [])
+            if step % every == 0:
+                if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                    scheduler.step(1.0)
+                else:
+                    scheduler.step()
+        updates.finish(steps)
+    finally:
+        updates.uninstall()
     return [f.code for f in found]
 
 
@@ -136,6 +145,20 @@ def test_lr_collapsed_is_a_per_epoch_schedule_stepped_every_batch() -> None:
     assert _lr_findings(lambda o: sched.StepLR(o, step_size=100, gamma=0.1), 400) == []
     # StepLR per batch, but the run ends soon after the collapse: fewer low steps than high.
     assert _lr_findings(lambda o: sched.StepLR(o, step_size=40, gamma=0.1), 300) == []
+
+
+def test_lr_collapsed_leaves_a_plateau_scheduler_stepped_once_an_epoch_alone() -> None:
+    sched = torch.optim.lr_scheduler
+
+    def plateau(o: torch.optim.Optimizer) -> sched.ReduceLROnPlateau:
+        return sched.ReduceLROnPlateau(o, factor=0.1, patience=0)
+
+    # Once an epoch of 20 steps: cut at every epoch to 1e-5 x, and as long again at that rate.
+    assert _lr_findings(plateau, 400, every=20) == []
+    # Every batch, with a patience meant in epochs: the rate collapses within a few steps.
+    assert _lr_findings(plateau, 400, every=1) == ["lr-collapsed"]
+    found = checks.lr_collapsed(0.1, 10, 400, plateau_steps=400)
+    assert found is not None and "patience counts batches" in found.message
 
 
 def test_loss_broadcast_is_a_shape_pair_that_grows() -> None:
@@ -155,6 +178,21 @@ def test_sigmoid_output_is_told_through_views_only() -> None:
     assert not checks.produced_by(torch.sigmoid(x) * 2.0, "SigmoidBackward0")
     assert not checks.produced_by(torch.tanh(x), "SigmoidBackward0")
     assert not checks.produced_by(torch.sigmoid(x.detach()), "SigmoidBackward0")  # no graph
+
+
+def test_the_dim_a_log_softmax_normalised_is_read_from_its_graph() -> None:
+    x = torch.randn(32, 3, 5, requires_grad=True)  # [B, T, C]
+    assert checks.normalised_over(F.log_softmax(x, dim=-1).reshape(-1, 5)) == ([32, 3, 5], 2)
+    assert checks.normalised_over(torch.log(F.softmax(x[:, 0], dim=0))) == ([32, 5], 0)
+    with pytest.warns(UserWarning, match="Implicit dimension"):
+        implicit = F.log_softmax(x)  # 3-D without dim=: torch picks dim 0, the batch
+    assert checks.normalised_over(implicit.view(-1, 5)) == ([32, 3, 5], 0)
+    assert checks.normalised_over(x.log()) is None  # a log of no softmax
+    assert checks.normalised_over(F.log_softmax(x.detach(), -1)) is None  # no graph
+    # Judged by the normalised dim's size against the loss's classes (its dim 1).
+    assert checks.softmax_over_wrong_dim("nll_loss", [32, 3, 5], 2, 5) is None
+    found = checks.softmax_over_wrong_dim("nll_loss", [32, 3, 5], 0, 5)
+    assert found is not None and found.severity == "error" and found.evidence["dim"] == 0
 
 
 def test_values_above_zero_are_not_log_probabilities() -> None:

@@ -43,6 +43,7 @@ FIXES: dict[str, str] = {
     "loss-broadcast": "give prediction and target the same shape (pred.squeeze(-1) or target.unsqueeze(-1)) before the loss",
     "logits-into-nll-loss": "apply log_softmax over the class dimension before nll_loss/NLLLoss, or pass the logits to cross_entropy",
     "dropout-in-eval": "pass training=self.training to F.dropout (or use an nn.Dropout module), so model.eval() turns it off",
+    "softmax-over-wrong-dim": "normalise over the classes: log_softmax(logits, dim=-1) (dim=1 for [N, C, ...]); a softmax without dim= on 3-D input normalises over dim 0",
     "clip-before-backward": "clip after loss.backward() and before optimizer.step(), so the step applies the clipped gradients",
     "clip-no-parameters": "give the clip a list (params = list(model.parameters())) or call model.parameters() anew at each clip",
 }
@@ -504,11 +505,17 @@ def op_family(name: str) -> str:
     return "other"
 
 
-def hot_op(op_times: dict[str, float], steps: int, dense_conv: bool = True) -> Finding | None:
+def hot_op(
+    op_times: dict[str, float], steps: int, dense_conv: bool = True, cpu_wait: float = 0.0
+) -> Finding | None:
     """The operator family with the largest share of self time in a profiler window.
 
     Dense matmuls dominating is how a healthy model looks, so they stay "info"; convolution,
     indexing or copy taking >= 50% and twice the runner-up is a warning (the 2-D character CNN of the QANet report is the example).
+    ``op_times`` and ``cpu_wait`` are microseconds over the window's ``steps``; ``cpu_wait``
+    is what the step's thread spent waiting for a CPU. Operator times are wall times, so that
+    wait is inside one operator or another: a warning must stand with all of it taken from the
+    top family (a busy host made ``scatter_add_`` 72% of a trivial model's step).
     """
     total = sum(op_times.values())
     if total <= 0:
@@ -518,12 +525,15 @@ def hot_op(op_times: dict[str, float], steps: int, dense_conv: bool = True) -> F
         families[op_family(name)] = families.get(op_family(name), 0.0) + t
     ranked = sorted(families.items(), key=lambda kv: -kv[1])
     family, t = ranked[0]
-    share, runner_up = t / total, (ranked[1][1] / total if len(ranked) > 1 else 0.0)
+    share = t / total
     top = sorted(
         (kv for kv in op_times.items() if op_family(kv[0]) == family), key=lambda kv: -kv[1]
     )[:3]
-    # Below ~2 ms a step, one preempted call can dominate a 3-step window: not worth a warning.
-    dominant = share >= 0.5 and share >= 2 * runner_up and t / 1e3 / max(steps, 1) >= 2.0
+    own = max(0.0, t - cpu_wait)  # the family's time, had all the waiting been in it
+    second = ranked[1][1] if len(ranked) > 1 else 0.0
+    # At least half the time and twice the runner-up's (as shares of the window without the
+    # wait). Below ~2 ms a step, one preempted call can dominate a 3-step window: no warning.
+    dominant = own >= total - t and own >= 2 * second and own / 1e3 / max(steps, 1) >= 2.0
     # Only families with a usual cheaper rewrite warn; on a busy CPU any small op can look hot.
     # A conv stack that is already 1-D / depthwise (QANet's encoder) has no cheaper rewrite.
     warn = ("convolution",) * dense_conv + ("indexing", "copy")
@@ -541,6 +551,7 @@ def hot_op(op_times: dict[str, float], steps: int, dense_conv: bool = True) -> F
                 k: round(v / total, 3) for k, v in sorted(families.items(), key=lambda kv: -kv[1])
             },
             "top_ops": {k: round(v / 1e3 / max(steps, 1), 3) for k, v in top},
+            "cpu_wait_ms_per_step": round(cpu_wait / 1e3 / max(steps, 1), 3),
         },
     )
 
@@ -704,21 +715,36 @@ linear schedule to zero gets there only in the last ~0.6% of its steps; StepLR(s
 gamma=0.1) stepped every batch after 120 batches."""
 
 
-def lr_collapsed(peak: float, low_since: int | None, step: int, first: int = 1) -> Finding | None:
+def lr_collapsed(
+    peak: float, low_since: int | None, step: int, first: int = 1, plateau_steps: int = 0
+) -> Finding | None:
     """The learning rate stayed below ``LR_FLOOR`` x its peak from step ``low_since`` on, for at
     least as many steps as it was above (and >= 50): a per-epoch scheduler stepped every batch.
-    ``first``: the first step counted (a later run in one script starts later)."""
+    ``first``: the first step counted (a later run in one script starts later);
+    ``plateau_steps``: calls of a ReduceLROnPlateau on this optimiser (stepped every batch,
+    its patience counts batches)."""
     if low_since is None or peak <= 0:
         return None
     low, before = step - low_since + 1, low_since - first
     if low < max(50, before):
         return None
+    plateau = (
+        f"; a ReduceLROnPlateau was stepped {plateau_steps} times in {step - first + 1} "
+        "optimiser steps, so its patience counts batches, not epochs"
+        if plateau_steps
+        else ""
+    )
     return Finding(
         "lr-collapsed",
         "warning",
         f"the learning rate has been below {LR_FLOOR:g} x its peak ({peak:.3g}) since step "
-        f"{low_since}: {low} of {step - first + 1} steps train with almost no step size",
-        evidence={"peak_lr": peak, "low_since_step": low_since, "low_steps": low},
+        f"{low_since}: {low} of {step - first + 1} steps train with almost no step size" + plateau,
+        evidence={
+            "peak_lr": peak,
+            "low_since_step": low_since,
+            "low_steps": low,
+            "plateau_steps": plateau_steps,
+        },
     )
 
 
@@ -756,20 +782,62 @@ _VIEWS = re.compile(
 """Autograd nodes of ops that move values without changing them."""
 
 
-def produced_by(x: torch.Tensor, op: str, hops: int = 4) -> bool:
-    """Whether ``x`` comes from autograd node ``op`` (e.g. "SigmoidBackward0") through at most
-    ``hops`` view-like nodes (squeeze, view, select...). No host sync."""
+def producer(x: torch.Tensor, ops: tuple[str, ...], hops: int = 4) -> Any:
+    """The autograd node of one of ``ops`` (e.g. "SigmoidBackward0") that ``x`` comes from
+    through at most ``hops`` view-like nodes (squeeze, view, select...), or None. No host sync."""
     node = x.grad_fn
     for _ in range(hops + 1):
         if node is None:
-            return False
+            return None
         name = type(node).__name__
-        if name == op:
-            return True
+        if name in ops:
+            return node
         if not _VIEWS.fullmatch(name) or not node.next_functions:
-            return False
+            return None
         node = node.next_functions[0][0]
-    return False
+    return None
+
+
+def produced_by(x: torch.Tensor, op: str, hops: int = 4) -> bool:
+    return producer(x, (op,), hops) is not None
+
+
+def normalised_over(x: torch.Tensor) -> tuple[list[int], int] | None:
+    """(shape, dim) of the ``log_softmax`` (or ``log`` of a ``softmax``) that ``x`` comes
+    from through views, as it was called; None for anything else. No host sync."""
+    node = producer(x, ("LogSoftmaxBackward0", "LogBackward0"))
+    if node is not None and type(node).__name__ == "LogBackward0":
+        inner = node.next_functions[0][0] if node.next_functions else None
+        node = inner if type(inner).__name__ == "SoftmaxBackward0" else None
+    if node is None:
+        return None
+    try:
+        shape, dim = list(node._saved_result.shape), int(node._saved_dim)
+    except (AttributeError, RuntimeError):  # saved tensors freed, or another torch's names
+        return None
+    if not shape:
+        return None
+    dim = dim - 2**64 if dim >= 2**63 else dim  # -1 is kept as an unsigned 64-bit integer
+    return shape, dim % len(shape)
+
+
+def softmax_over_wrong_dim(
+    fname: str, shape: Sequence[int], dim: int, classes: int
+) -> Finding | None:
+    """The input of ``fname`` was normalised over a dim of ``shape`` whose size is not the
+    number of ``classes`` (the loss's dim 1): over the batch, say, by ``log_softmax(x, dim=0)``
+    or by a softmax without ``dim=`` on 3-D input (torch then picks dim 0). A dim of the same
+    size as the class dim cannot be told from it and passes."""
+    if len(shape) < 2 or shape[dim] == classes:
+        return None
+    return Finding(
+        "softmax-over-wrong-dim",
+        "error",
+        f"{fname} received log-probabilities normalised over dim {dim} of a {list(shape)} "
+        f"tensor (size {shape[dim]}), not over the {classes} classes: each class's scores "
+        "are normalised against the other examples, not the other classes",
+        evidence={"function": fname, "shape": list(shape), "dim": dim, "classes": classes},
+    )
 
 
 def above_zero(x: torch.Tensor) -> float | None:

@@ -116,6 +116,7 @@ class Doctor:
 
         GradScaler.step = step  # type: ignore[method-assign,assignment]
         self.clipping.install()
+        self.updates.install()
         self.monitor.install_loss_checks()
 
     def uninstall(self) -> None:
@@ -126,6 +127,7 @@ class Doctor:
         self.updates.remove_hooks()
         self.eval_dropout.end()
         self.clipping.uninstall()
+        self.updates.uninstall()
         if self.original_backward is not None:
             torch.autograd.backward = self.original_backward
             self.original_backward = None

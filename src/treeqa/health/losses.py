@@ -2,7 +2,8 @@
 
 The functions are wrapped for the run. On sampled steps: the input of ``cross_entropy`` and
 ``nll_loss`` is checked for probabilities (non-negative rows summing to 1, i.e. softmax output
-where logits belong), that of ``nll_loss`` for values above 0 (logits where log-probabilities
+where logits belong) and, where it comes from a log_softmax, for one over the wrong dim (the
+batch); that of ``nll_loss`` for values above 0 (logits where log-probabilities
 belong), that of ``binary_cross_entropy_with_logits`` for a sigmoid's output, and the shapes of
 the elementwise regression losses for a broadcast (prediction [N, 1] against target [N]). The
 first cross-entropy of the run is compared with log(C).
@@ -102,6 +103,12 @@ class LossInputCheck:
                 )
             return
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
+        source = checks.normalised_over(input)
+        if source is not None:
+            found = checks.softmax_over_wrong_dim(fname, *source, classes)
+            if found is not None:
+                found.where = checks.user_site(2)
+                self.add(found)
         probabilities = checks.looks_like_probabilities(input)
         if fname == "nll_loss" and not probabilities:
             top = checks.above_zero(input)

@@ -228,7 +228,7 @@ class HealthMonitor(Callback):
         self._unused_params: list[tuple[str, nn.Parameter]] = []  # and since then, to check
         self._unused_from = 1  # the first step of the window (later after a new model)
         self.nonfinite = NonFiniteTracer(self.add)
-        self.profile = ProfileWindow(memory=rss_mb)
+        self.profile = ProfileWindow(memory=rss_mb, waited=_RUN_QUEUE.waited)
         self._retain_steps = 0
         self.loaders = LoaderWorkers()  # the most DataLoader workers (input-bound's advice)
         self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN

@@ -4,6 +4,9 @@ A window covers the compute of a few steps (each step from its first forward to 
 step, so data loading between steps stays out): once after the first sampled interval, and
 again (up to ``max_windows`` in all) when recent steps got 1.5x slower than early ones.
 Profiled steps are marked so the timing checks can leave them out (the profiler slows them).
+The step thread's run-queue wait is read at each step's open and close: time spent waiting for
+a CPU shows in whichever operator was running, which on a busy host can make any small op look
+dominant (``checks.hot_op`` judges the window without it).
 """
 
 from __future__ import annotations
@@ -24,9 +27,17 @@ _NOT_OPS = ("ProfilerStep", "[", "Optimizer.", "cuda", "enumerate(", "autograd::
 
 class ProfileWindow:
     def __init__(
-        self, steps: int = 3, max_windows: int = 3, memory: Callable[[], float] | None = None
+        self,
+        steps: int = 3,
+        max_windows: int = 3,
+        memory: Callable[[], float] | None = None,
+        waited: Callable[[], tuple[int, float]] | None = None,
     ):
-        self.steps, self.max_windows, self.memory = steps, max_windows, memory
+        """``memory``: the process's resident MB now; ``waited``: (the calling thread's id, the
+        seconds it has waited for a CPU so far), NaN where unknown."""
+        self.steps, self.max_windows, self.memory, self.waited = steps, max_windows, memory, waited
+        self.cpu_wait = 0.0  # seconds the step thread waited for a CPU in this window's steps
+        self._wait_begin: tuple[int, float] = (-1, math.nan)
         self.dense_conv = True  # the watched models have a dense (groups=1) 2-D/3-D conv
         self.memory_added = 0.0  # MB the profiler itself left resident (not the run's growth)
         self._memory_before = 0.0
@@ -45,6 +56,7 @@ class ProfileWindow:
         """Profile the compute of ``steps`` steps from ``step`` on."""
         if self._next is None and self.windows < self.max_windows:
             self._next, self._times, self._covered = step, {}, []
+            self.cpu_wait = 0.0
             self.windows += 1
 
     def schedule_if_slower(
@@ -73,6 +85,7 @@ class ProfileWindow:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self._memory_before = self.memory() if self.memory else 0.0
+        self._wait_begin = self.waited() if self.waited else (-1, math.nan)
         # Kineto prints a line to stderr at each start and stop ("USDT: ... profiler_start"):
         # noise in a training log. Read when the profiler first starts; a user's setting wins.
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
@@ -92,7 +105,7 @@ class ProfileWindow:
         if not covered:
             return None
         self._covered = []
-        found = checks.hot_op(self._times, len(covered), self.dense_conv)
+        found = checks.hot_op(self._times, len(covered), self.dense_conv, self.cpu_wait * 1e6)
         if found is not None:
             found.where = next(iter(found.evidence["top_ops"]), "")
             found.evidence["steps"] = [covered[0], covered[-1]]
@@ -103,6 +116,10 @@ class ProfileWindow:
         if prof is None:
             return
         prof.__exit__(None, None, None)
+        if self.waited:
+            (tid, now), (begin_tid, begin) = self.waited(), self._wait_begin
+            # NaN where unknown or on another thread: the window is then judged as it reads
+            self.cpu_wait += now - begin if tid == begin_tid and math.isfinite(now - begin) else 0.0
         self.profiled.add(step)
         if self.memory:
             self.memory_added += max(0.0, self.memory() - self._memory_before)

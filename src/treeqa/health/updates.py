@@ -12,21 +12,27 @@ every backward) and reports to the monitor:
 - ``train-in-eval-mode``: the models the clock trains ran their forwards with gradients in
   eval mode, after steps in train mode.
 - ``lr-collapsed``: the clock's learning rate fell below ``checks.LR_FLOOR`` of its peak and
-  stayed there for as long as it was above.
+  stayed there for as long as it was above. A ``ReduceLROnPlateau`` stepped less often than
+  every other optimiser step (once an epoch) cuts because the metric stopped improving, by
+  design: its optimiser is not judged. ``ReduceLROnPlateau.step`` is wrapped for the run to
+  count its calls per optimiser.
 
 Per step this costs a few attribute reads; the hooks are on sampled steps only.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
+from treeqa.health.wrap import note_calls
 
 EMPTY_STEPS = 20
 """Steps in a row with a backward and no gradient on the optimiser's parameters (a conditional
@@ -42,7 +48,24 @@ class Updates:
         self.add = add
         self.reported: set[str] = set()
         self._handles: list[Any] = []
+        # ReduceLROnPlateau.step calls per optimiser it drives (weak: a finished run's optimiser)
+        self.plateau_steps: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._undo: Callable[[], None] | None = None
         self.reset(0)
+
+    def install(self) -> None:
+        self._undo = note_calls(ReduceLROnPlateau, "step", self._plateau_stepped)
+
+    def uninstall(self) -> None:
+        if self._undo is not None:
+            self._undo()
+            self._undo = None
+
+    def _plateau_stepped(self, scheduler: ReduceLROnPlateau) -> None:
+        optimizer = scheduler.optimizer
+        self.plateau_steps[optimizer] = self.plateau_steps.get(optimizer, 0) + 1
 
     def reset(self, step: int) -> None:
         """A new clock (a new run in the script): judge its steps afresh from ``step`` on."""
@@ -58,6 +81,7 @@ class Updates:
         self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
         self.peak, self.floor, self.first = 0.0, 0.0, step + 1
         self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
+        self.plateau = 0  # ReduceLROnPlateau steps of the clock's optimiser (at its last step)
         self.reported -= {"lr-collapsed"}
 
     # ------------------------------------------------------------------ from the doctor's hooks
@@ -171,14 +195,20 @@ class Updates:
                 self.low_since = step
         elif lr >= self.floor:
             self.low_since = None  # warm restarts: it comes back
-        if sampled and self.low_since is not None:
-            self._report(checks.lr_collapsed(self.peak, self.low_since, step, self.first))
+        if self.low_since is not None:
+            self.plateau = self.plateau_steps.get(optimizer, 0)
+            if sampled:
+                self._report(self._lr_collapsed(step))
+
+    def _lr_collapsed(self, step: int) -> Finding | None:
+        steps = step - self.first + 1
+        if 0 < self.plateau < steps / 2:  # a plateau scheduler stepped once an epoch
+            return None
+        return checks.lr_collapsed(self.peak, self.low_since, step, self.first, self.plateau)
 
     def finish(self, step: int) -> None:
         if self.low_since is not None:
-            self._report(
-                checks.lr_collapsed(self.peak, self.low_since, step, self.first), at_step=False
-            )
+            self._report(self._lr_collapsed(step), at_step=False)
 
     def _report(self, found: Finding | None, at_step: bool = True) -> None:
         """``at_step``: called from the optimiser's step, whose line in the script is where."""

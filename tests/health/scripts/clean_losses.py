@@ -1,6 +1,7 @@
 """Clean: losses that look like the seeded bugs' and are right: MSE of [N, 1] against [N, 1], an
 L1 penalty against a scalar 0, BCE-with-logits on logits, NLL on log_softmax plus label
-smoothing, F.dropout with training=self.training, and Monte Carlo dropout (dropout layers on
+smoothing, NLL on sequences normalised over their last dim ([B, T, C] flattened, and [B, C, T]
+over dim 1) and on the log of a softmax over dim 1, F.dropout with training=self.training, and Monte Carlo dropout (dropout layers on
 in eval mode) in the evaluations."""
 
 import warnings
@@ -37,6 +38,12 @@ for step in range(100):
         + F.mse_loss(out[:, 5:6], (x[:, 0] - x[:, 1]).unsqueeze(1))
         + 1e-3 * F.l1_loss(out, torch.zeros(()))
         + F.binary_cross_entropy_with_logits(out[:, 6], (x[:, 0] > 0).float())
+    )
+    seq = out[:, :5].unsqueeze(1).expand(32, 3, 5)  # [B, T, C]: 3 positions per example
+    loss = loss + 0.1 * (
+        F.nll_loss(F.log_softmax(seq, dim=-1).reshape(-1, 5), y.repeat_interleave(3))
+        + F.nll_loss(F.log_softmax(seq.transpose(1, 2), dim=1), y.unsqueeze(1).expand(32, 3))
+        + F.nll_loss(torch.log(F.softmax(out[:, :5], dim=1)), y)
     )
     opt.zero_grad()
     loss.backward()
