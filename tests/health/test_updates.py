@@ -92,11 +92,14 @@ def test_a_frozen_optimiser_stepping_without_gradients_is_not_judged() -> None:
 
 
 def test_train_in_eval_mode_after_train_mode_with_mode_dependent_layers() -> None:
-    def run(model: nn.Module, train_first: int) -> list[str]:
+    def run(model: nn.Module, train_first: int, evaluations: tuple[int, ...] = ()) -> list[str]:
+        """Train mode for ``train_first`` steps, then eval mode; an evaluation before each step
+        in ``evaluations``."""
         found: list[Finding] = []
         updates = Updates(found.append)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for step in range(1, train_first + EVAL_STEPS + 5):
+            updates.evaluated = step in evaluations  # as the doctor notes one between steps
             model.train(step <= train_first)
             updates.forward(model)
             updates.end_step(step, False, opt, [model], [])
@@ -106,6 +109,10 @@ def test_train_in_eval_mode_after_train_mode_with_mode_dependent_layers() -> Non
     assert run(dropout, 10) == ["train-in-eval-mode"]
     assert run(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), 10) == ["train-in-eval-mode"]
     assert run(dropout, 0) == []  # eval mode from the first step: on purpose
+    # The evaluation that put it in eval mode is where the bug is: the script never went back.
+    assert run(dropout, 10, evaluations=(11,)) == ["train-in-eval-mode"]
+    # It went back to train mode after an earlier evaluation: the eval phase is on purpose.
+    assert run(dropout, 10, evaluations=(6, 11)) == []
     assert run(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), 10) == []  # the mode changes nothing
     assert checks.train_in_eval_mode(10, EVAL_STEPS, 11, []) is None
 

@@ -167,6 +167,7 @@ class Doctor:
             self.updates.forward(module)
         if self._evaluating(module):
             self.eval_dropout.begin()
+            self.updates.evaluated = True
         else:
             self._begin()
 

@@ -10,7 +10,8 @@ every backward) and reports to the monitor:
 - ``step-without-gradients``: the clock stepped after a backward while none of its parameters
   that require gradients had one (a stale optimiser, zero_grad between backward and step).
 - ``train-in-eval-mode``: the models the clock trains ran their forwards with gradients in
-  eval mode, after steps in train mode.
+  eval mode, after steps in train mode, in a script that never went back to train mode
+  after an evaluation (one that does knows to: a later eval-mode phase is on purpose).
 - ``lr-collapsed``: the clock's learning rate fell below ``checks.LR_FLOOR`` of its peak and
   stayed there for as long as it was above. A ``ReduceLROnPlateau`` stepped less often than
   every other optimiser step (once an epoch) cuts because the metric stopped improving, by
@@ -79,6 +80,8 @@ class Updates:
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
         self.mode = 0  # this step's forwards with gradients: 1 train mode, 2 eval mode
         self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
+        self.evaluated = False  # an evaluation of a model the clock trains since its last step
+        self.train_after_eval = False  # a step in train mode followed an evaluation
         self.peak, self.floor, self.first = 0.0, 0.0, step + 1
         self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
         self.plateau = 0  # ReduceLROnPlateau steps of the clock's optimiser (at its last step)
@@ -169,13 +172,15 @@ class Updates:
 
     def _note_mode(self, step: int, roots: list[nn.Module]) -> None:
         mode, self.mode = self.mode, 0
+        evaluated, self.evaluated = self.evaluated, False
         if mode & 1:
             self.train_steps += 1
             self.eval_steps = 0
+            self.train_after_eval |= evaluated
         elif mode & 2:
             self.eval_since = self.eval_since if self.eval_steps else step
             self.eval_steps += 1
-            if self.eval_steps == EVAL_STEPS and self.train_steps:
+            if self.eval_steps == EVAL_STEPS and self.train_steps and not self.train_after_eval:
                 self._report(
                     checks.train_in_eval_mode(
                         self.train_steps, self.eval_steps, self.eval_since, _mode_dependent(roots)

@@ -1,6 +1,7 @@
 """Clean: fine-tuning with frozen batch norm (its layers in eval mode and requires_grad=False,
 still given to the optimiser; the model itself in train mode), an evaluation after each
-epoch followed by model.train(), and a OneCycle schedule stepped every batch."""
+epoch followed by model.train(), the last epoch in eval mode on purpose, and a OneCycle
+schedule stepped every batch."""
 
 import torch
 from torch import nn
@@ -22,7 +23,7 @@ def freeze_bn(module: nn.Module) -> None:
 
 x_val = torch.randn(256, 20)
 for epoch in range(3):
-    model.train()
+    model.train(epoch < 2)  # the last epoch in eval mode on purpose: dropout off too
     model.apply(freeze_bn)
     for _step in range(40):
         x = torch.randn(32, 20)
