@@ -430,6 +430,12 @@ def test_profiler_window_is_not_opened_for_a_host_that_got_slower() -> None:
         window = ProfileWindow()
         window.schedule_if_slower([*early, *slow], 81, canary)
         assert window.active is expected, canary
+    # The step thread's wait for a CPU rose from none to a third of each step: other
+    # processes slowed it. A wait that stayed as it was says nothing.
+    for wait, expected in (([0.0] * 40 + [0.007] * 40, False), ([0.002] * 80, True)):
+        window = ProfileWindow()
+        window.schedule_if_slower([*early, *slow], 81, None, wait)
+        assert window.active is expected, wait
 
 
 def test_lightning_adapter_is_optional() -> None:

@@ -694,7 +694,7 @@ class HealthMonitor(Callback):
         ):
             if found is not None:
                 self.add(found)
-        self.profile.schedule_if_slower(times, s + 1, canary)
+        self.profile.schedule_if_slower(times, s + 1, canary, wait)
 
     def _cpu_wait(self) -> float:
         """Seconds this step's thread waited for a CPU (NaN if the step ended on another)."""

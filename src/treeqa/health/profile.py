@@ -60,16 +60,31 @@ class ProfileWindow:
             self.windows += 1
 
     def schedule_if_slower(
-        self, step_times: Sequence[float], next_step: int, canary: Sequence[float] | None = None
+        self,
+        step_times: Sequence[float],
+        next_step: int,
+        canary: Sequence[float] | None = None,
+        cpu_wait: Sequence[float] | None = None,
     ) -> None:
         """Schedule a window when the last 20 steps' median is 1.5x that of steps 5..25, at
         the early steps' machine speed where a reference workload was timed (``canary``,
-        NaN where not): a host that got slower is no reason to profile."""
+        NaN where not): a host that got slower is no reason to profile. Nor is one where the
+        share of step time spent waiting for a CPU (``cpu_wait``, NaN where not read) rose as
+        ``checks.step_time_regression`` counts a rise: other processes arrived."""
         if len(step_times) < 60 or self.active:
             return
         recent, early = _median(step_times[-20:]), _median(step_times[5:25])
         if recent is None or early is None:
             return
+        if cpu_wait is not None:
+            then = _share(cpu_wait[5:25], step_times[5:25])
+            now = _share(cpu_wait[-20:], step_times[-20:])
+            if (
+                then is not None
+                and now is not None
+                and now - then >= max(checks.WAIT_RISE, then / 3)
+            ):
+                return
         if canary is not None:
             now, then = _median(canary[-20:]), _median(canary[5:25])
             if now is not None and then is not None and then > 0:
@@ -131,6 +146,13 @@ class ProfileWindow:
                 getattr(evt, "self_device_time_total", 0.0) or 0.0
             )
             self._times[evt.key] = self._times.get(evt.key, 0.0) + t
+
+
+def _share(part: Sequence[float], whole: Sequence[float]) -> float | None:
+    """Sum of ``part`` over sum of ``whole`` where both are finite; None under 3 such pairs."""
+    pairs = [(a, b) for a, b in zip(part, whole, strict=True) if math.isfinite(a + b)]
+    total = sum(b for _, b in pairs)
+    return sum(a for a, _ in pairs) / total if len(pairs) >= 3 and total > 0 else None
 
 
 def _median(values: Sequence[float]) -> float | None:
