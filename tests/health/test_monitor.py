@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
 from treeqa.health.readings import LossReadings
 from treeqa.models.common import Output
-from treeqa.train.loop import TrainConfig, fit
+from treeqa.train.loop import Callback, TrainConfig, TrainState, fit
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -343,6 +344,25 @@ def test_a_profile_window_adds_up_the_step_threads_cpu_wait() -> None:
         window.begin(step)
         window.end(step)
     assert window.cpu_wait == 0.25 and not window.active
+
+
+class SlowCallback(Callback):
+    """A callback that takes 20 ms after every step (a slow logger, the monitor itself on a
+    busy host: its reference workload waits for a preempted thread-pool worker)."""
+
+    def on_step_end(self, state: TrainState, output: Output, batch: object) -> None:
+        time.sleep(0.02)
+
+
+def test_the_callbacks_own_time_after_a_step_is_not_data_wait(tmp_path: Path) -> None:
+    monitor = HealthMonitor(every=10, json_path=tmp_path / "health.json", stream=io.StringIO())
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    config = TrainConfig(epochs=1, device="cpu")
+    fit(model, opt, batches, config, callbacks=[monitor, SlowCallback()])
+    report = json.loads((tmp_path / "health.json").read_text())
+    assert "input-bound" not in {f["code"] for f in report["findings"]}
+    assert sorted(report["series"]["data_time"])[15] < 0.01  # the batches are a list: ~0
 
 
 def test_a_machine_that_slows_down_is_not_a_regression() -> None:

@@ -11,7 +11,6 @@ first cross-entropy of the run is compared with log(C).
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from torch.nn import functional as F
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
+from treeqa.health.wrap import note_function_results
 
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits")
 ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
@@ -37,40 +37,30 @@ class LossInputCheck:
     ):
         self.add, self.active, self.at_init = add, active, at_init
         self.first_seen = False
-        self._originals: dict[str, Callable[..., torch.Tensor]] = {}
+        self._undo: list[Callable[[], None]] = []
 
     def install(self) -> None:
         for fname in (*CLASSIFICATION, *ELEMENTWISE):
-            original = getattr(F, fname)
-            if not getattr(original, "_treeqa_health", False):
-                self._originals[fname] = original
-                setattr(F, fname, self._wrap(fname, original))
+            undo = note_function_results(F, fname, self._called)
+            if undo is not None:
+                self._undo.append(undo)
 
     def uninstall(self) -> None:
-        for fname, original in self._originals.items():
-            setattr(F, fname, original)
-        self._originals.clear()
+        while self._undo:
+            self._undo.pop()()
 
-    def _wrap(
-        self, fname: str, original: Callable[..., torch.Tensor]
-    ) -> Callable[..., torch.Tensor]:
-        check = weakref.ref(self)  # torch may cache the wrapper; it must not keep the monitor
-
-        def wrapper(input: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-            result = original(input, *args, **kwargs)
-            me = check()
-            if (
-                me is not None
-                and isinstance(input, torch.Tensor)
-                and not checks.untraceable(input)  # a host sync inside a compiled graph or vmap
-                and me.active()
-            ):
-                me._inspect(fname, input, result, args, kwargs)
-            return result
-
-        wrapper._treeqa_health = True  # type: ignore[attr-defined]
-        wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-        return wrapper
+    def _called(
+        self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: torch.Tensor
+    ) -> None:
+        """``F.<fname>(input, *args, **kwargs)`` returned ``result``."""
+        input = args[0] if args else kwargs.get("input")
+        if (
+            isinstance(input, torch.Tensor)
+            and not checks.untraceable(input)  # a host sync inside a compiled graph or vmap
+            and self.active()
+        ):
+            rest = {k: v for k, v in kwargs.items() if k != "input"}
+            self._inspect(fname, input, result, args[1:], rest)
 
     def _inspect(
         self,

@@ -76,7 +76,7 @@ class ProfileWindow:
         recent, early = _median(step_times[-20:]), _median(step_times[5:25])
         if recent is None or early is None:
             return
-        if cpu_wait is not None:
+        if cpu_wait is not None and len(cpu_wait) == len(step_times):
             then = _share(cpu_wait[5:25], step_times[5:25])
             now = _share(cpu_wait[-20:], step_times[-20:])
             if (

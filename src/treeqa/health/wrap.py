@@ -53,6 +53,26 @@ def note_function_calls(
     return _install(owner, name, original, wrapper)
 
 
+def note_function_results(
+    owner: Any, name: str, note: Callable[[str, tuple[Any, ...], dict[str, Any], Any], None]
+) -> Callable[[], None] | None:
+    """As ``note_function_calls``, but ``note(name, args, kwargs, result)`` runs after the
+    function has returned (a loss wrapper that reads the loss's value too)."""
+    original = getattr(owner, name, None)
+    if original is None or getattr(original, "_treeqa_health", False):
+        return None
+    noted = weakref.WeakMethod(note)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        method = noted()
+        if method is not None:
+            method(name, args, kwargs, result)
+        return result
+
+    return _install(owner, name, original, wrapper)
+
+
 def _install(
     owner: Any, name: str, original: Callable[..., Any], wrapper: Callable[..., Any]
 ) -> Callable[[], None]:

@@ -372,12 +372,14 @@ def fit(
                 state.loss_steps += 1
                 state.step += 1
                 state.epoch_step += 1
-                tick = time.perf_counter()
-                state.step_time = tick - started
+                state.step_time = time.perf_counter() - started
                 for cb in callbacks:
                     cb.on_step_end(state, output, batch)
                 if world.size > 1:
                     state.stop = distributed.any_stop(state.stop)
+                # The wait for the next batch starts here: the callbacks' own work (the health
+                # monitor's, a checkpoint) is neither the step's compute nor waiting for data.
+                tick = time.perf_counter()
                 if state.stop:
                     break
             else:
