@@ -61,6 +61,7 @@ CLEAN = [
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over
     # a sequence's last dim, [B, C, T] over dim 1, log of softmax), MC dropout
     "clean_clip.py",  # clip then step at the loop's top, after accumulation, a reused list
+    "clean_frozen_warmup.py",  # the first optimiser's backbone under no_grad for a while
 ]
 
 

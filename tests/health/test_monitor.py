@@ -346,6 +346,38 @@ def test_a_profile_window_adds_up_the_step_threads_cpu_wait() -> None:
     assert window.cpu_wait == 0.25 and not window.active
 
 
+def test_parameter_alias_is_a_slip_not_a_tie_written_on_purpose() -> None:
+    import copy
+
+    class Gates(nn.Module):  # the original Tree-GRU: the reset gate is the update gate
+        def __init__(self) -> None:
+            super().__init__()
+            self.Uz = nn.Linear(4, 4)
+            self.Ur = self.Uz
+
+    class Shared(nn.Module):  # an embedding given to encoder and decoder, a handle, a tie
+        def __init__(self) -> None:
+            super().__init__()
+            emb = nn.Embedding(5, 4)
+            self.encoder, self.decoder = nn.Sequential(emb), nn.Sequential(emb, nn.Linear(4, 4))
+            self.last = self.decoder[1]
+            self.src, self.tgt = nn.Embedding(5, 4), nn.Embedding(5, 4)
+            self.tgt.weight = self.src.weight
+
+    class Copies(nn.Module):  # copy.copy shares the parameter table: meant as new layers
+        def __init__(self) -> None:
+            super().__init__()
+            layer = nn.Linear(4, 4)
+            self.layers = nn.ModuleList([copy.copy(layer) for _ in range(3)])
+
+    assert [f.evidence["names"] for f in checks.parameter_aliases(Gates())] == [["Uz", "Ur"]]
+    repeated = nn.Sequential(*[nn.Linear(4, 4)] * 3)  # [block] * n
+    assert len(checks.parameter_aliases(repeated)) == 2
+    assert checks.parameter_aliases(Shared()) == []
+    (found,) = checks.parameter_aliases(Copies())
+    assert found.evidence == {"names": ["layers.0", "layers.1", "layers.2"], "parameters": 20}
+
+
 class SlowCallback(Callback):
     """A callback that takes 20 ms after every step (a slow logger, the monitor itself on a
     busy host: its reference workload waits for a preempted thread-pool worker)."""

@@ -91,6 +91,25 @@ def test_a_frozen_optimiser_stepping_without_gradients_is_not_judged() -> None:
     assert found == []
 
 
+def test_an_optimiser_whose_models_ran_under_no_grad_is_frozen_for_now() -> None:
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    backbone, head = nn.Linear(4, 4), nn.Linear(4, 2)
+    opt = torch.optim.SGD(backbone.parameters(), lr=0.1)
+    for step in range(1, 2 * EMPTY_STEPS):
+        with torch.no_grad():
+            features = backbone(torch.randn(3, 4))  # no forward with gradients: mode stays 0
+        head(features).sum().backward()  # through the head's graph
+        updates.backwards += 1
+        updates.end_step(step, False, opt, [backbone], [], graph=True)
+    assert found == []
+    for step in range(2 * EMPTY_STEPS, 3 * EMPTY_STEPS):  # its forward has gradients, but
+        updates.forward(backbone.train())  # zero_grad between backward and step: none left
+        updates.backwards += 1
+        updates.end_step(step, False, opt, [backbone], [], graph=True)
+    assert [f.code for f in found] == ["step-without-gradients"]
+
+
 def test_train_in_eval_mode_after_train_mode_with_mode_dependent_layers() -> None:
     def run(model: nn.Module, train_first: int, evaluations: tuple[int, ...] = ()) -> list[str]:
         """Train mode for ``train_first`` steps, then eval mode; an evaluation before each step

@@ -409,7 +409,12 @@ def module_names(models: Iterable[nn.Module]) -> dict[int, str]:
 
 
 def parameter_aliases(model: nn.Module) -> list[Finding]:
-    """Layers or parameters reachable under two names with no declared tie."""
+    """Layers or parameters reachable under two names with no declared tie, where that is
+    likely a slip: one layer under two attributes of one parent (``self.Ur = self.Uz``,
+    ``[block] * n``), or two layers sharing one parameter table (``copy.copy`` of a module).
+    One layer given to two components (an embedding shared by encoder and decoder), a handle
+    on a sub-layer (``self.last = self.features[-1]``) and a weight assigned to another
+    layer (``b.weight = a.weight``) are written on purpose."""
     declared = set(getattr(model, "_tied_weights_keys", None) or ())
     findings: list[Finding] = []
     seen: dict[int, str] = {}
@@ -419,7 +424,7 @@ def parameter_aliases(model: nn.Module) -> list[Finding]:
         if not any(True for _ in module.parameters(recurse=False)) and not list(module.children()):
             continue
         first = seen.setdefault(id(module), name)
-        if first != name and not first.startswith(name + ".") and not name.startswith(first + "."):
+        if first != name and name.rpartition(".")[0] == first.rpartition(".")[0]:
             if (
                 any(n in declared or n.startswith(tuple(declared)) for n in (name, first))
                 and declared
@@ -441,22 +446,31 @@ def parameter_aliases(model: nn.Module) -> list[Finding]:
                 )
             )
     by_param: dict[int, list[str]] = {}
+    sizes: dict[int, int] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         by_param.setdefault(id(p), []).append(name)
-    module_alias = {n for f in findings for n in f.evidence["names"]}
-    for names in by_param.values():
-        if len(names) < 2 or any(n.rpartition(".")[0] in module_alias for n in names):
+        sizes[id(p)] = p.numel()
+    copies: dict[tuple[str, ...], int] = {}  # layers sharing a parameter table -> its size
+    for key, names in by_param.items():
+        layers = [owners.get(n.rpartition(".")[0], model) for n in names]
+        if (
+            len(names) < 2
+            or any(n in declared for n in names)
+            or len({id(m) for m in layers}) < len(layers)  # one layer, two names: judged above
+            or len({id(m._parameters) for m in layers}) == len(layers)  # a weight assigned
+        ):
             continue
-        kinds = {type(owners.get(n.rpartition(".")[0], model)).__name__ for n in names}
-        if names[0] in declared or names[1] in declared or len(kinds) > 1:
-            continue  # a tie across layer types (embedding <-> output) is the usual intended tie
+        owner_names = tuple(n.rpartition(".")[0] for n in names)
+        copies[owner_names] = copies.get(owner_names, 0) + sizes[key]
+    for owner_names, size in copies.items():
         findings.append(
             Finding(
                 "parameter-alias",
                 "warning",
-                f"parameter shared by {', '.join(names)} (same layer type, no declared tie)",
+                f"{', '.join(owner_names)} share one parameter table: a shallow copy "
+                "(copy.copy) of a layer, meant as a new one?",
                 where=definition_site(model),
-                evidence={"names": names},
+                evidence={"names": list(owner_names), "parameters": size},
             )
         )
     return findings
@@ -631,7 +645,7 @@ def gradients_not_zeroed(clean: Sequence[bool], streak: int = 3) -> Finding | No
 
 
 def step_without_gradients(steps: int, stale: bool, streak: int = 5) -> Finding | None:
-    """The optimiser stepped ``steps`` sampled steps in a row after a backward, and none of its
+    """The optimiser stepped ``steps`` steps in a row after a backward, and none of its
     parameters had a gradient. ``stale``: no model that ran a forward holds its parameters
     (it was built over a model that was replaced); else the gradients were cleared between
     backward and step."""
@@ -647,9 +661,9 @@ def step_without_gradients(steps: int, stale: bool, streak: int = 5) -> Finding 
     return Finding(
         "step-without-gradients",
         "error",
-        f"the optimiser stepped {steps} sampled steps after a backward with no gradient on any of "
+        f"the optimiser stepped {steps} steps in a row after a backward with no gradient on any of "
         f"its parameters, so nothing it holds changes: {cause}",
-        evidence={"sampled_steps": steps, "stale_parameters": stale},
+        evidence={"steps_in_a_row": steps, "stale_parameters": stale},
     )
 
 

@@ -248,7 +248,7 @@ class Doctor:
         self.monitor.end_step(loss, now - self.compute_start, self.compute_start - self.last_end)
         self.clipping.end_step()
         self.updates.end_step(
-            self.monitor.step, sampled, optimizer, self.roots, self.monitor.params
+            self.monitor.step, sampled, optimizer, self.roots, self.monitor.params, loss is not None
         )
         self.open = False
         self.last_end = time.perf_counter()

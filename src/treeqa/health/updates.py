@@ -133,9 +133,11 @@ class Updates:
         optimizer: torch.optim.Optimizer,
         roots: list[nn.Module],
         params: list[tuple[str, nn.Parameter]],
+        graph: bool = False,
     ) -> None:
         """After the clock's optimiser step ``step`` (``sampled``: the monitor sampled it);
-        ``roots``: the models it trains, ``params`` their trained parameters."""
+        ``roots``: the models it trains, ``params`` their trained parameters; ``graph``: a
+        backward of the step ran through an autograd graph."""
         if self._handles:
             self.remove_hooks()
             if self._step_clean is not None:
@@ -143,7 +145,11 @@ class Updates:
                 self._report(checks.gradients_not_zeroed(self.clean))
         if sampled:  # the parameter that had a gradient now, for the next sampled step
             self.probe = next((p for _, p in reversed(params) if p.grad is not None), None)
-        if self.backwards:
+        # A backward through a graph while the models this optimiser trains ran no forward
+        # with gradients: frozen for now, on purpose (a backbone warmed up under no_grad
+        # beside a head with its own optimiser).
+        frozen = graph and bool(roots) and not self.mode & 1
+        if self.backwards and not frozen:
             self._note_gradients(optimizer, roots)
         self.backwards = 0
         self._note_mode(step, roots)
