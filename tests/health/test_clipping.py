@@ -53,6 +53,23 @@ def test_clips_before_backward_on_steps_in_a_row_are_reported() -> None:
         clipping.uninstall()
 
 
+def test_a_clip_with_an_infinite_limit_only_reads_the_norm_and_is_not_judged() -> None:
+    model = nn.Linear(4, 2)
+    clipping, updates, found = _clipping()
+    try:
+        clipping.reset(list(model.parameters()))
+        for _ in range(BEFORE_STEPS + 5):
+            model(torch.randn(3, 4)).pow(2).sum().backward()
+            updates.backwards += 1
+            clipping.end_step()  # the step; then the norm is read, to log it
+            updates.backwards = 0
+            torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf"))
+            model.zero_grad()
+        assert found == []
+    finally:
+        clipping.uninstall()
+
+
 def test_clips_of_parameters_the_clock_does_not_train_are_not_judged() -> None:
     model, other = nn.Linear(4, 2), nn.Linear(4, 2)
     clipping, updates, found = _clipping()

@@ -694,16 +694,18 @@ def train_in_eval_mode(
 
 def clip_before_backward(steps: int, streak: int = 20) -> Finding | None:
     """``steps`` optimiser steps in a row clipped the gradients of the parameters being
-    trained before the step's first backward and never after it: each clip met the previous
-    step's gradients (or none, after zero_grad), and the step applied unclipped ones."""
+    trained only while no backward had run since the last step (before the backward, or
+    after the step) and never between backward and step: each clip met the previous step's
+    gradients (or none, after zero_grad), and the step applied unclipped ones."""
     if steps < streak:
         return None
     return Finding(
         "clip-before-backward",
         "warning",
-        f"the gradients were clipped before backward() on {steps} optimiser steps in a row and "
-        "never after it: each clip acts on the last step's gradients (or none), and the "
-        "optimiser steps with unclipped ones",
+        f"on {steps} optimiser steps in a row the gradients were clipped only while no "
+        "backward() had run since the last step (before backward(), or after step()), never "
+        "between backward() and step(): each clip acts on the last step's gradients (or "
+        "none), and the optimiser steps with unclipped ones",
         evidence={"steps_in_a_row": steps},
     )
 

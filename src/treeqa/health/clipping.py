@@ -1,9 +1,10 @@
 """Gradient clipping as ``treeqa doctor`` sees it: ``clip_grad_norm_`` and ``clip_grad_value_``
 are wrapped for the length of the run.
 
-- ``clip-before-backward``: every step of the clock clipped its parameters only before the
-  step's first backward, so the clip met last step's gradients (or none, after zero_grad) and
-  the step applied fresh, unclipped ones.
+- ``clip-before-backward``: every step of the clock clipped its parameters only while no
+  backward had run since its last step (before the backward, or after the step), so the clip
+  met last step's gradients (or none, after zero_grad) and the step applied fresh, unclipped
+  ones. A clip with an infinite limit clips nothing (it reads the norm, to log it): not judged.
 - ``clip-no-parameters``: a clip was given no parameters at all: a generator already used up
   (``params = model.parameters()`` given to the optimiser, then to every clip).
 
@@ -13,6 +14,7 @@ clip itself does first.
 
 from __future__ import annotations
 
+import math
 import types
 from collections.abc import Callable
 from typing import Any
@@ -67,7 +69,10 @@ class Clipping:
         if given is None:
             return None
         params = [given] if isinstance(given, torch.Tensor) else list(given)
-        if not params:
+        limit = args[1] if len(args) > 1 else kwargs.get("max_norm", kwargs.get("clip_value"))
+        if isinstance(limit, int | float) and math.isinf(limit):
+            pass  # clip_grad_norm_(params, inf) clips nothing: it reads the norm, to log it
+        elif not params:
             self._report(checks.clip_no_parameters(name, isinstance(given, types.GeneratorType)))
         elif id(params[0]) in self.trained:
             if self.updates.backwards:
