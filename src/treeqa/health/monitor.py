@@ -226,6 +226,9 @@ class HealthMonitor(Callback):
         self._rms: dict[str, torch.Tensor] = {}
         self._unused: set[str] | None = None  # no gradient in the first sampled steps
         self._unused_params: list[tuple[str, nn.Parameter]] = []  # and since then, to check
+        # A reported unused-parameter finding and (some of) its parameters, watched for a
+        # gradient that comes later (a loss switched on after a warm-up).
+        self._late: tuple[Finding, list[nn.Parameter]] | None = None
         self._unused_from = 1  # the first step of the window (later after a new model)
         self.nonfinite = NonFiniteTracer(self.add)
         self.profile = ProfileWindow(memory=rss_mb, waited=_RUN_QUEUE.waited)
@@ -291,6 +294,7 @@ class HealthMonitor(Callback):
         ``unused-parameter``."""
         self.models, self.params = [], []
         self._unused, self._unused_params, self._unused_from = None, [], self.step + 1
+        self._late = None
 
     def install_loss_checks(self) -> None:
         """Wrap ``F.cross_entropy``/``F.nll_loss`` (nn losses call them) to look at their input,
@@ -397,6 +401,8 @@ class HealthMonitor(Callback):
             self._note_unused(s)
         if self._unused_params:
             self._track_unused(s)
+        if self._late is not None:
+            self._check_late(s)
         if self._backward_retained is not None or self._retain_steps:
             self._check_retain(tensor)
         # No loss at all (gradients from torch.autograd.grad or torch.func, set by hand): the
@@ -577,17 +583,31 @@ class HealthMonitor(Callback):
             return
         names = sorted(n for n, _ in self._unused_params)
         count = sum(p.numel() for _, p in self._unused_params)
-        self._unused_params = []
-        self.add(
-            Finding(
-                "unused-parameter",
-                "warning",
-                f"{len(names)} parameter tensors ({count} values) never received a gradient in "
-                f"{steps} steps: {', '.join(names[:5])}",
-                where=names[0],
-                evidence={"parameters": names[:20], "values": count, "steps": steps},
-            )
+        found = Finding(
+            "unused-parameter",
+            "warning",
+            f"{len(names)} parameter tensors ({count} values) never received a gradient in "
+            f"{steps} steps: {', '.join(names[:5])}",
+            where=names[0],
+            evidence={"parameters": names[:20], "values": count, "steps": steps},
         )
+        self._late = (found, [p for _, p in self._unused_params[:20]])
+        self._unused_params = []
+        self.add(found)
+
+    def _check_late(self, s: int) -> None:
+        """A reported parameter got a gradient after all: a loss or branch switched on later
+        in the run, not a parameter wired to nothing. The finding becomes information."""
+        found, params = self._late  # type: ignore[misc]
+        if all(p.grad is None for p in params):
+            return
+        self._late = None
+        found.severity = "info"
+        found.message += (
+            f"; they got gradients from step {s} on: a loss or branch switched on later"
+        )
+        found.evidence["first_gradient_step"] = s
+        print(report.one_line(found), file=self.stream, flush=True)
 
     # ------------------------------------------------------------------ retained graphs
 
