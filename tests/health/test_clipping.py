@@ -11,13 +11,14 @@ from torch.nn.utils import clip_grad
 
 from treeqa.health.checks import Finding
 from treeqa.health.clipping import BEFORE_STEPS, Clipping
+from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import Updates
 
 
 def _clipping() -> tuple[Clipping, Updates, list[Finding]]:
     found: list[Finding] = []
     updates = Updates(found.append)
-    clipping = Clipping(found.append, updates)
+    clipping = Clipping(found.append, updates, LossScalers())
     clipping.install()
     return clipping, updates, found
 
@@ -39,7 +40,8 @@ def test_clips_before_backward_on_steps_in_a_row_are_reported() -> None:
     model = nn.Linear(4, 2)
     clipping, updates, found = _clipping()
     try:
-        clipping.reset(list(model.parameters()))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        clipping.reset(opt)
         for _ in range(BEFORE_STEPS - 1):
             _step(model, updates, clipping, clip_first=True)
         _step(model, updates, clipping, clip_first=False)  # one right step starts the count again
@@ -57,7 +59,8 @@ def test_a_clip_with_an_infinite_limit_only_reads_the_norm_and_is_not_judged() -
     model = nn.Linear(4, 2)
     clipping, updates, found = _clipping()
     try:
-        clipping.reset(list(model.parameters()))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        clipping.reset(opt)
         for _ in range(BEFORE_STEPS + 5):
             model(torch.randn(3, 4)).pow(2).sum().backward()
             updates.backwards += 1
@@ -74,7 +77,8 @@ def test_clips_of_parameters_the_clock_does_not_train_are_not_judged() -> None:
     model, other = nn.Linear(4, 2), nn.Linear(4, 2)
     clipping, updates, found = _clipping()
     try:
-        clipping.reset(list(other.parameters()))  # the clock trains another model
+        opt = torch.optim.SGD(other.parameters(), lr=0.1)  # the clock trains another model
+        clipping.reset(opt)
         for _ in range(BEFORE_STEPS + 5):
             _step(model, updates, clipping, clip_first=True)
         assert found == []
@@ -121,7 +125,7 @@ def test_wrapped_clips_clip_as_torch_does_and_uninstall_restores_them() -> None:
         clip_grad.clip_grad_value_(model.weight, 1e-3)  # one tensor is passed through as it is
         assert model.weight.grad.abs().max() <= 1e-3
         assert found == []
-        second = Clipping(found.append, Updates(found.append))
+        second = Clipping(found.append, Updates(found.append), LossScalers())
         second.install()
         assert second._undo == []  # wrapped once: the first monitor notes the calls
     finally:

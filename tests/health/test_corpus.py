@@ -43,6 +43,7 @@ EXPECTED = {
     "bug_dropout_in_eval.py": "dropout-in-eval",
     "bug_clip_before_backward.py": "clip-before-backward",
     "bug_clip_no_parameters.py": "clip-no-parameters",
+    "bug_clip_before_unscale.py": "clip-before-unscale",
     "bug_softmax_over_batch.py": "softmax-over-wrong-dim",
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn

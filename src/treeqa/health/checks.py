@@ -45,6 +45,7 @@ FIXES: dict[str, str] = {
     "dropout-in-eval": "pass training=self.training to F.dropout (or use an nn.Dropout module), so model.eval() turns it off",
     "softmax-over-wrong-dim": "normalise over the classes: log_softmax(logits, dim=-1) (dim=1 for [N, C, ...]); a softmax without dim= on 3-D input normalises over dim 0",
     "clip-before-backward": "clip after loss.backward() and before optimizer.step(), so the step applies the clipped gradients",
+    "clip-before-unscale": "call scaler.unscale_(optimizer) before clipping, so the limit applies to the true gradients",
     "clip-no-parameters": "give the clip a list (params = list(model.parameters())) or call model.parameters() anew at each clip",
 }
 CODES = tuple(FIXES)
@@ -707,6 +708,18 @@ def clip_before_backward(steps: int, streak: int = 20) -> Finding | None:
         "between backward() and step(): each clip acts on the last step's gradients (or "
         "none), and the optimiser steps with unclipped ones",
         evidence={"steps_in_a_row": steps},
+    )
+
+
+def clip_before_unscale(scale: float) -> Finding:
+    """Gradients clipped while a loss scaler had scaled them: the limit applied to gradients
+    times ``scale``, so each step is cut to about limit / (scale x norm) of its size."""
+    return Finding(
+        "clip-before-unscale",
+        "warning",
+        f"the gradients were clipped before scaler.unscale_(optimizer): the limit applied to "
+        f"the gradients times the loss scale ({scale:g}), so the steps are cut far below it",
+        evidence={"loss_scale": scale},
     )
 
 

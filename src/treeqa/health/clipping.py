@@ -7,6 +7,9 @@ are wrapped for the length of the run.
   ones. A clip with an infinite limit clips nothing (it reads the norm, to log it): not judged.
 - ``clip-no-parameters``: a clip was given no parameters at all: a generator already used up
   (``params = model.parameters()`` given to the optimiser, then to every clip).
+- ``clip-before-unscale``: with a ``GradScaler`` scaling the loss, the clock's gradients were
+  clipped before ``scaler.unscale_(optimizer)``: the limit applied to gradients times the
+  scale (65,536 at first), so every step is cut to a sliver of its size.
 
 A call costs a Python wrapper and a dict lookup; the parameters are read into a list, as the
 clip itself does first.
@@ -16,15 +19,17 @@ from __future__ import annotations
 
 import math
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
+from torch.amp.grad_scaler import OptState
 from torch.nn.utils import clip_grad
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
+from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import Updates
 from treeqa.health.wrap import Arguments, note_function_calls
 
@@ -32,17 +37,20 @@ FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_")
 OWNERS = (torch.nn.utils, clip_grad)  # `from torch.nn.utils import ...`, and the deprecated alias
 BEFORE_STEPS = 20
 """Steps in a row of the clock that clipped before their backward and not after it."""
+SCALED_STEPS = 3
+"""Steps in a row that clipped scaled gradients (one is enough to be wrong; three rule out a
+scaler noted in another part of the script)."""
 
 
 class Clipping:
     """``add``: where findings go (``HealthMonitor.add``); ``updates``: the clock's, which
     counts the backward calls since its last step."""
 
-    def __init__(self, add: Callable[[Finding], None], updates: Updates):
-        self.add, self.updates = add, updates
+    def __init__(self, add: Callable[[Finding], None], updates: Updates, scalers: LossScalers):
+        self.add, self.updates, self.scalers = add, updates, scalers
         self.reported: set[str] = set()
         self._undo: list[Callable[[], None]] = []
-        self.reset([])
+        self.reset(None)
 
     def install(self) -> None:
         for owner in OWNERS:
@@ -55,13 +63,18 @@ class Clipping:
         while self._undo:
             self._undo.pop()()
 
-    def reset(self, trained: list[nn.Parameter]) -> None:
-        """A new clock, training ``trained``: judge its steps afresh."""
-        self.trained = {id(p) for p in trained}
+    def reset(self, clock: torch.optim.Optimizer | None) -> None:
+        """A new clock: judge its steps afresh."""
+        self.clock = weakref.ref(clock) if clock is not None else None
+        groups = clock.param_groups if clock is not None else []
+        self.trained = {id(p) for group in groups for p in group["params"]}
         # This step clipped the clock's parameters before / after its first backward.
         self.before = self.after = False
         self.streak = 0
         self.site = ""
+        self.scaled = 0  # steps in a row that clipped before unscale_
+        self.scaled_now = False
+        self.scaled_site = ""
 
     def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Arguments | None:
         """``torch.nn.utils.<name>(parameters, ...)`` is about to run."""
@@ -77,6 +90,7 @@ class Clipping:
         elif id(params[0]) in self.trained:
             if self.updates.backwards:
                 self.after = True
+                self.scaled_now = self.scaled_now or self._still_scaled()
             else:
                 self.before, self.site = True, checks.user_site()
         if isinstance(given, torch.Tensor):
@@ -91,17 +105,36 @@ class Clipping:
         if self.updates.backwards and self.before and not self.after:
             self.streak += 1
             if self.streak == BEFORE_STEPS:
-                found = checks.clip_before_backward(self.streak)
-                if found is not None:
-                    found.where = self.site
-                    self._report(found, site=False)
+                self._report(checks.clip_before_backward(self.streak), self.site)
         else:
             self.streak = 0
-        self.before = self.after = False
+        self.scaled = self.scaled + 1 if self.scaled_now else 0
+        if self.scaled == SCALED_STEPS:
+            self._report(checks.clip_before_unscale(self.scales()), self.scaled_site)
+        self.before = self.after = self.scaled_now = False
 
-    def _report(self, found: Finding | None, site: bool = True) -> None:
+    def _scalers(self) -> list[Any]:
+        return [s for s in list(self.scalers.seen) if s.is_enabled()]
+
+    def _still_scaled(self) -> bool:
+        """A loss scaler scaled this step's loss and has not unscaled the clock's gradients
+        (its state for the optimiser is missing or READY until ``unscale_``)."""
+        clock = self.clock() if self.clock is not None else None
+        if clock is None:
+            return False
+        for scaler in self._scalers():
+            state = scaler._per_optimizer_states.get(id(clock))  # no entry made by a read
+            if state is None or state["stage"] is OptState.READY:
+                self.scaled_site = checks.user_site()
+                return True
+        return False
+
+    def scales(self) -> float:
+        return min(s.get_scale() for s in self._scalers())
+
+    def _report(self, found: Finding | None, where: str | None = None) -> None:
+        """``where``: the clip's line, noted when it ran; else the caller's line now."""
         if found is not None and found.code not in self.reported:
             self.reported.add(found.code)
-            if site:
-                found.where = checks.user_site()
+            found.where = checks.user_site() if where is None else where
             self.add(found)

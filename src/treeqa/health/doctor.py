@@ -78,7 +78,8 @@ class Doctor:
         self.step_calls = 0  # optimiser steps seen, of any optimiser
         self.updates = Updates(monitor.add)  # what the clock's steps are given (updates.py)
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
-        self.clipping = Clipping(monitor.add, self.updates)  # clips of the wrong gradients
+        # Clips of the wrong gradients (before backward, before a scaler's unscale_).
+        self.clipping = Clipping(monitor.add, self.updates, monitor.scalers)
 
     def install(self) -> None:
         self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self._discover)
@@ -204,7 +205,7 @@ class Doctor:
         self.called.clear()
         self.finding_roots = False
         self.updates.reset(self.monitor.step)
-        self.clipping.reset([p for group in optimizer.param_groups for p in group["params"]])
+        self.clipping.reset(optimizer)
 
     def _switch_clock(self, optimizer: torch.optim.Optimizer) -> None:
         """``optimizer`` is the clock from now on; its next step looks up the models it trains

@@ -2,7 +2,8 @@
 
 float16 autocast runs on CPU too, so this is the usual GPU recipe run where tests run. The
 scale starts high (2**24) so that the first steps' gradients overflow, as they do in most fp16
-runs: the scaler skips those steps and halves the scale, which is no bug.
+runs: the scaler skips those steps and halves the scale, which is no bug. The gradients are
+clipped the documented way, after scaler.unscale_(opt).
 """
 
 import torch
@@ -21,6 +22,8 @@ for epoch in range(2):
             loss = nn.functional.cross_entropy(model(x[i : i + 32]), y[i : i + 32])
         opt.zero_grad()
         scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scale = scaler.get_scale()
         scaler.step(opt)
         scaler.update()
