@@ -37,6 +37,7 @@ EXPECTED = {
     "bug_step_without_gradients.py": "step-without-gradients",
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
     "bug_lr_collapsed.py": "lr-collapsed",
+    "bug_lr_negative.py": "lr-negative",
     "bug_loss_broadcast.py": "loss-broadcast",
     "bug_logits_into_nll.py": "logits-into-nll-loss",
     "bug_sigmoid_into_bce_with_logits.py": "probabilities-into-cross-entropy",

@@ -136,14 +136,20 @@ def test_train_in_eval_mode_after_train_mode_with_mode_dependent_layers() -> Non
     assert checks.train_in_eval_mode(10, EVAL_STEPS, 11, []) is None
 
 
-def _lr_findings(make, steps: int, lr: float = 0.1, every: int = 1) -> list[str]:
+def _lr_findings(
+    make, steps: int, lr: float = 0.1, every: int = 1, frozen_group: bool = False
+) -> list[str]:
     """Step an optimiser ``steps`` times with the scheduler ``make(opt)`` stepped after every
-    ``every``-th (a ReduceLROnPlateau is given a metric that never improves)."""
+    ``every``-th (a ReduceLROnPlateau is given a metric that never improves); with
+    ``frozen_group``, its first parameter group is another layer at lr 0."""
     found: list[Finding] = []
     updates = Updates(found.append)
     updates.install()
     try:
-        opt = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=lr)
+        groups = [{"params": nn.Linear(2, 1).parameters()}]
+        if frozen_group:
+            groups.insert(0, {"params": nn.Linear(2, 1).parameters(), "lr": 0.0})
+        opt = torch.optim.SGD(groups, lr=lr)
         scheduler = make(opt)
         for step in range(1, steps + 1):
             opt.step()
@@ -171,6 +177,18 @@ def test_lr_collapsed_is_a_per_epoch_schedule_stepped_every_batch() -> None:
     assert _lr_findings(lambda o: sched.StepLR(o, step_size=100, gamma=0.1), 400) == []
     # StepLR per batch, but the run ends soon after the collapse: fewer low steps than high.
     assert _lr_findings(lambda o: sched.StepLR(o, step_size=40, gamma=0.1), 300) == []
+    # A group frozen at lr 0 first: the largest group's rate is judged.
+    step_lr = lambda o: sched.StepLR(o, step_size=10, gamma=0.1)  # noqa: E731
+    assert _lr_findings(step_lr, 200, frozen_group=True) == ["lr-collapsed"]
+    assert _lr_findings(lambda o: sched.LambdaLR(o, lambda e: 1.0), 200, frozen_group=True) == []
+
+
+def test_a_negative_learning_rate_is_its_own_error() -> None:
+    sched = torch.optim.lr_scheduler
+    decay = lambda o: sched.LambdaLR(o, lambda e: 1 - e / 10)  # noqa: E731
+    assert _lr_findings(decay, 200) == ["lr-negative"]  # not also lr-collapsed
+    clamped = lambda o: sched.LambdaLR(o, lambda e: max(0.0, 1 - e / 150))  # noqa: E731
+    assert _lr_findings(clamped, 200) == []  # 0 from step 150: the run ends before it collapses
 
 
 def test_lr_collapsed_leaves_a_plateau_scheduler_stepped_once_an_epoch_alone() -> None:

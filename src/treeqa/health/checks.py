@@ -39,6 +39,7 @@ FIXES: dict[str, str] = {
     "gradients-not-zeroed": "call optimizer.zero_grad() once per optimiser step (before backward), so each step uses only its own gradients",
     "step-without-gradients": "build the optimiser over the parameters of the model that trains, and zero gradients before backward(), not between backward() and step()",
     "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
+    "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "loss-broadcast": "give prediction and target the same shape (pred.squeeze(-1) or target.unsqueeze(-1)) before the loss",
     "logits-into-nll-loss": "apply log_softmax over the class dimension before nll_loss/NLLLoss, or pass the logits to cross_entropy",
@@ -742,6 +743,18 @@ LR_FLOOR = 1e-4
 """The learning rate counts as collapsed below this share of its peak so far: a cosine or
 linear schedule to zero gets there only in the last ~0.6% of its steps; StepLR(step_size=30,
 gamma=0.1) stepped every batch after 120 batches."""
+
+
+def lr_negative(lr: float, step: int) -> Finding:
+    """A learning rate below zero: each step moves up the gradient, raising the loss."""
+    return Finding(
+        "lr-negative",
+        "error",
+        f"the learning rate is negative ({lr:.3g}) at step {step}: the optimiser climbs the "
+        "loss (a linear decay such as LambdaLR(lambda e: 1 - e / epochs) stepped past its end, "
+        "e.g. every batch)",
+        evidence={"lr": lr},
+    )
 
 
 def lr_collapsed(

@@ -12,7 +12,9 @@ every backward) and reports to the monitor:
 - ``train-in-eval-mode``: the models the clock trains ran their forwards with gradients in
   eval mode, after steps in train mode, in a script that never went back to train mode
   after an evaluation (one that does knows to: a later eval-mode phase is on purpose).
-- ``lr-collapsed``: the clock's learning rate fell below ``checks.LR_FLOOR`` of its peak and
+- ``lr-negative``: a parameter group's learning rate went below zero (a linear decay stepped
+  past its end), so the optimiser climbs the loss.
+- ``lr-collapsed``: the clock's learning rate (its largest group's) fell below ``checks.LR_FLOOR`` of its peak and
   stayed there for as long as it was above. A ``ReduceLROnPlateau`` stepped less often than
   every other optimiser step (once an epoch) cuts because the metric stopped improving, by
   design: its optimiser is not judged. ``ReduceLROnPlateau.step`` is wrapped for the run to
@@ -194,11 +196,16 @@ class Updates:
                 )
 
     def _note_lr(self, step: int, sampled: bool, optimizer: torch.optim.Optimizer) -> None:
-        lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
-        if type(lr) is not float:  # a tensor lr (capturable optimisers) is not read
-            if type(lr) is not int:
-                return
-            lr = float(lr)
+        # The largest group's: a group frozen at lr 0 beside one that trains is no collapse.
+        # A tensor lr (capturable optimisers) is not read.
+        lrs = [g.get("lr") for g in optimizer.param_groups]
+        numbers = [float(v) for v in lrs if type(v) is float or type(v) is int]
+        if not numbers:
+            return
+        lowest, lr = min(numbers), max(numbers)
+        if lowest < 0:  # not also "almost no step size"
+            self._report(checks.lr_negative(lowest, step))
+            return
         if lr > self.peak:
             self.peak, self.low_since, self.floor = lr, None, checks.LR_FLOOR * lr
         elif self.low_since is None:
