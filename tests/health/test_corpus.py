@@ -42,6 +42,7 @@ EXPECTED = {
     "bug_logits_into_nll.py": "logits-into-nll-loss",
     "bug_sigmoid_into_bce_with_logits.py": "probabilities-into-cross-entropy",
     "bug_dropout_in_eval.py": "dropout-in-eval",
+    "bug_attention_dropout_in_eval.py": "dropout-in-eval",
     "bug_clip_before_backward.py": "clip-before-backward",
     "bug_clip_no_parameters.py": "clip-no-parameters",
     "bug_clip_before_unscale.py": "clip-before-unscale",

@@ -1,6 +1,7 @@
 """What runs while ``treeqa doctor`` sees a trained model evaluated (in eval mode, without
 gradients): dropout called as ``F.dropout(x, p)``, whose ``training`` defaults to True, so
-``model.eval()`` does not turn it off.
+``model.eval()`` does not turn it off; and attention called as
+``F.scaled_dot_product_attention(q, k, v, dropout_p=p)``, which has no ``training`` at all.
 
 The functional dropouts are wrapped only for the length of an evaluation's forward, so a
 training step pays nothing for this check.
@@ -19,6 +20,9 @@ from treeqa.health.wrap import note_function_calls
 
 DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d")
 """Functional dropouts whose ``training`` defaults to True (``alpha_dropout``'s is False)."""
+ATTENTION = "scaled_dot_product_attention"
+"""Drops attention weights at ``dropout_p`` whatever the mode (``nn.MultiheadAttention``
+passes 0 in eval mode; a hand-written attention block must too)."""
 
 
 class EvalDropout:
@@ -33,7 +37,7 @@ class EvalDropout:
         """An evaluation forward starts: wrap the functional dropouts until ``end``."""
         if self._undo or self.reported:
             return
-        for name in DROPOUTS:
+        for name in (*DROPOUTS, ATTENTION):
             undo = note_function_calls(F, name, self.called)
             if undo is not None:
                 self._undo.append(undo)
@@ -44,20 +48,30 @@ class EvalDropout:
 
     def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``F.<name>(*args, **kwargs)`` ran during an evaluation."""
-        # F.dropout(input, p, training, inplace): nn.Dropout passes training.
-        if self.reported or len(args) >= 3 or "training" in kwargs:
+        if self.reported:
             return
-        p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-        if not isinstance(p, float | int) or p <= 0:
+        if name == ATTENTION:  # (query, key, value, attn_mask, dropout_p, ...)
+            p = args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0)
+            call = f"F.{name}(q, k, v, dropout_p={p:g})" if isinstance(p, float | int) else ""
+            why = "it has no training flag, so attention dropout stays on in evaluation"
+            fix = "pass dropout_p=self.p if self.training else 0.0 (as nn.MultiheadAttention does)"
+        else:  # F.dropout(input, p, training, inplace): nn.Dropout passes training
+            if len(args) >= 3 or "training" in kwargs:
+                return
+            p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+            call = f"F.{name}(x, p={p:g})" if isinstance(p, float | int) else ""
+            why = "its training defaults to True, so dropout stays on in evaluation"
+            fix = ""  # the code's own
+        if not call or p <= 0:
             return
         self.reported = True
         self.add(
             Finding(
                 "dropout-in-eval",
                 "warning",
-                f"F.{name}(x, p={p:g}) runs without training= while the model is in eval mode: "
-                "its training defaults to True, so dropout stays on in evaluation",
+                f"{call} runs while the model is in eval mode: {why}",
                 where=checks.user_site(),
                 evidence={"function": name, "p": p},
+                fix=fix,
             )
         )
