@@ -773,6 +773,24 @@ def test_a_one_time_jump_is_not_a_regression_and_no_steps_is_said() -> None:
     assert "no findings" not in stream.getvalue()
 
 
+def test_backward_calls_with_no_optimiser_step_ask_for_the_step(tmp_path: Path) -> None:
+    script = tmp_path / "no_step.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(30):\n"
+        "    opt.zero_grad()\n"
+        "    model(torch.randn(8, 4)).pow(2).mean().backward()  # opt.step() forgotten\n"
+    )
+    stream = io.StringIO()
+    _, report = run_doctor(["python", str(script)], stream=stream)
+    assert report["steps"] == 0 and report["backwards_without_a_step"] == 30
+    assert "after 30 backward() calls" in stream.getvalue()
+    assert "is optimizer.step() missing?" in stream.getvalue()
+    assert "no findings" not in stream.getvalue()
+
+
 WGAN = """
 import torch
 from torch import nn

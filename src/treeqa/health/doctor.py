@@ -441,6 +441,8 @@ def run_doctor(
             sys.modules.pop("__mp_main__", None)
         sys.stdout.flush()
     doctor.updates.finish(monitor.step)
+    if monitor.step == 0:  # backward calls with no optimiser step: say so in the summary
+        monitor.unstepped_backwards = doctor.updates.backwards
     try:
         result = monitor.finish()
     except OSError as e:  # the report could not be written: the script's exit code still holds

@@ -218,6 +218,7 @@ class HealthMonitor(Callback):
         self.sampling = False
         self.timed = False  # this step's CPU time and the reference workload are read
         self.in_step = False  # between begin_step and end_step: a finding now is the next step's
+        self.unstepped_backwards = 0  # backward() calls in a script that never stepped (doctor)
         self._next_series_check = self.every
         self._seq: list[int] = []  # sequence number of each step's loss (graphs-from-step map)
         self._floor: int | None = None  # the last node number before the first step

@@ -29,6 +29,7 @@ def build(monitor: Any) -> dict[str, Any]:
         "findings": [f.to_json() for f in findings],
         "series": series,
         "steps": monitor.step,
+        "backwards_without_a_step": monitor.unstepped_backwards,
         "meta": {
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(monitor.started)),
             "python": platform.python_version(),
@@ -39,14 +40,22 @@ def build(monitor: Any) -> dict[str, Any]:
 def print_summary(result: dict[str, Any], stream: TextIO) -> None:
     findings = result["findings"]
     steps = result["steps"]
-    if steps == 0:  # "no findings" would read as a clean bill of health
+    backwards = result.get("backwards_without_a_step", 0)
+    if steps == 0 and backwards:  # gradients computed, never applied
+        print(
+            f"treeqa health: 0 training steps seen after {backwards} backward() calls, so "
+            "nothing was monitored: is optimizer.step() missing? (a step is one torch.optim "
+            "optimiser step: updates by hand are not seen)",
+            file=stream,
+        )
+    elif steps == 0:  # "no findings" would read as a clean bill of health
         print(
             "treeqa health: 0 training steps seen, so nothing was monitored (a step is one "
             "torch.optim optimiser step: inference, or updates by hand, are not seen)",
             file=stream,
         )
-        if not findings:
-            return
+    if steps == 0 and not findings:
+        return
     if not findings:
         print(f"treeqa health: {steps} steps, no findings", file=stream)
         return
