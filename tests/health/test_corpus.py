@@ -19,6 +19,7 @@ SCRIPTS = Path(__file__).parent / "scripts"
 
 EXPECTED = {
     "bug_graph_retained.py": "graph-retained",
+    "bug_ema_with_graph.py": "graph-retained",  # held by a dict entry
     "bug_loss_accumulated.py": "loss-accumulated-with-graph",
     "bug_retain_graph.py": "retain-graph-every-step",
     "bug_parameter_alias.py": "parameter-alias",

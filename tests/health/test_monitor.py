@@ -121,6 +121,11 @@ def test_doctor_names_holder_module_and_alias(doctor_report) -> None:
     line = line_of("bug_graph_retained.py", "ex.encoding = encoder")
     assert retained["where"].startswith("Example.encoding")
     assert f"bug_graph_retained.py:{line}" in retained["where"]
+    _, report, _ = doctor_report("bug_ema_with_graph.py")  # a dict entry, at its update
+    retained = next(f for f in report["findings"] if f["code"] == "graph-retained")
+    line = line_of("bug_ema_with_graph.py", "ema[name] = 0.99")
+    assert retained["where"].startswith("dict 'ema'[")
+    assert f"bug_ema_with_graph.py:{line}" in retained["where"]
     _, report, _ = doctor_report("bug_parameter_alias.py")
     alias = next(f for f in report["findings"] if f["code"] == "parameter-alias")
     line = line_of("bug_parameter_alias.py", "self.Ur = self.Uz")

@@ -112,7 +112,8 @@ def definition_site(obj: Any) -> str:
 
 
 def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) -> str:
-    """Where a holder gets its value: the first ``.attr = ...`` (or ``attr +=``) line in
+    """Where a holder gets its value: the first ``.attr = ...`` (or ``attr +=``, or
+    ``attr[key] = ...``) line in
     ``files``, or rather the first that also reads it (``total += loss``, ``state = 0.5 *
     state + h``): that is where a graph grows, not where the holder starts empty.
 
@@ -120,7 +121,10 @@ def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) ->
     """
     # A statement that starts with the target (``x.attr = ...``), not prose that mentions it.
     prefix = "+" if attribute else "*"
-    pattern = re.compile(rf"^\s*([\w\[\]]+\.){prefix}{re.escape(attr)}\s*(=(?!=)|\+=)")
+    # ``attr[key] = ...`` too: a dict of tensors kept by hand (an EMA table).
+    pattern = re.compile(
+        rf"^\s*([\w\[\]]+\.){prefix}{re.escape(attr)}(?:\[[^\]]*\])?\s*(=(?!=)|\+=)"
+    )
     first = ""
     for name in files:
         try:

@@ -336,6 +336,10 @@ def _frame_holder(tensor: torch.Tensor) -> str:
                 and any(v is tensor for v in value)
             ):
                 return f"list {name!r} in {frame.f_code.co_name}()"
+            if isinstance(value, dict) and len(value) < 100_000:
+                key = next((k for k, v in value.items() if v is tensor), None)
+                if key is not None:  # an EMA table kept by hand: ema[name] = 0.99 * ema[name] + ...
+                    return f"dict {name!r}[{key!r}] in {frame.f_code.co_name}()"
     return ""
 
 
