@@ -37,6 +37,7 @@ EXPECTED = {
     "bug_gradients_not_zeroed.py": "gradients-not-zeroed",
     "bug_step_without_gradients.py": "step-without-gradients",
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
+    "bug_train_in_eval_new_optimiser.py": "train-in-eval-mode",  # a new optimiser each epoch
     "bug_lr_collapsed.py": "lr-collapsed",
     "bug_lr_negative.py": "lr-negative",
     "bug_loss_broadcast.py": "loss-broadcast",

@@ -62,6 +62,7 @@ class Doctor:
         self.called: dict[int, nn.Module] = {}
         self.roots: list[nn.Module] = []
         self.trained: set[int] = set()  # ids of the roots
+        self.trained_before: set[int] = set()  # those of the clock before (a new optimiser)
         self.others: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
             weakref.WeakKeyDictionary()
         )  # steps of each other optimiser since the clock's last step
@@ -184,7 +185,9 @@ class Doctor:
         inner = {id(c) for m in self.called.values() for c in m.modules() if c is not m}
         tops = [m for i, m in self.called.items() if i not in inner]
         self.roots = [m for m in tops if any(id(p) in trained for p in m.parameters())]
-        self.trained = {id(m) for m in self.roots}
+        trained_roots = {id(m) for m in self.roots}
+        same_models = bool(trained_roots) and trained_roots == self.trained_before
+        self.trained = trained_roots
         if self.discovery is not None:  # the every-module hook: no cost from now on
             self.discovery.remove()
             self.discovery = None
@@ -204,7 +207,7 @@ class Doctor:
         )
         self.called.clear()
         self.finding_roots = False
-        self.updates.reset(self.monitor.step)
+        self.updates.reset(self.monitor.step, same_models)
         self.clipping.reset(optimizer)
 
     def _switch_clock(self, optimizer: torch.optim.Optimizer) -> None:
@@ -214,7 +217,7 @@ class Doctor:
         self.others.clear()
         self.most_between = 0
         self.finding_roots = True
-        self.trained = set()
+        self.trained_before, self.trained = self.trained, set()
         if self.discovery is None:
             self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(
                 self._discover

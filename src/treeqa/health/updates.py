@@ -70,8 +70,10 @@ class Updates:
         optimizer = scheduler.optimizer
         self.plateau_steps[optimizer] = self.plateau_steps.get(optimizer, 0) + 1
 
-    def reset(self, step: int) -> None:
-        """A new clock (a new run in the script): judge its steps afresh from ``step`` on."""
+    def reset(self, step: int, same_models: bool = False) -> None:
+        """A new clock (a new run in the script): judge its steps afresh from ``step`` on.
+        ``same_models``: it trains the models the last clock trained (an optimiser re-created
+        each epoch): their train/eval mode history carries on."""
         self.remove_hooks()
         self.probe: nn.Parameter | None = None  # the parameter hooked on the next sampled step
         self.clean: list[bool] = []  # per sampled step: a backward started from cleared grads
@@ -81,9 +83,10 @@ class Updates:
         self.empty = 0  # steps in a row stepped after a backward with no gradients
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
         self.mode = 0  # this step's forwards with gradients: 1 train mode, 2 eval mode
-        self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
-        self.evaluated = False  # an evaluation of a model the clock trains since its last step
-        self.train_after_eval = False  # a step in train mode followed an evaluation
+        if not same_models or not hasattr(self, "train_steps"):
+            self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
+            self.evaluated = False  # an evaluation of a model the clock trains since its last step
+            self.train_after_eval = False  # a step in train mode followed an evaluation
         self.peak, self.floor, self.first = 0.0, 0.0, step + 1
         self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
         self.plateau = 0  # ReduceLROnPlateau steps of the clock's optimiser (at its last step)
