@@ -43,6 +43,7 @@ EXPECTED = {
     "bug_loss_broadcast.py": "loss-broadcast",
     "bug_logits_into_nll.py": "logits-into-nll-loss",
     "bug_sigmoid_into_bce_with_logits.py": "probabilities-into-cross-entropy",
+    "bug_kl_div_probabilities.py": "probabilities-into-cross-entropy",
     "bug_dropout_in_eval.py": "dropout-in-eval",
     "bug_attention_dropout_in_eval.py": "dropout-in-eval",
     "bug_clip_before_backward.py": "clip-before-backward",

@@ -1,7 +1,7 @@
 """Look at what goes into the loss functions of ``torch.nn.functional`` (the nn losses call them).
 
-The functions are wrapped for the run. On sampled steps: the input of ``cross_entropy`` and
-``nll_loss`` is checked for probabilities (non-negative rows summing to 1, i.e. softmax output
+The functions are wrapped for the run. On sampled steps: the input of ``cross_entropy``,
+``nll_loss`` and ``kl_div`` is checked for probabilities (non-negative rows summing to 1, i.e. softmax output
 where logits belong) and, where it comes from a log_softmax, for one over the wrong dim (the
 batch); that of ``nll_loss`` for values above 0 (logits where log-probabilities
 belong), that of ``binary_cross_entropy_with_logits`` for a sigmoid's output, and the shapes of
@@ -21,7 +21,7 @@ from treeqa.health import checks
 from treeqa.health.checks import Finding
 from treeqa.health.wrap import note_function_results
 
-CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits")
+CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")
 ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 """Losses of an input against a target of the same shape (torch broadcasts, with a warning)."""
 
@@ -89,6 +89,22 @@ class LossInputCheck:
                         evidence={"function": fname, "produced_by": "sigmoid"},
                         fix="drop the final sigmoid and pass logits to BCEWithLogitsLoss "
                         "(or keep it and use BCELoss)",
+                    )
+                )
+            return
+        if fname == "kl_div":  # its input is log-probabilities, as nll_loss's
+            if checks.looks_like_probabilities(input):
+                self.add(
+                    Finding(
+                        "probabilities-into-cross-entropy",
+                        "error",
+                        f"{fname} received probabilities (non-negative rows summing to 1), not "
+                        "log-probabilities: the divergence it computes is meaningless and can "
+                        "go below zero",
+                        where=checks.user_site(2),
+                        evidence={"function": fname},
+                        fix="pass log_softmax(student_logits, dim=-1) as kl_div's input (the "
+                        "target stays probabilities, or log-probabilities with log_target=True)",
                     )
                 )
             return

@@ -1,7 +1,8 @@
 """Clean: losses that look like the seeded bugs' and are right: MSE of [N, 1] against [N, 1], an
 L1 penalty against a scalar 0, BCE-with-logits on logits, NLL on log_softmax plus label
 smoothing, NLL on sequences normalised over their last dim ([B, T, C] flattened, and [B, C, T]
-over dim 1) and on the log of a softmax over dim 1, F.dropout with training=self.training, and Monte Carlo dropout (dropout layers on
+over dim 1) and on the log of a softmax over dim 1, kl_div of log-probabilities against soft
+targets, F.dropout with training=self.training, and Monte Carlo dropout (dropout layers on
 in eval mode) in the evaluations."""
 
 import warnings
@@ -44,6 +45,7 @@ for step in range(100):
         F.nll_loss(F.log_softmax(seq, dim=-1).reshape(-1, 5), y.repeat_interleave(3))
         + F.nll_loss(F.log_softmax(seq.transpose(1, 2), dim=1), y.unsqueeze(1).expand(32, 3))
         + F.nll_loss(torch.log(F.softmax(out[:, :5], dim=1)), y)
+        + F.kl_div(logp, F.one_hot(y, 5) * 0.9 + 0.02, reduction="batchmean")  # distillation
     )
     opt.zero_grad()
     loss.backward()
