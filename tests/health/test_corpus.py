@@ -36,6 +36,7 @@ EXPECTED = {
     "heap_sorted_lengths.py": "heap-retention",
     "bug_gradients_not_zeroed.py": "gradients-not-zeroed",
     "bug_step_without_gradients.py": "step-without-gradients",
+    "bug_not_in_optimiser.py": "not-in-optimiser",
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
     "bug_train_in_eval_new_optimiser.py": "train-in-eval-mode",  # a new optimiser each epoch
     "bug_lr_collapsed.py": "lr-collapsed",

@@ -38,6 +38,7 @@ FIXES: dict[str, str] = {
     "hot-op": "make the dominating operator family cheaper (each family has its own advice)",
     "gradients-not-zeroed": "call optimizer.zero_grad() once per optimiser step (before backward), so each step uses only its own gradients",
     "step-without-gradients": "build the optimiser over the parameters of the model that trains, and zero gradients before backward(), not between backward() and step()",
+    "not-in-optimiser": "build the optimiser after the whole model, or add the layer with optimizer.add_param_group; if it is frozen on purpose, set requires_grad_(False) so that backward skips it",
     "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
@@ -670,6 +671,19 @@ def step_without_gradients(steps: int, stale: bool, streak: int = 5) -> Finding 
         f"the optimiser stepped {steps} steps in a row after a backward with no gradient on any of "
         f"its parameters, so nothing it holds changes: {cause}",
         evidence={"steps_in_a_row": steps, "stale_parameters": stale},
+    )
+
+
+def not_in_optimiser(names: Sequence[str], values: int) -> Finding:
+    """Parameters of a model being trained that get gradients which no optimiser applies."""
+    return Finding(
+        "not-in-optimiser",
+        "warning",
+        f"{len(names)} parameter tensors ({values} values) of the trained model get gradients "
+        f"but no optimiser that steps holds them, so they never change: {', '.join(names[:5])} "
+        "(left out when the optimiser was built, or a layer added after it?)",
+        where=names[0],
+        evidence={"parameters": list(names[:20]), "values": values},
     )
 
 

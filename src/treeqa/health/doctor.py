@@ -235,6 +235,7 @@ class Doctor:
             self.clock = weakref.ref(optimizer)
             clock = optimizer
         if optimizer is not clock:
+            self.updates.optimizers.add(optimizer)
             n = self.others[optimizer] = self.others.get(optimizer, 0) + 1
             if n > max(SWITCH_AFTER, 4 * self.most_between):
                 self._switch_clock(optimizer)

@@ -9,6 +9,9 @@ every backward) and reports to the monitor:
   never cleared, no backward of the step starts clean.
 - ``step-without-gradients``: the clock stepped after a backward while none of its parameters
   that require gradients had one (a stale optimiser, zero_grad between backward and step).
+- ``not-in-optimiser``: on the clock's 10th step, parameters of the models it trains got
+  gradients but no optimiser that stepped holds them (a layer added after the optimiser was
+  built, a parameter list that left one out).
 - ``train-in-eval-mode``: the models the clock trains ran their forwards with gradients in
   eval mode, after steps in train mode, in a script that never went back to train mode
   after an evaluation (one that does knows to: a later eval-mode phase is on purpose).
@@ -42,6 +45,9 @@ EMPTY_STEPS = 20
 head with an optimiser of its own gets one within a few)."""
 EVAL_STEPS = 20
 """Steps in a row trained in eval mode (after train mode) before it is reported."""
+ORPHAN_STEP = 10
+"""The clock's step (counted from its first) on which parameters with gradients are looked up
+in the optimisers: by then every optimiser of the loop has stepped."""
 
 
 class Updates:
@@ -56,6 +62,8 @@ class Updates:
             weakref.WeakKeyDictionary()
         )
         self._undo: Callable[[], None] | None = None
+        # Every optimiser that stepped in the run (the doctor adds them; weak: finished runs').
+        self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self.reset(0)
 
     def install(self) -> None:
@@ -156,6 +164,8 @@ class Updates:
         frozen = graph and bool(roots) and not self.mode & 1
         if self.backwards and not frozen:
             self._note_gradients(optimizer, roots)
+        if step - self.first + 1 == ORPHAN_STEP:
+            self._note_orphans(optimizer, roots)
         self.backwards = 0
         self._note_mode(step, roots)
         self._note_lr(step, sampled, optimizer)
@@ -180,6 +190,23 @@ class Updates:
             self._report(
                 checks.step_without_gradients(self.empty, stale=not roots, streak=EMPTY_STEPS)
             )
+
+    def _note_orphans(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
+        held = {
+            id(p)
+            for opt in (optimizer, *self.optimizers)
+            for group in opt.param_groups
+            for p in group["params"]
+        }
+        orphans = [
+            ((f"model{i}." if i else "") + name, p)
+            for i, root in enumerate(roots)
+            for name, p in root.named_parameters()
+            if p.grad is not None and id(p) not in held
+        ]
+        if orphans:
+            names = [n for n, _ in orphans]
+            self._report(checks.not_in_optimiser(names, sum(p.numel() for _, p in orphans)))
 
     def _note_mode(self, step: int, roots: list[nn.Module]) -> None:
         mode, self.mode = self.mode, 0
@@ -206,8 +233,9 @@ class Updates:
         if not numbers:
             return
         lowest, lr = min(numbers), max(numbers)
-        if lowest < 0:  # not also "almost no step size"
+        if lowest < 0:  # not also "almost no step size" (it went through 0 on the way)
             self._report(checks.lr_negative(lowest, step))
+            self.low_since = None
             return
         if lr > self.peak:
             self.peak, self.low_since, self.floor = lr, None, checks.LR_FLOOR * lr
@@ -235,7 +263,7 @@ class Updates:
         """``at_step``: called from the optimiser's step, whose line in the script is where."""
         if found is not None and found.code not in self.reported:
             self.reported.add(found.code)
-            found.where = checks.user_site() if at_step else ""
+            found.where = found.where or (checks.user_site() if at_step else "")
             self.add(found)
 
 
