@@ -68,7 +68,7 @@ CLEAN = [
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over
     # a sequence's last dim, [B, C, T] over dim 1, log of softmax), MC dropout
     "clean_clip.py",  # clip then step at the loop's top, after accumulation, a reused list
-    "clean_frozen_warmup.py",  # the first optimiser's backbone under no_grad for a while
+    "clean_frozen_warmup.py",  # the first optimiser's backbone under no_grad in the second half
     "clean_aux_loss_later.py",  # a head's loss switched on at step 150: info, not a warning
 ]
 
