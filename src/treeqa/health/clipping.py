@@ -31,7 +31,7 @@ from treeqa.health import checks
 from treeqa.health.checks import Finding
 from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import Updates
-from treeqa.health.wrap import Arguments, note_function_calls
+from treeqa.health.wrap import Arguments, Note, note_function_calls
 
 FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_")
 OWNERS = (torch.nn.utils, clip_grad)  # `from torch.nn.utils import ...`, and the deprecated alias
@@ -50,6 +50,7 @@ class Clipping:
         self.add, self.updates, self.scalers = add, updates, scalers
         self.reported: set[str] = set()
         self._undo: list[Callable[[], None]] = []
+        self.judge = Note(self._judge, "gradient clipping")
         self.reset(None)
 
     def install(self) -> None:
@@ -83,21 +84,25 @@ class Clipping:
             return None
         params = [given] if isinstance(given, torch.Tensor) else list(given)
         limit = args[1] if len(args) > 1 else kwargs.get("max_norm", kwargs.get("clip_value"))
+        # Judged apart: should the judging fail, the clip still gets the parameters read here.
+        self.judge(name, isinstance(given, types.GeneratorType), params, limit)
+        if isinstance(given, torch.Tensor):
+            return None
+        if args:
+            return (params, *args[1:]), kwargs
+        return args, {**kwargs, "parameters": params}
+
+    def _judge(self, name: str, generator: bool, params: list[Any], limit: Any) -> None:
         if isinstance(limit, int | float) and math.isinf(limit):
-            pass  # clip_grad_norm_(params, inf) clips nothing: it reads the norm, to log it
-        elif not params:
-            self._report(checks.clip_no_parameters(name, isinstance(given, types.GeneratorType)))
+            return  # clip_grad_norm_(params, inf) clips nothing: it reads the norm, to log it
+        if not params:
+            self._report(checks.clip_no_parameters(name, generator))
         elif id(params[0]) in self.trained:
             if self.updates.backwards:
                 self.after = True
                 self.scaled_now = self.scaled_now or self._still_scaled()
             else:
                 self.before, self.site = True, checks.user_site()
-        if isinstance(given, torch.Tensor):
-            return None
-        if args:
-            return (params, *args[1:]), kwargs
-        return args, {**kwargs, "parameters": params}
 
     def end_step(self) -> None:
         """After the clock's optimiser step, before ``updates.end_step`` (which starts the

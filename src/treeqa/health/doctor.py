@@ -27,7 +27,7 @@ import traceback
 import types
 import warnings
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,10 +81,38 @@ class Doctor:
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
         # Clips of the wrong gradients (before backward, before a scaler's unscale_).
         self.clipping = Clipping(monitor.add, self.updates, monitor.scalers)
+        # The hooks' bodies, guarded: should the monitor's own code fail, monitoring stops and
+        # the script goes on as python would run it.
+        self.failed = False
+        self.step_end = self._guard(self._step_end)
+        self.discover = self._guard(self._discover)
+        self.root_pre_hook = self._guard(self._root_pre_hook)
+        self.root_hook = self._guard(self._root_hook)
+        self.note_backward = self._guard(self._note_backward)
+
+    def _guard(self, hook: Callable[..., None]) -> Callable[..., None]:
+        def guarded(*args: Any) -> None:
+            if self.failed:
+                return
+            try:
+                hook(*args)
+            except HealthError:  # strict mode's stop, on purpose
+                raise
+            except Exception as error:
+                self.failed = True
+                frame = traceback.extract_tb(error.__traceback__)[-1]
+                print(
+                    f"treeqa doctor: the monitor failed ({type(error).__name__}: {error}, at "
+                    f"{Path(frame.filename).name}:{frame.lineno}) and stops watching; the "
+                    "script goes on",
+                    file=sys.stderr,
+                )
+
+        return guarded
 
     def install(self) -> None:
-        self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self._discover)
-        self.handles.append(register_optimizer_step_post_hook(self._step_end))
+        self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self.discover)
+        self.handles.append(register_optimizer_step_post_hook(self.step_end))
         self.original_backward = torch.autograd.backward
         original = self.original_backward
         # torch caches functions it finds in its namespace; a weak reference keeps such a cache
@@ -94,13 +122,7 @@ class Doctor:
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             me = doctor()
             if me is not None:
-                loss = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
-                retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
-                create = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
-                if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-                    me.loss = loss
-                me.updates.backwards += 1
-                me.monitor.note_backward(bool(create if retain is None else retain))
+                me.note_backward(tensors, args, kwargs)
             return original(tensors, *args, **kwargs)
 
         torch.autograd.backward = backward
@@ -113,7 +135,7 @@ class Doctor:
             calls = me.step_calls if me is not None else 0
             result = original_step(scaler, optimizer, *args, **kw)
             if me is not None and me.step_calls == calls:  # skipped for an overflow: a step
-                me._step_end(optimizer, args, kw)
+                me.step_end(optimizer, args, kw)
             return result
 
         GradScaler.step = step  # type: ignore[method-assign,assignment]
@@ -137,6 +159,16 @@ class Doctor:
             GradScaler.step = self.original_scaler_step  # type: ignore[method-assign]
             self.original_scaler_step = None
         self.monitor.uninstall()
+
+    def _note_backward(self, tensors: Any, args: Any, kwargs: Any) -> None:
+        """``torch.autograd.backward(tensors, *args, **kwargs)`` is about to run."""
+        loss = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
+        retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
+        create = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
+        if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+            self.loss = loss
+        self.updates.backwards += 1
+        self.monitor.note_backward(bool(create if retain is None else retain))
 
     def _begin(self) -> None:
         if not self.open:
@@ -199,8 +231,8 @@ class Doctor:
         # may run while loading data and do not start it.
         for top in tops:
             if next(top.parameters(), None) is not None:
-                self.root_handles.append(top.register_forward_pre_hook(self._root_pre_hook))
-                self.root_handles.append(top.register_forward_hook(self._root_hook))
+                self.root_handles.append(top.register_forward_pre_hook(self.root_pre_hook))
+                self.root_handles.append(top.register_forward_hook(self.root_hook))
         self.monitor.unwatch()
         self.monitor.watch(
             *self.roots, trained=[p for group in optimizer.param_groups for p in group["params"]]
@@ -219,9 +251,7 @@ class Doctor:
         self.finding_roots = True
         self.trained_before, self.trained = self.trained, set()
         if self.discovery is None:
-            self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(
-                self._discover
-            )
+            self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self.discover)
         self.called.clear()
         # A step the monitor has begun stays open (its begin is not repeated) but starts now.
         self.last_end = time.perf_counter()
@@ -444,12 +474,16 @@ def run_doctor(
         else:
             sys.modules.pop("__mp_main__", None)
         sys.stdout.flush()
-    doctor.updates.finish(monitor.step)
-    if monitor.step == 0:  # backward calls with no optimiser step: say so in the summary
-        monitor.unstepped_backwards = doctor.updates.backwards
     try:
+        if not doctor.failed:
+            doctor.updates.finish(monitor.step)
+        if monitor.step == 0:  # backward calls with no optimiser step: say so in the summary
+            monitor.unstepped_backwards = doctor.updates.backwards
         result = monitor.finish()
     except OSError as e:  # the report could not be written: the script's exit code still holds
         print(f"treeqa doctor: could not write the report: {e}", file=sys.stderr)
         result = report.build(monitor)
+    except Exception as e:  # the monitor's own failure: the script's exit code still holds
+        print(f"treeqa doctor: the report failed ({type(e).__name__}: {e})", file=sys.stderr)
+        result = {"findings": [], "series": {}, "steps": monitor.step, "meta": {}}
     return code, result

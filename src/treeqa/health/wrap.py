@@ -1,14 +1,39 @@
 """Wrap a library method or function for the length of a run, to note each call.
 
 The class or module outlives the run, so the wrapper holds the noting method weakly: a finished
-run's monitor (and the models it watched) is not kept alive by a library attribute.
+run's monitor (and the models it watched) is not kept alive by a library attribute. A note that
+fails (the monitor's own bug) is said once on stderr and not called again: the script's call
+goes on as without the wrapper.
 """
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+
+class Note:
+    """A noting method held weakly, switched off after its first failure."""
+
+    def __init__(self, method: Callable[..., Any], what: str):
+        self.method, self.what, self.failed = weakref.WeakMethod(method), what, False
+
+    def __call__(self, *args: Any) -> Any:
+        method = self.method()
+        if method is None or self.failed:
+            return None
+        try:
+            return method(*args)
+        except Exception as error:
+            self.failed = True
+            print(
+                f"treeqa health: the check on {self.what} failed ({type(error).__name__}: "
+                f"{error}) and is off for the rest of the run",
+                file=sys.stderr,
+            )
+            return None
 
 
 def note_calls(cls: type, name: str, note: Callable[[Any], None]) -> Callable[[], None] | None:
@@ -17,12 +42,10 @@ def note_calls(cls: type, name: str, note: Callable[[Any], None]) -> Callable[[]
     original = vars(cls)[name]
     if getattr(original, "_treeqa_health", False):
         return None
-    noted = weakref.WeakMethod(note)
+    noted = Note(note, f"{cls.__name__}.{name}")
 
     def wrapper(instance: Any, *args: Any, **kwargs: Any) -> Any:
-        method = noted()
-        if method is not None:
-            method(instance)
+        noted(instance)
         return original(instance, *args, **kwargs)
 
     return _install(cls, name, original, wrapper)
@@ -41,11 +64,10 @@ def note_function_calls(
     original = getattr(owner, name, None)
     if original is None or getattr(original, "_treeqa_health", False):
         return None
-    noted = weakref.WeakMethod(note)
+    noted = Note(note, name)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        method = noted()
-        given = method(name, args, kwargs) if method is not None else None
+        given = noted(name, args, kwargs)
         if given is not None:
             args, kwargs = given
         return original(*args, **kwargs)
@@ -61,13 +83,11 @@ def note_function_results(
     original = getattr(owner, name, None)
     if original is None or getattr(original, "_treeqa_health", False):
         return None
-    noted = weakref.WeakMethod(note)
+    noted = Note(note, name)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
-        method = noted()
-        if method is not None:
-            method(name, args, kwargs, result)
+        noted(name, args, kwargs, result)
         return result
 
     return _install(owner, name, original, wrapper)

@@ -1,0 +1,66 @@
+"""The monitor's own failures never stop the script it watches: a hook that raises stops the
+monitoring (said once on stderr), a wrapped library call that fails to be noted still runs, and
+the script's output and exit code stay its own."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from treeqa.health import HealthMonitor, run_doctor
+from treeqa.health.clipping import Clipping
+from treeqa.health.losses import LossInputCheck
+
+SCRIPT = """
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+params = model.parameters()
+for step in range(40):
+    x = torch.randn(16, 8)
+    loss = F.cross_entropy(model(x), x[:, :3].argmax(1))
+    opt.zero_grad()
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+    opt.step()
+print("trained", step + 1, "clipped to", float(norm) > 0)  # 0: a clip given no parameters
+"""
+
+
+def _broken(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("a bug of the monitor's own")
+
+
+def _run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    code, _ = run_doctor(["python", str(script)], stream=io.StringIO())
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_failing_step_hook_stops_monitoring_not_the_script(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(HealthMonitor, "end_step", _broken)
+    code, out, err = _run(tmp_path, capsys)
+    assert code == 0 and out == "trained 40 clipped to True\n"
+    assert err.count("the monitor failed (RuntimeError: a bug of the monitor's own") == 1
+    assert "stops watching; the script goes on" in err
+
+
+def test_a_failing_note_leaves_the_wrapped_call_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(LossInputCheck, "_inspect", _broken)
+    monkeypatch.setattr(Clipping, "_judge", _broken)  # after the parameters were read
+    code, out, err = _run(tmp_path, capsys)
+    assert code == 0 and out == "trained 40 clipped to True\n"  # the clips got their parameters
+    assert err.count("the check on cross_entropy failed") == 1
+    assert err.count("the check on gradient clipping failed") == 1
