@@ -31,7 +31,7 @@ from treeqa.health import checks
 from treeqa.health.checks import Finding
 from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import Updates
-from treeqa.health.wrap import Arguments, Note, note_function_calls
+from treeqa.health.wrap import Arguments, Note, Wrappers, note_function_calls
 
 FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_")
 OWNERS = (torch.nn.utils, clip_grad)  # `from torch.nn.utils import ...`, and the deprecated alias
@@ -49,20 +49,17 @@ class Clipping:
     def __init__(self, add: Callable[[Finding], None], updates: Updates, scalers: LossScalers):
         self.add, self.updates, self.scalers = add, updates, scalers
         self.reported: set[str] = set()
-        self._undo: list[Callable[[], None]] = []
+        self.wrappers = Wrappers()
         self.judge = Note(self._judge, "gradient clipping")
         self.reset(None)
 
     def install(self) -> None:
         for owner in OWNERS:
             for name in FUNCTIONS:
-                undo = note_function_calls(owner, name, self.called)
-                if undo is not None:
-                    self._undo.append(undo)
+                self.wrappers.add(note_function_calls(owner, name, self.called))
 
     def uninstall(self) -> None:
-        while self._undo:
-            self._undo.pop()()
+        self.wrappers.undo()
 
     def reset(self, clock: torch.optim.Optimizer | None) -> None:
         """A new clock: judge its steps afresh."""

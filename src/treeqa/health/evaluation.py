@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
-from treeqa.health.wrap import note_function_calls
+from treeqa.health.wrap import Wrappers, note_function_calls
 
 DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d")
 """Functional dropouts whose ``training`` defaults to True (``alpha_dropout``'s is False)."""
@@ -31,20 +31,17 @@ class EvalDropout:
     def __init__(self, add: Callable[[Finding], None]):
         self.add = add
         self.reported = False
-        self._undo: list[Callable[[], None]] = []
+        self.wrappers = Wrappers()
 
     def begin(self) -> None:
         """An evaluation forward starts: wrap the functional dropouts until ``end``."""
-        if self._undo or self.reported:
+        if self.wrappers or self.reported:
             return
         for name in (*DROPOUTS, ATTENTION):
-            undo = note_function_calls(F, name, self.called)
-            if undo is not None:
-                self._undo.append(undo)
+            self.wrappers.add(note_function_calls(F, name, self.called))
 
     def end(self) -> None:
-        while self._undo:
-            self._undo.pop()()
+        self.wrappers.undo()
 
     def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``F.<name>(*args, **kwargs)`` ran during an evaluation."""

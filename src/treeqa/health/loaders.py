@@ -7,11 +7,9 @@ script ends before the last check), so its workers are noted when its iterator i
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from torch.utils.data import DataLoader
 
-from treeqa.health.wrap import note_calls
+from treeqa.health.wrap import Wrappers, note_calls
 
 
 class LoaderWorkers:
@@ -19,15 +17,13 @@ class LoaderWorkers:
 
     def __init__(self) -> None:
         self.most = 0
-        self._undo: Callable[[], None] | None = None
+        self.wrappers = Wrappers()
 
     def install(self) -> None:
-        self._undo = note_calls(DataLoader, "__iter__", self._note)
+        self.wrappers.add(note_calls(DataLoader, "__iter__", self._note))
 
     def uninstall(self) -> None:
-        if self._undo is not None:
-            self._undo()
-            self._undo = None
+        self.wrappers.undo()
 
     def _note(self, loader: DataLoader) -> None:
         self.most = max(self.most, int(loader.num_workers))

@@ -19,7 +19,7 @@ from torch.nn import functional as F
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
-from treeqa.health.wrap import note_function_results
+from treeqa.health.wrap import Wrappers, note_function_results
 
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")
 ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
@@ -37,17 +37,14 @@ class LossInputCheck:
     ):
         self.add, self.active, self.at_init = add, active, at_init
         self.first_seen = False
-        self._undo: list[Callable[[], None]] = []
+        self.wrappers = Wrappers()
 
     def install(self) -> None:
         for fname in (*CLASSIFICATION, *ELEMENTWISE):
-            undo = note_function_results(F, fname, self._called)
-            if undo is not None:
-                self._undo.append(undo)
+            self.wrappers.add(note_function_results(F, fname, self._called))
 
     def uninstall(self) -> None:
-        while self._undo:
-            self._undo.pop()()
+        self.wrappers.undo()
 
     def _called(
         self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: torch.Tensor

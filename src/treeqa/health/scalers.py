@@ -13,12 +13,11 @@ are non-finite.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 
 from torch.amp import GradScaler
 
 from treeqa.health.checks import Finding
-from treeqa.health.wrap import note_calls
+from treeqa.health.wrap import Wrappers, note_calls
 
 MIN_SCALE = 1.0
 """A loss scale below this (from 65,536, at least 17 halvings more than doublings): the
@@ -30,15 +29,13 @@ class LossScalers:
 
     def __init__(self) -> None:
         self.seen: weakref.WeakSet[GradScaler] = weakref.WeakSet()
-        self._undo: Callable[[], None] | None = None
+        self.wrappers = Wrappers()
 
     def install(self) -> None:
-        self._undo = note_calls(GradScaler, "scale", self._note)
+        self.wrappers.add(note_calls(GradScaler, "scale", self._note))
 
     def uninstall(self) -> None:
-        if self._undo is not None:
-            self._undo()
-            self._undo = None
+        self.wrappers.undo()
 
     def _note(self, scaler: GradScaler) -> None:
         if scaler.is_enabled():

@@ -38,7 +38,7 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
-from treeqa.health.wrap import note_calls
+from treeqa.health.wrap import Wrappers, note_calls
 
 EMPTY_STEPS = 20
 """Steps in a row with a backward and no gradient on the optimiser's parameters (a conditional
@@ -61,18 +61,16 @@ class Updates:
         self.plateau_steps: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
             weakref.WeakKeyDictionary()
         )
-        self._undo: Callable[[], None] | None = None
+        self.wrappers = Wrappers()
         # Every optimiser that stepped in the run (the doctor adds them; weak: finished runs').
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self.reset(0)
 
     def install(self) -> None:
-        self._undo = note_calls(ReduceLROnPlateau, "step", self._plateau_stepped)
+        self.wrappers.add(note_calls(ReduceLROnPlateau, "step", self._plateau_stepped))
 
     def uninstall(self) -> None:
-        if self._undo is not None:
-            self._undo()
-            self._undo = None
+        self.wrappers.undo()
 
     def _plateau_stepped(self, scheduler: ReduceLROnPlateau) -> None:
         optimizer = scheduler.optimizer

@@ -36,6 +36,25 @@ class Note:
             return None
 
 
+class Wrappers:
+    """The wrappers one check installed for a run, undone together."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._undo)
+
+    def add(self, undo: Callable[[], None] | None) -> None:
+        """Keep a wrapper's undo (None: another monitor had wrapped it, or it is missing)."""
+        if undo is not None:
+            self._undo.append(undo)
+
+    def undo(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
 def note_calls(cls: type, name: str, note: Callable[[Any], None]) -> Callable[[], None] | None:
     """Make ``cls.name`` call the bound method ``note(instance)`` before it runs. Returns the
     undo, or None when a monitor has wrapped it already (the one that did notes the calls)."""
