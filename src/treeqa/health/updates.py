@@ -17,11 +17,11 @@ every backward) and reports to the monitor:
   after an evaluation (one that does knows to: a later eval-mode phase is on purpose).
 - ``lr-negative``: a parameter group's learning rate went below zero (a linear decay stepped
   past its end), so the optimiser climbs the loss.
-- ``lr-collapsed``: the clock's learning rate (its largest group's) fell below ``checks.LR_FLOOR`` of its peak and
-  stayed there for as long as it was above. A ``ReduceLROnPlateau`` stepped less often than
-  every other optimiser step (once an epoch) cuts because the metric stopped improving, by
-  design: its optimiser is not judged. ``ReduceLROnPlateau.step`` is wrapped for the run to
-  count its calls per optimiser.
+- ``lr-collapsed``: the clock's learning rate (its largest group's) fell below
+  ``checks.LR_FLOOR`` of its peak and stayed there for as long as it was above. A
+  ``ReduceLROnPlateau`` stepped less often than every other optimiser step (once an epoch)
+  cuts because the metric stopped improving, by design: its optimiser is not judged.
+  ``ReduceLROnPlateau.step`` is wrapped for the run to count its calls per optimiser.
 
 Per step this costs a few attribute reads; the hooks are on sampled steps only.
 """
@@ -89,7 +89,7 @@ class Updates:
         self.empty = 0  # steps in a row stepped after a backward with no gradients
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
         self.mode = 0  # this step's forwards with gradients: 1 train mode, 2 eval mode
-        if not same_models or not hasattr(self, "train_steps"):
+        if not same_models:  # (the first reset, from __init__, never has the same models)
             self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
             self.evaluated = False  # an evaluation of a model the clock trains since its last step
             self.train_after_eval = False  # a step in train mode followed an evaluation
