@@ -1,6 +1,6 @@
-"""The monitor's own failures never stop the script it watches: a hook that raises stops the
-monitoring (said once on stderr), a wrapped library call that fails to be noted still runs, and
-the script's output and exit code stay its own."""
+"""The monitor's own failures never stop the script or run it watches: a hook that raises stops
+the monitoring (said once on stderr), a wrapped library call that fails to be noted still runs,
+the script's output and exit code stay its own, and fit() trains on."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import io
 from pathlib import Path
 
 import pytest
+import torch
+from test_monitor import Tiny, batches  # the monitor tests' model and batches
 
 from treeqa.health import HealthMonitor, run_doctor
 from treeqa.health.clipping import Clipping
 from treeqa.health.losses import LossInputCheck
+from treeqa.train.loop import TrainConfig, fit
 
 SCRIPT = """
 import torch
@@ -52,7 +55,7 @@ def test_a_failing_step_hook_stops_monitoring_not_the_script(
     code, out, err = _run(tmp_path, capsys)
     assert code == 0 and out == "trained 40 clipped to True\n"
     assert err.count("the monitor failed (RuntimeError: a bug of the monitor's own") == 1
-    assert "stops watching; the script goes on" in err
+    assert "it stops watching and the script goes on" in err
 
 
 def test_a_failing_note_leaves_the_wrapped_call_as_it_was(
@@ -64,3 +67,18 @@ def test_a_failing_note_leaves_the_wrapped_call_as_it_was(
     assert code == 0 and out == "trained 40 clipped to True\n"  # the clips got their parameters
     assert err.count("the check on cross_entropy failed") == 1
     assert err.count("the check on gradient clipping failed") == 1
+
+
+def test_fit_trains_on_when_the_monitor_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(HealthMonitor, "end_step", _broken)
+    monitor = HealthMonitor(json_path=tmp_path / "health.json", stream=io.StringIO())
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = fit(model, opt, batches, TrainConfig(epochs=2, device="cpu"), callbacks=[monitor])
+    assert state.step == 60  # both epochs
+    err = capsys.readouterr().err
+    assert err.count("the monitor failed (RuntimeError") == 1
+    assert "it stops watching and training goes on" in err
+    assert torch.nn.functional.cross_entropy.__name__ == "cross_entropy"  # wrappers undone

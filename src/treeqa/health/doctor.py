@@ -42,6 +42,7 @@ from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
 from treeqa.health.updates import Updates
+from treeqa.health.wrap import say_failed
 
 SWITCH_AFTER = 8
 """Another optimiser that steps more than this many times (and more than 4x as often as any
@@ -100,13 +101,7 @@ class Doctor:
                 raise
             except Exception as error:
                 self.failed = True
-                frame = traceback.extract_tb(error.__traceback__)[-1]
-                print(
-                    f"treeqa doctor: the monitor failed ({type(error).__name__}: {error}, at "
-                    f"{Path(frame.filename).name}:{frame.lineno}) and stops watching; the "
-                    "script goes on",
-                    file=sys.stderr,
-                )
+                say_failed("the monitor", error, "it stops watching and the script goes on")
 
         return guarded
 

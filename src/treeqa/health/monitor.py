@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Iterable, MutableSequence, Sequence
+from collections.abc import Callable, Iterable, MutableSequence, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -42,6 +42,7 @@ from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
 from treeqa.health.readings import LossReadings
 from treeqa.health.scalers import MIN_SCALE, LossScalers
+from treeqa.health.wrap import say_failed
 from treeqa.models.common import Output
 from treeqa.train.loop import Callback, TrainState
 
@@ -219,6 +220,7 @@ class HealthMonitor(Callback):
         self.timed = False  # this step's CPU time and the reference workload are read
         self.in_step = False  # between begin_step and end_step: a finding now is the next step's
         self.unstepped_backwards = 0  # backward() calls in a script that never stepped (doctor)
+        self.failed = False  # its own code failed inside fit(): it stopped watching
         self._next_series_check = self.every
         self._seq: list[int] = []  # sequence number of each step's loss (graphs-from-step map)
         self._floor: int | None = None  # the last node number before the first step
@@ -493,11 +495,29 @@ class HealthMonitor(Callback):
         self.watch(model, trained=[p for g in optimizer.param_groups for p in g["params"]])
         self.install_loss_checks()
 
+    def _safely(self, work: Callable[..., object], *args: Any) -> None:
+        """The monitor's work inside the training loop: should it fail (the monitor's own
+        bug), it says so once and stops watching; the run goes on."""
+        if self.failed:
+            return
+        try:
+            work(*args)
+        except Exception as error:
+            self.failed = True
+            say_failed("the monitor", error, "it stops watching and training goes on")
+            self._safely_uninstall()
+
+    def _safely_uninstall(self) -> None:
+        try:
+            self.uninstall()
+        except Exception:  # the wrappers' undo only restores attributes; nothing more to do
+            pass
+
     def on_batch_start(self, state: TrainState, batch: Any) -> None:
-        self.begin_step()
+        self._safely(self.begin_step)
 
     def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
-        self.end_step(output.loss, state.step_time, state.data_time)
+        self._safely(self.end_step, output.loss, state.step_time, state.data_time)
         if self.stop_requested and not state.stop:
             errors = [f for f in self.findings.values() if f.severity == "error"]
             print(
@@ -507,7 +527,7 @@ class HealthMonitor(Callback):
             state.stop = state.abort = True  # the epoch is not finished: not scored or saved
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
-        self.epoch_ended()
+        self._safely(self.epoch_ended)
 
     def expect_epochs(self) -> None:
         """The loop reports epoch ends (``epoch_ended``): judge memory after the first one."""
@@ -524,8 +544,8 @@ class HealthMonitor(Callback):
         self.paused = False
 
     def on_fit_end(self, state: TrainState) -> None:
-        self.uninstall()
-        self.finish()
+        self._safely_uninstall()
+        self._safely(self.finish)
 
     # ------------------------------------------------------------------ sampled checks
 

@@ -9,9 +9,22 @@ goes on as without the wrapper.
 from __future__ import annotations
 
 import sys
+import traceback
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+
+def say_failed(what: str, error: Exception, then: str) -> None:
+    """One line on stderr for a failure of the monitor's own code: what failed, where, and
+    what happens ``then`` (the script or run goes on)."""
+    frame = traceback.extract_tb(error.__traceback__)[-1]
+    print(
+        f"treeqa health: {what} failed ({type(error).__name__}: {error}, at "
+        f"{Path(frame.filename).name}:{frame.lineno}); {then}",
+        file=sys.stderr,
+    )
 
 
 class Note:
@@ -28,11 +41,7 @@ class Note:
             return method(*args)
         except Exception as error:
             self.failed = True
-            print(
-                f"treeqa health: the check on {self.what} failed ({type(error).__name__}: "
-                f"{error}) and is off for the rest of the run",
-                file=sys.stderr,
-            )
+            say_failed(f"the check on {self.what}", error, "it is off for the rest of the run")
             return None
 
 
