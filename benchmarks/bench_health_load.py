@@ -6,7 +6,7 @@ should get no warning: whatever warning-level findings it gets are false alarms 
 load. With ``--against SRC`` (the ``src`` folder of another checkout of treeqa) the runs
 alternate between that code and this one, so both sides meet the same load.
 
-    python benchmarks/bench_health_load.py --busy 4 --runs 6 --against /tmp/before/src \
+    python benchmarks/bench_health_load.py --busy 4 --runs 6 --against ../before/src \
         --out benchmarks/results/health-load
 """
 
