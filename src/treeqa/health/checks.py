@@ -193,29 +193,42 @@ thread's own waiting explains 1.5-4.4x (OpenMP threads spinning for a preempted 
 any rise beyond a quiet machine's readings is taken as other processes' doing."""
 
 
+def share(part: Sequence[float], whole: Sequence[float], least: int) -> tuple[float, int] | None:
+    """The sum of ``part`` over the sum of ``whole`` on the steps where both are finite (a share
+    of time, which a few long steps weigh as much as many short ones add up to), and how many
+    such steps there are; None under ``least`` of them."""
+    pairs = [(a, b) for a, b in zip(part, whole, strict=True) if math.isfinite(a + b)]
+    total = sum(b for _, b in pairs)
+    if len(pairs) < least or total <= 0:
+        return None
+    return sum(a for a, _ in pairs) / total, len(pairs)
+
+
+def wait_rose(then: float, now: float) -> bool:
+    """The share of step time spent waiting for a CPU rose from ``then`` to ``now`` by
+    ``WAIT_RISE`` or more and by a third of its level: other processes arrived. (The share
+    wanders with its level, +-0.16 between quarters at ~0.75 on a saturated host with no
+    process arriving, exactly 0 on a quiet one: a third of it must come on top.)"""
+    return now - then >= max(WAIT_RISE, then / 3)
+
+
 def quarter_shares(
     part: Sequence[float], whole: Sequence[float], warmup: int
 ) -> list[float] | None:
-    """For each quarter of the steps after ``warmup`` (sampled as ``quarter_medians`` does), the
-    sum of ``part`` over the sum of ``whole``, on the steps where both are finite: a share of
-    time, which a few long steps weigh as much as many short ones add up to. None where a
-    quarter has under 5 such steps or all of them under 40."""
+    """``share`` of ``part`` in ``whole`` for each quarter of the steps after ``warmup``
+    (sampled as ``quarter_medians`` does). None where a quarter has under 5 steps with both
+    finite or all of them under 40."""
     rest_part, rest_whole = part[warmup:], whole[warmup:]
     q = len(rest_whole) // 4
     k = (q // 1024) | 1
     shares, seen = [], 0
     for i in range(4):
         span = slice(i * q, (i + 1) * q, k)
-        pairs = [
-            (a, b)
-            for a, b in zip(rest_part[span], rest_whole[span], strict=True)
-            if math.isfinite(a) and math.isfinite(b)
-        ]
-        total = sum(b for _, b in pairs)
-        if len(pairs) < 5 or total <= 0:
+        found = share(rest_part[span], rest_whole[span], 5)
+        if found is None:
             return None
-        seen += len(pairs)
-        shares.append(sum(a for a, _ in pairs) / total)
+        shares.append(found[0])
+        seen += found[1]
     return shares if seen >= 40 else None
 
 
@@ -251,9 +264,7 @@ def step_time_regression(
     waited = None
     if cpu_wait is not None and len(cpu_wait) == len(step_times):
         waited = quarter_shares(cpu_wait, step_times, warmup)
-        # The share wanders with its level (+-0.16 between quarters at ~0.75 on a saturated
-        # host with no process arriving; exactly 0 on a quiet one): a third of it must come on top.
-        if waited is not None and waited[3] - waited[0] >= max(WAIT_RISE, waited[0] / 3):
+        if waited is not None and wait_rose(waited[0], waited[3]):
             return None
     speed = quarter_medians(canary, warmup) if canary is not None else None
     if speed is not None and speed[0] > 0:

@@ -77,13 +77,9 @@ class ProfileWindow:
         if recent is None or early is None:
             return
         if cpu_wait is not None and len(cpu_wait) == len(step_times):
-            then = _share(cpu_wait[5:25], step_times[5:25])
-            now = _share(cpu_wait[-20:], step_times[-20:])
-            if (
-                then is not None
-                and now is not None
-                and now - then >= max(checks.WAIT_RISE, then / 3)
-            ):
+            before = checks.share(cpu_wait[5:25], step_times[5:25], 3)
+            lately = checks.share(cpu_wait[-20:], step_times[-20:], 3)
+            if before and lately and checks.wait_rose(before[0], lately[0]):
                 return
         if canary is not None:
             now, then = _median(canary[-20:]), _median(canary[5:25])
@@ -146,13 +142,6 @@ class ProfileWindow:
                 getattr(evt, "self_device_time_total", 0.0) or 0.0
             )
             self._times[evt.key] = self._times.get(evt.key, 0.0) + t
-
-
-def _share(part: Sequence[float], whole: Sequence[float]) -> float | None:
-    """Sum of ``part`` over sum of ``whole`` where both are finite; None under 3 such pairs."""
-    pairs = [(a, b) for a, b in zip(part, whole, strict=True) if math.isfinite(a + b)]
-    total = sum(b for _, b in pairs)
-    return sum(a for a, _ in pairs) / total if len(pairs) >= 3 and total > 0 else None
 
 
 def _median(values: Sequence[float]) -> float | None:
