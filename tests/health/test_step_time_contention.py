@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from treeqa.health import HealthMonitor, checks
-from treeqa.health.monitor import _RunQueue
+from treeqa.health.runqueue import RunQueue
 
 N = 120
 
@@ -89,7 +89,7 @@ def test_the_wait_is_read_on_the_steps_whose_cpu_time_is_read() -> None:
         name: [i + 1 for i, t in enumerate(monitor.series[name]) if not math.isnan(t)]
         for name in ("cpu_time", "cpu_wait")
     }
-    if _RunQueue().waited()[1] != _RunQueue().waited()[1]:  # NaN: no schedstat here
+    if RunQueue().waited()[1] != RunQueue().waited()[1]:  # NaN: no schedstat here
         assert read["cpu_wait"] == []
         return
     assert read["cpu_wait"] == read["cpu_time"] == [*range(1, 201), *range(204, 241, 4)]
@@ -107,6 +107,6 @@ def test_a_step_that_ends_on_another_thread_has_no_wait() -> None:
 
 
 def test_a_missing_schedstat_reads_nan() -> None:
-    reader = _RunQueue()
+    reader = RunQueue()
     reader.missing = True
     assert math.isnan(reader.waited()[1])

@@ -23,7 +23,6 @@ import bisect
 import math
 import os
 import sys
-import threading
 import time
 from array import array
 from collections.abc import Callable, Iterable, MutableSequence, Sequence
@@ -41,6 +40,7 @@ from treeqa.health.losses import LossInputCheck
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
 from treeqa.health.readings import LossReadings
+from treeqa.health.runqueue import RUN_QUEUE, waited_since
 from treeqa.health.scalers import MIN_SCALE, LossScalers
 from treeqa.health.wrap import say_failed
 from treeqa.models.common import Output
@@ -112,36 +112,6 @@ def rss_mb() -> float:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-class _RunQueue:
-    """How long a thread has waited for a CPU: the second field of the kernel's schedstat
-    (nanoseconds runnable but not running, since the thread started). One ``pread`` of a file
-    kept open, ~5-10 us; where the file is missing (macOS, a kernel built without it) the
-    reading is NaN and the step-time check does without it."""
-
-    def __init__(self) -> None:
-        self.fd, self.tid, self.missing = -1, -1, False
-
-    def waited(self) -> tuple[int, float]:
-        """(the calling thread's id, the seconds it has waited on a run queue so far)."""
-        tid = threading.get_native_id()
-        if self.missing:
-            return tid, math.nan
-        try:
-            if tid != self.tid:  # the first read, another thread or a forked child
-                if self.fd >= 0:
-                    os.close(self.fd)
-                self.fd, self.tid = -1, -1
-                self.fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
-                self.tid = tid
-            return tid, int(os.pread(self.fd, 64, 0).split()[1]) * 1e-9
-        except (OSError, IndexError, ValueError):
-            self.missing = True
-            return tid, math.nan
-
-
-_RUN_QUEUE = _RunQueue()
 
 
 class Canary:
@@ -234,7 +204,7 @@ class HealthMonitor(Callback):
         self._late: tuple[Finding, list[nn.Parameter]] | None = None
         self._unused_from = 1  # the first step of the window (later after a new model)
         self.nonfinite = NonFiniteTracer(self.add)
-        self.profile = ProfileWindow(memory=rss_mb, waited=_RUN_QUEUE.waited)
+        self.profile = ProfileWindow(memory=rss_mb, waited=RUN_QUEUE.waited)
         self._retain_steps = 0
         self.loaders = LoaderWorkers()  # the most DataLoader workers (input-bound's advice)
         self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN
@@ -248,7 +218,7 @@ class HealthMonitor(Callback):
         self._last_heap: tuple[float, float] | None = None
         self._heap_read_at = self._rss_read_at = -math.inf
         self._cpu_begin = time.process_time()
-        self._wait_begin = _RUN_QUEUE.waited()
+        self._wait_begin = RUN_QUEUE.waited()
         self.losses = LossReadings()
         # Steps whose memory is allocator warm-up, left out of the memory-growth check. Under
         # fit() the first epoch (every batch shape seen once, so RSS climbs to its working size)
@@ -323,7 +293,7 @@ class HealthMonitor(Callback):
         self.timed = s <= TIMED_ALL or s % TIMED_EVERY == 0
         if self.timed:
             self._cpu_begin = time.process_time()
-            self._wait_begin = _RUN_QUEUE.waited()
+            self._wait_begin = RUN_QUEUE.waited()
         self.sampling = s <= 3 or s % self.every == 0
         hooks = (self.sampling or self.nonfinite.armed) and not compiled()
         if self.sampling and hooks:
@@ -739,9 +709,7 @@ class HealthMonitor(Callback):
 
     def _cpu_wait(self) -> float:
         """Seconds this step's thread waited for a CPU (NaN if the step ended on another)."""
-        tid, waited = _RUN_QUEUE.waited()
-        begin_tid, begin = self._wait_begin
-        return waited - begin if tid == begin_tid else math.nan
+        return waited_since(self._wait_begin, RUN_QUEUE.waited())
 
     def _input_bound(self) -> Finding | None:
         """``input-bound``, advised by the most workers of a DataLoader iterated in the run."""

@@ -20,6 +20,7 @@ import torch
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
+from treeqa.health.runqueue import Reading, waited_since
 
 # Rows of key_averages() that are not operators: step markers, optimiser and runtime ranges.
 _NOT_OPS = ("ProfilerStep", "[", "Optimizer.", "cuda", "enumerate(", "autograd::")
@@ -31,13 +32,13 @@ class ProfileWindow:
         steps: int = 3,
         max_windows: int = 3,
         memory: Callable[[], float] | None = None,
-        waited: Callable[[], tuple[int, float]] | None = None,
+        waited: Callable[[], Reading] | None = None,
     ):
         """``memory``: the process's resident MB now; ``waited``: (the calling thread's id, the
         seconds it has waited for a CPU so far), NaN where unknown."""
         self.steps, self.max_windows, self.memory, self.waited = steps, max_windows, memory, waited
         self.cpu_wait = 0.0  # seconds the step thread waited for a CPU in this window's steps
-        self._wait_begin: tuple[int, float] = (-1, math.nan)
+        self._wait_begin: Reading = (-1, math.nan)
         self.dense_conv = True  # the watched models have a dense (groups=1) 2-D/3-D conv
         self.memory_added = 0.0  # MB the profiler itself left resident (not the run's growth)
         self._memory_before = 0.0
@@ -128,9 +129,9 @@ class ProfileWindow:
             return
         prof.__exit__(None, None, None)
         if self.waited:
-            (tid, now), (begin_tid, begin) = self.waited(), self._wait_begin
+            waited = waited_since(self._wait_begin, self.waited())
             # NaN where unknown or on another thread: the window is then judged as it reads
-            self.cpu_wait += now - begin if tid == begin_tid and math.isfinite(now - begin) else 0.0
+            self.cpu_wait += waited if math.isfinite(waited) else 0.0
         self.profiled.add(step)
         if self.memory:
             self.memory_added += max(0.0, self.memory() - self._memory_before)
