@@ -112,11 +112,8 @@ class Clipping:
             self.streak = 0
         self.scaled = self.scaled + 1 if self.scaled_now else 0
         if self.scaled == SCALED_STEPS:
-            self._report(checks.clip_before_unscale(self.scales()), self.scaled_site)
+            self._report(checks.clip_before_unscale(self.scalers.scale() or 0.0), self.scaled_site)
         self.before = self.after = self.scaled_now = False
-
-    def _scalers(self) -> list[Any]:
-        return [s for s in list(self.scalers.seen) if s.is_enabled()]
 
     def _still_scaled(self) -> bool:
         """A loss scaler scaled this step's loss and has not unscaled the clock's gradients
@@ -124,15 +121,12 @@ class Clipping:
         clock = self.clock() if self.clock is not None else None
         if clock is None:
             return False
-        for scaler in self._scalers():
+        for scaler in self.scalers.enabled():
             state = scaler._per_optimizer_states.get(id(clock))  # no entry made by a read
             if state is None or state["stage"] is OptState.READY:
                 self.scaled_site = checks.user_site()
                 return True
         return False
-
-    def scales(self) -> float:
-        return min(s.get_scale() for s in self._scalers())
 
     def _report(self, found: Finding | None, where: str | None = None) -> None:
         """``where``: the clip's line, noted when it ran; else the caller's line now."""

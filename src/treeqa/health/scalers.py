@@ -41,9 +41,13 @@ class LossScalers:
         if scaler.is_enabled():
             self.seen.add(scaler)
 
+    def enabled(self) -> list[GradScaler]:
+        """The scalers in use (one disabled later in the run no longer counts)."""
+        return [s for s in list(self.seen) if s.is_enabled()]
+
     def scale(self) -> float | None:
         """The smallest scale of the scalers in use (one device sync each); None: no scaler."""
-        return min((s.get_scale() for s in list(self.seen) if s.is_enabled()), default=None)
+        return min((s.get_scale() for s in self.enabled()), default=None)
 
     def collapsed(self, step: int) -> Finding | None:
         """``non-finite`` when a scaler's scale is below ``MIN_SCALE`` (read at the run's end,
