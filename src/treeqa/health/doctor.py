@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import faulthandler
+import functools
 import importlib.util
 import io
 import os
@@ -27,7 +28,7 @@ import traceback
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,6 @@ from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
 from treeqa.health.updates import Updates
-from treeqa.health.wrap import say_failed
 
 SWITCH_AFTER = 8
 """Another optimiser that steps more than this many times (and more than 4x as often as any
@@ -82,28 +82,14 @@ class Doctor:
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
         # Clips of the wrong gradients (before backward, before a scaler's unscale_).
         self.clipping = Clipping(monitor.add, self.updates, monitor.scalers)
-        # The hooks' bodies, guarded: should the monitor's own code fail, monitoring stops and
-        # the script goes on as python would run it.
-        self.failed = False
-        self.step_end = self._guard(self._step_end)
-        self.discover = self._guard(self._discover)
-        self.root_pre_hook = self._guard(self._root_pre_hook)
-        self.root_hook = self._guard(self._root_hook)
-        self.note_backward = self._guard(self._note_backward)
-
-    def _guard(self, hook: Callable[..., None]) -> Callable[..., None]:
-        def guarded(*args: Any) -> None:
-            if self.failed:
-                return
-            try:
-                hook(*args)
-            except HealthError:  # strict mode's stop, on purpose
-                raise
-            except Exception as error:
-                self.failed = True
-                say_failed("the monitor", error, "it stops watching and the script goes on")
-
-        return guarded
+        # The hooks' bodies, run by the monitor's ``safely``: should the monitor's own code
+        # fail, monitoring stops and the script goes on as python would run it.
+        monitor.goes_on = "the script goes on"
+        self.step_end = functools.partial(monitor.safely, self._step_end)
+        self.discover = functools.partial(monitor.safely, self._discover)
+        self.root_pre_hook = functools.partial(monitor.safely, self._root_pre_hook)
+        self.root_hook = functools.partial(monitor.safely, self._root_hook)
+        self.note_backward = functools.partial(monitor.safely, self._note_backward)
 
     def install(self) -> None:
         self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self.discover)
@@ -470,7 +456,7 @@ def run_doctor(
             sys.modules.pop("__mp_main__", None)
         sys.stdout.flush()
     try:
-        if not doctor.failed:
+        if not monitor.failed:
             doctor.updates.finish(monitor.step)
         if monitor.step == 0:  # backward calls with no optimiser step: say so in the summary
             monitor.unstepped_backwards = doctor.updates.backwards

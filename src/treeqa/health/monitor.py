@@ -190,7 +190,8 @@ class HealthMonitor(Callback):
         self.timed = False  # this step's CPU time and the reference workload are read
         self.in_step = False  # between begin_step and end_step: a finding now is the next step's
         self.unstepped_backwards = 0  # backward() calls in a script that never stepped (doctor)
-        self.failed = False  # its own code failed inside fit(): it stopped watching
+        self.failed = False  # its own code failed (``safely``): it stopped watching
+        self.goes_on = "training goes on"  # what happens after a failure, said with it
         self._next_series_check = self.every
         self._seq: list[int] = []  # sequence number of each step's loss (graphs-from-step map)
         self._floor: int | None = None  # the last node number before the first step
@@ -465,16 +466,19 @@ class HealthMonitor(Callback):
         self.watch(model, trained=[p for g in optimizer.param_groups for p in g["params"]])
         self.install_loss_checks()
 
-    def _safely(self, work: Callable[..., object], *args: Any) -> None:
-        """The monitor's work inside the training loop: should it fail (the monitor's own
-        bug), it says so once and stops watching; the run goes on."""
+    def safely(self, work: Callable[..., object], *args: Any) -> None:
+        """The monitor's work inside the run it watches (``fit()``'s callbacks, the doctor's
+        hooks): should it fail (the monitor's own bug), it says so once and stops watching;
+        the run goes on. Strict mode's stop is no failure."""
         if self.failed:
             return
         try:
             work(*args)
+        except HealthError:
+            raise
         except Exception as error:
             self.failed = True
-            say_failed("the monitor", error, "it stops watching and training goes on")
+            say_failed("the monitor", error, f"it stops watching and {self.goes_on}")
             self._safely_uninstall()
 
     def _safely_uninstall(self) -> None:
@@ -484,10 +488,10 @@ class HealthMonitor(Callback):
             pass
 
     def on_batch_start(self, state: TrainState, batch: Any) -> None:
-        self._safely(self.begin_step)
+        self.safely(self.begin_step)
 
     def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
-        self._safely(self.end_step, output.loss, state.step_time, state.data_time)
+        self.safely(self.end_step, output.loss, state.step_time, state.data_time)
         if self.stop_requested and not state.stop:
             errors = [f for f in self.findings.values() if f.severity == "error"]
             print(
@@ -497,7 +501,7 @@ class HealthMonitor(Callback):
             state.stop = state.abort = True  # the epoch is not finished: not scored or saved
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
-        self._safely(self.epoch_ended)
+        self.safely(self.epoch_ended)
 
     def expect_epochs(self) -> None:
         """The loop reports epoch ends (``epoch_ended``): judge memory after the first one."""
@@ -515,7 +519,7 @@ class HealthMonitor(Callback):
 
     def on_fit_end(self, state: TrainState) -> None:
         self._safely_uninstall()
-        self._safely(self.finish)
+        self.safely(self.finish)
 
     # ------------------------------------------------------------------ sampled checks
 
