@@ -321,6 +321,9 @@ def test_checks_on_numbers() -> None:
     )
     assert checks.looks_like_probabilities(torch.randn(4, 5).softmax(1))
     assert not checks.looks_like_probabilities(torch.randn(4, 5))
+    # A bfloat16 softmax's rows sum to 1 only within ~0.003; a float32 row 0.003 off is no softmax.
+    assert checks.looks_like_probabilities((torch.randn(64, 10) * 3).bfloat16().softmax(1))
+    assert not checks.looks_like_probabilities(torch.full((4, 5), 0.2006))
     assert checks.loss_at_init(math.log(10) + 0.2, 10) is None
     conv = checks.hot_op({"aten::mkldnn_convolution": 7e3, "aten::addmm": 2e3, "aten::add": 1e3}, 1)
     assert conv is not None and conv.severity == "warning" and "depthwise" in conv.fix

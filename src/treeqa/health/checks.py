@@ -407,13 +407,16 @@ def untraceable(x: Any) -> bool:
 
 
 def looks_like_probabilities(x: torch.Tensor) -> bool:
-    """Non-negative rows along the class dimension that sum to 1 (one host sync)."""
+    """Non-negative rows along the class dimension that sum to 1 (one host sync), to within
+    1e-3 or the dtype's own step at 1, whichever is wider: a bfloat16 softmax rounds each
+    probability to 8 bits, and its rows sum to 1 only within ~0.003."""
     if not x.is_floating_point() or x.numel() == 0 or x.dim() == 0:
         return False
     dim = 1 if x.dim() >= 2 else 0
+    tolerance = max(1e-3, torch.finfo(x.dtype).eps)
     x = x.detach().float()
     sums = x.sum(dim)
-    ok = (x.min() >= 0) & ((sums - 1).abs().max() < 1e-3)
+    ok = (x.min() >= 0) & ((sums - 1).abs().max() < tolerance)
     return bool(ok)
 
 
