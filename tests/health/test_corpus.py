@@ -41,6 +41,8 @@ EXPECTED = {
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
     "bug_train_in_eval_new_optimiser.py": "train-in-eval-mode",  # a new optimiser each epoch
     "bug_lr_collapsed.py": "lr-collapsed",
+    "bug_lr_collapsed_late.py": "lr-collapsed",  # in the last quarter of the run
+    "bug_cosine_past_end.py": "lr-schedule-past-end",
     "bug_lr_negative.py": "lr-negative",
     "bug_loss_broadcast.py": "loss-broadcast",
     "bug_logits_into_nll.py": "logits-into-nll-loss",

@@ -175,12 +175,36 @@ def test_lr_collapsed_is_a_per_epoch_schedule_stepped_every_batch() -> None:
     assert _lr_findings(lambda o: sched.LinearLR(o, 1.0, 0.0, total_iters=400), 400) == []
     assert _lr_findings(lambda o: sched.CosineAnnealingWarmRestarts(o, T_0=40), 400) == []
     assert _lr_findings(lambda o: sched.StepLR(o, step_size=100, gamma=0.1), 400) == []
-    # StepLR per batch, but the run ends soon after the collapse: fewer low steps than high.
-    assert _lr_findings(lambda o: sched.StepLR(o, step_size=40, gamma=0.1), 300) == []
+    poly = lambda o: sched.PolynomialLR(o, total_iters=1000, power=4.0)  # noqa: E731
+    assert _lr_findings(poly, 1000) == []  # below the floor for its last tenth
+    # StepLR per batch, but the run ends soon after the collapse: a sixth of it low.
+    assert _lr_findings(lambda o: sched.StepLR(o, step_size=50, gamma=0.1), 300) == []
+    # A late collapse: below the floor from step 917 of 1,200 (before, as many low steps as
+    # high ones were needed, and it went unreported).
+    assert _lr_findings(lambda o: sched.ExponentialLR(o, gamma=0.99), 1200) == ["lr-collapsed"]
     # A group frozen at lr 0 first: the largest group's rate is judged.
     step_lr = lambda o: sched.StepLR(o, step_size=10, gamma=0.1)  # noqa: E731
     assert _lr_findings(step_lr, 200, frozen_group=True) == ["lr-collapsed"]
     assert _lr_findings(lambda o: sched.LambdaLR(o, lambda e: 1.0), 200, frozen_group=True) == []
+
+
+def test_a_cosine_schedule_stepped_past_its_end_is_named() -> None:
+    sched = torch.optim.lr_scheduler
+    # T_max=40 meant in epochs, stepped every batch: its rate is back up by step 80.
+    cosine = lambda o: sched.CosineAnnealingLR(o, T_max=40)  # noqa: E731
+    assert _lr_findings(cosine, 400) == ["lr-schedule-past-end"]
+    assert _lr_findings(cosine, 44) == []  # a few steps past the end: still near its floor
+    found = checks.lr_schedule_past_end("CosineAnnealingLR", 40, 45)
+    assert found is not None and found.evidence["scheduler_steps"] == 45
+    # Restarts on purpose, and a cosine inside a warm-up, are not.
+    restarts = lambda o: sched.CosineAnnealingWarmRestarts(o, T_0=40)  # noqa: E731
+    assert _lr_findings(restarts, 400) == []
+
+    def warmed(o: torch.optim.Optimizer) -> sched.SequentialLR:
+        warm = sched.LinearLR(o, 0.01, 1.0, total_iters=50)
+        return sched.SequentialLR(o, [warm, sched.CosineAnnealingLR(o, T_max=350)], [50])
+
+    assert _lr_findings(warmed, 400) == []
 
 
 def test_a_negative_learning_rate_is_its_own_error() -> None:

@@ -42,6 +42,7 @@ FIXES: dict[str, str] = {
     "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
+    "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
     "loss-broadcast": "give prediction and target the same shape (pred.squeeze(-1) or target.unsqueeze(-1)) before the loss",
     "logits-into-nll-loss": "apply log_softmax over the class dimension before nll_loss/NLLLoss, or pass the logits to cross_entropy",
     "dropout-in-eval": "pass training=self.training to F.dropout (or use an nn.Dropout module), so model.eval() turns it off",
@@ -775,6 +776,8 @@ LR_FLOOR = 1e-4
 """The learning rate counts as collapsed below this share of its peak so far: a cosine or
 linear schedule to zero gets there only in the last ~0.6% of its steps; StepLR(step_size=30,
 gamma=0.1) stepped every batch after 120 batches."""
+LOW_SHARE = 4
+"""``lr-collapsed`` needs at least 1 / LOW_SHARE as many steps below the floor as above it."""
 
 
 def lr_negative(lr: float, step: int) -> Finding:
@@ -789,18 +792,37 @@ def lr_negative(lr: float, step: int) -> Finding:
     )
 
 
+def lr_schedule_past_end(name: str, t_max: int, steps: int) -> Finding | None:
+    """A cosine schedule stepped ``steps`` times, past its ``T_max`` by more than a tenth of it
+    (one extra epoch at the end is harmless): from T_max on, its learning rate climbs back to
+    the peak (at 2 x T_max) and cycles. ``T_max`` counts ``scheduler.step()`` calls, so one
+    meant per epoch and stepped every batch ends after T_max batches."""
+    if t_max <= 0 or steps <= t_max + max(1, t_max // 10):
+        return None
+    return Finding(
+        "lr-schedule-past-end",
+        "warning",
+        f"{name}(T_max={t_max}) has been stepped {steps} times: past T_max its learning rate "
+        f"climbs back to its peak (after {2 * t_max} steps) and cycles every "
+        f"{2 * t_max} steps; T_max counts scheduler.step() calls",
+        evidence={"scheduler": name, "T_max": t_max, "scheduler_steps": steps},
+    )
+
+
 def lr_collapsed(
     peak: float, low_since: int | None, step: int, first: int = 1, plateau_steps: int = 0
 ) -> Finding | None:
     """The learning rate stayed below ``LR_FLOOR`` x its peak from step ``low_since`` on, for at
-    least as many steps as it was above (and >= 50): a per-epoch scheduler stepped every batch.
+    least a quarter as many steps as it was above (a fifth of the run so far, and >= 50): a
+    per-epoch scheduler stepped every batch. A polynomial decay to zero of power 4 spends its
+    last tenth that low, a cosine its last 0.6%.
     ``first``: the first step counted (a later run in one script starts later);
     ``plateau_steps``: calls of a ReduceLROnPlateau on this optimiser (stepped every batch,
     its patience counts batches)."""
     if low_since is None or peak <= 0:
         return None
     low, before = step - low_since + 1, low_since - first
-    if low < max(50, before):
+    if low < max(50, before / LOW_SHARE):
         return None
     plateau = (
         f"; a ReduceLROnPlateau was stepped {plateau_steps} times in {step - first + 1} "

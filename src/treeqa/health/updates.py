@@ -18,10 +18,13 @@ every backward) and reports to the monitor:
 - ``lr-negative``: a parameter group's learning rate went below zero (a linear decay stepped
   past its end), so the optimiser climbs the loss.
 - ``lr-collapsed``: the clock's learning rate (its largest group's) fell below
-  ``checks.LR_FLOOR`` of its peak and stayed there for as long as it was above. A
+  ``checks.LR_FLOOR`` of its peak and stayed there for a fifth of the run so far. A
   ``ReduceLROnPlateau`` stepped less often than every other optimiser step (once an epoch)
   cuts because the metric stopped improving, by design: its optimiser is not judged.
   ``ReduceLROnPlateau.step`` is wrapped for the run to count its calls per optimiser.
+- ``lr-schedule-past-end``: a ``CosineAnnealingLR`` stepped well past its ``T_max`` (meant
+  per epoch, stepped every batch), so its rate climbs back up and cycles. The schedulers'
+  common ``step`` is wrapped for the run to read each one's count.
 
 Per step this costs a few attribute reads; the hooks are on sampled steps only.
 """
@@ -34,7 +37,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import ReduceLROnPlateau
+from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, ReduceLROnPlateau
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
@@ -68,6 +71,7 @@ class Updates:
 
     def install(self) -> None:
         self.wrappers.add(note_calls(ReduceLROnPlateau, "step", self._plateau_stepped))
+        self.wrappers.add(note_calls(LRScheduler, "step", self._scheduler_stepped))
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -75,6 +79,12 @@ class Updates:
     def _plateau_stepped(self, scheduler: ReduceLROnPlateau) -> None:
         optimizer = scheduler.optimizer
         self.plateau_steps[optimizer] = self.plateau_steps.get(optimizer, 0) + 1
+
+    def _scheduler_stepped(self, scheduler: LRScheduler) -> None:
+        # Before the call: this one makes it last_epoch + 1 steps.
+        if type(scheduler) is CosineAnnealingLR:
+            name, t_max = type(scheduler).__name__, int(scheduler.T_max)
+            self._report(checks.lr_schedule_past_end(name, t_max, scheduler.last_epoch + 1))
 
     def reset(self, step: int, same_models: bool = False) -> None:
         """A new clock (a new run in the script): judge its steps afresh from ``step`` on.
