@@ -36,6 +36,7 @@ EXPECTED = {
     "bug_hot_op.py": "hot-op",
     "heap_sorted_lengths.py": "heap-retention",
     "bug_gradients_not_zeroed.py": "gradients-not-zeroed",
+    "bug_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",
     "bug_step_without_gradients.py": "step-without-gradients",
     "bug_not_in_optimiser.py": "not-in-optimiser",
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
@@ -67,6 +68,7 @@ CLEAN = [
     "clean_partial_training.py",  # head-only optimiser, aux head on some steps, teacher
     "clean_grad_accumulation.py",  # zeroed every 4 backwards, to zeros (set_to_none=False)
     "clean_gan.py",  # the generator's backward adds to the critic's gradients
+    "clean_sam.py",  # two backwards a step from cleared gradients, the weights moved between
     "clean_frozen_bn.py",  # BN layers in eval mode, evaluations, OneCycle every batch
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over
     # a sequence's last dim, [B, C, T] over dim 1, log of softmax), MC dropout

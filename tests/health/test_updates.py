@@ -60,6 +60,53 @@ def test_a_probe_parameter_tells_cleared_gradients_from_carried_ones() -> None:
     assert _probe_run("autograd.grad") == []  # .grad replaced by hand: nothing accumulates
 
 
+def _micro_batch_run(how: str, steps: int = 5) -> tuple[list[bool], list[str]]:
+    """Two backwards a step into a layer whose bias is the probe, every step sampled:
+    "zero each" clears gradients before each, "zeros each" to zeros, "accumulate" once a step,
+    "sam" between an ascent step that moves the weights in place and the real backward,
+    "pcgrad" before each task's backward, then sets a combined gradient by hand."""
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 2)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    params = list(layer.named_parameters())
+    for step in range(1, steps + 1):
+        updates.begin_step(sampled=True)
+        if how == "accumulate":
+            opt.zero_grad()
+        kept = []
+        for micro in range(2):
+            if how in ("zero each", "sam", "pcgrad"):
+                opt.zero_grad()
+            elif how == "zeros each":
+                opt.zero_grad(set_to_none=False)
+            layer(torch.randn(3, 4)).pow(2).mean().backward()
+            kept.append([p.grad.clone() for p in layer.parameters()])
+            if how == "sam" and micro == 0:
+                with torch.no_grad():
+                    for p in layer.parameters():
+                        p.add_(0.05 * p.grad / p.grad.norm())
+        if how == "pcgrad":
+            for p, a, b in zip(layer.parameters(), *kept, strict=True):
+                p.grad = (a + b) / 2
+        opt.step()
+        updates.end_step(step, True, opt, [layer], params)  # as the optimiser's post-hook
+    return updates.discarded, [f.code for f in found]
+
+
+def test_zero_grad_on_every_micro_batch_is_told_from_deliberate_second_backwards() -> None:
+    # Step 1 chooses the probe; steps 2-5 are judged.
+    assert _micro_batch_run("zero each") == ([True] * 4, ["zero-grad-per-micro-batch"])
+    assert _micro_batch_run("zeros each") == ([True] * 4, ["zero-grad-per-micro-batch"])
+    assert _micro_batch_run("accumulate") == ([False] * 4, [])
+    assert _micro_batch_run("sam") == ([False] * 4, [])  # the weights moved in between
+    assert _micro_batch_run("pcgrad") == ([False] * 4, [])  # the step's gradient is combined
+    assert checks.zero_grad_per_micro_batch([True, True, False], [(True, 0)] * 2) is None
+    found = checks.zero_grad_per_micro_batch([False, True, True, True], [(True, 0)] * 4)
+    assert found is not None and found.evidence["backwards_per_step"] == 4
+
+
 def test_step_without_gradients_counts_steps_after_a_backward_only() -> None:
     found: list[Finding] = []
     updates = Updates(found.append)
@@ -211,8 +258,11 @@ def test_a_negative_learning_rate_is_its_own_error() -> None:
     sched = torch.optim.lr_scheduler
     decay = lambda o: sched.LambdaLR(o, lambda e: 1 - e / 10)  # noqa: E731
     assert _lr_findings(decay, 200) == ["lr-negative"]  # not also lr-collapsed
-    clamped = lambda o: sched.LambdaLR(o, lambda e: max(0.0, 1 - e / 150))  # noqa: E731
-    assert _lr_findings(clamped, 200) == []  # 0 from step 150: the run ends before it collapses
+    clamped = lambda o: sched.LambdaLR(o, lambda e: max(0.0, 1 - e / 190))  # noqa: E731
+    assert _lr_findings(clamped, 200) == []  # 0 for its last 10 steps: the end of a decay
+    # Clamped at step 150 of 200, a quarter of the run trains at 0: that is a collapse.
+    clamped_early = lambda o: sched.LambdaLR(o, lambda e: max(0.0, 1 - e / 150))  # noqa: E731
+    assert _lr_findings(clamped_early, 200) == ["lr-collapsed"]
 
 
 def test_lr_collapsed_leaves_a_plateau_scheduler_stepped_once_an_epoch_alone() -> None:

@@ -37,6 +37,7 @@ FIXES: dict[str, str] = {
     "input-bound": "load data in DataLoader workers (num_workers>0, pin_memory) and cache preprocessing",
     "hot-op": "make the dominating operator family cheaper (each family has its own advice)",
     "gradients-not-zeroed": "call optimizer.zero_grad() once per optimiser step (before backward), so each step uses only its own gradients",
+    "zero-grad-per-micro-batch": "zero the gradients once per optimiser step, before the first micro-batch (if i % accumulate == 0: optimizer.zero_grad()); read a gradient you only log with torch.autograd.grad",
     "step-without-gradients": "build the optimiser over the parameters of the model that trains, and zero gradients before backward(), not between backward() and step()",
     "not-in-optimiser": "build the optimiser after the whole model, or add the layer with optimizer.add_param_group; if it is frozen on purpose, set requires_grad_(False) so that backward skips it",
     "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
@@ -663,6 +664,29 @@ def gradients_not_zeroed(clean: Sequence[bool], streak: int = 3) -> Finding | No
         f"the gradients were never zeroed between optimiser steps on the last {streak} sampled "
         "steps: each step adds its gradient to all earlier ones",
         evidence={"sampled_steps": len(clean), "dirty_in_a_row": streak},
+    )
+
+
+def zero_grad_per_micro_batch(
+    discarded: Sequence[bool], backwards: Sequence[object], streak: int = 3
+) -> Finding | None:
+    """Gradients cleared before every micro-batch of an accumulation.
+
+    ``discarded``: one verdict per sampled step with two or more backwards, oldest first:
+    whether each of them started from cleared gradients, the parameters unchanged between
+    them, and the step used what the last one left. ``backwards``: the last such step's.
+    ``streak`` such steps in a row (an occasional skipped micro-batch, a NaN loss thrown
+    away, is not) make the finding."""
+    if len(discarded) < streak or not all(discarded[-streak:]):
+        return None
+    n = len(backwards)
+    return Finding(
+        "zero-grad-per-micro-batch",
+        "warning",
+        f"each of the {n} backwards of a step started from cleared gradients on the last "
+        f"{streak} sampled steps: zero_grad runs on every micro-batch, so the step uses the "
+        f"last micro-batch's gradient only and the other {n - 1} are computed for nothing",
+        evidence={"backwards_per_step": n, "sampled_steps_in_a_row": streak},
     )
 
 

@@ -7,6 +7,10 @@ every backward) and reports to the monitor:
 - ``gradients-not-zeroed``: on sampled steps a hook on one trained parameter notes, before
   each backward accumulates into it, whether its gradient was None or zero; with ``.grad``
   never cleared, no backward of the step starts clean.
+- ``zero-grad-per-micro-batch``: on the same sampled steps, every one of a step's two or more
+  backwards started from cleared gradients, the parameters unchanged between them, and the
+  optimiser stepped on what the last one left: the gradients of the earlier micro-batches
+  were thrown away (``zero_grad`` inside an accumulation loop).
 - ``step-without-gradients``: the clock stepped after a backward while none of its parameters
   that require gradients had one (a stale optimiser, zero_grad between backward and step).
 - ``not-in-optimiser``: on the clock's 10th step, parameters of the models it trains got
@@ -93,8 +97,12 @@ class Updates:
         self.remove_hooks()
         self.probe: nn.Parameter | None = None  # the parameter hooked on the next sampled step
         self.clean: list[bool] = []  # per sampled step: a backward started from cleared grads
+        # per sampled step with 2+ backwards: all started clean, nothing changed in between
+        self.discarded: list[bool] = []
         self._before: bool | None = None  # the probe's gradient was clear before this backward
         self._step_clean: bool | None = None
+        self._backwards: list[tuple[bool, int]] = []  # this step's: (clean, probe's version)
+        self._last_grad: torch.Tensor | None = None  # the .grad the last backward left
         self.backwards = 0  # backward calls since the clock's last step
         self.empty = 0  # steps in a row stepped after a backward with no gradients
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
@@ -120,15 +128,13 @@ class Updates:
         probe = self.probe
         if not sampled or probe is None or self._handles:
             return
-        self._step_clean = None
+        self._step_clean, self._backwards, self._last_grad = None, [], None
         self._handles = [
             probe.register_hook(self._before_accumulate),
             probe.register_post_accumulate_grad_hook(self._accumulated),
         ]
 
     def _before_accumulate(self, grad: torch.Tensor) -> None:
-        if self._step_clean:  # this step already had a backward from cleared gradients
-            return
         g = self.probe.grad if self.probe is not None else None
         if g is not None and g.is_sparse:
             g = g.coalesce().values()
@@ -139,7 +145,20 @@ class Updates:
         # first hook too but leaves .grad alone (a gradient set by hand is no carry-over).
         if self._before is not None:
             self._step_clean = bool(self._step_clean) or self._before
+            # The version moves when the parameter changes in place (SAM's ascent step).
+            self._backwards.append((self._before, param._version))
+            self._last_grad = param.grad
             self._before = None
+
+    def _all_but_the_last_discarded(self) -> bool:
+        """Every backward of the step started from cleared gradients, with the parameters as
+        they were, and the step took the last one's gradient as it left it (not a gradient
+        combined and set by hand, as PCGrad sets one from per-task backwards)."""
+        versions = {version for _, version in self._backwards}
+        clean = all(clean for clean, _ in self._backwards)
+        probe = self.probe
+        kept = probe is not None and probe.grad is not None and probe.grad is self._last_grad
+        return clean and len(versions) == 1 and kept
 
     def remove_hooks(self) -> None:
         while self._handles:
@@ -164,6 +183,10 @@ class Updates:
             if self._step_clean is not None:
                 self.clean.append(self._step_clean)
                 self._report(checks.gradients_not_zeroed(self.clean))
+            if len(self._backwards) >= 2:
+                self.discarded.append(self._all_but_the_last_discarded())
+                self._report(checks.zero_grad_per_micro_batch(self.discarded, self._backwards))
+            self._last_grad = None
         if sampled:  # the parameter that had a gradient now, for the next sampled step
             self.probe = next((p for _, p in reversed(params) if p.grad is not None), None)
         # A backward through a graph while the models this optimiser trains ran no forward
