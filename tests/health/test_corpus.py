@@ -41,6 +41,7 @@ EXPECTED = {
     "bug_not_in_optimiser.py": "not-in-optimiser",
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
     "bug_train_in_eval_new_optimiser.py": "train-in-eval-mode",  # a new optimiser each epoch
+    "bug_eval_in_train_mode.py": "eval-in-train-mode",
     "bug_lr_collapsed.py": "lr-collapsed",
     "bug_lr_collapsed_late.py": "lr-collapsed",  # in the last quarter of the run
     "bug_cosine_past_end.py": "lr-schedule-past-end",
@@ -68,6 +69,7 @@ CLEAN = [
     "clean_partial_training.py",  # head-only optimiser, aux head on some steps, teacher
     "clean_grad_accumulation.py",  # zeroed every 4 backwards, to zeros (set_to_none=False)
     "clean_gan.py",  # the generator's backward adds to the critic's gradients
+    "clean_pseudo_labels.py",  # no_grad forwards in train mode: guessed labels, update_bn
     "clean_sam.py",  # two backwards a step from cleared gradients, the weights moved between
     "clean_frozen_bn.py",  # BN layers in eval mode, evaluations, OneCycle every batch
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over

@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
-from treeqa.health.updates import EMPTY_STEPS, EVAL_STEPS, Updates
+from treeqa.health.updates import EMPTY_STEPS, EVAL_FORWARDS, EVAL_STEPS, Updates
 
 
 def test_gradients_not_zeroed_needs_dirty_sampled_steps_in_a_row() -> None:
@@ -181,6 +181,36 @@ def test_train_in_eval_mode_after_train_mode_with_mode_dependent_layers() -> Non
     assert run(dropout, 10, evaluations=(6, 11)) == []
     assert run(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), 10) == []  # the mode changes nothing
     assert checks.train_in_eval_mode(10, EVAL_STEPS, 11, []) is None
+
+
+def test_an_evaluation_in_train_mode_is_a_run_of_forwards_without_gradients() -> None:
+    def run(model: nn.Module, per_step: int, steps: int = 4, same: bool = False) -> list[str]:
+        """``per_step`` forwards without gradients in train mode before each step's forward
+        (``same``: of one input, Monte Carlo dropout's samples)."""
+        found: list[Finding] = []
+        updates = Updates(found.append)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x = torch.randn(3, 4)
+        for step in range(1, steps + 1):
+            with torch.no_grad():
+                for _ in range(per_step):
+                    updates.forward(model, (x if same else torch.randn(3, 4),))
+            updates.forward(model)  # the step's own, with gradients
+            updates.end_step(step, False, opt, [model], [])
+        return [f.code for f in found]
+
+    bn = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    assert run(bn, EVAL_FORWARDS) == ["eval-in-train-mode"]
+    assert run(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1)), 10) == ["eval-in-train-mode"]
+    assert run(bn, 2) == []  # pseudo-labels for two augmentations a step (MixMatch)
+    dropout = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+    assert run(dropout, 10, same=True) == []  # Monte Carlo dropout: samples of one input
+    assert run(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), 10) == []  # the mode changes nothing
+    assert run(bn.eval(), 10) == []  # an evaluation as it should be
+    bn.train()[1].momentum = None  # swa_utils.update_bn recomputing the statistics
+    assert run(bn, 10) == []
+    frozen = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, track_running_stats=False))
+    assert run(frozen, 10) == []  # batch statistics in both modes
 
 
 def _lr_findings(

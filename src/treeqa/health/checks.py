@@ -41,6 +41,7 @@ FIXES: dict[str, str] = {
     "step-without-gradients": "build the optimiser over the parameters of the model that trains, and zero gradients before backward(), not between backward() and step()",
     "not-in-optimiser": "build the optimiser after the whole model, or add the layer with optimizer.add_param_group; if it is frozen on purpose, set requires_grad_(False) so that backward skips it",
     "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
+    "eval-in-train-mode": "call model.eval() before evaluating (and model.train() after it, before the next training step)",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
@@ -748,6 +749,29 @@ def train_in_eval_mode(
             "since_step": since,
             "mode_dependent": list(modules[:10]),
         },
+    )
+
+
+def eval_in_train_mode(forwards: int, modules: Sequence[str]) -> Finding | None:
+    """A model the optimiser trains ran ``forwards`` forwards in a row without gradients in
+    train mode: an evaluation without ``model.eval()``. ``modules``: its layers in train mode
+    that compute differently in eval mode; without them the mode changes nothing."""
+    if not modules:
+        return None
+    norms = any("Norm" in m for m in modules)
+    return Finding(
+        "eval-in-train-mode",
+        "warning",
+        f"the model being trained ran {forwards} forwards in a row without gradients in train "
+        f"mode, an evaluation without model.eval(): {', '.join(modules[:3])} run as in "
+        "training (dropout on"
+        + (
+            ", batch norm normalising with each batch's statistics and updating its running "
+            "ones from the evaluation data)"
+            if norms
+            else ")"
+        ),
+        evidence={"forwards_in_a_row": forwards, "mode_dependent": list(modules[:10])},
     )
 
 

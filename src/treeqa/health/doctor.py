@@ -179,7 +179,7 @@ class Doctor:
         if torch.compiler.is_compiling():  # see _discover
             return
         if id(module) in self.trained:
-            self.updates.forward(module)
+            self.updates.forward(module, args)
         if self._evaluating(module):
             self.eval_dropout.begin()
             self.updates.evaluated = True

@@ -19,6 +19,12 @@ every backward) and reports to the monitor:
 - ``train-in-eval-mode``: the models the clock trains ran their forwards with gradients in
   eval mode, after steps in train mode, in a script that never went back to train mode
   after an evaluation (one that does knows to: a later eval-mode phase is on purpose).
+- ``eval-in-train-mode``: a model the clock trains ran ``EVAL_FORWARDS`` forwards in a row
+  without gradients and in train mode (no forward with gradients, no step between them): an
+  evaluation without ``model.eval()``, with dropout on and batch norm updating its running
+  statistics from the evaluation data. One or two such forwards a step (pseudo-labels in
+  semi-supervised training), Monte Carlo dropout (one input run again and again) and a
+  batch-norm recalibration (``momentum=None``) are not it.
 - ``lr-negative``: a parameter group's learning rate went below zero (a linear decay stepped
   past its end), so the optimiser climbs the loss.
 - ``lr-collapsed``: the clock's learning rate (its largest group's) fell below
@@ -52,6 +58,9 @@ EMPTY_STEPS = 20
 head with an optimiser of its own gets one within a few)."""
 EVAL_STEPS = 20
 """Steps in a row trained in eval mode (after train mode) before it is reported."""
+EVAL_FORWARDS = 5
+"""Forwards in a row without gradients in train mode that read as an evaluation (MixMatch
+guesses labels with 2 a step)."""
 ORPHAN_STEP = 10
 """The clock's step (counted from its first) on which parameters with gradients are looked up
 in the optimisers: by then every optimiser of the loop has stepped."""
@@ -107,6 +116,10 @@ class Updates:
         self.empty = 0  # steps in a row stepped after a backward with no gradients
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
         self.mode = 0  # this step's forwards with gradients: 1 train mode, 2 eval mode
+        # forwards in a row without gradients in train mode (-1: Monte Carlo sampling, not
+        # judged until the next forward with gradients or step) and the last one's input
+        self.no_grad_run = 0
+        self._no_grad_input: weakref.ref[torch.Tensor] | None = None
         if not same_models:  # (the first reset, from __init__, never has the same models)
             self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
             self.evaluated = False  # an evaluation of a model the clock trains since its last step
@@ -118,10 +131,24 @@ class Updates:
 
     # ------------------------------------------------------------------ from the doctor's hooks
 
-    def forward(self, module: nn.Module) -> None:
-        """A model the clock trains starts a forward."""
+    def forward(self, module: nn.Module, args: tuple[Any, ...] = ()) -> None:
+        """A model the clock trains starts a forward; ``args``: its positional inputs."""
         if torch.is_grad_enabled():
             self.mode |= 1 if module.training else 2
+            self.no_grad_run, self._no_grad_input = 0, None
+        elif module.training:
+            first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            last = self._no_grad_input() if self._no_grad_input is not None else None
+            if first is not None and first is last:  # Monte Carlo dropout: samples of one input
+                self.no_grad_run = -1
+            if self.no_grad_run < 0:
+                return
+            self.no_grad_run += 1
+            self._no_grad_input = weakref.ref(first) if first is not None else None
+            if self.no_grad_run == EVAL_FORWARDS and not _recalibrating(module):
+                self._report(
+                    checks.eval_in_train_mode(self.no_grad_run, _mode_dependent([module], True))
+                )
 
     def begin_step(self, sampled: bool) -> None:
         """The step's compute starts: on a sampled step, hook the probe parameter."""
@@ -198,6 +225,7 @@ class Updates:
         if step - self.first + 1 == ORPHAN_STEP:
             self._note_orphans(optimizer, roots)
         self.backwards = 0
+        self.no_grad_run, self._no_grad_input = 0, None
         self._note_mode(step, roots)
         self._note_lr(step, sampled, optimizer)
 
@@ -298,14 +326,24 @@ class Updates:
             self.add(found)
 
 
-def _mode_dependent(roots: list[nn.Module]) -> list[str]:
-    """Layers in eval mode that compute differently in train mode: dropout with p > 0 and
-    batch norm."""
+def _recalibrating(model: nn.Module) -> bool:
+    """Batch norm with ``momentum=None`` (a cumulative average): its statistics are being
+    recomputed on purpose, in train mode without gradients (``swa_utils.update_bn``)."""
+    return any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm) and m.momentum is None
+        for m in model.modules()
+    )
+
+
+def _mode_dependent(roots: list[nn.Module], training: bool = False) -> list[str]:
+    """Layers in eval mode (``training``: in train mode) that compute differently in the
+    other: dropout with p > 0 and batch norm (one that keeps running statistics)."""
     names = []
     for i, root in enumerate(roots):
         for name, m in root.named_modules():
             dropout = isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0
-            if (dropout or isinstance(m, nn.modules.batchnorm._BatchNorm)) and not m.training:
+            norm = isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+            if (dropout or norm) and m.training == training:
                 label = name or type(root).__name__
                 names.append(f"{(f'model{i}.' if i else '') + label} ({type(m).__name__})")
     return names
