@@ -309,6 +309,26 @@ def test_lr_collapsed_leaves_a_plateau_scheduler_stepped_once_an_epoch_alone() -
     assert found is not None and "patience counts batches" in found.message
 
 
+def test_a_hand_written_loss_over_a_broadcast_difference_is_found_in_its_graph() -> None:
+    pred, y = torch.randn(8, 1, requires_grad=True), torch.randn(8)
+    assert checks.broadcast_difference(((pred - y) ** 2).mean()) == ([8, 1], [8, 8])
+    assert checks.broadcast_difference((y - pred.squeeze(1)[:, None]).abs().sum() / 8) == (
+        [8, 1],
+        [8, 8],
+    )
+    # As one term of a weighted sum, after a GradScaler-like scale.
+    total = 65536.0 * (0.5 * (pred - y).pow(2).mean() + 1e-3 * pred.pow(2).sum())
+    assert checks.broadcast_difference(total) is not None
+    assert checks.broadcast_difference(((pred - y[:, None]) ** 2).mean()) is None  # same shapes
+    assert checks.broadcast_difference(((pred.squeeze(1) - y) ** 2).mean()) is None
+    # Pairwise scores, both sides with gradients: broadcast on purpose.
+    order = torch.sign(y[:, None] - y[None, :])
+    assert checks.broadcast_difference((1 - (pred - pred.T) * order).relu().mean()) is None
+    # A [1]-sized batch broadcasts to nothing wider.
+    one = torch.randn(1, 1, requires_grad=True)
+    assert checks.broadcast_difference(((one - torch.randn(1)) ** 2).mean()) is None
+
+
 def test_loss_broadcast_is_a_shape_pair_that_grows() -> None:
     found = checks.loss_broadcast("mse_loss", (32, 1), (32,))
     assert found is not None and found.evidence["broadcast_shape"] == [32, 32]

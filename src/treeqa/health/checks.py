@@ -919,6 +919,57 @@ def loss_broadcast(
     )
 
 
+def loss_broadcast_by_hand(shape: Sequence[int], broadcast: Sequence[int]) -> Finding:
+    """A hand-written loss over the difference of a prediction ``shape`` ([N, 1] or [N]) and
+    a target that broadcast to ``broadcast`` ([N, N]): see ``broadcast_difference``."""
+    return Finding(
+        "loss-broadcast",
+        "error",
+        f"the loss reduces a prediction {list(shape)} minus a tensor without gradients (the "
+        f"target), which broadcast to {list(broadcast)}: every prediction against every target",
+        evidence={"input_shape": list(shape), "broadcast_shape": list(broadcast)},
+    )
+
+
+_LOSS_TERMS = re.compile(
+    r"(Mean|Sum|Pow|Abs|Mul|Div|Sqrt|Neg|Exp|Log|Log1P|Clamp|ClampMin|Relu|Softplus|Square"
+    r"|Add|Sub|Rsub)Backward\d+"
+)
+"""Autograd nodes a hand-written loss is made of between its difference and the scalar: the
+reduction, squares and absolutes, weights, a sum of terms."""
+
+
+def broadcast_difference(
+    loss: torch.Tensor, budget: int = 24
+) -> tuple[list[int], list[int]] | None:
+    """(prediction shape, broadcast shape) when ``loss`` reduces a difference of a prediction
+    [N, 1] (or [N]) and a tensor without gradients that broadcast to [N, N]: the hand-written
+    ``((pred - y) ** 2).mean()`` with ``y`` of shape [N] (or [N, 1]). Walks back from the loss
+    through at most ``budget`` loss-term nodes; reads autograd metadata only (no host sync).
+    A difference of two tensors with gradients (pairwise scores ``s[:, None] - s``) is not
+    judged."""
+    todo, seen = [loss.grad_fn], 0
+    while todo and seen < budget:
+        node = todo.pop()
+        seen += 1
+        name = type(node).__name__
+        if not _LOSS_TERMS.fullmatch(name):
+            continue
+        inputs = [(f, i) for f, i in node.next_functions if f is not None]
+        if name.startswith(("Sub", "Add")) and len(inputs) == 1:
+            try:
+                out = list(node._input_metadata[0].shape)
+                f, i = inputs[0]
+                shape = list(f._input_metadata[i].shape)
+            except (AttributeError, IndexError, RuntimeError):  # another torch's internals
+                return None
+            n = shape[0] if shape else 0
+            if n > 1 and out == [n, n] and shape in ([n], [n, 1]):
+                return shape, out
+        todo.extend(f for f, _ in inputs)
+    return None
+
+
 _VIEWS = re.compile(
     r"(Squeeze|SqueezeDim|Unsqueeze|View|UnsafeView|Reshape|ReshapeAlias|Alias|Select|Slice"
     r"|Expand|Permute|T|Transpose|Clone|ToCopy|Unbind)Backward\d+"

@@ -38,7 +38,7 @@ from torch import nn
 from torch.amp import GradScaler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from treeqa.health import report
+from treeqa.health import checks, report
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
@@ -80,6 +80,7 @@ class Doctor:
         self.step_calls = 0  # optimiser steps seen, of any optimiser
         self.updates = Updates(monitor.add)  # what the clock's steps are given (updates.py)
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
+        self.broadcast_found = False  # a hand-written loss over [N, 1] - [N] (said once)
         # Clips of the wrong gradients (before backward, before a scaler's unscale_).
         self.clipping = Clipping(monitor.add, self.updates, monitor.scalers)
         # The hooks' bodies, run by the monitor's ``safely``: should the monitor's own code
@@ -148,6 +149,13 @@ class Doctor:
         create = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             self.loss = loss
+            if self.monitor.sampling and not self.broadcast_found:
+                pair = checks.broadcast_difference(loss)
+                if pair is not None:
+                    self.broadcast_found = True
+                    found = checks.loss_broadcast_by_hand(*pair)
+                    found.where = checks.user_site()
+                    self.monitor.add(found)
         self.updates.backwards += 1
         self.monitor.note_backward(bool(create if retain is None else retain))
 

@@ -2,8 +2,9 @@
 L1 penalty against a scalar 0, BCE-with-logits on logits, NLL on log_softmax plus label
 smoothing, NLL on sequences normalised over their last dim ([B, T, C] flattened, and [B, C, T]
 over dim 1) and on the log of a softmax over dim 1, kl_div of log-probabilities against soft
-targets, F.dropout with training=self.training, and Monte Carlo dropout (dropout layers on
-in eval mode) in the evaluations."""
+targets, a hand-written squared error of [N, 1] against [N, 1] and a pairwise ranking loss
+over [N, N] (both sides with gradients), F.dropout with training=self.training, and Monte
+Carlo dropout (dropout layers on in eval mode) in the evaluations."""
 
 import warnings
 
@@ -47,6 +48,10 @@ for step in range(100):
         + F.nll_loss(torch.log(F.softmax(out[:, :5], dim=1)), y)
         + F.kl_div(logp, F.one_hot(y, 5) * 0.9 + 0.02, reduction="batchmean")  # distillation
     )
+    score, target = out[:, 5:6], (x[:, 0] - x[:, 1]).unsqueeze(1)  # [N, 1] and [N, 1]
+    order = torch.sign(target - target.T)  # [N, N], no gradient
+    pairwise = (1 - (score - score.T) * order).relu().mean()  # both sides with gradients
+    loss = loss + 0.1 * ((score - target) ** 2).mean() + 0.01 * pairwise
     opt.zero_grad()
     loss.backward()
     opt.step()
