@@ -948,12 +948,13 @@ def broadcast_difference(
     through at most ``budget`` loss-term nodes; reads autograd metadata only (no host sync).
     A difference of two tensors with gradients (pairwise scores ``s[:, None] - s``) is not
     judged."""
-    todo, seen = [loss.grad_fn], 0
+    todo: list[Any] = [loss.grad_fn]
+    seen = 0
     while todo and seen < budget:
         node = todo.pop()
         seen += 1
         name = type(node).__name__
-        if not _LOSS_TERMS.fullmatch(name):
+        if node is None or not _LOSS_TERMS.fullmatch(name):
             continue
         inputs = [(f, i) for f, i in node.next_functions if f is not None]
         if name.startswith(("Sub", "Add")) and len(inputs) == 1:
