@@ -36,6 +36,8 @@ EXPECTED = {
     "bug_hot_op.py": "hot-op",
     "heap_sorted_lengths.py": "heap-retention",
     "bug_gradients_not_zeroed.py": "gradients-not-zeroed",
+    "bug_temperature_not_zeroed.py": "gradients-not-zeroed",  # outside the model
+    "bug_gan_generator_not_zeroed.py": "gradients-not-zeroed",  # the second optimiser's
     "bug_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",
     "bug_step_without_gradients.py": "step-without-gradients",
     "bug_not_in_optimiser.py": "not-in-optimiser",

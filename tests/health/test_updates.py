@@ -49,7 +49,8 @@ def _probe_run(zero: str, steps: int = 4) -> list[bool]:
             opt.zero_grad()
         elif zero == "zeros":
             opt.zero_grad(set_to_none=False)
-    return updates.clean
+    probe = updates.probes.get("model")
+    return probe.clean if probe is not None else []
 
 
 def test_a_probe_parameter_tells_cleared_gradients_from_carried_ones() -> None:
@@ -58,6 +59,38 @@ def test_a_probe_parameter_tells_cleared_gradients_from_carried_ones() -> None:
     assert _probe_run("zeros") == [True, True, True]  # zero tensors: a host sync tells
     assert _probe_run("accumulate") == [True, True, True]  # the first micro-batch starts clean
     assert _probe_run("autograd.grad") == []  # .grad replaced by hand: nothing accumulates
+
+
+def test_a_parameter_outside_the_model_and_another_optimisers_are_probed_too() -> None:
+    """The model's own gradients are cleared each step (model.zero_grad()); a temperature the
+    clock's optimiser holds outside it, or a second optimiser's model, is never zeroed."""
+
+    def run(outside_zeroed: bool, other_zeroed: bool) -> list[str]:
+        torch.manual_seed(0)
+        model, other = nn.Linear(4, 2), nn.Linear(4, 2)
+        temperature = nn.Parameter(torch.ones(()))
+        opt = torch.optim.SGD([*model.parameters(), temperature], lr=0.1)
+        opt_other = torch.optim.SGD(other.parameters(), lr=0.1)
+        found: list[Finding] = []
+        updates = Updates(found.append)
+        for step in range(1, 6):
+            updates.begin_step(sampled=True)
+            model.zero_grad()
+            if outside_zeroed:
+                temperature.grad = None
+            (model(torch.randn(3, 4)) / temperature).pow(2).mean().backward()
+            opt.step()
+            updates.end_step(step, True, opt, [model], list(model.named_parameters()))
+            if other_zeroed:
+                opt_other.zero_grad()
+            other(torch.randn(3, 4)).pow(2).mean().backward()
+            opt_other.step()
+            updates.other_step(opt_other)
+        return [f.evidence["whose"] for f in found]
+
+    assert run(True, True) == []
+    assert run(False, True) == ["a parameter outside the model"]
+    assert run(True, False) == ["another optimiser's parameters (SGD, 2 tensors)"]
 
 
 def _micro_batch_run(how: str, steps: int = 5) -> tuple[list[bool], list[str]]:
@@ -92,7 +125,7 @@ def _micro_batch_run(how: str, steps: int = 5) -> tuple[list[bool], list[str]]:
                 p.grad = (a + b) / 2
         opt.step()
         updates.end_step(step, True, opt, [layer], params)  # as the optimiser's post-hook
-    return updates.discarded, [f.code for f in found]
+    return updates.probes["model"].discarded, [f.code for f in found]
 
 
 def test_zero_grad_on_every_micro_batch_is_told_from_deliberate_second_backwards() -> None:
@@ -102,8 +135,8 @@ def test_zero_grad_on_every_micro_batch_is_told_from_deliberate_second_backwards
     assert _micro_batch_run("accumulate") == ([False] * 4, [])
     assert _micro_batch_run("sam") == ([False] * 4, [])  # the weights moved in between
     assert _micro_batch_run("pcgrad") == ([False] * 4, [])  # the step's gradient is combined
-    assert checks.zero_grad_per_micro_batch([True, True, False], [(True, 0)] * 2) is None
-    found = checks.zero_grad_per_micro_batch([False, True, True, True], [(True, 0)] * 4)
+    assert checks.zero_grad_per_micro_batch([True, True, False], 2) is None
+    found = checks.zero_grad_per_micro_batch([False, True, True, True], 4)
     assert found is not None and found.evidence["backwards_per_step"] == 4
 
 

@@ -648,7 +648,7 @@ def non_finite_grads(named: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
 # ---------------------------------------------------------------- optimiser steps and losses
 
 
-def gradients_not_zeroed(clean: Sequence[bool], streak: int = 3) -> Finding | None:
+def gradients_not_zeroed(clean: Sequence[bool], whose: str = "", streak: int = 3) -> Finding | None:
     """Gradients carried over from the previous optimiser step into every new one.
 
     ``clean``: one verdict per sampled step, oldest first: whether any backward of that step
@@ -656,31 +656,34 @@ def gradients_not_zeroed(clean: Sequence[bool], streak: int = 3) -> Finding | No
     optimiser step, so its first micro-batch starts clean; a GAN's generator backward that
     runs through the critic adds to the critic's gradients, but the critic's own backward
     starts clean after its zero_grad. Only ``streak`` dirty sampled steps in a row (and none
-    clean since) mean that nothing zeroes them."""
+    clean since) mean that nothing zeroes them. ``whose``: the gradients of what, when not
+    the trained model's own parameters (a parameter outside the model, another optimiser's)."""
     if len(clean) < streak or any(clean[-streak:]):
         return None
+    of = f" of {whose}" if whose else ""
     return Finding(
         "gradients-not-zeroed",
         "error",
-        f"the gradients were never zeroed between optimiser steps on the last {streak} sampled "
-        "steps: each step adds its gradient to all earlier ones",
-        evidence={"sampled_steps": len(clean), "dirty_in_a_row": streak},
+        f"the gradients{of} were never zeroed between optimiser steps on the last {streak} "
+        "sampled steps: each step adds its gradient to all earlier ones",
+        evidence={"sampled_steps": len(clean), "dirty_in_a_row": streak, "whose": whose},
     )
 
 
 def zero_grad_per_micro_batch(
-    discarded: Sequence[bool], backwards: Sequence[object], streak: int = 3
+    discarded: Sequence[bool], backwards: int, streak: int = 3
 ) -> Finding | None:
     """Gradients cleared before every micro-batch of an accumulation.
 
     ``discarded``: one verdict per sampled step with two or more backwards, oldest first:
     whether each of them started from cleared gradients, the parameters unchanged between
-    them, and the step used what the last one left. ``backwards``: the last such step's.
+    them, and the step used what the last one left. ``backwards``: the last such step's
+    number of backwards.
     ``streak`` such steps in a row (an occasional skipped micro-batch, a NaN loss thrown
     away, is not) make the finding."""
     if len(discarded) < streak or not all(discarded[-streak:]):
         return None
-    n = len(backwards)
+    n = backwards
     return Finding(
         "zero-grad-per-micro-batch",
         "warning",

@@ -258,6 +258,8 @@ class Doctor:
             n = self.others[optimizer] = self.others.get(optimizer, 0) + 1
             if n > max(SWITCH_AFTER, 4 * self.most_between):
                 self._switch_clock(optimizer)
+            else:
+                self.updates.other_step(optimizer)
             return
         if self.others:
             self.most_between = max(self.most_between, *self.others.values())

@@ -4,13 +4,11 @@ gradients at all, a model in train mode, a learning rate.
 ``Updates`` is driven by the ``Doctor`` (which sees the optimiser, the models it trains and
 every backward) and reports to the monitor:
 
-- ``gradients-not-zeroed``: on sampled steps a hook on one trained parameter notes, before
-  each backward accumulates into it, whether its gradient was None or zero; with ``.grad``
-  never cleared, no backward of the step starts clean.
-- ``zero-grad-per-micro-batch``: on the same sampled steps, every one of a step's two or more
-  backwards started from cleared gradients, the parameters unchanged between them, and the
-  optimiser stepped on what the last one left: the gradients of the earlier micro-batches
-  were thrown away (``zero_grad`` inside an accumulation loop).
+- ``gradients-not-zeroed`` and ``zero-grad-per-micro-batch``: on sampled steps, probes
+  (``probes.py``) on a parameter of the models trained, one the optimiser holds outside
+  them, and one of each other optimiser note whether each backward found their gradients
+  cleared: never (nothing zeroes them), or always, two or more times a step (``zero_grad``
+  inside an accumulation loop throws the earlier micro-batches away).
 - ``step-without-gradients``: the clock stepped after a backward while none of its parameters
   that require gradients had one (a stale optimiser, zero_grad between backward and step).
 - ``not-in-optimiser``: on the clock's 10th step, parameters of the models it trains got
@@ -42,7 +40,7 @@ Per step this costs a few attribute reads; the hooks are on sampled steps only.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -51,6 +49,7 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, ReduceLROnP
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
+from treeqa.health.probes import Probe
 from treeqa.health.wrap import Wrappers, note_calls
 
 EMPTY_STEPS = 20
@@ -72,7 +71,13 @@ class Updates:
     def __init__(self, add: Callable[[Finding], None]):
         self.add = add
         self.reported: set[str] = set()
-        self._handles: list[Any] = []
+        # Parameters hooked from a sampled step's first forward to their optimiser's step:
+        # "model" (the clock's models'), "outside" (the clock's optimiser's, outside them),
+        # and each other optimiser's (weak: a finished run's).
+        self.probes: dict[str, Probe] = {}
+        self.other_probes: weakref.WeakKeyDictionary[torch.optim.Optimizer, Probe] = (
+            weakref.WeakKeyDictionary()
+        )
         # ReduceLROnPlateau.step calls per optimiser it drives (weak: a finished run's optimiser)
         self.plateau_steps: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
             weakref.WeakKeyDictionary()
@@ -104,14 +109,9 @@ class Updates:
         ``same_models``: it trains the models the last clock trained (an optimiser re-created
         each epoch): their train/eval mode history carries on."""
         self.remove_hooks()
-        self.probe: nn.Parameter | None = None  # the parameter hooked on the next sampled step
-        self.clean: list[bool] = []  # per sampled step: a backward started from cleared grads
-        # per sampled step with 2+ backwards: all started clean, nothing changed in between
-        self.discarded: list[bool] = []
-        self._before: bool | None = None  # the probe's gradient was clear before this backward
-        self._step_clean: bool | None = None
-        self._backwards: list[tuple[bool, int]] = []  # this step's: (clean, probe's version)
-        self._last_grad: torch.Tensor | None = None  # the .grad the last backward left
+        self.probes.clear()
+        self.other_probes.clear()
+        self.outside: list[nn.Parameter] | None = None  # the clock's, outside its models
         self.backwards = 0  # backward calls since the clock's last step
         self.empty = 0  # steps in a row stepped after a backward with no gradients
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
@@ -151,45 +151,53 @@ class Updates:
                 )
 
     def begin_step(self, sampled: bool) -> None:
-        """The step's compute starts: on a sampled step, hook the probe parameter."""
-        probe = self.probe
-        if not sampled or probe is None or self._handles:
-            return
-        self._step_clean, self._backwards, self._last_grad = None, [], None
-        self._handles = [
-            probe.register_hook(self._before_accumulate),
-            probe.register_post_accumulate_grad_hook(self._accumulated),
-        ]
-
-    def _before_accumulate(self, grad: torch.Tensor) -> None:
-        g = self.probe.grad if self.probe is not None else None
-        if g is not None and g.is_sparse:
-            g = g.coalesce().values()
-        self._before = g is None or not bool(g.any())  # one host sync, on sampled steps only
-
-    def _accumulated(self, param: torch.Tensor) -> None:
-        # Only a backward that accumulates into .grad counts: torch.autograd.grad runs the
-        # first hook too but leaves .grad alone (a gradient set by hand is no carry-over).
-        if self._before is not None:
-            self._step_clean = bool(self._step_clean) or self._before
-            # The version moves when the parameter changes in place (SAM's ascent step).
-            self._backwards.append((self._before, param._version))
-            self._last_grad = param.grad
-            self._before = None
-
-    def _all_but_the_last_discarded(self) -> bool:
-        """Every backward of the step started from cleared gradients, with the parameters as
-        they were, and the step took the last one's gradient as it left it (not a gradient
-        combined and set by hand, as PCGrad sets one from per-task backwards)."""
-        versions = {version for _, version in self._backwards}
-        clean = all(clean for clean, _ in self._backwards)
-        probe = self.probe
-        kept = probe is not None and probe.grad is not None and probe.grad is self._last_grad
-        return clean and len(versions) == 1 and kept
+        """The step's compute starts: on a sampled step, hook the probe parameters."""
+        if sampled:
+            for probe in (*self.probes.values(), *self.other_probes.values()):
+                probe.arm()
 
     def remove_hooks(self) -> None:
-        while self._handles:
-            self._handles.pop().remove()
+        for probe in (*self.probes.values(), *self.other_probes.values()):
+            probe.disarm()
+
+    def other_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """An optimiser other than the clock stepped (a GAN's other half): judge its probe's
+        step, and probe the last of its parameters with a gradient from now on."""
+        probe = self.other_probes.get(optimizer)
+        if probe is not None:
+            for found in probe.finish():
+                self._report(found)
+        held = (p for g in reversed(optimizer.param_groups) for p in reversed(g["params"]))
+        last = _first_with_grad(held)
+        if last is not None and (probe is None or last is not probe.param):
+            n = sum(len(g["params"]) for g in optimizer.param_groups)
+            whose = f"another optimiser's parameters ({type(optimizer).__name__}, {n} tensors)"
+            self.other_probes[optimizer] = Probe(last, whose)
+
+    def _choose_probes(
+        self, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]
+    ) -> None:
+        """The parameters with a gradient now, for the next sampled step: the last of the
+        models', and the last of those the optimiser holds outside them."""
+        for key, param in (
+            ("model", _first_with_grad(p for _, p in reversed(params))),
+            ("outside", _first_with_grad(reversed(self._outside(optimizer, params)))),
+        ):
+            probe = self.probes.get(key)
+            if param is None:
+                self.probes.pop(key, None)
+            elif probe is None or probe.param is not param:
+                whose = "" if key == "model" else "a parameter outside the model"
+                self.probes[key] = Probe(param, whose)
+
+    def _outside(
+        self, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]
+    ) -> list[nn.Parameter]:
+        if self.outside is None:  # once per clock
+            inside = {id(p) for _, p in params}
+            held = (p for g in optimizer.param_groups for p in g["params"])
+            self.outside = [p for p in held if id(p) not in inside]
+        return self.outside
 
     # ------------------------------------------------------------------ at the clock's step
 
@@ -205,17 +213,11 @@ class Updates:
         """After the clock's optimiser step ``step`` (``sampled``: the monitor sampled it);
         ``roots``: the models it trains, ``params`` their trained parameters; ``graph``: a
         backward of the step ran through an autograd graph."""
-        if self._handles:
-            self.remove_hooks()
-            if self._step_clean is not None:
-                self.clean.append(self._step_clean)
-                self._report(checks.gradients_not_zeroed(self.clean))
-            if len(self._backwards) >= 2:
-                self.discarded.append(self._all_but_the_last_discarded())
-                self._report(checks.zero_grad_per_micro_batch(self.discarded, self._backwards))
-            self._last_grad = None
-        if sampled:  # the parameter that had a gradient now, for the next sampled step
-            self.probe = next((p for _, p in reversed(params) if p.grad is not None), None)
+        for probe in self.probes.values():
+            for found in probe.finish():
+                self._report(found)
+        if sampled:
+            self._choose_probes(optimizer, params)
         # A backward through a graph while the models this optimiser trains ran no forward
         # with gradients: frozen for now, on purpose (a backbone warmed up under no_grad
         # beside a head with its own optimiser).
@@ -324,6 +326,10 @@ class Updates:
             self.reported.add(found.code)
             found.where = found.where or (checks.user_site() if at_step else "")
             self.add(found)
+
+
+def _first_with_grad(params: Iterable[nn.Parameter]) -> nn.Parameter | None:
+    return next((p for p in params if p.grad is not None), None)
 
 
 def _recalibrating(model: nn.Module) -> bool:
