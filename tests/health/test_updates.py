@@ -236,6 +236,8 @@ def test_an_evaluation_in_train_mode_is_a_run_of_forwards_without_gradients() ->
     assert run(bn, EVAL_FORWARDS) == ["eval-in-train-mode"]
     assert run(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1)), 10) == ["eval-in-train-mode"]
     assert run(bn, 2) == []  # pseudo-labels for two augmentations a step (MixMatch)
+    found = checks.eval_in_train_mode(5, ["1 (BatchNorm1d)"])
+    assert found is not None and "dropout" not in found.message  # it says what it saw
     dropout = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
     assert run(dropout, 10, same=True) == []  # Monte Carlo dropout: samples of one input
     assert run(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), 10) == []  # the mode changes nothing

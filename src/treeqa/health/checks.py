@@ -761,19 +761,20 @@ def eval_in_train_mode(forwards: int, modules: Sequence[str]) -> Finding | None:
     that compute differently in eval mode; without them the mode changes nothing."""
     if not modules:
         return None
-    norms = any("Norm" in m for m in modules)
+    effects = []
+    if any("Dropout" in m for m in modules):
+        effects.append("dropout on")
+    if any("Norm" in m for m in modules):
+        effects.append(
+            "batch norm normalising with each batch's statistics and updating its running ones "
+            "from the evaluation data"
+        )
     return Finding(
         "eval-in-train-mode",
         "warning",
         f"the model being trained ran {forwards} forwards in a row without gradients in train "
         f"mode, an evaluation without model.eval(): {', '.join(modules[:3])} run as in "
-        "training (dropout on"
-        + (
-            ", batch norm normalising with each batch's statistics and updating its running "
-            "ones from the evaluation data)"
-            if norms
-            else ")"
-        ),
+        f"training ({', '.join(effects) or 'not as in evaluation'})",
         evidence={"forwards_in_a_row": forwards, "mode_dependent": list(modules[:10])},
     )
 
