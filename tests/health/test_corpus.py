@@ -43,6 +43,7 @@ EXPECTED = {
     "bug_not_in_optimiser.py": "not-in-optimiser",
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
     "bug_train_in_eval_new_optimiser.py": "train-in-eval-mode",  # a new optimiser each epoch
+    "bug_train_after_baseline_eval.py": "train-in-eval-mode",  # eval mode from a baseline score
     "bug_eval_in_train_mode.py": "eval-in-train-mode",
     "bug_lr_collapsed.py": "lr-collapsed",
     "bug_lr_collapsed_late.py": "lr-collapsed",  # in the last quarter of the run

@@ -208,6 +208,8 @@ def test_train_in_eval_mode_after_train_mode_with_mode_dependent_layers() -> Non
     assert run(dropout, 10) == ["train-in-eval-mode"]
     assert run(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), 10) == ["train-in-eval-mode"]
     assert run(dropout, 0) == []  # eval mode from the first step: on purpose
+    # ...unless an evaluation before the first step put it there (a baseline score).
+    assert run(dropout, 0, evaluations=(1,)) == ["train-in-eval-mode"]
     # The evaluation that put it in eval mode is where the bug is: the script never went back.
     assert run(dropout, 10, evaluations=(11,)) == ["train-in-eval-mode"]
     # It went back to train mode after an earlier evaluation: the eval phase is on purpose.

@@ -731,22 +731,35 @@ def not_in_optimiser(names: Sequence[str], values: int) -> Finding:
 
 
 def train_in_eval_mode(
-    train_steps: int, eval_steps: int, since: int, modules: Sequence[str], streak: int = 20
+    train_steps: int,
+    eval_steps: int,
+    since: int,
+    modules: Sequence[str],
+    streak: int = 20,
+    evaluated_first: bool = False,
 ) -> Finding | None:
     """A model that trained in train mode went on training in eval mode (``model.eval()`` for
     a validation, no ``model.train()`` after it) for ``eval_steps`` steps in a row since step
     ``since``. ``modules``: its layers that behave differently in eval mode (dropout,
     batch norm); without them the mode changes nothing. A model in eval mode from its first
-    step (fine-tuning with dropout off on purpose) has no ``train_steps`` and is not judged."""
-    if train_steps == 0 or eval_steps < streak or not modules:
+    step (fine-tuning with dropout off on purpose) has no ``train_steps`` and is not judged,
+    unless ``evaluated_first``: it was evaluated before its first step (a baseline score
+    taken with ``model.eval()``, and no ``model.train()`` after it)."""
+    if not (train_steps or evaluated_first) or eval_steps < streak or not modules:
         return None
+    after = (
+        f"after {train_steps} steps in train mode"
+        if train_steps
+        else "after an evaluation before its first step, with no model.train() after it"
+    )
     return Finding(
         "train-in-eval-mode",
         "warning",
-        f"the model trains in eval mode since step {since} ({eval_steps} steps), after "
-        f"{train_steps} steps in train mode: {', '.join(modules[:3])} run as in evaluation "
-        "(dropout off, batch norm frozen at its running statistics)",
+        f"the model trains in eval mode since step {since} ({eval_steps} steps), {after}: "
+        f"{', '.join(modules[:3])} run as in evaluation (dropout off, batch norm frozen at its "
+        "running statistics)",
         evidence={
+            "evaluated_before_training": evaluated_first,
             "train_mode_steps": train_steps,
             "eval_mode_steps": eval_steps,
             "since_step": since,

@@ -81,6 +81,8 @@ class Doctor:
         self.updates = Updates(monitor.add)  # what the clock's steps are given (updates.py)
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
         self.broadcast_found = False  # a hand-written loss over [N, 1] - [N] (said once)
+        # Modules run in eval mode without gradients before the clock knows its models.
+        self.evaluated_early: set[int] = set()
         # Clips of the wrong gradients (before backward, before a scaler's unscale_).
         self.clipping = Clipping(monitor.add, self.updates, monitor.scalers)
         # The hooks' bodies, run by the monitor's ``safely``: should the monitor's own code
@@ -174,6 +176,8 @@ class Doctor:
             return
         # Until the clock's first step every module call is seen, to find the models trained.
         self.called.setdefault(id(module), module)
+        if not module.training and not torch.is_grad_enabled():  # an evaluation, it may be
+            self.evaluated_early.add(id(module))
         if not self._evaluating(module):
             self._begin()
 
@@ -229,6 +233,10 @@ class Doctor:
         self.called.clear()
         self.finding_roots = False
         self.updates.reset(self.monitor.step, same_models)
+        # An evaluation of the models before this clock's first step (a baseline score).
+        if any(id(m) in self.evaluated_early for m in self.roots):
+            self.updates.evaluated = True
+        self.evaluated_early.clear()
         self.clipping.reset(optimizer)
 
     def _switch_clock(self, optimizer: torch.optim.Optimizer) -> None:

@@ -15,8 +15,9 @@ every backward) and reports to the monitor:
   gradients but no optimiser that stepped holds them (a layer added after the optimiser was
   built, a parameter list that left one out).
 - ``train-in-eval-mode``: the models the clock trains ran their forwards with gradients in
-  eval mode, after steps in train mode, in a script that never went back to train mode
-  after an evaluation (one that does knows to: a later eval-mode phase is on purpose).
+  eval mode, after steps in train mode or after an evaluation before their first step, in a
+  script that never went back to train mode after an evaluation (one that does knows to: a
+  later eval-mode phase is on purpose).
 - ``eval-in-train-mode``: a model the clock trains ran ``EVAL_FORWARDS`` forwards in a row
   without gradients and in train mode (no forward with gradients, no step between them): an
   evaluation without ``model.eval()``, with dropout on and batch norm updating its running
@@ -124,6 +125,8 @@ class Updates:
             self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
             self.evaluated = False  # an evaluation of a model the clock trains since its last step
             self.train_after_eval = False  # a step in train mode followed an evaluation
+            # the models were evaluated before their first step and trained in eval mode after
+            self.evaluated_first = False
         self.peak, self.floor, self.first = 0.0, 0.0, step + 1
         self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
         self.plateau = 0  # ReduceLROnPlateau steps of the clock's optimiser (at its last step)
@@ -271,18 +274,26 @@ class Updates:
 
     def _note_mode(self, step: int, roots: list[nn.Module]) -> None:
         mode, self.mode = self.mode, 0
+        if not mode:  # no forward with gradients seen (the clock's first step): nothing to judge
+            return
         evaluated, self.evaluated = self.evaluated, False
         if mode & 1:
             self.train_steps += 1
             self.eval_steps = 0
             self.train_after_eval |= evaluated
         elif mode & 2:
+            self.evaluated_first |= evaluated and not self.train_steps
             self.eval_since = self.eval_since if self.eval_steps else step
             self.eval_steps += 1
-            if self.eval_steps == EVAL_STEPS and self.train_steps and not self.train_after_eval:
+            judged = self.train_steps or self.evaluated_first
+            if self.eval_steps == EVAL_STEPS and judged and not self.train_after_eval:
                 self._report(
                     checks.train_in_eval_mode(
-                        self.train_steps, self.eval_steps, self.eval_since, _mode_dependent(roots)
+                        self.train_steps,
+                        self.eval_steps,
+                        self.eval_since,
+                        _mode_dependent(roots),
+                        evaluated_first=self.evaluated_first,
                     )
                 )
 
