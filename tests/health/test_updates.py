@@ -11,6 +11,7 @@ from torch.nn import functional as F
 
 from treeqa.health import checks
 from treeqa.health.checks import Finding
+from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import EMPTY_STEPS, EVAL_FORWARDS, EVAL_STEPS, Updates
 
 
@@ -248,6 +249,35 @@ def test_an_evaluation_in_train_mode_is_a_run_of_forwards_without_gradients() ->
     assert run(bn, 10) == []
     frozen = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, track_running_stats=False))
     assert run(frozen, 10) == []  # batch statistics in both modes
+
+
+def test_float16_autocast_without_a_loss_scaler_is_named() -> None:
+    def run(scaled: bool, dtype: torch.dtype = torch.float16, steps: int = 4) -> list[str]:
+        found: list[Finding] = []
+        scalers = LossScalers()
+        scalers.install()
+        try:
+            updates = Updates(found.append, scalers)
+            model = nn.Linear(4, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            scaler = torch.amp.GradScaler("cpu")
+            for step in range(1, steps + 1):
+                updates.begin_step(sampled=True)
+                with torch.autocast("cpu", dtype=dtype):
+                    updates.forward(model)
+                    loss = model(torch.randn(3, 4)).float().pow(2).mean()
+                opt.zero_grad()
+                (scaler.scale(loss) if scaled else loss).backward()
+                opt.step()
+                updates.end_step(step, True, opt, [model], list(model.named_parameters()))
+        finally:
+            scalers.uninstall()
+        return [f.code for f in found]
+
+    assert run(scaled=False) == ["fp16-without-loss-scaling"]
+    assert run(scaled=False, steps=2) == []  # 3 sampled steps are needed
+    assert run(scaled=True) == []
+    assert run(scaled=False, dtype=torch.bfloat16) == []  # bfloat16 needs no scaling
 
 
 def _lr_findings(

@@ -42,6 +42,7 @@ FIXES: dict[str, str] = {
     "not-in-optimiser": "build the optimiser after the whole model, or add the layer with optimizer.add_param_group; if it is frozen on purpose, set requires_grad_(False) so that backward skips it",
     "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
     "eval-in-train-mode": "call model.eval() before evaluating (and model.train() after it, before the next training step)",
+    "fp16-without-loss-scaling": "scale the loss with torch.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(opt); scaler.update()), or autocast to bfloat16, which needs no scaling",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
@@ -843,6 +844,18 @@ linear schedule to zero gets there only in the last ~0.6% of its steps; StepLR(s
 gamma=0.1) stepped every batch after 120 batches."""
 LOW_SHARE = 4
 """``lr-collapsed`` needs at least 1 / LOW_SHARE as many steps below the floor as above it."""
+
+
+def fp16_without_loss_scaling(steps: int) -> Finding:
+    """Float16 autocast on ``steps`` sampled steps with no enabled GradScaler scaling a loss."""
+    return Finding(
+        "fp16-without-loss-scaling",
+        "warning",
+        f"the model trains under float16 autocast ({steps} sampled steps) and no GradScaler "
+        "scales its loss: gradients smaller than float16's smallest step (6e-8) flush to zero "
+        "in the backward, so small gradients are lost",
+        evidence={"sampled_steps": steps},
+    )
 
 
 def lr_negative(lr: float, step: int) -> Finding:

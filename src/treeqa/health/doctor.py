@@ -78,7 +78,8 @@ class Doctor:
         self.original_backward: Any = None
         self.original_scaler_step: Any = None
         self.step_calls = 0  # optimiser steps seen, of any optimiser
-        self.updates = Updates(monitor.add)  # what the clock's steps are given (updates.py)
+        # What the clock's steps are given (updates.py).
+        self.updates = Updates(monitor.add, monitor.scalers)
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
         self.broadcast_found = False  # a hand-written loss over [N, 1] - [N] (said once)
         # Modules run in eval mode without gradients before the clock knows its models.
@@ -190,13 +191,13 @@ class Doctor:
     def _root_pre_hook(self, module: nn.Module, args: Any) -> None:
         if torch.compiler.is_compiling():  # see _discover
             return
-        if id(module) in self.trained:
-            self.updates.forward(module, args)
         if self._evaluating(module):
             self.eval_dropout.begin()
             self.updates.evaluated = True
         else:
-            self._begin()
+            self._begin()  # (first: the step's forwards are noted as sampled or not)
+        if id(module) in self.trained:
+            self.updates.forward(module, args)
 
     def _root_hook(self, module: nn.Module, args: Any, output: Any) -> None:
         # The wait for the next step's data starts when an evaluation's last forward ends.

@@ -24,6 +24,9 @@ every backward) and reports to the monitor:
   statistics from the evaluation data. One or two such forwards a step (pseudo-labels in
   semi-supervised training), Monte Carlo dropout (one input run again and again) and a
   batch-norm recalibration (``momentum=None``) are not it.
+- ``fp16-without-loss-scaling``: on sampled steps the forwards of the models trained ran under
+  float16 autocast, and no enabled ``GradScaler`` scaled a loss: gradients under float16's
+  smallest step flush to zero.
 - ``lr-negative``: a parameter group's learning rate went below zero (a linear decay stepped
   past its end), so the optimiser climbs the loss.
 - ``lr-collapsed``: the clock's learning rate (its largest group's) fell below
@@ -51,6 +54,7 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, ReduceLROnP
 from treeqa.health import checks
 from treeqa.health.checks import Finding
 from treeqa.health.probes import Probe
+from treeqa.health.scalers import LossScalers
 from treeqa.health.wrap import Wrappers, note_calls
 
 EMPTY_STEPS = 20
@@ -61,6 +65,8 @@ EVAL_STEPS = 20
 EVAL_FORWARDS = 5
 """Forwards in a row without gradients in train mode that read as an evaluation (MixMatch
 guesses labels with 2 a step)."""
+FP16_STEPS = 3
+"""Sampled steps under float16 autocast with no loss scaler before it is reported."""
 ORPHAN_STEP = 10
 """The clock's step (counted from its first) on which parameters with gradients are looked up
 in the optimisers: by then every optimiser of the loop has stepped."""
@@ -69,8 +75,10 @@ in the optimisers: by then every optimiser of the loop has stepped."""
 class Updates:
     """``add``: where findings go (``HealthMonitor.add``)."""
 
-    def __init__(self, add: Callable[[Finding], None]):
+    def __init__(self, add: Callable[[Finding], None], scalers: LossScalers | None = None):
+        """``scalers``: the loss scalers in use (the monitor's)."""
         self.add = add
+        self.scalers = scalers if scalers is not None else LossScalers()
         self.reported: set[str] = set()
         # Parameters hooked from a sampled step's first forward to their optimiser's step:
         # "model" (the clock's models'), "outside" (the clock's optimiser's, outside them),
@@ -117,6 +125,8 @@ class Updates:
         self.empty = 0  # steps in a row stepped after a backward with no gradients
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
         self.mode = 0  # this step's forwards with gradients: 1 train mode, 2 eval mode
+        self.sampled = False  # this step is sampled
+        self.fp16 = 0  # sampled steps whose forwards ran under float16 autocast, unscaled
         # forwards in a row without gradients in train mode (-1: Monte Carlo sampling, not
         # judged until the next forward with gradients or step) and the last one's input
         self.no_grad_run = 0
@@ -138,6 +148,8 @@ class Updates:
         """A model the clock trains starts a forward; ``args``: its positional inputs."""
         if torch.is_grad_enabled():
             self.mode |= 1 if module.training else 2
+            if self.sampled and self.mode & 4 == 0 and _float16_autocast():
+                self.mode |= 4
             self.no_grad_run, self._no_grad_input = 0, None
         elif module.training:
             first = next((a for a in args if isinstance(a, torch.Tensor)), None)
@@ -155,6 +167,7 @@ class Updates:
 
     def begin_step(self, sampled: bool) -> None:
         """The step's compute starts: on a sampled step, hook the probe parameters."""
+        self.sampled = sampled
         if sampled:
             for probe in (*self.probes.values(), *self.other_probes.values()):
                 probe.arm()
@@ -231,6 +244,8 @@ class Updates:
             self._note_orphans(optimizer, roots)
         self.backwards = 0
         self.no_grad_run, self._no_grad_input = 0, None
+        if self.mode & 4 and sampled:
+            self._note_float16()
         self._note_mode(step, roots)
         self._note_lr(step, sampled, optimizer)
 
@@ -271,6 +286,13 @@ class Updates:
         if orphans:
             names = [n for n, _ in orphans]
             self._report(checks.not_in_optimiser(names, sum(p.numel() for _, p in orphans)))
+
+    def _note_float16(self) -> None:
+        # The scaler scales the loss before its backward, so by the step it has been seen.
+        if not self.scalers.enabled():
+            self.fp16 += 1
+            if self.fp16 == FP16_STEPS:
+                self._report(checks.fp16_without_loss_scaling(self.fp16))
 
     def _note_mode(self, step: int, roots: list[nn.Module]) -> None:
         mode, self.mode = self.mode, 0
@@ -337,6 +359,14 @@ class Updates:
             self.reported.add(found.code)
             found.where = found.where or (checks.user_site() if at_step else "")
             self.add(found)
+
+
+def _float16_autocast() -> bool:
+    """Float16 autocast is on (on a GPU, or on the CPU, where it runs too)."""
+    return any(
+        torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) is torch.float16
+        for device in ("cuda", "cpu")
+    )
 
 
 def _first_with_grad(params: Iterable[nn.Parameter]) -> nn.Parameter | None:
