@@ -35,6 +35,7 @@ EXPECTED = {
     "bug_input_bound.py": "input-bound",
     "bug_hot_op.py": "hot-op",
     "heap_sorted_lengths.py": "heap-retention",
+    "bug_loader_restarted.py": "loader-restarted-every-step",
     "bug_gradients_not_zeroed.py": "gradients-not-zeroed",
     "bug_temperature_not_zeroed.py": "gradients-not-zeroed",  # outside the model
     "bug_gan_generator_not_zeroed.py": "gradients-not-zeroed",  # the second optimiser's
@@ -75,6 +76,7 @@ CLEAN = [
     "clean_grad_accumulation.py",  # zeroed every 4 backwards, to zeros (set_to_none=False)
     "clean_gan.py",  # the generator's backward adds to the critic's gradients
     "clean_pseudo_labels.py",  # no_grad forwards in train mode: guessed labels, update_bn
+    "clean_loaders.py",  # next(it) remade on StopIteration, a step per epoch, one-batch loader
     "clean_sam.py",  # two backwards a step from cleared gradients, the weights moved between
     "clean_frozen_bn.py",  # BN layers in eval mode, evaluations, OneCycle every batch
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over

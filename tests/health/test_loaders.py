@@ -1,4 +1,5 @@
-"""``input-bound``'s advice knows the DataLoader workers of the run, also once the loader is gone."""
+"""The DataLoaders of a run: ``input-bound``'s advice knows their workers, also once a loader is
+gone; ``loader-restarted-every-step`` is a new iterator each step, left after a batch."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import contextlib
 import io
 from pathlib import Path
 
-from torch.utils.data import DataLoader
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
-from treeqa.health import run_doctor
+from treeqa.health import checks, run_doctor
+from treeqa.health.loaders import RESTART_STEPS, Loaders
 
 PER_EPOCH_LOADER = """
 import time
@@ -58,3 +61,41 @@ def test_input_bound_advice_counts_workers_of_a_loader_already_gone(tmp_path: Pa
     assert found["evidence"]["dataloader_workers"] == 2
     assert "already has 2 workers" in found["fix"] and "num_workers>0" not in found["fix"]
     assert DataLoader.__iter__ is original  # the wrapper is for the run only
+
+
+def _restarts(make_loader, per_step, steps: int = RESTART_STEPS) -> list[str]:
+    """``per_step(loader)`` draws a step's batches ``steps`` times; the findings made."""
+    loaders = Loaders()
+    loaders.install()
+    found = []
+    try:
+        loader = make_loader()
+        for _ in range(steps):
+            per_step(loader)
+            found.append(loaders.end_step())
+    finally:
+        loaders.uninstall()
+    return [f.code for f in found if f is not None]
+
+
+def test_a_new_iterator_every_step_left_after_one_batch_is_a_restart() -> None:
+    data = TensorDataset(torch.arange(64.0))
+    sequential = lambda: DataLoader(data, batch_size=8)  # noqa: E731
+    shuffled = lambda: DataLoader(data, batch_size=8, shuffle=True)  # noqa: E731
+    first = lambda loader: next(iter(loader))  # noqa: E731
+    assert _restarts(sequential, first) == ["loader-restarted-every-step"]
+    assert _restarts(sequential, first, RESTART_STEPS - 1) == []
+    # Shuffled without workers: a random batch each step, and no processes to start.
+    assert _restarts(shuffled, first) == []
+    # Read to its end each step (a step per epoch), or a one-batch loader: no restart.
+    assert _restarts(sequential, lambda loader: list(loader)) == []
+    one = lambda: DataLoader(TensorDataset(torch.arange(8.0)), batch_size=8)  # noqa: E731
+    assert _restarts(one, first) == []
+    # One iterator drawn from step after step: the healthy loop.
+    it = iter(sequential())
+    assert _restarts(sequential, lambda loader: next(it), 8) == []
+
+
+def test_the_restart_finding_names_what_it_costs() -> None:
+    found = checks.loader_restarted_every_step("a DataLoader over X", 20, 64, False, 4)
+    assert "4 worker processes start anew" in found.message and "same" not in found.message

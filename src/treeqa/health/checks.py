@@ -43,6 +43,7 @@ FIXES: dict[str, str] = {
     "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
     "eval-in-train-mode": "call model.eval() before evaluating (and model.train() after it, before the next training step)",
     "fp16-without-loss-scaling": "scale the loss with torch.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(opt); scaler.update()), or autocast to bfloat16, which needs no scaling",
+    "loader-restarted-every-step": "make the iterator once (it = iter(loader)) and call next(it) each step, starting a new one when it raises StopIteration (or loop over the loader once an epoch)",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
@@ -855,6 +856,28 @@ def fp16_without_loss_scaling(steps: int) -> Finding:
         "scales its loss: gradients smaller than float16's smallest step (6e-8) flush to zero "
         "in the backward, so small gradients are lost",
         evidence={"sampled_steps": steps},
+    )
+
+
+def loader_restarted_every_step(
+    loader: str, steps: int, batches: int, sequential: bool, workers: int
+) -> Finding:
+    """``steps`` steps in a row each made a new iterator of ``loader`` (``batches`` long) and
+    left it before its end: ``next(iter(loader))`` inside the loop. ``sequential``: its
+    sampler does not shuffle, so every step gets its first batch; ``workers``: processes
+    started anew with each iterator."""
+    costs = []
+    if sequential:
+        costs.append("it does not shuffle, so every step gets the same first batch")
+    if workers:
+        costs.append(f"its {workers} worker processes start anew every step")
+    return Finding(
+        "loader-restarted-every-step",
+        "warning",
+        f"{loader} ({batches} batches) got a new iterator on each of the last {steps} steps, "
+        f"each left after its first batches (next(iter(loader)) inside the loop): "
+        + "; ".join(costs),
+        evidence={"steps": steps, "batches": batches, "sequential": sequential, "workers": workers},
     )
 
 

@@ -1,29 +1,88 @@
-"""The most worker processes of any DataLoader iterated during the run (``input-bound``'s advice).
+"""The DataLoaders iterated during the run: the most worker processes of any of them
+(``input-bound``'s advice), and a new iterator made on every step (``loader-restarted-every-
+step``: ``next(iter(loader))`` inside the loop).
 
-A loader may be gone by the time the check runs (made inside a function per epoch, or the
-script ends before the last check), so its workers are noted when its iterator is made:
-``DataLoader.__iter__`` is wrapped for the run (once an epoch: no per-step cost).
+A loader may be gone by the time a check runs (made inside a function per epoch, or the script
+ends before the last check), so what matters is noted when its iterator is made:
+``DataLoader.__iter__`` is wrapped for the run (once an epoch in a healthy loop). The newest
+iterator's batches are counted as they are drawn (``__next__`` is wrapped too: a weak-reference
+call and an addition a batch), so that an iterator given up after one batch is told from one
+read to its end (a step per epoch, over every batch).
 """
 
 from __future__ import annotations
 
-from torch.utils.data import DataLoader
+import weakref
+from typing import Any
 
-from treeqa.health.wrap import Wrappers, note_calls
+from torch.utils.data import DataLoader, SequentialSampler
+from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+from treeqa.health import checks
+from treeqa.health.checks import Finding
+from treeqa.health.wrap import Wrappers, note_calls, note_function_results
+
+RESTART_STEPS = 20
+"""Steps in a row that each made a new iterator and left it before its end."""
 
 
-class LoaderWorkers:
+class Loaders:
     """``most``: the most ``num_workers`` of a DataLoader iterated while installed."""
 
     def __init__(self) -> None:
         self.most = 0
         self.wrappers = Wrappers()
+        self.made = 0  # iterators made since the last step
+        self.newest: weakref.ref[Any] | None = None  # the last iterator made
+        self.drawn = 0  # batches it has given
+        self.length: int | None = None  # batches its loader has (None: an iterable dataset)
+        self.loader = ""  # the loader, in words, and where its iterator was made
+        self.where = ""
+        self.sequential, self.workers = False, 0
+        self.restarts = 0  # steps in a row that made a new iterator and left it early
+        self.reported = False
 
     def install(self) -> None:
-        self.wrappers.add(note_calls(DataLoader, "__iter__", self._note))
+        self.wrappers.add(note_function_results(DataLoader, "__iter__", self._made))
+        self.wrappers.add(note_calls(_BaseDataLoaderIter, "__next__", self._drawn))
 
     def uninstall(self) -> None:
         self.wrappers.undo()
 
-    def _note(self, loader: DataLoader) -> None:
+    def _made(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], it: Any) -> None:
+        loader = args[0]
         self.most = max(self.most, int(loader.num_workers))
+        self.made += 1
+        try:
+            self.newest = weakref.ref(it)
+            self.length = len(loader)
+        except TypeError:  # an iterable dataset without a length
+            self.newest, self.length = None, None
+        self.drawn = 0
+        if self.restarts + 1 >= RESTART_STEPS and not self.reported:  # read only when needed
+            sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
+            self.sequential = isinstance(sampler, SequentialSampler)
+            self.workers = int(loader.num_workers)
+            self.loader = f"a DataLoader over {type(loader.dataset).__name__}"
+            self.where = checks.user_site(2)
+
+    def _drawn(self, it: Any) -> None:
+        if self.newest is not None and self.newest() is it:
+            self.drawn += 1
+
+    def end_step(self) -> Finding | None:
+        """The clock stepped: a new iterator this step, left before its end, makes one more
+        step in a row; ``RESTART_STEPS`` of them make the finding."""
+        made, self.made = self.made, 0
+        left = self.length is not None and self.length > 1 and 0 < self.drawn < self.length
+        self.restarts = self.restarts + 1 if made and left else 0
+        if self.restarts < RESTART_STEPS or self.reported:
+            return None
+        if not self.sequential and self.workers == 0:  # a random batch each step, cheaply
+            return None
+        self.reported = True
+        found = checks.loader_restarted_every_step(
+            self.loader, self.restarts, self.length or 0, self.sequential, self.workers
+        )
+        found.where = self.where
+        return found

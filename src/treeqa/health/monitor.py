@@ -35,7 +35,7 @@ from torch import nn
 from treeqa.health import checks, graphs, report
 from treeqa.health.checks import Finding
 from treeqa.health.heap import heap_mb
-from treeqa.health.loaders import LoaderWorkers
+from treeqa.health.loaders import Loaders
 from treeqa.health.losses import LossInputCheck
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
@@ -207,7 +207,7 @@ class HealthMonitor(Callback):
         self.nonfinite = NonFiniteTracer(self.add)
         self.profile = ProfileWindow(memory=rss_mb, waited=RUN_QUEUE.waited)
         self._retain_steps = 0
-        self.loaders = LoaderWorkers()  # the most DataLoader workers (input-bound's advice)
+        self.loaders = Loaders()  # DataLoader workers (input-bound's advice) and iterators
         self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN
         self._retain_site = ""
         self._backward_retained: bool | None = None
@@ -272,7 +272,7 @@ class HealthMonitor(Callback):
 
     def install_loss_checks(self) -> None:
         """Wrap ``F.cross_entropy``/``F.nll_loss`` (nn losses call them) to look at their input,
-        ``DataLoader.__iter__`` to note each loader's workers (``loaders.py``) and
+        ``DataLoader.__iter__`` and its iterators' ``__next__`` (``loaders.py``) and
         ``GradScaler.update`` to note fp16 loss scalers (``scalers.py``). Call it before the
         first loader is iterated."""
         self.loss_check.install()
