@@ -36,6 +36,7 @@ EXPECTED = {
     "bug_hot_op.py": "hot-op",
     "heap_sorted_lengths.py": "heap-retention",
     "bug_loader_restarted.py": "loader-restarted-every-step",
+    "bug_sampler_epoch_not_set.py": "sampler-epoch-not-set",
     "bug_gradients_not_zeroed.py": "gradients-not-zeroed",
     "bug_temperature_not_zeroed.py": "gradients-not-zeroed",  # outside the model
     "bug_gan_generator_not_zeroed.py": "gradients-not-zeroed",  # the second optimiser's

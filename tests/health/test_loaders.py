@@ -8,9 +8,10 @@ import io
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from treeqa.health import checks, run_doctor
+from treeqa.health.checks import Finding
 from treeqa.health.loaders import RESTART_STEPS, Loaders
 
 PER_EPOCH_LOADER = """
@@ -65,17 +66,17 @@ def test_input_bound_advice_counts_workers_of_a_loader_already_gone(tmp_path: Pa
 
 def _restarts(make_loader, per_step, steps: int = RESTART_STEPS) -> list[str]:
     """``per_step(loader)`` draws a step's batches ``steps`` times; the findings made."""
-    loaders = Loaders()
+    found: list[Finding] = []
+    loaders = Loaders(found.append)
     loaders.install()
-    found = []
     try:
         loader = make_loader()
         for _ in range(steps):
             per_step(loader)
-            found.append(loaders.end_step())
+            loaders.end_step()
     finally:
         loaders.uninstall()
-    return [f.code for f in found if f is not None]
+    return [f.code for f in found]
 
 
 def test_a_new_iterator_every_step_left_after_one_batch_is_a_restart() -> None:
@@ -99,3 +100,27 @@ def test_a_new_iterator_every_step_left_after_one_batch_is_a_restart() -> None:
 def test_the_restart_finding_names_what_it_costs() -> None:
     found = checks.loader_restarted_every_step("a DataLoader over X", 20, 64, False, 4)
     assert "4 worker processes start anew" in found.message and "same" not in found.message
+
+
+def test_a_distributed_sampler_whose_epoch_is_never_set_is_named() -> None:
+    def run(set_epoch: bool, shuffle: bool = True, passes_per_epoch: int = 1) -> list[str]:
+        found: list[Finding] = []
+        loaders = Loaders(found.append)
+        loaders.install()
+        try:
+            data = TensorDataset(torch.arange(16.0))
+            sampler = DistributedSampler(data, num_replicas=2, rank=0, shuffle=shuffle)
+            loader = DataLoader(data, batch_size=4, sampler=sampler)
+            for epoch in range(4):
+                if set_epoch:
+                    sampler.set_epoch(epoch)
+                for _ in range(passes_per_epoch):
+                    list(loader)
+        finally:
+            loaders.uninstall()
+        return [f.code for f in found]
+
+    assert run(set_epoch=False) == ["sampler-epoch-not-set"]
+    assert run(set_epoch=True) == []
+    assert run(set_epoch=True, passes_per_epoch=2) == []  # a statistics pass, then training
+    assert run(set_epoch=False, shuffle=False) == []  # an evaluation loader: no order to vary

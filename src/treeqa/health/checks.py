@@ -44,6 +44,7 @@ FIXES: dict[str, str] = {
     "eval-in-train-mode": "call model.eval() before evaluating (and model.train() after it, before the next training step)",
     "fp16-without-loss-scaling": "scale the loss with torch.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(opt); scaler.update()), or autocast to bfloat16, which needs no scaling",
     "loader-restarted-every-step": "make the iterator once (it = iter(loader)) and call next(it) each step, starting a new one when it raises StopIteration (or loop over the loader once an epoch)",
+    "sampler-epoch-not-set": "call loader.sampler.set_epoch(epoch) at the start of each epoch, before iterating the loader",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
@@ -878,6 +879,19 @@ def loader_restarted_every_step(
         f"each left after its first batches (next(iter(loader)) inside the loop): "
         + "; ".join(costs),
         evidence={"steps": steps, "batches": batches, "sequential": sequential, "workers": workers},
+    )
+
+
+def sampler_epoch_not_set(epoch: int, passes: int) -> Finding:
+    """A shuffling DistributedSampler's loader went over its data ``passes`` times in a row at
+    one ``epoch``: ``set_epoch`` is never called, so every epoch has the same order."""
+    return Finding(
+        "sampler-epoch-not-set",
+        "warning",
+        f"a DataLoader's DistributedSampler (shuffle=True) stayed at epoch {epoch} over {passes} "
+        "passes: its shuffle is seeded by the epoch, so without set_epoch() every epoch visits "
+        "the data in the same order",
+        evidence={"epoch": epoch, "passes": passes},
     )
 
 

@@ -285,9 +285,7 @@ class Doctor:
         self.updates.end_step(
             self.monitor.step, sampled, optimizer, self.roots, self.monitor.params, loss is not None
         )
-        restarted = self.monitor.loaders.end_step()
-        if restarted is not None:
-            self.monitor.add(restarted)
+        self.monitor.loaders.end_step()
         self.open = False
         self.last_end = time.perf_counter()
         if self.monitor.stop_requested:

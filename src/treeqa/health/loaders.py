@@ -1,6 +1,7 @@
 """The DataLoaders iterated during the run: the most worker processes of any of them
-(``input-bound``'s advice), and a new iterator made on every step (``loader-restarted-every-
-step``: ``next(iter(loader))`` inside the loop).
+(``input-bound``'s advice), a new iterator made on every step (``loader-restarted-every-
+step``: ``next(iter(loader))`` inside the loop), and a shuffling ``DistributedSampler`` whose
+``set_epoch`` is never called (``sampler-epoch-not-set``: the same order every epoch).
 
 A loader may be gone by the time a check runs (made inside a function per epoch, or the script
 ends before the last check), so what matters is noted when its iterator is made:
@@ -13,9 +14,10 @@ read to its end (a step per epoch, over every batch).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
-from torch.utils.data import DataLoader, SequentialSampler
+from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from treeqa.health import checks
@@ -24,13 +26,23 @@ from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 RESTART_STEPS = 20
 """Steps in a row that each made a new iterator and left it before its end."""
+SAME_EPOCH_PASSES = 3
+"""Passes over a loader whose shuffling DistributedSampler kept one epoch (two a epoch: a
+statistics pass before the training one)."""
 
 
 class Loaders:
-    """``most``: the most ``num_workers`` of a DataLoader iterated while installed."""
+    """``most``: the most ``num_workers`` of a DataLoader iterated while installed; ``add``:
+    where findings go (``HealthMonitor.add``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, add: Callable[[Finding], None]) -> None:
+        self.add = add
         self.most = 0
+        # Each shuffling DistributedSampler's epoch at its loader's last pass, and the passes
+        # in a row at that epoch (weak: a finished run's).
+        self.epochs: weakref.WeakKeyDictionary[DistributedSampler[Any], tuple[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
         self.wrappers = Wrappers()
         self.made = 0  # iterators made since the last step
         self.newest: weakref.ref[Any] | None = None  # the last iterator made
@@ -40,7 +52,7 @@ class Loaders:
         self.where = ""
         self.sequential, self.workers = False, 0
         self.restarts = 0  # steps in a row that made a new iterator and left it early
-        self.reported = False
+        self.reported: set[str] = set()
 
     def install(self) -> None:
         self.wrappers.add(note_function_results(DataLoader, "__iter__", self._made))
@@ -52,6 +64,8 @@ class Loaders:
     def _made(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], it: Any) -> None:
         loader = args[0]
         self.most = max(self.most, int(loader.num_workers))
+        if isinstance(loader.sampler, DistributedSampler) and loader.sampler.shuffle:
+            self._note_epoch(loader.sampler)
         self.made += 1
         try:
             self.newest = weakref.ref(it)
@@ -59,30 +73,44 @@ class Loaders:
         except TypeError:  # an iterable dataset without a length
             self.newest, self.length = None, None
         self.drawn = 0
-        if self.restarts + 1 >= RESTART_STEPS and not self.reported:  # read only when needed
+        if self.restarts + 1 >= RESTART_STEPS:  # read only when needed
             sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
             self.sequential = isinstance(sampler, SequentialSampler)
             self.workers = int(loader.num_workers)
             self.loader = f"a DataLoader over {type(loader.dataset).__name__}"
-            self.where = checks.user_site(2)
+            self.where = checks.user_site()
+
+    def _note_epoch(self, sampler: DistributedSampler[Any]) -> None:
+        epoch = int(sampler.epoch)
+        last, passes = self.epochs.get(sampler, (None, 0))
+        passes = passes + 1 if epoch == last else 1
+        self.epochs[sampler] = (epoch, passes)
+        if passes == SAME_EPOCH_PASSES:
+            found = checks.sampler_epoch_not_set(epoch, passes)
+            found.where = checks.user_site()
+            self._report(found)
+
+    def _report(self, found: Finding) -> None:
+        if found.code not in self.reported:
+            self.reported.add(found.code)
+            self.add(found)
 
     def _drawn(self, it: Any) -> None:
         if self.newest is not None and self.newest() is it:
             self.drawn += 1
 
-    def end_step(self) -> Finding | None:
-        """The clock stepped: a new iterator this step, left before its end, makes one more
-        step in a row; ``RESTART_STEPS`` of them make the finding."""
+    def end_step(self) -> None:
+        """The clock stepped (under ``treeqa doctor``): a new iterator this step, left before
+        its end, makes one more step in a row; ``RESTART_STEPS`` of them make the finding."""
         made, self.made = self.made, 0
         left = self.length is not None and self.length > 1 and 0 < self.drawn < self.length
         self.restarts = self.restarts + 1 if made and left else 0
-        if self.restarts < RESTART_STEPS or self.reported:
-            return None
+        if self.restarts < RESTART_STEPS:
+            return
         if not self.sequential and self.workers == 0:  # a random batch each step, cheaply
-            return None
-        self.reported = True
+            return
         found = checks.loader_restarted_every_step(
             self.loader, self.restarts, self.length or 0, self.sequential, self.workers
         )
         found.where = self.where
-        return found
+        self._report(found)

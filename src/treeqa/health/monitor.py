@@ -207,7 +207,7 @@ class HealthMonitor(Callback):
         self.nonfinite = NonFiniteTracer(self.add)
         self.profile = ProfileWindow(memory=rss_mb, waited=RUN_QUEUE.waited)
         self._retain_steps = 0
-        self.loaders = Loaders()  # DataLoader workers (input-bound's advice) and iterators
+        self.loaders = Loaders(self.add)  # DataLoader workers, iterators and samplers
         self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN
         self._retain_site = ""
         self._backward_retained: bool | None = None
