@@ -45,6 +45,7 @@ FIXES: dict[str, str] = {
     "fp16-without-loss-scaling": "scale the loss with torch.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(opt); scaler.update()), or autocast to bfloat16, which needs no scaling",
     "loader-restarted-every-step": "make the iterator once (it = iter(loader)) and call next(it) each step, starting a new one when it raises StopIteration (or loop over the loader once an epoch)",
     "sampler-epoch-not-set": "call loader.sampler.set_epoch(epoch) at the start of each epoch, before iterating the loader",
+    "anomaly-detection-on": "remove torch.autograd.set_detect_anomaly(True) (or detect_anomaly()) once the NaN it was for is found",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
@@ -892,6 +893,19 @@ def sampler_epoch_not_set(epoch: int, passes: int) -> Finding:
         "passes: its shuffle is seeded by the epoch, so without set_epoch() every epoch visits "
         "the data in the same order",
         evidence={"epoch": epoch, "passes": passes},
+    )
+
+
+def anomaly_detection_on(step: int) -> Finding:
+    """Autograd's anomaly detection was on at two sampled steps, the second ``step``."""
+    return Finding(
+        "anomaly-detection-on",
+        "warning",
+        "autograd's anomaly detection is on (torch.autograd.set_detect_anomaly or "
+        "detect_anomaly): every forward op records its traceback and every backward op is "
+        "checked for NaN, which makes steps slower (2-3x for a small MLP); it is for hunting a "
+        "NaN, not for training",
+        evidence={"step": step},
     )
 
 

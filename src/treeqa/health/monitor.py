@@ -191,6 +191,7 @@ class HealthMonitor(Callback):
         self.in_step = False  # between begin_step and end_step: a finding now is the next step's
         self.unstepped_backwards = 0  # backward() calls in a script that never stepped (doctor)
         self.failed = False  # its own code failed (``safely``): it stopped watching
+        self._anomaly = 0  # sampled steps run with autograd's anomaly detection on
         self.goes_on = "training goes on"  # what happens after a failure, said with it
         self._next_series_check = self.every
         self._seq: list[int] = []  # sequence number of each step's loss (graphs-from-step map)
@@ -536,6 +537,10 @@ class HealthMonitor(Callback):
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
 
     def _sampled_checks(self, s: int) -> None:
+        if torch.is_anomaly_enabled():  # one flag read
+            self._anomaly += 1
+            if self._anomaly == 2:  # on for more than a first step or two under watch
+                self.add(checks.anomaly_detection_on(s))
         if self._rms:
             names = list(self._rms)
             values = torch.stack(
