@@ -37,6 +37,7 @@ EXPECTED = {
     "heap_sorted_lengths.py": "heap-retention",
     "bug_loader_restarted.py": "loader-restarted-every-step",
     "bug_sampler_epoch_not_set.py": "sampler-epoch-not-set",
+    "bug_seed_every_step.py": "seed-reset-every-step",
     "bug_gradients_not_zeroed.py": "gradients-not-zeroed",
     "bug_temperature_not_zeroed.py": "gradients-not-zeroed",  # outside the model
     "bug_gan_generator_not_zeroed.py": "gradients-not-zeroed",  # the second optimiser's

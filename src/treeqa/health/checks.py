@@ -46,6 +46,7 @@ FIXES: dict[str, str] = {
     "loader-restarted-every-step": "make the iterator once (it = iter(loader)) and call next(it) each step, starting a new one when it raises StopIteration (or loop over the loader once an epoch)",
     "sampler-epoch-not-set": "call loader.sampler.set_epoch(epoch) at the start of each epoch, before iterating the loader",
     "anomaly-detection-on": "remove torch.autograd.set_detect_anomaly(True) (or detect_anomaly()) once the NaN it was for is found",
+    "seed-reset-every-step": "seed once, before the loop (or give each step its own seed, seed + step, if steps must be reproducible one by one)",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
@@ -906,6 +907,18 @@ def anomaly_detection_on(step: int) -> Finding:
         "checked for NaN, which makes steps slower (2-3x for a small MLP); it is for hunting a "
         "NaN, not for training",
         evidence={"step": step},
+    )
+
+
+def seed_reset_every_step(seed: object, steps: int) -> Finding:
+    """``torch.manual_seed(seed)`` on each of the last ``steps`` steps."""
+    return Finding(
+        "seed-reset-every-step",
+        "warning",
+        f"torch.manual_seed({seed!r}) runs on every step ({steps} steps in a row): each step "
+        "draws the same random numbers, so dropout masks, noise and random augmentations "
+        "repeat step after step",
+        evidence={"seed": str(seed), "steps": steps},
     )
 
 

@@ -42,6 +42,7 @@ from treeqa.health import checks, report
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
+from treeqa.health.seeds import Seeds
 from treeqa.health.updates import Updates
 
 SWITCH_AFTER = 8
@@ -82,6 +83,7 @@ class Doctor:
         self.updates = Updates(monitor.add, monitor.scalers)
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
         self.broadcast_found = False  # a hand-written loss over [N, 1] - [N] (said once)
+        self.seeds = Seeds(monitor.add)  # torch.manual_seed(s) on every step
         # Modules run in eval mode without gradients before the clock knows its models.
         self.evaluated_early: set[int] = set()
         # Clips of the wrong gradients (before backward, before a scaler's unscale_).
@@ -126,6 +128,7 @@ class Doctor:
         GradScaler.step = step  # type: ignore[method-assign,assignment]
         self.clipping.install()
         self.updates.install()
+        self.seeds.install()
         self.monitor.install_loss_checks()
 
     def uninstall(self) -> None:
@@ -137,6 +140,7 @@ class Doctor:
         self.eval_dropout.end()
         self.clipping.uninstall()
         self.updates.uninstall()
+        self.seeds.uninstall()
         if self.original_backward is not None:
             torch.autograd.backward = self.original_backward
             self.original_backward = None
@@ -286,6 +290,7 @@ class Doctor:
             self.monitor.step, sampled, optimizer, self.roots, self.monitor.params, loss is not None
         )
         self.monitor.loaders.end_step()
+        self.seeds.end_step()
         self.open = False
         self.last_end = time.perf_counter()
         if self.monitor.stop_requested:
