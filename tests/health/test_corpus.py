@@ -95,6 +95,14 @@ def test_every_code_has_a_bug_script() -> None:
     assert all((SCRIPTS / name).exists() for name in [*EXPECTED, *CLEAN])
 
 
+def test_every_code_is_explained_in_the_docs_and_named_in_the_readme() -> None:
+    root = Path(__file__).parents[2]
+    docs = (root / "docs" / "health.md").read_text()
+    readme = (root / "README.md").read_text()
+    assert [c for c in CODES if f"### `{c}`" not in docs] == []
+    assert [c for c in CODES if f"`{c}`" not in readme] == []
+
+
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_bug_script_is_named(name: str, doctor_report) -> None:
     if EXPECTED[name] == "heap-retention" and heap_mb() is None:
