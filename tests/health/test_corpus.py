@@ -50,6 +50,7 @@ EXPECTED = {
     "bug_eval_in_train_mode.py": "eval-in-train-mode",
     "bug_fp16_without_scaler.py": "fp16-without-loss-scaling",
     "bug_anomaly_detection_on.py": "anomaly-detection-on",
+    "bug_lr_zero.py": "lr-zero",
     "bug_lr_collapsed.py": "lr-collapsed",
     "bug_lr_collapsed_late.py": "lr-collapsed",  # in the last quarter of the run
     "bug_cosine_past_end.py": "lr-schedule-past-end",

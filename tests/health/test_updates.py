@@ -332,6 +332,16 @@ def test_lr_collapsed_is_a_per_epoch_schedule_stepped_every_batch() -> None:
     assert _lr_findings(lambda o: sched.LambdaLR(o, lambda e: 1.0), 200, frozen_group=True) == []
 
 
+def test_a_learning_rate_at_zero_from_the_first_step_is_named() -> None:
+    sched = torch.optim.lr_scheduler
+    warmup = lambda o: sched.LambdaLR(o, lambda s: min(1.0, s / 100))  # noqa: E731
+    assert _lr_findings(warmup, 200) == []  # a warm-up from 0, stepped
+    assert _lr_findings(warmup, 200, every=10**6) == ["lr-zero"]  # never stepped
+    assert _lr_findings(lambda o: sched.LambdaLR(o, lambda s: 1.0), 200, lr=0.0) == ["lr-zero"]
+    # A group frozen at 0 beside one that trains is no zero rate.
+    assert _lr_findings(lambda o: sched.LambdaLR(o, lambda s: 1.0), 200, frozen_group=True) == []
+
+
 def test_a_cosine_schedule_stepped_past_its_end_is_named() -> None:
     sched = torch.optim.lr_scheduler
     # T_max=40 meant in epochs, stepped every batch: its rate is back up by step 80.

@@ -48,6 +48,7 @@ FIXES: dict[str, str] = {
     "anomaly-detection-on": "remove torch.autograd.set_detect_anomaly(True) (or detect_anomaly()) once the NaN it was for is found",
     "seed-reset-every-step": "seed once, before the loop (or give each step its own seed, seed + step, if steps must be reproducible one by one)",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
+    "lr-zero": "give the optimiser a learning rate above 0; a warm-up that starts at 0 needs scheduler.step() after each optimizer.step()",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
     "loss-broadcast": "give prediction and target the same shape (pred.squeeze(-1) or target.unsqueeze(-1)) before the loss",
@@ -948,6 +949,18 @@ def lr_schedule_past_end(name: str, t_max: int, steps: int) -> Finding | None:
         f"climbs back to its peak (after {2 * t_max} steps) and cycles every "
         f"{2 * t_max} steps; T_max counts scheduler.step() calls",
         evidence={"scheduler": name, "T_max": t_max, "scheduler_steps": steps},
+    )
+
+
+def lr_zero(steps: int) -> Finding:
+    """Every parameter group's learning rate was 0 on each of the first ``steps`` steps."""
+    return Finding(
+        "lr-zero",
+        "error",
+        f"the learning rate has been 0 in every parameter group since the first step ({steps} "
+        "steps): the optimiser changes nothing (lr=0 given, or a warm-up that starts at 0 "
+        "whose scheduler.step() is never called)",
+        evidence={"steps": steps},
     )
 
 

@@ -29,6 +29,8 @@ every backward) and reports to the monitor:
   smallest step flush to zero.
 - ``lr-negative``: a parameter group's learning rate went below zero (a linear decay stepped
   past its end), so the optimiser climbs the loss.
+- ``lr-zero``: every group's learning rate has been 0 since the first step (``lr=0``, or a
+  warm-up from 0 whose scheduler is never stepped): the optimiser changes nothing.
 - ``lr-collapsed``: the clock's learning rate (its largest group's) fell below
   ``checks.LR_FLOOR`` of its peak and stayed there for a fifth of the run so far. A
   ``ReduceLROnPlateau`` stepped less often than every other optimiser step (once an epoch)
@@ -65,6 +67,9 @@ EVAL_STEPS = 20
 EVAL_FORWARDS = 5
 """Forwards in a row without gradients in train mode that read as an evaluation (MixMatch
 guesses labels with 2 a step)."""
+ZERO_STEPS = 50
+"""Steps from the first with every group's learning rate at 0 (a warm-up from 0 is above it
+after its first step)."""
 FP16_STEPS = 3
 """Sampled steps under float16 autocast with no loss scaler before it is reported."""
 ORPHAN_STEP = 10
@@ -140,6 +145,7 @@ class Updates:
         self.peak, self.floor, self.first = 0.0, 0.0, step + 1
         self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
         self.plateau = 0  # ReduceLROnPlateau steps of the clock's optimiser (at its last step)
+        self.zero_steps = 0  # steps at lr 0 in every group, from the first
         self.reported -= {"lr-collapsed"}
 
     # ------------------------------------------------------------------ from the doctor's hooks
@@ -331,6 +337,10 @@ class Updates:
             self._report(checks.lr_negative(lowest, step))
             self.low_since = None
             return
+        if lr == 0 and self.peak == 0:  # at 0 from the first step: nothing has trained yet
+            self.zero_steps += 1
+            if self.zero_steps == ZERO_STEPS:
+                self._report(checks.lr_zero(self.zero_steps))
         if lr > self.peak:
             self.peak, self.low_since, self.floor = lr, None, checks.LR_FLOOR * lr
         elif self.low_since is None:
