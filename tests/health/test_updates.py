@@ -340,6 +340,15 @@ def test_a_learning_rate_at_zero_from_the_first_step_is_named() -> None:
     assert _lr_findings(lambda o: sched.LambdaLR(o, lambda s: 1.0), 200, lr=0.0) == ["lr-zero"]
     # A group frozen at 0 beside one that trains is no zero rate.
     assert _lr_findings(lambda o: sched.LambdaLR(o, lambda s: 1.0), 200, frozen_group=True) == []
+    # Nor an optimiser at 0 while another one steps (a backbone's, waiting beside a head's).
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    backbone = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.0)
+    head = torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)
+    updates.optimizers.add(head)
+    for step in range(1, 101):
+        updates.end_step(step, False, backbone, [], [])
+    assert found == []
 
 
 def test_a_cosine_schedule_stepped_past_its_end_is_named() -> None:

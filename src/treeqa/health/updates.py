@@ -339,7 +339,9 @@ class Updates:
             return
         if lr == 0 and self.peak == 0:  # at 0 from the first step: nothing has trained yet
             self.zero_steps += 1
-            if self.zero_steps == ZERO_STEPS:
+            # Another optimiser that steps may train on purpose while this one waits at 0.
+            alone = all(o is optimizer for o in self.optimizers)
+            if self.zero_steps == ZERO_STEPS and alone:
                 self._report(checks.lr_zero(self.zero_steps))
         if lr > self.peak:
             self.peak, self.low_since, self.floor = lr, None, checks.LR_FLOOR * lr
