@@ -129,7 +129,8 @@ class Updates:
         self.backwards = 0  # backward calls since the clock's last step
         self.empty = 0  # steps in a row stepped after a backward with no gradients
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
-        self.mode = 0  # this step's forwards with gradients: 1 train mode, 2 eval mode
+        # this step's forwards with gradients: 1 train mode, 2 eval mode, 4 float16 autocast
+        self.mode = 0
         self.sampled = False  # this step is sampled
         self.fp16 = 0  # sampled steps whose forwards ran under float16 autocast, unscaled
         # forwards in a row without gradients in train mode (-1: Monte Carlo sampling, not
