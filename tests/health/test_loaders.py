@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from treeqa.health import checks, run_doctor
+from treeqa.health import run_doctor, slips
 from treeqa.health.checks import Finding
 from treeqa.health.loaders import RESTART_STEPS, Loaders
 
@@ -98,7 +98,7 @@ def test_a_new_iterator_every_step_left_after_one_batch_is_a_restart() -> None:
 
 
 def test_the_restart_finding_names_what_it_costs() -> None:
-    found = checks.loader_restarted_every_step("a DataLoader over X", 20, 64, False, 4)
+    found = slips.loader_restarted_every_step("a DataLoader over X", 20, 64, False, 4)
     assert "4 worker processes start anew" in found.message and "same" not in found.message
 
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from treeqa.health import HealthMonitor, checks, report, run_doctor
+from treeqa.health import HealthMonitor, checks, loss_inputs, report, run_doctor
 from treeqa.health.heap import heap_mb
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
@@ -319,11 +319,11 @@ def test_checks_on_numbers() -> None:
     assert (
         checks.activation_growth({"b.0": 1.0, "b.1": 11.0, "b.2": 130.0, "b.3": 1500.0}) is not None
     )
-    assert checks.looks_like_probabilities(torch.randn(4, 5).softmax(1))
-    assert not checks.looks_like_probabilities(torch.randn(4, 5))
+    assert loss_inputs.looks_like_probabilities(torch.randn(4, 5).softmax(1))
+    assert not loss_inputs.looks_like_probabilities(torch.randn(4, 5))
     # A bfloat16 softmax's rows sum to 1 only within ~0.003; a float32 row 0.003 off is no softmax.
-    assert checks.looks_like_probabilities((torch.randn(64, 10) * 3).bfloat16().softmax(1))
-    assert not checks.looks_like_probabilities(torch.full((4, 5), 0.2006))
+    assert loss_inputs.looks_like_probabilities((torch.randn(64, 10) * 3).bfloat16().softmax(1))
+    assert not loss_inputs.looks_like_probabilities(torch.full((4, 5), 0.2006))
     assert checks.loss_at_init(math.log(10) + 0.2, 10) is None
     conv = checks.hot_op({"aten::mkldnn_convolution": 7e3, "aten::addmm": 2e3, "aten::add": 1e3}, 1)
     assert conv is not None and conv.severity == "warning" and "depthwise" in conv.fix

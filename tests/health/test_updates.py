@@ -9,16 +9,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from treeqa.health import checks
+from treeqa.health import loss_inputs, slips
 from treeqa.health.checks import Finding
 from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import EMPTY_STEPS, EVAL_FORWARDS, EVAL_STEPS, Updates
 
 
 def test_gradients_not_zeroed_needs_dirty_sampled_steps_in_a_row() -> None:
-    assert checks.gradients_not_zeroed([True, False, False]) is None
-    assert checks.gradients_not_zeroed([False, False, True]) is None  # zeroed again
-    found = checks.gradients_not_zeroed([True, False, False, False])
+    assert slips.gradients_not_zeroed([True, False, False]) is None
+    assert slips.gradients_not_zeroed([False, False, True]) is None  # zeroed again
+    found = slips.gradients_not_zeroed([True, False, False, False])
     assert found is not None and found.severity == "error"
 
 
@@ -136,8 +136,8 @@ def test_zero_grad_on_every_micro_batch_is_told_from_deliberate_second_backwards
     assert _micro_batch_run("accumulate") == ([False] * 4, [])
     assert _micro_batch_run("sam") == ([False] * 4, [])  # the weights moved in between
     assert _micro_batch_run("pcgrad") == ([False] * 4, [])  # the step's gradient is combined
-    assert checks.zero_grad_per_micro_batch([True, True, False], 2) is None
-    found = checks.zero_grad_per_micro_batch([False, True, True, True], 4)
+    assert slips.zero_grad_per_micro_batch([True, True, False], 2) is None
+    found = slips.zero_grad_per_micro_batch([False, True, True, True], 4)
     assert found is not None and found.evidence["backwards_per_step"] == 4
 
 
@@ -216,7 +216,7 @@ def test_train_in_eval_mode_after_train_mode_with_mode_dependent_layers() -> Non
     # It went back to train mode after an earlier evaluation: the eval phase is on purpose.
     assert run(dropout, 10, evaluations=(6, 11)) == []
     assert run(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), 10) == []  # the mode changes nothing
-    assert checks.train_in_eval_mode(10, EVAL_STEPS, 11, []) is None
+    assert slips.train_in_eval_mode(10, EVAL_STEPS, 11, []) is None
 
 
 def test_an_evaluation_in_train_mode_is_a_run_of_forwards_without_gradients() -> None:
@@ -239,7 +239,7 @@ def test_an_evaluation_in_train_mode_is_a_run_of_forwards_without_gradients() ->
     assert run(bn, EVAL_FORWARDS) == ["eval-in-train-mode"]
     assert run(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1)), 10) == ["eval-in-train-mode"]
     assert run(bn, 2) == []  # pseudo-labels for two augmentations a step (MixMatch)
-    found = checks.eval_in_train_mode(5, ["1 (BatchNorm1d)"])
+    found = slips.eval_in_train_mode(5, ["1 (BatchNorm1d)"])
     assert found is not None and "dropout" not in found.message  # it says what it saw
     dropout = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
     assert run(dropout, 10, same=True) == []  # Monte Carlo dropout: samples of one input
@@ -357,7 +357,7 @@ def test_a_cosine_schedule_stepped_past_its_end_is_named() -> None:
     cosine = lambda o: sched.CosineAnnealingLR(o, T_max=40)  # noqa: E731
     assert _lr_findings(cosine, 400) == ["lr-schedule-past-end"]
     assert _lr_findings(cosine, 44) == []  # a few steps past the end: still near its floor
-    found = checks.lr_schedule_past_end("CosineAnnealingLR", 40, 45)
+    found = slips.lr_schedule_past_end("CosineAnnealingLR", 40, 45)
     assert found is not None and found.evidence["scheduler_steps"] == 45
     # Restarts on purpose, and a cosine inside a warm-up, are not.
     restarts = lambda o: sched.CosineAnnealingWarmRestarts(o, T_0=40)  # noqa: E731
@@ -391,71 +391,73 @@ def test_lr_collapsed_leaves_a_plateau_scheduler_stepped_once_an_epoch_alone() -
     assert _lr_findings(plateau, 400, every=20) == []
     # Every batch, with a patience meant in epochs: the rate collapses within a few steps.
     assert _lr_findings(plateau, 400, every=1) == ["lr-collapsed"]
-    found = checks.lr_collapsed(0.1, 10, 400, plateau_steps=400)
+    found = slips.lr_collapsed(0.1, 10, 400, plateau_steps=400)
     assert found is not None and "patience counts batches" in found.message
 
 
 def test_a_hand_written_loss_over_a_broadcast_difference_is_found_in_its_graph() -> None:
     pred, y = torch.randn(8, 1, requires_grad=True), torch.randn(8)
-    assert checks.broadcast_difference(((pred - y) ** 2).mean()) == ([8, 1], [8, 8])
-    assert checks.broadcast_difference((y - pred.squeeze(1)[:, None]).abs().sum() / 8) == (
+    assert loss_inputs.broadcast_difference(((pred - y) ** 2).mean()) == ([8, 1], [8, 8])
+    assert loss_inputs.broadcast_difference((y - pred.squeeze(1)[:, None]).abs().sum() / 8) == (
         [8, 1],
         [8, 8],
     )
     # As one term of a weighted sum, after a GradScaler-like scale.
     total = 65536.0 * (0.5 * (pred - y).pow(2).mean() + 1e-3 * pred.pow(2).sum())
-    assert checks.broadcast_difference(total) is not None
-    assert checks.broadcast_difference(((pred - y[:, None]) ** 2).mean()) is None  # same shapes
-    assert checks.broadcast_difference(((pred.squeeze(1) - y) ** 2).mean()) is None
+    assert loss_inputs.broadcast_difference(total) is not None
+    assert (
+        loss_inputs.broadcast_difference(((pred - y[:, None]) ** 2).mean()) is None
+    )  # same shapes
+    assert loss_inputs.broadcast_difference(((pred.squeeze(1) - y) ** 2).mean()) is None
     # Pairwise scores, both sides with gradients: broadcast on purpose.
     order = torch.sign(y[:, None] - y[None, :])
-    assert checks.broadcast_difference((1 - (pred - pred.T) * order).relu().mean()) is None
+    assert loss_inputs.broadcast_difference((1 - (pred - pred.T) * order).relu().mean()) is None
     # A [1]-sized batch broadcasts to nothing wider.
     one = torch.randn(1, 1, requires_grad=True)
-    assert checks.broadcast_difference(((one - torch.randn(1)) ** 2).mean()) is None
+    assert loss_inputs.broadcast_difference(((one - torch.randn(1)) ** 2).mean()) is None
 
 
 def test_loss_broadcast_is_a_shape_pair_that_grows() -> None:
-    found = checks.loss_broadcast("mse_loss", (32, 1), (32,))
+    found = loss_inputs.loss_broadcast("mse_loss", (32, 1), (32,))
     assert found is not None and found.evidence["broadcast_shape"] == [32, 32]
-    assert checks.loss_broadcast("l1_loss", (32,), (32, 1)) is not None
-    assert checks.loss_broadcast("mse_loss", (32, 1), (32, 1)) is None
-    assert checks.loss_broadcast("l1_loss", (32, 7), ()) is None  # a scalar target
-    assert checks.loss_broadcast("mse_loss", (32, 7), (1, 7)) is None
-    assert checks.loss_broadcast("mse_loss", (3,), (4,)) is None  # torch raises on its own
+    assert loss_inputs.loss_broadcast("l1_loss", (32,), (32, 1)) is not None
+    assert loss_inputs.loss_broadcast("mse_loss", (32, 1), (32, 1)) is None
+    assert loss_inputs.loss_broadcast("l1_loss", (32, 7), ()) is None  # a scalar target
+    assert loss_inputs.loss_broadcast("mse_loss", (32, 7), (1, 7)) is None
+    assert loss_inputs.loss_broadcast("mse_loss", (3,), (4,)) is None  # torch raises on its own
 
 
 def test_sigmoid_output_is_told_through_views_only() -> None:
     x = torch.randn(8, 1, requires_grad=True)
-    assert checks.produced_by(torch.sigmoid(x).squeeze(1), "SigmoidBackward0")
-    assert checks.produced_by(torch.sigmoid(x).view(8)[:4], "SigmoidBackward0")
-    assert not checks.produced_by(torch.sigmoid(x) * 2.0, "SigmoidBackward0")
-    assert not checks.produced_by(torch.tanh(x), "SigmoidBackward0")
-    assert not checks.produced_by(torch.sigmoid(x.detach()), "SigmoidBackward0")  # no graph
+    assert loss_inputs.produced_by(torch.sigmoid(x).squeeze(1), "SigmoidBackward0")
+    assert loss_inputs.produced_by(torch.sigmoid(x).view(8)[:4], "SigmoidBackward0")
+    assert not loss_inputs.produced_by(torch.sigmoid(x) * 2.0, "SigmoidBackward0")
+    assert not loss_inputs.produced_by(torch.tanh(x), "SigmoidBackward0")
+    assert not loss_inputs.produced_by(torch.sigmoid(x.detach()), "SigmoidBackward0")  # no graph
 
 
 def test_the_dim_a_log_softmax_normalised_is_read_from_its_graph() -> None:
     x = torch.randn(32, 3, 5, requires_grad=True)  # [B, T, C]
-    assert checks.normalised_over(F.log_softmax(x, dim=-1).reshape(-1, 5)) == ([32, 3, 5], 2)
-    assert checks.normalised_over(torch.log(F.softmax(x[:, 0], dim=0))) == ([32, 5], 0)
+    assert loss_inputs.normalised_over(F.log_softmax(x, dim=-1).reshape(-1, 5)) == ([32, 3, 5], 2)
+    assert loss_inputs.normalised_over(torch.log(F.softmax(x[:, 0], dim=0))) == ([32, 5], 0)
     with pytest.warns(UserWarning, match="Implicit dimension"):
         implicit = F.log_softmax(x)  # 3-D without dim=: torch picks dim 0, the batch
-    assert checks.normalised_over(implicit.view(-1, 5)) == ([32, 3, 5], 0)
-    assert checks.normalised_over(x.log()) is None  # a log of no softmax
-    assert checks.normalised_over(F.log_softmax(x.detach(), -1)) is None  # no graph
+    assert loss_inputs.normalised_over(implicit.view(-1, 5)) == ([32, 3, 5], 0)
+    assert loss_inputs.normalised_over(x.log()) is None  # a log of no softmax
+    assert loss_inputs.normalised_over(F.log_softmax(x.detach(), -1)) is None  # no graph
     # Judged by the normalised dim's size against the loss's classes (its dim 1).
-    assert checks.softmax_over_wrong_dim("nll_loss", [32, 3, 5], 2, 5) is None
-    found = checks.softmax_over_wrong_dim("nll_loss", [32, 3, 5], 0, 5)
+    assert loss_inputs.softmax_over_wrong_dim("nll_loss", [32, 3, 5], 2, 5) is None
+    found = loss_inputs.softmax_over_wrong_dim("nll_loss", [32, 3, 5], 0, 5)
     assert found is not None and found.severity == "error" and found.evidence["dim"] == 0
 
 
 def test_values_above_zero_are_not_log_probabilities() -> None:
     torch.manual_seed(0)
     logits = torch.randn(16, 5) * 3
-    assert checks.above_zero(logits) is not None
-    assert checks.above_zero(F.log_softmax(logits, 1)) is None
-    assert checks.above_zero(F.log_softmax(logits.half(), 1)) is None
-    assert checks.above_zero(F.log_softmax(logits * 1e4, 1)) is None  # one class at ~1
+    assert loss_inputs.above_zero(logits) is not None
+    assert loss_inputs.above_zero(F.log_softmax(logits, 1)) is None
+    assert loss_inputs.above_zero(F.log_softmax(logits.half(), 1)) is None
+    assert loss_inputs.above_zero(F.log_softmax(logits * 1e4, 1)) is None  # one class at ~1
 
 
 def test_the_loss_wrappers_report_and_leave_correct_inputs_alone() -> None:

@@ -27,7 +27,7 @@ import torch
 from torch.amp.grad_scaler import OptState
 from torch.nn.utils import clip_grad
 
-from treeqa.health import checks
+from treeqa.health import checks, slips
 from treeqa.health.checks import Finding
 from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import Updates
@@ -93,7 +93,7 @@ class Clipping:
         if isinstance(limit, int | float) and math.isinf(limit):
             return  # clip_grad_norm_(params, inf) clips nothing: it reads the norm, to log it
         if not params:
-            self._report(checks.clip_no_parameters(name, generator))
+            self._report(slips.clip_no_parameters(name, generator))
         elif id(params[0]) in self.trained:
             if self.updates.backwards:
                 self.after = True
@@ -107,12 +107,12 @@ class Clipping:
         if self.updates.backwards and self.before and not self.after:
             self.streak += 1
             if self.streak == BEFORE_STEPS:
-                self._report(checks.clip_before_backward(self.streak), self.site)
+                self._report(slips.clip_before_backward(self.streak), self.site)
         else:
             self.streak = 0
         self.scaled = self.scaled + 1 if self.scaled_now else 0
         if self.scaled == SCALED_STEPS:
-            self._report(checks.clip_before_unscale(self.scalers.scale() or 0.0), self.scaled_site)
+            self._report(slips.clip_before_unscale(self.scalers.scale() or 0.0), self.scaled_site)
         self.before = self.after = self.scaled_now = False
 
     def _still_scaled(self) -> bool:

@@ -38,7 +38,7 @@ from torch import nn
 from torch.amp import GradScaler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from treeqa.health import checks, report
+from treeqa.health import checks, loss_inputs, report
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
@@ -157,10 +157,10 @@ class Doctor:
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             self.loss = loss
             if self.monitor.sampling and not self.broadcast_found:
-                pair = checks.broadcast_difference(loss)
+                pair = loss_inputs.broadcast_difference(loss)
                 if pair is not None:
                     self.broadcast_found = True
-                    found = checks.loss_broadcast_by_hand(*pair)
+                    found = loss_inputs.loss_broadcast_by_hand(*pair)
                     found.where = checks.user_site()
                     self.monitor.add(found)
         self.updates.backwards += 1

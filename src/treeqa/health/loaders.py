@@ -20,7 +20,7 @@ from typing import Any
 from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-from treeqa.health import checks
+from treeqa.health import checks, slips
 from treeqa.health.checks import Finding
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
@@ -86,7 +86,7 @@ class Loaders:
         passes = passes + 1 if epoch == last else 1
         self.epochs[sampler] = (epoch, passes)
         if passes == SAME_EPOCH_PASSES:
-            found = checks.sampler_epoch_not_set(epoch, passes)
+            found = slips.sampler_epoch_not_set(epoch, passes)
             found.where = checks.user_site()
             self._report(found)
 
@@ -109,7 +109,7 @@ class Loaders:
             return
         if not self.sequential and self.workers == 0:  # a random batch each step, cheaply
             return
-        found = checks.loader_restarted_every_step(
+        found = slips.loader_restarted_every_step(
             self.loader, self.restarts, self.length or 0, self.sequential, self.workers
         )
         found.where = self.where

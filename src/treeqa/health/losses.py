@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from treeqa.health import checks
+from treeqa.health import checks, loss_inputs
 from treeqa.health.checks import Finding
 from treeqa.health.wrap import Wrappers, note_function_results
 
@@ -70,13 +70,13 @@ class LossInputCheck:
         if fname in ELEMENTWISE:
             target = args[0] if args else (kwargs or {}).get("target")
             if isinstance(target, torch.Tensor):
-                found = checks.loss_broadcast(fname, input.shape, target.shape)
+                found = loss_inputs.loss_broadcast(fname, input.shape, target.shape)
                 if found is not None:
                     found.where = checks.user_site(2)
                     self.add(found)
             return
         if fname == "binary_cross_entropy_with_logits":
-            if checks.produced_by(input, "SigmoidBackward0"):
+            if loss_inputs.produced_by(input, "SigmoidBackward0"):
                 self.add(
                     Finding(
                         "probabilities-into-cross-entropy",
@@ -90,7 +90,7 @@ class LossInputCheck:
                 )
             return
         if fname == "kl_div":  # its input is log-probabilities, as nll_loss's
-            if checks.looks_like_probabilities(input):
+            if loss_inputs.looks_like_probabilities(input):
                 self.add(
                     Finding(
                         "probabilities-into-cross-entropy",
@@ -106,15 +106,15 @@ class LossInputCheck:
                 )
             return
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
-        source = checks.normalised_over(input)
+        source = loss_inputs.normalised_over(input)
         if source is not None:
-            found = checks.softmax_over_wrong_dim(fname, *source, classes)
+            found = loss_inputs.softmax_over_wrong_dim(fname, *source, classes)
             if found is not None:
                 found.where = checks.user_site(2)
                 self.add(found)
-        probabilities = checks.looks_like_probabilities(input)
+        probabilities = loss_inputs.looks_like_probabilities(input)
         if fname == "nll_loss" and not probabilities:
-            top = checks.above_zero(input)
+            top = loss_inputs.above_zero(input)
             if top is not None:
                 self.add(
                     Finding(

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from treeqa.health import checks
+from treeqa.health import slips
 from treeqa.health.checks import Finding
 
 
@@ -80,10 +80,10 @@ class Probe:
         found = []
         if backwards:
             self.clean.append(any(clean for clean, _ in backwards))
-            found.append(checks.gradients_not_zeroed(self.clean, self.whose))
+            found.append(slips.gradients_not_zeroed(self.clean, self.whose))
         if len(backwards) >= 2:
             self.discarded.append(self._all_but_the_last_discarded())
-            found.append(checks.zero_grad_per_micro_batch(self.discarded, len(backwards)))
+            found.append(slips.zero_grad_per_micro_batch(self.discarded, len(backwards)))
         self.disarm()
         return [f for f in found if f is not None]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from treeqa.health import checks
+from treeqa.health import checks, slips
 from treeqa.health.checks import Finding
 from treeqa.health.wrap import Wrappers, note_function_calls
 
@@ -55,6 +55,6 @@ class Seeds:
         self.last = seed
         if self.steps == SEEDED_STEPS and not self.reported:
             self.reported = True
-            found = checks.seed_reset_every_step(seed, self.steps)
+            found = slips.seed_reset_every_step(seed, self.steps)
             found.where = self.where
             self.add(found)

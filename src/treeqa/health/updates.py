@@ -32,7 +32,7 @@ every backward) and reports to the monitor:
 - ``lr-zero``: every group's learning rate has been 0 since the first step (``lr=0``, or a
   warm-up from 0 whose scheduler is never stepped): the optimiser changes nothing.
 - ``lr-collapsed``: the clock's learning rate (its largest group's) fell below
-  ``checks.LR_FLOOR`` of its peak and stayed there for a fifth of the run so far. A
+  ``slips.LR_FLOOR`` of its peak and stayed there for a fifth of the run so far. A
   ``ReduceLROnPlateau`` stepped less often than every other optimiser step (once an epoch)
   cuts because the metric stopped improving, by design: its optimiser is not judged.
   ``ReduceLROnPlateau.step`` is wrapped for the run to count its calls per optimiser.
@@ -53,7 +53,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, ReduceLROnPlateau
 
-from treeqa.health import checks
+from treeqa.health import checks, slips
 from treeqa.health.checks import Finding
 from treeqa.health.probes import Probe
 from treeqa.health.scalers import LossScalers
@@ -116,7 +116,7 @@ class Updates:
         # Before the call: this one makes it last_epoch + 1 steps.
         if type(scheduler) is CosineAnnealingLR:
             name, t_max = type(scheduler).__name__, int(scheduler.T_max)
-            self._report(checks.lr_schedule_past_end(name, t_max, scheduler.last_epoch + 1))
+            self._report(slips.lr_schedule_past_end(name, t_max, scheduler.last_epoch + 1))
 
     def reset(self, step: int, same_models: bool = False) -> None:
         """A new clock (a new run in the script): judge its steps afresh from ``step`` on.
@@ -169,7 +169,7 @@ class Updates:
             self._no_grad_input = weakref.ref(first) if first is not None else None
             if self.no_grad_run == EVAL_FORWARDS and not _recalibrating(module):
                 self._report(
-                    checks.eval_in_train_mode(self.no_grad_run, _mode_dependent([module], True))
+                    slips.eval_in_train_mode(self.no_grad_run, _mode_dependent([module], True))
                 )
 
     def begin_step(self, sampled: bool) -> None:
@@ -274,7 +274,7 @@ class Updates:
         self.empty += 1
         if self.empty == EMPTY_STEPS:
             self._report(
-                checks.step_without_gradients(self.empty, stale=not roots, streak=EMPTY_STEPS)
+                slips.step_without_gradients(self.empty, stale=not roots, streak=EMPTY_STEPS)
             )
 
     def _note_orphans(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
@@ -292,14 +292,14 @@ class Updates:
         ]
         if orphans:
             names = [n for n, _ in orphans]
-            self._report(checks.not_in_optimiser(names, sum(p.numel() for _, p in orphans)))
+            self._report(slips.not_in_optimiser(names, sum(p.numel() for _, p in orphans)))
 
     def _note_float16(self) -> None:
         # The scaler scales the loss before its backward, so by the step it has been seen.
         if not self.scalers.enabled():
             self.fp16 += 1
             if self.fp16 == FP16_STEPS:
-                self._report(checks.fp16_without_loss_scaling(self.fp16))
+                self._report(slips.fp16_without_loss_scaling(self.fp16))
 
     def _note_mode(self, step: int, roots: list[nn.Module]) -> None:
         mode, self.mode = self.mode, 0
@@ -317,7 +317,7 @@ class Updates:
             judged = self.train_steps or self.evaluated_first
             if self.eval_steps == EVAL_STEPS and judged and not self.train_after_eval:
                 self._report(
-                    checks.train_in_eval_mode(
+                    slips.train_in_eval_mode(
                         self.train_steps,
                         self.eval_steps,
                         self.eval_since,
@@ -335,7 +335,7 @@ class Updates:
             return
         lowest, lr = min(numbers), max(numbers)
         if lowest < 0:  # not also "almost no step size" (it went through 0 on the way)
-            self._report(checks.lr_negative(lowest, step))
+            self._report(slips.lr_negative(lowest, step))
             self.low_since = None
             return
         if lr == 0 and self.peak == 0:  # at 0 from the first step: nothing has trained yet
@@ -343,9 +343,9 @@ class Updates:
             # Another optimiser that steps may train on purpose while this one waits at 0.
             alone = all(o is optimizer for o in self.optimizers)
             if self.zero_steps == ZERO_STEPS and alone:
-                self._report(checks.lr_zero(self.zero_steps))
+                self._report(slips.lr_zero(self.zero_steps))
         if lr > self.peak:
-            self.peak, self.low_since, self.floor = lr, None, checks.LR_FLOOR * lr
+            self.peak, self.low_since, self.floor = lr, None, slips.LR_FLOOR * lr
         elif self.low_since is None:
             if lr < self.floor:
                 self.low_since = step
@@ -360,7 +360,7 @@ class Updates:
         steps = step - self.first + 1
         if 0 < self.plateau < steps / 2:  # a plateau scheduler stepped once an epoch
             return None
-        return checks.lr_collapsed(self.peak, self.low_since, step, self.first, self.plateau)
+        return slips.lr_collapsed(self.peak, self.low_since, step, self.first, self.plateau)
 
     def finish(self, step: int) -> None:
         if self.low_since is not None:

@@ -1,0 +1,185 @@
+"""What goes into a loss, read from the tensor and its autograd graph: probabilities where
+logits belong, logits where log-probabilities belong, a softmax over the wrong dim, shapes that
+broadcast into every prediction against every target.
+
+``losses.py`` calls these on the wrapped loss functions' inputs; the doctor walks a
+hand-written loss's graph with ``broadcast_difference``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from treeqa.health.checks import Finding
+
+
+def looks_like_probabilities(x: torch.Tensor) -> bool:
+    """Non-negative rows along the class dimension that sum to 1 (one host sync), to within
+    1e-3 or the dtype's own step at 1, whichever is wider: a bfloat16 softmax rounds each
+    probability to 8 bits, and its rows sum to 1 only within ~0.003."""
+    if not x.is_floating_point() or x.numel() == 0 or x.dim() == 0:
+        return False
+    dim = 1 if x.dim() >= 2 else 0
+    tolerance = max(1e-3, torch.finfo(x.dtype).eps)
+    x = x.detach().float()
+    sums = x.sum(dim)
+    ok = (x.min() >= 0) & ((sums - 1).abs().max() < tolerance)
+    return bool(ok)
+
+
+def loss_broadcast(
+    fname: str, input_shape: Sequence[int], target_shape: Sequence[int]
+) -> Finding | None:
+    """An elementwise loss whose input and target broadcast to more elements than either has
+    (prediction [N, 1] against target [N] makes [N, N]: every prediction against every
+    target). A target that broadcasts to the input's shape (a scalar) is fine."""
+    try:
+        shape = torch.broadcast_shapes(tuple(input_shape), tuple(target_shape))
+    except RuntimeError:
+        return None
+    n = math.prod(shape)
+    if n <= max(math.prod(input_shape), math.prod(target_shape)):
+        return None
+    return Finding(
+        "loss-broadcast",
+        "error",
+        f"{fname} compares input {list(input_shape)} with target {list(target_shape)}: they "
+        f"broadcast to {list(shape)}, every prediction against every target",
+        evidence={
+            "function": fname,
+            "input_shape": list(input_shape),
+            "target_shape": list(target_shape),
+            "broadcast_shape": list(shape),
+        },
+    )
+
+
+def loss_broadcast_by_hand(shape: Sequence[int], broadcast: Sequence[int]) -> Finding:
+    """A hand-written loss over the difference of a prediction ``shape`` ([N, 1] or [N]) and
+    a target that broadcast to ``broadcast`` ([N, N]): see ``broadcast_difference``."""
+    return Finding(
+        "loss-broadcast",
+        "error",
+        f"the loss reduces a prediction {list(shape)} minus a tensor without gradients (the "
+        f"target), which broadcast to {list(broadcast)}: every prediction against every target",
+        evidence={"input_shape": list(shape), "broadcast_shape": list(broadcast)},
+    )
+
+
+_LOSS_TERMS = re.compile(
+    r"(Mean|Sum|Pow|Abs|Mul|Div|Sqrt|Neg|Exp|Log|Log1P|Clamp|ClampMin|Relu|Softplus|Square"
+    r"|Add|Sub|Rsub)Backward\d+"
+)
+"""Autograd nodes a hand-written loss is made of between its difference and the scalar: the
+reduction, squares and absolutes, weights, a sum of terms."""
+
+
+def broadcast_difference(
+    loss: torch.Tensor, budget: int = 24
+) -> tuple[list[int], list[int]] | None:
+    """(prediction shape, broadcast shape) when ``loss`` reduces a difference of a prediction
+    [N, 1] (or [N]) and a tensor without gradients that broadcast to [N, N]: the hand-written
+    ``((pred - y) ** 2).mean()`` with ``y`` of shape [N] (or [N, 1]). Walks back from the loss
+    through at most ``budget`` loss-term nodes; reads autograd metadata only (no host sync).
+    A difference of two tensors with gradients (pairwise scores ``s[:, None] - s``) is not
+    judged."""
+    todo: list[Any] = [loss.grad_fn]
+    seen = 0
+    while todo and seen < budget:
+        node = todo.pop()
+        seen += 1
+        name = type(node).__name__
+        if node is None or not _LOSS_TERMS.fullmatch(name):
+            continue
+        inputs = [(f, i) for f, i in node.next_functions if f is not None]
+        if name.startswith(("Sub", "Add")) and len(inputs) == 1:
+            try:
+                out = list(node._input_metadata[0].shape)
+                f, i = inputs[0]
+                shape = list(f._input_metadata[i].shape)
+            except (AttributeError, IndexError, RuntimeError):  # another torch's internals
+                return None
+            n = shape[0] if shape else 0
+            if n > 1 and out == [n, n] and shape in ([n], [n, 1]):
+                return shape, out
+        todo.extend(f for f, _ in inputs)
+    return None
+
+
+_VIEWS = re.compile(
+    r"(Squeeze|SqueezeDim|Unsqueeze|View|UnsafeView|Reshape|ReshapeAlias|Alias|Select|Slice"
+    r"|Expand|Permute|T|Transpose|Clone|ToCopy|Unbind)Backward\d+"
+)
+"""Autograd nodes of ops that move values without changing them."""
+
+
+def producer(x: torch.Tensor, ops: tuple[str, ...], hops: int = 4) -> Any:
+    """The autograd node of one of ``ops`` (e.g. "SigmoidBackward0") that ``x`` comes from
+    through at most ``hops`` view-like nodes (squeeze, view, select...), or None. No host sync."""
+    node = x.grad_fn
+    for _ in range(hops + 1):
+        if node is None:
+            return None
+        name = type(node).__name__
+        if name in ops:
+            return node
+        if not _VIEWS.fullmatch(name) or not node.next_functions:
+            return None
+        node = node.next_functions[0][0]
+    return None
+
+
+def produced_by(x: torch.Tensor, op: str, hops: int = 4) -> bool:
+    return producer(x, (op,), hops) is not None
+
+
+def normalised_over(x: torch.Tensor) -> tuple[list[int], int] | None:
+    """(shape, dim) of the ``log_softmax`` (or ``log`` of a ``softmax``) that ``x`` comes
+    from through views, as it was called; None for anything else. No host sync."""
+    node = producer(x, ("LogSoftmaxBackward0", "LogBackward0"))
+    if node is not None and type(node).__name__ == "LogBackward0":
+        inner = node.next_functions[0][0] if node.next_functions else None
+        node = inner if type(inner).__name__ == "SoftmaxBackward0" else None
+    if node is None:
+        return None
+    try:
+        shape, dim = list(node._saved_result.shape), int(node._saved_dim)
+    except (AttributeError, RuntimeError):  # saved tensors freed, or another torch's names
+        return None
+    if not shape:
+        return None
+    dim = dim - 2**64 if dim >= 2**63 else dim  # -1 is kept as an unsigned 64-bit integer
+    return shape, dim % len(shape)
+
+
+def softmax_over_wrong_dim(
+    fname: str, shape: Sequence[int], dim: int, classes: int
+) -> Finding | None:
+    """The input of ``fname`` was normalised over a dim of ``shape`` whose size is not the
+    number of ``classes`` (the loss's dim 1): over the batch, say, by ``log_softmax(x, dim=0)``
+    or by a softmax without ``dim=`` on 3-D input (torch then picks dim 0). A dim of the same
+    size as the class dim cannot be told from it and passes."""
+    if len(shape) < 2 or shape[dim] == classes:
+        return None
+    return Finding(
+        "softmax-over-wrong-dim",
+        "error",
+        f"{fname} received log-probabilities normalised over dim {dim} of a {list(shape)} "
+        f"tensor (size {shape[dim]}), not over the {classes} classes: each class's scores "
+        "are normalised against the other examples, not the other classes",
+        evidence={"function": fname, "shape": list(shape), "dim": dim, "classes": classes},
+    )
+
+
+def above_zero(x: torch.Tensor) -> float | None:
+    """The largest value of ``x`` where log-probabilities (<= 0) belong, when it is clearly
+    above 0 (raw logits); None for log-probabilities (fp16 rounding included). One host sync."""
+    if not x.is_floating_point() or x.numel() == 0:
+        return None
+    top = float(x.detach().max())
+    return top if top > 1e-3 else None

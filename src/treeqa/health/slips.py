@@ -1,0 +1,345 @@
+"""The findings on the common slips of hand-written training loops: gradients never zeroed or
+zeroed too often, steps given no gradients, train and eval mode mixed up, clips in the wrong
+place, learning-rate schedules stepped wrong, loaders and seeds restarted every step.
+
+Each is a plain function from what ``updates.py``, ``probes.py``, ``clipping.py``,
+``loaders.py`` and ``seeds.py`` noted to a ``Finding`` (or None), so it can be tested alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from treeqa.health.checks import Finding
+
+
+def gradients_not_zeroed(clean: Sequence[bool], whose: str = "", streak: int = 3) -> Finding | None:
+    """Gradients carried over from the previous optimiser step into every new one.
+
+    ``clean``: one verdict per sampled step, oldest first: whether any backward of that step
+    accumulated into a gradient that was None or zero. Gradient accumulation zeroes once per
+    optimiser step, so its first micro-batch starts clean; a GAN's generator backward that
+    runs through the critic adds to the critic's gradients, but the critic's own backward
+    starts clean after its zero_grad. Only ``streak`` dirty sampled steps in a row (and none
+    clean since) mean that nothing zeroes them. ``whose``: the gradients of what, when not
+    the trained model's own parameters (a parameter outside the model, another optimiser's)."""
+    if len(clean) < streak or any(clean[-streak:]):
+        return None
+    of = f" of {whose}" if whose else ""
+    return Finding(
+        "gradients-not-zeroed",
+        "error",
+        f"the gradients{of} were never zeroed between optimiser steps on the last {streak} "
+        "sampled steps: each step adds its gradient to all earlier ones",
+        evidence={"sampled_steps": len(clean), "dirty_in_a_row": streak, "whose": whose},
+    )
+
+
+def zero_grad_per_micro_batch(
+    discarded: Sequence[bool], backwards: int, streak: int = 3
+) -> Finding | None:
+    """Gradients cleared before every micro-batch of an accumulation.
+
+    ``discarded``: one verdict per sampled step with two or more backwards, oldest first:
+    whether each of them started from cleared gradients, the parameters unchanged between
+    them, and the step used what the last one left. ``backwards``: the last such step's
+    number of backwards.
+    ``streak`` such steps in a row (an occasional skipped micro-batch, a NaN loss thrown
+    away, is not) make the finding."""
+    if len(discarded) < streak or not all(discarded[-streak:]):
+        return None
+    n = backwards
+    return Finding(
+        "zero-grad-per-micro-batch",
+        "warning",
+        f"each of the {n} backwards of a step started from cleared gradients on the last "
+        f"{streak} sampled steps: zero_grad runs on every micro-batch, so the step uses the "
+        f"last micro-batch's gradient only and the other {n - 1} are computed for nothing",
+        evidence={"backwards_per_step": n, "sampled_steps_in_a_row": streak},
+    )
+
+
+def step_without_gradients(steps: int, stale: bool, streak: int = 5) -> Finding | None:
+    """The optimiser stepped ``steps`` steps in a row after a backward, and none of its
+    parameters had a gradient. ``stale``: no model that ran a forward holds its parameters
+    (it was built over a model that was replaced); else the gradients were cleared between
+    backward and step."""
+    if steps < streak:
+        return None
+    cause = (
+        "its parameters belong to no model that runs (was the model re-created after the "
+        "optimiser was built?)"
+        if stale
+        else "the backward reached none of them: gradients cleared between backward() and "
+        "step() (zero_grad in the wrong place?), or a forward under torch.no_grad() or detached"
+    )
+    return Finding(
+        "step-without-gradients",
+        "error",
+        f"the optimiser stepped {steps} steps in a row after a backward with no gradient on any of "
+        f"its parameters, so nothing it holds changes: {cause}",
+        evidence={"steps_in_a_row": steps, "stale_parameters": stale},
+    )
+
+
+def not_in_optimiser(names: Sequence[str], values: int) -> Finding:
+    """Parameters of a model being trained that get gradients which no optimiser applies."""
+    return Finding(
+        "not-in-optimiser",
+        "warning",
+        f"{len(names)} parameter tensors ({values} values) of the trained model get gradients "
+        f"but no optimiser that steps holds them, so they never change: {', '.join(names[:5])} "
+        "(left out when the optimiser was built, or a layer added after it?)",
+        where=names[0],
+        evidence={"parameters": list(names[:20]), "values": values},
+    )
+
+
+def train_in_eval_mode(
+    train_steps: int,
+    eval_steps: int,
+    since: int,
+    modules: Sequence[str],
+    streak: int = 20,
+    evaluated_first: bool = False,
+) -> Finding | None:
+    """A model that trained in train mode went on training in eval mode (``model.eval()`` for
+    a validation, no ``model.train()`` after it) for ``eval_steps`` steps in a row since step
+    ``since``. ``modules``: its layers that behave differently in eval mode (dropout,
+    batch norm); without them the mode changes nothing. A model in eval mode from its first
+    step (fine-tuning with dropout off on purpose) has no ``train_steps`` and is not judged,
+    unless ``evaluated_first``: it was evaluated before its first step (a baseline score
+    taken with ``model.eval()``, and no ``model.train()`` after it)."""
+    if not (train_steps or evaluated_first) or eval_steps < streak or not modules:
+        return None
+    after = (
+        f"after {train_steps} steps in train mode"
+        if train_steps
+        else "after an evaluation before its first step, with no model.train() after it"
+    )
+    return Finding(
+        "train-in-eval-mode",
+        "warning",
+        f"the model trains in eval mode since step {since} ({eval_steps} steps), {after}: "
+        f"{', '.join(modules[:3])} run as in evaluation (dropout off, batch norm frozen at its "
+        "running statistics)",
+        evidence={
+            "evaluated_before_training": evaluated_first,
+            "train_mode_steps": train_steps,
+            "eval_mode_steps": eval_steps,
+            "since_step": since,
+            "mode_dependent": list(modules[:10]),
+        },
+    )
+
+
+def eval_in_train_mode(forwards: int, modules: Sequence[str]) -> Finding | None:
+    """A model the optimiser trains ran ``forwards`` forwards in a row without gradients in
+    train mode: an evaluation without ``model.eval()``. ``modules``: its layers in train mode
+    that compute differently in eval mode; without them the mode changes nothing."""
+    if not modules:
+        return None
+    effects = []
+    if any("Dropout" in m for m in modules):
+        effects.append("dropout on")
+    if any("Norm" in m for m in modules):
+        effects.append(
+            "batch norm normalising with each batch's statistics and updating its running ones "
+            "from the evaluation data"
+        )
+    return Finding(
+        "eval-in-train-mode",
+        "warning",
+        f"the model being trained ran {forwards} forwards in a row without gradients in train "
+        f"mode, an evaluation without model.eval(): {', '.join(modules[:3])} run as in "
+        f"training ({', '.join(effects) or 'not as in evaluation'})",
+        evidence={"forwards_in_a_row": forwards, "mode_dependent": list(modules[:10])},
+    )
+
+
+def clip_before_backward(steps: int, streak: int = 20) -> Finding | None:
+    """``steps`` optimiser steps in a row clipped the gradients of the parameters being
+    trained only while no backward had run since the last step (before the backward, or
+    after the step) and never between backward and step: each clip met the previous step's
+    gradients (or none, after zero_grad), and the step applied unclipped ones."""
+    if steps < streak:
+        return None
+    return Finding(
+        "clip-before-backward",
+        "warning",
+        f"on {steps} optimiser steps in a row the gradients were clipped only while no "
+        "backward() had run since the last step (before backward(), or after step()), never "
+        "between backward() and step(): each clip acts on the last step's gradients (or "
+        "none), and the optimiser steps with unclipped ones",
+        evidence={"steps_in_a_row": steps},
+    )
+
+
+def clip_before_unscale(scale: float) -> Finding:
+    """Gradients clipped while a loss scaler had scaled them: the limit applied to gradients
+    times ``scale``, so each step is cut to about limit / (scale x norm) of its size."""
+    return Finding(
+        "clip-before-unscale",
+        "warning",
+        f"the gradients were clipped before scaler.unscale_(optimizer): the limit applied to "
+        f"the gradients times the loss scale ({scale:g}), so the steps are cut far below it",
+        evidence={"loss_scale": scale},
+    )
+
+
+def clip_no_parameters(function: str, generator: bool) -> Finding:
+    """A clip given no parameters: nothing is clipped, and it returns a total norm of 0."""
+    cause = (
+        "an empty generator (model.parameters() already used up, e.g. given to the optimiser first)"
+        if generator
+        else "an empty iterable"
+    )
+    return Finding(
+        "clip-no-parameters",
+        "warning",
+        f"{function} was given {cause}: no gradient is clipped",
+        evidence={"function": function, "generator": generator},
+    )
+
+
+LR_FLOOR = 1e-4
+"""The learning rate counts as collapsed below this share of its peak so far: a cosine or
+linear schedule to zero gets there only in the last ~0.6% of its steps; StepLR(step_size=30,
+gamma=0.1) stepped every batch after 120 batches."""
+LOW_SHARE = 4
+"""``lr-collapsed`` needs at least 1 / LOW_SHARE as many steps below the floor as above it."""
+
+
+def fp16_without_loss_scaling(steps: int) -> Finding:
+    """Float16 autocast on ``steps`` sampled steps with no enabled GradScaler scaling a loss."""
+    return Finding(
+        "fp16-without-loss-scaling",
+        "warning",
+        f"the model trains under float16 autocast ({steps} sampled steps) and no GradScaler "
+        "scales its loss: gradients smaller than float16's smallest step (6e-8) flush to zero "
+        "in the backward, so small gradients are lost",
+        evidence={"sampled_steps": steps},
+    )
+
+
+def loader_restarted_every_step(
+    loader: str, steps: int, batches: int, sequential: bool, workers: int
+) -> Finding:
+    """``steps`` steps in a row each made a new iterator of ``loader`` (``batches`` long) and
+    left it before its end: ``next(iter(loader))`` inside the loop. ``sequential``: its
+    sampler does not shuffle, so every step gets its first batch; ``workers``: processes
+    started anew with each iterator."""
+    costs = []
+    if sequential:
+        costs.append("it does not shuffle, so every step gets the same first batch")
+    if workers:
+        costs.append(f"its {workers} worker processes start anew every step")
+    return Finding(
+        "loader-restarted-every-step",
+        "warning",
+        f"{loader} ({batches} batches) got a new iterator on each of the last {steps} steps, "
+        f"each left after its first batches (next(iter(loader)) inside the loop): "
+        + "; ".join(costs),
+        evidence={"steps": steps, "batches": batches, "sequential": sequential, "workers": workers},
+    )
+
+
+def sampler_epoch_not_set(epoch: int, passes: int) -> Finding:
+    """A shuffling DistributedSampler's loader went over its data ``passes`` times in a row at
+    one ``epoch``: ``set_epoch`` is never called, so every epoch has the same order."""
+    return Finding(
+        "sampler-epoch-not-set",
+        "warning",
+        f"a DataLoader's DistributedSampler (shuffle=True) stayed at epoch {epoch} over {passes} "
+        "passes: its shuffle is seeded by the epoch, so without set_epoch() every epoch visits "
+        "the data in the same order",
+        evidence={"epoch": epoch, "passes": passes},
+    )
+
+
+def seed_reset_every_step(seed: object, steps: int) -> Finding:
+    """``torch.manual_seed(seed)`` on each of the last ``steps`` steps."""
+    return Finding(
+        "seed-reset-every-step",
+        "warning",
+        f"torch.manual_seed({seed!r}) runs on every step ({steps} steps in a row): each step "
+        "draws the same random numbers, so dropout masks, noise and random augmentations "
+        "repeat step after step",
+        evidence={"seed": str(seed), "steps": steps},
+    )
+
+
+def lr_negative(lr: float, step: int) -> Finding:
+    """A learning rate below zero: each step moves up the gradient, raising the loss."""
+    return Finding(
+        "lr-negative",
+        "error",
+        f"the learning rate is negative ({lr:.3g}) at step {step}: the optimiser climbs the "
+        "loss (a linear decay such as LambdaLR(lambda e: 1 - e / epochs) stepped past its end, "
+        "e.g. every batch)",
+        evidence={"lr": lr},
+    )
+
+
+def lr_schedule_past_end(name: str, t_max: int, steps: int) -> Finding | None:
+    """A cosine schedule stepped ``steps`` times, past its ``T_max`` by more than a tenth of it
+    (one extra epoch at the end is harmless): from T_max on, its learning rate climbs back to
+    the peak (at 2 x T_max) and cycles. ``T_max`` counts ``scheduler.step()`` calls, so one
+    meant per epoch and stepped every batch ends after T_max batches."""
+    if t_max <= 0 or steps <= t_max + max(1, t_max // 10):
+        return None
+    return Finding(
+        "lr-schedule-past-end",
+        "warning",
+        f"{name}(T_max={t_max}) has been stepped {steps} times: past T_max its learning rate "
+        f"climbs back to its peak (after {2 * t_max} steps) and cycles every "
+        f"{2 * t_max} steps; T_max counts scheduler.step() calls",
+        evidence={"scheduler": name, "T_max": t_max, "scheduler_steps": steps},
+    )
+
+
+def lr_zero(steps: int) -> Finding:
+    """Every parameter group's learning rate was 0 on each of the first ``steps`` steps."""
+    return Finding(
+        "lr-zero",
+        "error",
+        f"the learning rate has been 0 in every parameter group since the first step ({steps} "
+        "steps): the optimiser changes nothing (lr=0 given, or a warm-up that starts at 0 "
+        "whose scheduler.step() is never called)",
+        evidence={"steps": steps},
+    )
+
+
+def lr_collapsed(
+    peak: float, low_since: int | None, step: int, first: int = 1, plateau_steps: int = 0
+) -> Finding | None:
+    """The learning rate stayed below ``LR_FLOOR`` x its peak from step ``low_since`` on, for at
+    least a quarter as many steps as it was above (a fifth of the run so far, and >= 50): a
+    per-epoch scheduler stepped every batch. A polynomial decay to zero of power 4 spends its
+    last tenth that low, a cosine its last 0.6%.
+    ``first``: the first step counted (a later run in one script starts later);
+    ``plateau_steps``: calls of a ReduceLROnPlateau on this optimiser (stepped every batch,
+    its patience counts batches)."""
+    if low_since is None or peak <= 0:
+        return None
+    low, before = step - low_since + 1, low_since - first
+    if low < max(50, before / LOW_SHARE):
+        return None
+    plateau = (
+        f"; a ReduceLROnPlateau was stepped {plateau_steps} times in {step - first + 1} "
+        "optimiser steps, so its patience counts batches, not epochs"
+        if plateau_steps
+        else ""
+    )
+    return Finding(
+        "lr-collapsed",
+        "warning",
+        f"the learning rate has been below {LR_FLOOR:g} x its peak ({peak:.3g}) since step "
+        f"{low_since}: {low} of {step - first + 1} steps train with almost no step size" + plateau,
+        evidence={
+            "peak_lr": peak,
+            "low_since_step": low_since,
+            "low_steps": low,
+            "plateau_steps": plateau_steps,
+        },
+    )
