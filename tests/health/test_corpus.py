@@ -47,6 +47,7 @@ EXPECTED = {
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
     "bug_train_in_eval_new_optimiser.py": "train-in-eval-mode",  # a new optimiser each epoch
     "bug_train_after_baseline_eval.py": "train-in-eval-mode",  # eval mode from a baseline score
+    "bug_train_in_eval_second_path.py": "train-in-eval-mode",  # a second eval path, no train()
     "bug_eval_in_train_mode.py": "eval-in-train-mode",
     "bug_fp16_without_scaler.py": "fp16-without-loss-scaling",
     "bug_anomaly_detection_on.py": "anomaly-detection-on",

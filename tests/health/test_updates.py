@@ -219,6 +219,37 @@ def test_train_in_eval_mode_after_train_mode_with_mode_dependent_layers() -> Non
     assert slips.train_in_eval_mode(10, EVAL_STEPS, 11, []) is None
 
 
+def test_an_eval_phase_begun_for_an_evaluation_is_judged_after_an_earlier_train() -> None:
+    """A script that went back to train mode after its first evaluation, then called eval()
+    once more: for a second evaluation (a bug, it never calls train()) or to train on in eval
+    mode on purpose (no evaluation after that eval())."""
+
+    def run(second_evaluates: bool) -> list[str]:
+        found: list[Finding] = []
+        updates = Updates(found.append)
+        updates.install()
+        try:
+            model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1))
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            updates.watch_modes([model])
+            for step in range(1, 10 + 2 * EVAL_STEPS):
+                if step in (5, 10):
+                    model.eval()
+                    if step == 5 or second_evaluates:
+                        with torch.no_grad():
+                            updates.evaluation()  # as the doctor notes its forward
+                    if step == 5:
+                        model.train()
+                updates.forward(model)
+                updates.end_step(step, False, opt, [model], [])
+        finally:
+            updates.uninstall()
+        return [f.code for f in found]
+
+    assert run(second_evaluates=True) == ["train-in-eval-mode"]
+    assert run(second_evaluates=False) == []
+
+
 def test_an_evaluation_in_train_mode_is_a_run_of_forwards_without_gradients() -> None:
     def run(model: nn.Module, per_step: int, steps: int = 4, same: bool = False) -> list[str]:
         """``per_step`` forwards without gradients in train mode before each step's forward

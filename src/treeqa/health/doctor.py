@@ -197,7 +197,7 @@ class Doctor:
             return
         if self._evaluating(module):
             self.eval_dropout.begin()
-            self.updates.evaluated = True
+            self.updates.evaluation()
         else:
             self._begin()  # (first: the step's forwards are noted as sampled or not)
         if id(module) in self.trained:
@@ -238,6 +238,7 @@ class Doctor:
         self.called.clear()
         self.finding_roots = False
         self.updates.reset(self.monitor.step, same_models)
+        self.updates.watch_modes(self.roots)
         # An evaluation of the models before this clock's first step (a baseline score).
         if any(id(m) in self.evaluated_early for m in self.roots):
             self.updates.evaluated = True

@@ -57,7 +57,7 @@ from treeqa.health import checks, slips
 from treeqa.health.checks import Finding
 from treeqa.health.probes import Probe
 from treeqa.health.scalers import LossScalers
-from treeqa.health.wrap import Wrappers, note_calls
+from treeqa.health.wrap import Watched, Wrappers, note_calls, note_calls_of
 
 EMPTY_STEPS = 20
 """Steps in a row with a backward and no gradient on the optimiser's parameters (a conditional
@@ -97,6 +97,11 @@ class Updates:
             weakref.WeakKeyDictionary()
         )
         self.wrappers = Wrappers()
+        # The models the clock trains, whose train()/eval() calls are noted: a mode change
+        # counts as one more event, as does an evaluation (``seq`` orders them).
+        self.watched = Watched()
+        self.seq = self.train_call = self.eval_call = self.evaluation_seq = 0
+        self.eval_site = ""  # where the last eval() of a trained model was called
         # Every optimiser that stepped in the run (the doctor adds them; weak: finished runs').
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self.reset(0)
@@ -104,6 +109,25 @@ class Updates:
     def install(self) -> None:
         self.wrappers.add(note_calls(ReduceLROnPlateau, "step", self._plateau_stepped))
         self.wrappers.add(note_calls(LRScheduler, "step", self._scheduler_stepped))
+        self.wrappers.add(note_calls_of(nn.Module, "train", self._mode_called, self.watched))
+
+    def watch_modes(self, roots: list[nn.Module]) -> None:
+        """The models the clock trains, whose ``train()``/``eval()`` calls count from now on."""
+        self.watched.ids.clear()
+        self.watched.ids.update(id(m) for m in roots)
+
+    def _mode_called(self, module: nn.Module, mode: bool = True) -> None:
+        self.seq += 1
+        if mode:
+            self.train_call = self.seq
+        else:
+            self.eval_call, self.eval_site = self.seq, checks.user_site()
+
+    def evaluation(self) -> None:
+        """A model the clock trains runs a forward in eval mode without gradients."""
+        self.evaluated = True
+        self.seq += 1
+        self.evaluation_seq = self.seq
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -143,6 +167,8 @@ class Updates:
             self.train_after_eval = False  # a step in train mode followed an evaluation
             # the models were evaluated before their first step and trained in eval mode after
             self.evaluated_first = False
+            # this eval-mode phase began with an eval() that an evaluation followed
+            self.for_evaluation = False
         self.peak, self.floor, self.first = 0.0, 0.0, step + 1
         self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
         self.plateau = 0  # ReduceLROnPlateau steps of the clock's optimiser (at its last step)
@@ -312,19 +338,28 @@ class Updates:
             self.train_after_eval |= evaluated
         elif mode & 2:
             self.evaluated_first |= evaluated and not self.train_steps
-            self.eval_since = self.eval_since if self.eval_steps else step
+            if not self.eval_steps:  # the phase starts: was its eval() for an evaluation?
+                self.eval_since = step
+                last_call_eval = self.eval_call > self.train_call
+                self.for_evaluation = last_call_eval and self.evaluation_seq > self.eval_call
             self.eval_steps += 1
-            judged = self.train_steps or self.evaluated_first
-            if self.eval_steps == EVAL_STEPS and judged and not self.train_after_eval:
-                self._report(
-                    slips.train_in_eval_mode(
-                        self.train_steps,
-                        self.eval_steps,
-                        self.eval_since,
-                        _mode_dependent(roots),
-                        evaluated_first=self.evaluated_first,
-                    )
+            # A script that went back to train mode after an evaluation knows to: a later
+            # eval-mode phase is on purpose, unless the eval() that began it was for an
+            # evaluation too (a second evaluation path that forgets train()).
+            judged = (self.train_steps or self.evaluated_first) and (
+                not self.train_after_eval or self.for_evaluation
+            )
+            if self.eval_steps == EVAL_STEPS and judged:
+                found = slips.train_in_eval_mode(
+                    self.train_steps,
+                    self.eval_steps,
+                    self.eval_since,
+                    _mode_dependent(roots),
+                    evaluated_first=self.evaluated_first,
                 )
+                if found is not None and self.eval_call > self.train_call and self.eval_site:
+                    found.where = self.eval_site  # the eval() never undone
+                self._report(found)
 
     def _note_lr(self, step: int, sampled: bool, optimizer: torch.optim.Optimizer) -> None:
         # The largest group's: a group frozen at lr 0 beside one that trains is no collapse.

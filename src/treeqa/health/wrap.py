@@ -121,6 +121,35 @@ def note_function_results(
     return _install(owner, name, original, wrapper)
 
 
+class Watched:
+    """The ids of the instances whose calls ``note_calls_of`` notes (a set lookup per call)."""
+
+    __slots__ = ("ids",)
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+
+def note_calls_of(
+    cls: type, name: str, note: Callable[..., None], watched: Watched
+) -> Callable[[], None] | None:
+    """As ``note_calls``, for a method called often on instances of which few matter
+    (``Module.train`` runs once per submodule): ``note(instance, *args, **kwargs)`` runs only
+    for an instance whose id ``watched`` holds, checked in the wrapper itself."""
+    original = vars(cls)[name]
+    if getattr(original, "_treeqa_health", False):
+        return None
+    noted = Note(note, f"{cls.__name__}.{name}")
+    ids = watched.ids
+
+    def wrapper(instance: Any, *args: Any, **kwargs: Any) -> Any:
+        if id(instance) in ids:
+            noted(instance, *args, **kwargs)
+        return original(instance, *args, **kwargs)
+
+    return _install(cls, name, original, wrapper)
+
+
 def _install(
     owner: Any, name: str, original: Callable[..., Any], wrapper: Callable[..., Any]
 ) -> Callable[[], None]:
