@@ -246,8 +246,10 @@ def test_an_eval_phase_begun_for_an_evaluation_is_judged_after_an_earlier_train(
             updates.uninstall()
         return [f.code for f in found]
 
+    original = nn.Module.train
     assert run(second_evaluates=True) == ["train-in-eval-mode"]
     assert run(second_evaluates=False) == []
+    assert nn.Module.train is original  # wrapped for the run only
 
 
 def test_an_evaluation_in_train_mode_is_a_run_of_forwards_without_gradients() -> None:
