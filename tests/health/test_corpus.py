@@ -50,6 +50,7 @@ EXPECTED = {
     "bug_train_in_eval_second_path.py": "train-in-eval-mode",  # a second eval path, no train()
     "bug_eval_in_train_mode.py": "eval-in-train-mode",
     "bug_fp16_without_scaler.py": "fp16-without-loss-scaling",
+    "bug_fp16_autocast_in_forward.py": "fp16-without-loss-scaling",  # @autocast on forward
     "bug_anomaly_detection_on.py": "anomaly-detection-on",
     "bug_lr_zero.py": "lr-zero",
     "bug_lr_collapsed.py": "lr-collapsed",

@@ -313,6 +313,22 @@ def test_float16_autocast_without_a_loss_scaler_is_named() -> None:
     assert run(scaled=False, dtype=torch.bfloat16) == []  # bfloat16 needs no scaling
 
 
+def test_float16_out_of_float32_weights_is_autocast_inside_the_forward() -> None:
+    def marked(model: nn.Module, output: object) -> bool:
+        updates = Updates(lambda found: None)
+        updates.begin_step(sampled=True)
+        updates.forward_done(model, output)
+        return bool(updates.mode & 4)
+
+    half = torch.zeros(2, 2, dtype=torch.float16)
+    assert marked(nn.Linear(2, 2), half)
+    assert marked(nn.Linear(2, 2), (half, 1.0))  # the first of a tuple
+    assert marked(nn.Linear(2, 2), {"logits": half})
+    assert not marked(nn.Linear(2, 2), half.float())
+    assert not marked(nn.Linear(2, 2), half.bfloat16())
+    assert not marked(nn.Linear(2, 2).half(), half)  # cast as a whole: no master weights
+
+
 def _lr_findings(
     make, steps: int, lr: float = 0.1, every: int = 1, frozen_group: bool = False
 ) -> list[str]:

@@ -204,11 +204,15 @@ class Doctor:
             self.updates.forward(module, args)
 
     def _root_hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        if torch.compiler.is_compiling():  # see _discover
+            return
         # The wait for the next step's data starts when an evaluation's last forward ends.
-        if not torch.compiler.is_compiling() and self._evaluating(module):
+        if self._evaluating(module):
             self.eval_dropout.end()
             if not self.open:
                 self.last_end = time.perf_counter()
+        elif id(module) in self.trained:
+            self.updates.forward_done(module, output)
 
     def _find_roots(self, optimizer: torch.optim.Optimizer) -> None:
         trained = {id(p) for group in optimizer.param_groups for p in group["params"]}

@@ -198,6 +198,13 @@ class Updates:
                     slips.eval_in_train_mode(self.no_grad_run, _mode_dependent([module], True))
                 )
 
+    def forward_done(self, module: nn.Module, output: Any) -> None:
+        """A model the clock trains returned ``output``: on a sampled step, float16 out of
+        float32 weights is autocast entered inside its forward (``@autocast()`` on it)."""
+        if self.sampled and self.mode & 4 == 0 and torch.is_grad_enabled():
+            if _float16_out_of_float32(module, output):
+                self.mode |= 4
+
     def begin_step(self, sampled: bool) -> None:
         """The step's compute starts: on a sampled step, hook the probe parameters."""
         self.sampled = sampled
@@ -415,6 +422,20 @@ def _float16_autocast() -> bool:
         torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) is torch.float16
         for device in ("cuda", "cpu")
     )
+
+
+def _float16_out_of_float32(module: nn.Module, output: Any) -> bool:
+    """The first tensor of ``output`` is float16 while ``module``'s weights are float32: mixed
+    precision (a model cast to float16 as a whole trains without a loss scaler's help, and is
+    not this)."""
+    if isinstance(output, dict):
+        output = next(iter(output.values()), None)
+    elif isinstance(output, tuple | list):
+        output = output[0] if output else None
+    if not isinstance(output, torch.Tensor) or output.dtype is not torch.float16:
+        return False
+    weight = next(module.parameters(), None)
+    return weight is not None and weight.dtype is torch.float32
 
 
 def _first_with_grad(params: Iterable[nn.Parameter]) -> nn.Parameter | None:
