@@ -38,10 +38,6 @@ class Probe:
         self._backwards: list[tuple[bool, int]] = []  # this step's: (clean, param's version)
         self._last_grad: torch.Tensor | None = None  # the .grad the last backward left
 
-    @property
-    def armed(self) -> bool:
-        return bool(self._handles)
-
     def arm(self) -> None:
         """A sampled step's compute starts: watch the backwards until ``finish``."""
         if self._handles:
