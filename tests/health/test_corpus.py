@@ -38,6 +38,7 @@ EXPECTED = {
     "bug_loader_restarted.py": "loader-restarted-every-step",
     "bug_sampler_epoch_not_set.py": "sampler-epoch-not-set",
     "bug_seed_every_step.py": "seed-reset-every-step",
+    "bug_numpy_seed_every_step.py": "seed-reset-every-step",  # numpy.random.seed
     "bug_gradients_not_zeroed.py": "gradients-not-zeroed",
     "bug_temperature_not_zeroed.py": "gradients-not-zeroed",  # outside the model
     "bug_gan_generator_not_zeroed.py": "gradients-not-zeroed",  # the second optimiser's
@@ -63,11 +64,13 @@ EXPECTED = {
     "bug_sigmoid_into_bce_with_logits.py": "probabilities-into-cross-entropy",
     "bug_kl_div_probabilities.py": "probabilities-into-cross-entropy",
     "bug_dropout_in_eval.py": "dropout-in-eval",
+    "bug_dropout_imported_by_name.py": "dropout-in-eval",  # from ...functional import dropout
     "bug_attention_dropout_in_eval.py": "dropout-in-eval",
     "bug_clip_before_backward.py": "clip-before-backward",
     "bug_clip_no_parameters.py": "clip-no-parameters",
     "bug_clip_before_unscale.py": "clip-before-unscale",
     "bug_softmax_over_batch.py": "softmax-over-wrong-dim",
+    "bug_softmax_over_batch_square.py": "softmax-over-wrong-dim",  # batch 10, 10 classes
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
 CLEAN = [
@@ -75,6 +78,7 @@ CLEAN = [
     "clean_gru.py",
     "clean_transformer.py",
     "clean_fp16_scaler.py",
+    "clean_fp16_static_scale.py",  # (loss * 1024).backward(), gradients divided by hand
     "clean_func_per_sample.py",  # torch.func: vmap'd losses, no backward (no loss seen)
     "clean_two_runs.py",  # a second model and optimiser: its steps are counted too
     "clean_eval_between_steps.py",  # a summed eval loss before training: no loss-at-init

@@ -11,7 +11,7 @@ from torch.nn import functional as F
 
 from treeqa.health import loss_inputs, slips
 from treeqa.health.checks import Finding
-from treeqa.health.scalers import LossScalers
+from treeqa.health.scalers import LossScalers, scale_by_hand
 from treeqa.health.updates import EMPTY_STEPS, EVAL_FORWARDS, EVAL_STEPS, Updates
 
 
@@ -313,6 +313,28 @@ def test_float16_autocast_without_a_loss_scaler_is_named() -> None:
     assert run(scaled=False, dtype=torch.bfloat16) == []  # bfloat16 needs no scaling
 
 
+def test_a_loss_scaled_by_hand_is_read_off_its_graph() -> None:
+    w = torch.randn(3, requires_grad=True)
+    loss = (w * w).sum()
+    assert scale_by_hand(loss) == 1.0
+    assert scale_by_hand(loss * 1024.0) == 1024.0
+    assert scale_by_hand(1024 * loss) == 1024.0  # int factor, on either side
+    assert scale_by_hand(torch.tensor(65536.0) * loss) == 65536.0  # a scaler's tensor
+    assert scale_by_hand(loss.double() * 128) == 128.0  # through a cast
+    assert scale_by_hand(loss * 1024 / 4) == 256.0  # then averaged over micro-batches
+    assert scale_by_hand(loss, torch.tensor(512.0)) == 512.0  # backward(gradient=...)
+    assert scale_by_hand(loss * 0.5) == 0.5
+    assert scale_by_hand(loss * w.sum()) == 1.0  # both sides have gradients: no constant
+    assert scale_by_hand(loss * torch.full((3,), 9.0)) == 1.0  # a whole tensor: weights
+    assert scale_by_hand(loss.detach()) == 1.0
+
+    scalers = LossScalers()
+    scalers.note_backward(loss * 2.0, None)  # a loss weight, not a scale
+    assert not scalers.scaled()
+    scalers.note_backward(loss * 1024.0, None)
+    assert scalers.scaled()
+
+
 def test_float16_out_of_float32_weights_is_autocast_inside_the_forward() -> None:
     def marked(model: nn.Module, output: object) -> bool:
         updates = Updates(lambda found: None)
@@ -487,17 +509,29 @@ def test_sigmoid_output_is_told_through_views_only() -> None:
 
 def test_the_dim_a_log_softmax_normalised_is_read_from_its_graph() -> None:
     x = torch.randn(32, 3, 5, requires_grad=True)  # [B, T, C]
-    assert loss_inputs.normalised_over(F.log_softmax(x, dim=-1).reshape(-1, 5)) == ([32, 3, 5], 2)
-    assert loss_inputs.normalised_over(torch.log(F.softmax(x[:, 0], dim=0))) == ([32, 5], 0)
+    assert loss_inputs.normalised_over(F.log_softmax(x, dim=-1).reshape(-1, 5)) == (
+        [32, 3, 5],
+        2,
+        False,
+    )
+    assert loss_inputs.normalised_over(torch.log(F.softmax(x[:, 0], dim=0))) == ([32, 5], 0, True)
     with pytest.warns(UserWarning, match="Implicit dimension"):
         implicit = F.log_softmax(x)  # 3-D without dim=: torch picks dim 0, the batch
-    assert loss_inputs.normalised_over(implicit.view(-1, 5)) == ([32, 3, 5], 0)
+    assert loss_inputs.normalised_over(implicit.view(-1, 5)) == ([32, 3, 5], 0, False)
     assert loss_inputs.normalised_over(x.log()) is None  # a log of no softmax
     assert loss_inputs.normalised_over(F.log_softmax(x.detach(), -1)) is None  # no graph
-    # Judged by the normalised dim's size against the loss's classes (its dim 1).
-    assert loss_inputs.softmax_over_wrong_dim("nll_loss", [32, 3, 5], 2, 5) is None
-    found = loss_inputs.softmax_over_wrong_dim("nll_loss", [32, 3, 5], 0, 5)
+    # Judged by the normalised dim's size against the loss's classes (its dim 1)...
+    assert loss_inputs.softmax_over_wrong_dim("nll_loss", [32, 3, 5], 2, False, 5) is None
+    found = loss_inputs.softmax_over_wrong_dim("nll_loss", [32, 3, 5], 0, False, 5)
     assert found is not None and found.severity == "error" and found.evidence["dim"] == 0
+    # ... and, with no view between, by the dim: a batch of 10 over 10 classes.
+    assert loss_inputs.softmax_over_wrong_dim("nll_loss", [10, 10], 0, True, 10) is not None
+    assert loss_inputs.softmax_over_wrong_dim("nll_loss", [10, 10], 1, True, 10) is None
+    # A square tensor normalised over dim 0, then transposed: its classes (a view between).
+    square = torch.randn(10, 10, requires_grad=True)
+    source = loss_inputs.normalised_over(F.log_softmax(square, dim=0).t())
+    assert source == ([10, 10], 0, False)
+    assert loss_inputs.softmax_over_wrong_dim("nll_loss", *source, 10) is None
 
 
 def test_values_above_zero_are_not_log_probabilities() -> None:
@@ -554,3 +588,49 @@ def test_functional_dropout_without_training_is_named_in_evaluations_only() -> N
         check.end()
     assert [f.code for f in found] == ["dropout-in-eval"]
     assert F.dropout.__name__ == "dropout"  # unwrapped after the evaluation
+
+
+def test_dropout_imported_by_name_in_the_models_module_is_wrapped_there_too() -> None:
+    import sys
+    import types
+
+    from treeqa.health.evaluation import EvalDropout
+
+    source = """
+import torch
+from torch import nn
+from torch.nn.functional import dropout as drop
+from torch.nn.functional import scaled_dot_product_attention as attend
+
+
+class Net(nn.Module):
+    def __init__(self, mc: bool = False):
+        super().__init__()
+        self.mc = mc
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if self.mc:
+            return drop(self.linear(x), 0.5, training=True)  # Monte Carlo dropout, said so
+        return drop(self.linear(x), 0.5)
+"""
+    module = types.ModuleType("user_model_for_test")
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(source, "user_model_for_test.py", "exec"), vars(module))
+        original = module.drop
+        for mc, expected in ((True, []), (False, ["dropout-in-eval"])):
+            found: list[Finding] = []
+            check = EvalDropout(found.append)
+            model = module.Net(mc).eval()
+            check.begin(model)
+            try:
+                with torch.no_grad():
+                    model(torch.randn(2, 8))
+            finally:
+                check.end()
+            assert [f.code for f in found] == expected
+            assert module.drop is original  # the module's own name is given back
+            assert module.attend is F.scaled_dot_product_attention
+    finally:
+        del sys.modules[module.__name__]

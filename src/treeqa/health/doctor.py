@@ -163,6 +163,9 @@ class Doctor:
                     found = loss_inputs.loss_broadcast_by_hand(*pair)
                     found.where = checks.user_site()
                     self.monitor.add(found)
+            if self.updates.mode & 4:  # a sampled step under float16 autocast: scaled by hand?
+                gradient = kwargs.get("grad_tensors", args[0] if args else None)
+                self.monitor.scalers.note_backward(loss, gradient)
         self.updates.backwards += 1
         self.monitor.note_backward(bool(create if retain is None else retain))
 
@@ -196,7 +199,7 @@ class Doctor:
         if torch.compiler.is_compiling():  # see _discover
             return
         if self._evaluating(module):
-            self.eval_dropout.begin()
+            self.eval_dropout.begin(module)
             self.updates.evaluation()
         else:
             self._begin()  # (first: the step's forwards are noted as sampled or not)

@@ -4,14 +4,20 @@ gradients): dropout called as ``F.dropout(x, p)``, whose ``training`` defaults t
 ``F.scaled_dot_product_attention(q, k, v, dropout_p=p)``, which has no ``training`` at all.
 
 The functional dropouts are wrapped only for the length of an evaluation's forward, so a
-training step pays nothing for this check.
+training step pays nothing for this check. A function imported by name into the module that
+defines one of the model's classes (``from torch.nn.functional import dropout``) is a name of
+that module's own, which wrapping ``F`` does not reach: such names are found once per model
+(a look through those modules' globals) and wrapped there too.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
+from torch import nn
 from torch.nn import functional as F
 
 from treeqa.health import checks
@@ -32,13 +38,37 @@ class EvalDropout:
         self.add = add
         self.reported = False
         self.wrappers = Wrappers()
+        # per model: (module, global name, function) of the functions imported by name
+        self.imported: dict[int, list[tuple[ModuleType, str, str]]] = {}
+        self.notes: dict[str, _Call] = {}
 
-    def begin(self) -> None:
-        """An evaluation forward starts: wrap the functional dropouts until ``end``."""
+    def begin(self, model: nn.Module | None = None) -> None:
+        """An evaluation forward of ``model`` starts: wrap the functional dropouts (in ``F``
+        and where the model's own modules imported them by name) until ``end``."""
         if self.wrappers or self.reported:
             return
+        imported = self._imported(model) if model is not None else []
         for name in (*DROPOUTS, ATTENTION):
             self.wrappers.add(note_function_calls(F, name, self.called))
+        for module, global_name, name in imported:
+            note = self.notes.setdefault(name, _Call(self, name))
+            self.wrappers.add(note_function_calls(module, global_name, note.called))
+
+    def _imported(self, model: nn.Module) -> list[tuple[ModuleType, str, str]]:
+        found = self.imported.get(id(model))
+        if found is None:
+            functions = {id(getattr(F, name)): name for name in (*DROPOUTS, ATTENTION)}
+            names = {type(m).__module__ for m in model.modules()}
+            modules = [sys.modules.get(n) for n in sorted(names) if not n.startswith("torch.")]
+            found = [
+                (module, global_name, functions[id(value)])
+                for module in modules
+                if module is not None
+                for global_name, value in list(vars(module).items())
+                if id(value) in functions
+            ]
+            self.imported[id(model)] = found
+        return found
 
     def end(self) -> None:
         self.wrappers.undo()
@@ -72,3 +102,13 @@ class EvalDropout:
                 fix=fix,
             )
         )
+
+
+class _Call:
+    """The note of one function imported by name: its calls as ``F.<name>``'s."""
+
+    def __init__(self, owner: EvalDropout, name: str):
+        self.owner, self.name = owner, name
+
+    def called(self, _: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.owner.called(self.name, args, kwargs)

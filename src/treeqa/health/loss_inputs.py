@@ -121,13 +121,19 @@ _VIEWS = re.compile(
 def producer(x: torch.Tensor, ops: tuple[str, ...], hops: int = 4) -> Any:
     """The autograd node of one of ``ops`` (e.g. "SigmoidBackward0") that ``x`` comes from
     through at most ``hops`` view-like nodes (squeeze, view, select...), or None. No host sync."""
+    found = _producer(x, ops, hops)
+    return found[0] if found is not None else None
+
+
+def _producer(x: torch.Tensor, ops: tuple[str, ...], hops: int) -> tuple[Any, int] | None:
+    """``producer``'s node and the view-like nodes passed on the way to it."""
     node = x.grad_fn
-    for _ in range(hops + 1):
+    for passed in range(hops + 1):
         if node is None:
             return None
         name = type(node).__name__
         if name in ops:
-            return node
+            return node, passed
         if not _VIEWS.fullmatch(name) or not node.next_functions:
             return None
         node = node.next_functions[0][0]
@@ -138,10 +144,12 @@ def produced_by(x: torch.Tensor, op: str, hops: int = 4) -> bool:
     return producer(x, (op,), hops) is not None
 
 
-def normalised_over(x: torch.Tensor) -> tuple[list[int], int] | None:
-    """(shape, dim) of the ``log_softmax`` (or ``log`` of a ``softmax``) that ``x`` comes
-    from through views, as it was called; None for anything else. No host sync."""
-    node = producer(x, ("LogSoftmaxBackward0", "LogBackward0"))
+def normalised_over(x: torch.Tensor) -> tuple[list[int], int, bool] | None:
+    """(shape, dim, direct) of the ``log_softmax`` (or ``log`` of a ``softmax``) that ``x``
+    comes from through views, as it was called; ``direct``: ``x`` is its output itself, no
+    view between. None for anything else. No host sync."""
+    found = _producer(x, ("LogSoftmaxBackward0", "LogBackward0"), 4)
+    node, passed = found if found is not None else (None, 0)
     if node is not None and type(node).__name__ == "LogBackward0":
         inner = node.next_functions[0][0] if node.next_functions else None
         node = inner if type(inner).__name__ == "SoftmaxBackward0" else None
@@ -154,23 +162,28 @@ def normalised_over(x: torch.Tensor) -> tuple[list[int], int] | None:
     if not shape:
         return None
     dim = dim - 2**64 if dim >= 2**63 else dim  # -1 is kept as an unsigned 64-bit integer
-    return shape, dim % len(shape)
+    return shape, dim % len(shape), passed == 0
 
 
 def softmax_over_wrong_dim(
-    fname: str, shape: Sequence[int], dim: int, classes: int
+    fname: str, shape: Sequence[int], dim: int, direct: bool, classes: int
 ) -> Finding | None:
-    """The input of ``fname`` was normalised over a dim of ``shape`` whose size is not the
-    number of ``classes`` (the loss's dim 1): over the batch, say, by ``log_softmax(x, dim=0)``
-    or by a softmax without ``dim=`` on 3-D input (torch then picks dim 0). A dim of the same
-    size as the class dim cannot be told from it and passes."""
-    if len(shape) < 2 or shape[dim] == classes:
+    """The input of ``fname`` was normalised over a dim of ``shape`` that is not the classes
+    (the loss's dim 1, of size ``classes``): over the batch, say, by ``log_softmax(x, dim=0)``
+    or by a softmax without ``dim=`` on 3-D input (torch then picks dim 0). Read from the
+    dim's size, which views (``.view(-1, C)``, ``.transpose(1, 2)``) keep; when the input is
+    the normalised tensor itself (``direct``), from the dim too, so a batch as large as the
+    class count is no cover. A dim of the class dim's size behind a view passes."""
+    class_dim = 1 if len(shape) >= 2 else 0
+    wrong = shape[dim] != classes or (direct and dim != class_dim)
+    if len(shape) < 2 or not wrong:
         return None
+    over = f"the {classes} classes" + (f" (its dim {class_dim})" if direct else "")
     return Finding(
         "softmax-over-wrong-dim",
         "error",
         f"{fname} received log-probabilities normalised over dim {dim} of a {list(shape)} "
-        f"tensor (size {shape[dim]}), not over the {classes} classes: each class's scores "
+        f"tensor (size {shape[dim]}), not over {over}: each class's scores "
         "are normalised against the other examples, not the other classes",
         evidence={"function": fname, "shape": list(shape), "dim": dim, "classes": classes},
     )

@@ -1,15 +1,21 @@
-"""``torch.manual_seed`` called with the same seed on every step (``seed-reset-every-step``):
-every step then draws the same random numbers, so dropout masks, noise inputs and random
-augmentations repeat step after step.
+"""A random number generator seeded with the same seed on every step
+(``seed-reset-every-step``): every step then draws the same random numbers, so dropout masks,
+noise inputs, random augmentations and sampled batches repeat step after step.
 
-``torch.manual_seed`` is wrapped for the run (a note per call; a healthy script calls it once);
-at each of the clock's steps the last seed given since the step before is compared with the
-one before it. Seeds that change from step to step (``seed + step``, for reproducible steps)
-are fine.
+The seeding functions of torch (``torch.manual_seed``, also reached as
+``torch.random.manual_seed``), Python (``random.seed``) and NumPy (``numpy.random.seed``) are
+wrapped for the run (a note per call; a healthy script calls each once). At each of the
+clock's steps the last seed each generator was given since the step before is compared with
+the one it was given on the step before: a ``set_seed(0)`` helper that seeds all three counts
+once. Seeds that change from step to step (``seed + step``, for reproducible steps) are fine,
+and so is ``random.seed()`` without a seed (fresh entropy).
 """
 
 from __future__ import annotations
 
+import importlib
+import random
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +26,22 @@ from treeqa.health.checks import Finding
 from treeqa.health.wrap import Wrappers, note_function_calls
 
 SEEDED_STEPS = 20
-"""Steps in a row, each seeded with the seed of the step before."""
+"""Steps in a row, each seeding a generator with the seed it had on the step before."""
+
+
+def _seeding_functions() -> list[tuple[Any, str, str]]:
+    """(owner, attribute, name in the finding) of each seeding function wrapped."""
+    functions = [
+        (torch, "manual_seed", "torch.manual_seed"),
+        (torch.random, "manual_seed", "torch.manual_seed"),
+        (random, "seed", "random.seed"),
+    ]
+    if "numpy" in sys.modules:  # torch imports it; its random module loads on first use
+        try:
+            functions.append((importlib.import_module("numpy.random"), "seed", "numpy.random.seed"))
+        except ImportError:
+            pass
+    return functions
 
 
 class Seeds:
@@ -29,32 +50,49 @@ class Seeds:
     def __init__(self, add: Callable[[Finding], None]):
         self.add = add
         self.wrappers = Wrappers()
-        self.seed: Any = None  # the last seed given since the last step (None: none)
+        self.given: dict[str, Any] = {}  # generator -> the last seed given since the last step
         self.where = ""
-        self.last: Any = None  # the seed of the last step that was seeded
-        self.steps = 0  # steps in a row seeded with the seed of the step before
+        self.last: dict[str, Any] = {}  # the seeds of the last step that was seeded
+        self.steps = 0  # steps in a row that gave a generator the seed of the step before
         self.reported = False
+        self.seedings: list[_Seeding] = []
 
     def install(self) -> None:
-        self.wrappers.add(note_function_calls(torch, "manual_seed", self._seeded))
+        for owner, attribute, name in _seeding_functions():
+            seeding = _Seeding(self, name)
+            self.seedings.append(seeding)  # held here: a wrapper holds its note weakly
+            self.wrappers.add(note_function_calls(owner, attribute, seeding.note))
 
     def uninstall(self) -> None:
         self.wrappers.undo()
+        self.seedings = []
 
-    def _seeded(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.seed = args[0] if args else kwargs.get("seed")
+    def _seeded(self, name: str, seed: Any) -> None:
+        if seed is None:  # fresh entropy, not a repeat
+            return
+        self.given[name] = seed
         if self.steps + 1 >= SEEDED_STEPS:  # the stack is walked only when it may be needed
             self.where = checks.user_site()
 
     def end_step(self) -> None:
-        seed, self.seed = self.seed, None
-        if seed is None:
-            self.steps, self.last = 0, None
-            return
-        self.steps = self.steps + 1 if seed == self.last else 1
-        self.last = seed
+        given, self.given = self.given, {}
+        repeated = [(name, seed) for name, seed in given.items() if self.last.get(name) == seed]
+        self.steps = self.steps + 1 if repeated else (1 if given else 0)
+        self.last = given
         if self.steps == SEEDED_STEPS and not self.reported:
             self.reported = True
-            found = slips.seed_reset_every_step(seed, self.steps)
+            name, seed = repeated[-1]
+            found = slips.seed_reset_every_step(name, seed, self.steps)
             found.where = self.where
             self.add(found)
+
+
+class _Seeding:
+    """The note of one seeding function's calls: the seed given, under the finding's name."""
+
+    def __init__(self, seeds: Seeds, name: str):
+        self.seeds, self.name = seeds, name
+
+    def note(self, _: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        seed = args[0] if args else kwargs.get("seed", kwargs.get("a"))
+        self.seeds._seeded(self.name, seed)

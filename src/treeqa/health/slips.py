@@ -257,15 +257,16 @@ def sampler_epoch_not_set(epoch: int, passes: int) -> Finding:
     )
 
 
-def seed_reset_every_step(seed: object, steps: int) -> Finding:
-    """``torch.manual_seed(seed)`` on each of the last ``steps`` steps."""
+def seed_reset_every_step(function: str, seed: object, steps: int) -> Finding:
+    """``function(seed)`` (``torch.manual_seed``, ``random.seed``...) on each of the last
+    ``steps`` steps."""
     return Finding(
         "seed-reset-every-step",
         "warning",
-        f"torch.manual_seed({seed!r}) runs on every step ({steps} steps in a row): each step "
-        "draws the same random numbers, so dropout masks, noise and random augmentations "
-        "repeat step after step",
-        evidence={"seed": str(seed), "steps": steps},
+        f"{function}({seed!r}) runs on every step ({steps} steps in a row): each step "
+        "draws the same random numbers, so dropout masks, noise, random augmentations and "
+        "sampled batches repeat step after step",
+        evidence={"function": function, "seed": str(seed), "steps": steps},
     )
 
 

@@ -25,7 +25,8 @@ every backward) and reports to the monitor:
   semi-supervised training), Monte Carlo dropout (one input run again and again) and a
   batch-norm recalibration (``momentum=None``) are not it.
 - ``fp16-without-loss-scaling``: on sampled steps the forwards of the models trained ran under
-  float16 autocast, and no enabled ``GradScaler`` scaled a loss: gradients under float16's
+  float16 autocast, and no loss was scaled (by an enabled ``GradScaler``, or multiplied by a
+  constant of ``scalers.HAND_SCALE`` or more before its backward): gradients under float16's
   smallest step flush to zero.
 - ``lr-negative``: a parameter group's learning rate went below zero (a linear decay stepped
   past its end), so the optimiser climbs the loss.
@@ -328,8 +329,8 @@ class Updates:
             self._report(slips.not_in_optimiser(names, sum(p.numel() for _, p in orphans)))
 
     def _note_float16(self) -> None:
-        # The scaler scales the loss before its backward, so by the step it has been seen.
-        if not self.scalers.enabled():
+        # The loss is scaled before its backward, so by the step it has been seen.
+        if not self.scalers.scaled():
             self.fp16 += 1
             if self.fp16 == FP16_STEPS:
                 self._report(slips.fp16_without_loss_scaling(self.fp16))
