@@ -36,6 +36,7 @@ EXPECTED = {
     "bug_hot_op.py": "hot-op",
     "heap_sorted_lengths.py": "heap-retention",
     "bug_loader_restarted.py": "loader-restarted-every-step",
+    "bug_loader_not_shuffled.py": "loader-not-shuffled",
     "bug_sampler_epoch_not_set.py": "sampler-epoch-not-set",
     "bug_seed_every_step.py": "seed-reset-every-step",
     "bug_numpy_seed_every_step.py": "seed-reset-every-step",  # numpy.random.seed
@@ -87,6 +88,7 @@ CLEAN = [
     "clean_gan.py",  # the generator's backward adds to the critic's gradients
     "clean_pseudo_labels.py",  # no_grad forwards in train mode: guessed labels, update_bn
     "clean_loaders.py",  # next(it) remade on StopIteration, a step per epoch, one-batch loader
+    "clean_sorted_eval.py",  # sorted data: shuffled for training, in order for evaluation
     "clean_sam.py",  # two backwards a step from cleared gradients, the weights moved between
     "clean_frozen_bn.py",  # BN layers in eval mode, evaluations, OneCycle every batch
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over

@@ -124,3 +124,37 @@ def test_a_distributed_sampler_whose_epoch_is_never_set_is_named() -> None:
     assert run(set_epoch=True) == []
     assert run(set_epoch=True, passes_per_epoch=2) == []  # a statistics pass, then training
     assert run(set_epoch=False, shuffle=False) == []  # an evaluation loader: no order to vary
+
+
+def _sorted_findings(
+    shuffle: bool, evaluate: bool = False, targets_of=None, batches: int = 40
+) -> list[Finding]:
+    """Trains on ``batches`` batches of 8 of data sorted by label (20 examples a class),
+    a cross-entropy each; with ``evaluate``, under ``no_grad`` and without steps."""
+    found: list[Finding] = []
+    loaders = Loaders(found.append)
+    loaders.install()
+    try:
+        y = torch.arange(batches * 8) // 20  # classes 0, 0, ..., 1, 1, ...: sorted
+        x = torch.randn(len(y), 3)
+        for _, labels in DataLoader(TensorDataset(x, y), batch_size=8, shuffle=shuffle):
+            with torch.set_grad_enabled(not evaluate):  # the loss wrapper hands it over:
+                loaders.note_target(targets_of(labels) if targets_of else labels)
+            loaders.end_step()
+    finally:
+        loaders.uninstall()
+    return found
+
+
+def test_a_loader_that_does_not_shuffle_data_sorted_by_label_is_named() -> None:
+    found = _sorted_findings(shuffle=False)
+    assert [f.code for f in found] == ["loader-not-shuffled"]
+    # One batch of each 5 straddles two classes: 16 of the first 20 hold one class.
+    assert found[0].evidence["single_class_batches"] == 16
+    assert found[0].evidence["classes"] == [0, 1, 2, 3, 4, 5, 6, 7]
+    assert _sorted_findings(shuffle=True) == []
+    assert _sorted_findings(shuffle=False, evaluate=True) == []  # an evaluation's losses
+    assert _sorted_findings(shuffle=False, targets_of=lambda y: y[:3]) == []  # too few
+    assert _sorted_findings(shuffle=False, targets_of=lambda y: y.float()) == []  # soft targets
+    mixed = lambda y: y[torch.randperm(len(y))] * 0 + torch.arange(len(y)) % 3  # noqa: E731
+    assert _sorted_findings(shuffle=False, targets_of=mixed) == []

@@ -1,14 +1,20 @@
 """The DataLoaders iterated during the run: the most worker processes of any of them
 (``input-bound``'s advice), a new iterator made on every step (``loader-restarted-every-
-step``: ``next(iter(loader))`` inside the loop), and a shuffling ``DistributedSampler`` whose
-``set_epoch`` is never called (``sampler-epoch-not-set``: the same order every epoch).
+step``: ``next(iter(loader))`` inside the loop), a shuffling ``DistributedSampler`` whose
+``set_epoch`` is never called (``sampler-epoch-not-set``: the same order every epoch), and a
+training loader that does not shuffle data sorted by label (``loader-not-shuffled``: batches
+of one class each, class after class).
 
 A loader may be gone by the time a check runs (made inside a function per epoch, or the script
 ends before the last check), so what matters is noted when its iterator is made:
 ``DataLoader.__iter__`` is wrapped for the run (once an epoch in a healthy loop). The newest
 iterator's batches are counted as they are drawn (``__next__`` is wrapped too: a weak-reference
 call and an addition a batch), so that an iterator given up after one batch is told from one
-read to its end (a step per epoch, over every batch).
+read to its end (a step per epoch, over every batch). While the newest iterator's loader does
+not shuffle, the targets of the classification losses (``cross_entropy``, ``nll_loss``: a 1-D
+tensor of class indices) with gradients on are read for the first ``SORTED_STEPS`` training
+steps of its pass (``note_target``: one comparison and one host read each). An evaluation's
+losses, under ``no_grad``, do not count: evaluation data need not be shuffled.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
@@ -26,6 +33,14 @@ from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 RESTART_STEPS = 20
 """Steps in a row that each made a new iterator and left it before its end."""
+SORTED_STEPS = 20
+"""Training steps at the start of a pass of a loader that does not shuffle whose loss targets
+are read; at least ``SORTED_SHARE`` of them of one class each (two classes or more in all) make
+``loader-not-shuffled``."""
+SORTED_SHARE = 0.5
+"""(Small classes put a batch across each class boundary: 100 examples a class in batches of
+32 leave 2 of 3 batches with one class. Unsorted data gives whole batches of one class only
+where a class is nearly all of it, and then no second class comes that way.)"""
 SAME_EPOCH_PASSES = 3
 """Passes over a loader whose shuffling DistributedSampler kept one epoch (two a epoch: a
 statistics pass before the training one)."""
@@ -52,6 +67,12 @@ class Loaders:
         self.where = ""
         self.sequential, self.workers = False, 0
         self.restarts = 0  # steps in a row that made a new iterator and left it early
+        # The newest iterator's loader does not shuffle: the training losses' targets are read.
+        self.unshuffled = False
+        self.label: int | None = None  # the class of this step's targets, if one
+        self.pending = False  # a training loss's targets were read this step
+        self.labelled = 0  # steps of the newest iterator's pass whose targets were read
+        self.single: list[int] = []  # the class of each that held one class
         self.reported: set[str] = set()
 
     def install(self) -> None:
@@ -73,9 +94,12 @@ class Loaders:
         except TypeError:  # an iterable dataset without a length
             self.newest, self.length = None, None
         self.drawn = 0
-        if self.restarts + 1 >= RESTART_STEPS:  # read only when needed
-            sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
-            self.sequential = isinstance(sampler, SequentialSampler)
+        sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
+        sequential = isinstance(sampler, SequentialSampler)
+        self.unshuffled = sequential and "loader-not-shuffled" not in self.reported
+        self.label, self.pending, self.labelled, self.single = None, False, 0, []
+        if self.restarts + 1 >= RESTART_STEPS or self.unshuffled:  # read only when needed
+            self.sequential = sequential
             self.workers = int(loader.num_workers)
             self.loader = f"a DataLoader over {type(loader.dataset).__name__}"
             self.where = checks.user_site()
@@ -99,10 +123,39 @@ class Loaders:
         if self.newest is not None and self.newest() is it:
             self.drawn += 1
 
+    def note_target(self, target: Any) -> None:
+        """A classification loss got ``target``: while the newest loader does not shuffle, on
+        the first steps of its pass, note whether it is all one class (with gradients on: a
+        training loss)."""
+        if not self.unshuffled or self.labelled >= SORTED_STEPS or not torch.is_grad_enabled():
+            return
+        if checks.untraceable(target):  # no host read inside a compiled graph or vmap
+            return
+        single = _single_class(target)
+        if not self.pending or single is None:  # the step's first loss, or a mixed one
+            self.label = single
+        self.pending = True
+
+    def _note_sorted(self) -> None:
+        """The clock stepped after a training loss whose targets were read: count them."""
+        self.labelled += 1
+        if self.label is not None:
+            self.single.append(self.label)
+        self.label, self.pending = None, False
+        if self.labelled != SORTED_STEPS or len(self.single) < SORTED_SHARE * SORTED_STEPS:
+            return
+        classes = list(dict.fromkeys(self.single))  # in the order they came
+        if len(classes) >= 2:
+            found = slips.loader_not_shuffled(self.loader, len(self.single), self.labelled, classes)
+            found.where = self.where
+            self._report(found)
+
     def end_step(self) -> None:
         """The clock stepped (under ``treeqa doctor``): a new iterator this step, left before
         its end, makes one more step in a row; ``RESTART_STEPS`` of them make the finding."""
         made, self.made = self.made, 0
+        if self.pending:
+            self._note_sorted()
         left = self.length is not None and self.length > 1 and 0 < self.drawn < self.length
         self.restarts = self.restarts + 1 if made and left else 0
         if self.restarts < RESTART_STEPS:
@@ -114,3 +167,13 @@ class Loaders:
         )
         found.where = self.where
         self._report(found)
+
+
+def _single_class(target: Any) -> int | None:
+    """The class of every example of ``target`` (a 1-D tensor of 4 or more class indices)
+    when all are one class; None otherwise."""
+    integer = isinstance(target, torch.Tensor) and not target.is_floating_point()
+    if not integer or target.dim() != 1 or target.numel() < 4 or target.is_complex():
+        return None
+    first = target[0]
+    return int(first) if bool((target == first).all()) else None

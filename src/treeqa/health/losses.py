@@ -6,7 +6,9 @@ where logits belong) and, where it comes from a log_softmax, for one over the wr
 batch); that of ``nll_loss`` for values above 0 (logits where log-probabilities
 belong), that of ``binary_cross_entropy_with_logits`` for a sigmoid's output, and the shapes of
 the elementwise regression losses for a broadcast (prediction [N, 1] against target [N]). The
-first cross-entropy of the run is compared with log(C).
+first cross-entropy of the run is compared with log(C). On every step the targets of
+``cross_entropy`` and ``nll_loss`` are handed to the loaders' check (``loader-not-shuffled``),
+which reads them only while a loader that does not shuffle is in use.
 """
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 
 
 class LossInputCheck:
-    """``active()``: look at this call (a sampled step, not eval); ``at_init()``: no step done yet."""
+    """``active()``: look at this call (a sampled step, not eval); ``at_init()``: no step done
+    yet; ``targets``: given the target of every ``cross_entropy`` and ``nll_loss`` call (the
+    loaders' ``note_target``, which returns at once unless it needs it)."""
 
     def __init__(
         self,
         add: Callable[[Finding], None],
         active: Callable[[], bool],
         at_init: Callable[[], bool],
+        targets: Callable[[Any], None] | None = None,
     ):
-        self.add, self.active, self.at_init = add, active, at_init
+        self.add, self.active, self.at_init, self.targets = add, active, at_init, targets
         self.first_seen = False
         self.wrappers = Wrappers()
 
@@ -51,6 +56,8 @@ class LossInputCheck:
     ) -> None:
         """``F.<fname>(input, *args, **kwargs)`` returned ``result``."""
         input = args[0] if args else kwargs.get("input")
+        if self.targets is not None and fname in ("cross_entropy", "nll_loss"):
+            self.targets(args[1] if len(args) > 1 else kwargs.get("target"))
         if (
             isinstance(input, torch.Tensor)
             and not checks.untraceable(input)  # a host sync inside a compiled graph or vmap

@@ -227,7 +227,10 @@ class HealthMonitor(Callback):
         # or FIT_MEMORY_WARMUP steps, whichever ends first; elsewhere warmup_of(n) only.
         self.memory_warmup = 0
         self.loss_check = LossInputCheck(
-            self.add, lambda: self.sampling and not self.paused, lambda: self.step == 0
+            self.add,
+            lambda: self.sampling and not self.paused,
+            lambda: self.step == 0,
+            self.loaders.note_target,
         )
         self.started = time.time()
 

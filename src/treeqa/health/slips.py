@@ -244,6 +244,21 @@ def loader_restarted_every_step(
     )
 
 
+def loader_not_shuffled(loader: str, single: int, steps: int, classes: list[int]) -> Finding:
+    """``single`` of the first ``steps`` training batches of ``loader``, which does not
+    shuffle, held one class each, and at least two ``classes`` came that way: the data is
+    sorted by label (an ``ImageFolder``, a file written class by class)."""
+    shown = ", ".join(str(c) for c in classes[:5]) + (", ..." if len(classes) > 5 else "")
+    return Finding(
+        "loader-not-shuffled",
+        "warning",
+        f"{loader} does not shuffle, and {single} of its first {steps} training batches each "
+        f"held a single class (classes {shown} in turn): the data is sorted by label, so each "
+        "run of steps pulls the model toward one class and it forgets the others",
+        evidence={"single_class_batches": single, "steps": steps, "classes": classes[:20]},
+    )
+
+
 def sampler_epoch_not_set(epoch: int, passes: int) -> Finding:
     """A shuffling DistributedSampler's loader went over its data ``passes`` times in a row at
     one ``epoch``: ``set_epoch`` is never called, so every epoch has the same order."""
