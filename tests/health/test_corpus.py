@@ -61,6 +61,8 @@ EXPECTED = {
     "bug_lr_negative.py": "lr-negative",
     "bug_loss_broadcast.py": "loss-broadcast",
     "bug_loss_broadcast_by_hand.py": "loss-broadcast",  # ((pred - y) ** 2).mean()
+    "bug_sigmoid_into_ce.py": "probabilities-into-cross-entropy",  # a sigmoid, rows not summing to 1
+    "bug_relu_into_ce.py": "relu-into-cross-entropy",
     "bug_logits_into_nll.py": "logits-into-nll-loss",
     "bug_sigmoid_into_bce_with_logits.py": "probabilities-into-cross-entropy",
     "bug_kl_div_probabilities.py": "probabilities-into-cross-entropy",

@@ -554,17 +554,24 @@ def test_the_loss_wrappers_report_and_leave_correct_inputs_alone() -> None:
         F.mse_loss(pred, torch.randn(8, 1))
         F.binary_cross_entropy_with_logits(pred.squeeze(1), torch.ones(8))
         F.nll_loss(F.log_softmax(torch.randn(8, 5), 1), torch.zeros(8, dtype=torch.long))
+        hidden = torch.relu(torch.randn(8, 4, requires_grad=True))
+        F.cross_entropy(hidden @ torch.randn(4, 5), torch.zeros(8, dtype=torch.long))
         assert found == []
         with pytest.warns(UserWarning, match="target size"):  # torch's own warning
             F.mse_loss(pred, torch.randn(8))
         F.binary_cross_entropy_with_logits(pred.sigmoid().squeeze(1), torch.ones(8))
         F.nll_loss(torch.randn(8, 5) * 3, torch.zeros(8, dtype=torch.long))
+        logits = torch.randn(8, 5, 1, requires_grad=True)
+        F.cross_entropy(logits.sigmoid().squeeze(2), torch.zeros(8, dtype=torch.long))
+        F.cross_entropy(torch.relu(logits).view(8, 5), torch.zeros(8, dtype=torch.long))
     finally:
         check.uninstall()
     assert [f.code for f in found] == [
         "loss-broadcast",
         "probabilities-into-cross-entropy",
         "logits-into-nll-loss",
+        "probabilities-into-cross-entropy",  # a sigmoid's, through a view
+        "relu-into-cross-entropy",
     ]
     assert F.mse_loss.__name__ == "mse_loss"  # unwrapped
 

@@ -113,6 +113,8 @@ class LossInputCheck:
                 )
             return
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
+        if fname == "cross_entropy":
+            self._squashed_logits(input, classes)
         source = loss_inputs.normalised_over(input)
         if source is not None:
             found = loss_inputs.softmax_over_wrong_dim(fname, *source, classes)
@@ -160,6 +162,39 @@ class LossInputCheck:
             if found is not None:
                 found.where = checks.user_site(2)
                 self.add(found)
+
+    def _squashed_logits(self, input: torch.Tensor, classes: int) -> None:
+        """``cross_entropy``'s logits come out of a sigmoid (each squashed into (0, 1):
+        probabilities of their own) or a ReLU (none below 0). Read from the graph through
+        views (no host sync)."""
+        node = loss_inputs.producer(input, ("SigmoidBackward0", "ReluBackward0"))
+        if node is None:
+            return
+        if type(node).__name__ == "SigmoidBackward0":
+            self.add(
+                Finding(
+                    "probabilities-into-cross-entropy",
+                    "error",
+                    f"cross_entropy received a sigmoid's output over {classes} classes: each "
+                    "logit is squashed into (0, 1), so the softmax inside the loss sees nearly "
+                    "equal scores and the loss cannot fall far below log(C)",
+                    where=checks.user_site(3),
+                    evidence={"function": "cross_entropy", "produced_by": "sigmoid"},
+                    fix="drop the final sigmoid: cross_entropy takes raw logits (a sigmoid per "
+                    "class belongs with BCEWithLogitsLoss, for multi-label targets)",
+                )
+            )
+            return
+        self.add(
+            Finding(
+                "relu-into-cross-entropy",
+                "warning",
+                f"cross_entropy received a ReLU's output over {classes} classes: no logit can go "
+                "below 0, and a wrong class's logit pushed to 0 gets no gradient",
+                where=checks.user_site(3),
+                evidence={"function": "cross_entropy", "produced_by": "relu"},
+            )
+        )
 
 
 def _averaged(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
