@@ -40,6 +40,7 @@ EXPECTED = {
     "bug_sampler_epoch_not_set.py": "sampler-epoch-not-set",
     "bug_seed_every_step.py": "seed-reset-every-step",
     "bug_numpy_seed_every_step.py": "seed-reset-every-step",  # numpy.random.seed
+    "bug_optimiser_made_every_step.py": "optimiser-made-every-step",
     "bug_gradients_not_zeroed.py": "gradients-not-zeroed",
     "bug_temperature_not_zeroed.py": "gradients-not-zeroed",  # outside the model
     "bug_gan_generator_not_zeroed.py": "gradients-not-zeroed",  # the second optimiser's
@@ -83,6 +84,7 @@ CLEAN = [
     "clean_fp16_scaler.py",
     "clean_fp16_static_scale.py",  # (loss * 1024).backward(), gradients divided by hand
     "clean_func_per_sample.py",  # torch.func: vmap'd losses, no backward (no loss seen)
+    "clean_optimiser_wrapper.py",  # Lookahead, plain SGD made each step, Adam each epoch
     "clean_two_runs.py",  # a second model and optimiser: its steps are counted too
     "clean_eval_between_steps.py",  # a summed eval loss before training: no loss-at-init
     "clean_partial_training.py",  # head-only optimiser, aux head on some steps, teacher

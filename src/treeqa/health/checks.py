@@ -47,6 +47,7 @@ FIXES: dict[str, str] = {
     "eval-in-train-mode": "call model.eval() before evaluating (and model.train() after it, before the next training step)",
     "fp16-without-loss-scaling": "scale the loss with torch.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(opt); scaler.update()), or autocast to bfloat16, which needs no scaling",
     "loader-restarted-every-step": "make the iterator once (it = iter(loader)) and call next(it) each step, starting a new one when it raises StopIteration (or loop over the loader once an epoch)",
+    "optimiser-made-every-step": "make the optimiser once, before the training loop (and its scheduler with it), and only zero_grad/step it inside",
     "loader-not-shuffled": "shuffle the training data: DataLoader(dataset, batch_size=..., shuffle=True) (or sampler=RandomSampler(dataset)); keep shuffle=False for evaluation",
     "sampler-epoch-not-set": "call loader.sampler.set_epoch(epoch) at the start of each epoch, before iterating the loader",
     "anomaly-detection-on": "remove torch.autograd.set_detect_anomaly(True) (or detect_anomaly()) once the NaN it was for is found",

@@ -38,13 +38,15 @@ from torch import nn
 from torch.amp import GradScaler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from treeqa.health import checks, loss_inputs, report
+from treeqa.health import checks, loss_inputs, report, slips
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
 from treeqa.health.seeds import Seeds
 from treeqa.health.updates import Updates
 
+REMADE_STEPS = 20
+"""Steps in a row, each by an optimiser made for it, before ``optimiser-made-every-step``."""
 SWITCH_AFTER = 8
 """Another optimiser that steps more than this many times (and more than 4x as often as any
 did between two of the clock's steps so far) while the clock does not takes over as the clock:
@@ -79,6 +81,9 @@ class Doctor:
         self.original_backward: Any = None
         self.original_scaler_step: Any = None
         self.step_calls = 0  # optimiser steps seen, of any optimiser
+        self.stepped: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # any, ever
+        self.clock_params: set[int] = set()  # ids of the clock's parameters
+        self.remade = 0  # clock steps in a row, each by an optimiser new at that step
         # What the clock's steps are given (updates.py).
         self.updates = Updates(monitor.add, monitor.scalers)
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
@@ -219,6 +224,7 @@ class Doctor:
 
     def _find_roots(self, optimizer: torch.optim.Optimizer) -> None:
         trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        self.clock_params = trained
         inner = {id(c) for m in self.called.values() for c in m.modules() if c is not m}
         tops = [m for i, m in self.called.items() if i not in inner]
         self.roots = [m for m in tops if any(id(p) in trained for p in m.parameters())]
@@ -252,6 +258,28 @@ class Doctor:
         self.evaluated_early.clear()
         self.clipping.reset(optimizer)
 
+    def _made_anew(self, optimizer: torch.optim.Optimizer) -> bool:
+        """``optimizer`` steps for the first time, after a backward since the clock's last
+        step, and holds exactly the clock's parameters: the script made a new optimiser for
+        the run (``opt = Adam(model.parameters())`` inside the loop, or once an epoch), not a
+        second run. A wrapper stepping its inner optimiser (Lookahead) steps with no backward
+        between the two."""
+        if optimizer in self.stepped or not self.updates.backwards or not self.clock_params:
+            return False
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        return held == self.clock_params
+
+    def _adopt(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """A new optimiser of the same run becomes the clock, its models and state kept."""
+        self.clock = weakref.ref(optimizer)
+        self.clipping.reset(optimizer)
+        self.remade += 1
+        if self.remade == REMADE_STEPS and _has_moments(optimizer):
+            found = slips.optimiser_made_every_step(type(optimizer).__name__, self.remade)
+            found.where = checks.user_site()
+            self.monitor.add(found)
+        return optimizer
+
     def _switch_clock(self, optimizer: torch.optim.Optimizer) -> None:
         """``optimizer`` is the clock from now on; its next step looks up the models it trains
         (the every-module hook is back until then), and this one is not counted."""
@@ -274,6 +302,11 @@ class Doctor:
         if clock is None and self.clock is None:  # the first step of the run
             self.clock = weakref.ref(optimizer)
             clock = optimizer
+        if optimizer is not clock and self._made_anew(optimizer):
+            clock = self._adopt(optimizer)
+        elif optimizer is clock:
+            self.remade = 0
+        self.stepped.add(optimizer)
         if optimizer is not clock:
             self.updates.optimizers.add(optimizer)
             n = self.others[optimizer] = self.others.get(optimizer, 0) + 1
@@ -303,6 +336,16 @@ class Doctor:
         self.last_end = time.perf_counter()
         if self.monitor.stop_requested:
             raise HealthError("strict mode: stopping on an error finding (see above)")
+
+
+def _has_moments(optimizer: torch.optim.Optimizer) -> bool:
+    """The optimiser keeps per-parameter state across steps (Adam's moments, a momentum
+    buffer, Adagrad's sums): what a new optimiser each step throws away. Plain SGD keeps none."""
+    return any(
+        isinstance(v, torch.Tensor) and v.dim() > 0
+        for state in optimizer.state.values()
+        for v in state.values()
+    )
 
 
 @dataclass

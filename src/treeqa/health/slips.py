@@ -244,6 +244,19 @@ def loader_restarted_every_step(
     )
 
 
+def optimiser_made_every_step(name: str, steps: int) -> Finding:
+    """A new ``name`` optimiser over the same parameters made for each of the last ``steps``
+    steps: the state it keeps from step to step is thrown away every time."""
+    return Finding(
+        "optimiser-made-every-step",
+        "warning",
+        f"a new {name} over the same parameters made for each of the last {steps} steps: the "
+        "state it keeps across steps (Adam's moment estimates, a momentum buffer) starts from "
+        "zero every step, so every step is its first (for Adam about lr x sign(gradient))",
+        evidence={"optimizer": name, "steps": steps},
+    )
+
+
 def loader_not_shuffled(loader: str, single: int, steps: int, classes: list[int]) -> Finding:
     """``single`` of the first ``steps`` training batches of ``loader``, which does not
     shuffle, held one class each, and at least two ``classes`` came that way: the data is
