@@ -31,13 +31,10 @@ from treeqa.models.qanet import QANet, QANetConfig
 from treeqa.models.spans import decode
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.callbacks import (
-    Checkpointer,
-    EarlyStopping,
-    MetricsLog,
-    ProgressBar,
     StopOnSignal,
     check_resumable,
     resume,
+    standard_callbacks,
 )
 from treeqa.train.distributed import World
 from treeqa.train.ema import build_ema
@@ -398,18 +395,7 @@ def train(
         "squad_version": meta_data["version"],
     }
     callbacks: list[Callback] = [
-        ProgressBar(total=per_epoch // world.size),
-        MetricsLog(out, config.train.log_every),
-        # EMA before the Checkpointer: it must swap its shadows in/out around evaluation.
-        *([ema] if ema is not None else []),
-        Checkpointer(
-            out,
-            meta,
-            scheduler,
-            ema.checkpoint_tensors if ema is not None else None,
-            every=config.train.checkpoint_every,
-        ),
-        EarlyStopping(config.train.patience),
+        *standard_callbacks(out, config.train, meta, scheduler, ema, per_epoch // world.size),
         Budget(config.schedule.budget_minutes),
         StopOnSignal(),
         *extra_callbacks,

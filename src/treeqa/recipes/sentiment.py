@@ -26,13 +26,10 @@ from treeqa.models import build_sentiment_model, model_classes
 from treeqa.models.common import Output
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.callbacks import (
-    Checkpointer,
-    EarlyStopping,
-    MetricsLog,
-    ProgressBar,
     StopOnSignal,
     check_resumable,
     resume,
+    standard_callbacks,
 )
 from treeqa.train.distributed import World
 from treeqa.train.ema import build_ema
@@ -252,18 +249,7 @@ def train(
     }
     n_batches = -(-len(encoded["train"]) // config.train.batch_size)
     callbacks: list[Callback] = [
-        ProgressBar(total=n_batches // world.size),
-        MetricsLog(out, config.train.log_every),
-        # EMA before the Checkpointer: it must swap its shadows in/out around evaluation.
-        *([ema] if ema is not None else []),
-        Checkpointer(
-            out,
-            meta,
-            scheduler,
-            ema.checkpoint_tensors if ema is not None else None,
-            every=config.train.checkpoint_every,
-        ),
-        EarlyStopping(config.train.patience),
+        *standard_callbacks(out, config.train, meta, scheduler, ema, n_batches // world.size),
         StopOnSignal(),
         *extra_callbacks,
     ]

@@ -1,4 +1,5 @@
-"""The standard callbacks: progress bar, JSONL metrics log, checkpoints, early stopping."""
+"""The standard callbacks: progress bar, JSONL metrics log, checkpoints, early stopping, a
+clean stop on SIGTERM; ``standard_callbacks`` puts a recipe's together."""
 
 from __future__ import annotations
 
@@ -18,7 +19,34 @@ from treeqa import config as cfg
 from treeqa.models.common import Output
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.distributed import World
-from treeqa.train.loop import Callback, TrainState
+from treeqa.train.ema import EMA
+from treeqa.train.loop import Callback, TrainConfig, TrainState
+
+
+def standard_callbacks(
+    run_dir: Path,
+    train: TrainConfig,
+    meta: dict[str, Any],
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    ema: EMA | None,
+    batches_per_epoch: int,
+) -> list[Callback]:
+    """What every recipe's run has, in order: the progress bar, the metrics log, the EMA
+    (before the Checkpointer: it swaps its shadows in and out around evaluation), the
+    checkpoints and early stopping. ``batches_per_epoch``: this process's."""
+    return [
+        ProgressBar(total=batches_per_epoch),
+        MetricsLog(run_dir, train.log_every),
+        *([ema] if ema is not None else []),
+        Checkpointer(
+            run_dir,
+            meta,
+            scheduler,
+            ema.checkpoint_tensors if ema is not None else None,
+            every=train.checkpoint_every,
+        ),
+        EarlyStopping(train.patience),
+    ]
 
 
 def batch_size_of(batch: Any) -> int:
