@@ -52,6 +52,7 @@ EXPECTED = {
     "bug_train_after_baseline_eval.py": "train-in-eval-mode",  # eval mode from a baseline score
     "bug_train_in_eval_second_path.py": "train-in-eval-mode",  # a second eval path, no train()
     "bug_eval_in_train_mode.py": "eval-in-train-mode",
+    "bug_evaluation_with_gradients.py": "evaluation-with-gradients",
     "bug_fp16_without_scaler.py": "fp16-without-loss-scaling",
     "bug_fp16_autocast_in_forward.py": "fp16-without-loss-scaling",  # @autocast on forward
     "bug_anomaly_detection_on.py": "anomaly-detection-on",
@@ -84,6 +85,7 @@ CLEAN = [
     "clean_fp16_scaler.py",
     "clean_fp16_static_scale.py",  # (loss * 1024).backward(), gradients divided by hand
     "clean_func_per_sample.py",  # torch.func: vmap'd losses, no backward (no loss seen)
+    "clean_eval_mode_gradients.py",  # trained in eval mode; PGD with autograd.grad
     "clean_optimiser_wrapper.py",  # Lookahead, plain SGD made each step, Adam each epoch
     "clean_two_runs.py",  # a second model and optimiser: its steps are counted too
     "clean_eval_between_steps.py",  # a summed eval loss before training: no loss-at-init

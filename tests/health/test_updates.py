@@ -284,6 +284,46 @@ def test_an_evaluation_in_train_mode_is_a_run_of_forwards_without_gradients() ->
     assert run(frozen, 10) == []  # batch statistics in both modes
 
 
+def test_an_evaluation_with_gradients_is_eval_mode_forwards_without_a_backward() -> None:
+    def run(per_step: int, backward_each: bool = False) -> list[str]:
+        """``per_step`` eval-mode forwards with gradients on before each step (with
+        ``backward_each``, each followed by a backward, as in training in eval mode)."""
+        found: list[Finding] = []
+        updates = Updates(found.append)
+        model = nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(1, 4):
+            model.eval()
+            for _ in range(per_step):
+                updates.forward(model)
+                if backward_each:
+                    updates.gradients_taken()
+            model.train()
+            updates.forward(model)
+            updates.end_step(step, False, opt, [model], [])
+        return [f.code for f in found]
+
+    assert run(EVAL_FORWARDS) == ["evaluation-with-gradients"]
+    assert run(EVAL_FORWARDS - 1) == []  # the count starts again at each step
+    assert run(10, backward_each=True) == []  # micro-batches, or attack steps
+
+    # Several views a step in eval mode, one backward over them all: no evaluation.
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    model = nn.Linear(4, 2).eval()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(1, 4):
+        for _ in range(EVAL_FORWARDS + 2):
+            updates.forward(model)
+        updates.gradients_taken()
+        updates.end_step(step, False, opt, [model], [])
+    for _ in range(EVAL_FORWARDS):  # the script's last evaluation, after its last step
+        updates.forward(model)
+    assert found == []
+    updates.finish(3)
+    assert [f.code for f in found] == ["evaluation-with-gradients"]
+
+
 def test_float16_autocast_without_a_loss_scaler_is_named() -> None:
     def run(scaled: bool, dtype: torch.dtype = torch.float16, steps: int = 4) -> list[str]:
         found: list[Finding] = []

@@ -44,6 +44,7 @@ FIXES: dict[str, str] = {
     "step-without-gradients": "build the optimiser over the parameters of the model that trains, and zero gradients before backward(), not between backward() and step()",
     "not-in-optimiser": "build the optimiser after the whole model, or add the layer with optimizer.add_param_group; if it is frozen on purpose, set requires_grad_(False) so that backward skips it",
     "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
+    "evaluation-with-gradients": "wrap the evaluation in with torch.no_grad(): (or torch.inference_mode()), after model.eval()",
     "eval-in-train-mode": "call model.eval() before evaluating (and model.train() after it, before the next training step)",
     "fp16-without-loss-scaling": "scale the loss with torch.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(opt); scaler.update()), or autocast to bfloat16, which needs no scaling",
     "loader-restarted-every-step": "make the iterator once (it = iter(loader)) and call next(it) each step, starting a new one when it raises StopIteration (or loop over the loader once an epoch)",

@@ -172,6 +172,7 @@ class Doctor:
                 gradient = kwargs.get("grad_tensors", args[0] if args else None)
                 self.monitor.scalers.note_backward(loss, gradient)
         self.updates.backwards += 1
+        self.updates.gradients_taken()
         self.monitor.note_backward(bool(create if retain is None else retain))
 
     def _begin(self) -> None:

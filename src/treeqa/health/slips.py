@@ -133,6 +133,19 @@ def train_in_eval_mode(
     )
 
 
+def evaluation_with_gradients(forwards: int) -> Finding:
+    """A model the optimiser trains ran ``forwards`` forwards in a row in eval mode with
+    gradients on and no backward: an evaluation outside ``torch.no_grad()``."""
+    return Finding(
+        "evaluation-with-gradients",
+        "warning",
+        f"the model being trained ran {forwards} forwards in a row in eval mode with gradients "
+        "on and no backward, an evaluation outside torch.no_grad(): autograd records every "
+        "evaluation forward and keeps its activations while the outputs live, for nothing",
+        evidence={"forwards_in_a_row": forwards},
+    )
+
+
 def eval_in_train_mode(forwards: int, modules: Sequence[str]) -> Finding | None:
     """A model the optimiser trains ran ``forwards`` forwards in a row without gradients in
     train mode: an evaluation without ``model.eval()``. ``modules``: its layers in train mode

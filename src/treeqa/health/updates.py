@@ -24,6 +24,11 @@ every backward) and reports to the monitor:
   statistics from the evaluation data. One or two such forwards a step (pseudo-labels in
   semi-supervised training), Monte Carlo dropout (one input run again and again) and a
   batch-norm recalibration (``momentum=None``) are not it.
+- ``evaluation-with-gradients``: a model the clock trains ran ``EVAL_FORWARDS`` forwards or
+  more in a row in eval mode with gradients on, then one in train mode (or the script ended),
+  with no backward or ``torch.autograd.grad`` (``gradients_taken``) since the first: an
+  evaluation outside ``torch.no_grad()``, whose graphs are recorded for nothing. Training in
+  eval mode (frozen batch norm, several views a step) takes its gradients before going on.
 - ``fp16-without-loss-scaling``: on sampled steps the forwards of the models trained ran under
   float16 autocast, and no loss was scaled (by an enabled ``GradScaler``, or multiplied by a
   constant of ``scalers.HAND_SCALE`` or more before its backward): gradients under float16's
@@ -58,7 +63,7 @@ from treeqa.health import checks, slips
 from treeqa.health.checks import Finding
 from treeqa.health.probes import Probe
 from treeqa.health.scalers import LossScalers
-from treeqa.health.wrap import Watched, Wrappers, note_calls, note_calls_of
+from treeqa.health.wrap import Watched, Wrappers, note_calls, note_calls_of, note_function_calls
 
 EMPTY_STEPS = 20
 """Steps in a row with a backward and no gradient on the optimiser's parameters (a conditional
@@ -111,6 +116,10 @@ class Updates:
         self.wrappers.add(note_calls(ReduceLROnPlateau, "step", self._plateau_stepped))
         self.wrappers.add(note_calls(LRScheduler, "step", self._scheduler_stepped))
         self.wrappers.add(note_calls_of(nn.Module, "train", self._mode_called, self.watched))
+        self.wrappers.add(note_function_calls(torch.autograd, "grad", self._grad_called))
+
+    def _grad_called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.gradients_taken()
 
     def watch_modes(self, roots: list[nn.Module]) -> None:
         """The models the clock trains, whose ``train()``/``eval()`` calls count from now on."""
@@ -162,6 +171,8 @@ class Updates:
         # judged until the next forward with gradients or step) and the last one's input
         self.no_grad_run = 0
         self._no_grad_input: weakref.ref[torch.Tensor] | None = None
+        # forwards in a row in eval mode with gradients on and no backward between them
+        self.eval_grad_run, self.eval_grad_site = 0, ""
         if not same_models:  # (the first reset, from __init__, never has the same models)
             self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
             self.evaluated = False  # an evaluation of a model the clock trains since its last step
@@ -182,6 +193,12 @@ class Updates:
         """A model the clock trains starts a forward; ``args``: its positional inputs."""
         if torch.is_grad_enabled():
             self.mode |= 1 if module.training else 2
+            if not module.training:
+                self.eval_grad_run += 1
+                if self.eval_grad_run == EVAL_FORWARDS:  # the evaluation's line
+                    self.eval_grad_site = checks.user_site()
+            else:  # back to training with no backward since: they were an evaluation
+                self._evaluated_with_gradients()
             if self.sampled and self.mode & 4 == 0 and _float16_autocast():
                 self.mode |= 4
             self.no_grad_run, self._no_grad_input = 0, None
@@ -205,6 +222,18 @@ class Updates:
         if self.sampled and self.mode & 4 == 0 and torch.is_grad_enabled():
             if _float16_out_of_float32(module, output):
                 self.mode |= 4
+
+    def _evaluated_with_gradients(self, at_step: bool = True) -> None:
+        if self.eval_grad_run >= EVAL_FORWARDS:
+            found = slips.evaluation_with_gradients(self.eval_grad_run)
+            found.where = self.eval_grad_site
+            self._report(found, at_step)
+        self.eval_grad_run = 0
+
+    def gradients_taken(self) -> None:
+        """A backward (or ``torch.autograd.grad``) runs: the forwards before it needed their
+        gradients (an adversarial attack made in eval mode, a saliency map)."""
+        self.eval_grad_run = 0
 
     def begin_step(self, sampled: bool) -> None:
         """The step's compute starts: on a sampled step, hook the probe parameters."""
@@ -285,6 +314,7 @@ class Updates:
             self._note_orphans(optimizer, roots)
         self.backwards = 0
         self.no_grad_run, self._no_grad_input = 0, None
+        self.eval_grad_run = 0
         if self.mode & 4 and sampled:
             self._note_float16()
         self._note_mode(step, roots)
@@ -406,6 +436,7 @@ class Updates:
         return slips.lr_collapsed(self.peak, self.low_since, step, self.first, self.plateau)
 
     def finish(self, step: int) -> None:
+        self._evaluated_with_gradients(at_step=False)  # the script's last evaluation
         if self.low_since is not None:
             self._report(self._lr_collapsed(step), at_step=False)
 
