@@ -65,6 +65,7 @@ EXPECTED = {
     "bug_loss_broadcast_by_hand.py": "loss-broadcast",  # ((pred - y) ** 2).mean()
     "bug_sigmoid_into_ce.py": "probabilities-into-cross-entropy",  # a sigmoid, rows not summing to 1
     "bug_relu_into_ce.py": "relu-into-cross-entropy",
+    "bug_padding_in_loss.py": "padding-in-loss",
     "bug_logits_into_nll.py": "logits-into-nll-loss",
     "bug_sigmoid_into_bce_with_logits.py": "probabilities-into-cross-entropy",
     "bug_kl_div_probabilities.py": "probabilities-into-cross-entropy",
@@ -86,6 +87,7 @@ CLEAN = [
     "clean_fp16_static_scale.py",  # (loss * 1024).backward(), gradients divided by hand
     "clean_func_per_sample.py",  # torch.func: vmap'd losses, no backward (no loss seen)
     "clean_eval_mode_gradients.py",  # trained in eval mode; PGD with autograd.grad
+    "clean_padded_sequences.py",  # ignore_index=PAD; a tag set whose "O" is id 0
     "clean_optimiser_wrapper.py",  # Lookahead, plain SGD made each step, Adam each epoch
     "clean_two_runs.py",  # a second model and optimiser: its steps are counted too
     "clean_eval_between_steps.py",  # a summed eval loss before training: no loss-at-init

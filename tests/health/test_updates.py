@@ -681,3 +681,30 @@ class Net(nn.Module):
             assert module.attend is F.scaled_dot_product_attention
     finally:
         del sys.modules[module.__name__]
+
+
+def test_padding_in_a_token_loss_is_the_embeddings_padding_id_not_ignored() -> None:
+    from treeqa.health.losses import VOCABULARY, LossInputCheck
+
+    found: list[Finding] = []
+    check = LossInputCheck(found.append, lambda: True, lambda: False)
+    embed, head = nn.Embedding(VOCABULARY, 4, padding_idx=0), nn.Linear(4, VOCABULARY)
+    check.watch([embed])  # no output head over the vocabulary: pointer logits, say
+    assert check.paddings == {}
+    check.watch([embed, head])
+    check.install()
+    try:
+        logits = torch.randn(6, VOCABULARY)
+        padded = torch.tensor([5, 9, 0, 0, 0, 7])  # [N]: three padded positions
+        F.cross_entropy(logits, padded, ignore_index=0)
+        F.cross_entropy(logits, torch.tensor([5, 9, 3, 1, 2, 7]))  # no padding in this batch
+        F.cross_entropy(torch.randn(6, 5), padded % 5)  # classes, not the vocabulary
+        assert found == []
+        nn.CrossEntropyLoss()(logits, padded)  # ignore_index -100, the default
+    finally:
+        check.uninstall()
+    assert [f.code for f in found] == ["padding-in-loss"]
+    assert found[0].evidence["share"] == 0.5
+    small = nn.Embedding(VOCABULARY - 1, 4, padding_idx=0)  # a categorical feature
+    check.watch([small, nn.Linear(4, VOCABULARY - 1)])
+    assert check.paddings == {}

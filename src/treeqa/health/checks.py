@@ -59,6 +59,7 @@ FIXES: dict[str, str] = {
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
     "loss-broadcast": "give prediction and target the same shape (pred.squeeze(-1) or target.unsqueeze(-1)) before the loss",
     "relu-into-cross-entropy": "drop the ReLU after the last layer: cross_entropy takes raw logits, negative ones included",
+    "padding-in-loss": "pass ignore_index=<padding id> to cross_entropy/CrossEntropyLoss (or mask the padded positions out of the loss)",
     "logits-into-nll-loss": "apply log_softmax over the class dimension before nll_loss/NLLLoss, or pass the logits to cross_entropy",
     "dropout-in-eval": "pass training=self.training to F.dropout (or use an nn.Dropout module), so model.eval() turns it off",
     "softmax-over-wrong-dim": "normalise over the classes: log_softmax(logits, dim=-1) (dim=1 for [N, C, ...]); a softmax without dim= on 3-D input normalises over dim 0",

@@ -6,17 +6,19 @@ where logits belong) and, where it comes from a log_softmax, for one over the wr
 batch); that of ``nll_loss`` for values above 0 (logits where log-probabilities
 belong), that of ``binary_cross_entropy_with_logits`` for a sigmoid's output, and the shapes of
 the elementwise regression losses for a broadcast (prediction [N, 1] against target [N]). The
-first cross-entropy of the run is compared with log(C). On every step the targets of
+first cross-entropy of the run is compared with log(C), and a token loss over the model's own
+vocabulary for targets that hold its Embedding's padding id (``padding-in-loss``). On every step the targets of
 ``cross_entropy`` and ``nll_loss`` are handed to the loaders' check (``loader-not-shuffled``),
 which reads them only while a loader that does not shuffle is in use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from treeqa.health import checks, loss_inputs
@@ -26,6 +28,8 @@ from treeqa.health.wrap import Wrappers, note_function_results
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")
 ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 """Losses of an input against a target of the same shape (torch broadcasts, with a warning)."""
+VOCABULARY = 50
+"""The fewest ids an Embedding needs for its padding id to be looked for in loss targets."""
 
 
 class LossInputCheck:
@@ -41,8 +45,26 @@ class LossInputCheck:
         targets: Callable[[Any], None] | None = None,
     ):
         self.add, self.active, self.at_init, self.targets = add, active, at_init, targets
+        self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
         self.wrappers = Wrappers()
+
+    def watch(self, modules: Iterable[nn.Module]) -> None:
+        """The watched models' modules: for ``padding-in-loss``, the padding ids of their
+        Embeddings that a Linear layer predicts over (an output head of the same size), by
+        vocabulary size. At least ``VOCABULARY`` ids: not a categorical feature's few values,
+        whose count a classifier's classes may share; and a head, so that pointer logits over
+        positions are not taken for tokens when a batch is as long as a vocabulary."""
+        modules = list(modules)
+        heads = {m.out_features for m in modules if isinstance(m, nn.Linear)}
+        self.paddings = {
+            m.num_embeddings: m.padding_idx
+            for m in modules
+            if isinstance(m, nn.Embedding)
+            and m.padding_idx is not None
+            and m.num_embeddings >= VOCABULARY
+            and m.num_embeddings in heads
+        }
 
     def install(self) -> None:
         for fname in (*CLASSIFICATION, *ELEMENTWISE):
@@ -115,6 +137,8 @@ class LossInputCheck:
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
         if fname == "cross_entropy":
             self._squashed_logits(input, classes)
+        if classes in self.paddings:
+            self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs or {})
         source = loss_inputs.normalised_over(input)
         if source is not None:
             found = loss_inputs.softmax_over_wrong_dim(fname, *source, classes)
@@ -162,6 +186,33 @@ class LossInputCheck:
             if found is not None:
                 found.where = checks.user_site(2)
                 self.add(found)
+
+    def _padding_in_loss(
+        self, fname: str, pad: int, classes: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """A token loss over the model's own vocabulary (``classes`` = an Embedding's size)
+        whose targets hold that Embedding's ``padding_idx`` while ``ignore_index`` is another
+        id: padded positions are trained to predict padding, and count in the mean. ``args``
+        follow the input: (target, weight, size_average, ignore_index, ...). One host sync."""
+        target = args[0] if args else kwargs.get("target")
+        ignore = kwargs.get("ignore_index", args[3] if len(args) > 3 else -100)
+        if not isinstance(target, torch.Tensor) or target.is_floating_point() or ignore == pad:
+            return
+        share = float((target == pad).float().mean()) if target.numel() else 0.0
+        if share == 0:
+            return
+        self.add(
+            Finding(
+                "padding-in-loss",
+                "warning",
+                f"{fname}'s targets are the model's vocabulary ({classes} ids) and {share:.0%} of "
+                f"them are the Embedding's padding id {pad}, which ignore_index ({ignore}) does "
+                "not leave out: padded positions are trained to predict padding and count in "
+                "the loss's mean",
+                where=checks.user_site(3),
+                evidence={"function": fname, "padding_idx": pad, "share": round(share, 4)},
+            )
+        )
 
     def _squashed_logits(self, input: torch.Tensor, classes: int) -> None:
         """``cross_entropy``'s logits come out of a sigmoid (each squashed into (0, 1):

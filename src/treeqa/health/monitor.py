@@ -254,6 +254,7 @@ class HealthMonitor(Callback):
                 if site and site not in self.source_files and "site-packages" not in site:
                     self.source_files.append(site)
         self.names = checks.module_names(self.models)
+        self.loss_check.watch(self._modules())
         self.profile.dense_conv = any(
             isinstance(m, nn.Conv2d | nn.Conv3d) and m.groups == 1 for m in self._modules()
         )
@@ -271,6 +272,7 @@ class HealthMonitor(Callback):
         the monitor keeps them alive no longer, and the next step starts a new window for
         ``unused-parameter``."""
         self.models, self.params = [], []
+        self.loss_check.watch([])
         self._unused, self._unused_params, self._unused_from = None, [], self.step + 1
         self._late = None
 

@@ -1,0 +1,38 @@
+"""Clean: padded batches with the padding left out of the loss: a language model whose
+cross_entropy has ignore_index=PAD, and a tagger whose tag set (id 0 is the tag "O", most of
+the targets) is not the words' vocabulary, although the words' Embedding pads with id 0."""
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+PAD, V, TAGS = 0, 60, 5
+
+torch.manual_seed(0)
+sentences = [torch.randint(1, V, (int(n),)) for n in torch.randint(4, 30, (640,))]
+
+
+class Net(nn.Module):
+    def __init__(self, classes: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(V, 32, padding_idx=PAD)
+        self.rnn = nn.GRU(32, 64, batch_first=True)
+        self.out = nn.Linear(64, classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.out(self.rnn(self.embed(tokens))[0])  # [B, T, classes]
+
+
+lm, tagger = Net(V), Net(TAGS)
+opt = torch.optim.Adam([*lm.parameters(), *tagger.parameters()], lr=2e-3)
+for epoch in range(2):
+    for i in range(0, len(sentences), 16):
+        batch = nn.utils.rnn.pad_sequence(sentences[i : i + 16], batch_first=True)  # [B, T]
+        logits = lm(batch[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, V), batch[:, 1:].reshape(-1), ignore_index=PAD)
+        tags = torch.where(batch % 7 == 0, batch % TAGS, 0)  # mostly "O"
+        loss = loss + F.cross_entropy(tagger(batch).transpose(1, 2), tags)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print(epoch, round(loss.item(), 3))
