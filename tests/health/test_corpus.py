@@ -34,6 +34,7 @@ EXPECTED = {
     "bug_memory_growth.py": "memory-growth",
     "bug_input_bound.py": "input-bound",
     "bug_hot_op.py": "hot-op",
+    "bug_pixels_not_scaled.py": "pixels-not-scaled",
     "heap_sorted_lengths.py": "heap-retention",
     "bug_loader_restarted.py": "loader-restarted-every-step",
     "bug_loader_not_shuffled.py": "loader-not-shuffled",
@@ -88,6 +89,7 @@ CLEAN = [
     "clean_func_per_sample.py",  # torch.func: vmap'd losses, no backward (no loss seen)
     "clean_eval_mode_gradients.py",  # trained in eval mode; PGD with autograd.grad
     "clean_padded_sequences.py",  # ignore_index=PAD; a tag set whose "O" is id 0
+    "clean_images.py",  # scaled outside or inside the model, a 0/1 mask; convs are info
     "clean_optimiser_wrapper.py",  # Lookahead, plain SGD made each step, Adam each epoch
     "clean_two_runs.py",  # a second model and optimiser: its steps are counted too
     "clean_eval_between_steps.py",  # a summed eval loss before training: no loss-at-init

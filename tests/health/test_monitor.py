@@ -325,8 +325,12 @@ def test_checks_on_numbers() -> None:
     assert loss_inputs.looks_like_probabilities((torch.randn(64, 10) * 3).bfloat16().softmax(1))
     assert not loss_inputs.looks_like_probabilities(torch.full((4, 5), 0.2006))
     assert checks.loss_at_init(math.log(10) + 0.2, 10) is None
-    conv = checks.hot_op({"aten::mkldnn_convolution": 7e3, "aten::addmm": 2e3, "aten::add": 1e3}, 1)
+    convs = {"aten::mkldnn_convolution": 7e3, "aten::addmm": 2e3, "aten::add": 1e3}
+    conv = checks.hot_op(convs, 1)
     assert conv is not None and conv.severity == "warning" and "depthwise" in conv.fix
+    # An image CNN (no text embedding): its convolutions are its work.
+    image = checks.hot_op(convs, 1, conv_over_text=False)
+    assert image is not None and image.severity == "info" and "depthwise" not in image.fix
     # Each family gets its own fix: a tree model's gathers are not a char CNN.
     gathers = checks.hot_op({"aten::index_select": 7e3, "aten::addmm": 2e3}, 1)
     assert gathers is not None and "torch.unique" in gathers.fix and "conv" not in gathers.fix

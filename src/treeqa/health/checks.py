@@ -51,6 +51,7 @@ FIXES: dict[str, str] = {
     "optimiser-made-every-step": "make the optimiser once, before the training loop (and its scheduler with it), and only zero_grad/step it inside",
     "loader-not-shuffled": "shuffle the training data: DataLoader(dataset, batch_size=..., shuffle=True) (or sampler=RandomSampler(dataset)); keep shuffle=False for evaluation",
     "sampler-epoch-not-set": "call loader.sampler.set_epoch(epoch) at the start of each epoch, before iterating the loader",
+    "pixels-not-scaled": "scale the images to [0, 1] (x.float() / 255, as torchvision's ToTensor does) and normalise them (transforms.Normalize(mean, std))",
     "anomaly-detection-on": "remove torch.autograd.set_detect_anomaly(True) (or detect_anomaly()) once the NaN it was for is found",
     "seed-reset-every-step": "seed once, before the loop (or give each step its own seed, seed + step, if steps must be reproducible one by one)",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
@@ -515,6 +516,10 @@ _FAMILIES = (
 
 
 # The usual cheaper rewrite for each family that can dominate a step (hot-op's fix).
+_IMAGE_CONV_FIX = (
+    "convolutions dominating is how a CNN without a text embedding looks; on a GPU, bf16 "
+    "autocast and channels_last memory format make them cheaper"
+)
 _FAMILY_FIXES = {
     "convolution": "replace a dense conv (e.g. a 2-D char CNN) with a depthwise-separable 1-D conv; "
     "bf16 on a GPU",
@@ -544,7 +549,7 @@ def op_family(name: str) -> str:
 
 
 def hot_op(
-    op_times: dict[str, float], steps: int, dense_conv: bool = True, cpu_wait: float = 0.0
+    op_times: dict[str, float], steps: int, conv_over_text: bool = True, cpu_wait: float = 0.0
 ) -> Finding | None:
     """The operator family with the largest share of self time in a profiler window.
 
@@ -573,14 +578,18 @@ def hot_op(
     # wait). Below ~2 ms a step, one preempted call can dominate a 3-step window: no warning.
     dominant = own >= total - t and own >= 2 * second and own / 1e3 / max(steps, 1) >= 2.0
     # Only families with a usual cheaper rewrite warn; on a busy CPU any small op can look hot.
-    # A conv stack that is already 1-D / depthwise (QANet's encoder) has no cheaper rewrite.
-    warn = ("convolution",) * dense_conv + ("indexing", "copy")
+    # A conv stack that is already 1-D / depthwise (QANet's encoder) has no cheaper rewrite,
+    # and an image CNN's convolutions are its work.
+    warn = ("convolution",) * conv_over_text + ("indexing", "copy")
     severity = "warning" if dominant and family in warn else "info"
+    fix = _FAMILY_FIXES.get(family, "")
+    if family == "convolution" and not conv_over_text:
+        fix = _IMAGE_CONV_FIX
     return Finding(
         "hot-op",
         severity,
         f"{family} operators take {share:.0%} of step time ({', '.join(k for k, _ in top)})",
-        fix=_FAMILY_FIXES.get(family, ""),
+        fix=fix,
         evidence={
             "family": family,
             "share": round(share, 3),
@@ -655,4 +664,31 @@ def anomaly_detection_on(step: int) -> Finding:
         "checked for NaN, which makes steps slower (2-3x for a small MLP); it is for hunting a "
         "NaN, not for training",
         evidence={"step": step},
+    )
+
+
+PIXEL_CHANNELS = (1, 3, 4)
+"""Input channels of a convolution that reads images: grey, RGB, RGBA."""
+
+
+def raw_pixels(stats: Sequence[float]) -> float | None:
+    """The largest input value when ``stats`` = (min, max, any fractional value) of a
+    convolution's image input are raw 8-bit pixel values: whole numbers from 0 up to more
+    than 2 and at most 255. None for scaled or standardised inputs (and 0/1 masks)."""
+    low, high, fractional = stats
+    return high if low >= 0 and 2 < high <= 255 and not fractional else None
+
+
+def pixels_not_scaled(layer: str, high: float, steps: int) -> Finding:
+    """The image input of ``layer`` held whole numbers up to ``high`` on ``steps`` sampled
+    steps: uint8 pixels turned into floats without the division by 255."""
+    return Finding(
+        "pixels-not-scaled",
+        "warning",
+        f"the images going into {layer} are raw pixel values, whole numbers from 0 to "
+        f"{high:.0f} ({steps} sampled steps): the first layer's outputs are ~100x too large "
+        "for its initialisation, so training is slow or unstable and any pretrained weights "
+        "see inputs unlike their own",
+        where=layer,
+        evidence={"max": high, "steps": steps},
     )

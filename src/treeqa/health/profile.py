@@ -39,7 +39,7 @@ class ProfileWindow:
         self.steps, self.max_windows, self.memory, self.waited = steps, max_windows, memory, waited
         self.cpu_wait = 0.0  # seconds the step thread waited for a CPU in this window's steps
         self._wait_begin: Reading = (-1, math.nan)
-        self.dense_conv = True  # the watched models have a dense (groups=1) 2-D/3-D conv
+        self.conv_over_text = True  # a dense 2-D/3-D conv in models that embed tokens
         self.memory_added = 0.0  # MB the profiler itself left resident (not the run's growth)
         self._memory_before = 0.0
         self.profiled: set[int] = set()  # steps whose compute was profiled
@@ -117,7 +117,7 @@ class ProfileWindow:
         if not covered:
             return None
         self._covered = []
-        found = checks.hot_op(self._times, len(covered), self.dense_conv, self.cpu_wait * 1e6)
+        found = checks.hot_op(self._times, len(covered), self.conv_over_text, self.cpu_wait * 1e6)
         if found is not None:
             found.where = next(iter(found.evidence["top_ops"]), "")
             found.evidence["steps"] = [covered[0], covered[-1]]
