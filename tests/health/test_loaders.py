@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from treeqa.health import run_doctor, slips
 from treeqa.health.checks import Finding
-from treeqa.health.loaders import RESTART_STEPS, Loaders
+from treeqa.health.loaders import RESTART_STEPS, SORTED_STEPS, Loaders
 
 PER_EPOCH_LOADER = """
 import time
@@ -158,3 +158,17 @@ def test_a_loader_that_does_not_shuffle_data_sorted_by_label_is_named() -> None:
     assert _sorted_findings(shuffle=False, targets_of=lambda y: y.float()) == []  # soft targets
     mixed = lambda y: y[torch.randperm(len(y))] * 0 + torch.arange(len(y)) % 3  # noqa: E731
     assert _sorted_findings(shuffle=False, targets_of=mixed) == []
+
+
+def test_targets_are_read_a_bounded_number_of_times_a_pass_without_steps() -> None:
+    """Where nothing calls end_step (a Lightning run), the reads stop on their own."""
+    loaders = Loaders(lambda found: None)
+    loaders.install()
+    try:
+        data = TensorDataset(torch.arange(64.0), torch.arange(64) // 8)
+        for _, labels in DataLoader(data, batch_size=4):  # does not shuffle
+            for _ in range(10):
+                loaders.note_target(labels)
+        assert loaders.reads == 4 * SORTED_STEPS
+    finally:
+        loaders.uninstall()

@@ -73,6 +73,7 @@ class Loaders:
         self.pending = False  # a training loss's targets were read this step
         self.labelled = 0  # steps of the newest iterator's pass whose targets were read
         self.single: list[int] = []  # the class of each that held one class
+        self.reads = 0  # targets read in this pass
         self.reported: set[str] = set()
 
     def install(self) -> None:
@@ -98,6 +99,7 @@ class Loaders:
         sequential = isinstance(sampler, SequentialSampler)
         self.unshuffled = sequential and "loader-not-shuffled" not in self.reported
         self.label, self.pending, self.labelled, self.single = None, False, 0, []
+        self.reads = 0  # targets read in this pass
         if self.restarts + 1 >= RESTART_STEPS or self.unshuffled:  # read only when needed
             self.sequential = sequential
             self.workers = int(loader.num_workers)
@@ -129,8 +131,10 @@ class Loaders:
         training loss)."""
         if not self.unshuffled or self.labelled >= SORTED_STEPS or not torch.is_grad_enabled():
             return
-        if checks.untraceable(target):  # no host read inside a compiled graph or vmap
-            return
+        # Bounded without the doctor's end_step too (a Lightning run reads a few and stops).
+        if checks.untraceable(target) or self.reads >= 4 * SORTED_STEPS:
+            return  # (and no host read inside a compiled graph or vmap)
+        self.reads += 1
         single = _single_class(target)
         if not self.pending or single is None:  # the step's first loss, or a mixed one
             self.label = single
