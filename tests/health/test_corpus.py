@@ -35,6 +35,7 @@ EXPECTED = {
     "bug_input_bound.py": "input-bound",
     "bug_hot_op.py": "hot-op",
     "bug_pixels_not_scaled.py": "pixels-not-scaled",
+    "bug_rnn_batch_first.py": "rnn-batch-first-mismatch",
     "heap_sorted_lengths.py": "heap-retention",
     "bug_loader_restarted.py": "loader-restarted-every-step",
     "bug_loader_not_shuffled.py": "loader-not-shuffled",
@@ -89,6 +90,7 @@ CLEAN = [
     "clean_func_per_sample.py",  # torch.func: vmap'd losses, no backward (no loss seen)
     "clean_eval_mode_gradients.py",  # trained in eval mode; PGD with autograd.grad
     "clean_padded_sequences.py",  # ignore_index=PAD; a tag set whose "O" is id 0
+    "clean_rnn_layouts.py",  # [T, B, F] to a time-first GRU, batch_first=True, packed
     "clean_images.py",  # scaled outside or inside the model, a 0/1 mask; convs are info
     "clean_optimiser_wrapper.py",  # Lookahead, plain SGD made each step, Adam each epoch
     "clean_two_runs.py",  # a second model and optimiser: its steps are counted too

@@ -52,6 +52,7 @@ FIXES: dict[str, str] = {
     "loader-not-shuffled": "shuffle the training data: DataLoader(dataset, batch_size=..., shuffle=True) (or sampler=RandomSampler(dataset)); keep shuffle=False for evaluation",
     "sampler-epoch-not-set": "call loader.sampler.set_epoch(epoch) at the start of each epoch, before iterating the loader",
     "pixels-not-scaled": "scale the images to [0, 1] (x.float() / 255, as torchvision's ToTensor does) and normalise them (transforms.Normalize(mean, std))",
+    "rnn-batch-first-mismatch": "build the layer with batch_first=True for [batch, time, features] input (or give it input.transpose(0, 1))",
     "anomaly-detection-on": "remove torch.autograd.set_detect_anomaly(True) (or detect_anomaly()) once the NaN it was for is found",
     "seed-reset-every-step": "seed once, before the loop (or give each step its own seed, seed + step, if steps must be reproducible one by one)",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
@@ -664,31 +665,4 @@ def anomaly_detection_on(step: int) -> Finding:
         "checked for NaN, which makes steps slower (2-3x for a small MLP); it is for hunting a "
         "NaN, not for training",
         evidence={"step": step},
-    )
-
-
-PIXEL_CHANNELS = (1, 3, 4)
-"""Input channels of a convolution that reads images: grey, RGB, RGBA."""
-
-
-def raw_pixels(stats: Sequence[float]) -> float | None:
-    """The largest input value when ``stats`` = (min, max, any fractional value) of a
-    convolution's image input are raw 8-bit pixel values: whole numbers from 0 up to more
-    than 2 and at most 255. None for scaled or standardised inputs (and 0/1 masks)."""
-    low, high, fractional = stats
-    return high if low >= 0 and 2 < high <= 255 and not fractional else None
-
-
-def pixels_not_scaled(layer: str, high: float, steps: int) -> Finding:
-    """The image input of ``layer`` held whole numbers up to ``high`` on ``steps`` sampled
-    steps: uint8 pixels turned into floats without the division by 255."""
-    return Finding(
-        "pixels-not-scaled",
-        "warning",
-        f"the images going into {layer} are raw pixel values, whole numbers from 0 to "
-        f"{high:.0f} ({steps} sampled steps): the first layer's outputs are ~100x too large "
-        "for its initialisation, so training is slow or unstable and any pretrained weights "
-        "see inputs unlike their own",
-        where=layer,
-        evidence={"max": high, "steps": steps},
     )

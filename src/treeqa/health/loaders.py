@@ -74,6 +74,7 @@ class Loaders:
         self.labelled = 0  # steps of the newest iterator's pass whose targets were read
         self.single: list[int] = []  # the class of each that held one class
         self.reads = 0  # targets read in this pass
+        self.batch_size: int | None = None  # the newest iterator's loader's
         self.reported: set[str] = set()
 
     def install(self) -> None:
@@ -95,6 +96,7 @@ class Loaders:
         except TypeError:  # an iterable dataset without a length
             self.newest, self.length = None, None
         self.drawn = 0
+        self.batch_size = loader.batch_size  # None with a batch sampler of the script's own
         sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
         sequential = isinstance(sampler, SequentialSampler)
         self.unshuffled = sequential and "loader-not-shuffled" not in self.reported

@@ -37,6 +37,7 @@ from treeqa.health.checks import Finding
 from treeqa.health.heap import heap_mb
 from treeqa.health.loaders import Loaders
 from treeqa.health.losses import LossInputCheck
+from treeqa.health.model_inputs import ModelInputs
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
 from treeqa.health.readings import LossReadings
@@ -56,7 +57,6 @@ SERIES_CHECKS = 32  # series checks every `every` steps, or every 1/32 of the st
 # each reads the whole series, so a fixed interval would cost in proportion to the run's length
 FIT_MEMORY_WARMUP = 1000
 """Under fit(), memory growth is judged after the first epoch or after this many steps."""
-RAW_PIXEL_STEPS = 3  # sampled steps in a row whose images were raw pixels: pixels-not-scaled
 UNUSED_STEPS = 100
 """A parameter is unused when it got no gradient in this many steps (or the whole run, if
 shorter): a branch taken on some steps only (a conditional head, an expert a router picked for
@@ -200,9 +200,7 @@ class HealthMonitor(Callback):
         self._seq_step: list[int] = []
         self._hooks: list[Any] = []
         self._rms: dict[str, torch.Tensor] = {}
-        # (min, max, any fractional) of the first image convolution's input, a sampled step's
-        self._pixels: tuple[str, torch.Tensor] | None = None
-        self._raw_pixels = 0  # sampled steps whose images were raw pixel values
+        self.inputs = ModelInputs(self.add)  # raw pixels, batch-first input to a time-first RNN
         self._unused: set[str] | None = None  # no gradient in the first sampled steps
         self._unused_params: list[tuple[str, nn.Parameter]] = []  # and since then, to check
         # A reported unused-parameter finding and (some of) its parameters, watched for a
@@ -312,7 +310,8 @@ class HealthMonitor(Callback):
         self.sampling = s <= 3 or s % self.every == 0
         hooks = (self.sampling or self.nonfinite.armed) and not compiled()
         if self.sampling and hooks:
-            self._rms, self._pixels = {}, None
+            self._rms = {}
+            self.inputs.begin_step()
             self._hooks.append(torch.nn.modules.module.register_module_forward_hook(self._rms_hook))
         if self.nonfinite.armed and hooks:
             self._hooks.append(self.nonfinite.begin_step())
@@ -541,38 +540,23 @@ class HealthMonitor(Callback):
         if checks.untraceable(output):  # torch.compile's trace or a torch.func transform
             return
         name = self.names.get(id(module))
+        if name is None:
+            return
+        if isinstance(module, nn.Conv2d | nn.RNNBase):
+            self.inputs.note(name, module, inputs)
         if (
-            name is not None
-            and name not in self._rms
+            name not in self._rms
             and isinstance(output, torch.Tensor)
             and output.is_floating_point()
         ):
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
-            if self._pixels is None and isinstance(module, nn.Conv2d):
-                self._note_pixels(name, module, inputs)
-
-    def _note_pixels(self, name: str, conv: nn.Conv2d, inputs: Any) -> None:
-        """The step's first 2-D convolution: when it reads images, keep its input's
-        (min, max, any fractional value) to read with the step's other sampled values."""
-        x = inputs[0] if isinstance(inputs, tuple) and inputs else None
-        if conv.in_channels not in checks.PIXEL_CHANNELS or not isinstance(x, torch.Tensor):
-            self._pixels = ("", torch.zeros(3))  # the first convolution reads no images
-            return
-        if x.is_floating_point() and x.numel():
-            x = x.detach()
-            stats = [x.min().float(), x.max().float(), (x != x.round()).any().float()]
-            self._pixels = (f"{name} ({type(conv).__name__})", torch.stack(stats))
 
     def _sampled_checks(self, s: int) -> None:
         if torch.is_anomaly_enabled():  # one flag read
             self._anomaly += 1
             if self._anomaly == 2:  # on for more than a first step or two under watch
                 self.add(checks.anomaly_detection_on(s))
-        if self._pixels is not None and self._pixels[0]:
-            high = checks.raw_pixels(self._pixels[1].tolist())
-            self._raw_pixels = self._raw_pixels + 1 if high is not None else 0
-            if high is not None and self._raw_pixels == RAW_PIXEL_STEPS:
-                self.add(checks.pixels_not_scaled(self._pixels[0], high, self._raw_pixels))
+        self.inputs.judge(self.loaders.batch_size)
         if self._rms:
             names = list(self._rms)
             values = torch.stack(

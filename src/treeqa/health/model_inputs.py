@@ -1,0 +1,120 @@
+"""What a model is given, read on sampled steps from the forward hooks the monitor already
+has there: images as raw 8-bit pixel values (``pixels-not-scaled``), and a batch-first
+sequence given to a recurrent layer that reads time first (``rnn-batch-first-mismatch``).
+
+Values are reduced on the device and read with the step's other sampled values (no host sync
+of their own); shapes are metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from treeqa.health.checks import Finding
+
+PIXEL_CHANNELS = (1, 3, 4)
+"""Input channels of a convolution that reads images: grey, RGB, RGBA."""
+RAW_PIXEL_STEPS = 3
+"""Sampled steps in a row whose images were raw pixel values."""
+SWAPPED_STEPS = 3
+"""Sampled steps whose recurrent input had the loader's batch size first, not second."""
+
+
+class ModelInputs:
+    """``add``: where findings go (``HealthMonitor.add``)."""
+
+    def __init__(self, add: Callable[[Finding], None]):
+        self.add = add
+        self.reported: set[str] = set()
+        self.pixels: tuple[str, torch.Tensor] | None = None  # this sampled step's first conv
+        self.raw_pixels = 0  # sampled steps in a row whose images were raw pixel values
+        self.rnn: tuple[str, int, int] | None = None  # (layer, dim 0, dim 1) this sampled step
+        self.swapped = 0  # sampled steps with the batch size in dim 0 of a time-first layer
+        self.aligned = 0  # and in dim 1, as it should be
+
+    def begin_step(self) -> None:
+        """A sampled step starts."""
+        self.pixels, self.rnn = None, None
+
+    def note(self, name: str, module: nn.Module, inputs: Any) -> None:
+        """``module`` (named ``name``) ran a forward on ``inputs`` in a sampled step."""
+        if self.pixels is None and isinstance(module, nn.Conv2d):
+            self._note_pixels(name, module, inputs)
+        elif self.rnn is None and isinstance(module, nn.RNNBase) and not module.batch_first:
+            x = inputs[0] if isinstance(inputs, tuple) and inputs else None
+            if isinstance(x, torch.Tensor) and x.dim() == 3:  # a PackedSequence has no layout
+                self.rnn = (f"{name} ({type(module).__name__})", x.shape[0], x.shape[1])
+
+    def _note_pixels(self, name: str, conv: nn.Conv2d, inputs: Any) -> None:
+        """The step's first 2-D convolution: when it reads images, keep its input's
+        (min, max, any fractional value)."""
+        x = inputs[0] if isinstance(inputs, tuple) and inputs else None
+        if conv.in_channels not in PIXEL_CHANNELS or not isinstance(x, torch.Tensor):
+            self.pixels = ("", torch.zeros(3))  # the first convolution reads no images
+            return
+        if x.is_floating_point() and x.numel():
+            x = x.detach()
+            stats = [x.min().float(), x.max().float(), (x != x.round()).any().float()]
+            self.pixels = (f"{name} ({type(conv).__name__})", torch.stack(stats))
+
+    def judge(self, batch_size: int | None) -> None:
+        """At the sampled step's end; ``batch_size``: the newest DataLoader's, if known."""
+        if self.pixels is not None and self.pixels[0]:
+            high = raw_pixels(self.pixels[1].tolist())
+            self.raw_pixels = self.raw_pixels + 1 if high is not None else 0
+            if high is not None and self.raw_pixels == RAW_PIXEL_STEPS:
+                self._report(pixels_not_scaled(self.pixels[0], high, self.raw_pixels))
+        if self.rnn is not None and batch_size:
+            layer, first, second = self.rnn
+            self.swapped += first == batch_size != second
+            self.aligned += second == batch_size
+            if self.swapped >= SWAPPED_STEPS and not self.aligned:
+                self._report(rnn_batch_first_mismatch(layer, first, second, self.swapped))
+
+    def _report(self, found: Finding) -> None:
+        if found.code not in self.reported:
+            self.reported.add(found.code)
+            self.add(found)
+
+
+def raw_pixels(stats: Sequence[float]) -> float | None:
+    """The largest input value when ``stats`` = (min, max, any fractional value) of a
+    convolution's image input are raw 8-bit pixel values: whole numbers from 0 up to more
+    than 2 and at most 255. None for scaled or standardised inputs (and 0/1 masks)."""
+    low, high, fractional = stats
+    return high if low >= 0 and 2 < high <= 255 and not fractional else None
+
+
+def pixels_not_scaled(layer: str, high: float, steps: int) -> Finding:
+    """The image input of ``layer`` held whole numbers up to ``high`` on ``steps`` sampled
+    steps: uint8 pixels turned into floats without the division by 255."""
+    return Finding(
+        "pixels-not-scaled",
+        "warning",
+        f"the images going into {layer} are raw pixel values, whole numbers from 0 to "
+        f"{high:.0f} ({steps} sampled steps): the first layer's outputs are ~100x too large "
+        "for its initialisation, so training is slow or unstable and any pretrained weights "
+        "see inputs unlike their own",
+        where=layer,
+        evidence={"max": high, "steps": steps},
+    )
+
+
+def rnn_batch_first_mismatch(layer: str, first: int, second: int, steps: int) -> Finding:
+    """A recurrent ``layer`` built time first (``batch_first=False``) was given [B, T, F]
+    input: the loader's batch size ``first`` in dim 0, ``second`` in dim 1."""
+    return Finding(
+        "rnn-batch-first-mismatch",
+        "error",
+        f"{layer} reads its input as [time, batch, features] (batch_first=False) but is "
+        f"given the batch first: dim 0 is {first}, the DataLoader's batch size, and dim 1 is "
+        f"{second} ({steps} sampled steps), so its recurrence runs across the examples of "
+        "the batch (each example's states carry into the next one's) and each time step is "
+        "taken for a separate sequence",
+        where=layer,
+        evidence={"dim0": first, "dim1": second, "steps": steps},
+    )

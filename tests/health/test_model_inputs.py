@@ -1,0 +1,44 @@
+"""What a model is given: raw 8-bit pixels into the first convolution, and batch-first input
+into a time-first recurrent layer, judged from sampled steps' forwards."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from treeqa.health.checks import Finding
+from treeqa.health.model_inputs import RAW_PIXEL_STEPS, SWAPPED_STEPS, ModelInputs, raw_pixels
+
+
+def test_raw_pixels_are_whole_numbers_from_zero_to_at_most_255() -> None:
+    assert raw_pixels([0.0, 255.0, 0.0]) == 255.0
+    assert raw_pixels([0.0, 1.0, 0.0]) is None  # a 0/1 mask
+    assert raw_pixels([0.0, 1.0, 1.0]) is None  # scaled to [0, 1]
+    assert raw_pixels([-2.1, 2.6, 1.0]) is None  # normalised
+    assert raw_pixels([0.0, 4095.0, 0.0]) is None  # 12-bit: not 8-bit pixels
+
+
+def _judged(steps: int, shape: tuple[int, ...], batch_size: int | None, layer: nn.Module) -> list:
+    found: list[Finding] = []
+    inputs = ModelInputs(found.append)
+    for _ in range(steps):
+        inputs.begin_step()
+        inputs.note("first", layer, (torch.randint(0, 256, shape).float(),))
+        inputs.judge(batch_size)
+    return [f.code for f in found]
+
+
+def test_raw_pixels_into_the_first_image_convolution_are_named() -> None:
+    conv = nn.Conv2d(3, 4, 3)
+    assert _judged(RAW_PIXEL_STEPS, (2, 3, 8, 8), None, conv) == ["pixels-not-scaled"]
+    assert _judged(RAW_PIXEL_STEPS - 1, (2, 3, 8, 8), None, conv) == []
+    assert _judged(RAW_PIXEL_STEPS, (2, 8, 8, 8), None, nn.Conv2d(8, 4, 3)) == []  # no image
+
+
+def test_a_time_first_rnn_given_the_loaders_batch_size_first_is_named() -> None:
+    lstm = nn.LSTM(5, 4)  # batch_first=False
+    assert _judged(SWAPPED_STEPS, (32, 12, 5), 32, lstm) == ["rnn-batch-first-mismatch"]
+    assert _judged(SWAPPED_STEPS, (12, 32, 5), 32, lstm) == []  # [T, B, F], as it reads
+    assert _judged(SWAPPED_STEPS, (32, 32, 5), 32, lstm) == []  # T = B: cannot tell
+    assert _judged(SWAPPED_STEPS, (32, 12, 5), None, lstm) == []  # no DataLoader's batch size
+    assert _judged(SWAPPED_STEPS, (32, 12, 5), 32, nn.LSTM(5, 4, batch_first=True)) == []
