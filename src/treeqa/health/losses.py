@@ -7,9 +7,10 @@ batch); that of ``nll_loss`` for values above 0 (logits where log-probabilities
 belong), that of ``binary_cross_entropy_with_logits`` for a sigmoid's output, and the shapes of
 the elementwise regression losses for a broadcast (prediction [N, 1] against target [N]). The
 first cross-entropy of the run is compared with log(C), and a token loss over the model's own
-vocabulary for targets that hold its Embedding's padding id (``padding-in-loss``). On every step the targets of
-``cross_entropy`` and ``nll_loss`` are handed to the loaders' check (``loader-not-shuffled``),
-which reads them only while a loader that does not shuffle is in use.
+vocabulary has its targets looked at for its Embedding's padding id (``padding-in-loss``).
+On every step the targets of ``cross_entropy`` and ``nll_loss`` are handed to the loaders'
+check (``loader-not-shuffled``), which reads them only while a loader that does not shuffle
+is in use.
 """
 
 from __future__ import annotations
