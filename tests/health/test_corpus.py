@@ -39,6 +39,7 @@ EXPECTED = {
     "heap_sorted_lengths.py": "heap-retention",
     "bug_loader_restarted.py": "loader-restarted-every-step",
     "bug_loader_not_shuffled.py": "loader-not-shuffled",
+    "bug_sorted_batches_by_hand.py": "loader-not-shuffled",  # sliced in order, no DataLoader
     "bug_sampler_epoch_not_set.py": "sampler-epoch-not-set",
     "bug_seed_every_step.py": "seed-reset-every-step",
     "bug_numpy_seed_every_step.py": "seed-reset-every-step",  # numpy.random.seed

@@ -49,7 +49,7 @@ FIXES: dict[str, str] = {
     "fp16-without-loss-scaling": "scale the loss with torch.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(opt); scaler.update()), or autocast to bfloat16, which needs no scaling",
     "loader-restarted-every-step": "make the iterator once (it = iter(loader)) and call next(it) each step, starting a new one when it raises StopIteration (or loop over the loader once an epoch)",
     "optimiser-made-every-step": "make the optimiser once, before the training loop (and its scheduler with it), and only zero_grad/step it inside",
-    "loader-not-shuffled": "shuffle the training data: DataLoader(dataset, batch_size=..., shuffle=True) (or sampler=RandomSampler(dataset)); keep shuffle=False for evaluation",
+    "loader-not-shuffled": "shuffle the training data: DataLoader(dataset, batch_size=..., shuffle=True) (or sampler=RandomSampler(dataset)); for batches sliced by hand, index them with torch.randperm(n) each epoch; keep evaluation in order",
     "sampler-epoch-not-set": "call loader.sampler.set_epoch(epoch) at the start of each epoch, before iterating the loader",
     "pixels-not-scaled": "scale the images to [0, 1] (x.float() / 255, as torchvision's ToTensor does) and normalise them (transforms.Normalize(mean, std))",
     "rnn-batch-first-mismatch": "build the layer with batch_first=True for [batch, time, features] input (or give it input.transpose(0, 1))",

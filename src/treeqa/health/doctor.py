@@ -135,6 +135,7 @@ class Doctor:
         self.updates.install()
         self.seeds.install()
         self.monitor.install_loss_checks()
+        self.monitor.loaders.watch_batches_by_hand()
 
     def uninstall(self) -> None:
         for handle in [*self.handles, *self.root_handles, self.discovery]:

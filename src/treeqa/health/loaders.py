@@ -108,6 +108,14 @@ class Loaders:
             self.loader = f"a DataLoader over {type(loader.dataset).__name__}"
             self.where = checks.user_site()
 
+    def watch_batches_by_hand(self) -> None:
+        """Until a DataLoader iterator is made, the training batches are the script's own
+        (slices of tensors): their targets are judged as a loader's that does not shuffle
+        (``treeqa doctor`` calls this; a script with loaders makes its first before its
+        first batch)."""
+        if self.newest is None and not self.made:
+            self.unshuffled, self.loader = True, ""
+
     def _note_epoch(self, sampler: DistributedSampler[Any]) -> None:
         epoch = int(sampler.epoch)
         last, passes = self.epochs.get(sampler, (None, 0))
@@ -137,6 +145,8 @@ class Loaders:
         if checks.untraceable(target) or self.reads >= 4 * SORTED_STEPS:
             return  # (and no host read inside a compiled graph or vmap)
         self.reads += 1
+        if not self.loader and not self.where:  # batches by hand: where the loss is taken
+            self.where = checks.user_site()
         single = _single_class(target)
         if not self.pending or single is None:  # the step's first loss, or a mixed one
             self.label = single

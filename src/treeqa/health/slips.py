@@ -272,15 +272,21 @@ def optimiser_made_every_step(name: str, steps: int) -> Finding:
 
 def loader_not_shuffled(loader: str, single: int, steps: int, classes: list[int]) -> Finding:
     """``single`` of the first ``steps`` training batches of ``loader``, which does not
-    shuffle, held one class each, and at least two ``classes`` came that way: the data is
-    sorted by label (an ``ImageFolder``, a file written class by class)."""
+    shuffle ("": batches the script slices itself, in order), held one class each, and at
+    least two ``classes`` came that way: the data is sorted by label (an ``ImageFolder``, a
+    file written class by class)."""
     shown = ", ".join(str(c) for c in classes[:5]) + (", ..." if len(classes) > 5 else "")
+    batches = (
+        f"{loader} does not shuffle, and {single} of its first {steps} training batches each"
+        if loader
+        else f"the batches are made without a DataLoader, in order, and {single} of the "
+        f"first {steps} each"
+    )
     return Finding(
         "loader-not-shuffled",
         "warning",
-        f"{loader} does not shuffle, and {single} of its first {steps} training batches each "
-        f"held a single class (classes {shown} in turn): the data is sorted by label, so each "
-        "run of steps pulls the model toward one class and it forgets the others",
+        f"{batches} held a single class (classes {shown} in turn): the data is sorted by "
+        "label, so each run of steps pulls the model toward one class and it forgets the others",
         evidence={"single_class_batches": single, "steps": steps, "classes": classes[:20]},
     )
 

@@ -1,4 +1,5 @@
-"""Clean: data stored class by class, trained the usual ways: a shuffled training loader, an
+"""Clean: data stored class by class, trained the usual ways: batches sliced by hand through
+a permutation (before any DataLoader), a shuffled training loader, an
 evaluation loss over a loader without shuffling over sorted data every 2 steps (its batches
 one class each, as is fine for evaluation), and a second phase whose loader does not shuffle data that
 was shuffled once in advance (mixed batches). Regression targets sorted by value are not read
@@ -18,6 +19,13 @@ train = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
 valid = DataLoader(TensorDataset(x[::20], y[::20]), batch_size=16)  # sorted, not shuffled
 model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 5))
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+perm = torch.randperm(len(x))
+for i in range(0, 30 * 32, 32):  # by hand, shuffled
+    rows = perm[i : i + 32]
+    loss = F.cross_entropy(model(x[rows]), y[rows])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
 step = 0
 for _epoch in range(2):
     for inputs, labels in train:
