@@ -2,8 +2,8 @@
 has there: images as raw 8-bit pixel values (``pixels-not-scaled``), and a batch-first
 sequence given to a recurrent layer that reads time first (``rnn-batch-first-mismatch``).
 
-Values are reduced on the device and read with the step's other sampled values (no host sync
-of their own); shapes are metadata.
+Values are reduced on the device and read once at the sampled step's end (one host read);
+shapes are metadata.
 """
 
 from __future__ import annotations
