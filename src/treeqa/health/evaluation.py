@@ -40,7 +40,6 @@ class EvalDropout:
         self.wrappers = Wrappers()
         # per model: (module, global name, function) of the functions imported by name
         self.imported: dict[int, list[tuple[ModuleType, str, str]]] = {}
-        self.notes: dict[str, _Call] = {}
 
     def begin(self, model: nn.Module | None = None) -> None:
         """An evaluation forward of ``model`` starts: wrap the functional dropouts (in ``F``
@@ -51,8 +50,7 @@ class EvalDropout:
         for name in (*DROPOUTS, ATTENTION):
             self.wrappers.add(note_function_calls(F, name, self.called))
         for module, global_name, name in imported:
-            note = self.notes.setdefault(name, _Call(self, name))
-            self.wrappers.add(note_function_calls(module, global_name, note.called))
+            self.wrappers.add(note_function_calls(module, global_name, self.called, label=name))
 
     def _imported(self, model: nn.Module) -> list[tuple[ModuleType, str, str]]:
         found = self.imported.get(id(model))
@@ -102,13 +100,3 @@ class EvalDropout:
                 fix=fix,
             )
         )
-
-
-class _Call:
-    """The note of one function imported by name: its calls as ``F.<name>``'s."""
-
-    def __init__(self, owner: EvalDropout, name: str):
-        self.owner, self.name = owner, name
-
-    def called(self, _: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.owner.called(self.name, args, kwargs)

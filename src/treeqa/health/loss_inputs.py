@@ -111,7 +111,7 @@ def broadcast_difference(
     return None
 
 
-_VIEWS = re.compile(
+VIEWS = re.compile(
     r"(Squeeze|SqueezeDim|Unsqueeze|View|UnsafeView|Reshape|ReshapeAlias|Alias|Select|Slice"
     r"|Expand|Permute|T|Transpose|Clone|ToCopy|Unbind)Backward\d+"
 )
@@ -134,7 +134,7 @@ def _producer(x: torch.Tensor, ops: tuple[str, ...], hops: int) -> tuple[Any, in
         name = type(node).__name__
         if name in ops:
             return node, passed
-        if not _VIEWS.fullmatch(name) or not node.next_functions:
+        if not VIEWS.fullmatch(name) or not node.next_functions:
             return None
         node = node.next_functions[0][0]
     return None

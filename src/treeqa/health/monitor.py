@@ -256,11 +256,11 @@ class HealthMonitor(Callback):
                 if site and site not in self.source_files and "site-packages" not in site:
                     self.source_files.append(site)
         self.names = checks.module_names(self.models)
-        self.loss_check.watch(self._modules())
+        modules = self._modules()
+        self.loss_check.watch(modules)
         # A dense 2-D/3-D conv in a model that embeds tokens: a conv over embedded text (the
         # QANet report's 2-D character CNN), which a 1-D depthwise-separable one replaces.
         # An image CNN's convolutions dominating is how it should look.
-        modules = self._modules()
         self.profile.conv_over_text = any(
             isinstance(m, nn.Conv2d | nn.Conv3d) and m.groups == 1 for m in modules
         ) and any(isinstance(m, nn.Embedding | nn.EmbeddingBag) for m in modules)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch.amp import GradScaler
 
+from treeqa.health import loss_inputs
 from treeqa.health.checks import Finding
 from treeqa.health.wrap import Wrappers, note_calls
 
@@ -86,10 +87,6 @@ class LossScalers:
         )
 
 
-_PASS_THROUGH = {"ToCopyBackward0", "CloneBackward0", "ViewBackward0", "SqueezeBackward0"}
-"""Nodes a scaled loss may pass through on its way to the backward (``.float()``)."""
-
-
 def scale_by_hand(loss: torch.Tensor, gradient: Any = None, hops: int = 6) -> float:
     """The constant ``loss`` was multiplied by before its backward: the product of the
     one-element factors without gradients it was multiplied (or divided) by in its last
@@ -106,7 +103,7 @@ def scale_by_hand(loss: torch.Tensor, gradient: Any = None, hops: int = 6) -> fl
             if constant is None:
                 break
             factor = factor * constant if name == "MulBackward0" else factor / constant
-        elif name not in _PASS_THROUGH:
+        elif not loss_inputs.VIEWS.fullmatch(name):  # a cast (.float()), a view: passed
             break
         inputs = [f for f, _ in node.next_functions if f is not None]
         if len(inputs) != 1:

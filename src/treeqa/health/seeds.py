@@ -55,19 +55,17 @@ class Seeds:
         self.last: dict[str, Any] = {}  # the seeds of the last step that was seeded
         self.steps = 0  # steps in a row that gave a generator the seed of the step before
         self.reported = False
-        self.seedings: list[_Seeding] = []
 
     def install(self) -> None:
         for owner, attribute, name in _seeding_functions():
-            seeding = _Seeding(self, name)
-            self.seedings.append(seeding)  # held here: a wrapper holds its note weakly
-            self.wrappers.add(note_function_calls(owner, attribute, seeding.note))
+            self.wrappers.add(note_function_calls(owner, attribute, self._seeded, label=name))
 
     def uninstall(self) -> None:
         self.wrappers.undo()
-        self.seedings = []
 
-    def _seeded(self, name: str, seed: Any) -> None:
+    def _seeded(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``name`` (``torch.manual_seed``, ``random.seed``...) is called with ``args``."""
+        seed = args[0] if args else kwargs.get("seed", kwargs.get("a"))
         if seed is None:  # fresh entropy, not a repeat
             return
         self.given[name] = seed
@@ -85,14 +83,3 @@ class Seeds:
             found = slips.seed_reset_every_step(name, seed, self.steps)
             found.where = self.where
             self.add(found)
-
-
-class _Seeding:
-    """The note of one seeding function's calls: the seed given, under the finding's name."""
-
-    def __init__(self, seeds: Seeds, name: str):
-        self.seeds, self.name = seeds, name
-
-    def note(self, _: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        seed = args[0] if args else kwargs.get("seed", kwargs.get("a"))
-        self.seeds._seeded(self.name, seed)

@@ -83,19 +83,25 @@ Arguments = tuple[tuple[Any, ...], dict[str, Any]]
 
 
 def note_function_calls(
-    owner: Any, name: str, note: Callable[[str, tuple[Any, ...], dict[str, Any]], Arguments | None]
+    owner: Any,
+    name: str,
+    note: Callable[[str, tuple[Any, ...], dict[str, Any]], Arguments | None],
+    label: str = "",
 ) -> Callable[[], None] | None:
     """Make the function ``owner.name`` (a module's, e.g. ``torch.nn.functional.dropout``)
-    call the bound method ``note(name, args, kwargs)`` before it runs; a note may return the
-    arguments to run it with instead (an iterator it had to read, as a list). Returns the undo,
-    or None when it is missing or a monitor has wrapped it already."""
+    call the bound method ``note(label or name, args, kwargs)`` before it runs (``label``: what
+    the note knows it by, when ``name`` is an alias such as ``random.seed``'s or a script's own
+    name for an imported function); a note may return the arguments to run it with instead (an
+    iterator it had to read, as a list). Returns the undo, or None when it is missing or a
+    monitor has wrapped it already."""
     original = getattr(owner, name, None)
     if original is None or getattr(original, "_treeqa_health", False):
         return None
-    noted = Note(note, name)
+    label = label or name
+    noted = Note(note, label)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        given = noted(name, args, kwargs)
+        given = noted(label, args, kwargs)
         if given is not None:
             args, kwargs = given
         return original(*args, **kwargs)
