@@ -834,6 +834,38 @@ def test_another_optimiser_stepping_between_clock_steps_does_not_take_over(
     assert report["steps"] == 12
 
 
+TWO_RUNS_KEPT = """
+import torch
+from torch import nn
+
+kept = []  # each run's optimiser stays alive after its run
+for seed in (0, 1):
+    torch.manual_seed(seed)
+    model = nn.Linear(8, 2)
+    kept.append(torch.optim.Adam(model.parameters(), lr=1e-3))
+    for _ in range(30):
+        x = torch.randn(16, 8)
+        loss = nn.functional.cross_entropy(model(x), (x[:, 0] > 0).long())
+        kept[-1].zero_grad()
+        loss.backward()
+        kept[-1].step()
+"""
+
+
+def test_a_second_run_takes_over_at_once_only_when_the_first_optimiser_is_gone(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "two_runs.py"
+    script.write_text(TWO_RUNS_KEPT)
+    _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
+    assert report["steps"] == 30 + 30 - 9  # the first optimiser alive: 9 steps to take over
+    script.write_text(
+        TWO_RUNS_KEPT.replace("kept.append(", "kept[:] = [").replace("lr=1e-3))", "lr=1e-3)]")
+    )
+    _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
+    assert report["steps"] == 30 + 30 - 1  # freed: the second takes over at its first step
+
+
 def test_loss_at_init_reads_mean_losses_only() -> None:
     from treeqa.health.losses import _averaged
 

@@ -51,7 +51,8 @@ SWITCH_AFTER = 8
 """Another optimiser that steps more than this many times (and more than 4x as often as any
 did between two of the clock's steps so far) while the clock does not takes over as the clock:
 the script's first run is over and a second one trains (a loop in a function called twice,
-pre-training then fine-tuning with a new optimiser)."""
+pre-training then fine-tuning with a new optimiser). When the clock's optimiser has been freed,
+the next one to step takes over at once."""
 
 
 class Doctor:
@@ -312,7 +313,8 @@ class Doctor:
         if optimizer is not clock:
             self.updates.optimizers.add(optimizer)
             n = self.others[optimizer] = self.others.get(optimizer, 0) + 1
-            if n > max(SWITCH_AFTER, 4 * self.most_between):
+            # A clock freed (its run's function returned, ``opt`` rebound) steps no more.
+            if clock is None or n > max(SWITCH_AFTER, 4 * self.most_between):
                 self._switch_clock(optimizer)
             else:
                 self.updates.other_step(optimizer)
