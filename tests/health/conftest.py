@@ -41,13 +41,19 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
+TORCHRUN = {"clean_ddp.py", "bug_ddp_inner_module.py", "bug_ddp_same_data.py"}
+"""Data-parallel scripts, run as ``treeqa doctor -- torchrun --nproc-per-node 2`` (gloo, CPU)."""
+
 _REPORTS: dict[str, tuple[int, dict[str, Any], str]] = {}
 
 
 def _run_cli(name: str, report: Path) -> tuple[int, dict[str, Any], str]:
     cmd = [sys.executable, "-m", "treeqa", "doctor", "--every", "10", "--json", str(report)]
     cmd += ["--", "python", str(SCRIPTS / name)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if name in TORCHRUN:
+        cmd[-2:-1] = ["torchrun", "--standalone", "--nproc-per-node", "2"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     return proc.returncode, json.loads(report.read_text()), proc.stdout
 
@@ -60,7 +66,7 @@ def doctor_report(
     process (no fresh interpreter and torch import per script) and cached for the rest of the test run."""
 
     def run(name: str) -> tuple[int, dict[str, Any], str]:
-        if name in FRESH_PROCESS and name not in _REPORTS:
+        if name in FRESH_PROCESS | TORCHRUN and name not in _REPORTS:
             _REPORTS[name] = _run_cli(name, tmp_path_factory.mktemp("doctor") / "report.json")
         if name not in _REPORTS:
             out = io.StringIO()

@@ -80,6 +80,8 @@ EXPECTED = {
     "bug_clip_before_unscale.py": "clip-before-unscale",
     "bug_softmax_over_batch.py": "softmax-over-wrong-dim",
     "bug_softmax_over_batch_square.py": "softmax-over-wrong-dim",  # batch 10, 10 classes
+    "bug_ddp_inner_module.py": "gradients-not-averaged",  # under torchrun, 2 processes
+    "bug_ddp_same_data.py": "same-data-on-every-process",  # under torchrun, 2 processes
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
 CLEAN = [
@@ -109,6 +111,7 @@ CLEAN = [
     "clean_clip.py",  # clip then step at the loop's top, after accumulation, a reused list
     "clean_frozen_warmup.py",  # the first optimiser's backbone under no_grad in the second half
     "clean_aux_loss_later.py",  # a head's loss switched on at step 150: info, not a warning
+    "clean_ddp.py",  # under torchrun: DistributedDataParallel and a DistributedSampler
 ]
 
 

@@ -1,4 +1,5 @@
-"""``treeqa doctor -- python SCRIPT.py [ARGS]``: run any PyTorch training script under the monitor."""
+"""``treeqa doctor -- python SCRIPT.py [ARGS]`` (or ``-- torchrun ... SCRIPT.py``): run any PyTorch
+training script under the monitor."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from treeqa.cli.common import positive_int, subparser
 
 EXAMPLE = (
     "treeqa doctor --json health.json --plot health.png -- python train.py --epochs 3\n"
-    "  treeqa doctor --strict -- python -m mypackage.train"
+    "  treeqa doctor --strict -- python -m mypackage.train\n"
+    "  treeqa doctor -- torchrun --standalone --nproc-per-node 2 train.py  # every process"
 )
 
 

@@ -68,6 +68,8 @@ FIXES: dict[str, str] = {
     "clip-before-backward": "clip after loss.backward() and before optimizer.step(), so the step applies the clipped gradients",
     "clip-before-unscale": "call scaler.unscale_(optimizer) before clipping, so the limit applies to the true gradients",
     "clip-no-parameters": "give the clip a list (params = list(model.parameters())) or call model.parameters() anew at each clip",
+    "gradients-not-averaged": "wrap the model once, model = DistributedDataParallel(model, device_ids=[local_rank]), and call the wrapper in the loop (not model.module); or all_reduce the gradients before each step",
+    "same-data-on-every-process": "give each process its part of the data: DataLoader(dataset, sampler=DistributedSampler(dataset), ...) and sampler.set_epoch(epoch) each epoch (or shard the dataset by rank)",
 }
 CODES = tuple(FIXES)
 
@@ -91,6 +93,25 @@ class Finding:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+RUN_WIDE = (
+    "step-time-regression",
+    "memory-growth",
+    "heap-retention",
+    "input-bound",
+    "hot-op",
+    "loss-at-init",
+)
+"""Findings on the whole run (timings, memory, profiles): one each, updated as it grows."""
+
+
+def key_of(code: str, where: str, message: str, evidence: dict[str, Any]) -> tuple[str, str]:
+    """What makes a finding another one: a run-wide finding's kind (the operator family of a
+    ``hot-op``), another finding's place (or its message's head, where it has none)."""
+    if code in RUN_WIDE:
+        return code, str(evidence.get("family", evidence.get("kind", "")))
+    return code, where or message.split(":")[0]
 
 
 # ---------------------------------------------------------------- source locations

@@ -38,7 +38,7 @@ from torch import nn
 from torch.amp import GradScaler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from treeqa.health import checks, loss_inputs, report, slips
+from treeqa.health import checks, loss_inputs, processes, report, slips, wrap
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
@@ -94,6 +94,9 @@ class Doctor:
         self.evaluated_early: set[int] = set()
         # Clips of the wrong gradients (before backward, before a scaler's unscale_).
         self.clipping = Clipping(monitor.add, self.updates, monitor.scalers)
+        # Under a launching doctor's torchrun: what this process trained, to compare with the others.
+        self.prints = processes.Fingerprints() if processes.worker_folder() else None
+        self.undo: list[Any] = []
         # The hooks' bodies, run by the monitor's ``safely``: should the monitor's own code
         # fail, monitoring stops and the script goes on as python would run it.
         monitor.goes_on = "the script goes on"
@@ -137,6 +140,11 @@ class Doctor:
         self.seeds.install()
         self.monitor.install_loss_checks()
         self.monitor.loaders.watch_batches_by_hand()
+        if self.prints is not None and torch.distributed.is_available():
+            for owner in (torch.distributed, torch.distributed.distributed_c10d):
+                undo = wrap.note_function_calls(owner, "new_group", self.prints.note_group)
+                if undo is not None:
+                    self.undo.append(undo)
 
     def uninstall(self) -> None:
         for handle in [*self.handles, *self.root_handles, self.discovery]:
@@ -148,6 +156,8 @@ class Doctor:
         self.clipping.uninstall()
         self.updates.uninstall()
         self.seeds.uninstall()
+        while self.undo:
+            self.undo.pop()()
         if self.original_backward is not None:
             torch.autograd.backward = self.original_backward
             self.original_backward = None
@@ -213,6 +223,8 @@ class Doctor:
             self._begin()  # (first: the step's forwards are noted as sampled or not)
         if id(module) in self.trained:
             self.updates.forward(module, args)
+            if self.prints is not None:
+                self.prints.forward(args, self.monitor.sampling)
 
     def _root_hook(self, module: nn.Module, args: Any, output: Any) -> None:
         if torch.compiler.is_compiling():  # see _discover
@@ -336,6 +348,9 @@ class Doctor:
         )
         self.monitor.loaders.end_step()
         self.seeds.end_step()
+        if self.prints is not None:
+            params = (p for group in optimizer.param_groups for p in group["params"])
+            self.prints.end_step(self.monitor.step, sampled, self.roots, params)
         self.open = False
         self.last_end = time.perf_counter()
         if self.monitor.stop_requested:
@@ -474,29 +489,40 @@ def run_doctor(
     mode: str = "on",
     stream: Any = None,
 ) -> tuple[int, dict[str, Any]]:
-    """Run ``command`` (``python SCRIPT.py ARGS`` or ``python -m MODULE ARGS``) under the monitor.
+    """Run ``command`` (``python SCRIPT.py ARGS``, ``python -m MODULE ARGS``, or either behind
+    ``torchrun [OPTIONS]``: every process) under the monitor.
 
     Returns the script's exit code (3 when strict mode stopped it, 130 on Ctrl-C) and the
     report. Report paths are taken relative to the working directory at the call: the script
     may change it.
     """
-    target = _target(command)
+    launched = processes.launcher_split(command)
+    target = _target(launched[1] if launched else command)
     kind, argv = target.kind, target.argv
-    if kind == "path" and not Path(target.name).is_file():
-        raise FileNotFoundError(
-            f"{target.name}: no such script (treeqa doctor -- python SCRIPT.py)"
-        )
-    source = str(Path(target.name).resolve()) if kind == "path" else _module_file(target.name)
-    if source is None:
-        raise ValueError(f"-m {target.name}: no such module here or on the Python path")
+    source = _source(target)
     json_path = Path(json_path).absolute() if json_path is not None else None
     plot_path = Path(plot_path).absolute() if plot_path is not None else None
     for flag, path in (("--json", json_path), ("--plot", plot_path)):
         if path is not None:
             _writable(flag, path)
+    if launched:  # torchrun: each process runs a doctor of its own
+        return processes.run_launcher(
+            *launched,
+            json_path=json_path,
+            plot_path=plot_path,
+            every=every,
+            mode=mode,
+            stream=stream or sys.stderr,
+        )
+    folder = processes.worker_folder()
+    if folder is not None:  # one of them: process 0 says its findings, the launcher sums up
+        json_path = plot_path = None
+        if os.environ["RANK"] != "0":
+            stream = io.StringIO()
     monitor = HealthMonitor(
         mode=mode, every=every, json_path=json_path, plot_path=plot_path, stream=stream
     )
+    monitor.summary = folder is None
     if source:
         monitor.source_files.append(source)
     doctor = Doctor(monitor)
@@ -547,4 +573,24 @@ def run_doctor(
     except Exception as e:  # the monitor's own failure: the script's exit code still holds
         print(f"treeqa doctor: the report failed ({type(e).__name__}: {e})", file=sys.stderr)
         result = {"findings": [], "series": {}, "steps": monitor.step, "meta": {}}
+    if folder is not None and doctor.prints is not None:
+        rank = os.environ["RANK"]
+        kept = result if rank == "0" else {**result, "series": {}}  # process 0's are reported
+        path = folder / f"rank{rank}.json"
+        report.write_json({**kept, "process": doctor.prints.to_json()}, path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").replace(path)  # whole or not at all, for the launcher to read
     return code, result
+
+
+def _source(target: Target) -> str:
+    """The file ``target`` runs ("" for a module without one); an error when there is none."""
+    if target.kind == "path":
+        if not Path(target.name).is_file():
+            raise FileNotFoundError(
+                f"{target.name}: no such script (treeqa doctor -- python SCRIPT.py)"
+            )
+        return str(Path(target.name).resolve())
+    source = _module_file(target.name)
+    if source is None:
+        raise ValueError(f"-m {target.name}: no such module here or on the Python path")
+    return source

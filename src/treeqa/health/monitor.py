@@ -161,6 +161,7 @@ class HealthMonitor(Callback):
         self.mode, self.every, self.scan_budget = mode, max(1, every), scan_budget
         self.json_path, self.plot_path = json_path, plot_path
         self.stream = stream or sys.stderr
+        self.summary = True  # printed at the finish (not by one of several processes)
         self.findings: dict[tuple[str, str], Finding] = {}
         # array("d"): 8 bytes a value (a list of floats takes ~32), so a 1M-step run keeps ~80 MB
         self.series: dict[str, MutableSequence[float]] = {
@@ -419,24 +420,7 @@ class HealthMonitor(Callback):
 
     def add(self, finding: Finding) -> None:
         finding.step = finding.step or self.step + self.in_step
-        # Run-wide findings (timings, memory, profiles) are one finding each, updated as they grow.
-        run_wide = finding.code in (
-            "step-time-regression",
-            "memory-growth",
-            "heap-retention",
-            "input-bound",
-            "hot-op",
-            "loss-at-init",
-        )
-        detail = (
-            str(finding.evidence.get("family", finding.evidence.get("kind", "")))
-            if run_wide
-            else finding.where
-        )
-        key = (
-            finding.code,
-            detail if run_wide else (finding.where or finding.message.split(":")[0]),
-        )
+        key = checks.key_of(finding.code, finding.where, finding.message, finding.evidence)
         old = self.findings.get(key)
         if old is None:
             self.findings[key] = finding
@@ -462,7 +446,8 @@ class HealthMonitor(Callback):
             self._add_if(self.scalers.collapsed(self.step))
         self._series_checks(self.step)
         result = report.build(self)
-        report.print_summary(result, self.stream)
+        if self.summary:
+            report.print_summary(result, self.stream)
         if self.json_path:
             report.write_json(result, self.json_path)
         if self.plot_path:

@@ -1,0 +1,319 @@
+"""``treeqa doctor -- torchrun ...``: every process of a data-parallel script under the monitor,
+and what only the processes side by side show.
+
+The launcher is run with each worker as ``python -m treeqa doctor -- python SCRIPT.py ARGS``.
+Each worker writes its report to a folder named in ``PROCESSES_ENV`` (process 0 prints its
+findings as they come; the others keep quiet); on sampled steps each also notes a fingerprint of
+the weights its optimiser steps and of its first forward's first input tensor. The launching
+doctor merges the reports: a finding is said once, with the processes that made it, and two
+checks compare the processes:
+
+- ``gradients-not-averaged``: the weights differ between processes after a step. Each trains a
+  copy of its own (a model never wrapped in ``DistributedDataParallel``, or called around the
+  wrapper), and the one saved saw a share of the data.
+- ``same-data-on-every-process``: every process got the same batches (no ``DistributedSampler``):
+  N processes do the work of one.
+
+Sharded training (FSDP, DTensor parameters, process groups of its own) holds different weights
+on purpose and is not compared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from treeqa.health import report
+from treeqa.health.checks import SEVERITIES, Finding, key_of
+
+PROCESSES_ENV = "TREEQA_DOCTOR_PROCESSES"
+"""The folder each worker writes ``rank{R}.json`` to; set only by a launching doctor."""
+LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch")
+"""Modules that ``python -m`` runs as ``torchrun``."""
+MOST_PRINTS = 40
+"""Fingerprints kept per process (sampled steps: the first 3, then every ``--every``)."""
+SHARDING = ("torch.distributed.fsdp", "torch.distributed._composable", "deepspeed", "fairscale")
+"""Packages whose modules hold a different part of the weights on each process."""
+
+
+def launcher_split(command: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    """``(launcher with its options, python command for a worker)`` when ``command`` runs
+    ``torchrun [OPTIONS] SCRIPT ARGS`` (or ``python -m torch.distributed.run ...``); None for a
+    plain python command. torchrun's own parser finds where its options end."""
+    args = list(command)
+    if args and Path(args[0]).name == "torchrun":
+        launcher, rest = [sys.executable, "-m", "torch.distributed.run"], args[1:]
+    elif (
+        len(args) >= 3
+        and Path(args[0]).name.startswith("python")
+        and args[1] == "-m"
+        and args[2] in LAUNCHERS
+    ):
+        launcher, rest = [sys.executable, "-m", "torch.distributed.run"], args[3:]
+    else:
+        return None
+    from torch.distributed.run import get_args_parser
+
+    try:
+        parser = get_args_parser()
+        parser.prog = "torchrun"
+        parsed = parser.parse_args(rest)
+    except SystemExit:  # torchrun's parser printed what was wrong
+        raise ValueError("torchrun's options could not be read (see above)") from None
+    if parsed.no_python:
+        raise ValueError("torchrun --no-python runs no Python script: nothing to watch")
+    script_at = len(rest) - len(parsed.training_script_args) - 1
+    options = [
+        a for a in rest[:script_at] if a not in ("-m", "--module", "--run-path", "--run_path")
+    ]
+    script = ["-m", parsed.training_script] if parsed.module else [parsed.training_script]
+    return launcher + options, ["python", *script, *parsed.training_script_args]
+
+
+def worker_folder() -> Path | None:
+    """The folder this process reports to, when a launching doctor started it under torchrun."""
+    folder = os.environ.get(PROCESSES_ENV)
+    return Path(folder) if folder and "RANK" in os.environ else None
+
+
+def _distributed() -> bool:
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _first_tensor(args: Any) -> torch.Tensor | None:
+    """The first tensor among a forward's arguments, looking one level into lists and dicts."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            return a
+        inner = a.values() if isinstance(a, dict) else a if isinstance(a, list | tuple) else ()
+        for b in inner:
+            if isinstance(b, torch.Tensor):
+                return b
+    return None
+
+
+class Fingerprints:
+    """What one worker's sampled steps trained: its weights' sum and sum of squares after the
+    step, and its first input's shape and sum (float64, reduced on the device, read once at the
+    step's end)."""
+
+    def __init__(self) -> None:
+        self.weights: dict[int, list[float]] = {}
+        self.batches: dict[int, list[float]] = {}
+        self.batch: tuple[list[int], torch.Tensor] | None = None
+        self.sharded = False
+        self.groups = 0  # process groups the script made besides the default one
+
+    def note_group(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``new_group(ranks)`` over some of the processes (tensor or pipeline parallelism); a
+        group of them all (a gloo group beside NCCL's) shards nothing."""
+        ranks = kwargs.get("ranks", args[0] if args else None)
+        if ranks is not None and len(ranks) < torch.distributed.get_world_size():
+            self.groups += 1
+
+    def forward(self, args: Any, sampled: bool) -> None:
+        """A trained model's forward: the step's first notes its first input."""
+        if not sampled or self.batch is not None or len(self.weights) >= MOST_PRINTS:
+            return
+        x = _first_tensor(args)
+        if x is not None and _distributed():
+            self.batch = (list(x.shape), x.detach().sum(dtype=torch.float64))
+
+    def end_step(
+        self, step: int, sampled: bool, models: Sequence[nn.Module], params: Iterable[Any]
+    ) -> None:
+        batch, self.batch = self.batch, None
+        if not sampled or len(self.weights) >= MOST_PRINTS or not _distributed():
+            return
+        weights = [p.detach() for p in params if isinstance(p, torch.Tensor)]
+        if not weights:
+            return
+        self.sharded = self.sharded or _sharded(models, weights)
+        sums = torch.stack([w.sum(dtype=torch.float64) for w in weights]).sum()
+        squares = torch.stack([w.double().square().sum() for w in weights]).sum()
+        read = torch.stack([sums, squares] + ([batch[1].to(sums.device)] if batch else [])).tolist()
+        self.weights[step] = [float(len(weights)), *read[:2]]
+        if batch is not None:
+            self.batches[step] = [*map(float, batch[0]), read[2]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": int(os.environ.get("RANK", "0")),
+            "world": int(os.environ.get("WORLD_SIZE", "1")),
+            "weights": {str(s): v for s, v in self.weights.items()},
+            "batches": {str(s): v for s, v in self.batches.items()},
+            "sharded": self.sharded or self.groups > 0,
+        }
+
+
+def _sharded(models: Sequence[nn.Module], weights: Sequence[torch.Tensor]) -> bool:
+    """Models whose weights differ between processes by design."""
+    modules = (type(m).__module__ for model in models for m in model.modules())
+    if any(name.startswith(SHARDING) for name in modules):
+        return True
+    with contextlib.suppress(ImportError):
+        from torch.distributed.tensor import DTensor
+
+        return any(isinstance(w, DTensor) for w in weights)
+    return False
+
+
+# ---------------------------------------------------------------- the processes side by side
+
+
+def _common(per_process: Sequence[dict[str, list[float]]]) -> list[str]:
+    steps = set.intersection(*(set(p) for p in per_process)) if per_process else set()
+    return sorted(steps, key=int)
+
+
+def gradients_not_averaged(prints: Sequence[dict[str, Any]]) -> Finding | None:
+    """The weights of process k differ from process 0's after a step both sampled."""
+    if len(prints) < 2 or any(p["sharded"] for p in prints):
+        return None
+    weights = [p["weights"] for p in prints]
+    for step in _common(weights):
+        first = weights[0][step]
+        for rank, other in enumerate(weights[1:], start=1):
+            if other[step][0] != first[0]:  # another model on this process: not comparable
+                return None
+            norm = max(first[2], other[step][2]) ** 0.5
+            if abs(first[2] - other[step][2]) > 1e-6 * norm**2 or abs(
+                first[1] - other[step][1]
+            ) > 1e-6 * max(norm, 1e-12):
+                return Finding(
+                    "gradients-not-averaged",
+                    "error",
+                    f"after step {step} the weights of process {rank} differ from process 0's "
+                    f"(sum of squares {other[step][2]:.6g} against {first[2]:.6g}): each of the "
+                    f"{len(prints)} processes trains a model of its own, and the one saved saw "
+                    "only its share of the data; the model is not wrapped in "
+                    "DistributedDataParallel, or the loop calls the model inside the wrapper",
+                    evidence={
+                        "step": int(step),
+                        "process": rank,
+                        "sum_of_squares": [first[2], other[step][2]],
+                        "processes": len(prints),
+                    },
+                    step=int(step),
+                )
+    return None
+
+
+def same_data_on_every_process(prints: Sequence[dict[str, Any]], least: int = 2) -> Finding | None:
+    """Every process's first input had the same shape and sum on ``least`` or more sampled
+    steps, and on all it was compared."""
+    if len(prints) < 2:
+        return None
+    batches = [p["batches"] for p in prints]
+    steps = _common(batches)
+    if len(steps) < least or any(b[s] != batches[0][s] for s in steps for b in batches[1:]):
+        return None
+    return Finding(
+        "same-data-on-every-process",
+        "warning",
+        f"all {len(prints)} processes trained on the same batches on the {len(steps)} sampled "
+        "steps compared (the first input of each forward had the same shape and sum): they do "
+        "the work of one, each epoch showing every example to all of them",
+        evidence={"steps": [int(s) for s in steps], "processes": len(prints)},
+        step=int(steps[0]),
+    )
+
+
+def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One report from every process's: process 0's series and steps; each finding once (the
+    most severe, earliest), with the processes that made it; the side-by-side checks."""
+    reports = sorted(reports, key=lambda r: r["process"]["rank"])
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in reports:
+        rank = r["process"]["rank"]
+        for f in r["findings"]:
+            key = key_of(f["code"], f["where"], f["message"], f["evidence"])
+            kept = merged.setdefault(key, {**f, "evidence": {**f["evidence"], "ranks": []}})
+            kept["evidence"]["ranks"].append(rank)
+            if SEVERITIES.index(f["severity"]) > SEVERITIES.index(kept["severity"]):
+                kept["severity"] = f["severity"]
+    everyone = [r["process"]["rank"] for r in reports]
+    for f in merged.values():
+        ranks = f["evidence"]["ranks"]
+        if ranks != everyone:  # said by some processes only
+            f["message"] += (
+                f" (process{'es' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
+            )
+    prints = [r["process"] for r in reports]
+    for found in (gradients_not_averaged(prints), same_data_on_every_process(prints)):
+        if found is not None:
+            merged[(found.code, "")] = found.to_json()  # said once, by all the processes
+    order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+    findings = sorted(merged.values(), key=lambda f: (order[f["severity"]], f["step"]))
+    first = {k: v for k, v in reports[0].items() if k != "process"}
+    return {
+        **first,
+        "findings": findings,
+        "processes": [
+            {
+                "rank": p["rank"],
+                "steps": r["steps"],
+                "findings": len(r["findings"]),
+                "steps_compared": len(p["weights"]),
+            }
+            for p, r in zip(prints, reports, strict=True)
+        ],
+    }
+
+
+def run_launcher(
+    launcher: list[str],
+    worker: list[str],
+    *,
+    json_path: Path | None,
+    plot_path: Path | None,
+    every: int,
+    mode: str,
+    stream: Any,
+) -> tuple[int, dict[str, Any]]:
+    """Run torchrun with each worker under the doctor; merge, print and write their reports."""
+    with tempfile.TemporaryDirectory(prefix="treeqa-doctor-") as folder:
+        doctor = [*launcher, "-m", "treeqa", "doctor", "--every", str(every)]
+        if mode == "strict":
+            doctor.append("--strict")
+        env = {**os.environ, PROCESSES_ENV: folder}
+        launched = subprocess.Popen([*doctor, "--", *worker], env=env)
+        try:
+            code = launched.wait()
+        except KeyboardInterrupt:  # Ctrl-C reached torchrun too: it stops the workers, who report
+            code = launched.wait()
+        reports = []
+        for path in sorted(Path(folder).glob("rank*.json")):
+            with contextlib.suppress(ValueError, OSError):  # a process killed while writing
+                reports.append(json.loads(path.read_text()))
+    if not reports:
+        print(
+            "treeqa doctor: no process wrote a report (see the launcher's output above)",
+            file=stream,
+        )
+        return code, {"findings": [], "steps": 0, "processes": []}
+    result = merge(reports)
+    for f in result["findings"]:
+        if f["code"] in ("gradients-not-averaged", "same-data-on-every-process"):
+            print(report.one_line(Finding(**f)), file=stream)
+    report.print_summary(result, stream)
+    print(
+        f"treeqa health: {len(reports)} processes watched; steps and series are process 0's",
+        file=stream,
+    )
+    if json_path is not None:
+        report.write_json(result, json_path)
+    if plot_path is not None:
+        report.write_plot(result, plot_path)
+    return code, result

@@ -1,0 +1,38 @@
+"""Clean: DistributedDataParallel over 2 CPU processes (gloo), each its part of the data through
+a DistributedSampler whose epoch is set each epoch; weights made differently on each process
+(the wrapper broadcasts process 0's); the last epoch accumulates two micro-batches a step under
+no_sync; an evaluation on process 0 only. Run under torchrun."""
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+dist.init_process_group("gloo")
+torch.manual_seed(dist.get_rank())
+x = torch.randn(1024, 16, generator=torch.Generator().manual_seed(0))
+data = TensorDataset(x, (x[:, 0] > 0).long())
+sampler = DistributedSampler(data, shuffle=True, seed=0)
+loader = DataLoader(data, batch_size=16, sampler=sampler)
+model = DistributedDataParallel(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+for epoch in range(4):
+    sampler.set_epoch(epoch)
+    accumulate = 2 if epoch == 3 else 1
+    for i, (xb, yb) in enumerate(loader):
+        last = (i + 1) % accumulate == 0
+        with contextlib.nullcontext() if last else model.no_sync():
+            loss = nn.functional.cross_entropy(model(xb), yb) / accumulate
+            loss.backward()
+        if last:
+            opt.step()
+            opt.zero_grad()
+    if dist.get_rank() == 0:
+        model.eval()
+        with torch.no_grad():
+            accuracy = (model(x).argmax(1) == data.tensors[1]).float().mean().item()
+        model.train()
+dist.destroy_process_group()

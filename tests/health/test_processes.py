@@ -1,0 +1,87 @@
+"""``treeqa doctor -- torchrun``: the launcher's command split, and the side-by-side checks on
+the processes' fingerprints. The corpus runs the scripts themselves under torchrun."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from treeqa.health.processes import (
+    gradients_not_averaged,
+    launcher_split,
+    merge,
+    same_data_on_every_process,
+)
+
+RUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def test_the_launchers_options_stay_with_it_and_the_script_goes_to_each_worker() -> None:
+    command = ["torchrun", "--standalone", "--nproc-per-node", "2", "train.py", "--lr", "1e-3"]
+    assert launcher_split(command) == (
+        [*RUN, "--standalone", "--nproc-per-node", "2"],
+        ["python", "train.py", "--lr", "1e-3"],
+    )
+    command = ["python3", "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "pkg.train"]
+    assert launcher_split([*command, "-m", "x"]) == (
+        [*RUN, "--nproc_per_node=2"],
+        ["python", "-m", "pkg.train", "-m", "x"],  # the script's own -m stays the script's
+    )
+    assert launcher_split(["python", "train.py", "--nproc-per-node", "2"]) is None
+    with pytest.raises(ValueError, match="--no-python runs no Python script"):
+        launcher_split(["torchrun", "--no-python", "echo", "hi"])
+    with pytest.raises(ValueError, match="torchrun's options could not be read"):
+        launcher_split(["torchrun", "--nproc-per-node"])
+
+
+def prints(rank: int, weights: dict[str, list[float]], batches: dict[str, list[float]]) -> Any:
+    return {"rank": rank, "world": 2, "weights": weights, "batches": batches, "sharded": False}
+
+
+def test_weights_that_part_after_a_step_mean_the_gradients_were_not_averaged() -> None:
+    same = {"1": [4.0, 0.5, 12.0], "2": [4.0, 0.25, 12.5]}
+    assert gradients_not_averaged([prints(0, same, {}), prints(1, same, {})]) is None
+    parted = {"1": [4.0, 0.5, 12.0], "2": [4.0, 0.25, 12.6]}
+    found = gradients_not_averaged([prints(0, same, {}), prints(1, parted, {})])
+    assert found is not None and found.severity == "error" and found.step == 2
+    assert found.evidence["sum_of_squares"] == [12.5, 12.6]
+    sharded = {**prints(1, parted, {}), "sharded": True}  # FSDP: a shard of its own on each
+    assert gradients_not_averaged([prints(0, same, {}), sharded]) is None
+    other_model = {"1": [5.0, 0.5, 12.0], "2": [5.0, 0.25, 12.6]}  # another parameter count
+    assert gradients_not_averaged([prints(0, same, {}), prints(1, other_model, {})]) is None
+
+
+def test_the_same_first_input_on_every_sampled_step_is_the_same_data() -> None:
+    batch = {"2": [16.0, 8.0, 1.5], "3": [16.0, 8.0, -2.0], "10": [16.0, 8.0, 0.75]}
+    found = same_data_on_every_process([prints(0, {}, batch), prints(1, {}, batch)])
+    assert found is not None and found.evidence["steps"] == [2, 3, 10] and found.step == 2
+    other = {**batch, "10": [16.0, 8.0, 0.5]}  # one step with a batch of its own: sharded data
+    assert same_data_on_every_process([prints(0, {}, batch), prints(1, {}, other)]) is None
+    once = {"2": batch["2"]}  # one step compared is too few to tell
+    assert same_data_on_every_process([prints(0, {}, once), prints(1, {}, once)]) is None
+
+
+def test_a_finding_of_several_processes_is_said_once_with_the_processes_that_made_it() -> None:
+    def finding(code: str, where: str, family: str = "") -> dict[str, Any]:
+        evidence = {"family": family} if family else {}
+        return {"code": code, "severity": "warning", "message": f"{code}: m", "where": where,
+                "evidence": evidence, "fix": "f", "step": 5}  # fmt: skip
+
+    def process(rank: int, findings: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"findings": findings, "steps": 90 + rank, "series": {"step": [rank]},
+                "process": prints(rank, {}, {})}  # fmt: skip
+
+    result = merge(
+        [
+            process(1, [finding("hot-op", "aten::t", "other"), finding("input-bound", "")]),
+            process(0, [finding("hot-op", "aten::mm", "other")]),
+        ]
+    )
+    assert result["steps"] == 90 and result["series"] == {"step": [0]}  # process 0's
+    by_code = {f["code"]: f for f in result["findings"]}
+    assert by_code["hot-op"]["evidence"]["ranks"] == [0, 1]  # one family: one finding
+    assert by_code["hot-op"]["message"] == "hot-op: m"
+    assert by_code["input-bound"]["message"] == "input-bound: m (process 1)"
+    assert [p["steps"] for p in result["processes"]] == [90, 91]
