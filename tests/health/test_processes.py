@@ -7,11 +7,13 @@ import sys
 from typing import Any
 
 import pytest
+import torch
 
 from treeqa.health.processes import (
     gradients_not_averaged,
     launcher_split,
     merge,
+    moments,
     same_data_on_every_process,
 )
 
@@ -85,3 +87,14 @@ def test_a_finding_of_several_processes_is_said_once_with_the_processes_that_mad
     assert by_code["hot-op"]["message"] == "hot-op: m"
     assert by_code["input-bound"]["message"] == "input-bound: m (process 1)"
     assert [p["steps"] for p in result["processes"]] == [90, 91]
+
+
+def test_moments_are_float64_over_chunks_of_a_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("treeqa.health.processes.CHUNK", 7)  # 100 elements: 15 chunks
+    x = torch.randn(10, 10, dtype=torch.bfloat16)
+    total, squares = moments(x.t())  # not contiguous
+    assert total.dtype == torch.float64
+    assert torch.allclose(total, x.double().sum()) and torch.allclose(
+        squares, x.double().square().sum()
+    )
+    assert [v.item() for v in moments(torch.zeros(0))] == [0.0, 0.0]

@@ -42,6 +42,8 @@ LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch")
 """Modules that ``python -m`` runs as ``torchrun``."""
 MOST_PRINTS = 40
 """Fingerprints kept per process (sampled steps: the first 3, then every ``--every``)."""
+CHUNK = 1 << 22
+"""Elements cast to float64 at a time (32 MB): a fingerprint copies no whole tensor."""
 SHARDING = ("torch.distributed.fsdp", "torch.distributed._composable", "deepspeed", "fairscale")
 """Packages whose modules hold a different part of the weights on each process."""
 
@@ -103,10 +105,24 @@ def _first_tensor(args: Any) -> torch.Tensor | None:
     return None
 
 
+def moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x``'s sum and sum of squares in float64, on its device, cast a chunk at a time."""
+    sums, squares = [], []
+    for part in x.detach().reshape(-1).split(CHUNK):
+        part = part.double()
+        sums.append(part.sum())
+        squares.append(torch.dot(part, part))
+    if not sums:  # an empty tensor
+        return torch.zeros((), dtype=torch.float64, device=x.device), torch.zeros(
+            (), dtype=torch.float64, device=x.device
+        )
+    return torch.stack(sums).sum(), torch.stack(squares).sum()
+
+
 class Fingerprints:
     """What one worker's sampled steps trained: its weights' sum and sum of squares after the
-    step, and its first input's shape and sum (float64, reduced on the device, read once at the
-    step's end)."""
+    step, and its first input's shape and sum (``moments``: float64, reduced on the device, read
+    once at the step's end)."""
 
     def __init__(self) -> None:
         self.weights: dict[int, list[float]] = {}
@@ -128,7 +144,7 @@ class Fingerprints:
             return
         x = _first_tensor(args)
         if x is not None and _distributed():
-            self.batch = (list(x.shape), x.detach().sum(dtype=torch.float64))
+            self.batch = (list(x.shape), moments(x)[0])
 
     def end_step(
         self, step: int, sampled: bool, models: Sequence[nn.Module], params: Iterable[Any]
@@ -140,8 +156,9 @@ class Fingerprints:
         if not weights:
             return
         self.sharded = self.sharded or _sharded(models, weights)
-        sums = torch.stack([w.sum(dtype=torch.float64) for w in weights]).sum()
-        squares = torch.stack([w.double().square().sum() for w in weights]).sum()
+        each = [moments(w) for w in weights]
+        sums = torch.stack([s for s, _ in each]).sum()
+        squares = torch.stack([q for _, q in each]).sum()
         read = torch.stack([sums, squares] + ([batch[1].to(sums.device)] if batch else [])).tolist()
         self.weights[step] = [float(len(weights)), *read[:2]]
         if batch is not None:
