@@ -24,12 +24,14 @@ FRESH_PROCESS = {
     "heap_sorted_lengths.py",
     "bug_loss_accumulated.py",
     "bug_anomaly_detection_on.py",
+    "bug_spawn_not_wrapped.py",
 }
 """Scripts run as ``treeqa doctor`` runs them: in a new interpreter. In this long-lived test
 process, heap that earlier tests freed is handed out again first, so a leak can fill it for
 most of its run before RSS rises (seen once in ~15 runs); a fresh interpreter numbers its
 first autograd node 0, which a scan once took for "no node" and so missed ``total += loss``;
-and autograd's anomaly mode, once switched on, stays on for every later script."""
+and autograd's anomaly mode, once switched on, stays on for every later script. A script that
+starts processes with torch.multiprocessing.spawn runs as it would from a shell."""
 
 
 @pytest.fixture(autouse=True)

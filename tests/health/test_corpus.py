@@ -82,6 +82,7 @@ EXPECTED = {
     "bug_softmax_over_batch_square.py": "softmax-over-wrong-dim",  # batch 10, 10 classes
     "bug_ddp_inner_module.py": "gradients-not-averaged",  # under torchrun, 2 processes
     "bug_ddp_same_data.py": "same-data-on-every-process",  # under torchrun, 2 processes
+    "bug_spawn_not_wrapped.py": "gradients-not-averaged",  # torch.multiprocessing.spawn
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
 CLEAN = [

@@ -22,7 +22,9 @@ import importlib.util
 import io
 import os
 import runpy
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -58,7 +60,7 @@ the next one to step takes over at once."""
 class Doctor:
     """Global hooks that drive a ``HealthMonitor`` from an unmodified training script."""
 
-    def __init__(self, monitor: HealthMonitor):
+    def __init__(self, monitor: HealthMonitor, prints: processes.Fingerprints | None = None):
         self.monitor = monitor
         # Weak: an optimiser whose run is over (and its state, twice the model for Adam) must
         # not stay alive for the rest of the script.
@@ -94,8 +96,10 @@ class Doctor:
         self.evaluated_early: set[int] = set()
         # Clips of the wrong gradients (before backward, before a scaler's unscale_).
         self.clipping = Clipping(monitor.add, self.updates, monitor.scalers)
-        # Under a launching doctor's torchrun: what this process trained, to compare with the others.
-        self.prints = processes.Fingerprints() if processes.worker_folder() else None
+        # One of several processes: what it trained, to compare with the others.
+        self.prints = prints
+        self.spawned: Path | None = None  # the reports of processes torch.multiprocessing started
+        self.reports_to: tuple[Path | None, Path | None] = (None, None)  # their merged report's
         self.undo: list[Any] = []
         # The hooks' bodies, run by the monitor's ``safely``: should the monitor's own code
         # fail, monitoring stops and the script goes on as python would run it.
@@ -140,11 +144,14 @@ class Doctor:
         self.seeds.install()
         self.monitor.install_loss_checks()
         self.monitor.loaders.watch_batches_by_hand()
+        wrapped = [(torch.multiprocessing, "spawn", self._note_spawn)]
         if self.prints is not None and torch.distributed.is_available():
             for owner in (torch.distributed, torch.distributed.distributed_c10d):
-                undo = wrap.note_function_calls(owner, "new_group", self.prints.note_group)
-                if undo is not None:
-                    self.undo.append(undo)
+                wrapped.append((owner, "new_group", self.prints.note_group))
+        for owner, name, note in wrapped:
+            undo = wrap.note_function_calls(owner, name, note)
+            if undo is not None:
+                self.undo.append(undo)
 
     def uninstall(self) -> None:
         for handle in [*self.handles, *self.root_handles, self.discovery]:
@@ -165,6 +172,30 @@ class Doctor:
             GradScaler.step = self.original_scaler_step  # type: ignore[method-assign]
             self.original_scaler_step = None
         self.monitor.uninstall()
+
+    def _note_spawn(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``torch.multiprocessing.spawn(fn, ...)``: each process it starts runs ``fn`` under a
+        doctor of its own, and the end of the script reports them all. A forked process would
+        inherit this doctor's hooks, and is left alone."""
+        if kwargs.get("start_method", args[5] if len(args) > 5 else "spawn") == "fork":
+            return None
+        if self.spawned is None:  # the report is theirs, merged at the script's end
+            m = self.monitor
+            json_path, plot_path = m.json_path, m.plot_path
+            self.reports_to = (
+                Path(json_path) if json_path else None,
+                Path(plot_path) if plot_path else None,
+            )
+            m.json_path = m.plot_path = None
+            m.summary = False
+        folder = self.spawned = self.spawned or Path(tempfile.mkdtemp(prefix="treeqa-doctor-"))
+
+        def watched(fn: Any) -> processes.Watched:
+            return processes.Watched(fn, folder, self.monitor.every, self.monitor.mode)
+
+        if "fn" in kwargs:
+            return args, {**kwargs, "fn": watched(kwargs["fn"])}
+        return (watched(args[0]), *args[1:]), kwargs
 
     def _note_backward(self, tensors: Any, args: Any, kwargs: Any) -> None:
         """``torch.autograd.backward(tensors, *args, **kwargs)`` is about to run."""
@@ -213,7 +244,7 @@ class Doctor:
         compute. A frozen teacher is no model the clock trains, and its forward is compute."""
         return id(module) in self.trained and not module.training and not torch.is_grad_enabled()
 
-    def _root_pre_hook(self, module: nn.Module, args: Any) -> None:
+    def _root_pre_hook(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if torch.compiler.is_compiling():  # see _discover
             return
         if self._evaluating(module):
@@ -224,7 +255,7 @@ class Doctor:
         if id(module) in self.trained:
             self.updates.forward(module, args)
             if self.prints is not None:
-                self.prints.forward(args, self.monitor.sampling)
+                self.prints.forward((*args, kwargs), self.monitor.sampling)  # model(**batch)
 
     def _root_hook(self, module: nn.Module, args: Any, output: Any) -> None:
         if torch.compiler.is_compiling():  # see _discover
@@ -257,7 +288,9 @@ class Doctor:
         # may run while loading data and do not start it.
         for top in tops:
             if next(top.parameters(), None) is not None:
-                self.root_handles.append(top.register_forward_pre_hook(self.root_pre_hook))
+                self.root_handles.append(
+                    top.register_forward_pre_hook(self.root_pre_hook, with_kwargs=True)
+                )
                 self.root_handles.append(top.register_forward_hook(self.root_hook))
         self.monitor.unwatch()
         self.monitor.watch(
@@ -525,7 +558,7 @@ def run_doctor(
     monitor.summary = folder is None
     if source:
         monitor.source_files.append(source)
-    doctor = Doctor(monitor)
+    doctor = Doctor(monitor, processes.Fingerprints(int(os.environ["RANK"])) if folder else None)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     # multiprocessing's first import aliases __mp_main__ to the running __main__ (the script's
     # namespace here); restored below so that namespace does not outlive the run in-process.
@@ -561,25 +594,50 @@ def run_doctor(
         else:
             sys.modules.pop("__mp_main__", None)
         sys.stdout.flush()
+    result = _finish(doctor)
+    if folder is not None and doctor.prints is not None:
+        processes.write_report(folder, result, doctor.prints)
+    elif doctor.spawned is not None:  # the script's own steps, if any, are not reported
+        result = processes.report_merged(doctor.spawned, *doctor.reports_to, stream or sys.stderr)
+        shutil.rmtree(doctor.spawned, ignore_errors=True)
+    return code, result
+
+
+def _finish(doctor: Doctor) -> dict[str, Any]:
+    """The monitor's final checks, summary and report files; the report."""
+    monitor = doctor.monitor
     try:
         if not monitor.failed:
             doctor.updates.finish(monitor.step)
         if monitor.step == 0:  # backward calls with no optimiser step: say so in the summary
             monitor.unstepped_backwards = doctor.updates.backwards
-        result = monitor.finish()
+        return monitor.finish()
     except OSError as e:  # the report could not be written: the script's exit code still holds
         print(f"treeqa doctor: could not write the report: {e}", file=sys.stderr)
-        result = report.build(monitor)
+        return report.build(monitor)
     except Exception as e:  # the monitor's own failure: the script's exit code still holds
         print(f"treeqa doctor: the report failed ({type(e).__name__}: {e})", file=sys.stderr)
-        result = {"findings": [], "series": {}, "steps": monitor.step, "meta": {}}
-    if folder is not None and doctor.prints is not None:
-        rank = os.environ["RANK"]
-        kept = result if rank == "0" else {**result, "series": {}}  # process 0's are reported
-        path = folder / f"rank{rank}.json"
-        report.write_json({**kept, "process": doctor.prints.to_json()}, path.with_suffix(".tmp"))
-        path.with_suffix(".tmp").replace(path)  # whole or not at all, for the launcher to read
-    return code, result
+        return {"findings": [], "series": {}, "steps": monitor.step, "meta": {}}
+
+
+def watch_process(
+    fn: Any, args: tuple[Any, ...], folder: Path, rank: int, every: int, mode: str
+) -> Any:
+    """``fn(*args)`` in a process ``torch.multiprocessing.spawn`` started, under a doctor of its
+    own: process 0 prints its findings as they come, and each writes its report to ``folder``
+    for the script's doctor to merge."""
+    monitor = HealthMonitor(
+        mode=mode, every=every, stream=sys.stderr if rank == 0 else io.StringIO()
+    )
+    monitor.summary = False
+    prints = processes.Fingerprints(rank)
+    doctor = Doctor(monitor, prints)
+    doctor.install()
+    try:
+        return fn(*args)
+    finally:
+        doctor.uninstall()
+        processes.write_report(folder, _finish(doctor), prints)
 
 
 def _source(target: Target) -> str:

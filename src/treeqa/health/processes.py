@@ -124,7 +124,8 @@ class Fingerprints:
     step, and its first input's shape and sum (``moments``: float64, reduced on the device, read
     once at the step's end)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
         self.weights: dict[int, list[float]] = {}
         self.batches: dict[int, list[float]] = {}
         self.batch: tuple[list[int], torch.Tensor] | None = None
@@ -166,8 +167,7 @@ class Fingerprints:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "rank": int(os.environ.get("RANK", "0")),
-            "world": int(os.environ.get("WORLD_SIZE", "1")),
+            "rank": self.rank,
             "weights": {str(s): v for s, v in self.weights.items()},
             "batches": {str(s): v for s, v in self.batches.items()},
             "sharded": self.sharded or self.groups > 0,
@@ -289,6 +289,55 @@ def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+class Watched:
+    """``torch.multiprocessing.spawn``'s function, run in each process it starts under a doctor
+    of its own (spawn pickles this, and ``fn`` in it by reference, as it would pickle ``fn``)."""
+
+    def __init__(self, fn: Any, folder: Path, every: int, mode: str):
+        self.fn, self.folder, self.every, self.mode = fn, folder, every, mode
+
+    def __call__(self, index: int, *args: Any) -> Any:
+        from treeqa.health.doctor import watch_process  # (the doctor imports this module)
+
+        return watch_process(self.fn, (index, *args), self.folder, index, self.every, self.mode)
+
+
+def write_report(folder: Path, result: dict[str, Any], prints: Fingerprints) -> None:
+    """One process's report, whole or not at all, for the merge (process 0's series only)."""
+    kept = result if prints.rank == 0 else {**result, "series": {}}
+    path = folder / f"rank{prints.rank}.json"
+    report.write_json({**kept, "process": prints.to_json()}, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").replace(path)
+
+
+def report_merged(
+    folder: Path, json_path: Path | None, plot_path: Path | None, stream: Any
+) -> dict[str, Any]:
+    """Merge the reports in ``folder``; print the side-by-side findings and the summary; write
+    the merged JSON and plot where asked."""
+    reports = []
+    for path in sorted(folder.glob("rank*.json")):
+        with contextlib.suppress(ValueError, OSError):  # a process killed while writing
+            reports.append(json.loads(path.read_text()))
+    if not reports:
+        print("treeqa doctor: no process wrote a report (see their output above)", file=stream)
+        return {"findings": [], "steps": 0, "processes": []}
+    result = merge(reports)
+    for f in result["findings"]:
+        if f["code"] in ("gradients-not-averaged", "same-data-on-every-process"):
+            print(report.one_line(Finding(**f)), file=stream)
+    report.print_summary(result, stream)
+    print(
+        f"treeqa health: {len(reports)} processes watched; steps and series are process 0's",
+        file=stream,
+    )
+    if json_path is not None:
+        report.write_json(result, json_path)
+    if plot_path is not None:
+        report.write_plot(result, plot_path)
+    return result
+
+
 def run_launcher(
     launcher: list[str],
     worker: list[str],
@@ -310,27 +359,4 @@ def run_launcher(
             code = launched.wait()
         except KeyboardInterrupt:  # Ctrl-C reached torchrun too: it stops the workers, who report
             code = launched.wait()
-        reports = []
-        for path in sorted(Path(folder).glob("rank*.json")):
-            with contextlib.suppress(ValueError, OSError):  # a process killed while writing
-                reports.append(json.loads(path.read_text()))
-    if not reports:
-        print(
-            "treeqa doctor: no process wrote a report (see the launcher's output above)",
-            file=stream,
-        )
-        return code, {"findings": [], "steps": 0, "processes": []}
-    result = merge(reports)
-    for f in result["findings"]:
-        if f["code"] in ("gradients-not-averaged", "same-data-on-every-process"):
-            print(report.one_line(Finding(**f)), file=stream)
-    report.print_summary(result, stream)
-    print(
-        f"treeqa health: {len(reports)} processes watched; steps and series are process 0's",
-        file=stream,
-    )
-    if json_path is not None:
-        report.write_json(result, json_path)
-    if plot_path is not None:
-        report.write_plot(result, plot_path)
-    return code, result
+        return code, report_merged(Path(folder), json_path, plot_path, stream)
