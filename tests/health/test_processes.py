@@ -98,3 +98,5 @@ def test_moments_are_float64_over_chunks_of_a_tensor(monkeypatch: pytest.MonkeyP
         squares, x.double().square().sum()
     )
     assert [v.item() for v in moments(torch.zeros(0))] == [0.0, 0.0]
+    sampled = moments(torch.arange(10.0), most=4)  # every 3rd: 0, 3, 6, 9
+    assert [v.item() for v in sampled] == [18.0, 126.0]

@@ -44,6 +44,9 @@ MOST_PRINTS = 40
 """Fingerprints kept per process (sampled steps: the first 3, then every ``--every``)."""
 CHUNK = 1 << 22
 """Elements cast to float64 at a time (32 MB): a fingerprint copies no whole tensor."""
+SAMPLE = 1 << 16
+"""Elements of each weight tensor in its fingerprint (a strided sample): weights that part
+differ nearly everywhere, and a large model's fingerprint stays cheap."""
 SHARDING = ("torch.distributed.fsdp", "torch.distributed._composable", "deepspeed", "fairscale")
 """Packages whose modules hold a different part of the weights on each process."""
 
@@ -105,10 +108,14 @@ def _first_tensor(args: Any) -> torch.Tensor | None:
     return None
 
 
-def moments(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``x``'s sum and sum of squares in float64, on its device, cast a chunk at a time."""
+def moments(x: torch.Tensor, most: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x``'s sum and sum of squares in float64, on its device, cast a chunk at a time; of
+    every k-th element only, k the smallest that leaves at most ``most`` (when given)."""
+    flat = x.detach().reshape(-1)
+    if most and flat.numel() > most:
+        flat = flat[:: -(-flat.numel() // most)]
     sums, squares = [], []
-    for part in x.detach().reshape(-1).split(CHUNK):
+    for part in flat.split(CHUNK):
         part = part.double()
         sums.append(part.sum())
         squares.append(torch.dot(part, part))
@@ -157,7 +164,7 @@ class Fingerprints:
         if not weights:
             return
         self.sharded = self.sharded or _sharded(models, weights)
-        each = [moments(w) for w in weights]
+        each = [moments(w, SAMPLE) for w in weights]
         sums = torch.stack([s for s, _ in each]).sum()
         squares = torch.stack([q for _, q in each]).sum()
         read = torch.stack([sums, squares] + ([batch[1].to(sums.device)] if batch else [])).tolist()
