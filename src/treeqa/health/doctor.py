@@ -14,24 +14,15 @@ code are its own, and the monitor writes only to stderr and the report paths.
 
 from __future__ import annotations
 
-import builtins
-import contextlib
-import faulthandler
 import functools
-import importlib.util
 import io
 import os
-import runpy
 import shutil
 import sys
 import tempfile
 import time
-import traceback
-import types
-import warnings
 import weakref
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +31,7 @@ from torch import nn
 from torch.amp import GradScaler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from treeqa.health import checks, loss_inputs, processes, report, slips, wrap
+from treeqa.health import checks, loss_inputs, processes, report, script, slips, wrap
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
@@ -400,119 +391,6 @@ def _has_moments(optimizer: torch.optim.Optimizer) -> bool:
     )
 
 
-@dataclass
-class Target:
-    """What ``python [OPTIONS] SCRIPT.py ARGS`` or ``python -m MODULE ARGS`` runs."""
-
-    kind: str  # "path" | "module"
-    name: str
-    argv: list[str]
-    options: list[tuple[str, str]] = field(default_factory=list)  # ("-W", "ignore"), ("-X", ...)
-
-
-_VALUE_OPTIONS = ("-W", "-X")
-"""Interpreter options that take a value: ``-W ignore`` must not take ``ignore`` for the script."""
-
-
-def _target(command: Sequence[str]) -> Target:
-    """The run ``command`` asks for: ``python [OPTIONS] script.py args``, ``script.py args`` or
-    ``python [OPTIONS] -m module args``."""
-    args = list(command)
-    options: list[tuple[str, str]] = []
-    if args and Path(args[0]).name.startswith("python"):
-        args = args[1:]
-        while args and args[0].startswith("-") and args[0] != "-m":
-            flag = args.pop(0)
-            if flag == "-c":
-                raise ValueError("python -c is not supported: give a script or -m module")
-            if flag[:2] in _VALUE_OPTIONS:
-                value = flag[2:] or (args.pop(0) if args else "")
-                options.append((flag[:2], value))
-            # other flags (-u, -O, -B ...) do not change what runs
-    if not args:
-        raise ValueError("no script given: treeqa doctor -- python SCRIPT.py [ARGS]")
-    if args[0] == "-m":
-        if len(args) < 2:
-            raise ValueError("-m needs a module name")
-        return Target("module", args[1], args[1:], options)
-    return Target("path", args[0], args, options)
-
-
-def _module_file(module: str) -> str | None:
-    """The file ``python -m module`` would run (the working directory first, as there), or None."""
-    sys.path.insert(0, os.getcwd())
-    try:
-        spec = importlib.util.find_spec(module)
-        if spec is not None and spec.submodule_search_locations is not None:  # a package
-            spec = importlib.util.find_spec(module + ".__main__")
-    except ImportError:  # a missing parent package
-        return None
-    finally:
-        sys.path.pop(0)
-    return None if spec is None else (spec.origin or "")
-
-
-@contextlib.contextmanager
-def _interpreter_options(options: list[tuple[str, str]]) -> Iterator[None]:
-    """Apply ``-W`` warning filters and ``-X faulthandler`` for the run, as python would."""
-    faults = faulthandler.is_enabled()
-    with warnings.catch_warnings():
-        for flag, value in options:
-            if flag == "-W":
-                try:
-                    warnings._setoption(value)  # type: ignore[attr-defined]  # parses -W as python does
-                except Exception as e:  # python too warns and runs on
-                    print(f"Invalid -W option ignored: {e}", file=sys.stderr)
-            elif value == "faulthandler":
-                with contextlib.suppress(ValueError, OSError):  # stderr without a file descriptor
-                    faulthandler.enable()
-        try:
-            yield
-        finally:
-            if not faults:
-                faulthandler.disable()
-
-
-def _writable(flag: str, path: Path) -> None:
-    """Fail before the run, not after it, when a report cannot be written there."""
-    if path.is_dir():
-        raise ValueError(f"{flag} {path}: a directory; give a file name")
-    try:  # the report's directory is made as writing it would, only sooner
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"{flag} {path}: cannot write there ({e.strerror})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise ValueError(f"{flag} {path}: cannot write there (no permission)")
-
-
-def _run_script(path: Path) -> None:
-    """Run ``path`` as ``python path`` does: as ``__main__`` with an absolute ``__file__`` and
-    ``sys.argv[0]`` as given (``runpy.run_path`` would make both the path passed to it)."""
-    with io.open_code(str(path)) as f:
-        code = compile(f.read(), str(path), "exec")
-    main = types.ModuleType("__main__")
-    main.__dict__.update(
-        __file__=str(path), __cached__=None, __loader__=None, __builtins__=builtins
-    )
-    saved = sys.modules.get("__main__")
-    sys.modules["__main__"] = main
-    try:
-        exec(code, main.__dict__)
-    finally:
-        if saved is not None:
-            sys.modules["__main__"] = saved
-
-
-def _print_script_traceback(error: BaseException) -> None:
-    """The traceback as python prints it: from the script's frames, without runpy's or ours."""
-    tb = error.__traceback__
-    while tb is not None and (
-        tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename
-    ):
-        tb = tb.tb_next
-    traceback.print_exception(type(error), error, tb)
-
-
 def run_doctor(
     command: Sequence[str],
     *,
@@ -530,14 +408,13 @@ def run_doctor(
     may change it.
     """
     launched = processes.launcher_split(command)
-    target = _target(launched[1] if launched else command)
-    kind, argv = target.kind, target.argv
-    source = _source(target)
+    target = script.parse(launched[1] if launched else command)
+    source = script.source(target)
     json_path = Path(json_path).absolute() if json_path is not None else None
     plot_path = Path(plot_path).absolute() if plot_path is not None else None
     for flag, path in (("--json", json_path), ("--plot", plot_path)):
         if path is not None:
-            _writable(flag, path)
+            script.writable(flag, path)
     if launched:  # torchrun: each process runs a doctor of its own
         return processes.run_launcher(
             *launched,
@@ -559,41 +436,11 @@ def run_doctor(
     if source:
         monitor.source_files.append(source)
     doctor = Doctor(monitor, processes.Fingerprints(int(os.environ["RANK"])) if folder else None)
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    # multiprocessing's first import aliases __mp_main__ to the running __main__ (the script's
-    # namespace here); restored below so that namespace does not outlive the run in-process.
-    saved_mp_main = sys.modules.get("__mp_main__")
-    sys.argv = argv
-    if kind == "path":
-        sys.path.insert(0, str(Path(target.name).resolve().parent))
-    else:
-        sys.path.insert(0, os.getcwd())
-    code = 0
     doctor.install()
     try:
-        with _interpreter_options(target.options):
-            if kind == "path":
-                _run_script(Path(target.name).absolute())
-            else:
-                runpy.run_module(target.name, run_name="__main__", alter_sys=True)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        if e.code is not None and not isinstance(e.code, int):
-            print(e.code, file=sys.stderr)
-    except HealthError as e:
-        print(f"treeqa doctor: {e}", file=sys.stderr)
-        code = 3
-    except BaseException as e:
-        _print_script_traceback(e)
-        code = 130 if isinstance(e, KeyboardInterrupt) else 1  # as python exits on Ctrl-C
+        code = script.run(target)
     finally:
         doctor.uninstall()
-        sys.argv, sys.path[:] = saved_argv, saved_path
-        if saved_mp_main is not None:
-            sys.modules["__mp_main__"] = saved_mp_main
-        else:
-            sys.modules.pop("__mp_main__", None)
-        sys.stdout.flush()
     result = _finish(doctor)
     if folder is not None and doctor.prints is not None:
         processes.write_report(folder, result, doctor.prints)
@@ -638,17 +485,3 @@ def watch_process(
     finally:
         doctor.uninstall()
         processes.write_report(folder, _finish(doctor), prints)
-
-
-def _source(target: Target) -> str:
-    """The file ``target`` runs ("" for a module without one); an error when there is none."""
-    if target.kind == "path":
-        if not Path(target.name).is_file():
-            raise FileNotFoundError(
-                f"{target.name}: no such script (treeqa doctor -- python SCRIPT.py)"
-            )
-        return str(Path(target.name).resolve())
-    source = _module_file(target.name)
-    if source is None:
-        raise ValueError(f"-m {target.name}: no such module here or on the Python path")
-    return source

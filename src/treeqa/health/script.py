@@ -1,0 +1,188 @@
+"""Run a command in this process as python would: what it names (a script or ``-m`` module,
+with ``-W``/``-X`` options), its ``__main__``, ``sys.argv`` and ``sys.path``, its exit code and a
+traceback of its own frames."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import faulthandler
+import importlib.util
+import io
+import os
+import runpy
+import sys
+import traceback
+import types
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from treeqa.health.monitor import HealthError
+
+
+@dataclass
+class Target:
+    """What ``python [OPTIONS] SCRIPT.py ARGS`` or ``python -m MODULE ARGS`` runs."""
+
+    kind: str  # "path" | "module"
+    name: str
+    argv: list[str]
+    options: list[tuple[str, str]] = field(default_factory=list)  # ("-W", "ignore"), ("-X", ...)
+
+
+VALUE_OPTIONS = ("-W", "-X")
+"""Interpreter options that take a value: ``-W ignore`` must not take ``ignore`` for the script."""
+
+
+def parse(command: Sequence[str]) -> Target:
+    """The run ``command`` asks for: ``python [OPTIONS] script.py args``, ``script.py args`` or
+    ``python [OPTIONS] -m module args``."""
+    args = list(command)
+    options: list[tuple[str, str]] = []
+    if args and Path(args[0]).name.startswith("python"):
+        args = args[1:]
+        while args and args[0].startswith("-") and args[0] != "-m":
+            flag = args.pop(0)
+            if flag == "-c":
+                raise ValueError("python -c is not supported: give a script or -m module")
+            if flag[:2] in VALUE_OPTIONS:
+                value = flag[2:] or (args.pop(0) if args else "")
+                options.append((flag[:2], value))
+            # other flags (-u, -O, -B ...) do not change what runs
+    if not args:
+        raise ValueError("no script given: treeqa doctor -- python SCRIPT.py [ARGS]")
+    if args[0] == "-m":
+        if len(args) < 2:
+            raise ValueError("-m needs a module name")
+        return Target("module", args[1], args[1:], options)
+    return Target("path", args[0], args, options)
+
+
+def module_file(module: str) -> str | None:
+    """The file ``python -m module`` would run (the working directory first, as there), or None."""
+    sys.path.insert(0, os.getcwd())
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations is not None:  # a package
+            spec = importlib.util.find_spec(module + ".__main__")
+    except ImportError:  # a missing parent package
+        return None
+    finally:
+        sys.path.pop(0)
+    return None if spec is None else (spec.origin or "")
+
+
+@contextlib.contextmanager
+def interpreter_options(options: list[tuple[str, str]]) -> Iterator[None]:
+    """Apply ``-W`` warning filters and ``-X faulthandler`` for the run, as python would."""
+    faults = faulthandler.is_enabled()
+    with warnings.catch_warnings():
+        for flag, value in options:
+            if flag == "-W":
+                try:
+                    warnings._setoption(value)  # type: ignore[attr-defined]  # parses -W as python does
+                except Exception as e:  # python too warns and runs on
+                    print(f"Invalid -W option ignored: {e}", file=sys.stderr)
+            elif value == "faulthandler":
+                with contextlib.suppress(ValueError, OSError):  # stderr without a file descriptor
+                    faulthandler.enable()
+        try:
+            yield
+        finally:
+            if not faults:
+                faulthandler.disable()
+
+
+def writable(flag: str, path: Path) -> None:
+    """Fail before the run, not after it, when a report cannot be written there."""
+    if path.is_dir():
+        raise ValueError(f"{flag} {path}: a directory; give a file name")
+    try:  # the report's directory is made as writing it would, only sooner
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot write there ({e.strerror})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise ValueError(f"{flag} {path}: cannot write there (no permission)")
+
+
+def run_path(path: Path) -> None:
+    """Run ``path`` as ``python path`` does: as ``__main__`` with an absolute ``__file__`` and
+    ``sys.argv[0]`` as given (``runpy.run_path`` would make both the path passed to it)."""
+    with io.open_code(str(path)) as f:
+        code = compile(f.read(), str(path), "exec")
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=str(path), __cached__=None, __loader__=None, __builtins__=builtins
+    )
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+def print_traceback(error: BaseException) -> None:
+    """The traceback as python prints it: from the script's frames, without runpy's or ours."""
+    tb = error.__traceback__
+    while tb is not None and (
+        tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename
+    ):
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb)
+
+
+def source(target: Target) -> str:
+    """The file ``target`` runs ("" for a module without one); an error when there is none."""
+    if target.kind == "path":
+        if not Path(target.name).is_file():
+            raise FileNotFoundError(
+                f"{target.name}: no such script (treeqa doctor -- python SCRIPT.py)"
+            )
+        return str(Path(target.name).resolve())
+    source = module_file(target.name)
+    if source is None:
+        raise ValueError(f"-m {target.name}: no such module here or on the Python path")
+    return source
+
+
+def run(target: Target) -> int:
+    """Run ``target`` in this process as python would; its exit code (3 when the monitor's
+    strict mode stopped it, 130 on Ctrl-C). ``sys.argv``, ``sys.path`` and ``__mp_main__`` are
+    the script's while it runs and ours again after."""
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    # multiprocessing's first import aliases __mp_main__ to the running __main__ (the script's
+    # namespace here); restored below so that namespace does not outlive the run in-process.
+    saved_mp_main = sys.modules.get("__mp_main__")
+    sys.argv = target.argv
+    if target.kind == "path":
+        sys.path.insert(0, str(Path(target.name).resolve().parent))
+    else:
+        sys.path.insert(0, os.getcwd())
+    try:
+        with interpreter_options(target.options):
+            if target.kind == "path":
+                run_path(Path(target.name).absolute())
+            else:
+                runpy.run_module(target.name, run_name="__main__", alter_sys=True)
+        return 0
+    except SystemExit as e:
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except HealthError as e:
+        print(f"treeqa doctor: {e}", file=sys.stderr)
+        return 3
+    except BaseException as e:
+        print_traceback(e)
+        return 130 if isinstance(e, KeyboardInterrupt) else 1  # as python exits on Ctrl-C
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        if saved_mp_main is not None:
+            sys.modules["__mp_main__"] = saved_mp_main
+        else:
+            sys.modules.pop("__mp_main__", None)
+        sys.stdout.flush()
