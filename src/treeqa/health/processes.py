@@ -1,11 +1,12 @@
-"""``treeqa doctor -- torchrun ...``: every process of a data-parallel script under the monitor,
-and what only the processes side by side show.
+"""``treeqa doctor -- torchrun ...`` (or a script's ``torch.multiprocessing.spawn``): every
+process of a data-parallel script under the monitor, and what only the processes side by side
+show.
 
-The launcher is run with each worker as ``python -m treeqa doctor -- python SCRIPT.py ARGS``.
-Each worker writes its report to a folder named in ``PROCESSES_ENV`` (process 0 prints its
-findings as they come; the others keep quiet); on sampled steps each also notes a fingerprint of
-the weights its optimiser steps and of its first forward's first input tensor. The launching
-doctor merges the reports: a finding is said once, with the processes that made it, and two
+The launcher is run with each worker as ``python -m treeqa doctor -- python SCRIPT.py ARGS``
+(``spawn`` is given ``Watched(fn)`` for ``fn``). Each worker writes its report to a folder
+(named in ``PROCESSES_ENV`` for torchrun's; process 0 prints its findings as they come, the
+others keep quiet); on sampled steps each also notes a fingerprint of the weights its optimiser
+steps and of its first forward's first input tensor. The launching doctor merges the reports: a finding is said once, with the processes that made it, and two
 checks compare the processes:
 
 - ``gradients-not-averaged``: the weights differ between processes after a step. Each trains a
@@ -120,9 +121,8 @@ def moments(x: torch.Tensor, most: int = 0) -> tuple[torch.Tensor, torch.Tensor]
         sums.append(part.sum())
         squares.append(torch.dot(part, part))
     if not sums:  # an empty tensor
-        return torch.zeros((), dtype=torch.float64, device=x.device), torch.zeros(
-            (), dtype=torch.float64, device=x.device
-        )
+        zero = torch.zeros((), dtype=torch.float64, device=x.device)
+        return zero, zero
     return torch.stack(sums).sum(), torch.stack(squares).sum()
 
 
@@ -208,7 +208,7 @@ def gradients_not_averaged(prints: Sequence[dict[str, Any]]) -> Finding | None:
     weights = [p["weights"] for p in prints]
     for step in _common(weights):
         first = weights[0][step]
-        for rank, other in enumerate(weights[1:], start=1):
+        for rank, other in ((p["rank"], p["weights"]) for p in prints[1:]):
             if other[step][0] != first[0]:  # another model on this process: not comparable
                 return None
             norm = max(first[2], other[step][2]) ** 0.5
