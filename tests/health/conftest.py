@@ -43,7 +43,12 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-TORCHRUN = {"clean_ddp.py", "bug_ddp_inner_module.py", "bug_ddp_same_data.py"}
+TORCHRUN = {
+    "clean_ddp.py",
+    "bug_ddp_inner_module.py",
+    "bug_ddp_same_data.py",
+    "bug_eval_on_one_shard.py",
+}
 """Data-parallel scripts, run as ``treeqa doctor -- torchrun --nproc-per-node 2`` (gloo, CPU)."""
 
 _REPORTS: dict[str, tuple[int, dict[str, Any], str]] = {}

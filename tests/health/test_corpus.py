@@ -83,6 +83,7 @@ EXPECTED = {
     "bug_ddp_inner_module.py": "gradients-not-averaged",  # under torchrun, 2 processes
     "bug_ddp_same_data.py": "same-data-on-every-process",  # under torchrun, 2 processes
     "bug_spawn_not_wrapped.py": "gradients-not-averaged",  # torch.multiprocessing.spawn
+    "bug_eval_on_one_shard.py": "evaluation-on-one-shard",  # under torchrun, 2 processes
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
 CLEAN = [
@@ -112,7 +113,7 @@ CLEAN = [
     "clean_clip.py",  # clip then step at the loop's top, after accumulation, a reused list
     "clean_frozen_warmup.py",  # the first optimiser's backbone under no_grad in the second half
     "clean_aux_loss_later.py",  # a head's loss switched on at step 150: info, not a warning
-    "clean_ddp.py",  # under torchrun: DistributedDataParallel and a DistributedSampler
+    "clean_ddp.py",  # under torchrun: DDP, DistributedSamplers, sharded evaluation summed
 ]
 
 

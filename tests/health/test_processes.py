@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from treeqa.health.processes import (
+    evaluation_on_one_shard,
     gradients_not_averaged,
     launcher_split,
     merge,
@@ -100,3 +101,15 @@ def test_moments_are_float64_over_chunks_of_a_tensor(monkeypatch: pytest.MonkeyP
     assert [v.item() for v in moments(torch.zeros(0))] == [0.0, 0.0]
     sampled = moments(torch.arange(10.0), most=4)  # every 3rd: 0, 3, 6, 9
     assert [v.item() for v in sampled] == [18.0, 126.0]
+
+
+def test_an_evaluation_over_one_share_while_the_others_idle_scores_that_share() -> None:
+    def process(rank: int, evaluations: int, on_shard: list[Any]) -> dict[str, Any]:
+        return {**prints(rank, {}, {}), "evaluations": evaluations, "on_shard": on_shard}
+
+    alone = process(0, 6, [6, 2, "train.py:31", 32])
+    found = evaluation_on_one_shard([alone, process(1, 0, [])])
+    assert found is not None and found.where == "train.py:31" and found.step == 32
+    assert found.evidence == {"share": "1/2", "forwards": 6, "not_evaluating": [1]}
+    assert evaluation_on_one_shard([alone, process(1, 6, [6, 2, "train.py:31", 32])]) is None
+    assert evaluation_on_one_shard([process(0, 6, []), process(1, 0, [])]) is None  # whole set

@@ -69,6 +69,7 @@ FIXES: dict[str, str] = {
     "clip-before-unscale": "call scaler.unscale_(optimizer) before clipping, so the limit applies to the true gradients",
     "clip-no-parameters": "give the clip a list (params = list(model.parameters())) or call model.parameters() anew at each clip",
     "gradients-not-averaged": "wrap the model once, model = DistributedDataParallel(model, device_ids=[local_rank]), and call the wrapper in the loop (not model.module); or all_reduce the gradients before each step",
+    "evaluation-on-one-shard": "evaluate the whole set: on process 0 over a loader without a DistributedSampler, or on every process over its share, all_reduce-ing the sums (correct, total) before the score",
     "same-data-on-every-process": "give each process its part of the data: DataLoader(dataset, sampler=DistributedSampler(dataset), ...) and sampler.set_epoch(epoch) each epoch (or shard the dataset by rank)",
 }
 CODES = tuple(FIXES)

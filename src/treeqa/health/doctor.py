@@ -241,12 +241,27 @@ class Doctor:
         if self._evaluating(module):
             self.eval_dropout.begin(module)
             self.updates.evaluation()
+            self._note_evaluation()
         else:
             self._begin()  # (first: the step's forwards are noted as sampled or not)
         if id(module) in self.trained:
             self.updates.forward(module, args)
             if self.prints is not None:
                 self.prints.forward((*args, kwargs), self.monitor.sampling)  # model(**batch)
+
+    def _note_evaluation(self) -> None:
+        """An evaluation's forward, for the processes side by side: over which loader's share?"""
+        if self.prints is not None:
+            loaders = self.monitor.loaders
+            fresh = loaders.made > 0  # an iterator made since the last step: the evaluation's
+            shard = loaders.shard if fresh else 1
+            self.prints.evaluation(self.monitor.step, shard, loaders.shard_where)
+
+    def _inner_pre_hook(self, module: nn.Module, args: Any) -> None:
+        """The module inside a ``DistributedDataParallel`` run alone (``model.module(x)``): an
+        evaluation on one process must not go through the wrapper, which syncs buffers."""
+        if not module.training and not torch.is_grad_enabled():
+            self._note_evaluation()
 
     def _root_hook(self, module: nn.Module, args: Any, output: Any) -> None:
         if torch.compiler.is_compiling():  # see _discover
@@ -283,6 +298,14 @@ class Doctor:
                     top.register_forward_pre_hook(self.root_pre_hook, with_kwargs=True)
                 )
                 self.root_handles.append(top.register_forward_hook(self.root_hook))
+            wrapped = getattr(top, "module", None)  # DistributedDataParallel's
+            if (
+                self.prints is not None
+                and id(top) in trained_roots
+                and isinstance(wrapped, nn.Module)
+            ):
+                hook = functools.partial(self.monitor.safely, self._inner_pre_hook)
+                self.root_handles.append(wrapped.register_forward_pre_hook(hook))
         self.monitor.unwatch()
         self.monitor.watch(
             *self.roots, trained=[p for group in optimizer.param_groups for p in group["params"]]

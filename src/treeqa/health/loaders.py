@@ -75,6 +75,8 @@ class Loaders:
         self.single: list[int] = []  # the class of each that held one class
         self.reads = 0  # targets read in this pass
         self.batch_size: int | None = None  # the newest iterator's loader's
+        self.shard = 1  # its DistributedSampler's num_replicas: this process reads 1/shard of it
+        self.shard_where = ""  # where that iterator was made
         self.reported: set[str] = set()
 
     def install(self) -> None:
@@ -99,6 +101,8 @@ class Loaders:
         self.batch_size = loader.batch_size  # None with a batch sampler of the script's own
         sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
         sequential = isinstance(sampler, SequentialSampler)
+        self.shard = int(sampler.num_replicas) if isinstance(sampler, DistributedSampler) else 1
+        self.shard_where = checks.user_site() if self.shard > 1 else ""
         self.unshuffled = sequential and "loader-not-shuffled" not in self.reported
         self.label, self.pending, self.labelled, self.single = None, False, 0, []
         self.reads = 0  # targets read in this pass

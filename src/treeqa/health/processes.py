@@ -48,6 +48,8 @@ CHUNK = 1 << 22
 SAMPLE = 1 << 16
 """Elements of each weight tensor in its fingerprint (a strided sample): weights that part
 differ nearly everywhere, and a large model's fingerprint stays cheap."""
+SIDE_BY_SIDE = ("gradients-not-averaged", "same-data-on-every-process", "evaluation-on-one-shard")
+"""The findings only the processes side by side show."""
 SHARDING = ("torch.distributed.fsdp", "torch.distributed._composable", "deepspeed", "fairscale")
 """Packages whose modules hold a different part of the weights on each process."""
 
@@ -138,6 +140,10 @@ class Fingerprints:
         self.batch: tuple[list[int], torch.Tensor] | None = None
         self.sharded = False
         self.groups = 0  # process groups the script made besides the default one
+        self.evaluations = 0  # forwards of a trained model in an evaluation
+        self.on_shard: list[
+            Any
+        ] = []  # of those over a loader's share: [forwards, 1/share, where, first step]
 
     def note_group(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``new_group(ranks)`` over some of the processes (tensor or pipeline parallelism); a
@@ -145,6 +151,15 @@ class Fingerprints:
         ranks = kwargs.get("ranks", args[0] if args else None)
         if ranks is not None and len(ranks) < torch.distributed.get_world_size():
             self.groups += 1
+
+    def evaluation(self, step: int, shard: int, where: str) -> None:
+        """A trained model's forward in an evaluation after ``step``; ``shard`` > 1: over a
+        loader made since then that gives this process 1/shard of its data (a
+        ``DistributedSampler``)."""
+        self.evaluations += 1
+        if shard > 1:
+            first = self.on_shard[3] if self.on_shard else step
+            self.on_shard = [(self.on_shard[0] if self.on_shard else 0) + 1, shard, where, first]
 
     def forward(self, args: Any, sampled: bool) -> None:
         """A trained model's forward: the step's first notes its first input."""
@@ -178,6 +193,8 @@ class Fingerprints:
             "weights": {str(s): v for s, v in self.weights.items()},
             "batches": {str(s): v for s, v in self.batches.items()},
             "sharded": self.sharded or self.groups > 0,
+            "evaluations": self.evaluations,
+            "on_shard": self.on_shard,
         }
 
 
@@ -254,6 +271,26 @@ def same_data_on_every_process(prints: Sequence[dict[str, Any]], least: int = 2)
     )
 
 
+def evaluation_on_one_shard(prints: Sequence[dict[str, Any]]) -> Finding | None:
+    """A process evaluated over its ``DistributedSampler`` share of a loader while another did
+    not evaluate at all: the scores cover that share alone."""
+    alone = [p for p in prints if p.get("on_shard")]
+    idle = [p["rank"] for p in prints if p.get("evaluations", 0) == 0]
+    if not alone or not idle:
+        return None
+    forwards, shard, where, step = alone[0]["on_shard"]
+    return Finding(
+        "evaluation-on-one-shard",
+        "warning",
+        f"process {alone[0]['rank']} evaluated over a loader whose DistributedSampler gives it "
+        f"1/{shard} of the data ({forwards} forwards), while process {idle[0]} did not "
+        f"evaluate: its scores are those of 1/{shard} of the evaluation set",
+        where=where,
+        evidence={"share": f"1/{shard}", "forwards": forwards, "not_evaluating": idle},
+        step=step,
+    )
+
+
 def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """One report from every process's: process 0's series and steps; each finding once (the
     most severe, earliest), with the processes that made it; the side-by-side checks."""
@@ -275,7 +312,8 @@ def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 f" (process{'es' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})"
             )
     prints = [r["process"] for r in reports]
-    for found in (gradients_not_averaged(prints), same_data_on_every_process(prints)):
+    checks = (gradients_not_averaged, same_data_on_every_process, evaluation_on_one_shard)
+    for found in (check(prints) for check in checks):
         if found is not None:
             merged[(found.code, "")] = found.to_json()  # said once, by all the processes
     order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
@@ -331,7 +369,7 @@ def report_merged(
         return {"findings": [], "steps": 0, "processes": []}
     result = merge(reports)
     for f in result["findings"]:
-        if f["code"] in ("gradients-not-averaged", "same-data-on-every-process"):
+        if f["code"] in SIDE_BY_SIDE:
             print(report.one_line(Finding(**f)), file=stream)
     report.print_summary(result, stream)
     print(

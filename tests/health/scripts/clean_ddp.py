@@ -1,7 +1,8 @@
 """Clean: DistributedDataParallel over 2 CPU processes (gloo), each its part of the data through
 a DistributedSampler whose epoch is set each epoch; weights made differently on each process
 (the wrapper broadcasts process 0's); the last epoch accumulates two micro-batches a step under
-no_sync; an evaluation on process 0 only. Run under torchrun."""
+no_sync; an evaluation on process 0 only over the whole set, and one on every process over its
+share, the counts summed across processes. Run under torchrun."""
 
 import contextlib
 
@@ -17,6 +18,8 @@ x = torch.randn(1024, 16, generator=torch.Generator().manual_seed(0))
 data = TensorDataset(x, (x[:, 0] > 0).long())
 sampler = DistributedSampler(data, shuffle=True, seed=0)
 loader = DataLoader(data, batch_size=16, sampler=sampler)
+valid = TensorDataset(x[:256], data.tensors[1][:256])
+valid_loader = DataLoader(valid, batch_size=64, sampler=DistributedSampler(valid, shuffle=False))
 model = DistributedDataParallel(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2)))
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 for epoch in range(4):
@@ -30,9 +33,14 @@ for epoch in range(4):
         if last:
             opt.step()
             opt.zero_grad()
+    model.eval()
     if dist.get_rank() == 0:
-        model.eval()
         with torch.no_grad():
             accuracy = (model(x).argmax(1) == data.tensors[1]).float().mean().item()
-        model.train()
+    counts = torch.zeros(2)  # correct, total: this process's share of the set
+    with torch.no_grad():
+        for xb, yb in valid_loader:
+            counts += torch.tensor([(model(xb).argmax(1) == yb).sum().item(), len(yb)])
+    dist.all_reduce(counts)
+    model.train()
 dist.destroy_process_group()
