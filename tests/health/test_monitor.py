@@ -719,6 +719,8 @@ def test_messages_say_what_is_known() -> None:
         ("other", "aten::t"),
         ("elementwise", "aten::relu"),
         ("softmax/loss", "aten::_log_softmax"),
+        ("communication", "c10d::allreduce_"),  # DDP's gradients, not a reduction
+        ("communication", "DistributedDataParallel.forward"),
     ):
         hot = checks.hot_op({op: 7e3, "aten::addmm": 1e3}, 1)
         assert hot is not None and hot.evidence["family"] == family

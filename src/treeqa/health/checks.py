@@ -525,6 +525,7 @@ def parameter_aliases(model: nn.Module) -> list[Finding]:
 
 
 _FAMILIES = (
+    ("communication", re.compile(r"c10d::|nccl|gloo|DistributedDataParallel")),
     ("convolution", re.compile(r"conv")),
     ("matmul", re.compile(r"::(mm|addmm|bmm|baddbmm|matmul|linear|addmv|mv|dot|einsum)\b|gemm")),
     ("softmax/loss", re.compile(r"softmax|nll_loss|cross_entropy")),
@@ -559,6 +560,9 @@ _FAMILY_FIXES = {
     "torch.compile",
     "elementwise": "many small elementwise ops: fuse them (torch.compile, fused optimisers such "
     "as Adam(fused=True)) or give each more work with larger batches",
+    "communication": "the processes wait on each other's gradients: give each more work per "
+    "all-reduce (a larger batch per process, or accumulation under no_sync()); on a CPU host, "
+    "one process with all the threads may train faster than several",
     "other": "no usual rewrite for these operators; when they are small per-call overhead "
     "(aten::t, transposes, autograd nodes), larger batches make each step do more work",
 }
