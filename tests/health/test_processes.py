@@ -3,7 +3,6 @@ the processes' fingerprints. The corpus runs the scripts themselves under torchr
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
@@ -18,18 +17,16 @@ from treeqa.health.processes import (
     same_data_on_every_process,
 )
 
-RUN = [sys.executable, "-m", "torch.distributed.run"]
-
 
 def test_the_launchers_options_stay_with_it_and_the_script_goes_to_each_worker() -> None:
     command = ["torchrun", "--standalone", "--nproc-per-node", "2", "train.py", "--lr", "1e-3"]
     assert launcher_split(command) == (
-        [*RUN, "--standalone", "--nproc-per-node", "2"],
+        ["--standalone", "--nproc-per-node", "2"],
         ["python", "train.py", "--lr", "1e-3"],
     )
     command = ["python3", "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "pkg.train"]
     assert launcher_split([*command, "-m", "x"]) == (
-        [*RUN, "--nproc_per_node=2"],
+        ["--nproc_per_node=2"],
         ["python", "-m", "pkg.train", "-m", "x"],  # the script's own -m stays the script's
     )
     assert launcher_split(["python", "train.py", "--nproc-per-node", "2"]) is None

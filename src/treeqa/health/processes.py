@@ -2,7 +2,7 @@
 process of a data-parallel script under the monitor, and what only the processes side by side
 show.
 
-The launcher is run with each worker as ``python -m treeqa doctor -- python SCRIPT.py ARGS``
+torchrun is run (in this process) with each worker as ``python -m treeqa doctor -- python SCRIPT.py ARGS``
 (``spawn`` is given ``Watched(fn)`` for ``fn``). Each worker writes its report to a folder
 (named in ``PROCESSES_ENV`` for torchrun's; process 0 prints its findings as they come, the
 others keep quiet); on sampled steps each also notes a fingerprint of the weights its optimiser
@@ -24,8 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -55,19 +53,19 @@ SHARDING = ("torch.distributed.fsdp", "torch.distributed._composable", "deepspee
 
 
 def launcher_split(command: Sequence[str]) -> tuple[list[str], list[str]] | None:
-    """``(launcher with its options, python command for a worker)`` when ``command`` runs
-    ``torchrun [OPTIONS] SCRIPT ARGS`` (or ``python -m torch.distributed.run ...``); None for a
-    plain python command. torchrun's own parser finds where its options end."""
+    """``(torchrun's options, python command for a worker)`` when ``command`` runs ``torchrun
+    [OPTIONS] SCRIPT ARGS`` (or ``python -m torch.distributed.run ...``); None for a plain
+    python command. torchrun's own parser finds where its options end."""
     args = list(command)
     if args and Path(args[0]).name == "torchrun":
-        launcher, rest = [sys.executable, "-m", "torch.distributed.run"], args[1:]
+        rest = args[1:]
     elif (
         len(args) >= 3
         and Path(args[0]).name.startswith("python")
         and args[1] == "-m"
         and args[2] in LAUNCHERS
     ):
-        launcher, rest = [sys.executable, "-m", "torch.distributed.run"], args[3:]
+        rest = args[3:]
     else:
         return None
     from torch.distributed.run import get_args_parser
@@ -85,7 +83,7 @@ def launcher_split(command: Sequence[str]) -> tuple[list[str], list[str]] | None
         a for a in rest[:script_at] if a not in ("-m", "--module", "--run-path", "--run_path")
     ]
     script = ["-m", parsed.training_script] if parsed.module else [parsed.training_script]
-    return launcher + options, ["python", *script, *parsed.training_script_args]
+    return options, ["python", *script, *parsed.training_script_args]
 
 
 def worker_folder() -> Path | None:
@@ -384,7 +382,7 @@ def report_merged(
 
 
 def run_launcher(
-    launcher: list[str],
+    options: list[str],
     worker: list[str],
     *,
     json_path: Path | None,
@@ -393,15 +391,28 @@ def run_launcher(
     mode: str,
     stream: Any,
 ) -> tuple[int, dict[str, Any]]:
-    """Run torchrun with each worker under the doctor; merge, print and write their reports."""
+    """torchrun, in this process, with each worker under a doctor of its own; then merge,
+    print and write their reports. The exit code is the first failed worker's (1 when a signal
+    ended it), 128 + N when signal N stopped torchrun, else 0."""
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    doctor = ["-m", "treeqa", "doctor", "--every", str(every)]
+    doctor += ["--strict"] if mode == "strict" else []
     with tempfile.TemporaryDirectory(prefix="treeqa-doctor-") as folder:
-        doctor = [*launcher, "-m", "treeqa", "doctor", "--every", str(every)]
-        if mode == "strict":
-            doctor.append("--strict")
-        env = {**os.environ, PROCESSES_ENV: folder}
-        launched = subprocess.Popen([*doctor, "--", *worker], env=env)
+        saved = os.environ.get(PROCESSES_ENV)
+        os.environ[PROCESSES_ENV] = folder  # the workers' environment is this process's
         try:
-            code = launched.wait()
-        except KeyboardInterrupt:  # Ctrl-C reached torchrun too: it stops the workers, who report
-            code = launched.wait()
+            torchrun.main([*options, *doctor, "--", *worker])
+            code = 0
+        except ChildFailedError as e:  # torchrun has said which worker failed, and how
+            code = max(e.get_first_failure()[1].exitcode, 1)
+        except SignalException as e:  # Ctrl-C or SIGTERM: the workers stopped and reported
+            code = 128 + int(e.sigval)
+        finally:
+            if saved is None:
+                os.environ.pop(PROCESSES_ENV)
+            else:
+                os.environ[PROCESSES_ENV] = saved
         return code, report_merged(Path(folder), json_path, plot_path, stream)
