@@ -3,6 +3,9 @@ the processes' fingerprints. The corpus runs the scripts themselves under torchr
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from typing import Any
 
 import pytest
@@ -10,6 +13,7 @@ import torch
 
 from treeqa.health.processes import (
     evaluation_on_one_shard,
+    exit_on_sigterm,
     gradients_not_averaged,
     launcher_split,
     merge,
@@ -110,3 +114,11 @@ def test_an_evaluation_over_one_share_while_the_others_idle_scores_that_share() 
     assert found.evidence == {"share": "1/2", "forwards": 6, "not_evaluating": [1]}
     assert evaluation_on_one_shard([alone, process(1, 6, [6, 2, "train.py:31", 32])]) is None
     assert evaluation_on_one_shard([process(0, 6, []), process(1, 0, [])]) is None  # whole set
+
+
+def test_a_worker_sent_sigterm_exits_through_python_and_so_still_reports() -> None:
+    with pytest.raises(SystemExit) as stopped, exit_on_sigterm():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # (the handler runs at the next bytecode, well before this ends)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -14,6 +14,7 @@ code are its own, and the monitor writes only to stderr and the report paths.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
@@ -461,7 +462,8 @@ def run_doctor(
     doctor = Doctor(monitor, processes.Fingerprints(int(os.environ["RANK"])) if folder else None)
     doctor.install()
     try:
-        code = script.run(target)
+        with processes.exit_on_sigterm() if folder else contextlib.nullcontext():
+            code = script.run(target)
     finally:
         doctor.uninstall()
     result = _finish(doctor)
