@@ -106,7 +106,8 @@ def test_moments_are_float64_over_chunks_of_a_tensor(monkeypatch: pytest.MonkeyP
 
 def test_an_evaluation_over_one_share_while_the_others_idle_scores_that_share() -> None:
     def process(rank: int, evaluations: int, on_shard: list[Any]) -> dict[str, Any]:
-        return {**prints(rank, {}, {}), "evaluations": evaluations, "on_shard": on_shard}
+        evaluated = {"evaluations": evaluations, "on_shard": on_shard, "distributed": True}
+        return {**prints(rank, {}, {}), **evaluated}
 
     alone = process(0, 6, [6, 2, "train.py:31", 32])
     found = evaluation_on_one_shard([alone, process(1, 0, [])])
@@ -114,6 +115,9 @@ def test_an_evaluation_over_one_share_while_the_others_idle_scores_that_share() 
     assert found.evidence == {"share": "1/2", "forwards": 6, "not_evaluating": [1]}
     assert evaluation_on_one_shard([alone, process(1, 6, [6, 2, "train.py:31", 32])]) is None
     assert evaluation_on_one_shard([process(0, 6, []), process(1, 0, [])]) is None  # whole set
+    # Processes that never joined a process group (a sweep run with spawn) are not compared.
+    sweep = [{**alone, "distributed": False}, {**process(1, 0, []), "distributed": False}]
+    assert evaluation_on_one_shard(sweep) is None
 
 
 def test_a_worker_sent_sigterm_exits_through_python_and_so_still_reports() -> None:

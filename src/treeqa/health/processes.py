@@ -139,6 +139,7 @@ class Fingerprints:
         self.batch: tuple[list[int], torch.Tensor] | None = None
         self.sharded = False
         self.groups = 0  # process groups the script made besides the default one
+        self.distributed = False  # a process group of 2 or more was up on a sampled step
         self.evaluations = 0  # forwards of a trained model in an evaluation
         self.on_shard: list[
             Any
@@ -172,7 +173,10 @@ class Fingerprints:
         self, step: int, sampled: bool, models: Sequence[nn.Module], params: Iterable[Any]
     ) -> None:
         batch, self.batch = self.batch, None
-        if not sampled or len(self.weights) >= MOST_PRINTS or not _distributed():
+        if not sampled or not _distributed():
+            return
+        self.distributed = True
+        if len(self.weights) >= MOST_PRINTS:
             return
         weights = [p.detach() for p in params if isinstance(p, torch.Tensor)]
         if not weights:
@@ -192,6 +196,7 @@ class Fingerprints:
             "weights": {str(s): v for s, v in self.weights.items()},
             "batches": {str(s): v for s, v in self.batches.items()},
             "sharded": self.sharded or self.groups > 0,
+            "distributed": self.distributed,
             "evaluations": self.evaluations,
             "on_shard": self.on_shard,
         }
@@ -275,7 +280,7 @@ def evaluation_on_one_shard(prints: Sequence[dict[str, Any]]) -> Finding | None:
     not evaluate at all: the scores cover that share alone."""
     alone = [p for p in prints if p.get("on_shard")]
     idle = [p["rank"] for p in prints if p.get("evaluations", 0) == 0]
-    if not alone or not idle:
+    if not alone or not idle or not all(p.get("distributed") for p in prints):  # a sweep
         return None
     forwards, shard, where, step = alone[0]["on_shard"]
     return Finding(
