@@ -34,6 +34,9 @@ def test_the_launchers_options_stay_with_it_and_the_script_goes_to_each_worker()
         ["python", "-m", "pkg.train", "-m", "x"],  # the script's own -m stays the script's
     )
     assert launcher_split(["python", "train.py", "--nproc-per-node", "2"]) is None
+    assert launcher_split(["python", "-m", "pkg.train"]) is None
+    with pytest.raises(ValueError, match="torch.distributed.launch is deprecated"):
+        launcher_split(["python", "-m", "torch.distributed.launch", "train.py"])
     with pytest.raises(ValueError, match="--no-python runs no Python script"):
         launcher_split(["torchrun", "--no-python", "echo", "hi"])
     with pytest.raises(ValueError, match="torchrun's options could not be read"):

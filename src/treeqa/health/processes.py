@@ -38,8 +38,7 @@ from treeqa.health.checks import SEVERITIES, Finding, key_of
 
 PROCESSES_ENV = "TREEQA_DOCTOR_PROCESSES"
 """The folder each worker writes ``rank{R}.json`` to; set only by a launching doctor."""
-LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch")
-"""Modules that ``python -m`` runs as ``torchrun``."""
+
 MOST_PRINTS = 40
 """Fingerprints kept per process (sampled steps: the first 3, then every ``--every``)."""
 CHUNK = 1 << 22
@@ -60,12 +59,14 @@ def launcher_split(command: Sequence[str]) -> tuple[list[str], list[str]] | None
     args = list(command)
     if args and Path(args[0]).name == "torchrun":
         rest = args[1:]
-    elif (
-        len(args) >= 3
-        and Path(args[0]).name.startswith("python")
-        and args[1] == "-m"
-        and args[2] in LAUNCHERS
-    ):
+    elif len(args) >= 3 and Path(args[0]).name.startswith("python") and args[1] == "-m":
+        if args[2] == "torch.distributed.launch":  # it passes --local-rank; torchrun does not
+            raise ValueError(
+                "torch.distributed.launch is deprecated: run the script with torchrun "
+                "(treeqa doctor -- torchrun ... SCRIPT.py), reading LOCAL_RANK from the environment"
+            )
+        if args[2] != "torch.distributed.run":
+            return None
         rest = args[3:]
     else:
         return None
