@@ -506,7 +506,8 @@ def watch_process(
     doctor = Doctor(monitor, prints)
     doctor.install()
     try:
-        return fn(*args)
+        with processes.exit_on_sigterm():  # spawn stops the others so when one fails
+            return fn(*args)
     finally:
         doctor.uninstall()
         processes.write_report(folder, _finish(doctor), prints)
