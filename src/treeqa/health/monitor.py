@@ -19,7 +19,6 @@ the next forwards to name the first module that produced it. ``fit()`` drives it
 
 from __future__ import annotations
 
-import bisect
 import math
 import os
 import sys
@@ -32,7 +31,7 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
-from treeqa.health import checks, graphs, report
+from treeqa.health import checks, report
 from treeqa.health.checks import Finding
 from treeqa.health.heap import heap_mb
 from treeqa.health.loaders import Loaders
@@ -41,6 +40,7 @@ from treeqa.health.model_inputs import ModelInputs
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
 from treeqa.health.readings import LossReadings
+from treeqa.health.retention import Retention
 from treeqa.health.runqueue import RUN_QUEUE, waited_since
 from treeqa.health.scalers import MIN_SCALE, LossScalers
 from treeqa.health.wrap import say_failed
@@ -158,7 +158,7 @@ class HealthMonitor(Callback):
     ):
         if mode not in ("on", "strict"):
             raise ValueError(f"health mode {mode!r}: expected on | strict")
-        self.mode, self.every, self.scan_budget = mode, max(1, every), scan_budget
+        self.mode, self.every = mode, max(1, every)
         self.json_path, self.plot_path = json_path, plot_path
         self.stream = stream or sys.stderr
         self.summary = True  # printed at the finish (not by one of several processes)
@@ -196,9 +196,6 @@ class HealthMonitor(Callback):
         self._anomaly = 0  # sampled steps run with autograd's anomaly detection on
         self.goes_on = "training goes on"  # what happens after a failure, said with it
         self._next_series_check = self.every
-        self._seq: list[int] = []  # sequence number of each step's loss (graphs-from-step map)
-        self._floor: int | None = None  # the last node number before the first step
-        self._seq_step: list[int] = []
         self._hooks: list[Any] = []
         self._rms: dict[str, torch.Tensor] = {}
         self.inputs = ModelInputs(self.add)  # raw pixels, batch-first input to a time-first RNN
@@ -210,15 +207,10 @@ class HealthMonitor(Callback):
         self._unused_from = 1  # the first step of the window (later after a new model)
         self.nonfinite = NonFiniteTracer(self.add)
         self.profile = ProfileWindow(memory=rss_mb, waited=RUN_QUEUE.waited)
-        self._retain_steps = 0
         self.loaders = Loaders(self.add)  # DataLoader workers, iterators and samplers
         self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN
-        self._retain_site = ""
-        self._backward_retained: bool | None = None
-        self._retained_seq = -1  # the loss node number of the last step that retained its graph
-        self._retain_reused = False  # a later backward ran through a retained graph
-        self._scan_marker: int | None = None  # the loss node number at the previous scan
-        self._last_scan_end, self._last_scan_cost = 0.0, 0.0
+        # Graphs kept past their step: retain_graph=True, and gc scans for what holds them.
+        self.retention = Retention(self.add, self.every, scan_budget, self.source_files)
         self._last_rss = 0.0
         self._last_heap: tuple[float, float] | None = None
         self._heap_read_at = self._rss_read_at = -math.inf
@@ -302,8 +294,7 @@ class HealthMonitor(Callback):
         """Call when the step's compute starts (after its batch is ready)."""
         s = self.step + 1
         self.in_step = True
-        if self._floor is None:  # graphs made before the first step are not earlier steps'
-            self._floor = graphs.next_sequence_nr()
+        self.retention.begin_step()
         self.timed = s <= TIMED_ALL or s % TIMED_EVERY == 0
         if self.timed:
             self._cpu_begin = time.process_time()
@@ -322,9 +313,7 @@ class HealthMonitor(Callback):
             self.profile.begin(s)
 
     def note_backward(self, retain_graph: bool) -> None:
-        self._backward_retained = retain_graph
-        if retain_graph and not self._retain_site:
-            self._retain_site = checks.user_site(2)
+        self.retention.note_backward(retain_graph)
 
     def end_step(
         self, loss: torch.Tensor | float | None, step_time: float, data_time: float = 0.0
@@ -337,13 +326,7 @@ class HealthMonitor(Callback):
         tensor = loss if isinstance(loss, torch.Tensor) else None
         queued = tensor is not None and tensor.is_cuda
         if tensor is not None:
-            # Reading grad_fn after backward costs ~30 us (a fresh Python object for the node,
-            # on cold caches): note it only where a scan or a step lookup needs it.
-            if tensor.requires_grad and self._notes_graph(s):
-                fn = tensor.grad_fn
-                if fn is not None:
-                    self._seq.append(fn._sequence_nr())
-                    self._seq_step.append(s)
+            self.retention.note_loss(s, tensor)
             if queued:
                 self.losses.add(s, tensor)
             else:  # read at once: ~10 us less after a step than through the queue
@@ -391,8 +374,7 @@ class HealthMonitor(Callback):
             self._track_unused(s)
         if self._late is not None:
             self._check_late(s)
-        if self._backward_retained is not None or self._retain_steps:
-            self._check_retain(tensor)
+        self.retention.end_step(tensor)
         # No loss at all (gradients from torch.autograd.grad or torch.func, set by hand): the
         # NaN in the series is a placeholder, not a non-finite loss.
         if not queued and loss is not None:
@@ -401,8 +383,7 @@ class HealthMonitor(Callback):
             self._read_losses(wait=False)
         if self.profile.active:
             self._add_if(self.profile.end(s))
-        if self._scans(s):
-            self._maybe_scan(s, tensor)
+        self.retention.maybe_scan(s, tensor)
         if s >= self._next_series_check:
             self._next_series_check = s + max(self.every, s // SERIES_CHECKS)
             self._series_checks(s)
@@ -609,75 +590,6 @@ class HealthMonitor(Callback):
         )
         found.evidence["first_gradient_step"] = s
         print(report.one_line(found), file=self.stream, flush=True)
-
-    # ------------------------------------------------------------------ retained graphs
-
-    def _check_retain(self, loss: torch.Tensor | None) -> None:
-        """``retain-graph-every-step`` after three steps in a row, unless the backward of the
-        second or third ran through the graph the step before kept: then it was kept for that
-        backward (truncated backpropagation through time over a few steps), and whether the
-        carried state grows is ``graph-retained``'s to say. At most two graph walks a streak."""
-        retained, self._backward_retained = self._backward_retained, None
-        self._retain_steps = self._retain_steps + 1 if retained else 0
-        if not retained:
-            self._retain_reused = False
-            return
-        if self._retain_steps > 3:
-            return
-        if self._retain_steps > 1 and loss is not None:
-            first = graphs.oldest_node(loss, floor=-1 if self._floor is None else self._floor)
-            self._retain_reused |= first is not None and first <= self._retained_seq
-        self._retained_seq = -1 if loss is None else graphs.sequence_nr(loss)
-        if self._retain_steps == 3 and not self._retain_reused:
-            self.add(
-                Finding(
-                    "retain-graph-every-step",
-                    "warning",
-                    "the last backward of every step passes retain_graph=True, so each step's graph "
-                    "outlives its backward; if it silenced 'backward through the graph a second "
-                    "time', a state carries its graph from step to step",
-                    where=self._retain_site,
-                    evidence={"steps": 3},
-                )
-            )
-
-    def _scans(self, s: int) -> bool:
-        """A graph scan may run after step s (the early ones always, later ones on budget)."""
-        return s in (8, 32) or s % (4 * self.every) == 0
-
-    def _notes_graph(self, s: int) -> bool:
-        """Step s's loss node number is kept: sampled steps and scans."""
-        return s <= 3 or s % self.every == 0 or self._scans(s)
-
-    def _step_of(self, seq: int) -> tuple[int, int]:
-        """The steps (first, last) whose graphs may hold node number ``seq``."""
-        i = bisect.bisect_left(self._seq, seq)
-        last = self._seq_step[i] if i < len(self._seq_step) else self.step
-        first = self._seq_step[i - 1] + 1 if i > 0 else 1
-        return min(first, last), last
-
-    def _maybe_scan(self, s: int, loss: torch.Tensor | None) -> None:
-        now = time.perf_counter()
-        # The early scans always run (a fixed cost that catches leaks early); later ones keep
-        # within the time budget.
-        if s > 32 and now - self._last_scan_end < self._last_scan_cost / self.scan_budget:
-            return
-        # Nodes numbered <= marker were made at or before the previous scan; the first scan
-        # only notes where its interval starts.
-        marker, self._scan_marker = self._scan_marker, (self._seq[-1] if self._seq else None)
-        if marker is None:
-            return
-        found = graphs.scan(marker, -1 if self._floor is None else self._floor, loss)
-        self._last_scan_end = time.perf_counter()
-        self._last_scan_cost = self._last_scan_end - now
-        for finding in graphs.findings(found, s, self._step_of, self._where):
-            self.add(finding)
-
-    def _where(self, holder: str) -> str:
-        named = "'" in holder  # a global or local variable, not an attribute
-        attr = holder.split("'")[1] if named else holder.rstrip("[]").rpartition(".")[2]
-        site = checks.assignment_site(self.source_files, attr, not named) if attr else ""
-        return f"{holder} ({site})" if site else holder
 
     # ------------------------------------------------------------------ series and profiles
 
