@@ -224,7 +224,8 @@ def _common(per_process: Sequence[dict[str, list[float]]]) -> list[str]:
 
 
 def gradients_not_averaged(prints: Sequence[dict[str, Any]]) -> Finding | None:
-    """The weights of process k differ from process 0's after a step both sampled."""
+    """The weights of process k differ from the first process's (0, on one node) after a step
+    both sampled."""
     if len(prints) < 2 or any(p["sharded"] for p in prints):
         return None
     weights = [p["weights"] for p in prints]
@@ -240,7 +241,8 @@ def gradients_not_averaged(prints: Sequence[dict[str, Any]]) -> Finding | None:
                 return Finding(
                     "gradients-not-averaged",
                     "error",
-                    f"after step {step} the weights of process {rank} differ from process 0's "
+                    f"after step {step} the weights of process {rank} differ from process "
+                    f"{prints[0]['rank']}'s "
                     f"(sum of squares {other[step][2]:.6g} against {first[2]:.6g}): each of the "
                     f"{len(prints)} processes trains a model of its own, and the one saved saw "
                     "only its share of the data; the model is not wrapped in "
@@ -397,7 +399,8 @@ def report_merged(
             print(report.one_line(Finding(**f)), file=stream)
     report.print_summary(result, stream)
     print(
-        f"treeqa health: {len(reports)} processes watched; steps and series are process 0's",
+        f"treeqa health: {len(reports)} processes watched; steps and series are process "
+        f"{result['processes'][0]['rank']}'s",
         file=stream,
     )
     if json_path is not None:
