@@ -93,6 +93,7 @@ class Doctor:
         self.spawned: Path | None = None  # the reports of processes torch.multiprocessing started
         self.reports_to: tuple[Path | None, Path | None] = (None, None)  # their merged report's
         self.undo: list[Any] = []
+        self.in_evaluation = False  # inside an evaluation's forward of a trained root
         # The hooks' bodies, run by the monitor's ``safely``: should the monitor's own code
         # fail, monitoring stops and the script goes on as python would run it.
         monitor.goes_on = "the script goes on"
@@ -243,6 +244,7 @@ class Doctor:
             self.eval_dropout.begin(module)
             self.updates.evaluation()
             self._note_evaluation()
+            self.in_evaluation = True  # (the wrapped module's own hook then counts nothing)
         else:
             self._begin()  # (first: the step's forwards are noted as sampled or not)
         if id(module) in self.trained:
@@ -261,7 +263,7 @@ class Doctor:
     def _inner_pre_hook(self, module: nn.Module, args: Any) -> None:
         """The module inside a ``DistributedDataParallel`` run alone (``model.module(x)``): an
         evaluation on one process must not go through the wrapper, which syncs buffers."""
-        if not module.training and not torch.is_grad_enabled():
+        if not module.training and not torch.is_grad_enabled() and not self.in_evaluation:
             self._note_evaluation()
 
     def _root_hook(self, module: nn.Module, args: Any, output: Any) -> None:
@@ -270,6 +272,7 @@ class Doctor:
         # The wait for the next step's data starts when an evaluation's last forward ends.
         if self._evaluating(module):
             self.eval_dropout.end()
+            self.in_evaluation = False
             if not self.open:
                 self.last_end = time.perf_counter()
         elif id(module) in self.trained:
