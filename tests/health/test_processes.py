@@ -3,9 +3,13 @@ the processes' fingerprints. The corpus runs the scripts themselves under torchr
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,3 +133,25 @@ def test_a_worker_sent_sigterm_exits_through_python_and_so_still_reports() -> No
         time.sleep(1)  # (the handler runs at the next bytecode, well before this ends)
     assert stopped.value.code == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.slow
+def test_treeqa_training_under_torchrun_is_clean_to_the_doctor(
+    demo_dir: Path, tmp_path: Path
+) -> None:
+    """treeqa's own data-parallel training (each process every second batch, gradients
+    averaged), watched process by process: its weights stay equal and its batches differ."""
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "treeqa", "doctor", "--json", str(report), "--"]
+    command += ["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "treeqa", "train"]
+    command += ["sentiment", "--model", "tree_lstm", "--embed_dim", "20", "--hidden_dim", "20"]
+    command += ["--data", str(demo_dir), "--health", "off", "--epochs", "2"]
+    command += ["--out", str(tmp_path / "run")]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(report.read_text())
+    assert [p["rank"] for p in result["processes"]] == [0, 1]
+    assert all(p["steps_compared"] >= 2 for p in result["processes"])
+    assert [f for f in result["findings"] if f["severity"] != "info"] == []
