@@ -9,8 +9,8 @@ import torch
 from torch import nn
 from torch.nn.utils import clip_grad
 
-from treeqa.health.checks import Finding
 from treeqa.health.clipping import BEFORE_STEPS, Clipping
+from treeqa.health.findings import Finding
 from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import Updates
 

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from treeqa.health import run_doctor, slips
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.loaders import RESTART_STEPS, SORTED_STEPS, Loaders
 
 PER_EPOCH_LOADER = """

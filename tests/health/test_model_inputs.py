@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.model_inputs import RAW_PIXEL_STEPS, SWAPPED_STEPS, ModelInputs, raw_pixels
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from treeqa.health import HealthMonitor, checks, loss_inputs, report, run_doctor
+from treeqa.health.findings import Finding
 from treeqa.health.heap import heap_mb
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.profile import ProfileWindow
@@ -700,7 +701,7 @@ def test_doctor_module_run_names_the_modules_lines(
 def test_messages_say_what_is_known() -> None:
     """Armed after the bad step, the NaN tracer finds weights the optimiser already spoiled: that
     module did not produce the NaN. Advice fits the operator family and the loader in use."""
-    found: list[checks.Finding] = []
+    found: list[Finding] = []
     tracer = NonFiniteTracer(found.append)
     enc = nn.Linear(4, 2)
     tracer.names = {id(enc): "enc"}

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.seeds import SEEDED_STEPS, Seeds
 
 

@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from treeqa.health import loss_inputs, slips
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.scalers import LossScalers, scale_by_hand
 from treeqa.health.updates import EMPTY_STEPS, EVAL_FORWARDS, EVAL_STEPS, Updates
 

@@ -28,7 +28,7 @@ from torch.amp.grad_scaler import OptState
 from torch.nn.utils import clip_grad
 
 from treeqa.health import checks, slips
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import Updates
 from treeqa.health.wrap import Arguments, Note, Wrappers, note_function_calls

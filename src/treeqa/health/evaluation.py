@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from treeqa.health import checks
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_function_calls
 
 DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d")

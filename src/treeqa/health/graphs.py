@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 
 _HERE = str(Path(__file__).parent)
 UNKNOWN = "unknown holder"

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from treeqa.health import checks, slips
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 RESTART_STEPS = 20

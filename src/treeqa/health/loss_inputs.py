@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 
 
 def looks_like_probabilities(x: torch.Tensor) -> bool:

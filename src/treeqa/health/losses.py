@@ -23,7 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from treeqa.health import checks, loss_inputs
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_function_results
 
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 
 PIXEL_CHANNELS = (1, 3, 4)
 """Input channels of a convolution that reads images: grey, RGB, RGBA."""

@@ -31,8 +31,8 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
-from treeqa.health import checks, report
-from treeqa.health.checks import Finding
+from treeqa.health import checks, findings, report
+from treeqa.health.findings import Finding
 from treeqa.health.heap import heap_mb
 from treeqa.health.loaders import Loaders
 from treeqa.health.losses import LossInputCheck
@@ -139,7 +139,7 @@ class Canary:
 
 
 class HealthMonitor(Callback):
-    """Watches a training run and reports ``Finding``s (see ``treeqa.health.checks.CODES``).
+    """Watches a training run and reports ``Finding``s (see ``treeqa.health.findings.CODES``).
 
     ``mode`` is "on" or "strict" (an error finding stops the run). ``every``: steps between
     sampled steps. ``scan_budget``: share of wall time the gc walks may take.
@@ -401,7 +401,7 @@ class HealthMonitor(Callback):
 
     def add(self, finding: Finding) -> None:
         finding.step = finding.step or self.step + self.in_step
-        key = checks.key_of(finding.code, finding.where, finding.message, finding.evidence)
+        key = findings.key_of(finding.code, finding.where, finding.message, finding.evidence)
         old = self.findings.get(key)
         if old is None:
             self.findings[key] = finding
@@ -409,7 +409,9 @@ class HealthMonitor(Callback):
         else:
             old.evidence, old.message = finding.evidence, finding.message
             old.where = finding.where or old.where  # e.g. the top operator of the latest window
-            if checks.SEVERITIES.index(finding.severity) > checks.SEVERITIES.index(old.severity):
+            if findings.SEVERITIES.index(finding.severity) > findings.SEVERITIES.index(
+                old.severity
+            ):
                 old.severity = finding.severity
                 print(report.one_line(old), file=self.stream, flush=True)
         if self.mode == "strict" and self.findings[key].severity == "error":

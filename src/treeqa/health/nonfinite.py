@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from treeqa.health import checks
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 
 
 class NonFiniteTracer:

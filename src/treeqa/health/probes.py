@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from treeqa.health import slips
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 
 
 class Probe:

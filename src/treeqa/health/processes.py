@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from treeqa.health import report
-from treeqa.health.checks import SEVERITIES, Finding, key_of
+from treeqa.health.findings import SEVERITIES, Finding, key_of
 
 PROCESSES_ENV = "TREEQA_DOCTOR_PROCESSES"
 """The folder each worker writes ``rank{R}.json`` to; set only by a launching doctor."""

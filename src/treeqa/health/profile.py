@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from treeqa.health import checks
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.runqueue import Reading, waited_since
 
 # Rows of key_averages() that are not operators: step markers, optimiser and runtime ranges.

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from treeqa.health.checks import SEVERITIES, Finding
+from treeqa.health.findings import SEVERITIES, Finding
 
 _ORDER = {s: i for i, s in enumerate(reversed(SEVERITIES))}
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from treeqa.health import checks, graphs
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 
 
 class Retention:

@@ -23,7 +23,7 @@ import torch
 from torch.amp import GradScaler
 
 from treeqa.health import loss_inputs
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_calls
 
 HAND_SCALE = 8.0

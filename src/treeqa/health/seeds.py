@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from treeqa.health import checks, slips
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_function_calls
 
 SEEDED_STEPS = 20

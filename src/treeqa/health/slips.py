@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 
 
 def gradients_not_zeroed(clean: Sequence[bool], whose: str = "", streak: int = 3) -> Finding | None:

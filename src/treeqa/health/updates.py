@@ -60,7 +60,7 @@ from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, ReduceLROnPlateau
 
 from treeqa.health import checks, slips
-from treeqa.health.checks import Finding
+from treeqa.health.findings import Finding
 from treeqa.health.probes import Probe
 from treeqa.health.scalers import LossScalers
 from treeqa.health.wrap import Watched, Wrappers, note_calls, note_calls_of, note_function_calls

@@ -1,0 +1,102 @@
+"""What the monitor reports: a finding's code, severity, message, place, evidence and fix.
+
+Every code the monitor, the doctor and their checks can report is here with its one-line fix
+(``docs/health.md`` explains each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("info", "warning", "error")
+
+FIXES: dict[str, str] = {
+    "graph-retained": "store state with .detach() (or recompute it each step) so no graph outlives its step",
+    "loss-accumulated-with-graph": "accumulate loss.item() (or loss.detach()), never the loss tensor itself",
+    "retain-graph-every-step": "drop retain_graph=True; detach whatever carries over from one step to the next",
+    "parameter-alias": "give each attribute its own layer (a new module or copy.deepcopy), or declare the tie",
+    "unused-parameter": "wire the parameters into forward (look for a typo or a branch never taken) or remove them",
+    "probabilities-into-cross-entropy": "pass raw logits to cross_entropy/CrossEntropyLoss; use log_softmax with NLLLoss",
+    "activation-growth": "remove the per-block scaling (e.g. x * sqrt(d) inside each block); scale once or normalise",
+    "loss-at-init": "initialise the output layer small (or zero) so that the first loss is near log(C)",
+    "non-finite": "guard the operation (eps in log/sqrt/division), lower the lr or clip gradients",
+    "step-time-regression": "look for state that grows with steps: retained graphs, caches, lists of tensors",
+    "memory-growth": "keep .item() or .detach().cpu() summaries, not tensors, in anything that lives across steps",
+    "heap-retention": "nothing leaks; to keep RSS lower, run with MALLOC_MMAP_THRESHOLD_=1048576 (a few % slower) or preload jemalloc/tcmalloc",
+    "input-bound": "load data in DataLoader workers (num_workers>0, pin_memory) and cache preprocessing",
+    "hot-op": "make the dominating operator family cheaper (each family has its own advice)",
+    "gradients-not-zeroed": "call optimizer.zero_grad() once per optimiser step (before backward), so each step uses only its own gradients",
+    "zero-grad-per-micro-batch": "zero the gradients once per optimiser step, before the first micro-batch (if i % accumulate == 0: optimizer.zero_grad()); read a gradient you only log with torch.autograd.grad",
+    "step-without-gradients": "build the optimiser over the parameters of the model that trains, and zero gradients before backward(), not between backward() and step()",
+    "not-in-optimiser": "build the optimiser after the whole model, or add the layer with optimizer.add_param_group; if it is frozen on purpose, set requires_grad_(False) so that backward skips it",
+    "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
+    "evaluation-with-gradients": "wrap the evaluation in with torch.no_grad(): (or torch.inference_mode()), after model.eval()",
+    "eval-in-train-mode": "call model.eval() before evaluating (and model.train() after it, before the next training step)",
+    "fp16-without-loss-scaling": "scale the loss with torch.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(opt); scaler.update()), or autocast to bfloat16, which needs no scaling",
+    "loader-restarted-every-step": "make the iterator once (it = iter(loader)) and call next(it) each step, starting a new one when it raises StopIteration (or loop over the loader once an epoch)",
+    "optimiser-made-every-step": "make the optimiser once, before the training loop (and its scheduler with it), and only zero_grad/step it inside",
+    "loader-not-shuffled": "shuffle the training data: DataLoader(dataset, batch_size=..., shuffle=True) (or sampler=RandomSampler(dataset)); for batches sliced by hand, index them with torch.randperm(n) each epoch; keep evaluation in order",
+    "sampler-epoch-not-set": "call loader.sampler.set_epoch(epoch) at the start of each epoch, before iterating the loader",
+    "pixels-not-scaled": "scale the images to [0, 1] (x.float() / 255, as torchvision's ToTensor does) and normalise them (transforms.Normalize(mean, std))",
+    "rnn-batch-first-mismatch": "build the layer with batch_first=True for [batch, time, features] input (or give it input.transpose(0, 1))",
+    "anomaly-detection-on": "remove torch.autograd.set_detect_anomaly(True) (or detect_anomaly()) once the NaN it was for is found",
+    "seed-reset-every-step": "seed once, before the loop (or give each step its own seed, seed + step, if steps must be reproducible one by one)",
+    "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
+    "lr-zero": "give the optimiser a learning rate above 0; a warm-up that starts at 0 needs scheduler.step() after each optimizer.step()",
+    "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
+    "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
+    "loss-broadcast": "give prediction and target the same shape (pred.squeeze(-1) or target.unsqueeze(-1)) before the loss",
+    "relu-into-cross-entropy": "drop the ReLU after the last layer: cross_entropy takes raw logits, negative ones included",
+    "padding-in-loss": "pass ignore_index=<padding id> to cross_entropy/CrossEntropyLoss (or mask the padded positions out of the loss)",
+    "logits-into-nll-loss": "apply log_softmax over the class dimension before nll_loss/NLLLoss, or pass the logits to cross_entropy",
+    "dropout-in-eval": "pass training=self.training to F.dropout (or use an nn.Dropout module), so model.eval() turns it off",
+    "softmax-over-wrong-dim": "normalise over the classes: log_softmax(logits, dim=-1) (dim=1 for [N, C, ...]); a softmax without dim= on 3-D input normalises over dim 0",
+    "clip-before-backward": "clip after loss.backward() and before optimizer.step(), so the step applies the clipped gradients",
+    "clip-before-unscale": "call scaler.unscale_(optimizer) before clipping, so the limit applies to the true gradients",
+    "clip-no-parameters": "give the clip a list (params = list(model.parameters())) or call model.parameters() anew at each clip",
+    "gradients-not-averaged": "wrap the model once, model = DistributedDataParallel(model, device_ids=[local_rank]), and call the wrapper in the loop (not model.module); or all_reduce the gradients before each step",
+    "evaluation-on-one-shard": "evaluate the whole set: on process 0 over a loader without a DistributedSampler, or on every process over its share, all_reduce-ing the sums (correct, total) before the score",
+    "same-data-on-every-process": "give each process its part of the data: DataLoader(dataset, sampler=DistributedSampler(dataset), ...) and sampler.set_epoch(epoch) each epoch (or shard the dataset by rank)",
+}
+CODES = tuple(FIXES)
+
+
+@dataclass
+class Finding:
+    """One problem: a stable code, how bad it is, the numbers behind it, where, and the fix."""
+
+    code: str
+    severity: str
+    message: str
+    where: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    fix: str = ""
+    step: int = 0
+
+    def __post_init__(self) -> None:
+        if self.code not in FIXES or self.severity not in SEVERITIES:
+            raise ValueError(f"bad finding {self.code!r}/{self.severity!r}")
+        self.fix = self.fix or FIXES[self.code]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+RUN_WIDE = (
+    "step-time-regression",
+    "memory-growth",
+    "heap-retention",
+    "input-bound",
+    "hot-op",
+    "loss-at-init",
+)
+"""Findings on the whole run (timings, memory, profiles): one each, updated as it grows."""
+
+
+def key_of(code: str, where: str, message: str, evidence: dict[str, Any]) -> tuple[str, str]:
+    """What makes a finding another one: a run-wide finding's kind (the operator family of a
+    ``hot-op``), another finding's place (or its message's head, where it has none)."""
+    if code in RUN_WIDE:
+        return code, str(evidence.get("family", evidence.get("kind", "")))
+    return code, where or message.split(":")[0]
