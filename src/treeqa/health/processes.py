@@ -142,9 +142,8 @@ class Fingerprints:
         self.groups = 0  # process groups the script made besides the default one
         self.distributed = False  # a process group of 2 or more was up on a sampled step
         self.evaluations = 0  # forwards of a trained model in an evaluation
-        self.on_shard: list[
-            Any
-        ] = []  # of those over a loader's share: [forwards, 1/share, where, first step]
+        # Of those, the ones over a loader's share: [forwards, 1/share, where, first step].
+        self.on_shard: list[Any] = []
 
     def note_group(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``new_group(ranks)`` over some of the processes (tensor or pipeline parallelism); a
