@@ -398,8 +398,8 @@ def report_merged(
             print(report.one_line(Finding(**f)), file=stream)
     report.print_summary(result, stream)
     print(
-        f"treeqa health: {len(reports)} processes watched; steps and series are process "
-        f"{result['processes'][0]['rank']}'s",
+        f"treeqa health: {len(reports)} process{'es' if len(reports) > 1 else ''} watched; "
+        f"steps and series are process {result['processes'][0]['rank']}'s",
         file=stream,
     )
     if json_path is not None:
