@@ -14,7 +14,6 @@ code are its own, and the monitor writes only to stderr and the report paths.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import os
@@ -181,7 +180,8 @@ class Doctor:
             )
             m.json_path = m.plot_path = None
             m.summary = False
-        folder = self.spawned = self.spawned or Path(tempfile.mkdtemp(prefix="treeqa-doctor-"))
+            self.spawned = Path(tempfile.mkdtemp(prefix="treeqa-doctor-"))
+        folder = self.spawned
 
         def watched(fn: Any) -> processes.Watched:
             return processes.Watched(fn, folder, self.monitor.every, self.monitor.mode)
@@ -452,27 +452,22 @@ def run_doctor(
             stream=stream or sys.stderr,
         )
     folder = processes.worker_folder()
-    if folder is not None:  # one of them: process 0 says its findings, the launcher sums up
-        json_path = plot_path = None
-        if os.environ["RANK"] != "0":
-            stream = io.StringIO()
+    if folder is not None:  # one of torchrun's workers: the launching doctor sums up
+        rank = int(os.environ["RANK"])
+        return watch_process(script.run, (target,), folder, rank, every, mode, stream, source)
     monitor = HealthMonitor(
         mode=mode, every=every, json_path=json_path, plot_path=plot_path, stream=stream
     )
-    monitor.summary = folder is None
     if source:
         monitor.source_files.append(source)
-    doctor = Doctor(monitor, processes.Fingerprints(int(os.environ["RANK"])) if folder else None)
+    doctor = Doctor(monitor)
     doctor.install()
     try:
-        with processes.exit_on_sigterm() if folder else contextlib.nullcontext():
-            code = script.run(target)
+        code = script.run(target)
     finally:
         doctor.uninstall()
     result = _finish(doctor)
-    if folder is not None and doctor.prints is not None:
-        processes.write_report(folder, result, doctor.prints)
-    elif doctor.spawned is not None:  # the script's own steps, if any, are not reported
+    if doctor.spawned is not None:  # the script's own steps, if any, are not reported
         result = processes.report_merged(doctor.spawned, *doctor.reports_to, stream or sys.stderr)
         shutil.rmtree(doctor.spawned, ignore_errors=True)
     return code, result
@@ -496,21 +491,32 @@ def _finish(doctor: Doctor) -> dict[str, Any]:
 
 
 def watch_process(
-    fn: Any, args: tuple[Any, ...], folder: Path, rank: int, every: int, mode: str
-) -> Any:
-    """``fn(*args)`` in a process ``torch.multiprocessing.spawn`` started, under a doctor of its
-    own: process 0 prints its findings as they come, and each writes its report to ``folder``
-    for the script's doctor to merge."""
-    monitor = HealthMonitor(
-        mode=mode, every=every, stream=sys.stderr if rank == 0 else io.StringIO()
-    )
+    fn: Any,
+    args: tuple[Any, ...],
+    folder: Path,
+    rank: int,
+    every: int,
+    mode: str,
+    stream: Any = None,
+    source: str = "",
+) -> tuple[Any, dict[str, Any]]:
+    """``fn(*args)`` in one of several processes (torchrun's workers, those ``spawn`` started)
+    under a doctor of its own: process 0 prints its findings as they come (to ``stream``), the
+    others keep quiet, and each writes its report to ``folder`` for the launching doctor to
+    merge. Returns what ``fn`` returned and the report."""
+    quiet = rank != 0
+    monitor = HealthMonitor(mode=mode, every=every, stream=io.StringIO() if quiet else stream)
     monitor.summary = False
+    if source:
+        monitor.source_files.append(source)
     prints = processes.Fingerprints(rank)
     doctor = Doctor(monitor, prints)
     doctor.install()
     try:
-        with processes.exit_on_sigterm():  # spawn stops the others so when one fails
-            return fn(*args)
+        with processes.exit_on_sigterm():  # torchrun and spawn stop the others so when one fails
+            value = fn(*args)
     finally:
         doctor.uninstall()
-        processes.write_report(folder, _finish(doctor), prints)
+        result = _finish(doctor)
+        processes.write_report(folder, result, prints)
+    return value, result

@@ -142,8 +142,9 @@ class Fingerprints:
         self.groups = 0  # process groups the script made besides the default one
         self.distributed = False  # a process group of 2 or more was up on a sampled step
         self.evaluations = 0  # forwards of a trained model in an evaluation
-        # Of those, the ones over a loader's share: [forwards, 1/share, where, first step].
-        self.on_shard: list[Any] = []
+        # Of those, the ones over a loader's share; (1/share, where, step) at the first.
+        self.shard_forwards = 0
+        self.first_shard: tuple[int, str, int] | None = None
 
     def note_group(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``new_group(ranks)`` over some of the processes (tensor or pipeline parallelism); a
@@ -158,8 +159,8 @@ class Fingerprints:
         ``DistributedSampler``)."""
         self.evaluations += 1
         if shard > 1:
-            first = self.on_shard[3] if self.on_shard else step
-            self.on_shard = [(self.on_shard[0] if self.on_shard else 0) + 1, shard, where, first]
+            self.shard_forwards += 1
+            self.first_shard = self.first_shard or (shard, where, step)
 
     def forward(self, args: Any, sampled: bool) -> None:
         """A trained model's forward: the step's first notes its first input."""
@@ -198,7 +199,8 @@ class Fingerprints:
             "sharded": self.sharded or self.groups > 0,
             "distributed": self.distributed,
             "evaluations": self.evaluations,
-            "on_shard": self.on_shard,
+            # [forwards, 1/share, where, first step], or [] without any
+            "on_shard": [self.shard_forwards, *self.first_shard] if self.first_shard else [],
         }
 
 
@@ -369,12 +371,14 @@ class Watched:
     def __call__(self, index: int, *args: Any) -> Any:
         from treeqa.health.doctor import watch_process  # (the doctor imports this module)
 
-        return watch_process(self.fn, (index, *args), self.folder, index, self.every, self.mode)
+        return watch_process(self.fn, (index, *args), self.folder, index, self.every, self.mode)[0]
 
 
 def write_report(folder: Path, result: dict[str, Any], prints: Fingerprints) -> None:
-    """One process's report, whole or not at all, for the merge (process 0's series only)."""
-    kept = result if prints.rank == 0 else {**result, "series": {}}
+    """One process's report, whole or not at all, for the merge (the series of each node's
+    first process only: on several nodes, a node's merge stands on its lowest rank's)."""
+    first = os.environ.get("LOCAL_RANK", str(prints.rank)) == "0"
+    kept = result if first else {**result, "series": {}}
     path = folder / f"rank{prints.rank}.json"
     report.write_json({**kept, "process": prints.to_json()}, path.with_suffix(".tmp"))
     path.with_suffix(".tmp").replace(path)
