@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -338,6 +339,52 @@ def test_prepare_refuses_a_full_out_and_leaves_nothing_on_error(tmp_path: Path) 
     assert (out / "meta.json").is_file() and not list(tmp_path.glob(".prepared.*"))
     prepare(tmp_path, squad_v1(), bad, overwrite=True, skip_bad=True)
     assert json.loads((out / "meta.json").read_text())["splits"]["dev"]["examples"] == 6
+
+
+def test_overwrite_deletes_nothing_the_user_put_in_out(tmp_path: Path) -> None:
+    pytest.importorskip("spacy")
+    from treeqa.data.squad_prepare import Limits, prepare_squad
+
+    out = prepare(tmp_path, squad_v1(), squad_v1())
+    before = {p.name for p in out.iterdir()}
+    mine = write(out / "mytrain.json", squad_v1())  # an input kept inside the folder replaced
+    with pytest.raises(FileExistsError, match=r"mytrain\.json is an input of this command"):
+        prepare_squad(
+            mine,
+            tmp_path / "dev.json",
+            tmp_path / "vectors.txt",
+            out,
+            limits=Limits(context=20, question=9, answer=3),
+            vectors_cache=tmp_path / "cache",
+            overwrite=True,
+        )
+    mine.rename(tmp_path / "mytrain.json")
+    (out / "notes.txt").write_text("kept", encoding="utf-8")  # a file of the user's
+    with pytest.raises(FileExistsError, match=r"also holds what .* did not write \(notes\.txt\)"):
+        prepare(tmp_path, squad_v1(), squad_v1(), overwrite=True)
+    assert (out / "notes.txt").read_text(encoding="utf-8") == "kept"
+    (out / "notes.txt").unlink()
+    prepare(tmp_path, squad_v1(), squad_v1(), overwrite=True)  # only its own files: replaced
+    assert {p.name for p in out.iterdir()} == before
+
+
+def test_a_killed_preparations_work_folder_is_removed_by_the_next(tmp_path: Path) -> None:
+    pytest.importorskip("spacy")
+    import subprocess
+    import sys
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    left = tmp_path / f".prepared.{dead}.0a1b2c3d.partial"  # as a SIGKILL'd run leaves it
+    running = tmp_path / f".prepared.{os.getpid()}.0a1b2c3d.partial"  # a run still going
+    for work in (left, running):
+        (work / "train").mkdir(parents=True)
+    prepare(tmp_path, squad_v1(), squad_v1())
+    assert not left.exists() and running.is_dir()
 
 
 def test_batches_bucket_pad_to_their_own_length_and_match_one_at_a_time(tmp_path: Path) -> None:

@@ -312,5 +312,6 @@ def add_overwrite(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace an --out this command wrote before (default: a non-empty --out is an error)",
+        help="replace an --out this command wrote before and that holds nothing else "
+        "(default: a non-empty --out is an error)",
     )

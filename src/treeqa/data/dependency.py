@@ -267,7 +267,12 @@ def convert_sst(
 
     out = Path(out)
     check_replaceable(
-        out, overwrite, lambda meta: "pipeline" in meta, "data prepare sst-dependency"
+        out,
+        overwrite,
+        lambda meta: "pipeline" in meta,
+        "data prepare sst-dependency",
+        written=["meta.json", *(f"{split}.jsonl" for split in sst.SPLITS)],
+        inputs=[Path(sst_dir)],
     )
     nlp = load_parser(pipeline)
     meta: dict[str, Any] = {

@@ -1,5 +1,6 @@
 """Output folders of the data commands: built aside and renamed into place, and replaced
-(``--overwrite``) only when an earlier run of the same command made them."""
+(``--overwrite``) only when an earlier run of the same command made them and they hold nothing
+else."""
 
 from __future__ import annotations
 
@@ -7,21 +8,35 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
 def check_replaceable(
-    out: Path, overwrite: bool, made_here: Callable[[dict[str, Any]], bool], maker: str
+    out: Path,
+    overwrite: bool,
+    made_here: Callable[[dict[str, Any]], bool],
+    maker: str,
+    *,
+    written: Collection[str],
+    inputs: Iterable[Path] = (),
 ) -> None:
-    """A FileExistsError unless ``out`` is missing or empty, or ``overwrite`` is given and its
-    ``meta.json`` says (``made_here``) that ``maker`` wrote it: no other folder is deleted."""
+    """A FileExistsError unless ``out`` is missing or empty, or ``overwrite`` is given, its
+    ``meta.json`` says (``made_here``) that ``maker`` wrote it, and it holds only the entries
+    ``maker`` writes (``written``), none of them one of its ``inputs``: replacing ``out``
+    deletes nothing the user put there."""
     if not out.exists() or not any(out.iterdir()):
         return
     if not overwrite:
         raise FileExistsError(f"{out} exists and is not empty (--overwrite replaces it)")
+    inside = [p for p in inputs if p.resolve().is_relative_to(out.resolve())]
+    if inside:
+        raise FileExistsError(
+            f"{inside[0]} is an input of this command and lies inside {out}, which --overwrite "
+            "would delete: move it out, or give another --out"
+        )
     try:
         meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -31,13 +46,42 @@ def check_replaceable(
             f"{out} was not written by `{maker}` (no meta.json of its own), so --overwrite "
             "does not delete it; give another --out"
         )
+    others = sorted(p.name for p in out.iterdir() if p.name not in written)
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise FileExistsError(
+            f"{out} also holds what `{maker}` did not write ({shown}), which --overwrite would "
+            "delete: move it out, or give another --out"
+        )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_work(out: Path) -> None:
+    """Delete the folders that ``built_aside`` left beside ``out`` in a process that was killed
+    (one whose process id no longer runs); those of a run still going are left alone."""
+    for work in out.parent.glob(f".{out.name}.*.partial"):
+        pid = work.name[len(out.name) + 2 :].split(".", 1)[0]
+        if work.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(work, ignore_errors=True)
 
 
 @contextmanager
 def built_aside(out: Path) -> Iterator[Path]:
     """A new folder beside ``out`` to write into, renamed to ``out`` (replacing it) when the
     block ends and deleted when it fails: a failed run leaves an earlier ``out`` as it was.
-    Its name is its own, so a folder the user named ``out.partial`` is never touched."""
+    Its name is its own, so a folder the user named ``out.partial`` is never touched; one a
+    killed run left is deleted here."""
+    if out.parent.is_dir():
+        remove_stale_work(out)
     work = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
     work.mkdir(parents=True)
     try:

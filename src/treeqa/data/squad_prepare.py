@@ -46,6 +46,8 @@ from treeqa.data.vocab import PAD, UNK, Vocab
 __all__ = ["FORMAT_VERSION", "Limits", "build_vocabularies", "prepare_squad"]
 
 FORMAT_VERSION = 1
+WRITTEN = ("train", "dev", "word_vocab.json", "char_vocab.json", "word_vectors.npy", "meta.json")
+"""What a preparation writes into its --out, and all that --overwrite deletes."""
 
 
 def _file_info(path: Path) -> dict[str, Any]:
@@ -116,13 +118,19 @@ def prepare_squad(
         raise ValueError(f"negatives must be None or 'same_article', not {negatives!r}")
     limits = limits or Limits()
     out = Path(out)
-    check_replaceable(
-        out, overwrite, lambda meta: meta.get("format") == "treeqa-squad", "data prepare squad"
-    )
     for path in (Path(train), Path(dev), Path(vectors)):  # before minutes of tokenising
         if not path.is_file():
             raise FileNotFoundError(f"{path}: {'not a file' if path.exists() else 'no such file'}")
-    find_spacy_pair(vectors)  # a spaCy table's partner file, likewise
+    spacy_pair = find_spacy_pair(vectors)  # a spaCy table's partner file, likewise
+    check_replaceable(
+        out,
+        overwrite,
+        lambda meta: meta.get("format") == "treeqa-squad",
+        "data prepare squad",
+        written=WRITTEN,
+        inputs=[Path(train), Path(dev), Path(vectors), *(spacy_pair or ())]
+        + ([Path(vectors_cache)] if vectors_cache else []),
+    )
     say = log or (lambda _: None)
     with built_aside(out) as work:
         tok, types = Tokenizer(), TokenTypes()

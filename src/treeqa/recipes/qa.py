@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -345,9 +344,13 @@ def train(
     extra_callbacks: Sequence[Callback] = (),
 ) -> dict[str, Any]:
     """Train QANet into run directory ``out``; returns the best dev F1 and where it was reached."""
-    ckpt.open_run_dir(out, resume_run)
+    ckpt.check_run_dir(out, resume_run)
+    # Absolute, so the run's config.toml names its data from any working directory.
+    prepared = Path(config.data.prepared).resolve()
+    config = dataclasses.replace(
+        config, data=dataclasses.replace(config.data, prepared=str(prepared))
+    )
     seed_everything(config.train.seed)
-    prepared = Path(config.data.prepared)
     train_split, dev_split = PreparedSplit(prepared, "train"), PreparedSplit(prepared, "dev")
     meta_data = train_split.meta
     # The slot is trained when there is something to train it on: SQuAD 2.0, or v1.1 train
@@ -366,12 +369,13 @@ def train(
     check_metric(config.train.metric, dev_metric_names(meta_data["version"]))
     if resume_run:
         check_resumable(out, config)
-    state = resume(out, model, optimizer, scheduler) if resume_run else None
+    same = {"word_vocab": list(words.tokens), "char_vocab": list(chars.tokens)}
+    state = resume(out, model, optimizer, scheduler, same) if resume_run else None
     ema = build_ema(config.train.ema_decay, out if state is not None else None)
     # Written once the last checkpoint has loaded: a resume whose overrides do not fit it
     # fails above and leaves the run's config as it was.
     if world.main:  # under torchrun, process 0 writes the run directory
-        (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
+        ckpt.write_run_config(out, cfg.to_toml(config), resume_run)
 
     dev_rows = dev_sample(len(dev_split), config.data.dev_subset, config.train.seed)
     # Batches per fit() epoch: eval_every optimiser steps, each taking one batch per process
@@ -469,13 +473,7 @@ def evaluate(
 
 def write_json_atomic(path: Path, value: Any) -> None:
     """Write JSON to a temporary file beside ``path`` and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(value, ensure_ascii=False))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)  # a write or rename that failed leaves nothing beside it
+    ckpt.write_text_atomic(path, json.dumps(value, ensure_ascii=False))
 
 
 MAX_CONTEXT_TOKENS = 2_000

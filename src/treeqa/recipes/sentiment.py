@@ -172,11 +172,27 @@ def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:
         raise cfg.ConfigError(
             f"data.vectors: {data.vectors!r} has an empty part; join vector files as A+B"
         )
+    for path in paths:  # every part found before minutes of reading the first
+        if not Path(path).is_file():
+            problem = "not a file" if Path(path).exists() else "no such file"
+            raise FileNotFoundError(f"data.vectors: {path}: {problem}")
     for i, path in enumerate(paths):
         vectors = load_vectors(path, keys, lower_fallback=data.lower_fallback, seed=i)
         print(f"vectors: {vectors.report.summary()}")
         tables.append(vectors.matrix)
     return np.concatenate(tables, 1)
+
+
+def absolute_paths(data: SentimentData) -> SentimentData:
+    """``data`` with its paths made absolute: the run's config.toml names the same files from
+    any working directory (``--resume``, ``treeqa evaluate``)."""
+
+    def absolute(path: str) -> str:
+        return str(Path(path).resolve()) if path else path
+
+    whole = not data.vectors or Path(data.vectors).exists()
+    vectors = "+".join(absolute(p) for p in ([data.vectors] if whole else data.vectors.split("+")))
+    return dataclasses.replace(data, path=absolute(data.path), vectors=vectors)
 
 
 def evaluate_model(
@@ -205,7 +221,8 @@ def train(
     config: Any, out: Path, *, resume_run: bool = False, extra_callbacks: Sequence[Callback] = ()
 ) -> dict[str, Any]:
     """Train one sentiment model into run directory ``out``; returns the best dev metrics."""
-    ckpt.open_run_dir(out, resume_run)
+    ckpt.check_run_dir(out, resume_run)
+    config = dataclasses.replace(config, data=absolute_paths(config.data))
     seed_everything(config.train.seed)
     splits = load_trees(config.data)
     vocab = build_vocab(splits)
@@ -226,12 +243,13 @@ def train(
     check_metric(config.train.metric, SentimentMetrics.names(model_config.num_classes))
     if resume_run:
         check_resumable(out, config)
-    state = resume(out, model, optimizer, scheduler) if resume_run else None
+    same = {"vocab": list(vocab.tokens)}
+    state = resume(out, model, optimizer, scheduler, same) if resume_run else None
     ema = build_ema(config.train.ema_decay, out if state is not None else None)
     # Written once the last checkpoint has loaded: a resume whose overrides do not fit it
     # fails above and leaves the run's config as it was.
     if world.main:  # under torchrun, process 0 writes the run directory
-        (out / "config.toml").write_text(cfg.to_toml(config), encoding="utf-8")
+        ckpt.write_run_config(out, cfg.to_toml(config), resume_run)
 
     encoded = {
         s: [encode(t, vocab, config.data.task, tags, rels) for t in trees]

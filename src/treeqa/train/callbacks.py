@@ -7,7 +7,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,27 @@ class ProgressBar(Callback):
         tqdm.write(f"epoch {state.scored_epoch}: train_loss={state.epoch_loss:.4f} {shown}")
 
 
+def read_log(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The lines of a ``metrics.jsonl``, each with its record; a last line cut short by a kill
+    is left out, and a line that is not a JSON object is a ValueError naming its file and line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    out = []
+    for number, line in enumerate(lines, 1):
+        if not line.endswith("\n"):
+            break
+        try:
+            record = json.loads(line)
+        except ValueError as err:
+            raise ValueError(f"{path}:{number}: not a JSON line ({err})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{number}: expected a JSON object, got {line.strip()[:40]}")
+        out.append((line, record))
+    return out
+
+
 class MetricsLog(Callback):
     """``metrics.jsonl`` in the run directory: a line every ``every`` steps and one per epoch.
     Losses are process 0's; examples per second count every process (under torchrun they
@@ -116,24 +137,21 @@ class MetricsLog(Callback):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             # A resumed run repeats the steps after its last checkpoint: drop their old lines.
-            kept = [
-                line
-                for line in self.path.read_text(encoding="utf-8").splitlines(keepends=True)
-                if line.endswith("\n") and json.loads(line).get("step", 0) <= state.step
-            ]
-            self.path.write_text("".join(kept), encoding="utf-8")
+            kept = [line for line in read_log(self.path) if line[1].get("step", 0) <= state.step]
+            ckpt.write_text_atomic(self.path, "".join(text for text, _ in kept))
 
     def on_epoch_start(self, state: TrainState) -> None:
-        self.window = torch.zeros(())
-        self.window_n = self.window_examples = self.epoch_examples = 0
+        if state.epoch_step == 0:  # not an epoch resumed part-way, whose window goes on
+            state.log_sum, state.log_steps = torch.zeros(()), 0
+        self.window_examples = self.epoch_examples = 0
         self.window_start = self.epoch_start = time.perf_counter()
 
     def on_step_end(self, state: TrainState, output: Output, batch: Any) -> None:
         assert output.loss is not None
         loss = output.loss.detach().float()  # stays on its device: no sync until a log line
-        self.window = self.window + loss
+        state.log_sum = state.log_sum.to(loss.device) + loss
+        state.log_steps += 1
         n = batch_size_of(batch) * self.processes
-        self.window_n += 1
         self.window_examples, self.epoch_examples = (
             self.window_examples + n,
             self.epoch_examples + n,
@@ -144,17 +162,13 @@ class MetricsLog(Callback):
                 {
                     "step": state.step,
                     "epoch": state.epoch + 1,
-                    "loss": self.window.item() / self.window_n,
+                    "loss": state.log_sum.item() / state.log_steps,
                     "lr": self.optimizer.param_groups[0]["lr"],
                     "examples_per_s": self.window_examples / max(now - self.window_start, 1e-9),
                 }
             )
-            self.window, self.window_n, self.window_examples, self.window_start = (
-                torch.zeros(()),
-                0,
-                0,
-                now,
-            )
+            state.log_sum, state.log_steps = torch.zeros(()), 0
+            self.window_examples, self.window_start = 0, now
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
         elapsed = time.perf_counter() - self.epoch_start
@@ -333,10 +347,25 @@ class EarlyStopping(Callback):
 RESUMABLE = frozenset(
     {"name", "train.epochs", "train.patience", "train.log_every", "train.checkpoint_every"}
     | {"train.health", "train.device", "train.amp", "schedule.budget_minutes"}
-    | {"data.eval_batch_size"}
+    | {"data.eval_batch_size", "data.path", "data.vectors", "data.prepared"}
 )
-"""The settings a resumed run may change: how long it goes on and how it is run and watched,
-not what it learns (an optimiser's restored state would keep its old learning rate, say)."""
+"""The settings a resumed run may change: how long it goes on, how it is run and watched, and
+where its data now lies (``resume`` checks that the vocabulary is the run's), not what it
+learns (an optimiser's restored state would keep its old learning rate, say)."""
+
+
+def _settings_of(config: Any, keys: Iterable[str]) -> list[str]:
+    """The ``section.key`` names among ``keys`` that ``config`` has, sorted."""
+
+    def has(key: str) -> bool:
+        obj = config
+        for part in key.split("."):
+            if not hasattr(obj, part):
+                return False
+            obj = getattr(obj, part)
+        return True
+
+    return sorted(k for k in keys if has(k))
 
 
 def check_resumable(run_dir: Path, config: Any) -> None:
@@ -349,8 +378,8 @@ def check_resumable(run_dir: Path, config: Any) -> None:
     if changed:
         raise cfg.ConfigError(
             f"{run_dir} was trained with other settings, and a resumed run keeps its own: "
-            f"{'; '.join(changed)}. Only {', '.join(sorted(RESUMABLE))} may change when it "
-            "goes on; give another --out to train with these"
+            f"{'; '.join(changed)}. Only {', '.join(_settings_of(config, RESUMABLE))} may "
+            "change when it goes on; give another --out to train with these"
         )
 
 
@@ -359,8 +388,10 @@ def resume(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    same: Mapping[str, Any] | None = None,
 ) -> TrainState | None:
     """Load the last checkpoint of ``run_dir`` into model, optimiser, scheduler and RNG.
+    ``same``: metadata (the vocabularies built from the data) that must equal the run's.
 
     None when the run stopped before writing its first last checkpoint (a kill during the
     first epoch, or between its best and last writes): it starts again from step 0, which
@@ -380,6 +411,12 @@ def resume(
             f"{run_dir} was trained by {processes} process(es) and is resumed by {now}: "
             f"resume it with as many (torchrun --nproc-per-node {processes})"
         )
+    for key, value in (same or {}).items():
+        if last.meta.get(key) != value:
+            raise cfg.ConfigError(
+                f"{run_dir} was trained on data with another {key.replace('_', ' ')} than the "
+                "data given now: resume it on the data it began with"
+            )
     last.load_weights(model)
     ckpt.restore_optimizer(optimizer, last)
     if scheduler is not None and last.meta.get("scheduler"):

@@ -61,16 +61,46 @@ class Checkpoint:
         return {k[len(prefix) :]: v for k, v in self.tensors.items() if k.startswith(prefix)}
 
 
-def open_run_dir(out: Path, resume: bool) -> None:
-    """Create run directory ``out`` for a new run; a directory whose run left a checkpoint is
-    only ever resumed, never trained over (that would replace its best and last weights)."""
+def check_run_dir(out: Path, resume: bool) -> None:
+    """Refuse run directory ``out`` for a new run when a run there left a checkpoint: it is
+    only ever resumed, never trained over (that would replace its best and last weights).
+    The directory itself is made by the first file written into it, so a run that fails its
+    input checks leaves none behind."""
     found = [name for name in (BEST, LAST) if (out / name).exists()]
     if found and not resume:
         raise FileExistsError(
             f"{out} already holds a run ({', '.join(found)}): continue it with --resume {out}, "
             "or give the new run another --out"
         )
-    out.mkdir(parents=True, exist_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it into place: a kill
+    leaves the old file or the new one, never half of either."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{PARTIAL}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a write or rename that failed leaves nothing beside it
+
+
+def write_run_config(out: Path, text: str, resume: bool) -> None:
+    """The run's resolved ``config.toml``. A new run into a folder that already holds another
+    ``config.toml`` (the user's own, passed as --config, say) keeps it as ``config.1.toml``
+    (or the next free number) rather than writing over it."""
+    path = out / "config.toml"
+    if not resume and path.is_file() and path.read_bytes() != text.encode("utf-8"):
+        n = 1
+        while (kept := out / f"config.{n}.toml").exists():
+            n += 1
+        os.replace(path, kept)
+        print(f"{path} held another config: kept as {kept}")
+    write_text_atomic(path, text)
 
 
 def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Path) -> None:
@@ -99,9 +129,12 @@ def _umask() -> int:
 
 
 def remove_partial_writes(run_dir: Path) -> None:
-    """Delete the half-written checkpoints a killed run left in ``run_dir``."""
+    """Delete the half-written checkpoints and run files a killed run left in ``run_dir``."""
     for name in (BEST, LAST):
         for partial in run_dir.glob(f"{name}.*{PARTIAL}"):
+            partial.unlink(missing_ok=True)
+    for name in ("config.toml", "metrics.jsonl"):  # write_text_atomic's
+        for partial in run_dir.glob(f".{name}.*{PARTIAL}"):
             partial.unlink(missing_ok=True)
 
 

@@ -105,6 +105,10 @@ class TrainState:
     model's device: read when an epoch's mean is logged, not every step)."""
     loss_steps: int = 0
     """The steps in ``loss_sum`` (``epoch_step``, but kept once the epoch has ended)."""
+    log_sum: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
+    log_steps: int = 0
+    """The training loss summed over this epoch's steps since the last logged line, and their
+    number (``MetricsLog``): saved, so a run resumed part-way through a window logs all of it."""
     scaler: torch.amp.GradScaler | None = None
     """The loss scaler ``fit()`` steps with (enabled under fp16 autocast only)."""
     scaler_state: dict[str, Any] | None = None
@@ -123,6 +127,8 @@ class TrainState:
             "history": self.history,
             "loss_sum": float(self.loss_sum),
             "loss_steps": self.loss_steps,
+            "log_sum": float(self.log_sum),
+            "log_steps": self.log_steps,
             "grad_scaler": (
                 self.scaler.state_dict()
                 if self.scaler is not None and self.scaler.is_enabled()
@@ -164,6 +170,8 @@ class TrainState:
             history=list(data["history"]),
             loss_sum=torch.tensor(float(data.get("loss_sum", 0.0))),
             loss_steps=int(data.get("loss_steps", 0)),
+            log_sum=torch.tensor(float(data.get("log_sum", 0.0))),
+            log_steps=int(data.get("log_steps", 0)),
             scaler_state=data.get("grad_scaler"),
         )
 

@@ -1,0 +1,100 @@
+"""The run directory keeps what the user gave: its data named from anywhere, the user's own
+config file, its metrics log whole across a resume; a bad log line is named."""
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from treeqa.cli.main import main
+from treeqa.config import ConfigError
+from treeqa.recipes.sentiment import resolve_config, train
+
+
+def args(data: Path, *extra: str) -> list[str]:
+    return ["train", "--data", str(data), "--epochs", "1", "--health", "off", *extra]
+
+
+def test_a_run_resumes_and_evaluates_from_another_directory(
+    demo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    here = tmp_path / "here"
+    shutil.copytree(demo_dir, here / "sst")
+    monkeypatch.chdir(here)
+    assert main(args(Path("sst"), "--vectors", "", "--out", "run")) == 0
+    assert f'path = "{here / "sst"}"' in (here / "run" / "config.toml").read_text()
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--resume", str(here / "run"), "--train.epochs=2"]) == 0
+    assert main(["evaluate", "--checkpoint", str(here / "run"), "--split", "test"]) == 0
+
+
+def test_a_moved_dataset_resumes_but_other_data_is_refused(demo_dir: Path, tmp_path: Path) -> None:
+    shutil.copytree(demo_dir, tmp_path / "sst")
+    assert main(args(tmp_path / "sst", "--out", str(tmp_path / "run"))) == 0
+    (tmp_path / "sst").rename(tmp_path / "moved")
+    resume = ["train", "--resume", str(tmp_path / "run"), "--train.epochs=2"]
+    assert main([*resume, "--data", str(tmp_path / "moved")]) == 0
+    train_txt = tmp_path / "moved" / "train.txt"
+    lines = train_txt.read_text().splitlines()
+    train_txt.write_text("\n".join(lines[:20]) + "\n")  # other trees: another vocabulary
+    with pytest.raises(ConfigError, match="another vocab than the data given now"):
+        train(
+            resolve_config({}, [("data", str(tmp_path / "moved")), ("epochs", "3")]),
+            tmp_path / "run",
+            resume_run=True,
+        )
+
+
+def test_the_users_config_file_in_out_is_kept(demo_dir: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "exp" / "config.toml"
+    mine.parent.mkdir()
+    text = "# my experiment\n[train]\nepochs = 1\nhealth = 'off'\n"
+    mine.write_text(text)
+    assert (
+        main(["train", "--config", str(mine), "--data", str(demo_dir), "--out", str(mine.parent)])
+        == 0
+    )
+    assert (mine.parent / "config.1.toml").read_text() == text
+    assert "epochs = 1" in mine.read_text() and "# my experiment" not in mine.read_text()
+
+
+def test_a_run_that_fails_its_input_checks_leaves_no_folder(tmp_path: Path) -> None:
+    bad = tmp_path / "sst"
+    bad.mkdir()
+    (bad / "train.txt").write_text("(2 (2 a) (2 b)\n")  # unbalanced
+    assert main(args(bad, "--out", str(tmp_path / "run"))) == 2
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_second_vector_file_is_named_before_the_first_is_read(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = tmp_path / "a.txt"
+    first.write_text("film " + " ".join(["0.1"] * 4) + "\n")
+    joined = f"{first}+{tmp_path / 'missing.txt'}"
+    assert main(args(demo_dir, "--vectors", joined, "--out", str(tmp_path / "run"))) == 2
+    err = capsys.readouterr().err
+    assert f"data.vectors: {tmp_path / 'missing.txt'}: no such file" in err
+    assert "vectors:" not in capsys.readouterr().out  # the first file was not read
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("garbage", r"metrics\.jsonl:2: not a JSON line"),
+        ("[1]", r"metrics\.jsonl:2: expected a JSON object"),
+    ],
+)
+def test_a_bad_line_in_the_metrics_log_is_named(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, message: str
+) -> None:
+    run = tmp_path / "run"
+    assert main(args(demo_dir, "--out", str(run))) == 0
+    log = run / "metrics.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text(lines[0] + line + "\n" + "".join(lines[1:]))
+    assert main(["train", "--resume", str(run), "--train.epochs=2"]) == 2
+    err = capsys.readouterr().err
+    assert str(log) in err and re.search(message, err)
+    assert log.read_text().splitlines()[1] == line  # the log is left as it was
