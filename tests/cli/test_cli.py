@@ -75,6 +75,10 @@ def test_train_evaluate_predict(
     argv = ["evaluate", "--checkpoint", str(run), "--split", "dev", "--data", str(alone)]
     assert main([*argv, "--json"]) == 0
     assert last_json(capsys) == scores
+    # Trees without labels have nothing to score against: an error, not NaN accuracies.
+    (alone / "dev.txt").write_text("((the) (film))\n((is) (good))\n", encoding="utf-8")
+    assert main([*argv, "--json"]) == 2
+    assert f"{alone / 'dev.txt'}: no sentence has a label" in capsys.readouterr().err
     tree = "(3 (2 (2 the) (2 movie)) (3 (2 is) (3 good)))"
     assert main(["predict", "--checkpoint", str(run / "best.safetensors"), tree, "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip())
@@ -236,3 +240,17 @@ def test_a_qa_config_given_to_train_sentiment_says_train_qa(
     assert "a reading-comprehension (QANet) config or run: use `treeqa train qa`" in (
         capsys.readouterr().err
     )
+
+
+def test_json_output_is_strict_json_with_null_for_scores_that_are_not_numbers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from treeqa.cli.common import emit_json
+
+    emit_json({"best_dev": float("-inf"), "scores": [0.5, float("nan")], "run_dir": "runs/1"})
+    line = capsys.readouterr().out.strip()
+    assert json.loads(line, parse_constant=lambda c: pytest.fail(f"{c} is not JSON")) == {
+        "best_dev": None,
+        "scores": [0.5, None],
+        "run_dir": "runs/1",
+    }

@@ -56,6 +56,7 @@ def test_ptb_unescape() -> None:
         ("(3 (2 a (2 b)))", 9, "leaf cannot also have children"),
         ("(3 (2 a) b)", 10, "either one word or children"),
         ("good movie", 1, "expected '('"),
+        ("(2 (2 this) (2))", 13, "'(2)' reads as the word '2' with no label, in a labelled tree"),
     ],
 )
 def test_errors_name_file_line_and_column(
@@ -77,6 +78,14 @@ def test_blank_lines_are_skipped_and_not_utf8_is_an_error(tmp_path: Path) -> Non
     path.write_bytes(b"(2 \xff)\n")
     with pytest.raises(TreeSyntaxError, match="not UTF-8"):
         read_trees(path)
+
+
+def test_tabs_separate_like_spaces_and_a_byte_order_mark_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "t.txt"
+    path.write_text("\ufeff(2 (2 a)\t(3 b))\t\n\t\n(1\t(1 c) (2 d))\n", encoding="utf-8")
+    first, second = read_trees(path)
+    assert first.to_ptb() == "(2 (2 a) (3 b))" and second.to_ptb() == "(1 (1 c) (2 d))"
+    assert parse_tree("((2) (film))").words == (None, "2", "film")  # unlabelled: "2" is a word
 
 
 def test_not_utf8_names_the_line_and_column_of_the_bad_byte(tmp_path: Path) -> None:

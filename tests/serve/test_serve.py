@@ -121,7 +121,8 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
         ("/api/sentiment", None, b"[" * 200_000, 400, "body: JSON nested too deeply"),
         ("/api/qa", {"context": "a", "question": "b"}, None, 404, "no QA model"),
         ("/api/nothing", {}, None, 404, "no such route"),
-        ("/api/health", {}, None, 405, "no such route"),
+        ("/api/health", {}, None, 405, "POST /api/health: this route takes GET or HEAD"),
+        ("/api/sentiment", {"tree": "((a) (b))", "text": "a b"}, None, 400, "not both"),
     ],
 )
 def test_a_bad_request_gets_a_status_and_a_message_naming_the_fault(
@@ -222,7 +223,11 @@ def raw_request(base: str, request: bytes) -> tuple[str, dict[str, str], bytes]:
         (b"GET /" + b"a" * 65532, "414", "Request-URI Too Long"),
         (b"GET / HTTP/1.0\r\n" + b"X-A: b\r\n" * 101, "431", "Too many headers"),
         (b"BREW /api/health HTTP/1.0\r\n\r\n", "501", "Unsupported method ('BREW')"),
-        (b"PUT /api/sentiment HTTP/1.0\r\n\r\n", "405", "PUT /api/sentiment: no such route"),
+        (
+            b"PUT /api/sentiment HTTP/1.0\r\n\r\n",
+            "405",
+            "PUT /api/sentiment: this route takes POST",
+        ),
         (b"OPTIONS /api/nothing HTTP/1.0\r\n\r\n", "404", "no such route"),
     ],
 )
@@ -247,7 +252,7 @@ def test_a_405_names_the_allowed_methods(base: str, method: str, path: str, allo
     connection.request(method, path, body=b"{}")
     response = connection.getresponse()
     assert response.status == 405 and response.headers["Allow"] == allow
-    assert "no such route" in json.loads(response.read())["error"]
+    assert f"this route takes {allow.replace(', ', ' or ')}" in json.loads(response.read())["error"]
     connection.close()
 
 

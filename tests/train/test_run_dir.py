@@ -59,11 +59,22 @@ def test_the_users_config_file_in_out_is_kept(demo_dir: Path, tmp_path: Path) ->
     assert "epochs = 1" in mine.read_text() and "# my experiment" not in mine.read_text()
 
 
-def test_a_run_that_fails_its_input_checks_leaves_no_folder(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "tree, message",
+    [
+        ("(2 (2 a) (2 b)", "train.txt:2:15: unbalanced '('"),
+        ("(2 (2 a) (2 b) (2 c))", "train.txt:2: a node with 3 children; the binary Tree-LSTM"),
+    ],
+)
+def test_a_run_that_fails_its_input_checks_names_the_line_and_leaves_no_folder(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], tree: str, message: str
+) -> None:
     bad = tmp_path / "sst"
-    bad.mkdir()
-    (bad / "train.txt").write_text("(2 (2 a) (2 b)\n")  # unbalanced
-    assert main(args(bad, "--out", str(tmp_path / "run"))) == 2
+    shutil.copytree(demo_dir, bad)
+    first = (bad / "train.txt").read_text().splitlines()[0]
+    (bad / "train.txt").write_text(f"{first}\n{tree}\n")  # the bad tree on line 2
+    assert main(args(bad, "--model", "tree_lstm", "--out", str(tmp_path / "run"))) == 2
+    assert message in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
 
 

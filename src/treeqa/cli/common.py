@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -71,8 +72,26 @@ def check_out(args: argparse.Namespace) -> None:
 
 
 def emit_json(payload: dict[str, Any]) -> None:
-    """The last line of output: one machine-readable JSON object."""
-    print(json.dumps(payload, sort_keys=True, default=float))
+    """The last line of output: one machine-readable JSON object. A score that is not a
+    finite number (no best epoch yet: -inf) is null, which JSON has; NaN and Infinity it has
+    not, and strict readers refuse them."""
+    print(json.dumps(finite(payload), sort_keys=True, allow_nan=False))
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (at any depth) replaced by None."""
+    if value is None or isinstance(value, str | bool):
+        return value
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    if isinstance(value, float | int):
+        return value if math.isfinite(value) else None
+    try:
+        return finite(float(value))  # numpy and torch scalars
+    except (TypeError, ValueError):
+        return value
 
 
 def format_metrics(metrics: dict[str, Any]) -> str:

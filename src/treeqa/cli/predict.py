@@ -98,16 +98,11 @@ PREDICT_BATCH = 256
 """Trees predicted at once: each batch is written out as soon as it is done."""
 
 
-def _tree_line(text: str) -> bool:
-    """Whether a line holds a bracketed tree (as ``iter_trees`` reads it)."""
-    return bool(text.rstrip("\r\n").strip(" "))
-
-
 def _numbered(lines: list[str], source: str) -> list[tuple[str, Tree]]:
     """(``source:line``, tree) for each tree of ``lines``, one a non-blank line."""
-    from treeqa.data.tree import iter_trees
+    from treeqa.data.tree import iter_trees, line_text
 
-    given = [n for n, text in enumerate(lines, 1) if _tree_line(text)]
+    given = [n for n, text in enumerate(lines, 1) if line_text(text, n)]
     return list(zip([f"{source}:{n}" for n in given], iter_trees(lines, source), strict=True))
 
 
@@ -125,12 +120,9 @@ def _stdin_lines() -> list[str]:
 def _lines_of_trees(path: Path, count: int) -> list[str]:
     """``path:line`` of each of the ``count`` trees ``read_tree_file`` read from ``path``, one
     per non-blank line (``path, tree k`` should the two ever disagree)."""
-    if path.suffix == ".jsonl":  # as read_dependency_trees reads it
-        with path.open(encoding="utf-8") as f:
-            numbers = [n for n, line in enumerate(f, 1) if line.strip()]
-    else:
-        with path.open(encoding="utf-8", newline="") as f:
-            numbers = [n for n, line in enumerate(f, 1) if _tree_line(line)]
+    from treeqa.data.sst import tree_lines
+
+    numbers = tree_lines(path)
     if len(numbers) != count:
         return [f"{path}, tree {k}" for k in range(1, count + 1)]
     return [f"{path}:{n}" for n in numbers]

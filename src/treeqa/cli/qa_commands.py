@@ -79,7 +79,7 @@ def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
     with sys.stdin.buffer if path == STDIN else path.open("rb") as f:
         for n, raw in enumerate(f, 1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")  # a first-line BOM
                 item = json.loads(line) if line.strip() else None
             except UnicodeDecodeError as err:
                 raise ValueError(f"{name}:{n}: not UTF-8 text ({err.reason})") from err

@@ -49,6 +49,16 @@ def load_split(data_dir: str | Path, split: str) -> list[Tree]:
     return read_tree_file(split_path(data_dir, split))
 
 
+def tree_lines(path: str | Path) -> list[int]:
+    """The line number (from 1) of each tree ``read_tree_file`` reads from ``path``."""
+    from treeqa.data.tree import line_text
+
+    with Path(path).open(encoding="utf-8", newline="") as f:
+        if Path(path).suffix == ".jsonl":  # as read_dependency_trees reads it
+            return [n for n, line in enumerate(f, 1) if line.strip()]
+        return [n for n, line in enumerate(f, 1) if line_text(line, n)]
+
+
 def read_tree_file(path: str | Path) -> list[Tree]:
     """PTB brackets, or dependency trees from a ``.jsonl`` file."""
     if Path(path).suffix == ".jsonl":

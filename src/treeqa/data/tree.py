@@ -131,11 +131,20 @@ class Tree:
         return write(0)
 
 
+SPACE = " \t"
+DELIMITERS = SPACE + "()"
+
+
+def is_label(text: str) -> bool:
+    # isascii: str.isdigit() also holds for "²" (int() refuses it) and "٣".
+    return text.isascii() and text.isdigit() and int(text) <= MAX_LABEL
+
+
 def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
     """Parse one bracketed tree such as ``(3 (2 a) (4 good))``.
 
-    Labels must be 0-4 (or absent); tokens are split on ASCII space only, so a U+00A0 inside
-    a leaf stays part of its token. Errors name ``source:line:column``.
+    Labels must be 0-4 (or absent); tokens are split on ASCII space and tab only, so a U+00A0
+    inside a leaf stays part of its token. Errors name ``source:line:column``.
     """
 
     def fail(message: str, pos: int) -> TreeSyntaxError:
@@ -147,7 +156,7 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
     stack: list[int] = []  # open nodes
     n_items: list[int] = []  # children or words seen inside each open node
     pos, end = 0, len(text)
-    while pos < end and text[pos] == " ":
+    while pos < end and text[pos] in SPACE:
         pos += 1
     if pos == end:
         raise fail("empty line: expected a tree", 0)
@@ -155,7 +164,7 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
         raise fail(f"expected '(' at the start of a tree, found {text[pos]!r}", pos)
     while pos < end:
         ch = text[pos]
-        if ch == " ":
+        if ch in SPACE:
             pos += 1
         elif ch == "(":
             if not stack and parent:
@@ -171,17 +180,22 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
             n_items.append(0)
             pos += 1
             start = pos
-            while pos < end and text[pos] not in " ()":
+            while pos < end and text[pos] not in DELIMITERS:
                 pos += 1
             label = text[start:pos]
             if label and pos < end and text[pos] == ")":  # "(word)": an unlabelled leaf
+                if labels and labels[0] != UNLABELLED and is_label(label):
+                    raise fail(
+                        f"'({label})' reads as the word {label!r} with no label, in a labelled "
+                        f"tree: a labelled leaf is '({label} word)'",
+                        start - 1,
+                    )
                 labels.append(UNLABELLED)
                 words[node] = label
                 n_items[node] += 1
             elif not label:
                 labels.append(UNLABELLED)
-            elif label.isascii() and label.isdigit() and int(label) <= MAX_LABEL:
-                # isascii: str.isdigit() also holds for "²" (int() refuses it) and "٣".
+            elif is_label(label):
                 labels.append(int(label))
             else:
                 raise fail(f"label {label!r} is not an integer in 0-{MAX_LABEL}", start)
@@ -196,7 +210,7 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
             if not stack:
                 raise fail(f"trailing text after the tree: {text[pos : pos + 20]!r}", pos)
             start = pos
-            while pos < end and text[pos] not in " ()":
+            while pos < end and text[pos] not in DELIMITERS:
                 pos += 1
             node = stack[-1]
             if n_items[node] > 0:
@@ -215,9 +229,17 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
 def iter_trees(lines: Iterable[str], source: str = "<string>") -> Iterator[Tree]:
     """One tree per non-blank line."""
     for number, raw in enumerate(lines, start=1):
-        text = raw.rstrip("\r\n")
-        if text.strip(" "):
+        if text := line_text(raw, number):
             yield parse_tree(text, source, number)
+
+
+def line_text(raw: str, number: int) -> str:
+    """Line ``number`` (from 1) of a tree file as the reader takes it: its end of line gone,
+    and on the first line a byte-order mark (which some editors write); "" when blank."""
+    text = raw.rstrip("\r\n")
+    if number == 1:
+        text = text.removeprefix("\ufeff")
+    return text if text.strip(SPACE) else ""
 
 
 def read_trees(path: str | Path) -> list[Tree]:

@@ -26,5 +26,11 @@ def model_classes(name: str) -> tuple[type, type]:
 
 def build_sentiment_model(name: str, config: Any, vocab_size: int, vectors: Any = None) -> Any:
     sizes = [k for k in ("embed_dim", "hidden_dim", "num_classes") if hasattr(config, k)]
-    check_fields(config, "model", at_least=dict.fromkeys(sizes, 1))
+    rates = [k for k in ("dropout",) if hasattr(config, k)]
+    check_fields(
+        config,
+        "model",
+        at_least=dict.fromkeys(sizes, 1) | dict.fromkeys(rates, 0),
+        below=dict.fromkeys(rates, 1),
+    )
     return model_classes(name)[1](config, vocab_size, vectors)

@@ -18,11 +18,11 @@ from treeqa import config as cfg
 from treeqa.data import sst
 from treeqa.data.batching import EncodedTree, batches, encode
 from treeqa.data.dependency import DependencyTree
-from treeqa.data.tree import Tree, unescape_ptb
+from treeqa.data.tree import UNLABELLED, Tree, unescape_ptb
 from treeqa.data.vocab import Vocab
 from treeqa.eval.metrics import SentimentMetrics, binary_predictions
 from treeqa.health import monitor as health
-from treeqa.models import build_sentiment_model, model_classes
+from treeqa.models import SENTIMENT_MODELS, build_sentiment_model, model_classes
 from treeqa.models.common import Output
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.callbacks import (
@@ -53,6 +53,9 @@ class SentimentData:
     (a path that exists as written is one file, '+' or not)."""
     lower_fallback: bool = True
     """Look a word up lower-cased when its exact form has no vector."""
+
+    def __post_init__(self) -> None:
+        cfg.check_fields(self, "data", choices={"task": tuple(sst.TASKS)})
 
 
 # Flags of the original Tree-GRU report and of our CLI conventions, mapped onto config keys.
@@ -130,6 +133,26 @@ def build_syntax_vocabs(splits: dict[str, list[Tree]]) -> tuple[Vocab | None, Vo
         return None, None
     tags = Vocab.build(tag for t in trees for tag in t.tags)
     return tags, Vocab.build(rel for t in trees for rel in t.rels)
+
+
+def check_binary(splits: dict[str, list[Tree]], data_path: str) -> None:
+    """A ValueError naming the file and line of the first tree with a node of more than two
+    children, which the binary Tree-LSTM cannot read (before any training)."""
+    for split, trees in splits.items():
+        for k, tree in enumerate(trees):
+            if isinstance(tree, DependencyTree):  # refused as a whole by syntax_config
+                return
+            widest = max((len(c) for c in tree.children), default=0)
+            if widest > 2:
+                path = sst.split_path(data_path, split)
+                lines = sst.tree_lines(path)
+                where = (
+                    f"{path}:{lines[k]}" if len(lines) == len(trees) else f"{path}, tree {k + 1}"
+                )
+                raise ValueError(
+                    f"{where}: a node with {widest} children; the binary Tree-LSTM takes at "
+                    "most 2 (the Child-Sum Tree-LSTM, --model childsum, takes any number)"
+                )
 
 
 def syntax_config(model_config: Any, tags: Vocab | None, rels: Vocab | None) -> dict[str, int]:
@@ -225,6 +248,8 @@ def train(
     config = dataclasses.replace(config, data=absolute_paths(config.data))
     seed_everything(config.train.seed)
     splits = load_trees(config.data)
+    if config.model.name == "tree_lstm":
+        check_binary(splits, config.data.path)
     vocab = build_vocab(splits)
     tags, rels = build_syntax_vocabs(splits)
     vectors = build_vectors(config.data, vocab)
@@ -339,6 +364,11 @@ def load_model(path: str | Path, device: str = "auto") -> Loaded:
     the averaged weights (best holds them as its weights, last beside the raw ones)."""
     checkpoint = ckpt.load(path, task=TASK, needs=("model", "model_config", "vocab", "data"))
     meta = checkpoint.meta
+    if meta["model"] not in SENTIMENT_MODELS:
+        raise ckpt.CheckpointError(
+            f"{checkpoint.file}: a model this treeqa does not know ({meta['model']!r}; it knows "
+            f"{', '.join(SENTIMENT_MODELS)})"
+        )
     config_cls = model_classes(meta["model"])[0]
     model_config: Any = cfg.from_dict(config_cls, meta["model_config"], "checkpoint model_config")
     vocab = Vocab(tuple(meta["vocab"]))
@@ -353,6 +383,9 @@ def evaluate(path: str | Path, data_path: str, split: str) -> dict[str, float]:
     loaded = load_model(path)
     data = SentimentData(path=data_path, task=loaded.task)
     trees = load_trees(data, (split,))[split]  # a folder holding that split alone will do
+    if not any(t.label != UNLABELLED for t in trees):  # root accuracy would be 0 / 0
+        where = sst.split_path(data_path, split) if data_path else f"the demo {split} split"
+        raise ValueError(f"{where}: no sentence has a label, so there is nothing to score")
     encoded = [loaded.encode(t) for t in trees]
     scores: dict[str, float] = evaluate_model(loaded.model, encoded, loaded.task)
     scores["sentences"] = len(trees)

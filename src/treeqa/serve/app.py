@@ -235,7 +235,9 @@ class Models:
         from treeqa.data.tree import TreeSyntaxError, parse_tree
         from treeqa.recipes.sentiment import predict
 
-        name = "text" if "text" in body and "tree" not in body else "tree"
+        if "text" in body and "tree" in body:
+            raise RequestError(HTTPStatus.BAD_REQUEST, "give 'tree' or 'text', not both")
+        name = "text" if "text" in body else "tree"
         given = field(body, name)
         try:
             with self.lock:
@@ -339,11 +341,11 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 raise
 
         def no_route(self, path: str) -> RequestError:
-            message = f"{self.command} {self.path}: no such route"
             if methods := allowed(path):
                 allow = {"Allow": ", ".join(methods)}
+                message = f"{self.command} {self.path}: this route takes {' or '.join(methods)}"
                 return RequestError(HTTPStatus.METHOD_NOT_ALLOWED, message, allow)
-            return RequestError(HTTPStatus.NOT_FOUND, message)
+            return RequestError(HTTPStatus.NOT_FOUND, f"{self.command} {self.path}: no such route")
 
         def content_length(self) -> int:
             given = self.headers.get_all("Content-Length") or []

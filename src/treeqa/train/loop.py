@@ -62,7 +62,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         zero_or_more = ["lr", "emb_lr", "weight_decay", "adam_eps", "warmup_steps", "clip"]
-        zero_or_more += ["patience", "checkpoint_every", "ema_decay"]
+        zero_or_more += ["patience", "checkpoint_every", "ema_decay", "seed"]
         check_fields(
             self,
             "train",
@@ -72,7 +72,7 @@ class TrainConfig:
                 "log_every": 1,
                 **dict.fromkeys(zero_or_more, 0),
             },
-            below={"ema_decay": 1},
+            below={"ema_decay": 1, "seed": 2**32},  # torch's seeds are 32-bit
             choices={"amp": ("off", "bf16", "fp16"), "health": ("off", "on", "strict")},
         )
         if len(self.adam_betas) != 2:
