@@ -28,6 +28,23 @@ def test_help_of_every_subcommand_shows_an_example(capsys: pytest.CaptureFixture
         assert "example:" in capsys.readouterr().out
 
 
+def test_data_stats_names_unlabelled_nodes_and_a_gzip_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gzip
+
+    trees = tmp_path / "trees.txt"
+    trees.write_text("((the) (film))\n(3 (2 a) (4 gem))\n")
+    assert main(["data", "stats", str(trees), "--json"]) == 0
+    stats = last_json(capsys)["trees"]
+    assert stats["labels"] == {"unlabelled": 3, "2": 1, "3": 1, "4": 1}
+    assert stats["root_labels"] == {"unlabelled": 1, "3": 1}
+    packed = tmp_path / "trees.txt.gz"
+    packed.write_bytes(gzip.compress(trees.read_bytes()))
+    assert main(["data", "stats", str(packed)]) == 2
+    assert "trees.txt.gz:1:1: a gzip file" in capsys.readouterr().err
+
+
 def test_data_stats_and_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["data", "demo", "--out", str(tmp_path / "demo")]) == 0
     assert main(["data", "stats", str(tmp_path / "demo"), "--json"]) == 0

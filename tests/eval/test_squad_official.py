@@ -104,8 +104,10 @@ def official_v2(
     answerable = [k for k in everyone if has_ans[k]]
     unanswerable = [k for k in everyone if not has_ans[k]]
     out = {"exact_match": mean(exact, everyone), "f1": mean(f1s, everyone)}
-    out |= {"has_ans_exact": mean(exact, answerable), "has_ans_f1": mean(f1s, answerable)}
-    out |= {"no_ans_exact": mean(exact, unanswerable), "no_ans_f1": mean(f1s, unanswerable)}
+    if answerable:  # the script leaves out a part with no question
+        out |= {"has_ans_exact": mean(exact, answerable), "has_ans_f1": mean(f1s, answerable)}
+    if unanswerable:
+        out |= {"no_ans_exact": mean(exact, unanswerable), "no_ans_f1": mean(f1s, unanswerable)}
     if na_probs is not None:
         out["best_exact"], out["best_exact_thresh"] = best(exact_raw)
         out["best_f1"], out["best_f1_thresh"] = best(f1_raw)
@@ -145,6 +147,8 @@ def perturbed(dataset: list[Any], rng: random.Random) -> tuple[dict[str, str], d
 
 
 def assert_same(ours: dict[str, Any], official: dict[str, float]) -> None:
+    parts = ("has_ans_exact", "has_ans_f1", "no_ans_exact", "no_ans_f1")
+    assert {k for k in ours if k in parts} == {k for k in official if k in parts}
     for key, value in official.items():
         assert math.isclose(ours[key], value, abs_tol=1e-9), (key, ours[key], value)
 
@@ -192,6 +196,15 @@ def synthetic(version: str, rng: random.Random, questions: int = 120) -> dict[st
 @pytest.mark.parametrize("version", ["v1.1", "v2.0"])
 def test_scores_equal_the_official_scripts_on_a_written_fixture(version: str) -> None:
     check(synthetic(version, random.Random(version)), seed=0)
+
+
+@pytest.mark.parametrize("answerable", [True, False])
+def test_a_v2_set_with_one_kind_of_question_leaves_out_the_other_part(answerable: bool) -> None:
+    dataset = synthetic("v2.0", random.Random(1))
+    for article in dataset["data"]:
+        for p in article["paragraphs"]:
+            p["qas"] = [qa for qa in p["qas"] if bool(qa["answers"]) == answerable]
+    check(dataset, seed=1)
 
 
 def sample(dataset: dict[str, Any], n: int, rng: random.Random) -> dict[str, Any]:

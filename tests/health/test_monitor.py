@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -201,6 +202,39 @@ def test_cli_doctor_end_to_end(tmp_path: Path) -> None:
     assert "[probabilities-into-cross-entropy]" in proc.stderr
     codes = {f["code"] for f in json.loads(out.read_text())["findings"]}
     assert "probabilities-into-cross-entropy" in codes
+
+
+ENDS_HARD = """
+import os, sys, time, torch
+m = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for step in range(10**9 if sys.argv[1] == "term" else 60):
+    opt.zero_grad(); m(torch.randn(8, 4)).pow(2).mean().backward(); opt.step()
+    if step == 30 and sys.argv[1] == "term":
+        print("training", flush=True)
+os._exit(0)
+"""
+
+
+def test_a_script_ended_by_os_exit_or_sigterm_still_reports(tmp_path: Path) -> None:
+    """os._exit skips every finally; SIGTERM (a preempted job) kills by default: the doctor
+    writes its report either way, and the exit code is the script's (143 for SIGTERM)."""
+    script = tmp_path / "train.py"
+    script.write_text(ENDS_HARD)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for how, code in (("exit", 0), ("term", 143)):
+        out = tmp_path / f"{how}.json"
+        cmd = [sys.executable, "-m", "treeqa", "doctor", "--json", str(out), "--"]
+        proc = subprocess.Popen(
+            [*cmd, "python", str(script), how], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env,
+        )  # fmt: skip
+        if how == "term":
+            assert proc.stdout is not None and proc.stdout.readline() == "training\n"
+            proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == code, err
+        assert "treeqa health:" in err and json.loads(out.read_text())["steps"] >= 30
 
 
 def test_first_epoch_allocator_warm_up_is_not_memory_growth() -> None:
@@ -673,6 +707,9 @@ def test_doctor_paths_options_and_ctrl_c(
     (tmp_path / "elsewhere").mkdir()
     with pytest.raises(ValueError, match="cannot write there"):  # before the run, not after
         run_doctor(["python", "train.py", "elsewhere"], json_path="train.py/r.json")
+    for name in ("health.txt", "health"):  # no image format, found before the run
+        with pytest.raises(ValueError, match=f"--plot {tmp_path / name}: name the image format"):
+            run_doctor(["python", "train.py", "elsewhere"], plot_path=name)
     command = ["python", "-W", "ignore", "-X", "faulthandler", "train.py", "elsewhere"]
     code, _ = run_doctor(command, json_path="r.json", every=5, stream=io.StringIO())
     out, err = capsys.readouterr()
@@ -696,6 +733,21 @@ def test_doctor_module_run_names_the_modules_lines(
         _, report = run_doctor(["python", "-m", "pkg.train"], every=5, stream=io.StringIO())
     found = next(f for f in report["findings"] if f["code"] == "loss-accumulated-with-graph")
     assert str(tmp_path / "pkg" / "train.py") + ":" in found["where"]
+
+
+def test_a_loss_that_overflows_after_growing_is_named_divergence() -> None:
+    """Outputs still finite, the squared error too large for float32: a learning rate too
+    high, not the loss code; a loss that turns NaN with no such growth keeps that hint."""
+    for before, expected in (
+        ([1.5e3, 3e9, 7e15, 2e22, 1e28], "the loss grew from 1.5e+03 to 1e+28 over the 5 steps"),
+        ([0.7, 0.69, 0.7, 0.68], "no module output was non-finite (look at the loss code)"),
+    ):
+        found: list[Finding] = []
+        tracer = NonFiniteTracer(found.append)
+        tracer.saw_loss(7, math.inf, before)
+        tracer.begin_step().remove()  # a watched step on which no module output was non-finite
+        tracer.finish()
+        assert expected in found[0].message, found[0].message
 
 
 def test_messages_say_what_is_known() -> None:

@@ -178,8 +178,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
 
 def print_v2_parts(scores: dict[str, Any]) -> None:
     """The v2.0 HasAns/NoAns lines, and the official best-threshold line after a search."""
-    if "has_ans_total" in scores:
-        for part, name in (("has_ans", "HasAns"), ("no_ans", "NoAns")):
+    for part, name in (("has_ans", "HasAns"), ("no_ans", "NoAns")):
+        if part + "_total" in scores:
             print(
                 f"  {name:<7} exact {scores[part + '_exact']:.3f} f1 {scores[part + '_f1']:.3f}"
                 f" over {int(scores[part + '_total'])}"

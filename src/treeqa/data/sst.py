@@ -94,13 +94,18 @@ class Stats:
     trees: int
     nodes: int
     tokens: int
-    labels: dict[int, int]
-    root_labels: dict[int, int]
+    labels: dict[str, int]
+    """Nodes per label, "unlabelled" for nodes without one."""
+    root_labels: dict[str, int]
     height_mean: float
     height_max: int
 
     def as_dict(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _named(counts: Counter[int]) -> dict[str, int]:
+    return {("unlabelled" if k == UNLABELLED else str(k)): v for k, v in sorted(counts.items())}
 
 
 def stats(trees: list[Tree]) -> Stats:
@@ -112,8 +117,8 @@ def stats(trees: list[Tree]) -> Stats:
         trees=len(trees),
         nodes=sum(len(t) for t in trees),
         tokens=sum(len(t.tokens) for t in trees),
-        labels=dict(sorted(labels.items())),
-        root_labels=dict(sorted(Counter(t.label for t in trees).items())),
+        labels=_named(labels),
+        root_labels=_named(Counter(t.label for t in trees)),
         height_mean=float(heights.mean()),
         height_max=int(heights.max()),
     )

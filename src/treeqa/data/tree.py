@@ -256,6 +256,11 @@ def not_utf8(path: Path, err: UnicodeDecodeError) -> TreeSyntaxError:
     """The error for a file that is not UTF-8, at the line and column of its first bad byte
     (the text reader decodes ahead in blocks, so its own position names no line)."""
     with path.open("rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            return TreeSyntaxError(
+                "a gzip file: tree files are read as plain text, gunzip it first", str(path), 1, 1
+            )
+        f.seek(0)
         return not_utf8_lines(f, str(path), err)
 
 

@@ -235,9 +235,10 @@ def evaluate_predictions(
         "unknown": sum(1 for k in predictions if k not in exact),
         "missing_examples": missing[:10],
     }
-    if version == "v2.0":
-        out |= _summary(exact, f1, [k for k, v in has_ans.items() if v], "has_ans_")
-        out |= _summary(exact, f1, [k for k, v in has_ans.items() if not v], "no_ans_")
+    if version == "v2.0":  # as the v2.0 script, a part with no question is left out
+        for part, answerable in (("has_ans_", True), ("no_ans_", False)):
+            if ids := [k for k, v in has_ans.items() if v == answerable]:
+                out |= _summary(exact, f1, ids, part)
         if na_probs is not None:
             for name, scores in (("exact", raw_exact), ("f1", raw_f1)):
                 best, thresh = find_best_thresh(
@@ -353,7 +354,8 @@ def load_gold(path: str | Path) -> dict[str, Any]:
     dataset = _parse(read_json_text(path), path, SquadFormatError)
     if not isinstance(dataset, dict):
         raise SquadFormatError("the top level is not a JSON object", path)
-    gold_answers(dataset, str(path))
+    if not gold_answers(dataset, str(path)):
+        raise SquadFormatError("no question to score against", path)
     return dataset
 
 

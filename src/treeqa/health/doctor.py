@@ -442,6 +442,8 @@ def run_doctor(
     for flag, path in (("--json", json_path), ("--plot", plot_path)):
         if path is not None:
             script.writable(flag, path)
+    if plot_path is not None:
+        report.check_plot_path(plot_path)
     if launched:  # torchrun: each process runs a doctor of its own
         return processes.run_launcher(
             *launched,
@@ -461,16 +463,27 @@ def run_doctor(
     if source:
         monitor.source_files.append(source)
     doctor = Doctor(monitor)
+
+    def final_report() -> dict[str, Any]:
+        doctor.uninstall()
+        result = _finish(doctor)
+        if doctor.spawned is not None:  # the script's own steps, if any, are not reported
+            result = processes.report_merged(
+                doctor.spawned, *doctor.reports_to, stream or sys.stderr
+            )
+            shutil.rmtree(doctor.spawned, ignore_errors=True)
+        return result
+
     doctor.install()
     try:
-        code = script.run(target)
-    finally:
+        # SIGTERM (a scheduler preempting the job) ends the script as sys.exit(143) would,
+        # and os._exit after training reports first: neither loses the run's report.
+        with processes.exit_on_sigterm(), script.before_os_exit(final_report):
+            code = script.run(target)
+    except BaseException:
         doctor.uninstall()
-    result = _finish(doctor)
-    if doctor.spawned is not None:  # the script's own steps, if any, are not reported
-        result = processes.report_merged(doctor.spawned, *doctor.reports_to, stream or sys.stderr)
-        shutil.rmtree(doctor.spawned, ignore_errors=True)
-    return code, result
+        raise
+    return code, final_report()
 
 
 def _finish(doctor: Doctor) -> dict[str, Any]:

@@ -397,7 +397,11 @@ class HealthMonitor(Callback):
 
     def _saw_loss(self, step: int, value: float) -> None:
         if value != value or value in (math.inf, -math.inf) or self.nonfinite.armed:
-            self.nonfinite.saw_loss(step, value)
+            losses, last = self.series["loss"], self.step
+            earlier = losses[
+                max(0, len(losses) - 1 - (last - step) - 10) : len(losses) - 1 - (last - step)
+            ]
+            self.nonfinite.saw_loss(step, value, [v for v in earlier if math.isfinite(v)])
 
     def add(self, finding: Finding) -> None:
         finding.step = finding.step or self.step + self.in_step

@@ -9,7 +9,7 @@ or says that no module output was non-finite (the loss code itself is then the s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -17,6 +17,9 @@ from torch import nn
 
 from treeqa.health import checks
 from treeqa.health.findings import Finding
+
+DIVERGED = 1e3
+"""A loss this many times larger at the last finite step than some steps before: diverging."""
 
 
 class NonFiniteTracer:
@@ -47,9 +50,12 @@ class NonFiniteTracer:
             self.evidence = {"step": step, "gradients": bad[:10]}
             self.steps_left = max(self.steps_left, 1)
 
-    def saw_loss(self, step: int, value: float) -> None:
+    def saw_loss(self, step: int, value: float, before: Sequence[float] = ()) -> None:
+        """``before``: the finite losses of the steps before this one, oldest first."""
         if not math.isfinite(value) and not self.evidence:
             self.evidence = {"step": step, "loss": str(value)}
+            if len(before) >= 3 and abs(before[-1]) >= DIVERGED * max(abs(before[0]), 1e-12):
+                self.evidence["loss_before"] = [float(f"{v:.4g}") for v in before]
             self.steps_left = self.watch_steps
         elif self.steps_left > 0 and (self.evidence.get("step") != step or self.origin):
             self.steps_left -= 1
@@ -74,6 +80,13 @@ class NonFiniteTracer:
             )
         elif origin:
             msg += f"; first produced by module {origin}"
+        elif "loss_before" in ev:  # finite outputs, a loss too large for float: divergence
+            before = ev["loss_before"]
+            msg += (
+                f"; the loss grew from {before[0]:.3g} to {before[-1]:.3g} over the "
+                f"{len(before)} steps before it: the run diverged (a learning rate too high, "
+                "or inputs far from unit scale)"
+            )
         elif self.watched:
             msg += "; no module output was non-finite (look at the loss code)"
         else:  # the run ended first, or a compiled model (no module hooks) ran

@@ -75,6 +75,21 @@ def write_json(result: dict[str, Any], path: str | Path) -> None:
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
 
 
+def check_plot_path(path: Path) -> None:
+    """Fail before the run, not after it, when the plot cannot be drawn: no matplotlib, or a
+    file name whose extension names no image format it writes."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError as e:
+        raise ValueError("--plot needs matplotlib: pip install 'treeqa[plot]'") from e
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        raise ValueError(
+            f"--plot {path}: name the image format by its extension "
+            f"({', '.join('.' + f for f in sorted(formats))})"
+        )
+
+
 def write_plot(result: dict[str, Any], path: str | Path) -> None:
     """Step time, memory and loss over steps, with each finding marked where it first appeared."""
     try:

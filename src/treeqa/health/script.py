@@ -15,9 +15,10 @@ import sys
 import traceback
 import types
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from treeqa.health.monitor import HealthError
 
@@ -95,6 +96,28 @@ def interpreter_options(options: list[tuple[str, str]]) -> Iterator[None]:
                 faulthandler.disable()
 
 
+@contextlib.contextmanager
+def before_os_exit(callback: Callable[[], object]) -> Iterator[None]:
+    """Call ``callback`` (the report) when the script ends the process with ``os._exit``, which
+    skips every ``finally``; a child forked from it (a DataLoader worker) exits untouched."""
+    real, pid = os._exit, os.getpid()
+
+    def exit_now(status: int) -> NoReturn:
+        if os.getpid() == pid:
+            os._exit = real
+            try:
+                callback()
+            finally:
+                real(status)
+        real(status)
+
+    os._exit = exit_now
+    try:
+        yield
+    finally:
+        os._exit = real
+
+
 def writable(flag: str, path: Path) -> None:
     """Fail before the run, not after it, when a report cannot be written there."""
     if path.is_dir():
@@ -132,6 +155,15 @@ def print_traceback(error: BaseException) -> None:
         tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename
     ):
         tb = tb.tb_next
+    if isinstance(error, KeyboardInterrupt):
+        # Ctrl-C lands wherever the script was, often in the doctor's own hooks: end the
+        # traceback at the frame that called into them, as if they were not there.
+        here, last = str(Path(__file__).parent), tb
+        while last is not None and last.tb_next is not None:
+            if last.tb_next.tb_frame.f_code.co_filename.startswith(here):
+                last.tb_next = None
+                break
+            last = last.tb_next
     traceback.print_exception(type(error), error, tb)
 
 

@@ -283,7 +283,7 @@ def official_scores(gold: dict[str, Any], answers: dict[str, Answer]) -> dict[st
         floor = min(margins.values(), default=0.0) - 1.0
         best = evaluate_predictions(gold, spans, na_probs=margins, abstain_thresh=floor)
         scores |= {k: v for k, v in best.items() if k.startswith("best_")}
-    return {k: float(v) for k, v in scores.items() if isinstance(v, int | float)}
+    return {k: v for k, v in scores.items() if isinstance(v, int | float)}  # counts stay ints
 
 
 def evaluate_model(
