@@ -209,6 +209,15 @@ def test_train_config_values_out_of_range_name_the_field() -> None:
         assert str(err.value) == message
 
 
+def test_a_class_count_that_does_not_fit_the_task_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"model.num_classes: 3 does not fit data.task 'fine'"):
+        resolve_config({}, [("model", "tree_lstm"), ("model.num_classes", "3")])
+    with pytest.raises(ConfigError, match="data.task 'binary', which has 2 classes"):
+        resolve_config({"model": {"num_classes": 5}, "data": {"task": "binary"}}, [])
+    fitting = resolve_config({}, [("task", "binary3"), ("model.num_classes", "3")])
+    assert fitting.model.num_classes == 3
+
+
 def test_a_bad_device_name_is_one_clear_error() -> None:
     with pytest.raises(ValueError, match="^device 'tpu': expected auto, cpu, cuda or cuda:N$"):
         resolve_device("tpu")

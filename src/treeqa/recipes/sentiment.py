@@ -101,7 +101,16 @@ def resolve_config(
             "this is a reading-comprehension (QANet) config or run: use `treeqa train qa`"
         )
     cls = experiment_class(name)
-    return cfg.from_dict(cls, cfg.merge_overrides(cls, raw, overrides, ALIASES, named))
+    config: Any = cfg.from_dict(cls, cfg.merge_overrides(cls, raw, overrides, ALIASES, named))
+    given = "num_classes" in section if isinstance(section, dict) else False
+    given |= any(key in ("num_classes", "model.num_classes") for key, _ in overrides)
+    classes = sst.TASKS[config.data.task]
+    if given and config.model.num_classes != classes:  # set from the task, never by hand
+        raise cfg.ConfigError(
+            f"model.num_classes: {config.model.num_classes} does not fit data.task "
+            f"{config.data.task!r}, which has {classes} classes (it is set from the task)"
+        )
+    return config
 
 
 def load_trees(data: SentimentData, names: Sequence[str] = sst.SPLITS) -> dict[str, list[Tree]]:
