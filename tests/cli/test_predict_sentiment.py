@@ -111,3 +111,16 @@ def test_an_output_that_is_the_input_is_refused(
     assert main([*argv, "--output", str(src)]) == 2
     assert "is the --input file; write the results elsewhere" in capsys.readouterr().err
     assert src.read_text(encoding="utf-8") == "((the) (film))\n"
+
+
+def test_an_output_that_is_the_models_checkpoint_is_refused(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trees = tmp_path / "trees.txt"
+    trees.write_text("((the) (film))\n")
+    before = (run / "best.safetensors").read_bytes()
+    for checkpoint in (run, run / "best.safetensors"):
+        argv = ["predict", "--checkpoint", str(checkpoint), "--input", str(trees)]
+        assert main([*argv, "--output", str(run / "best.safetensors")]) == 2
+        assert "is a checkpoint of the model" in capsys.readouterr().err
+    assert (run / "best.safetensors").read_bytes() == before

@@ -3,6 +3,8 @@ config file, its metrics log whole across a resume; a bad log line is named."""
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,33 @@ def test_a_bad_line_in_the_metrics_log_is_named(
     err = capsys.readouterr().err
     assert str(log) in err and re.search(message, err)
     assert log.read_text().splitlines()[1] == line  # the log is left as it was
+
+
+def test_a_second_run_into_a_directory_in_training_is_refused(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from treeqa.train import checkpoint as ckpt
+
+    run = tmp_path / "run"
+    with ckpt.run_lock(run):  # as a training still going on in another process holds it
+        assert subprocess.run(
+            [sys.executable, "-m", "treeqa", *args(demo_dir, "--out", str(run))],
+            capture_output=True, text=True, timeout=300,
+        ).stderr.strip().endswith("is being trained by another process right now: wait for it to end, or give another --out")  # fmt: skip
+        assert sorted(p.name for p in run.iterdir()) == [ckpt.LOCK]  # nothing written
+    assert main(args(demo_dir, "--out", str(run))) == 0  # free again
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "already trained 1 epoch(s), train.epochs is 1: nothing more to train" in out
+
+
+def test_a_run_stopped_before_any_evaluation_says_it_has_no_best_score() -> None:
+    from treeqa.cli.common import best_line
+
+    assert best_line("f1", {"best_epoch": -1, "best_dev": float("-inf")}, ".2f") == (
+        "best dev f1: none (no dev evaluation finished)"
+    )
+    assert best_line("f1", {"best_epoch": 2, "best_dev": 71.234}, ".2f") == (
+        "best dev f1: 71.23 (epoch 2)"
+    )

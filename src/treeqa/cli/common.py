@@ -71,6 +71,13 @@ def check_out(args: argparse.Namespace) -> None:
         )
 
 
+def best_line(metric: str, result: Mapping[str, Any], spec: str) -> str:
+    """The closing line of a training run: its best dev score, or that it has none."""
+    if result["best_epoch"] < 1:  # stopped (strict health, a signal) before any evaluation
+        return f"best dev {metric}: none (no dev evaluation finished)"
+    return f"best dev {metric}: {result['best_dev']:{spec}} (epoch {result['best_epoch']})"
+
+
 def emit_json(payload: dict[str, Any]) -> None:
     """The last line of output: one machine-readable JSON object. A score that is not a
     finite number (no best epoch yet: -inf) is null, which JSON has; NaN and Infinity it has
@@ -145,9 +152,16 @@ def reader_gone() -> int:
 
 def check_output(args: argparse.Namespace) -> None:
     """Answers are written as they come, so an --output that is the --input file would be cut
-    to the answers made before an error: refused."""
+    to the answers made before an error: refused, as is one that is the model's checkpoint."""
     output, given = args.output, args.input
-    if output is None or given is None or given == STDIN or not output.exists():
+    if output is None or not output.exists():
         return
-    if os.path.samefile(output, given):
+    if given is not None and given != STDIN and os.path.samefile(output, given):
         raise ValueError(f"--output {output} is the --input file; write the results elsewhere")
+    checkpoint = getattr(args, "checkpoint", None)
+    if checkpoint is not None:  # the model's own weights: a run directory's or the file given
+        models = [checkpoint] if checkpoint.is_file() else list(checkpoint.glob("*.safetensors"))
+        if any(m.exists() and os.path.samefile(output, m) for m in models):
+            raise ValueError(
+                f"--output {output} is a checkpoint of the model; write the results elsewhere"
+            )

@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
 def run_seeds(args: argparse.Namespace) -> int:
     from treeqa.recipes import sentiment
     from treeqa.train.distributed import World
+    from treeqa.train.loop import Interrupted
 
     config = sentiment_config(args)
     out = args.out or Path("runs") / config.name
@@ -110,7 +111,12 @@ def run_seeds(args: argparse.Namespace) -> int:
         )
         run_dir = out / f"seed-{seeded.train.seed}"
         # A seed's directory from an earlier call is continued (or, killed early, restarted).
-        sentiment.train(seeded, run_dir, resume_run=run_dir.is_dir())
+        try:
+            sentiment.train(seeded, run_dir, resume_run=run_dir.is_dir())
+        except Interrupted as stop:  # evaluate has no --resume: the same command goes on
+            saved = str(stop).rsplit(";", 1)[0]
+            stop.args = (f"{saved}; run this command again to go on from there",)
+            raise
         if not main:  # under torchrun, process 0 scores and reports
             continue
         scores = sentiment.evaluate(run_dir, config.data.path, args.split)

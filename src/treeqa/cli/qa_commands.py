@@ -17,6 +17,7 @@ from treeqa.cli import flags
 from treeqa.cli.common import (
     STDIN,
     STRICT_STOP,
+    best_line,
     check_out,
     check_output,
     emit_json,
@@ -45,9 +46,7 @@ def train_main(args: argparse.Namespace) -> int:
     result = train(config, out, resume_run=args.resume is not None)
     if not World.from_env().main:  # under torchrun, process 0 reports
         return STRICT_STOP if result["aborted"] else 0
-    print(
-        f"run directory: {out}\nbest dev f1: {result['best_dev']:.2f} (epoch {result['best_epoch']})"
-    )
+    print(f"run directory: {out}\n{best_line('f1', result, '.2f')}")
     if args.json:
         emit_json({"run_dir": str(out), **result})
     return exit_code(result, out)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from treeqa.cli import flags, qa_commands
-from treeqa.cli.common import STRICT_STOP, check_out, emit_json, exit_code, subparser
+from treeqa.cli.common import STRICT_STOP, best_line, check_out, emit_json, exit_code, subparser
 
 HELP = "Train a sentiment model, or QANet (`train qa`), into a run directory."
 EXAMPLES = {
@@ -85,9 +85,7 @@ def train_sentiment(args: argparse.Namespace) -> int:
     result = train(config, out, resume_run=args.resume is not None)
     if not World.from_env().main:  # under torchrun, process 0 reports
         return STRICT_STOP if result["aborted"] else 0
-    print(
-        f"run directory: {out}\nbest dev {config.train.metric}: {result['best_dev']:.4f} (epoch {result['best_epoch']})"
-    )
+    print(f"run directory: {out}\n{best_line(config.train.metric, result, '.4f')}")
     if args.json:
         emit_json({"run_dir": str(out), **result})
     return exit_code(result, out)

@@ -33,6 +33,7 @@ from treeqa.train.callbacks import (
     StopOnSignal,
     check_resumable,
     resume,
+    say_if_done,
     standard_callbacks,
 )
 from treeqa.train.distributed import World
@@ -344,6 +345,17 @@ def train(
     extra_callbacks: Sequence[Callback] = (),
 ) -> dict[str, Any]:
     """Train QANet into run directory ``out``; returns the best dev F1 and where it was reached."""
+    with ckpt.run_lock(out, World.from_env().main):
+        return _train(config, out, resume_run=resume_run, extra_callbacks=extra_callbacks)
+
+
+def _train(
+    config: QAExperiment,
+    out: Path,
+    *,
+    resume_run: bool = False,
+    extra_callbacks: Sequence[Callback] = (),
+) -> dict[str, Any]:
     ckpt.check_run_dir(out, resume_run)
     # Absolute, so the run's config.toml names its data from any working directory.
     prepared = Path(config.data.prepared).resolve()
@@ -371,6 +383,7 @@ def train(
         check_resumable(out, config)
     same = {"word_vocab": list(words.tokens), "char_vocab": list(chars.tokens)}
     state = resume(out, model, optimizer, scheduler, same) if resume_run else None
+    say_if_done(out, state, config.train.epochs)
     ema = build_ema(config.train.ema_decay, out if state is not None else None)
     # Written once the last checkpoint has loaded: a resume whose overrides do not fit it
     # fails above and leaves the run's config as it was.

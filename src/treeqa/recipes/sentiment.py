@@ -29,6 +29,7 @@ from treeqa.train.callbacks import (
     StopOnSignal,
     check_resumable,
     resume,
+    say_if_done,
     standard_callbacks,
 )
 from treeqa.train.distributed import World
@@ -253,6 +254,13 @@ def train(
     config: Any, out: Path, *, resume_run: bool = False, extra_callbacks: Sequence[Callback] = ()
 ) -> dict[str, Any]:
     """Train one sentiment model into run directory ``out``; returns the best dev metrics."""
+    with ckpt.run_lock(out, World.from_env().main):
+        return _train(config, out, resume_run=resume_run, extra_callbacks=extra_callbacks)
+
+
+def _train(
+    config: Any, out: Path, *, resume_run: bool = False, extra_callbacks: Sequence[Callback] = ()
+) -> dict[str, Any]:
     ckpt.check_run_dir(out, resume_run)
     config = dataclasses.replace(config, data=absolute_paths(config.data))
     seed_everything(config.train.seed)
@@ -279,6 +287,7 @@ def train(
         check_resumable(out, config)
     same = {"vocab": list(vocab.tokens)}
     state = resume(out, model, optimizer, scheduler, same) if resume_run else None
+    say_if_done(out, state, config.train.epochs)
     ema = build_ema(config.train.ema_decay, out if state is not None else None)
     # Written once the last checkpoint has loaded: a resume whose overrides do not fit it
     # fails above and leaves the run's config as it was.

@@ -137,7 +137,8 @@ class MetricsLog(Callback):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             # A resumed run repeats the steps after its last checkpoint: drop their old lines.
-            kept = [line for line in read_log(self.path) if line[1].get("step", 0) <= state.step]
+            # A new run keeps none (its own early lines, a kill before the first checkpoint).
+            kept = [line for line in read_log(self.path) if line[1].get("step", 1) <= state.step]
             ckpt.write_text_atomic(self.path, "".join(text for text, _ in kept))
 
     def on_epoch_start(self, state: TrainState) -> None:
@@ -380,6 +381,16 @@ def check_resumable(run_dir: Path, config: Any) -> None:
             f"{run_dir} was trained with other settings, and a resumed run keeps its own: "
             f"{'; '.join(changed)}. Only {', '.join(_settings_of(config, RESUMABLE))} may "
             "change when it goes on; give another --out to train with these"
+        )
+
+
+def say_if_done(run_dir: Path, state: TrainState | None, epochs: int) -> None:
+    """Say so when a resumed run has already trained ``epochs`` epochs: it trains nothing, and
+    the scores printed are those it had."""
+    if state is not None and state.epoch >= epochs and not state.epoch_step:
+        tqdm.write(
+            f"{run_dir}: already trained {state.epoch} epoch(s), train.epochs is {epochs}: "
+            "nothing more to train; the scores are those it has"
         )
 
 

@@ -8,10 +8,11 @@ Files are written to a temporary name and renamed, so a crash never leaves half 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,15 +64,50 @@ class Checkpoint:
 
 def check_run_dir(out: Path, resume: bool) -> None:
     """Refuse run directory ``out`` for a new run when a run there left a checkpoint: it is
-    only ever resumed, never trained over (that would replace its best and last weights).
-    The directory itself is made by the first file written into it, so a run that fails its
-    input checks leaves none behind."""
+    only ever resumed, never trained over (that would replace its best and last weights)."""
     found = [name for name in (BEST, LAST) if (out / name).exists()]
     if found and not resume:
         raise FileExistsError(
             f"{out} already holds a run ({', '.join(found)}): continue it with --resume {out}, "
             "or give the new run another --out"
         )
+
+
+LOCK = ".lock"
+
+
+@contextlib.contextmanager
+def run_lock(out: Path, main: bool = True) -> Iterator[None]:
+    """Hold run directory ``out`` for one training at a time: a second run into it, new or
+    resumed, is refused while the first goes on (an advisory lock on ``out/.lock``, which the
+    system drops when the process ends, however it ends). ``main``: false for the other
+    processes of a torchrun run, which share process 0's directory. A directory made here that
+    holds nothing else when the run fails (its input checks) is removed."""
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks on this system (Windows): nothing to hold
+        yield
+        return
+    if not main:
+        yield
+        return
+    made = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    lock = open(out / LOCK, "a")  # noqa: SIM115 - held open for the run, closed below
+    try:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FileExistsError(
+                f"{out} is being trained by another process right now: wait for it to end, "
+                "or give another --out"
+            ) from None
+        yield
+    finally:
+        lock.close()  # drops the lock
+        if made and [p.name for p in out.iterdir()] == [LOCK]:
+            (out / LOCK).unlink(missing_ok=True)
+            out.rmdir()
 
 
 def write_text_atomic(path: Path, text: str) -> None:

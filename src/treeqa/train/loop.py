@@ -407,8 +407,8 @@ def fit(
                 raise ValueError(
                     f"epoch {state.epoch} gave this process no batch to train on"
                     + (
-                        f": under torchrun each of the {world.size} processes takes every "
-                        f"{world.size}-th batch; use smaller batches or fewer processes"
+                        f": under torchrun each of the {world.size} processes takes one batch "
+                        f"in {world.size}; use smaller batches or fewer processes"
                         if world.size > 1
                         else ""
                     )
