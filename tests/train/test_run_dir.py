@@ -141,3 +141,14 @@ def test_a_run_stopped_before_any_evaluation_says_it_has_no_best_score() -> None
     assert best_line("f1", {"best_epoch": 2, "best_dev": 71.234}, ".2f") == (
         "best dev f1: 71.23 (epoch 2)"
     )
+
+
+def test_a_resume_whose_config_was_emptied_says_so(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert main(args(demo_dir, "--out", str(run))) == 0
+    (run / "config.toml").write_text("")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--train.epochs=2"]) == 2
+    assert f"{run / 'config.toml'} is empty, so the settings" in capsys.readouterr().err

@@ -375,7 +375,13 @@ def check_resumable(run_dir: Path, config: Any) -> None:
     stored = run_dir / "config.toml"
     if not (run_dir / ckpt.LAST).is_file() or not stored.is_file():
         return
-    changed = cfg.changed_settings(stored.read_text(encoding="utf-8"), config, RESUMABLE)
+    text = stored.read_text(encoding="utf-8")
+    if not text.strip():  # emptied by hand: the comparison below would list every setting
+        raise cfg.ConfigError(
+            f"{stored} is empty, so the settings {run_dir} was trained with are not known: "
+            "restore it, or give the new run another --out"
+        )
+    changed = cfg.changed_settings(text, config, RESUMABLE)
     if changed:
         raise cfg.ConfigError(
             f"{run_dir} was trained with other settings, and a resumed run keeps its own: "
