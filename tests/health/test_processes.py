@@ -17,13 +17,13 @@ import torch
 
 from treeqa.health.processes import (
     evaluation_on_one_shard,
-    exit_on_sigterm,
     gradients_not_averaged,
     launcher_split,
     merge,
     moments,
     same_data_on_every_process,
 )
+from treeqa.health.script import exit_on_sigterm
 
 
 def test_the_launchers_options_stay_with_it_and_the_script_goes_to_each_worker() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from treeqa.data.tree import UNLABELLED, Tree, read_trees
+from treeqa.data.tree import UNLABELLED, Tree, line_text, read_trees
 
 SPLITS = ("train", "dev", "test")
 TASKS = {"fine": 5, "binary": 2, "binary3": 3}
@@ -51,10 +51,9 @@ def load_split(data_dir: str | Path, split: str) -> list[Tree]:
 
 def tree_lines(path: str | Path) -> list[int]:
     """The line number (from 1) of each tree ``read_tree_file`` reads from ``path``."""
-    from treeqa.data.tree import line_text
-
-    with Path(path).open(encoding="utf-8", newline="") as f:
-        if Path(path).suffix == ".jsonl":  # as read_dependency_trees reads it
+    path = Path(path)
+    with path.open(encoding="utf-8", newline="") as f:
+        if path.suffix == ".jsonl":  # as read_dependency_trees reads it
             return [n for n, line in enumerate(f, 1) if line.strip()]
         return [n for n, line in enumerate(f, 1) if line_text(line, n)]
 

@@ -478,7 +478,7 @@ def run_doctor(
     try:
         # SIGTERM (a scheduler preempting the job) ends the script as sys.exit(143) would,
         # and os._exit after training reports first: neither loses the run's report.
-        with processes.exit_on_sigterm(), script.before_os_exit(final_report):
+        with script.exit_on_sigterm(), script.before_os_exit(final_report):
             code = script.run(target)
     except BaseException:
         doctor.uninstall()
@@ -526,7 +526,7 @@ def watch_process(
     doctor = Doctor(monitor, prints)
     doctor.install()
     try:
-        with processes.exit_on_sigterm():  # torchrun and spawn stop the others so when one fails
+        with script.exit_on_sigterm():  # torchrun and spawn stop the others so when one fails
             value = fn(*args)
     finally:
         doctor.uninstall()

@@ -397,11 +397,10 @@ class HealthMonitor(Callback):
 
     def _saw_loss(self, step: int, value: float) -> None:
         if value != value or value in (math.inf, -math.inf) or self.nonfinite.armed:
-            losses, last = self.series["loss"], self.step
-            earlier = losses[
-                max(0, len(losses) - 1 - (last - step) - 10) : len(losses) - 1 - (last - step)
-            ]
-            self.nonfinite.saw_loss(step, value, [v for v in earlier if math.isfinite(v)])
+            losses = self.series["loss"]
+            at = len(losses) - 1 - (self.step - step)  # this step's place in the series
+            earlier = [v for v in losses[max(0, at - 10) : at] if math.isfinite(v)]
+            self.nonfinite.saw_loss(step, value, earlier)
 
     def add(self, finding: Finding) -> None:
         finding.step = finding.step or self.step + self.in_step

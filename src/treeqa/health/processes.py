@@ -24,9 +24,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -340,25 +339,6 @@ def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
             for p, r in zip(prints, reports, strict=True)
         ],
     }
-
-
-@contextlib.contextmanager
-def exit_on_sigterm() -> Iterator[None]:
-    """SIGTERM ends the script as ``sys.exit(143)`` would, so that this process still reports:
-    torchrun sends it to the other workers when one fails. A handler the script installs
-    replaces this one."""
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class Watched:

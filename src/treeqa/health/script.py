@@ -11,6 +11,7 @@ import importlib.util
 import io
 import os
 import runpy
+import signal
 import sys
 import traceback
 import types
@@ -18,7 +19,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from treeqa.health.monitor import HealthError
 
@@ -97,19 +98,37 @@ def interpreter_options(options: list[tuple[str, str]]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """SIGTERM ends the script as ``sys.exit(143)`` would, so that its process still reports:
+    a scheduler preempting the job sends it, and torchrun and ``spawn`` send it to the other
+    processes when one fails. A handler the script installs replaces this one."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
 def before_os_exit(callback: Callable[[], object]) -> Iterator[None]:
     """Call ``callback`` (the report) when the script ends the process with ``os._exit``, which
     skips every ``finally``; a child forked from it (a DataLoader worker) exits untouched."""
     real, pid = os._exit, os.getpid()
 
     def exit_now(status: int) -> NoReturn:
-        if os.getpid() == pid:
-            os._exit = real
-            try:
+        try:
+            if os.getpid() == pid:
+                os._exit = real
                 callback()
-            finally:
-                real(status)
-        real(status)
+        finally:
+            real(status)
 
     os._exit = exit_now
     try:

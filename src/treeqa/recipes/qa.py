@@ -477,16 +477,12 @@ def evaluate(
     id_map = IdMap.between(data, loaded.words, loaded.chars)
     answers = predict_rows(loaded.model, data, None, 32, loaded.threshold, id_map)
     if predictions_out is not None:
-        write_json_atomic(Path(predictions_out), {q: a.text for q, a in answers.items()})
+        text = json.dumps({q: a.text for q, a in answers.items()}, ensure_ascii=False)
+        ckpt.write_text_atomic(Path(predictions_out), text)
     scores = {**official_scores(data.gold(), answers), "questions": float(len(data))}
     if id_map is not None:
         scores["words_unknown_to_model"] = float(id_map.unknown_words)
     return scores
-
-
-def write_json_atomic(path: Path, value: Any) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it into place."""
-    ckpt.write_text_atomic(path, json.dumps(value, ensure_ascii=False))
 
 
 MAX_CONTEXT_TOKENS = 2_000
