@@ -3,7 +3,9 @@
 Trains a small Tree-LSTM (no dropout, sparse word-vector gradients) through ``fit()`` on
 fixed batches of the demo treebank and saves this process's final weights and the batches it
 took as ``OUT/rank{R}.safetensors``. With ``--sigterm-at S``, process 1 sends itself SIGTERM
-at step S and each process saves only the step it stopped at, as ``OUT/rank{R}.stop``.
+at step S and each process saves only the step it stopped at, as ``OUT/rank{R}.stop``. With
+``--kill-at S``, process 1 kills itself with SIGKILL at step S and process 0 saves the error
+its next step raises, as ``OUT/rank0.lost``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from treeqa.data.demo import demo_splits
 from treeqa.data.vocab import Vocab
 from treeqa.models.tree_lstm import TreeLSTM, TreeLSTMConfig
 from treeqa.train.callbacks import StopOnSignal
-from treeqa.train.distributed import World
+from treeqa.train.distributed import PeerLost, World
 from treeqa.train.loop import Callback, Interrupted, TrainConfig, TrainState, fit
 from treeqa.train.optim import build_optimizer
 
@@ -53,20 +55,34 @@ class Taken(Callback):
         self.taken.append(same.index(True))
 
 
-class SigtermAt(Callback):
-    def __init__(self, step: int):
-        self.step = step
+class SignalAt(Callback):
+    """Process 1 sends itself ``signum`` at the end of step ``step``."""
+
+    def __init__(self, step: int, signum: int = signal.SIGTERM):
+        self.step, self.signum = step, signum
 
     def on_step_end(self, state: TrainState, output: object, batch: object) -> None:
         if World.from_env().rank == 1 and state.step == self.step:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), self.signum)
 
 
-def main(out: Path, sigterm_at: int = 0) -> None:
+def main(out: Path, sigterm_at: int = 0, kill_at: int = 0) -> None:
     model, optimizer, batches = setup()
     taken = Taken(batches)
+    if kill_at:
+        try:
+            fit(
+                model,
+                optimizer,
+                lambda epoch: batches,
+                CONFIG,
+                callbacks=[SignalAt(kill_at, signal.SIGKILL)],
+            )
+        except PeerLost as lost:
+            (out / "rank0.lost").write_text(str(lost))
+        return
     if sigterm_at:
-        stopper = [SigtermAt(sigterm_at), StopOnSignal()]  # stops after the step it was sent in
+        stopper = [SignalAt(sigterm_at), StopOnSignal()]  # stops after the step it was sent in
         try:
             fit(model, optimizer, lambda epoch: batches, CONFIG, callbacks=stopper)
         except Interrupted as stop:
@@ -79,4 +95,5 @@ def main(out: Path, sigterm_at: int = 0) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[3]) if sys.argv[2:3] == ["--sigterm-at"] else 0)
+    option = dict(zip(sys.argv[2::2], map(int, sys.argv[3::2]), strict=True))
+    main(Path(sys.argv[1]), option.get("--sigterm-at", 0), option.get("--kill-at", 0))

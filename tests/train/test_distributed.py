@@ -73,6 +73,16 @@ def test_a_sigterm_to_one_process_stops_every_process_after_the_same_step(
     assert stops == [f"{signal.SIGTERM.value} 2"] * 2  # process 0 was not sent it
 
 
+def test_a_process_killed_mid_run_stops_the_other_with_a_clear_error(tmp_path: Path) -> None:
+    # torchrun would stop process 0 itself on seeing process 1 gone; it looks only every 30 s
+    worker = [str(HERE / "ddp_worker.py"), str(tmp_path), "--kill-at", "2"]
+    run = torchrun(2, "--monitor-interval", "30", *worker)
+    assert run.returncode != 0  # process 1's SIGKILL
+    lost = (tmp_path / "rank0.lost").read_text()
+    assert lost.startswith("process 0 of 2: another process of this run stopped (killed, ")
+    assert "--resume RUN_DIR goes on from there" in lost
+
+
 def test_torchrun_trains_one_run_directory_from_the_cli(demo_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     run = torchrun(

@@ -46,6 +46,26 @@ class World:
         return self.rank == 0
 
 
+class PeerLost(ConnectionError):
+    """Another process of the run stopped (killed, out of memory, failed), so this one cannot
+    go on: its collectives fail where they waited for that process."""
+
+
+def peer_lost(err: RuntimeError, world: World) -> PeerLost | None:
+    """``err`` as a PeerLost when it is a failed collective (gloo's "Connection reset by peer",
+    an aborted NCCL communicator) in a run of several processes; otherwise None."""
+    text = str(err)
+    if world.size <= 1 or not (isinstance(err, dist.DistError) or "gloo" in text or "NCCL" in text):
+        return None
+    reason = text.split(". ")[0].split("] ", 1)[-1]  # gloo's source location and advice cut
+    return PeerLost(
+        f"process {world.rank} of {world.size}: another process of this run stopped (killed, "
+        f"out of memory or failed: its own output says which), so this one cannot go on "
+        f"({reason}). The run directory keeps its last checkpoint: once the cause is fixed, "
+        "the same torchrun command with --resume RUN_DIR goes on from there"
+    )
+
+
 _control: Any = None
 """A gloo group for the loop's own messages (stop flags, dev metrics): on the host, so that
 agreeing to go on after a step never waits for the GPU to finish its queued work."""

@@ -442,6 +442,11 @@ def fit(
         if state.interrupted:
             raise Interrupted(state.interrupted, state)
         return state
+    except RuntimeError as err:
+        lost = distributed.peer_lost(err, world)
+        if lost is None:
+            raise
+        raise lost from err
     finally:
         for cb in callbacks:
             cb.on_teardown(state)
