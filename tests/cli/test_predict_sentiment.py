@@ -124,3 +124,8 @@ def test_an_output_that_is_the_models_checkpoint_is_refused(
         assert main([*argv, "--output", str(run / "best.safetensors")]) == 2
         assert "is a checkpoint of the model" in capsys.readouterr().err
     assert (run / "best.safetensors").read_bytes() == before
+    config = (run / "config.toml").read_text()
+    assert main(["predict", "--checkpoint", str(run), "--input", str(trees), "--output",
+                 str(run / "config.toml")]) == 2  # fmt: skip
+    assert f"--output {run / 'config.toml'} is a file of the run {run}" in capsys.readouterr().err
+    assert (run / "config.toml").read_text() == config

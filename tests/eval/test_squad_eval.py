@@ -262,3 +262,9 @@ def test_a_question_id_given_twice_is_an_error_not_the_last_answer(tmp_path: Pat
     (tmp_path / "nested.json").write_text('{"a": {"x": 1, "x": 2}}')
     with pytest.raises(PredictionFileError, match="prediction for 'a' is not a string"):
         load_predictions(tmp_path / "nested.json")
+
+
+def test_a_numeric_question_id_is_read_as_preparation_reads_it() -> None:
+    gold = {"data": [{"paragraphs": [{"qas": [{"id": 12345, "answers": [{"text": "Denver"}]}]}]}]}
+    scores = evaluate_predictions(gold, {"12345": "Denver"})
+    assert scores["exact_match"] == 100.0 and scores["total"] == 1

@@ -241,6 +241,19 @@ def test_predict_cli_text_and_jsonl(
     assert main([*argv, "--split", "test"]) == 2
     assert "has no split 'test'" in capsys.readouterr().err
 
+    # The run's and the prepared data's own files are never written over by the answers.
+    kept = {p: p.read_bytes() for p in [*out.iterdir(), prepared / "dev" / "gold.json"]}
+    for target, said in (
+        (out / "best.safetensors", "is a checkpoint of the model of the run"),
+        (out / "config.toml", "is a file of the run"),
+        (out / "metrics.jsonl", "is a file of the run"),
+        (prepared / "dev" / "gold.json", "is a file of the prepared data"),
+    ):
+        assert main([*argv, "--write-predictions", str(target)]) == 2
+        assert f"--write-predictions {target} {said}" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert main([*argv, "--write-predictions", str(out / "dev-predictions.json")]) == 0
+
 
 def test_resolve_config_rejects_unknown_keys() -> None:
     from treeqa.config import ConfigError

@@ -152,16 +152,38 @@ def reader_gone() -> int:
 
 def check_output(args: argparse.Namespace) -> None:
     """Answers are written as they come, so an --output that is the --input file would be cut
-    to the answers made before an error: refused, as is one that is the model's checkpoint."""
-    output, given = args.output, args.input
-    if output is None or not output.exists():
+    to the answers made before an error: refused, as are the model's and the data's own files
+    (``check_written``)."""
+    check_written(args.output, "--output", args.input, getattr(args, "checkpoint", None))
+
+
+def check_written(
+    path: Path | None,
+    flag: str,
+    given: Path | None = None,
+    checkpoint: Path | None = None,
+    prepared: Path | None = None,
+) -> None:
+    """Refuse, before any work, a file to write (``flag``'s ``path``) that is a directory, the
+    input file ``given``, a checkpoint of the model or another file of its run directory
+    (config, metrics, health report), or a file of the ``prepared`` data directory."""
+    if path is None:
         return
-    if given is not None and given != STDIN and os.path.samefile(output, given):
-        raise ValueError(f"--output {output} is the --input file; write the results elsewhere")
-    checkpoint = getattr(args, "checkpoint", None)
-    if checkpoint is not None:  # the model's own weights: a run directory's or the file given
-        models = [checkpoint] if checkpoint.is_file() else list(checkpoint.glob("*.safetensors"))
-        if any(m.exists() and os.path.samefile(output, m) for m in models):
-            raise ValueError(
-                f"--output {output} is a checkpoint of the model; write the results elsewhere"
-            )
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a directory; give a file name")
+    if not path.exists():
+        return
+    elsewhere = "write the results elsewhere"
+    if given is not None and given != STDIN and given.exists() and os.path.samefile(path, given):
+        raise ValueError(f"{flag} {path} is the --input file; {elsewhere}")
+    if checkpoint is not None and checkpoint.exists():
+        from treeqa.train.checkpoint import is_run_file
+
+        run_dir = checkpoint if checkpoint.is_dir() else checkpoint.parent
+        if checkpoint.is_file() and os.path.samefile(path, checkpoint):
+            raise ValueError(f"{flag} {path} is a checkpoint of the model; {elsewhere}")
+        if os.path.samefile(path.parent, run_dir) and is_run_file(path.name):
+            what = "a checkpoint of the model" if path.suffix == ".safetensors" else "a file"
+            raise ValueError(f"{flag} {path} is {what} of the run {run_dir}; {elsewhere}")
+    if prepared is not None and path.resolve().is_relative_to(prepared.resolve()):
+        raise ValueError(f"{flag} {path} is a file of the prepared data {prepared}; {elsewhere}")

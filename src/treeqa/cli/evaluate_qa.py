@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from treeqa.cli import flags
-from treeqa.cli.common import emit_json, refuse_unused, subparser
+from treeqa.cli.common import check_written, emit_json, refuse_unused, subparser
 
 EXAMPLE = (
     "treeqa evaluate qa --gold dev-v1.1.json --predictions predictions.json --json\n"
@@ -196,11 +196,10 @@ def evaluate_checkpoint(args: argparse.Namespace) -> int:
 
     if args.prepared is None:
         raise ValueError("evaluate qa --checkpoint needs --prepared DIR (the prepared SQuAD)")
-    if args.write_predictions is not None and args.write_predictions.is_dir():
-        # Found out before answering every question, not after.
-        raise ValueError(
-            f"--write-predictions {args.write_predictions} is a directory; give a file name"
-        )
+    # Found out before answering every question, not after.
+    check_written(
+        args.write_predictions, "--write-predictions", None, args.checkpoint, args.prepared
+    )
     split = args.split or "dev"
     scores = qa.evaluate(args.checkpoint, args.prepared, split, args.write_predictions)
     if "words_unknown_to_model" in scores:

@@ -20,6 +20,7 @@ import torch
 from treeqa.data.qa_batch import QABatch
 from treeqa.data.squad_prepare import FORMAT_VERSION
 from treeqa.data.vocab import Vocab
+from treeqa.eval.squad import gold_answers
 
 __all__ = ["PreparedSplit", "load_meta"]
 
@@ -177,7 +178,9 @@ class PreparedSplit:
     def gold(self) -> dict[str, Any]:
         """Every question read for this split, in SQuAD layout: the input of
         :func:`treeqa.eval.squad.evaluate_predictions`."""
-        gold: dict[str, Any] = _read_json(self.directory / self.split / "gold.json")
+        path = self.directory / self.split / "gold.json"
+        gold: dict[str, Any] = _read_json(path)
+        gold_answers(gold, str(path))  # a file edited or overwritten since: named here
         return gold
 
     # Texts are loaded on first use: training never needs them, evaluation and serving do.

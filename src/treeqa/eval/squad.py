@@ -132,6 +132,8 @@ def gold_answers(
                 )
             for qa in qas:
                 qid = qa.get("id") if isinstance(qa, dict) else None
+                if isinstance(qid, int) and not isinstance(qid, bool):
+                    qid = str(qid)  # as preparation reads it; predictions' keys are strings
                 answers = qa.get("answers") if isinstance(qa, dict) else None
                 texts = (
                     [a.get("text") if isinstance(a, dict) else None for a in answers]

@@ -475,11 +475,12 @@ def evaluate(
     loaded = load_model(path)
     data = PreparedSplit(Path(prepared), split)
     id_map = IdMap.between(data, loaded.words, loaded.chars)
+    gold = data.gold()  # read before anything is written
     answers = predict_rows(loaded.model, data, None, 32, loaded.threshold, id_map)
     if predictions_out is not None:
         text = json.dumps({q: a.text for q, a in answers.items()}, ensure_ascii=False)
         ckpt.write_text_atomic(Path(predictions_out), text)
-    scores = {**official_scores(data.gold(), answers), "questions": float(len(data))}
+    scores = {**official_scores(gold, answers), "questions": float(len(data))}
     if id_map is not None:
         scores["words_unknown_to_model"] = float(id_map.unknown_words)
     return scores

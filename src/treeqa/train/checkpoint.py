@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -162,6 +163,13 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def is_run_file(name: str) -> bool:
+    """Whether a run directory's file ``name`` is one a run writes (its checkpoints, config
+    and the user's config kept beside it, metrics, health report, lock)."""
+    own = (BEST, LAST, "config.toml", "metrics.jsonl", "health.json", LOCK)
+    return name in own or re.fullmatch(r"config\.\d+\.toml", name) is not None
 
 
 def remove_partial_writes(run_dir: Path) -> None:
