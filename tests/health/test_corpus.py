@@ -114,6 +114,7 @@ CLEAN = [
     "clean_frozen_warmup.py",  # the first optimiser's backbone under no_grad in the second half
     "clean_aux_loss_later.py",  # a head's loss switched on at step 150: info, not a warning
     "clean_ddp.py",  # under torchrun: DDP, DistributedSamplers, sharded evaluation summed
+    "clean_copies.py",  # deepcopy, AveragedModel, torch.save and torch.jit.script of the model
 ]
 
 

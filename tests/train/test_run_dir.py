@@ -61,6 +61,19 @@ def test_the_users_config_file_in_out_is_kept(demo_dir: Path, tmp_path: Path) ->
     assert "epochs = 1" in mine.read_text() and "# my experiment" not in mine.read_text()
 
 
+def test_a_log_and_health_report_already_in_out_are_kept(demo_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "exp"
+    out.mkdir()
+    notes = '{"note": "my results from last week", "acc": 0.9}\nnot even JSON\n'
+    (out / "metrics.jsonl").write_text(notes)
+    (out / "health.json").write_text('{"mine": 1}')
+    assert main(["train", "--data", str(demo_dir), "--epochs", "1", "--out", str(out)]) == 0
+    assert (out / "metrics.1.jsonl").read_text() == notes
+    assert (out / "health.1.json").read_text() == '{"mine": 1}'
+    logged = (out / "metrics.jsonl").read_text().splitlines()
+    assert logged and all('"step"' in line or '"epoch"' in line for line in logged)
+
+
 @pytest.mark.parametrize(
     "tree, message",
     [

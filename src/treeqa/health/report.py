@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from treeqa.health.findings import SEVERITIES, Finding
+from treeqa.train.checkpoint import keep_aside
 
 _ORDER = {s: i for i, s in enumerate(reversed(SEVERITIES))}
 
@@ -149,9 +150,5 @@ def write_plot(result: dict[str, Any], path: str | Path) -> None:
 def keep_earlier(path: Path) -> None:
     """Move a report an earlier part of the run wrote (before a resume) to ``health.1.json``,
     ``health.2.json``, ...: the resumed part writes its own, and the earlier findings stay."""
-    if not path.exists():
-        return
-    k = 1
-    while (earlier := path.with_name(f"{path.stem}.{k}{path.suffix}")).exists():
-        k += 1
-    path.rename(earlier)
+    if path.exists():
+        keep_aside(path)

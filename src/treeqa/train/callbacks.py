@@ -135,9 +135,14 @@ class MetricsLog(Callback):
     ) -> None:
         self.optimizer = optimizer
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
+        if self.path.exists() and state.step == 0:
+            # A new run's folder held a log (a user's, or a try killed before its first
+            # checkpoint): kept aside as metrics.1.jsonl, as an earlier config.toml is.
+            if self.path.stat().st_size:
+                print(f"{self.path} held another log: kept as {ckpt.keep_aside(self.path)}")
+            self.path.unlink(missing_ok=True)
+        elif self.path.exists():
             # A resumed run repeats the steps after its last checkpoint: drop their old lines.
-            # A new run keeps none (its own early lines, a kill before the first checkpoint).
             kept = [line for line in read_log(self.path) if line[1].get("step", 1) <= state.step]
             ckpt.write_text_atomic(self.path, "".join(text for text, _ in kept))
 

@@ -132,12 +132,18 @@ def write_run_config(out: Path, text: str, resume: bool) -> None:
     (or the next free number) rather than writing over it."""
     path = out / "config.toml"
     if not resume and path.is_file() and path.read_bytes() != text.encode("utf-8"):
-        n = 1
-        while (kept := out / f"config.{n}.toml").exists():
-            n += 1
-        os.replace(path, kept)
-        print(f"{path} held another config: kept as {kept}")
+        print(f"{path} held another config: kept as {keep_aside(path)}")
     write_text_atomic(path, text)
+
+
+def keep_aside(path: Path) -> Path:
+    """Move ``path`` to the first free ``stem.1.suffix``, ``stem.2.suffix``, ... beside it (a
+    file a new run would otherwise write over) and return where it went."""
+    n = 1
+    while (kept := path.with_name(f"{path.stem}.{n}{path.suffix}")).exists():
+        n += 1
+    os.replace(path, kept)
+    return kept
 
 
 def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Path) -> None:
@@ -166,10 +172,11 @@ def _umask() -> int:
 
 
 def is_run_file(name: str) -> bool:
-    """Whether a run directory's file ``name`` is one a run writes (its checkpoints, config
-    and the user's config kept beside it, metrics, health report, lock)."""
+    """Whether a run directory's file ``name`` is one a run writes (its checkpoints, config,
+    metrics, health report and lock, and the earlier ones it kept aside)."""
     own = (BEST, LAST, "config.toml", "metrics.jsonl", "health.json", LOCK)
-    return name in own or re.fullmatch(r"config\.\d+\.toml", name) is not None
+    kept = r"(config\.\d+\.toml|metrics\.\d+\.jsonl|health\.\d+\.json)"  # keep_aside's
+    return name in own or re.fullmatch(kept, name) is not None
 
 
 def remove_partial_writes(run_dir: Path) -> None:
