@@ -226,3 +226,15 @@ def test_evaluate_qa_with_seeds_says_what_seeds_are_for(
         " treeqa evaluate qa does not; for QANet, train each seed with"
         " `treeqa train qa --train.seed=K` and score it with --checkpoint\n"
     )
+
+
+def test_prepare_squad_refuses_a_negative_seed_before_reading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["data", "prepare", "squad", "--train", str(tmp_path / "none.json"), "--dev",
+            str(tmp_path / "none.json"), "--out", str(tmp_path / "out"), "--seed", "-1"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert "argument --seed: expected a whole number of at least 0, got -1" in (
+        capsys.readouterr().err
+    )

@@ -165,3 +165,38 @@ def test_a_resume_whose_config_was_emptied_says_so(
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--train.epochs=2"]) == 2
     assert f"{run / 'config.toml'} is empty, so the settings" in capsys.readouterr().err
+
+
+def test_run_folders_that_cannot_be_are_refused_before_training(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    config = tmp_path / "exp.toml"
+    config.write_text("[train]\nepochs = 20\n")
+    cases = [
+        (["--out", str(a_file)], f"--out {a_file} is a file; a run directory is a folder"),
+        (["--resume", str(tmp_path), "--config", str(config)], "a resumed run keeps its own"),
+        (["--name", ""], "name '': the run's folder under runs/ needs a plain name"),
+        (["--name", "../elsewhere"], "name '../elsewhere': the run's folder under runs/"),
+    ]
+    for flags, said in cases:
+        assert main(["train", "--data", str(demo_dir), "--epochs", "1", *flags]) == 2
+        assert said in capsys.readouterr().err
+    assert a_file.read_text() == "mine\n" and sorted(tmp_path.iterdir()) == [config, a_file]
+
+
+def test_training_needs_labelled_train_and_dev_trees(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "sst"
+    shutil.copytree(demo_dir, data)
+    dev = data / "dev.txt"
+    dev.write_text(re.sub(r"\((\d) ", "(", dev.read_text()))  # labels stripped
+    out = tmp_path / "run"
+    assert main(["train", "--data", str(data), "--epochs", "1", "--out", str(out)]) == 2
+    said = capsys.readouterr().err
+    assert (
+        f"{dev}: no sentence has a label, so there is nothing to choose the best epoch by" in said
+    )
+    assert not out.exists()

@@ -46,6 +46,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def natural_int(text: str) -> int:
+    """An argparse type: a whole number of at least 0 (a seed)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 0, got {text}")
+    return value
+
+
 def fraction(text: str) -> float:
     """An argparse type: a number in [0, 1]."""
     value = float(text)
@@ -63,12 +71,36 @@ def tcp_port(text: str) -> int:
 
 
 def check_out(args: argparse.Namespace) -> None:
-    """A resumed run continues in its own directory: an --out elsewhere would be ignored."""
+    """A resumed run continues in its own directory with its own config: an --out elsewhere
+    or a --config would be ignored. A run directory is a folder, never a file."""
     resume, out = getattr(args, "resume", None), getattr(args, "out", None)
     if resume is not None and out is not None and out.resolve() != resume.resolve():
         raise ValueError(
             f"--out {out} with --resume {resume}: a resumed run continues in {resume}; drop --out"
         )
+    if resume is not None and getattr(args, "config", None) is not None:
+        raise ValueError(
+            f"--config {args.config} with --resume {resume}: a resumed run keeps its own "
+            f"{resume / 'config.toml'}; drop --config and give what may change as flags "
+            "(--epochs N, --train.patience=N, ...)"
+        )
+    for flag, path in (("--resume", resume), ("--out", out)):
+        if path is not None and path.exists() and not path.is_dir():
+            raise ValueError(f"{flag} {path} is a file; a run directory is a folder")
+
+
+def run_dir(args: argparse.Namespace, name: str) -> Path:
+    """Where a training run goes: --resume's folder, --out, or ``runs/NAME`` (``name`` a
+    plain folder name, not a path)."""
+    out: Path | None = getattr(args, "resume", None) or getattr(args, "out", None)
+    if out is not None:
+        return out
+    if not name or name in (".", "..") or "/" in name or "\\" in name:
+        raise ValueError(
+            f"name {name!r}: the run's folder under runs/ needs a plain name (no '/'); "
+            "give --out DIR to put it elsewhere"
+        )
+    return Path("runs") / name
 
 
 def best_line(metric: str, result: Mapping[str, Any], spec: str) -> str:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from treeqa.cli import flags
-from treeqa.cli.common import emit_json, fraction, positive_int
+from treeqa.cli.common import emit_json, fraction, natural_int, positive_int
 
 EXAMPLE = (
     "treeqa data prepare squad --train data/squad/train-v1.1.json "
@@ -62,7 +62,7 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seed",
-        type=int,
+        type=natural_int,
         default=0,
         metavar="N",
         help="random seed of the negatives and of vectors for words without one (default: 0)",

@@ -5,11 +5,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-from pathlib import Path
 from typing import Any
 
 from treeqa.cli import evaluate_qa, flags
-from treeqa.cli.common import emit_json, format_metrics, positive_int, refuse_unused, subparser
+from treeqa.cli.common import (
+    emit_json,
+    format_metrics,
+    positive_int,
+    refuse_unused,
+    run_dir,
+    subparser,
+)
 from treeqa.cli.train import sentiment_config
 
 HELP = "Score a sentiment checkpoint or N seeds, or (`evaluate qa`) SQuAD answers."
@@ -102,24 +108,24 @@ def run_seeds(args: argparse.Namespace) -> int:
     from treeqa.train.loop import Interrupted
 
     config = sentiment_config(args)
-    out = args.out or Path("runs") / config.name
+    out = run_dir(args, config.name)
     per_seed: list[dict[str, float]] = []
     main = World.from_env().main
     for k in range(args.seeds):
         seeded = dataclasses.replace(
             config, train=dataclasses.replace(config.train, seed=config.train.seed + k)
         )
-        run_dir = out / f"seed-{seeded.train.seed}"
+        seed_dir = out / f"seed-{seeded.train.seed}"
         # A seed's directory from an earlier call is continued (or, killed early, restarted).
         try:
-            sentiment.train(seeded, run_dir, resume_run=run_dir.is_dir())
+            sentiment.train(seeded, seed_dir, resume_run=seed_dir.is_dir())
         except Interrupted as stop:  # evaluate has no --resume: the same command goes on
             saved = str(stop).rsplit(";", 1)[0]
             stop.args = (f"{saved}; run this command again to go on from there",)
             raise
         if not main:  # under torchrun, process 0 scores and reports
             continue
-        scores = sentiment.evaluate(run_dir, config.data.path, args.split)
+        scores = sentiment.evaluate(seed_dir, config.data.path, args.split)
         print(
             f"seed {seeded.train.seed}: "
             + " ".join(f"{k}={v:.4f}" for k, v in scores.items() if k.endswith("acc"))

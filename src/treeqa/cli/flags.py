@@ -150,7 +150,8 @@ PREPARED = ConfigFlag(
 EPOCHS = ConfigFlag(
     "epochs",
     "train.epochs",
-    "passes over the training data",
+    "passes over the training data; for QANet with schedule.eval_every > 0, rounds of "
+    "eval_every steps, each ending in a dev evaluation",
     {"sentiment": "10", "qa": "10"},
     metavar="N",
     group="training",

@@ -23,6 +23,7 @@ from treeqa.cli.common import (
     emit_json,
     exit_code,
     reader_gone,
+    run_dir,
 )
 
 
@@ -42,7 +43,7 @@ def train_main(args: argparse.Namespace) -> int:
 
     check_out(args)
     config = _config(args)
-    out = args.resume or args.out or Path("runs") / config.name
+    out = run_dir(args, config.name)
     result = train(config, out, resume_run=args.resume is not None)
     if not World.from_env().main:  # under torchrun, process 0 reports
         return STRICT_STOP if result["aborted"] else 0

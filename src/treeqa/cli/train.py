@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from treeqa.cli import flags, qa_commands
-from treeqa.cli.common import STRICT_STOP, best_line, check_out, emit_json, exit_code, subparser
+from treeqa.cli.common import (
+    STRICT_STOP,
+    best_line,
+    check_out,
+    emit_json,
+    exit_code,
+    run_dir,
+    subparser,
+)
 
 HELP = "Train a sentiment model, or QANet (`train qa`), into a run directory."
 EXAMPLES = {
@@ -81,7 +89,7 @@ def train_sentiment(args: argparse.Namespace) -> int:
 
     check_out(args)
     config = sentiment_config(args, args.resume)
-    out = args.resume or args.out or Path("runs") / config.name
+    out = run_dir(args, config.name)
     result = train(config, out, resume_run=args.resume is not None)
     if not World.from_env().main:  # under torchrun, process 0 reports
         return STRICT_STOP if result["aborted"] else 0

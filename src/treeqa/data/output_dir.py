@@ -27,6 +27,8 @@ def check_replaceable(
     ``meta.json`` says (``made_here``) that ``maker`` wrote it, and it holds only the entries
     ``maker`` writes (``written``), none of them one of its ``inputs``: replacing ``out``
     deletes nothing the user put there."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} is a file; --out names the folder to write into")
     if not out.exists() or not any(out.iterdir()):
         return
     if not overwrite:

@@ -130,6 +130,18 @@ def load_trees(data: SentimentData, names: Sequence[str] = sst.SPLITS) -> dict[s
     return {s: sst.task_view(trees, data.task) for s, trees in splits.items()}
 
 
+TRAINING_USE = {"train": "learn from", "dev": "choose the best epoch by"}
+
+
+def check_labelled(
+    data_path: str, split: str, trees: Sequence[Tree], purpose: str = "score"
+) -> None:
+    """A split to learn from or score needs labelled sentences (root accuracy would be 0/0)."""
+    if not any(t.label != UNLABELLED for t in trees):
+        where = sst.split_path(data_path, split) if data_path else f"the demo {split} split"
+        raise ValueError(f"{where}: no sentence has a label, so there is nothing to {purpose}")
+
+
 def build_vocab(splits: dict[str, list[Tree]]) -> Vocab:
     # Every split's words, as in Tai et al.'s preprocessing: test words are given their
     # pretrained vectors; labels are never used.
@@ -265,6 +277,8 @@ def _train(
     config = dataclasses.replace(config, data=absolute_paths(config.data))
     seed_everything(config.train.seed)
     splits = load_trees(config.data)
+    for split in TRAINING_USE:
+        check_labelled(config.data.path, split, splits[split], TRAINING_USE[split])
     if config.model.name == "tree_lstm":
         check_binary(splits, config.data.path)
     vocab = build_vocab(splits)
@@ -401,9 +415,7 @@ def evaluate(path: str | Path, data_path: str, split: str) -> dict[str, float]:
     loaded = load_model(path)
     data = SentimentData(path=data_path, task=loaded.task)
     trees = load_trees(data, (split,))[split]  # a folder holding that split alone will do
-    if not any(t.label != UNLABELLED for t in trees):  # root accuracy would be 0 / 0
-        where = sst.split_path(data_path, split) if data_path else f"the demo {split} split"
-        raise ValueError(f"{where}: no sentence has a label, so there is nothing to score")
+    check_labelled(data_path, split, trees)
     encoded = [loaded.encode(t) for t in trees]
     scores: dict[str, float] = evaluate_model(loaded.model, encoded, loaded.task)
     scores["sentences"] = len(trees)
