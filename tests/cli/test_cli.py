@@ -199,7 +199,9 @@ def test_a_model_key_that_is_not_a_table_is_named(
     config.write_text('model = "tree_lstm"\n')  # meant [model] name = "tree_lstm"
     assert main(["train", "--config", str(config), "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
-    assert err == "treeqa train: error: config.model: expected a section (table), got 'tree_lstm'\n"
+    assert err == (
+        f"treeqa train: error: {config}: config.model: expected a section (table), got 'tree_lstm'\n"
+    )
 
 
 def test_resume_with_another_out_is_refused_not_ignored(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -123,6 +124,30 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
         ("/api/nothing", {}, None, 404, "no such route"),
         ("/api/health", {}, None, 405, "POST /api/health: this route takes GET or HEAD"),
         ("/api/sentiment", {"tree": "((a) (b))", "text": "a b"}, None, 400, "not both"),
+        # Duplicate keys: the last value was used, silently.
+        (
+            "/api/sentiment",
+            None,
+            b'{"tree": "((a) (b))", "tree": "((c) (d))"}',
+            400,
+            "body: the key 'tree' appears twice in one object",
+        ),
+        (
+            "/api/sentiment",
+            None,
+            b'{"tree": "((a) (b))", "x": [{"k": 1, "k": 2}]}',
+            400,
+            "body: the key 'k' appears twice in one object",
+        ),
+        (
+            "/api/sentiment",
+            None,
+            b'{"\\ud800": 1, "\\ud800": 2}',
+            400,
+            "body: the key '\\ud800' appears twice",
+        ),
+        # A BOM (as the CLI's readers take) then an invalid body: the column after the BOM.
+        ("/api/sentiment", None, b'\xef\xbb\xbf{"tree": ', 400, "invalid JSON at line 1 column 10"),
     ],
 )
 def test_a_bad_request_gets_a_status_and_a_message_naming_the_fault(
@@ -192,6 +217,36 @@ def test_a_body_without_one_clear_length_is_refused(
 ) -> None:
     got, answer = post_headers(base, headers)
     assert got == status and message in answer
+
+
+def post_raw(base: str, data: bytes) -> tuple[int, Any]:
+    """POST /api/sentiment with ``data`` as its body, sized, whatever it holds."""
+    connection = http.client.HTTPConnection(base.removeprefix("http://"), timeout=30)
+    connection.putrequest("POST", "/api/sentiment")
+    connection.putheader("Content-Length", str(len(data)))
+    connection.endheaders(data)
+    response = connection.getresponse()
+    answer = response.status, json.loads(response.read())
+    connection.close()
+    return answer
+
+
+def test_a_body_starting_with_a_utf8_bom_is_read_as_without(base: str) -> None:
+    data = json.dumps({"tree": TREE}).encode()
+    assert (
+        post_raw(base, b"\xef\xbb\xbf" + data)
+        == post_raw(base, data)
+        == call(base, "/api/sentiment", {"tree": TREE})
+    )
+
+
+@pytest.mark.parametrize("data", [b"", b"\xef\xbb\xbf", b" \r\n\t"], ids=["0 B", "BOM", "blanks"])
+def test_an_empty_body_is_a_400_saying_what_it_should_hold(base: str, data: bytes) -> None:
+    # Once "invalid JSON at line 1 column 1", as if the JSON were wrong rather than missing.
+    assert post_raw(base, data) == (
+        400,
+        {"error": 'body: empty; expected a JSON object such as {"tree": "((the) (film))"}'},
+    )
 
 
 def test_a_repeated_equal_content_length_is_accepted(base: str) -> None:
@@ -299,6 +354,57 @@ def test_a_body_shorter_than_its_content_length_times_out(run_dir: Path) -> None
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_body_cut_short_by_the_client_is_a_400(base: str) -> None:
+    # The client sends 33 of 500 bytes and ends its side: that body was answered as whole.
+    body = b'{"context": "a", "question": "b"}'
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"POST /api/sentiment HTTP/1.1\r\nContent-Length: 500\r\n\r\n" + body)
+        sock.shutdown(socket.SHUT_WR)
+        reply = b"".join(iter(lambda: sock.recv(65536), b""))
+    head, _, data = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and b"Connection: close" in head
+    assert json.loads(data) == {
+        "error": "body: fewer than the 500 bytes of Content-Length arrived (33, then the "
+        "connection closed)"
+    }
+
+
+@pytest.mark.parametrize("client", ["gone", "not reading"])
+def test_a_reply_that_fails_to_send_is_the_one_answer_logged(
+    run_dir: Path, capsys: pytest.CaptureFixture[str], client: str
+) -> None:
+    # Sending the 200 failed (the client had gone, or stopped reading till the write timed
+    # out), and a 500 followed it on the same connection: two answers logged for one request.
+    server = make_server(Models([run_dir]), port=0)  # not quiet: a line per answer
+    handler: Any = server.RequestHandlerClass
+    if client == "not reading":
+
+        class Stalled(handler):
+            def end_headers(self) -> None:
+                super().end_headers()
+                raise TimeoutError("timed out")  # as a full send buffer for `timeout` s
+
+        handler = Stalled
+    ours, theirs = socket.socketpair()
+    data = json.dumps({"tree": TREE}).encode()
+    theirs.sendall(b"POST /api/sentiment HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(data))
+    theirs.sendall(data)
+    if client == "gone":
+        theirs.close()  # the client gave up before the answer came
+    try:
+        # A vanished client's error reaches handle_error, which drops it; a timeout is logged
+        # by the stdlib as one, which the handler drops.
+        with pytest.raises(ConnectionError) if client == "gone" else contextlib.nullcontext():
+            handler(ours, ("127.0.0.1", 0), server)
+    finally:
+        ours.close()
+        theirs.close()
+        server.server_close()
+    logged = [line for line in capsys.readouterr().err.splitlines() if "POST /api" in line]
+    assert len(logged) == 1 and '" 200 ' in logged[0], logged
 
 
 def test_a_client_resetting_a_kept_alive_connection_prints_no_traceback(

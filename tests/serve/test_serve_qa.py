@@ -111,3 +111,10 @@ def test_the_tokenizer_is_renewed_before_its_vocabulary_grows_without_bound(run_
         assert models.predict_qa(pair) == qa.predict(models.qa, [tuple(pair.values())])[0]
         assert models.tokenizer.strings - start <= 100 + 40
     assert models.tokenizer is not first
+
+
+def test_a_field_given_twice_is_a_400_naming_it(base: str) -> None:
+    # The last "context" was read, silently; evaluate refuses a question id given twice.
+    raw = b'{"context": "Paris is big.", "question": "What?", "context": "Dup key"}'
+    status, body = call(base, "/api/qa", raw=raw)
+    assert (status, body) == (400, {"error": "body: the key 'context' appears twice in one object"})

@@ -13,9 +13,10 @@ import torch.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TASK_NAMES = {"sentiment": "sentiment", "qa": "reading comprehension"}
 
@@ -316,3 +317,23 @@ def add_overwrite(parser: argparse.ArgumentParser) -> None:
         help="replace an --out this command wrote before and that holds nothing else "
         "(default: a non-empty --out is an error)",
     )
+
+
+def resolve_file(
+    resolve: Callable[..., Any],
+    source: Path | None,
+    named: list[tuple[str, str]],
+    overrides: Sequence[str],
+) -> Any:
+    """``resolve`` (a recipe's ``resolve_config``) over the TOML file ``source``, the config
+    flags ``named`` and the ``--key=value`` ``overrides``. An error in the file itself (a
+    sentiment config given to ``train qa``, a value of the wrong type) names the file."""
+    from treeqa.config import ConfigError, load_toml, parse_overrides
+
+    raw = load_toml(source) if source else {}
+    if source:
+        try:
+            resolve(raw, [])
+        except ConfigError as err:
+            raise ConfigError(f"{source}: {err}") from None
+    return resolve(raw, named + parse_overrides(overrides), len(named))

@@ -28,13 +28,11 @@ from treeqa.cli.common import (
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from treeqa.config import load_toml, parse_overrides
     from treeqa.recipes.qa import resolve_config
 
     source = args.resume / "config.toml" if args.resume is not None else args.config
-    raw = load_toml(source) if source else {}
     named = flags.named_overrides(args, flags.config_flags("qa"))
-    return resolve_config(raw, named + parse_overrides(args.overrides), len(named))
+    return flags.resolve_file(resolve_config, source, named, args.overrides)
 
 
 def train_main(args: argparse.Namespace) -> int:

@@ -74,13 +74,11 @@ def add_parser(subparsers: Any, task: str) -> argparse.ArgumentParser:
 def sentiment_config(args: argparse.Namespace, base: Path | None = None) -> Any:
     """The resolved config: ``base``'s config.toml (a resumed run) or --config, then the
     config flags, then the other overrides."""
-    from treeqa.config import load_toml, parse_overrides
     from treeqa.recipes.sentiment import resolve_config
 
     source = base / "config.toml" if base is not None else args.config
-    raw = load_toml(source) if source else {}
     named = flags.named_overrides(args, flags.config_flags("sentiment"))
-    return resolve_config(raw, named + parse_overrides(args.overrides), len(named))
+    return flags.resolve_file(resolve_config, source, named, args.overrides)
 
 
 def train_sentiment(args: argparse.Namespace) -> int:

@@ -15,9 +15,11 @@ fault it was):
     POST /api/qa           {"context": ..., "question": ...}
                            -> {"answer", "start", "end", "score"}  (character offsets)
 
-One checkpoint per task; requests are answered one at a time (a lock), which keeps the models'
-memory flat whatever the number of clients. The standard library's threading HTTP
-server is enough for this: the work is in the model, not in the connections.
+One checkpoint per task; the models answer one request at a time (a lock), which keeps their
+memory flat whatever the number of clients. Text for a dependency model is parsed by spaCy under
+a lock of its own, so a long text holds up other texts only, not the models. The standard
+library's threading HTTP server is enough for this: the work is in the model, not in the
+connections.
 
 A body comes with Content-Length or ``Transfer-Encoding: chunked``. Connections are kept alive
 (HTTP/1.1) unless a request leaves unread bytes behind, which would be taken for the next one.
@@ -56,6 +58,13 @@ HEX = re.compile(rb"[0-9A-Fa-f]+")
 """A chunk size: hex digits only (``int(s, 16)`` also takes "0x", "_", signs and blanks)."""
 PAGES = ("/", "/index.html")
 """Paths of the web page."""
+MAX_TEXT_CHARS = 10_000
+"""The longest text (characters) a dependency model's parser takes, checked before parsing:
+spaCy's time grows with the text, ~2.6 s for 10,000 characters of short sentences and ~5 s
+for one 10,000-token sentence (refused after parsing: over 5,000 nodes) on one CPU thread;
+a long review is a few thousand characters."""
+JSON_BLANKS = " \t\r\n"
+"""The whitespace JSON allows around a value."""
 
 
 class RequestError(Exception):
@@ -165,6 +174,20 @@ def strings(value: Any) -> Iterator[str]:
             stack += item
 
 
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict (``json.loads``'s ``object_pairs_hook``); a key given twice is
+    a 400 naming it: the last value would win, silently (``treeqa evaluate qa`` refuses a
+    question id given twice, too)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            shown = repr(key if len(key) <= 40 else key[:40] + "...")  # surrogates escaped
+            message = f"body: the key {shown} appears twice in one object"
+            raise RequestError(HTTPStatus.BAD_REQUEST, message)
+        seen.add(key)
+    return dict(pairs)
+
+
 def check_text(body: dict[str, Any]) -> None:
     """JSON's ``\\ud800`` escape decodes to a lone surrogate, which no UTF-8 reply can carry:
     refuse it here, naming the field, rather than fail while answering."""
@@ -215,7 +238,8 @@ class Models:
             else:
                 raise ValueError(f"{path}: a checkpoint of task {task!r}, expected sentiment or qa")
             self.info[task]["checkpoint"] = str(path)
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the models: one request at a time
+        self.parse_lock = threading.Lock()  # spaCy's pipeline, apart: see parse_text
 
     def health(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"status": "ok", "models": self.info}
@@ -229,6 +253,21 @@ class Models:
             self.tokenizer = Tokenizer()
             self.tokenizer_strings = self.tokenizer.strings
 
+    def parse_text(self, text: str) -> list[Any]:
+        """A dependency model's text -> one tree per sentence, parsed by spaCy: refused first
+        when over ``MAX_TEXT_CHARS``. The parse holds ``parse_lock``, not the models' lock: it
+        touches neither model, while spaCy's pipeline is no thread-safe object (each parse
+        adds the new words to its vocabulary), so parses still take turns."""
+        if self.sentiment.parser and len(text) > MAX_TEXT_CHARS:  # else no parser: parse says
+            raise RequestError(
+                HTTPStatus.UNPROCESSABLE_ENTITY,
+                f"field 'text': a text of {len(text)} characters; this parses at most "
+                f"{MAX_TEXT_CHARS} at once: give it a few paragraphs at a time",
+            )
+        with self.parse_lock:
+            trees: list[Any] = self.sentiment.parse(text)
+        return trees
+
     def predict_sentiment(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.sentiment is None:
             raise RequestError(HTTPStatus.NOT_FOUND, "no sentiment model is being served")
@@ -240,18 +279,20 @@ class Models:
         name = "text" if "text" in body else "tree"
         given = field(body, name)
         try:
-            with self.lock:
-                if name == "text":
-                    sentences = predict(self.sentiment, self.sentiment.parse(given))
-                    return {"task": self.sentiment.task, "sentences": sentences}
+            if name == "text":
+                trees = self.parse_text(given)
+            else:  # plain Python, no model: outside the lock too
                 try:
-                    tree = parse_tree(given.strip(), "field 'tree'", 1)
+                    trees = [parse_tree(given.strip(), "field 'tree'", 1)]
                 except TreeSyntaxError as err:
                     raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from err
-                result: dict[str, Any] = predict(self.sentiment, [tree])[0]
+            with self.lock:
+                results: list[dict[str, Any]] = predict(self.sentiment, trees)
         except ValueError as err:  # e.g. a node with 3 children for the binary Tree-LSTM
             raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, f"field {name!r}: {err}") from err
-        return {"task": self.sentiment.task, **result}
+        if name == "text":
+            return {"task": self.sentiment.task, "sentences": results}
+        return {"task": self.sentiment.task, **results[0]}
 
     def predict_qa(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.qa is None:
@@ -282,6 +323,14 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
         ("POST", "/api/qa"): models.predict_qa,
     }
 
+    def example(path: str) -> str:
+        """A body the POST route ``path`` takes, for the message that refuses an empty one."""
+        if path == "/api/qa":
+            return '{"context": "The Seine flows through Paris.", "question": "What flows?"}'
+        if models.info.get("sentiment", {}).get("input") == "text":
+            return '{"text": "Not a good film."}'
+        return '{"tree": "((the) (film))"}'
+
     def allowed(path: str) -> list[str]:
         methods = [m for m, p in routes if p == path]
         if path in PAGES:
@@ -295,10 +344,11 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"  # keep-alive; every reply has a Content-Length
         timeout = REQUEST_TIMEOUT
         body_read = False  # reset per request: whether its body has been read to the end
+        answered = False  # reset per request: whether its answer has begun
         refused_unread = False  # the answer leaves the request's body unread
 
         def parse_request(self) -> bool:
-            self.body_read = False
+            self.body_read = self.answered = False
             return super().parse_request()
 
         def do_GET(self) -> None:
@@ -332,12 +382,15 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 route = routes.get((method, path))
                 if route is None:
                     raise self.no_route(path)
-                result = route(self.body() if method == "POST" else {})
+                result = route(self.body(path) if method == "POST" else {})
                 self.send_json(HTTPStatus.OK, result)
             except RequestError as err:
                 self.send_json(err.status, {"error": str(err)}, err.headers)
+            except ConnectionError:  # the client is gone: no one to answer (handle_error)
+                raise
             except Exception as err:  # noqa: BLE001 - a server answers, whatever went wrong
-                self.send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": repr(err)})
+                if not self.answered:  # else a second status line would follow the first
+                    self.send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": repr(err)})
                 raise
 
         def no_route(self, path: str) -> RequestError:
@@ -367,12 +420,19 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             if length > MAX_BODY:
                 raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} B")
             try:
-                return self.rfile.read(length)
+                data = self.rfile.read(length)
             except TimeoutError as err:
                 raise RequestError(
                     HTTPStatus.REQUEST_TIMEOUT,
                     f"body: fewer than the {length} bytes of Content-Length arrived",
                 ) from err
+            if len(data) < length:  # the client ended its side: a body cut short, not a whole one
+                raise RequestError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"body: fewer than the {length} bytes of Content-Length arrived "
+                    f"({len(data)}, then the connection closed)",
+                )
+            return data
 
         def chunked_body(self) -> bytes:
             """A body with Transfer-Encoding, whose codings must be exactly ``chunked`` (RFC 9112
@@ -397,12 +457,16 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                     HTTPStatus.REQUEST_TIMEOUT, "body: the client went silent before the last chunk"
                 ) from err
 
-        def body(self) -> dict[str, Any]:
+        def body(self, path: str) -> dict[str, Any]:
             chunked = "Transfer-Encoding" in self.headers
             raw = self.chunked_body() if chunked else self.sized_body()
             self.body_read = True
             try:
-                body = json.loads(raw.decode("utf-8"))
+                text = raw.decode("utf-8-sig")  # a leading BOM dropped, as the CLI's readers do
+                if not text.strip(JSON_BLANKS):  # else "invalid JSON at line 1 column 1"
+                    message = f"body: empty; expected a JSON object such as {example(path)}"
+                    raise RequestError(HTTPStatus.BAD_REQUEST, message)
+                body = json.loads(text, object_pairs_hook=unique_keys)
             except UnicodeDecodeError as err:
                 raise RequestError(HTTPStatus.BAD_REQUEST, f"body: not UTF-8 ({err})") from err
             except json.JSONDecodeError as err:
@@ -442,6 +506,7 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
         def send(
             self, status: HTTPStatus, data: bytes, kind: str, headers: dict[str, str] | None = None
         ) -> None:
+            self.answered = True
             self.send_response(status)
             # Where the request line or headers were refused, close_connection is set already
             # and self.headers may be missing.
