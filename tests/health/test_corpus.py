@@ -115,6 +115,8 @@ CLEAN = [
     "clean_aux_loss_later.py",  # a head's loss switched on at step 150: info, not a warning
     "clean_ddp.py",  # under torchrun: DDP, DistributedSamplers, sharded evaluation summed
     "clean_copies.py",  # deepcopy, AveragedModel, torch.save and torch.jit.script of the model
+    "clean_pairwise_loss.py",  # energy distance: every sample against every data sample
+    "clean_wgan.py",  # the generator's no_grad fakes between the critic's steps, train mode
 ]
 
 

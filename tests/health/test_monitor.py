@@ -204,6 +204,20 @@ def test_cli_doctor_end_to_end(tmp_path: Path) -> None:
     assert "probabilities-into-cross-entropy" in codes
 
 
+def test_cli_doctor_runs_a_python_dash_o_script_optimised(tmp_path: Path) -> None:
+    script = tmp_path / "opt.py"
+    script.write_text(
+        'import sys\nassert False, "asserts run"\nprint(__debug__, sys.flags.optimize)\n'
+    )
+    for flags, said in (["-O"], "False 1"), (["-OO"], "False 2"):
+        cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", *flags, str(script)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert (proc.returncode, proc.stdout.strip()) == (0, said), proc.stderr
+    plain = [sys.executable, "-m", "treeqa", "doctor", "--", "python", str(script)]
+    proc = subprocess.run(plain, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "AssertionError: asserts run" in proc.stderr
+
+
 ENDS_HARD = """
 import os, sys, time, torch
 m = torch.nn.Linear(4, 1)

@@ -509,10 +509,13 @@ def test_lr_collapsed_leaves_a_plateau_scheduler_stepped_once_an_epoch_alone() -
 def test_a_hand_written_loss_over_a_broadcast_difference_is_found_in_its_graph() -> None:
     pred, y = torch.randn(8, 1, requires_grad=True), torch.randn(8)
     assert loss_inputs.broadcast_difference(((pred - y) ** 2).mean()) == ([8, 1], [8, 8])
-    assert loss_inputs.broadcast_difference((y - pred.squeeze(1)[:, None]).abs().sum() / 8) == (
+    assert loss_inputs.broadcast_difference((y - pred.squeeze(1).view(-1, 1)).abs().sum() / 8) == (
         [8, 1],
         [8, 8],
     )
+    # x[:, None] against samples y[None, :] is a pairwise loss on purpose (energy distance).
+    x = pred.squeeze(1)
+    assert loss_inputs.broadcast_difference((x[:, None] - y[None, :]).abs().mean()) is None
     # As one term of a weighted sum, after a GradScaler-like scale.
     total = 65536.0 * (0.5 * (pred - y).pow(2).mean() + 1e-3 * pred.pow(2).sum())
     assert loss_inputs.broadcast_difference(total) is not None

@@ -4,6 +4,7 @@ training script under the monitor."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ValueError("give the script to run: treeqa doctor -- python SCRIPT.py [ARGS]")
+    reexec_optimized(command)
     if args.plot_path is not None:
         try:
             import matplotlib  # noqa: F401
@@ -82,3 +84,16 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     return code
+
+
+def reexec_optimized(command: list[str]) -> None:
+    """``treeqa doctor -- python -O script.py``: the script runs in this interpreter, so this
+    process starts again as ``python -O`` (asserts and ``if __debug__:`` blocks out, as the
+    script would run)."""
+    from treeqa.health import processes, script
+
+    if processes.launcher_split(command):
+        return
+    level = script.parse(command).optimize
+    if level > sys.flags.optimize:
+        os.execv(sys.executable, [sys.executable, "-" + "O" * level, *sys.orig_argv[1:]])

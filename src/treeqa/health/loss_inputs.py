@@ -87,7 +87,7 @@ def broadcast_difference(
     ``((pred - y) ** 2).mean()`` with ``y`` of shape [N] (or [N, 1]). Walks back from the loss
     through at most ``budget`` loss-term nodes; reads autograd metadata only (no host sync).
     A difference of two tensors with gradients (pairwise scores ``s[:, None] - s``) is not
-    judged."""
+    judged, nor one whose [N, 1] side was unsqueezed by the script (``x[:, None] - y[None]``)."""
     todo: list[Any] = [loss.grad_fn]
     seen = 0
     while todo and seen < budget:
@@ -105,7 +105,10 @@ def broadcast_difference(
             except (AttributeError, IndexError, RuntimeError):  # another torch's internals
                 return None
             n = shape[0] if shape else 0
-            if n > 1 and out == [n, n] and shape in ([n], [n, 1]):
+            # x[:, None] or x.unsqueeze(1) made the [N, 1] on purpose: a pairwise difference
+            # against the samples (energy distance, MMD), not a slip of shapes.
+            paired = shape == [n, 1] and type(f).__name__ == "UnsqueezeBackward0"
+            if n > 1 and out == [n, n] and shape in ([n], [n, 1]) and not paired:
                 return shape, out
         todo.extend(f for f, _ in inputs)
     return None

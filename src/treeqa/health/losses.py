@@ -194,10 +194,18 @@ class LossInputCheck:
         """A token loss over the model's own vocabulary (``classes`` = an Embedding's size)
         whose targets hold that Embedding's ``padding_idx`` while ``ignore_index`` is another
         id: padded positions are trained to predict padding, and count in the mean. ``args``
-        follow the input: (target, weight, size_average, ignore_index, ...). One host sync."""
+        follow the input: (target, weight, size_average, ignore_index, reduce, reduction).
+        Padding left out otherwise is fine: a class weight of 0 for it, or per-token losses
+        (``reduction="none"``), which the script masks itself. One host sync."""
         target = args[0] if args else kwargs.get("target")
         ignore = kwargs.get("ignore_index", args[3] if len(args) > 3 else -100)
+        weight = kwargs.get("weight", args[1] if len(args) > 1 else None)
+        reduction = kwargs.get("reduction", args[5] if len(args) > 5 else "mean")
         if not isinstance(target, torch.Tensor) or target.is_floating_point() or ignore == pad:
+            return
+        if reduction == "none" or kwargs.get("reduce", args[4] if len(args) > 4 else None) is False:
+            return
+        if isinstance(weight, torch.Tensor) and 0 <= pad < weight.numel() and weight[pad] == 0:
             return
         share = float((target == pad).float().mean()) if target.numel() else 0.0
         if share == 0:

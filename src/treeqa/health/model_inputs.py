@@ -70,7 +70,9 @@ class ModelInputs:
                 self._report(pixels_not_scaled(self.pixels[0], high, self.raw_pixels))
         if self.rnn is not None and batch_size:
             layer, first, second = self.rnn
-            self.swapped += first == batch_size != second
+            # [T, 1, F]: one sequence, its time steps batched by the loader (a stateful RNN
+            # over one long series), read time first as it should be.
+            self.swapped += first == batch_size != second > 1
             self.aligned += second == batch_size
             if self.swapped >= SWAPPED_STEPS and not self.aligned:
                 self._report(rnn_batch_first_mismatch(layer, first, second, self.swapped))
@@ -84,9 +86,15 @@ class ModelInputs:
 def raw_pixels(stats: Sequence[float]) -> float | None:
     """The largest input value when ``stats`` = (min, max, any fractional value) of a
     convolution's image input are raw 8-bit pixel values: whole numbers from 0 up to more
-    than 2 and at most 255. None for scaled or standardised inputs (and 0/1 masks)."""
+    than ``PIXEL_FLOOR`` and at most 255. None for scaled or standardised inputs, 0/1 masks
+    and grids of small category ids (a grid world's object and colour codes)."""
     low, high, fractional = stats
-    return high if low >= 0 and 2 < high <= 255 and not fractional else None
+    return high if low >= 0 and PIXEL_FLOOR < high <= 255 and not fractional else None
+
+
+PIXEL_FLOOR = 31
+"""Whole-number inputs whose largest value is at most this are category ids, not pixels: an
+8-bit image batch reaches well past it."""
 
 
 def pixels_not_scaled(layer: str, high: float, steps: int) -> Finding:

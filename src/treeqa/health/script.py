@@ -32,6 +32,7 @@ class Target:
     name: str
     argv: list[str]
     options: list[tuple[str, str]] = field(default_factory=list)  # ("-W", "ignore"), ("-X", ...)
+    optimize: int = 0  # python -O (1) or -OO (2): asserts and __debug__ blocks left out
 
 
 VALUE_OPTIONS = ("-W", "-X")
@@ -43,6 +44,7 @@ def parse(command: Sequence[str]) -> Target:
     ``python [OPTIONS] -m module args``."""
     args = list(command)
     options: list[tuple[str, str]] = []
+    optimize = 0
     if args and Path(args[0]).name.startswith("python"):
         args = args[1:]
         while args and args[0].startswith("-") and args[0] != "-m":
@@ -52,14 +54,26 @@ def parse(command: Sequence[str]) -> Target:
             if flag[:2] in VALUE_OPTIONS:
                 value = flag[2:] or (args.pop(0) if args else "")
                 options.append((flag[:2], value))
-            # other flags (-u, -O, -B ...) do not change what runs
+            elif not flag.startswith("--"):  # -O, -OO, -uO: -O changes what runs
+                optimize += flag.count("O")
+            # other flags (-u, -B ...) do not change what runs
     if not args:
         raise ValueError("no script given: treeqa doctor -- python SCRIPT.py [ARGS]")
     if args[0] == "-m":
         if len(args) < 2:
             raise ValueError("-m needs a module name")
-        return Target("module", args[1], args[1:], options)
-    return Target("path", args[0], args, options)
+        return Target("module", args[1], args[1:], options, min(optimize, 2))
+    return Target("path", args[0], args, options, min(optimize, 2))
+
+
+def check_optimize(target: Target) -> None:
+    """The script runs in this interpreter: a ``python -O`` run needs it started with -O."""
+    if target.optimize > sys.flags.optimize:
+        flag = "-" + "O" * target.optimize
+        raise ValueError(
+            f"python {flag}: the script runs inside treeqa's own interpreter, which runs "
+            f"without {flag}; start it with it: python {flag} -m treeqa doctor -- ..."
+        )
 
 
 def module_file(module: str) -> str | None:

@@ -232,8 +232,11 @@ class Updates:
 
     def gradients_taken(self) -> None:
         """A backward (or ``torch.autograd.grad``) runs: the forwards before it needed their
-        gradients (an adversarial attack made in eval mode, a saliency map)."""
+        gradients (an adversarial attack made in eval mode, a saliency map), and training goes
+        on between the no-grad forwards before and after it (a GAN's generator making fakes
+        for each of the critic's steps), which an evaluation does not."""
         self.eval_grad_run = 0
+        self.no_grad_run, self._no_grad_input = 0, None
 
     def begin_step(self, sampled: bool) -> None:
         """The step's compute starts: on a sampled step, hook the probe parameters."""

@@ -1,6 +1,7 @@
 """Clean: padded batches with the padding left out of the loss: a language model whose
-cross_entropy has ignore_index=PAD, and a tagger whose tag set (id 0 is the tag "O", most of
-the targets) is not the words' vocabulary, although the words' Embedding pads with id 0."""
+cross_entropy has ignore_index=PAD, one whose class weight for PAD is 0, one whose per-token
+losses are masked by hand, and a tagger whose tag set (id 0 is the tag "O", most of the
+targets) is not the words' vocabulary, although the words' Embedding pads with id 0."""
 
 import torch
 from torch import nn
@@ -23,13 +24,21 @@ class Net(nn.Module):
         return self.out(self.rnn(self.embed(tokens))[0])  # [B, T, classes]
 
 
-lm, tagger = Net(V), Net(TAGS)
-opt = torch.optim.Adam([*lm.parameters(), *tagger.parameters()], lr=2e-3)
+lm, weighted, masked, tagger = Net(V), Net(V), Net(V), Net(TAGS)
+models = (lm, weighted, masked, tagger)
+opt = torch.optim.Adam([p for m in models for p in m.parameters()], lr=2e-3)
+no_pad = torch.ones(V)
+no_pad[PAD] = 0
 for epoch in range(2):
     for i in range(0, len(sentences), 16):
         batch = nn.utils.rnn.pad_sequence(sentences[i : i + 16], batch_first=True)  # [B, T]
         logits = lm(batch[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, V), batch[:, 1:].reshape(-1), ignore_index=PAD)
+        targets = batch[:, 1:].reshape(-1)
+        loss = F.cross_entropy(logits.reshape(-1, V), targets, ignore_index=PAD)
+        loss = loss + F.cross_entropy(weighted(batch[:, :-1]).reshape(-1, V), targets, no_pad)
+        per_token = F.cross_entropy(masked(batch[:, :-1]).reshape(-1, V), targets, reduction="none")
+        real = (targets != PAD).float()
+        loss = loss + (per_token * real).sum() / real.sum()
         tags = torch.where(batch % 7 == 0, batch % TAGS, 0)  # mostly "O"
         loss = loss + F.cross_entropy(tagger(batch).transpose(1, 2), tags)
         opt.zero_grad()
