@@ -117,6 +117,7 @@ CLEAN = [
     "clean_copies.py",  # deepcopy, AveragedModel, torch.save and torch.jit.script of the model
     "clean_pairwise_loss.py",  # energy distance: every sample against every data sample
     "clean_wgan.py",  # the generator's no_grad fakes between the critic's steps, train mode
+    "clean_fixed_val_batch.py",  # next(iter(val)) each step beside the training loader
 ]
 
 

@@ -62,6 +62,7 @@ class Loaders:
         self.made = 0  # iterators made since the last step
         self.newest: weakref.ref[Any] | None = None  # the last iterator made
         self.drawn = 0  # batches it has given
+        self.drawn_elsewhere = 0  # batches other iterators gave since the last step
         self.length: int | None = None  # batches its loader has (None: an iterable dataset)
         self.loader = ""  # the loader, in words, and where its iterator was made
         self.where = ""
@@ -138,6 +139,8 @@ class Loaders:
     def _drawn(self, it: Any) -> None:
         if self.newest is not None and self.newest() is it:
             self.drawn += 1
+        else:
+            self.drawn_elsewhere += 1
 
     def note_target(self, target: Any) -> None:
         """A classification loss got ``target``: while the newest loader does not shuffle, on
@@ -174,9 +177,13 @@ class Loaders:
         """The clock stepped (under ``treeqa doctor``): a new iterator this step, left before
         its end, makes one more step in a row; ``RESTART_STEPS`` of them make the finding."""
         made, self.made = self.made, 0
+        elsewhere, self.drawn_elsewhere = self.drawn_elsewhere, 0
         if self.pending:
             self._note_sorted()
+        # Another loader's iterator gave this step's batches: the one remade each step feeds
+        # something else (a fixed batch to watch the validation loss by), not the training.
         left = self.length is not None and self.length > 1 and 0 < self.drawn < self.length
+        left = left and not elsewhere
         self.restarts = self.restarts + 1 if made and left else 0
         if self.restarts < RESTART_STEPS:
             return
