@@ -269,3 +269,12 @@ def test_an_output_that_is_the_input_is_refused(
         " elsewhere\n"
     )
     assert src.read_text() == before
+
+
+def test_a_field_given_twice_on_a_line_is_refused_naming_it(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"context": "Paris is big.", "question": "What?", "context": "Dup key"}\n')
+    assert main(predict(run, "--input", str(src))) == 2
+    assert f"{src}:1: field 'context' is given twice" in capsys.readouterr().err

@@ -200,3 +200,16 @@ def test_training_needs_labelled_train_and_dev_trees(
         f"{dev}: no sentence has a label, so there is nothing to choose the best epoch by" in said
     )
     assert not out.exists()
+
+
+def test_a_word_vector_size_other_than_the_vectors_is_refused_not_dropped(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    vectors = tmp_path / "v4.txt"
+    vectors.write_text("film " + " ".join(["0.1"] * 4) + "\n")
+    out = tmp_path / "run"
+    given = ["--vectors", str(vectors), "--out", str(out), "--model", "tree_lstm"]
+    assert main(args(demo_dir, *given, "--model.embed_dim=20")) == 2
+    assert "model.embed_dim 20: the vectors in" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(args(demo_dir, *given, "--model.embed_dim=4")) == 0  # the same size: fine

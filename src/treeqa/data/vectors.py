@@ -244,8 +244,16 @@ def _read_glove(
     number = 0
     promised = None  # the vector count of a word2vec header
     told = "as asked"  # where D came from, for messages
+    blank: tuple[int, bytes] | None = None  # the first of the blank lines just read
     for number, raw in _lines(path):
         line = raw.rstrip(b"\r\n ")
+        if not line:  # blank lines at the end (an editor's extra newline) are no vectors
+            blank = blank or (number, raw)
+            continue
+        if blank is not None:  # but between vectors, one is a damaged line
+            where = f"({told})" if dim is not None else "(as on the lines after it)"
+            bad(f"expected a token and its numbers {where}, found an empty line", *blank)
+            blank = None
         spaces = line.count(b" ")
         if dim is None:
             if spaces == 0:

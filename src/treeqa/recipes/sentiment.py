@@ -133,6 +133,17 @@ def load_trees(data: SentimentData, names: Sequence[str] = sst.SPLITS) -> dict[s
 TRAINING_USE = {"train": "learn from", "dev": "choose the best epoch by"}
 
 
+def check_embed_dim(config: Any, width: int) -> None:
+    """The vectors set the word-vector size: one given otherwise (not the model's default,
+    which the vectors replace) would be silently dropped, so it is refused."""
+    default = next(f.default for f in dataclasses.fields(config.model) if f.name == "embed_dim")
+    if config.model.embed_dim not in (default, width):
+        raise cfg.ConfigError(
+            f"model.embed_dim {config.model.embed_dim}: the vectors in {config.data.vectors} "
+            f"are {width}-d and set it; leave model.embed_dim out, or give vectors of that size"
+        )
+
+
 def check_labelled(
     data_path: str, split: str, trees: Sequence[Tree], purpose: str = "score"
 ) -> None:
@@ -284,6 +295,8 @@ def _train(
     vocab = build_vocab(splits)
     tags, rels = build_syntax_vocabs(splits)
     vectors = build_vectors(config.data, vocab)
+    if vectors is not None:
+        check_embed_dim(config, vectors.shape[1])
     model_config = dataclasses.replace(
         config.model,
         num_classes=sst.TASKS[config.data.task],
