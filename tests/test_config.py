@@ -82,6 +82,14 @@ def test_unknown_keys_and_bad_values_are_errors(tmp_path: Path) -> None:
         load_toml(bad)
 
 
+def test_a_key_given_under_another_section_says_where_it_is() -> None:
+    from treeqa.recipes.qa import resolve_config
+
+    with pytest.raises(ConfigError, match=r"^--train\.eval_every: train has no key 'eval_every'; "
+                       r"it is --schedule\.eval_every$"):  # fmt: skip
+        resolve_config({}, [("train.eval_every", "5")])
+
+
 def test_a_config_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "latin1.toml"
     bad.write_bytes(b"[train]\nlr = 1\n# caf\xe9\n")

@@ -168,6 +168,11 @@ def _place(
         if section not in sections:
             raise _unknown(section, list(sections), "--" + raw_key)
         if sub not in _field_types(sections[section]):
+            elsewhere = [p for p in owners.get(sub, []) if p and p != section]
+            if elsewhere:  # --train.eval_every for --schedule.eval_every
+                raise ConfigError(
+                    f"--{raw_key}: {section} has no key {sub!r}; it is --{elsewhere[0]}.{sub}"
+                )
             raise _unknown(sub, list(_field_types(sections[section])), f"--{raw_key} ({section})")
         return section, sub
     places = owners.get(key)

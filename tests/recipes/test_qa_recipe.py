@@ -228,6 +228,7 @@ def test_predict_cli_text_and_jsonl(
     assert main([*argv, "--write-predictions", str(predictions), "--json"]) == 0
     from_checkpoint = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert from_checkpoint["questions"] == 6 and from_checkpoint["total"] == 6
+    assert isinstance(from_checkpoint["questions"], int)
     assert isinstance(from_checkpoint["total"], int)  # a count, as in the file mode
     assert len(json.loads(predictions.read_text())) == 6
     gold.write_text(json.dumps(qa.PreparedSplit(prepared, "dev").gold()))

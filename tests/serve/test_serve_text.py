@@ -104,3 +104,16 @@ def test_a_text_being_parsed_does_not_hold_the_model_up(
         release.set()
         slow.join(30)
     assert answers[0][0] == 200 and len(answers[0][1]["sentences"]) == 2
+
+
+def test_the_parser_is_loaded_again_once_it_has_learnt_many_words(
+    dep_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    models = Models([dep_run])  # the parser is loaded here, at start-up
+    name = models.sentiment.parser
+    before = dependency.load_parser(name)
+    models.parse_text("Fine acting.")  # words it knows: kept
+    assert dependency.load_parser(name) is before
+    monkeypatch.setattr(Models, "max_new_strings", 3)
+    trees = models.parse_text("Zyxquor blimfrap wuggle snorkdanz.")
+    assert len(trees) == 1 and dependency.load_parser(name) is not before

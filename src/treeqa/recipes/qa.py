@@ -480,7 +480,7 @@ def evaluate(
     if predictions_out is not None:
         text = json.dumps({q: a.text for q, a in answers.items()}, ensure_ascii=False)
         ckpt.write_text_atomic(Path(predictions_out), text)
-    scores = {**official_scores(gold, answers), "questions": float(len(data))}
+    scores = {**official_scores(gold, answers), "questions": len(data)}  # a count, an int
     if id_map is not None:
         scores["words_unknown_to_model"] = float(id_map.unknown_words)
     return scores

@@ -205,8 +205,9 @@ class Models:
     """The loaded checkpoints, one per task, and the answer to each API call."""
 
     max_new_strings = 100_000
-    """Token texts the QA tokenizer may learn before it is replaced: spaCy keeps every new one
-    (~400 B each, so ~40 MB), and a fresh tokenizer takes ~0.3 s to make."""
+    """Token texts the QA tokenizer (or a dependency model's parser) may learn before it is
+    replaced: spaCy keeps every new one (~400 B each, so ~40 MB), and a fresh tokenizer takes
+    ~0.3 s to make (a parser ~1 s)."""
 
     def __init__(self, paths: list[Path], device: str = "cpu"):
         self.sentiment: Any = None
@@ -221,6 +222,8 @@ class Models:
                 from treeqa.recipes import sentiment
 
                 self.sentiment = sentiment.load_model(path, device)
+                if self.sentiment.parser:  # needs spaCy and the pipeline: fail at start-up
+                    self.parser_strings = self._parser_strings()
                 meta = self.sentiment.meta
                 self.info[task] = {
                     "model": meta["model"],
@@ -253,6 +256,20 @@ class Models:
             self.tokenizer = Tokenizer()
             self.tokenizer_strings = self.tokenizer.strings
 
+    def _parser_strings(self) -> int:
+        from treeqa.data.dependency import load_parser
+
+        return len(load_parser(self.sentiment.parser).vocab.strings)
+
+    def renew_parser(self) -> None:
+        """As ``renew_tokenizer``, for a dependency model's parser: once it has learnt
+        ``max_new_strings`` words, the pipeline is loaded again (~1 s) in place of it."""
+        if self._parser_strings() - self.parser_strings > self.max_new_strings:
+            from treeqa.data.dependency import load_parser
+
+            load_parser.cache_clear()
+            self.parser_strings = self._parser_strings()
+
     def parse_text(self, text: str) -> list[Any]:
         """A dependency model's text -> one tree per sentence, parsed by spaCy: refused first
         when over ``MAX_TEXT_CHARS``. The parse holds ``parse_lock``, not the models' lock: it
@@ -266,6 +283,7 @@ class Models:
             )
         with self.parse_lock:
             trees: list[Any] = self.sentiment.parse(text)
+            self.renew_parser()
         return trees
 
     def predict_sentiment(self, body: dict[str, Any]) -> dict[str, Any]:
