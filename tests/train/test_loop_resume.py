@@ -216,6 +216,16 @@ def test_a_class_count_that_does_not_fit_the_task_is_refused() -> None:
         resolve_config({"model": {"num_classes": 5}, "data": {"task": "binary"}}, [])
     fitting = resolve_config({}, [("task", "binary3"), ("model.num_classes", "3")])
     assert fitting.model.num_classes == 3
+    # A run's saved config holds the count its task gave: another --task replaces it.
+    saved = {"model": {"name": "tree_lstm", "num_classes": 5}, "data": {"task": "fine"}}
+    assert resolve_config(saved, [("task", "binary")]).data.task == "binary"
+
+
+def test_another_model_than_the_configs_says_whose_keys_it_holds() -> None:
+    raw = {"model": {"name": "tree_gru", "cell": "gru"}}
+    with pytest.raises(ConfigError, match="the config's \\[model\\] section is tree_gru's, and "
+                       "--model childsum takes other keys"):  # fmt: skip
+        resolve_config(raw, [("model", "childsum")])
 
 
 def test_a_bad_device_name_is_one_clear_error() -> None:

@@ -102,8 +102,22 @@ def resolve_config(
             "this is a reading-comprehension (QANet) config or run: use `treeqa train qa`"
         )
     cls = experiment_class(name)
-    config: Any = cfg.from_dict(cls, cfg.merge_overrides(cls, raw, overrides, ALIASES, named))
-    given = "num_classes" in section if isinstance(section, dict) else False
+    try:
+        config: Any = cfg.from_dict(cls, cfg.merge_overrides(cls, raw, overrides, ALIASES, named))
+    except cfg.ConfigError as err:
+        written = section.get("name", "bow") if isinstance(section, dict) else name
+        if written == name or "config.model" not in str(err):
+            raise
+        raise cfg.ConfigError(
+            f"{err}: the config's [model] section is {written}'s, and --model {name} takes "
+            f"other keys; start from a {name} config (configs/) or drop [model]'s other keys"
+        ) from None
+    # A num_classes the config's own task gives (a run's saved config.toml) is derived, not set
+    # by hand: another --task replaces it.
+    data_task = data.get("task", "fine") if isinstance(data, dict) else "fine"
+    given = isinstance(section, dict) and section.get("num_classes", sst.TASKS.get(data_task)) != (
+        sst.TASKS.get(data_task)
+    )
     given |= any(key in ("num_classes", "model.num_classes") for key, _ in overrides)
     classes = sst.TASKS[config.data.task]
     if given and config.model.num_classes != classes:  # set from the task, never by hand
