@@ -337,8 +337,18 @@ def test_prepare_refuses_a_full_out_and_leaves_nothing_on_error(tmp_path: Path) 
     with pytest.raises(SquadFormatError, match="question 'q1'"):
         prepare(tmp_path, squad_v1(), bad, overwrite=True)
     assert (out / "meta.json").is_file() and not list(tmp_path.glob(".prepared.*"))
-    prepare(tmp_path, squad_v1(), bad, overwrite=True, skip_bad=True)
+    said: list[str] = []
+    prepare(tmp_path, squad_v1(), bad, overwrite=True, skip_bad=True, log=said.append)
     assert json.loads((out / "meta.json").read_text())["splits"]["dev"]["examples"] == 6
+    assert "dev: 7 questions read (1 skipped), 6 examples kept" in said
+
+
+def test_a_file_labelled_v2_with_no_unanswerable_question_gets_a_note(tmp_path: Path) -> None:
+    pytest.importorskip("spacy")
+    said: list[str] = []
+    labelled = {**squad_v1(), "version": "v2.0"}
+    prepare(tmp_path, squad_v1(), labelled, log=said.append)
+    assert any('says version v2.0 but no question has "is_impossible"' in line for line in said)
 
 
 def test_overwrite_deletes_nothing_the_user_put_in_out(tmp_path: Path) -> None:

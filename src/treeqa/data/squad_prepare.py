@@ -149,7 +149,17 @@ def prepare_squad(
                 )
             w.finish_pass1(st.squad_version)
             writers[split], stats[split] = w, st
-            say(f"{split}: {st.questions} questions read, {w.counts['examples']} examples kept")
+            skipped = sum(st.skipped.values())
+            read = f"{st.questions + skipped} questions read" + (
+                f" ({skipped} skipped)" if skipped else ""
+            )
+            say(f"{split}: {read}, {w.counts['examples']} examples kept")
+            if st.squad_version == "v2.0" and not st.has_impossible:
+                say(
+                    f"note: {path} says version {st.version} but no question has "
+                    '"is_impossible": read as SQuAD 2.0 whose every question has an answer '
+                    "(the no-answer slot trains on none)"
+                )
         n = len(types.strings)
         split_counts = {
             s: np.bincount(w.ctx_tids.memmap(), minlength=n)
