@@ -43,14 +43,22 @@ def run_dir(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def serving(*runs: Path) -> Iterator[str]:
+    """``treeqa serve RUN...`` on a free loopback port, in a thread: its base URL."""
+    server = make_server(Models(list(runs)), port=0, quiet=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture(scope="module")
 def base(run_dir: Path) -> Iterator[str]:
-    server = make_server(Models([run_dir]), port=0, quiet=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(run_dir) as url:
+        yield url
 
 
 def test_health_names_the_served_model(base: str, run_dir: Path) -> None:

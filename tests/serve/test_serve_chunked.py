@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_serve import TREE, call, run_dir  # noqa: F401 - the trained-model fixture
+from test_serve import TREE, call, run_dir, serving  # noqa: F401 - the trained-model fixture
 
 from treeqa.serve.app import MAX_BODY, MAX_LINE, Models, RequestError, make_server, read_chunked
 
@@ -88,11 +88,8 @@ def exchange(base: str, data: bytes, end: bool = False) -> tuple[Reply, bool]:
 
 @pytest.fixture(scope="module")
 def base(run_dir: Path) -> Iterator[str]:  # noqa: F811
-    server = make_server(Models([run_dir]), port=0, quiet=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(run_dir) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

