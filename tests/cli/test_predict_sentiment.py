@@ -129,3 +129,11 @@ def test_an_output_that_is_the_models_checkpoint_is_refused(
                  str(run / "config.toml")]) == 2  # fmt: skip
     assert f"--output {run / 'config.toml'} is a file of the run {run}" in capsys.readouterr().err
     assert (run / "config.toml").read_text() == config
+    # Through a link (writing follows it), and by a run file's name not written yet.
+    link = tmp_path / "link.toml"
+    link.symlink_to(run / "config.toml")
+    for target in (link, run / "health.7.json"):
+        argv = ["predict", "--checkpoint", str(run), "--input", str(trees)]
+        assert main([*argv, "--output", str(target)]) == 2
+        assert f"--output {target} is a file of the run" in capsys.readouterr().err
+    assert (run / "config.toml").read_text() == config and not (run / "health.7.json").exists()

@@ -339,8 +339,8 @@ def test_an_underscore_in_a_number_is_non_numeric(tmp_path: Path) -> None:
 def test_blank_lines_at_the_end_are_no_vectors_but_one_between_vectors_is_named(
     tmp_path: Path,
 ) -> None:
-    got = load(write(tmp_path / "end.txt", GLOVE + "\n\n"), ["a", "the"], tmp_path)
-    assert got.found.all() and got.report.lines_read == 6
+    got = load(write(tmp_path / "end.txt", GLOVE + "\n  \n\t\n"), ["a", "the"], tmp_path)
+    assert got.found.all() and got.report.lines_read == 7
     path = write(tmp_path / "mid.txt", "a 1 2 3\n\nb 4 5 6\n")
     with pytest.raises(VectorFileError, match=r"mid\.txt:2: .*found an empty line"):
         load(path, ["a"], tmp_path)

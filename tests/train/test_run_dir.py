@@ -179,6 +179,7 @@ def test_run_folders_that_cannot_be_are_refused_before_training(
         (["--resume", str(tmp_path), "--config", str(config)], "a resumed run keeps its own"),
         (["--name", ""], "name '': the run's folder under runs/ needs a plain name"),
         (["--name", "../elsewhere"], "name '../elsewhere': the run's folder under runs/"),
+        (["--name", " "], "name ' ': the run's folder under runs/ needs a plain name"),
     ]
     for flags, said in cases:
         assert main(["train", "--data", str(demo_dir), "--epochs", "1", *flags]) == 2
@@ -213,3 +214,17 @@ def test_a_word_vector_size_other_than_the_vectors_is_refused_not_dropped(
     assert "model.embed_dim 20: the vectors in" in capsys.readouterr().err
     assert not out.exists()
     assert main(args(demo_dir, *given, "--model.embed_dim=4")) == 0  # the same size: fine
+
+
+def test_a_resume_with_another_model_says_the_run_keeps_its_own(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert main(args(demo_dir, "--out", str(out))) == 0  # a bag of words
+    assert main(["train", "--resume", str(out), "--model", "tree_lstm"]) == 2
+    said = capsys.readouterr().err
+    assert f"{out} trains a bow model, and a resumed run keeps its own" in said
+    assert main(["train", "qa", "--config", str(out / "config.toml")]) == 2
+    assert "this is a sentiment config or run (model 'bow'): use `treeqa train sentiment`" in (
+        capsys.readouterr().err
+    )

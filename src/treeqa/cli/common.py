@@ -95,7 +95,7 @@ def run_dir(args: argparse.Namespace, name: str) -> Path:
     out: Path | None = getattr(args, "resume", None) or getattr(args, "out", None)
     if out is not None:
         return out
-    if not name or name in (".", "..") or "/" in name or "\\" in name:
+    if not name.strip() or name in (".", "..") or "/" in name or "\\" in name:
         raise ValueError(
             f"name {name!r}: the run's folder under runs/ needs a plain name (no '/'); "
             "give --out DIR to put it elsewhere"
@@ -197,25 +197,25 @@ def check_written(
     prepared: Path | None = None,
 ) -> None:
     """Refuse, before any work, a file to write (``flag``'s ``path``) that is a directory, the
-    input file ``given``, a checkpoint of the model or another file of its run directory
-    (config, metrics, health report), or a file of the ``prepared`` data directory."""
+    input file ``given``, a checkpoint of the model or a file of its run directory by a run
+    file's name (config, metrics, health report, even before it exists), or a file in the
+    ``prepared`` data directory. Links are followed: writing goes where they point."""
     if path is None:
         return
     if path.is_dir():
         raise ValueError(f"{flag} {path} is a directory; give a file name")
-    if not path.exists():
-        return
     elsewhere = "write the results elsewhere"
-    if given is not None and given != STDIN and given.exists() and os.path.samefile(path, given):
+    real = path.resolve()  # a symlink's target, which open("w") would write over
+    if given is not None and given != STDIN and real == given.resolve():
         raise ValueError(f"{flag} {path} is the --input file; {elsewhere}")
     if checkpoint is not None and checkpoint.exists():
         from treeqa.train.checkpoint import is_run_file
 
-        run_dir = checkpoint if checkpoint.is_dir() else checkpoint.parent
-        if checkpoint.is_file() and os.path.samefile(path, checkpoint):
+        run_dir = (checkpoint if checkpoint.is_dir() else checkpoint.parent).resolve()
+        if checkpoint.is_file() and real == checkpoint.resolve():
             raise ValueError(f"{flag} {path} is a checkpoint of the model; {elsewhere}")
-        if os.path.samefile(path.parent, run_dir) and is_run_file(path.name):
-            what = "a checkpoint of the model" if path.suffix == ".safetensors" else "a file"
+        if real.parent == run_dir and is_run_file(real.name):
+            what = "a checkpoint of the model" if real.suffix == ".safetensors" else "a file"
             raise ValueError(f"{flag} {path} is {what} of the run {run_dir}; {elsewhere}")
-    if prepared is not None and path.resolve().is_relative_to(prepared.resolve()):
+    if prepared is not None and real.is_relative_to(prepared.resolve()):
         raise ValueError(f"{flag} {path} is a file of the prepared data {prepared}; {elsewhere}")

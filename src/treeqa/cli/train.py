@@ -74,10 +74,21 @@ def add_parser(subparsers: Any, task: str) -> argparse.ArgumentParser:
 def sentiment_config(args: argparse.Namespace, base: Path | None = None) -> Any:
     """The resolved config: ``base``'s config.toml (a resumed run) or --config, then the
     config flags, then the other overrides."""
-    from treeqa.recipes.sentiment import resolve_config
+    from treeqa.config import ConfigError, load_toml, parse_overrides
+    from treeqa.recipes.sentiment import ALIASES, resolve_config
 
     source = base / "config.toml" if base is not None else args.config
     named = flags.named_overrides(args, flags.config_flags("sentiment"))
+    if base is not None and source is not None and source.is_file():
+        # Another model's keys would fail first, and say less than this does.
+        saved = load_toml(source).get("model", {})
+        saved_name = saved.get("name", "bow") if isinstance(saved, dict) else "bow"
+        for key, value in named + parse_overrides(args.overrides):
+            if ALIASES.get(key, key) in ("model", "model.name") and value != saved_name:
+                raise ConfigError(
+                    f"{base} trains a {saved_name} model, and a resumed run keeps its own: "
+                    f"give another --out to train {value}"
+                )
     return flags.resolve_file(resolve_config, source, named, args.overrides)
 
 

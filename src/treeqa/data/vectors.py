@@ -247,7 +247,7 @@ def _read_glove(
     blank: tuple[int, bytes] | None = None  # the first of the blank lines just read
     for number, raw in _lines(path):
         line = raw.rstrip(b"\r\n ")
-        if not line:  # blank lines at the end (an editor's extra newline) are no vectors
+        if not line.strip():  # blank lines at the end (an editor's extra newline): no vectors
             blank = blank or (number, raw)
             continue
         if blank is not None:  # but between vectors, one is a damaged line

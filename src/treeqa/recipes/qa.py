@@ -111,6 +111,12 @@ def resolve_config(
 ) -> QAExperiment:
     """TOML dict + overrides -> the experiment config; unknown keys are errors. The first
     ``named`` overrides come from named flags (see ``config.merge_overrides``)."""
+    model, data = raw.get("model", {}), raw.get("data", {})
+    name = model.get("name", "qanet") if isinstance(model, dict) else "qanet"
+    if name != "qanet" or (isinstance(data, dict) and "path" in data):
+        raise cfg.ConfigError(
+            f"this is a sentiment config or run (model {name!r}): use `treeqa train sentiment`"
+        )
     schedule = raw.get("schedule", {})
     if (
         isinstance(schedule, dict) and "ema_decay" in schedule

@@ -159,12 +159,21 @@ def check_embed_dim(config: Any, width: int) -> None:
 
 
 def check_labelled(
-    data_path: str, split: str, trees: Sequence[Tree], purpose: str = "score"
+    data_path: str,
+    split: str,
+    trees: Sequence[Tree],
+    purpose: str = "score",
+    data_task: str = "fine",
 ) -> None:
     """A split to learn from or score needs labelled sentences (root accuracy would be 0/0)."""
     if not any(t.label != UNLABELLED for t in trees):
         where = sst.split_path(data_path, split) if data_path else f"the demo {split} split"
-        raise ValueError(f"{where}: no sentence has a label, so there is nothing to {purpose}")
+        labels = (
+            "a label"
+            if data_task == "fine"
+            else "a non-neutral label (the binary tasks score no neutral sentence)"
+        )
+        raise ValueError(f"{where}: no sentence has {labels}, so there is nothing to {purpose}")
 
 
 def build_vocab(splits: dict[str, list[Tree]]) -> Vocab:
@@ -303,7 +312,9 @@ def _train(
     seed_everything(config.train.seed)
     splits = load_trees(config.data)
     for split in TRAINING_USE:
-        check_labelled(config.data.path, split, splits[split], TRAINING_USE[split])
+        check_labelled(
+            config.data.path, split, splits[split], TRAINING_USE[split], config.data.task
+        )
     if config.model.name == "tree_lstm":
         check_binary(splits, config.data.path)
     vocab = build_vocab(splits)
@@ -442,7 +453,7 @@ def evaluate(path: str | Path, data_path: str, split: str) -> dict[str, float]:
     loaded = load_model(path)
     data = SentimentData(path=data_path, task=loaded.task)
     trees = load_trees(data, (split,))[split]  # a folder holding that split alone will do
-    check_labelled(data_path, split, trees)
+    check_labelled(data_path, split, trees, data_task=loaded.task)
     encoded = [loaded.encode(t) for t in trees]
     scores: dict[str, float] = evaluate_model(loaded.model, encoded, loaded.task)
     scores["sentences"] = len(trees)
