@@ -118,6 +118,9 @@ CLEAN = [
     "clean_pairwise_loss.py",  # energy distance: every sample against every data sample
     "clean_wgan.py",  # the generator's no_grad fakes between the critic's steps, train mode
     "clean_fixed_val_batch.py",  # next(iter(val)) each step beside the training loader
+    "clean_forked_seed.py",  # torch.manual_seed inside fork_rng each step: a fixed probe draw
+    "clean_hessian.py",  # backward(create_graph=True) and a Hessian-vector product each step
+    "clean_finetune_loaded.py",  # load_state_dict, then a high first loss on new labels
 ]
 
 

@@ -251,7 +251,6 @@ class Doctor:
         """``torch.autograd.backward(tensors, *args, **kwargs)`` is about to run."""
         loss = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
         retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
-        create = kwargs.get("create_graph", args[2] if len(args) > 2 else False)
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             self.loss = loss
             if self.monitor.sampling and not self.broadcast_found:
@@ -266,7 +265,9 @@ class Doctor:
                 self.monitor.scalers.note_backward(loss, gradient)
         self.updates.backwards += 1
         self.updates.gradients_taken()
-        self.monitor.note_backward(bool(create if retain is None else retain))
+        # create_graph retains the graph too, for a second-order step taken within this step
+        # (Hessian-vector products): not the retain_graph=True that silences a state's graph.
+        self.monitor.note_backward(bool(retain))
 
     def _begin(self) -> None:
         if not self.open:

@@ -24,7 +24,7 @@ from torch.nn import functional as F
 
 from treeqa.health import checks, loss_inputs
 from treeqa.health.findings import Finding
-from treeqa.health.wrap import Wrappers, note_function_results
+from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")
 ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
@@ -48,6 +48,7 @@ class LossInputCheck:
         self.add, self.active, self.at_init, self.targets = add, active, at_init, targets
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
+        self.loaded = False  # a model loaded trained weights: its first loss is no init's
         self.wrappers = Wrappers()
 
     def watch(self, modules: Iterable[nn.Module]) -> None:
@@ -70,6 +71,10 @@ class LossInputCheck:
     def install(self) -> None:
         for fname in (*CLASSIFICATION, *ELEMENTWISE):
             self.wrappers.add(note_function_results(F, fname, self._called))
+        self.wrappers.add(note_calls(nn.Module, "load_state_dict", self._loaded))
+
+    def _loaded(self, module: nn.Module) -> None:
+        self.loaded = True
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -178,6 +183,7 @@ class LossInputCheck:
         if (
             fname == "cross_entropy"
             and not self.first_seen
+            and not self.loaded  # fine-tuning: a high first loss is the new task's, not init's
             and self.at_init()
             and result.numel() == 1
             and _averaged(args, kwargs or {})

@@ -410,7 +410,8 @@ class HealthMonitor(Callback):
             self.findings[key] = finding
             print(report.one_line(finding), file=self.stream, flush=True)
         else:
-            old.evidence, old.message = finding.evidence, finding.message
+            # The latest evidence, with the step it was seen at: the message names both.
+            old.evidence, old.message, old.step = finding.evidence, finding.message, finding.step
             old.where = finding.where or old.where  # e.g. the top operator of the latest window
             if findings.SEVERITIES.index(finding.severity) > findings.SEVERITIES.index(
                 old.severity

@@ -13,17 +13,19 @@ and so is ``random.seed()`` without a seed (fresh entropy).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import random
 import sys
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from treeqa.health import checks, slips
 from treeqa.health.findings import Finding
-from treeqa.health.wrap import Wrappers, note_function_calls
+from treeqa.health.wrap import Wrappers, install_wrapper, note_function_calls
 
 SEEDED_STEPS = 20
 """Steps in a row, each seeding a generator with the seed it had on the step before."""
@@ -55,10 +57,28 @@ class Seeds:
         self.last: dict[str, Any] = {}  # the seeds of the last step that was seeded
         self.steps = 0  # steps in a row that gave a generator the seed of the step before
         self.reported = False
+        self.forked = 0  # inside torch.random.fork_rng: torch's generators are restored after
 
     def install(self) -> None:
         for owner, attribute, name in _seeding_functions():
             self.wrappers.add(note_function_calls(owner, attribute, self._seeded, label=name))
+        original = torch.random.fork_rng
+        if not getattr(original, "_treeqa_health", False):
+            seeds = weakref.ref(self)
+
+            @contextlib.contextmanager
+            def fork_rng(*args: Any, **kwargs: Any) -> Iterator[Any]:
+                me = seeds()
+                if me is not None:
+                    me.forked += 1
+                try:
+                    with original(*args, **kwargs) as forked:
+                        yield forked
+                finally:
+                    if me is not None:
+                        me.forked -= 1
+
+            self.wrappers.add(install_wrapper(torch.random, "fork_rng", original, fork_rng))
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -67,6 +87,8 @@ class Seeds:
         """``name`` (``torch.manual_seed``, ``random.seed``...) is called with ``args``."""
         seed = args[0] if args else kwargs.get("seed", kwargs.get("a"))
         if seed is None:  # fresh entropy, not a repeat
+            return
+        if self.forked and name == "torch.manual_seed":  # a fixed draw, the stream left as it was
             return
         self.given[name] = seed
         if self.steps + 1 >= SEEDED_STEPS:  # the stack is walked only when it may be needed

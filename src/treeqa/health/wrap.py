@@ -76,7 +76,7 @@ def note_calls(cls: type, name: str, note: Callable[[Any], None]) -> Callable[[]
         noted(instance)
         return original(instance, *args, **kwargs)
 
-    return _install(cls, name, original, wrapper)
+    return install_wrapper(cls, name, original, wrapper)
 
 
 Arguments = tuple[tuple[Any, ...], dict[str, Any]]
@@ -106,7 +106,7 @@ def note_function_calls(
             args, kwargs = given
         return original(*args, **kwargs)
 
-    return _install(owner, name, original, wrapper)
+    return install_wrapper(owner, name, original, wrapper)
 
 
 def note_function_results(
@@ -124,7 +124,7 @@ def note_function_results(
         noted(name, args, kwargs, result)
         return result
 
-    return _install(owner, name, original, wrapper)
+    return install_wrapper(owner, name, original, wrapper)
 
 
 class Watched:
@@ -153,12 +153,14 @@ def note_calls_of(
             noted(instance, *args, **kwargs)
         return original(instance, *args, **kwargs)
 
-    return _install(cls, name, original, wrapper)
+    return install_wrapper(cls, name, original, wrapper)
 
 
-def _install(
+def install_wrapper(
     owner: Any, name: str, original: Callable[..., Any], wrapper: Callable[..., Any]
 ) -> Callable[[], None]:
+    """Put ``wrapper`` in place of ``owner.name`` (``original``), marked as the monitor's;
+    returns the undo."""
     wrapper._treeqa_health = True  # type: ignore[attr-defined]
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(owner, name, wrapper)
