@@ -121,6 +121,7 @@ CLEAN = [
     "clean_forked_seed.py",  # torch.manual_seed inside fork_rng each step: a fixed probe draw
     "clean_hessian.py",  # backward(create_graph=True) and a Hessian-vector product each step
     "clean_finetune_loaded.py",  # load_state_dict, then a high first loss on new labels
+    "clean_second_model.py",  # a second model and optimiser first run after the clock's step
 ]
 
 

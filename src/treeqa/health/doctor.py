@@ -118,6 +118,8 @@ class Doctor:
         self.compute_start = self.last_end
         self.handles: list[Any] = []
         self.discovery: Any = None  # the every-module hook, while models are looked up
+        self.late_tops = False  # it stays for the clock's second step (_hook_late_tops)
+        self.hooked: set[int] = set()  # the models whose forwards start a step
         self.root_handles: list[Any] = []
         self.original_backward: Any = None
         self.original_scaler_step: Any = None
@@ -336,6 +338,31 @@ class Doctor:
         elif id(module) in self.trained:
             self.updates.forward_done(module, output)
 
+    def _hook_tops(self, tops: Sequence[nn.Module]) -> None:
+        """A step's compute starts at the first forward of any model, trained by the clock or
+        not: a frozen teacher, or the other half of a GAN that steps after the clock, is
+        compute, not waiting for data. Modules without parameters (transforms in a Dataset)
+        may run while loading data and do not start it."""
+        for top in tops:
+            if id(top) not in self.hooked and next(top.parameters(), None) is not None:
+                self.hooked.add(id(top))
+                self.root_handles.append(
+                    top.register_forward_pre_hook(self.root_pre_hook, with_kwargs=True)
+                )
+                self.root_handles.append(top.register_forward_hook(self.root_hook))
+
+    def _hook_late_tops(self) -> None:
+        """The clock's second step: hook the models first run since its first, then drop the
+        every-module hook (no cost from now on)."""
+        inner = {id(c) for m in self.called.values() for c in m.modules() if c is not m}
+        self._hook_tops([m for i, m in self.called.items() if i not in inner])
+        if self.discovery is not None:
+            self.discovery.remove()
+            self.discovery = None
+        self.late_tops = False
+        self.called.clear()
+        self.evaluated_early.clear()
+
     def _find_roots(self, optimizer: torch.optim.Optimizer) -> None:
         trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
         self.clock_params = trained
@@ -345,21 +372,18 @@ class Doctor:
         trained_roots = {id(m) for m in self.roots}
         same_models = bool(trained_roots) and trained_roots == self.trained_before
         self.trained = trained_roots
-        if self.discovery is not None:  # the every-module hook: no cost from now on
+        # The every-module hook stays one more step of the clock: a model first run after the
+        # clock's first step (a second model with its own optimiser) is found then. Not in a
+        # compiled script: Dynamo guards on the global hooks, and each change recompiles.
+        self.late_tops = self.discovery is not None and not compiled()
+        if self.discovery is not None and not self.late_tops:
             self.discovery.remove()
             self.discovery = None
         while self.root_handles:
             self.root_handles.pop().remove()
-        # A step's compute starts at the first forward of any model, trained by the clock or
-        # not: a frozen teacher, or the other half of a GAN that steps after the clock, is
-        # compute, not waiting for data. Modules without parameters (transforms in a Dataset)
-        # may run while loading data and do not start it.
+        self.hooked.clear()
+        self._hook_tops(tops)
         for top in tops:
-            if next(top.parameters(), None) is not None:
-                self.root_handles.append(
-                    top.register_forward_pre_hook(self.root_pre_hook, with_kwargs=True)
-                )
-                self.root_handles.append(top.register_forward_hook(self.root_hook))
             wrapped = getattr(top, "module", None)  # DistributedDataParallel's
             if (
                 self.prints is not None
@@ -445,6 +469,8 @@ class Doctor:
             self.others.clear()
         if self.finding_roots:
             self._find_roots(optimizer)
+        elif self.late_tops:
+            self._hook_late_tops()
         now = time.perf_counter()
         if not self.open:  # no module forward seen this step (functional model)
             self.compute_start = self.last_end
