@@ -26,6 +26,7 @@ EXPECTED = {
     "bug_unused_parameter.py": "unused-parameter",
     "bug_probs_into_ce.py": "probabilities-into-cross-entropy",
     "bug_probs_into_ce_bf16.py": "probabilities-into-cross-entropy",  # a bfloat16 model
+    "bug_probs_into_ce_raw_tensors.py": "probabilities-into-cross-entropy",  # no nn.Module
     "bug_activation_growth.py": "activation-growth",
     "bug_loss_at_init.py": "loss-at-init",
     "bug_non_finite.py": "non-finite",

@@ -472,6 +472,9 @@ class Doctor:
         elif self.late_tops:
             self._hook_late_tops()
         now = time.perf_counter()
+        # No model's forward starts this script's steps (its model is raw tensors): each step
+        # is opened at the end of the one before, so that it can be sampled.
+        functional = not self.open and not self.hooked
         if not self.open:  # no module forward seen this step (functional model)
             self.compute_start = self.last_end
         loss, self.loss = self.loss, None
@@ -488,6 +491,8 @@ class Doctor:
             self.prints.end_step(self.monitor.step, sampled, self.roots, params)
         self.open = False
         self.last_end = time.perf_counter()
+        if functional:
+            self._begin()
         if self.monitor.stop_requested:
             raise HealthError("strict mode: stopping on an error finding (see above)")
 
