@@ -69,27 +69,18 @@ def _lone_surrogate(value: Any) -> str | None:
     return None
 
 
-def _no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are each given once (the last would win, silently): a
-    ``json.loads`` hook that raises KeyError naming a repeated key."""
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            raise KeyError(key)
-        seen.add(key)
-    return dict(pairs)
-
-
 def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(``path:line``, item) for the JSONL items with a context and a question; blank lines
     are skipped (so each item's other fields, an "id" say, come back with its answer)."""
+    from treeqa.data.squad import unique_keys
+
     items = []
     name = "<stdin>" if path == STDIN else str(path)
     with sys.stdin.buffer if path == STDIN else path.open("rb") as f:
         for n, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8-sig" if n == 1 else "utf-8")  # a first-line BOM
-                item = json.loads(line, object_pairs_hook=_no_repeats) if line.strip() else None
+                item = json.loads(line, object_pairs_hook=unique_keys) if line.strip() else None
             except UnicodeDecodeError as err:
                 raise ValueError(f"{name}:{n}: not UTF-8 text ({err.reason})") from err
             except json.JSONDecodeError as err:

@@ -116,6 +116,17 @@ class ReadStats:
         return "v2.0" if v2 else "v1.1"
 
 
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict (``json.loads``'s ``object_pairs_hook``), or a KeyError naming a
+    key given twice in it: the last value would win, silently."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise KeyError(key)
+        seen.add(key)
+    return dict(pairs)
+
+
 def read_json_text(path: str | Path) -> str:
     """The text of a JSON file, gunzipped when it starts with the gzip magic number."""
     path = Path(path)

@@ -42,6 +42,7 @@ from io import BufferedIOBase
 from pathlib import Path
 from typing import Any
 
+from treeqa.data.squad import unique_keys
 from treeqa.train import checkpoint as ckpt
 
 MAX_BODY = 1 << 20
@@ -172,20 +173,6 @@ def strings(value: Any) -> Iterator[str]:
             stack += [*item.keys(), *item.values()]
         elif isinstance(item, list):
             stack += item
-
-
-def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object as a dict (``json.loads``'s ``object_pairs_hook``); a key given twice is
-    a 400 naming it: the last value would win, silently (``treeqa evaluate qa`` refuses a
-    question id given twice, too)."""
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            shown = repr(key if len(key) <= 40 else key[:40] + "...")  # surrogates escaped
-            message = f"body: the key {shown} appears twice in one object"
-            raise RequestError(HTTPStatus.BAD_REQUEST, message)
-        seen.add(key)
-    return dict(pairs)
 
 
 def check_text(body: dict[str, Any]) -> None:
@@ -485,6 +472,11 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                     message = f"body: empty; expected a JSON object such as {example(path)}"
                     raise RequestError(HTTPStatus.BAD_REQUEST, message)
                 body = json.loads(text, object_pairs_hook=unique_keys)
+            except KeyError as err:  # unique_keys: the last value would win, silently
+                key = err.args[0]
+                shown = repr(key if len(key) <= 40 else key[:40] + "...")  # surrogates escaped
+                message = f"body: the key {shown} appears twice in one object"
+                raise RequestError(HTTPStatus.BAD_REQUEST, message) from err
             except UnicodeDecodeError as err:
                 raise RequestError(HTTPStatus.BAD_REQUEST, f"body: not UTF-8 ({err})") from err
             except json.JSONDecodeError as err:
