@@ -188,8 +188,7 @@ class Doctor:
             with model_hooks_off(obj):
                 return original_script(obj, *args, **kwargs)
 
-        torch.jit.script = script
-        self.undo.append(lambda: setattr(torch.jit, "script", original_script))
+        self.undo.append(wrap.install_wrapper(torch.jit, "script", original_script, script))
         self.clipping.install()
         self.updates.install()
         self.seeds.install()
@@ -353,15 +352,19 @@ class Doctor:
 
     def _hook_late_tops(self) -> None:
         """The clock's second step: hook the models first run since its first, then drop the
-        every-module hook (no cost from now on)."""
+        every-module hook."""
         inner = {id(c) for m in self.called.values() for c in m.modules() if c is not m}
         self._hook_tops([m for i, m in self.called.items() if i not in inner])
+        self._drop_discovery()
+        self.called.clear()
+        self.evaluated_early.clear()
+
+    def _drop_discovery(self) -> None:
+        """Remove the every-module hook: models are looked up no more (no cost from now on)."""
         if self.discovery is not None:
             self.discovery.remove()
             self.discovery = None
         self.late_tops = False
-        self.called.clear()
-        self.evaluated_early.clear()
 
     def _find_roots(self, optimizer: torch.optim.Optimizer) -> None:
         trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
@@ -376,9 +379,8 @@ class Doctor:
         # clock's first step (a second model with its own optimiser) is found then. Not in a
         # compiled script: Dynamo guards on the global hooks, and each change recompiles.
         self.late_tops = self.discovery is not None and not compiled()
-        if self.discovery is not None and not self.late_tops:
-            self.discovery.remove()
-            self.discovery = None
+        if not self.late_tops:
+            self._drop_discovery()
         while self.root_handles:
             self.root_handles.pop().remove()
         self.hooked.clear()

@@ -114,10 +114,8 @@ def resolve_config(
         ) from None
     # A num_classes the config's own task gives (a run's saved config.toml) is derived, not set
     # by hand: another --task replaces it.
-    data_task = data.get("task", "fine") if isinstance(data, dict) else "fine"
-    given = isinstance(section, dict) and section.get("num_classes", sst.TASKS.get(data_task)) != (
-        sst.TASKS.get(data_task)
-    )
+    derived = sst.TASKS.get(data.get("task", "fine") if isinstance(data, dict) else "fine")
+    given = isinstance(section, dict) and section.get("num_classes", derived) != derived
     given |= any(key in ("num_classes", "model.num_classes") for key, _ in overrides)
     classes = sst.TASKS[config.data.task]
     if given and config.model.num_classes != classes:  # set from the task, never by hand
