@@ -51,7 +51,7 @@ def test_collate_concatenates_and_schedules_levels() -> None:
     enc = [encode(t, vocab, "fine") for t in TREES]
     batch = collate(enc)
     n = sum(len(t) for t in TREES)
-    assert batch.words.shape == (n,) and batch.children.shape == (n, 2)
+    assert batch.words.shape == (n,) and batch.child_index.shape == (n - len(TREES),)
     assert batch.roots.tolist() == [0, 9, 16]
     assert batch.parent[9 + 1].item() == 9  # second tree's first child points to its root
     # Every node appears in exactly one level, children always in an earlier level.
@@ -60,11 +60,10 @@ def test_collate_concatenates_and_schedules_levels() -> None:
     level_of = torch.empty(n, dtype=torch.long)
     for h, nodes in enumerate(batch.levels):
         level_of[nodes] = h
-    kids = batch.children[batch.children[:, 0] >= 0]
-    parents = torch.nonzero(batch.children[:, 0] >= 0).squeeze(1)
-    for k in range(kids.shape[1]):
-        valid = kids[:, k] >= 0
-        assert bool((level_of[kids[valid, k]] < level_of[parents[valid]]).all())
+    for u in range(n):
+        kids = batch.children(u)
+        assert kids == [v for v in range(n) if batch.parent[v] == u]  # in order
+        assert all(level_of[v] < level_of[u] for v in kids)
     assert batch.subtree_end[0].item() == 9 and batch.subtree_end[16].item() == 18
     assert batch.is_leaf.sum().item() == sum(len(t.leaves) for t in TREES)
 

@@ -18,7 +18,7 @@ from treeqa.models import SENTIMENT_MODELS, build_sentiment_model
 from treeqa.models.childsum import ChildSumConfig, ChildSumTreeLSTM
 from treeqa.models.reference import reference_forward
 from treeqa.models.tree_gru import TreeGRU, TreeGRUConfig
-from treeqa.models.tree_levels import ChildSlots, LevelOrder
+from treeqa.models.tree_levels import ChildSlots, LevelOrder, fixed_children
 from treeqa.models.tree_lstm import TreeLSTM, TreeLSTMConfig
 
 TOL = 1e-5
@@ -108,6 +108,19 @@ def test_batched_equals_recursive_reference_on_random_forests(
     if max_kids > 2:
         assert max(len(c) for t in trees for c in t.children) > 2  # really any fan-out
     assert_same_as_reference(build(name, vocab, **overrides), batch_of(trees, vocab))
+
+
+@pytest.mark.parametrize(("name", "overrides"), CASES[1:])
+def test_a_wide_node_costs_its_own_children_only(name: str, overrides: dict[str, object]) -> None:
+    # A root with 300 leaf children beside ordinary trees: children are packed (E = N - B
+    # entries), not a [N, widest] table, and the models still equal the reference.
+    wide = "(3 " + " ".join(f"(2 w{i % 12})" for i in range(300)) + ")"
+    trees, vocab = forest([wide, *random_forest(5, 3, n=3)])
+    batch = batch_of(trees, vocab)
+    n = len(batch.words)
+    assert batch.child_index.shape == (n - len(trees),) and batch.child_start.shape == (n + 1,)
+    assert batch.children(0) == list(range(1, 301))
+    assert_same_as_reference(build(name, vocab, **overrides), batch)
 
 
 @pytest.mark.parametrize(("name", "overrides"), CASES)
@@ -273,13 +286,14 @@ def test_tree_lstm_forest_backward_passes_gradcheck() -> None:
 
     trees, vocab = forest(SST_LINES[1:2] + ["(1 (0 (2 c)))"])
     batch = batch_of(trees, vocab)
-    plan, n0, d = LevelOrder.of(batch, arity=2), len(batch.levels[0]), 2
+    plan, n0, d = LevelOrder.of(batch), len(batch.levels[0]), 2
+    kids = fixed_children(batch, plan, arity=2)
     g = torch.Generator().manual_seed(0)
     inputs = [
         torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True)
         for shape in ((n0, d), (n0, d), (5 * d, 2 * d), (5 * d,))
     ]
-    assert torch.autograd.gradcheck(lambda *t: _Forest.apply(*t, plan), inputs)
+    assert torch.autograd.gradcheck(lambda *t: _Forest.apply(*t, plan, kids), inputs)
 
 
 @pytest.mark.parametrize("cell", ["gru", "seed"])
@@ -291,7 +305,7 @@ def test_tree_gru_forest_backward_passes_gradcheck(cell: str) -> None:
     batch = batch_of(trees, vocab)
     plan, n0, d, a = LevelOrder.of(batch), len(batch.levels[0]), 2, 1
     slots = ChildSlots.of(batch, plan)
-    assert plan.kids.shape[1] == 3 and any(len(set(level)) > 1 for level in slots.steps)
+    assert max(map(len, slots.steps)) == 3 and any(len(set(level)) > 1 for level in slots.steps)
     g = torch.Generator().manual_seed(0)
     shapes = [(n0, d), (len(slots.child), 3 * d + a), (3 * d + a, d), (3 * d, d), (3 * d,)]
     shapes += [(1, a), (1,)]
@@ -316,7 +330,7 @@ def test_child_slots_visit_each_child_once_in_step_order() -> None:
         assert sizes[0] == len(level) and list(sizes) == sorted(sizes, reverse=True)
         for i, n in enumerate(sizes):
             for node in level[:n].tolist():  # the first n nodes of the level have an i-th child
-                assert next(pairs) == (node, batch.children[node, i].item())
+                assert next(pairs) == (node, batch.children(node)[i])
     assert next(pairs, None) is None
 
 
@@ -327,11 +341,11 @@ def test_childsum_forest_backward_passes_gradcheck() -> None:
     batch = batch_of(trees, vocab)
     plan, n0, d = LevelOrder.of(batch), len(batch.levels[0]), 2
     slots = ChildSlots.of(batch, plan)
-    assert plan.kids.shape[1] >= 3 and any(len(set(level)) > 1 for level in slots.steps)
+    assert max(map(len, slots.steps)) >= 3 and any(len(set(level)) > 1 for level in slots.steps)
     g = torch.Generator().manual_seed(0)
     inputs = [
         torch.randn(shape, dtype=torch.float64, generator=g, requires_grad=True)
-        for shape in ((n0, d), (n0, d), (plan.kids.shape[0], 4 * d), (3 * d, d), (d, d))
+        for shape in ((n0, d), (n0, d), (len(plan.inner), 4 * d), (3 * d, d), (d, d))
     ]
     assert torch.autograd.gradcheck(lambda *t: _Forest.apply(*t, plan, slots), inputs)
 

@@ -1,7 +1,9 @@
 """Forests of trees as one batch, with the level schedule the tree models run on.
 
 Shape letters: B trees in the batch, N nodes in the forest (trees concatenated, each in
-pre-order), K the largest number of children of any node in the batch, H levels (heights).
+pre-order), E = N - B child links (every node but a root is one node's child), H levels
+(heights). Children are held packed, as a sparse matrix's rows are (CSR): a node with 5,000
+children costs 5,000 entries, not a [N, 5,000] table.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ from treeqa.data.vocab import Vocab
 
 @dataclass(frozen=True)
 class EncodedTree:
-    """One tree as index arrays, computed once and reused every epoch (n nodes, k children)."""
+    """One tree as index arrays, computed once and reused every epoch (n nodes); its children
+    are the nodes whose parent a node is, in index order (``data.tree``)."""
 
     words: np.ndarray  # [n] word id at leaves, 0 (padding) at inner nodes
     labels: np.ndarray  # [n] fine-grained label 0-4, -1 = none
     targets: np.ndarray  # [n] the task's target, -1 = ignored
     parent: np.ndarray  # [n] local parent index, -1 at the root
-    children: np.ndarray  # [n, k] local child indices in order, -1 = none
     height: np.ndarray  # [n] 0 at leaves
     size: np.ndarray  # [n] nodes in the subtree
     tags: np.ndarray | None = None  # [n] POS-tag id (dependency trees only)
@@ -45,18 +47,12 @@ def encode(
             raise ValueError("POS-tag and relation vocabularies need a dependency tree")
         tag_ids = None if tags is None else np.array(tags.ids(tree.tags), dtype=np.int64)
         rel_ids = None if rels is None else np.array(rels.ids(tree.rels), dtype=np.int64)
-    n = len(tree)
-    k = max((len(c) for c in tree.children), default=0)
-    children = np.full((n, max(k, 1)), -1, dtype=np.int64)
-    for i, kids in enumerate(tree.children):
-        children[i, : len(kids)] = kids
     words = np.array([0 if w is None else vocab.id(w) for w in tree.words], dtype=np.int64)
     return EncodedTree(
         words=words,
         labels=tree.labels,
         targets=task_targets(tree.labels, task),
         parent=tree.parent,
-        children=children,
         height=tree.height,
         size=tree.size,
         tags=tag_ids,
@@ -73,7 +69,8 @@ class TreeBatch:
     labels: torch.Tensor  # [N] int64 fine labels, -1 = none
     targets: torch.Tensor  # [N] int64 task targets, -1 = ignored
     parent: torch.Tensor  # [N] int64, -1 at roots
-    children: torch.Tensor  # [N, K] int64, -1 = no child
+    child_start: torch.Tensor  # [N + 1] int64: node i's children are child_index[s[i] : s[i + 1]]
+    child_index: torch.Tensor  # [E] int64 child node ids, grouped by parent, in order
     subtree_end: torch.Tensor  # [N] int64, node i's subtree is nodes [i, subtree_end[i])
     roots: torch.Tensor  # [B] int64
     levels: tuple[torch.Tensor, ...]  # H tensors of node indices, level h = nodes of height h
@@ -86,6 +83,11 @@ class TreeBatch:
     @property
     def num_examples(self) -> int:
         return int(self.roots.numel())
+
+    def children(self, node: int) -> list[int]:
+        """The children of ``node`` in order (host ints; for tests and the reference)."""
+        start, end = self.child_start[node : node + 2].tolist()
+        return self.child_index[start:end].tolist()
 
     def to(self, device: torch.device | str) -> TreeBatch:
         moved: dict[str, Any] = {}
@@ -104,28 +106,24 @@ def collate(trees: Sequence[EncodedTree]) -> TreeBatch:
     """Concatenate encoded trees into one forest and group its nodes by height."""
     sizes = np.array([len(t.words) for t in trees], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])  # [B]
-    k = max(t.children.shape[1] for t in trees)
-    children = np.full((int(sizes.sum()), k), -1, dtype=np.int64)
     parent = np.concatenate(
         [np.where(t.parent >= 0, t.parent + o, -1) for t, o in zip(trees, offsets, strict=False)]
     )
-    row = 0
-    for t, o in zip(trees, offsets, strict=False):
-        c = t.children
-        children[row : row + len(c), : c.shape[1]] = np.where(c >= 0, c + o, -1)
-        row += len(c)
+    linked = np.flatnonzero(parent >= 0)  # [E] every node but the roots
+    child_index = linked[np.argsort(parent[linked], kind="stable")]  # [E] by parent, in order
+    counts = np.bincount(parent[linked], minlength=len(parent))  # [N] children of each node
     height = np.concatenate([t.height for t in trees])
-    counts = (children >= 0).sum(1)  # [N] children of each node
     order = np.lexsort((-counts, height))  # by height, then most children first
     bounds = np.cumsum(np.bincount(height))[:-1]
     words = np.concatenate([t.words for t in trees])
     return TreeBatch(
         words=torch.from_numpy(words),
-        is_leaf=torch.from_numpy(children[:, 0] < 0),
+        is_leaf=torch.from_numpy(counts == 0),
         labels=torch.from_numpy(np.concatenate([t.labels for t in trees])),
         targets=torch.from_numpy(np.concatenate([t.targets for t in trees])),
         parent=torch.from_numpy(parent),
-        children=torch.from_numpy(children),
+        child_start=torch.from_numpy(np.concatenate([[0], np.cumsum(counts)])),
+        child_index=torch.from_numpy(child_index),
         subtree_end=torch.from_numpy(
             np.concatenate(
                 [np.arange(len(t.size)) + t.size + o for t, o in zip(trees, offsets, strict=False)]

@@ -70,7 +70,7 @@ class _Forest(torch.autograd.Function):
         gates = leaf_h.new_empty(m, 3 * d)  # [M, 3D] i, o, tanh(u)
         tanh_c = leaf_h.new_empty(m, d)  # [M, D]
         inner = plan.levels([wx, h_sum, gates, tanh_c], [h_all, c_all])
-        for (where, row, hk, ck, f_k), (_, wx_k, hs_k, g_k, tc_k, h_k, c_k) in zip(
+        for (where, row, hk, ck, f_k), (wx_k, hs_k, g_k, tc_k, h_k, c_k) in zip(
             slots.levels([h_kids, c_kids, f]), inner, strict=True
         ):  # [S_l], [S_l], [S_l, D] x3; [L, 4D], [L, D], [L, 3D], [L, D], [L, D] x2
             torch.index_select(h_all, 0, where, out=hk)
@@ -104,7 +104,7 @@ class _Forest(torch.autograd.Function):
         d_f = torch.empty_like(f)  # [S, D] forget gates, before the sigmoid
         inner = plan.levels([d_wx, gates, tanh_c], [dh_all, dc_all])
         levels = zip(slots.levels([d_f, c_kids, f]), inner, strict=True)
-        for (where, row, d_f_k, ck, f_k), (_, d_wx_k, g_k, tc_k, dh, dc) in reversed(
+        for (where, row, d_f_k, ck, f_k), (d_wx_k, g_k, tc_k, dh, dc) in reversed(
             list(levels)
         ):  # top down; [S_l], [S_l], [S_l, D] x3; [L, 4D], [L, 3D], [L, D] x3
             i, o, tanh_u = g_k.split([d, d, d], 1)

@@ -84,7 +84,7 @@ def _tree_gru_node(model: TreeGRU, batch: TreeBatch, u: int, kids: list[State]) 
         zero = wx.new_zeros(d)
         return (_gru(wx, zero.new_zeros(3 * d, d), model.leaf_hidden_bias, zero, cfg.cell),)
     h = own[0].new_zeros(d)
-    for v, (k_v,) in zip([int(c) for c in batch.children[u] if c >= 0], kids, strict=True):
+    for v, (k_v,) in zip(batch.children(u), kids, strict=True):
         parts = [*own, k_v]
         if model.rel_vectors is not None:
             parts.append(model.rel_vectors(batch.rels[v : v + 1])[0])  # type: ignore[index]
@@ -112,11 +112,11 @@ def reference_forward(model: nn.Module, batch: TreeBatch) -> Output:
     else:
         raise TypeError(f"no recursive reference for {type(model).__name__}")
     module: Any = model  # each node function takes its own model class
-    children = batch.children.tolist()
+    children = [batch.children(u) for u in range(batch.words.shape[0])]
     hidden: dict[int, torch.Tensor] = {}
 
     def visit(u: int) -> State:
-        state = node(module, batch, u, [visit(v) for v in children[u] if v >= 0])
+        state = node(module, batch, u, [visit(v) for v in children[u]])
         hidden[u] = state[0]
         return state
 

@@ -109,7 +109,7 @@ class _Forest(torch.autograd.Function):
         slots: ChildSlots,
         cell: str,
     ) -> torch.Tensor:
-        d, m, (s, g) = leaf.shape[1], plan.kids.shape[0], fixed.shape
+        d, m, (s, g) = leaf.shape[1], plan.inner.shape[0], fixed.shape
         h_all = torch.cat([leaf, leaf.new_zeros(m + 1, d)])  # [N + 1, D]
         child = leaf.new_empty(s, d)  # [S, D] the child state each step reads
         before = leaf.new_zeros(s, d)  # [S, D] the node's state before each step (0 at the first)

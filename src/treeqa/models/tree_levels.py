@@ -7,8 +7,8 @@ their inner levels inside one autograd function with the backward written out: l
 autograd record ~20 small operations per level cost as much as the arithmetic on a CPU, and
 the weight gradients become one matmul over the whole forest instead of one per level.
 
-Shape letters: N nodes in the forest, M inner nodes, K children per node (padded), L nodes in
-one level.
+Shape letters: N nodes in the forest, M inner nodes, A children per node of a fixed-arity
+model (padded), S child slots (one per non-root node), L nodes in one level.
 """
 
 from __future__ import annotations
@@ -25,24 +25,19 @@ from treeqa.data.batching import TreeBatch
 
 @dataclass(frozen=True)
 class LevelOrder:
-    """The forest in level order: leaves first, then each height (M inner nodes, K slots)."""
+    """The forest in level order: leaves first, then each height (M inner nodes)."""
 
     sizes: list[int]  # nodes per level, leaves first
-    kids: torch.Tensor  # [M, K] level-order positions of each inner node's children (N = none)
-    child_ids: torch.Tensor  # [M, K] the same children as node ids (N = none)
     order: torch.Tensor  # [N] node id at each position
     position: torch.Tensor  # [N] position of each node id
 
     @classmethod
-    def of(cls, batch: TreeBatch, arity: int | None = None) -> LevelOrder:
+    def of(cls, batch: TreeBatch) -> LevelOrder:
         n = batch.words.shape[0]
         order = torch.cat(batch.levels)  # [N]
-        position = torch.empty(n + 1, dtype=torch.long, device=order.device)  # [N + 1]
+        position = torch.empty(n, dtype=torch.long, device=order.device)  # [N]
         position[order] = torch.arange(n, device=order.device)
-        position[n] = n  # "no child" stays the zero row
-        sizes = [int(level.shape[0]) for level in batch.levels]
-        child_ids = child_slots(batch, arity).index_select(0, order[sizes[0] :])  # [M, K]
-        return cls(sizes, position[child_ids], child_ids, order, position[:n])
+        return cls([int(level.shape[0]) for level in batch.levels], order, position)
 
     @property
     def leaves(self) -> torch.Tensor:
@@ -57,11 +52,10 @@ class LevelOrder:
     def levels(
         self, inner: list[torch.Tensor], tables: list[torch.Tensor]
     ) -> list[tuple[torch.Tensor, ...]]:
-        """Per inner level, bottom up: its children [L, K], then each [M, ...] tensor of
-        ``inner`` and each [N + 1, ...] table of ``tables`` cut to the level's rows."""
+        """Per inner level, bottom up: each [M, ...] tensor of ``inner`` and each [N + 1, ...]
+        table of ``tables`` cut to the level's rows."""
         sizes = self.sizes[1:]
-        parts = [self.kids.split(sizes)]
-        parts += [t.split(sizes) for t in inner]
+        parts = [t.split(sizes) for t in inner]
         parts += [t[:-1].split(self.sizes)[1:] for t in tables]
         return list(zip(*parts, strict=True))
 
@@ -85,19 +79,22 @@ class ChildSlots:
     @classmethod
     def of(cls, batch: TreeBatch, plan: LevelOrder) -> ChildSlots:
         steps = list(batch.level_steps[1:])
-        k = plan.kids.shape[1]
-        start, flat, rows = 0, [], []  # each slot's index into the [M, K] child tables
+        start, inner, rows, step = 0, [], [], []  # each slot's parent row, in [M] and its level
         for size, level in zip(plan.sizes[1:], steps, strict=True):
             for i, n in enumerate(level):  # step i: the level's first n nodes, child i
                 rows.append(np.arange(n))
-                flat.append((start + rows[-1]) * k + i)
+                inner.append(start + rows[-1])
+                step.append(np.full(n, i))
             start += size
         empty = [np.zeros(0, np.int64)]
-        index, row = (
-            torch.from_numpy(np.concatenate(a or empty)).to(plan.kids.device) for a in (flat, rows)
+        inner_row, row, step_of = (
+            torch.from_numpy(np.concatenate(a or empty)).to(plan.order.device)
+            for a in (inner, rows, step)
         )  # [S] each
-        parent = plan.inner.index_select(0, torch.div(index, k, rounding_mode="floor"))
-        return cls(steps, plan.kids.view(-1)[index], plan.child_ids.view(-1)[index], parent, row)
+        parent = plan.inner.index_select(0, inner_row)
+        first = batch.child_start.index_select(0, parent)  # [S] where the parent's children start
+        child = batch.child_index.index_select(0, first + step_of)
+        return cls(steps, plan.position.index_select(0, child), child, parent, row)
 
     def levels(self, slotted: list[torch.Tensor]) -> list[tuple[torch.Tensor, ...]]:
         """Per inner level, bottom up: its slots' ``position`` and ``row``, then each [S, ...]
@@ -124,20 +121,19 @@ def run_forest(
     return out
 
 
-def child_slots(batch: TreeBatch, arity: int | None = None) -> torch.Tensor:
-    """[N, K] child indices with "no child" (-1) pointing at row N, the zero-state row.
-
-    With ``arity``, K is padded to it (a batch of single leaves has K = 1) and wider nodes
-    are an error.
-    """
-    n = batch.words.shape[0]
-    kids = batch.children.masked_fill(batch.children < 0, n)  # [N, K]
-    if arity is not None:
-        if kids.shape[1] > arity:
-            raise ValueError(
-                f"this model takes trees with at most {arity} children per node, got "
-                f"{kids.shape[1]}; use the Child-Sum Tree-LSTM (--model childsum) for any fan-out"
-            )
-        if kids.shape[1] < arity:
-            kids = torch.cat([kids, kids.new_full((n, arity - kids.shape[1]), n)], 1)
-    return kids
+def fixed_children(batch: TreeBatch, plan: LevelOrder, arity: int) -> torch.Tensor:
+    """[M, A] level-order positions of each inner node's children, A = ``arity``; a node with
+    fewer has N, the zero-state row, in its empty slots. A wider node is an error."""
+    widest = max(len(steps) for steps in batch.level_steps)  # host ints: no device sync
+    if widest > arity:
+        raise ValueError(
+            f"this model takes trees with at most {arity} children per node, got {widest}; "
+            "use the Child-Sum Tree-LSTM (--model childsum) for any fan-out"
+        )
+    n, inner = batch.words.shape[0], plan.inner
+    first = batch.child_start[inner, None]  # [M, 1]
+    count = batch.child_start[inner + 1, None] - first  # [M, 1]
+    slot = torch.arange(arity, device=inner.device)  # [A]
+    last = max(batch.child_index.shape[0] - 1, 0)
+    child = batch.child_index[(first + slot).clamp_(max=last)]  # [M, A], clamped past the end
+    return torch.where(slot < count, plan.position[child], n)

@@ -26,7 +26,7 @@ from torch.autograd.function import FunctionCtx, once_differentiable
 
 from treeqa.data.batching import TreeBatch
 from treeqa.models.common import Dropout, Output, node_loss, word_embedding
-from treeqa.models.tree_levels import LevelOrder, run_forest
+from treeqa.models.tree_levels import LevelOrder, fixed_children, run_forest
 
 
 @dataclass(frozen=True)
@@ -62,43 +62,44 @@ class _Forest(torch.autograd.Function):
         weight: torch.Tensor,  # [5D, 2D]
         bias: torch.Tensor,  # [5D]
         plan: LevelOrder,
+        kids: torch.Tensor,  # [M, 2] level-order positions of the children (N = none)
     ) -> torch.Tensor:
-        d, m = leaf_h.shape[1], plan.kids.shape[0]
+        d, m = leaf_h.shape[1], kids.shape[0]
         h_all = torch.cat([leaf_h, leaf_h.new_zeros(m + 1, d)])  # [N + 1, D]
         c_all = torch.cat([leaf_c, leaf_c.new_zeros(m + 1, d)])  # [N + 1, D]
         x = leaf_h.new_empty(m, 2 * d)  # [M, 2D]
         g = leaf_h.new_empty(m, 4 * d)  # [M, 4D]
         v = leaf_h.new_empty(m, 4 * d)  # [M, 4D]
         weight_t = weight.t()  # [2D, 5D]
-        for kids, x_k, g_k, v_k, h_k, c_k in plan.levels([x, g, v], [h_all, c_all]):
-            kids = kids.view(-1)  # [2L], left then right child of each node
-            torch.index_select(h_all, 0, kids, out=x_k.view(-1, d))
+        for kids_k, x_k, g_k, v_k, h_k, c_k in plan.levels([kids, x, g, v], [h_all, c_all]):
+            kids_k = kids_k.reshape(-1)  # [2L], left then right child of each node
+            torch.index_select(h_all, 0, kids_k, out=x_k.view(-1, d))
             pre_gates, pre_u = torch.addmm(bias, x_k, weight_t).split([4 * d, d], 1)
             torch.sigmoid(pre_gates, out=g_k)
             tanh_u, c_kids, tanh_c = v_k.split([d, 2 * d, d], 1)  # [L, D], [L, 2D], [L, D]
             torch.tanh(pre_u, out=tanh_u)
-            c_kids.copy_(c_all.index_select(0, kids).view(-1, 2 * d))
+            c_kids.copy_(c_all.index_select(0, kids_k).view(-1, 2 * d))
             g3, o = g_k.split([3 * d, d], 1)
             torch.sum((g3 * v_k[:, : 3 * d]).view(-1, 3, d), 1, out=c_k)  # i*tanh(u) + f*c_kids
             torch.tanh(c_k, out=tanh_c)
             torch.mul(o, tanh_c, out=h_k)
-        ctx.save_for_backward(weight, x, g, v)
+        ctx.save_for_backward(weight, x, g, v, kids)
         ctx.plan = plan  # type: ignore[attr-defined]
         return h_all[:-1]
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad_h: torch.Tensor) -> tuple[Any, ...]:
-        weight, x, g, v = ctx.saved_tensors
+        weight, x, g, v, kids = ctx.saved_tensors
         plan: LevelOrder = ctx.plan
         d, m = grad_h.shape[1], x.shape[0]
         dh_all = torch.cat([grad_h, grad_h.new_zeros(1, d)])  # [N + 1, D]
         dc_all = torch.zeros_like(dh_all)  # [N + 1, D]
         d_pre = grad_h.new_empty(m, 5 * d)  # [M, 5D] gradient before the sigmoid and tanh
         one = grad_h.new_ones(())
-        levels = plan.levels([d_pre, g, v], [dh_all, dc_all])
-        for kids, dp_k, g_k, v_k, dh, dc in reversed(levels):  # top down
-            kids = kids.view(-1)  # [2L]
+        levels = plan.levels([kids, d_pre, g, v], [dh_all, dc_all])
+        for kids_k, dp_k, g_k, v_k, dh, dc in reversed(levels):  # top down
+            kids_k = kids_k.reshape(-1)  # [2L]
             i, f, o = g_k.split([d, 2 * d, d], 1)
             tanh_u, _, tanh_c = v_k.split([d, 2 * d, d], 1)
             dc = torch.addcmul(dc, dh * o, torch.addcmul(one, tanh_c, tanh_c, value=-1))
@@ -106,11 +107,11 @@ class _Forest(torch.autograd.Function):
             sigmoid_slope = torch.addcmul(g_k, g_k, g_k, value=-1)  # g * (1 - g)
             torch.mul(torch.cat([dc, dc, dc, dh], 1) * v_k, sigmoid_slope, out=dp_gates)
             torch.mul(dc * i, torch.addcmul(one, tanh_u, tanh_u, value=-1), out=dp_u)
-            dh_all.index_add_(0, kids, (dp_k @ weight).view(-1, d))  # [2L, D]
-            dc_all.index_add_(0, kids, (torch.cat([dc, dc], 1) * f).view(-1, d))  # [2L, D]
+            dh_all.index_add_(0, kids_k, (dp_k @ weight).view(-1, d))  # [2L, D]
+            dc_all.index_add_(0, kids_k, (torch.cat([dc, dc], 1) * f).view(-1, d))  # [2L, D]
         n0 = plan.sizes[0]
         d_weight = d_pre.t() @ x  # [5D, 2D], one matmul over every inner node
-        return dh_all[:n0], dc_all[:n0], d_weight, d_pre.sum(0), None
+        return dh_all[:n0], dc_all[:n0], d_weight, d_pre.sum(0), None, None
 
 
 class TreeLSTM(nn.Module):
@@ -145,9 +146,10 @@ class TreeLSTM(nn.Module):
         return h.index_select(0, index), c.index_select(0, index)  # [L, D] each
 
     def forward(self, batch: TreeBatch) -> Output:
-        plan = LevelOrder.of(batch, arity=2)
+        plan = LevelOrder.of(batch)
+        kids = fixed_children(batch, plan, arity=2)  # [M, 2]
         leaf_h, leaf_c = self.leaf_states(batch.words[plan.leaves])  # [L0, D] each
         w, b = self.compose.weight, self.compose.bias
-        h = run_forest(_Forest, [leaf_h, leaf_c], w.dtype, w, b, plan)  # [N, D] level order
+        h = run_forest(_Forest, [leaf_h, leaf_c], w.dtype, w, b, plan, kids)  # [N, D] level order
         logits = self.classify(self.dropout(h)).index_select(0, plan.position)  # [N, C] node order
         return Output(logits, node_loss(logits, batch.targets))
