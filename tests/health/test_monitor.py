@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,38 @@ def test_doctor_leaves_no_state_behind() -> None:
             _, report = run_doctor(["python", str(SCRIPTS / name)], every=10, stream=io.StringIO())
     assert "loss-accumulated-with-graph" not in {f["code"] for f in report["findings"]}
     assert nn.functional.cross_entropy.__name__ == "cross_entropy"  # the wrapper was removed
+
+
+WARNS = """
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+torch.manual_seed(0)
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(12):
+    x = torch.randn(8, 4)
+    loss = F.mse_loss(model(x), x[:, 0])  # [8, 1] against [8]: torch warns, stacklevel=2
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_librarys_warning_names_the_scripts_line_under_the_doctor(tmp_path: Path) -> None:
+    # F.mse_loss is wrapped under the doctor; its warning must still name the script's line
+    # (as plain python does), not the wrapper's, or filters by module or line stop matching.
+    script = tmp_path / "warns.py"
+    script.write_text(WARNS)
+    plain_warn = warnings.warn
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, report = run_doctor(["python", str(script)], stream=io.StringIO())
+    sizes = [w for w in caught if "target size" in str(w.message)]
+    assert sizes and {(w.filename, w.lineno) for w in sizes} == {(str(script), 11)}
+    assert "loss-broadcast" in {f["code"] for f in report["findings"]}  # it was wrapped
+    assert warnings.warn is plain_warn  # and put back
 
 
 def test_doctor_keeps_exit_code_and_writes_plot(tmp_path: Path) -> None:

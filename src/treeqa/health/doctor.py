@@ -121,8 +121,6 @@ class Doctor:
         self.late_tops = False  # it stays for the clock's second step (_hook_late_tops)
         self.hooked: set[int] = set()  # the models whose forwards start a step
         self.root_handles: list[Any] = []
-        self.original_backward: Any = None
-        self.original_scaler_step: Any = None
         self.step_calls = 0  # optimiser steps seen, of any optimiser
         self.stepped: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # any, ever
         self.clock_params: set[int] = set()  # ids of the clock's parameters
@@ -154,8 +152,7 @@ class Doctor:
     def install(self) -> None:
         self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self.discover)
         self.handles.append(register_optimizer_step_post_hook(self.step_end))
-        self.original_backward = torch.autograd.backward
-        original = self.original_backward
+        original = torch.autograd.backward
         # torch caches functions it finds in its namespace; a weak reference keeps such a cache
         # from holding this doctor, its monitor and the script's models after the run.
         doctor = weakref.ref(self)
@@ -166,8 +163,8 @@ class Doctor:
                 me.note_backward(tensors, args, kwargs)
             return original(tensors, *args, **kwargs)
 
-        torch.autograd.backward = backward
-        self.original_scaler_step = original_step = vars(GradScaler)["step"]
+        self.undo.append(wrap.install_wrapper(torch.autograd, "backward", original, backward))
+        original_step = vars(GradScaler)["step"]
 
         def step(
             scaler: GradScaler, optimizer: torch.optim.Optimizer, *args: Any, **kw: Any
@@ -179,7 +176,7 @@ class Doctor:
                 me.step_end(optimizer, args, kw)
             return result
 
-        GradScaler.step = step  # type: ignore[method-assign,assignment]
+        self.undo.append(wrap.install_wrapper(GradScaler, "step", original_step, step))
         original_script = torch.jit.script
 
         def script(obj: Any, *args: Any, **kwargs: Any) -> Any:
@@ -215,12 +212,6 @@ class Doctor:
         self.seeds.uninstall()
         while self.undo:
             self.undo.pop()()
-        if self.original_backward is not None:
-            torch.autograd.backward = self.original_backward
-            self.original_backward = None
-        if self.original_scaler_step is not None:
-            GradScaler.step = self.original_scaler_step  # type: ignore[method-assign]
-            self.original_scaler_step = None
         self.monitor.uninstall()
 
     def _note_spawn(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

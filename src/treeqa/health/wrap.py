@@ -4,15 +4,22 @@ The class or module outlives the run, so the wrapper holds the noting method wea
 run's monitor (and the models it watched) is not kept alive by a library attribute. A note that
 fails (the monitor's own bug) is said once on stderr and not called again: the script's call
 goes on as without the wrapper.
+
+A wrapper is one more frame between a library function and its caller, and a library's
+``warnings.warn(..., stacklevel=2)`` would name that frame (this file) instead of the script's
+line, which also changes what the script's warning filters by module or line match. While any
+wrapper is in place, ``warnings.warn`` skips the wrappers' frames when it counts ``stacklevel``.
 """
 
 from __future__ import annotations
 
 import sys
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 
@@ -160,8 +167,50 @@ def install_wrapper(
     owner: Any, name: str, original: Callable[..., Any], wrapper: Callable[..., Any]
 ) -> Callable[[], None]:
     """Put ``wrapper`` in place of ``owner.name`` (``original``), marked as the monitor's;
-    returns the undo."""
+    returns the undo. ``wrapper`` calls ``original`` itself (its frame is the one that
+    ``warnings.warn`` skips)."""
     wrapper._treeqa_health = True  # type: ignore[attr-defined]
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(owner, name, wrapper)
-    return lambda: setattr(owner, name, original)
+    _wrapper_code.add(wrapper.__code__)  # closures of one ``def`` share their code
+    _skip_wrappers_in_warnings(+1)
+    undone = False
+
+    def undo() -> None:
+        nonlocal undone
+        if not undone:
+            undone = True
+            setattr(owner, name, original)
+            _skip_wrappers_in_warnings(-1)
+
+    return undo
+
+
+_wrapper_code: set[CodeType] = set()
+_installed = [0]  # wrappers in place, of every monitor
+_warn = warnings.warn
+
+
+def _skip_wrappers_in_warnings(change: int) -> None:
+    """Count a wrapper in or out; ``warnings.warn`` is ours while any is in place (unless the
+    script has put its own there since: that one stays)."""
+    before = _installed[0]
+    _installed[0] += change
+    if before == 0 and _installed[0] > 0 and warnings.warn is _warn:
+        warnings.warn = _warn_past_wrappers
+    elif _installed[0] == 0 and warnings.warn is _warn_past_wrappers:
+        warnings.warn = _warn
+
+
+def _warn_past_wrappers(
+    message: Any, category: Any = None, stacklevel: int = 1, source: Any = None, **kwargs: Any
+) -> None:
+    """``warnings.warn``, with the monitor's wrapper frames not counted in ``stacklevel``."""
+    frame, extra = sys._getframe(1), 0  # the frame that called warn, stacklevel 1
+    for _ in range(stacklevel - 1):
+        frame = frame.f_back  # type: ignore[assignment]
+        while frame is not None and frame.f_code in _wrapper_code:
+            frame, extra = frame.f_back, extra + 1  # type: ignore[assignment]
+        if frame is None:
+            break
+    _warn(message, category, max(stacklevel, 1) + extra + 1, source, **kwargs)  # +1: this frame
