@@ -1,6 +1,9 @@
 """Every subcommand end to end, in-process through ``main()``."""
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +59,37 @@ def test_data_stats_and_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         "3",
         "4",
     }
+
+
+def test_a_reader_gone_early_and_ctrl_c_are_said_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "train.txt").write_text("")
+    # `treeqa data stats DIR | head -1`: the shell's status for SIGPIPE and nothing on stderr
+    # (was "treeqa data: error: [Errno 32] Broken pipe", or Python's message at exit).
+    assert main(["data", "demo", "--out", str(tmp_path / "train.txt")]) == 2  # a file
+    assert capsys.readouterr().err == (
+        f"treeqa data demo: error: {tmp_path / 'train.txt'} is a file; --out names the folder to "
+        "write the demo into\n"
+    )
+    (tmp_path / "train.txt").unlink()
+    assert main(["data", "demo", "--out", str(tmp_path)]) == 0
+    argv = [sys.executable, "-m", "treeqa", "data", "stats", str(tmp_path)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.close()  # before it writes: its first write finds no reader
+        assert child.stderr.read() == b""
+        assert child.wait() == 128 + signal.SIGPIPE
+    # Ctrl-C names the whole command and says what happened (it printed "treeqa data: ").
+    from treeqa.data import sst
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sst, "read_tree_file", interrupted)
+    capsys.readouterr()
+    assert main(["data", "stats", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == "treeqa data stats: interrupted\n"
 
 
 def test_train_evaluate_predict(

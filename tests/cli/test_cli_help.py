@@ -250,4 +250,5 @@ def test_a_flag_the_command_would_ignore_is_refused(
 ) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"treeqa evaluate: error: {message}") and err.count("\n") == 1
+    command = "evaluate qa" if argv[1] == "qa" else "evaluate"
+    assert err.startswith(f"treeqa {command}: error: {message}") and err.count("\n") == 1

@@ -101,7 +101,7 @@ def test_a_line_refused_is_named_and_the_answers_before_it_are_kept(
     out = tmp_path / "out.jsonl"
     assert main(predict(run, "--input", str(src), "--output", str(out))) == 2
     assert capsys.readouterr().err == (
-        f"treeqa predict: error: {src}:4: a context of 2100 tokens; this reads at most 2000 at "
+        f"treeqa predict qa: error: {src}:4: a context of 2100 tokens; this reads at most 2000 at "
         "once (time grows with the square of the length): give it one passage at a time (the 2 "
         f"answers before it are in {out})\n"
     )
@@ -136,12 +136,12 @@ def test_a_context_or_question_with_nothing_visible_is_refused_as_empty(
         out = tmp_path / "out.jsonl"
         assert main(predict(run, "--input", str(src), "--output", str(out))) == 2
         assert capsys.readouterr().err == (
-            f"treeqa predict: error: {src}:2: a {field} {why} (the answer before it is in {out})\n"
+            f"treeqa predict qa: error: {src}:2: a {field} {why} (the answer before it is in {out})\n"
         )
         assert [json.loads(x)["id"] for x in out.read_text(encoding="utf-8").splitlines()] == ["a"]
         assert main(predict(run, *(f"--{k}={v}" for k, v in item.items()))) == 2
         err = capsys.readouterr().err
-        assert err == f"treeqa predict: error: <command line>: a {field} {why}\n"
+        assert err == f"treeqa predict qa: error: <command line>: a {field} {why}\n"
 
 
 def test_text_no_utf8_output_can_hold_is_refused_naming_where(
@@ -158,12 +158,12 @@ def test_text_no_utf8_output_can_hold_is_refused_naming_where(
         )
         assert main(predict(run, "--input", str(src))) == 2
         assert capsys.readouterr().err.startswith(
-            f"treeqa predict: error: {src}:2: field {field!r}: a lone surrogate (U+D"
+            f"treeqa predict qa: error: {src}:2: field {field!r}: a lone surrogate (U+D"
         )
     # Bytes on the command line that are not UTF-8 reach Python as lone surrogates.
     assert main(predict(run, "--context", "Paris \udcff is big.", "--question", question)) == 2
     assert capsys.readouterr().err == (
-        "treeqa predict: error: --context: not UTF-8 text (bytes that are not UTF-8)\n"
+        "treeqa predict qa: error: --context: not UTF-8 text (bytes that are not UTF-8)\n"
     )
 
 
@@ -179,7 +179,7 @@ def test_standard_input_and_an_input_with_no_questions(
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n \n")))
     assert main(predict(run, "--input", "-")) == 2
     assert capsys.readouterr().err == (
-        "treeqa predict: error: <stdin>: no questions in it (blank lines only)\n"
+        "treeqa predict qa: error: <stdin>: no questions in it (blank lines only)\n"
     )
 
 
@@ -250,7 +250,7 @@ def test_a_reader_that_stops_early_stops_the_answers_quietly(run: Path, tmp_path
         assert child.stdout is not None and child.stderr is not None
         assert json.loads(child.stdout.readline())["id"] == 0
         child.stdout.close()
-        assert child.stderr.read() == b""  # was: treeqa predict: error: [Errno 32] Broken pipe
+        assert child.stderr.read() == b""  # was: treeqa predict qa: error: [Errno 32] Broken pipe
         assert child.wait() == 128 + signal.SIGPIPE
 
 
@@ -265,7 +265,7 @@ def test_an_output_that_is_the_input_is_refused(
     argv = ["predict", "qa", "--checkpoint", str(tmp_path / "none"), "--input", str(src)]
     assert main([*argv, "--output", str(again)]) == 2
     assert capsys.readouterr().err == (
-        f"treeqa predict: error: --output {again} is the --input file; write the results"
+        f"treeqa predict qa: error: --output {again} is the --input file; write the results"
         " elsewhere\n"
     )
     assert src.read_text() == before

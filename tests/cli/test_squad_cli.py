@@ -104,7 +104,7 @@ def test_evaluate_qa_refuses_no_answer_scores_it_cannot_search(
     (tmp_path / "na.json").write_text(json.dumps({"q1": 0.1}))
     assert main(argv) == 2
     assert capsys.readouterr().err == (
-        f"treeqa evaluate: error: {tmp_path / 'na.json'}: no no-answer score for 2 of the 3"
+        f"treeqa evaluate qa: error: {tmp_path / 'na.json'}: no no-answer score for 2 of the 3"
         " questions with a prediction (e.g. q2, u1): the threshold search needs one for each\n"
     )
     (tmp_path / "na.json").write_text('{"q1": 0.1, "q2": NaN, "u1": 0.9}')
@@ -126,7 +126,7 @@ def test_evaluate_qa_refuses_a_directory_to_write_predictions_before_answering(
             str(tmp_path / "none"), "--write-predictions", str(tmp_path)]  # fmt: skip
     assert main(argv) == 2
     assert capsys.readouterr().err == (
-        f"treeqa evaluate: error: --write-predictions {tmp_path} is a directory; give a file name\n"
+        f"treeqa evaluate qa: error: --write-predictions {tmp_path} is a directory; give a file name\n"
     )
 
 
@@ -141,13 +141,13 @@ def test_evaluate_qa_refuses_predictions_that_answer_none_of_the_gold_questions(
     pred.write_text(json.dumps({"id": "q1", "answer": "Fort Bragg"}) + "\n")
     assert main(argv) == 2
     assert capsys.readouterr().err == (
-        f"treeqa evaluate: error: {pred}: none of its 2 question ids is in {tmp_path / 'gold.json'}"
+        f"treeqa evaluate qa: error: {pred}: none of its 2 question ids is in {tmp_path / 'gold.json'}"
         " (e.g. 'id', 'answer'); the answers to another file, or not {question id: answer text}?\n"
     )
     pred.write_text(pred.read_text() + json.dumps({"id": "q2", "answer": "1918"}) + "\n")
     assert main(argv) == 2
     assert capsys.readouterr().err == (
-        f"treeqa evaluate: error: {pred}:2:1: Extra data (expected one JSON object"
+        f"treeqa evaluate qa: error: {pred}:2:1: Extra data (expected one JSON object"
         " {question id: answer text}, not one a line)\n"
     )
     pred.write_text("{}")  # no answers at all: every question scores 0, as the official script
@@ -178,7 +178,7 @@ def test_prepare_squad_overwrite_replaces_only_a_prepared_directory(
     assert "exists and is not empty (--overwrite replaces it)" in capsys.readouterr().err
     assert main([*argv, "--overwrite"]) == 2  # was: the folder deleted, notes and all
     assert capsys.readouterr().err == (
-        f"treeqa data: error: {mine} was not written by `data prepare squad` (no meta.json of "
+        f"treeqa data prepare squad: error: {mine} was not written by `data prepare squad` (no meta.json of "
         "its own), so --overwrite does not delete it; give another --out\n"
     )
     assert (mine / "notes.txt").read_text() == "keep me"
@@ -209,11 +209,11 @@ def test_predict_qa_input_lines_name_the_line_and_field(
         # The input is read before the checkpoint is loaded: none is needed to find the error.
         argv = ["predict", "qa", "--checkpoint", str(tmp_path / "none"), "--input", str(path)]
         assert main(argv) == 2
-        assert capsys.readouterr().err == f"treeqa predict: error: {path}:{message}\n"
+        assert capsys.readouterr().err == f"treeqa predict qa: error: {path}:{message}\n"
     path.write_bytes(good.encode() + b'\n{"context": "caf\xe9"}\n')
     assert main(argv) == 2
     assert capsys.readouterr().err == (
-        f"treeqa predict: error: {path}:2: not UTF-8 text (invalid continuation byte)\n"
+        f"treeqa predict qa: error: {path}:2: not UTF-8 text (invalid continuation byte)\n"
     )
 
 

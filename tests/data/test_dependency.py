@@ -98,8 +98,10 @@ def test_bad_records_name_the_file_line_and_field(
 def test_broken_json_names_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "dev.jsonl"
     path.write_text(json.dumps(RECORD) + '\n{"tokens": [\n', encoding="utf-8")
-    with pytest.raises(TreeSyntaxError, match=r"dev\.jsonl:2:\d+: invalid JSON"):
-        read_dependency_trees(path)
+    with pytest.raises(TreeSyntaxError, match=r"dev\.jsonl:2:13: invalid JSON"):
+        read_dependency_trees(path)  # the column where the line ends, not the next line's 1
+    path.write_bytes(b"\xef\xbb\xbf" + (json.dumps(RECORD) + "\n").encode())  # a BOM is read
+    assert read_dependency_trees(path)[0].tokens == RECORD["tokens"]
 
 
 def test_not_utf8_names_the_line_of_the_bad_byte(tmp_path: Path) -> None:
@@ -107,6 +109,20 @@ def test_not_utf8_names_the_line_of_the_bad_byte(tmp_path: Path) -> None:
     path.write_bytes((json.dumps(RECORD) + "\n").encode() * 2 + b'{"tokens": ["\xff"]}\n')
     with pytest.raises(TreeSyntaxError, match=r"dev\.jsonl:3:14: not UTF-8 text"):
         read_dependency_trees(path)
+
+
+def test_convert_sst_refuses_dependency_trees_before_parsing(tmp_path: Path) -> None:
+    # Its own output given as --sst would be read as constituency trees: labels projected
+    # from the wrong spans, silently. Refused, before the (long) parse and any pipeline.
+    from treeqa.data.dependency import convert_sst
+
+    dep = tmp_path / "dep"
+    dep.mkdir()
+    for split in sst.SPLITS:
+        (dep / f"{split}.jsonl").write_text(json.dumps(RECORD) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"train\.jsonl: dependency trees already; --sst takes"):
+        convert_sst(dep, tmp_path / "out", "no_such_pipeline", log=lambda _: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dep"]
 
 
 def test_labels_project_from_constituents_with_the_same_span() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -158,9 +159,24 @@ def test_complete_part_file_needs_no_request(server: FileServer, tmp_path: Path)
 
 def test_checksum_mismatch_deletes_and_reports(server: FileServer, tmp_path: Path) -> None:
     target = tmp_path / "blob.bin"
-    with pytest.raises(DownloadError, match=f"expected {'0' * 64}, got {BLOB_SHA256}"):
+    with pytest.raises(
+        DownloadError, match=f"sha256 mismatch for blob.bin: expected {'0' * 64}, got {BLOB_SHA256}"
+    ):  # the file's name, not its deleted .part's
         fetch(f"{server.url}/blob.bin", target, sha256="0" * 64, progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_in_the_way_is_said_before_the_transfer(
+    server: FileServer, tmp_path: Path
+) -> None:
+    (tmp_path / "blob.bin" / "x").mkdir(parents=True)
+    with pytest.raises(DownloadError, match=r"blob\.bin is a folder; the download is written"):
+        fetch(f"{server.url}/blob.bin", tmp_path / "blob.bin", progress=False)
+    assert server.requests == []
+    (tmp_path / "sst").write_text("mine")  # a file where the dataset's folder goes
+    with pytest.raises(DownloadError, match=r"cannot create the folder .*sst/x: .*sst is a file"):
+        fetch(f"{server.url}/blob.bin", tmp_path / "sst" / "x" / "blob.bin", progress=False)
+    assert (tmp_path / "sst").read_text() == "mine"
 
 
 def test_wrong_size_fails_before_transfer(server: FileServer, tmp_path: Path) -> None:
@@ -271,6 +287,27 @@ def test_unzip_moves_a_changed_file_aside(
         download("sst", tmp_path, base_url=server.url, progress=False)
     assert (tmp_path / "sst" / "train.txt").read_text() == "(3 (2 train) (4 good))\n"
     assert (tmp_path / "sst" / "train.txt.old").read_text() == "(2 mine)\n"  # was overwritten
+
+
+def test_an_unzip_stopped_by_ctrl_c_leaves_no_half_member(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = _sst_zip()
+    (real,) = CATALOGUE["sst"]
+    monkeypatch.setitem(
+        CATALOGUE, "sst", [dataclasses.replace(real, sha256=hashlib.sha256(archive).hexdigest())]
+    )
+    (tmp_path / "sst").mkdir()
+    (tmp_path / "sst" / real.filename).write_bytes(archive)  # verified: no transfer
+
+    class Bar(contextlib.nullcontext):  # Ctrl-C while the first member is being written
+        def update(self, n: int) -> None:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(dl, "_bar", lambda *a, **k: Bar(Bar()))
+    with pytest.raises(DownloadInterrupted, match="interrupted while unpacking"):
+        download("sst", tmp_path, progress=False)
+    assert sorted(p.name for p in (tmp_path / "sst").iterdir()) == [real.filename]
 
 
 def test_base_url_argument_wins_and_squad_lands_as_is(
@@ -433,5 +470,5 @@ def test_cli_unknown_name_and_unwritable_dir_are_one_line(
     err = capsys.readouterr().err  # was "treeqa data: error: [Errno 20] Not a directory: ..."
     assert (
         err
-        == f"treeqa data download: error: cannot create the folder {not_a_dir / 'squad'}: Not a directory\n"
+        == f"treeqa data download: error: cannot create the folder {not_a_dir / 'squad'}: {not_a_dir} is a file\n"
     )

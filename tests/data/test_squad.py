@@ -150,6 +150,20 @@ def test_answer_not_in_context_names_article_and_question_or_is_counted(tmp_path
     assert articles[1].paragraphs[1].questions == () and stats.questions == 6
 
 
+def test_unreadable_articles_and_paragraphs_are_not_counted_as_questions(tmp_path: Path) -> None:
+    # Their questions cannot be counted: they are said apart, not added to "questions read".
+    data = squad_v1()
+    data["data"] += [{"title": "bad"}, "not an article"]
+    data["data"][1]["paragraphs"].append({"context": "x", "qas": "not a list"})
+    stats = ReadStats()
+    list(iter_articles(write(tmp_path / "m.json", data), skip_bad=True, stats=stats))
+    assert stats.questions == 7 and not stats.skipped
+    assert stats.unreadable == {
+        'malformed article (needs a "paragraphs" list)': 2,
+        'malformed paragraph (needs "context" text and a "qas" list)': 1,
+    }
+
+
 @pytest.mark.parametrize(
     ("change", "reason"),
     [

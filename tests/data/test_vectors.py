@@ -102,6 +102,17 @@ def test_truncated_last_line_is_an_error_even_when_skipping(tmp_path: Path) -> N
             load(path, ["a"], tmp_path, on_bad_line=mode)
 
 
+def test_a_last_line_without_a_newline_is_said_in_the_report(tmp_path: Path) -> None:
+    # Cut inside its last number ("... 0.05916" -> "... 0.05"), a line still reads: no check
+    # can tell, so the report says the file may have been cut there.
+    cut = load(write(tmp_path / "cut.txt", "a 1 2 3\nb 4 5 0.05"), ["b"], tmp_path)
+    assert cut.report.unended and "line 2 has no newline; if the file was cut" in (
+        cut.report.summary()
+    )
+    whole = load(write(tmp_path / "whole.txt", "a 1 2 3\nb 4 5 6\n"), ["b"], tmp_path)
+    assert not whole.report.unended and "NOTE" not in whole.report.summary()
+
+
 def test_truncated_gz_names_the_file(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     text = "".join(
@@ -288,7 +299,7 @@ def test_spacy_bad_tsv_lines(tmp_path: Path) -> None:
     with pytest.raises(VectorFileError, match=r"key2row\.tsv\.gz:2: expected 'word<TAB>row'"):
         load(key2row, ["cat"], tmp_path)
     key2row = write_spacy(tmp_path, tsv="the\t0\ncat\t9\n")
-    with pytest.raises(VectorFileError, match=r":2: row b'9' is not an index into the table's 4"):
+    with pytest.raises(VectorFileError, match=r":2: row '9' is not an index into the table's 4"):
         load(key2row, ["cat"], tmp_path)
     got = load(key2row, ["the", "cat"], tmp_path, on_bad_line="skip")
     assert got.found.tolist() == [True, False] and got.report.bad_lines == 1

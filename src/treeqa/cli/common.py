@@ -4,6 +4,7 @@ streamed output (stdin input, a reader that goes away)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -178,7 +179,8 @@ def reader_gone() -> int:
     """After a BrokenPipeError on stdout (``treeqa predict ... | head``): stop quietly, as a
     pipe's writer does, with the shell's status for SIGPIPE. Python would report the broken
     pipe again when it flushes stdout at exit, so stdout now goes nowhere."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with contextlib.suppress(OSError, ValueError):  # a stdout without a file (captured)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 128 + signal.SIGPIPE
 
 

@@ -102,6 +102,8 @@ def prepare_main(args: argparse.Namespace) -> int:
     for split, s in meta["splits"].items():
         dropped = ", ".join(f"{k} {v}" for k, v in s["dropped"].items()) or "none"
         skipped = ", ".join(f"{k}: {v}" for k, v in s["skipped"].items()) or "none"
+        if s["unreadable"]:
+            skipped += " (questions); " + ", ".join(f"{k}: {v}" for k, v in s["unreadable"].items())
         print(
             f"{split} ({s['version']}): {s['examples']:,} examples from {s['questions_read']:,} "
             f"questions, {s['paragraphs']:,} paragraphs; dropped {dropped}; skipped {skipped}; "

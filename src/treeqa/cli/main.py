@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from treeqa import __version__
 from treeqa.cli import data, doctor, evaluate, flags, predict, serve, train
-from treeqa.cli.common import join_flags
+from treeqa.cli.common import join_flags, reader_gone
 
 SUBCOMMANDS = (data, train, evaluate, predict, serve, doctor)
 TASK_MODULES = {"train": train, "evaluate": evaluate, "predict": predict}
@@ -72,6 +72,14 @@ def foreign_message(command: str, task: str, found: Sequence[str]) -> str:
     return "; ".join([message] + [flags.ELSEWHERE[f] for f in found if f in flags.ELSEWHERE])
 
 
+def command_name(args: argparse.Namespace, task: str) -> str:
+    """The words of the command that ran: ``data prepare squad``, ``train qa``."""
+    words = [args.command, *(getattr(args, k, None) or "" for k in ("action", "dataset"))]
+    if args.command in TASK_MODULES and task == "qa":
+        words.insert(1, task)
+    return " ".join(w for w in words if w)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `treeqa train sentiment ...` / `treeqa evaluate qa ...`: the task word is not an argparse
@@ -87,17 +95,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             if found
             else f"unrecognised arguments: {' '.join(extra)}"
         )
-        command = f"{args.command} qa" if task == "qa" else args.command
-        print(f"treeqa {command}: error: {why}", file=sys.stderr)
+        print(f"treeqa {command_name(args, task)}: error: {why}", file=sys.stderr)
         return 2
     args.overrides = extra
+    name = command_name(args, task)
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # here, not at exit, so that a reader gone early is said as below
+        return code
+    except BrokenPipeError:  # `treeqa data stats DIR | head -1`, `treeqa predict ... | head`
+        return reader_gone()
     except (ValueError, FileNotFoundError, OSError) as err:
-        print(f"treeqa {args.command}: error: {err}", file=sys.stderr)
+        print(f"treeqa {name}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
         # Ctrl-C, or a training run's loop.Interrupted (SIGINT or SIGTERM, after it saved
         # itself): the shell's 128 + signal, without a traceback.
-        print(f"treeqa {args.command}: {stop or 'interrupted'}", file=sys.stderr)
+        print(f"treeqa {name}: {str(stop) or 'interrupted'}", file=sys.stderr)
         return 128 + int(getattr(stop, "signum", signal.SIGINT))

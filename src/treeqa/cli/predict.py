@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from treeqa.cli import flags, qa_commands
-from treeqa.cli.common import STDIN, check_output, reader_gone, subparser
+from treeqa.cli.common import STDIN, check_output, subparser
 
 if TYPE_CHECKING:
     from treeqa.data.tree import Tree
@@ -176,8 +176,6 @@ def run(args: argparse.Namespace) -> int:
                         if " " in node["words"]:
                             print(f"    {node['label']}  {node['words']}")
                 written += 1
-    except BrokenPipeError:
-        return reader_gone()
     finally:
         if out is not None:
             out.close()

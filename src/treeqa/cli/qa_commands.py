@@ -22,7 +22,6 @@ from treeqa.cli.common import (
     check_output,
     emit_json,
     exit_code,
-    reader_gone,
     run_dir,
 )
 
@@ -184,8 +183,6 @@ def predict_main(args: argparse.Namespace) -> int:
             else:
                 print(_text_line(r), flush=True)
             written += 1
-    except BrokenPipeError:
-        return reader_gone()
     except ValueError as err:
         if out is not None:
             if written == 0:

@@ -226,6 +226,8 @@ def write_demo(
     A different file already there (a real treebank, say) is never replaced.
     """
     dest = Path(dest_dir)
+    if dest.exists() and not dest.is_dir():
+        raise FileExistsError(f"{dest} is a file; --out names the folder to write the demo into")
     texts = {
         dest / f"{split}.txt": "".join(line + "\n" for line in lines)
         for split, lines in _split_lines(seed, sizes).items()

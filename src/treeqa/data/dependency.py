@@ -134,7 +134,10 @@ def read_dependency_trees(path: str | Path) -> list[DependencyTree]:
     trees = []
     try:
         with path.open(encoding="utf-8") as f:
-            for number, text in enumerate(f, start=1):
+            for number, line in enumerate(f, start=1):
+                # A byte-order mark some editors write, as the bracket reader takes it; the
+                # line break cut, so an error at the line's end has its column, not the next's.
+                text = (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")
                 if not text.strip():
                     continue
                 try:
@@ -265,7 +268,7 @@ def convert_sst(
     """
     from treeqa.data import sst
 
-    out = Path(out)
+    out = Path(out).resolve()  # a link to a folder writes there; "." is a folder with a name
     check_replaceable(
         out,
         overwrite,
@@ -274,6 +277,14 @@ def convert_sst(
         written=["meta.json", *(f"{split}.jsonl" for split in sst.SPLITS)],
         inputs=[Path(sst_dir)],
     )
+    splits = {}
+    for split in sst.SPLITS:  # every split read and checked before the long parse
+        path = sst.split_path(sst_dir, split)
+        if path.suffix != ".txt":
+            raise ValueError(
+                f"{path}: dependency trees already; --sst takes SST's bracketed train/dev/test.txt"
+            )
+        splits[split] = sst.read_tree_file(path)
     nlp = load_parser(pipeline)
     meta: dict[str, Any] = {
         "pipeline": pipeline,
@@ -281,8 +292,7 @@ def convert_sst(
         "splits": {},
     }
     with built_aside(out) as work:
-        for split in sst.SPLITS:
-            trees = sst.load_split(sst_dir, split)
+        for split, trees in splits.items():
             dep = []
             for i, (tree, doc) in enumerate(
                 zip(trees, parse(nlp, (t.tokens for t in trees)), strict=True)

@@ -183,6 +183,9 @@ def fetch(
     download replaces it; then it is moved to ``<target>.old`` with a DownloadWarning.
     """
     target = Path(target)
+    for path in (target, target.with_name(target.name + ".part")):
+        if path.is_dir():  # found before the transfer, not after it
+            raise DownloadError(f"{path} is a folder; the download is written there: move it away")
     stale = None
     if target.is_file():
         stale = _mismatch(target, sha256=sha256, md5=md5, size=size)
@@ -192,7 +195,7 @@ def fetch(
     part = target.with_name(target.name + ".part")
     try:
         expected = _transfer(url, part, size=size, progress=progress, timeout=timeout)
-        problem = _mismatch(part, sha256=sha256, md5=md5, size=expected)
+        problem = _mismatch(part, sha256=sha256, md5=md5, size=expected, name=target.name)
     except KeyboardInterrupt as exc:
         raise DownloadInterrupted(f"interrupted; {_leftover(part)}") from exc
     if problem is not None:
@@ -205,6 +208,9 @@ def fetch(
 
 
 def _make_folder(folder: Path) -> None:
+    for above in (folder, *folder.parents):
+        if above.exists() and not above.is_dir():
+            raise DownloadError(f"cannot create the folder {folder}: {above} is a file")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -341,8 +347,11 @@ def _extract(
             while chunk := src.read(_CHUNK):
                 dst.write(chunk)
                 bar.update(len(chunk))
-    except OSError as exc:
-        raise DownloadError(f"cannot write {tmp}: {exc.strerror or exc}") from exc
+    except BaseException as exc:  # a half-written member is ours: it is not left behind
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise DownloadError(f"cannot write {tmp}: {exc.strerror or exc}") from exc
+        raise
     if out.is_file():
         got = out.stat().st_size
         _set_aside(out, f"{got} bytes, but {member.filename} in {zip_name} has {member.file_size}")
@@ -361,16 +370,19 @@ def _bar(total: int | None, desc: str, initial: int, *, enabled: bool) -> tqdm:
     )
 
 
-def _mismatch(path: Path, *, sha256: str | None, md5: str | None, size: int | None) -> str | None:
-    """Why ``path`` is not the expected file, or None when it is."""
-    actual = path.stat().st_size
+def _mismatch(
+    path: Path, *, sha256: str | None, md5: str | None, size: int | None, name: str = ""
+) -> str | None:
+    """Why ``path`` (the file ``name``, by default its own) is not the expected file, or None
+    when it is."""
+    actual, name = path.stat().st_size, name or path.name
     if size is not None and actual != size:
-        return f"size mismatch for {path.name}: expected {size} bytes, got {actual}"
+        return f"size mismatch for {name}: expected {size} bytes, got {actual}"
     for algorithm, want in (("sha256", sha256), ("md5", md5)):
         if want is not None:
             got = _digest(path, algorithm)
             if got != want.lower():
-                return f"{algorithm} mismatch for {path.name}: expected {want}, got {got}"
+                return f"{algorithm} mismatch for {name}: expected {want}, got {got}"
     return None
 
 

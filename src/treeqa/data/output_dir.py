@@ -27,6 +27,7 @@ def check_replaceable(
     ``meta.json`` says (``made_here``) that ``maker`` wrote it, and it holds only the entries
     ``maker`` writes (``written``), none of them one of its ``inputs``: replacing ``out``
     deletes nothing the user put there."""
+    out = out.resolve()
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} is a file; --out names the folder to write into")
     if not out.exists() or not any(out.iterdir()):
@@ -81,7 +82,8 @@ def built_aside(out: Path) -> Iterator[Path]:
     """A new folder beside ``out`` to write into, renamed to ``out`` (replacing it) when the
     block ends and deleted when it fails: a failed run leaves an earlier ``out`` as it was.
     Its name is its own, so a folder the user named ``out.partial`` is never touched; one a
-    killed run left is deleted here."""
+    killed run left is deleted here. A link to a folder is followed: the folder is replaced."""
+    out = out.resolve()
     if out.parent.is_dir():
         remove_stale_work(out)
     work = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")

@@ -108,6 +108,8 @@ class ReadStats:
     questions: int = 0
     unanswerable: int = 0
     skipped: Counter[str] = field(default_factory=Counter)  # reason -> questions skipped
+    # reason -> articles or paragraphs skipped whose questions could not be counted
+    unreadable: Counter[str] = field(default_factory=Counter)
 
     @property
     def squad_version(self) -> str:
@@ -235,20 +237,23 @@ class _Checker:
             raise SquadFormatError(
                 reason, self.source, article=index, title=title or None, question_id=qid
             )
-        self.stats.skipped[reason] += count
+        if count:
+            self.stats.skipped[reason] += count
+        else:  # no "paragraphs" or "qas" list to count the questions of
+            self.stats.unreadable[reason] += 1
 
     def article(self, raw: Any, index: int) -> Article | None:
         title = raw.get("title", "") if isinstance(raw, dict) else ""
         title = title if isinstance(title, str) else ""
         paras = raw.get("paragraphs") if isinstance(raw, dict) else None
         if not isinstance(paras, list):
-            self._bad('malformed article (needs a "paragraphs" list)', 1, index, title)
+            self._bad('malformed article (needs a "paragraphs" list)', 0, index, title)
             return None
         kept = []
         for p in paras:
             qas = p.get("qas") if isinstance(p, dict) else None
             if not isinstance(qas, list) or not isinstance(p.get("context"), str):
-                count = len(qas) if isinstance(qas, list) else 1
+                count = len(qas) if isinstance(qas, list) else 0
                 self._bad(
                     'malformed paragraph (needs "context" text and a "qas" list)',
                     count,

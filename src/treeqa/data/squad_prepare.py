@@ -153,6 +153,8 @@ def prepare_squad(
             read = f"{st.questions + skipped} questions read" + (
                 f" ({skipped} skipped)" if skipped else ""
             )
+            if st.unreadable:
+                read += f", {sum(st.unreadable.values())} unreadable articles or paragraphs skipped"
             say(f"{split}: {read}, {w.counts['examples']} examples kept")
             if st.squad_version == "v2.0" and not st.has_impossible:
                 say(
@@ -230,6 +232,7 @@ def _meta(
             "questions_read": st.questions,
             "unanswerable_read": st.unanswerable,
             "skipped": dict(st.skipped),
+            "unreadable": dict(st.unreadable),
             "examples": c["examples"],
             "paragraphs": c["paragraphs"],
             "dropped": {k[8:]: v for k, v in sorted(c.items()) if k.startswith("dropped_")},

@@ -70,6 +70,9 @@ class CoverageReport:
     the same word: a pruned table (spaCy's md vectors) maps many words onto one row."""
     shared_examples: tuple[tuple[str, ...], ...] = ()
     """A few groups of words that share one vector, most frequent key first."""
+    unended: bool = False
+    """The last line has no newline: whole, or cut inside its last number (which no check
+    can tell apart: the words after it missing, its last component wrong)."""
 
     def summary(self) -> str:
         wanted, found = self.rows - self.padding, self.exact + self.lower
@@ -80,6 +83,12 @@ class CoverageReport:
             f"{self.source}: {found}/{wanted} keys found ({share:.1f}%: {self.exact} exact, "
             f"{self.lower} lower-case), {self.missing} missing{examples}, {self.padding} padding; "
             f"{self.lines_read} lines read, {self.bad_lines} bad lines skipped"
+            + (
+                f". NOTE: line {self.lines_read} has no newline; if the file was cut there, "
+                "its last number is wrong and the words after it are missing"
+                if self.unended
+                else ""
+            )
             + self._shared_summary(found)
         )
 
@@ -120,7 +129,9 @@ def load_vectors(
     get uniform(-oov_scale, oov_scale) rows from ``np.random.default_rng(seed)``; None keys
     (padding) get zeros. ``dim`` (D) is read from the first line unless given. A malformed
     line raises :class:`VectorFileError`, or with ``on_bad_line="skip"`` is counted and
-    skipped; a truncated file always raises. Numbers are checked only on the lines kept.
+    skipped; a file cut inside a line raises (its last line is short, or a word2vec header's
+    count is unmet), except one cut inside its last number: that the last line has no newline
+    is said in the report (``unended``). Numbers are checked only on the lines kept.
 
     The result is cached in ``cache_dir`` (default: ``.treeqa-cache`` beside the file, or
     ``~/.cache/treeqa/vectors`` when that folder is read-only), keyed by the file's path,
@@ -142,11 +153,11 @@ def load_vectors(
         wanted |= {k.lower().encode() for k in keys if k is not None}
     skip = on_bad_line == "skip"
     if pair is None:
-        dim, vecs, lines, bad = _read_glove(path, wanted, dim, skip)
+        dim, vecs, lines, bad, unended = _read_glove(path, wanted, dim, skip)
     else:
-        dim, vecs, lines, bad = _read_spacy(*pair, wanted, dim, skip)
+        dim, vecs, lines, bad, unended = _read_spacy(*pair, wanted, dim, skip)
     matrix, found, report = _assemble(keys, vecs, dim, lower_fallback, seed, oov_scale)
-    report = replace(report, source=path.name, bad_lines=bad, lines_read=lines)
+    report = replace(report, source=path.name, bad_lines=bad, lines_read=lines, unended=unended)
     vectors = Vectors(matrix, found, report)
     _write_cache(stem, vectors)
     return vectors
@@ -237,11 +248,12 @@ class _BadLines:
 @np.errstate(over="ignore")  # "1e99" becomes inf, refused below: no RuntimeWarning first
 def _read_glove(
     path: Path, wanted: set[bytes], dim: int | None, skip: bool
-) -> tuple[int, dict[bytes, np.ndarray], int, int]:
-    """(D, {token: [D] vector} for the wanted tokens, lines read, bad lines skipped)."""
+) -> tuple[int, dict[bytes, np.ndarray], int, int, bool]:
+    """(D, {token: [D] vector} for the wanted tokens, lines read, bad lines skipped, whether
+    the last line has no newline)."""
     bad = _BadLines(path, skip)
     vecs: dict[bytes, np.ndarray] = {}
-    number = 0
+    number, raw = 0, b"\n"
     promised = None  # the vector count of a word2vec header
     told = "as asked"  # where D came from, for messages
     blank: tuple[int, bytes] | None = None  # the first of the blank lines just read
@@ -297,7 +309,7 @@ def _read_glove(
             f"{number - 1}: it looks truncated (if it was cut on purpose, fix the header)",
             path,
         )
-    return dim, vecs, number, bad.count
+    return dim, vecs, number, bad.count, not raw.endswith(b"\n")
 
 
 def _looks_like_numbers(fields: list[bytes]) -> bool:
@@ -311,11 +323,11 @@ def _looks_like_numbers(fields: list[bytes]) -> bool:
 
 def _read_spacy(
     table: Path, key2row: Path, wanted: set[bytes], dim: int | None, skip: bool
-) -> tuple[int, dict[bytes, np.ndarray], int, int]:
+) -> tuple[int, dict[bytes, np.ndarray], int, int, bool]:
     """Like :func:`_read_glove` for a spaCy table and its key2row TSV (lines = TSV lines)."""
     bad = _BadLines(key2row, skip)
     row_of: dict[bytes, int] = {}
-    number = 0
+    number, raw = 0, b"\n"
     with _open(table) as f:
         n_rows, width, dtype = _npy_header(f, table)
         if dim is not None and dim != width:
@@ -328,7 +340,8 @@ def _read_spacy(
             if token not in wanted or token in row_of:
                 continue
             if not text.isdigit() or int(text) >= n_rows:
-                bad(f"row {text!r} is not an index into the table's {n_rows} rows", number, raw)
+                shown = text.decode(errors="replace")
+                bad(f"row {shown!r} is not an index into the table's {n_rows} rows", number, raw)
                 continue
             row_of[token] = int(text)
         if number == 0:
@@ -341,7 +354,8 @@ def _read_spacy(
         word = next(t for t, r in row_of.items() if r == row).decode(errors="replace")
         raise VectorFileError(f"row {row} (the vector of {word!r}) {_NOT_FINITE}", table)
     slot = {r: i for i, r in enumerate(rows.tolist())}
-    return width, {tok: kept[slot[r]] for tok, r in row_of.items()}, number, bad.count
+    vecs = {tok: kept[slot[r]] for tok, r in row_of.items()}
+    return width, vecs, number, bad.count, not raw.endswith(b"\n")
 
 
 def _npy_header(f: io.BufferedIOBase, path: Path) -> tuple[int, int, np.dtype]:
