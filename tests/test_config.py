@@ -54,6 +54,9 @@ def test_toml_then_overrides_then_types(tmp_path: Path) -> None:
     assert config == Outer("x", Inner(lr=2.0, steps=9, flag=True, betas=(0.8, 0.999)))
     again = from_dict(Outer, load_toml_text(tmp_path, to_toml(config)))
     assert again == config
+    # The list as a config file writes it works as an override too (it read "[0.8").
+    merged = merge_overrides(Outer, raw, [("betas", "[0.8, 0.9]")], {})
+    assert from_dict(Outer, merged).train.betas == (0.8, 0.9)
 
 
 def load_toml_text(tmp_path: Path, text: str) -> dict:

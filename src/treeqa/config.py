@@ -85,8 +85,11 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {value!r} is not a valid {tp}")
     if origin is tuple:
         item = typing.get_args(tp)[0]
-        if isinstance(value, str):
-            value = [v for v in value.split(",") if v.strip()]
+        if isinstance(value, str):  # "0.8,0.9", or as TOML writes it: "[0.8, 0.9]"
+            inside = value.strip()
+            if inside.startswith("[") and inside.endswith("]"):
+                inside = inside[1:-1]
+            value = [v for v in inside.split(",") if v.strip()]
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         return tuple(_coerce(v, item, where) for v in value)

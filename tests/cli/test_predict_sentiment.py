@@ -137,3 +137,12 @@ def test_an_output_that_is_the_models_checkpoint_is_refused(
         assert main([*argv, "--output", str(target)]) == 2
         assert f"--output {target} is a file of the run" in capsys.readouterr().err
     assert (run / "config.toml").read_text() == config and not (run / "health.7.json").exists()
+
+
+def test_the_library_says_what_it_takes(run: Path, demo_dir: Path) -> None:
+    loaded = sentiment.load_model(str(run))
+    assert sentiment.predict(loaded, []) == []  # was range()'s "arg 3 must not be zero"
+    with pytest.raises(TypeError, match=r"tree 0: a str, not a Tree \(treeqa.data.tree.parse_tree"):
+        sentiment.predict(loaded, ["((good) (film))"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="split must be one of train, dev, test, got 'tset'"):
+        sentiment.evaluate(run, str(demo_dir), "tset")

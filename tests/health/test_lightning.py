@@ -85,3 +85,26 @@ def test_lightning_running_total_of_losses_is_named(tmp_path: Path) -> None:
     report = train(softmax_head=False, report=tmp_path / "total.json", running_total=True)
     found = next(f for f in report["findings"] if f["code"] == "loss-accumulated-with-graph")
     assert "Classifier.total" in found["where"] and "test_lightning.py" in found["where"]
+
+
+class FailsAtBatch2(Classifier):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if batch_idx == 2:
+            raise RuntimeError("a bad batch")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_failed_fit_leaves_no_wrapper_or_hook(tmp_path: Path) -> None:
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[HealthCallback(json_path=tmp_path / "r.json", every=10)],
+    )
+    with pytest.raises(RuntimeError, match="a bad batch"):
+        trainer.fit(FailsAtBatch2(softmax_head=False), loader(0))
+    assert nn.functional.cross_entropy.__name__ == "cross_entropy"
+    assert not torch.nn.modules.module._global_forward_hooks

@@ -107,6 +107,70 @@ def test_fit_strict_stops_on_error() -> None:
     assert "non-finite" in stream.getvalue() and "stopping" in stream.getvalue()
 
 
+class Softmaxed(Tiny):
+    def forward(self, batch: Batch) -> Output:
+        probs = self.body(batch.x).softmax(-1)
+        return Output(probs, nn.functional.cross_entropy(probs, batch.y))
+
+
+class FailsAtStep2(Tiny):
+    calls = 0
+
+    def forward(self, batch: Batch) -> Output:
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("a bad batch")
+        return super().forward(batch)
+
+
+def wrapped_or_hooked() -> list[str]:
+    """What of a monitor is still in place: wrapped functions and global module hooks."""
+    left = [f.__name__ for f in (nn.functional.cross_entropy, nn.functional.nll_loss)]
+    left = [name for name in left if "wrapper" in name]
+    hooks = torch.nn.modules.module._global_forward_hooks
+    return left + (["a global forward hook"] if hooks else [])
+
+
+def test_a_second_monitor_in_one_process_checks_its_own_run() -> None:
+    # finish() takes the first one's wrappers off (they kept the second from installing its
+    # own, and softmax into cross-entropy went unreported); a failed fit() takes them off too.
+    first = HealthMonitor(every=10, stream=io.StringIO())
+    train(Tiny(), first, epochs=1)
+    assert wrapped_or_hooked() == []
+    with pytest.raises(RuntimeError, match="a bad batch"):
+        train(FailsAtStep2(), HealthMonitor(every=10, stream=io.StringIO()), epochs=1)
+    assert wrapped_or_hooked() == []
+    own_loop = HealthMonitor(every=10, stream=io.StringIO())
+    own_loop.watch(model := Softmaxed())
+    own_loop.install_loss_checks()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for batch in batches(0)[:5]:
+        own_loop.begin_step()
+        loss = model(batch).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        own_loop.end_step(loss, 0.01)
+    codes = {f["code"] for f in own_loop.finish()["findings"]}
+    assert "probabilities-into-cross-entropy" in codes and wrapped_or_hooked() == []
+
+
+def test_a_watched_compiled_module_gets_no_global_hook_before_it_compiles() -> None:
+    # Its first call compiles it: a hook there would be compiled in, and removing it after
+    # the sampled step would compile it again.
+    monitor = HealthMonitor(every=10, stream=io.StringIO())
+    monitor.watch(torch.compile(Tiny()))
+    monitor.begin_step()  # step 1 is sampled
+    assert not torch.nn.modules.module._global_forward_hooks
+    monitor.finish()
+    plain = HealthMonitor(every=10, stream=io.StringIO())
+    plain.watch(Tiny())
+    plain.begin_step()
+    assert torch.nn.modules.module._global_forward_hooks
+    plain.finish()
+    assert not torch.nn.modules.module._global_forward_hooks
+
+
 def test_fit_loss_at_init() -> None:
     monitor = HealthMonitor(every=10, stream=io.StringIO())
     train(Tiny(scale=40.0), monitor, epochs=1)

@@ -144,6 +144,15 @@ def test_train_save_load_same_predictions(prepared: Path, tmp_path: Path) -> Non
         assert r["answer"] == from_arrays[qid][0]
         assert context[r["start"] : r["end"]] == r["answer"]
         assert r["score"] == pytest.approx(np.exp(from_arrays[qid][1]), rel=1e-4)
+    # What the library takes, said before any work (a negative batch size answered nothing).
+    assert qa.predict(loaded, []) == []
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match=f"batch_size {bad}: give a positive number"):
+            qa.predict(loaded, pairs, batch_size=bad)
+    with pytest.raises(TypeError, match="example 0: a dict, not a"):
+        qa.predict(loaded, [{"context": "a", "question": "b"}])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match=r"example 1: the context is not valid text .*U\+D800"):
+        qa.predict(loaded, [pairs[0], ("Paris \ud800", "Where?")])
 
 
 def test_a_split_prepared_apart_is_renumbered_into_the_model_vocabulary(
@@ -273,6 +282,7 @@ def test_data_and_schedule_values_out_of_range_name_the_field() -> None:
         "schedule.eval_every": ("-1", "schedule.eval_every: expected at least 0, got -1"),
         "schedule.budget_minutes": ("-5", "schedule.budget_minutes: expected at least 0, got -5.0"),
         "data.dev_subset": ("-3", "data.dev_subset: expected at least 0, got -3"),
+        "schedule.threshold": ("nan", "schedule.threshold: expected a number, got nan"),
         "data.eval_batch_size": ("0", "data.eval_batch_size: expected at least 1, got 0"),
     }
     for key, (value, message) in cases.items():

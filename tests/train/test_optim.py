@@ -124,3 +124,39 @@ def test_fit_names_a_batch_it_cannot_move_to_the_device() -> None:
     optimizer = build_optimizer(model, TrainConfig())
     with pytest.raises(TypeError, match="a training batch is a tuple; fit\\(\\) needs batches"):
         fit(model, optimizer, lambda epoch: [(1, 2)], TrainConfig(epochs=1, health="off"))
+
+
+def test_fit_names_a_forward_or_an_evaluate_that_returns_something_else() -> None:
+    from treeqa.models.common import Output
+    from treeqa.train.loop import fit
+
+    class Words:  # a batch fit() can move
+        def __init__(self) -> None:
+            self.words = torch.tensor([1, 2, 3])
+
+        def to(self, device: torch.device) -> Words:
+            return self
+
+    class Scored(Tiny):
+        def forward(self, batch: Words) -> Output:  # type: ignore[override]
+            return Output(batch.words.float(), super().forward(batch.words))
+
+    class Bare(Tiny):
+        def forward(self, batch: Words) -> torch.Tensor:  # type: ignore[override]
+            return super().forward(batch.words)
+
+    config = TrainConfig(epochs=1, health="off", metric="acc")
+    data = lambda epoch: [Words()]  # noqa: E731
+    with pytest.raises(TypeError, match="forward returned a Tensor; fit\\(\\) takes an Output"):
+        fit(Bare(), build_optimizer(Bare(), config), data, config)
+    model = Scored()
+    with pytest.raises(TypeError, match="evaluate\\(model\\) returned a NoneType; fit\\(\\) takes"):
+        fit(model, build_optimizer(model, config), data, config, evaluate=lambda m: None)
+    state = fit(
+        model,
+        build_optimizer(model, config),
+        data,
+        config,
+        evaluate=lambda m: {"acc": torch.tensor(0.5)},
+    )
+    assert state.history[-1]["acc"] == 0.5 and type(state.best) is float  # not a tensor

@@ -228,3 +228,12 @@ def test_a_resume_with_another_model_says_the_run_keeps_its_own(
     assert "this is a sentiment config or run (model 'bow'): use `treeqa train sentiment`" in (
         capsys.readouterr().err
     )
+
+
+def test_a_mistyped_resume_is_an_error_not_a_new_run(tmp_path: Path) -> None:
+    from treeqa.recipes import sentiment
+
+    config = sentiment.resolve_config({}, [("epochs", "1"), ("health", "off")])
+    with pytest.raises(FileNotFoundError, match="--resume .*nevr: no such run directory"):
+        sentiment.train(config, tmp_path / "nevr", resume_run=True)
+    assert not (tmp_path / "nevr").exists()

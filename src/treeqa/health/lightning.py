@@ -79,7 +79,9 @@ def HealthCallback(
             self.batch_end = time.perf_counter()  # validation is not data wait
 
         def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
-            self.monitor.uninstall()
             self.monitor.finish()
+
+        def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+            self.monitor.uninstall()  # a failed fit leaves no hook or wrapper behind
 
     return _HealthCallback()

@@ -73,6 +73,15 @@ def compiled() -> bool:
     return bool(counters and counters.get("frames", {}).get("total"))
 
 
+def compiled_module(model: nn.Module) -> bool:
+    """Whether ``model`` is ``torch.compile(module)``'s wrapper or a module compiled in place
+    (``module.compile()``): it compiles on its first call, so no global hook may be there then
+    (the graph would be compiled with it, and again without it)."""
+    return type(model).__name__ == "OptimizedModule" or (
+        getattr(model, "_compiled_call_impl", None) is not None
+    )
+
+
 def for_run(
     mode: str, run_dir: Path, resumed: TrainState | None, epochs: int, main: bool
 ) -> HealthMonitor | None:
@@ -182,6 +191,7 @@ class HealthMonitor(Callback):
         }
         self.canary = Canary()
         self.models: list[nn.Module] = []
+        self.compiling = False  # a watched model is torch.compile's (compiled_module)
         self.params: list[tuple[str, nn.Parameter]] = []
         self.names: dict[int, str] = {}
         self.source_files: list[str] = []
@@ -242,6 +252,7 @@ class HealthMonitor(Callback):
             if any(model is m for m in self.models):
                 continue
             self.models.append(model)
+            self.compiling |= compiled_module(model)
             for finding in checks.parameter_aliases(model):
                 self.add(finding)
             for cls in {type(m) for m in model.modules()}:
@@ -276,15 +287,17 @@ class HealthMonitor(Callback):
         self._late = None
 
     def install_loss_checks(self) -> None:
-        """Wrap ``F.cross_entropy``/``F.nll_loss`` (nn losses call them) to look at their input,
-        ``DataLoader.__iter__`` and its iterators' ``__next__`` (``loaders.py``) and
-        ``GradScaler.update`` to note fp16 loss scalers (``scalers.py``). Call it before the
-        first loader is iterated."""
+        """Wrap the loss functions (``F.cross_entropy``, ``F.nll_loss``, ``F.mse_loss``, ...;
+        nn losses call them) to look at their input, ``DataLoader.__iter__`` and its
+        iterators' ``__next__`` (``loaders.py``) and ``GradScaler.scale`` to note fp16 loss
+        scalers (``scalers.py``). Call it before the first loader is iterated; ``finish()`` (or
+        ``uninstall()``, for a run that ends without a report) takes the wrappers off."""
         self.loss_check.install()
         self.loaders.install()
         self.scalers.install()
 
     def uninstall(self) -> None:
+        """Take off every hook and wrapper of this monitor (again: a no-op)."""
         self._remove_hooks()
         self.loss_check.uninstall()
         self.loaders.uninstall()
@@ -300,7 +313,7 @@ class HealthMonitor(Callback):
             self._cpu_begin = time.process_time()
             self._wait_begin = RUN_QUEUE.waited()
         self.sampling = s <= 3 or s % self.every == 0
-        hooks = (self.sampling or self.nonfinite.armed) and not compiled()
+        hooks = (self.sampling or self.nonfinite.armed) and not (self.compiling or compiled())
         if self.sampling and hooks:
             self._rms = {}
             self.inputs.begin_step()
@@ -422,8 +435,10 @@ class HealthMonitor(Callback):
             self.stop_requested = True
 
     def finish(self) -> dict[str, Any]:
-        """Final analyses; write JSON/plot if asked; print the summary. Returns the report."""
-        self._remove_hooks()
+        """Final analyses; write JSON/plot if asked; print the summary. Returns the report.
+        The hooks and wrappers come off first: a later monitor in this process installs its
+        own (one left in place would keep it from checking anything)."""
+        self._safely_uninstall()
         self._read_losses(wait=True)
         self._add_if(self.profile.close(self.step))
         if self._unused_params:  # a run shorter than the window
@@ -503,8 +518,11 @@ class HealthMonitor(Callback):
         self.paused = False
 
     def on_fit_end(self, state: TrainState) -> None:
-        self._safely_uninstall()
         self.safely(self.finish)
+
+    def on_teardown(self, state: TrainState) -> None:
+        """However fit() ends (an exception included): nothing of the monitor stays behind."""
+        self._safely_uninstall()
 
     # ------------------------------------------------------------------ sampled checks
 

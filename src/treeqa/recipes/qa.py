@@ -76,6 +76,8 @@ class QASchedule:
 
     def __post_init__(self) -> None:
         cfg.check_fields(self, "schedule", at_least={"eval_every": 0, "budget_minutes": 0})
+        if math.isnan(self.threshold):  # every comparison false: the model would never abstain
+            raise cfg.ConfigError("schedule.threshold: expected a number, got nan")
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,9 @@ def resolve_config(
     model, data = raw.get("model", {}), raw.get("data", {})
     name = model.get("name", "qanet") if isinstance(model, dict) else "qanet"
     if name != "qanet" or (isinstance(data, dict) and "path" in data):
+        why = f"model {name!r}" if name != "qanet" else "its [data] has a treebank path"
         raise cfg.ConfigError(
-            f"this is a sentiment config or run (model {name!r}): use `treeqa train sentiment`"
+            f"this is a sentiment config or run ({why}): use `treeqa train sentiment`"
         )
     schedule = raw.get("schedule", {})
     if (
@@ -345,13 +348,15 @@ def build_model(model_config: QANetConfig, split: PreparedSplit) -> tuple[QANet,
 
 def train(
     config: QAExperiment,
-    out: Path,
+    out: str | Path,
     *,
     resume_run: bool = False,
     extra_callbacks: Sequence[Callback] = (),
 ) -> dict[str, Any]:
-    """Train QANet into run directory ``out``; returns the best dev F1 and where it was reached."""
-    with ckpt.run_lock(out, World.from_env().main):
+    """Train QANet into run directory ``out``; returns ``fit()``'s summary (``best_dev``, the
+    best dev score, and ``best_epoch``, ``steps``, ...)."""
+    out = Path(out)
+    with ckpt.run_lock(out, World.from_env().main, resume=resume_run):
         return _train(config, out, resume_run=resume_run, extra_callbacks=extra_callbacks)
 
 
@@ -514,6 +519,23 @@ def _encode(loaded: Loaded, tokens: Sequence[Sequence[str]]) -> tuple[torch.Tens
     return words, chars
 
 
+def check_pair(k: int, pair: Any) -> None:
+    """A TypeError or ValueError naming example ``k`` unless it is a (context, question)
+    pair of strings that UTF-8 can carry (JSON's "\\ud800" decodes to a lone surrogate)."""
+    if not isinstance(pair, tuple | list) or len(pair) != 2:
+        raise TypeError(f"example {k}: a {type(pair).__name__}, not a (context, question) pair")
+    for name, text in zip(("context", "question"), pair, strict=True):
+        if not isinstance(text, str):
+            raise TypeError(f"example {k}: the {name} is a {type(text).__name__}, not a str")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ValueError(
+                f"example {k}: the {name} is not valid text (a lone surrogate, "
+                f"U+{ord(text[err.start]):04X}, at character {err.start})"
+            ) from None
+
+
 def predict(
     loaded: Loaded,
     examples: Sequence[tuple[str, str]],
@@ -525,6 +547,10 @@ def predict(
     model also gives ``no_answer_margin`` (log p(no answer) - log p(best span); it abstains
     when this beats its threshold) and ``best_span``, the text a lower threshold would answer.
     A server passes its ``tokenizer``: making one takes ~0.3 s."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size {batch_size!r}: give a positive number of pairs")
+    for k, pair in enumerate(examples):
+        check_pair(k, pair)
     # Tokenizer() imports spaCy, an optional dependency, only when made
     tokenizer, device = tokenizer or Tokenizer(), next(loaded.model.parameters()).device
     config, results = loaded.model.config, []

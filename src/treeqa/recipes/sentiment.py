@@ -295,10 +295,16 @@ def seed_everything(seed: int) -> None:
 
 
 def train(
-    config: Any, out: Path, *, resume_run: bool = False, extra_callbacks: Sequence[Callback] = ()
+    config: Any,
+    out: str | Path,
+    *,
+    resume_run: bool = False,
+    extra_callbacks: Sequence[Callback] = (),
 ) -> dict[str, Any]:
-    """Train one sentiment model into run directory ``out``; returns the best dev metrics."""
-    with ckpt.run_lock(out, World.from_env().main):
+    """Train one sentiment model into run directory ``out``; returns ``fit()``'s summary
+    (``best_dev``, the best dev score, and ``best_epoch``, ``epochs``, ``steps``, ...)."""
+    out = Path(out)
+    with ckpt.run_lock(out, World.from_env().main, resume=resume_run):
         return _train(config, out, resume_run=resume_run, extra_callbacks=extra_callbacks)
 
 
@@ -448,6 +454,8 @@ def load_model(path: str | Path, device: str = "auto") -> Loaded:
 
 
 def evaluate(path: str | Path, data_path: str, split: str) -> dict[str, float]:
+    if split not in sst.SPLITS:
+        raise ValueError(f"split must be one of {', '.join(sst.SPLITS)}, got {split!r}")
     loaded = load_model(path)
     data = SentimentData(path=data_path, task=loaded.task)
     trees = load_trees(data, (split,))[split]  # a folder holding that split alone will do
@@ -508,8 +516,15 @@ def labels_of(probs: torch.Tensor, task: str) -> torch.Tensor:
 
 def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
     """Per tree: the predicted label and class probabilities of every node (pre-order)."""
-    for tree in trees:
+    for k, tree in enumerate(trees):
+        if not isinstance(tree, Tree):
+            raise TypeError(
+                f"tree {k}: a {type(tree).__name__}, not a Tree (treeqa.data.tree.parse_tree "
+                "reads a bracketed string into one)"
+            )
         check_predictable(loaded, tree)
+    if not trees:
+        return []
     encoded = [loaded.encode(t) for t in trees]
     device = next(loaded.model.parameters()).device
     results: list[dict[str, Any]] = []

@@ -78,12 +78,15 @@ LOCK = ".lock"
 
 
 @contextlib.contextmanager
-def run_lock(out: Path, main: bool = True) -> Iterator[None]:
+def run_lock(out: Path, main: bool = True, resume: bool = False) -> Iterator[None]:
     """Hold run directory ``out`` for one training at a time: a second run into it, new or
     resumed, is refused while the first goes on (an advisory lock on ``out/.lock``, which the
     system drops when the process ends, however it ends). ``main``: false for the other
     processes of a torchrun run, which share process 0's directory. A directory made here that
-    holds nothing else when the run fails (its input checks) is removed."""
+    holds nothing else when the run fails (its input checks) is removed. ``resume``: ``out``
+    must be there (a mistyped --resume is not a new run)."""
+    if resume and not out.is_dir():
+        raise FileNotFoundError(f"--resume {out}: no such run directory")
     try:
         import fcntl
     except ImportError:  # no advisory locks on this system (Windows): nothing to hold

@@ -358,6 +358,11 @@ def fit(
                     cb.on_batch_start(state, batch)
                 with autocast(device, config.amp):
                     output: Output = net(batch)
+                if not isinstance(output, Output):
+                    raise TypeError(
+                        f"the model's forward returned a {type(output).__name__}; fit() takes "
+                        "an Output(logits, loss) (treeqa.models.common)"
+                    )
                 if output.loss is None:
                     raise ValueError("a training batch produced no loss: does it carry labels?")
                 optimizer.zero_grad(set_to_none=True)
@@ -421,6 +426,15 @@ def fit(
                 if world.main:
                     with torch.no_grad():
                         metrics = evaluate(model)
+                    if not isinstance(metrics, dict):
+                        raise TypeError(
+                            f"evaluate(model) returned a {type(metrics).__name__}; fit() takes "
+                            "a dict of dev metrics, e.g. {'accuracy': 0.91}"
+                        )
+                    metrics = {  # a tensor's value, not the tensor, in the history
+                        k: v.item() if isinstance(v, torch.Tensor) else v
+                        for k, v in metrics.items()
+                    }
                 for cb in callbacks:
                     cb.on_eval_end(state, model)
                 if world.size > 1:
