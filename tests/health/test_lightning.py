@@ -48,11 +48,14 @@ def loader(seed: int) -> torch.utils.data.DataLoader:
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32)
 
 
-def train(softmax_head: bool, report: Path, running_total: bool = False) -> dict[str, Any]:
+def train(
+    softmax_head: bool, report: Path, running_total: bool = False, accumulate: int = 1
+) -> dict[str, Any]:
     torch.manual_seed(0)
     callback = HealthCallback(json_path=report, every=10)
     trainer = pl.Trainer(
         max_epochs=2,
+        accumulate_grad_batches=accumulate,
         accelerator="cpu",
         devices=1,
         logger=False,
@@ -68,6 +71,12 @@ def train(softmax_head: bool, report: Path, running_total: bool = False) -> dict
 def test_lightning_clean_run_has_no_warnings(tmp_path: Path) -> None:
     report = train(softmax_head=False, report=tmp_path / "clean.json")
     assert len(report["series"]["step_time"]) == 40  # 2 epochs x 20 batches, validation apart
+    assert [f["code"] for f in report["findings"] if f["severity"] != "info"] == []
+
+
+def test_lightning_steps_are_optimiser_steps_under_accumulation(tmp_path: Path) -> None:
+    report = train(softmax_head=False, report=tmp_path / "acc.json", accumulate=4)
+    assert len(report["series"]["step_time"]) == 10  # 2 epochs x 20 batches / 4, not 40
     assert [f["code"] for f in report["findings"] if f["severity"] != "info"] == []
 
 

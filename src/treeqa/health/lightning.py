@@ -51,8 +51,10 @@ def HealthCallback(
         def on_train_batch_start(
             self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
         ) -> None:
-            self.started = time.perf_counter()
-            self.monitor.begin_step()
+            # A step is one optimiser step: with accumulate_grad_batches=k, k micro-batches.
+            if batch_idx % max(int(trainer.accumulate_grad_batches), 1) == 0:
+                self.started = time.perf_counter()
+                self.monitor.begin_step()
 
         def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
             # The loss Lightning hands to on_train_batch_end is detached: the graph checks
@@ -62,6 +64,9 @@ def HealthCallback(
         def on_train_batch_end(
             self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
         ) -> None:
+            every = max(int(trainer.accumulate_grad_batches), 1)
+            if (batch_idx + 1) % every and not trainer.is_last_batch:
+                return  # a micro-batch of an accumulation: the step goes on
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
             if self.loss is not None:
                 loss, self.loss = self.loss, None
