@@ -48,3 +48,22 @@ def test_an_empty_part_of_a_joined_path_is_an_error(tmp_path: Path) -> None:
     for given in (f"{path}+", f"+{path}", f"{path}++{path}"):
         with pytest.raises(ConfigError, match="empty part"):
             build_vectors(SentimentData(vectors=given), vocab)
+
+
+def test_an_embed_dim_given_against_the_vectors_width_is_refused_before_reading(
+    tmp_path: Path,
+) -> None:
+    # The model's default (300) given by hand with 2-d + 3-d vectors used to be replaced
+    # without a word; any value given is now checked, from the files' first lines.
+    from treeqa.recipes.sentiment import resolve_config
+
+    a = write_glove(tmp_path / "a.txt", {"good": [1.0, 2.0]})
+    b = write_glove(tmp_path / "b.txt", {"bad": [5.0, 6.0, 7.0]})
+    base = [("model", "tree_lstm"), ("vectors", f"{a}+{b}")]
+    for given in ("300", "2"):
+        with pytest.raises(
+            ConfigError, match=f"model.embed_dim {given}: the vectors in .* are 5-d"
+        ):
+            resolve_config({}, [*base, ("embed_dim", given)])
+    assert resolve_config({}, [*base, ("model.embed_dim", "5")]).model.embed_dim == 5
+    assert resolve_config({}, base).model.embed_dim == 300  # not given: the vectors set it

@@ -163,6 +163,25 @@ def load_vectors(
     return vectors
 
 
+def width(path: str | Path) -> int | None:
+    """D of a vectors file from its first line (or a spaCy table's header), as the loader
+    reads it; None when that line does not tell (the loader then says why, with its line)."""
+    path = Path(path)
+    pair = find_spacy_pair(path)
+    try:
+        if pair is not None:
+            with _open(pair[0]) as f:
+                return _npy_header(f, pair[0])[1]
+        for _, raw in _lines(path):
+            fields = raw.split()
+            if len(fields) == 2 and all(f.isdigit() for f in fields):  # word2vec "count D"
+                return int(fields[1])
+            return len(fields) - 1 if len(fields) > 1 else None
+    except (OSError, VectorFileError):
+        return None
+    return None
+
+
 def find_spacy_pair(path: str | Path) -> tuple[Path, Path] | None:
     """``(table, key2row)`` when ``path`` names either file of a spaCy pair, else None (text).
 

@@ -123,7 +123,19 @@ def resolve_config(
             f"model.num_classes: {config.model.num_classes} does not fit data.task "
             f"{config.data.task!r}, which has {classes} classes (it is set from the task)"
         )
+    given = isinstance(section, dict) and "embed_dim" in section
+    given |= any(ALIASES.get(key, key) in ("embed_dim", "model.embed_dim") for key, _ in overrides)
+    if given and config.data.vectors and hasattr(config.model, "embed_dim"):
+        check_embed_dim(config, vectors_width(config.data.vectors), given=True)
     return config
+
+
+def vectors_width(spec: str) -> int | None:
+    """D of ``data.vectors`` from the first line of each file (None if one does not tell)."""
+    from treeqa.data.vectors import width
+
+    widths = [width(path) for path in vector_files(spec)]
+    return None if None in widths else sum(w for w in widths if w is not None)
 
 
 def load_trees(data: SentimentData, names: Sequence[str] = sst.SPLITS) -> dict[str, list[Tree]]:
@@ -145,11 +157,13 @@ def load_trees(data: SentimentData, names: Sequence[str] = sst.SPLITS) -> dict[s
 TRAINING_USE = {"train": "learn from", "dev": "choose the best epoch by"}
 
 
-def check_embed_dim(config: Any, width: int) -> None:
-    """The vectors set the word-vector size: one given otherwise (not the model's default,
-    which the vectors replace) would be silently dropped, so it is refused."""
+def check_embed_dim(config: Any, width: int | None, given: bool = False) -> None:
+    """The vectors set the word-vector size: one given otherwise would be silently dropped,
+    so it is refused. ``given``: the config or a flag set it (else the model's default, which
+    the vectors replace, is let through)."""
     default = next(f.default for f in dataclasses.fields(config.model) if f.name == "embed_dim")
-    if config.model.embed_dim not in (default, width):
+    allowed = (width,) if given else (default, width)
+    if width is not None and config.model.embed_dim not in allowed:
         raise cfg.ConfigError(
             f"model.embed_dim {config.model.embed_dim}: the vectors in {config.data.vectors} "
             f"are {width}-d and set it; leave model.embed_dim out, or give vectors of that size"
@@ -244,7 +258,7 @@ def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:
 
     keys = [None, None] + [unescape_ptb(t) for t in vocab.tokens[2:]]
     tables = []  # [V, D_i] per file; a word's vector is their concatenation
-    paths = [data.vectors] if Path(data.vectors).exists() else data.vectors.split("+")
+    paths = vector_files(data.vectors)
     if "" in paths:
         raise cfg.ConfigError(
             f"data.vectors: {data.vectors!r} has an empty part; join vector files as A+B"
@@ -260,6 +274,12 @@ def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:
     return np.concatenate(tables, 1)
 
 
+def vector_files(vectors: str) -> list[str]:
+    """The files of ``data.vectors``: one, or several joined by '+' (a path that exists as
+    written is one file, '+' or not)."""
+    return [vectors] if Path(vectors).exists() else vectors.split("+")
+
+
 def absolute_paths(data: SentimentData) -> SentimentData:
     """``data`` with its paths made absolute: the run's config.toml names the same files from
     any working directory (``--resume``, ``treeqa evaluate``)."""
@@ -267,8 +287,7 @@ def absolute_paths(data: SentimentData) -> SentimentData:
     def absolute(path: str) -> str:
         return str(Path(path).resolve()) if path else path
 
-    whole = not data.vectors or Path(data.vectors).exists()
-    vectors = "+".join(absolute(p) for p in ([data.vectors] if whole else data.vectors.split("+")))
+    vectors = "+".join(absolute(p) for p in vector_files(data.vectors)) if data.vectors else ""
     return dataclasses.replace(data, path=absolute(data.path), vectors=vectors)
 
 
