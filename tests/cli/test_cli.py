@@ -307,3 +307,28 @@ def test_json_output_is_strict_json_with_null_for_scores_that_are_not_numbers(
         "scores": [0.5, None],
         "run_dir": "runs/1",
     }
+
+
+def test_model_values_are_refused_before_any_data_is_read(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # They were checked when the model was built, after the data and vectors were read (a
+    # bad --data hid them; a negative attention size crashed in torch).
+    cases = [
+        (["--model", "tree_gru", "--at_hid_dim", "-1"], "model.attention_dim: expected at least 0"),
+        (["--model", "childsum", "--model.dropout=1.5"], "model.dropout: expected less than 1"),
+        (["--optim", "adam", "--train.adam_betas=0.9,1.5"], "train.adam_betas: expected two"),
+        (["--train.optim=sgd"], "train.optim: expected one of adagrad | adam, got 'sgd'"),
+    ]
+    for flags, said in cases:
+        assert main(["train", "--data", "/no/such/dir", "--out", "/no/run", *flags]) == 2
+        assert said in capsys.readouterr().err
+    assert main(["train", "qa", "--prepared", "/no/such/dir", "--model.heads=3"]) == 2
+    assert "model.d_model 128 must be even and divisible by model.heads 3" in (
+        capsys.readouterr().err
+    )
+    # A value of the wrong type is only that: no hint about a [model] section never given.
+    assert main(["train", "--model", "tree_lstm", "--model.sparse_embedding=maybe"]) == 2
+    assert capsys.readouterr().err == (
+        "treeqa train: error: config.model.sparse_embedding: expected true or false, got 'maybe'\n"
+    )

@@ -201,7 +201,7 @@ def test_train_config_values_out_of_range_name_the_field() -> None:
         "ema_decay": (1.5, "train.ema_decay: expected less than 1, got 1.5"),
         "amp": ("fp8", "train.amp: expected one of off | bf16 | fp16, got 'fp8'"),
         "health": ("maybe", "train.health: expected one of off | on | strict, got 'maybe'"),
-        "adam_betas": ((0.9,), "train.adam_betas: expected two numbers, got [0.9]"),
+        "adam_betas": ((0.9,), "train.adam_betas: expected two numbers in [0, 1), got [0.9]"),
     }
     for key, (value, message) in cases.items():
         with pytest.raises(ConfigError) as err:
@@ -375,6 +375,7 @@ def test_a_run_stopped_part_way_through_an_epoch_resumes_from_the_next_batch(
     assert (stopped["epochs"], stopped["steps"], stopped["aborted"]) == (1, 11, False)
     lines = [json.loads(x) for x in (cut / "metrics.jsonl").read_text().splitlines()]
     assert [(x["epoch"], x["step"]) for x in lines if "train_loss" in x] == [(1, 8), (2, 11)]
+    assert [x.get("partial") for x in lines if "train_loss" in x] == [None, True]  # scored again
     train(config(demo_dir, 3), cut, resume_run=True)
     assert losses(cut) == losses(tmp_path / "full")  # no batch skipped, none twice
     a = ckpt.load(tmp_path / "full" / ckpt.LAST).weights()

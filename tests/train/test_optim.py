@@ -51,10 +51,15 @@ def test_same_optimiser_for_embeddings_by_default_and_bad_values_named() -> None
     model = Tiny()
     optimizer = build_optimizer(model, TrainConfig())
     assert [g["sgd"] for g in optimizer.param_groups] == [False, False]
-    with pytest.raises(ValueError, match="emb_optim must be same or sgd"):
-        build_optimizer(model, TrainConfig(emb_optim="adam"))
+    # Refused when the config is made, before any data is read.
+    with pytest.raises(ValueError, match="train.emb_optim: expected one of same | sgd, got 'adam'"):
+        TrainConfig(emb_optim="adam")
     with pytest.raises(ValueError, match="goes with train.optim = adagrad"):
-        build_optimizer(model, TrainConfig(optim="adam", emb_optim="sgd"))
+        TrainConfig(optim="adam", emb_optim="sgd")
+    with pytest.raises(ValueError, match="train.optim: expected one of adagrad | adam, got 'sgd'"):
+        TrainConfig(optim="sgd")
+    with pytest.raises(ValueError, match=r"train.adam_betas: expected two numbers in \[0, 1\)"):
+        TrainConfig(adam_betas=(0.9, 1.5))
 
 
 def test_state_dict_round_trip_with_an_sgd_group() -> None:

@@ -154,6 +154,8 @@ def test_a_run_stopped_before_any_evaluation_says_it_has_no_best_score() -> None
     assert best_line("f1", {"best_epoch": 2, "best_dev": 71.234}, ".2f") == (
         "best dev f1: 71.23 (epoch 2)"
     )
+    part_way = {"best_epoch": 1, "best_dev": 7.18, "best_step": 3, "best_partial": True}
+    assert best_line("f1", part_way, ".2f") == "best dev f1: 7.18 (epoch 1, part-way: step 3)"
 
 
 def test_a_resume_whose_config_was_emptied_says_so(
@@ -165,6 +167,48 @@ def test_a_resume_whose_config_was_emptied_says_so(
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--train.epochs=2"]) == 2
     assert f"{run / 'config.toml'} is empty, so the settings" in capsys.readouterr().err
+
+
+def test_what_a_resume_cannot_change_is_refused_however_it_is_given(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    vectors = tmp_path / "v.txt"
+    vectors.write_text("good 0.1 0.2\nbad 0.3 0.4\n")
+    assert main(args(demo_dir, "--out", str(run), "--vectors", str(vectors))) == 0
+    resume = ["train", "--resume", str(run), "--train.epochs=2"]
+    # A learning rate edited into config.toml: the optimiser's state would keep the old one.
+    config = run / "config.toml"
+    saved = config.read_text()
+    config.write_text(saved.replace("lr = 0.05", "lr = 0.5"))
+    capsys.readouterr()
+    assert main(resume) == 2
+    assert "train.lr: 0.05 -> 0.5" in capsys.readouterr().err
+    config.write_text(saved)
+    # Other vectors, or none, would name vectors the run never started from; moved ones go.
+    other = tmp_path / "w.txt"
+    other.write_text("good 0.5 0.6\n")
+    for given in (str(other), ""):
+        assert main([*resume, "--vectors", given]) == 2
+        assert "a resumed run keeps its own" in capsys.readouterr().err
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    vectors.rename(moved / "v.txt")
+    assert main([*resume, "--vectors", str(moved / "v.txt")]) == 0
+
+
+def test_a_run_stopped_before_its_config_was_written_says_how_to_start_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".lock").touch()  # all a run killed while it read its data leaves
+    assert main(["train", "--resume", str(run)]) == 2
+    assert "stopped before it wrote its config.toml" in capsys.readouterr().err
+    assert main(["train", "qa", "--resume", str(tmp_path / "typo")]) == 2
+    assert "--resume " + str(tmp_path / "typo") + ": no such run directory" in (
+        capsys.readouterr().err
+    )
 
 
 def test_run_folders_that_cannot_be_are_refused_before_training(
@@ -237,3 +281,22 @@ def test_a_mistyped_resume_is_an_error_not_a_new_run(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="--resume .*nevr: no such run directory"):
         sentiment.train(config, tmp_path / "nevr", resume_run=True)
     assert not (tmp_path / "nevr").exists()
+
+
+def test_a_resumed_run_that_had_stopped_early_says_what_goes_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # More --epochs alone did nothing, without a word; patience is what holds it.
+    from treeqa.train.callbacks import EarlyStopping
+    from treeqa.train.loop import TrainState
+
+    state = TrainState(epoch=5, best_epoch=2)
+    EarlyStopping(patience=2).on_fit_start(state, None, None)  # type: ignore[arg-type]
+    assert state.stop
+    assert (
+        "no better dev score for 3 epochs since the best (epoch 2), and train.patience is 2; "
+        "raise --train.patience to train on" in capsys.readouterr().out
+    )
+    state = TrainState(epoch=5, best_epoch=2)
+    EarlyStopping(patience=4).on_fit_start(state, None, None)  # type: ignore[arg-type]
+    assert not state.stop and capsys.readouterr().out == ""

@@ -88,6 +88,16 @@ def check_out(args: argparse.Namespace) -> None:
     for flag, path in (("--resume", resume), ("--out", out)):
         if path is not None and path.exists() and not path.is_dir():
             raise ValueError(f"{flag} {path} is a file; a run directory is a folder")
+    if resume is None:
+        return
+    if not resume.is_dir():
+        raise ValueError(f"--resume {resume}: no such run directory")
+    if not (resume / "config.toml").exists() and not any(resume.glob("*.safetensors")):
+        raise ValueError(
+            f"--resume {resume}: the run stopped before it wrote its config.toml (while it read "
+            "its data), so it trained nothing and its settings are not known: run the command "
+            f"that started it again, with --out {resume}"
+        )
 
 
 def run_dir(args: argparse.Namespace, name: str) -> Path:
@@ -108,7 +118,10 @@ def best_line(metric: str, result: Mapping[str, Any], spec: str) -> str:
     """The closing line of a training run: its best dev score, or that it has none."""
     if result["best_epoch"] < 1:  # stopped (strict health, a signal) before any evaluation
         return f"best dev {metric}: none (no dev evaluation finished)"
-    return f"best dev {metric}: {result['best_dev']:{spec}} (epoch {result['best_epoch']})"
+    where = f"epoch {result['best_epoch']}"
+    if result.get("best_partial"):  # a budget stopped that epoch there; it is scored again
+        where += f", part-way: step {result['best_step']}"
+    return f"best dev {metric}: {result['best_dev']:{spec}} ({where})"
 
 
 def emit_json(payload: dict[str, Any]) -> None:

@@ -24,13 +24,20 @@ def model_classes(name: str) -> tuple[type, type]:
     return SENTIMENT_MODELS[name]
 
 
-def build_sentiment_model(name: str, config: Any, vocab_size: int, vectors: Any = None) -> Any:
+def check_model_config(config: Any) -> None:
+    """A ConfigError naming ``model.<key>`` for a size or rate a sentiment model cannot take
+    (the recipe checks it when the config is resolved, before any data is read)."""
     sizes = [k for k in ("embed_dim", "hidden_dim", "num_classes") if hasattr(config, k)]
+    optional = [k for k in ("attention_dim", "tag_dim", "rel_dim") if hasattr(config, k)]
     rates = [k for k in ("dropout",) if hasattr(config, k)]
     check_fields(
         config,
         "model",
-        at_least=dict.fromkeys(sizes, 1) | dict.fromkeys(rates, 0),
+        at_least=dict.fromkeys(sizes, 1) | dict.fromkeys(optional + rates, 0),
         below=dict.fromkeys(rates, 1),
     )
+
+
+def build_sentiment_model(name: str, config: Any, vocab_size: int, vectors: Any = None) -> Any:
+    check_model_config(config)
     return model_classes(name)[1](config, vocab_size, vectors)

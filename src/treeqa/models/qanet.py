@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from treeqa.config import check_fields
+from treeqa.config import ConfigError, check_fields
 from treeqa.data.qa_batch import QABatch
 from treeqa.models.common import Output
 
@@ -64,6 +64,29 @@ class QANetConfig:
     """Longest span (tokens) considered when decoding."""
     no_answer: bool = False
     """SQuAD 2.0: add a learned no-answer slot at index L of both pointer distributions."""
+
+    def __post_init__(self) -> None:  # checked when resolved, before any data is read
+        sizes = ["d_model", "heads", "char_dim", "char_kernel", "emb_blocks", "emb_kernel"]
+        sizes += ["model_blocks", "model_kernel", "max_answer_len"]
+        check_fields(
+            self,
+            "model",
+            at_least=dict.fromkeys(sizes, 1) | {"dropout": 0, "char_dropout": 0},
+            below={"dropout": 1, "char_dropout": 1},
+        )
+        if self.d_model % self.heads or self.d_model % 2:
+            raise ConfigError(
+                f"model.d_model {self.d_model} must be even and divisible by model.heads "
+                f"{self.heads}"
+            )
+        if self.model_passes < 2:
+            raise ConfigError(
+                "model.model_passes must be at least 2: the pointers read M0, M1 and the last M"
+            )
+        if not 0 <= (self.attention_dropout or 0) < 1:
+            raise ConfigError(
+                f"model.attention_dropout must be in [0, 1), got {self.attention_dropout}"
+            )
 
 
 @functools.lru_cache(maxsize=64)
@@ -307,24 +330,6 @@ class QANet(nn.Module):
         vectors: np.ndarray | torch.Tensor | None = None,
     ):
         super().__init__()
-        sizes = ["d_model", "heads", "char_dim", "char_kernel", "emb_blocks", "emb_kernel"]
-        sizes += ["model_blocks", "model_kernel", "max_answer_len"]
-        check_fields(
-            config,
-            "model",
-            at_least=dict.fromkeys(sizes, 1) | {"dropout": 0, "char_dropout": 0},
-            below={"dropout": 1, "char_dropout": 1},
-        )
-        if config.d_model % config.heads or config.d_model % 2:
-            raise ValueError(
-                f"d_model {config.d_model} must be even and divisible by heads {config.heads}"
-            )
-        if config.model_passes < 2:
-            raise ValueError(
-                "model_passes must be at least 2: the pointers read M0, M1 and the last M"
-            )
-        if not 0 <= (config.attention_dropout or 0) < 1:
-            raise ValueError(f"attention_dropout must be in [0, 1), got {config.attention_dropout}")
         table = torch.zeros(vocab_size, config.word_dim)
         if vectors is not None:
             table.copy_(torch.as_tensor(vectors, dtype=torch.float32))  # raises on a shape mismatch

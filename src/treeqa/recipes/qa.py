@@ -70,7 +70,8 @@ class QASchedule:
     eval_every: int = 0
     """Steps between dev evaluations, each closing one fit() epoch; 0 = one pass over train."""
     budget_minutes: float = 0.0
-    """Stop training after this much wall-clock time (checked every step); 0 = no limit."""
+    """Stop training after this much wall-clock time (checked every step); 0 = no limit.
+    Counted from this start: a resumed run has a budget of its own, as a scheduler's job has."""
     threshold: float = 0.0
     """SQuAD 2.0: answer nothing when the no-answer score beats the best span's by more."""
 
@@ -417,6 +418,7 @@ def _train(
         "data": cfg.to_dict(config.data),
         "schedule": cfg.to_dict(config.schedule),
         "train_config": cfg.to_dict(config.train),
+        "config": cfg.to_toml(config),  # what a resumed run is checked against
         "word_vocab": list(words.tokens),
         "char_vocab": list(chars.tokens),
         "limits": meta_data["limits"],

@@ -22,7 +22,12 @@ from treeqa.data.tree import UNLABELLED, Tree, unescape_ptb
 from treeqa.data.vocab import Vocab
 from treeqa.eval.metrics import SentimentMetrics, binary_predictions
 from treeqa.health import monitor as health
-from treeqa.models import SENTIMENT_MODELS, build_sentiment_model, model_classes
+from treeqa.models import (
+    SENTIMENT_MODELS,
+    build_sentiment_model,
+    check_model_config,
+    model_classes,
+)
 from treeqa.models.common import Output
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.callbacks import (
@@ -106,7 +111,8 @@ def resolve_config(
         config: Any = cfg.from_dict(cls, cfg.merge_overrides(cls, raw, overrides, ALIASES, named))
     except cfg.ConfigError as err:
         written = section.get("name", "bow") if isinstance(section, dict) else name
-        if written == name or "config.model" not in str(err):
+        keys = set(section) - {"name"} if isinstance(section, dict) else set()
+        if written == name or not keys or "config.model" not in str(err):  # not [model]'s
             raise
         raise cfg.ConfigError(
             f"{err}: the config's [model] section is {written}'s, and --model {name} takes "
@@ -123,6 +129,7 @@ def resolve_config(
             f"model.num_classes: {config.model.num_classes} does not fit data.task "
             f"{config.data.task!r}, which has {classes} classes (it is set from the task)"
         )
+    check_model_config(config.model)
     given = isinstance(section, dict) and "embed_dim" in section
     given |= any(ALIASES.get(key, key) in ("embed_dim", "model.embed_dim") for key, _ in overrides)
     if given and config.data.vectors and hasattr(config.model, "embed_dim"):
@@ -274,6 +281,23 @@ def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:
     return np.concatenate(tables, 1)
 
 
+def check_same_vectors(run_dir: Path, vectors: str) -> None:
+    """A resumed run may find its vectors moved (``data.vectors`` may change), not other ones:
+    they set only the starting weights, which the checkpoint replaces, and the run's record
+    would then name vectors it never started from. The same files are the same names."""
+    if not (run_dir / ckpt.LAST).is_file():
+        return  # it starts again: from these vectors
+    data = ckpt.read_meta(run_dir, prefer=ckpt.LAST).get("data", {})
+    trained = data.get("vectors", "") if isinstance(data, dict) else ""
+    names = [[Path(p).name for p in vector_files(v)] if v else [] for v in (trained, vectors)]
+    if names[0] != names[1]:
+        raise cfg.ConfigError(
+            f"data.vectors: {run_dir} started from {trained or 'random vectors'}, not "
+            f"{vectors or 'random vectors'}; a resumed run keeps its own (give the same files "
+            "where they lie now, or leave --vectors out)"
+        )
+
+
 def vector_files(vectors: str) -> list[str]:
     """The files of ``data.vectors``: one, or several joined by '+' (a path that exists as
     written is one file, '+' or not)."""
@@ -332,6 +356,8 @@ def _train(
 ) -> dict[str, Any]:
     ckpt.check_run_dir(out, resume_run)
     config = dataclasses.replace(config, data=absolute_paths(config.data))
+    if resume_run:  # before the vectors are read
+        check_same_vectors(out, config.data.vectors)
     seed_everything(config.train.seed)
     splits = load_trees(config.data)
     for split in TRAINING_USE:
@@ -379,6 +405,7 @@ def _train(
         "model_config": cfg.to_dict(model_config),
         "data": cfg.to_dict(config.data),
         "train_config": cfg.to_dict(config.train),
+        "config": cfg.to_toml(config),  # what a resumed run is checked against
         "vocab": list(vocab.tokens),
         **({"tags": list(tags.tokens), "rels": list(rels.tokens)} if tags and rels else {}),
         "parser": parser_of(config.data),

@@ -182,6 +182,7 @@ class MetricsLog(Callback):
             {
                 "epoch": state.scored_epoch,
                 "step": state.step,
+                **({"partial": True} if state.epoch_step else {}),  # scored again at its end
                 "train_loss": state.epoch_loss,
                 "epoch_time_s": elapsed,
                 "examples_per_s": self.epoch_examples / max(elapsed, 1e-9),
@@ -285,6 +286,7 @@ class StopOnSignal(Callback):
     def __init__(self) -> None:
         self.caught = 0
         self.previous: dict[int, Any] = {}
+        self.evaluating = False
 
     def on_fit_start(
         self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
@@ -299,10 +301,17 @@ class StopOnSignal(Callback):
             signal.raise_signal(signum)
             return
         self.caught = signum
+        now = "evaluation" if self.evaluating else "step"
         tqdm.write(
-            f"{signal.Signals(signum).name}: stopping after this step and saving the run "
+            f"{signal.Signals(signum).name}: stopping after this {now} and saving the run "
             "(again to stop at once)"
         )
+
+    def on_eval_start(self, state: TrainState, model: nn.Module) -> None:
+        self.evaluating = True
+
+    def on_eval_end(self, state: TrainState, model: nn.Module) -> None:
+        self.evaluating = False
 
     def restore(self) -> None:
         for s, handler in self.previous.items():
@@ -340,7 +349,13 @@ class EarlyStopping(Callback):
         self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
     ) -> None:
         # A resumed run that had stopped early stays stopped (a larger patience continues it).
-        state.stop = state.stop or self.due(state)
+        if not state.stop and self.due(state):
+            state.stop = True
+            tqdm.write(
+                f"stopped early before: no better dev score for {state.epoch - state.best_epoch} "
+                f"epochs since the best (epoch {state.best_epoch}), and train.patience is "
+                f"{self.patience}; raise --train.patience to train on"
+            )
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
         if self.due(state):
@@ -376,7 +391,10 @@ def _settings_of(config: Any, keys: Iterable[str]) -> list[str]:
 
 def check_resumable(run_dir: Path, config: Any) -> None:
     """A ConfigError when ``config`` changes a setting, outside ``RESUMABLE``, of the run
-    ``run_dir`` is to continue; a run with no last checkpoint yet starts afresh with any."""
+    ``run_dir`` is to continue; a run with no last checkpoint yet starts afresh with any.
+    The settings compared with are those the last checkpoint records (config.toml's, for a
+    checkpoint that does not): a learning rate edited into config.toml would otherwise pass,
+    and the optimiser's restored state would train on with the old one."""
     stored = run_dir / "config.toml"
     if not (run_dir / ckpt.LAST).is_file() or not stored.is_file():
         return
@@ -386,6 +404,7 @@ def check_resumable(run_dir: Path, config: Any) -> None:
             f"{stored} is empty, so the settings {run_dir} was trained with are not known: "
             "restore it, or give the new run another --out"
         )
+    text = ckpt.read_meta(run_dir, prefer=ckpt.LAST).get("config") or text
     changed = cfg.changed_settings(text, config, RESUMABLE)
     if changed:
         raise cfg.ConfigError(

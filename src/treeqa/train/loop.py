@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import signal
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -73,12 +74,19 @@ class TrainConfig:
                 **dict.fromkeys(zero_or_more, 0),
             },
             below={"ema_decay": 1, "seed": 2**32},  # torch's seeds are 32-bit
-            choices={"amp": ("off", "bf16", "fp16"), "health": ("off", "on", "strict")},
+            choices={
+                "amp": ("off", "bf16", "fp16"),
+                "health": ("off", "on", "strict"),
+                "optim": ("adagrad", "adam"),
+                "emb_optim": ("same", "sgd"),
+            },
         )
-        if len(self.adam_betas) != 2:
+        if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
             raise ConfigError(
-                f"train.adam_betas: expected two numbers, got {list(self.adam_betas)}"
+                f"train.adam_betas: expected two numbers in [0, 1), got {list(self.adam_betas)}"
             )
+        if self.emb_optim == "sgd" and self.optim != "adagrad":
+            raise ConfigError("train.emb_optim = sgd goes with train.optim = adagrad (Tai et al.)")
 
 
 @dataclass
@@ -91,6 +99,10 @@ class TrainState:
     """Batches done in the current epoch (a run resumed mid-epoch skips them)."""
     best: float = -math.inf
     best_epoch: int = -1
+    best_step: int = -1
+    best_partial: bool = False
+    """The best score was taken part-way through its epoch (a time budget stopped it there;
+    the resumed run scores that epoch again at its end)."""
     improved: bool = False
     stop: bool = False
     abort: bool = False
@@ -124,6 +136,8 @@ class TrainState:
             "epoch_step": self.epoch_step,
             "best": self.best if math.isfinite(self.best) else None,
             "best_epoch": self.best_epoch,
+            "best_step": self.best_step,
+            "best_partial": self.best_partial,
             "history": self.history,
             "loss_sum": float(self.loss_sum),
             "loss_steps": self.loss_steps,
@@ -151,6 +165,8 @@ class TrainState:
         """What a finished run reports: best dev score and where it was, epochs and steps run."""
         return {
             "best_epoch": self.best_epoch,
+            "best_step": self.best_step,
+            "best_partial": self.best_partial,
             "best_dev": self.best,
             "epochs": self.epoch,
             "steps": self.step,
@@ -167,6 +183,8 @@ class TrainState:
             epoch_step=data.get("epoch_step", 0),
             best=-math.inf if best is None else best,
             best_epoch=data["best_epoch"],
+            best_step=data.get("best_step", -1),
+            best_partial=data.get("best_partial", False),
             history=list(data["history"]),
             loss_sum=torch.tensor(float(data.get("loss_sum", 0.0))),
             loss_steps=int(data.get("loss_steps", 0)),
@@ -320,6 +338,11 @@ def fit(
         device = distributed.join(world, device)
         callbacks = [cb for cb in callbacks if world.main or not cb.main_only]
     model.to(device)
+    if config.amp != "off" and device.type not in AMP_DEVICES and world.main:
+        print(
+            f"train.amp = {config.amp} does nothing on {device.type}: it trains in float32",
+            file=sys.stderr,
+        )
     net = distributed.wrap(model, device) if world.size > 1 else model  # forward through net
     seed = torch.initial_seed()  # the run's seed (restoring an RNG state leaves it as it was)
     state.scaler = scaler = loss_scaler(device, config.amp, state)
@@ -445,6 +468,7 @@ def fit(
             state.improved = score is not None and score > state.best
             if score is not None and state.improved:
                 state.best, state.best_epoch = score, state.scored_epoch
+                state.best_step, state.best_partial = state.step, state.epoch_step > 0
             state.history.append({"epoch": state.scored_epoch, **metrics})
             for cb in callbacks:
                 cb.on_epoch_end(state, metrics)

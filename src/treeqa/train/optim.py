@@ -105,10 +105,7 @@ class Adagrad(torch.optim.Adagrad):
 
 
 def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    if config.emb_optim not in ("same", "sgd"):
-        raise ValueError(f"train.emb_optim must be same or sgd, got {config.emb_optim!r}")
-    if config.emb_optim == "sgd" and config.optim != "adagrad":
-        raise ValueError("train.emb_optim = sgd goes with train.optim = adagrad (Tai et al.)")
+    """The config's optimiser (its names and values checked by ``TrainConfig``)."""
     groups = param_groups(model, config)
     if config.optim == "adagrad":
         return Adagrad(groups, lr=config.lr)
