@@ -319,6 +319,7 @@ def test_model_values_are_refused_before_any_data_is_read(
         (["--model", "childsum", "--model.dropout=1.5"], "model.dropout: expected less than 1"),
         (["--optim", "adam", "--train.adam_betas=0.9,1.5"], "train.adam_betas: expected two"),
         (["--train.optim=sgd"], "train.optim: expected one of adagrad | adam, got 'sgd'"),
+        (["--train.device=gpu"], "train.device: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
     ]
     for flags, said in cases:
         assert main(["train", "--data", "/no/such/dir", "--out", "/no/run", *flags]) == 2

@@ -87,6 +87,12 @@ class TrainConfig:
             )
         if self.emb_optim == "sgd" and self.optim != "adagrad":
             raise ConfigError("train.emb_optim = sgd goes with train.optim = adagrad (Tai et al.)")
+        try:  # the name only: whether this machine has the device is asked when it trains
+            torch.device("cpu" if self.device == "auto" else self.device)
+        except RuntimeError:
+            raise ConfigError(
+                f"train.device: expected auto, cpu, cuda or cuda:N, got {self.device!r}"
+            ) from None
 
 
 @dataclass
