@@ -55,8 +55,9 @@ def test_toml_then_overrides_then_types(tmp_path: Path) -> None:
     again = from_dict(Outer, load_toml_text(tmp_path, to_toml(config)))
     assert again == config
     # The list as a config file writes it works as an override too (it read "[0.8").
-    merged = merge_overrides(Outer, raw, [("betas", "[0.8, 0.9]")], {})
-    assert from_dict(Outer, merged).train.betas == (0.8, 0.9)
+    for written in ("[0.8, 0.9]", "(0.8, 0.9)"):
+        merged = merge_overrides(Outer, raw, [("betas", written)], {})
+        assert from_dict(Outer, merged).train.betas == (0.8, 0.9)
 
 
 def load_toml_text(tmp_path: Path, text: str) -> dict:

@@ -87,7 +87,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         item = typing.get_args(tp)[0]
         if isinstance(value, str):  # "0.8,0.9", or as TOML writes it: "[0.8, 0.9]"
             inside = value.strip()
-            if inside.startswith("[") and inside.endswith("]"):
+            if inside[:1] + inside[-1:] in ("[]", "()"):
                 inside = inside[1:-1]
             value = [v for v in inside.split(",") if v.strip()]
         if not isinstance(value, list | tuple):

@@ -120,7 +120,7 @@ def test_convert_sst_refuses_dependency_trees_before_parsing(tmp_path: Path) -> 
     dep.mkdir()
     for split in sst.SPLITS:
         (dep / f"{split}.jsonl").write_text(json.dumps(RECORD) + "\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"train\.jsonl: dependency trees already; --sst takes"):
+    with pytest.raises(FileNotFoundError, match=r"train\.jsonl: dependency trees already; --sst"):
         convert_sst(dep, tmp_path / "out", "no_such_pipeline", log=lambda _: None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dep"]
 

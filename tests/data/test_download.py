@@ -472,3 +472,18 @@ def test_cli_unknown_name_and_unwritable_dir_are_one_line(
         err
         == f"treeqa data download: error: cannot create the folder {not_a_dir / 'squad'}: {not_a_dir} is a file\n"
     )
+
+
+def test_a_folder_where_a_member_unpacks_is_said_before_unpacking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = _sst_zip()
+    (real,) = CATALOGUE["sst"]
+    monkeypatch.setitem(
+        CATALOGUE, "sst", [dataclasses.replace(real, sha256=hashlib.sha256(archive).hexdigest())]
+    )
+    (tmp_path / "sst" / "train.txt").mkdir(parents=True)
+    (tmp_path / "sst" / real.filename).write_bytes(archive)
+    with pytest.raises(DownloadError, match=r"train\.txt is a folder; a file of .* unpacks there"):
+        download("sst", tmp_path, progress=False)
+    assert sorted(p.name for p in (tmp_path / "sst").iterdir()) == [real.filename, "train.txt"]

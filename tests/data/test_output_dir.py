@@ -31,9 +31,23 @@ def test_a_link_to_a_folder_is_written_through(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "target"]
 
 
-def test_dot_is_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "here").mkdir()
-    monkeypatch.chdir(tmp_path / "here")
-    _write(Path("."))  # was "PosixPath('.') has an empty name"
-    assert (tmp_path / "here" / "a.txt").read_text() == "new"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["here"]
+def test_the_folder_you_are_in_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # It would be replaced by a folder built beside it, leaving the shell in a deleted one
+    # (it was "PosixPath('.') has an empty name").
+    (tmp_path / "here" / "below").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "here" / "below")
+    for out in (Path("."), Path(".."), tmp_path / "here"):
+        with pytest.raises(FileExistsError, match="is the folder you are in"):
+            _write(out)
+    _write(Path("../../there"))  # elsewhere, named from here: fine
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here", "there"]
+
+
+def test_a_loop_of_links_and_the_folders_mode(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    with pytest.raises(FileExistsError, match="cannot follow its links"):
+        _write(tmp_path / "a")
+    (tmp_path / "out").mkdir(mode=0o750)
+    _write(tmp_path / "out")
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o750  # kept when replaced

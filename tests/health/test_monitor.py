@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import math
@@ -18,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from treeqa.health import HealthMonitor, checks, loss_inputs, report, run_doctor
+from treeqa.health import HealthMonitor, checks, loss_inputs, report, run_doctor, wrap
 from treeqa.health.findings import Finding
 from treeqa.health.heap import heap_mb
 from treeqa.health.nonfinite import NonFiniteTracer
@@ -131,7 +132,9 @@ def wrapped_or_hooked() -> list[str]:
     return left + (["a global forward hook"] if hooks else [])
 
 
-def test_a_second_monitor_in_one_process_checks_its_own_run() -> None:
+def test_a_second_monitor_in_one_process_checks_its_own_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # finish() takes the first one's wrappers off (they kept the second from installing its
     # own, and softmax into cross-entropy went unreported); a failed fit() takes them off too.
     first = HealthMonitor(every=10, stream=io.StringIO())
@@ -140,6 +143,14 @@ def test_a_second_monitor_in_one_process_checks_its_own_run() -> None:
     with pytest.raises(RuntimeError, match="a bad batch"):
         train(FailsAtStep2(), HealthMonitor(every=10, stream=io.StringIO()), epochs=1)
     assert wrapped_or_hooked() == []
+    undos: list = []  # to take the dropped monitor's wrappers off at the end, for later tests
+    real = wrap.install_wrapper
+    monkeypatch.setattr(wrap, "install_wrapper", lambda *a: undos.append(real(*a)) or undos[-1])
+    dropped = HealthMonitor(every=10, stream=io.StringIO())
+    dropped.install_loss_checks()
+    monkeypatch.setattr(wrap, "install_wrapper", real)
+    del dropped  # never finished: its wrappers stay, but note nothing, and are wrapped over
+    gc.collect()
     own_loop = HealthMonitor(every=10, stream=io.StringIO())
     own_loop.watch(model := Softmaxed())
     own_loop.install_loss_checks()
@@ -152,7 +163,10 @@ def test_a_second_monitor_in_one_process_checks_its_own_run() -> None:
         opt.step()
         own_loop.end_step(loss, 0.01)
     codes = {f["code"] for f in own_loop.finish()["findings"]}
-    assert "probabilities-into-cross-entropy" in codes and wrapped_or_hooked() == []
+    assert "probabilities-into-cross-entropy" in codes
+    for undo in reversed(undos):  # the dropped one's, left in place
+        undo()
+    assert wrapped_or_hooked() == []
 
 
 def test_a_watched_compiled_module_gets_no_global_hook_before_it_compiles() -> None:

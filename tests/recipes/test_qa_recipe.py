@@ -275,6 +275,17 @@ def test_resolve_config_rejects_unknown_keys() -> None:
     assert config.train.ema_decay == 0.9999  # the paper's
 
 
+def test_a_word_dim_given_against_the_prepared_vectors_is_refused(prepared: Path) -> None:
+    from treeqa.config import ConfigError
+    from treeqa.data.squad_prepared import load_meta
+
+    width = int(load_meta(prepared)["vocab"]["vector_dim"])
+    with pytest.raises(ConfigError, match=f"model.word_dim {width + 1}: the vectors prepared in"):
+        qa.resolve_config({}, [("prepared", str(prepared)), ("word_dim", str(width + 1))])
+    given = qa.resolve_config({}, [("prepared", str(prepared)), ("model.word_dim", str(width))])
+    assert given.model.word_dim == width
+
+
 def test_data_and_schedule_values_out_of_range_name_the_field() -> None:
     from treeqa.config import ConfigError
 

@@ -165,3 +165,22 @@ def test_fit_names_a_forward_or_an_evaluate_that_returns_something_else() -> Non
         evaluate=lambda m: {"acc": torch.tensor(0.5)},
     )
     assert state.history[-1]["acc"] == 0.5 and type(state.best) is float  # not a tensor
+    for value, said in ((torch.tensor([0.5, 0.6]), "tensor"), (None, "None"), ("0.5", "'0.5'")):
+        with pytest.raises(TypeError, match=f"evaluate\\(model\\)\\['acc'\\] is {said}"):
+            fit(
+                model,
+                build_optimizer(model, config),
+                data,
+                config,
+                evaluate=lambda m, v=value: {"acc": v},
+            )
+    import numpy as np
+
+    state = fit(
+        model,
+        build_optimizer(model, config),
+        data,
+        config,
+        evaluate=lambda m: {"acc": np.float64(0.25)},
+    )
+    assert type(state.history[-1]["acc"]) is float  # a numpy scalar crashed the log after the epoch

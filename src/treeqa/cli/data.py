@@ -141,6 +141,8 @@ def run_prepare_dependency(args: argparse.Namespace) -> int:
 
     try:
         meta = convert_sst(args.sst, args.out, args.pipeline, overwrite=args.overwrite)
+    except BrokenPipeError:  # `... | head`: main() stops quietly
+        raise
     except (ImportError, OSError) as err:  # FileExistsError included
         print(f"treeqa data prepare sst-dependency: error: {err}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from treeqa.data.output_dir import built_aside, check_replaceable
+from treeqa.data.output_dir import built_aside, check_replaceable, real_folder
 from treeqa.data.tree import (
     MAX_LABEL,
     UNLABELLED,
@@ -268,7 +268,7 @@ def convert_sst(
     """
     from treeqa.data import sst
 
-    out = Path(out).resolve()  # a link to a folder writes there; "." is a folder with a name
+    out = real_folder(Path(out))  # a link to a folder writes there
     check_replaceable(
         out,
         overwrite,
@@ -277,12 +277,17 @@ def convert_sst(
         written=["meta.json", *(f"{split}.jsonl" for split in sst.SPLITS)],
         inputs=[Path(sst_dir)],
     )
+    if Path(sst_dir).is_file():
+        raise ValueError(f"--sst {sst_dir} is a file; it names SST's folder of train/dev/test.txt")
     splits = {}
     for split in sst.SPLITS:  # every split read and checked before the long parse
-        path = sst.split_path(sst_dir, split)
-        if path.suffix != ".txt":
-            raise ValueError(
-                f"{path}: dependency trees already; --sst takes SST's bracketed train/dev/test.txt"
+        path = Path(sst_dir) / f"{split}.txt"
+        if not path.is_file():
+            jsonl = path.with_suffix(".jsonl")
+            raise FileNotFoundError(
+                f"{jsonl}: dependency trees already; --sst takes SST's bracketed {path.name}"
+                if jsonl.is_file()
+                else f"{path}: no such SST split file (--sst takes SST's train/dev/test.txt)"
             )
         splits[split] = sst.read_tree_file(path)
     nlp = load_parser(pipeline)

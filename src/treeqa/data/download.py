@@ -327,6 +327,11 @@ def _unzip(archive: Path, folder: Path, *, progress: bool) -> list[Path]:
                 for m, out in zip(members, outs, strict=True)
                 if not (out.is_file() and out.stat().st_size == m.file_size)
             ]
+            for _, out in todo:
+                if out.is_dir() or out.with_name(out.name + ".part").is_dir():
+                    raise DownloadError(
+                        f"{out} is a folder; a file of {archive.name} unpacks there"
+                    )
             total = sum(m.file_size for m, _ in todo)
             with _bar(total, f"unzip {archive.name}", 0, enabled=progress and bool(todo)) as bar:
                 for member, out in todo:

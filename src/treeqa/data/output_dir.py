@@ -14,6 +14,23 @@ from pathlib import Path
 from typing import Any
 
 
+def real_folder(out: Path) -> Path:
+    """``out`` as the folder it names (links followed, "." given a name). The folder you are
+    in is refused: it is replaced by one built beside it, which would leave your shell in a
+    deleted folder."""
+    try:
+        real = out.resolve()
+    except (RuntimeError, OSError) as err:  # a loop of links (RuntimeError before 3.13)
+        raise FileExistsError(f"{out}: cannot follow its links ({err})") from None
+    here = Path.cwd().resolve()
+    if here == real or real in here.parents:
+        raise FileExistsError(
+            f"--out {out} is the folder you are in (or holds it), which the output replaces: "
+            "give it from outside, e.g. cd .. first"
+        )
+    return real
+
+
 def check_replaceable(
     out: Path,
     overwrite: bool,
@@ -27,7 +44,7 @@ def check_replaceable(
     ``meta.json`` says (``made_here``) that ``maker`` wrote it, and it holds only the entries
     ``maker`` writes (``written``), none of them one of its ``inputs``: replacing ``out``
     deletes nothing the user put there."""
-    out = out.resolve()
+    out = real_folder(out)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} is a file; --out names the folder to write into")
     if not out.exists() or not any(out.iterdir()):
@@ -82,12 +99,21 @@ def built_aside(out: Path) -> Iterator[Path]:
     """A new folder beside ``out`` to write into, renamed to ``out`` (replacing it) when the
     block ends and deleted when it fails: a failed run leaves an earlier ``out`` as it was.
     Its name is its own, so a folder the user named ``out.partial`` is never touched; one a
-    killed run left is deleted here. A link to a folder is followed: the folder is replaced."""
-    out = out.resolve()
+    killed run left is deleted here. A link to a folder is followed: the folder is replaced
+    (keeping its permissions)."""
+    out = real_folder(out)
     if out.parent.is_dir():
         remove_stale_work(out)
     work = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
-    work.mkdir(parents=True)
+    try:
+        work.mkdir(parents=True)
+    except PermissionError:
+        raise PermissionError(
+            f"cannot write in {out.parent}, where {out.name} is built before it replaces the "
+            "old one: give an --out in a folder you can write to"
+        ) from None
+    if out.is_dir():
+        shutil.copymode(out, work)
     try:
         yield work
     except BaseException:

@@ -52,6 +52,16 @@ class Note:
             return None
 
 
+def taken(original: Any) -> bool:
+    """Whether ``original`` is a live monitor's wrapper (that monitor notes the calls). One
+    whose monitor is gone (never finished, then dropped) is wrapped over: its note does
+    nothing, and leaving it would keep every later monitor from checking."""
+    if not getattr(original, "_treeqa_health", False):
+        return False
+    note = getattr(original, "_treeqa_note", None)
+    return note is None or note.method() is not None
+
+
 class Wrappers:
     """The wrappers one check installed for a run, undone together."""
 
@@ -75,7 +85,7 @@ def note_calls(cls: type, name: str, note: Callable[[Any], None]) -> Callable[[]
     """Make ``cls.name`` call the bound method ``note(instance)`` before it runs. Returns the
     undo, or None when a monitor has wrapped it already (the one that did notes the calls)."""
     original = vars(cls)[name]
-    if getattr(original, "_treeqa_health", False):
+    if taken(original):
         return None
     noted = Note(note, f"{cls.__name__}.{name}")
 
@@ -83,6 +93,7 @@ def note_calls(cls: type, name: str, note: Callable[[Any], None]) -> Callable[[]
         noted(instance)
         return original(instance, *args, **kwargs)
 
+    wrapper._treeqa_note = noted  # type: ignore[attr-defined]
     return install_wrapper(cls, name, original, wrapper)
 
 
@@ -102,7 +113,7 @@ def note_function_calls(
     iterator it had to read, as a list). Returns the undo, or None when it is missing or a
     monitor has wrapped it already."""
     original = getattr(owner, name, None)
-    if original is None or getattr(original, "_treeqa_health", False):
+    if original is None or taken(original):
         return None
     label = label or name
     noted = Note(note, label)
@@ -113,6 +124,7 @@ def note_function_calls(
             args, kwargs = given
         return original(*args, **kwargs)
 
+    wrapper._treeqa_note = noted  # type: ignore[attr-defined]
     return install_wrapper(owner, name, original, wrapper)
 
 
@@ -122,7 +134,7 @@ def note_function_results(
     """As ``note_function_calls``, but ``note(name, args, kwargs, result)`` runs after the
     function has returned (a loss wrapper that reads the loss's value too)."""
     original = getattr(owner, name, None)
-    if original is None or getattr(original, "_treeqa_health", False):
+    if original is None or taken(original):
         return None
     noted = Note(note, name)
 
@@ -131,6 +143,7 @@ def note_function_results(
         noted(name, args, kwargs, result)
         return result
 
+    wrapper._treeqa_note = noted  # type: ignore[attr-defined]
     return install_wrapper(owner, name, original, wrapper)
 
 
@@ -150,7 +163,7 @@ def note_calls_of(
     (``Module.train`` runs once per submodule): ``note(instance, *args, **kwargs)`` runs only
     for an instance whose id ``watched`` holds, checked in the wrapper itself."""
     original = vars(cls)[name]
-    if getattr(original, "_treeqa_health", False):
+    if taken(original):
         return None
     noted = Note(note, f"{cls.__name__}.{name}")
     ids = watched.ids
@@ -160,6 +173,7 @@ def note_calls_of(
             noted(instance, *args, **kwargs)
         return original(instance, *args, **kwargs)
 
+    wrapper._treeqa_note = noted  # type: ignore[attr-defined]
     return install_wrapper(cls, name, original, wrapper)
 
 

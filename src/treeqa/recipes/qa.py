@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,7 @@ from torch import nn
 from treeqa import config as cfg
 from treeqa.data.qa_batch import QABatch
 from treeqa.data.squad import Tokenizer, visible
-from treeqa.data.squad_prepared import PreparedSplit
+from treeqa.data.squad_prepared import PreparedSplit, load_meta
 from treeqa.data.vocab import Vocab
 from treeqa.eval.squad import evaluate_predictions
 from treeqa.health import monitor as health
@@ -132,7 +133,24 @@ def resolve_config(
     config = cfg.from_dict(QAExperiment, merged)
     if config.model.name != "qanet":
         raise cfg.ConfigError(f"model.name: the qa task trains 'qanet', not {config.model.name!r}")
+    given = isinstance(model, dict) and "word_dim" in model
+    given |= any(key in ("word_dim", "model.word_dim") for key, _ in overrides)
+    if given:
+        check_word_dim(config)
     return config
+
+
+def check_word_dim(config: QAExperiment) -> None:
+    """The prepared vectors set the word-vector size: one given otherwise would be dropped."""
+    try:
+        width = int(load_meta(config.data.prepared)["vocab"]["vector_dim"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # not prepared (yet): training says why
+    if config.model.word_dim != width:
+        raise cfg.ConfigError(
+            f"model.word_dim {config.model.word_dim}: the vectors prepared in "
+            f"{config.data.prepared} are {width}-d and set it; leave model.word_dim out"
+        )
 
 
 def seed_everything(seed: int) -> None:
@@ -549,7 +567,11 @@ def predict(
     model also gives ``no_answer_margin`` (log p(no answer) - log p(best span); it abstains
     when this beats its threshold) and ``best_span``, the text a lower threshold would answer.
     A server passes its ``tokenizer``: making one takes ~0.3 s."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, numbers.Integral)
+        or batch_size < 1
+    ):
         raise ValueError(f"batch_size {batch_size!r}: give a positive number of pairs")
     for k, pair in enumerate(examples):
         check_pair(k, pair)

@@ -267,6 +267,19 @@ AMP_DEVICES = ("cuda",)
 down, so it trains in float32 there."""
 
 
+def _number(name: str, value: Any) -> float | int:
+    """An evaluation's metric as a plain number (a one-element tensor or numpy scalar's
+    value): the history, the log and the checkpoint keep it."""
+    one = isinstance(value, torch.Tensor) and value.numel() == 1
+    if one or (type(value).__module__ == "numpy" and getattr(value, "size", 0) == 1):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"evaluate(model)[{name!r}] is {value!r}; fit() takes numbers (one per metric)"
+        )
+    return value
+
+
 def autocast(device: torch.device, amp: str) -> Any:
     if amp == "off" or device.type not in AMP_DEVICES:
         return nullcontext()
@@ -460,10 +473,7 @@ def fit(
                             f"evaluate(model) returned a {type(metrics).__name__}; fit() takes "
                             "a dict of dev metrics, e.g. {'accuracy': 0.91}"
                         )
-                    metrics = {  # a tensor's value, not the tensor, in the history
-                        k: v.item() if isinstance(v, torch.Tensor) else v
-                        for k, v in metrics.items()
-                    }
+                    metrics = {k: _number(k, v) for k, v in metrics.items()}
                 for cb in callbacks:
                     cb.on_eval_end(state, model)
                 if world.size > 1:
