@@ -287,9 +287,11 @@ def to_toml(config: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def changed_settings(stored: str, config: Any, free: Collection[str]) -> list[str]:
+def changed_settings(
+    stored: str | Mapping[str, Any], config: Any, free: Collection[str]
+) -> list[str]:
     """The settings, as ``section.key: old -> new``, where ``config`` differs from the TOML
-    ``stored`` by ``to_toml``, leaving out the keys of ``free``."""
+    ``stored`` (text, or as read) by ``to_toml``, leaving out the keys of ``free``."""
 
     def flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -297,7 +299,8 @@ def changed_settings(stored: str, config: Any, free: Collection[str]) -> list[st
             out |= flat(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {prefix + k: v}
         return out
 
-    before, after = flat(tomllib.loads(stored)), flat(tomllib.loads(to_toml(config)))
+    read = tomllib.loads(stored) if isinstance(stored, str) else stored
+    before, after = flat(read), flat(tomllib.loads(to_toml(config)))
     return [
         f"{k}: {before.get(k)!r} -> {after.get(k)!r}"
         for k in sorted(before.keys() | after.keys())

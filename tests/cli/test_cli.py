@@ -319,17 +319,32 @@ def test_model_values_are_refused_before_any_data_is_read(
         (["--model", "childsum", "--model.dropout=1.5"], "model.dropout: expected less than 1"),
         (["--optim", "adam", "--train.adam_betas=0.9,1.5"], "train.adam_betas: expected two"),
         (["--train.optim=sgd"], "train.optim: expected one of adagrad | adam, got 'sgd'"),
-        (["--train.device=gpu"], "train.device: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
+        (["--train.device=gpu"], "train.device 'gpu': expected auto, cpu, cuda or cuda:N"),
+        (["--train.device=mps"], "train.device 'mps': expected auto, cpu, cuda or cuda:N"),
     ]
     for flags, said in cases:
         assert main(["train", "--data", "/no/such/dir", "--out", "/no/run", *flags]) == 2
         assert said in capsys.readouterr().err
-    assert main(["train", "qa", "--prepared", "/no/such/dir", "--model.heads=3"]) == 2
-    assert "model.d_model 128 must be even and divisible by model.heads 3" in (
-        capsys.readouterr().err
-    )
+    qa_cases = [
+        ("--model.heads=3", "model.d_model 128 must be even and divisible by model.heads 3"),
+        ("--model.model_kernel=4", "model.model_kernel: expected an odd size, got 4"),
+        ("--model.survival=1.5", "model.survival: expected more than 0, at most 1, got 1.5"),
+        ("--model.highway_layers=-1", "model.highway_layers: expected at least 0, got -1"),
+    ]
+    for flag, said in qa_cases:  # the even kernel crashed in the first step, the others ran
+        assert main(["train", "qa", "--prepared", "/no/such/dir", flag]) == 2
+        assert said in capsys.readouterr().err
     # A value of the wrong type is only that: no hint about a [model] section never given.
     assert main(["train", "--model", "tree_lstm", "--model.sparse_embedding=maybe"]) == 2
     assert capsys.readouterr().err == (
         "treeqa train: error: config.model.sparse_embedding: expected true or false, got 'maybe'\n"
     )
+
+
+def test_amp_asked_for_on_a_cpu_says_it_does_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    said = "train.amp = bf16 does nothing on cpu: it trains in float32"
+    argv = ["train", "--data", "/no/such/dir", "--train.device=cpu"]
+    assert main([*argv, "--train.amp=bf16"]) == 2
+    assert said in capsys.readouterr().out
+    assert main(["train", "qa", "--prepared", "/no/such/dir", "--train.device=cpu"]) == 2
+    assert said not in capsys.readouterr().out  # QANet's own bf16 default: not asked for

@@ -486,4 +486,6 @@ def test_a_folder_where_a_member_unpacks_is_said_before_unpacking(
     (tmp_path / "sst" / real.filename).write_bytes(archive)
     with pytest.raises(DownloadError, match=r"train\.txt is a folder; a file of .* unpacks there"):
         download("sst", tmp_path, progress=False)
-    assert sorted(p.name for p in (tmp_path / "sst").iterdir()) == sorted([real.filename, "train.txt"])
+    assert sorted(p.name for p in (tmp_path / "sst").iterdir()) == sorted(
+        [real.filename, "train.txt"]
+    )

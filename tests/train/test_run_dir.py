@@ -195,6 +195,31 @@ def test_what_a_resume_cannot_change_is_refused_however_it_is_given(
     moved.mkdir()
     vectors.rename(moved / "v.txt")
     assert main([*resume, "--vectors", str(moved / "v.txt")]) == 0
+    # A deleted config.toml comes back from the last checkpoint, which records the settings.
+    config.unlink()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--train.epochs=3"]) == 0
+    assert "config.toml was missing: restored from last.safetensors" in capsys.readouterr().out
+    assert 'vectors = "' + str(moved / "v.txt") in config.read_text()
+
+
+def test_a_checkpoint_without_recorded_settings_is_checked_against_what_it_records(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Checkpoints of earlier versions keep model_config and train_config, not the whole
+    # config: an lr edited into config.toml must not pass against config.toml itself.
+    from treeqa.train import checkpoint as ckpt
+
+    run = tmp_path / "run"
+    assert main(args(demo_dir, "--out", str(run))) == 0
+    last = ckpt.load(run, prefer=ckpt.LAST)
+    meta = {k: v for k, v in last.meta.items() if k != "config"}
+    ckpt.atomic_save(last.tensors, meta, run / ckpt.LAST)
+    config = run / "config.toml"
+    config.write_text(config.read_text().replace("lr = 0.05", "lr = 0.5"))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--train.epochs=2"]) == 2
+    assert "train.lr: 0.05 -> 0.5" in capsys.readouterr().err
 
 
 def test_a_run_stopped_before_its_config_was_written_says_how_to_start_again(

@@ -92,12 +92,43 @@ def check_out(args: argparse.Namespace) -> None:
         return
     if not resume.is_dir():
         raise ValueError(f"--resume {resume}: no such run directory")
+    restore_config(resume)
     if not (resume / "config.toml").exists() and not any(resume.glob("*.safetensors")):
         raise ValueError(
             f"--resume {resume}: the run stopped before it wrote its config.toml (while it read "
             "its data), so it trained nothing and its settings are not known: run the command "
             f"that started it again, with --out {resume}"
         )
+
+
+def say_if_amp_does_nothing(args: argparse.Namespace, train: Any) -> None:
+    """``--train.amp=bf16|fp16`` asked for on a machine that trains on its CPU: autocast
+    applies on a GPU only, so say it trains in float32 (a config's own default is not said)."""
+    from treeqa.config import parse_overrides
+    from treeqa.train.loop import AMP_DEVICES, resolve_device
+
+    asked = any(k in ("amp", "train.amp") for k, _ in parse_overrides(args.overrides))
+    if asked and train.amp != "off":
+        device = resolve_device(train.device)
+        if device.type not in AMP_DEVICES:
+            print(f"train.amp = {train.amp} does nothing on {device.type}: it trains in float32")
+
+
+def restore_config(run: Path) -> None:
+    """A run directory whose config.toml was deleted gets it back from its last checkpoint,
+    which records the settings (checkpoints of earlier treeqa versions do not)."""
+    from treeqa.train import checkpoint as ckpt
+
+    config = run / "config.toml"
+    if config.exists() or not (run / ckpt.LAST).is_file():
+        return
+    try:
+        recorded = ckpt.read_meta(run, prefer=ckpt.LAST).get("config")
+    except ckpt.CheckpointError:
+        return  # resuming says what is wrong with it
+    if isinstance(recorded, str) and recorded.strip():
+        ckpt.write_text_atomic(config, recorded)
+        print(f"{config} was missing: restored from {ckpt.LAST}, which records the run's settings")
 
 
 def run_dir(args: argparse.Namespace, name: str) -> Path:

@@ -23,6 +23,7 @@ from treeqa.cli.common import (
     emit_json,
     exit_code,
     run_dir,
+    say_if_amp_does_nothing,
 )
 
 
@@ -40,6 +41,7 @@ def train_main(args: argparse.Namespace) -> int:
 
     check_out(args)
     config = _config(args)
+    say_if_amp_does_nothing(args, config.train)
     out = run_dir(args, config.name)
     result = train(config, out, resume_run=args.resume is not None)
     if not World.from_env().main:  # under torchrun, process 0 reports

@@ -67,13 +67,21 @@ class QANetConfig:
 
     def __post_init__(self) -> None:  # checked when resolved, before any data is read
         sizes = ["d_model", "heads", "char_dim", "char_kernel", "emb_blocks", "emb_kernel"]
-        sizes += ["model_blocks", "model_kernel", "max_answer_len"]
+        sizes += ["model_blocks", "model_kernel", "max_answer_len", "emb_convs", "model_convs"]
         check_fields(
             self,
             "model",
-            at_least=dict.fromkeys(sizes, 1) | {"dropout": 0, "char_dropout": 0},
+            at_least=dict.fromkeys(sizes, 1)
+            | {"dropout": 0, "char_dropout": 0, "highway_layers": 0},
             below={"dropout": 1, "char_dropout": 1},
         )
+        for name in ("emb_kernel", "model_kernel"):  # "same" padding keeps the length if odd
+            if getattr(self, name) % 2 == 0:
+                raise ConfigError(f"model.{name}: expected an odd size, got {getattr(self, name)}")
+        if not 0 < self.survival <= 1:  # the last layer's chance to be kept
+            raise ConfigError(
+                f"model.survival: expected more than 0, at most 1, got {self.survival}"
+            )
         if self.d_model % self.heads or self.d_model % 2:
             raise ConfigError(
                 f"model.d_model {self.d_model} must be even and divisible by model.heads "

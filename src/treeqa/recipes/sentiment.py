@@ -173,7 +173,8 @@ def check_embed_dim(config: Any, width: int | None, given: bool = False) -> None
     if width is not None and config.model.embed_dim not in allowed:
         raise cfg.ConfigError(
             f"model.embed_dim {config.model.embed_dim}: the vectors in {config.data.vectors} "
-            f"are {width}-d and set it; leave model.embed_dim out, or give vectors of that size"
+            f"are {width}-d and set it; leave model.embed_dim out, or give vectors of that size "
+            "(a resumed run: the vectors it started from)"
         )
 
 

@@ -7,6 +7,7 @@ import json
 import signal
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -404,8 +405,17 @@ def check_resumable(run_dir: Path, config: Any) -> None:
             f"{stored} is empty, so the settings {run_dir} was trained with are not known: "
             "restore it, or give the new run another --out"
         )
-    text = ckpt.read_meta(run_dir, prefer=ckpt.LAST).get("config") or text
-    changed = cfg.changed_settings(text, config, RESUMABLE)
+    meta = ckpt.read_meta(run_dir, prefer=ckpt.LAST)
+    recorded: Any = meta.get("config")
+    if recorded is None:  # a checkpoint of an earlier treeqa: the sections it does record
+        sections = {"model": "model_config", "train": "train_config", "data": "data"}
+        sections |= {"schedule": "schedule"}
+        recorded = tomllib.loads(text) | {
+            section: meta[key]
+            for section, key in sections.items()
+            if isinstance(meta.get(key), dict)
+        }
+    changed = cfg.changed_settings(recorded, config, RESUMABLE)
     if changed:
         raise cfg.ConfigError(
             f"{run_dir} was trained with other settings, and a resumed run keeps its own: "

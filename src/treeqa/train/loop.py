@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import signal
-import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -88,11 +87,9 @@ class TrainConfig:
         if self.emb_optim == "sgd" and self.optim != "adagrad":
             raise ConfigError("train.emb_optim = sgd goes with train.optim = adagrad (Tai et al.)")
         try:  # the name only: whether this machine has the device is asked when it trains
-            torch.device("cpu" if self.device == "auto" else self.device)
-        except RuntimeError:
-            raise ConfigError(
-                f"train.device: expected auto, cpu, cuda or cuda:N, got {self.device!r}"
-            ) from None
+            device_named(self.device)
+        except ValueError as err:
+            raise ConfigError(f"train.{err}") from None
 
 
 @dataclass
@@ -247,15 +244,24 @@ class Callback:
         ``on_fit_start`` took from the process (signal handlers, say)."""
 
 
+def device_named(name: str) -> torch.device:
+    """The device ``name`` names (not asking whether this machine has it): cpu, cuda or
+    cuda:N, which treeqa runs on; auto is taken as cpu here. Else a ValueError."""
+    try:
+        device = torch.device("cpu" if name == "auto" else name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {name!r}: expected auto, cpu, cuda or cuda:N")
+    return device
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` (CUDA when there is a device), ``cpu``, ``cuda`` or ``cuda:N``; a name torch does
     not know, or a CUDA device this machine lacks, is a one-line ValueError, not torch's."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"device {name!r}: expected auto, cpu, cuda or cuda:N") from None
+    device = device_named(name)
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         found = torch.cuda.device_count()
         raise ValueError(f"device {name!r}: this machine has {found} CUDA device(s)")
@@ -357,11 +363,6 @@ def fit(
         device = distributed.join(world, device)
         callbacks = [cb for cb in callbacks if world.main or not cb.main_only]
     model.to(device)
-    if config.amp != "off" and device.type not in AMP_DEVICES and world.main:
-        print(
-            f"train.amp = {config.amp} does nothing on {device.type}: it trains in float32",
-            file=sys.stderr,
-        )
     net = distributed.wrap(model, device) if world.size > 1 else model  # forward through net
     seed = torch.initial_seed()  # the run's seed (restoring an RNG state leaves it as it was)
     state.scaler = scaler = loss_scaler(device, config.amp, state)
