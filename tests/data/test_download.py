@@ -289,16 +289,22 @@ def test_unzip_moves_a_changed_file_aside(
     assert (tmp_path / "sst" / "train.txt.old").read_text() == "(2 mine)\n"  # was overwritten
 
 
-def test_an_unzip_stopped_by_ctrl_c_leaves_no_half_member(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _verified_sst_zip_in(folder: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test archive in ``folder/sst``, verified: download() goes straight to unzipping."""
     archive = _sst_zip()
     (real,) = CATALOGUE["sst"]
     monkeypatch.setitem(
         CATALOGUE, "sst", [dataclasses.replace(real, sha256=hashlib.sha256(archive).hexdigest())]
     )
-    (tmp_path / "sst").mkdir()
-    (tmp_path / "sst" / real.filename).write_bytes(archive)  # verified: no transfer
+    (folder / "sst").mkdir(exist_ok=True)
+    (folder / "sst" / real.filename).write_bytes(archive)
+    return real.filename
+
+
+def test_an_unzip_stopped_by_ctrl_c_leaves_no_half_member(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = _verified_sst_zip_in(tmp_path, monkeypatch)
 
     class Bar(contextlib.nullcontext):  # Ctrl-C while the first member is being written
         def update(self, n: int) -> None:
@@ -307,7 +313,7 @@ def test_an_unzip_stopped_by_ctrl_c_leaves_no_half_member(
     monkeypatch.setattr(dl, "_bar", lambda *a, **k: Bar(Bar()))
     with pytest.raises(DownloadInterrupted, match="interrupted while unpacking"):
         download("sst", tmp_path, progress=False)
-    assert sorted(p.name for p in (tmp_path / "sst").iterdir()) == [real.filename]
+    assert sorted(p.name for p in (tmp_path / "sst").iterdir()) == [name]
 
 
 def test_base_url_argument_wins_and_squad_lands_as_is(
@@ -477,15 +483,8 @@ def test_cli_unknown_name_and_unwritable_dir_are_one_line(
 def test_a_folder_where_a_member_unpacks_is_said_before_unpacking(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    archive = _sst_zip()
-    (real,) = CATALOGUE["sst"]
-    monkeypatch.setitem(
-        CATALOGUE, "sst", [dataclasses.replace(real, sha256=hashlib.sha256(archive).hexdigest())]
-    )
     (tmp_path / "sst" / "train.txt").mkdir(parents=True)
-    (tmp_path / "sst" / real.filename).write_bytes(archive)
+    name = _verified_sst_zip_in(tmp_path, monkeypatch)
     with pytest.raises(DownloadError, match=r"train\.txt is a folder; a file of .* unpacks there"):
         download("sst", tmp_path, progress=False)
-    assert sorted(p.name for p in (tmp_path / "sst").iterdir()) == sorted(
-        [real.filename, "train.txt"]
-    )
+    assert sorted(p.name for p in (tmp_path / "sst").iterdir()) == sorted([name, "train.txt"])
