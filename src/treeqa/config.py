@@ -287,6 +287,19 @@ def to_toml(config: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+def model_key_given(
+    section: Any,
+    overrides: Sequence[tuple[str, str]],
+    key: str,
+    aliases: Mapping[str, str] | None = None,
+) -> bool:
+    """Whether ``model.<key>`` was set by hand: in the config's [model] ``section`` or by an
+    override (``--key`` or ``--model.key``, through ``aliases``)."""
+    named = (key, f"model.{key}")
+    in_section = isinstance(section, Mapping) and key in section
+    return in_section or any((aliases or {}).get(k, k) in named for k, _ in overrides)
+
+
 def changed_settings(
     stored: str | Mapping[str, Any], config: Any, free: Collection[str]
 ) -> list[str]:

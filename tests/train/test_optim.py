@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
-from treeqa.train.loop import TrainConfig
+from treeqa.train.loop import TrainConfig, TrainState
 from treeqa.train.optim import build_optimizer, build_scheduler
 
 
@@ -155,32 +156,18 @@ def test_fit_names_a_forward_or_an_evaluate_that_returns_something_else() -> Non
     with pytest.raises(TypeError, match="forward returned a Tensor; fit\\(\\) takes an Output"):
         fit(Bare(), build_optimizer(Bare(), config), data, config)
     model = Scored()
+
+    def scored_by(evaluate: Any) -> TrainState:
+        return fit(model, build_optimizer(model, config), data, config, evaluate=evaluate)
+
     with pytest.raises(TypeError, match="evaluate\\(model\\) returned a NoneType; fit\\(\\) takes"):
-        fit(model, build_optimizer(model, config), data, config, evaluate=lambda m: None)
-    state = fit(
-        model,
-        build_optimizer(model, config),
-        data,
-        config,
-        evaluate=lambda m: {"acc": torch.tensor(0.5)},
-    )
+        scored_by(lambda m: None)
+    state = scored_by(lambda m: {"acc": torch.tensor(0.5)})
     assert state.history[-1]["acc"] == 0.5 and type(state.best) is float  # not a tensor
     for value, said in ((torch.tensor([0.5, 0.6]), "tensor"), (None, "None"), ("0.5", "'0.5'")):
         with pytest.raises(TypeError, match=f"evaluate\\(model\\)\\['acc'\\] is {said}"):
-            fit(
-                model,
-                build_optimizer(model, config),
-                data,
-                config,
-                evaluate=lambda m, v=value: {"acc": v},
-            )
+            scored_by(lambda m, v=value: {"acc": v})
     import numpy as np
 
-    state = fit(
-        model,
-        build_optimizer(model, config),
-        data,
-        config,
-        evaluate=lambda m: {"acc": np.float64(0.25)},
-    )
+    state = scored_by(lambda m: {"acc": np.float64(0.25)})
     assert type(state.history[-1]["acc"]) is float  # a numpy scalar crashed the log after the epoch

@@ -39,8 +39,10 @@ def HealthCallback(
             self.batch_end = time.perf_counter()
             self.started = self.batch_end
             self.loss: Any = None
+            self.every = 1  # batches per optimiser step (accumulate_grad_batches)
 
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            self.every = max(int(trainer.accumulate_grad_batches), 1)
             self.monitor.expect_epochs()
             self.monitor.watch(pl_module)
             self.monitor.install_loss_checks()
@@ -52,7 +54,7 @@ def HealthCallback(
             self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
         ) -> None:
             # A step is one optimiser step: with accumulate_grad_batches=k, k micro-batches.
-            if batch_idx % max(int(trainer.accumulate_grad_batches), 1) == 0:
+            if batch_idx % self.every == 0:
                 self.started = time.perf_counter()
                 self.monitor.begin_step()
 
@@ -64,8 +66,7 @@ def HealthCallback(
         def on_train_batch_end(
             self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
         ) -> None:
-            every = max(int(trainer.accumulate_grad_batches), 1)
-            if (batch_idx + 1) % every and not trainer.is_last_batch:
+            if (batch_idx + 1) % self.every and not trainer.is_last_batch:
                 return  # a micro-batch of an accumulation: the step goes on
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
             if self.loss is not None:

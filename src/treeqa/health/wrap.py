@@ -93,8 +93,7 @@ def note_calls(cls: type, name: str, note: Callable[[Any], None]) -> Callable[[]
         noted(instance)
         return original(instance, *args, **kwargs)
 
-    wrapper._treeqa_note = noted  # type: ignore[attr-defined]
-    return install_wrapper(cls, name, original, wrapper)
+    return install_wrapper(cls, name, original, wrapper, noted)
 
 
 Arguments = tuple[tuple[Any, ...], dict[str, Any]]
@@ -124,8 +123,7 @@ def note_function_calls(
             args, kwargs = given
         return original(*args, **kwargs)
 
-    wrapper._treeqa_note = noted  # type: ignore[attr-defined]
-    return install_wrapper(owner, name, original, wrapper)
+    return install_wrapper(owner, name, original, wrapper, noted)
 
 
 def note_function_results(
@@ -143,8 +141,7 @@ def note_function_results(
         noted(name, args, kwargs, result)
         return result
 
-    wrapper._treeqa_note = noted  # type: ignore[attr-defined]
-    return install_wrapper(owner, name, original, wrapper)
+    return install_wrapper(owner, name, original, wrapper, noted)
 
 
 class Watched:
@@ -173,17 +170,22 @@ def note_calls_of(
             noted(instance, *args, **kwargs)
         return original(instance, *args, **kwargs)
 
-    wrapper._treeqa_note = noted  # type: ignore[attr-defined]
-    return install_wrapper(cls, name, original, wrapper)
+    return install_wrapper(cls, name, original, wrapper, noted)
 
 
 def install_wrapper(
-    owner: Any, name: str, original: Callable[..., Any], wrapper: Callable[..., Any]
+    owner: Any,
+    name: str,
+    original: Callable[..., Any],
+    wrapper: Callable[..., Any],
+    note: Note | None = None,
 ) -> Callable[[], None]:
     """Put ``wrapper`` in place of ``owner.name`` (``original``), marked as the monitor's;
     returns the undo. ``wrapper`` calls ``original`` itself (its frame is the one that
-    ``warnings.warn`` skips)."""
+    ``warnings.warn`` skips); ``note``: the one it calls, by which ``taken`` tells whether
+    its monitor is still there."""
     wrapper._treeqa_health = True  # type: ignore[attr-defined]
+    wrapper._treeqa_note = note  # type: ignore[attr-defined]
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(owner, name, wrapper)
     _wrapper_code.add(wrapper.__code__)  # closures of one ``def`` share their code

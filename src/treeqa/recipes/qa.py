@@ -133,9 +133,7 @@ def resolve_config(
     config = cfg.from_dict(QAExperiment, merged)
     if config.model.name != "qanet":
         raise cfg.ConfigError(f"model.name: the qa task trains 'qanet', not {config.model.name!r}")
-    given = isinstance(model, dict) and "word_dim" in model
-    given |= any(key in ("word_dim", "model.word_dim") for key, _ in overrides)
-    if given:
+    if cfg.model_key_given(model, overrides, "word_dim"):
         check_word_dim(config)
     return config
 

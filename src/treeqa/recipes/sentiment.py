@@ -122,7 +122,7 @@ def resolve_config(
     # by hand: another --task replaces it.
     derived = sst.TASKS.get(data.get("task", "fine") if isinstance(data, dict) else "fine")
     given = isinstance(section, dict) and section.get("num_classes", derived) != derived
-    given |= any(key in ("num_classes", "model.num_classes") for key, _ in overrides)
+    given |= cfg.model_key_given(None, overrides, "num_classes")
     classes = sst.TASKS[config.data.task]
     if given and config.model.num_classes != classes:  # set from the task, never by hand
         raise cfg.ConfigError(
@@ -130,8 +130,7 @@ def resolve_config(
             f"{config.data.task!r}, which has {classes} classes (it is set from the task)"
         )
     check_model_config(config.model)
-    given = isinstance(section, dict) and "embed_dim" in section
-    given |= any(ALIASES.get(key, key) in ("embed_dim", "model.embed_dim") for key, _ in overrides)
+    given = cfg.model_key_given(section, overrides, "embed_dim", ALIASES)
     if given and config.data.vectors and hasattr(config.model, "embed_dim"):
         check_embed_dim(config, vectors_width(config.data.vectors), given=True)
     return config
