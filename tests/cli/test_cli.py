@@ -192,6 +192,15 @@ def test_evaluate_seeds_reports_mean_and_std(
     assert len(summary["root_acc"]["values"]) == 2 and summary["root_acc"]["std"] >= 0
     assert (tmp_path / "s" / "seed-0" / "best.safetensors").is_file()
     assert (tmp_path / "s" / "seed-1" / "best.safetensors").is_file()
+    assert summary["epochs"] == [1, 1]
+    # One seed resumed further by hand: the same command again scores it as it is, and says so.
+    assert main(["train", "--resume", str(tmp_path / "s" / "seed-1"), "--epochs", "2"]) == 0
+    capsys.readouterr()
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "NOTE: train.epochs is 1, but some seeds were trained further" in out
+    assert "seed 1: 2 epochs" in out
+    assert json.loads(out.splitlines()[-1])["epochs"] == [1, 2]
 
 
 def test_bad_input_gives_clear_errors(

@@ -84,6 +84,7 @@ EXPECTED = {
     "bug_ddp_inner_module.py": "gradients-not-averaged",  # under torchrun, 2 processes
     "bug_ddp_same_data.py": "same-data-on-every-process",  # under torchrun, 2 processes
     "bug_spawn_not_wrapped.py": "gradients-not-averaged",  # torch.multiprocessing.spawn
+    "bug_hogwild_probs_into_ce.py": "probabilities-into-cross-entropy",  # forked processes
     "bug_eval_on_one_shard.py": "evaluation-on-one-shard",  # under torchrun, 2 processes
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
@@ -170,6 +171,16 @@ def test_an_evaluation_between_steps_is_neither_compute_nor_data_wait(doctor_rep
     for step in (41, 81):  # each comes right after an evaluation of 2 x 0.15 s
         i = series["step"].index(step)
         assert series["step_time"][i] + series["data_time"][i] < 0.15, (step, series)
+
+
+def test_forked_processes_that_train_make_the_report(doctor_report) -> None:
+    """Hogwild: two forked processes step the shared model (128 steps each), each with a
+    DataLoader worker forked in turn, which trains nothing and reports nothing."""
+    _, report, _ = doctor_report("bug_hogwild_probs_into_ce.py")
+    assert report["steps"] == 128
+    assert [(p["rank"], p["steps"]) for p in report["processes"]] == [(1, 128), (2, 128)]
+    found = [f for f in report["findings"] if f["code"] == "probabilities-into-cross-entropy"]
+    assert found[0]["evidence"]["ranks"] == [1, 2]
 
 
 def test_a_second_run_in_one_script_is_counted(doctor_report) -> None:

@@ -110,6 +110,7 @@ def run_seeds(args: argparse.Namespace) -> int:
     config = sentiment_config(args)
     out = run_dir(args, config.name)
     per_seed: list[dict[str, float]] = []
+    epochs: list[int] = []  # each seed's, as trained: more than asked when resumed further
     main = World.from_env().main
     for k in range(args.seeds):
         seeded = dataclasses.replace(
@@ -118,7 +119,7 @@ def run_seeds(args: argparse.Namespace) -> int:
         seed_dir = out / f"seed-{seeded.train.seed}"
         # A seed's directory from an earlier call is continued (or, killed early, restarted).
         try:
-            sentiment.train(seeded, seed_dir, resume_run=seed_dir.is_dir())
+            trained = sentiment.train(seeded, seed_dir, resume_run=seed_dir.is_dir())
         except Interrupted as stop:  # evaluate has no --resume: the same command goes on
             saved = str(stop).rsplit(";", 1)[0]
             stop.args = (f"{saved}; run this command again to go on from there",)
@@ -131,9 +132,21 @@ def run_seeds(args: argparse.Namespace) -> int:
             + " ".join(f"{k}={v:.4f}" for k, v in scores.items() if k.endswith("acc"))
         )
         per_seed.append(scores)
+        epochs.append(int(trained["epochs"]))
     if not main:
         return 0
-    summary: dict[str, Any] = {"seeds": args.seeds, "split": args.split}
+    summary: dict[str, Any] = {"seeds": args.seeds, "split": args.split, "epochs": epochs}
+    longer = [
+        f"seed {config.train.seed + k}: {n}"
+        for k, n in enumerate(epochs)
+        if n > config.train.epochs
+    ]
+    if longer:
+        print(
+            f"NOTE: train.epochs is {config.train.epochs}, but some seeds were trained further "
+            f"(resumed with more epochs before): {', '.join(longer)} epochs; the mean mixes runs "
+            "of different lengths"
+        )
     for key in per_seed[0]:
         values = [s[key] for s in per_seed]
         if key.endswith("_acc"):

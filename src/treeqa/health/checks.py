@@ -317,7 +317,7 @@ def input_bound(
             "dataloader_workers": workers,
         },
         fix=(
-            f"the DataLoader already has {workers} workers: make each sample cheaper (cache "
+            f"the DataLoader already has {workers} worker{'s' if workers != 1 else ''}: make each sample cheaper (cache "
             "or precompute preprocessing), or add workers while CPU cores are idle"
             if workers
             else ""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import multiprocessing.util
 import os
 import shutil
 import sys
@@ -137,6 +138,7 @@ class Doctor:
         # One of several processes: what it trained, to compare with the others.
         self.prints = prints
         self.spawned: Path | None = None  # the reports of processes torch.multiprocessing started
+        self.forks: processes.Forks | None = None  # those multiprocessing forks, while installed
         self.reports_to: tuple[Path | None, Path | None] = (None, None)  # their merged report's
         self.undo: list[Any] = []
         self.in_evaluation = False  # inside an evaluation's forward of a trained root
@@ -151,6 +153,9 @@ class Doctor:
 
     def install(self) -> None:
         self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self.discover)
+        if self.prints is None:  # (one of several processes already reports to its launcher)
+            self.forks = processes.Forks()
+            multiprocessing.util.register_after_fork(self, Doctor._forked)
         self.handles.append(register_optimizer_step_post_hook(self.step_end))
         original = torch.autograd.backward
         # torch caches functions it finds in its namespace; a weak reference keeps such a cache
@@ -201,6 +206,7 @@ class Doctor:
                 self.undo.append(undo)
 
     def uninstall(self) -> None:
+        self.forks = None
         for handle in [*self.handles, *self.root_handles, self.discovery]:
             if handle is not None:
                 handle.remove()
@@ -213,6 +219,31 @@ class Doctor:
         while self.undo:
             self.undo.pop()()
         self.monitor.uninstall()
+
+    def _forked(self) -> None:
+        """In a process multiprocessing forked: the first prints its findings as they come, the
+        others keep quiet, and each reports as it exits (after ``run()``) if it trained."""
+        if self.forks is None:  # forked after the run
+            return
+        self.forks.steps_before = self.monitor.step
+        if self.forks.rank() != 1:
+            self.monitor.stream = io.StringIO()
+        self.monitor.summary = False
+        self.monitor.json_path = self.monitor.plot_path = None
+        multiprocessing.util.Finalize(None, self._report_fork, exitpriority=0)
+
+    def _report_fork(self) -> None:
+        forks = self.forks
+        if forks is None or self.monitor.step == forks.steps_before:  # trained nothing
+            return
+        try:
+            self.uninstall()
+            forks.folder.mkdir(exist_ok=True)
+            processes.write_report(
+                forks.folder, _finish(self), processes.Fingerprints(forks.rank())
+            )
+        except Exception as e:  # the process's own exit stands
+            print(f"treeqa doctor: a forked process's report failed: {e}", file=sys.stderr)
 
     def _note_spawn(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``torch.multiprocessing.spawn(fn, ...)``: each process it starts runs ``fn`` under a
@@ -549,13 +580,26 @@ def run_doctor(
     doctor = Doctor(monitor)
 
     def final_report() -> dict[str, Any]:
+        forks = doctor.forks
         doctor.uninstall()
+        forked = forks is not None and forks.reported() and doctor.spawned is None
+        if forked:  # the processes it forked trained: one report of them all (and the script)
+            reports_to = (json_path, plot_path)
+            monitor.json_path = monitor.plot_path = None
+            monitor.summary = False
         result = _finish(doctor)
         if doctor.spawned is not None:  # the script's own steps, if any, are not reported
             result = processes.report_merged(
                 doctor.spawned, *doctor.reports_to, stream or sys.stderr
             )
             shutil.rmtree(doctor.spawned, ignore_errors=True)
+        elif forked:
+            assert forks is not None
+            if result["steps"]:  # the script trained too: process 0
+                processes.write_report(forks.folder, result, processes.Fingerprints(0))
+            result = processes.report_merged(forks.folder, *reports_to, stream or sys.stderr)
+        if forks is not None:
+            shutil.rmtree(forks.folder, ignore_errors=True)
         return result
 
     doctor.install()

@@ -341,6 +341,29 @@ def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+class Forks:
+    """The processes ``multiprocessing`` forks from a watched script (``mp.Process`` in Hogwild
+    training, a ``Pool``'s workers): each carries on under its copy of the script's doctor, and
+    one that trained writes its report to ``folder`` as it exits, for the script's end to merge.
+    A DataLoader's workers take no steps and write nothing."""
+
+    def __init__(self) -> None:
+        # Named now, made by the first process to report: most scripts fork nothing.
+        self.folder = Path(tempfile.gettempdir()) / f"treeqa-doctor-forks-{os.getpid()}-{id(self)}"
+        self.steps_before = -1  # in a forked process: the steps its parent had taken
+
+    def rank(self) -> int:
+        """This forked process's number: 1, 2, ... as multiprocessing counts the script's
+        children (its own pid, for a child's child)."""
+        import multiprocessing
+
+        identity = multiprocessing.current_process()._identity
+        return identity[0] if len(identity) == 1 else os.getpid()
+
+    def reported(self) -> bool:
+        return self.folder.is_dir() and any(self.folder.glob("rank*.json"))
+
+
 class Watched:
     """``torch.multiprocessing.spawn``'s function, run in each process it starts under a doctor
     of its own (spawn pickles this, and ``fn`` in it by reference, as it would pickle ``fn``)."""
