@@ -362,6 +362,31 @@ def test_a_script_ended_by_os_exit_or_sigterm_still_reports(tmp_path: Path) -> N
         assert "treeqa health:" in err and json.loads(out.read_text())["steps"] >= 30
 
 
+SWALLOWS_SIGTERM = """
+import os, signal, torch
+m = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for step in range(60):
+    if step == 30:
+        try:  # where Python only prints a callback's error: the exit is lost there
+            os.kill(os.getpid(), signal.SIGTERM)
+        except SystemExit:
+            print("swallowed", flush=True)
+    opt.zero_grad(); m(torch.randn(8, 4)).pow(2).mean().backward(); opt.step()
+print("trained on")
+"""
+
+
+def test_a_sigterm_lost_in_a_callback_ends_the_script_at_its_next_backward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SWALLOWS_SIGTERM)
+    code, report = run_doctor(["python", "train.py"], stream=io.StringIO())
+    assert (code, capsys.readouterr().out, report["steps"]) == (143, "swallowed\n", 30)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def test_first_epoch_allocator_warm_up_is_not_memory_growth() -> None:
     """Seen on SST: RSS climbs 437 -> 506 MB over the first epoch (342 steps, every batch shape
     met once), then stays flat with allocator steps of a few MB for nine epochs."""
@@ -843,6 +868,55 @@ def test_doctor_paths_options_and_ctrl_c(
     assert "hidden by" not in err and "runpy" not in err and "doctor.py" not in err
     assert err.startswith("Traceback") and err.strip().endswith("KeyboardInterrupt")
     assert (tmp_path / "r.json").exists() and not (tmp_path / "elsewhere" / "r.json").exists()
+
+
+SCRIPT_AS_PYTHON = """
+import sys, warnings
+
+if not sys.warnoptions:  # the idiom of the warnings docs: quiet unless -W was given
+    warnings.simplefilter("ignore")
+print(sys.warnoptions, type(__loader__).__name__)
+import torch
+
+m = torch.nn.Linear(4, 3)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(3):
+    loss = torch.nn.functional.cross_entropy(m(torch.randn(8, 4)), torch.randint(0, 3, (8,)))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+if sys.argv[1] == "warn":
+    warnings.warn("a warning -W error makes an error")
+torch.nn.functional.cross_entropy(m(torch.randn(8, 4)), torch.randint(0, 3, (7,)))
+"""
+
+
+@pytest.mark.parametrize("options", [["-W", "error"], ["-W", "ignore::UserWarning"], []])
+def test_doctor_gives_the_script_what_python_gives_it(
+    options: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """-W filters in sys.warnoptions (a script that checks it keeps its filters), a loader in
+    __loader__, and tracebacks of the script's frames and torch's, none of the doctor's wrappers
+    (an error inside a wrapped loss, a warning turned into an error inside warnings.warn)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT_AS_PYTHON)
+    command = ["python", *options, "train.py", "warn"]
+    code, _ = run_doctor(command, every=5, stream=io.StringIO())
+    out, err = capsys.readouterr()
+    plain = subprocess.run(
+        [sys.executable, *options, "train.py", "warn"], capture_output=True, text=True
+    )
+    assert (
+        (code, out) == (plain.returncode, plain.stdout) == (1, f"{options[1:]} SourceFileLoader\n")
+    )
+    assert "treeqa" not in err and "runpy" not in err
+    assert err.splitlines()[-1] == plain.stderr.splitlines()[-1]
+    assert [line for line in err.splitlines() if line.startswith("  File")] == [
+        line for line in plain.stderr.splitlines() if line.startswith("  File")
+    ]
 
 
 def test_doctor_module_run_names_the_modules_lines(

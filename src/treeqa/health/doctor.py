@@ -163,6 +163,8 @@ class Doctor:
         doctor = weakref.ref(self)
 
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if script.stopping is not None:  # a SIGTERM the script swallowed: see there
+                raise SystemExit(script.stopping)
             me = doctor()
             if me is not None:
                 me.note_backward(tensors, args, kwargs)
@@ -184,13 +186,13 @@ class Doctor:
         self.undo.append(wrap.install_wrapper(GradScaler, "step", original_step, step))
         original_script = torch.jit.script
 
-        def script(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        def jit_script(obj: Any, *args: Any, **kwargs: Any) -> Any:
             if not isinstance(obj, nn.Module):
                 return original_script(obj, *args, **kwargs)
             with model_hooks_off(obj):
                 return original_script(obj, *args, **kwargs)
 
-        self.undo.append(wrap.install_wrapper(torch.jit, "script", original_script, script))
+        self.undo.append(wrap.install_wrapper(torch.jit, "script", original_script, jit_script))
         self.clipping.install()
         self.updates.install()
         self.seeds.install()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import faulthandler
+import importlib.machinery
 import importlib.util
 import io
 import os
@@ -19,7 +20,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from treeqa.health.monitor import HealthError
 
@@ -90,23 +91,54 @@ def module_file(module: str) -> str | None:
     return None if spec is None else (spec.origin or "")
 
 
+STARTUP_FILTERS = {
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, None),
+    ("ignore", PendingDeprecationWarning, None),
+    ("ignore", ImportWarning, None),
+    ("ignore", ResourceWarning, None),
+}
+"""(action, category, module) of the filters python starts with, below its ``-W`` ones."""
+
+
+def _startup_filter(f: tuple[Any, ...]) -> bool:
+    action, message, category, module, line = f
+    return message is None and not line and (action, category, module) in STARTUP_FILTERS
+
+
+def add_option_filters(values: Sequence[str]) -> None:
+    """``-W`` filters where python puts them: above its start-up filters, below those that
+    imports added since (torch's own, imported before the script here), the last given first;
+    ``sys.warnoptions`` lists them, as a script that checks it expects."""
+    filters = cast(list[Any], warnings.filters)  # python's own list, changed in place
+    at = len(filters)
+    while at and _startup_filter(filters[at - 1]):
+        at -= 1
+    imported = filters[:at]
+    del filters[:at]
+    for value in values:
+        try:
+            warnings._setoption(value)  # type: ignore[attr-defined]  # parses -W as python does
+        except Exception as e:  # python too warns and runs on
+            print(f"Invalid -W option ignored: {e}", file=sys.stderr)
+    filters[:0] = imported
+    warnings._filters_mutated()  # type: ignore[attr-defined]
+    sys.warnoptions[:] = values
+
+
 @contextlib.contextmanager
 def interpreter_options(options: list[tuple[str, str]]) -> Iterator[None]:
     """Apply ``-W`` warning filters and ``-X faulthandler`` for the run, as python would."""
-    faults = faulthandler.is_enabled()
+    faults, warnoptions = faulthandler.is_enabled(), sys.warnoptions[:]
     with warnings.catch_warnings():
-        for flag, value in options:
-            if flag == "-W":
-                try:
-                    warnings._setoption(value)  # type: ignore[attr-defined]  # parses -W as python does
-                except Exception as e:  # python too warns and runs on
-                    print(f"Invalid -W option ignored: {e}", file=sys.stderr)
-            elif value == "faulthandler":
-                with contextlib.suppress(ValueError, OSError):  # stderr without a file descriptor
-                    faulthandler.enable()
+        add_option_filters([value for flag, value in options if flag == "-W"])
+        if ("-X", "faulthandler") in options:
+            with contextlib.suppress(ValueError, OSError):  # stderr without a file descriptor
+                faulthandler.enable()
         try:
             yield
         finally:
+            sys.warnoptions[:] = warnoptions
             if not faults:
                 faulthandler.disable()
 
@@ -120,14 +152,25 @@ def exit_on_sigterm() -> Iterator[None]:
         yield
         return
 
+    global stopping
+
     def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
+        global stopping
+        stopping = 128 + signum
+        raise SystemExit(stopping)
 
     signal.signal(signal.SIGTERM, stop)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        stopping = None
+
+
+stopping: int | None = None
+"""The exit code SIGTERM asked for. The handler raises it where the signal lands: should that
+be a callback whose errors Python only prints (a weakref's, a ``__del__``), the script went on,
+and the doctor's next backward raises it again."""
 
 
 @contextlib.contextmanager
@@ -169,8 +212,9 @@ def run_path(path: Path) -> None:
     with io.open_code(str(path)) as f:
         code = compile(f.read(), str(path), "exec")
     main = types.ModuleType("__main__")
+    loader = importlib.machinery.SourceFileLoader("__main__", str(path))
     main.__dict__.update(
-        __file__=str(path), __cached__=None, __loader__=None, __builtins__=builtins
+        __file__=str(path), __cached__=None, __loader__=loader, __builtins__=builtins
     )
     saved = sys.modules.get("__main__")
     sys.modules["__main__"] = main
@@ -181,23 +225,44 @@ def run_path(path: Path) -> None:
             sys.modules["__main__"] = saved
 
 
-def print_traceback(error: BaseException) -> None:
-    """The traceback as python prints it: from the script's frames, without runpy's or ours."""
-    tb = error.__traceback__
-    while tb is not None and (
-        tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename
-    ):
+def _ours(tb: types.TracebackType) -> bool:
+    name = tb.tb_frame.f_code.co_filename
+    return name.startswith(str(Path(__file__).parent)) or "runpy" in name
+
+
+def _without_ours(error: BaseException) -> None:
+    """Drop runpy's frames and the doctor's (this module's, and its wrappers' around torch and
+    the warnings module, which an error raised inside them passes through) from ``error``'s
+    traceback. Ctrl-C lands wherever the script was, often in the doctor's own hooks: its
+    traceback ends at the frame that called into them, as if they were not there."""
+    frames, tb = [], error.__traceback__
+    while tb is not None:
+        frames.append(tb)
         tb = tb.tb_next
     if isinstance(error, KeyboardInterrupt):
-        # Ctrl-C lands wherever the script was, often in the doctor's own hooks: end the
-        # traceback at the frame that called into them, as if they were not there.
-        here, last = str(Path(__file__).parent), tb
-        while last is not None and last.tb_next is not None:
-            if last.tb_next.tb_frame.f_code.co_filename.startswith(here):
-                last.tb_next = None
-                break
-            last = last.tb_next
-    traceback.print_exception(type(error), error, tb)
+        start = next((i for i, f in enumerate(frames) if not _ours(f)), len(frames))
+        end = next((i for i in range(start, len(frames)) if _ours(frames[i])), len(frames))
+        frames = frames[start:end]
+    kept = [f for f in frames if not _ours(f)]
+    for before, after in zip(kept, kept[1:], strict=False):
+        before.tb_next = after
+    if kept:
+        kept[-1].tb_next = None
+    error.__traceback__ = kept[0] if kept else None
+
+
+def print_traceback(error: BaseException) -> None:
+    """The traceback as python prints it: the script's frames, without runpy's or ours (in
+    the exceptions it chains too)."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [error]
+    while stack:
+        chained = stack.pop()
+        if chained is not None and id(chained) not in seen:
+            seen.add(id(chained))
+            _without_ours(chained)
+            stack += [chained.__cause__, chained.__context__]
+    traceback.print_exception(type(error), error, error.__traceback__)
 
 
 def source(target: Target) -> str:

@@ -267,16 +267,23 @@ class Updates:
         self, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]
     ) -> None:
         """The parameters with a gradient now, for the next sampled step: the last of the
-        models', and the last of those the optimiser holds outside them."""
-        for key, param in (
-            ("model", _first_with_grad(p for _, p in reversed(params))),
-            ("outside", _first_with_grad(reversed(self._outside(optimizer, params)))),
+        models', their first (a zero_grad of the head alone leaves the rest adding up), and
+        the last of those the optimiser holds outside them."""
+        last = _first_with_grad(p for _, p in reversed(params))
+        name, first = next(((n, p) for n, p in params if p.grad is not None), ("", None))
+        for key, param, whose in (
+            ("model", last, ""),
+            ("first", None if first is last else first, f"part of the model ({name}, ...)"),
+            (
+                "outside",
+                _first_with_grad(reversed(self._outside(optimizer, params))),
+                "a parameter outside the model",
+            ),
         ):
             probe = self.probes.get(key)
             if param is None:
                 self.probes.pop(key, None)
             elif probe is None or probe.param is not param:
-                whose = "" if key == "model" else "a parameter outside the model"
                 self.probes[key] = Probe(param, whose)
 
     def _outside(
@@ -302,9 +309,14 @@ class Updates:
         """After the clock's optimiser step ``step`` (``sampled``: the monitor sampled it);
         ``roots``: the models it trains, ``params`` their trained parameters; ``graph``: a
         backward of the step ran through an autograd graph."""
-        for probe in self.probes.values():
+        said = set()
+        for key, probe in self.probes.items():
             for found in probe.finish():
-                self._report(found)
+                # Part of the model uncleared while its last layer was cleared: the whole
+                # model's finding, when said, covers it.
+                if not (key == "first" and ("model", found.code) in said):
+                    self._report(found)
+                said.add((key, found.code))
         if sampled:
             self._choose_probes(optimizer, params)
         # A backward through a graph while the models this optimiser trains ran no forward
