@@ -181,6 +181,33 @@ def test_standard_input_and_an_input_with_no_questions(
     assert capsys.readouterr().err == (
         "treeqa predict qa: error: <stdin>: no questions in it (blank lines only)\n"
     )
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    assert main(predict(run, "--input", "-")) == 2
+    assert (
+        capsys.readouterr().err == "treeqa predict qa: error: <stdin>: no questions in it (empty)\n"
+    )
+
+
+def test_an_input_field_the_answer_also_writes_is_kept_apart(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A gold "answer" in the input is not overwritten by the predicted one."""
+    context, question, gold = CONTEXTS[0]
+    src = jsonl(
+        tmp_path / "in.jsonl",
+        {"id": "a", "context": context, "question": question, "answer": gold, "score": 1},
+        {"id": "b", "context": context, "question": question, "input": "mine"},
+    )
+    assert main(predict(run, "--input", str(src))) == 0
+    captured = capsys.readouterr()
+    first, second = [json.loads(x) for x in captured.out.splitlines()]
+    assert first["input"] == {"answer": gold, "score": 1} and first["id"] == "a"
+    assert context[first["start"] : first["end"]] == first["answer"]
+    assert second["input"] == "mine" and "_input" not in second
+    assert captured.err == (
+        f"NOTE: {src}:1: the input's 'answer', 'score', which the answer writes too, kept under "
+        '"input" (and so on each such line)\n'
+    )
 
 
 def test_offsets_point_at_the_answer_in_any_script(

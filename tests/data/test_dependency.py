@@ -200,6 +200,10 @@ def test_parsing_keeps_sst_tokens_and_one_sentence(tmp_path: Path) -> None:
         ["I", "liked", "it", "!"],
     ]
     assert all(np.all(t.labels == -1) for t in trees)
+    # Zero-width and control characters alone are no words (SST has none).
+    trees = parse_text(load_parser(PIPELINE), "Good \u200b film \x00 .")
+    assert [t.tokens for t in trees] == [["Good", "film", "."]]
+    assert parse_text(load_parser(PIPELINE), "\u200b \ufeff\x00") == []
 
 
 @pytest.mark.real_data

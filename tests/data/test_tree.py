@@ -36,6 +36,14 @@ def test_no_break_space_stays_inside_the_token() -> None:
     assert t.leaves == ["8\u00a01\\/2", "''"]
 
 
+def test_a_tree_laid_out_over_lines_reads_as_on_one() -> None:
+    """A pretty-printed tree pasted whole (predict, the server's page); errors then name the
+    line and column within it."""
+    assert parse_tree("(3 (2 the)\r\n   (3 film))").to_ptb() == "(3 (2 the) (3 film))"
+    with pytest.raises(TreeSyntaxError, match=r"^f:4:12: a node holds either one word"):
+        parse_tree("(3 (2 the)\n  (3 film) x)", "f", 3)
+
+
 def test_ptb_unescape() -> None:
     assert [
         unescape_ptb(w)

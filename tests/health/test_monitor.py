@@ -362,6 +362,15 @@ def test_a_script_ended_by_os_exit_or_sigterm_still_reports(tmp_path: Path) -> N
         assert "treeqa health:" in err and json.loads(out.read_text())["steps"] >= 30
 
 
+def test_a_script_that_closes_stdout_ends_as_under_python(tmp_path: Path) -> None:
+    script = tmp_path / "close.py"
+    script.write_text('import sys\nprint("hi")\nsys.stdout.close()\n')
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (0, "hi\n"), proc.stderr
+    assert "error" not in proc.stderr
+
+
 SWALLOWS_SIGTERM = """
 import os, signal, torch
 m = torch.nn.Linear(4, 1)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import signal
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -70,6 +73,7 @@ def test_health_names_the_served_model(base: str, run_dir: Path) -> None:
             "task": "fine",
             "input": "tree",
             "checkpoint": str(run_dir),
+            "file": str((run_dir / "best.safetensors").absolute()),
         }
     }
 
@@ -127,6 +131,15 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
             "at most 2 children per node, got 100",
         ),
         ("/api/sentiment", {"tree": f"({'(a) ' * 60_000})"}, None, 422, "a tree of 60001 nodes"),
+        # 2,500 levels of 150-letter words: a 390 kB request whose reply would be 470 MB
+        (
+            "/api/sentiment",
+            {"tree": "(" * 2499 + "(a) " + ") ".join([f"({'x' * 150})"] * 2499) + ")"},
+            None,
+            422,
+            "field 'tree': the reply would list 472,068,599 characters of words",
+        ),
+        ("/api/sentiment", {"tree": "((the)\n (film)"}, None, 400, "field 'tree':2:8: unbalanced"),
         ("/api/sentiment", None, b"[" * 200_000, 400, "body: JSON nested too deeply"),
         ("/api/qa", {"context": "a", "question": "b"}, None, 404, "no QA model"),
         ("/api/nothing", {}, None, 404, "no such route"),
@@ -452,3 +465,37 @@ def test_a_client_that_sends_a_whole_large_body_first_still_reads_the_413(base: 
         while chunk := s.recv(65536):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 413") and b"body over" in answer
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_answers_the_request_in_progress_then_exits(
+    run_dir: Path, signum: int
+) -> None:
+    """SIGTERM (a service manager's stop) as Ctrl-C: no new connections, the request being
+    read is answered, exit 0. The signal comes while half the body is still to be sent."""
+    cmd = [sys.executable, "-m", "treeqa", "serve", str(run_dir), "--port", "0", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split()[2]  # "treeqa serve: http://HOST:PORT/ (...)"
+        host, port = url.removeprefix("http://").rstrip("/").split(":")
+        body = json.dumps({"tree": TREE}).encode()
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            conn.sendall(
+                b"POST /api/sentiment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body[:10]
+            )
+            time.sleep(0.5)  # the request is being read
+            proc.send_signal(signum)
+            assert proc.stdout.readline().startswith("treeqa serve: stopping once the 1 request")
+            with pytest.raises(OSError):  # no new connections
+                socket.create_connection((host, int(port)), timeout=5).close()
+            conn.sendall(body[10:])
+            reply = conn.makefile("rb").read()
+        assert reply.startswith(b"HTTP/1.0 200") or reply.startswith(b"HTTP/1.1 200"), reply
+        assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["task"] == "fine"
+        out, err = proc.communicate(timeout=60)
+        assert (proc.returncode, out, err) == (0, "treeqa serve: stopped\n", "")
+    finally:
+        proc.kill()

@@ -26,7 +26,7 @@ EXAMPLE = (
 USAGE = (
     "%(prog)s [-h] --gold FILE --predictions FILE [--squad-version {v1.1,v2.0}]\n"
     "              [--na-probs FILE [--na-prob-thresh P]] [--json]\n"
-    "       %(prog)s [-h] --checkpoint RUN --prepared DIR [--split {train,dev,test}]\n"
+    "       %(prog)s [-h] --checkpoint RUN --prepared DIR [--split {train,dev}]\n"
     "              [--write-predictions FILE] [--json]"
 )
 """A line for each way to use it, as in ``treeqa evaluate``."""
@@ -84,7 +84,7 @@ def add_parser(subparsers: Any, help: str) -> argparse.ArgumentParser:
         metavar="DIR",
         help="with --checkpoint: a `treeqa data prepare squad` directory (default: none)",
     )
-    flags.add_split(model, "dev")
+    flags.add_split(model, "dev", ("train", "dev"))  # what data prepare squad writes
     model.add_argument(
         "--write-predictions",
         type=Path,

@@ -291,10 +291,10 @@ def add_checkpoint(group: Group, help: str, required: bool = False) -> None:
     )
 
 
-def add_split(group: Group, default: str) -> None:
-    group.add_argument(
-        "--split", choices=("train", "dev", "test"), help=f"split to score (default: {default})"
-    )
+def add_split(
+    group: Group, default: str, splits: tuple[str, ...] = ("train", "dev", "test")
+) -> None:
+    group.add_argument("--split", choices=splits, help=f"split to score (default: {default})")
 
 
 def add_input(group: Group, help: str) -> None:

@@ -101,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = command_name(args, task)
     try:
         code = int(args.run(args) or 0)
-        sys.stdout.flush()  # here, not at exit, so that a reader gone early is said as below
+        if not sys.stdout.closed:  # (a script under the doctor may close it, as python lets it)
+            sys.stdout.flush()  # here, not at exit, so that a reader gone early is said as below
         return code
     except BrokenPipeError:  # `treeqa data stats DIR | head -1`, `treeqa predict ... | head`
         return reader_gone()

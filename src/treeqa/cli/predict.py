@@ -167,9 +167,9 @@ def run(args: argparse.Namespace) -> int:
         for at in range(0, len(items), PREDICT_BATCH):
             for result in predict(loaded, [tree for _, tree in items[at : at + PREDICT_BATCH]]):
                 if out is not None:
-                    out.write(json.dumps(result) + "\n")
+                    out.write(json.dumps(result, ensure_ascii=False) + "\n")
                 elif args.json:
-                    print(json.dumps(result))
+                    print(json.dumps(result, ensure_ascii=False))
                 else:
                     print(f"{result['label']}  {result['text']}")
                     for node in result["nodes"][1:]:

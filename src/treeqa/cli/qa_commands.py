@@ -77,6 +77,7 @@ def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
     items = []
     name = "<stdin>" if path == STDIN else str(path)
+    n = 0
     with sys.stdin.buffer if path == STDIN else path.open("rb") as f:
         for n, raw in enumerate(f, 1):
             try:
@@ -103,8 +104,22 @@ def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
                     )
             items.append((f"{name}:{n}", item))
     if not items:
-        raise ValueError(f"{name}: no questions in it (blank lines only)")
+        raise ValueError(f"{name}: no questions in it ({'blank lines only' if n else 'empty'})")
     return items
+
+
+def _answer_line(given: dict[str, Any], answer: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """An answer's JSON line: its input's fields but the context (an "id", say), then the
+    answer's. An input field the answer also writes (a gold "answer") is kept apart, under
+    "input"; the names of those fields."""
+    kept = {k: v for k, v in given.items() if k != "context"}
+    clash = {k: kept.pop(k) for k in list(kept) if k in answer}
+    if not clash:
+        return {**kept, **answer}, []
+    under = "input"
+    while under in kept or under in answer:  # ("input" itself a field of the input)
+        under = "_" + under
+    return {**kept, under: clash, **answer}, list(clash)
 
 
 def _answers(
@@ -173,11 +188,18 @@ def predict_main(args: argparse.Namespace) -> int:
 
     loaded = load_model(args.checkpoint)
     out = args.output.open("w", encoding="utf-8") if args.output else None
-    written = 0
+    written, said = 0, False
     try:
-        for (_, x), r in zip(items, _answers(loaded, items), strict=True):
-            # Each answer line carries its input's fields but the context (an "id", say).
-            line = {**{k: v for k, v in x.items() if k != "context"}, **r}
+        for (where, x), r in zip(items, _answers(loaded, items), strict=True):
+            line, clash = _answer_line(x, r)
+            if clash and not said:
+                names = ", ".join(repr(k) for k in clash)
+                print(
+                    f"NOTE: {where}: the input's {names}, which the answer writes too, kept "
+                    'under "input" (and so on each such line)',
+                    file=sys.stderr,
+                )
+                said = True
             if out is not None:
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
             elif args.json or args.input:

@@ -53,10 +53,5 @@ def run(args: argparse.Namespace) -> int:
         raise OSError(f"cannot listen on {args.host}:{args.port}: {err.strerror or err}") from err
     host, port = str(server.server_address[0]), int(server.server_address[1])
     print(f"treeqa serve: http://{host}:{port}/ (Ctrl-C stops)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    server.serve_until_stopped(lambda line: print(line, flush=True))
     return 0

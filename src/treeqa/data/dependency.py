@@ -241,11 +241,13 @@ def parsed_record(doc: Any, tokens: Sequence[str], labels: Sequence[int]) -> dic
 
 def parse_text(nlp: Any, text: str) -> list[DependencyTree]:
     """Raw text -> one unlabelled tree per sentence, tokens PTB-escaped as SST's are."""
+    from treeqa.data.squad import visible
     from treeqa.data.tree import escape_ptb
 
     trees = []
     for sent in nlp(text).sents:  # the first parse only splits sentences
-        words = [t.text for t in sent if not t.is_space]
+        # (a token of zero-width or control characters alone is no word: SST has none)
+        words = [t.text for t in sent if not t.is_space and visible(t.text)]
         if not words:
             continue
         doc = next(parse(nlp, [words]))  # each parsed alone, as the SST sentences were

@@ -131,7 +131,9 @@ class Tree:
         return write(0)
 
 
-SPACE = " \t"
+SPACE = " \t\r\n"
+"""Between tokens: a tree's file is read line by line, but one given whole (to ``predict``, the
+server's page) may be laid out over several lines."""
 DELIMITERS = SPACE + "()"
 
 
@@ -143,12 +145,14 @@ def is_label(text: str) -> bool:
 def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
     """Parse one bracketed tree such as ``(3 (2 a) (4 good))``.
 
-    Labels must be 0-4 (or absent); tokens are split on ASCII space and tab only, so a U+00A0
-    inside a leaf stays part of its token. Errors name ``source:line:column``.
+    Labels must be 0-4 (or absent); tokens are split on ASCII space, tab and line breaks only,
+    so a U+00A0 inside a leaf stays part of its token. Errors name ``source:line:column``
+    (``line`` that of the text's first line).
     """
 
     def fail(message: str, pos: int) -> TreeSyntaxError:
-        return TreeSyntaxError(message, source, line, pos + 1)
+        below = text.count("\n", 0, pos)
+        return TreeSyntaxError(message, source, line + below, pos - text.rfind("\n", 0, pos))
 
     parent: list[int] = []
     labels: list[int] = []

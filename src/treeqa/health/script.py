@@ -315,4 +315,5 @@ def run(target: Target) -> int:
             sys.modules["__mp_main__"] = saved_mp_main
         else:
             sys.modules.pop("__mp_main__", None)
-        sys.stdout.flush()
+        if not sys.stdout.closed:  # (a script may close it: python ends quietly then)
+            sys.stdout.flush()

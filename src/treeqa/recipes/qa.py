@@ -537,6 +537,14 @@ def _encode(loaded: Loaded, tokens: Sequence[Sequence[str]]) -> tuple[torch.Tens
     return words, chars
 
 
+class PairError(ValueError):
+    """A context or question ``predict`` cannot answer; ``field`` says which."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 def check_pair(k: int, pair: Any) -> None:
     """A TypeError or ValueError naming example ``k`` unless it is a (context, question)
     pair of strings that UTF-8 can carry (JSON's "\\ud800" decodes to a lone surrogate)."""
@@ -580,22 +588,25 @@ def predict(
         chunk = examples[at : at + batch_size]
         for i, name in enumerate(("context", "question")):
             if not all(visible(pair[i]) for pair in chunk):  # "\u200b", say: tokens, no text
-                raise ValueError(
+                raise PairError(
+                    name,
                     f"a {name} with no visible character (only whitespace, zero-width or "
-                    "control characters)"
+                    "control characters)",
                 )
         contexts = [tokenizer.tokenize(c) for c, _ in chunk]  # (tokens, spans [T, 2])
         questions = [tokenizer.tokenize(q)[0] for _, q in chunk]
         longest = max(len(toks) for toks, _ in contexts)
         if longest > MAX_CONTEXT_TOKENS:
-            raise ValueError(
+            raise PairError(
+                "context",
                 f"a context of {longest} tokens; this reads at most {MAX_CONTEXT_TOKENS} at once "
-                "(time grows with the square of the length): give it one passage at a time"
+                "(time grows with the square of the length): give it one passage at a time",
             )
         asked = max(len(toks) for toks in questions)
         if asked > MAX_QUESTION_TOKENS:
-            raise ValueError(
-                f"a question of {asked} tokens; this reads at most {MAX_QUESTION_TOKENS}"
+            raise PairError(
+                "question",
+                f"a question of {asked} tokens; this reads at most {MAX_QUESTION_TOKENS}",
             )
         cw, cc = _encode(loaded, [toks for toks, _ in contexts])
         qw, qc = _encode(loaded, questions)

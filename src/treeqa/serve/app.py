@@ -4,7 +4,8 @@ Routes (JSON in and out; errors are ``{"error": message}`` with a 4xx status tha
 fault it was):
 
     GET  /                 the web page (``static/index.html``); HEAD works wherever GET does
-    GET  /api/health       {"status": "ok", "models": {task: {...}}}
+    GET  /api/health       {"status": "ok", "models": {task: {..., "checkpoint": as given,
+                           "file": the checkpoint file read, best or else last}}}
     POST /api/sentiment    {"tree": "(3 (2 a) (3 (2 good) (2 film)))"}  (or "((a) ((good) (film)))")
                            -> {"text", "label", "probabilities", "nodes": [{"words", "label",
                                "parent"}]}, nodes in pre-order
@@ -27,9 +28,11 @@ A body comes with Content-Length or ``Transfer-Encoding: chunked``. Connections 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
+import signal
 import socket
 import sys
 import threading
@@ -40,7 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from io import BufferedIOBase
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from treeqa.data.squad import unique_keys
 from treeqa.train import checkpoint as ckpt
@@ -64,6 +67,13 @@ MAX_TEXT_CHARS = 10_000
 spaCy's time grows with the text, ~2.6 s for 10,000 characters of short sentences and ~5 s
 for one 10,000-token sentence (refused after parsing: over 5,000 nodes) on one CPU thread;
 a long review is a few thousand characters."""
+MAX_REPLY_WORDS = 16_000_000
+"""The most characters of words a sentiment reply lists: each node lists its subtree's words,
+so a reply grows with a tree's depth times its length (a 5,000-node chain of one-letter words
+lists 6.3M; 2,500 levels of 150-letter words, 470 MB from a 390 kB request, are refused)."""
+STOP_WAIT_S = 30.0
+"""Seconds a stopping server waits for the requests in progress (REQUEST_TIMEOUT: a client
+that goes silent while sending is dropped by then anyway)."""
 JSON_BLANKS = " \t\r\n"
 """The whitespace JSON allows around a value."""
 
@@ -188,6 +198,17 @@ def check_text(body: dict[str, Any]) -> None:
                 ) from err
 
 
+def reply_words(tree: Any) -> int:
+    """Characters of the "words" of every node of ``tree`` in a reply: each word (and its
+    space) once for itself and once for each node above it."""
+    depth = [0] * len(tree)  # nodes in pre-order: a parent comes before its children
+    total = 0
+    for i, (parent, word) in enumerate(zip(tree.parent.tolist(), tree.words, strict=True)):
+        depth[i] = depth[parent] + 1 if parent >= 0 else 1
+        total += (len(word) + 1) * depth[i] if word is not None else 0
+    return total
+
+
 class Models:
     """The loaded checkpoints, one per task, and the answer to each API call."""
 
@@ -228,6 +249,7 @@ class Models:
             else:
                 raise ValueError(f"{path}: a checkpoint of task {task!r}, expected sentiment or qa")
             self.info[task]["checkpoint"] = str(path)
+            self.info[task]["file"] = str(ckpt.resolve(path).absolute())  # best, else last
         self.lock = threading.Lock()  # the models: one request at a time
         self.parse_lock = threading.Lock()  # spaCy's pipeline, apart: see parse_text
 
@@ -291,6 +313,14 @@ class Models:
                     trees = [parse_tree(given.strip(), "field 'tree'", 1)]
                 except TreeSyntaxError as err:
                     raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from err
+            listed = sum(reply_words(t) for t in trees)
+            if listed > MAX_REPLY_WORDS:
+                raise RequestError(
+                    HTTPStatus.UNPROCESSABLE_ENTITY,
+                    f"field {name!r}: the reply would list {listed:,} characters of words (each "
+                    f"node lists its subtree's words); at most {MAX_REPLY_WORDS:,}: a shallower "
+                    "tree, or shorter words",
+                )
             with self.lock:
                 results: list[dict[str, Any]] = predict(self.sentiment, trees)
         except ValueError as err:  # e.g. a node with 3 children for the binary Tree-LSTM
@@ -302,7 +332,7 @@ class Models:
     def predict_qa(self, body: dict[str, Any]) -> dict[str, Any]:
         if self.qa is None:
             raise RequestError(HTTPStatus.NOT_FOUND, "no QA model is being served")
-        from treeqa.recipes.qa import predict
+        from treeqa.recipes.qa import PairError, predict
 
         pair = (field(body, "context"), field(body, "question"))
         if len(pair[0]) > MAX_BODY // 4:
@@ -311,7 +341,11 @@ class Models:
             with self.lock:
                 self.renew_tokenizer()
                 answer: dict[str, Any] = predict(self.qa, [pair], tokenizer=self.tokenizer)[0]
-        except ValueError as err:  # a context or question too long or invisible; it says which
+        except PairError as err:  # a context or question too long, or with nothing visible
+            raise RequestError(
+                HTTPStatus.UNPROCESSABLE_ENTITY, f"field {err.field!r}: {err}"
+            ) from err
+        except ValueError as err:
             raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, str(err)) from err
         return answer
 
@@ -382,6 +416,10 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             self.answer("OPTIONS")
 
         def answer(self, method: str) -> None:
+            with cast(Server, self.server).working():
+                self._answer(method)
+
+        def _answer(self, method: str) -> None:
             path = self.path.split("?")[0]
             try:
                 route = routes.get((method, path))
@@ -557,6 +595,47 @@ class Server(ThreadingHTTPServer):
     # The listen backlog (stdlib: 5): connections beyond it wait ~1 s for a SYN retry, so a
     # burst of clients stalls while the one thread that accepts them is busy.
     request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
+        super().__init__(address, handler)
+        self.in_progress = 0  # requests being read or answered (not idle kept-alive connections)
+        self.idle = threading.Condition()
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        with self.idle:
+            self.in_progress += 1
+        try:
+            yield
+        finally:
+            with self.idle:
+                self.in_progress -= 1
+                self.idle.notify_all()
+
+    def serve_until_stopped(self, say: Callable[[str], None]) -> None:
+        """Serve until Ctrl-C or SIGTERM (a service manager's stop); then accept no more
+        connections and let the requests in progress finish (``STOP_WAIT_S`` at most; Ctrl-C
+        again stops at once)."""
+
+        def stop(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, stop)
+        try:
+            self.serve_forever()
+        except KeyboardInterrupt:
+            self.socket.close()  # new clients are refused from here on
+            with self.idle:
+                if self.in_progress:
+                    say(
+                        f"treeqa serve: stopping once the {self.in_progress} request(s) in "
+                        f"progress are answered (at most {STOP_WAIT_S:.0f} s; Ctrl-C again stops now)"
+                    )
+                    self.idle.wait_for(lambda: self.in_progress == 0, STOP_WAIT_S)
+            say("treeqa serve: stopped")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            self.server_close()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hangs up (reset, broken pipe) is no server error, and a kept-alive
