@@ -197,16 +197,18 @@ def test_an_input_field_the_answer_also_writes_is_kept_apart(
         tmp_path / "in.jsonl",
         {"id": "a", "context": context, "question": question, "answer": gold, "score": 1},
         {"id": "b", "context": context, "question": question, "input": "mine"},
+        {"id": "c", "context": context, "question": question, "input": "mine", "end": 3},
     )
     assert main(predict(run, "--input", str(src))) == 0
     captured = capsys.readouterr()
-    first, second = [json.loads(x) for x in captured.out.splitlines()]
+    first, second, third = [json.loads(x) for x in captured.out.splitlines()]
     assert first["input"] == {"answer": gold, "score": 1} and first["id"] == "a"
     assert context[first["start"] : first["end"]] == first["answer"]
     assert second["input"] == "mine" and "_input" not in second
+    assert third["input"] == "mine" and third["_input"] == {"end": 3}
     assert captured.err == (
-        f"NOTE: {src}:1: the input's 'answer', 'score', which the answer writes too, kept under "
-        '"input" (and so on each such line)\n'
+        "NOTE: the input's 'answer', 'end', 'score', which the answers write too, kept under "
+        '"input" or "_input" (2 lines)\n'
     )
 
 

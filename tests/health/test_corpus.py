@@ -8,11 +8,13 @@ Scripts run in this process through ``run_doctor`` (runpy), as ``treeqa doctor``
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from treeqa.health import CODES
+from treeqa.health import CODES, processes
 from treeqa.health.heap import heap_mb
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -86,6 +88,7 @@ EXPECTED = {
     "bug_ddp_same_data.py": "same-data-on-every-process",  # under torchrun, 2 processes
     "bug_spawn_not_wrapped.py": "gradients-not-averaged",  # torch.multiprocessing.spawn
     "bug_hogwild_probs_into_ce.py": "probabilities-into-cross-entropy",  # forked processes
+    "bug_pool_probs_into_ce.py": "probabilities-into-cross-entropy",  # a Pool's, terminated
     "bug_eval_on_one_shard.py": "evaluation-on-one-shard",  # under torchrun, 2 processes
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
@@ -125,6 +128,7 @@ CLEAN = [
     "clean_hessian.py",  # backward(create_graph=True) and a Hessian-vector product each step
     "clean_finetune_loaded.py",  # load_state_dict, then a high first loss on new labels
     "clean_second_model.py",  # a second model and optimiser first run after the clock's step
+    "clean_freeze_mid_run.py",  # first layer frozen at step 100; an optimiser stepping every 4th
 ]
 
 
@@ -182,6 +186,31 @@ def test_forked_processes_that_train_make_the_report(doctor_report) -> None:
     assert [(p["rank"], p["steps"]) for p in report["processes"]] == [(1, 128), (2, 128)]
     found = [f for f in report["findings"] if f["code"] == "probabilities-into-cross-entropy"]
     assert found[0]["evidence"]["ranks"] == [1, 2]
+    # A Pool's workers, ended by terminate() as the `with` block closes: every one reports
+    # (a SIGTERM that reached one while it wrote its report lost it), 4 tasks of 60 steps.
+    _, report, _ = doctor_report("bug_pool_probs_into_ce.py")
+    assert [p["rank"] for p in report["processes"]] == [1, 2]
+    assert sum(p["steps"] for p in report["processes"]) == 240
+
+
+def test_a_strict_stop_in_a_forked_process_is_the_doctors_exit_code(tmp_path: Path) -> None:
+    script = SCRIPTS / "bug_hogwild_probs_into_ce.py"
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--strict", "--", "python", str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.count("treeqa doctor: strict mode: stopping on an error finding") == 2
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_forked_process_reports_its_own_steps_and_findings() -> None:
+    """A child forked after the parent's 60 steps holds the parent's counts: its report is
+    of what it did after the fork."""
+    forks = processes.Forks()
+    forks.steps_before = 60
+    made = {"code": "hot-op", "step": 53}
+    again = {"code": "probabilities-into-cross-entropy", "step": 61}
+    own = forks.own({"steps": 90, "findings": [made, again], "series": {}})
+    assert (own["steps"], own["findings"]) == (30, [again])
 
 
 def test_a_second_run_in_one_script_is_counted(doctor_report) -> None:

@@ -137,7 +137,15 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
             {"tree": "(" * 2499 + "(a) " + ") ".join([f"({'x' * 150})"] * 2499) + ")"},
             None,
             422,
-            "field 'tree': the reply would list 472,068,599 characters of words",
+            "field 'tree': the reply would list 472,068,599 bytes of words",
+        ),
+        # Counted as sent: a control character is 6 bytes of JSON (15.6M characters, 78 MB)
+        (
+            "/api/sentiment",
+            {"tree": "(" * 2499 + "(w) " + ") ".join(["(\x01\x01\x01\x01)"] * 2499) + ")"},
+            None,
+            422,
+            "the reply would list 78,",
         ),
         ("/api/sentiment", {"tree": "((the)\n (film)"}, None, 400, "field 'tree':2:8: unbalanced"),
         ("/api/sentiment", None, b"[" * 200_000, 400, "body: JSON nested too deeply"),
@@ -494,8 +502,26 @@ def test_a_stop_signal_answers_the_request_in_progress_then_exits(
             conn.sendall(body[10:])
             reply = conn.makefile("rb").read()
         assert reply.startswith(b"HTTP/1.0 200") or reply.startswith(b"HTTP/1.1 200"), reply
+        assert b"\r\nConnection: close\r\n" in reply  # the connection's last answer
         assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["task"] == "fine"
         out, err = proc.communicate(timeout=60)
         assert (proc.returncode, out, err) == (0, "treeqa serve: stopped\n", "")
+    finally:
+        proc.kill()
+
+
+def test_a_second_stop_signal_stops_at_once(run_dir: Path) -> None:
+    cmd = [sys.executable, "-m", "treeqa", "serve", str(run_dir), "--port", "0", "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        host, port = proc.stdout.readline().split()[2][len("http://") :].rstrip("/").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            conn.sendall(b"POST /api/sentiment HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n{")
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            assert proc.stdout.readline().startswith("treeqa serve: stopping once")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=5) == 130
     finally:
         proc.kill()

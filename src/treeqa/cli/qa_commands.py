@@ -108,18 +108,39 @@ def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return items
 
 
-def _answer_line(given: dict[str, Any], answer: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """An answer's JSON line: its input's fields but the context (an "id", say), then the
+class AnswerLines:
+    """Answers' JSON lines: each its input's fields but the context (an "id", say), then the
     answer's. An input field the answer also writes (a gold "answer") is kept apart, under
-    "input"; the names of those fields."""
-    kept = {k: v for k, v in given.items() if k != "context"}
-    clash = {k: kept.pop(k) for k in list(kept) if k in answer}
-    if not clash:
-        return {**kept, **answer}, []
-    under = "input"
-    while under in kept or under in answer:  # ("input" itself a field of the input)
-        under = "_" + under
-    return {**kept, under: clash, **answer}, list(clash)
+    "input" ("_input" where the input has an "input" field of its own), and ``note`` says so."""
+
+    def __init__(self) -> None:
+        self.moved: set[str] = set()  # the input fields kept apart, on any line
+        self.under: set[str] = set()  # where
+        self.lines = 0  # lines with any
+
+    def line(self, given: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+        kept = {k: v for k, v in given.items() if k != "context"}
+        clash = {k: kept.pop(k) for k in list(kept) if k in answer}
+        if not clash:
+            return {**kept, **answer}
+        under = "input"
+        while under in kept or under in answer:
+            under = "_" + under
+        self.moved |= set(clash)
+        self.under.add(under)
+        self.lines += 1
+        return {**kept, under: clash, **answer}
+
+    def note(self) -> str:
+        """What was kept apart, once all lines are written ("" for nothing)."""
+        if not self.lines:
+            return ""
+        names = ", ".join(repr(k) for k in sorted(self.moved))
+        where = " or ".join(f'"{u}"' for u in sorted(self.under, key=len))
+        return (
+            f"NOTE: the input's {names}, which the answers write too, kept under {where} "
+            f"({self.lines} line{'s' if self.lines > 1 else ''})"
+        )
 
 
 def _answers(
@@ -188,18 +209,10 @@ def predict_main(args: argparse.Namespace) -> int:
 
     loaded = load_model(args.checkpoint)
     out = args.output.open("w", encoding="utf-8") if args.output else None
-    written, said = 0, False
+    written, lines = 0, AnswerLines()
     try:
-        for (where, x), r in zip(items, _answers(loaded, items), strict=True):
-            line, clash = _answer_line(x, r)
-            if clash and not said:
-                names = ", ".join(repr(k) for k in clash)
-                print(
-                    f"NOTE: {where}: the input's {names}, which the answer writes too, kept "
-                    'under "input" (and so on each such line)',
-                    file=sys.stderr,
-                )
-                said = True
+        for (_, x), r in zip(items, _answers(loaded, items), strict=True):
+            line = lines.line(x, r)
             if out is not None:
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
             elif args.json or args.input:
@@ -220,6 +233,8 @@ def predict_main(args: argparse.Namespace) -> int:
     finally:
         if out is not None:
             out.close()
+        if lines.note():
+            print(lines.note(), file=sys.stderr)
     if out is not None:
         print(f"wrote {written} answers to {args.output}", file=sys.stderr)
     return 0

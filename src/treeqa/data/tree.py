@@ -222,7 +222,7 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
             words[node] = text[start:pos]
             n_items[node] += 1
     if stack:
-        raise fail(f"unbalanced '(': {len(stack)} bracket(s) left open at the end of the line", end)
+        raise fail(f"unbalanced '(': {len(stack)} bracket(s) left open at the end of the tree", end)
     return Tree(
         parent=np.asarray(parent, dtype=np.int64),
         labels=np.asarray(labels, dtype=np.int64),

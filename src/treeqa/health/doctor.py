@@ -20,6 +20,7 @@ import io
 import multiprocessing.util
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -233,19 +234,21 @@ class Doctor:
         self.monitor.summary = False
         self.monitor.json_path = self.monitor.plot_path = None
         multiprocessing.util.Finalize(None, self._report_fork, exitpriority=0)
+        process = multiprocessing.current_process()
+        process.run = processes.forked_run(process.run)  # type: ignore[method-assign]
 
     def _report_fork(self) -> None:
         forks = self.forks
         if forks is None or self.monitor.step == forks.steps_before:  # trained nothing
             return
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (also set after run(): forked_run)
         try:
             self.uninstall()
             forks.folder.mkdir(exist_ok=True)
-            processes.write_report(
-                forks.folder, _finish(self), processes.Fingerprints(forks.rank())
-            )
-        except Exception as e:  # the process's own exit stands
-            print(f"treeqa doctor: a forked process's report failed: {e}", file=sys.stderr)
+            result = forks.own(_finish(self))
+            processes.write_report(forks.folder, result, processes.Fingerprints(forks.rank()))
+        except BaseException as e:  # the process's own exit stands
+            print(f"treeqa doctor: a forked process's report failed: {e!r}", file=sys.stderr)
 
     def _note_spawn(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``torch.multiprocessing.spawn(fn, ...)``: each process it starts runs ``fn`` under a
@@ -613,7 +616,10 @@ def run_doctor(
     except BaseException:
         doctor.uninstall()
         raise
-    return code, final_report()
+    result = final_report()
+    if mode == "strict" and code == 0 and result.get("processes"):  # a forked process's stop
+        code = 3 if any(f["severity"] == "error" for f in result["findings"]) else 0
+    return code, result
 
 
 def _finish(doctor: Doctor) -> dict[str, Any]:

@@ -39,8 +39,9 @@ class Probe:
         self._last_grad: torch.Tensor | None = None  # the .grad the last backward left
 
     def arm(self) -> None:
-        """A sampled step's compute starts: watch the backwards until ``finish``."""
-        if self._handles:
+        """A sampled step's compute starts: watch the backwards until ``finish`` (not a
+        parameter frozen since it was chosen: it takes no hook, and has no gradient to judge)."""
+        if self._handles or not self.param.requires_grad:
             return
         self._backwards, self._last_grad = [], None
         self._handles = [

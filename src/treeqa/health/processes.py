@@ -24,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -34,6 +36,7 @@ from torch import nn
 
 from treeqa.health import report
 from treeqa.health.findings import SEVERITIES, Finding, key_of
+from treeqa.health.monitor import HealthError
 
 PROCESSES_ENV = "TREEQA_DOCTOR_PROCESSES"
 """The folder each worker writes ``rank{R}.json`` to; set only by a launching doctor."""
@@ -362,6 +365,31 @@ class Forks:
 
     def reported(self) -> bool:
         return self.folder.is_dir() and any(self.folder.glob("rank*.json"))
+
+    def own(self, result: dict[str, Any]) -> dict[str, Any]:
+        """A forked process's report, less what its copy of the doctor held from the parent:
+        the parent's steps before the fork, and the findings last made then."""
+        before = self.steps_before
+        findings = [f for f in result["findings"] if f["step"] > before]
+        return {**result, "steps": result["steps"] - before, "findings": findings}
+
+
+def forked_run(run: Any) -> Any:
+    """A forked process's ``run``: strict mode's stop ends it as the doctor ends a script,
+    with one line and exit code 3, not multiprocessing's traceback and 1. Once it has run,
+    SIGTERM is ignored: the process is ending, and writes its report first (a Pool's
+    terminate() signals workers that may be ending on their own)."""
+
+    def run_watched() -> Any:
+        try:
+            return run()
+        except HealthError as e:
+            print(f"treeqa doctor: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(3) from None
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    return run_watched
 
 
 class Watched:

@@ -38,6 +38,10 @@ def build(monitor: Any) -> dict[str, Any]:
     }
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def print_summary(result: dict[str, Any], stream: TextIO) -> None:
     findings = result["findings"]
     steps = result["steps"]
@@ -58,11 +62,12 @@ def print_summary(result: dict[str, Any], stream: TextIO) -> None:
     if steps == 0 and not findings:
         return
     if not findings:
-        print(f"treeqa health: {steps} steps, no findings", file=stream)
+        print(f"treeqa health: {plural(steps, 'step')}, no findings", file=stream)
         return
     counts = {s: sum(f["severity"] == s for f in findings) for s in SEVERITIES}
     shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    print(f"\ntreeqa health: {steps} steps, {len(findings)} findings ({shown})", file=stream)
+    counted = f"{plural(steps, 'step')}, {plural(len(findings), 'finding')}"
+    print(f"\ntreeqa health: {counted} ({shown})", file=stream)
     for f in findings:
         print(f"  {f['severity']:<7} {f['code']:<34} step {f['step']}: {f['message']}", file=stream)
         if f["where"]:

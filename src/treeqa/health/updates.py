@@ -92,12 +92,15 @@ class Updates:
         self.scalers = scalers if scalers is not None else LossScalers()
         self.reported: set[str] = set()
         # Parameters hooked from a sampled step's first forward to their optimiser's step:
-        # "model" (the clock's models'), "outside" (the clock's optimiser's, outside them),
-        # and each other optimiser's (weak: a finished run's).
+        # "model" (the clock's models': its last and "first"), "outside" (the clock's
+        # optimiser's, outside them); and each other optimiser's, from one of its steps to the
+        # next (weak: a finished run's).
         self.probes: dict[str, Probe] = {}
         self.other_probes: weakref.WeakKeyDictionary[torch.optim.Optimizer, Probe] = (
             weakref.WeakKeyDictionary()
         )
+        # Other optimisers whose probe is armed at their next step (a sampled step's).
+        self.others_due: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         # ReduceLROnPlateau.step calls per optimiser it drives (weak: a finished run's optimiser)
         self.plateau_steps: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
             weakref.WeakKeyDictionary()
@@ -239,11 +242,13 @@ class Updates:
         self.no_grad_run, self._no_grad_input = 0, None
 
     def begin_step(self, sampled: bool) -> None:
-        """The step's compute starts: on a sampled step, hook the probe parameters."""
+        """The step's compute starts: on a sampled step, hook the probe parameters (another
+        optimiser's from its next step: see ``other_step``)."""
         self.sampled = sampled
         if sampled:
-            for probe in (*self.probes.values(), *self.other_probes.values()):
+            for probe in self.probes.values():
                 probe.arm()
+            self.others_due = weakref.WeakSet(self.other_probes.keys())
 
     def remove_hooks(self) -> None:
         for probe in (*self.probes.values(), *self.other_probes.values()):
@@ -251,7 +256,10 @@ class Updates:
 
     def other_step(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimiser other than the clock stepped (a GAN's other half): judge its probe's
-        step, and probe the last of its parameters with a gradient from now on."""
+        window, and probe the last of its parameters with a gradient. The window runs from
+        one of its steps to the next, the first of those after a sampled step of the clock:
+        every backward it steps on is in it, whether it steps on every clock step or on every
+        k-th (accumulating over k of them)."""
         probe = self.other_probes.get(optimizer)
         if probe is not None:
             for found in probe.finish():
@@ -261,7 +269,10 @@ class Updates:
         if last is not None and (probe is None or last is not probe.param):
             n = sum(len(g["params"]) for g in optimizer.param_groups)
             whose = f"another optimiser's parameters ({type(optimizer).__name__}, {n} tensors)"
-            self.other_probes[optimizer] = Probe(last, whose)
+            self.other_probes[optimizer] = probe = Probe(last, whose)
+        if probe is not None and optimizer in self.others_due:
+            probe.arm()
+            self.others_due.discard(optimizer)
 
     def _choose_probes(
         self, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]

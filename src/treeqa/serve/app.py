@@ -68,9 +68,9 @@ spaCy's time grows with the text, ~2.6 s for 10,000 characters of short sentence
 for one 10,000-token sentence (refused after parsing: over 5,000 nodes) on one CPU thread;
 a long review is a few thousand characters."""
 MAX_REPLY_WORDS = 16_000_000
-"""The most characters of words a sentiment reply lists: each node lists its subtree's words,
-so a reply grows with a tree's depth times its length (a 5,000-node chain of one-letter words
-lists 6.3M; 2,500 levels of 150-letter words, 470 MB from a 390 kB request, are refused)."""
+"""The most bytes of words a sentiment reply lists: each node lists its subtree's words, so a
+reply grows with a tree's depth times its length (a 5,000-node chain of one-letter words lists
+6.3 MB; 2,500 levels of 150-letter words, 470 MB from a 390 kB request, are refused)."""
 STOP_WAIT_S = 30.0
 """Seconds a stopping server waits for the requests in progress (REQUEST_TIMEOUT: a client
 that goes silent while sending is dropped by then anyway)."""
@@ -199,13 +199,15 @@ def check_text(body: dict[str, Any]) -> None:
 
 
 def reply_words(tree: Any) -> int:
-    """Characters of the "words" of every node of ``tree`` in a reply: each word (and its
-    space) once for itself and once for each node above it."""
+    """Bytes of the "words" of every node of ``tree`` in a reply, as ``send_json`` writes them
+    (UTF-8; a control character as ``\\u0001``): each word (and its space) once for itself and
+    once for each node above it."""
     depth = [0] * len(tree)  # nodes in pre-order: a parent comes before its children
     total = 0
     for i, (parent, word) in enumerate(zip(tree.parent.tolist(), tree.words, strict=True)):
         depth[i] = depth[parent] + 1 if parent >= 0 else 1
-        total += (len(word) + 1) * depth[i] if word is not None else 0
+        if word is not None:
+            total += (len(json.dumps(word, ensure_ascii=False).encode()) - 1) * depth[i]
     return total
 
 
@@ -317,7 +319,7 @@ class Models:
             if listed > MAX_REPLY_WORDS:
                 raise RequestError(
                     HTTPStatus.UNPROCESSABLE_ENTITY,
-                    f"field {name!r}: the reply would list {listed:,} characters of words (each "
+                    f"field {name!r}: the reply would list {listed:,} bytes of words (each "
                     f"node lists its subtree's words); at most {MAX_REPLY_WORDS:,}: a shallower "
                     "tree, or shorter words",
                 )
@@ -559,7 +561,8 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             # Where the request line or headers were refused, close_connection is set already
             # and self.headers may be missing.
             self.refused_unread = hasattr(self, "headers") and self.unread_body()
-            self.close_connection = self.close_connection or self.refused_unread
+            stopping = cast(Server, self.server).stopping  # this answer is the connection's last
+            self.close_connection = self.close_connection or self.refused_unread or stopping
             headers = {"Content-Type": kind, **(headers or {})}
             if self.close_connection:
                 headers["Connection"] = "close"
@@ -600,6 +603,7 @@ class Server(ThreadingHTTPServer):
         super().__init__(address, handler)
         self.in_progress = 0  # requests being read or answered (not idle kept-alive connections)
         self.idle = threading.Condition()
+        self.stopping = False
 
     @contextlib.contextmanager
     def working(self) -> Iterator[None]:
@@ -624,14 +628,17 @@ class Server(ThreadingHTTPServer):
         try:
             self.serve_forever()
         except KeyboardInterrupt:
+            self.stopping = True
             self.socket.close()  # new clients are refused from here on
+            if self.in_progress:
+                say(
+                    f"treeqa serve: stopping once the {self.in_progress} request(s) in "
+                    f"progress are answered (at most {STOP_WAIT_S:.0f} s; Ctrl-C again stops now)"
+                )
+            deadline = time.monotonic() + STOP_WAIT_S
             with self.idle:
-                if self.in_progress:
-                    say(
-                        f"treeqa serve: stopping once the {self.in_progress} request(s) in "
-                        f"progress are answered (at most {STOP_WAIT_S:.0f} s; Ctrl-C again stops now)"
-                    )
-                    self.idle.wait_for(lambda: self.in_progress == 0, STOP_WAIT_S)
+                while self.in_progress and time.monotonic() < deadline:
+                    self.idle.wait(0.1)  # short waits: a second signal is handled between them
             say("treeqa serve: stopped")
         finally:
             signal.signal(signal.SIGTERM, previous)
