@@ -89,6 +89,7 @@ EXPECTED = {
     "bug_spawn_not_wrapped.py": "gradients-not-averaged",  # torch.multiprocessing.spawn
     "bug_hogwild_probs_into_ce.py": "probabilities-into-cross-entropy",  # forked processes
     "bug_pool_probs_into_ce.py": "probabilities-into-cross-entropy",  # a Pool's, terminated
+    "bug_hogwild_after_warmup.py": "probabilities-into-cross-entropy",  # the children's only
     "bug_eval_on_one_shard.py": "evaluation-on-one-shard",  # under torchrun, 2 processes
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
@@ -191,6 +192,17 @@ def test_forked_processes_that_train_make_the_report(doctor_report) -> None:
     _, report, _ = doctor_report("bug_pool_probs_into_ce.py")
     assert [p["rank"] for p in report["processes"]] == [1, 2]
     assert sum(p["steps"] for p in report["processes"]) == 240
+
+
+def test_forked_processes_report_their_own_steps_after_the_parents(doctor_report) -> None:
+    """Forked after the script's 60 clean steps: the children's finding is theirs alone, their
+    first steps sampled; a child lingering after its target returned still ends on SIGTERM."""
+    _, report, out = doctor_report("bug_hogwild_after_warmup.py")
+    steps = [(p["rank"], p["steps"]) for p in report["processes"]]
+    assert steps == [(0, 60), (1, 30), (2, 30), (3, 5)]
+    found = [f for f in report["findings"] if f["code"] == "probabilities-into-cross-entropy"]
+    assert found[0]["evidence"]["ranks"] == [1, 2]
+    assert "lingering child ended: True" in out
 
 
 def test_a_strict_stop_in_a_forked_process_is_the_doctors_exit_code(tmp_path: Path) -> None:

@@ -20,7 +20,6 @@ import io
 import multiprocessing.util
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -228,27 +227,31 @@ class Doctor:
         others keep quiet, and each reports as it exits (after ``run()``) if it trained."""
         if self.forks is None:  # forked after the run
             return
-        self.forks.steps_before = self.monitor.step
+        self.forks.steps_before = self.monitor.steps_before = self.monitor.step
+        self.monitor.findings = {}  # its own are made again, said as its own
         if self.forks.rank() != 1:
             self.monitor.stream = io.StringIO()
         self.monitor.summary = False
         self.monitor.json_path = self.monitor.plot_path = None
         multiprocessing.util.Finalize(None, self._report_fork, exitpriority=0)
         process = multiprocessing.current_process()
-        process.run = processes.forked_run(process.run)  # type: ignore[method-assign]
+        process.run = processes.forked_run(process.run, self.forks)  # type: ignore[method-assign]
 
     def _report_fork(self) -> None:
         forks = self.forks
-        if forks is None or self.monitor.step == forks.steps_before:  # trained nothing
+        if forks is None:
             return
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # (also set after run(): forked_run)
         try:
+            if self.monitor.step == forks.steps_before:  # trained nothing (a loader's worker)
+                return
             self.uninstall()
             forks.folder.mkdir(exist_ok=True)
             result = forks.own(_finish(self))
             processes.write_report(forks.folder, result, processes.Fingerprints(forks.rank()))
-        except BaseException as e:  # the process's own exit stands
+        except Exception as e:  # the process's own exit stands
             print(f"treeqa doctor: a forked process's report failed: {e!r}", file=sys.stderr)
+        finally:
+            forks.release_sigterm()
 
     def _note_spawn(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``torch.multiprocessing.spawn(fn, ...)``: each process it starts runs ``fn`` under a

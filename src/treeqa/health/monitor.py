@@ -199,6 +199,7 @@ class HealthMonitor(Callback):
         self.stop_requested = False
         self.paused = False
         self.sampling = False
+        self.steps_before = 0  # in a process forked from a watched one: its parent's steps
         self.timed = False  # this step's CPU time and the reference workload are read
         self.in_step = False  # between begin_step and end_step: a finding now is the next step's
         self.unstepped_backwards = 0  # backward() calls in a script that never stepped (doctor)
@@ -306,13 +307,14 @@ class HealthMonitor(Callback):
     def begin_step(self) -> None:
         """Call when the step's compute starts (after its batch is ready)."""
         s = self.step + 1
+        own = s - self.steps_before  # this process's own steps (a forked one's parent's before)
         self.in_step = True
         self.retention.begin_step()
-        self.timed = s <= TIMED_ALL or s % TIMED_EVERY == 0
+        self.timed = own <= TIMED_ALL or s % TIMED_EVERY == 0
         if self.timed:
             self._cpu_begin = time.process_time()
             self._wait_begin = RUN_QUEUE.waited()
-        self.sampling = s <= 3 or s % self.every == 0
+        self.sampling = own <= 3 or s % self.every == 0
         hooks = (self.sampling or self.nonfinite.armed) and not (self.compiling or compiled())
         if self.sampling and hooks:
             self._rms = {}

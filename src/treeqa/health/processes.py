@@ -366,6 +366,21 @@ class Forks:
     def reported(self) -> bool:
         return self.folder.is_dir() and any(self.folder.glob("rank*.json"))
 
+    def hold_sigterm(self) -> None:
+        """A forked process whose ``run()`` is over: a SIGTERM now (a Pool's terminate()
+        signals workers that may be ending on their own) waits for its report."""
+        self.held: list[int] = []
+        self.previous = signal.signal(signal.SIGTERM, lambda signum, _: self.held.append(signum))
+
+    def release_sigterm(self) -> None:
+        """The report is written: SIGTERM does again what it did, and one held is sent again."""
+        if getattr(self, "previous", None) is None:
+            return
+        signal.signal(signal.SIGTERM, self.previous)
+        self.previous = None
+        if self.held:
+            os.kill(os.getpid(), signal.SIGTERM)
+
     def own(self, result: dict[str, Any]) -> dict[str, Any]:
         """A forked process's report, less what its copy of the doctor held from the parent:
         the parent's steps before the fork, and the findings last made then."""
@@ -374,11 +389,10 @@ class Forks:
         return {**result, "steps": result["steps"] - before, "findings": findings}
 
 
-def forked_run(run: Any) -> Any:
+def forked_run(run: Any, forks: Forks) -> Any:
     """A forked process's ``run``: strict mode's stop ends it as the doctor ends a script,
-    with one line and exit code 3, not multiprocessing's traceback and 1. Once it has run,
-    SIGTERM is ignored: the process is ending, and writes its report first (a Pool's
-    terminate() signals workers that may be ending on their own)."""
+    with one line and exit code 3, not multiprocessing's traceback and 1. Once it has run, a
+    SIGTERM waits for its report (``Forks.hold_sigterm``)."""
 
     def run_watched() -> Any:
         try:
@@ -387,7 +401,7 @@ def forked_run(run: Any) -> Any:
             print(f"treeqa doctor: {e}", file=sys.stderr, flush=True)
             raise SystemExit(3) from None
         finally:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            forks.hold_sigterm()
 
     return run_watched
 

@@ -28,7 +28,6 @@ A body comes with Content-Length or ``Transfer-Encoding: chunked``. Connections 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import re
@@ -388,7 +387,19 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
         answered = False  # reset per request: whether its answer has begun
         refused_unread = False  # the answer leaves the request's body unread
 
+        def handle_one_request(self) -> None:
+            self.counted = False
+            try:
+                super().handle_one_request()
+            finally:
+                if self.counted:
+                    cast(Server, self.server).done()
+
         def parse_request(self) -> bool:
+            # A request is in progress from its first line read to its answer sent: a
+            # stopping server waits for it (its bytes would reset the connection unread).
+            cast(Server, self.server).begin()
+            self.counted = True
             self.body_read = self.answered = False
             return super().parse_request()
 
@@ -418,10 +429,6 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             self.answer("OPTIONS")
 
         def answer(self, method: str) -> None:
-            with cast(Server, self.server).working():
-                self._answer(method)
-
-        def _answer(self, method: str) -> None:
             path = self.path.split("?")[0]
             try:
                 route = routes.get((method, path))
@@ -605,16 +612,14 @@ class Server(ThreadingHTTPServer):
         self.idle = threading.Condition()
         self.stopping = False
 
-    @contextlib.contextmanager
-    def working(self) -> Iterator[None]:
+    def begin(self) -> None:
         with self.idle:
             self.in_progress += 1
-        try:
-            yield
-        finally:
-            with self.idle:
-                self.in_progress -= 1
-                self.idle.notify_all()
+
+    def done(self) -> None:
+        with self.idle:
+            self.in_progress -= 1
+            self.idle.notify_all()
 
     def serve_until_stopped(self, say: Callable[[str], None]) -> None:
         """Serve until Ctrl-C or SIGTERM (a service manager's stop); then accept no more
@@ -637,8 +642,12 @@ class Server(ThreadingHTTPServer):
                 )
             deadline = time.monotonic() + STOP_WAIT_S
             with self.idle:
-                while self.in_progress and time.monotonic() < deadline:
-                    self.idle.wait(0.1)  # short waits: a second signal is handled between them
+                # Short waits: a second signal is handled between them; and a last one with
+                # none in progress, for a request a kept-alive client sent just now.
+                quiet = 0
+                while quiet < 2 and time.monotonic() < deadline:
+                    quiet = 0 if self.in_progress else quiet + 1
+                    self.idle.wait(0.1)
             say("treeqa serve: stopped")
         finally:
             signal.signal(signal.SIGTERM, previous)
