@@ -214,6 +214,38 @@ def test_a_strict_stop_in_a_forked_process_is_the_doctors_exit_code(tmp_path: Pa
     assert "Traceback" not in proc.stderr
 
 
+KILLED = """
+import os, signal, torch, torch.multiprocessing as mp
+from torch import nn
+
+def train(rank, model):
+    torch.set_num_threads(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for _ in range(40):
+        x = torch.randn(16, 8)
+        loss = nn.functional.cross_entropy(model(x), (x[:, 0] > 0).long())
+        opt.zero_grad(); loss.backward(); opt.step()
+    if rank == 1:  # as the out-of-memory killer ends a process
+        os.kill(os.getpid(), signal.SIGKILL)
+
+if __name__ == "__main__":
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    model.share_memory()
+    ps = [mp.Process(target=train, args=(rank, model)) for rank in range(2)]
+    [p.start() for p in ps]; [p.join() for p in ps]
+"""
+
+
+def test_a_forked_process_killed_before_its_report_is_named(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(KILLED)
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", "train.py"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "treeqa health: 1 process watched" in proc.stderr
+    assert "1 forked process ended before it could report (pid " in proc.stderr
+    assert "by signal 9): what it trained is not in this report" in proc.stderr
+
+
 def test_a_forked_process_reports_its_own_steps_and_findings() -> None:
     """A child forked after the parent's 60 steps holds the parent's counts: its report is
     of what it did after the fork."""

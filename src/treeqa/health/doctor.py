@@ -184,6 +184,16 @@ class Doctor:
             return result
 
         self.undo.append(wrap.install_wrapper(GradScaler, "step", original_step, step))
+        process_class = multiprocessing.process.BaseProcess
+        original_start = vars(process_class)["start"]
+
+        def start(process: multiprocessing.process.BaseProcess) -> None:
+            original_start(process)
+            me = doctor()
+            if me is not None and me.forks is not None:
+                me.forks.started(process)
+
+        self.undo.append(wrap.install_wrapper(process_class, "start", original_start, start))
         original_script = torch.jit.script
 
         def jit_script(obj: Any, *args: Any, **kwargs: Any) -> Any:
@@ -607,6 +617,7 @@ def run_doctor(
                 processes.write_report(forks.folder, result, processes.Fingerprints(0))
             result = processes.report_merged(forks.folder, *reports_to, stream or sys.stderr)
         if forks is not None:
+            forks.say_killed(stream or sys.stderr)
             shutil.rmtree(forks.folder, ignore_errors=True)
         return result
 

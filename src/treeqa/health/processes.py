@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import tempfile
+import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -354,6 +355,25 @@ class Forks:
         # Named now, made by the first process to report: most scripts fork nothing.
         self.folder = Path(tempfile.gettempdir()) / f"treeqa-doctor-forks-{os.getpid()}-{id(self)}"
         self.steps_before = -1  # in a forked process: the steps its parent had taken
+        self.children: weakref.WeakSet[Any] = weakref.WeakSet()  # the script's forked processes
+
+    def started(self, process: Any) -> None:
+        """``process.start()`` ran in the script: a forked one is watched (see ``say_killed``)."""
+        if getattr(getattr(process, "_popen", None), "method", "") == "fork":
+            self.children.add(process)
+
+    def say_killed(self, stream: Any) -> None:
+        """Name the forked processes a signal ended before they could report (SIGKILL, say: the
+        kernel's out-of-memory killer sends it): what they trained is not in the report."""
+        killed = sorted((p.pid, -p.exitcode) for p in list(self.children) if (p.exitcode or 0) < 0)
+        if killed:
+            said = ", ".join(f"pid {pid} by signal {sig}" for pid, sig in killed)
+            print(
+                f"treeqa doctor: {len(killed)} forked process{'es' if len(killed) > 1 else ''} "
+                f"ended before {'they' if len(killed) > 1 else 'it'} could report ({said}): "
+                f"what {'they' if len(killed) > 1 else 'it'} trained is not in this report",
+                file=stream,
+            )
 
     def rank(self) -> int:
         """This forked process's number: 1, 2, ... as multiprocessing counts the script's
