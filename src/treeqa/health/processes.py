@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -356,6 +357,8 @@ class Forks:
         self.folder = Path(tempfile.gettempdir()) / f"treeqa-doctor-forks-{os.getpid()}-{id(self)}"
         self.steps_before = -1  # in a forked process: the steps its parent had taken
         self.children: weakref.WeakSet[Any] = weakref.WeakSet()  # the script's forked processes
+        self.previous: Any = None  # SIGTERM's handler while one is held (hold_sigterm)
+        self.held: list[int] = []
 
     def started(self, process: Any) -> None:
         """``process.start()`` ran in the script: a forked one is watched (see ``say_killed``)."""
@@ -378,8 +381,6 @@ class Forks:
     def rank(self) -> int:
         """This forked process's number: 1, 2, ... as multiprocessing counts the script's
         children (its own pid, for a child's child)."""
-        import multiprocessing
-
         identity = multiprocessing.current_process()._identity
         return identity[0] if len(identity) == 1 else os.getpid()
 
@@ -389,12 +390,11 @@ class Forks:
     def hold_sigterm(self) -> None:
         """A forked process whose ``run()`` is over: a SIGTERM now (a Pool's terminate()
         signals workers that may be ending on their own) waits for its report."""
-        self.held: list[int] = []
         self.previous = signal.signal(signal.SIGTERM, lambda signum, _: self.held.append(signum))
 
     def release_sigterm(self) -> None:
         """The report is written: SIGTERM does again what it did, and one held is sent again."""
-        if getattr(self, "previous", None) is None:
+        if self.previous is None:
             return
         signal.signal(signal.SIGTERM, self.previous)
         self.previous = None
