@@ -28,6 +28,8 @@ FRESH_PROCESS = {
     "bug_hogwild_probs_into_ce.py",
     "bug_pool_probs_into_ce.py",
     "bug_hogwild_after_warmup.py",
+    "bug_hogwild_spawn_probs_into_ce.py",
+    "clean_forkserver_pool.py",
 }
 """Scripts run as ``treeqa doctor`` runs them: in a new interpreter. In this long-lived test
 process, heap that earlier tests freed is handed out again first, so a leak can fill it for

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from treeqa.health import CODES, processes
+from treeqa.health import CODES, forks
 from treeqa.health.heap import heap_mb
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -90,6 +90,7 @@ EXPECTED = {
     "bug_hogwild_probs_into_ce.py": "probabilities-into-cross-entropy",  # forked processes
     "bug_pool_probs_into_ce.py": "probabilities-into-cross-entropy",  # a Pool's, terminated
     "bug_hogwild_after_warmup.py": "probabilities-into-cross-entropy",  # the children's only
+    "bug_hogwild_spawn_probs_into_ce.py": "probabilities-into-cross-entropy",  # spawned
     "bug_eval_on_one_shard.py": "evaluation-on-one-shard",  # under torchrun, 2 processes
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
@@ -130,6 +131,7 @@ CLEAN = [
     "clean_finetune_loaded.py",  # load_state_dict, then a high first loss on new labels
     "clean_second_model.py",  # a second model and optimiser first run after the clock's step
     "clean_freeze_mid_run.py",  # first layer frozen at step 100; an optimiser stepping every 4th
+    "clean_forkserver_pool.py",  # a ProcessPoolExecutor's forkserver workers, a model per job
 ]
 
 
@@ -194,6 +196,19 @@ def test_forked_processes_that_train_make_the_report(doctor_report) -> None:
     assert sum(p["steps"] for p in report["processes"]) == 240
 
 
+def test_spawned_processes_that_train_make_the_report(doctor_report) -> None:
+    """Hogwild with processes started by ``spawn`` (a fresh interpreter each, no doctor of the
+    script's to copy): each is handed one with its target, 50 steps each."""
+    _, report, _ = doctor_report("bug_hogwild_spawn_probs_into_ce.py")
+    assert [(p["rank"], p["steps"]) for p in report["processes"]] == [(1, 50), (2, 50)]
+    found = [f for f in report["findings"] if f["code"] == "probabilities-into-cross-entropy"]
+    assert found[0]["evidence"]["ranks"] == [1, 2]
+    # forkserver: the after-fork callbacks run there too, and the doctor is readied once
+    _, report, out = doctor_report("clean_forkserver_pool.py")
+    assert "losses" in out
+    assert sum(p["steps"] for p in report["processes"]) == 200
+
+
 def test_forked_processes_report_their_own_steps_after_the_parents(doctor_report) -> None:
     """Forked after the script's 60 clean steps: the children's finding is theirs alone, their
     first steps sampled; a child lingering after its target returned still ends on SIGTERM."""
@@ -205,8 +220,13 @@ def test_forked_processes_report_their_own_steps_after_the_parents(doctor_report
     assert "lingering child ended: True" in out
 
 
-def test_a_strict_stop_in_a_forked_process_is_the_doctors_exit_code(tmp_path: Path) -> None:
-    script = SCRIPTS / "bug_hogwild_probs_into_ce.py"
+@pytest.mark.parametrize(
+    "name", ["bug_hogwild_probs_into_ce.py", "bug_hogwild_spawn_probs_into_ce.py"]
+)
+def test_a_strict_stop_in_a_child_process_is_the_doctors_exit_code(
+    name: str, tmp_path: Path
+) -> None:
+    script = SCRIPTS / name
     cmd = [sys.executable, "-m", "treeqa", "doctor", "--strict", "--", "python", str(script)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr
@@ -215,7 +235,7 @@ def test_a_strict_stop_in_a_forked_process_is_the_doctors_exit_code(tmp_path: Pa
 
 
 KILLED = """
-import os, signal, torch, torch.multiprocessing as mp
+import os, signal, sys, torch, torch.multiprocessing as mp
 from torch import nn
 
 def train(rank, model):
@@ -231,29 +251,31 @@ def train(rank, model):
 if __name__ == "__main__":
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
     model.share_memory()
-    ps = [mp.Process(target=train, args=(rank, model)) for rank in range(2)]
+    context = mp.get_context(sys.argv[1])
+    ps = [context.Process(target=train, args=(rank, model)) for rank in range(2)]
     [p.start() for p in ps]; [p.join() for p in ps]
 """
 
 
-def test_a_forked_process_killed_before_its_report_is_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_child_process_killed_before_its_report_is_named(method: str, tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(KILLED)
-    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", "train.py"]
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", "train.py", method]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "treeqa health: 1 process watched" in proc.stderr
-    assert "1 forked process ended before it could report (pid " in proc.stderr
+    assert "1 child process ended before it could report (pid " in proc.stderr
     assert "by signal 9): what it trained is not in this report" in proc.stderr
 
 
 def test_a_forked_process_reports_its_own_steps_and_findings() -> None:
     """A child forked after the parent's 60 steps holds the parent's counts: its report is
     of what it did after the fork."""
-    forks = processes.Forks()
-    forks.steps_before = 60
+    watched = forks.Forks()
+    watched.steps_before = 60
     made = {"code": "hot-op", "step": 53}
     again = {"code": "probabilities-into-cross-entropy", "step": 61}
-    own = forks.own({"steps": 90, "findings": [made, again], "series": {}})
+    own = watched.own({"steps": 90, "findings": [made, again], "series": {}})
     assert (own["steps"], own["findings"]) == (30, [again])
 
 

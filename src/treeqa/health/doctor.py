@@ -33,7 +33,7 @@ from torch import nn
 from torch.amp import GradScaler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from treeqa.health import checks, loss_inputs, processes, report, script, slips, wrap
+from treeqa.health import checks, forks, loss_inputs, processes, report, script, slips, wrap
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
@@ -138,7 +138,9 @@ class Doctor:
         # One of several processes: what it trained, to compare with the others.
         self.prints = prints
         self.spawned: Path | None = None  # the reports of processes torch.multiprocessing started
-        self.forks: processes.Forks | None = None  # those multiprocessing forks, while installed
+        self.forks: forks.Forks | None = (
+            None  # the processes multiprocessing starts, while installed
+        )
         self.reports_to: tuple[Path | None, Path | None] = (None, None)  # their merged report's
         self.undo: list[Any] = []
         self.in_evaluation = False  # inside an evaluation's forward of a trained root
@@ -154,7 +156,8 @@ class Doctor:
     def install(self) -> None:
         self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self.discover)
         if self.prints is None:  # (one of several processes already reports to its launcher)
-            self.forks = processes.Forks()
+            m = self.monitor
+            self.forks = forks.Forks(m.every, m.mode, m.source_files)
             multiprocessing.util.register_after_fork(self, Doctor._forked)
         self.handles.append(register_optimizer_step_post_hook(self.step_end))
         original = torch.autograd.backward
@@ -188,10 +191,15 @@ class Doctor:
         original_start = vars(process_class)["start"]
 
         def start(process: multiprocessing.process.BaseProcess) -> None:
-            original_start(process)
             me = doctor()
-            if me is not None and me.forks is not None:
-                me.forks.started(process)
+            watching = me.forks if me is not None else None
+            if watching is not None:
+                watching.starting(process)
+            try:
+                original_start(process)
+            finally:
+                if watching is not None:
+                    watching.started(process)
 
         self.undo.append(wrap.install_wrapper(process_class, "start", original_start, start))
         original_script = torch.jit.script
@@ -235,8 +243,9 @@ class Doctor:
     def _forked(self) -> None:
         """In a process multiprocessing forked: the first prints its findings as they come, the
         others keep quiet, and each reports as it exits (after ``run()``) if it trained."""
-        if self.forks is None:  # forked after the run
+        if self.forks is None or self.forks.readied == os.getpid():  # after the run; or twice
             return
+        self.forks.readied = os.getpid()
         self.forks.steps_before = self.monitor.steps_before = self.monitor.step
         self.monitor.findings = {}  # its own are made again, said as its own
         if self.forks.rank() != 1:
@@ -245,7 +254,7 @@ class Doctor:
         self.monitor.json_path = self.monitor.plot_path = None
         multiprocessing.util.Finalize(None, self._report_fork, exitpriority=0)
         process = multiprocessing.current_process()
-        process.run = processes.forked_run(process.run, self.forks)  # type: ignore[method-assign]
+        process.run = forks.forked_run(process.run, self.forks)  # type: ignore[method-assign]
 
     def _report_fork(self) -> None:
         forks = self.forks
@@ -259,7 +268,7 @@ class Doctor:
             result = forks.own(_finish(self))
             processes.write_report(forks.folder, result, processes.Fingerprints(forks.rank()))
         except Exception as e:  # the process's own exit stands
-            print(f"treeqa doctor: a forked process's report failed: {e!r}", file=sys.stderr)
+            print(f"treeqa doctor: a child process's report failed: {e!r}", file=sys.stderr)
         finally:
             forks.release_sigterm()
 
@@ -631,7 +640,7 @@ def run_doctor(
         doctor.uninstall()
         raise
     result = final_report()
-    if mode == "strict" and code == 0 and result.get("processes"):  # a forked process's stop
+    if mode == "strict" and code == 0 and result.get("processes"):  # a child process's stop
         code = 3 if any(f["severity"] == "error" for f in result["findings"]) else 0
     return code, result
 
@@ -683,3 +692,27 @@ def watch_process(
         result = _finish(doctor)
         processes.write_report(folder, result, prints)
     return value, result
+
+
+SPAWNED: list[Any] = []
+"""This process's doctor and SIGTERM handler, when multiprocessing started it in a fresh
+interpreter from a watched script (kept: multiprocessing holds after-fork callbacks weakly)."""
+
+
+def watch_spawned(folder: Path, every: int, mode: str, sources: Sequence[str]) -> None:
+    """In a process multiprocessing is starting in a fresh interpreter (``spawn``,
+    ``forkserver``) from a watched script, before it runs: a doctor as the script's, which
+    multiprocessing readies as it readies a forked process's copy (``Doctor._forked``), and
+    SIGTERM ending it as ``sys.exit(143)`` would, as in the script."""
+    if SPAWNED:
+        return
+    monitor = HealthMonitor(mode=mode, every=every)
+    monitor.source_files.extend(sources)
+    doctor = Doctor(monitor)
+    doctor.install()
+    assert doctor.forks is not None
+    doctor.forks.folder = folder
+    forks.ready_at_start(doctor._forked)
+    sigterm = contextlib.ExitStack()
+    sigterm.enter_context(script.exit_on_sigterm())
+    SPAWNED.extend([doctor, sigterm])

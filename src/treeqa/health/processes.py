@@ -23,12 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import multiprocessing
 import os
-import signal
-import sys
 import tempfile
-import weakref
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +34,6 @@ from torch import nn
 
 from treeqa.health import report
 from treeqa.health.findings import SEVERITIES, Finding, key_of
-from treeqa.health.monitor import HealthError
 
 PROCESSES_ENV = "TREEQA_DOCTOR_PROCESSES"
 """The folder each worker writes ``rank{R}.json`` to; set only by a launching doctor."""
@@ -344,86 +339,6 @@ def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
             for p, r in zip(prints, reports, strict=True)
         ],
     }
-
-
-class Forks:
-    """The processes ``multiprocessing`` forks from a watched script (``mp.Process`` in Hogwild
-    training, a ``Pool``'s workers): each carries on under its copy of the script's doctor, and
-    one that trained writes its report to ``folder`` as it exits, for the script's end to merge.
-    A DataLoader's workers take no steps and write nothing."""
-
-    def __init__(self) -> None:
-        # Named now, made by the first process to report: most scripts fork nothing.
-        self.folder = Path(tempfile.gettempdir()) / f"treeqa-doctor-forks-{os.getpid()}-{id(self)}"
-        self.steps_before = -1  # in a forked process: the steps its parent had taken
-        self.children: weakref.WeakSet[Any] = weakref.WeakSet()  # the script's forked processes
-        self.previous: Any = None  # SIGTERM's handler while one is held (hold_sigterm)
-        self.held: list[int] = []
-
-    def started(self, process: Any) -> None:
-        """``process.start()`` ran in the script: a forked one is watched (see ``say_killed``)."""
-        if getattr(getattr(process, "_popen", None), "method", "") == "fork":
-            self.children.add(process)
-
-    def say_killed(self, stream: Any) -> None:
-        """Name the forked processes a signal ended before they could report (SIGKILL, say: the
-        kernel's out-of-memory killer sends it): what they trained is not in the report."""
-        killed = sorted((p.pid, -p.exitcode) for p in list(self.children) if (p.exitcode or 0) < 0)
-        if killed:
-            said = ", ".join(f"pid {pid} by signal {sig}" for pid, sig in killed)
-            print(
-                f"treeqa doctor: {len(killed)} forked process{'es' if len(killed) > 1 else ''} "
-                f"ended before {'they' if len(killed) > 1 else 'it'} could report ({said}): "
-                f"what {'they' if len(killed) > 1 else 'it'} trained is not in this report",
-                file=stream,
-            )
-
-    def rank(self) -> int:
-        """This forked process's number: 1, 2, ... as multiprocessing counts the script's
-        children (its own pid, for a child's child)."""
-        identity = multiprocessing.current_process()._identity
-        return identity[0] if len(identity) == 1 else os.getpid()
-
-    def reported(self) -> bool:
-        return self.folder.is_dir() and any(self.folder.glob("rank*.json"))
-
-    def hold_sigterm(self) -> None:
-        """A forked process whose ``run()`` is over: a SIGTERM now (a Pool's terminate()
-        signals workers that may be ending on their own) waits for its report."""
-        self.previous = signal.signal(signal.SIGTERM, lambda signum, _: self.held.append(signum))
-
-    def release_sigterm(self) -> None:
-        """The report is written: SIGTERM does again what it did, and one held is sent again."""
-        if self.previous is None:
-            return
-        signal.signal(signal.SIGTERM, self.previous)
-        self.previous = None
-        if self.held:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def own(self, result: dict[str, Any]) -> dict[str, Any]:
-        """A forked process's report, less what its copy of the doctor held from the parent:
-        the parent's steps before the fork, and the findings last made then."""
-        before = self.steps_before
-        findings = [f for f in result["findings"] if f["step"] > before]
-        return {**result, "steps": result["steps"] - before, "findings": findings}
-
-
-def forked_run(run: Any, forks: Forks) -> Any:
-    """A forked process's ``run``: strict mode's stop ends it as the doctor ends a script,
-    with one line and exit code 3, not multiprocessing's traceback and 1. Once it has run, a
-    SIGTERM waits for its report (``Forks.hold_sigterm``)."""
-
-    def run_watched() -> Any:
-        try:
-            return run()
-        except HealthError as e:
-            print(f"treeqa doctor: {e}", file=sys.stderr, flush=True)
-            raise SystemExit(3) from None
-        finally:
-            forks.hold_sigterm()
-
-    return run_watched
 
 
 class Watched:
