@@ -245,8 +245,10 @@ def train(rank, model):
         x = torch.randn(16, 8)
         loss = nn.functional.cross_entropy(model(x), (x[:, 0] > 0).long())
         opt.zero_grad(); loss.backward(); opt.step()
-    if rank == 1:  # as the out-of-memory killer ends a process
+    if rank == 1 and sys.argv[2] == "kill":  # as the out-of-memory killer ends a process
         os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 1:  # ending at once, skipping every finally
+        os._exit(0)
 
 if __name__ == "__main__":
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
@@ -260,12 +262,20 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_a_child_process_killed_before_its_report_is_named(method: str, tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(KILLED)
-    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", "train.py", method]
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", "train.py", method, "kill"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "treeqa health: 1 process watched" in proc.stderr
     assert "1 child process ended before it could report (pid " in proc.stderr
     assert "by signal 9): what it trained is not in this report" in proc.stderr
+
+
+def test_a_child_process_ending_with_os_exit_reports_first(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(KILLED)
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", "train.py", "fork", "exit"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "treeqa health: 2 processes watched" in proc.stderr
 
 
 def test_a_forked_process_reports_its_own_steps_and_findings() -> None:

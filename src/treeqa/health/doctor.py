@@ -253,6 +253,8 @@ class Doctor:
         self.monitor.summary = False
         self.monitor.json_path = self.monitor.plot_path = None
         multiprocessing.util.Finalize(None, self._report_fork, exitpriority=0)
+        # os._exit skips the Finalize: the report first (once: it takes the doctor out)
+        self.forks.exiting.enter_context(script.before_os_exit(self._report_fork))
         process = multiprocessing.current_process()
         process.run = forks.forked_run(process.run, self.forks)  # type: ignore[method-assign]
 

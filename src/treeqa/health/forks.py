@@ -14,6 +14,7 @@ given no doctor at all).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import multiprocessing.process
 import os
@@ -53,6 +54,7 @@ class Forks:
         self.previous: Any = None  # SIGTERM's handler while one is held (hold_sigterm)
         self.readied: int | None = None  # the pid of the process its doctor was readied in
         self.held: list[int] = []
+        self.exiting = contextlib.ExitStack()  # in a child: os._exit reports first
 
     def starting(self, process: Any) -> None:
         """``process.start()`` is called: one started in a fresh interpreter is handed a doctor
