@@ -4,8 +4,8 @@
 ``run_doctor`` runs any PyTorch script under it (``treeqa doctor -- python script.py``).
 """
 
-from treeqa.health.doctor import run_doctor
 from treeqa.health.findings import CODES, FIXES, Finding
+from treeqa.health.launch import run_doctor
 from treeqa.health.monitor import HealthError, HealthMonitor
 
 __all__ = ["CODES", "FIXES", "Finding", "HealthError", "HealthMonitor", "run_doctor"]

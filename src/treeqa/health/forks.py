@@ -138,7 +138,7 @@ def forked_run(run: Any, forks: Forks) -> Any:
 
 class Spawned:
     """What a process started in a fresh interpreter carries, pickled with it: unpickled there
-    before the process runs, it puts a doctor in (``doctor.watch_spawned``) that reports to
+    before the process runs, it puts a doctor in (``launch.watch_spawned``) that reports to
     ``folder`` as a forked process's does."""
 
     def __init__(self, folder: Path, every: int, mode: str, sources: list[str]) -> None:
@@ -152,7 +152,7 @@ def start_doctor(folder: str, every: int, mode: str, sources: list[str]) -> None
     """Unpickling a ``Spawned``: a doctor for this process, should multiprocessing be starting
     it (elsewhere nothing: this leaves None where the ``Spawned`` was)."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):
-        from treeqa.health.doctor import watch_spawned  # (the doctor imports this module)
+        from treeqa.health.launch import watch_spawned  # (which imports this module)
 
         watch_spawned(Path(folder), every, mode, sources)
 

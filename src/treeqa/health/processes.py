@@ -349,7 +349,7 @@ class Watched:
         self.fn, self.folder, self.every, self.mode = fn, folder, every, mode
 
     def __call__(self, index: int, *args: Any) -> Any:
-        from treeqa.health.doctor import watch_process  # (the doctor imports this module)
+        from treeqa.health.launch import watch_process  # (which imports this module)
 
         return watch_process(self.fn, (index, *args), self.folder, index, self.every, self.mode)[0]
 

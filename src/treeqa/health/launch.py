@@ -1,0 +1,162 @@
+"""How the doctor starts: on a script run in this process (``run_doctor``, what ``treeqa
+doctor`` calls; torchrun's processes each under a doctor of their own), in one of several
+processes that report to a launching doctor (``watch_process``), and in a process
+``multiprocessing`` is starting in a fresh interpreter (``watch_spawned``)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from treeqa.health import forks, processes, report, script
+from treeqa.health.doctor import Doctor
+from treeqa.health.monitor import HealthMonitor
+
+
+def run_doctor(
+    command: Sequence[str],
+    *,
+    json_path: str | Path | None = None,
+    plot_path: str | Path | None = None,
+    every: int = 50,
+    mode: str = "on",
+    stream: Any = None,
+) -> tuple[int, dict[str, Any]]:
+    """Run ``command`` (``python SCRIPT.py ARGS``, ``python -m MODULE ARGS``, or either behind
+    ``torchrun [OPTIONS]``: every process) under the monitor.
+
+    Returns the script's exit code (3 when strict mode stopped it, 130 on Ctrl-C) and the
+    report. Report paths are taken relative to the working directory at the call: the script
+    may change it.
+    """
+    launched = processes.launcher_split(command)
+    target = script.parse(launched[1] if launched else command)
+    if not launched:  # (torchrun starts each process with the command's own flags)
+        script.check_optimize(target)
+    source = script.source(target)
+    json_path = Path(json_path).absolute() if json_path is not None else None
+    plot_path = Path(plot_path).absolute() if plot_path is not None else None
+    for flag, path in (("--json", json_path), ("--plot", plot_path)):
+        if path is not None:
+            script.writable(flag, path)
+    if plot_path is not None:
+        report.check_plot_path(plot_path)
+    if launched:  # torchrun: each process runs a doctor of its own
+        return processes.run_launcher(
+            *launched,
+            json_path=json_path,
+            plot_path=plot_path,
+            every=every,
+            mode=mode,
+            stream=stream or sys.stderr,
+        )
+    folder = processes.worker_folder()
+    if folder is not None:  # one of torchrun's workers: the launching doctor sums up
+        rank = int(os.environ["RANK"])
+        return watch_process(script.run, (target,), folder, rank, every, mode, stream, source)
+    monitor = HealthMonitor(
+        mode=mode, every=every, json_path=json_path, plot_path=plot_path, stream=stream
+    )
+    if source:
+        monitor.source_files.append(source)
+    doctor = Doctor(monitor)
+
+    def final_report() -> dict[str, Any]:
+        children = doctor.forks
+        doctor.uninstall()
+        started = children is not None and children.reported() and doctor.spawned is None
+        if started:  # the processes it started trained: one report of them all (and the script)
+            reports_to = (json_path, plot_path)
+            monitor.json_path = monitor.plot_path = None
+            monitor.summary = False
+        result = doctor.finish()
+        if doctor.spawned is not None:  # the script's own steps, if any, are not reported
+            result = processes.report_merged(
+                doctor.spawned, *doctor.reports_to, stream or sys.stderr
+            )
+            shutil.rmtree(doctor.spawned, ignore_errors=True)
+        elif started:
+            assert children is not None
+            if result["steps"]:  # the script trained too: process 0
+                processes.write_report(children.folder, result, processes.Fingerprints(0))
+            result = processes.report_merged(children.folder, *reports_to, stream or sys.stderr)
+        if children is not None:
+            children.say_killed(stream or sys.stderr)
+            shutil.rmtree(children.folder, ignore_errors=True)
+        return result
+
+    doctor.install()
+    try:
+        # SIGTERM (a scheduler preempting the job) ends the script as sys.exit(143) would,
+        # and os._exit after training reports first: neither loses the run's report.
+        with script.exit_on_sigterm(), script.before_os_exit(final_report):
+            code = script.run(target)
+    except BaseException:
+        doctor.uninstall()
+        raise
+    result = final_report()
+    if mode == "strict" and code == 0 and result.get("processes"):  # a child process's stop
+        code = 3 if any(f["severity"] == "error" for f in result["findings"]) else 0
+    return code, result
+
+
+def watch_process(
+    fn: Any,
+    args: tuple[Any, ...],
+    folder: Path,
+    rank: int,
+    every: int,
+    mode: str,
+    stream: Any = None,
+    source: str = "",
+) -> tuple[Any, dict[str, Any]]:
+    """``fn(*args)`` in one of several processes (torchrun's workers, those ``spawn`` started)
+    under a doctor of its own: process 0 prints its findings as they come (to ``stream``), the
+    others keep quiet, and each writes its report to ``folder`` for the launching doctor to
+    merge. Returns what ``fn`` returned and the report."""
+    quiet = rank != 0
+    monitor = HealthMonitor(mode=mode, every=every, stream=io.StringIO() if quiet else stream)
+    monitor.summary = False
+    if source:
+        monitor.source_files.append(source)
+    prints = processes.Fingerprints(rank)
+    doctor = Doctor(monitor, prints)
+    doctor.install()
+    try:
+        with script.exit_on_sigterm():  # torchrun and spawn stop the others so when one fails
+            value = fn(*args)
+    finally:
+        doctor.uninstall()
+        result = doctor.finish()
+        processes.write_report(folder, result, prints)
+    return value, result
+
+
+SPAWNED: list[Any] = []
+"""This process's doctor and SIGTERM handler, when multiprocessing started it in a fresh
+interpreter from a watched script (kept: multiprocessing holds after-fork callbacks weakly)."""
+
+
+def watch_spawned(folder: Path, every: int, mode: str, sources: Sequence[str]) -> None:
+    """In a process multiprocessing is starting in a fresh interpreter (``spawn``,
+    ``forkserver``) from a watched script, before it runs: a doctor as the script's, which
+    multiprocessing readies as it readies a forked process's copy (``Doctor._forked``), and
+    SIGTERM ending it as ``sys.exit(143)`` would, as in the script."""
+    if SPAWNED:
+        return
+    monitor = HealthMonitor(mode=mode, every=every)
+    monitor.source_files.extend(sources)
+    doctor = Doctor(monitor)
+    doctor.install()
+    assert doctor.forks is not None
+    doctor.forks.folder = folder
+    forks.ready_at_start(doctor._forked)
+    sigterm = contextlib.ExitStack()
+    sigterm.enter_context(script.exit_on_sigterm())
+    SPAWNED.extend([doctor, sigterm])
