@@ -81,7 +81,8 @@ def test_raw_text_is_parsed_as_the_training_data_was(
 
     # The same from the command line and from the server.
     from treeqa.cli.main import main
-    from treeqa.serve.app import Models, RequestError
+    from treeqa.serve.bodies import RequestError
+    from treeqa.serve.models import Models
 
     assert main(["predict", "--checkpoint", str(tmp_path / "cs"), "--text", "Not good."]) == 0
     assert "Not good ." in capsys.readouterr().out

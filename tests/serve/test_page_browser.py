@@ -23,7 +23,8 @@ from test_serve import TREE, run_dir  # noqa: E402, F401 - the trained-model fix
 from test_serve_qa import prepared  # noqa: E402, F401 - the prepared-SQuAD fixture
 from test_serve_qa import run_dir as qa_run_dir  # noqa: E402, F401 - a trained QANet
 
-from treeqa.serve.app import Models, make_server  # noqa: E402
+from treeqa.serve.app import make_server  # noqa: E402
+from treeqa.serve.models import Models  # noqa: E402
 
 
 @contextlib.contextmanager

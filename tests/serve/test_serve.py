@@ -22,7 +22,9 @@ import pytest
 
 from treeqa.data.tree import parse_tree
 from treeqa.recipes import sentiment
-from treeqa.serve.app import MAX_BODY, Models, make_server
+from treeqa.serve.app import make_server
+from treeqa.serve.bodies import MAX_BODY
+from treeqa.serve.models import Models
 
 TREE = "(((the) (film)) ((is) ((not) (good))))"
 

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from test_serve import TREE, call, run_dir, serving  # noqa: F401 - the trained-model fixture
 
-from treeqa.serve.app import MAX_BODY, MAX_LINE, Models, RequestError, make_server, read_chunked
+from treeqa.serve.app import make_server
+from treeqa.serve.bodies import MAX_BODY, MAX_LINE, RequestError, read_chunked
+from treeqa.serve.models import Models
 
 DATA = json.dumps({"tree": TREE}).encode()
 Reply = tuple[int, dict[str, str], Any]

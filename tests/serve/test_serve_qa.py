@@ -19,7 +19,7 @@ from test_serve import call, serving  # noqa: E402
 from treeqa.cli.main import main  # noqa: E402
 from treeqa.data.squad import Tokenizer  # noqa: E402
 from treeqa.recipes import qa  # noqa: E402
-from treeqa.serve.app import Models  # noqa: E402
+from treeqa.serve.models import Models  # noqa: E402
 
 CONTEXT = "The Seine flows through Paris. Paris is the capital of France."
 

@@ -17,7 +17,7 @@ from test_serve import call, serving  # noqa: E402
 
 from treeqa.data import dependency  # noqa: E402
 from treeqa.recipes import sentiment  # noqa: E402
-from treeqa.serve.app import MAX_TEXT_CHARS, Models  # noqa: E402
+from treeqa.serve.models import MAX_TEXT_CHARS, Models  # noqa: E402
 
 TEXT = "Not a good film. Fine acting, though."
 

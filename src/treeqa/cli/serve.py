@@ -44,7 +44,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from treeqa.serve.app import Models, make_server
+    from treeqa.serve.app import make_server
+    from treeqa.serve.models import Models
 
     models = Models(args.checkpoints, args.device)
     try:

@@ -30,325 +30,34 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import signal
-import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
-from io import BufferedIOBase
-from pathlib import Path
 from typing import Any, cast
 
 from treeqa.data.squad import unique_keys
-from treeqa.train import checkpoint as ckpt
+from treeqa.serve.bodies import (
+    MAX_BODY,
+    REQUEST_TIMEOUT,
+    RequestError,
+    check_text,
+    drain,
+    read_chunked,
+)
+from treeqa.serve.models import Models
 
-MAX_BODY = 1 << 20
-"""Largest request body accepted (bytes): a SQuAD context is a few kB."""
-REQUEST_TIMEOUT = 30.0
-"""Seconds a client may stay silent while sending its request; then its connection ends."""
-LINGER_S, LINGER_BYTES = 2.0, 64 << 20
-"""After refusing a body it left unread, the server reads and drops what the client still
-sends, for this long and up to this much, before it closes: closing a socket with unread data
-resets the connection, and a client still sending would see the reset, not the answer."""
-MAX_LINE = 4096
-"""Longest chunk-size line or trailer field accepted in a chunked body (bytes, CRLF included)."""
-HEX = re.compile(rb"[0-9A-Fa-f]+")
-"""A chunk size: hex digits only (``int(s, 16)`` also takes "0x", "_", signs and blanks)."""
 PAGES = ("/", "/index.html")
 """Paths of the web page."""
-MAX_TEXT_CHARS = 10_000
-"""The longest text (characters) a dependency model's parser takes, checked before parsing:
-spaCy's time grows with the text, ~2.6 s for 10,000 characters of short sentences and ~5 s
-for one 10,000-token sentence (refused after parsing: over 5,000 nodes) on one CPU thread;
-a long review is a few thousand characters."""
-MAX_REPLY_WORDS = 16_000_000
-"""The most bytes of words a sentiment reply lists: each node lists its subtree's words, so a
-reply grows with a tree's depth times its length (a 5,000-node chain of one-letter words lists
-6.3 MB; 2,500 levels of 150-letter words, 470 MB from a 390 kB request, are refused)."""
 STOP_WAIT_S = 30.0
 """Seconds a stopping server waits for the requests in progress (REQUEST_TIMEOUT: a client
 that goes silent while sending is dropped by then anyway)."""
 JSON_BLANKS = " \t\r\n"
 """The whitespace JSON allows around a value."""
-
-
-class RequestError(Exception):
-    """A bad request: ``status``, a message naming the field at fault and any extra headers."""
-
-    def __init__(self, status: HTTPStatus, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.headers = headers or {}
-
-
-def crlf_line(stream: BufferedIOBase, max_line: int, what: str) -> bytes:
-    """One line of chunked framing, CRLF included; a bare LF, a line of ``max_line`` bytes with
-    no end, or the end of the stream is a 400."""
-    line = stream.readline(max_line)
-    if line.endswith(b"\r\n"):
-        return line
-    if line.endswith(b"\n"):
-        message = f"body: {what} ends in a bare LF, not CRLF"
-    elif len(line) == max_line:
-        message = f"body: {what} longer than {max_line} B"
-    else:
-        message = "body: the connection closed before the last chunk"
-    raise RequestError(HTTPStatus.BAD_REQUEST, message)
-
-
-def read_chunked(stream: BufferedIOBase, limit: int, max_line: int = MAX_LINE) -> bytes:
-    """The data of a chunked body (RFC 9112 §7.1), read from ``stream`` through its final CRLF
-    and no further, so the next request on the connection starts where this one stops.
-
-    ``stream`` is the connection's buffered reader: ``chunk-size [;ext] CRLF data CRLF``, ...,
-    ``0 [;ext] CRLF``, trailer fields each ending in CRLF, then CRLF. Returns the chunks' data
-    joined, at most ``limit`` bytes; extensions and trailers are read and dropped. Raises
-    RequestError: 413 as soon as a chunk size would take the data past ``limit`` (that chunk
-    is left unread), or the size lines (extensions included) and trailers past ``limit`` bytes
-    of their own; 400 for a size that is not hex digits, a line over ``max_line`` bytes or not
-    ending in CRLF, data not followed by CRLF, or a stream that ends early. A client that goes
-    silent raises the socket's TimeoutError.
-    """
-    chunks: list[bytes] = []
-    total = framing = 0
-    trailers = False  # past the last chunk: trailer fields up to an empty line
-    while True:
-        line = crlf_line(stream, max_line, "trailer field" if trailers else "chunk size line")
-        framing += len(line)
-        if framing > limit:  # else 1-byte chunks with 4 kB extensions read 4000x the limit
-            message = f"body: chunk size lines and trailers over {limit} B"
-            raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, message)
-        if trailers:
-            if line == b"\r\n":
-                return b"".join(chunks)
-            continue
-        digits = line[:-2].split(b";", 1)[0].rstrip(b" \t")  # blanks may precede ";" (BWS)
-        if not HEX.fullmatch(digits):
-            message = f"body: chunk size {digits[:20].decode('latin-1')!r} is not hexadecimal"
-            raise RequestError(HTTPStatus.BAD_REQUEST, message)
-        size = int(digits, 16)
-        if size == 0:
-            trailers = True
-            continue
-        total += size
-        if total > limit:
-            raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {limit} B")
-        chunks.append(stream.read(size))
-        end = stream.read(2)
-        if len(chunks[-1]) < size or len(end) < 2:
-            raise RequestError(HTTPStatus.BAD_REQUEST, "body: the connection closed mid-chunk")
-        if end != b"\r\n":
-            message = f"body: the data of a {size}-byte chunk is not followed by CRLF"
-            raise RequestError(HTTPStatus.BAD_REQUEST, message)
-
-
-def drain(connection: socket.socket) -> None:
-    """End our side of ``connection``, then read and drop what the client still sends until it
-    closes, ``LINGER_S`` pass or ``LINGER_BYTES`` arrive (a "lingering close")."""
-    try:
-        connection.shutdown(socket.SHUT_WR)
-        deadline, left = time.monotonic() + LINGER_S, LINGER_BYTES
-        while left > 0 and (wait := deadline - time.monotonic()) > 0:
-            connection.settimeout(wait)
-            chunk = connection.recv(min(left, 1 << 16))
-            if not chunk:
-                return
-            left -= len(chunk)
-    except OSError:  # the client is gone, or went silent: nothing more to wait for
-        return
-
-
-def field(body: dict[str, Any], name: str) -> str:
-    value = body.get(name)
-    if not isinstance(value, str) or not value.strip():
-        raise RequestError(HTTPStatus.BAD_REQUEST, f"field {name!r}: expected a non-empty string")
-    return value
-
-
-def strings(value: Any) -> Iterator[str]:
-    """Every string in decoded JSON, keys included; a loop, not recursion, as json.loads
-    accepts nesting almost as deep as the recursion limit."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            yield item
-        elif isinstance(item, dict):
-            stack += [*item.keys(), *item.values()]
-        elif isinstance(item, list):
-            stack += item
-
-
-def check_text(body: dict[str, Any]) -> None:
-    """JSON's ``\\ud800`` escape decodes to a lone surrogate, which no UTF-8 reply can carry:
-    refuse it here, naming the field, rather than fail while answering."""
-    for name, value in body.items():
-        for text in strings([name, value]):
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as err:
-                raise RequestError(
-                    HTTPStatus.BAD_REQUEST, f"field {name!r}: not valid text (a lone surrogate)"
-                ) from err
-
-
-def reply_words(tree: Any) -> int:
-    """Bytes of the "words" of every node of ``tree`` in a reply, as ``send_json`` writes them
-    (UTF-8; a control character as ``\\u0001``): each word (and its space) once for itself and
-    once for each node above it."""
-    depth = [0] * len(tree)  # nodes in pre-order: a parent comes before its children
-    total = 0
-    for i, (parent, word) in enumerate(zip(tree.parent.tolist(), tree.words, strict=True)):
-        depth[i] = depth[parent] + 1 if parent >= 0 else 1
-        if word is not None:
-            total += (len(json.dumps(word, ensure_ascii=False).encode()) - 1) * depth[i]
-    return total
-
-
-class Models:
-    """The loaded checkpoints, one per task, and the answer to each API call."""
-
-    max_new_strings = 100_000
-    """Token texts the QA tokenizer (or a dependency model's parser) may learn before it is
-    replaced: spaCy keeps every new one (~400 B each, so ~40 MB), and a fresh tokenizer takes
-    ~0.3 s to make (a parser ~1 s)."""
-
-    def __init__(self, paths: list[Path], device: str = "cpu"):
-        self.sentiment: Any = None
-        self.qa: Any = None
-        self.tokenizer: Any = None
-        self.info: dict[str, dict[str, Any]] = {}
-        for path in paths:
-            task = ckpt.read_meta(path).get("task")  # the header only: no tensor read twice
-            if task in self.info:
-                raise ValueError(f"{path}: a second {task} checkpoint; serve one per task")
-            if task == "sentiment":
-                from treeqa.recipes import sentiment
-
-                self.sentiment = sentiment.load_model(path, device)
-                if self.sentiment.parser:  # needs spaCy and the pipeline: fail at start-up
-                    self.parser_strings = self._parser_strings()
-                meta = self.sentiment.meta
-                self.info[task] = {
-                    "model": meta["model"],
-                    "task": self.sentiment.task,
-                    "input": "text" if self.sentiment.parser else "tree",
-                }
-            elif task == "qa":
-                from treeqa.data.squad import Tokenizer
-                from treeqa.recipes import qa
-
-                self.tokenizer = Tokenizer()  # needs spaCy: fail at start-up, not later
-                self.tokenizer_strings = self.tokenizer.strings
-                self.qa = qa.load_model(path, device)
-                self.info[task] = {"model": "qanet", "squad": self.qa.meta["squad_version"]}
-            else:
-                raise ValueError(f"{path}: a checkpoint of task {task!r}, expected sentiment or qa")
-            self.info[task]["checkpoint"] = str(path)
-            self.info[task]["file"] = str(ckpt.resolve(path).absolute())  # best, else last
-        self.lock = threading.Lock()  # the models: one request at a time
-        self.parse_lock = threading.Lock()  # spaCy's pipeline, apart: see parse_text
-
-    def health(self, body: dict[str, Any]) -> dict[str, Any]:
-        return {"status": "ok", "models": self.info}
-
-    def renew_tokenizer(self) -> None:
-        """A fresh tokenizer once the old one has learnt too many words: memory stays bounded
-        and tokens are the same, spaCy's rules being fixed and its hashes those of the text."""
-        if self.tokenizer.strings - self.tokenizer_strings > self.max_new_strings:
-            from treeqa.data.squad import Tokenizer
-
-            self.tokenizer = Tokenizer()
-            self.tokenizer_strings = self.tokenizer.strings
-
-    def _parser_strings(self) -> int:
-        from treeqa.data.dependency import load_parser
-
-        return len(load_parser(self.sentiment.parser).vocab.strings)
-
-    def renew_parser(self) -> None:
-        """As ``renew_tokenizer``, for a dependency model's parser: once it has learnt
-        ``max_new_strings`` words, the pipeline is loaded again (~1 s) in place of it."""
-        if self._parser_strings() - self.parser_strings > self.max_new_strings:
-            from treeqa.data.dependency import load_parser
-
-            load_parser.cache_clear()
-            self.parser_strings = self._parser_strings()
-
-    def parse_text(self, text: str) -> list[Any]:
-        """A dependency model's text -> one tree per sentence, parsed by spaCy: refused first
-        when over ``MAX_TEXT_CHARS``. The parse holds ``parse_lock``, not the models' lock: it
-        touches neither model, while spaCy's pipeline is no thread-safe object (each parse
-        adds the new words to its vocabulary), so parses still take turns."""
-        if self.sentiment.parser and len(text) > MAX_TEXT_CHARS:  # else no parser: parse says
-            raise RequestError(
-                HTTPStatus.UNPROCESSABLE_ENTITY,
-                f"field 'text': a text of {len(text)} characters; this parses at most "
-                f"{MAX_TEXT_CHARS} at once: give it a few paragraphs at a time",
-            )
-        with self.parse_lock:
-            trees: list[Any] = self.sentiment.parse(text)
-            self.renew_parser()
-        return trees
-
-    def predict_sentiment(self, body: dict[str, Any]) -> dict[str, Any]:
-        if self.sentiment is None:
-            raise RequestError(HTTPStatus.NOT_FOUND, "no sentiment model is being served")
-        from treeqa.data.tree import TreeSyntaxError, parse_tree
-        from treeqa.recipes.sentiment import predict
-
-        if "text" in body and "tree" in body:
-            raise RequestError(HTTPStatus.BAD_REQUEST, "give 'tree' or 'text', not both")
-        name = "text" if "text" in body else "tree"
-        given = field(body, name)
-        try:
-            if name == "text":
-                trees = self.parse_text(given)
-            else:  # plain Python, no model: outside the lock too
-                try:
-                    trees = [parse_tree(given.strip(), "field 'tree'", 1)]
-                except TreeSyntaxError as err:
-                    raise RequestError(HTTPStatus.BAD_REQUEST, str(err)) from err
-            listed = sum(reply_words(t) for t in trees)
-            if listed > MAX_REPLY_WORDS:
-                raise RequestError(
-                    HTTPStatus.UNPROCESSABLE_ENTITY,
-                    f"field {name!r}: the reply would list {listed:,} bytes of words (each "
-                    f"node lists its subtree's words); at most {MAX_REPLY_WORDS:,}: a shallower "
-                    "tree, or shorter words",
-                )
-            with self.lock:
-                results: list[dict[str, Any]] = predict(self.sentiment, trees)
-        except ValueError as err:  # e.g. a node with 3 children for the binary Tree-LSTM
-            raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, f"field {name!r}: {err}") from err
-        if name == "text":
-            return {"task": self.sentiment.task, "sentences": results}
-        return {"task": self.sentiment.task, **results[0]}
-
-    def predict_qa(self, body: dict[str, Any]) -> dict[str, Any]:
-        if self.qa is None:
-            raise RequestError(HTTPStatus.NOT_FOUND, "no QA model is being served")
-        from treeqa.recipes.qa import PairError, predict
-
-        pair = (field(body, "context"), field(body, "question"))
-        if len(pair[0]) > MAX_BODY // 4:
-            raise RequestError(HTTPStatus.BAD_REQUEST, "field 'context': longer than 256k chars")
-        try:
-            with self.lock:
-                self.renew_tokenizer()
-                answer: dict[str, Any] = predict(self.qa, [pair], tokenizer=self.tokenizer)[0]
-        except PairError as err:  # a context or question too long, or with nothing visible
-            raise RequestError(
-                HTTPStatus.UNPROCESSABLE_ENTITY, f"field {err.field!r}: {err}"
-            ) from err
-        except ValueError as err:
-            raise RequestError(HTTPStatus.UNPROCESSABLE_ENTITY, str(err)) from err
-        return answer
 
 
 @functools.cache
