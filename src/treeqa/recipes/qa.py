@@ -9,7 +9,6 @@ import dataclasses
 import json
 import math
 import numbers
-import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from treeqa.train.loop import (
     check_metric,
     fit,
     resolve_device,
+    seed_everything,
 )
 from treeqa.train.optim import build_optimizer, build_scheduler
 
@@ -149,12 +149,6 @@ def check_word_dim(config: QAExperiment) -> None:
             f"model.word_dim {config.model.word_dim}: the vectors prepared in "
             f"{config.data.prepared} are {width}-d and set it; leave model.word_dim out"
         )
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 class StepStream:

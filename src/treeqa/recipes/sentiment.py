@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,14 @@ from treeqa.train.callbacks import (
 )
 from treeqa.train.distributed import World
 from treeqa.train.ema import build_ema
-from treeqa.train.loop import Callback, TrainConfig, check_metric, fit, resolve_device
+from treeqa.train.loop import (
+    Callback,
+    TrainConfig,
+    check_metric,
+    fit,
+    resolve_device,
+    seed_everything,
+)
 from treeqa.train.optim import build_optimizer, build_scheduler
 
 TASK = "sentiment"
@@ -329,12 +335,6 @@ def evaluate_model(
             metrics.update(output.logits, batch.labels, batch.roots)
     model.train(was_training)
     return metrics.compute(task)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def train(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import signal
 import time
 import warnings
@@ -11,6 +12,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -254,6 +256,13 @@ def device_named(name: str) -> torch.device:
     if device is None or device.type not in ("cpu", "cuda"):
         raise ValueError(f"device {name!r}: expected auto, cpu, cuda or cuda:N")
     return device
+
+
+def seed_everything(seed: int) -> None:
+    """Python's, NumPy's and torch's generators, for a run that starts the same way each time."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
 
 
 def resolve_device(name: str) -> torch.device:
