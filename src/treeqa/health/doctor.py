@@ -14,7 +14,6 @@ code are its own, and the monitor writes only to stderr and the report paths.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import io
 import multiprocessing.util
@@ -23,7 +22,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from torch import nn
 from torch.amp import GradScaler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from treeqa.health import checks, forks, loss_inputs, processes, report, script, slips, wrap
+from treeqa.health import checks, forks, hooks, loss_inputs, processes, report, script, slips, wrap
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
@@ -47,52 +46,6 @@ did between two of the clock's steps so far) while the clock does not takes over
 the script's first run is over and a second one trains (a loop in a function called twice,
 pre-training then fine-tuning with a new optimiser). When the clock's optimiser has been freed,
 the next one to step takes over at once."""
-
-
-DETACHED = functools.partial(sys.audit, "treeqa.doctor.detached_hook")
-"""What a copy of a watched model holds where the model holds a ``ModelHook``: a call that
-does nothing (``sys.audit`` of an event no one listens to) and that pickles as itself."""
-
-
-class ModelHook:
-    """A forward hook the doctor puts on a script's model. A copy of the model
-    (``copy.deepcopy`` for a best-so-far model, ``AveragedModel``) or a pickle of it
-    (``torch.save(model)``) takes it along: it then becomes ``DETACHED``, which needs nothing
-    of treeqa to load, rather than a copy of the monitor (whose streams cannot be copied;
-    and a copy is not the model being watched)."""
-
-    def __init__(self, fn: Any):
-        self.fn = fn
-
-    def __call__(self, *args: Any) -> Any:
-        return self.fn(*args)
-
-    def __reduce__(self) -> str | tuple[Any, ...]:
-        return DETACHED.__reduce__()
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return DETACHED
-
-
-@contextlib.contextmanager
-def model_hooks_off(model: nn.Module) -> Iterator[None]:
-    """``model`` without its ``ModelHook``s for a while: ``torch.jit.script`` compiles every
-    forward hook of a module it scripts, and these are Python, not TorchScript."""
-    kept = [
-        (hooks, dict(hooks))
-        for m in model.modules()
-        for hooks in (m._forward_hooks, m._forward_pre_hooks)
-        if any(isinstance(h, ModelHook) for h in hooks.values())
-    ]
-    for hooks, _ in kept:
-        for key in [k for k, h in hooks.items() if isinstance(h, ModelHook)]:
-            del hooks[key]
-    try:
-        yield
-    finally:
-        for hooks, before in kept:
-            hooks.clear()
-            hooks.update(before)
 
 
 class Doctor:
@@ -148,8 +101,8 @@ class Doctor:
         monitor.goes_on = "the script goes on"
         self.step_end = functools.partial(monitor.safely, self._step_end)
         self.discover = functools.partial(monitor.safely, self._discover)
-        self.root_pre_hook = ModelHook(functools.partial(monitor.safely, self._root_pre_hook))
-        self.root_hook = ModelHook(functools.partial(monitor.safely, self._root_hook))
+        self.root_pre_hook = hooks.ModelHook(functools.partial(monitor.safely, self._root_pre_hook))
+        self.root_hook = hooks.ModelHook(functools.partial(monitor.safely, self._root_hook))
         self.note_backward = functools.partial(monitor.safely, self._note_backward)
 
     def install(self) -> None:
@@ -201,15 +154,7 @@ class Doctor:
                     watching.started(process)
 
         self.undo.append(wrap.install_wrapper(process_class, "start", original_start, start))
-        original_script = torch.jit.script
-
-        def jit_script(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            if not isinstance(obj, nn.Module):
-                return original_script(obj, *args, **kwargs)
-            with model_hooks_off(obj):
-                return original_script(obj, *args, **kwargs)
-
-        self.undo.append(wrap.install_wrapper(torch.jit, "script", original_script, jit_script))
+        self.undo.append(hooks.install())
         self.clipping.install()
         self.updates.install()
         self.seeds.install()
@@ -442,7 +387,7 @@ class Doctor:
                 and id(top) in trained_roots
                 and isinstance(wrapped, nn.Module)
             ):
-                hook = ModelHook(functools.partial(self.monitor.safely, self._inner_pre_hook))
+                hook = hooks.ModelHook(functools.partial(self.monitor.safely, self._inner_pre_hook))
                 self.root_handles.append(wrapped.register_forward_pre_hook(hook))
         self.monitor.unwatch()
         self.monitor.watch(
