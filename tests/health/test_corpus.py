@@ -231,6 +231,9 @@ def test_a_strict_stop_in_a_child_process_is_the_doctors_exit_code(
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 3, proc.stderr
     assert proc.stderr.count("treeqa doctor: strict mode: stopping on an error finding") == 2
+    # One child printed its finding, the other kept quiet and names it as it stops.
+    assert proc.stderr.count("(see above)") == 1
+    assert proc.stderr.count("finding (probabilities-into-cross-entropy: ") == 1
     assert "Traceback" not in proc.stderr
 
 

@@ -185,15 +185,16 @@ class Doctor:
         self.monitor.uninstall()
 
     def _forked(self) -> None:
-        """In a process multiprocessing forked: the first prints its findings as they come, the
-        others keep quiet, and each reports as it exits (after ``run()``) if it trained."""
+        """In a process multiprocessing forked: the first to step prints its findings as they
+        come, the others keep quiet, and each reports as it exits (after ``run()``) if it
+        trained."""
         if self.forks is None or self.forks.readied == os.getpid():  # after the run; or twice
             return
         self.forks.readied = os.getpid()
         self.forks.steps_before = self.monitor.steps_before = self.monitor.step
         self.monitor.findings = {}  # its own are made again, said as its own
-        if self.forks.rank() != 1:
-            self.monitor.stream = io.StringIO()
+        self.forks.ready(self.monitor.stream)
+        self.monitor.stream = io.StringIO()
         self.monitor.summary = False
         self.monitor.json_path = self.monitor.plot_path = None
         multiprocessing.util.Finalize(None, self._report_fork, exitpriority=0)
@@ -210,9 +211,7 @@ class Doctor:
             if self.monitor.step == forks.steps_before:  # trained nothing (a loader's worker)
                 return
             self.uninstall()
-            forks.folder.mkdir(exist_ok=True)
-            result = forks.own(self.finish())
-            processes.write_report(forks.folder, result, processes.Fingerprints(forks.rank()))
+            forks.report(self.finish())
         except Exception as e:  # the process's own exit stands
             print(f"treeqa doctor: a child process's report failed: {e!r}", file=sys.stderr)
         finally:
@@ -441,8 +440,20 @@ class Doctor:
         if self.open:
             self.compute_start = self.last_end
 
+    def _said_error(self) -> str:
+        """Where strict mode's stop points for the error finding: above, where it was printed;
+        a quiet child process printed nothing, and names it."""
+        if not isinstance(self.monitor.stream, io.StringIO):
+            return "see above"
+        errors = [f for f in self.monitor.findings.values() if f.severity == "error"]
+        return f"{errors[0].code}: {errors[0].message}" if errors else "see its report"
+
     def _step_end(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.step_calls += 1
+        if self.forks is not None and not self.forks.stepped and self.forks.first_step():
+            quiet, self.monitor.stream = self.monitor.stream, self.forks.stream
+            if isinstance(quiet, io.StringIO):  # the findings of its first step
+                print(quiet.getvalue(), end="", file=self.monitor.stream, flush=True)
         clock = self.clock() if self.clock is not None else None
         if clock is None and self.clock is None:  # the first step of the run
             self.clock = weakref.ref(optimizer)
@@ -491,7 +502,7 @@ class Doctor:
         if functional:
             self._begin()
         if self.monitor.stop_requested:
-            raise HealthError("strict mode: stopping on an error finding (see above)")
+            raise HealthError(f"strict mode: stopping on an error finding ({self._said_error()})")
 
     def finish(self) -> dict[str, Any]:
         """The monitor's final checks, summary and report files; the report."""

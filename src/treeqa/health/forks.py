@@ -9,7 +9,12 @@ default) is handed a ``Spawned`` with its target: unpickled there before the pro
 puts a doctor in that multiprocessing then readies in the same way. Either way the process, if
 it took optimiser steps, writes its report to ``Forks.folder`` as it exits, and the script's end
 merges them. A DataLoader's workers take no steps and write nothing (those a loader spawns are
-given no doctor at all).
+given no doctor at all, nor is a ``Manager``'s server).
+
+A child is judged by what it does, since nothing tells a training process from a producer of
+data beforehand: until its first optimiser step it keeps quiet and SIGTERM ends it as it would
+without the doctor; from then on it has trained, and a SIGTERM ends it through Python so that it
+reports. The first child to step prints its findings as they come.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.process
+import multiprocessing.util
 import os
 import signal
 import sys
@@ -26,13 +32,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from treeqa.health import processes, script
 from treeqa.health.monitor import HealthError
 from treeqa.health.processes import Watched
 
 FRESH = ("spawn", "forkserver")
 """Start methods that run the process in a fresh interpreter, which needs a doctor of its own."""
-LOADER_WORKERS = "torch.utils.data._utils.worker"
-"""The module of a DataLoader worker's target: it trains nothing."""
+UNWATCHED = ("torch.utils.data._utils.worker", "multiprocessing.managers")
+"""The modules of targets that train nothing: a DataLoader's worker, a ``Manager``'s server."""
 
 
 def start_method(process: Any) -> str:
@@ -55,15 +62,16 @@ class Forks:
         self.readied: int | None = None  # the pid of the process its doctor was readied in
         self.held: list[int] = []
         self.exiting = contextlib.ExitStack()  # in a child: os._exit reports first
+        self.stepped = True  # in a child: False until its first optimiser step
+        self.stream: Any = None  # in a child: where its findings go, should it print them
 
     def starting(self, process: Any) -> None:
         """``process.start()`` is called: one started in a fresh interpreter is handed a doctor
-        (not a DataLoader's worker, nor one that ``torch.multiprocessing.spawn`` watches)."""
-        target = getattr(process, "_target", None)
-        if (
-            start_method(process) not in FRESH
-            or getattr(target, "__module__", "") == LOADER_WORKERS
-        ):
+        (not one whose target trains nothing, nor one ``torch.multiprocessing.spawn`` watches)."""
+        if getattr(getattr(process, "_target", None), "__module__", "") in UNWATCHED:
+            return
+        self.folder.mkdir(exist_ok=True)  # (before the child can step)
+        if start_method(process) not in FRESH:
             return
         if any(isinstance(arg, Watched) for arg in getattr(process, "_args", ())):
             return
@@ -72,13 +80,29 @@ class Forks:
     def started(self, process: Any) -> None:
         """``process.start()`` ran: a watched one is named if a signal ends it (``say_killed``)."""
         spawned = vars(process).pop("_treeqa_doctor", None) is not None
-        if spawned or getattr(getattr(process, "_popen", None), "method", "") == "fork":
+        forked = getattr(getattr(process, "_popen", None), "method", "") == "fork"
+        target = getattr(process, "_target", None)
+        if spawned or (forked and getattr(target, "__module__", "") not in UNWATCHED):
             self.children.add(process)
 
+    def end_running(self) -> None:
+        """The script's code is over: children still running (daemons, a Pool never closed,
+        processes never joined) end as Python's exit ends them (multiprocessing's exit
+        function: finalizers, then terminate the daemons and join the rest), and report."""
+        if any(p.is_alive() for p in list(self.children)):
+            multiprocessing.util._exit_function()  # type: ignore[attr-defined]
+            # (the process goes on: its own exit runs the function again)
+            multiprocessing.util._exiting = False  # type: ignore[attr-defined]
+
     def say_killed(self, stream: Any) -> None:
-        """Name the child processes a signal ended before they could report (SIGKILL, say: the
-        kernel's out-of-memory killer sends it): what they trained is not in the report."""
-        killed = sorted((p.pid, -p.exitcode) for p in list(self.children) if (p.exitcode or 0) < 0)
+        """Name the child processes a signal ended after they trained and before they could
+        report (SIGKILL, say: the kernel's out-of-memory killer sends it): what they trained is
+        not in the report."""
+        killed = sorted(
+            (p.pid, -p.exitcode)
+            for p in list(self.children)
+            if (p.exitcode or 0) < 0 and (self.folder / f"trained-{p.pid}").exists()
+        )
         if killed:
             said = ", ".join(f"pid {pid} by signal {sig}" for pid, sig in killed)
             print(
@@ -97,16 +121,51 @@ class Forks:
     def reported(self) -> bool:
         return self.folder.is_dir() and any(self.folder.glob("rank*.json"))
 
+    def ready(self, stream: Any) -> None:
+        """In a child process, as it starts: quiet until its first step, and SIGTERM ending it
+        as it would without the doctor (a handler of the script's stays)."""
+        self.stepped, self.stream = False, stream
+        if signal.getsignal(signal.SIGTERM) is script.stop:  # the doctor's, not the script's
+            signal.signal(signal.SIGTERM, self._sigterm)
+
+    def _sigterm(self, signum: int, frame: Any) -> None:
+        if self.stepped:  # it trained: it ends through Python, and reports
+            script.stop(signum, frame)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    def first_step(self) -> bool:
+        """In a child process, its first optimiser step: it has trained (should a signal end it
+        before it reports, ``say_killed`` names it). Whether it is the first child to step, and
+        so prints its findings as they come."""
+        self.stepped = True
+        try:
+            (self.folder / f"trained-{os.getpid()}").touch()
+            os.close(os.open(self.folder / "live", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except OSError:  # another child prints (or the script has reported: no folder)
+            return False
+        return True
+
+    def report(self, result: dict[str, Any]) -> None:
+        """A child process's report, for the script's end to merge (its series too: the
+        script may train nothing); none when the script has reported already."""
+        if self.folder.is_dir():
+            prints = processes.Fingerprints(self.rank())
+            processes.write_report(self.folder, self.own(result), prints, series=True)
+            (self.folder / f"trained-{os.getpid()}").unlink(missing_ok=True)
+
     def hold_sigterm(self) -> None:
         """A forked process whose ``run()`` is over: a SIGTERM now (a Pool's terminate()
         signals workers that may be ending on their own) waits for its report."""
         self.previous = signal.signal(signal.SIGTERM, lambda signum, _: self.held.append(signum))
 
     def release_sigterm(self) -> None:
-        """The report is written: SIGTERM does again what it did, and one held is sent again."""
+        """The report is written: SIGTERM does again what it did without the doctor, and one
+        held is sent again."""
         if self.previous is None:
             return
-        signal.signal(signal.SIGTERM, self.previous)
+        doctors = self.previous is script.stop or self.previous == self._sigterm
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if doctors else self.previous)
         self.previous = None
         if self.held:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -150,8 +209,10 @@ class Spawned:
 
 def start_doctor(folder: str, every: int, mode: str, sources: list[str]) -> None:
     """Unpickling a ``Spawned``: a doctor for this process, should multiprocessing be starting
-    it (elsewhere nothing: this leaves None where the ``Spawned`` was)."""
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
+    it and its code have imported torch (elsewhere nothing: this leaves None where the
+    ``Spawned`` was). A process whose script and target import no torch trains nothing, and
+    is left as fast to start as it was."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False) and "torch" in sys.modules:
         from treeqa.health.launch import watch_spawned  # (which imports this module)
 
         watch_spawned(Path(folder), every, mode, sources)

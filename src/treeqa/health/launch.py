@@ -10,11 +10,13 @@ import io
 import os
 import shutil
 import sys
+import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
+from types import FunctionType, ModuleType
 from typing import Any
 
-from treeqa.health import forks, processes, report, script
+from treeqa.health import forks, processes, report, script, wrap
 from treeqa.health.doctor import Doctor
 from treeqa.health.monitor import HealthMonitor
 
@@ -69,7 +71,19 @@ def run_doctor(
 
     def final_report() -> dict[str, Any]:
         children = doctor.forks
+        if children is not None:
+            children.end_running()  # (their reports are in the merge)
         doctor.uninstall()
+        try:
+            return merged_report(children)
+        finally:
+            if children is not None:
+                children.say_killed(stream or sys.stderr)
+                shutil.rmtree(children.folder, ignore_errors=True)
+            if doctor.spawned is not None:
+                shutil.rmtree(doctor.spawned, ignore_errors=True)
+
+    def merged_report(children: forks.Forks | None) -> dict[str, Any]:
         started = children is not None and children.reported() and doctor.spawned is None
         if started:  # the processes it started trained: one report of them all (and the script)
             reports_to = (json_path, plot_path)
@@ -80,15 +94,11 @@ def run_doctor(
             result = processes.report_merged(
                 doctor.spawned, *doctor.reports_to, stream or sys.stderr
             )
-            shutil.rmtree(doctor.spawned, ignore_errors=True)
         elif started:
             assert children is not None
             if result["steps"]:  # the script trained too: process 0
                 processes.write_report(children.folder, result, processes.Fingerprints(0))
             result = processes.report_merged(children.folder, *reports_to, stream or sys.stderr)
-        if children is not None:
-            children.say_killed(stream or sys.stderr)
-            shutil.rmtree(children.folder, ignore_errors=True)
         return result
 
     doctor.install()
@@ -157,6 +167,38 @@ def watch_spawned(folder: Path, every: int, mode: str, sources: Sequence[str]) -
     assert doctor.forks is not None
     doctor.forks.folder = folder
     forks.ready_at_start(doctor._forked)
+    for namespace in script_globals(sources):  # imported before this doctor was
+        wrap.rebind(namespace)
     sigterm = contextlib.ExitStack()
     sigterm.enter_context(script.exit_on_sigterm())
     SPAWNED.extend([doctor, sigterm])
+
+
+def script_globals(sources: Sequence[str]) -> list[dict[str, Any]]:
+    """The globals of the script's modules in a process multiprocessing started: the script
+    itself as ``__mp_main__`` (whose functions hold the namespace ``runpy`` ran it in, a copy
+    of the module's), and the modules imported from its folder (not from Python's or the
+    installed packages' folders, nor treeqa's)."""
+    folders = tuple(str(Path(source).parent) + os.sep for source in sources)
+    installed = {sysconfig.get_path(n) for n in ("stdlib", "platstdlib", "purelib", "platlib")}
+    installed_folders = tuple(path + os.sep for path in installed if path)
+    found: dict[int, dict[str, Any]] = {}
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None) or ""
+        if name == "__mp_main__" or (
+            file.startswith(folders)
+            and not file.startswith(installed_folders)
+            and not name.startswith("treeqa.")
+        ):
+            for namespace in (vars(module), *own_function_globals(module)):
+                found[id(namespace)] = namespace
+    return list(found.values())
+
+
+def own_function_globals(module: ModuleType) -> list[dict[str, Any]]:
+    """The globals of the functions defined in ``module``."""
+    return [
+        f.__globals__
+        for f in vars(module).values()
+        if isinstance(f, FunctionType) and f.__module__ == module.__name__
+    ]

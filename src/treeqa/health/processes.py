@@ -354,10 +354,13 @@ class Watched:
         return watch_process(self.fn, (index, *args), self.folder, index, self.every, self.mode)[0]
 
 
-def write_report(folder: Path, result: dict[str, Any], prints: Fingerprints) -> None:
-    """One process's report, whole or not at all, for the merge (the series of each node's
-    first process only: on several nodes, a node's merge stands on its lowest rank's)."""
-    first = os.environ.get("LOCAL_RANK", str(prints.rank)) == "0"
+def write_report(
+    folder: Path, result: dict[str, Any], prints: Fingerprints, series: bool = False
+) -> None:
+    """One process's report, whole or not at all, for the merge (with its series when asked,
+    else for each node's first process only: on several nodes, a node's merge stands on its
+    lowest rank's)."""
+    first = series or os.environ.get("LOCAL_RANK", str(prints.rank)) == "0"
     kept = result if first else {**result, "series": {}}
     path = folder / f"rank{prints.rank}.json"
     report.write_json({**kept, "process": prints.to_json()}, path.with_suffix(".tmp"))

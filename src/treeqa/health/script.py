@@ -153,18 +153,19 @@ def exit_on_sigterm() -> Iterator[None]:
         return
 
     global stopping
-
-    def stop(signum: int, frame: Any) -> None:
-        global stopping
-        stopping = 128 + signum
-        raise SystemExit(stopping)
-
     signal.signal(signal.SIGTERM, stop)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         stopping = None
+
+
+def stop(signum: int, frame: Any) -> None:
+    """``exit_on_sigterm``'s handler."""
+    global stopping
+    stopping = 128 + signum
+    raise SystemExit(stopping)
 
 
 stopping: int | None = None

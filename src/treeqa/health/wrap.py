@@ -190,6 +190,7 @@ def install_wrapper(
     setattr(owner, name, wrapper)
     _wrapper_code.add(wrapper.__code__)  # closures of one ``def`` share their code
     _skip_wrappers_in_warnings(+1)
+    _wrappers[id(original)] = (original, wrapper)
     undone = False
 
     def undo() -> None:
@@ -198,10 +199,24 @@ def install_wrapper(
             undone = True
             setattr(owner, name, original)
             _skip_wrappers_in_warnings(-1)
+            _wrappers.pop(id(original), None)
 
     return undo
 
 
+def rebind(namespace: dict[str, Any]) -> None:
+    """Point a module's names (its globals, ``namespace``) for functions wrapped since it bound
+    them at the wrappers: a module imported before the monitor installed them (``from
+    torch.nn.functional import cross_entropy`` in a script that a process started in a fresh
+    interpreter imported first)."""
+    for name, value in list(namespace.items()):
+        found = _wrappers.get(id(value))
+        if found is not None and found[0] is value:
+            namespace[name] = found[1]
+
+
+_wrappers: dict[int, tuple[Any, Any]] = {}
+"""The wrappers in place: id(original) -> (original, wrapper)."""
 _wrapper_code: set[CodeType] = set()
 _installed = [0]  # wrappers in place, of every monitor
 _warn = warnings.warn
