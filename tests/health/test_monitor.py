@@ -866,6 +866,8 @@ def test_doctor_paths_options_and_ctrl_c(
     (tmp_path / "elsewhere").mkdir()
     with pytest.raises(ValueError, match="cannot write there"):  # before the run, not after
         run_doctor(["python", "train.py", "elsewhere"], json_path="train.py/r.json")
+    with pytest.raises(ValueError, match="/proc/r.json: cannot write there"):
+        run_doctor(["python", "train.py", "elsewhere"], json_path="/proc/r.json")
     for name in ("health.txt", "health"):  # no image format, found before the run
         with pytest.raises(ValueError, match=f"--plot {tmp_path / name}: name the image format"):
             run_doctor(["python", "train.py", "elsewhere"], plot_path=name)

@@ -14,6 +14,7 @@ import os
 import runpy
 import signal
 import sys
+import tempfile
 import traceback
 import types
 import warnings
@@ -203,8 +204,13 @@ def writable(flag: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"{flag} {path}: cannot write there ({e.strerror})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise ValueError(f"{flag} {path}: cannot write there (no permission)")
+    try:  # a file made there and dropped: as root, os.access says yes to /proc and /sys
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as e:
+        raise ValueError(f"{flag} {path}: cannot write there ({e.strerror})") from None
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{flag} {path}: cannot write there (the file is read-only)")
 
 
 def run_path(path: Path) -> None:
