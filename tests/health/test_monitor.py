@@ -526,6 +526,9 @@ def test_checks_on_numbers() -> None:
     image = checks.hot_op(convs, 1, conv_over_text=False)
     assert image is not None and image.severity == "info" and "depthwise" not in image.fix
     # Each family gets its own fix: a tree model's gathers are not a char CNN.
+    # A CPU LSTM's fused layer and its backward are recurrent, not "other operators".
+    rnn = checks.hot_op({"aten::mkldnn_rnn_layer": 5e3, "MkldnnRnnLayerBackward0": 3e3}, 1)
+    assert rnn.evidence["family"] == "recurrent" and rnn.severity == "info"
     gathers = checks.hot_op({"aten::index_select": 7e3, "aten::addmm": 2e3}, 1)
     assert gathers is not None and "torch.unique" in gathers.fix and "conv" not in gathers.fix
 
@@ -1065,6 +1068,8 @@ def test_backward_calls_with_no_optimiser_step_ask_for_the_step(tmp_path: Path) 
     assert report["steps"] == 0 and report["backwards_without_a_step"] == 30
     assert "after 30 backward() calls" in stream.getvalue()
     assert "is optimizer.step() missing?" in stream.getvalue()
+    # word_language_model's update, by hand without an optimiser: said as it is
+    assert "updated by hand (p.data.add_(p.grad, alpha=-lr)) are not seen" in stream.getvalue()
     assert "no findings" not in stream.getvalue()
 
 

@@ -434,6 +434,9 @@ def parameter_aliases(model: nn.Module) -> list[Finding]:
 _FAMILIES = (
     ("communication", re.compile(r"c10d::|nccl|gloo|DistributedDataParallel")),
     ("convolution", re.compile(r"conv")),
+    # Fused RNN layers (aten::mkldnn_rnn_layer on a CPU, _cudnn_rnn, and their backward nodes,
+    # CamelCase): before "elementwise", which aten::rnn_tanh would match.
+    ("recurrent", re.compile(r"rnn|lstm|gru", re.IGNORECASE)),
     ("matmul", re.compile(r"::(mm|addmm|bmm|baddbmm|matmul|linear|addmv|mv|dot|einsum)\b|gemm")),
     ("softmax/loss", re.compile(r"softmax|nll_loss|cross_entropy")),
     ("indexing", re.compile(r"index|gather|scatter|embedding|take|masked")),
@@ -467,6 +470,8 @@ _FAMILY_FIXES = {
     "torch.compile",
     "elementwise": "many small elementwise ops: fuse them (torch.compile, fused optimisers such "
     "as Adam(fused=True)) or give each more work with larger batches",
+    "recurrent": "recurrent layers dominating is how an RNN model looks: the time steps run one "
+    "after another; larger batches, or cuDNN on a GPU, make each step cheaper",
     "communication": "the processes wait on each other's gradients: give each more work per "
     "all-reduce (a larger batch per process, or accumulation under no_sync()); on a CPU host, "
     "one process with all the threads may train faster than several",

@@ -49,8 +49,10 @@ def print_summary(result: dict[str, Any], stream: TextIO) -> None:
     if steps == 0 and backwards:  # gradients computed, never applied
         print(
             f"treeqa health: 0 training steps seen after {backwards} backward() calls, so "
-            "nothing was monitored: is optimizer.step() missing? (a step is one torch.optim "
-            "optimiser step: updates by hand are not seen)",
+            "nothing was monitored (a step is one torch.optim optimiser step): is "
+            "optimizer.step() missing? Parameters updated by hand (p.data.add_(p.grad, "
+            "alpha=-lr)) are not seen either; torch.optim.SGD(params, lr=lr) makes that update "
+            "and is watched",
             file=stream,
         )
     elif steps == 0:  # "no findings" would read as a clean bill of health
