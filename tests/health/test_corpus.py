@@ -132,6 +132,7 @@ CLEAN = [
     "clean_second_model.py",  # a second model and optimiser first run after the clock's step
     "clean_freeze_mid_run.py",  # first layer frozen at step 100; an optimiser stepping every 4th
     "clean_forkserver_pool.py",  # a ProcessPoolExecutor's forkserver workers, a model per job
+    "clean_reinforce.py",  # REINFORCE: episodes, and so steps, get longer as training goes
 ]
 
 

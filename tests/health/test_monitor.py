@@ -1144,3 +1144,118 @@ def test_loss_at_init_reads_mean_losses_only() -> None:
     assert not _averaged((None,), {"reduction": "sum"})
     assert not _averaged((None, None, None, -100, None, "sum"), {})  # reduction by position
     assert not _averaged((None,), {"size_average": False})
+
+
+def test_step_time_regression_is_judged_per_unit_of_work() -> None:
+    """REINFORCE: each step is an episode, and episodes get longer as the policy learns, so
+    steps take longer with the autograd nodes they make; a correct run, not a slowdown. A
+    memory bank that grows makes each step slower at the same number of nodes."""
+    n = 200
+    nodes = [40.0 * (1 + 9 * i / n) for i in range(n)]  # episodes 1x -> 10x as long
+    episodes = [0.002 + 1e-4 * k for k in nodes]  # a fixed part, then 0.1 ms a node
+    assert checks.step_time_regression(episodes, episodes) is not None  # before: an error
+    assert checks.step_time_regression(episodes, episodes, work=nodes) is None
+    every_4th = [k if i % 4 == 0 else math.nan for i, k in enumerate(nodes)]
+    assert checks.step_time_regression(episodes, episodes, work=every_4th) is None
+    leak = [0.01 * (1 + i / 50) for i in range(n)]  # the same nodes a step, each slower
+    found = checks.step_time_regression(leak, leak, work=[40.0] * n)
+    assert found is not None and "work_growth" not in found.evidence
+    both = [t * k / 40 for t, k in zip(leak, nodes, strict=True)]  # longer episodes and a leak
+    found = checks.step_time_regression(both, both, work=nodes)
+    assert found is not None and "work per step" in found.message
+    assert found.evidence["work_growth"][3] > 3
+    # Fewer nodes a step (a curriculum that shortens) excuses nothing.
+    shrinking = list(reversed(nodes))
+    assert checks.step_time_regression(leak, leak, work=shrinking) is not None
+
+
+def test_a_profile_window_is_not_reopened_for_steps_that_do_more_work() -> None:
+    early, slow = [0.01] * 40, [0.02] * 40  # steps 2x slower at the end
+    for work, expected in (([50.0] * 80, True), ([50.0] * 40 + [100.0] * 40, False)):
+        window = ProfileWindow()
+        window.schedule_if_slower([*early, *slow], 81, None, None, work)
+        assert window.active is expected, work
+
+
+def test_profile_window_reads_its_events_as_key_averages_does() -> None:
+    """Self time per operator from the profiler's raw events, one pass: the numbers torch's
+    ``key_averages`` gives (which took 6.8 s for a 400-move episode's 107,000 events)."""
+    from treeqa.health.profile import _op_times
+
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    rnn = nn.GRU(4, 8)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(5):
+            loss = model(torch.randn(3, 4)).sum() + rnn(torch.randn(5, 2, 4))[0].sum()
+            loss.backward()
+    ours = _op_times(prof.profiler.kineto_results.events())
+    theirs = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
+    assert ours.keys() == theirs.keys()
+    assert all(ours[k] == pytest.approx(theirs[k], abs=0.01) for k in theirs)
+
+
+def test_a_profile_window_of_many_small_ops_ends_early_and_later_ones_keep_a_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from treeqa.health import profile
+
+    monkeypatch.setattr(profile, "MAX_EVENTS", 50)
+    layer = nn.Linear(4, 4)
+    window = ProfileWindow(steps=3)
+    window.schedule(1)
+    window.begin(1)
+    for _ in range(20):  # ~100 events: more than a window's step may record here
+        layer(torch.randn(1, 4)).sum().backward()
+    window.end(1)
+    assert not window.active and window.profiled == {1} and window.events > 50
+    window.spent = 1e3  # the windows so far took more than 1% of the run's wall time
+    window.schedule(10)
+    assert not window.active and window.windows == 1
+
+
+def test_profiler_memory_comes_off_the_heap_reading_that_holds_it() -> None:
+    """A window's buffers, freed but kept by malloc, are the C heap's free bytes: they came
+    off the bytes in use too, which then read negative (-160 MB on a REINFORCE run) and
+    called the profiler's own memory malloc's."""
+    readings = iter([(100.0, 40.0, 10.0), (180.0, 42.0, 85.0)])  # (RSS, in use, free) MB
+    window = ProfileWindow(steps=1)
+    window._memory = lambda: next(readings)  # type: ignore[method-assign]
+    window.schedule(1)
+    window.begin(1)
+    window.end(1)
+    assert window.memory_added == 80.0 and window.heap_added == (2.0, 75.0)
+
+
+def test_the_monitors_own_work_is_not_counted_in_step_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profiler window's start (in the step: begin_step) and its reading (after the step)
+    are the monitor's time, not the script's: a slow one leaves the step times as they were."""
+    slow = 0.2
+    start, stop = ProfileWindow.begin, ProfileWindow._stop
+
+    def slow_start(self: ProfileWindow, step: int) -> None:
+        start(self, step)
+        time.sleep(slow)
+
+    def slow_stop(self: ProfileWindow, step: int) -> int:
+        time.sleep(slow)
+        return stop(self, step)
+
+    monkeypatch.setattr(ProfileWindow, "begin", slow_start)
+    monkeypatch.setattr(ProfileWindow, "_stop", slow_stop)
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(60):\n"
+        "    opt.zero_grad()\n"
+        "    model(torch.randn(8, 4)).pow(2).mean().backward()\n"
+        "    opt.step()\n"
+    )
+    _, report = run_doctor(["python", str(script)], stream=io.StringIO())
+    series = report["series"]
+    profiled = [i for i, s in enumerate(series["step"]) if 51 <= s <= 53]
+    assert profiled and all(series["step_time"][i] < slow / 2 for i in profiled)
+    assert all(series["data_time"][i + 1] < slow / 2 for i in profiled)

@@ -185,6 +185,7 @@ def step_time_regression(
     cpu_times: Sequence[float] | None = None,
     canary: Sequence[float] | None = None,
     cpu_wait: Sequence[float] | None = None,
+    work: Sequence[float] | None = None,
 ) -> Finding | None:
     """Steps that get slower: quarter medians rise monotonically and the last is >= 1.5x the first.
 
@@ -204,11 +205,17 @@ def step_time_regression(
     leaves the share as it was: the scheduler's fair share does not depend on step length (a
     share of summed time, not a median of per-step shares: a short step is either preempted
     or not, so the median would rise as steps got longer).
+    ``work``: autograd nodes each step made (NaN where not read). Step times (and CPU times)
+    are first divided by how much more work the steps did than in the first quarter: an
+    episode of a policy-gradient loop that gets longer as the policy learns runs more forwards
+    per step, and takes longer, with nothing wrong. Only growth counts, as with ``canary``. A
+    retained graph or a growing tensor makes each step slower at the same number of nodes.
     """
     warmup = warmup_of(len(step_times))
     m = quarter_medians(step_times, warmup)
     if m is None or m[0] <= 0:
         return None
+    more = work_growth(work, warmup) if work is not None else None
     waited = None
     if cpu_wait is not None and len(cpu_wait) == len(step_times):
         waited = quarter_shares(cpu_wait, step_times, warmup)
@@ -217,10 +224,14 @@ def step_time_regression(
     speed = quarter_medians(canary, warmup) if canary is not None else None
     if speed is not None and speed[0] > 0:
         m = [v / max(1.0, k / speed[0]) for v, k in zip(m, speed, strict=True)]
+    if more is not None:
+        m = [v / k for v, k in zip(m, more, strict=True)]
     if not rising(m, 0.9) or m[3] < 1.5 * m[0] or m[2] < 1.2 * m[0] or one_jump(m):
         return None
     if cpu_times is not None:
         c = quarter_medians(cpu_times, warmup_of(len(cpu_times)))
+        if c is not None and more is not None:
+            c = [v / k for v, k in zip(c, more, strict=True)]
         if c is not None and c[0] > 0 and c[3] < 1.3 * c[0]:
             return None
     ratio = m[3] / m[0]
@@ -232,13 +243,27 @@ def step_time_regression(
         evidence["machine_slowdown"] = round(speed[3] / speed[0], 2)
     if waited is not None:
         evidence["cpu_wait_share"] = [round(waited[0], 3), round(waited[3], 3)]
+    at = ["machine speed"] * (speed is not None)
+    if more is not None and more[3] > 1.0:
+        evidence["work_growth"] = [round(k, 2) for k in more]
+        at.append("work per step")
     return Finding(
         "step-time-regression",
         "error" if ratio >= 3 else "warning",
         f"steps got {ratio:.1f}x slower over the run ({m[0] * 1e3:.2f} ms -> {m[3] * 1e3:.2f} ms median"
-        + (", at the first quarter's machine speed)" if speed is not None else ")"),
+        + (f", at the first quarter's {' and '.join(at)})" if at else ")"),
         evidence=evidence,
     )
+
+
+def work_growth(work: Sequence[float], warmup: int) -> list[float] | None:
+    """How many times the first quarter's work each quarter's steps did (quarter medians of
+    ``work``, at least 1: fewer nodes a step is no reason to excuse slower steps); None where
+    there are too few readings."""
+    w = quarter_medians(work, warmup)
+    if w is None or w[0] <= 0:
+        return None
+    return [max(1.0, v / w[0]) for v in w]
 
 
 def memory_growth(

@@ -187,6 +187,7 @@ class HealthMonitor(Callback):
                 "heap_used_mb",
                 "heap_free_mb",
                 "cuda_mb",
+                "autograd_nodes",
             )
         }
         self.canary = Canary()
@@ -217,7 +218,7 @@ class HealthMonitor(Callback):
         self._late: tuple[Finding, list[nn.Parameter]] | None = None
         self._unused_from = 1  # the first step of the window (later after a new model)
         self.nonfinite = NonFiniteTracer(self.add)
-        self.profile = ProfileWindow(memory=rss_mb, waited=RUN_QUEUE.waited)
+        self.profile = ProfileWindow(memory=rss_mb, waited=RUN_QUEUE.waited, heap=heap_mb)
         self.loaders = Loaders(self.add)  # DataLoader workers, iterators and samplers
         self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN
         # Graphs kept past their step: retain_graph=True, and gc scans for what holds them.
@@ -227,6 +228,8 @@ class HealthMonitor(Callback):
         self._heap_read_at = self._rss_read_at = -math.inf
         self._cpu_begin = time.process_time()
         self._wait_begin = RUN_QUEUE.waited()
+        self._node_read: tuple[int, int] | None = None  # (step, its loss's autograd number)
+        self._begin_cost = 0.0  # seconds begin_step took: the monitor's, not the step's
         self.losses = LossReadings()
         # Steps whose memory is allocator warm-up, left out of the memory-growth check. Under
         # fit() the first epoch (every batch shape seen once, so RSS climbs to its working size)
@@ -305,7 +308,10 @@ class HealthMonitor(Callback):
         self.scalers.uninstall()
 
     def begin_step(self) -> None:
-        """Call when the step's compute starts (after its batch is ready)."""
+        """Call when the step's compute starts (after its batch is ready). Its own time (a
+        profiler starting, hooks added on sampled steps) is taken off the ``step_time`` given
+        to ``end_step``: ``fit()`` and the doctor start timing a step before they call it."""
+        began = time.perf_counter()
         s = self.step + 1
         own = s - self.steps_before  # this process's own steps (a forked one's parent's before)
         self.in_step = True
@@ -326,6 +332,7 @@ class HealthMonitor(Callback):
             self.profile.schedule(s)
         if self.profile.active:
             self.profile.begin(s)
+        self._begin_cost = time.perf_counter() - began
 
     def note_backward(self, retain_graph: bool) -> None:
         self.retention.note_backward(retain_graph)
@@ -336,6 +343,7 @@ class HealthMonitor(Callback):
         """Call after the optimiser step with the step's loss and its timings (seconds)."""
         self.step = s = self.step + 1
         self.in_step = False
+        step_time, self._begin_cost = max(0.0, step_time - self._begin_cost), 0.0
         waited = self._cpu_wait() if self.timed else math.nan  # before the monitor's own work
         value = math.nan  # a GPU tensor's value is filled in when its reading arrives
         tensor = loss if isinstance(loss, torch.Tensor) else None
@@ -350,14 +358,10 @@ class HealthMonitor(Callback):
             value = float(loss)
         # Also around profiler windows, so their buffers are subtracted from fresh reads.
         now = time.perf_counter()
-        if (
-            s % RSS_EVERY == 1
-            or now - self._rss_read_at >= RSS_EVERY_S
-            or self.profile.active
-            or (s - 1) in self.profile.profiled
-        ):
+        window = self.profile.active or (s - 1) in self.profile.profiled
+        if s % RSS_EVERY == 1 or now - self._rss_read_at >= RSS_EVERY_S or window:
             self._last_rss, self._rss_read_at = rss_mb(), now
-            if now - self._heap_read_at >= HEAP_EVERY_S:
+            if now - self._heap_read_at >= HEAP_EVERY_S or window:
                 self._last_heap, self._heap_read_at = heap_mb(), now
         series = self.series
         series["step"].append(s)
@@ -371,13 +375,15 @@ class HealthMonitor(Callback):
         series["canary"].append(self.canary() if timed else math.nan)
         series["data_time"].append(data_time)
         series["loss"].append(value)
-        # Neither the profiler's buffers nor these series (8 bytes a value) are the script's.
-        own = self.profile.memory_added + len(series) * 8 * len(series["step"]) / 2**20
-        series["rss_mb"].append(self._last_rss - own)
+        # Neither the profiler's buffers nor these series (8 bytes a value, in malloc's heap)
+        # are the script's; each comes off the reading that holds it.
+        own = len(series) * 8 * len(series["step"]) / 2**20
+        series["rss_mb"].append(self._last_rss - own - self.profile.memory_added)
         used, free = self._last_heap or (math.nan, math.nan)
-        series["heap_used_mb"].append(used - own)
-        series["heap_free_mb"].append(free)
+        series["heap_used_mb"].append(used - own - self.profile.heap_added[0])
+        series["heap_free_mb"].append(free - self.profile.heap_added[1])
         series["cuda_mb"].append(0.0 if on_cpu else torch.cuda.memory_allocated() / 2**20)
+        series["autograd_nodes"].append(self._nodes(s, tensor) if self.timed else math.nan)
         if self._hooks:
             self._remove_hooks()
         if self.sampling:
@@ -402,6 +408,19 @@ class HealthMonitor(Callback):
         if s >= self._next_series_check:
             self._next_series_check = s + max(self.every, s // SERIES_CHECKS)
             self._series_checks(s)
+
+    def _nodes(self, s: int, loss: torch.Tensor | None) -> float:
+        """Autograd nodes made per step since the last reading (NaN where unknown): the step's
+        work, which grows when it runs more forwards (a longer episode). Autograd numbers the
+        nodes it makes on a thread in order, so two steps' losses tell how many came between.
+        Read on timed steps: a loss's ``grad_fn`` read after its backward costs ~30 us cold."""
+        fn = loss.grad_fn if loss is not None else None
+        if fn is None:
+            return math.nan
+        last, self._node_read = self._node_read, (s, int(fn._sequence_nr()))
+        if last is None or self._node_read[1] <= last[1]:  # (another thread's numbering)
+            return math.nan
+        return (self._node_read[1] - last[1]) / (s - last[0])
 
     def _read_losses(self, wait: bool) -> None:
         """Put the loss readings that have arrived into the series and check them."""
@@ -638,8 +657,9 @@ class HealthMonitor(Callback):
         cpu = unprofiled(self.series["cpu_time"]) if on_cpu else None
         canary = self.series["canary"] if on_cpu else None
         wait = unprofiled(self.series["cpu_wait"]) if on_cpu else None
+        work = self.series["autograd_nodes"]
         for found in (
-            checks.step_time_regression(times, cpu, canary, wait),
+            checks.step_time_regression(times, cpu, canary, wait, work),
             checks.memory_growth(
                 self.series["rss_mb"][warm:],
                 "host RSS",
@@ -653,7 +673,7 @@ class HealthMonitor(Callback):
         ):
             if found is not None:
                 self.add(found)
-        self.profile.schedule_if_slower(times, s + 1, canary, wait)
+        self.profile.schedule_if_slower(times, s + 1, canary, wait, work)
 
     def _cpu_wait(self) -> float:
         """Seconds this step's thread waited for a CPU (NaN if the step ended on another)."""

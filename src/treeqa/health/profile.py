@@ -4,6 +4,12 @@ A window covers the compute of a few steps (each step from its first forward to 
 step, so data loading between steps stays out): once after the first sampled interval, and
 again (up to ``max_windows`` in all) when recent steps got 1.5x slower than early ones.
 Profiled steps are marked so the timing checks can leave them out (the profiler slows them).
+
+The profiler's cost grows with the operators a step runs, not with its time: a policy-gradient
+episode of 400 tiny forwards records ~107,000 events. Each is ~4 us to stop the profiler and
+~6 us to read here (``_op_times``; torch's ``key_averages`` takes ~65 us an event). So a window
+ends after a step that recorded more than ``MAX_EVENTS``, and a later window opens only while
+the windows so far took under ``BUDGET`` of the run's wall time.
 The step thread's run-queue wait is read at each step's open and close: time spent waiting for
 a CPU shows in whichever operator was running, which on a busy host can make any small op look
 dominant (``checks.hot_op`` judges the window without it).
@@ -13,17 +19,36 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
 
 from treeqa.health import checks
 from treeqa.health.findings import Finding
 from treeqa.health.runqueue import Reading, waited_since
 
-# Rows of key_averages() that are not operators: step markers, optimiser and runtime ranges.
+# Events that are not operators: step markers, optimiser and runtime ranges.
 _NOT_OPS = ("ProfilerStep", "[", "Optimizer.", "cuda", "enumerate(", "autograd::")
+# Events torch's own tables leave out, their time counted in the operator around them.
+_UTILITY = frozenset(
+    (
+        "profiler::_record_function_enter",
+        "profiler::_record_function_enter_new",
+        "profiler::_record_function_exit",
+        "aten::is_leaf",
+        "aten::output_nr",
+        "aten::_version",
+        "[memory]",
+        "[OutOfMemory]",
+    )
+)
+MAX_EVENTS = 20_000
+"""A window ends after a step that recorded more events than this (~0.2 s to stop and read)."""
+BUDGET = 0.01
+"""Later windows open only while the windows so far took under this share of wall time."""
 
 
 class ProfileWindow:
@@ -33,17 +58,25 @@ class ProfileWindow:
         max_windows: int = 3,
         memory: Callable[[], float] | None = None,
         waited: Callable[[], Reading] | None = None,
+        heap: Callable[[], tuple[float, float] | None] | None = None,
     ):
         """``memory``: the process's resident MB now; ``waited``: (the calling thread's id, the
-        seconds it has waited for a CPU so far), NaN where unknown."""
+        seconds it has waited for a CPU so far), NaN where unknown; ``heap``: the C heap's
+        (in use, free) MB now, None where unknown."""
         self.steps, self.max_windows, self.memory, self.waited = steps, max_windows, memory, waited
+        self.heap = heap
         self.cpu_wait = 0.0  # seconds the step thread waited for a CPU in this window's steps
         self._wait_begin: Reading = (-1, math.nan)
         self.conv_over_text = True  # a dense 2-D/3-D conv in models that embed tokens
-        self.memory_added = 0.0  # MB the profiler itself left resident (not the run's growth)
-        self._memory_before = 0.0
+        # MB the profiler itself left resident (not the run's growth), and of those, MB of the
+        # C heap's in use and free: where its buffers are, RSS is none of the script's.
+        self.memory_added, self.heap_added = 0.0, (0.0, 0.0)
+        self._before: tuple[float, float, float] = (0.0, math.nan, math.nan)
         self.profiled: set[int] = set()  # steps whose compute was profiled
         self.windows = 0
+        self.spent = 0.0  # seconds spent stopping the profiler and reading its events
+        self.events = 0  # events recorded in the windows so far
+        self._started = time.perf_counter()
         self._next: int | None = None  # first step of the scheduled or open window
         self._profiler: Any = None
         self._times: dict[str, float] = {}
@@ -54,8 +87,10 @@ class ProfileWindow:
         return self._next is not None
 
     def schedule(self, step: int) -> None:
-        """Profile the compute of ``steps`` steps from ``step`` on."""
-        if self._next is None and self.windows < self.max_windows:
+        """Profile the compute of ``steps`` steps from ``step`` on, unless ``max_windows``
+        were opened or those so far took ``BUDGET`` of the wall time since the start."""
+        within = self.spent <= BUDGET * (time.perf_counter() - self._started)
+        if self._next is None and self.windows < self.max_windows and within:
             self._next, self._times, self._covered = step, {}, []
             self.cpu_wait = 0.0
             self.windows += 1
@@ -66,12 +101,15 @@ class ProfileWindow:
         next_step: int,
         canary: Sequence[float] | None = None,
         cpu_wait: Sequence[float] | None = None,
+        work: Sequence[float] | None = None,
     ) -> None:
         """Schedule a window when the last 20 steps' median is 1.5x that of steps 5..25, at
         the early steps' machine speed where a reference workload was timed (``canary``,
         NaN where not): a host that got slower is no reason to profile. Nor is one where the
         share of step time spent waiting for a CPU (``cpu_wait``, NaN where not read) rose as
-        ``checks.step_time_regression`` counts a rise: other processes arrived."""
+        ``checks.step_time_regression`` counts a rise: other processes arrived. Nor are
+        steps that do more work (``work``: autograd nodes a step, NaN where not read), as
+        the longer episodes of a policy-gradient loop do: the time is taken per node."""
         if len(step_times) < 60 or self.active:
             return
         recent, early = _median(step_times[-20:]), _median(step_times[5:25])
@@ -82,8 +120,8 @@ class ProfileWindow:
             lately = checks.share(cpu_wait[-20:], step_times[-20:], 3)
             if before and lately and checks.wait_rose(before[0], lately[0]):
                 return
-        if canary is not None:
-            now, then = _median(canary[-20:]), _median(canary[5:25])
+        for scale in (canary, work):
+            now, then = (_median(scale[-20:]), _median(scale[5:25])) if scale else (None, None)
             if now is not None and then is not None and then > 0:
                 recent /= max(1.0, now / then)
         if recent > 1.5 * early:
@@ -96,7 +134,7 @@ class ProfileWindow:
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
-        self._memory_before = self.memory() if self.memory else 0.0
+        self._before = self._memory()
         self._wait_begin = self.waited() if self.waited else (-1, math.nan)
         # Kineto prints a line to stderr at each start and stop ("USDT: ... profiler_start"):
         # noise in a training log. Read when the profiler first starts; a user's setting wins.
@@ -105,9 +143,10 @@ class ProfileWindow:
         self._profiler.__enter__()
 
     def end(self, step: int) -> Finding | None:
-        """The step is done: close the profiler; the hot-op finding once the window is full."""
-        self._stop(step)
-        return self.close() if len(self._covered) >= self.steps else None
+        """The step is done: close the profiler; the hot-op finding once the window is full,
+        or once a step recorded more than ``MAX_EVENTS`` (the next would cost as much)."""
+        recorded = self._stop(step)
+        return self.close() if len(self._covered) >= self.steps or recorded > MAX_EVENTS else None
 
     def close(self, step: int | None = None) -> Finding | None:
         """End the window now (also at the end of the run, at ``step``); its finding, if any."""
@@ -123,26 +162,78 @@ class ProfileWindow:
             found.evidence["steps"] = [covered[0], covered[-1]]
         return found
 
-    def _stop(self, step: int) -> None:
+    def _stop(self, step: int) -> int:
+        """Stop the profiler (if open) and add its operators' times; the events it recorded."""
         prof, self._profiler = self._profiler, None
         if prof is None:
-            return
+            return 0
+        began = time.perf_counter()
         prof.__exit__(None, None, None)
         if self.waited:
             waited = waited_since(self._wait_begin, self.waited())
             # NaN where unknown or on another thread: the window is then judged as it reads
             self.cpu_wait += waited if math.isfinite(waited) else 0.0
         self.profiled.add(step)
-        if self.memory:
-            self.memory_added += max(0.0, self.memory() - self._memory_before)
         self._covered.append(step)
-        for evt in prof.key_averages():
-            if evt.key.startswith(_NOT_OPS) or "#" in evt.key:
-                continue
-            t = float(evt.self_cpu_time_total) + float(
-                getattr(evt, "self_device_time_total", 0.0) or 0.0
-            )
-            self._times[evt.key] = self._times.get(evt.key, 0.0) + t
+        events = prof.profiler.kineto_results.events()
+        recorded = len(events)
+        for name, t in _op_times(events).items():
+            if not name.startswith(_NOT_OPS) and "#" not in name:
+                self._times[name] = self._times.get(name, 0.0) + t
+        del prof, events  # (before the memory read: what they held and malloc kept is ours)
+        rss, used, free = (
+            max(0.0, b - a) for a, b in zip(self._before, self._memory(), strict=True)
+        )
+        self.memory_added += rss
+        self.heap_added = (self.heap_added[0] + used, self.heap_added[1] + free)
+        self.events += recorded
+        self.spent += time.perf_counter() - began
+        return recorded
+
+    def _memory(self) -> tuple[float, float, float]:
+        """Resident MB and the C heap's MB in use and free now (0 and NaN where not read)."""
+        used, free = (self.heap() if self.heap else None) or (math.nan, math.nan)
+        return (self.memory() if self.memory else 0.0), used, free
+
+
+def _op_times(events: Sequence[Any]) -> dict[str, float]:
+    """Microseconds of self time per operator name in the profiler's events (``KinetoEvent``):
+    on the CPU an event's duration less that of the events nested in it on its thread (as
+    torch's ``key_averages`` counts ``self_cpu_time_total``), and each device kernel's duration
+    added to the operator that launched it. One pass, ~6 us an event."""
+    cpu: list[tuple[int, int, int, str]] = []  # (thread, start, -end, name): sorted, nested
+    kernels: list[tuple[int, int]] = []  # (the launching operator's correlation id, ns)
+    launched_by: dict[int, str] = {}
+    for e in events:
+        name = e.name()
+        if name in _UTILITY:
+            continue
+        if e.device_type() != DeviceType.CPU:
+            kernels.append((e.linked_correlation_id(), e.duration_ns()))
+        elif not e.is_async() and e.start_thread_id() == e.end_thread_id():
+            cpu.append((e.start_thread_id(), e.start_ns(), -e.end_ns(), name))
+            if e.linked_correlation_id() == 0:  # an operator (a runtime call links to one)
+                launched_by[e.correlation_id()] = name
+    cpu.sort()  # by thread, then start; an enclosing event before those it holds
+    times: dict[str, float] = {}
+    enclosing: list[tuple[int, int, str]] = []  # (thread, end, name) of the events around it
+    for thread, start, neg_end, name in cpu:
+        end = -neg_end
+        while enclosing and (
+            enclosing[-1][0] != thread or start >= enclosing[-1][1] or end > enclosing[-1][1]
+        ):
+            enclosing.pop()
+        us = (end - start) / 1e3
+        if enclosing:
+            parent = enclosing[-1][2]
+            times[parent] = times.get(parent, 0.0) - us
+        times[name] = times.get(name, 0.0) + us
+        enclosing.append((thread, end, name))
+    for corr, ns in kernels:
+        name = launched_by.get(corr, "") if corr else ""
+        if name:
+            times[name] = times.get(name, 0.0) + ns / 1e3
+    return times
 
 
 def _median(values: Sequence[float]) -> float | None:
