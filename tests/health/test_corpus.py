@@ -133,6 +133,7 @@ CLEAN = [
     "clean_freeze_mid_run.py",  # first layer frozen at step 100; an optimiser stepping every 4th
     "clean_forkserver_pool.py",  # a ProcessPoolExecutor's forkserver workers, a model per job
     "clean_reinforce.py",  # REINFORCE: episodes, and so steps, get longer as training goes
+    "clean_torchscript.py",  # scripted losses, a pickled partial of one, an fx trace
 ]
 
 

@@ -4,6 +4,7 @@ do not: a Manager's server, a producer of data, daemons and children the script 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -102,3 +103,43 @@ def test_sigterm_in_a_child_after_its_report_ends_it_as_without_the_doctor() -> 
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+FORK_AFTER_TRAINING = """
+import os, torch
+from torch import nn
+model = nn.Linear(2, 2)  # too small for a matmul to start the BLAS thread team
+opt = torch.optim.SGD(model.parameters(), 0.1)
+def train():
+    for _ in range(30):
+        loss = model(torch.randn(4, 2)).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+train()
+pid = os.fork()
+if pid == 0:
+    train()
+    print("child done", flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent done")
+"""
+
+
+def test_a_script_that_forks_after_training_a_small_model_does_not_hang(tmp_path: Path) -> None:
+    """The doctor's own work after a step starts no thread team (a child forked after one
+    would hang in its first matmul); the test runs with the machine's threads."""
+    (tmp_path / "train.py").write_text(FORK_AFTER_TRAINING)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", "train.py"]
+    with open(tmp_path / "out.txt", "w") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, env=env, start_new_session=True
+        )
+        try:
+            code = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child too, which holds no lock to free
+            code = None
+    said = (tmp_path / "out.txt").read_text()
+    assert code == 0, said
+    assert "child done" in said and "parent done" in said

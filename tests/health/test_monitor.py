@@ -1259,3 +1259,66 @@ def test_the_monitors_own_work_is_not_counted_in_step_time(
     profiled = [i for i, s in enumerate(series["step"]) if 51 <= s <= 53]
     assert profiled and all(series["step_time"][i] < slow / 2 for i in profiled)
     assert all(series["data_time"][i + 1] < slow / 2 for i in profiled)
+
+
+class Local(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(2, 2)
+
+
+def test_watching_a_model_reads_no_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script that makes a new optimiser every few steps (Reptile, MAML) has its models
+    watched again each time: that must not parse their classes' files."""
+
+    def parse(obj: object) -> None:
+        raise AssertionError(f"parsed the source of {obj}")
+
+    monkeypatch.setattr(checks.inspect, "getsourcelines", parse)
+    monitor = HealthMonitor(stream=io.StringIO())
+    monitor.watch(Local())
+    assert __file__ in monitor.source_files
+    assert not any("site-packages" in f for f in monitor.source_files)
+    monitor.uninstall()
+
+
+HOOKED = """
+import sys
+def hook(kind, error, tb):
+    print("the script's hook:", kind.__name__, error, tb.tb_frame.f_code.co_filename, file=sys.stderr)
+sys.excepthook = hook
+raise RuntimeError("bad")
+"""
+
+
+def test_a_scripts_own_excepthook_prints_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # (put back after the test)
+    (tmp_path / "train.py").write_text(HOOKED)
+    code, _ = run_doctor(["python", str(tmp_path / "train.py")], stream=io.StringIO())
+    err = capsys.readouterr().err
+    assert code == 1
+    # the script's frames only, as python hands them to the hook
+    assert f"the script's hook: RuntimeError bad {tmp_path / 'train.py'}" in err, err
+    assert "Traceback" not in err
+
+
+def test_torch_compiles_warning_about_the_monitors_global_hooks_is_not_given() -> None:
+    """A compiled module warns on each call while global module hooks are in place: when they
+    are the monitor's alone, the script (maybe run with -W error) does not hear of it."""
+    monitor = HealthMonitor(stream=io.StringIO())
+    monitor.install_loss_checks()  # wrappers in place: warnings.warn is the monitor's
+    ours = torch.nn.modules.module.register_module_forward_hook(monitor._rms_hook)
+    try:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            warnings.warn(wrap.COMPILE_WITH_HOOKS + " ...", UserWarning, stacklevel=1)
+            assert said == []
+            theirs = torch.nn.modules.module.register_module_forward_hook(lambda *a: None)
+            warnings.warn(wrap.COMPILE_WITH_HOOKS + " ...", UserWarning, stacklevel=1)
+            theirs.remove()
+            assert len(said) == 1
+    finally:
+        ours.remove()
+        monitor.uninstall()

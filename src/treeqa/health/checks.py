@@ -51,6 +51,16 @@ def user_site(depth: int = 1) -> str:
     return ""
 
 
+def definition_file(cls: type) -> str:
+    """The file a class is defined in; "" when unknown. (Its line would parse the file: a
+    script that makes a new optimiser, and so watches its models again, every few steps paid
+    ~50 ms each time.)"""
+    try:
+        return inspect.getsourcefile(cls) or ""
+    except TypeError:  # a builtin class
+        return ""
+
+
 def definition_site(obj: Any) -> str:
     """``file:line`` where a class (or a module's class) is defined; "" when unknown."""
     cls = obj if isinstance(obj, type) else type(obj)

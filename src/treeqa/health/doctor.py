@@ -337,6 +337,8 @@ class Doctor:
         compute, not waiting for data. Modules without parameters (transforms in a Dataset)
         may run while loading data and do not start it."""
         for top in tops:
+            if isinstance(top, torch.jit.ScriptModule):  # takes no Python hooks: as functional
+                continue
             if id(top) not in self.hooked and next(top.parameters(), None) is not None:
                 self.hooked.add(id(top))
                 self.root_handles.append(

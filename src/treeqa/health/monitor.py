@@ -138,12 +138,17 @@ class Canary:
     def __init__(self) -> None:
         # No RNG (the script's random stream stays its own) and no default device or dtype
         # (a script may set CUDA as the default; that must not initialise CUDA here).
-        self.a = torch.linspace(-1.0, 1.0, 32 * 32, device="cpu", dtype=torch.float32)
-        self.a = self.a.reshape(32, 32)  # [32, 32]
+        a = torch.linspace(-1.0, 1.0, 16 * 32, device="cpu", dtype=torch.float32)
+        self.a = a.reshape(16, 32, 1)  # [16, 32, 1]
+        self.b = a.reshape(1, 16, 32).repeat(1, 2, 1)  # [1, 32, 32]
 
     def __call__(self) -> float:
+        """A [16, 32] x [32, 32] product as elementwise work on one thread: a BLAS matmul
+        would start its thread team here, and a script that trains a model too small to
+        start it and then forks would have its child hang in its first matmul. Under
+        32,768 elements, torch runs it on the calling thread; no grad, no graph."""
         start = time.perf_counter()
-        torch.mm(self.a, self.a)  # self.a needs no grad: no graph is recorded
+        (self.a * self.b).sum(1)  # [16, 32, 32] -> [16, 32]
         return time.perf_counter() - start
 
 
@@ -260,7 +265,7 @@ class HealthMonitor(Callback):
             for finding in checks.parameter_aliases(model):
                 self.add(finding)
             for cls in {type(m) for m in model.modules()}:
-                site = checks.definition_site(cls).rpartition(":")[0]
+                site = checks.definition_file(cls)
                 if site and site not in self.source_files and "site-packages" not in site:
                     self.source_files.append(site)
         self.names = checks.module_names(self.models)

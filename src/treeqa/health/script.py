@@ -269,7 +269,17 @@ def print_traceback(error: BaseException) -> None:
             seen.add(id(chained))
             _without_ours(chained)
             stack += [chained.__cause__, chained.__context__]
-    traceback.print_exception(type(error), error, error.__traceback__)
+    hook = sys.excepthook  # a script's own (rich's, loguru's) prints it, as under python
+    if hook is sys.__excepthook__:
+        traceback.print_exception(type(error), error, error.__traceback__)
+        return
+    try:
+        hook(type(error), error, error.__traceback__)
+    except Exception as failed:  # as python says it
+        print("Error in sys.excepthook:", file=sys.stderr)
+        traceback.print_exception(type(failed), failed, failed.__traceback__)
+        print("\nOriginal exception was:", file=sys.stderr)
+        traceback.print_exception(type(error), error, error.__traceback__)
 
 
 def source(target: Target) -> str:

@@ -13,6 +13,7 @@ wrapper is in place, ``warnings.warn`` skips the wrappers' frames when it counts
 
 from __future__ import annotations
 
+import functools
 import sys
 import traceback
 import warnings
@@ -184,9 +185,15 @@ def install_wrapper(
     returns the undo. ``wrapper`` calls ``original`` itself (its frame is the one that
     ``warnings.warn`` skips); ``note``: the one it calls, by which ``taken`` tells whether
     its monitor is still there."""
+    # The original's name, module and docstring: pickle, torch.fx and help() see the function
+    # the script named (pickled, it loads as the original, without treeqa).
+    functools.update_wrapper(wrapper, original)
     wrapper._treeqa_health = True  # type: ignore[attr-defined]
     wrapper._treeqa_note = note  # type: ignore[attr-defined]
-    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    # TorchScript, compiling code that calls it, compiles the original (its source, its globals)
+    # or, for a builtin of its own (torch.autograd.backward), calls that builtin
+    wrapper.__prepare_scriptable__ = lambda: original  # type: ignore[attr-defined]
+    forget_builtin = as_torchscript_builtin(wrapper, original)
     setattr(owner, name, wrapper)
     _wrapper_code.add(wrapper.__code__)  # closures of one ``def`` share their code
     _skip_wrappers_in_warnings(+1)
@@ -200,8 +207,22 @@ def install_wrapper(
             setattr(owner, name, original)
             _skip_wrappers_in_warnings(-1)
             _wrappers.pop(id(original), None)
+            forget_builtin()
 
     return undo
+
+
+def as_torchscript_builtin(wrapper: Any, original: Any) -> Callable[[], None]:
+    """Have TorchScript compile a call of ``wrapper`` as the builtin it compiles ``original``
+    to, if it has one (``warnings.warn``: ``aten::warn``); returns the undo."""
+    from torch.jit import _builtins
+
+    op = _builtins._find_builtin(original)
+    if op is None:
+        return lambda: None
+    table = _builtins._get_builtin_table()
+    table[id(wrapper)] = op
+    return lambda: table.pop(id(wrapper), None)
 
 
 def rebind(namespace: dict[str, Any]) -> None:
@@ -229,6 +250,7 @@ def _skip_wrappers_in_warnings(change: int) -> None:
     _installed[0] += change
     if before == 0 and _installed[0] > 0 and warnings.warn is _warn:
         warnings.warn = _warn_past_wrappers
+        as_torchscript_builtin(_warn_past_wrappers, _warn)  # (never freed: kept for good)
     elif _installed[0] == 0 and warnings.warn is _warn_past_wrappers:
         warnings.warn = _warn
 
@@ -236,7 +258,10 @@ def _skip_wrappers_in_warnings(change: int) -> None:
 def _warn_past_wrappers(
     message: Any, category: Any = None, stacklevel: int = 1, source: Any = None, **kwargs: Any
 ) -> None:
-    """``warnings.warn``, with the monitor's wrapper frames not counted in ``stacklevel``."""
+    """``warnings.warn``, with the monitor's wrapper frames not counted in ``stacklevel``,
+    and without the warning the monitor's own global hooks make torch give."""
+    if isinstance(message, str) and message.startswith(COMPILE_WITH_HOOKS) and _hooks_ours():
+        return
     frame, extra = sys._getframe(1), 0  # the frame that called warn, stacklevel 1
     for _ in range(stacklevel - 1):
         frame = frame.f_back  # type: ignore[assignment]
@@ -245,3 +270,24 @@ def _warn_past_wrappers(
         if frame is None:
             break
     _warn(message, category, max(stacklevel, 1) + extra + 1, source, **kwargs)  # +1: this frame
+
+
+COMPILE_WITH_HOOKS = "Using `torch.compile(module)` when there are global hooks on modules"
+"""The start of the warning a module compiled with ``torch.compile`` gives on each call while
+global module hooks are in place: the monitor's (finding the models, sampled steps) make no
+difference to what the script computes, and say nothing to it."""
+
+
+def _hooks_ours() -> bool:
+    """Whether every global module hook is the monitor's."""
+    from torch.nn.modules import module
+
+    hooks = [
+        *module._global_forward_pre_hooks.values(),
+        *module._global_forward_hooks.values(),
+        *module._global_backward_pre_hooks.values(),
+        *module._global_backward_hooks.values(),
+    ]
+    return all(
+        getattr(getattr(h, "func", h), "__module__", "").startswith("treeqa.health.") for h in hooks
+    )
