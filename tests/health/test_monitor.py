@@ -329,6 +329,19 @@ def test_cli_doctor_runs_a_python_dash_o_script_optimised(tmp_path: Path) -> Non
     assert proc.returncode == 1 and "AssertionError: asserts run" in proc.stderr
 
 
+def test_cli_doctor_runs_the_script_with_its_interpreter_options(tmp_path: Path) -> None:
+    """-X dev, -I, -E set how the interpreter runs: the doctor starts itself again with them."""
+    script = tmp_path / "flags.py"
+    script.write_text(
+        "import os, sys\nf = sys.flags\n"
+        "print(f.dev_mode, f.isolated, f.ignore_environment, 'TREEQA_DOCTOR_RESTARTED' in os.environ)\n"
+    )
+    for flags, said in (["-X", "dev"], "True 0 0 False"), (["-I"], "False 1 1 False"):
+        cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", *flags, str(script)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert (proc.returncode, proc.stdout.strip()) == (0, said), proc.stderr
+
+
 ENDS_HARD = """
 import os, sys, time, torch
 m = torch.nn.Linear(4, 1)
@@ -1322,3 +1335,30 @@ def test_torch_compiles_warning_about_the_monitors_global_hooks_is_not_given() -
     finally:
         ours.remove()
         monitor.uninstall()
+
+
+THREADED = """
+import threading, torch
+from torch import nn
+def train():
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    for _ in range(120):
+        x = torch.randn(32, 16)
+        loss = nn.functional.cross_entropy(model(x), (x[:, 0] > 0).long())
+        opt.zero_grad(); loss.backward(); opt.step()
+thread = threading.Thread(target=train)
+thread.start(); thread.join()
+print("trained")
+"""
+
+
+def test_training_in_a_thread_opens_no_profiler_window(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """torch's profiler started off the main thread prints an error of its own to stderr."""
+    (tmp_path / "train.py").write_text(THREADED)
+    code, report = run_doctor(["python", str(tmp_path / "train.py")], every=10)
+    out, err = capfd.readouterr()
+    assert code == 0 and "trained" in out and report["steps"] == 120
+    assert "External init callback" not in err, err

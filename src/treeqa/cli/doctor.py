@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ValueError("give the script to run: treeqa doctor -- python SCRIPT.py [ARGS]")
-    reexec_optimized(command)
+    reexec_with_flags(command)
     if args.plot_path is not None:
         try:
             import matplotlib  # noqa: F401
@@ -86,14 +86,21 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def reexec_optimized(command: list[str]) -> None:
-    """``treeqa doctor -- python -O script.py``: the script runs in this interpreter, so this
-    process starts again as ``python -O`` (asserts and ``if __debug__:`` blocks out, as the
-    script would run)."""
+def reexec_with_flags(command: list[str]) -> None:
+    """``treeqa doctor -- python -O script.py`` (``-I``, ``-E``, ``-X dev`` ...): the script
+    runs in this interpreter, so this process starts again with those options (asserts and
+    ``if __debug__:`` blocks out, dev mode's checks on, ``PYTHON*`` variables ignored, as the
+    script would run). Once: should an option not show in ``sys.flags`` the second time, the
+    run says so rather than starting again."""
     from treeqa.health import processes, script
 
-    if processes.launcher_split(command):
-        return
-    level = script.parse(command).optimize
-    if level > sys.flags.optimize:
-        os.execv(sys.executable, [sys.executable, "-" + "O" * level, *sys.orig_argv[1:]])
+    if os.environ.pop(REEXEC, None) or processes.launcher_split(command):
+        return  # (the script's environment is left as it was given)
+    flags = script.parse(command).interpreter_flags()
+    if flags:
+        os.environ[REEXEC] = "1"
+        os.execv(sys.executable, [sys.executable, *flags, *sys.orig_argv[1:]])
+
+
+REEXEC = "TREEQA_DOCTOR_RESTARTED"
+"""Set in the environment of a doctor started again with the script's interpreter options."""

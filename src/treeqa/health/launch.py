@@ -40,7 +40,7 @@ def run_doctor(
     launched = processes.launcher_split(command)
     target = script.parse(launched[1] if launched else command)
     if not launched:  # (torchrun starts each process with the command's own flags)
-        script.check_optimize(target)
+        script.check_interpreter(target)
     source = script.source(target)
     json_path = Path(json_path).absolute() if json_path is not None else None
     plot_path = Path(plot_path).absolute() if plot_path is not None else None

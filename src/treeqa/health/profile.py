@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -88,7 +89,10 @@ class ProfileWindow:
 
     def schedule(self, step: int) -> None:
         """Profile the compute of ``steps`` steps from ``step`` on, unless ``max_windows``
-        were opened or those so far took ``BUDGET`` of the wall time since the start."""
+        were opened, those so far took ``BUDGET`` of the wall time since the start, or the
+        steps run in a thread of the script's (no windows there: no ``hot-op``)."""
+        if threading.current_thread() is not threading.main_thread():
+            return  # torch's profiler, started in another thread, prints an error of its own
         within = self.spent <= BUDGET * (time.perf_counter() - self._started)
         if self._next is None and self.windows < self.max_windows and within:
             self._next, self._times, self._covered = step, {}, []

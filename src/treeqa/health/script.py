@@ -35,10 +35,34 @@ class Target:
     argv: list[str]
     options: list[tuple[str, str]] = field(default_factory=list)  # ("-W", "ignore"), ("-X", ...)
     optimize: int = 0  # python -O (1) or -OO (2): asserts and __debug__ blocks left out
+    letters: str = ""  # the other one-letter options: "IE" for python -I -E
+
+    def interpreter_flags(self) -> list[str]:
+        """The options that set how the interpreter runs (``-O``, ``-I``, ``-X dev`` ...)
+        which this one lacks: the script runs in this process, so it must start with them."""
+        needed = ["-" + "O" * self.optimize] if self.optimize > sys.flags.optimize else []
+        for letter, flag in INTERPRETER_LETTERS.items():
+            if letter in self.letters and not getattr(sys.flags, flag):
+                needed.append("-" + letter)
+        for option, value in self.options:
+            key = value.partition("=")[0]
+            if option == "-X" and key != "faulthandler" and key not in sys._xoptions:
+                needed += ["-X", value]
+        return needed
 
 
 VALUE_OPTIONS = ("-W", "-X")
 """Interpreter options that take a value: ``-W ignore`` must not take ``ignore`` for the script."""
+INTERPRETER_LETTERS = {
+    "I": "isolated",
+    "E": "ignore_environment",
+    "s": "no_user_site",
+    "P": "safe_path",
+    "b": "bytes_warning",
+    "B": "dont_write_bytecode",
+}
+"""One-letter options that set how the interpreter runs, with their ``sys.flags`` name (not
+``-S``: without the site packages, treeqa itself would not import)."""
 
 
 def parse(command: Sequence[str]) -> Target:
@@ -46,7 +70,7 @@ def parse(command: Sequence[str]) -> Target:
     ``python [OPTIONS] -m module args``."""
     args = list(command)
     options: list[tuple[str, str]] = []
-    optimize = 0
+    optimize, letters = 0, ""
     if args and Path(args[0]).name.startswith("python"):
         args = args[1:]
         while args and args[0].startswith("-") and args[0] != "-m":
@@ -58,23 +82,24 @@ def parse(command: Sequence[str]) -> Target:
                 options.append((flag[:2], value))
             elif not flag.startswith("--"):  # -O, -OO, -uO: -O changes what runs
                 optimize += flag.count("O")
-            # other flags (-u, -B ...) do not change what runs
+                letters += flag[1:].replace("O", "")
     if not args:
         raise ValueError("no script given: treeqa doctor -- python SCRIPT.py [ARGS]")
     if args[0] == "-m":
         if len(args) < 2:
             raise ValueError("-m needs a module name")
-        return Target("module", args[1], args[1:], options, min(optimize, 2))
-    return Target("path", args[0], args, options, min(optimize, 2))
+        return Target("module", args[1], args[1:], options, min(optimize, 2), letters)
+    return Target("path", args[0], args, options, min(optimize, 2), letters)
 
 
-def check_optimize(target: Target) -> None:
-    """The script runs in this interpreter: a ``python -O`` run needs it started with -O."""
-    if target.optimize > sys.flags.optimize:
-        flag = "-" + "O" * target.optimize
+def check_interpreter(target: Target) -> None:
+    """The script runs in this interpreter: a ``python -O`` (``-I``, ``-X dev`` ...) run needs
+    it started with those options (``treeqa doctor`` starts itself again with them)."""
+    flags = " ".join(target.interpreter_flags())
+    if flags:
         raise ValueError(
-            f"python {flag}: the script runs inside treeqa's own interpreter, which runs "
-            f"without {flag}; start it with it: python {flag} -m treeqa doctor -- ..."
+            f"python {flags}: the script runs inside treeqa's own interpreter, which runs "
+            f"without them; start it with them: python {flags} -m treeqa doctor -- ..."
         )
 
 
