@@ -1362,3 +1362,17 @@ def test_training_in_a_thread_opens_no_profiler_window(
     out, err = capfd.readouterr()
     assert code == 0 and "trained" in out and report["steps"] == 120
     assert "External init callback" not in err, err
+
+
+def test_doctor_runs_a_folders_main_as_python_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "folder_main_helper.py").write_text("X = 7\n")
+    (tmp_path / "app" / "__main__.py").write_text(
+        "import sys, folder_main_helper as h\nprint(__file__, sys.argv[0], h.X)\n"
+    )
+    code, _ = run_doctor(["python", "app"], stream=io.StringIO())
+    assert code == 0
+    assert capsys.readouterr().out.strip() == f"{tmp_path / 'app' / '__main__.py'} app 7"

@@ -310,15 +310,21 @@ def print_traceback(error: BaseException) -> None:
 def source(target: Target) -> str:
     """The file ``target`` runs ("" for a module without one); an error when there is none."""
     if target.kind == "path":
-        if not Path(target.name).is_file():
+        if not main_file(target).is_file():
             raise FileNotFoundError(
                 f"{target.name}: no such script (treeqa doctor -- python SCRIPT.py)"
             )
-        return str(Path(target.name).resolve())
+        return str(main_file(target).resolve())
     source = module_file(target.name)
     if source is None:
         raise ValueError(f"-m {target.name}: no such module here or on the Python path")
     return source
+
+
+def main_file(target: Target) -> Path:
+    """The file ``python PATH`` runs: PATH, or a folder's ``__main__.py``."""
+    path = Path(target.name)
+    return path / "__main__.py" if path.is_dir() else path
 
 
 def run(target: Target) -> int:
@@ -331,13 +337,13 @@ def run(target: Target) -> int:
     saved_mp_main = sys.modules.get("__mp_main__")
     sys.argv = target.argv
     if target.kind == "path":
-        sys.path.insert(0, str(Path(target.name).resolve().parent))
+        sys.path.insert(0, str(main_file(target).resolve().parent))
     else:
         sys.path.insert(0, os.getcwd())
     try:
         with interpreter_options(target.options):
             if target.kind == "path":
-                run_path(Path(target.name).absolute())
+                run_path(main_file(target).absolute())
             else:
                 runpy.run_module(target.name, run_name="__main__", alter_sys=True)
         return 0
