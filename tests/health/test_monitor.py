@@ -867,7 +867,7 @@ for i in range(10):
     loss.backward()
     opt.step()
     total += loss
-print(__file__, sys.argv[0])
+print(__file__, sys.argv[0], " ".join(sys.orig_argv))
 raise KeyboardInterrupt
 """
 
@@ -891,7 +891,7 @@ def test_doctor_paths_options_and_ctrl_c(
     code, _ = run_doctor(command, json_path="r.json", every=5, stream=io.StringIO())
     out, err = capsys.readouterr()
     assert code == 130
-    assert out.split() == [str(tmp_path / "train.py"), "train.py"]
+    assert out.split() == [str(tmp_path / "train.py"), "train.py", *command]
     assert "hidden by" not in err and "runpy" not in err and "doctor.py" not in err
     assert err.startswith("Traceback") and err.strip().endswith("KeyboardInterrupt")
     assert (tmp_path / "r.json").exists() and not (tmp_path / "elsewhere" / "r.json").exists()

@@ -36,6 +36,7 @@ class Target:
     options: list[tuple[str, str]] = field(default_factory=list)  # ("-W", "ignore"), ("-X", ...)
     optimize: int = 0  # python -O (1) or -OO (2): asserts and __debug__ blocks left out
     letters: str = ""  # the other one-letter options: "IE" for python -I -E
+    command: list[str] = field(default_factory=list)  # as given: the script's sys.orig_argv
 
     def interpreter_flags(self) -> list[str]:
         """The options that set how the interpreter runs (``-O``, ``-I``, ``-X dev`` ...)
@@ -68,7 +69,7 @@ INTERPRETER_LETTERS = {
 def parse(command: Sequence[str]) -> Target:
     """The run ``command`` asks for: ``python [OPTIONS] script.py args``, ``script.py args`` or
     ``python [OPTIONS] -m module args``."""
-    args = list(command)
+    args, given = list(command), list(command)
     options: list[tuple[str, str]] = []
     optimize, letters = 0, ""
     if args and Path(args[0]).name.startswith("python"):
@@ -88,8 +89,8 @@ def parse(command: Sequence[str]) -> Target:
     if args[0] == "-m":
         if len(args) < 2:
             raise ValueError("-m needs a module name")
-        return Target("module", args[1], args[1:], options, min(optimize, 2), letters)
-    return Target("path", args[0], args, options, min(optimize, 2), letters)
+        return Target("module", args[1], args[1:], options, min(optimize, 2), letters, given)
+    return Target("path", args[0], args, options, min(optimize, 2), letters, given)
 
 
 def check_interpreter(target: Target) -> None:
@@ -331,11 +332,11 @@ def run(target: Target) -> int:
     """Run ``target`` in this process as python would; its exit code (3 when the monitor's
     strict mode stopped it, 130 on Ctrl-C). ``sys.argv``, ``sys.path`` and ``__mp_main__`` are
     the script's while it runs and ours again after."""
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    saved_argv, saved_path, saved_orig = sys.argv[:], sys.path[:], sys.orig_argv
     # multiprocessing's first import aliases __mp_main__ to the running __main__ (the script's
     # namespace here); restored below so that namespace does not outlive the run in-process.
     saved_mp_main = sys.modules.get("__mp_main__")
-    sys.argv = target.argv
+    sys.argv, sys.orig_argv = target.argv, target.command or saved_orig
     if target.kind == "path":
         sys.path.insert(0, str(main_file(target).resolve().parent))
     else:
@@ -358,7 +359,7 @@ def run(target: Target) -> int:
         print_traceback(e)
         return 130 if isinstance(e, KeyboardInterrupt) else 1  # as python exits on Ctrl-C
     finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
+        sys.argv, sys.path[:], sys.orig_argv = saved_argv, saved_path, saved_orig
         if saved_mp_main is not None:
             sys.modules["__mp_main__"] = saved_mp_main
         else:
