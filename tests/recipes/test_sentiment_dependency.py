@@ -92,3 +92,17 @@ def test_raw_text_is_parsed_as_the_training_data_was(
     assert body["sentences"] == results and body["task"] == "fine"
     with pytest.raises(RequestError, match="field 'tree': this model was trained on dependency"):
         models.predict_sentiment({"tree": "((the) (film))"})
+
+
+def test_a_meta_json_that_is_not_a_pipeline_record_names_the_file(tmp_path: Path) -> None:
+    meta = tmp_path / "meta.json"
+    for text, said in (
+        ("[1]", "expected a JSON object"),
+        ("{", "not a JSON file"),
+        ('{"pipeline": 5}', "expected a JSON object"),
+    ):
+        meta.write_text(text)
+        with pytest.raises(ValueError, match=f"{meta}: {said}"):
+            sentiment.parser_of(sentiment.SentimentData(path=str(tmp_path)))
+    meta.write_text('{"pipeline": "en_core_web_sm"}')
+    assert sentiment.parser_of(sentiment.SentimentData(path=str(tmp_path))) == "en_core_web_sm"

@@ -261,7 +261,13 @@ def parser_of(data: SentimentData) -> str:
     meta = Path(data.path) / "meta.json" if data.path else None
     if meta is None or not meta.is_file():
         return ""
-    return str(json.loads(meta.read_text(encoding="utf-8")).get("pipeline", ""))
+    try:
+        found = json.loads(meta.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{meta}: not a JSON file ({e})") from None
+    if not isinstance(found, dict) or not isinstance(found.get("pipeline", ""), str):
+        raise ValueError(f"{meta}: expected a JSON object whose 'pipeline' is a string")
+    return str(found.get("pipeline", ""))
 
 
 def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:

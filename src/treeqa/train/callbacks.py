@@ -446,12 +446,17 @@ def resume(
 
     None when the run stopped before writing its first last checkpoint (a kill during the
     first epoch, or between its best and last writes): it starts again from step 0, which
-    the seeded run replays exactly, and overwrites the best checkpoint it left.
+    the seeded run replays exactly; a best checkpoint it left is kept aside, should the
+    last one have been removed from a trained run.
     """
     if World.from_env().main:
         ckpt.remove_partial_writes(run_dir)
     if not (run_dir / ckpt.LAST).is_file():
-        tqdm.write(f"{run_dir}: no {ckpt.LAST} yet; the run starts again from its first step")
+        said = f"{run_dir}: no {ckpt.LAST} yet; the run starts again from its first step"
+        if (run_dir / ckpt.BEST).is_file() and World.from_env().main:  # (last one removed?)
+            kept = ckpt.keep_aside(run_dir / ckpt.BEST)
+            said += f" (its {ckpt.BEST} is kept as {kept.name})"
+        tqdm.write(said)
         return None
     last = ckpt.load(run_dir, prefer=ckpt.LAST)
     if last.meta.get("kind") != "last":

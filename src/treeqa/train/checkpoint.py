@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import nn
 
 FORMAT_VERSION = 1
@@ -154,13 +154,13 @@ def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Pa
     header = {"treeqa": json.dumps({"format_version": FORMAT_VERSION, **meta}, ensure_ascii=False)}
     tmp = str(path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}{PARTIAL}"))
     try:
-        # safetensors refuses shared or non-contiguous storage; give it plain copies.
-        save_file(
-            {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, tmp, header
-        )
-        # safetensors makes its files private (0600); a checkpoint gets the umask's usual mode.
-        os.chmod(tmp, 0o666 & ~_umask())
-        with open(tmp, "rb") as f:
+        # safetensors refuses shared or non-contiguous storage; give it plain copies. Its
+        # bytes are written here: its save_file writes a temporary file of its own first,
+        # which a kill during the write would leave behind under a name no one cleans up.
+        data = save({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, header)
+        with open(tmp, "wb") as f:  # the umask's usual mode
+            f.write(data)
+            f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
@@ -168,17 +168,11 @@ def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Pa
             os.unlink(tmp)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def is_run_file(name: str) -> bool:
     """Whether a run directory's file ``name`` is one a run writes (its checkpoints, config,
     metrics, health report and lock, and the earlier ones it kept aside)."""
     own = (BEST, LAST, "config.toml", "metrics.jsonl", "health.json", LOCK)
-    kept = r"(config\.\d+\.toml|metrics\.\d+\.jsonl|health\.\d+\.json)"  # keep_aside's
+    kept = r"(config\.\d+\.toml|metrics\.\d+\.jsonl|health\.\d+\.json|best\.\d+\.safetensors)"
     return name in own or re.fullmatch(kept, name) is not None
 
 
