@@ -94,6 +94,12 @@ def test_a_key_given_under_another_section_says_where_it_is() -> None:
         resolve_config({}, [("train.eval_every", "5")])
 
 
+def test_a_config_written_with_a_byte_order_mark_is_read(tmp_path: Path) -> None:
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf[train]\nlr = 0.1\n")
+    assert load_toml(bom) == {"train": {"lr": 0.1}}
+
+
 def test_a_config_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "latin1.toml"
     bad.write_bytes(b"[train]\nlr = 1\n# caf\xe9\n")

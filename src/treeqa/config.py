@@ -28,8 +28,9 @@ class ConfigError(ValueError):
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     try:
-        with Path(path).open("rb") as f:
-            return tomllib.load(f)
+        data = Path(path).read_bytes()
+        # A byte-order mark (Windows editors write one) is no TOML statement: read past it.
+        return tomllib.loads(data.removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: {err}") from err
     except UnicodeDecodeError as err:

@@ -153,6 +153,14 @@ def test_evaluate_qa_refuses_predictions_that_answer_none_of_the_gold_questions(
     pred.write_text("{}")  # no answers at all: every question scores 0, as the official script
     assert main([*argv, "--json"]) == 0
     assert last_json(capsys)["f1"] == 0.0
+    # An unanswerable question scored as v1.1: the gold file is named.
+    (tmp_path / "gold2.json").write_text(json.dumps(squad("v2.0")))
+    pred.write_text(json.dumps({"q1": "Fort Bragg"}))
+    gold2 = ["--gold", str(tmp_path / "gold2.json"), "--predictions", str(pred)]
+    assert main(["evaluate", "qa", *gold2, "--squad-version", "v1.1"]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"treeqa evaluate qa: error: {tmp_path / 'gold2.json'}: question 'u1' has no gold answer"
+    )
 
 
 def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:

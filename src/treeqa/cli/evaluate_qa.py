@@ -148,6 +148,8 @@ def evaluate_main(args: argparse.Namespace) -> int:
         )
     except NoAnswerScoreError as err:
         raise ValueError(f"{args.na_probs}: {err}") from None
+    except ValueError as err:  # a question the gold file leaves without an answer
+        raise ValueError(f"{args.gold}: {err}") from None
     if predictions and scores["answered"] == 0:  # a score of 0 that says nothing of the model
         raise ValueError(
             f"{args.predictions}: none of its {len(predictions)} question ids is in "
