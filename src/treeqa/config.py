@@ -145,13 +145,17 @@ def check_fields(
     """Raise :class:`ConfigError` naming ``section.field`` for the first value out of range or
     not among its choices (``not value >= low``, so NaN is out of every range; so is infinity:
     ``--lr inf`` would train NaN weights)."""
+    for name in [*at_least, *below]:
+        value = getattr(config, name)
+        if not math.isfinite(value):
+            raise ConfigError(f"{section}.{name}: expected a finite number, got {value!r}")
     for name, low in at_least.items():
         value = getattr(config, name)
-        if not (value >= low and math.isfinite(value)):
+        if not value >= low:
             raise ConfigError(f"{section}.{name}: expected at least {low}, got {value!r}")
     for name, high in below.items():
         value = getattr(config, name)
-        if not (value < high and math.isfinite(value)):
+        if not value < high:
             raise ConfigError(f"{section}.{name}: expected less than {high}, got {value!r}")
     for name, options in choices.items():
         value = getattr(config, name)
