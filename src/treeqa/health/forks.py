@@ -42,6 +42,11 @@ UNWATCHED = ("torch.utils.data._utils.worker", "multiprocessing.managers")
 """The modules of targets that train nothing: a DataLoader's worker, a ``Manager``'s server."""
 
 
+def trains_nothing(process: Any) -> bool:
+    """Whether ``process``'s target is one of ``UNWATCHED``."""
+    return getattr(getattr(process, "_target", None), "__module__", "") in UNWATCHED
+
+
 def start_method(process: Any) -> str:
     """How ``process`` will be started: its context's method, else the default one."""
     return process._start_method or multiprocessing.get_start_method()
@@ -68,7 +73,7 @@ class Forks:
     def starting(self, process: Any) -> None:
         """``process.start()`` is called: one started in a fresh interpreter is handed a doctor
         (not one whose target trains nothing, nor one ``torch.multiprocessing.spawn`` watches)."""
-        if getattr(getattr(process, "_target", None), "__module__", "") in UNWATCHED:
+        if trains_nothing(process):
             return
         self.folder.mkdir(exist_ok=True)  # (before the child can step)
         if start_method(process) not in FRESH:
@@ -81,8 +86,7 @@ class Forks:
         """``process.start()`` ran: a watched one is named if a signal ends it (``say_killed``)."""
         spawned = vars(process).pop("_treeqa_doctor", None) is not None
         forked = getattr(getattr(process, "_popen", None), "method", "") == "fork"
-        target = getattr(process, "_target", None)
-        if spawned or (forked and getattr(target, "__module__", "") not in UNWATCHED):
+        if spawned or (forked and not trains_nothing(process)):
             self.children.add(process)
 
     def end_running(self) -> None:
@@ -101,7 +105,7 @@ class Forks:
         killed = sorted(
             (p.pid, -p.exitcode)
             for p in list(self.children)
-            if (p.exitcode or 0) < 0 and (self.folder / f"trained-{p.pid}").exists()
+            if (p.exitcode or 0) < 0 and self.trained(p.pid).exists()
         )
         if killed:
             said = ", ".join(f"pid {pid} by signal {sig}" for pid, sig in killed)
@@ -117,6 +121,10 @@ class Forks:
         children (its own pid, for a child's child)."""
         identity = multiprocessing.current_process()._identity
         return identity[0] if len(identity) == 1 else os.getpid()
+
+    def trained(self, pid: int) -> Path:
+        """The file a child writes at its first step and removes once it has reported."""
+        return self.folder / f"trained-{pid}"
 
     def reported(self) -> bool:
         return self.folder.is_dir() and any(self.folder.glob("rank*.json"))
@@ -140,7 +148,7 @@ class Forks:
         so prints its findings as they come."""
         self.stepped = True
         try:
-            (self.folder / f"trained-{os.getpid()}").touch()
+            self.trained(os.getpid()).touch()
             os.close(os.open(self.folder / "live", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except OSError:  # another child prints (or the script has reported: no folder)
             return False
@@ -152,7 +160,7 @@ class Forks:
         if self.folder.is_dir():
             prints = processes.Fingerprints(self.rank())
             processes.write_report(self.folder, self.own(result), prints, series=True)
-            (self.folder / f"trained-{os.getpid()}").unlink(missing_ok=True)
+            self.trained(os.getpid()).unlink(missing_ok=True)
 
     def hold_sigterm(self) -> None:
         """A forked process whose ``run()`` is over: a SIGTERM now (a Pool's terminate()
