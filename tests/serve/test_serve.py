@@ -315,6 +315,9 @@ def raw_request(base: str, request: bytes) -> tuple[str, dict[str, str], bytes]:
             "PUT /api/sentiment: this route takes POST",
         ),
         (b"OPTIONS /api/nothing HTTP/1.0\r\n\r\n", "404", "no such route"),
+        # stdlib answers these two HTTP/0.9-style: the JSON alone, no status line or headers.
+        (b"GET /\r\n", "400", "request line 'GET /': expected a method, a path and HTTP/1.x"),
+        (b"hello\r\n", "400", "Bad request syntax ('hello')"),
     ],
 )
 def test_every_error_reply_is_json(
@@ -382,6 +385,35 @@ def test_a_body_shorter_than_its_content_length_times_out(run_dir: Path) -> None
             "error": "body: fewer than the 500 bytes of Content-Length arrived"
         }
         connection.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [b"GET /api/health HTTP/1.1\r\n", *[b"X"] * 40],  # a header, one byte at a time
+        [b"GET /api/hea", *[b"l"] * 40],  # the request line itself
+    ],
+)
+def test_a_request_trickling_in_is_cut_off_at_the_timeout(parts: list[bytes]) -> None:
+    # Each byte arrives well within the timeout, so a per-read timeout alone never ended it.
+    server = make_server(Models([]), port=0, quiet=True)
+    server.RequestHandlerClass.timeout = 1.0
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with socket.create_connection(server.server_address, timeout=30) as sock:
+            started = time.monotonic()
+            with contextlib.suppress(OSError):  # the server closes while we still send
+                for part in parts:
+                    sock.sendall(part)
+                    time.sleep(0.1)
+            reply = b"".join(iter(lambda: sock.recv(65536), b""))
+        assert time.monotonic() - started < 3.5
+        head, _, data = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 ") and b"Connection: close" in head
+        assert json.loads(data) == {"error": "the request did not arrive whole within 1 s"}
     finally:
         server.shutdown()
         server.server_close()

@@ -24,11 +24,14 @@ connections.
 
 A body comes with Content-Length or ``Transfer-Encoding: chunked``. Connections are kept alive
 (HTTP/1.1) unless a request leaves unread bytes behind, which would be taken for the next one.
+A request must arrive whole within ``REQUEST_TIMEOUT`` seconds of its first byte (else a 408 and
+the connection ends), and an idle connection ends after as long.
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import json
 import signal
 import sys
@@ -44,6 +47,7 @@ from treeqa.data.squad import unique_keys
 from treeqa.serve.bodies import (
     MAX_BODY,
     REQUEST_TIMEOUT,
+    Deadline,
     RequestError,
     check_text,
     drain,
@@ -91,15 +95,29 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "treeqa"
         protocol_version = "HTTP/1.1"  # keep-alive; every reply has a Content-Length
+        default_request_version = "HTTP/1.0"  # stdlib's "HTTP/0.9" sends a refusal bare
         timeout = REQUEST_TIMEOUT
         body_read = False  # reset per request: whether its body has been read to the end
         answered = False  # reset per request: whether its answer has begun
         refused_unread = False  # the answer leaves the request's body unread
+        raw_requestline: bytes  # read by stdlib's handle_one_request before parse_request
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile = io.BufferedReader(Deadline(self.connection, self.timeout))
 
         def handle_one_request(self) -> None:
-            self.counted = False
+            self.counted = self.answered = False
+            self.__dict__.pop("headers", None)  # the last request's, until this one's are read
+            clock = cast(Deadline, cast(io.BufferedReader, self.rfile).raw)
+            clock.next_request()
             try:
-                super().handle_one_request()
+                super().handle_one_request()  # a timeout ends the connection, unanswered
+                if clock.expired and not self.answered:
+                    self.requestline = getattr(self, "requestline", "")
+                    self.request_version, self.command = self.default_request_version, ""
+                    message = f"the request did not arrive whole within {self.timeout:g} s"
+                    self.send_error(HTTPStatus.REQUEST_TIMEOUT, message)
             finally:
                 if self.counted:
                     cast(Server, self.server).done()
@@ -110,6 +128,13 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             cast(Server, self.server).begin()
             self.counted = True
             self.body_read = self.answered = False
+            line = self.raw_requestline.decode("latin-1").rstrip("\r\n")
+            if len(line.split()) == 2:  # stdlib takes "GET /" for HTTP/0.9: a bare answer
+                self.command, self.requestline = "", line
+                self.request_version = self.default_request_version
+                message = f"request line {line[:80]!r}: expected a method, a path and HTTP/1.x"
+                self.send_error(HTTPStatus.BAD_REQUEST, message)
+                return False
             return super().parse_request()
 
         def do_GET(self) -> None:
@@ -214,9 +239,8 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             try:
                 return read_chunked(self.rfile, MAX_BODY)
             except TimeoutError as err:
-                raise RequestError(
-                    HTTPStatus.REQUEST_TIMEOUT, "body: the client went silent before the last chunk"
-                ) from err
+                message = f"body: the last chunk did not arrive within {self.timeout:g} s"
+                raise RequestError(HTTPStatus.REQUEST_TIMEOUT, message) from err
 
         def body(self, path: str) -> dict[str, Any]:
             chunked = "Transfer-Encoding" in self.headers

@@ -4,6 +4,7 @@ fields of its JSON, and the lingering close after a body refused unread. A bad r
 
 from __future__ import annotations
 
+import io
 import re
 import socket
 import time
@@ -15,7 +16,8 @@ from typing import Any
 MAX_BODY = 1 << 20
 """Largest request body accepted (bytes): a SQuAD context is a few kB."""
 REQUEST_TIMEOUT = 30.0
-"""Seconds a client may stay silent while sending its request; then its connection ends."""
+"""Seconds a request may take to arrive whole (request line, headers and body), from its first
+byte, and seconds a kept-alive connection may stay idle before its next request."""
 LINGER_S, LINGER_BYTES = 2.0, 64 << 20
 """After refusing a body it left unread, the server reads and drops what the client still
 sends, for this long and up to this much, before it closes: closing a socket with unread data
@@ -33,6 +35,41 @@ class RequestError(Exception):
         super().__init__(message)
         self.status = status
         self.headers = headers or {}
+
+
+class Deadline(io.RawIOBase):
+    """A connection's incoming bytes, each request to arrive whole within ``limit`` seconds of
+    its first byte: a per-read timeout alone lets a client that sends a header byte every few
+    seconds hold its connection for ever. Reads past the deadline raise TimeoutError, as a
+    silent socket does, and set ``expired``; ``next_request()`` starts the clock afresh."""
+
+    def __init__(self, connection: socket.socket, limit: float):
+        self.connection, self.limit = connection, limit
+        self.deadline: float | None = None  # None: waiting for the request's first byte
+        self.expired = False
+
+    def readable(self) -> bool:
+        return True
+
+    def next_request(self) -> None:
+        self.deadline, self.expired = None, False
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.limit if self.deadline is None else self.deadline - time.monotonic()
+        if left <= 0:
+            self.expired = True
+            raise TimeoutError("the request did not arrive whole in time")
+        self.connection.settimeout(left)
+        try:
+            count = self.connection.recv_into(buffer)
+        except TimeoutError:
+            self.expired = self.deadline is not None
+            raise
+        finally:
+            self.connection.settimeout(self.limit)  # what writing the answer gets
+        if count and self.deadline is None:
+            self.deadline = time.monotonic() + self.limit
+        return count
 
 
 def crlf_line(stream: BufferedIOBase, max_line: int, what: str) -> bytes:
