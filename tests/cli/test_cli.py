@@ -235,6 +235,35 @@ def test_bad_input_gives_clear_errors(
     assert "unbalanced" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--model", "bow", "--out", "F/run"],
+        ["train", "qa", "--out", "F/run"],
+        ["evaluate", "--seeds", "2", "--out", "F/seeds"],
+        ["predict", "--checkpoint", "F/run", "(2 (2 a) (2 b))"],
+        ["predict", "qa", "--checkpoint", "run", "--input", "F/q.jsonl"],
+        ["data", "demo", "--out", "F/demo"],
+        ["data", "stats", "F/train.txt"],
+        ["data", "download", "sst", "--dir", "F/data"],
+        ["evaluate", "qa", "--gold", "F/dev.json", "--predictions", "p.json"],
+        ["doctor", "--json", "F/sub/report.json", "--", "python", "x.py"],
+    ],
+)
+def test_a_path_under_a_file_is_named_before_any_work(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Each said "[Errno 20] Not a directory" (some only after reading the data), or worse,
+    # named an internal temporary folder.
+    file = tmp_path / "notes.txt"
+    file.write_text("the user's\n")
+    argv = [a.replace("F/", f"{file}/") for a in argv]
+    assert main(argv) == 2
+    path = next(a for a in argv if a.startswith(str(file)))
+    assert capsys.readouterr().err.endswith(f"error: {path}: {file} is a file, not a folder\n")
+    assert file.read_text() == "the user's\n"
+
+
 def test_a_model_key_that_is_not_a_table_is_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -6,10 +6,12 @@ import argparse
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from treeqa import __version__
 from treeqa.cli import data, doctor, evaluate, flags, predict, serve, train
 from treeqa.cli.common import join_flags, reader_gone
+from treeqa.data.output_dir import file_in_the_way
 
 SUBCOMMANDS = (data, train, evaluate, predict, serve, doctor)
 TASK_MODULES = {"train": train, "evaluate": evaluate, "predict": predict}
@@ -80,6 +82,15 @@ def command_name(args: argparse.Namespace, task: str) -> str:
     return " ".join(w for w in words if w)
 
 
+def check_paths(args: argparse.Namespace) -> None:
+    """Every path given (file or folder, read or written) has no file among its folders: the
+    system's "[Errno 20] Not a directory", deep in a command, named neither."""
+    for value in vars(args).values():
+        for path in value if isinstance(value, list) else [value]:
+            if isinstance(path, Path) and (above := file_in_the_way(path)):
+                raise NotADirectoryError(f"{path}: {above} is a file, not a folder")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `treeqa train sentiment ...` / `treeqa evaluate qa ...`: the task word is not an argparse
@@ -100,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.overrides = extra
     name = command_name(args, task)
     try:
+        check_paths(args)
         code = int(args.run(args) or 0)
         if not sys.stdout.closed:  # (a script under the doctor may close it, as python lets it)
             sys.stdout.flush()  # here, not at exit, so that a reader gone early is said as below

@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
+from treeqa.data.output_dir import file_in_the_way
+
 ENV_BASE = "TREEQA_DOWNLOAD_BASE"
 _CHUNK = 1 << 20
 _USER_AGENT = "treeqa-download/0.1 (+urllib)"
@@ -208,9 +210,9 @@ def fetch(
 
 
 def _make_folder(folder: Path) -> None:
-    for above in (folder, *folder.parents):
-        if above.exists() and not above.is_dir():
-            raise DownloadError(f"cannot create the folder {folder}: {above} is a file")
+    above = folder if folder.exists() and not folder.is_dir() else file_in_the_way(folder)
+    if above:
+        raise DownloadError(f"cannot create the folder {folder}: {above} is a file")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

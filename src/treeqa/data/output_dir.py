@@ -14,6 +14,15 @@ from pathlib import Path
 from typing import Any
 
 
+def file_in_the_way(path: Path) -> Path | None:
+    """The first of ``path``'s folders, from the root down, that is a file: nothing can be
+    read or written under it (the system's word for it is "Not a directory")."""
+    for above in reversed(path.parents):
+        if above.exists() and not above.is_dir():
+            return above
+    return None
+
+
 def real_folder(out: Path) -> Path:
     """``out`` as the folder it names (links followed, "." given a name). The folder you are
     in is refused: it is replaced by one built beside it, which would leave your shell in a
