@@ -104,6 +104,16 @@ def test_broken_json_names_line_and_column(tmp_path: Path) -> None:
     assert read_dependency_trees(path)[0].tokens == RECORD["tokens"]
 
 
+def test_a_field_given_twice_is_named(tmp_path: Path) -> None:
+    # json.loads keeps the last value: these labels would have replaced the first, silently.
+    path = tmp_path / "dev.jsonl"
+    line = json.dumps(RECORD)[:-1] + ', "labels": ' + json.dumps(RECORD["labels"]) + "}"
+    path.write_text(json.dumps(RECORD) + "\n" + line + "\n", encoding="utf-8")
+    column = line.rindex('"labels"') + 1
+    with pytest.raises(TreeSyntaxError, match=rf"dev\.jsonl:2:{column}: field 'labels' is given"):
+        read_dependency_trees(path)
+
+
 def test_not_utf8_names_the_line_of_the_bad_byte(tmp_path: Path) -> None:
     path = tmp_path / "dev.jsonl"
     path.write_bytes((json.dumps(RECORD) + "\n").encode() * 2 + b'{"tokens": ["\xff"]}\n')

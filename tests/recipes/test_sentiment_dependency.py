@@ -94,6 +94,33 @@ def test_raw_text_is_parsed_as_the_training_data_was(
         models.predict_sentiment({"tree": "((the) (film))"})
 
 
+def test_a_dependency_model_of_unknown_parser_says_what_it_can_read(
+    dep_dir: Path, tmp_path: Path
+) -> None:
+    # Trees from some other parser, no meta.json: text was refused as if for a constituency
+    # model ("give a bracketed tree"), and a bracketed tree with "give it raw text".
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "dev", "test"):
+        (data / f"{split}.jsonl").write_bytes((dep_dir / f"{split}.jsonl").read_bytes())
+    sentiment.train(config(data, "childsum"), tmp_path / "cs")
+    loaded = sentiment.load_model(tmp_path / "cs")
+    with pytest.raises(ValueError, match="parser is not recorded") as text_refused:
+        loaded.parse("The film is good.")
+    with pytest.raises(ValueError, match="trained on dependency trees") as tree_refused:
+        loaded.encode(parse_tree("((the) (film))"))
+    for refused in (text_refused, tree_refused):
+        assert "bracketed tree" not in str(refused.value) and "raw text" not in str(refused.value)
+        assert "treeqa data prepare sst-dependency" in str(refused.value)
+    trees = read_dependency_trees(data / "test.jsonl")
+    assert len(sentiment.predict(loaded, trees)) == len(trees)
+
+    from treeqa.serve.models import Models
+
+    with pytest.raises(ValueError, match="the server takes text or bracketed trees"):
+        Models([tmp_path / "cs"])
+
+
 def test_a_meta_json_that_is_not_a_pipeline_record_names_the_file(tmp_path: Path) -> None:
     meta = tmp_path / "meta.json"
     for text, said in (

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from treeqa.data.output_dir import built_aside, check_replaceable, real_folder
+from treeqa.data.squad import unique_keys
 from treeqa.data.tree import (
     MAX_LABEL,
     UNLABELLED,
@@ -141,10 +142,16 @@ def read_dependency_trees(path: str | Path) -> list[DependencyTree]:
                 if not text.strip():
                     continue
                 try:
-                    record = json.loads(text)
+                    record = json.loads(text, object_pairs_hook=unique_keys)
                 except json.JSONDecodeError as err:
                     raise TreeSyntaxError(
                         f"invalid JSON: {err.msg}", str(path), number, err.colno
+                    ) from err
+                except KeyError as err:  # unique_keys: the last value would win, silently
+                    key = json.dumps(err.args[0], ensure_ascii=False)
+                    column = text.find(key, text.find(key) + 1) + 1  # its second place
+                    raise TreeSyntaxError(
+                        f"field {err.args[0]!r} is given twice", str(path), number, max(column, 1)
                     ) from err
                 trees.append(from_record(record, str(path), number))
     except UnicodeDecodeError as err:

@@ -458,9 +458,10 @@ class Loaded:
 
     def encode(self, tree: Tree) -> EncodedTree:
         if self.tags is not None and not isinstance(tree, DependencyTree):
+            text = "raw text, or " if self.parser else ""
             raise ValueError(
-                "this model was trained on dependency trees, not bracketed ones: give it raw "
-                "text, or data from `treeqa data prepare sst-dependency`"
+                f"this model was trained on dependency trees, not bracketed ones: give it {text}"
+                "data from `treeqa data prepare sst-dependency`"
             )
         if self.tags is None and isinstance(tree, DependencyTree):
             raise ValueError(
@@ -471,6 +472,13 @@ class Loaded:
 
     def parse(self, text: str) -> list[Tree]:
         """Raw text -> one dependency tree per sentence, parsed as the training data was."""
+        if not self.parser and self.tags is not None:
+            raise ValueError(
+                "this model was trained on dependency trees whose parser is not recorded (its "
+                "data folder had no meta.json naming the spaCy pipeline), so text cannot be "
+                "parsed as its data was: predict from parsed trees (`treeqa predict --input "
+                "FILE.jsonl`, one a line as `treeqa data prepare sst-dependency` writes them)"
+            )
         if not self.parser:
             raise ValueError(
                 "this model reads bracketed constituency trees, and treeqa has no constituency "

@@ -57,6 +57,13 @@ class Models:
                 from treeqa.recipes import sentiment
 
                 self.sentiment = sentiment.load_model(path, device)
+                if self.sentiment.tags is not None and not self.sentiment.parser:
+                    raise ValueError(
+                        f"{path}: a model trained on dependency trees whose parser is not "
+                        "recorded (its data folder had no meta.json): the server takes text or "
+                        "bracketed trees, and it reads neither; predict from parsed trees with "
+                        "`treeqa predict --input FILE.jsonl`"
+                    )
                 if self.sentiment.parser:  # needs spaCy and the pipeline: fail at start-up
                     self.parser_strings = self._parser_strings()
                 meta = self.sentiment.meta
