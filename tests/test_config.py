@@ -130,6 +130,17 @@ def test_infinity_is_out_of_every_range() -> None:
         check_fields(Inner(lr=float("inf")), "train", at_least={"lr": 0})
 
 
+def test_an_integer_beyond_64_bits_is_refused_not_written_to_config_toml() -> None:
+    # TOML's integers are 64-bit: such a value made a config.toml other readers refuse.
+    for given in ("99999999999999999999999", str(-(2**63) - 1)):
+        with pytest.raises(ConfigError, match="train.steps: expected a 64-bit integer"):
+            from_dict(Outer, merge_overrides(Outer, {}, [("steps", given)]))
+    with pytest.raises(ConfigError, match="train.steps: expected a 64-bit integer"):
+        from_dict(Outer, {"train": {"steps": 1e30}})  # a TOML float with no fraction
+    limit = str(2**63 - 1)
+    assert from_dict(Outer, merge_overrides(Outer, {}, [("steps", limit)])).train.steps == 2**63 - 1
+
+
 def test_a_named_flag_and_an_override_of_its_key_must_agree() -> None:
     # The named flag's place on the command line is lost; two values for one key are refused.
     with pytest.raises(ConfigError, match="--steps 1 and --train.steps=2 both set train.steps"):

@@ -113,13 +113,17 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if isinstance(value, bool):
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
         if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        try:
-            return int(str(value).replace("_", ""))
-        except ValueError:
-            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+            number = value
+        elif isinstance(value, float) and value.is_integer():
+            number = int(value)
+        else:
+            try:
+                number = int(str(value).replace("_", ""))
+            except ValueError:
+                raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+        if not -(2**63) <= number < 2**63:  # else written to config.toml, which TOML forbids
+            raise ConfigError(f"{where}: expected a 64-bit integer, got {value!r}")
+        return number
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
