@@ -23,6 +23,7 @@ EXPECTED = {
     "bug_graph_retained.py": "graph-retained",
     "bug_ema_with_graph.py": "graph-retained",  # held by a dict entry
     "bug_loss_accumulated.py": "loss-accumulated-with-graph",
+    "bug_hand_updates_loss_accumulated.py": "loss-accumulated-with-graph",  # no optimiser
     "bug_retain_graph.py": "retain-graph-every-step",
     "bug_parameter_alias.py": "parameter-alias",
     "bug_unused_parameter.py": "unused-parameter",
@@ -134,6 +135,7 @@ CLEAN = [
     "clean_forkserver_pool.py",  # a ProcessPoolExecutor's forkserver workers, a model per job
     "clean_reinforce.py",  # REINFORCE: episodes, and so steps, get longer as training goes
     "clean_torchscript.py",  # scripted losses, a pickled partial of one, an fx trace
+    "clean_hand_updates.py",  # weights updated by hand, three ways; an attack on the input
 ]
 
 

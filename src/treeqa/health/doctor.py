@@ -14,6 +14,7 @@ code are its own, and the monitor writes only to stderr and the report paths.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import multiprocessing.util
@@ -31,7 +32,18 @@ from torch import nn
 from torch.amp import GradScaler
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from treeqa.health import checks, forks, hooks, loss_inputs, processes, report, script, slips, wrap
+from treeqa.health import (
+    checks,
+    forks,
+    hand,
+    hooks,
+    loss_inputs,
+    processes,
+    report,
+    script,
+    slips,
+    wrap,
+)
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled
@@ -78,6 +90,8 @@ class Doctor:
         self.stepped: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # any, ever
         self.clock_params: set[int] = set()  # ids of the clock's parameters
         self.remade = 0  # clock steps in a row, each by an optimiser new at that step
+        # Weights updated by hand, until a torch.optim optimiser steps (hand.py).
+        self.hand: hand.HandSteps | None = hand.HandSteps()
         # What the clock's steps are given (updates.py).
         self.updates = Updates(monitor.add, monitor.scalers)
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
@@ -244,7 +258,10 @@ class Doctor:
 
     def _note_backward(self, tensors: Any, args: Any, kwargs: Any) -> None:
         """``torch.autograd.backward(tensors, *args, **kwargs)`` is about to run."""
+        self._hand_step()
         loss = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
+        if self.hand is not None:
+            self.hand.backward(loss)
         retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             self.loss = loss
@@ -264,6 +281,12 @@ class Doctor:
         # (Hessian-vector products): not the retain_graph=True that silences a state's graph.
         self.monitor.note_backward(bool(retain))
 
+    def _hand_step(self) -> None:
+        """The weights moved since the last backward, by the script's hand: a step ends."""
+        if self.hand is not None and self.hand.noted is not None and self.hand.moved():
+            assert self.hand.optimizer is not None
+            self._step_end(self.hand.optimizer, (), {})
+
     def _begin(self) -> None:
         if not self.open:
             self.open = True
@@ -277,6 +300,7 @@ class Doctor:
         # the compiled graph and no graph break; the compiled module's own call runs it eagerly.
         if torch.compiler.is_compiling():
             return
+        self._hand_step()
         # Until the clock's first step every module call is seen, to find the models trained.
         self.called.setdefault(id(module), module)
         if not module.training and not torch.is_grad_enabled():  # an evaluation, it may be
@@ -293,6 +317,7 @@ class Doctor:
     def _root_pre_hook(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         if torch.compiler.is_compiling():  # see _discover
             return
+        self._hand_step()
         if self._evaluating(module):
             self.eval_dropout.begin(module)
             self.updates.evaluation()
@@ -452,6 +477,9 @@ class Doctor:
 
     def _step_end(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.step_calls += 1
+        by_hand = isinstance(optimizer, hand.HandUpdates)
+        if not by_hand:  # the script's updates are an optimiser's, from now on
+            self.hand = None
         if self.forks is not None and not self.forks.stepped and self.forks.first_step():
             quiet, self.monitor.stream = self.monitor.stream, self.forks.stream
             if isinstance(quiet, io.StringIO):  # the findings of its first step
@@ -460,6 +488,8 @@ class Doctor:
         if clock is None and self.clock is None:  # the first step of the run
             self.clock = weakref.ref(optimizer)
             clock = optimizer
+        if isinstance(clock, hand.HandUpdates) and not by_hand:
+            clock = None  # updates by hand are over: the optimiser takes over at once
         if optimizer is not clock and self._made_anew(optimizer):
             clock = self._adopt(optimizer)
         elif optimizer is clock:
@@ -511,6 +541,8 @@ class Doctor:
         monitor = self.monitor
         try:
             if not monitor.failed:
+                with contextlib.suppress(HealthError):  # strict mode: the script is over
+                    monitor.safely(self._hand_step)  # the last update by hand
                 self.updates.finish(monitor.step)
             if monitor.step == 0:  # backward calls with no optimiser step: say so in the summary
                 monitor.unstepped_backwards = self.updates.backwards

@@ -49,16 +49,15 @@ def print_summary(result: dict[str, Any], stream: TextIO) -> None:
     if steps == 0 and backwards:  # gradients computed, never applied
         print(
             f"treeqa health: 0 training steps seen after {backwards} backward() calls, so "
-            "nothing was monitored (a step is one torch.optim optimiser step): is "
-            "optimizer.step() missing? Parameters updated by hand (p.data.add_(p.grad, "
-            "alpha=-lr)) are not seen either; torch.optim.SGD(params, lr=lr) makes that update "
-            "and is watched",
+            "nothing was monitored (a step is one torch.optim optimiser step, or weights "
+            "updated by hand between two backwards): is optimizer.step() missing?",
             file=stream,
         )
     elif steps == 0:  # "no findings" would read as a clean bill of health
         print(
             "treeqa health: 0 training steps seen, so nothing was monitored (a step is one "
-            "torch.optim optimiser step: inference, or updates by hand, are not seen)",
+            "torch.optim optimiser step, or weights updated by hand after a backward: "
+            "inference is not seen)",
             file=stream,
         )
     if steps == 0 and not findings:

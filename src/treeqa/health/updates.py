@@ -61,6 +61,7 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, ReduceLROnP
 
 from treeqa.health import checks, slips
 from treeqa.health.findings import Finding
+from treeqa.health.hand import HandUpdates
 from treeqa.health.probes import Probe
 from treeqa.health.scalers import LossScalers
 from treeqa.health.wrap import Watched, Wrappers, note_calls, note_calls_of, note_function_calls
@@ -334,9 +335,11 @@ class Updates:
         # with gradients: frozen for now, on purpose (a backbone warmed up under no_grad
         # beside a head with its own optimiser).
         frozen = graph and bool(roots) and not self.mode & 1
-        if self.backwards and not frozen:
+        # Updates by hand are seen after the update, the gradients maybe cleared by then.
+        by_hand = isinstance(optimizer, HandUpdates)
+        if self.backwards and not frozen and not by_hand:
             self._note_gradients(optimizer, roots)
-        if step - self.first + 1 == ORPHAN_STEP:
+        if step - self.first + 1 == ORPHAN_STEP and not by_hand:
             self._note_orphans(optimizer, roots)
         self.backwards = 0
         self.no_grad_run, self._no_grad_input = 0, None

@@ -1,0 +1,77 @@
+"""Steps made by hand: weights changed between two backwards, with no optimiser to step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from treeqa.health import hand
+from treeqa.health.hand import HandSteps, HandUpdates, leaves
+
+
+def test_the_leaves_are_the_parameters_where_the_graph_has_any() -> None:
+    model = nn.Linear(3, 2)
+    x = torch.randn(4, 3, requires_grad=True)  # an input that needs gradients is no weight
+    found = leaves(model(x).sum())
+    assert {id(t) for t in found} == {id(model.weight), id(model.bias)}
+    w = torch.randn(3, 2, requires_grad=True)  # no parameters (raw tensors): every leaf
+    assert {id(t) for t in leaves((x @ w).sum())} == {id(w), id(x)}
+
+
+def test_a_step_is_seen_when_the_weights_move_after_a_backward() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    frozen = model[0]
+    steps = HandSteps()
+    assert not steps.moved()  # no backward yet
+    for i in range(3):
+        loss = model(torch.randn(5, 3)).pow(2).mean()
+        model.zero_grad()
+        steps.backward(loss)
+        loss.backward()
+        for p in model[1].parameters():  # the first layer is left as it is
+            p.data.add_(p.grad, alpha=-0.1)
+        assert steps.moved()
+        assert steps.optimizer is not None and isinstance(steps.optimizer, HandUpdates)
+        held = {id(p) for p in steps.optimizer.param_groups[0]["params"]}
+        assert held == {id(p) for p in model[1].parameters()}
+        if i == 0:
+            first = steps.optimizer
+        assert steps.optimizer is first  # one optimiser while the same weights train
+    assert all(id(p) not in held for p in frozen.parameters())
+
+
+def test_gradients_of_the_input_alone_are_no_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    looked_up = []
+    monkeypatch.setattr(hand, "leaves", lambda loss: looked_up.append(1) or leaves(loss))
+    model = nn.Linear(3, 2)
+    steps = HandSteps()
+    for _ in range(40):
+        x = torch.randn(4, 3, requires_grad=True)
+        loss = model(x).sum()
+        steps.backward(loss)
+        loss.backward()
+        x.data += 0.1 * x.grad.sign()
+        assert not steps.moved()
+    assert steps.optimizer is None
+    # The graph is looked up at backwards 1, 3, 7, 15 and 31: ever more rarely.
+    assert len(looked_up) == 5
+
+
+def test_another_run_is_looked_up_after_two_backwards_that_moved_nothing() -> None:
+    first, second = nn.Linear(3, 2), nn.Linear(3, 2)
+    steps = HandSteps()
+    seen = []
+    for model in (first, first, second, second, second, second):
+        loss = model(torch.randn(4, 3)).pow(2).sum()
+        steps.backward(loss)
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.01 * p.grad
+                p.grad = None
+        seen.append(steps.moved())
+    # The second model's first two updates are missed while the first's weights are watched.
+    assert seen == [True, True, False, False, True, True]
+    held = {id(p) for p in steps.optimizer.param_groups[0]["params"]}
+    assert held == {id(p) for p in second.parameters()}
