@@ -52,6 +52,7 @@ EXPECTED = {
     "bug_temperature_not_zeroed.py": "gradients-not-zeroed",  # outside the model
     "bug_gan_generator_not_zeroed.py": "gradients-not-zeroed",  # the second optimiser's
     "bug_zero_grad_head_only.py": "gradients-not-zeroed",  # the head's alone
+    "bug_hand_updates_not_zeroed.py": "gradients-not-zeroed",  # updated by hand, no optimiser
     "bug_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",
     "bug_step_without_gradients.py": "step-without-gradients",
     "bug_not_in_optimiser.py": "not-in-optimiser",

@@ -75,3 +75,12 @@ def test_another_run_is_looked_up_after_two_backwards_that_moved_nothing() -> No
     assert seen == [True, True, False, False, True, True]
     held = {id(p) for p in steps.optimizer.param_groups[0]["params"]}
     assert held == {id(p) for p in second.parameters()}
+
+
+def test_gradients_never_cleared_by_hand_are_said_in_the_terms_of_a_hand_update(
+    doctor_report,
+) -> None:
+    _, report, _ = doctor_report("bug_hand_updates_not_zeroed.py")
+    (found,) = [f for f in report["findings"] if f["code"] == "gradients-not-zeroed"]
+    assert "between updates by hand" in found["message"] and "p.grad = None" in found["fix"]
+    assert report["steps"] == 120

@@ -1092,6 +1092,24 @@ def test_backward_calls_with_no_optimiser_step_ask_for_the_step(tmp_path: Path) 
     assert report["steps"] == 30 and report["backwards_without_a_step"] == 0
 
 
+def test_gradients_from_autograd_grad_applied_by_hand_make_steps(tmp_path: Path) -> None:
+    script = tmp_path / "by_hand.py"
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "params = list(model.parameters())\n"
+        "for _ in range(30):\n"
+        "    loss = model(torch.randn(8, 4)).pow(2).mean()\n"
+        "    grads = torch.autograd.grad(loss, params)\n"
+        "    for p, g in zip(params, grads):\n"
+        "        p.data.add_(g, alpha=-0.1)\n"
+    )
+    _, report = run_doctor(["python", str(script)], stream=io.StringIO())
+    assert report["steps"] == 30
+    losses = report["series"]["loss"]  # the outputs given to autograd.grad
+    assert len(losses) == 30 and losses[-1] < losses[0]
+
+
 WGAN = """
 import torch
 from torch import nn

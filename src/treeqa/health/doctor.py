@@ -118,6 +118,7 @@ class Doctor:
         self.root_pre_hook = hooks.ModelHook(functools.partial(monitor.safely, self._root_pre_hook))
         self.root_hook = hooks.ModelHook(functools.partial(monitor.safely, self._root_hook))
         self.note_backward = functools.partial(monitor.safely, self._note_backward)
+        self.updates.on_grad = functools.partial(monitor.safely, self._note_grad)
 
     def install(self) -> None:
         self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self.discover)
@@ -280,6 +281,18 @@ class Doctor:
         # create_graph retains the graph too, for a second-order step taken within this step
         # (Hessian-vector products): not the retain_graph=True that silences a state's graph.
         self.monitor.note_backward(bool(retain))
+
+    def _note_grad(self, outputs: Any) -> None:
+        """``torch.autograd.grad(outputs, ...)`` is about to run: gradients a script may apply
+        by hand (``p -= lr * g``), as after a backward."""
+        loss = outputs if isinstance(outputs, torch.Tensor) else next(iter(outputs), None)
+        if self.hand is None or checks.untraceable(loss):  # torch.func's grad calls it too
+            return
+        self._hand_step()
+        self.hand.backward(loss)
+        if self.hand.watched and self.loss is None and isinstance(loss, torch.Tensor):
+            if loss.numel() == 1 and loss.grad_fn is not None:  # the step's loss, seen no other way
+                self.loss = loss
 
     def _hand_step(self) -> None:
         """The weights moved since the last backward, by the script's hand: a step ends."""

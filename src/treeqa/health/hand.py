@@ -1,7 +1,8 @@
 """Parameters updated by hand, with no ``torch.optim`` optimiser to step: ``p.data.add_(p.grad,
 alpha=-lr)`` (pytorch/examples' word_language_model), ``p -= lr * p.grad`` under ``no_grad``
-(PyTorch's tutorial), ``p.data += -lr * p.grad`` on raw tensors. Such a script's steps are
-seen as changes of the weights between two backward calls.
+(PyTorch's tutorial), ``p.data += -lr * p.grad`` on raw tensors, ``p -= lr * g`` for what
+``torch.autograd.grad`` gave. Such a script's steps are seen as changes of the weights between
+two backward (or ``torch.autograd.grad``) calls.
 
 Before a backward runs, a few elements of the tensors its graph would train are noted (the
 graph's leaves that need gradients: its ``nn.Parameter``s where it has any); when the script

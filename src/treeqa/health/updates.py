@@ -82,6 +82,11 @@ FP16_STEPS = 3
 ORPHAN_STEP = 10
 """The clock's step (counted from its first) on which parameters with gradients are looked up
 in the optimisers: by then every optimiser of the loop has stepped."""
+HAND_ZERO_FIX = (
+    "clear the gradients after each update made by hand (p.grad = None, or p.grad.zero_() under "
+    "torch.no_grad()), so each step uses only its own gradients"
+)
+"""``gradients-not-zeroed``'s fix where the weights are updated by hand (no optimiser)."""
 
 
 class Updates:
@@ -114,6 +119,8 @@ class Updates:
         self.eval_site = ""  # where the last eval() of a trained model was called
         # Every optimiser that stepped in the run (the doctor adds them; weak: finished runs').
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        # Told of each torch.autograd.grad call's outputs (the doctor's steps made by hand).
+        self.on_grad: Callable[[Any], None] | None = None
         self.reset(0)
 
     def install(self) -> None:
@@ -124,6 +131,8 @@ class Updates:
 
     def _grad_called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.gradients_taken()
+        if self.on_grad is not None:
+            self.on_grad(kwargs.get("outputs", args[0] if args else None))
 
     def watch_modes(self, roots: list[nn.Module]) -> None:
         """The models the clock trains, whose ``train()``/``eval()`` calls count from now on."""
@@ -322,8 +331,12 @@ class Updates:
         ``roots``: the models it trains, ``params`` their trained parameters; ``graph``: a
         backward of the step ran through an autograd graph."""
         said = set()
+        by_hand = isinstance(optimizer, HandUpdates)
         for key, probe in self.probes.items():
             for found in probe.finish():
+                if by_hand and found.code == "gradients-not-zeroed":
+                    found.message = found.message.replace("optimiser steps", "updates by hand")
+                    found.fix = HAND_ZERO_FIX
                 # Part of the model uncleared while its last layer was cleared: the whole
                 # model's finding, when said, covers it.
                 if not (key == "first" and ("model", found.code) in said):
@@ -336,7 +349,6 @@ class Updates:
         # beside a head with its own optimiser).
         frozen = graph and bool(roots) and not self.mode & 1
         # Updates by hand are seen after the update, the gradients maybe cleared by then.
-        by_hand = isinstance(optimizer, HandUpdates)
         if self.backwards and not frozen and not by_hand:
             self._note_gradients(optimizer, roots)
         if step - self.first + 1 == ORPHAN_STEP and not by_hand:

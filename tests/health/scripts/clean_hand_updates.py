@@ -1,8 +1,9 @@
-"""Clean: three loops that update their parameters by hand, with no torch.optim optimiser, as
+"""Clean: four loops that update their parameters by hand, with no torch.optim optimiser, as
 pytorch/examples' word_language_model (``p.data.add_(p.grad, alpha=-lr)`` after clipping, the
-learning rate cut by hand), PyTorch's tutorial (``p -= lr * p.grad`` under no_grad) and a
-character model of raw tensors (``p.data += -lr * p.grad``) do; and an attack on the trained
-model that takes gradients of its input, which trains nothing."""
+learning rate cut by hand), PyTorch's tutorial (``p -= lr * p.grad`` under no_grad), a
+character model of raw tensors (``p.data += -lr * p.grad``) and a loop over
+``torch.autograd.grad``'s gradients do; and an attack on the trained model that takes gradients
+of its input, which trains nothing."""
 
 import torch
 from torch import nn
@@ -56,6 +57,18 @@ for step in range(60):
     for p in params:
         p.data += -rate * p.grad
 print("raw tensors:", round(loss.item(), 3))
+
+# Gradients from torch.autograd.grad, never in .grad.
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 3))
+params = list(model.parameters())
+for _ in range(60):
+    i = torch.randint(0, 1024, (32,))
+    loss = F.cross_entropy(model(x[i]), y[i])
+    grads = torch.autograd.grad(loss, params)
+    with torch.no_grad():
+        for p, grad in zip(params, grads, strict=True):
+            p.sub_(0.1 * grad)
+print("autograd.grad:", round(loss.item(), 3))
 
 # An attack on the model: gradients of the input, none of the weights change.
 model.eval()
