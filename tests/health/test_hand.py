@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
 
-from treeqa.health import hand
+from treeqa.health import hand, run_doctor
 from treeqa.health.hand import HandSteps, HandUpdates, leaves
 
 
@@ -84,3 +87,20 @@ def test_gradients_never_cleared_by_hand_are_said_in_the_terms_of_a_hand_update(
     (found,) = [f for f in report["findings"] if f["code"] == "gradients-not-zeroed"]
     assert "between updates by hand" in found["message"] and "p.grad = None" in found["fix"]
     assert report["steps"] == 120
+
+
+def test_a_raw_tensor_model_never_cleared_is_the_model_not_something_outside_it(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "raw.py"
+    script.write_text(
+        "import torch\n"
+        "w = torch.randn(4, 2, requires_grad=True)\n"
+        "for _ in range(120):\n"
+        "    x = torch.randn(8, 4)\n"
+        "    torch.nn.functional.cross_entropy(x @ w, x[:, :2].argmax(1)).backward()\n"
+        "    w.data += -0.01 * w.grad  # never cleared\n"
+    )
+    _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
+    (found,) = [f for f in report["findings"] if f["code"] == "gradients-not-zeroed"]
+    assert found["message"].startswith("the gradients were never zeroed between updates by hand")

@@ -298,7 +298,8 @@ class Updates:
             (
                 "outside",
                 _first_with_grad(reversed(self._outside(optimizer, params))),
-                "a parameter outside the model",
+                # (a model of raw tensors has nothing else: they are the model)
+                "a parameter outside the model" if params else "",
             ),
         ):
             probe = self.probes.get(key)
