@@ -143,3 +143,39 @@ def test_a_script_that_forks_after_training_a_small_model_does_not_hang(tmp_path
     said = (tmp_path / "out.txt").read_text()
     assert code == 0, said
     assert "child done" in said and "parent done" in said
+
+
+CHILD_ERROR = """
+import multiprocessing as mp
+import torch
+
+def work(n):
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad(); model(torch.randn(2, 4)).sum().backward(); opt.step()
+    try:
+        {}[n]
+    except KeyError as e:
+        raise ValueError(f"bad worker {n}") from e
+
+if __name__ == "__main__":
+    for method in ("fork", "spawn"):
+        p = mp.get_context(method).Process(target=work, args=(1,))
+        p.start(); p.join()
+        print(method, "exit code", p.exitcode, flush=True)
+"""
+
+
+def test_a_child_s_traceback_is_the_one_plain_python_prints(tmp_path: Path) -> None:
+    # It had the doctor's frames (run_watched, ready_then_run) between _bootstrap and run.
+    (tmp_path / "child.py").write_text(CHILD_ERROR)
+    plain = subprocess.run(
+        [sys.executable, "child.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", "child.py"]
+    watched = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert watched.stdout == plain.stdout == "fork exit code 1\nspawn exit code 1\n"
+    ours = [line for line in watched.stderr.splitlines() if not line.startswith("treeqa health")]
+    assert ours == plain.stderr.splitlines() and "forks.py" not in watched.stderr
+    assert plain.stderr.count("was the direct cause of the following exception") == 2

@@ -27,6 +27,8 @@ import os
 import signal
 import sys
 import tempfile
+import traceback
+import types
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -197,10 +199,38 @@ def forked_run(run: Any, forks: Forks) -> Any:
         except HealthError as e:
             print(f"treeqa doctor: {e}", file=sys.stderr, flush=True)
             raise SystemExit(3) from None
+        except SystemExit:
+            raise
+        except BaseException as e:  # noqa: BLE001 - said here as _bootstrap would say it
+            print_as_bootstrap(e)
+            raise SystemExit(1) from None  # _bootstrap's exit code for it, and nothing printed
         finally:
             forks.hold_sigterm()
 
     return run_watched
+
+
+def print_as_bootstrap(error: BaseException) -> None:
+    """``error``, raised by this process's ``run()``, printed as multiprocessing's
+    ``_bootstrap`` prints it (``Process NAME:``, then the traceback from its ``self.run()``
+    line), less the doctor's frames (``run_watched``, ``ready_then_run``) between the two."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    shown = traceback.TracebackException(type(error), error, tb)
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code is not _BOOTSTRAP:
+        frame = frame.f_back
+    if frame is not None:
+        called = traceback.FrameSummary(frame.f_code.co_filename, frame.f_lineno, "_bootstrap")
+        shown.stack.insert(0, called)
+    sys.stderr.write(f"Process {multiprocessing.current_process().name}:\n")
+    sys.stderr.write("".join(shown.format()))
+    sys.stderr.flush()
+
+
+_BOOTSTRAP = vars(multiprocessing.process.BaseProcess)["_bootstrap"].__code__
+"""What runs a process's ``run()`` and prints what it raises."""
 
 
 class Spawned:
