@@ -56,6 +56,7 @@ EXPECTED = {
     "bug_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",
     "bug_step_without_gradients.py": "step-without-gradients",
     "bug_not_in_optimiser.py": "not-in-optimiser",
+    "bug_module_not_registered.py": "module-not-registered",
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
     "bug_train_in_eval_new_optimiser.py": "train-in-eval-mode",  # a new optimiser each epoch
     "bug_train_after_baseline_eval.py": "train-in-eval-mode",  # eval mode from a baseline score
@@ -136,7 +137,8 @@ CLEAN = [
     "clean_forkserver_pool.py",  # a ProcessPoolExecutor's forkserver workers, a model per job
     "clean_reinforce.py",  # REINFORCE: episodes, and so steps, get longer as training goes
     "clean_torchscript.py",  # scripted losses, a pickled partial of one, an fx trace
-    "clean_hand_updates.py",  # weights updated by hand, three ways; an attack on the input
+    "clean_hand_updates.py",  # weights updated by hand, four ways; an attack on the input
+    "clean_module_lists.py",  # ModuleList/Dict, handles on registered layers, a hidden teacher
 ]
 
 

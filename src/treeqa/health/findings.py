@@ -29,6 +29,7 @@ FIXES: dict[str, str] = {
     "gradients-not-zeroed": "call optimizer.zero_grad() once per optimiser step (before backward), so each step uses only its own gradients",
     "zero-grad-per-micro-batch": "zero the gradients once per optimiser step, before the first micro-batch (if i % accumulate == 0: optimizer.zero_grad()); read a gradient you only log with torch.autograd.grad",
     "step-without-gradients": "build the optimiser over the parameters of the model that trains, and zero gradients before backward(), not between backward() and step()",
+    "module-not-registered": "hold layers in nn.ModuleList / nn.ModuleDict (parameters in nn.ParameterList / nn.ParameterDict) so that the model registers them",
     "not-in-optimiser": "build the optimiser after the whole model, or add the layer with optimizer.add_param_group; if it is frozen on purpose, set requires_grad_(False) so that backward skips it",
     "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
     "evaluation-with-gradients": "wrap the evaluation in with torch.no_grad(): (or torch.inference_mode()), after model.eval()",

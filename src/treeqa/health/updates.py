@@ -14,6 +14,8 @@ every backward) and reports to the monitor:
 - ``not-in-optimiser``: on the clock's 10th step, parameters of the models it trains got
   gradients but no optimiser that stepped holds them (a layer added after the optimiser was
   built, a parameter list that left one out).
+- ``module-not-registered``: on that step too, layers the models hold in plain lists, tuples
+  or dicts (``registration.py``), so not among their parameters, got gradients.
 - ``train-in-eval-mode``: the models the clock trains ran their forwards with gradients in
   eval mode, after steps in train mode or after an evaluation before their first step, in a
   script that never went back to train mode after an evaluation (one that does knows to: a
@@ -59,7 +61,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, ReduceLROnPlateau
 
-from treeqa.health import checks, slips
+from treeqa.health import checks, registration, slips
 from treeqa.health.findings import Finding
 from treeqa.health.hand import HandUpdates
 from treeqa.health.probes import Probe
@@ -352,8 +354,10 @@ class Updates:
         # Updates by hand are seen after the update, the gradients maybe cleared by then.
         if self.backwards and not frozen and not by_hand:
             self._note_gradients(optimizer, roots)
-        if step - self.first + 1 == ORPHAN_STEP and not by_hand:
-            self._note_orphans(optimizer, roots)
+        if step - self.first + 1 == ORPHAN_STEP:
+            self._note_unregistered(optimizer, roots)
+            if not by_hand:
+                self._note_orphans(optimizer, roots)
         self.backwards = 0
         self.no_grad_run, self._no_grad_input = 0, None
         self.eval_grad_run = 0
@@ -383,13 +387,26 @@ class Updates:
                 slips.step_without_gradients(self.empty, stale=not roots, streak=EMPTY_STEPS)
             )
 
-    def _note_orphans(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
-        held = {
+    def _held(self, optimizer: torch.optim.Optimizer) -> set[int]:
+        """Ids of the parameters of the clock's optimiser and of every other that stepped."""
+        return {
             id(p)
             for opt in (optimizer, *self.optimizers)
             for group in opt.param_groups
             for p in group["params"]
         }
+
+    def _note_unregistered(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
+        # Their gradients are never cleared (zero_grad() does not reach them): had the
+        # forward used them since the first step, they have one.
+        found = [f for f in registration.unregistered(roots) if f[3].grad is not None]
+        if found:
+            held = self._held(optimizer)
+            trained = all(id(p) in held for *_, p in found)
+            self._report(registration.module_not_registered(found, trained))
+
+    def _note_orphans(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
+        held = self._held(optimizer)
         orphans = [
             ((f"model{i}." if i else "") + name, p)
             for i, root in enumerate(roots)

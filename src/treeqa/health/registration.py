@@ -1,0 +1,90 @@
+"""Layers a model holds in plain Python containers (``self.blocks = [nn.Linear(...), ...]``,
+a dict of heads) instead of ``nn.ModuleList``/``nn.ModuleDict``: the model does not register
+them, so ``model.parameters()`` skips their weights (the optimiser built from it never updates
+them, though they get gradients), and ``state_dict()``, ``.to()`` and ``.cuda()`` skip them
+too: a checkpoint loses them, and on a GPU the forward fails, but on a CPU training runs on
+with those layers stuck at their initial weights (``module-not-registered``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from torch import nn
+
+from treeqa.health import checks
+from treeqa.health.findings import Finding
+
+MODULE_STATE = frozenset(vars(nn.Module()))
+"""Attributes every module has (its registries and flags): none of them is the model's own."""
+
+
+def held(value: object, path: str, depth: int = 2) -> Iterator[tuple[str, nn.Parameter]]:
+    """The parameters of the modules (and the parameters) in a list, tuple or dict
+    ``value``, nested ``depth`` deep, each with its path (``blocks[0].weight``)."""
+    if isinstance(value, list | tuple):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    elif isinstance(value, dict):
+        items = [(f"{path}[{k!r}]", v) for k, v in value.items()]
+    else:
+        return
+    for where, item in items:
+        if isinstance(item, nn.Parameter):
+            yield where, item
+        elif isinstance(item, nn.Module):
+            for name, p in item.named_parameters():
+                yield f"{where}.{name}", p
+        elif depth > 1:
+            yield from held(item, where, depth - 1)
+
+
+def unregistered(roots: Sequence[nn.Module]) -> list[tuple[nn.Module, str, str, nn.Parameter]]:
+    """Parameters the models hold in plain containers and do not register anywhere else:
+    ``(module, attribute, path, parameter)``. A list of the model's own registered layers (a
+    convenience handle) is no such thing."""
+    registered = {id(p) for root in roots for p in root.parameters()}
+    found, seen = [], set()
+    for i, root in enumerate(roots):
+        prefix = f"model{i}." if i else ""
+        for name, module in root.named_modules():
+            for attr, value in vars(module).items():
+                if attr in MODULE_STATE or not isinstance(value, list | tuple | dict):
+                    continue
+                at = f"{prefix}{name}.{attr}" if name else f"{prefix}{attr}"
+                for path, p in held(value, at):
+                    if id(p) not in registered and id(p) not in seen:
+                        seen.add(id(p))
+                        found.append((module, attr, path, p))
+    return found
+
+
+def module_not_registered(
+    found: Sequence[tuple[nn.Module, str, str, nn.Parameter]], trained: bool
+) -> Finding:
+    """``found``: the unregistered parameters that get gradients; ``trained``: some
+    optimiser holds them all (the script added them by hand), so only saving and moving the
+    model miss them."""
+    module, attr = found[0][0], found[0][1]
+    holders = sorted({path.split("[")[0] for _, _, path, _ in found})
+    values = sum(p.numel() for *_, p in found)
+    fate = (
+        "an optimiser holds them, but state_dict(), .to() and .cuda() skip them: a saved "
+        "model loses them"
+        if trained
+        else "the optimiser built from model.parameters() never updates them, though they get "
+        "gradients, and state_dict(), .to() and .cuda() skip them too"
+    )
+    return Finding(
+        "module-not-registered",
+        "warning",
+        f"{len(found)} parameter tensors ({values} values) are held in a plain "
+        f"{type(getattr(module, attr)).__name__} ({', '.join(holders[:3])}), which the model "
+        f"does not register: {fate}",
+        where=checks.assignment_site([checks.definition_file(type(module))], attr, True)
+        or holders[0],
+        evidence={
+            "holders": holders,
+            "parameters": [path for _, _, path, _ in found][:20],
+            "values": values,
+            "trained": trained,
+        },
+    )
