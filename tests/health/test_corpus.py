@@ -32,6 +32,7 @@ EXPECTED = {
     "bug_probs_into_ce_raw_tensors.py": "probabilities-into-cross-entropy",  # no nn.Module
     "bug_activation_growth.py": "activation-growth",
     "bug_loss_at_init.py": "loss-at-init",
+    "bug_loss_at_chance.py": "loss-at-chance",
     "bug_non_finite.py": "non-finite",
     "bug_non_finite_fp16.py": "non-finite",  # NaN gradients the loss scaler takes for overflows
     "bug_step_time_regression.py": "step-time-regression",

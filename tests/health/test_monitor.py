@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import warnings
+from array import array
 from pathlib import Path
 
 import pytest
@@ -1400,3 +1401,20 @@ def test_doctor_runs_a_folders_main_as_python_does(
     code, _ = run_doctor(["python", "app"], stream=io.StringIO())
     assert code == 0
     assert capsys.readouterr().out.strip() == f"{tmp_path / 'app' / '__main__.py'} app 7"
+
+
+def test_a_loss_at_chance_all_run_is_said_and_one_that_falls_is_not() -> None:
+    steps = array("d", range(1, 301))
+    ln3 = math.log(3)
+    samples = [(s, 3) for s in range(1, 301, 10)]
+    wander = array("d", (ln3 * (1 + 0.02 * math.sin(s)) for s in range(1, 301)))
+    found = checks.loss_at_chance(samples, steps, wander)
+    assert found is not None and found.code == "loss-at-chance" and found.evidence["classes"] == 3
+    falling = array("d", (ln3 * (1 - s / 600) for s in range(1, 301)))  # learns, slowly
+    assert checks.loss_at_chance(samples, steps, falling) is None
+    assert checks.loss_at_chance(samples, steps[:150], wander[:150]) is None  # too short
+    other = [(s, 3) for s in range(1, 120, 10)]  # none in the second half is the step's loss
+    assert checks.loss_at_chance(other, steps, wander) is None
+    dipped = array("d", wander)
+    dipped[10] = 0.5  # once far below chance: it can learn
+    assert checks.loss_at_chance(samples, steps, dipped) is None

@@ -377,6 +377,50 @@ def loss_at_init(first_loss: float, num_classes: int) -> Finding | None:
     )
 
 
+CHANCE_STEPS, CHANCE_SAMPLES, CHANCE_BAND, CHANCE_FLOOR = 200, 4, 0.03, 0.9
+"""``loss-at-chance``: a run of at least this many steps; this many sampled steps in its second
+half whose loss is a mean cross-entropy, their median within this fraction of log(C); and no
+sampled step's below this share of log(C)."""
+
+
+def loss_at_chance(
+    samples: Sequence[tuple[int, int]], steps: Sequence[float], losses: Sequence[float]
+) -> Finding | None:
+    """The sampled steps' loss, a mean cross-entropy over C classes (``samples``: step, C),
+    stayed at log(C), the loss of predictions that ignore the input (uniform over balanced
+    classes), through a run of ``CHANCE_STEPS`` or more: the median of its second half within
+    ``CHANCE_BAND`` of it, and none ever far below it. The model learns nothing from its
+    inputs. ``steps`` and ``losses``: the run's series (a batch's loss wanders around log(C):
+    with 64 random labels, by ~3%)."""
+    if not steps or steps[-1] < CHANCE_STEPS:
+        return None
+    first, last = int(steps[0]), int(steps[-1])
+    read = [(s, c, losses[s - first]) for s, c in samples if 0 <= s - first < len(losses)]
+    ratios = [value / math.log(c) for _, c, value in read]
+    late = [r for (s, _, _), r in zip(read, ratios, strict=True) if s > (first + last) / 2]
+    if len(late) < CHANCE_SAMPLES or not all(r >= CHANCE_FLOOR for r in ratios):  # (NaN too)
+        return None
+    if abs(statistics.median(late) - 1) > CHANCE_BAND:
+        return None
+    classes = read[-1][1]
+    values = [value for *_, value in read]
+    return Finding(
+        "loss-at-chance",
+        "warning",
+        f"the loss stayed at chance level all run: cross-entropy over {classes} classes read "
+        f"{min(values):.3f}-{max(values):.3f} on {len(read)} sampled steps from step "
+        f"{read[0][0]} to {read[-1][0]}, against log({classes}) = {math.log(classes):.3f} for "
+        "predictions that ignore the input: the model learns nothing from its inputs",
+        evidence={
+            "classes": classes,
+            "expected": round(math.log(classes), 4),
+            "sampled_steps": len(read),
+            "min": round(min(values), 4),
+            "max": round(max(values), 4),
+        },
+    )
+
+
 # ---------------------------------------------------------------- tensors and modules
 
 

@@ -19,6 +19,7 @@ FIXES: dict[str, str] = {
     "unused-parameter": "wire the parameters into forward (look for a typo or a branch never taken) or remove them",
     "probabilities-into-cross-entropy": "pass raw logits to cross_entropy/CrossEntropyLoss; use log_softmax with NLLLoss",
     "activation-growth": "remove the per-block scaling (e.g. x * sqrt(d) inside each block); scale once or normalise",
+    "loss-at-chance": "check that each batch's labels stay paired with its inputs (shuffled together), that the forward keeps the graph to the weights (no .detach(), .data, .item() or argmax on the way) and that the learning rate is not tiny; a model should first be able to overfit one batch",
     "loss-at-init": "initialise the output layer small (or zero) so that the first loss is near log(C)",
     "non-finite": "guard the operation (eps in log/sqrt/division), lower the lr or clip gradients",
     "step-time-regression": "look for state that grows with steps: retained graphs, caches, lists of tensors",

@@ -49,6 +49,9 @@ class LossInputCheck:
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
         self.loaded = False  # a model loaded trained weights: its first loss is no init's
+        # (id, classes) of the last mean cross-entropy with gradients on a sampled step: the
+        # monitor tells whether it is the step's loss (``loss-at-chance``).
+        self.cross_entropy: tuple[int, int] | None = None
         self.wrappers = Wrappers()
 
     def watch(self, modules: Iterable[nn.Module]) -> None:
@@ -143,6 +146,8 @@ class LossInputCheck:
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
         if fname == "cross_entropy":
             self._squashed_logits(input, classes)
+            if result.numel() == 1 and result.requires_grad and _averaged(args, kwargs or {}):
+                self.cross_entropy = (id(result), classes)
         if classes in self.paddings:
             self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs or {})
         source = loss_inputs.normalised_over(input)

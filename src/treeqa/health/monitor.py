@@ -209,6 +209,7 @@ class HealthMonitor(Callback):
         self.timed = False  # this step's CPU time and the reference workload are read
         self.in_step = False  # between begin_step and end_step: a finding now is the next step's
         self.unstepped_backwards = 0  # backward() calls in a script that never stepped (doctor)
+        self.chance: list[tuple[int, int]] = []  # sampled steps whose loss is a cross-entropy: C
         self.failed = False  # its own code failed (``safely``): it stopped watching
         self._anomaly = 0  # sampled steps run with autograd's anomaly detection on
         self.goes_on = "training goes on"  # what happens after a failure, said with it
@@ -392,6 +393,9 @@ class HealthMonitor(Callback):
         if self._hooks:
             self._remove_hooks()
         if self.sampling:
+            ce, self.loss_check.cross_entropy = self.loss_check.cross_entropy, None
+            if ce is not None and tensor is not None and ce[0] == id(tensor) and ce[1] > 1:
+                self.chance.append((s, ce[1]))  # the step's loss is that cross-entropy
             self._sampled_checks(s)
             self.sampling = False
         if s - self._unused_from < 3 and self.params:
@@ -470,6 +474,7 @@ class HealthMonitor(Callback):
         if self._unused_params:  # a run shorter than the window
             self._track_unused(self.step, last=True)
         self.nonfinite.finish()
+        self._add_if(checks.loss_at_chance(self.chance, self.series["step"], self.series["loss"]))
         if not any(code == "non-finite" for code, _ in self.findings):
             self._add_if(self.scalers.collapsed(self.step))
         self._series_checks(self.step)

@@ -1,0 +1,22 @@
+"""Bug: each batch's inputs and labels are drawn with two separate permutations, so the labels
+no longer belong to their inputs; the loss stays at log(3), the loss of a model that ignores
+its input."""
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+torch.manual_seed(0)
+x = torch.randn(3000, 16)
+y = torch.arange(3000) % 3  # three balanced classes, learnable from x below
+x[torch.arange(3000), y] += 2.0
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 3))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+for _ in range(250):
+    xb = x[torch.randperm(3000)[:64]]
+    yb = y[torch.randperm(3000)[:64]]  # bug: the same permutation must pick both
+    loss = F.cross_entropy(model(xb), yb)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print(round(loss.item(), 3))
