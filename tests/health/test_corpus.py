@@ -38,6 +38,7 @@ EXPECTED = {
     "bug_step_time_regression.py": "step-time-regression",
     "bug_memory_growth.py": "memory-growth",
     "bug_input_bound.py": "input-bound",
+    "bug_hand_updates_input_bound.py": "input-bound",  # the step ends as the next batch is drawn
     "bug_hot_op.py": "hot-op",
     "bug_pixels_not_scaled.py": "pixels-not-scaled",
     "bug_rnn_batch_first.py": "rnn-batch-first-mismatch",

@@ -2,14 +2,15 @@
 
 Step boundaries come from global hooks installed before the script starts: a step begins at
 the first module forward after the previous optimiser step (the gap before it is data time)
-and ends at ``Optimizer.step`` (a global optimiser post-hook), or at ``GradScaler.step`` where the
-loss scaler skipped the optimiser step for an overflow; a forward of a trained model in eval
-mode without gradients is an evaluation between steps and starts none. The first optimiser
-that steps is the clock until another steps on without it (a second run in the script).
-``torch.autograd.backward``
-(which ``Tensor.backward`` calls) is wrapped to see the loss and ``retain_graph``. The script
-runs as ``__main__`` (``-m``: through ``runpy``) with its own ``sys.argv``; its output, files and exit
-code are its own, and the monitor writes only to stderr and the report paths.
+and ends at ``Optimizer.step`` (a global optimiser post-hook), or at ``GradScaler.step`` where
+the loss scaler skipped the optimiser step for an overflow, or, in a script with no optimiser,
+where the weights a backward trained are found moved (updated by hand: ``hand.py``); a forward
+of a trained model in eval mode without gradients is an evaluation between steps and starts
+none. The first optimiser that steps is the clock until another steps on without it (a second
+run in the script). ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped to
+see the loss and ``retain_graph``. The script runs as ``__main__`` (``-m``: through ``runpy``)
+with its own ``sys.argv``; its output, files and exit code are its own, and the monitor writes
+only to stderr and the report paths.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ class Doctor:
         self.root_hook = hooks.ModelHook(functools.partial(monitor.safely, self._root_hook))
         self.note_backward = functools.partial(monitor.safely, self._note_backward)
         self.updates.on_grad = functools.partial(monitor.safely, self._note_grad)
+        # A step by hand ends before the next batch is drawn, so its loading is data time.
+        monitor.loaders.on_draw = functools.partial(monitor.safely, self._hand_step)
 
     def install(self) -> None:
         self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self.discover)
@@ -285,7 +288,8 @@ class Doctor:
     def _note_grad(self, outputs: Any) -> None:
         """``torch.autograd.grad(outputs, ...)`` is about to run: gradients a script may apply
         by hand (``p -= lr * g``), as after a backward."""
-        loss = outputs if isinstance(outputs, torch.Tensor) else next(iter(outputs), None)
+        many = isinstance(outputs, list | tuple)
+        loss = next(iter(outputs), None) if many else outputs  # (torch refuses what else it is)
         if self.hand is None or checks.untraceable(loss):  # torch.func's grad calls it too
             return
         self._hand_step()
@@ -492,7 +496,7 @@ class Doctor:
         self.step_calls += 1
         by_hand = isinstance(optimizer, hand.HandUpdates)
         if not by_hand:  # the script's updates are an optimiser's, from now on
-            self.hand = None
+            self.hand = self.monitor.loaders.on_draw = None
         if self.forks is not None and not self.forks.stepped and self.forks.first_step():
             quiet, self.monitor.stream = self.monitor.stream, self.forks.stream
             if isinstance(quiet, io.StringIO):  # the findings of its first step

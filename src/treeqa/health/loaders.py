@@ -79,6 +79,7 @@ class Loaders:
         self.shard = 1  # its DistributedSampler's num_replicas: this process reads 1/shard of it
         self.shard_where = ""  # where that iterator was made
         self.reported: set[str] = set()
+        self.on_draw: Callable[[], None] | None = None  # told of each batch, before it is drawn
 
     def install(self) -> None:
         self.wrappers.add(note_function_results(DataLoader, "__iter__", self._made))
@@ -137,6 +138,8 @@ class Loaders:
             self.add(found)
 
     def _drawn(self, it: Any) -> None:
+        if self.on_draw is not None:
+            self.on_draw()
         if self.newest is not None and self.newest() is it:
             self.drawn += 1
         else:
