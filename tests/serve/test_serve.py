@@ -559,3 +559,29 @@ def test_a_second_stop_signal_stops_at_once(run_dir: Path) -> None:
             assert proc.wait(timeout=5) == 130
     finally:
         proc.kill()
+
+
+def test_a_connection_beyond_the_most_is_answered_503_until_one_closes() -> None:
+    server = make_server(Models([]), port=0, quiet=True)
+    server.max_connections = 2
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        idle = [socket.create_connection(server.server_address, timeout=30) for _ in range(2)]
+        deadline = time.monotonic() + 10
+        while server.connections < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        status, headers, data = raw_request(base, b"GET /api/health HTTP/1.1\r\n\r\n")
+        assert status.startswith("HTTP/1.1 503 ") and headers["Retry-After"] == "1"
+        assert json.loads(data) == {
+            "error": "the server holds 2 connections, its most; try again shortly"
+        }
+        idle.pop().close()  # its thread ends, and its place is free again
+        while server.connections > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        status, _, data = raw_request(base, b"GET /api/health HTTP/1.0\r\n\r\n")
+        assert status.startswith("HTTP/1.1 200 ") and json.loads(data)["status"] == "ok"
+        idle.pop().close()
+    finally:
+        server.shutdown()
+        server.server_close()

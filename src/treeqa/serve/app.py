@@ -25,7 +25,8 @@ connections.
 A body comes with Content-Length or ``Transfer-Encoding: chunked``. Connections are kept alive
 (HTTP/1.1) unless a request leaves unread bytes behind, which would be taken for the next one.
 A request must arrive whole within ``REQUEST_TIMEOUT`` seconds of its first byte (else a 408 and
-the connection ends), and an idle connection ends after as long.
+the connection ends), and an idle connection ends after as long. ``MAX_CONNECTIONS`` are held at
+once, a thread each; one more is answered 503 before its request is read.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import functools
 import io
 import json
 import signal
+import socket
 import sys
 import threading
 import time
@@ -57,6 +59,8 @@ from treeqa.serve.models import Models
 
 PAGES = ("/", "/index.html")
 """Paths of the web page."""
+MAX_CONNECTIONS = 256
+"""Connections ``treeqa serve`` holds at once; the next is answered 503 (Retry-After: 1)."""
 STOP_WAIT_S = 30.0
 """Seconds a stopping server waits for the requests in progress (REQUEST_TIMEOUT: a client
 that goes silent while sending is dropped by then anyway)."""
@@ -338,12 +342,30 @@ class Server(ThreadingHTTPServer):
     # The listen backlog (stdlib: 5): connections beyond it wait ~1 s for a SYN retry, so a
     # burst of clients stalls while the one thread that accepts them is busy.
     request_queue_size = 128
+    # Connections held at once (a thread each); one more is answered 503 and closed. The
+    # models answer one request at a time: more would only wait, each holding a thread.
+    max_connections = MAX_CONNECTIONS
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
         super().__init__(address, handler)
         self.in_progress = 0  # requests being read or answered (not idle kept-alive connections)
         self.idle = threading.Condition()
         self.stopping = False
+        self.connections = 0  # open, each with its thread
+        self.counting = threading.Lock()
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        with self.counting:
+            full = self.connections >= self.max_connections
+            self.connections += not full
+        if full:
+            refuse_busy(request, self.max_connections)
+            return
+        try:
+            super().finish_request(request, client_address)
+        finally:
+            with self.counting:
+                self.connections -= 1
 
     def begin(self) -> None:
         with self.idle:
@@ -391,6 +413,23 @@ class Server(ThreadingHTTPServer):
         # connection is often reset while idle: a browser or a client that left a reply unread.
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
+
+
+def refuse_busy(connection: socket.socket, most: int) -> None:
+    """A 503 for a connection beyond the server's most, before its request is read; then a
+    lingering close, so that the client reads the answer rather than a reset."""
+    message = f"the server holds {most} connections, its most; try again shortly"
+    data = json.dumps({"error": message}).encode("utf-8")
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json; charset=utf-8\r\n"
+        f"Content-Length: {len(data)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"
+    )
+    try:
+        connection.settimeout(REQUEST_TIMEOUT)
+        connection.sendall(head.encode("ascii") + data)
+    except OSError:  # the client is gone already
+        return
+    drain(connection)
 
 
 def make_server(
