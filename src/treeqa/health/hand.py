@@ -6,8 +6,9 @@ two backward (or ``torch.autograd.grad``) calls.
 
 Before a backward runs, a few elements of the tensors its graph would train are noted (the
 graph's leaves that need gradients: its ``nn.Parameter``s where it has any); when the script
-next runs a model's forward or another backward, or ends, and they differ, the weights were
-updated in between: one step, ended there, with a ``HandUpdates`` standing for the optimiser.
+next draws a DataLoader batch, runs a model's forward or another backward, or ends, and they
+differ, the weights were updated in between: one step, ended there, with a ``HandUpdates``
+standing for the optimiser.
 Only what changed is that optimiser's: an attack that takes gradients of its input moves no
 weight and trains nothing. After a step the largest few trained tensors are watched (~16
 elements each); two backwards in a row that moved none of them look the graph up again (the
@@ -59,7 +60,7 @@ def leaves(loss: torch.Tensor) -> list[torch.Tensor]:
             continue
         seen.add(node)
         variable = getattr(node, "variable", None)  # an AccumulateGrad
-        if isinstance(variable, torch.Tensor):
+        if isinstance(variable, torch.Tensor) and variable.layout == torch.strided:  # (not sparse)
             found.setdefault(id(variable), variable)
         stack.extend(child for child, _ in node.next_functions)
     tensors = list(found.values())
