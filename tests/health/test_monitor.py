@@ -1418,3 +1418,19 @@ def test_a_loss_at_chance_all_run_is_said_and_one_that_falls_is_not() -> None:
     dipped = array("d", wander)
     dipped[10] = 0.5  # once far below chance: it can learn
     assert checks.loss_at_chance(samples, steps, dipped) is None
+
+
+def test_a_generator_given_to_backward_reaches_torch_whole(tmp_path: Path) -> None:
+    # The doctor read its first tensor to see the loss, and torch got the rest only.
+    script = tmp_path / "generator.py"
+    script.write_text(
+        "import torch\n"
+        "w = torch.ones(3, requires_grad=True)\n"
+        "v = torch.ones(2, requires_grad=True)\n"
+        "torch.autograd.backward(t.sum() for t in (w * 2, v * 3))\n"
+        "print(w.grad.tolist(), v.grad.tolist())\n"
+    )
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        run_doctor(["python", str(script)], stream=io.StringIO())
+    assert out.getvalue() == "[2.0, 2.0, 2.0] [3.0, 3.0]\n"

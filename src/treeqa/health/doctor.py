@@ -263,7 +263,7 @@ class Doctor:
     def _note_backward(self, tensors: Any, args: Any, kwargs: Any) -> None:
         """``torch.autograd.backward(tensors, *args, **kwargs)`` is about to run."""
         self._hand_step()
-        loss = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
+        loss = _first(tensors)
         if self.hand is not None:
             self.hand.backward(loss)
         retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
@@ -288,15 +288,14 @@ class Doctor:
     def _note_grad(self, outputs: Any) -> None:
         """``torch.autograd.grad(outputs, ...)`` is about to run: gradients a script may apply
         by hand (``p -= lr * g``), as after a backward."""
-        many = isinstance(outputs, list | tuple)
-        loss = next(iter(outputs), None) if many else outputs  # (torch refuses what else it is)
+        loss = _first(outputs)
         if self.hand is None or checks.untraceable(loss):  # torch.func's grad calls it too
             return
         self._hand_step()
         self.hand.backward(loss)
-        if self.hand.watched and self.loss is None and isinstance(loss, torch.Tensor):
-            if loss.numel() == 1 and loss.grad_fn is not None:  # the step's loss, seen no other way
-                self.loss = loss
+        scalar = loss is not None and loss.numel() == 1 and loss.grad_fn is not None
+        if self.hand.watched and self.loss is None and scalar:  # the step's loss, seen no other way
+            self.loss = loss
 
     def _hand_step(self) -> None:
         """The weights moved since the last backward, by the script's hand: a step ends."""
@@ -570,6 +569,16 @@ class Doctor:
         except Exception as e:  # the monitor's own failure: the script's exit code still holds
             print(f"treeqa doctor: the report failed ({type(e).__name__}: {e})", file=sys.stderr)
             return {"findings": [], "series": {}, "steps": monitor.step, "meta": {}}
+
+
+def _first(tensors: Any) -> torch.Tensor | None:
+    """The first tensor given to ``torch.autograd.backward`` or ``grad``: a tensor, or the first
+    of a list or tuple. Another iterable (a generator) is left unread, for torch to read whole."""
+    if isinstance(tensors, torch.Tensor):
+        return tensors
+    if isinstance(tensors, list | tuple) and tensors and isinstance(tensors[0], torch.Tensor):
+        return tensors[0]
+    return None
 
 
 def _has_moments(optimizer: torch.optim.Optimizer) -> bool:
