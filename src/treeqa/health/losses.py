@@ -144,10 +144,11 @@ class LossInputCheck:
                 )
             return
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
+        mean = fname == "cross_entropy" and result.numel() == 1 and _averaged(args, kwargs or {})
         if fname == "cross_entropy":
             self._squashed_logits(input, classes)
-            if result.numel() == 1 and result.requires_grad and _averaged(args, kwargs or {}):
-                self.cross_entropy = (id(result), classes)
+        if mean and result.requires_grad:
+            self.cross_entropy = (id(result), classes)
         if classes in self.paddings:
             self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs or {})
         source = loss_inputs.normalised_over(input)
@@ -186,12 +187,10 @@ class LossInputCheck:
                 )
             )
         if (
-            fname == "cross_entropy"
+            mean
             and not self.first_seen
             and not self.loaded  # fine-tuning: a high first loss is the new task's, not init's
             and self.at_init()
-            and result.numel() == 1
-            and _averaged(args, kwargs or {})
         ):
             self.first_seen = True
             found = checks.loss_at_init(float(result.detach()), classes)

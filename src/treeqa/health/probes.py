@@ -26,10 +26,11 @@ from treeqa.health.findings import Finding
 
 class Probe:
     """``param``: the parameter; ``whose``: what it is, for the message ("" for the model's
-    own, e.g. "a parameter outside the model")."""
+    own, e.g. "a parameter outside the model"); ``by_hand``: updated by the script's hand, not
+    by an optimiser."""
 
-    def __init__(self, param: torch.Tensor, whose: str = ""):
-        self.param, self.whose = param, whose
+    def __init__(self, param: torch.Tensor, whose: str = "", by_hand: bool = False):
+        self.param, self.whose, self.by_hand = param, whose, by_hand
         self.clean: list[bool] = []  # per finished step: a backward started from cleared grads
         # per finished step with 2+ backwards: all started clean, nothing changed in between
         self.discarded: list[bool] = []
@@ -77,7 +78,7 @@ class Probe:
         found = []
         if backwards:
             self.clean.append(any(clean for clean, _ in backwards))
-            found.append(slips.gradients_not_zeroed(self.clean, self.whose))
+            found.append(slips.gradients_not_zeroed(self.clean, self.whose, self.by_hand))
         if len(backwards) >= 2:
             self.discarded.append(self._all_but_the_last_discarded())
             found.append(slips.zero_grad_per_micro_batch(self.discarded, len(backwards)))

@@ -12,8 +12,16 @@ from collections.abc import Sequence
 
 from treeqa.health.findings import Finding
 
+HAND_ZERO_FIX = (
+    "clear the gradients after each update made by hand (p.grad = None, or p.grad.zero_() under "
+    "torch.no_grad()), so each step uses only its own gradients"
+)
+"""``gradients-not-zeroed``'s fix where the weights are updated by hand (no optimiser)."""
 
-def gradients_not_zeroed(clean: Sequence[bool], whose: str = "", streak: int = 3) -> Finding | None:
+
+def gradients_not_zeroed(
+    clean: Sequence[bool], whose: str = "", by_hand: bool = False, streak: int = 3
+) -> Finding | None:
     """Gradients carried over from the previous optimiser step into every new one.
 
     ``clean``: one verdict per sampled step, oldest first: whether any backward of that step
@@ -22,16 +30,19 @@ def gradients_not_zeroed(clean: Sequence[bool], whose: str = "", streak: int = 3
     runs through the critic adds to the critic's gradients, but the critic's own backward
     starts clean after its zero_grad. Only ``streak`` dirty sampled steps in a row (and none
     clean since) mean that nothing zeroes them. ``whose``: the gradients of what, when not
-    the trained model's own parameters (a parameter outside the model, another optimiser's)."""
+    the trained model's own parameters (a parameter outside the model, another optimiser's);
+    ``by_hand``: the weights are updated by the script's hand, with no optimiser."""
     if len(clean) < streak or any(clean[-streak:]):
         return None
     of = f" of {whose}" if whose else ""
+    between = "updates by hand" if by_hand else "optimiser steps"
     return Finding(
         "gradients-not-zeroed",
         "error",
-        f"the gradients{of} were never zeroed between optimiser steps on the last {streak} "
+        f"the gradients{of} were never zeroed between {between} on the last {streak} "
         "sampled steps: each step adds its gradient to all earlier ones",
         evidence={"sampled_steps": len(clean), "dirty_in_a_row": streak, "whose": whose},
+        fix=HAND_ZERO_FIX if by_hand else "",
     )
 
 

@@ -84,11 +84,6 @@ FP16_STEPS = 3
 ORPHAN_STEP = 10
 """The clock's step (counted from its first) on which parameters with gradients are looked up
 in the optimisers: by then every optimiser of the loop has stepped."""
-HAND_ZERO_FIX = (
-    "clear the gradients after each update made by hand (p.grad = None, or p.grad.zero_() under "
-    "torch.no_grad()), so each step uses only its own gradients"
-)
-"""``gradients-not-zeroed``'s fix where the weights are updated by hand (no optimiser)."""
 
 
 class Updates:
@@ -308,7 +303,7 @@ class Updates:
             if param is None:
                 self.probes.pop(key, None)
             elif probe is None or probe.param is not param:
-                self.probes[key] = Probe(param, whose)
+                self.probes[key] = Probe(param, whose, isinstance(optimizer, HandUpdates))
 
     def _outside(
         self, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]
@@ -337,9 +332,6 @@ class Updates:
         by_hand = isinstance(optimizer, HandUpdates)
         for key, probe in self.probes.items():
             for found in probe.finish():
-                if by_hand and found.code == "gradients-not-zeroed":
-                    found.message = found.message.replace("optimiser steps", "updates by hand")
-                    found.fix = HAND_ZERO_FIX
                 # Part of the model uncleared while its last layer was cleared: the whole
                 # model's finding, when said, covers it.
                 if not (key == "first" and ("model", found.code) in said):
