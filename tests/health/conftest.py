@@ -87,6 +87,8 @@ def doctor_report(
                     ["python", str(SCRIPTS / name)], every=10, stream=io.StringIO()
                 )
             _REPORTS[name] = (code, report, out.getvalue())
+        failures = _REPORTS[name][1].get("monitor_failures")
+        assert not failures, f"{name}: the monitor's own code failed: {failures}"
         return _REPORTS[name]
 
     return run

@@ -73,6 +73,8 @@ EXPECTED = {
     "bug_lr_collapsed_late.py": "lr-collapsed",  # in the last quarter of the run
     "bug_cosine_past_end.py": "lr-schedule-past-end",
     "bug_lr_negative.py": "lr-negative",
+    "bug_hand_updates_ascent.py": "lr-negative",  # p.data.add_(p.grad, alpha=lr), no optimiser
+    "bug_hand_updates_lr_collapsed.py": "lr-collapsed",  # lr *= 0.97 every batch, by hand
     "bug_loss_broadcast.py": "loss-broadcast",
     "bug_loss_broadcast_by_hand.py": "loss-broadcast",  # ((pred - y) ** 2).mean()
     "bug_sigmoid_into_ce.py": "probabilities-into-cross-entropy",  # a sigmoid, rows not summing to 1
@@ -139,7 +141,7 @@ CLEAN = [
     "clean_forkserver_pool.py",  # a ProcessPoolExecutor's forkserver workers, a model per job
     "clean_reinforce.py",  # REINFORCE: episodes, and so steps, get longer as training goes
     "clean_torchscript.py",  # scripted losses, a pickled partial of one, an fx trace
-    "clean_hand_updates.py",  # weights updated by hand, four ways; an attack on the input
+    "clean_hand_updates.py",  # weights updated by hand, five ways; an attack on the input
     "clean_module_lists.py",  # ModuleList/Dict, handles on registered layers, a hidden teacher
 ]
 

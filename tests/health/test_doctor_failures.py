@@ -58,6 +58,34 @@ def test_a_failing_step_hook_stops_monitoring_not_the_script(
     assert "it stops watching and the script goes on" in err
 
 
+def test_the_report_says_the_monitor_failed_not_a_clean_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its counts stop where it stopped watching: the report lists the failure, and the summary
+    says what it missed, so "no findings" is not read as a clean run."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    calls = []
+
+    def fails_at_step_10(monitor: HealthMonitor, *args: object, **kwargs: object) -> None:
+        calls.append(1)
+        if len(calls) == 10:
+            raise RuntimeError("a bug of the monitor's own")
+        original(monitor, *args, **kwargs)
+
+    original = HealthMonitor.end_step
+    monkeypatch.setattr(HealthMonitor, "end_step", fails_at_step_10)
+    summary = io.StringIO()
+    code, report = run_doctor(["python", str(script)], stream=summary)
+    assert code == 0 and report["steps"] == 9
+    (failure,) = report["monitor_failures"]
+    assert failure.startswith("the monitor failed (RuntimeError: a bug of the monitor's own")
+    assert "the monitor's own code failed (1 time, said above)" in summary.getvalue()
+    monkeypatch.undo()
+    _, clean = run_doctor(["python", str(script)], stream=io.StringIO())
+    assert clean["monitor_failures"] == [] and clean["steps"] == 40
+
+
 def test_a_failing_note_leaves_the_wrapped_call_as_it_was(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -104,3 +104,91 @@ def test_a_raw_tensor_model_never_cleared_is_the_model_not_something_outside_it(
     _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
     (found,) = [f for f in report["findings"] if f["code"] == "gradients-not-zeroed"]
     assert found["message"].startswith("the gradients were never zeroed between updates by hand")
+
+
+def _rates(model: nn.Module, update, clip: float = 0.0, zero_first: bool = True) -> list:
+    """The step sizes the doctor's ``HandSteps`` sees over 10 updates by hand of ``model``."""
+    torch.manual_seed(0)
+    steps, rates = HandSteps(), []
+    for _ in range(10):
+        loss = model(torch.randn(32, 8)).pow(2).mean()
+        if zero_first:
+            model.zero_grad()
+        steps.backward(loss)
+        loss.backward()
+        steps.backward_done()
+        if clip:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
+        with torch.no_grad():
+            for p in model.parameters():
+                update(p)
+                if not zero_first:
+                    p.grad.zero_()
+        assert steps.moved()
+        rates.append(steps.optimizer.param_groups[0]["lr"])
+    return rates
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+
+
+def test_the_step_size_of_sgd_by_hand_is_estimated_from_how_the_weights_moved() -> None:
+    def sgd(p: torch.Tensor) -> None:
+        p -= 0.3 * p.grad
+
+    # Cleared before the backward, clipped (word_language_model): the gradient in .grad is
+    # the one the update used when the step is found.
+    assert all(abs(r - 0.3) < 1e-3 for r in _rates(_model(), sgd, clip=0.01))
+    # Cleared right after the update (the tutorial): read as the backward left it.
+    assert all(abs(r - 0.3) < 1e-3 for r in _rates(_model(), sgd, zero_first=False))
+
+
+def test_an_update_along_the_gradient_is_a_negative_step_size() -> None:
+    def ascent(p: torch.Tensor) -> None:
+        p.add_(p.grad, alpha=0.3)
+
+    # Negative from the third in a row: SAM moves its weights uphill once, on purpose.
+    rates = _rates(_model(), ascent)
+    assert rates[:2] == [None, None] and all(abs(r + 0.3) < 1e-3 for r in rates[2:])
+    velocity: dict[int, torch.Tensor] = {}
+
+    def momentum_ascent(p: torch.Tensor) -> None:  # not proportional, but along it everywhere
+        v = velocity.setdefault(id(p), torch.zeros_like(p)).mul_(0.5).add_(p.grad)
+        p += 0.3 * v
+
+    assert all(r is not None and r < 0 for r in _rates(_model(), momentum_ascent)[2:])
+
+
+def test_updates_not_proportional_to_the_gradient_have_no_step_size() -> None:
+    velocity: dict[int, torch.Tensor] = {}
+
+    def momentum(p: torch.Tensor) -> None:
+        v = velocity.setdefault(id(p), torch.zeros_like(p)).mul_(0.9).add_(p.grad)
+        p -= 0.3 * v
+
+    rates = _rates(_model(), momentum)
+    assert rates[0] is not None and abs(rates[0] - 0.3) < 1e-3  # no velocity yet: plain SGD
+    assert rates[1:] == [None] * 9
+
+    def adam_like(p: torch.Tensor) -> None:
+        p -= 0.01 * p.grad / (p.grad.abs() + 1e-8)
+
+    assert _rates(_model(), adam_like) == [None] * 10
+
+
+def test_an_input_ascended_by_hand_has_no_negative_step_size() -> None:
+    """An image moved along its gradient to excite a frozen model: on purpose, not a slip."""
+    model = _model().requires_grad_(False)
+    steps = HandSteps()
+    image = torch.zeros(1, 8, requires_grad=True)
+    for _ in range(5):
+        image.grad = None
+        excitation = model(image)[0, 1]
+        steps.backward(excitation)
+        excitation.backward()
+        steps.backward_done()
+        image.data += 0.1 * image.grad
+        assert steps.moved()
+        assert steps.optimizer.param_groups[0]["lr"] is None

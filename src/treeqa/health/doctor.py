@@ -141,7 +141,10 @@ class Doctor:
             me = doctor()
             if me is not None:
                 me.note_backward(tensors, args, kwargs)
-            return original(tensors, *args, **kwargs)
+            result = original(tensors, *args, **kwargs)
+            if me is not None and me.hand is not None:
+                me.monitor.safely(me.hand.backward_done)
+            return result
 
         self.undo.append(wrap.install_wrapper(torch.autograd, "backward", original, backward))
         original_step = vars(GradScaler)["step"]
@@ -330,7 +333,10 @@ class Doctor:
         compute. A frozen teacher is no model the clock trains, and its forward is compute."""
         return id(module) in self.trained and not module.training and not torch.is_grad_enabled()
 
-    def _root_pre_hook(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+    def _root_pre_hook(self, module: nn.Module, args: Any, kwargs: Any = None) -> None:
+        # No kwargs: torch read the module's hooks before running them, and the every-module
+        # hook ahead of this one ended a step by hand, which hooks the models anew: this is
+        # the handle just removed, called as a hook without kwargs. It stands for the new one.
         if torch.compiler.is_compiling():  # see _discover
             return
         self._hand_step()

@@ -31,7 +31,7 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
-from treeqa.health import checks, findings, report
+from treeqa.health import checks, findings, report, wrap
 from treeqa.health.findings import Finding
 from treeqa.health.heap import heap_mb
 from treeqa.health.loaders import Loaders
@@ -211,6 +211,7 @@ class HealthMonitor(Callback):
         self.unstepped_backwards = 0  # backward() calls in a script that never stepped (doctor)
         self.chance: list[tuple[int, int]] = []  # sampled steps whose loss is a cross-entropy: C
         self.failed = False  # its own code failed (``safely``): it stopped watching
+        self.failures_from = len(wrap.FAILURES)  # its own failures are those said after this
         self._anomaly = 0  # sampled steps run with autograd's anomaly detection on
         self.goes_on = "training goes on"  # what happens after a failure, said with it
         self._next_series_check = self.every

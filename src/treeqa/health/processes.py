@@ -329,6 +329,11 @@ def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         **first,
         "findings": findings,
+        "monitor_failures": [
+            f"{said} (process {r['process']['rank']})"
+            for r in reports
+            for said in r.get("monitor_failures", [])
+        ],
         "processes": [
             {
                 "rank": p["rank"],

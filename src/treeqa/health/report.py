@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from treeqa.health import wrap
 from treeqa.health.findings import SEVERITIES, Finding
 from treeqa.train.checkpoint import keep_aside
 
@@ -31,6 +32,7 @@ def build(monitor: Any) -> dict[str, Any]:
         "series": series,
         "steps": monitor.step,
         "backwards_without_a_step": monitor.unstepped_backwards,
+        "monitor_failures": wrap.FAILURES[monitor.failures_from :],
         "meta": {
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(monitor.started)),
             "python": platform.python_version(),
@@ -58,6 +60,13 @@ def print_summary(result: dict[str, Any], stream: TextIO) -> None:
             "treeqa health: 0 training steps seen, so nothing was monitored (a step is one "
             "torch.optim optimiser step, or weights updated by hand after a backward: "
             "inference is not seen)",
+            file=stream,
+        )
+    failures = result.get("monitor_failures", [])
+    if failures:  # said on stderr when they came; the counts below would read as the whole run
+        print(
+            f"treeqa health: the monitor's own code failed ({plural(len(failures), 'time')}, "
+            "said above): what it did not watch after that is not in this report",
             file=stream,
         )
     if steps == 0 and not findings:

@@ -328,8 +328,31 @@ def seed_reset_every_step(function: str, seed: object, steps: int) -> Finding:
     )
 
 
-def lr_negative(lr: float, step: int) -> Finding:
-    """A learning rate below zero: each step moves up the gradient, raising the loss."""
+HAND_ASCENT_FIX = (
+    "subtract the gradient in an update by hand: p -= lr * p.grad, or "
+    "p.data.add_(p.grad, alpha=-lr)"
+)
+"""``lr-negative``'s fix where the weights are updated by hand."""
+HAND_DECAY_FIX = (
+    "decay a learning rate kept by hand where it is meant to (once an epoch: outside the batch "
+    "loop), or by a factor sized for the number of batches"
+)
+"""``lr-collapsed``'s fix where the weights are updated by hand."""
+
+
+def lr_negative(lr: float, step: int, by_hand: bool = False) -> Finding:
+    """A learning rate below zero: each step moves up the gradient, raising the loss.
+    ``by_hand``: the weights are updated by the script (``lr`` is the step size estimated
+    from how they moved), adding their gradient where it should be subtracted."""
+    if by_hand:
+        return Finding(
+            "lr-negative",
+            "error",
+            f"the weights updated by hand move along their gradients (step {lr:.3g} x the "
+            f"gradient) at step {step}: each update climbs the loss",
+            evidence={"lr": lr, "by_hand": True},
+            fix=HAND_ASCENT_FIX,
+        )
     return Finding(
         "lr-negative",
         "error",
@@ -370,7 +393,12 @@ def lr_zero(steps: int) -> Finding:
 
 
 def lr_collapsed(
-    peak: float, low_since: int | None, step: int, first: int = 1, plateau_steps: int = 0
+    peak: float,
+    low_since: int | None,
+    step: int,
+    first: int = 1,
+    plateau_steps: int = 0,
+    by_hand: bool = False,
 ) -> Finding | None:
     """The learning rate stayed below ``LR_FLOOR`` x its peak from step ``low_since`` on, for at
     least a quarter as many steps as it was above (a fifth of the run so far, and >= 50): a
@@ -378,7 +406,8 @@ def lr_collapsed(
     last tenth that low, a cosine its last 0.6%.
     ``first``: the first step counted (a later run in one script starts later);
     ``plateau_steps``: calls of a ReduceLROnPlateau on this optimiser (stepped every batch,
-    its patience counts batches)."""
+    its patience counts batches); ``by_hand``: the rate is the step size of weights updated
+    by hand, estimated from how they moved (a decay written in the loop)."""
     if low_since is None or peak <= 0:
         return None
     low, before = step - low_since + 1, low_since - first
@@ -401,4 +430,5 @@ def lr_collapsed(
             "low_steps": low,
             "plateau_steps": plateau_steps,
         },
+        fix=HAND_DECAY_FIX if by_hand else "",
     )

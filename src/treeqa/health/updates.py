@@ -194,6 +194,7 @@ class Updates:
         self.peak, self.floor, self.first = 0.0, 0.0, step + 1
         self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
         self.plateau = 0  # ReduceLROnPlateau steps of the clock's optimiser (at its last step)
+        self.decayed_by_hand = False  # the low rate is the step size of updates by hand
         self.zero_steps = 0  # steps at lr 0 in every group, from the first
         self.reported -= {"lr-collapsed"}
 
@@ -459,7 +460,7 @@ class Updates:
             return
         lowest, lr = min(numbers), max(numbers)
         if lowest < 0:  # not also "almost no step size" (it went through 0 on the way)
-            self._report(slips.lr_negative(lowest, step))
+            self._report(slips.lr_negative(lowest, step, isinstance(optimizer, HandUpdates)))
             self.low_since = None
             return
         if lr == 0 and self.peak == 0:  # at 0 from the first step: nothing has trained yet
@@ -477,6 +478,7 @@ class Updates:
             self.low_since = None  # warm restarts: it comes back
         if self.low_since is not None:
             self.plateau = self.plateau_steps.get(optimizer, 0)
+            self.decayed_by_hand = isinstance(optimizer, HandUpdates)
             if sampled:
                 self._report(self._lr_collapsed(step))
 
@@ -484,7 +486,9 @@ class Updates:
         steps = step - self.first + 1
         if 0 < self.plateau < steps / 2:  # a plateau scheduler stepped once an epoch
             return None
-        return slips.lr_collapsed(self.peak, self.low_since, step, self.first, self.plateau)
+        return slips.lr_collapsed(
+            self.peak, self.low_since, step, self.first, self.plateau, self.decayed_by_hand
+        )
 
     def finish(self, step: int) -> None:
         self._evaluated_with_gradients(at_step=False)  # the script's last evaluation

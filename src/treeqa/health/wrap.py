@@ -23,16 +23,21 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
+FAILURES: list[str] = []
+"""Every failure of the monitor's own code in this process, as ``say_failed`` said it: a
+monitor's report lists those since it started (what it did not watch after them is missing)."""
+
 
 def say_failed(what: str, error: Exception, then: str) -> None:
     """One line on stderr for a failure of the monitor's own code: what failed, where, and
     what happens ``then`` (the script or run goes on)."""
     frame = traceback.extract_tb(error.__traceback__)[-1]
-    print(
-        f"treeqa health: {what} failed ({type(error).__name__}: {error}, at "
-        f"{Path(frame.filename).name}:{frame.lineno}); {then}",
-        file=sys.stderr,
+    said = (
+        f"{what} failed ({type(error).__name__}: {error}, at "
+        f"{Path(frame.filename).name}:{frame.lineno}); {then}"
     )
+    FAILURES.append(said)
+    print(f"treeqa health: {said}", file=sys.stderr)
 
 
 class Note:

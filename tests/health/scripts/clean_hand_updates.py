@@ -1,9 +1,10 @@
-"""Clean: four loops that update their parameters by hand, with no torch.optim optimiser, as
+"""Clean: five loops that update their parameters by hand, with no torch.optim optimiser, as
 pytorch/examples' word_language_model (``p.data.add_(p.grad, alpha=-lr)`` after clipping, the
 learning rate cut by hand), PyTorch's tutorial (``p -= lr * p.grad`` under no_grad), a
-character model of raw tensors (``p.data += -lr * p.grad``) and a loop over
-``torch.autograd.grad``'s gradients do; and an attack on the trained model that takes gradients
-of its input, which trains nothing."""
+character model of raw tensors (``p.data += -lr * p.grad``), a loop over
+``torch.autograd.grad``'s gradients and SGD with momentum written out do; an attack on the
+trained model that takes gradients of its input, which trains nothing; and an image ascended by
+hand to excite a frozen model's unit (its pixels move along their gradient, on purpose)."""
 
 import torch
 from torch import nn
@@ -70,6 +71,20 @@ for _ in range(60):
             p.sub_(0.1 * grad)
 print("autograd.grad:", round(loss.item(), 3))
 
+# SGD with momentum by hand: each update is not proportional to its gradient.
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 3))
+velocity = [torch.zeros_like(p) for p in model.parameters()]
+for _ in range(60):
+    i = torch.randint(0, 1024, (32,))
+    model.zero_grad()
+    loss = F.cross_entropy(model(x[i]), y[i])
+    loss.backward()
+    with torch.no_grad():
+        for p, v in zip(model.parameters(), velocity, strict=True):
+            v.mul_(0.9).add_(p.grad)
+            p -= 0.05 * v
+print("momentum by hand:", round(loss.item(), 3))
+
 # An attack on the model: gradients of the input, none of the weights change.
 model.eval()
 for p in model.parameters():
@@ -79,3 +94,12 @@ for _ in range(10):
     F.cross_entropy(model(xa), y[:32]).backward()
     xa.data += 0.01 * xa.grad.sign()
 print("attacked")
+
+# An image ascended by hand to excite one output of the frozen model.
+image = torch.zeros(1, 16, requires_grad=True)
+for _ in range(40):
+    excitation = model(image)[0, 1]
+    image.grad = None
+    excitation.backward()
+    image.data += 0.1 * image.grad
+print("excited:", round(excitation.item(), 3))
