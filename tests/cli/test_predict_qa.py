@@ -307,3 +307,16 @@ def test_a_field_given_twice_on_a_line_is_refused_naming_it(
     src.write_text('{"context": "Paris is big.", "question": "What?", "context": "Dup key"}\n')
     assert main(predict(run, "--input", str(src))) == 2
     assert f"{src}:1: field 'context' is given twice" in capsys.readouterr().err
+
+
+def test_a_line_nested_too_deeply_or_with_a_huge_integer_is_named_not_a_traceback(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = '{"context": "Paris is big.", "question": "What?"'
+    src = tmp_path / "in.jsonl"
+    src.write_text(f'{good}}}\n{good}, "x": {"[" * 100_000}{"]" * 100_000}}}\n')
+    assert main(predict(run, "--input", str(src))) == 2
+    assert f"{src}:2: JSON nested too deeply" in capsys.readouterr().err
+    src.write_text(f'{good}, "n": {"9" * 5000}}}\n')
+    assert main(predict(run, "--input", str(src))) == 2
+    assert f"{src}:1: invalid JSON:" in capsys.readouterr().err

@@ -114,6 +114,16 @@ def test_a_field_given_twice_is_named(tmp_path: Path) -> None:
         read_dependency_trees(path)
 
 
+def test_a_line_nested_too_deeply_or_with_a_huge_integer_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "dev.jsonl"
+    path.write_text(json.dumps(RECORD) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(TreeSyntaxError, match=r"dev\.jsonl:2:1: JSON nested too deeply"):
+        read_dependency_trees(path)
+    path.write_text(json.dumps(RECORD).replace('"heads": [', '"heads": [' + "9" * 5000 + ", ", 1))
+    with pytest.raises(TreeSyntaxError, match=r"dev\.jsonl:1:1: invalid JSON: .*digits"):
+        read_dependency_trees(path)
+
+
 def test_not_utf8_names_the_line_of_the_bad_byte(tmp_path: Path) -> None:
     path = tmp_path / "dev.jsonl"
     path.write_bytes((json.dumps(RECORD) + "\n").encode() * 2 + b'{"tokens": ["\xff"]}\n')

@@ -135,6 +135,23 @@ def test_broken_json_names_file_line_and_column(tmp_path: Path) -> None:
         list(iter_articles(tmp_path / "list.json"))
 
 
+def test_damaged_gzip_deep_nesting_and_huge_integers_are_format_errors(tmp_path: Path) -> None:
+    packed = bytearray(gzip.compress(json.dumps(squad_v1()).encode()))
+    packed[20:40] = bytes(b ^ 0x55 for b in packed[20:40])  # a damaged deflate stream
+    (tmp_path / "damaged.json.gz").write_bytes(bytes(packed))
+    with pytest.raises(SquadFormatError, match=r"damaged\.json\.gz: cannot read the file"):
+        list(iter_articles(tmp_path / "damaged.json.gz"))
+    text = json.dumps(squad_v1())
+    (tmp_path / "deep.json").write_text(text.replace('"data": [', '"x": ' + "[" * 100_000
+                                                     + "]" * 100_000 + ', "data": [', 1))  # fmt: skip
+    with pytest.raises(SquadFormatError, match=r"deep\.json:1:\d+: JSON nested too deeply"):
+        list(iter_articles(tmp_path / "deep.json"))
+    start = '"answer_start": ' + str(C1.index("1918"))
+    (tmp_path / "long.json").write_text(text.replace(start, '"answer_start": ' + "9" * 5000, 1))
+    with pytest.raises(SquadFormatError, match=r"long\.json:1:\d+: .*digits"):
+        list(iter_articles(tmp_path / "long.json"))
+
+
 def test_answer_not_in_context_names_article_and_question_or_is_counted(tmp_path: Path) -> None:
     data = squad_v1()
     data["data"][1]["paragraphs"][1]["qas"][0]["answers"][0]["text"] = "2017"

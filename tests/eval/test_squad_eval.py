@@ -268,3 +268,21 @@ def test_a_numeric_question_id_is_read_as_preparation_reads_it() -> None:
     gold = {"data": [{"paragraphs": [{"qas": [{"id": 12345, "answers": [{"text": "Denver"}]}]}]}]}
     scores = evaluate_predictions(gold, {"12345": "Denver"})
     assert scores["exact_match"] == 100.0 and scores["total"] == 1
+
+
+def test_damaged_gzip_deep_nesting_and_huge_integers_are_file_errors(tmp_path: Path) -> None:
+    packed = bytearray(gzip.compress(json.dumps(V1).encode()))
+    packed[20:40] = bytes(b ^ 0x55 for b in packed[20:40])  # a damaged deflate stream
+    (tmp_path / "damaged.json.gz").write_bytes(bytes(packed))
+    with pytest.raises(SquadFormatError, match=r"damaged\.json\.gz: cannot read the file"):
+        load_gold(tmp_path / "damaged.json.gz")
+    with pytest.raises(PredictionFileError, match=r"damaged\.json\.gz: cannot read the file"):
+        load_predictions(tmp_path / "damaged.json.gz")
+    (tmp_path / "deep.json").write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(SquadFormatError, match=r"deep\.json: JSON nested too deeply"):
+        load_gold(tmp_path / "deep.json")
+    with pytest.raises(PredictionFileError, match=r"deep\.json: JSON nested too deeply"):
+        load_predictions(tmp_path / "deep.json")
+    (tmp_path / "long.json").write_text('{"a": ' + "1" * 5000 + "}")
+    with pytest.raises(PredictionFileError, match=r"long\.json: .*digits"):
+        load_na_probs(tmp_path / "long.json")

@@ -73,7 +73,7 @@ def _lone_surrogate(value: Any) -> str | None:
 def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(``path:line``, item) for the JSONL items with a context and a question; blank lines
     are skipped (so each item's other fields, an "id" say, come back with its answer)."""
-    from treeqa.data.squad import unique_keys
+    from treeqa.data.squad import json_beyond_syntax, unique_keys
 
     items = []
     name = "<stdin>" if path == STDIN else str(path)
@@ -89,6 +89,8 @@ def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
                 raise ValueError(f"{name}:{n}: invalid JSON: {err.msg}") from err
             except KeyError as err:
                 raise ValueError(f"{name}:{n}: field {err.args[0]!r} is given twice") from err
+            except (RecursionError, ValueError) as err:  # 100,000 "[" in a row, say
+                raise ValueError(f"{name}:{n}: {json_beyond_syntax(err)}") from None
             if item is None:
                 continue
             if not isinstance(item, dict):

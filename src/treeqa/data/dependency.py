@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from treeqa.data.output_dir import built_aside, check_replaceable, real_folder
-from treeqa.data.squad import unique_keys
+from treeqa.data.squad import json_beyond_syntax, unique_keys
 from treeqa.data.tree import (
     MAX_LABEL,
     UNLABELLED,
@@ -147,6 +147,8 @@ def read_dependency_trees(path: str | Path) -> list[DependencyTree]:
                     raise TreeSyntaxError(
                         f"invalid JSON: {err.msg}", str(path), number, err.colno
                     ) from err
+                except (RecursionError, ValueError) as err:  # 100,000 "[" in a row, say
+                    raise TreeSyntaxError(json_beyond_syntax(err), str(path), number, 1) from None
                 except KeyError as err:  # unique_keys: the last value would win, silently
                     key = json.dumps(err.args[0], ensure_ascii=False)
                     column = text.find(key, text.find(key) + 1) + 1  # its second place

@@ -15,6 +15,7 @@ import gzip
 import json
 import re
 import unicodedata
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -129,6 +130,12 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def json_beyond_syntax(err: RecursionError | ValueError) -> str:
+    """What ``json.loads`` raised besides a syntax error, in words: text nested deeper than
+    Python's recursion limit, or an integer longer than ``int()`` converts (4,300 digits)."""
+    return "JSON nested too deeply" if isinstance(err, RecursionError) else f"invalid JSON: {err}"
+
+
 def read_json_text(path: str | Path) -> str:
     """The text of a JSON file, gunzipped when it starts with the gzip magic number."""
     path = Path(path)
@@ -137,7 +144,7 @@ def read_json_text(path: str | Path) -> str:
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         return raw.decode("utf-8-sig")
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:  # zlib.error: a damaged gzip stream
         raise SquadFormatError(f"cannot read the file ({err})", path) from err
     except UnicodeDecodeError as err:
         raise SquadFormatError(f"not UTF-8 text ({err.reason} at byte {err.start})", path) from err
@@ -183,6 +190,8 @@ def iter_articles(
             return decoder.raw_decode(text, pos)
         except json.JSONDecodeError as err:
             raise fail(err.msg, err.pos) from None
+        except (RecursionError, ValueError) as err:  # 100,000 "[" in a row; a 5,000-digit int
+            raise fail(json_beyond_syntax(err), space(pos)) from None
 
     _, pos = expect(0, "{")
     seen_data = False

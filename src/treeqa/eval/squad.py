@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from treeqa.data.squad import SquadFormatError, read_json_text
+from treeqa.data.squad import SquadFormatError, json_beyond_syntax, read_json_text
 
 __all__ = [
     "NoAnswerScoreError",
@@ -348,6 +348,8 @@ def _parse(text: str, source: Path, error: type[ValueError]) -> Any:
         if error is SquadFormatError:
             raise SquadFormatError(err.msg, source, line=err.lineno, column=err.colno) from None
         raise PredictionFileError(err.msg, source, err.lineno, err.colno) from None
+    except (RecursionError, ValueError) as err:  # nested too deeply; an integer too long
+        raise error(json_beyond_syntax(err), source) from None
 
 
 def load_gold(path: str | Path) -> dict[str, Any]:
@@ -408,6 +410,8 @@ def _load_object(path: Path, values: str) -> dict[str, Any]:
         if why == "Extra data":  # JSON lines, say `treeqa predict qa --output`
             why += f" (expected one JSON object {{question id: {values}}}, not one a line)"
         raise PredictionFileError(why, path, err.lineno, err.colno) from None
+    except (RecursionError, ValueError) as err:  # nested too deeply; an integer too long
+        raise PredictionFileError(json_beyond_syntax(err), path) from None
     if not isinstance(found, dict):
         raise PredictionFileError(f"expected a JSON object {{question id: {values}}}", path)
     if twice:
