@@ -446,11 +446,13 @@ def test_eval_every_counts_optimiser_steps_under_torchrun(prepared: Path, tmp_pa
 
 
 def test_v1_train_with_same_article_negatives_trains_the_no_answer_slot(
-    prepared: Path, tmp_path: Path
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from treeqa.data.squad_features import Limits
     from treeqa.data.squad_prepare import prepare_squad
 
     data = squad_json("1.1")
+    questions = sum(len(qas) for _, qas in PARAGRAPHS)
     one_article = {**data, "data": [{"title": "t", "paragraphs": [
         p for a in data["data"] for p in a["paragraphs"]
     ]}]}  # fmt: skip
@@ -464,12 +466,28 @@ def test_v1_train_with_same_article_negatives_trains_the_no_answer_slot(
         negatives="same_article",
         negative_fraction=1.0,
         vectors_cache=tmp_path / "cache",
+        limits=Limits(question=6),  # leaves out the longer questions
     )
-    assert meta["version"] == "v1.1" and meta["splits"]["train"]["unanswerable_examples"] > 0
+    made = meta["splits"]["train"]["unanswerable_examples"]
+    assert meta["version"] == "v1.1" and made > 0
     out = tmp_path / "run"
     assert main(["train", "qa", f"--prepared={negatives}", f"--out={out}", *TINY]) == 0
     # Without the slot the loss would skip those rows: they would train nothing.
     assert ckpt.load(out).meta["model_config"]["no_answer"] is True
+    # Scored on its training split: over the file's questions that it holds, neither those
+    # the limits left out (as unanswered) nor the made ones (as unknown ids).
+    scores = qa.evaluate(out, negatives, "train")
+    split = qa.PreparedSplit(negatives, "train")
+    held = len(split) - made
+    assert 0 < held < questions
+    assert (scores["questions"], scores["total"], scores["missing"]) == (held, held, 0)
+    assert (scores["left_out"], scores["not_in_file"]) == (questions - held, made)
+    argv = ["evaluate", "qa", "--checkpoint", str(out), "--prepared", str(negatives)]
+    assert main([*argv, "--split", "train"]) == 0
+    said = capsys.readouterr()
+    assert f"on {negatives} train ({held} questions)" in said.out
+    assert f"{questions - held} past its length limits are not in it" in said.err
+    assert f"its {made} unanswerable questions made by --negatives are not scored" in said.err
 
 
 def test_the_best_threshold_reproduces_its_score_when_abstaining_everywhere_wins() -> None:

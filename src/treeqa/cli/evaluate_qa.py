@@ -211,6 +211,13 @@ def evaluate_checkpoint(args: argparse.Namespace) -> int:
             "words are unknown to the model",
             file=sys.stderr,
         )
+    if scores["left_out"] or scores["not_in_file"]:
+        print(
+            f"note: scored over the {scores['questions']} questions of the file that the {split} "
+            f"split holds; {scores['left_out']} past its length limits are not in it, and its "
+            f"{scores['not_in_file']} unanswerable questions made by --negatives are not scored",
+            file=sys.stderr,
+        )
     print(f"{args.checkpoint} on {args.prepared} {split} ({int(scores['questions'])} questions):")
     print(f"  exact_match {scores['exact_match']:.3f}\n  f1          {scores['f1']:.3f}")
     print_v2_parts(scores)

@@ -344,6 +344,11 @@ def gold_subset(gold: dict[str, Any], ids: set[str]) -> dict[str, Any]:
     return {**gold, "data": data}
 
 
+def questions_in(gold: dict[str, Any]) -> int:
+    """The number of questions in the SQuAD-layout ``gold``."""
+    return sum(len(p["qas"]) for a in gold["data"] for p in a["paragraphs"])
+
+
 def dev_sample(questions: int, size: int, seed: int) -> np.ndarray | None:
     """The sorted rows of the dev questions that in-training evaluation scores (``data.dev_subset``
     of them, drawn with the run's seed); None for every question."""
@@ -490,6 +495,10 @@ def evaluate(
 ) -> dict[str, float]:
     """Official EM/F1 of a checkpoint on every question of a prepared split.
 
+    A training split holds fewer questions than its file (those past the length limits are
+    left out) and may hold unanswerable ones made by pairing a question with another paragraph
+    (``--negatives``), which the file does not: the scores are over the file's questions that
+    the split holds; ``left_out`` counts the others, ``not_in_file`` the made ones.
     With ``predictions_out``, also writes the answers in the official format (question id ->
     answer text, "" for no answer), which ``treeqa evaluate qa --predictions`` scores again.
     A split prepared apart from the model's training data is renumbered into the model's
@@ -503,7 +512,13 @@ def evaluate(
     if predictions_out is not None:
         text = json.dumps({q: a.text for q, a in answers.items()}, ensure_ascii=False)
         ckpt.write_text_atomic(Path(predictions_out), text)
-    scores = {**official_scores(gold, answers), "questions": len(data)}  # a count, an int
+    scored = official_scores(gold_subset(gold, set(answers)), answers)
+    scores = {
+        **scored,
+        "questions": scored["total"],  # counts, ints
+        "left_out": questions_in(gold) - scored["total"],
+        "not_in_file": scored["unknown"],
+    }
     if id_map is not None:
         scores["words_unknown_to_model"] = float(id_map.unknown_words)
     return scores
