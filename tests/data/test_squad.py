@@ -152,6 +152,34 @@ def test_damaged_gzip_deep_nesting_and_huge_integers_are_format_errors(tmp_path:
         list(iter_articles(tmp_path / "long.json"))
 
 
+def test_a_field_given_twice_is_an_error_at_its_article(tmp_path: Path) -> None:
+    # json.loads keeps the last value: this id would have replaced "q7", silently.
+    text = json.dumps(squad_v1()).replace('"id": "q7"', '"id": "q7", "id": "q8"')
+    (tmp_path / "twice.json").write_text(text)
+    with pytest.raises(
+        SquadFormatError, match=r"twice\.json:1:\d+: a field is given twice \('id'\)"
+    ):
+        list(iter_articles(tmp_path / "twice.json"))
+
+
+def test_a_lone_surrogate_names_its_question_or_article_or_is_counted(tmp_path: Path) -> None:
+    # Decoded from "\ud800", it is no character and cannot be written out as UTF-8.
+    data = squad_v1()
+    data["data"][0]["paragraphs"][0]["qas"][1]["question"] = "When did it \ud800 open?"
+    (tmp_path / "q.json").write_text(json.dumps(data))
+    with pytest.raises(SquadFormatError, match=r"question 'q2': a lone surrogate .* in the question"):
+        list(iter_articles(tmp_path / "q.json"))
+    data = squad_v1()
+    data["data"][1]["paragraphs"][1]["context"] += " \udfff"
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    with pytest.raises(SquadFormatError, match=r"Paris.*a lone surrogate .* in the context"):
+        list(iter_articles(tmp_path / "c.json"))
+    stats = ReadStats()
+    kept = list(iter_articles(tmp_path / "c.json", skip_bad=True, stats=stats))
+    assert sum(len(p.questions) for a in kept for p in a.paragraphs) == 6
+    assert stats.skipped == {r"a lone surrogate (\ud800-\udfff) in the context": 1}
+
+
 def test_answer_not_in_context_names_article_and_question_or_is_counted(tmp_path: Path) -> None:
     data = squad_v1()
     data["data"][1]["paragraphs"][1]["qas"][0]["answers"][0]["text"] = "2017"

@@ -167,7 +167,7 @@ def iter_articles(
     """
     stats = stats if stats is not None else ReadStats()
     text, source = read_json_text(path), str(path)
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(object_pairs_hook=unique_keys)
     checker = _Checker(source, skip_bad, stats)
 
     def fail(message: str, pos: int) -> SquadFormatError:
@@ -192,6 +192,10 @@ def iter_articles(
             raise fail(err.msg, err.pos) from None
         except (RecursionError, ValueError) as err:  # 100,000 "[" in a row; a 5,000-digit int
             raise fail(json_beyond_syntax(err), space(pos)) from None
+        except KeyError as err:  # unique_keys: the last value would win, silently
+            raise fail(
+                f"a field is given twice ({err.args[0]!r}) in the value here", space(pos)
+            ) from None
 
     _, pos = expect(0, "{")
     seen_data = False
@@ -225,6 +229,10 @@ def iter_articles(
         raise fail("extra data after the top-level object", space(pos))
     if not seen_data:
         raise SquadFormatError('no "data" list at the top level', source)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+"""A lone surrogate (JSON's ``"\\ud800"`` unpaired): no character, and not UTF-8 encodable."""
 
 
 def visible(text: str) -> bool:
@@ -274,6 +282,11 @@ class _Checker:
                 if qas:
                     self._bad("empty context", len(qas), index, title)
                 continue
+            if _SURROGATE.search(p["context"]):
+                self._bad(
+                    r"a lone surrogate (\ud800-\udfff) in the context", len(qas), index, title
+                )
+                continue
             qs = [q for q in (self.question(r, p["context"], index, title) for r in p["qas"]) if q]
             kept.append(Paragraph(p["context"], tuple(qs)))
         self.stats.articles += 1
@@ -295,6 +308,8 @@ class _Checker:
             reason = 'malformed question ("answers" must be a list, "is_impossible" true/false)'
         elif not visible(raw["question"]):
             reason = "empty question"
+        elif _SURROGATE.search(raw["question"]):
+            reason = r"a lone surrogate (\ud800-\udfff) in the question"
         elif qid in self.ids:
             reason = "duplicate question id"
         elif impossible and answers:
