@@ -167,7 +167,9 @@ def test_a_lone_surrogate_names_its_question_or_article_or_is_counted(tmp_path: 
     data = squad_v1()
     data["data"][0]["paragraphs"][0]["qas"][1]["question"] = "When did it \ud800 open?"
     (tmp_path / "q.json").write_text(json.dumps(data))
-    with pytest.raises(SquadFormatError, match=r"question 'q2': a lone surrogate .* in the question"):
+    with pytest.raises(
+        SquadFormatError, match=r"question 'q2': a lone surrogate .* in the question"
+    ):
         list(iter_articles(tmp_path / "q.json"))
     data = squad_v1()
     data["data"][1]["paragraphs"][1]["context"] += " \udfff"

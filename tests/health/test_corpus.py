@@ -136,6 +136,7 @@ CLEAN = [
     "clean_forked_seed.py",  # torch.manual_seed inside fork_rng each step: a fixed probe draw
     "clean_hessian.py",  # backward(create_graph=True) and a Hessian-vector product each step
     "clean_finetune_loaded.py",  # load_state_dict, then a high first loss on new labels
+    "clean_finetune_pickled.py",  # torch.load of a whole pickled model, then the same
     "clean_second_model.py",  # a second model and optimiser first run after the clock's step
     "clean_freeze_mid_run.py",  # first layer frozen at step 100; an optimiser stepping every 4th
     "clean_forkserver_pool.py",  # a ProcessPoolExecutor's forkserver workers, a model per job
@@ -143,6 +144,7 @@ CLEAN = [
     "clean_torchscript.py",  # scripted losses, a pickled partial of one, an fx trace
     "clean_hand_updates.py",  # weights updated by hand, five ways; an attack on the input
     "clean_module_lists.py",  # ModuleList/Dict, handles on registered layers, a hidden teacher
+    "clean_own_profiler.py",  # the script's own torch.profiler session around the whole run
 ]
 
 

@@ -192,3 +192,25 @@ def test_an_input_ascended_by_hand_has_no_negative_step_size() -> None:
         image.data += 0.1 * image.grad
         assert steps.moved()
         assert steps.optimizer.param_groups[0]["lr"] is None
+
+
+def test_the_backwards_inside_an_lbfgs_step_are_not_updates_by_hand(tmp_path: Path) -> None:
+    """LBFGS's step runs its closure up to max_iter times and moves the weights in between:
+    each of its steps is one step, not max_iter updates by hand in its first."""
+    script = tmp_path / "lbfgs.py"
+    script.write_text(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Linear(8, 1)\n"
+        "opt = torch.optim.LBFGS(model.parameters(), max_iter=20)\n"
+        "x, y = torch.randn(64, 8), torch.randn(64, 1)\n"
+        "def closure():\n"
+        "    opt.zero_grad()\n"
+        "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "    loss.backward()\n"
+        "    return loss\n"
+        "for _ in range(6):\n"
+        "    opt.step(closure)\n"
+    )
+    _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
+    assert report["steps"] == 6

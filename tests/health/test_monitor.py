@@ -410,6 +410,50 @@ def test_a_sigterm_lost_in_a_callback_ends_the_script_at_its_next_backward(
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+CHAINS_SIGTERM = """
+import os, signal, torch
+found = signal.getsignal(signal.SIGTERM)
+asked = []
+def graceful(signum, frame):  # as Lightning's: its own, then the one it found unless the default
+    asked.append(signum)
+    if callable(found):
+        found(signum, frame)
+before = signal.signal(signal.SIGTERM, graceful)
+m = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+def train(steps, term_at):
+    for step in range(steps):
+        opt.zero_grad(); m(torch.randn(8, 4)).pow(2).mean().backward(); opt.step()
+        if step == term_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        if asked:
+            return step
+print("stopped gracefully at", train(60, 30), flush=True)
+signal.signal(signal.SIGTERM, before)  # the default back
+print("default again", signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, flush=True)
+asked.clear()
+train(30, 10)
+print("not reached")
+"""
+
+
+def test_a_script_chaining_to_the_sigterm_handler_it_found_sees_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A handler that calls the one it found unless that was the default (Lightning's does) ran
+    the doctor's, which ended the script at once where python lets it stop gracefully: the
+    doctor's reads as the default. Put back, the default is the doctor's again, and reports."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(CHAINS_SIGTERM)
+    real = signal.signal, signal.getsignal
+    code, report = run_doctor(["python", "train.py"], stream=io.StringIO())
+    out = capsys.readouterr().out
+    assert out == "stopped gracefully at 30\ndefault again True\n"
+    assert (code, report["steps"]) == (143, 31 + 11)
+    assert (signal.signal, signal.getsignal) == real
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def test_first_epoch_allocator_warm_up_is_not_memory_growth() -> None:
     """Seen on SST: RSS climbs 437 -> 506 MB over the first epoch (342 steps, every batch shape
     met once), then stays flat with allocator steps of a few MB for nine epochs."""
@@ -1230,6 +1274,38 @@ def test_profile_window_reads_its_events_as_key_averages_does() -> None:
     theirs = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
     assert ours.keys() == theirs.keys()
     assert all(ours[k] == pytest.approx(theirs[k], abs=0.01) for k in theirs)
+
+
+def test_a_profile_window_leaves_the_scripts_own_profiler_session_alone() -> None:
+    """Started and stopped inside the script's ``torch.profiler.profile()``, a window ended
+    the script's session: its ``key_averages()`` came back empty. It is given up instead."""
+    layer = nn.Linear(4, 4)
+    window = ProfileWindow(steps=1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        window.schedule(1)
+        window.begin(1)
+        layer(torch.randn(2, 4)).sum().backward()
+        assert not window.active and window.close(1) is None
+    assert {e.key: e.count for e in prof.key_averages()}.get("aten::addmm") == 1
+    assert window.profiled == set()
+
+
+def test_a_profile_window_leaves_the_environment_as_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kineto's log level is set for its first start, not left in the script's os.environ
+    (which its subprocesses inherit)."""
+    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+    window = ProfileWindow(steps=1)
+    window.schedule(1)
+    window.begin(1)
+    assert "KINETO_LOG_LEVEL" not in os.environ
+    window.end(1)
+    monkeypatch.setenv("KINETO_LOG_LEVEL", "3")  # a user's setting is kept
+    window.schedule(2)
+    window.begin(2)
+    window.end(2)
+    assert os.environ["KINETO_LOG_LEVEL"] == "3"
 
 
 def test_a_profile_window_of_many_small_ops_ends_early_and_later_ones_keep_a_budget(

@@ -31,7 +31,10 @@ from typing import Any
 import torch
 from torch import nn
 from torch.amp import GradScaler
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 from treeqa.health import (
     checks,
@@ -115,6 +118,7 @@ class Doctor:
         # fail, monitoring stops and the script goes on as python would run it.
         monitor.goes_on = "the script goes on"
         self.step_end = functools.partial(monitor.safely, self._step_end)
+        self.step_begins = functools.partial(monitor.safely, self._step_begins)
         self.discover = functools.partial(monitor.safely, self._discover)
         self.root_pre_hook = hooks.ModelHook(functools.partial(monitor.safely, self._root_pre_hook))
         self.root_hook = hooks.ModelHook(functools.partial(monitor.safely, self._root_hook))
@@ -129,6 +133,7 @@ class Doctor:
             m = self.monitor
             self.forks = forks.Forks(m.every, m.mode, m.source_files)
             multiprocessing.util.register_after_fork(self, Doctor._forked)
+        self.handles.append(register_optimizer_step_pre_hook(self.step_begins))
         self.handles.append(register_optimizer_step_post_hook(self.step_end))
         original = torch.autograd.backward
         # torch caches functions it finds in its namespace; a weak reference keeps such a cache
@@ -496,6 +501,14 @@ class Doctor:
             return "see above"
         errors = [f for f in self.monitor.findings.values() if f.severity == "error"]
         return f"{errors[0].code}: {errors[0].message}" if errors else "see its report"
+
+    def _step_begins(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """An optimiser's step starts: the weights are its to update from now on. LBFGS moves
+        them between the backwards of the closure its step runs (up to ``max_iter`` of them),
+        which would read as that many updates by hand inside its first step."""
+        if self.hand is not None:
+            self._hand_step()  # (weights moved by hand since the last backward: that step)
+            self.hand = self.monitor.loaders.on_draw = None
 
     def _step_end(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.step_calls += 1

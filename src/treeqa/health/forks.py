@@ -135,13 +135,13 @@ class Forks:
         """In a child process, as it starts: quiet until its first step, and SIGTERM ending it
         as it would without the doctor (a handler of the script's stays)."""
         self.stepped, self.stream = False, stream
-        if signal.getsignal(signal.SIGTERM) is script.stop:  # the doctor's, not the script's
-            signal.signal(signal.SIGTERM, self._sigterm)
+        if script.real_getsignal(signal.SIGTERM) is script.stop:  # the doctor's, not the script's
+            script.real_signal(signal.SIGTERM, self._sigterm)
 
     def _sigterm(self, signum: int, frame: Any) -> None:
         if self.stepped:  # it trained: it ends through Python, and reports
             script.stop(signum, frame)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        script.real_signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
     def first_step(self) -> bool:
@@ -167,7 +167,9 @@ class Forks:
     def hold_sigterm(self) -> None:
         """A forked process whose ``run()`` is over: a SIGTERM now (a Pool's terminate()
         signals workers that may be ending on their own) waits for its report."""
-        self.previous = signal.signal(signal.SIGTERM, lambda signum, _: self.held.append(signum))
+        self.previous = script.real_signal(
+            signal.SIGTERM, lambda signum, _: self.held.append(signum)
+        )
 
     def release_sigterm(self) -> None:
         """The report is written: SIGTERM does again what it did without the doctor, and one
@@ -175,7 +177,7 @@ class Forks:
         if self.previous is None:
             return
         doctors = self.previous is script.stop or self.previous == self._sigterm
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if doctors else self.previous)
+        script.real_signal(signal.SIGTERM, signal.SIG_DFL if doctors else self.previous)
         self.previous = None
         if self.held:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -276,3 +278,6 @@ def ready_at_start(ready: Callable[[], None]) -> None:
         return original(process, *args, **kwargs)
 
     process_class._bootstrap = bootstrap
+
+
+script.DOCTORS.add(Forks._sigterm)  # a child's SIGTERM handler reads as the default too

@@ -75,9 +75,20 @@ class LossInputCheck:
         for fname in (*CLASSIFICATION, *ELEMENTWISE):
             self.wrappers.add(note_function_results(F, fname, self._called))
         self.wrappers.add(note_calls(nn.Module, "load_state_dict", self._loaded))
+        # A whole model saved with torch.save(model) comes back trained without a
+        # load_state_dict call (torch.jit.load likewise), alone or in a checkpoint dict.
+        self.wrappers.add(note_function_results(torch, "load", self._torch_loaded))
+        self.wrappers.add(note_function_results(torch.jit, "load", self._torch_loaded))
 
     def _loaded(self, module: nn.Module) -> None:
         self.loaded = True
+
+    def _torch_loaded(
+        self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+    ) -> None:
+        values = result.values() if isinstance(result, dict) else (result,)
+        if any(isinstance(v, nn.Module) for v in values):
+            self.loaded = True
 
     def uninstall(self) -> None:
         self.wrappers.undo()

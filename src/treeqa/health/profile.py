@@ -4,6 +4,8 @@ A window covers the compute of a few steps (each step from its first forward to 
 step, so data loading between steps stays out): once after the first sampled interval, and
 again (up to ``max_windows`` in all) when recent steps got 1.5x slower than early ones.
 Profiled steps are marked so the timing checks can leave them out (the profiler slows them).
+No window opens while the script's own ``torch.profiler`` is recording: stopping a second
+profiler inside it would end the script's session.
 
 The profiler's cost grows with the operators a step runs, not with its time: a policy-gradient
 episode of 400 tiny forwards records ~107,000 events. Each is ~4 us to stop the profiler and
@@ -135,16 +137,28 @@ class ProfileWindow:
         """The step's compute starts: open the profiler if this step is in the window."""
         if self._next is None or step < self._next or self._profiler is not None:
             return
+        if torch.autograd.profiler._is_profiler_enabled:
+            # The script's own profiler is recording: a second one started and stopped inside
+            # it ends the script's session (its key_averages() come back empty). The window is
+            # given up; the script's profile is the script's.
+            self._next, self._times, self._covered = None, {}, []
+            return
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self._before = self._memory()
         self._wait_begin = self.waited() if self.waited else (-1, math.nan)
         # Kineto prints a line to stderr at each start and stop ("USDT: ... profiler_start"):
-        # noise in a training log. Read when the profiler first starts; a user's setting wins.
+        # noise in a training log. Read when the profiler first starts; a user's setting wins,
+        # and the script's environment is left as it was.
+        unset = "KINETO_LOG_LEVEL" not in os.environ
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
-        self._profiler = torch.profiler.profile(activities=activities)
-        self._profiler.__enter__()
+        try:
+            self._profiler = torch.profiler.profile(activities=activities)
+            self._profiler.__enter__()
+        finally:
+            if unset:
+                os.environ.pop("KINETO_LOG_LEVEL", None)
 
     def end(self, step: int) -> Finding | None:
         """The step is done: close the profiler; the hot-op finding once the window is full,

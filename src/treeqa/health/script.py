@@ -7,6 +7,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import faulthandler
+import functools
 import importlib.machinery
 import importlib.util
 import io
@@ -170,21 +171,67 @@ def interpreter_options(options: list[tuple[str, str]]) -> Iterator[None]:
                 faulthandler.disable()
 
 
+real_signal, real_getsignal = signal.signal, signal.getsignal
+"""``signal.signal`` and ``signal.getsignal`` themselves: the doctor's own code sees its handlers."""
+
+DOCTORS: set[Callable[..., Any]] = set()
+"""The functions of the doctor's SIGTERM handlers (``stop``; a child process's, ``forks``)."""
+
+
+def _shown(handler: Any) -> Any:
+    """What the script is told a handler is: the doctor's reads as ``SIG_DFL``, which it stands
+    in for."""
+    return signal.SIG_DFL if getattr(handler, "__func__", handler) in DOCTORS else handler
+
+
+@contextlib.contextmanager
+def _doctors_handler_unseen() -> Iterator[None]:
+    """While the doctor's SIGTERM handler stands in for the default, the script sees the
+    default: ``signal.getsignal`` and ``signal.signal``'s return value give ``SIG_DFL`` for it.
+    Code that chains to the handler it found when it has one, as Lightning's does (its own,
+    then the one before, unless that was ``SIG_DFL``), would otherwise call the doctor's, which
+    ends the script at once where plain python goes on to stop gracefully. The default put
+    back (a handler's previous one restored) puts the doctor's back, so the run still reports."""
+    installer = os.getpid()
+
+    def getsignal(signalnum: Any) -> Any:
+        return _shown(real_getsignal(signalnum))
+
+    def set_signal(signalnum: Any, handler: Any) -> Any:
+        if signalnum == signal.SIGTERM and os.getpid() == installer:
+            if not callable(handler) and handler == signal.SIG_DFL:
+                handler = stop
+        return _shown(real_signal(signalnum, handler))
+
+    wrappers: tuple[tuple[str, Callable[..., Any], Callable[..., Any]], ...] = (
+        ("getsignal", real_getsignal, getsignal),
+        ("signal", real_signal, set_signal),
+    )
+    for name, original, wrapper in wrappers:
+        setattr(signal, name, functools.wraps(original)(wrapper))
+    try:
+        yield
+    finally:
+        signal.signal, signal.getsignal = real_signal, real_getsignal
+
+
 @contextlib.contextmanager
 def exit_on_sigterm() -> Iterator[None]:
     """SIGTERM ends the script as ``sys.exit(143)`` would, so that its process still reports:
     a scheduler preempting the job sends it, and torchrun and ``spawn`` send it to the other
-    processes when one fails. A handler the script installs replaces this one."""
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    processes when one fails. A handler the script installs replaces this one; to the script
+    this one reads as the default (``_doctors_handler_unseen``)."""
+    if real_getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         yield
         return
 
     global stopping
-    signal.signal(signal.SIGTERM, stop)
+    real_signal(signal.SIGTERM, stop)
     try:
-        yield
+        with _doctors_handler_unseen():
+            yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        real_signal(signal.SIGTERM, signal.SIG_DFL)
         stopping = None
 
 
@@ -194,6 +241,8 @@ def stop(signum: int, frame: Any) -> None:
     stopping = 128 + signum
     raise SystemExit(stopping)
 
+
+DOCTORS.add(stop)
 
 stopping: int | None = None
 """The exit code SIGTERM asked for. The handler raises it where the signal lands: should that
