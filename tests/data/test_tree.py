@@ -20,6 +20,27 @@ def test_round_trip_is_byte_exact(tmp_path: Path) -> None:
     assert out.read_bytes() == src.read_bytes()
 
 
+def test_a_tree_deeper_than_the_recursion_limit_is_written_back(tmp_path: Path) -> None:
+    # The reader takes trees of any depth; the writer once recursed per level.
+    text = "(2 w0)"
+    for i in range(1, 5000):
+        text = f"(2 {text} (3 w{i}))"
+    src = tmp_path / "deep.txt"
+    src.write_text(text + "\n", encoding="utf-8")
+    out = tmp_path / "o.txt"
+    write_trees(read_trees(src), out)
+    assert out.read_bytes() == src.read_bytes()
+    unlabelled = "(" * 3000 + "a" + ")" * 3000
+    assert parse_tree(unlabelled).to_ptb() == unlabelled
+
+
+@pytest.mark.parametrize("text", ["(good", "((the) (film", "(3 (2 a) (3"])
+def test_a_tree_cut_off_after_a_token_is_unbalanced_not_a_bad_label(text: str) -> None:
+    with pytest.raises(TreeSyntaxError, match="unbalanced '\\('") as caught:
+        parse_tree(text)
+    assert caught.value.column == len(text) + 1
+
+
 def test_structure_and_heights() -> None:
     t = parse_tree(SST_LIKE[0])
     assert t.label == 3

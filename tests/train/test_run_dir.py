@@ -272,6 +272,25 @@ def test_training_needs_labelled_train_and_dev_trees(
     assert not out.exists()
 
 
+@pytest.mark.parametrize("model", ["bow", "tree_lstm"])
+def test_unlabelled_train_sentences_are_left_out_not_a_failed_step(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str
+) -> None:
+    # Labels are optional: a batch holding only unlabelled sentences gives no loss, which
+    # stopped the run part-way ("a training batch produced no loss").
+    data = tmp_path / "sst"
+    shutil.copytree(demo_dir, data)
+    lines = (demo_dir / "train.txt").read_text().splitlines()
+    stripped = [re.sub(r"\((\d) ", "(", line) for line in lines[10:20]]
+    (data / "train.txt").write_text("\n".join([*lines[:10], *stripped]) + "\n")
+    out = tmp_path / "run"
+    flags = ["--model", model, "--batch_size", "1", "--out", str(out)]
+    assert main(args(data, *flags)) == 0
+    said = capsys.readouterr().out
+    assert "train: 10 of 20 sentences carry no fine label on any node: left out of training" in said
+    assert (out / "best.safetensors").is_file()
+
+
 def test_a_word_vector_size_other_than_the_vectors_is_refused_not_dropped(
     demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -120,15 +120,23 @@ class Tree:
         return " ".join(self.tokens)
 
     def to_ptb(self) -> str:
-        """The bracketed form; ``parse_tree(t.to_ptb()) == t``."""
-
-        def write(i: int) -> str:
-            label = "" if self.labels[i] == UNLABELLED else f"{self.labels[i]}"
-            word = self.words[i]
-            inside = word if word is not None else " ".join(write(c) for c in self.children[i])
-            return f"({label} {inside})" if label else f"({inside})"
-
-        return write(0)
+        """The bracketed form; ``parse_tree(t.to_ptb()) == t``. Written in one pass over the
+        pre-order nodes, not by recursion, so any tree the reader takes is written back."""
+        parts: list[str] = []
+        ends: list[int] = []  # the subtree end of each open inner node, innermost last
+        for i, word in enumerate(self.words):
+            while ends and ends[-1] <= i:  # the subtrees that end before node i
+                ends.pop()
+                parts.append(")")
+            if i and i != self.parent[i] + 1:  # not its parent's first child
+                parts.append(" ")
+            parts.append("(" if self.labels[i] == UNLABELLED else f"({self.labels[i]} ")
+            if word is not None:
+                parts.append(f"{word})")
+            else:
+                ends.append(i + int(self.size[i]))
+        parts.append(")" * len(ends))
+        return "".join(parts)
 
 
 SPACE = " \t\r\n"
@@ -187,6 +195,11 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
             while pos < end and text[pos] not in DELIMITERS:
                 pos += 1
             label = text[start:pos]
+            if label and pos == end:  # "((the) (film": cut off, not a bad label
+                raise fail(
+                    f"unbalanced '(': {len(stack)} bracket(s) left open at the end of the tree",
+                    end,
+                )
             if label and pos < end and text[pos] == ")":  # "(word)": an unlabelled leaf
                 if labels and labels[0] != UNLABELLED and is_label(label):
                     raise fail(

@@ -405,6 +405,15 @@ def _train(
         s: [encode(t, vocab, config.data.task, tags, rels) for t in trees]
         for s, trees in splits.items()
     }
+    # A sentence with no label (labels are optional in the bracket format) gives no loss: a
+    # batch of only such sentences would stop the run part-way, so they are left out here.
+    learnable = [e for e in encoded["train"] if bool((e.targets >= 0).any())]
+    if len(learnable) < len(encoded["train"]) and world.main:
+        print(
+            f"train: {len(encoded['train']) - len(learnable)} of {len(encoded['train'])} "
+            f"sentences carry no {config.data.task} label on any node: left out of training"
+        )
+    encoded["train"] = learnable
     meta = {
         "task": TASK,
         "model": model_config.name,
