@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from treeqa.cli import predict as predict_cli
 from treeqa.cli.main import main
+from treeqa.data.sst import PREDICTED
 from treeqa.recipes import sentiment
 
 
@@ -146,3 +148,21 @@ def test_the_library_says_what_it_takes(run: Path, demo_dir: Path) -> None:
         sentiment.predict(loaded, ["((good) (film))"])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="split must be one of train, dev, test, got 'tset'"):
         sentiment.evaluate(run, str(demo_dir), "tset")
+
+
+def test_the_text_output_says_what_its_labels_mean(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The numbers alone read differently by task: 2 is neutral on SST's fine scale and
+    positive from a binary3 model (which never predicts its neutral class)."""
+    capsys.readouterr()
+    assert main(["predict", "--checkpoint", str(run), "((the) (film))"]) == 0
+    said = capsys.readouterr()
+    assert said.err == (
+        "labels (fine): 0 very negative, 1 negative, 2 neutral, 3 positive, 4 very positive\n"
+    )
+    assert said.out.split()[0] in "01234"
+    assert main(["predict", "--checkpoint", str(run), "--json", "((the) (film))"]) == 0
+    assert capsys.readouterr().err == ""  # JSON carries the label alone
+    probs = torch.tensor([[0.2, 0.5, 0.3], [0.5, 0.4, 0.1]])  # neutral never wins in binary3
+    assert set(sentiment.labels_of(probs, "binary3").tolist()) <= set(PREDICTED["binary3"])

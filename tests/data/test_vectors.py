@@ -143,6 +143,14 @@ def test_first_of_duplicate_tokens_wins(tmp_path: Path) -> None:
     np.testing.assert_array_equal(load(path, ["a"], tmp_path).matrix, [[1, 2, 3]])
 
 
+def test_a_tab_separated_file_is_named_as_such(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", "a\t1\t2\t3\nb\t4\t5\t6\n")
+    with pytest.raises(
+        VectorFileError, match=r"v\.txt:1: the first line's fields are separated by tabs"
+    ):
+        load(path, ["a"], tmp_path)
+
+
 def test_empty_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(VectorFileError, match="empty file"):
         load(write(tmp_path / "v.txt", ""), ["a"], tmp_path)

@@ -22,6 +22,12 @@ from treeqa.data.tree import UNLABELLED, Tree, line_text, read_trees
 SPLITS = ("train", "dev", "test")
 TASKS = {"fine": 5, "binary": 2, "binary3": 3}
 """Task -> number of classes the model outputs."""
+PREDICTED = {
+    "fine": {0: "very negative", 1: "negative", 2: "neutral", 3: "positive", 4: "very positive"},
+    "binary": {0: "negative", 1: "positive"},
+    "binary3": {0: "negative", 2: "positive"},  # three classes trained; neutral never predicted
+}
+"""Task -> the labels its models predict, and what each means."""
 _BINARY = np.array([0, 0, UNLABELLED, 1, 1], dtype=np.int64)
 _BINARY3 = np.array([0, 0, 1, 2, 2], dtype=np.int64)
 

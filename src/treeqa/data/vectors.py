@@ -287,6 +287,13 @@ def _read_glove(
             blank = None
         spaces = line.count(b" ")
         if dim is None:
+            if spaces == 0 and b"\t" in line:
+                raise VectorFileError(
+                    "the first line's fields are separated by tabs; a GloVe or word2vec text "
+                    "file separates a token and its numbers by single spaces",
+                    path,
+                    1,
+                )
             if spaces == 0:
                 raise VectorFileError("the first line holds no numbers; cannot tell D", path, 1)
             count, _, width = line.partition(b" ")
