@@ -515,3 +515,40 @@ def test_a_training_stream_over_no_examples_is_an_error_not_a_hang() -> None:
     stream = qa.StepStream(NoExamples(), batch_size=4, per_epoch=3, seed=0, bucket=True)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no examples"):
         next(iter(stream(0)))
+
+
+def _losses(run: Path) -> list[float]:
+    return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").open()) if "loss" in r]
+
+
+def test_training_through_torch_compile_learns_what_eager_training_does(
+    prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--train.compile`` compiles the model in place (Dynamo's capture, run by its eager
+    backend here: inductor's code generation is the slow test's): the same losses, and a
+    checkpoint under the model's own parameter names. (Without stochastic depth: compiled, a
+    dropped sublayer is computed and multiplied by 0, its dropout drawn all the same.)"""
+    from treeqa.train import loop
+
+    monkeypatch.setattr(loop, "COMPILE_BACKEND", "eager")
+    plain, compiled = tmp_path / "plain", tmp_path / "compiled"
+    flags = [f"--prepared={prepared}", *TINY, "--train.log_every=1", "--model.survival=1"]
+    assert main(["train", "qa", *flags, f"--out={plain}"]) == 0
+    assert main(["train", "qa", *flags, f"--out={compiled}", "--train.compile=default"]) == 0
+    assert _losses(compiled) == pytest.approx(_losses(plain), rel=1e-5) and _losses(plain)
+    keys = set(ckpt.load(plain).tensors)
+    assert set(ckpt.load(compiled).tensors) == keys
+    # How a run is run, not what it learns: a resumed run may compile, or stop compiling.
+    more = ["--train.epochs=3", "--train.compile=off"]
+    assert main(["train", "qa", f"--resume={compiled}", *more]) == 0
+
+
+@pytest.mark.slow
+def test_training_through_inductor_on_cpu(prepared: Path, tmp_path: Path) -> None:
+    """Inductor's generated code, without dropout (its kernels draw their own masks)."""
+    plain, compiled = tmp_path / "plain", tmp_path / "compiled"
+    flags = [f"--prepared={prepared}", *TINY, "--train.log_every=1", "--model.survival=1"]
+    flags += ["--model.dropout=0", "--model.char_dropout=0", "--model.attention_dropout=0"]
+    assert main(["train", "qa", *flags, f"--out={plain}"]) == 0
+    assert main(["train", "qa", *flags, f"--out={compiled}", "--train.compile=default"]) == 0
+    assert _losses(compiled) == pytest.approx(_losses(plain), rel=1e-3)

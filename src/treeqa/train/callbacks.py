@@ -368,7 +368,7 @@ class EarlyStopping(Callback):
 
 RESUMABLE = frozenset(
     {"name", "train.epochs", "train.patience", "train.log_every", "train.checkpoint_every"}
-    | {"train.health", "train.device", "train.amp", "schedule.budget_minutes"}
+    | {"train.health", "train.device", "train.amp", "train.compile", "schedule.budget_minutes"}
     | {"data.eval_batch_size", "data.path", "data.vectors", "data.prepared"}
 )
 """The settings a resumed run may change: how long it goes on, how it is run and watched, and

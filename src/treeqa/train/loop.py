@@ -61,6 +61,10 @@ class TrainConfig:
     """Also write the last checkpoint every this many steps (0 = at epoch ends only)."""
     ema_decay: float = 0.0
     """Evaluate and keep as best an exponential moving average of the weights; 0 = off."""
+    compile: str = "off"
+    """off | default | reduce-overhead | max-autotune: train through ``torch.compile`` in that
+    mode (QANet on a GPU; the tree models' levels run as written-out autograd functions and
+    gain nothing)."""
 
     def __post_init__(self) -> None:
         zero_or_more = ["lr", "emb_lr", "weight_decay", "adam_eps", "warmup_steps", "clip"]
@@ -80,6 +84,7 @@ class TrainConfig:
                 "health": ("off", "on", "strict"),
                 "optim": ("adagrad", "adam"),
                 "emb_optim": ("same", "sgd"),
+                "compile": ("off", "default", "reduce-overhead", "max-autotune"),
             },
         )
         if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
@@ -277,6 +282,8 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+COMPILE_BACKEND = "inductor"
+"""``torch.compile``'s backend for ``train.compile`` (tests use "eager": Dynamo's capture alone)."""
 AMP_DEVICES = ("cuda",)
 """Device types ``train.amp`` applies on: on CPU, half-precision autocast slows most machines
 down, so it trains in float32 there."""
@@ -373,6 +380,8 @@ def fit(
         callbacks = [cb for cb in callbacks if world.main or not cb.main_only]
     model.to(device)
     net = distributed.wrap(model, device) if world.size > 1 else model  # forward through net
+    if config.compile != "off":  # in place: the state dict keeps its names
+        net.compile(mode=config.compile, backend=COMPILE_BACKEND)
     seed = torch.initial_seed()  # the run's seed (restoring an RNG state leaves it as it was)
     state.scaler = scaler = loss_scaler(device, config.amp, state)
     for cb in callbacks:
