@@ -32,7 +32,9 @@ DEVICE=${DEVICE:-cuda}
 QANET_ARGS=${QANET_ARGS:-"--steps 20 --warmup 3"}
 STEPS=${STEPS:-"env tests tree qanet"}
 QA_MINUTES=${QA_MINUTES:-6}
-QA_ARGS=${QA_ARGS:-}  # extra config overrides for qa_train, e.g. a small model for a CPU smoke test
+# Extra config overrides for qa_train: a small model for a CPU smoke test, or
+# --train.compile=default to train through torch.compile (after minutes of compiling).
+QA_ARGS=${QA_ARGS:-}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 case " $STEPS " in *" tree "*) SST=$(cd "$SST" && pwd) ;; esac
