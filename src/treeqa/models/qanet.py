@@ -116,7 +116,9 @@ class PositionSignal(nn.Module):
     residual stack that multiplies activations by ~11 per block and the loss explodes."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [B, L, D]
-        return x + position_signal(x.size(1), x.size(2), x.device, x.dtype)
+        # Compiled, the signal is part of the graph (Dynamo traces past an lru_cache, warning).
+        make = position_signal.__wrapped__ if torch.compiler.is_compiling() else position_signal
+        return x + make(x.size(1), x.size(2), x.device, x.dtype)
 
 
 class BlockMask(NamedTuple):
