@@ -9,6 +9,7 @@ import io
 import random
 import signal
 import socket
+import sys
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -72,6 +73,12 @@ class _Handler(BaseHTTPRequestHandler):
         start = 0
         if wanted and not srv.ignore_range:
             start = int(wanted.removeprefix("bytes=").removesuffix("-"))
+            if start >= len(body):  # as a real server says a range past the end
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(body)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.send_response(206)
             self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         else:
@@ -154,6 +161,17 @@ def test_complete_part_file_needs_no_request(server: FileServer, tmp_path: Path)
     (tmp_path / "blob.bin.part").write_bytes(BLOB)
     fetch(f"{server.url}/blob.bin", tmp_path / "blob.bin", size=len(BLOB), progress=False)
     assert server.requests == []
+    assert (tmp_path / "blob.bin").read_bytes() == BLOB
+
+
+def test_complete_part_file_of_unknown_size_is_verified_not_fetched_again(
+    server: FileServer, tmp_path: Path
+) -> None:
+    # Stopped after the last byte (during verification, say) with no size known (SST): the
+    # server's 416 says the file is that long, so the part is verified rather than thrown away.
+    (tmp_path / "blob.bin.part").write_bytes(BLOB)
+    fetch(f"{server.url}/blob.bin", tmp_path / "blob.bin", sha256=BLOB_SHA256, progress=False)
+    assert server.requests == [("/blob.bin", f"bytes={len(BLOB)}-")]
     assert (tmp_path / "blob.bin").read_bytes() == BLOB
 
 
@@ -488,3 +506,50 @@ def test_a_folder_where_a_member_unpacks_is_said_before_unpacking(
     with pytest.raises(DownloadError, match=r"train\.txt is a folder; a file of .* unpacks there"):
         download("sst", tmp_path, progress=False)
     assert sorted(p.name for p in (tmp_path / "sst").iterdir()) == sorted([name, "train.txt"])
+
+
+def test_a_damaged_member_of_a_zip_checked_by_size_is_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GloVe's archives are verified by size alone: a wrong byte inside a member's compressed
+    # data is first seen by zlib while unpacking, and is said like any other broken zip.
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        text = "".join(f"w{i} 0.{i:04d} -0.{i * 7 % 9999:04d}\n" for i in range(5000))
+        zf.writestr("glove.6B.50d.txt", text)
+    archive = bytearray(buf.getvalue())
+    member = zipfile.ZipFile(io.BytesIO(bytes(archive))).infolist()[0]
+    archive[member.header_offset + 30 + len(member.filename) + 40] ^= 0xFF
+    (real,) = CATALOGUE["glove6b"]
+    monkeypatch.setitem(CATALOGUE, "glove6b", [dataclasses.replace(real, size=len(archive))])
+    (tmp_path / "glove").mkdir()
+    (tmp_path / "glove" / real.filename).write_bytes(archive)
+    with pytest.raises(DownloadError, match=r"glove\.6B\.zip: not a valid zip \(.*delete it"):
+        download("glove6b", tmp_path, progress=False)
+    assert sorted(p.name for p in (tmp_path / "glove").iterdir()) == [real.filename]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="no flock")
+def test_a_second_download_into_the_same_folder_is_refused_and_touches_nothing(
+    server: FileServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two at once appended to the same .part; the first to finish deleted it as the wrong size,
+    # and the other failed on a .part that was gone: both lost everything they had fetched.
+    import fcntl
+    import os
+
+    _blob_as_squad(server, monkeypatch)
+    folder = tmp_path / "squad"
+    folder.mkdir()
+    (folder / "train-v1.1.json.part").write_bytes(BLOB[:1000])
+    fd = os.open(folder, os.O_RDONLY)  # what a download in another process holds
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(DownloadError, match=r"another download is writing into .*squad"):
+            download("squad", tmp_path, base_url=server.url, progress=False)
+    finally:
+        os.close(fd)
+    assert server.requests == []
+    assert (folder / "train-v1.1.json.part").read_bytes() == BLOB[:1000]
+    download("squad", tmp_path, base_url=server.url, progress=False)  # once it has finished
+    assert (folder / "train-v1.1.json").read_bytes() == BLOB

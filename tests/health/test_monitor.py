@@ -591,6 +591,61 @@ def test_checks_on_numbers() -> None:
     assert gathers is not None and "torch.unique" in gathers.fix and "conv" not in gathers.fix
 
 
+CLASSIFIER_HEAD = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Sequential(nn.Linear(16, 128), nn.ReLU(), nn.Linear(128, 2))
+
+    def forward(self, x):
+        return self.head(x)
+
+
+model = Net()
+with torch.no_grad():
+    model.head[2].weight.mul_(40)  # confident logits, as a classifier's get on easy data
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(64, 16)
+y = (x[:, 0] > 0).long()
+for _ in range(5):
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_activation_growth_compares_the_repeated_blocks_of_a_stack_only(tmp_path: Path) -> None:
+    # Linear, ReLU, Linear in an nn.Sequential are numbered like blocks but repeat nothing: logits
+    # 10x the hidden layer's output are no growth from block to block.
+    head = nn.Sequential(nn.Linear(16, 128), nn.ReLU(), nn.Linear(128, 2))
+    kinds = {f"head.{i}": checks.module_kind(m) for i, m in enumerate(head)}
+    assert checks.activation_growth({"head.0": 0.88, "head.1": 0.61, "head.2": 10.3}, kinds) is None
+    # Repeated blocks are still compared, a different last member (a final norm) left out.
+    stack = nn.Sequential(*(nn.Linear(8, 8) for _ in range(4)), nn.LayerNorm(8))
+    kinds = {f"b.{i}": checks.module_kind(m) for i, m in enumerate(stack)}
+    rms = {"b.0": 1.0, "b.1": 11.0, "b.2": 130.0, "b.3": 1500.0, "b.4": 1.0}
+    found = checks.activation_growth(rms, kinds)
+    assert found is not None and found.evidence["rms"] == [1.0, 11.0, 130.0, 1500.0]
+    # A deep MLP: its Linear layers, as many as its ReLUs, are the blocks compared.
+    mlp = nn.Sequential(*(m for _ in range(4) for m in (nn.Linear(8, 8), nn.ReLU())))
+    kinds = {f"mlp.{i}": checks.module_kind(m) for i, m in enumerate(mlp)}
+    rms = {f"mlp.{i}": 10.0 ** (i // 2) * (1 if i % 2 == 0 else 0.6) for i in range(8)}
+    found = checks.activation_growth(rms, kinds)
+    assert found is not None and found.evidence["rms"] == [1.0, 10.0, 100.0, 1000.0]
+    script = tmp_path / "classifier_head.py"
+    script.write_text(CLASSIFIER_HEAD)
+    _, report = run_doctor(["python", str(script)], stream=io.StringIO())
+    assert report["steps"] == 5
+    assert "activation-growth" not in {f["code"] for f in report["findings"]}
+
+
 def test_hot_op_warns_only_if_the_family_dominates_without_the_threads_cpu_wait() -> None:
     """On a busy host a preempted call holds its operator's wall time: a trivial model's
     ``scatter_add_`` read 72% of a step. The window's run-queue wait is taken from the top

@@ -3,6 +3,7 @@ the processes' fingerprints. The corpus runs the scripts themselves under torchr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -155,3 +156,62 @@ def test_treeqa_training_under_torchrun_is_clean_to_the_doctor(
     assert [p["rank"] for p in result["processes"]] == [0, 1]
     assert all(p["steps_compared"] >= 2 for p in result["processes"])
     assert [f for f in result["findings"] if f["severity"] != "info"] == []
+
+
+SPAWNED_FOREVER = """
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+
+def work(rank):
+    torch.manual_seed(rank)
+    model = nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = 0
+    while True:  # until a signal stops it
+        loss = nn.functional.cross_entropy(model(torch.randn(16, 8)), torch.randint(0, 2, (16,)))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step += 1
+        if step == 20:
+            print("training", flush=True)
+
+
+if __name__ == "__main__":
+    mp.spawn(work, nprocs=2)
+"""
+
+
+def test_sigterm_to_a_script_in_spawns_join_stops_its_processes_and_merges_their_reports(
+    tmp_path: Path,
+) -> None:
+    """A scheduler's SIGTERM to the script while ``spawn`` waits for its processes: without the
+    doctor the script is gone at once (and ``spawn`` has its processes signalled as their parent
+    dies). The doctor merged no report, removed their folder, then waited on processes that
+    never end."""
+    script = tmp_path / "spawned.py"
+    script.write_text(SPAWNED_FOREVER)
+    out = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    command = [sys.executable, "-m", "treeqa", "doctor", "--json", str(out), "--"]
+    proc = subprocess.Popen(
+        [*command, "python", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert [proc.stdout.readline() for _ in range(2)] == ["training\n"] * 2  # both step
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # (what a failure left running)
+        proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "no process wrote a report" not in err
+    result = json.loads(out.read_text())
+    assert [p["rank"] for p in result["processes"]] == [0, 1]
+    assert all(p["steps"] >= 1 for p in result["processes"]), result["processes"]

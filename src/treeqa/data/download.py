@@ -12,6 +12,7 @@ place until a verified download is ready, then moves to ``<name>.old`` with a Do
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import os
@@ -20,6 +21,8 @@ import urllib.error
 import urllib.request
 import warnings
 import zipfile
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
@@ -148,22 +151,55 @@ def download(
     for res in CATALOGUE[name]:
         folder = Path(dest_dir) / res.name
         url = res.url if base is None else base.rstrip("/") + "/" + _url_name(res.url)
-        archive = fetch(
-            url,
-            folder / res.filename,
-            sha256=res.sha256,
-            md5=res.md5,
-            size=res.size,
-            progress=progress,
-            timeout=timeout,
-        )
-        if res.unpack is None:
-            paths.append(archive)
-        elif res.unpack == "zip":
-            paths.extend(_unzip(archive, folder, progress=progress))
-        else:
-            raise ValueError(f"{res.filename}: unknown unpack kind {res.unpack!r}")
+        _make_folder(folder)
+        with _only_writer(folder):
+            archive = fetch(
+                url,
+                folder / res.filename,
+                sha256=res.sha256,
+                md5=res.md5,
+                size=res.size,
+                progress=progress,
+                timeout=timeout,
+            )
+            if res.unpack is None:
+                paths.append(archive)
+            elif res.unpack == "zip":
+                paths.extend(_unzip(archive, folder, progress=progress))
+            else:
+                raise ValueError(f"{res.filename}: unknown unpack kind {res.unpack!r}")
     return paths
+
+
+@contextlib.contextmanager
+def _only_writer(folder: Path) -> Iterator[None]:
+    """Hold ``folder`` for this download alone (an advisory lock on the folder, released when
+    the process ends however it ends). A second download into the same folder would append to
+    the same ``.part`` and delete it as damaged, or unpack over a member being written: it is
+    refused before it touches anything."""
+    try:
+        import fcntl
+    except ImportError:  # (Windows: no flock; downloads are not guarded there)
+        yield
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # a folder that cannot be opened for reading is not guarded
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DownloadError(
+                f"another download is writing into {folder}: let it finish (or stop it, and "
+                "what it fetched is kept to resume), then run again"
+            ) from None
+        except OSError:  # a file system without locks
+            pass
+        yield
+    finally:
+        os.close(fd)
 
 
 def fetch(
@@ -258,6 +294,11 @@ def _transfer(
         )
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and offset:
+            # "bytes */N": the whole file is N bytes. A part of N was stopped after its last
+            # byte, before verification (no size was known to see that without asking).
+            whole = re.fullmatch(r"\s*bytes\s+\*/(\d+)\s*", exc.headers.get("Content-Range", ""))
+            if whole is not None and int(whole[1]) == offset:
+                return offset
             # The part is not a prefix of what the server has now; start over.
             part.unlink()
             return _transfer(url, part, size=size, progress=progress, timeout=timeout)
@@ -338,7 +379,9 @@ def _unzip(archive: Path, folder: Path, *, progress: bool) -> list[Path]:
             with _bar(total, f"unzip {archive.name}", 0, enabled=progress and bool(todo)) as bar:
                 for member, out in todo:
                     _extract(zf, member, out, bar, archive.name)
-    except zipfile.BadZipFile as exc:
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        # A damaged member's compressed data fails in zlib (or ends early), not in zipfile: an
+        # archive checked by size only (GloVe) gets this far with any byte wrong.
         raise DownloadError(f"{archive}: not a valid zip ({exc}); delete it and retry") from exc
     except KeyboardInterrupt as exc:
         raise DownloadInterrupted(f"interrupted while unpacking {archive}; run again") from exc

@@ -13,6 +13,7 @@ import math
 import re
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -621,16 +622,39 @@ def hot_op(
     )
 
 
-def activation_growth(rms: dict[str, float]) -> Finding | None:
-    """Output RMS that multiplies from block to block across a repeated stack (``blocks.0..k``)."""
-    groups: dict[str, list[tuple[int, float]]] = {}
+def module_kind(module: nn.Module) -> tuple[Any, ...]:
+    """What makes two modules of a stack the same block: their class, their own weights' shapes
+    and their children's classes (read without walking the subtree)."""
+    own = tuple(tuple(p.shape) for p in module.parameters(recurse=False))
+    return (type(module), own, tuple(type(c) for c in module.children()))
+
+
+def activation_growth(
+    rms: dict[str, float], kinds: dict[str, tuple[Any, ...]] | None = None
+) -> Finding | None:
+    """Output RMS that multiplies from block to block across a repeated stack (``blocks.0..k``).
+
+    With ``kinds`` (``module_kind`` by name), only the stack's repeated blocks are compared, the
+    most common kind: in ``nn.Sequential(Linear(16, 128), ReLU(), Linear(128, 2))`` nothing
+    repeats, and logits larger than the hidden layer's output are no growth."""
+    groups: dict[str, list[tuple[int, float, Any]]] = {}
     for name, value in rms.items():
         m = re.fullmatch(r"(.*)\.(\d+)", name)
         if m:
-            groups.setdefault(m.group(1), []).append((int(m.group(2)), value))
+            kind = kinds.get(name) if kinds is not None else None
+            groups.setdefault(m.group(1), []).append((int(m.group(2)), value, kind))
     worst: tuple[float, str, list[float]] | None = None
     for prefix, items in groups.items():
-        values = [v for _, v in sorted(items)]
+        if kinds is not None:
+            # The most common kind; of kinds as common, the one with weights: a deep MLP's
+            # Linear layers beside its ReLUs, whose outputs follow the layer before them.
+            counts = Counter(kind for _, _, kind in items)
+            rank = {k: (n, k is not None and bool(k[1] or k[2])) for k, n in counts.items()}
+            best = [k for k, r in rank.items() if r == max(rank.values())]
+            if len(best) > 1:  # no one kind repeats most
+                continue
+            items = [i for i in items if i[2] == best[0]]
+        values = [v for _, v, _ in sorted(items, key=lambda i: i[0])]
         if len(values) < 3 or min(values) <= 0 or not all(map(math.isfinite, values)):
             continue
         ratios = [b / a for a, b in zip(values, values[1:], strict=False)]

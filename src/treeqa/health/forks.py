@@ -36,7 +36,7 @@ from typing import Any
 
 from treeqa.health import processes, script
 from treeqa.health.monitor import HealthError
-from treeqa.health.processes import Watched
+from treeqa.health.processes import WATCHED, Watched
 
 FRESH = ("spawn", "forkserver")
 """Start methods that run the process in a fresh interpreter, which needs a doctor of its own."""
@@ -74,13 +74,15 @@ class Forks:
 
     def starting(self, process: Any) -> None:
         """``process.start()`` is called: one started in a fresh interpreter is handed a doctor
-        (not one whose target trains nothing, nor one ``torch.multiprocessing.spawn`` watches)."""
+        (not one whose target trains nothing, nor one ``torch.multiprocessing.spawn`` watches:
+        that one is marked, for ``processes.end_spawned``)."""
+        if any(isinstance(arg, Watched) for arg in getattr(process, "_args", ())):
+            setattr(process, WATCHED, True)
+            return
         if trains_nothing(process):
             return
         self.folder.mkdir(exist_ok=True)  # (before the child can step)
         if start_method(process) not in FRESH:
-            return
-        if any(isinstance(arg, Watched) for arg in getattr(process, "_args", ())):
             return
         process._treeqa_doctor = Spawned(self.folder, self.every, self.mode, list(self.sources))
 

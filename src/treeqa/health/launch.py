@@ -69,7 +69,9 @@ def run_doctor(
         monitor.source_files.append(source)
     doctor = Doctor(monitor)
 
-    def final_report() -> dict[str, Any]:
+    def final_report(stopped: bool | None = None) -> dict[str, Any]:
+        if doctor.spawned is not None and stopped is not None:  # (not at os._exit: no waiting)
+            processes.end_spawned(stop=stopped)
         children = doctor.forks
         if children is not None:
             children.end_running()  # (their reports are in the merge)
@@ -107,10 +109,11 @@ def run_doctor(
         # and os._exit after training reports first: neither loses the run's report.
         with script.exit_on_sigterm(), script.before_os_exit(final_report):
             code = script.run(target)
+            stopped = script.stopping is not None  # SIGTERM, said before the handler goes
     except BaseException:
         doctor.uninstall()
         raise
-    result = final_report()
+    result = final_report(stopped)
     if mode == "strict" and code == 0 and result.get("processes"):  # a child process's stop
         code = 3 if any(f["severity"] == "error" for f in result["findings"]) else 0
     return code, result

@@ -217,6 +217,7 @@ class HealthMonitor(Callback):
         self._next_series_check = self.every
         self._hooks: list[Any] = []
         self._rms: dict[str, torch.Tensor] = {}
+        self._kinds: dict[str, tuple[Any, ...]] = {}  # of the modules numbered in a stack
         self.inputs = ModelInputs(self.add)  # raw pixels, batch-first input to a time-first RNN
         self._unused: set[str] | None = None  # no gradient in the first sampled steps
         self._unused_params: list[tuple[str, nn.Parameter]] = []  # and since then, to check
@@ -330,7 +331,7 @@ class HealthMonitor(Callback):
         self.sampling = own <= 3 or s % self.every == 0
         hooks = (self.sampling or self.nonfinite.armed) and not (self.compiling or compiled())
         if self.sampling and hooks:
-            self._rms = {}
+            self._rms, self._kinds = {}, {}
             self.inputs.begin_step()
             self._hooks.append(torch.nn.modules.module.register_module_forward_hook(self._rms_hook))
         if self.nonfinite.armed and hooks:
@@ -572,6 +573,8 @@ class HealthMonitor(Callback):
             and output.is_floating_point()
         ):
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
+            if name[-1:].isdigit():  # a member of a stack (blocks.3): what it is, for the check
+                self._kinds[name] = checks.module_kind(module)
 
     def _sampled_checks(self, s: int) -> None:
         if torch.is_anomaly_enabled():  # one flag read
@@ -584,7 +587,7 @@ class HealthMonitor(Callback):
             values = torch.stack(
                 [v.to(self._rms[names[0]].device) for v in self._rms.values()]
             ).tolist()
-            found = checks.activation_growth(dict(zip(names, values, strict=True)))
+            found = checks.activation_growth(dict(zip(names, values, strict=True)), self._kinds)
             if found is not None:
                 mod = next(
                     (m for m in self._modules() if self.names.get(id(m)) == found.where + ".0"),

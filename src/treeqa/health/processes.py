@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -346,6 +348,10 @@ def merge(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+WATCHED = "_treeqa_watched"
+"""Set on a process started with a ``Watched`` function (its arguments are dropped at start)."""
+
+
 class Watched:
     """``torch.multiprocessing.spawn``'s function, run in each process it starts under a doctor
     of its own (spawn pickles this, and ``fn`` in it by reference, as it would pickle ``fn``)."""
@@ -357,6 +363,25 @@ class Watched:
         from treeqa.health.launch import watch_process  # (which imports this module)
 
         return watch_process(self.fn, (index, *args), self.folder, index, self.every, self.mode)[0]
+
+
+def end_spawned(stop: bool, wait: float = 30.0) -> None:
+    """The script is over while processes ``spawn`` started under ``Watched`` still run: SIGTERM
+    stopped it in ``spawn``'s join (``stop``), or it never joined them. Stopped, they are sent
+    SIGTERM (without the doctor they would be gone with the script: ``spawn`` has them signalled
+    when their parent dies), given ``wait`` seconds to report and killed after that; else they
+    are waited for, as Python's exit would. Either way they end before their reports are
+    merged, not after the merge found none and their folder was removed."""
+    alive = [p for p in multiprocessing.active_children() if vars(p).get(WATCHED)]
+    if stop:
+        for p in alive:
+            p.terminate()
+    deadline = time.monotonic() + wait
+    for p in alive:
+        p.join(max(0.0, deadline - time.monotonic()) if stop else None)
+        if p.is_alive():  # blocked where no signal reaches its Python code
+            p.kill()
+            p.join()
 
 
 def write_report(
