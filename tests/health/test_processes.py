@@ -97,6 +97,16 @@ def test_a_finding_of_several_processes_is_said_once_with_the_processes_that_mad
     assert by_code["hot-op"]["message"] == "hot-op: m"
     assert by_code["input-bound"]["message"] == "input-bound: m (process 1)"
     assert [p["steps"] for p in result["processes"]] == [90, 91]
+    assert result["monitor_failures"] == []
+
+
+def test_the_monitors_own_failures_in_any_process_are_in_the_merged_report() -> None:
+    def process(rank: int, failures: list[str]) -> dict[str, Any]:
+        return {"findings": [], "steps": 90, "series": {"step": [rank]},
+                "monitor_failures": failures, "process": prints(rank, {}, {})}  # fmt: skip
+
+    result = merge([process(0, []), process(1, ["the monitor failed (E: x, at a.py:1); ..."])])
+    assert result["monitor_failures"] == ["the monitor failed (E: x, at a.py:1); ... (process 1)"]
 
 
 def test_moments_are_float64_over_chunks_of_a_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
