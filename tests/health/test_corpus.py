@@ -55,6 +55,7 @@ EXPECTED = {
     "bug_gan_generator_not_zeroed.py": "gradients-not-zeroed",  # the second optimiser's
     "bug_zero_grad_head_only.py": "gradients-not-zeroed",  # the head's alone
     "bug_hand_updates_not_zeroed.py": "gradients-not-zeroed",  # updated by hand, no optimiser
+    "bug_second_run_not_zeroed.py": "gradients-not-zeroed",  # a second model, the first alive
     "bug_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",
     "bug_step_without_gradients.py": "step-without-gradients",
     "bug_not_in_optimiser.py": "not-in-optimiser",
@@ -145,6 +146,7 @@ CLEAN = [
     "clean_hand_updates.py",  # weights updated by hand, five ways; an attack on the input
     "clean_module_lists.py",  # ModuleList/Dict, handles on registered layers, a hidden teacher
     "clean_own_profiler.py",  # the script's own torch.profiler session around the whole run
+    "clean_sparse_outputs.py",  # a GCN whose adjacency module returns a sparse matrix
 ]
 
 

@@ -100,6 +100,26 @@ def test_a_new_iterator_every_step_left_after_one_batch_is_a_restart() -> None:
 def test_the_restart_finding_names_what_it_costs() -> None:
     found = slips.loader_restarted_every_step("a DataLoader over X", 20, 64, False, 4)
     assert "4 worker processes start anew" in found.message and "same" not in found.message
+    # persistent_workers=True: iter(loader) resets the same workers, it does not start them.
+    found = slips.loader_restarted_every_step("a DataLoader over X", 20, 64, False, 4, True)
+    assert "start anew" not in found.message and "reset every step" in found.message
+    assert found.evidence["persistent_workers"] is True
+
+
+def test_persistent_workers_reset_each_step_are_not_said_to_start_anew() -> None:
+    found: list[Finding] = []
+    loaders = Loaders(found.append)
+    loaders.install()
+    try:
+        data = TensorDataset(torch.arange(64.0))
+        loader = DataLoader(data, batch_size=8, num_workers=1, persistent_workers=True)
+        for _ in range(RESTART_STEPS):
+            next(iter(loader))
+            loaders.end_step()
+    finally:
+        loaders.uninstall()
+    assert [f.code for f in found] == ["loader-restarted-every-step"]
+    assert "persistent worker processes are reset" in found[0].message
 
 
 def test_a_distributed_sampler_whose_epoch_is_never_set_is_named() -> None:

@@ -109,6 +109,42 @@ def test_fit_strict_stops_on_error() -> None:
     assert "non-finite" in stream.getvalue() and "stopping" in stream.getvalue()
 
 
+CATCHES_EVERYTHING = """
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+caught = 0
+for step in range(12):
+    try:  # a loop that skips a bad batch and goes on
+        x = torch.randn(16, 8)
+        loss = nn.functional.cross_entropy(model(x).softmax(-1), (x[:, 0] > 0).long())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    except Exception:
+        caught += 1
+print("caught", caught)
+"""
+
+
+def test_a_strict_stop_the_script_catches_is_still_exit_code_3(tmp_path: Path) -> None:
+    """Strict mode stops a script by raising from its optimiser step; a loop that catches every
+    ``Exception`` swallows that and runs to its end, exit code 0 without the doctor."""
+    script = tmp_path / "catches.py"
+    script.write_text(CATCHES_EVERYTHING)
+    stream = io.StringIO()
+    code, report = run_doctor(["python", str(script)], mode="strict", stream=stream)
+    assert code == 3
+    assert "caught the HealthError and went on" in stream.getvalue()
+    assert any(f["code"] == "probabilities-into-cross-entropy" for f in report["findings"])
+    clean = CATCHES_EVERYTHING.replace(".softmax(-1)", "")
+    script.write_text(clean)
+    code, _ = run_doctor(["python", str(script)], mode="strict", stream=io.StringIO())
+    assert code == 0
+
+
 class Softmaxed(Tiny):
     def forward(self, batch: Batch) -> Output:
         probs = self.body(batch.x).softmax(-1)
@@ -1074,6 +1110,33 @@ def test_a_loss_that_overflows_after_growing_is_named_divergence() -> None:
         tracer.begin_step().remove()  # a watched step on which no module output was non-finite
         tracer.finish()
         assert expected in found[0].message, found[0].message
+
+
+class Sparsify(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to_sparse()
+
+
+def test_the_output_hooks_pass_sparse_and_nested_outputs_by() -> None:
+    """A module that returns a sparse matrix (a graph's adjacency) or a nested tensor: neither
+    has a mean or ``isfinite``, and the script ran on as plain python runs it
+    (``clean_sparse_outputs.py`` for the sampled steps' hook)."""
+    found: list[Finding] = []
+    tracer = NonFiniteTracer(found.append)
+    sparse, enc = Sparsify(), nn.Linear(4, 2)
+    tracer.names = {id(sparse): "sparse", id(enc): "enc"}
+    tracer.saw_loss(3, math.nan)
+    handle = tracer.begin_step()
+    try:
+        sparse(torch.full((2, 4), math.nan))
+        enc(torch.ones(1, 4))
+    finally:
+        handle.remove()
+    tracer.finish()
+    assert "first produced" not in found[0].message
+    assert not checks.dense(torch.ones(2, 2).to_sparse())
+    assert not checks.dense(torch.nested.as_nested_tensor([torch.ones(2), torch.ones(3)]))
+    assert checks.dense(torch.ones(2, 2))
 
 
 def test_messages_say_what_is_known() -> None:

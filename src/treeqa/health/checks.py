@@ -434,6 +434,13 @@ def untraceable(x: Any) -> bool:
     )
 
 
+def dense(x: Any) -> bool:
+    """A tensor with a strided layout, as most are: a sparse one (COO, CSR: a graph's
+    adjacency a module returns), a nested one or an MKL-DNN one has no mean, ``pow`` or
+    ``isfinite``, and a hook that reads outputs passes it by."""
+    return isinstance(x, torch.Tensor) and x.layout == torch.strided and not x.is_nested
+
+
 def module_names(models: Iterable[nn.Module]) -> dict[int, str]:
     names: dict[int, str] = {}
     for i, model in enumerate(models):

@@ -422,6 +422,8 @@ class Doctor:
         self.roots = [m for m in tops if any(id(p) in trained for p in m.parameters())]
         trained_roots = {id(m) for m in self.roots}
         same_models = bool(trained_roots) and trained_roots == self.trained_before
+        if self.trained_before and not same_models:  # a second run: its first steps sampled
+            self.monitor.steps_before = self.monitor.step
         self.trained = trained_roots
         # The every-module hook stays one more step of the clock: a model first run after the
         # clock's first step (a second model with its own optimiser) is found then. Not in a

@@ -113,10 +113,26 @@ def run_doctor(
     except BaseException:
         doctor.uninstall()
         raise
+    code = _strict_stop(code, monitor, stream)
     result = final_report(stopped)
     if mode == "strict" and code == 0 and result.get("processes"):  # a child process's stop
         code = 3 if any(f["severity"] == "error" for f in result["findings"]) else 0
     return code, result
+
+
+def _strict_stop(code: int, monitor: HealthMonitor, stream: Any) -> int:
+    """The script's exit code, or 3 where strict mode asked it to stop and it ended as if
+    nothing had: the stop is an exception, which a loop that catches every ``Exception`` (to
+    skip a bad batch and go on) swallows, so the run went on to its end."""
+    if code != 0 or not monitor.stop_requested:
+        return code
+    print(
+        "treeqa doctor: strict mode: an error finding asked the script to stop, and it caught "
+        "the HealthError and went on (see above)",
+        file=stream or sys.stderr,
+        flush=True,
+    )
+    return 3
 
 
 def watch_process(
@@ -144,6 +160,8 @@ def watch_process(
     try:
         with script.exit_on_sigterm():  # torchrun and spawn stop the others so when one fails
             value = fn(*args)
+        if fn is script.run:  # (a script's exit code; spawn's function returns its own value)
+            value = _strict_stop(value, monitor, stream)
     finally:
         doctor.uninstall()
         result = doctor.finish()

@@ -66,7 +66,7 @@ class Loaders:
         self.length: int | None = None  # batches its loader has (None: an iterable dataset)
         self.loader = ""  # the loader, in words, and where its iterator was made
         self.where = ""
-        self.sequential, self.workers = False, 0
+        self.sequential, self.workers, self.persistent = False, 0, False
         self.restarts = 0  # steps in a row that made a new iterator and left it early
         # The newest iterator's loader does not shuffle: the training losses' targets are read.
         self.unshuffled = False
@@ -111,6 +111,7 @@ class Loaders:
         if self.restarts + 1 >= RESTART_STEPS or self.unshuffled:  # read only when needed
             self.sequential = sequential
             self.workers = int(loader.num_workers)
+            self.persistent = bool(loader.persistent_workers) and self.workers > 0
             self.loader = f"a DataLoader over {type(loader.dataset).__name__}"
             self.where = checks.user_site()
 
@@ -193,7 +194,12 @@ class Loaders:
         if not self.sequential and self.workers == 0:  # a random batch each step, cheaply
             return
         found = slips.loader_restarted_every_step(
-            self.loader, self.restarts, self.length or 0, self.sequential, self.workers
+            self.loader,
+            self.restarts,
+            self.length or 0,
+            self.sequential,
+            self.workers,
+            self.persistent,
         )
         found.where = self.where
         self._report(found)

@@ -19,6 +19,7 @@ the next forwards to name the first module that produced it. ``fit()`` drives it
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -205,7 +206,9 @@ class HealthMonitor(Callback):
         self.stop_requested = False
         self.paused = False
         self.sampling = False
-        self.steps_before = 0  # in a process forked from a watched one: its parent's steps
+        # Steps before this run's own: a forked process's parent's, or a script's earlier run's
+        # (a second model trained after the first): its first steps are sampled as a run's are.
+        self.steps_before = 0
         self.timed = False  # this step's CPU time and the reference workload are read
         self.in_step = False  # between begin_step and end_step: a finding now is the next step's
         self.unstepped_backwards = 0  # backward() calls in a script that never stepped (doctor)
@@ -321,7 +324,7 @@ class HealthMonitor(Callback):
         to ``end_step``: ``fit()`` and the doctor start timing a step before they call it."""
         began = time.perf_counter()
         s = self.step + 1
-        own = s - self.steps_before  # this process's own steps (a forked one's parent's before)
+        own = s - self.steps_before  # this run's own steps
         self.in_step = True
         self.retention.begin_step()
         self.timed = own <= TIMED_ALL or s % TIMED_EVERY == 0
@@ -333,9 +336,12 @@ class HealthMonitor(Callback):
         if self.sampling and hooks:
             self._rms, self._kinds = {}, {}
             self.inputs.begin_step()
-            self._hooks.append(torch.nn.modules.module.register_module_forward_hook(self._rms_hook))
+            # Through ``safely``: an output a hook cannot read is the monitor's failure, said in
+            # one line, never the script's.
+            hook = functools.partial(self.safely, self._rms_hook)
+            self._hooks.append(torch.nn.modules.module.register_module_forward_hook(hook))
         if self.nonfinite.armed and hooks:
-            self._hooks.append(self.nonfinite.begin_step())
+            self._hooks.append(self.nonfinite.begin_step(self.safely))
         if s == self.every + 1 and self.profile.windows == 0:
             self.profile.schedule(s)
         if self.profile.active:
@@ -567,11 +573,7 @@ class HealthMonitor(Callback):
             return
         if isinstance(module, nn.Conv2d | nn.RNNBase):
             self.inputs.note(name, module, inputs)
-        if (
-            name not in self._rms
-            and isinstance(output, torch.Tensor)
-            and output.is_floating_point()
-        ):
+        if name not in self._rms and checks.dense(output) and output.is_floating_point():
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
             if name[-1:].isdigit():  # a member of a stack (blocks.3): what it is, for the check
                 self._kinds[name] = checks.module_kind(module)

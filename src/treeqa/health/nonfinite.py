@@ -8,6 +8,7 @@ or says that no module output was non-finite (the loss code itself is then the s
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,12 +38,14 @@ class NonFiniteTracer:
     def armed(self) -> bool:
         return self.steps_left > 0
 
-    def begin_step(self) -> Any:
-        """The forward-hook handle to remove at the step's end, or None when not armed."""
+    def begin_step(self, guard: Callable[..., None] | None = None) -> Any:
+        """The forward-hook handle to remove at the step's end, or None when not armed.
+        ``guard(hook, *args)`` runs the hook (the monitor's ``safely``)."""
         if self.steps_left <= 0:
             return None
         self.watched = True
-        return torch.nn.modules.module.register_module_forward_hook(self._hook)
+        hook = self._hook if guard is None else functools.partial(guard, self._hook)
+        return torch.nn.modules.module.register_module_forward_hook(hook)
 
     def saw_gradients(self, step: int, bad: list[str]) -> None:
         """``bad``: parameters whose gradient is non-finite on a sampled step."""
@@ -105,13 +108,13 @@ class NonFiniteTracer:
     def _hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if (
             self.origin is not None
-            or not isinstance(output, torch.Tensor)
+            or not checks.dense(output)
             or checks.untraceable(output)  # torch.compile's trace or a torch.func transform
             or not output.is_floating_point()
             or bool(torch.isfinite(output).all())
         ):
             return
-        ins = [x for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+        ins = [x for x in inputs if checks.dense(x) and x.is_floating_point()]
         bad_params = [
             n
             for n, p in module.named_parameters(recurse=False)

@@ -247,16 +247,22 @@ def fp16_without_loss_scaling(steps: int) -> Finding:
 
 
 def loader_restarted_every_step(
-    loader: str, steps: int, batches: int, sequential: bool, workers: int
+    loader: str, steps: int, batches: int, sequential: bool, workers: int, persistent: bool = False
 ) -> Finding:
     """``steps`` steps in a row each made a new iterator of ``loader`` (``batches`` long) and
     left it before its end: ``next(iter(loader))`` inside the loop. ``sequential``: its
     sampler does not shuffle, so every step gets its first batch; ``workers``: processes
-    started anew with each iterator."""
+    started anew with each iterator, or, ``persistent`` (``persistent_workers=True``), kept
+    and reset: the batches they had loaded ahead are thrown away and loaded again."""
     costs = []
     if sequential:
         costs.append("it does not shuffle, so every step gets the same first batch")
-    if workers:
+    if workers and persistent:
+        costs.append(
+            f"its {workers} persistent worker processes are reset every step, the batches "
+            "they had loaded ahead thrown away"
+        )
+    elif workers:
         costs.append(f"its {workers} worker processes start anew every step")
     return Finding(
         "loader-restarted-every-step",
@@ -264,7 +270,13 @@ def loader_restarted_every_step(
         f"{loader} ({batches} batches) got a new iterator on each of the last {steps} steps, "
         f"each left after its first batches (next(iter(loader)) inside the loop): "
         + "; ".join(costs),
-        evidence={"steps": steps, "batches": batches, "sequential": sequential, "workers": workers},
+        evidence={
+            "steps": steps,
+            "batches": batches,
+            "sequential": sequential,
+            "workers": workers,
+            "persistent_workers": persistent,
+        },
     )
 
 
