@@ -149,3 +149,45 @@ def test_a_state_never_detached_is_retained_and_named(tmp_path: Path) -> None:
     assert retained["severity"] == "error" and retained["evidence"]["backward_reaches_old_graphs"]
     assert retained["evidence"]["oldest_step"] == 1
     assert retained["where"].startswith("local variable 'c' in <module>()")
+
+
+MEMORY_BANK = """
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+torch.manual_seed(0)
+N = 512
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Linear(16, 8)
+        self.register_buffer("bank", F.normalize(torch.randn(N, 8), dim=1))
+
+    def forward(self, x):
+        return F.normalize(self.net(x), dim=1)
+
+
+model = Encoder()
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+data = torch.randn(N, 16)
+for step in range(36):
+    idx = torch.randint(0, N, (32,))
+    z = model(data[idx])
+    loss = F.cross_entropy(z @ model.bank.detach().t() / 0.1, idx)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    model.bank[idx] = F.normalize(0.5 * model.bank[idx] + 0.5 * z, dim=1)  # no no_grad, no detach
+"""
+
+
+def test_a_buffer_updated_with_its_graph_is_named(tmp_path: Path) -> None:
+    """A memory bank registered as a buffer and updated in place outside ``no_grad`` keeps every
+    step's graph; the tensors that graph saves are held from C++ only, so the holder named is
+    the model's buffer, not "unknown holder"."""
+    found = graph_findings(doctor(tmp_path, MEMORY_BANK))
+    retained = found["graph-retained"]
+    assert retained["where"].startswith("Encoder.bank"), retained["where"]

@@ -1139,6 +1139,36 @@ def test_the_output_hooks_pass_sparse_and_nested_outputs_by() -> None:
     assert checks.dense(torch.ones(2, 2))
 
 
+def test_nan_in_one_of_several_outputs_names_the_module() -> None:
+    """A layer that returns several tensors, a flow's (z, log_det), is named when one of them
+    is non-finite from finite inputs, not passed by for the loss code to be blamed."""
+
+    class Coupling(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = nn.Linear(1, 1)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            a, b = x.chunk(2, 1)
+            s = self.scale(a)
+            return torch.cat([a, b * s], 1), torch.log(s).sum(1)
+
+    found: list[Finding] = []
+    tracer = NonFiniteTracer(found.append)
+    flow = Coupling()
+    with torch.no_grad():
+        flow.scale.weight.fill_(-1.0)
+        flow.scale.bias.zero_()
+    tracer.names = {id(flow): "flow", id(flow.scale): "flow.scale"}
+    tracer.saw_loss(3, math.nan)
+    handle = tracer.begin_step()
+    with torch.no_grad():
+        flow(torch.ones(4, 2))
+    handle.remove()
+    tracer.saw_loss(4, math.nan)
+    assert "first produced by module flow (Coupling" in found[0].message, found[0].message
+
+
 def test_messages_say_what_is_known() -> None:
     """Armed after the bad step, the NaN tracer finds weights the optimiser already spoiled: that
     module did not produce the NaN. Advice fits the operator family and the loader in use."""

@@ -225,6 +225,12 @@ def _frame_tops(
         for value in frame.f_locals.values():
             if isinstance(value, list | tuple) and len(value) < 100_000:
                 held.update(id(v) for v in value)
+            elif isinstance(value, nn.Module):
+                # A state kept on a model the script holds: a registered buffer (a memory bank
+                # updated outside no_grad), a parameter, or a plain tensor attribute.
+                for module in value.modules():
+                    for store in (module._buffers, module._parameters, vars(module)):
+                        held.update(id(v) for v in store.values() if isinstance(v, torch.Tensor))
             held.add(id(value))
     mine = [(t, n) for t, n in spanning if id(t) in held and t.numel() != 1]
     above = _above((n for _, n in mine), parents)
@@ -355,6 +361,28 @@ def _attr_of(owner: Any, value: Any) -> str | None:
     return None
 
 
+def _module_holding(slots: dict, ignore: Collection[int]) -> nn.Module | None:
+    """The module whose ``_parameters`` or ``_buffers`` dict ``slots`` is, if any."""
+    for owner in gc.get_referrers(slots):
+        if id(owner) in ignore:
+            continue
+        if isinstance(owner, nn.Module):
+            modules = [owner]
+        elif isinstance(owner, dict):  # the module's own __dict__, where it has one
+            modules = [
+                m
+                for m in gc.get_referrers(owner)
+                if isinstance(m, nn.Module) and getattr(m, "__dict__", None) is owner
+            ]
+        else:
+            continue
+        for module in modules:
+            attrs = module.__dict__
+            if attrs.get("_buffers") is slots or attrs.get("_parameters") is slots:
+                return module
+    return None
+
+
 def _describe(ref: Any, tensor: Any, ignore: Collection[int], depth: int = 0) -> str:
     if depth > 2:
         return ""
@@ -372,6 +400,12 @@ def _describe(ref: Any, tensor: Any, ignore: Collection[int], depth: int = 0) ->
         key = next((k for k, v in ref.items() if v is tensor), None)
         if key is not None and "__name__" in ref:
             return f"global {key!r} in {ref['__name__']}"
+        if key is not None:
+            # A module's registered buffer or parameter (a memory bank, an EMA copy's weights)
+            # lives in its ``_buffers`` / ``_parameters`` dict, not in its ``__dict__``.
+            module = _module_holding(ref, ignore)
+            if module is not None:
+                return f"{type(module).__name__}.{key}"
         return ""
     if isinstance(ref, list | tuple):
         for owner in gc.get_referrers(ref):

@@ -106,13 +106,20 @@ class NonFiniteTracer:
         self.steps_left = 0
 
     def _hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
-        if (
-            self.origin is not None
-            or not checks.dense(output)
-            or checks.untraceable(output)  # torch.compile's trace or a torch.func transform
-            or not output.is_floating_point()
-            or bool(torch.isfinite(output).all())
-        ):
+        if self.origin is not None:
+            return
+        # A layer returning several tensors (a flow's (z, log_det), an RNN's (out, h), a VAE's
+        # (recon, mu, logvar)) is judged by each of them.
+        if isinstance(output, dict):
+            output = tuple(output.values())
+        outs = [
+            x
+            for x in (output if isinstance(output, tuple | list) else (output,))
+            if checks.dense(x)
+            and not checks.untraceable(x)  # torch.compile's trace or a torch.func transform
+            and x.is_floating_point()
+        ]
+        if not outs or all(bool(torch.isfinite(x).all()) for x in outs):
             return
         ins = [x for x in inputs if checks.dense(x) and x.is_floating_point()]
         bad_params = [
