@@ -67,6 +67,7 @@ def _run_cli(name: str, report: Path) -> tuple[int, dict[str, Any], str]:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    print(proc.stderr[-4000:])  # shown by pytest should a test of this run fail
     return proc.returncode, json.loads(report.read_text()), proc.stdout
 
 
