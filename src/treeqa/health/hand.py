@@ -145,10 +145,6 @@ class HandSteps:
         )
         # Of a look-up's leaves, those that moved; of a step's, the first to have moved will do.
         changed = list(moving) if self.candidates else list(itertools.islice(moving, 1))
-        if changed and self._estimates():
-            rate = self.rate(noted)
-            self.ascents = self.ascents + 1 if rate is not None and rate < 0 else 0
-            self.lr = None if rate is not None and 0 < self.ascents < ASCENTS else rate
         if not changed:
             self.misses += 1
             if self.misses >= self.patience:  # the script trains something else now, or nothing
@@ -158,6 +154,10 @@ class HandSteps:
                 self.misses = 0
             return False
         self.misses, self.patience = 0, MISSES
+        if self._estimates():  # (before re-watching: noted and grads are of these tensors)
+            rate = self.rate(noted)
+            self.ascents = self.ascents + 1 if rate is not None and rate < 0 else 0
+            self.lr = None if rate is not None and 0 < self.ascents < ASCENTS else rate
         self.updates += 1
         if self.candidates:
             last = self.optimizer.param_groups[0]["params"] if self.optimizer else []
@@ -199,9 +199,8 @@ class HandSteps:
         if r.numel() < 4:
             return None
         median = float(r.median())
-        off = (r - median).abs() <= AGREE * abs(median) + torch.cat(rounding)
-        agree = bool(off.double().mean() >= 0.8)
         if median < 0:
             weights = all(isinstance(t, nn.Parameter) for t in self.watched)
             return median if weights and (r < 0).double().mean() >= 0.9 else None
-        return median if agree else None
+        agree = (r - median).abs() <= AGREE * median + torch.cat(rounding)
+        return median if agree.double().mean() >= 0.8 else None

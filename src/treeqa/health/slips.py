@@ -357,21 +357,19 @@ def lr_negative(lr: float, step: int, by_hand: bool = False) -> Finding:
     ``by_hand``: the weights are updated by the script (``lr`` is the step size estimated
     from how they moved), adding their gradient where it should be subtracted."""
     if by_hand:
-        return Finding(
-            "lr-negative",
-            "error",
+        message = (
             f"the weights updated by hand move along their gradients (step {lr:.3g} x the "
-            f"gradient) at step {step}: each update climbs the loss",
-            evidence={"lr": lr, "by_hand": True},
-            fix=HAND_ASCENT_FIX,
+            f"gradient) at step {step}: each update climbs the loss"
         )
+    else:
+        message = (
+            f"the learning rate is negative ({lr:.3g}) at step {step}: the optimiser climbs the "
+            "loss (a linear decay such as LambdaLR(lambda e: 1 - e / epochs) stepped past its "
+            "end, e.g. every batch)"
+        )
+    evidence: dict[str, object] = {"lr": lr, "by_hand": True} if by_hand else {"lr": lr}
     return Finding(
-        "lr-negative",
-        "error",
-        f"the learning rate is negative ({lr:.3g}) at step {step}: the optimiser climbs the "
-        "loss (a linear decay such as LambdaLR(lambda e: 1 - e / epochs) stepped past its end, "
-        "e.g. every batch)",
-        evidence={"lr": lr},
+        "lr-negative", "error", message, evidence=evidence, fix=HAND_ASCENT_FIX if by_hand else ""
     )
 
 
