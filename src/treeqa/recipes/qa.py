@@ -24,7 +24,7 @@ from treeqa.data.qa_batch import QABatch
 from treeqa.data.squad import Tokenizer, visible
 from treeqa.data.squad_prepared import PreparedSplit, load_meta
 from treeqa.data.vocab import Vocab
-from treeqa.eval.squad import evaluate_predictions
+from treeqa.eval.squad import evaluate_predictions, gold_answers
 from treeqa.health import monitor as health
 from treeqa.models.qanet import QANet, QANetConfig
 from treeqa.models.spans import decode
@@ -344,11 +344,6 @@ def gold_subset(gold: dict[str, Any], ids: set[str]) -> dict[str, Any]:
     return {**gold, "data": data}
 
 
-def questions_in(gold: dict[str, Any]) -> int:
-    """The number of questions in the SQuAD-layout ``gold``."""
-    return sum(len(p["qas"]) for a in gold["data"] for p in a["paragraphs"])
-
-
 def dev_sample(questions: int, size: int, seed: int) -> np.ndarray | None:
     """The sorted rows of the dev questions that in-training evaluation scores (``data.dev_subset``
     of them, drawn with the run's seed); None for every question."""
@@ -516,7 +511,7 @@ def evaluate(
     scores = {
         **scored,
         "questions": scored["total"],  # counts, ints
-        "left_out": questions_in(gold) - scored["total"],
+        "left_out": len(gold_answers(gold)) - scored["total"],
         "not_in_file": scored["unknown"],
     }
     if id_map is not None:
