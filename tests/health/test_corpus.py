@@ -163,6 +163,15 @@ def test_every_code_is_explained_in_the_docs_and_named_in_the_readme() -> None:
     assert [c for c in CODES if f"`{c}`" not in readme] == []
 
 
+def test_every_health_module_is_in_the_docs_code_layout() -> None:
+    """The README sends readers to docs/health.md's "Code layout" for every file."""
+    root = Path(__file__).parents[2]
+    layout = (root / "docs" / "health.md").read_text().split("## Code layout", 1)[1]
+    layout = layout.split("\n## ", 1)[0]
+    modules = sorted(p.name for p in (root / "src" / "treeqa" / "health").glob("[!_]*.py"))
+    assert [m for m in modules if f"`{m}`" not in layout] == []
+
+
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_bug_script_is_named(name: str, doctor_report) -> None:
     if EXPECTED[name] == "heap-retention" and heap_mb() is None:

@@ -71,7 +71,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "--vectors-cache",
         type=Path,
         metavar="DIR",
-        help="where to cache the filtered vectors (default: .treeqa-cache beside the vectors)",
+        help="where to cache the filtered vectors (default: .treeqa-cache beside the vectors, "
+        "or ~/.cache/treeqa/vectors when that folder is read-only)",
     )
     flags.add_overwrite(parser)
     flags.add_json(parser, "end with one JSON line, meta.json")
