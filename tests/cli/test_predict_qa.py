@@ -320,3 +320,21 @@ def test_a_line_nested_too_deeply_or_with_a_huge_integer_is_named_not_a_tracebac
     src.write_text(f'{good}, "n": {"9" * 5000}}}\n')
     assert main(predict(run, "--input", str(src))) == 2
     assert f"{src}:1: invalid JSON:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("NaN", "NaN is not a JSON number"),
+        ("[-Infinity]", "-Infinity is not a JSON number"),
+        ("1e999", "the number 1e999 is out of range for a float"),
+    ],
+)
+def test_a_line_with_nan_or_infinity_is_refused_not_echoed_as_invalid_json(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, message: str
+) -> None:
+    # Python's json read these and the answer line echoed them back: "id": NaN, no JSON.
+    src = tmp_path / "in.jsonl"
+    src.write_text(f'{{"context": "Paris is big.", "question": "What?", "id": {value}}}\n')
+    assert main(predict(run, "--input", str(src))) == 2
+    assert f"{src}:1: invalid JSON: {message}" in capsys.readouterr().err

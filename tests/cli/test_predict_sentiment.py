@@ -104,6 +104,27 @@ def test_standard_input_is_read_as_a_file_is_and_named_by_its_lines(
         assert capsys.readouterr().err.startswith(f"treeqa predict: error: {message}")
 
 
+@pytest.mark.parametrize(("data", "what"), [(b"", "empty"), (b"\n  \r\n", "blank lines only")])
+def test_an_input_without_trees_is_named(
+    run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    data: bytes,
+    what: str,
+) -> None:
+    # Was: "nothing to predict: give trees, --text, --input FILE ...", --input FILE given.
+    capsys.readouterr()
+    for name in ("trees.txt", "trees.jsonl"):
+        src = tmp_path / name
+        src.write_bytes(data)
+        assert main(["predict", "--checkpoint", str(run), "--input", str(src)]) == 2
+        assert f"error: {src}: no trees in it ({what})" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    assert main(["predict", "--checkpoint", str(run), "--input", "-"]) == 2
+    assert f"error: <stdin>: no trees in it ({what})" in capsys.readouterr().err
+
+
 def test_an_output_that_is_the_input_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

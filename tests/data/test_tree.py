@@ -41,6 +41,22 @@ def test_a_tree_cut_off_after_a_token_is_unbalanced_not_a_bad_label(text: str) -
     assert caught.value.column == len(text) + 1
 
 
+def test_a_word_with_blanks_before_its_closing_bracket_is_a_leaf() -> None:
+    # "( a)" was read as the leaf a, "(a )" refused: "label 'a' is not an integer in 0-4".
+    for text in ("((a ) (b))", "((a\t) (b\n))", "(( a) ( b ))"):
+        tree = parse_tree(text)
+        assert tree.words == (None, "a", "b") and tree.labels.tolist() == [-1, -1, -1]
+    assert parse_tree("(3 (2 a ) (1 b))").labels.tolist() == [3, 2, 1]
+    with pytest.raises(TreeSyntaxError, match="1:4: empty node"):
+        parse_tree("(2 )")  # a label, then nothing
+
+
+def test_two_words_in_one_node_say_each_goes_in_brackets_of_its_own() -> None:
+    message = "label 'the' is not an integer in 0-4; as words, each goes in brackets of its own"
+    with pytest.raises(TreeSyntaxError, match=f"1:3: {message}: '\\(the\\) \\(film\\)'"):
+        parse_tree("((the film) (is good))")
+
+
 def test_structure_and_heights() -> None:
     t = parse_tree(SST_LIKE[0])
     assert t.label == 3

@@ -123,6 +123,14 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
             "field 'text': this model reads bracketed",
         ),
         ("/api/sentiment", {"tree": "((the) (film)"}, None, 400, "field 'tree':1:"),
+        (
+            "/api/sentiment",
+            {"tree": "((the film) (is good))"},
+            None,
+            400,
+            "field 'tree':1:3: label 'the' is not an integer in 0-4; as words, each goes in "
+            "brackets of its own: '(the) (film)'",
+        ),
         ("/api/sentiment", {"tree": "((a) (b) (c))"}, None, 422, "at most 2 children"),
         # Refused before the batch is built: its child table would be [nodes, widest node].
         (
@@ -151,6 +159,14 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
         ),
         ("/api/sentiment", {"tree": "((the)\n (film)"}, None, 400, "field 'tree':2:8: unbalanced"),
         ("/api/sentiment", None, b"[" * 200_000, 400, "body: JSON nested too deeply"),
+        # An integer longer than int() converts: json.loads raised ValueError, answered 500.
+        (
+            "/api/sentiment",
+            None,
+            b'{"tree": "((a) (b))", "n": ' + b"9" * 5000 + b"}",
+            400,
+            "body: invalid JSON: Exceeds the limit (4300 digits)",
+        ),
         ("/api/qa", {"context": "a", "question": "b"}, None, 404, "no QA model"),
         ("/api/nothing", {}, None, 404, "no such route"),
         ("/api/health", {}, None, 405, "POST /api/health: this route takes GET or HEAD"),
@@ -188,11 +204,13 @@ def test_a_bad_request_gets_a_status_and_a_message_naming_the_fault(
     assert got == status and message in answer["error"], answer
 
 
-def test_a_body_over_the_limit_is_refused_unread(base: str) -> None:
-    # Only the header is sent: the server must answer without waiting for the body.
+@pytest.mark.parametrize("length", [str(MAX_BODY + 1), "9" * 5000])
+def test_a_body_over_the_limit_is_refused_unread(base: str, length: str) -> None:
+    # Only the header is sent: the server must answer without waiting for the body. A length of
+    # over 4,300 digits, which int() refuses, was a 500.
     connection = http.client.HTTPConnection(base.removeprefix("http://"), timeout=30)
     connection.putrequest("POST", "/api/sentiment")
-    connection.putheader("Content-Length", str(MAX_BODY + 1))
+    connection.putheader("Content-Length", length)
     connection.endheaders()
     response = connection.getresponse()
     assert response.status == 413 and "body over" in json.loads(response.read())["error"]
@@ -315,6 +333,8 @@ def raw_request(base: str, request: bytes) -> tuple[str, dict[str, str], bytes]:
             "PUT /api/sentiment: this route takes POST",
         ),
         (b"OPTIONS /api/nothing HTTP/1.0\r\n\r\n", "404", "no such route"),
+        # The target's UTF-8 was shown decoded as latin-1: "GET /cafÃ©: no such route".
+        ("GET /café HTTP/1.0\r\n\r\n".encode(), "404", "GET /café: no such route"),
         # stdlib answers these two HTTP/0.9-style: the JSON alone, no status line or headers.
         (b"GET /\r\n", "400", "request line 'GET /': expected a method, a path and HTTP/1.x"),
         (b"hello\r\n", "400", "Bad request syntax ('hello')"),
@@ -481,6 +501,54 @@ def test_a_client_resetting_a_kept_alive_connection_prints_no_traceback(
     sock.close()  # a reset, as browsers do to idle connections: the server was waiting on it
     time.sleep(0.2)
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_blank_lines_before_a_request_line_are_skipped(base: str) -> None:
+    # A stray CRLF after a POST body (RFC 9112 §2.2: to be ignored) was read as an empty request
+    # line, and the connection closed with the next request on it unanswered.
+    body = json.dumps({"tree": TREE}).encode()
+    post = b"POST /api/sentiment HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    last = b"GET /api/health HTTP/1.1\r\nConnection: close\r\n\r\n"
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"\r\n" + post + b"\r\n" + post + b"\n\r\n" + last)
+        reply = b"".join(iter(lambda: sock.recv(65536), b""))
+    assert reply.count(b"HTTP/1.1 200 OK") == 3
+    assert json.loads(reply.rpartition(b"\r\n\r\n")[2])["status"] == "ok"
+    # Blank lines then a request line too long: the 414 stdlib gives one alone.
+    line, _, data = raw_request(base, b"\r\nGET /" + b"a" * 65532 + b" HTTP/1.1\r\n\r\n")
+    assert line.split()[1] == "414" and "Request-URI Too Long" in json.loads(data)["error"]
+
+
+@pytest.mark.parametrize(
+    "target", ["http://127.0.0.1/api/health", "HTTP://x:1/api/health?a=1", "/api/%68ealth"]
+)
+def test_a_target_in_absolute_form_or_with_escapes_is_routed_by_its_path(
+    base: str, target: str
+) -> None:
+    # An absolute-form target, which a server must accept (RFC 9112 §3.2.2), was a 404.
+    line, _, data = raw_request(
+        base, f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+    )
+    assert line.split()[1] == "200" and json.loads(data)["status"] == "ok"
+
+
+def test_an_ipv6_address_is_served(run_dir: Path) -> None:
+    # "--host ::1" was refused: "Address family for hostname not supported".
+    try:
+        socket.socket(socket.AF_INET6).close()
+        server = make_server(Models([run_dir]), host="::1", port=0, quiet=True)
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        status, body = call(
+            f"http://[::1]:{server.server_address[1]}", "/api/sentiment", {"tree": TREE}
+        )
+        assert status == 200 and body["text"] == "the film is not good"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_the_page_is_served_and_calls_the_api(base: str) -> None:

@@ -136,11 +136,17 @@ def run(args: argparse.Namespace) -> int:
     check_output(args)
     # (where it came from, tree): errors name the argument or file line of the tree they are about.
     items = _numbered(args.trees, "<command line>")
-    if args.input == STDIN:
-        items += _numbered(_stdin_lines(), "<stdin>")
-    elif args.input:
-        trees = read_tree_file(args.input)
-        items += zip(_lines_of_trees(args.input, len(trees)), trees, strict=True)
+    if args.input:
+        if args.input == STDIN:
+            name, lines = "<stdin>", _stdin_lines()
+            read, empty = _numbered(lines, name), not lines
+        else:
+            name, trees = str(args.input), read_tree_file(args.input)
+            read = list(zip(_lines_of_trees(args.input, len(trees)), trees, strict=True))
+            empty = args.input.stat().st_size == 0
+        if not read:  # else "nothing to predict: give ... --input FILE", which was given
+            raise ValueError(f"{name}: no trees in it ({'empty' if empty else 'blank lines only'})")
+        items += read
     if args.demo_examples:
         from treeqa.data.demo import DEMO_EXAMPLES
 

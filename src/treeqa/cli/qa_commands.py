@@ -73,7 +73,16 @@ def _lone_surrogate(value: Any) -> str | None:
 def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(``path:line``, item) for the JSONL items with a context and a question; blank lines
     are skipped (so each item's other fields, an "id" say, come back with its answer)."""
-    from treeqa.data.squad import json_beyond_syntax, unique_keys
+    from treeqa.data.squad import finite_float, json_beyond_syntax, no_constant, unique_keys
+
+    def parse(line: str) -> Any:
+        """One line's JSON, strictly: no duplicate key, NaN or infinity (to be echoed back)."""
+        return json.loads(
+            line,
+            object_pairs_hook=unique_keys,
+            parse_constant=no_constant,
+            parse_float=finite_float,
+        )
 
     items = []
     name = "<stdin>" if path == STDIN else str(path)
@@ -82,14 +91,14 @@ def _read_jsonl(path: Path) -> list[tuple[str, dict[str, Any]]]:
         for n, raw in enumerate(f, 1):
             try:
                 line = raw.decode("utf-8-sig" if n == 1 else "utf-8")  # a first-line BOM
-                item = json.loads(line, object_pairs_hook=unique_keys) if line.strip() else None
+                item = parse(line) if line.strip() else None
             except UnicodeDecodeError as err:
                 raise ValueError(f"{name}:{n}: not UTF-8 text ({err.reason})") from err
             except json.JSONDecodeError as err:
                 raise ValueError(f"{name}:{n}: invalid JSON: {err.msg}") from err
             except KeyError as err:
                 raise ValueError(f"{name}:{n}: field {err.args[0]!r} is given twice") from err
-            except (RecursionError, ValueError) as err:  # 100,000 "[" in a row, say
+            except (RecursionError, ValueError) as err:  # deep nesting; NaN or 1e999 (no JSON out)
                 raise ValueError(f"{name}:{n}: {json_beyond_syntax(err)}") from None
             if item is None:
                 continue

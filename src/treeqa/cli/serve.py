@@ -31,7 +31,7 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to bind (default: 127.0.0.1, this machine only)",
+        help="address to bind, IPv4 or IPv6 (::1, ::) (default: 127.0.0.1, this machine only)",
     )
     parser.add_argument(
         "--port", type=tcp_port, default=8000, help="TCP port; 0 picks a free one (default: 8000)"
@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as err:  # a port in use, a host name that does not resolve
         raise OSError(f"cannot listen on {args.host}:{args.port}: {err.strerror or err}") from err
     host, port = str(server.server_address[0]), int(server.server_address[1])
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
     print(f"treeqa serve: http://{host}:{port}/ (Ctrl-C stops)", flush=True)
     server.serve_until_stopped(lambda line: print(line, flush=True))
     return 0

@@ -130,6 +130,21 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def no_constant(name: str) -> float:
+    """``json.loads``'s ``parse_constant``: Python reads NaN, Infinity and -Infinity, which are
+    no JSON, and would write them back as such into output that JSON readers then refuse."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def finite_float(text: str) -> float:
+    """``json.loads``'s ``parse_float``: a number too large for a float (1e999) is read as
+    infinity, and written back as Infinity, which is no JSON."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {text[:20]} is out of range for a float")
+    return value
+
+
 def json_beyond_syntax(err: RecursionError | ValueError) -> str:
     """What ``json.loads`` raised besides a syntax error, in words: text nested deeper than
     Python's recursion limit, or an integer longer than ``int()`` converts (4,300 digits)."""

@@ -195,12 +195,16 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
             while pos < end and text[pos] not in DELIMITERS:
                 pos += 1
             label = text[start:pos]
-            if label and pos == end:  # "((the) (film": cut off, not a bad label
+            after = pos  # the next token's start
+            while after < end and text[after] in SPACE:
+                after += 1
+            if label and after == end:  # "((the) (film": cut off, not a bad label
                 raise fail(
                     f"unbalanced '(': {len(stack)} bracket(s) left open at the end of the tree",
                     end,
                 )
-            if label and pos < end and text[pos] == ")":  # "(word)": an unlabelled leaf
+            # "(word)" or, as "( word)" is, "(word )": an unlabelled leaf ("(2 )": a label).
+            if label and text[after] == ")" and (after == pos or not is_label(label)):
                 if labels and labels[0] != UNLABELLED and is_label(label):
                     raise fail(
                         f"'({label})' reads as the word {label!r} with no label, in a labelled "
@@ -214,6 +218,13 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
                 labels.append(UNLABELLED)
             elif is_label(label):
                 labels.append(int(label))
+            elif text[after] not in DELIMITERS:  # "(the film)": two words, or a bad label
+                word = text[after:].split(None, 1)[0].split(")", 1)[0].split("(", 1)[0]
+                raise fail(
+                    f"label {label!r} is not an integer in 0-{MAX_LABEL}; as words, each goes "
+                    f"in brackets of its own: '({label}) ({word})'",
+                    start,
+                )
             else:
                 raise fail(f"label {label!r} is not an integer in 0-{MAX_LABEL}", start)
         elif ch == ")":

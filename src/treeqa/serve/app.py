@@ -34,18 +34,20 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 import signal
 import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, cast
 
-from treeqa.data.squad import unique_keys
+from treeqa.data.squad import json_beyond_syntax, unique_keys
 from treeqa.serve.bodies import (
     MAX_BODY,
     REQUEST_TIMEOUT,
@@ -64,6 +66,10 @@ MAX_CONNECTIONS = 256
 STOP_WAIT_S = 30.0
 """Seconds a stopping server waits for the requests in progress (REQUEST_TIMEOUT: a client
 that goes silent while sending is dropped by then anyway)."""
+ABSOLUTE_FORM = re.compile(r"https?://", re.IGNORECASE)
+"""A request target in absolute form, scheme and host before the path."""
+MAX_REQUEST_LINE = 65536
+"""Longest request line (bytes), as stdlib's ``handle_one_request`` reads it; longer: a 414."""
 JSON_BLANKS = " \t\r\n"
 """The whitespace JSON allows around a value."""
 
@@ -126,12 +132,34 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 if self.counted:
                     cast(Server, self.server).done()
 
+        def skip_blank_lines(self) -> None:
+            """Empty lines before a request line are no request (RFC 9112 §2.2): a client may
+            end a POST body with a stray CRLF, which stdlib took for an empty request line and
+            answered by closing the connection, the client's next request on it unanswered.
+            The first waits as an idle connection does; those after it, within the deadline of
+            the request they precede."""
+            clock = cast(Deadline, cast(io.BufferedReader, self.rfile).raw)
+            first = True
+            while self.raw_requestline in (b"\r\n", b"\n"):
+                if first:
+                    clock.next_request()
+                    first = False
+                self.raw_requestline = self.rfile.readline(MAX_REQUEST_LINE + 1)
+
         def parse_request(self) -> bool:
+            self.skip_blank_lines()
+            if not self.raw_requestline:  # the client closed after them
+                self.close_connection = True
+                return False
             # A request is in progress from its first line read to its answer sent: a
             # stopping server waits for it (its bytes would reset the connection unread).
             cast(Server, self.server).begin()
             self.counted = True
             self.body_read = self.answered = False
+            if len(self.raw_requestline) > MAX_REQUEST_LINE:  # as stdlib's own check
+                self.requestline = self.request_version = self.command = ""
+                self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
+                return False
             line = self.raw_requestline.decode("latin-1").rstrip("\r\n")
             if len(line.split()) == 2:  # stdlib takes "GET /" for HTTP/0.9: a bare answer
                 self.command, self.requestline = "", line
@@ -141,8 +169,18 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 return False
             return super().parse_request()
 
+        def route_path(self) -> str:
+            """The path the request is for: the target's path, its query dropped and its
+            %-escapes decoded ("/api/%68ealth" is /api/health); an absolute-form target
+            ("http://host/api/health", which a server must accept, RFC 9112 §3.2.2) read as
+            its path."""
+            target = self.path
+            if ABSOLUTE_FORM.match(target):
+                target = urllib.parse.urlsplit(target).path or "/"
+            return urllib.parse.unquote(target.split("?")[0])
+
         def do_GET(self) -> None:
-            if self.path.split("?")[0] in PAGES:
+            if self.route_path() in PAGES:
                 self.send(HTTPStatus.OK, page(), "text/html; charset=utf-8")
             else:
                 self.answer("GET")
@@ -167,7 +205,7 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             self.answer("OPTIONS")
 
         def answer(self, method: str) -> None:
-            path = self.path.split("?")[0]
+            path = self.route_path()
             try:
                 route = routes.get((method, path))
                 if route is None:
@@ -184,11 +222,13 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 raise
 
         def no_route(self, path: str) -> RequestError:
+            # stdlib decodes the target as latin-1: "/é" as sent in UTF-8 read "/Ã©".
+            shown = self.path.encode("latin-1").decode("utf-8", "replace")
             if methods := allowed(path):
                 allow = {"Allow": ", ".join(methods)}
-                message = f"{self.command} {self.path}: this route takes {' or '.join(methods)}"
+                message = f"{self.command} {shown}: this route takes {' or '.join(methods)}"
                 return RequestError(HTTPStatus.METHOD_NOT_ALLOWED, message, allow)
-            return RequestError(HTTPStatus.NOT_FOUND, f"{self.command} {self.path}: no such route")
+            return RequestError(HTTPStatus.NOT_FOUND, f"{self.command} {shown}: no such route")
 
         def content_length(self) -> int:
             given = self.headers.get_all("Content-Length") or []
@@ -203,7 +243,10 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                     HTTPStatus.BAD_REQUEST,
                     f"header Content-Length: {given[0]!r} is not a byte count",
                 )
-            return int(given[0])
+            digits = given[0].strip().lstrip("0") or "0"
+            if len(digits) > len(str(MAX_BODY)):  # int() refuses over 4,300 digits: a 500
+                raise RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} B")
+            return int(digits)
 
         def sized_body(self) -> bytes:
             length = self.content_length()
@@ -268,8 +311,9 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 raise RequestError(
                     HTTPStatus.BAD_REQUEST, f"body: invalid JSON at {where}"
                 ) from err
-            except RecursionError as err:  # e.g. 200,000 "[" in a row
-                raise RequestError(HTTPStatus.BAD_REQUEST, "body: JSON nested too deeply") from err
+            except (RecursionError, ValueError) as err:  # 200,000 "[" in a row; a 5,000-digit int
+                message = f"body: {json_beyond_syntax(err)}"
+                raise RequestError(HTTPStatus.BAD_REQUEST, message) from err
             if not isinstance(body, dict):
                 raise RequestError(HTTPStatus.BAD_REQUEST, "body: expected a JSON object")
             check_text(body)
@@ -415,6 +459,12 @@ class Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+class Server6(Server):
+    """A server on an IPv6 address."""
+
+    address_family = socket.AF_INET6
+
+
 def refuse_busy(connection: socket.socket, most: int) -> None:
     """A 503 for a connection beyond the server's most, before its request is read; then a
     lingering close, so that the client reads the answer rather than a reset."""
@@ -435,7 +485,9 @@ def refuse_busy(connection: socket.socket, most: int) -> None:
 def make_server(
     models: Models, host: str = "127.0.0.1", port: int = 8000, quiet: bool = False
 ) -> Server:
-    """A server bound to ``host:port`` (port 0: any free one); call ``serve_forever()``."""
-    server = Server((host, port), handler_for(models))
+    """A server bound to ``host:port`` (port 0: any free one); call ``serve_forever()``. An
+    IPv6 address (``::1``, ``::``) binds an IPv6 socket (stdlib's default, IPv4, refused it)."""
+    server_class = Server6 if ":" in host else Server
+    server = server_class((host, port), handler_for(models))
     server.quiet = quiet
     return server
