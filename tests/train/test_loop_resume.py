@@ -1,5 +1,6 @@
 """fit() end to end: checkpoints, atomic writes, resume equal to an uninterrupted run."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -399,3 +400,70 @@ def test_a_resumed_run_keeps_the_health_report_of_its_earlier_part(
     # Resumed once it has finished (as evaluate --seeds does), it trains and reports nothing.
     train(resolve_config({}, [*watched, ("epochs", "2")]), run, resume_run=True)
     assert sorted(p.name for p in run.glob("health*")) == ["health.1.json", "health.json"]
+
+
+def epoch_lines(run: Path) -> list[int]:
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [x["epoch"] for x in lines if "train_loss" in x]
+
+
+def test_a_kill_between_the_epochs_log_line_and_its_last_checkpoint_logs_the_epoch_once(
+    demo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 8 batches an epoch, a last checkpoint every 4 steps: step 8's is written before epoch 1
+    # is scored and logged, and the kill comes before the epoch's own last checkpoint.
+    def every4(epochs: int):
+        cfg = config(demo_dir, epochs)
+        return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, checkpoint_every=4))
+
+    train(every4(2), tmp_path / "full")
+    cut, save = tmp_path / "cut", ckpt.atomic_save
+
+    def killed_at_epoch_end(tensors, meta, path: Path) -> None:
+        if path.name == ckpt.LAST and "metrics" in meta and meta["step"] == 8:
+            raise Killed
+        save(tensors, meta, path)
+
+    monkeypatch.setattr(ckpt, "atomic_save", killed_at_epoch_end)
+    with pytest.raises(Killed):
+        train(every4(2), cut)
+    monkeypatch.undo()
+    assert epoch_lines(cut) == [1]
+    train(every4(2), cut, resume_run=True)
+    assert epoch_lines(cut) == epoch_lines(tmp_path / "full") == [1, 2]
+    assert losses(cut) == losses(tmp_path / "full")
+    assert epoch_losses(cut) == epoch_losses(tmp_path / "full")
+
+
+def test_a_checkpoint_write_that_fails_names_the_file_and_keeps_the_old_one(
+    demo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    from treeqa.cli.main import main
+
+    run = tmp_path / "run"
+    base = ["train", "--data", str(demo_dir), "--health", "off"]
+    assert main([*base, "--epochs", "1", "--out", str(run)]) == 0
+    before = (run / ckpt.LAST).read_bytes()
+
+    fsync = os.fsync
+
+    def full(fd: int) -> None:  # a full disk as a checkpoint's bytes go out (config.toml fits)
+        if os.fstat(fd).st_size > 10_000:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        fsync(fd)
+
+    assert (run / ckpt.BEST).stat().st_size > 10_000 > (run / "config.toml").stat().st_size
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as caught:
+        train(config(demo_dir, 2), run, resume_run=True)
+    monkeypatch.undo()
+    said = str(caught.value)
+    assert said.startswith(f"{run / ckpt.LAST}: could not be written (No space left on device)")
+    assert "already there is kept as it was" in said and f"--resume {run}" in said
+    assert caught.value.errno == errno.ENOSPC
+    assert (run / ckpt.LAST).read_bytes() == before
+    assert not list(run.glob(f"*{ckpt.PARTIAL}"))
+    assert main(["train", "--resume", str(run), "--epochs", "2"]) == 0  # room again: goes on

@@ -140,3 +140,26 @@ def test_the_cli_saves_on_a_signal_exits_128_plus_it_and_resumes(
     assert step == len(losses(cut)) >= 10  # saved at the last step it logged
     assert main(["train", "--resume", str(cut)]) == 0
     assert losses(cut) == losses(full)
+
+
+def test_the_command_stopped_by_ctrl_c_exits_quietly_on_another_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A second Ctrl-C while Python shuts down (its exit handlers) would print a traceback
+    # under Python's own handler: the command, once stopped, leaves it to the system.
+    from treeqa.cli import data
+    from treeqa.cli.main import main
+
+    def stopped(args) -> int:
+        raise Interrupted(signal.SIGINT, TrainState(step=3, epoch_step=3))
+
+    monkeypatch.setattr(data, "run_stats", stopped)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        assert main(["data", "stats", str(tmp_path)]) == 130  # a call from Python: as it was
+        assert signal.getsignal(signal.SIGINT) is before
+        monkeypatch.setattr(sys, "argv", ["treeqa", "data", "stats", str(tmp_path)])
+        assert main() == 130
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, before)

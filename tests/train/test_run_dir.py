@@ -344,3 +344,52 @@ def test_a_resumed_run_that_had_stopped_early_says_what_goes_on(
     state = TrainState(epoch=5, best_epoch=2)
     EarlyStopping(patience=4).on_fit_start(state, None, None)  # type: ignore[arg-type]
     assert not state.stop and capsys.readouterr().out == ""
+
+
+def test_evaluating_a_run_without_its_best_checkpoint_says_the_last_is_scored(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert main(args(demo_dir, "--out", str(run))) == 0
+    capsys.readouterr()
+    assert main(["evaluate", "--checkpoint", str(run)]) == 0
+    assert "NOTE" not in capsys.readouterr().err
+    (run / "best.safetensors").unlink()
+    assert main(["evaluate", "--checkpoint", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert f"{run} has no best.safetensors: scoring its last.safetensors instead" in err
+
+
+def test_a_resume_with_fewer_epochs_than_a_run_stopped_mid_epoch_says_it_trains_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from treeqa.train.callbacks import say_if_done
+    from treeqa.train.loop import TrainState
+
+    say_if_done(tmp_path, TrainState(epoch=4, epoch_step=40), 2)
+    out = capsys.readouterr().out
+    assert "already trained 4 epoch(s) and 40 batch(es) of epoch 5, train.epochs is 2: " in out
+    assert "nothing more to train" in out
+    say_if_done(tmp_path, TrainState(epoch=4, epoch_step=40), 5)  # goes on: nothing to say
+    assert capsys.readouterr().out == ""
+
+
+def test_a_resume_whose_config_does_not_read_says_the_checkpoint_can_restore_it(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    assert main(args(demo_dir, "--out", str(run))) == 0
+    config = run / "config.toml"
+    written = config.read_text()
+    config.write_text(written[: len(written) // 2].rstrip() + "\nepoch")  # cut short
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--train.epochs=2"]) == 2
+    err = capsys.readouterr().err
+    assert f"{config}: " in err and f"{run / 'last.safetensors'} records the run's settings" in err
+    assert config.read_text().endswith("\nepoch")  # the user's file is left as it is
+    config.write_text("")
+    assert main(["train", "--resume", str(run), "--train.epochs=2"]) == 2
+    assert "remove it and --resume writes it again from last.safetensors" in capsys.readouterr().err
+    config.unlink()
+    assert main(["train", "--resume", str(run), "--train.epochs=2"]) == 0
+    assert config.read_text().replace("epochs = 2", "epochs = 1") == written

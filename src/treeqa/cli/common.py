@@ -116,17 +116,30 @@ def say_if_amp_does_nothing(args: argparse.Namespace, train: Any) -> None:
 
 def restore_config(run: Path) -> None:
     """A run directory whose config.toml was deleted gets it back from its last checkpoint,
-    which records the settings (checkpoints of earlier treeqa versions do not)."""
+    which records the settings (checkpoints of earlier treeqa versions do not); one that does
+    not read (cut short, not UTF-8) is an error that says so, and is left as it is."""
+    from treeqa.config import ConfigError, load_toml
     from treeqa.train import checkpoint as ckpt
 
     config = run / "config.toml"
-    if config.exists() or not (run / ckpt.LAST).is_file():
+    if not (run / ckpt.LAST).is_file():
         return
     try:
         recorded = ckpt.read_meta(run, prefer=ckpt.LAST).get("config")
     except ckpt.CheckpointError:
         return  # resuming says what is wrong with it
-    if isinstance(recorded, str) and recorded.strip():
+    if not isinstance(recorded, str) or not recorded.strip():
+        return
+    if config.is_file():
+        try:
+            load_toml(config)
+        except ConfigError as err:  # cut short, or edited into something that does not read
+            raise ConfigError(
+                f"{err}. {run / ckpt.LAST} records the run's settings: fix {config}, or remove "
+                "it and --resume writes it again from them"
+            ) from None
+        return
+    if not config.exists():
         ckpt.write_text_atomic(config, recorded)
         print(f"{config} was missing: restored from {ckpt.LAST}, which records the run's settings")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+import sys
 from typing import Any
 
 from treeqa.cli import evaluate_qa, flags
@@ -77,6 +78,7 @@ TRAINING = [flag for flag in flags.config_flags("sentiment") if flag.name != "da
 
 def run(args: argparse.Namespace) -> int:
     from treeqa.recipes import sentiment
+    from treeqa.train import checkpoint as ckpt
 
     args.split = args.split or "test"
     if args.seeds:
@@ -93,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         if args.data is not None
         else sentiment.load_model(args.checkpoint).meta["data"]["path"]
     )
+    if note := ckpt.read_instead(args.checkpoint):
+        print(f"NOTE: {note}", file=sys.stderr)
     metrics = sentiment.evaluate(args.checkpoint, data, args.split)
     print(
         f"{args.checkpoint} on {args.split} ({data or 'embedded demo'}):\n{format_metrics(metrics)}"

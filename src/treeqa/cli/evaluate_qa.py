@@ -195,6 +195,7 @@ def print_v2_parts(scores: dict[str, Any]) -> None:
 
 def evaluate_checkpoint(args: argparse.Namespace) -> int:
     from treeqa.recipes import qa
+    from treeqa.train import checkpoint as ckpt
 
     if args.prepared is None:
         raise ValueError("evaluate qa --checkpoint needs --prepared DIR (the prepared SQuAD)")
@@ -203,6 +204,8 @@ def evaluate_checkpoint(args: argparse.Namespace) -> int:
         args.write_predictions, "--write-predictions", None, args.checkpoint, args.prepared
     )
     split = args.split or "dev"
+    if note := ckpt.read_instead(args.checkpoint):
+        print(f"NOTE: {note}", file=sys.stderr)
     scores = qa.evaluate(args.checkpoint, args.prepared, split, args.write_predictions)
     if "words_unknown_to_model" in scores:
         print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -92,6 +93,7 @@ def check_paths(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    own_process = argv is None  # the treeqa command itself, not a call from Python
     argv = list(sys.argv[1:] if argv is None else argv)
     # `treeqa train sentiment ...` / `treeqa evaluate qa ...`: the task word is not an argparse
     # positional, so override values such as `--emblr 0` can never be taken for it.
@@ -125,4 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Ctrl-C, or a training run's loop.Interrupted (SIGINT or SIGTERM, after it saved
         # itself): the shell's 128 + signal, without a traceback.
         print(f"treeqa {name}: {str(stop) or 'interrupted'}", file=sys.stderr)
+        if own_process and threading.current_thread() is threading.main_thread():
+            # A Ctrl-C more while Python shuts down (a second press, say) ends the process
+            # there, as the shell expects, not with a traceback from an exit handler.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
         return 128 + int(getattr(stop, "signum", signal.SIGINT))

@@ -128,8 +128,11 @@ class MetricsLog(Callback):
         self.processes = World.from_env().size
 
     def _write(self, record: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError as err:  # the system's error names no file
+            raise OSError(f"{self.path}: could not add a line ({err.strerror or err})") from err
 
     def on_fit_start(
         self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
@@ -143,9 +146,20 @@ class MetricsLog(Callback):
                 print(f"{self.path} held another log: kept as {ckpt.keep_aside(self.path)}")
             self.path.unlink(missing_ok=True)
         elif self.path.exists():
-            # A resumed run repeats the steps after its last checkpoint: drop their old lines.
-            kept = [line for line in read_log(self.path) if line[1].get("step", 1) <= state.step]
-            ckpt.write_text_atomic(self.path, "".join(text for text, _ in kept))
+            # A resumed run repeats the steps after its last checkpoint: drop their old lines,
+            # and the epoch lines its checkpoint has not scored (one per history entry): a run
+            # killed after an epoch's line but before that epoch's last checkpoint, whose last
+            # one is the step checkpoint at the epoch's final batch, scores that epoch again.
+            kept, epochs = [], 0
+            for text, record in read_log(self.path):
+                if record.get("step", 1) > state.step:
+                    continue
+                if "train_loss" in record:
+                    epochs += 1
+                    if epochs > len(state.history):
+                        continue
+                kept.append(text)
+            ckpt.write_text_atomic(self.path, "".join(kept))
 
     def on_epoch_start(self, state: TrainState) -> None:
         if state.epoch_step == 0:  # not an epoch resumed part-way, whose window goes on
@@ -244,7 +258,7 @@ class Checkpointer(Callback):
         meta = {**self.meta, "metrics": metrics, "epoch": state.epoch, "step": state.step}
         if state.improved or not metrics:
             best = {**self.weights(), **self.extra_tensors("best")}
-            ckpt.atomic_save(best, {**meta, "kind": "best"}, self.run_dir / ckpt.BEST)
+            self.save(best, {**meta, "kind": "best"}, ckpt.BEST)
         self.save_last(state, meta)
 
     def on_interrupt(self, state: TrainState) -> None:
@@ -268,7 +282,18 @@ class Checkpointer(Callback):
             "scheduler": sched,
         }
         tensors = {**self.weights(), **optim_tensors, **rng, **self.extra_tensors("last")}
-        ckpt.atomic_save(tensors, {**meta, **extra}, self.run_dir / ckpt.LAST)
+        self.save(tensors, {**meta, **extra}, ckpt.LAST)
+
+    def save(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any], name: str) -> None:
+        try:
+            ckpt.atomic_save(tensors, meta, self.run_dir / name)
+        except OSError as err:  # a full disk, a file size limit: the run can go on later
+            failed = OSError(
+                f"{err}. Make room for it, then --resume {self.run_dir} goes on from the run's "
+                "last checkpoint"
+            )
+            failed.errno = err.errno
+            raise failed from err
 
 
 class StopOnSignal(Callback):
@@ -400,13 +425,18 @@ def check_resumable(run_dir: Path, config: Any) -> None:
     if not (run_dir / ckpt.LAST).is_file() or not stored.is_file():
         return
     text = stored.read_text(encoding="utf-8")
-    if not text.strip():  # emptied by hand: the comparison below would list every setting
-        raise cfg.ConfigError(
-            f"{stored} is empty, so the settings {run_dir} was trained with are not known: "
-            "restore it, or give the new run another --out"
-        )
     meta = ckpt.read_meta(run_dir, prefer=ckpt.LAST)
     recorded: Any = meta.get("config")
+    if not text.strip():  # emptied by hand: the comparison below would list every setting
+        how = (
+            f"remove it and --resume writes it again from {ckpt.LAST}, which records them"
+            if isinstance(recorded, str) and recorded.strip()
+            else "restore it"
+        )
+        raise cfg.ConfigError(
+            f"{stored} is empty, so the settings {run_dir} was trained with are not known: "
+            f"{how}, or give the new run another --out"
+        )
     if recorded is None:  # a checkpoint of an earlier treeqa: the sections it does record
         sections = {"model": "model_config", "train": "train_config", "data": "data"}
         sections |= {"schedule": "schedule"}
@@ -427,11 +457,15 @@ def check_resumable(run_dir: Path, config: Any) -> None:
 def say_if_done(run_dir: Path, state: TrainState | None, epochs: int) -> None:
     """Say so when a resumed run has already trained ``epochs`` epochs: it trains nothing, and
     the scores printed are those it had."""
-    if state is not None and state.epoch >= epochs and not state.epoch_step:
-        tqdm.write(
-            f"{run_dir}: already trained {state.epoch} epoch(s), train.epochs is {epochs}: "
-            "nothing more to train; the scores are those it has"
-        )
+    if state is None or state.epoch < epochs:
+        return
+    trained = f"{state.epoch} epoch(s)"
+    if state.epoch_step:  # stopped part-way through the next one, which fewer epochs leave out
+        trained += f" and {state.epoch_step} batch(es) of epoch {state.epoch + 1}"
+    tqdm.write(
+        f"{run_dir}: already trained {trained}, train.epochs is {epochs}: "
+        "nothing more to train; the scores are those it has"
+    )
 
 
 def resume(

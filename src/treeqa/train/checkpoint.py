@@ -125,8 +125,24 @@ def write_text_atomic(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        raise write_failed(path, err) from err
     finally:
         tmp.unlink(missing_ok=True)  # a write or rename that failed leaves nothing beside it
+
+
+def write_failed(path: Path, err: OSError) -> OSError:
+    """The error of a write to ``path`` that failed (a full disk, a file size limit): the
+    system's own names no file. Says whether the file already there was kept, as the
+    temporary-file writes here keep it."""
+    kept = (
+        f"the {path.name} already there is kept as it was"
+        if path.exists()
+        else f"no {path.name} was written"
+    )
+    failed = OSError(f"{path}: could not be written ({err.strerror or err}); {kept}")
+    failed.errno = err.errno
+    return failed
 
 
 def write_run_config(out: Path, text: str, resume: bool) -> None:
@@ -158,11 +174,14 @@ def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Pa
         # bytes are written here: its save_file writes a temporary file of its own first,
         # which a kill during the write would leave behind under a name no one cleans up.
         data = save({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, header)
-        with open(tmp, "wb") as f:  # the umask's usual mode
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:  # the umask's usual mode
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as err:
+            raise write_failed(path, err) from err
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -197,6 +216,18 @@ def resolve(path: str | Path, prefer: str = BEST) -> Path:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file or run directory")
     return path
+
+
+def read_instead(path: str | Path) -> str | None:
+    """What to tell a user who names run directory ``path`` to score, when it holds no best
+    checkpoint and its last one is read instead (weights that no dev score chose); else None."""
+    path = Path(path)
+    if not path.is_dir() or (path / BEST).is_file() or not (path / LAST).is_file():
+        return None
+    return (
+        f"{path} has no {BEST}: scoring its {LAST} instead (the weights where the run "
+        "stopped, not the ones its dev score chose)"
+    )
 
 
 def load(
