@@ -33,6 +33,7 @@ EXPECTED = {
     "bug_activation_growth.py": "activation-growth",
     "bug_loss_at_init.py": "loss-at-init",
     "bug_loss_at_chance.py": "loss-at-chance",
+    "bug_loss_diverged.py": "loss-diverged",  # Adam at lr=1.0: finite, far above log(C)
     "bug_non_finite.py": "non-finite",
     "bug_non_finite_fp16.py": "non-finite",  # NaN gradients the loss scaler takes for overflows
     "bug_step_time_regression.py": "step-time-regression",
@@ -59,6 +60,8 @@ EXPECTED = {
     "bug_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",
     "bug_step_without_gradients.py": "step-without-gradients",
     "bug_not_in_optimiser.py": "not-in-optimiser",
+    "bug_unfrozen_not_in_optimiser.py": "not-in-optimiser",  # unfrozen after the first steps
+    "bug_prompt_not_in_optimiser.py": "step-without-gradients",  # all frozen, a prompt trains
     "bug_module_not_registered.py": "module-not-registered",
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
     "bug_train_in_eval_new_optimiser.py": "train-in-eval-mode",  # a new optimiser each epoch
@@ -147,6 +150,7 @@ CLEAN = [
     "clean_module_lists.py",  # ModuleList/Dict, handles on registered layers, a hidden teacher
     "clean_own_profiler.py",  # the script's own torch.profiler session around the whole run
     "clean_sparse_outputs.py",  # a GCN whose adjacency module returns a sparse matrix
+    "clean_staged_unfreezing.py",  # layers unfrozen into the optimiser; a prompt of its own
 ]
 
 

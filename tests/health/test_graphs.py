@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import io
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from treeqa.health import run_doctor
+from treeqa.health.graphs import holder_name
 
 GRAPH_CODES = ("graph-retained", "loss-accumulated-with-graph", "retain-graph-every-step")
 
@@ -191,3 +194,49 @@ def test_a_buffer_updated_with_its_graph_is_named(tmp_path: Path) -> None:
     found = graph_findings(doctor(tmp_path, MEMORY_BANK))
     retained = found["graph-retained"]
     assert retained["where"].startswith("Encoder.bank"), retained["where"]
+
+
+REPLAY = """
+import random
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+torch.manual_seed(0)
+random.seed(0)
+q = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2))
+opt = torch.optim.Adam(q.parameters(), lr=1e-3)
+replay = []
+for step in range(36 + 15):
+    state = torch.randn(8)
+    q_values = q(state)  # kept in the transition for logging, with its graph
+    replay.append((state, int(q_values.argmax()), random.random(), q_values))
+    if len(replay) < 16:
+        continue
+    batch = random.sample(replay, 16)
+    states = torch.stack([t[0] for t in batch])
+    actions = torch.tensor([t[1] for t in batch])
+    rewards = torch.tensor([t[2] for t in batch])
+    loss = F.smooth_l1_loss(q(states).gather(1, actions[:, None]).squeeze(1), rewards)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_replay_buffer_of_transitions_with_graphs_is_named(tmp_path: Path) -> None:
+    """Q-values kept with their graphs in the replay buffer's transition tuples: the holder
+    named is the buffer (a list of records), not the minibatch sampled from it this step."""
+    retained = graph_findings(doctor(tmp_path, REPLAY))
+    where = retained["graph-retained"]["where"]
+    assert where.startswith("list 'replay' in <module>()"), where
+
+
+def test_a_global_of_an_imported_module_is_named_as_a_global() -> None:
+    """A list in another module's globals (not in any live frame) is named ``global 'name'``,
+    not ``module.name`` as though the module's namespace were an object's attributes."""
+    helper = types.ModuleType("helper")
+    helper.history = [(0, torch.ones(3, requires_grad=True) * 2)]  # held by no local variable
+    name = holder_name(helper.history[0][1], set())
+    assert name == "global 'history'[][]"

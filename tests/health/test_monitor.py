@@ -1658,3 +1658,25 @@ def test_a_generator_given_to_backward_reaches_torch_whole(tmp_path: Path) -> No
     with contextlib.redirect_stdout(out):
         run_doctor(["python", str(script)], stream=io.StringIO())
     assert out.getvalue() == "[2.0, 2.0, 2.0] [3.0, 3.0]\n"
+
+
+def test_a_loss_that_climbs_far_above_chance_has_diverged() -> None:
+    """Adam at lr=1.0: from log(C) to tens of times it, finite. A model that starts far above
+    log(C) (loss-at-init's), one that stays near it, one above it only early, a loss with an
+    infinite reading (non-finite's) and a run with one late reading are not this."""
+    steps = array("d", range(1, 201))
+    ln5 = math.log(5)
+    samples = [(s, 5) for s in (1, 2, 3, 50, 100, 150, 200)]
+    climbing = array("d", (ln5 * (1 + s / 10) for s in range(1, 201)))
+    found = checks.loss_diverged(samples, steps, climbing)
+    assert found is not None and found.code == "loss-diverged" and found.evidence["classes"] == 5
+    started_high = array("d", [ln5 * 20] * 200)
+    assert checks.loss_diverged(samples, steps, started_high) is None
+    assert checks.loss_diverged(samples, steps, array("d", [ln5] * 200)) is None
+    spike = array("d", (ln5 * (8 if 40 < s < 90 else 0.5) for s in range(1, 201)))
+    assert checks.loss_diverged(samples, steps, spike) is None
+    infinite = array("d", climbing)
+    infinite[-1] = math.inf
+    assert checks.loss_diverged(samples, steps, infinite) is None
+    one_late = [(s, 5) for s in (1, 2, 3, 50, 100, 200)]
+    assert checks.loss_diverged(one_late, steps, climbing) is None

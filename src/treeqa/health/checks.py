@@ -422,6 +422,57 @@ def loss_at_chance(
     )
 
 
+DIVERGED_RATIO, DIVERGED_FLOOR, DIVERGED_SAMPLES = 4.0, 2.0, 2
+"""Sampled mean cross-entropies late in the run (at least ``DIVERGED_SAMPLES`` of them) this
+many times log(C) in their median and none below ``DIVERGED_FLOOR`` times it (a batch's loss
+thrashes once it has diverged), after one at or below half of the median earlier: the loss
+rose far above that of predictions that ignore the input."""
+
+
+def loss_diverged(
+    samples: Sequence[tuple[int, int]], steps: Sequence[float], losses: Sequence[float]
+) -> Finding | None:
+    """The sampled steps' loss, a mean cross-entropy over C classes (``samples``: step, C),
+    read ``DIVERGED_RATIO`` x log(C) or more in the median of the run's second half
+    (``DIVERGED_SAMPLES`` readings or more, none below ``DIVERGED_FLOOR`` x log(C)), all
+    finite, after a reading at or below half that earlier: the model went from guessing to confidently wrong, as a learning rate far too
+    high makes it while the values stay finite (an infinite loss is ``non-finite``'s). A model
+    that starts far above log(C) is ``loss-at-init``'s and is not this."""
+    if not steps:
+        return None
+    first, last = int(steps[0]), int(steps[-1])
+    read = [(s, c, losses[s - first]) for s, c in samples if 0 <= s - first < len(losses)]
+    if not all(math.isfinite(v) for *_, v in read):
+        return None
+    ratios = [value / math.log(c) for _, c, value in read]
+    middle = (first + last) / 2
+    late = [r for (s, _, _), r in zip(read, ratios, strict=True) if s > middle]
+    early = [r for (s, _, _), r in zip(read, ratios, strict=True) if s <= middle]
+    if len(late) < DIVERGED_SAMPLES or not early:
+        return None
+    level = statistics.median(late)
+    if level < DIVERGED_RATIO or min(late) < DIVERGED_FLOOR or min(early) > level / 2:
+        return None
+    classes = read[-1][1]
+    low = min(value for (s, _, value) in read if s <= middle)
+    late_values = [value for (s, _, value) in read if s > middle]
+    return Finding(
+        "loss-diverged",
+        "warning",
+        f"the loss diverged: cross-entropy over {classes} classes read {low:.3f} early, then "
+        f"{min(late_values):.3f}-{max(late_values):.3f} over the second half of the run (a "
+        f"median {level:.1f}x log({classes}) = {math.log(classes):.3f}, the loss of predictions "
+        "that ignore the input): the model is confidently wrong (a learning rate far too high?)",
+        evidence={
+            "classes": classes,
+            "chance": round(math.log(classes), 4),
+            "early_min": round(low, 4),
+            "late_min": round(min(late_values), 4),
+            "sampled_steps": len(read),
+        },
+    )
+
+
 # ---------------------------------------------------------------- tensors and modules
 
 

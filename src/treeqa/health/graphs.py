@@ -16,7 +16,7 @@ from __future__ import annotations
 import gc
 import sys
 import types
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,9 @@ from treeqa.health.findings import Finding
 
 _HERE = str(Path(__file__).parent)
 UNKNOWN = "unknown holder"
+RECORD_FIELDS = 16
+"""The most fields a record in a script's list may have for a tensor in it to be named by the
+list (``buffer.append((state, action, q_values))``)."""
 _TENSOR_TYPES = frozenset({torch.Tensor, nn.Parameter, nn.parameter.Buffer})
 
 
@@ -185,6 +188,7 @@ def scan(
     # This scan's own lists refer to the tensors too: the referrer walks skip them (each costs
     # a pass over every gc-tracked object).
     ours = {id(c) for c in (tensors, old, fresh, roots, old_scalars, kept, spanning, *spanning)}
+    records = record_holders() if kept or spanning else None
     for t in kept:
         scalar = t.numel() == 1
         seq = sequence_nr(t)
@@ -201,13 +205,13 @@ def scan(
         # Many old tensors are held only from inside a graph (C++); keep looking, within a
         # bound, until a few have a Python holder to name.
         if named < sample and holders.get(UNKNOWN, 0) < 8 * sample:
-            name = holder_name(t, ours)
+            name = holder_name(t, ours, records)
             holders[name] = holders.get(name, 0) + 1
     if spanning and not set(found.holders) - {UNKNOWN}:
         # A carried state whose graph saves its earlier values (c = f * c + ..., an RNN cell)
         # keeps them alive from inside that graph (C++): those are the graph, not its holder.
         for t in _frame_tops(spanning, parents):
-            name = holder_name(t, ours)
+            name = holder_name(t, ours, records)
             found.holders[name] = found.holders.get(name, 0) + 1
     for holders in (found.holders, found.scalar_holders):
         if len(holders) > 1:
@@ -307,12 +311,18 @@ def _steps(first: int, last: int) -> str:
     return f"step {last}" if first == last else f"steps {first}-{last}"
 
 
-def holder_name(tensor: torch.Tensor, ignore: Collection[int]) -> str:
+def holder_name(
+    tensor: torch.Tensor, ignore: Collection[int], records: Mapping[int, str] | None = None
+) -> str:
     """``Class.attr``, ``Class.attr[]``, ``global name`` or ``local name in fn()`` for a tensor
-    (``ignore``: the ids of the caller's own containers that refer to it)."""
+    (``ignore``: the ids of the caller's own containers that refer to it; ``records``:
+    ``record_holders()``, for a tensor kept in a record of a script's list, so that the list
+    that keeps it is named, not a batch sampled from it)."""
     local = _frame_holder(tensor)
     if local:
         return local
+    if records is not None and id(tensor) in records:
+        return records[id(tensor)]
     for ref in gc.get_referrers(tensor):
         if id(ref) in ignore or isinstance(ref, types.FrameType):
             continue
@@ -347,6 +357,25 @@ def _frame_holder(tensor: torch.Tensor) -> str:
                 if key is not None:  # an EMA table kept by hand: ema[name] = 0.99 * ema[name] + ...
                     return f"dict {name!r}[{key!r}] in {frame.f_code.co_name}()"
     return ""
+
+
+def record_holders() -> dict[int, str]:
+    """The tensors kept as fields of short records (tuples or lists of at most
+    ``RECORD_FIELDS``) in a script's list, by id, each with that list's name: a replay
+    buffer's transitions ``(state, action, reward, q_values)``, a log of ``(step, loss)``.
+    One pass over the script's lists, made once per scan that has holders to name."""
+    found: dict[int, str] = {}
+    for frame in _script_frames():
+        for name, value in frame.f_locals.items():
+            if not isinstance(value, list | tuple) or len(value) >= 100_000:
+                continue
+            holder = f"list {name!r} in {frame.f_code.co_name}()"
+            for record in value:
+                if isinstance(record, tuple | list) and len(record) <= RECORD_FIELDS:
+                    for v in record:
+                        if isinstance(v, torch.Tensor):
+                            found.setdefault(id(v), holder)
+    return found
 
 
 def _attr_of(owner: Any, value: Any) -> str | None:
@@ -390,7 +419,8 @@ def _describe(ref: Any, tensor: Any, ignore: Collection[int], depth: int = 0) ->
         for owner in gc.get_referrers(ref):
             if id(owner) in ignore:
                 continue
-            if getattr(owner, "__dict__", None) is ref:
+            # A module's __dict__ is its globals: a global, not a ``module.name`` attribute.
+            if getattr(owner, "__dict__", None) is ref and not isinstance(owner, types.ModuleType):
                 return f"{type(owner).__name__}.{_attr_of(owner, tensor)}"
             if isinstance(owner, types.ModuleType) or (
                 isinstance(owner, types.FunctionType) and owner.__globals__ is ref

@@ -50,7 +50,7 @@ class LossInputCheck:
         self.first_seen = False
         self.loaded = False  # a model loaded trained weights: its first loss is no init's
         # (id, classes) of the last mean cross-entropy with gradients on a sampled step: the
-        # monitor tells whether it is the step's loss (``loss-at-chance``).
+        # monitor tells whether it is the step's loss (``loss-at-chance``, ``loss-diverged``).
         self.cross_entropy: tuple[int, int] | None = None
         self.wrappers = Wrappers()
 

@@ -483,6 +483,11 @@ class HealthMonitor(Callback):
             self._track_unused(self.step, last=True)
         self.nonfinite.finish()
         self._add_if(checks.loss_at_chance(self.chance, self.series["step"], self.series["loss"]))
+        # A loss that overflowed, or climbs from steps taken uphill, has its cause said.
+        if not any(code in ("non-finite", "lr-negative") for code, _ in self.findings):
+            self._add_if(
+                checks.loss_diverged(self.chance, self.series["step"], self.series["loss"])
+            )
         if not any(code == "non-finite" for code, _ in self.findings):
             self._add_if(self.scalers.collapsed(self.step))
         self._series_checks(self.step)

@@ -70,17 +70,25 @@ def zero_grad_per_micro_batch(
     )
 
 
-def step_without_gradients(steps: int, stale: bool, streak: int = 5) -> Finding | None:
+def step_without_gradients(
+    steps: int, stale: bool, streak: int = 5, frozen: bool = False
+) -> Finding | None:
     """The optimiser stepped ``steps`` steps in a row after a backward, and none of its
     parameters had a gradient. ``stale``: no model that ran a forward holds its parameters
-    (it was built over a model that was replaced); else the gradients were cleared between
-    backward and step."""
+    (it was built over a model that was replaced); ``frozen``: every parameter it holds is
+    frozen while the backward, with no other optimiser stepping, trains something else (it
+    was built over a frozen model, not the prompt or adapter that trains); else the gradients
+    were cleared between backward and step."""
     if steps < streak:
         return None
     cause = (
         "its parameters belong to no model that runs (was the model re-created after the "
         "optimiser was built?)"
         if stale
+        else "every parameter it holds is frozen (requires_grad=False) while the backward "
+        "computes gradients that no optimiser applies (was it built over the frozen model "
+        "instead of the parameters that train: a prompt, an adapter, a new head?)"
+        if frozen
         else "the backward reached none of them: gradients cleared between backward() and "
         "step() (zero_grad in the wrong place?), or a forward under torch.no_grad() or detached"
     )
@@ -89,7 +97,7 @@ def step_without_gradients(steps: int, stale: bool, streak: int = 5) -> Finding 
         "error",
         f"the optimiser stepped {steps} steps in a row after a backward with no gradient on any of "
         f"its parameters, so nothing it holds changes: {cause}",
-        evidence={"steps_in_a_row": steps, "stale_parameters": stale},
+        evidence={"steps_in_a_row": steps, "stale_parameters": stale, "all_frozen": frozen},
     )
 
 

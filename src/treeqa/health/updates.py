@@ -173,6 +173,9 @@ class Updates:
         self.backwards = 0  # backward calls since the clock's last step
         self.empty = 0  # steps in a row stepped after a backward with no gradients
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
+        # (id, version) of the gradient of each trainable model parameter no optimiser holds,
+        # at the last sampled step after ORPHAN_STEP: one that changes is a fresh gradient
+        self.orphan_grads: dict[int, tuple[int, int]] = {}
         # this step's forwards with gradients: 1 train mode, 2 eval mode, 4 float16 autocast
         self.mode = 0
         self.sampled = False  # this step is sampled
@@ -343,14 +346,18 @@ class Updates:
         # A backward through a graph while the models this optimiser trains ran no forward
         # with gradients: frozen for now, on purpose (a backbone warmed up under no_grad
         # beside a head with its own optimiser).
-        frozen = graph and bool(roots) and not self.mode & 1
+        # (A forward with gradients in eval mode counts: a frozen model in eval mode that a
+        # prompt's gradients run through.)
+        frozen = graph and bool(roots) and not self.mode & 3
         # Updates by hand are seen after the update, the gradients maybe cleared by then.
         if self.backwards and not frozen and not by_hand:
-            self._note_gradients(optimizer, roots)
+            self._note_gradients(optimizer, roots, graph)
         if step - self.first + 1 == ORPHAN_STEP:
             self._note_unregistered(optimizer, roots)
             if not by_hand:
                 self._note_orphans(optimizer, roots)
+        elif step - self.first + 1 > ORPHAN_STEP and sampled and not by_hand:
+            self._note_late_orphans(optimizer, roots)
         self.backwards = 0
         self.no_grad_run, self._no_grad_input = 0, None
         self.eval_grad_run = 0
@@ -359,7 +366,9 @@ class Updates:
         self._note_mode(step, roots)
         self._note_lr(step, sampled, optimizer)
 
-    def _note_gradients(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
+    def _note_gradients(
+        self, optimizer: torch.optim.Optimizer, roots: list[nn.Module], graph: bool = False
+    ) -> None:
         # The parameter that had a gradient last time first: a frozen backbone given to the
         # optimiser is not walked again on every step.
         if self.with_grad is not None and self.with_grad.grad is not None:
@@ -372,12 +381,17 @@ class Updates:
                     self.empty, self.with_grad = 0, p
                     return
                 wanted |= p.requires_grad
-        if not wanted:  # all frozen (staged unfreezing): no step is expected to change them
+        # All frozen (staged unfreezing): no step is expected to change them, while another
+        # optimiser trains. With none, a backward through a graph trains nothing that steps.
+        alone = all(o is optimizer for o in self.optimizers)
+        if not wanted and not (graph and alone):
             return
         self.empty += 1
         if self.empty == EMPTY_STEPS:
             self._report(
-                slips.step_without_gradients(self.empty, stale=not roots, streak=EMPTY_STEPS)
+                slips.step_without_gradients(
+                    self.empty, stale=not roots, streak=EMPTY_STEPS, frozen=not wanted
+                )
             )
 
     def _held(self, optimizer: torch.optim.Optimizer) -> set[int]:
@@ -406,6 +420,29 @@ class Updates:
             for name, p in root.named_parameters()
             if p.grad is not None and id(p) not in held
         ]
+        if orphans:
+            names = [n for n, _ in orphans]
+            self._report(slips.not_in_optimiser(names, sum(p.numel() for _, p in orphans)))
+
+    def _note_late_orphans(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
+        """Parameters made trainable after ``ORPHAN_STEP`` (staged unfreezing) that no
+        optimiser holds (one built over the parameters that were trainable then): their
+        gradients change between two sampled steps, and nothing applies them. A gradient left
+        from before a layer was frozen does not change, and a frozen layer is skipped."""
+        if "not-in-optimiser" in self.reported:
+            return
+        held = self._held(optimizer)
+        seen, self.orphan_grads = self.orphan_grads, {}
+        orphans = []
+        for i, root in enumerate(roots):
+            for name, p in root.named_parameters():
+                grad = p.grad
+                if grad is None or not p.requires_grad or id(p) in held:
+                    continue
+                mark = (id(grad), grad._version)
+                self.orphan_grads[id(p)] = mark
+                if seen.get(id(p), mark) != mark:
+                    orphans.append(((f"model{i}." if i else "") + name, p))
         if orphans:
             names = [n for n, _ in orphans]
             self._report(slips.not_in_optimiser(names, sum(p.numel() for _, p in orphans)))
