@@ -393,8 +393,7 @@ def write_report(
     first = series or os.environ.get("LOCAL_RANK", str(prints.rank)) == "0"
     kept = result if first else {**result, "series": {}}
     path = folder / f"rank{prints.rank}.json"
-    report.write_json({**kept, "process": prints.to_json()}, path.with_suffix(".tmp"))
-    path.with_suffix(".tmp").replace(path)
+    report.write_json({**kept, "process": prints.to_json()}, path)
 
 
 def report_merged(

@@ -11,7 +11,7 @@ from typing import Any, TextIO
 
 from treeqa.health import wrap
 from treeqa.health.findings import SEVERITIES, Finding
-from treeqa.train.checkpoint import keep_aside
+from treeqa.train.checkpoint import keep_aside, write_text_atomic
 
 _ORDER = {s: i for i, s in enumerate(reversed(SEVERITIES))}
 
@@ -86,9 +86,14 @@ def print_summary(result: dict[str, Any], stream: TextIO) -> None:
 
 
 def write_json(result: dict[str, Any], path: str | Path) -> None:
+    """The report as JSON, written atomically to a file (a kill leaves the old report or the
+    new one, never half); to a pipe or device (``--json /dev/stdout``) as it is."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    text = json.dumps(result, indent=1) + "\n"
+    if path.exists() and not path.is_file():
+        path.write_text(text, encoding="utf-8")
+    else:
+        write_text_atomic(path, text)
 
 
 def check_plot_path(path: Path) -> None:
