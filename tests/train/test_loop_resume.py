@@ -194,6 +194,10 @@ def test_loading_a_checkpoint_of_another_task_is_refused(tmp_path: Path) -> None
     assert ckpt.load(path, task="qa").meta["task"] == "qa"
     with pytest.raises(ckpt.CheckpointError, match="a 'qa' checkpoint, not a 'sentiment' one"):
         ckpt.load(path, task="sentiment")
+    with pytest.raises(
+        ckpt.CheckpointError, match=r"its commands: treeqa train qa, .* evaluate qa"
+    ):
+        ckpt.load(path, task="sentiment")
 
 
 def test_train_config_values_out_of_range_name_the_field() -> None:

@@ -27,6 +27,11 @@ FORMAT_VERSION = 1
 BEST, LAST = "best.safetensors", "last.safetensors"
 PARTIAL = ".tmp"
 """The suffix of a checkpoint being written; a kill during the write leaves one behind."""
+TASK_COMMANDS = {
+    "sentiment": "treeqa train sentiment, treeqa evaluate, treeqa predict",
+    "qa": "treeqa train qa, treeqa evaluate qa, treeqa predict qa",
+}
+"""The commands that read a task's checkpoints, for an error that found the other task's."""
 
 
 class CheckpointError(ValueError):
@@ -268,7 +273,11 @@ def read_meta(path: str | Path, task: str | None = None, prefer: str = BEST) -> 
             f"{file}: checkpoint format {meta.get('format_version')}, this treeqa reads {FORMAT_VERSION}"
         )
     if task is not None and meta.get("task") != task:
-        raise CheckpointError(f"{file}: a {meta.get('task')!r} checkpoint, not a {task!r} one")
+        commands = TASK_COMMANDS.get(str(meta.get("task")))
+        hint = f" (its commands: {commands})" if commands else ""
+        raise CheckpointError(
+            f"{file}: a {meta.get('task')!r} checkpoint, not a {task!r} one{hint}"
+        )
     meta_dict: dict[str, Any] = meta
     return meta_dict
 
