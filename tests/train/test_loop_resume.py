@@ -324,11 +324,15 @@ def test_a_resume_keeps_what_the_run_learns_with_and_may_change_how_long_it_goes
 
 def test_a_resumed_run_that_stopped_early_stays_stopped(demo_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    patient = [("data", str(demo_dir)), ("epochs", "40"), ("health", "off"), ("patience", "1")]
+    patient = [("data", str(demo_dir)), ("epochs", "40"), ("health", "on"), ("patience", "1")]
     first = train(resolve_config({}, patient), run)
     assert first["epochs"] < 40  # stopped early
+    report = (run / "health.json").read_text()
     again = train(resolve_config({}, patient), run, resume_run=True)
     assert again["epochs"] == first["epochs"]
+    # It trained nothing: its health report stays (not set aside for an empty one)
+    assert (run / "health.json").read_text() == report
+    assert not (run / "health.1.json").exists()
     more = [*patient[:3], ("patience", "50")]
     assert train(resolve_config({}, more), run, resume_run=True)["epochs"] > first["epochs"]
 

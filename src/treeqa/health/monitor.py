@@ -46,6 +46,7 @@ from treeqa.health.runqueue import RUN_QUEUE, waited_since
 from treeqa.health.scalers import MIN_SCALE, LossScalers
 from treeqa.health.wrap import say_failed
 from treeqa.models.common import Output
+from treeqa.train.callbacks import EarlyStopping
 from treeqa.train.loop import Callback, TrainState
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -84,12 +85,20 @@ def compiled_module(model: nn.Module) -> bool:
 
 
 def for_run(
-    mode: str, run_dir: Path, resumed: TrainState | None, epochs: int, main: bool
+    mode: str,
+    run_dir: Path,
+    resumed: TrainState | None,
+    epochs: int,
+    main: bool,
+    patience: int = 0,
 ) -> HealthMonitor | None:
     """The monitor of a training run writing ``run_dir/health.json`` (None when ``mode`` is
     off, or when a finished run is resumed, as ``evaluate --seeds`` does: it trains nothing, so
-    its report stays). On process ``main``, a report an earlier part of the run wrote is kept."""
-    if mode == "off" or (resumed is not None and resumed.epoch >= epochs):
+    its report stays; so does a run that stopped early, resumed with the same ``patience``).
+    On process ``main``, a report an earlier part of the run wrote is kept."""
+    if mode == "off":
+        return None
+    if resumed is not None and (resumed.epoch >= epochs or EarlyStopping(patience).due(resumed)):
         return None
     if main:
         report.keep_earlier(run_dir / "health.json")
@@ -156,8 +165,11 @@ class Canary:
 class HealthMonitor(Callback):
     """Watches a training run and reports ``Finding``s (see ``treeqa.health.findings.CODES``).
 
-    ``mode`` is "on" or "strict" (an error finding stops the run). ``every``: steps between
-    sampled steps. ``scan_budget``: share of wall time the gc walks may take.
+    ``mode`` is "on" or "strict": an error finding sets ``stop_requested`` (``fit()``, the
+    Lightning adapter and the doctor stop the run on it; a loop of your own checks it after
+    ``end_step``). ``every``: steps between sampled steps (a positive int). ``json_path``,
+    ``plot_path``: where ``finish()`` writes the report and its plot (checked here, before the
+    run). ``scan_budget``: share of wall time the gc walks may take (above 0, at most 1).
     """
 
     main_only = True  # under torchrun, process 0 watches (its steps wait for the others')
@@ -173,7 +185,20 @@ class HealthMonitor(Callback):
     ):
         if mode not in ("on", "strict"):
             raise ValueError(f"health mode {mode!r}: expected on | strict")
-        self.mode, self.every = mode, max(1, every)
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every={every!r}: expected a positive int (steps between samples)")
+        if isinstance(scan_budget, bool) or not isinstance(scan_budget, int | float):
+            raise ValueError(f"scan_budget={scan_budget!r}: expected a share of wall time")
+        if not 0 < scan_budget <= 1:
+            raise ValueError(f"scan_budget={scan_budget!r}: expected a share above 0, at most 1")
+        from treeqa.health.script import writable  # (script.py imports this module)
+
+        for name, path in (("json_path", json_path), ("plot_path", plot_path)):
+            if path is not None:  # fail now, not after the run
+                writable(name, Path(path))
+        if plot_path is not None:
+            report.check_plot_path(Path(plot_path), "plot_path")
+        self.mode, self.every = mode, every
         self.json_path, self.plot_path = json_path, plot_path
         self.stream = stream or sys.stderr
         self.summary = True  # printed at the finish (not by one of several processes)
@@ -198,6 +223,9 @@ class HealthMonitor(Callback):
         }
         self.canary = Canary()
         self.models: list[nn.Module] = []
+        # Each watched model's parameters its optimiser updates, as ``watch`` was given them
+        # (None: all that require grad), so a later ``watch`` of another model keeps them.
+        self._trained: list[set[int] | None] = []
         self.compiling = False  # a watched model is torch.compile's (compiled_module)
         self.params: list[tuple[str, nn.Parameter]] = []
         self.names: dict[int, str] = {}
@@ -209,6 +237,9 @@ class HealthMonitor(Callback):
         # Steps before this run's own: a forked process's parent's, or a script's earlier run's
         # (a second model trained after the first): its first steps are sampled as a run's are.
         self.steps_before = 0
+        # Steps a run resumed from a checkpoint took before this monitor started (fit()): its
+        # report covers the steps after them.
+        self.resumed_at = 0
         self.timed = False  # this step's CPU time and the reference workload are read
         self.in_step = False  # between begin_step and end_step: a finding now is the next step's
         self.unstepped_backwards = 0  # backward() calls in a script that never stepped (doctor)
@@ -262,11 +293,15 @@ class HealthMonitor(Callback):
         ``trained``: the parameters an optimiser updates, when known. Only those can be unused:
         a backbone run under ``no_grad`` for a linear probe, left out of the optimiser, is
         frozen on purpose even where its ``requires_grad`` is still True."""
+        for model in models:
+            if not isinstance(model, nn.Module):
+                raise TypeError(f"watch() takes nn.Module models, not {type(model).__name__}")
         keep = None if trained is None else {id(p) for p in trained}
         for model in models:
             if any(model is m for m in self.models):
                 continue
             self.models.append(model)
+            self._trained.append(keep)
             self.compiling |= compiled_module(model)
             for finding in checks.parameter_aliases(model):
                 self.add(finding)
@@ -286,9 +321,9 @@ class HealthMonitor(Callback):
         self.nonfinite.names = self.names
         seen: set[int] = set()
         self.params = []
-        for i, model in enumerate(self.models):
+        for i, (model, kept) in enumerate(zip(self.models, self._trained, strict=True)):
             for name, p in model.named_parameters():
-                if id(p) not in seen and p.requires_grad and (keep is None or id(p) in keep):
+                if id(p) not in seen and p.requires_grad and (kept is None or id(p) in kept):
                     seen.add(id(p))
                     self.params.append(((f"model{i}." if i else "") + name, p))
 
@@ -296,7 +331,7 @@ class HealthMonitor(Callback):
         """Forget the models watched so far (their run is over and another model trains now):
         the monitor keeps them alive no longer, and the next step starts a new window for
         ``unused-parameter``."""
-        self.models, self.params = [], []
+        self.models, self.params, self._trained = [], [], []
         self.loss_check.watch([])
         self._unused, self._unused_params, self._unused_from = None, [], self.step + 1
         self._late = None
@@ -342,7 +377,7 @@ class HealthMonitor(Callback):
             self._hooks.append(torch.nn.modules.module.register_module_forward_hook(hook))
         if self.nonfinite.armed and hooks:
             self._hooks.append(self.nonfinite.begin_step(self.safely))
-        if s == self.every + 1 and self.profile.windows == 0:
+        if own == self.every + 1 and self.profile.windows == 0:
             self.profile.schedule(s)
         if self.profile.active:
             self.profile.begin(s)
@@ -505,10 +540,19 @@ class HealthMonitor(Callback):
     def on_fit_start(
         self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
     ) -> None:
-        self.step = state.step
+        if state.step:  # resumed: this run's own steps are watched as a new run's first are
+            self.resume_at(state.step)
         self.expect_epochs()
         self.watch(model, trained=[p for g in optimizer.param_groups for p in g["params"]])
         self.install_loss_checks()
+
+    def resume_at(self, step: int) -> None:
+        """The run resumes after ``step`` steps taken before this monitor (a checkpoint's): its
+        steps are numbered on from there, and its first ones are sampled, profiled and scanned
+        as a new run's are. Call before the first ``begin_step``."""
+        self.step = self.steps_before = self.resumed_at = self.retention.first = step
+        self._unused_from = step + 1
+        self._next_series_check = step + self.every
 
     def safely(self, work: Callable[..., object], *args: Any) -> None:
         """The monitor's work inside the run it watches (``fit()``'s callbacks, the doctor's

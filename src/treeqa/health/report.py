@@ -30,7 +30,8 @@ def build(monitor: Any) -> dict[str, Any]:
     return {
         "findings": [f.to_json() for f in findings],
         "series": series,
-        "steps": monitor.step,
+        "steps": monitor.step - monitor.resumed_at,
+        "resumed_at": monitor.resumed_at,
         "backwards_without_a_step": monitor.unstepped_backwards,
         "monitor_failures": wrap.FAILURES[monitor.failures_from :],
         "meta": {
@@ -71,12 +72,19 @@ def print_summary(result: dict[str, Any], stream: TextIO) -> None:
         )
     if steps == 0 and not findings:
         return
+    # A run resumed from a checkpoint: this report covers its steps after the resume only.
+    resumed = result.get("resumed_at", 0)
+    if resumed:
+        span = f"{resumed + 1}-{resumed + steps}, resumed after step {resumed}"
+        watched = f"{plural(steps, 'step')} ({span})"
+    else:
+        watched = plural(steps, "step")
     if not findings:
-        print(f"treeqa health: {plural(steps, 'step')}, no findings", file=stream)
+        print(f"treeqa health: {watched}, no findings", file=stream)
         return
     counts = {s: sum(f["severity"] == s for f in findings) for s in SEVERITIES}
     shown = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    counted = f"{plural(steps, 'step')}, {plural(len(findings), 'finding')}"
+    counted = f"{watched}, {plural(len(findings), 'finding')}"
     print(f"\ntreeqa health: {counted} ({shown})", file=stream)
     for f in findings:
         print(f"  {f['severity']:<7} {f['code']:<34} step {f['step']}: {f['message']}", file=stream)
@@ -96,17 +104,17 @@ def write_json(result: dict[str, Any], path: str | Path) -> None:
         write_text_atomic(path, text)
 
 
-def check_plot_path(path: Path) -> None:
+def check_plot_path(path: Path, flag: str = "--plot") -> None:
     """Fail before the run, not after it, when the plot cannot be drawn: no matplotlib, or a
-    file name whose extension names no image format it writes."""
+    file name whose extension names no image format it writes. ``flag``: the option named."""
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError as e:
-        raise ValueError("--plot needs matplotlib: pip install 'treeqa[plot]'") from e
+        raise ValueError(f"{flag} needs matplotlib: pip install 'treeqa[plot]'") from e
     formats = FigureCanvasBase.get_supported_filetypes()
     if path.suffix[1:].lower() not in formats:
         raise ValueError(
-            f"--plot {path}: name the image format by its extension "
+            f"{flag} {path}: name the image format by its extension "
             f"({', '.join('.' + f for f in sorted(formats))})"
         )
 

@@ -34,6 +34,7 @@ class Retention:
         self.add, self.every, self.scan_budget = add, every, scan_budget
         self.source_files = source_files
         self.step = 0  # the step of the scan running
+        self.first = 0  # steps before the first one watched (a run resumed from a checkpoint)
         self._seq: list[int] = []  # sequence number of each step's loss (graphs-from-step map)
         self._floor: int | None = None  # the last node number before the first step
         self._seq_step: list[int] = []
@@ -99,17 +100,17 @@ class Retention:
 
     def _scans(self, s: int) -> bool:
         """A graph scan may run after step s (the early ones always, later ones on budget)."""
-        return s in (8, 32) or s % (4 * self.every) == 0
+        return s - self.first in (8, 32) or s % (4 * self.every) == 0
 
     def _notes_graph(self, s: int) -> bool:
         """Step s's loss node number is kept: sampled steps and scans."""
-        return s <= 3 or s % self.every == 0 or self._scans(s)
+        return s - self.first <= 3 or s % self.every == 0 or self._scans(s)
 
     def _step_of(self, seq: int) -> tuple[int, int]:
         """The steps (first, last) whose graphs may hold node number ``seq``."""
         i = bisect.bisect_left(self._seq, seq)
         last = self._seq_step[i] if i < len(self._seq_step) else self.step
-        first = self._seq_step[i - 1] + 1 if i > 0 else 1
+        first = self._seq_step[i - 1] + 1 if i > 0 else self.first + 1
         return min(first, last), last
 
     def maybe_scan(self, s: int, loss: torch.Tensor | None) -> None:
@@ -121,7 +122,10 @@ class Retention:
         now = time.perf_counter()
         # The early scans always run (a fixed cost that catches leaks early); later ones keep
         # within the time budget.
-        if s > 32 and now - self._last_scan_end < self._last_scan_cost / self.scan_budget:
+        if (
+            s - self.first > 32
+            and now - self._last_scan_end < self._last_scan_cost / self.scan_budget
+        ):
             return
         # Nodes numbered <= marker were made at or before the previous scan; the first scan
         # only notes where its interval starts.

@@ -440,7 +440,14 @@ def _train(
         StopOnSignal(),
         *extra_callbacks,
     ]
-    monitor = health.for_run(config.train.health, out, state, config.train.epochs, world.main)
+    monitor = health.for_run(
+        config.train.health,
+        out,
+        state,
+        config.train.epochs,
+        world.main,
+        patience=config.train.patience,
+    )
     if monitor is not None:
         callbacks.append(monitor)
     threshold, eval_bs = config.schedule.threshold, config.data.eval_batch_size

@@ -431,7 +431,14 @@ def _train(
         StopOnSignal(),
         *extra_callbacks,
     ]
-    monitor = health.for_run(config.train.health, out, state, config.train.epochs, world.main)
+    monitor = health.for_run(
+        config.train.health,
+        out,
+        state,
+        config.train.epochs,
+        world.main,
+        patience=config.train.patience,
+    )
     if monitor is not None:
         callbacks.append(monitor)
     seed = config.train.seed
