@@ -151,6 +151,8 @@ CLEAN = [
     "clean_own_profiler.py",  # the script's own torch.profiler session around the whole run
     "clean_sparse_outputs.py",  # a GCN whose adjacency module returns a sparse matrix
     "clean_staged_unfreezing.py",  # layers unfrozen into the optimiser; a prompt of its own
+    "clean_hard_examples.py",  # trained on the hardest of a pool scored under no_grad: at log(C)
+    "clean_margin_softmax.py",  # CosFace: a first loss far above log(C) by design
 ]
 
 

@@ -1283,6 +1283,23 @@ def test_backward_calls_with_no_optimiser_step_ask_for_the_step(tmp_path: Path) 
     )
     _, report = run_doctor(["python", str(script)], stream=io.StringIO())
     assert report["steps"] == 30 and report["backwards_without_a_step"] == 0
+    # The step copied under the evaluation's torch.no_grad(): the first backward raises, and
+    # no backward ran, so none is counted (the step was not forgotten).
+    script.write_text(
+        "import torch\n"
+        "model = torch.nn.Linear(4, 2)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "with torch.no_grad():\n"
+        "    loss = model(torch.randn(8, 4)).pow(2).mean()\n"
+        "    try:\n"
+        "        loss.backward()\n"
+        "    except RuntimeError as e:\n"
+        "        print(e)\n"
+    )
+    stream = io.StringIO()
+    _, report = run_doctor(["python", str(script)], stream=stream)
+    assert report["steps"] == 0 and report["backwards_without_a_step"] == 0
+    assert "is optimizer.step() missing?" not in stream.getvalue()
 
 
 def test_gradients_from_autograd_grad_applied_by_hand_make_steps(tmp_path: Path) -> None:
@@ -1642,6 +1659,9 @@ def test_a_loss_at_chance_all_run_is_said_and_one_that_falls_is_not() -> None:
     dipped = array("d", wander)
     dipped[10] = 0.5  # once far below chance: it can learn
     assert checks.loss_at_chance(samples, steps, dipped) is None
+    # Only the sampled steps at chance: one batch read on each (a fixed order, 10 an epoch)
+    aliased = array("d", (ln3 if s % 10 == 1 else 0.2 for s in range(1, 301)))
+    assert checks.loss_at_chance(samples, steps, aliased) is None
 
 
 def test_a_generator_given_to_backward_reaches_torch_whole(tmp_path: Path) -> None:
@@ -1680,3 +1700,10 @@ def test_a_loss_that_climbs_far_above_chance_has_diverged() -> None:
     assert checks.loss_diverged(samples, steps, infinite) is None
     one_late = [(s, 5) for s in (1, 2, 3, 50, 100, 200)]
     assert checks.loss_diverged(one_late, steps, climbing) is None
+    # The sampled steps' batch is one the model gets wrong (a loader in a fixed order, 50
+    # batches an epoch, its last from another source); every other step's loss is low.
+    aliased = array("d", climbing)
+    for i in range(len(aliased)):
+        if (i + 1) not in (1, 2, 3) and (i + 1) % 50:
+            aliased[i] = 0.1
+    assert checks.loss_diverged(samples, steps, aliased) is None

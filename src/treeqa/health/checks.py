@@ -384,6 +384,15 @@ half whose loss is a mean cross-entropy, their median within this fraction of lo
 sampled step's below this share of log(C)."""
 
 
+def typical_late_loss(steps: Sequence[float], losses: Sequence[float], middle: float) -> float:
+    """The median finite loss of every step in the run's second half, sampled or not (NaN
+    when none): the sampled steps are every ``every``-th, and a loader read in the same order
+    each epoch of as many batches puts the same batch on each of them, so their level alone
+    may be one batch's."""
+    late = [v for s, v in zip(steps, losses, strict=False) if s > middle and math.isfinite(v)]
+    return statistics.median(late) if late else math.nan
+
+
 def loss_at_chance(
     samples: Sequence[tuple[int, int]], steps: Sequence[float], losses: Sequence[float]
 ) -> Finding | None:
@@ -404,6 +413,9 @@ def loss_at_chance(
     if abs(statistics.median(late) - 1) > CHANCE_BAND:
         return None
     classes = read[-1][1]
+    # Every step's loss, not only the sampled ones', at chance too (not below the floor).
+    if not typical_late_loss(steps, losses, (first + last) / 2) >= CHANCE_FLOOR * math.log(classes):
+        return None
     values = [value for *_, value in read]
     return Finding(
         "loss-at-chance",
@@ -454,6 +466,11 @@ def loss_diverged(
     if level < DIVERGED_RATIO or min(late) < DIVERGED_FLOOR or min(early) > level / 2:
         return None
     classes = read[-1][1]
+    # Every step's loss, not only the sampled ones', high too: one batch read on each sampled
+    # step (a loader in a fixed order, as many batches an epoch as the sampling interval)
+    # may be one the model legitimately gets wrong while it fits the others.
+    if not typical_late_loss(steps, losses, middle) >= DIVERGED_FLOOR * math.log(classes):
+        return None
     low = min(value for (s, _, value) in read if s <= middle)
     late_values = [value for (s, _, value) in read if s > middle]
     return Finding(

@@ -272,6 +272,8 @@ class Doctor:
         """``torch.autograd.backward(tensors, *args, **kwargs)`` is about to run."""
         self._hand_step()
         loss = _first(tensors)
+        if isinstance(loss, torch.Tensor) and not loss.requires_grad:
+            return  # torch raises (it does not require grad): no gradient is taken
         if self.hand is not None:
             self.hand.backward(loss)
         retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)

@@ -31,6 +31,9 @@ ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 """Losses of an input against a target of the same shape (torch broadcasts, with a warning)."""
 VOCABULARY = 50
 """The fewest ids an Embedding needs for its padding id to be looked for in loss targets."""
+MARGIN_ROWS, MARGIN_SHARE = 8, 0.8
+"""A first cross-entropy far above log(C) whose target logits sit below their rows' mean on
+this share of this many rows or more is a margin softmax's, by design, not ``loss-at-init``."""
 
 
 class LossInputCheck:
@@ -52,6 +55,11 @@ class LossInputCheck:
         # (id, classes) of the last mean cross-entropy with gradients on a sampled step: the
         # monitor tells whether it is the step's loss (``loss-at-chance``, ``loss-diverged``).
         self.cross_entropy: tuple[int, int] | None = None
+        # Rows whose per-example cross-entropy was computed without gradients on this sampled
+        # step (the monitor clears it at the step's end): a mean cross-entropy with gradients
+        # over fewer rows trains on examples picked by their loss (hard-example mining), whose
+        # level says nothing of the model's.
+        self.scored = 0
         self.wrappers = Wrappers()
 
     def watch(self, modules: Iterable[nn.Module]) -> None:
@@ -158,7 +166,10 @@ class LossInputCheck:
         mean = fname == "cross_entropy" and result.numel() == 1 and _averaged(args, kwargs or {})
         if fname == "cross_entropy":
             self._squashed_logits(input, classes)
-        if mean and result.requires_grad:
+        rows = int(input.shape[0]) if input.dim() >= 2 else 0
+        if fname == "cross_entropy" and not result.requires_grad and result.dim() >= 1:
+            self.scored = max(self.scored, rows)  # reduction="none" under no_grad
+        if mean and result.requires_grad and rows >= self.scored:
             self.cross_entropy = (id(result), classes)
         if classes in self.paddings:
             self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs or {})
@@ -205,7 +216,8 @@ class LossInputCheck:
         ):
             self.first_seen = True
             found = checks.loss_at_init(float(result.detach()), classes)
-            if found is not None:
+            target = args[0] if args else (kwargs or {}).get("target")
+            if found is not None and not _margin_by_design(input, target):
                 found.where = checks.user_site(2)
                 self.add(found)
 
@@ -276,6 +288,27 @@ class LossInputCheck:
                 evidence={"function": "cross_entropy", "produced_by": "relu"},
             )
         )
+
+
+def _margin_by_design(input: torch.Tensor, target: Any) -> bool:
+    """The target's logit is below the mean of its row on 80% of 8 rows or more: a margin
+    softmax (CosFace, ArcFace) takes a margin off the target's scaled cosine, so its first
+    loss is far above log(C) by design (about s x m at init), while an output layer that
+    starts too confident has large logits no lower at the target than elsewhere (below the
+    mean on about half the rows). Class-index targets of an [N, C] input; one host sync, once."""
+    if (
+        not isinstance(target, torch.Tensor)
+        or target.dtype not in (torch.int64, torch.int32)
+        or input.dim() != 2
+        or target.shape != input.shape[:1]
+    ):
+        return False
+    with torch.no_grad():
+        logits = input.detach().float()
+        valid = (target >= 0) & (target < logits.shape[1])  # ignore_index left out
+        at_target = logits.gather(1, target.clamp(0, logits.shape[1] - 1).long()[:, None])
+        below = (at_target.squeeze(1) < logits.mean(1))[valid]
+        return below.numel() >= MARGIN_ROWS and float(below.float().mean()) >= MARGIN_SHARE
 
 
 def _averaged(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

@@ -437,6 +437,7 @@ class HealthMonitor(Callback):
             self._remove_hooks()
         if self.sampling:
             ce, self.loss_check.cross_entropy = self.loss_check.cross_entropy, None
+            self.loss_check.scored = 0
             if ce is not None and tensor is not None and ce[0] == id(tensor) and ce[1] > 1:
                 self.chance.append((s, ce[1]))  # the step's loss is that cross-entropy
             self._sampled_checks(s)
