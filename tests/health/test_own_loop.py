@@ -175,7 +175,11 @@ def test_a_resumed_fit_reports_its_own_steps_and_checks_them_as_a_new_runs(
 
 def test_resuming_a_run_that_stopped_early_keeps_its_report(tmp_path: Path) -> None:
     stopped = TrainState(epoch=3, step=90, best_epoch=1)  # no better score for 2 epochs
-    assert health.for_run("on", tmp_path, stopped, 10, True, patience=2) is None
+
+    def train(patience: int) -> TrainConfig:
+        return TrainConfig(epochs=10, patience=patience)
+
+    assert health.for_run(train(2), tmp_path, stopped, True) is None
     # a larger patience trains on, and is watched
-    assert health.for_run("on", tmp_path, stopped, 10, True, patience=3) is not None
-    assert health.for_run("on", tmp_path, stopped, 10, True) is not None  # no early stopping
+    assert health.for_run(train(3), tmp_path, stopped, True) is not None
+    assert health.for_run(train(0), tmp_path, stopped, True) is not None  # no early stopping

@@ -384,6 +384,16 @@ half whose loss is a mean cross-entropy, their median within this fraction of lo
 sampled step's below this share of log(C)."""
 
 
+def sampled_cross_entropies(
+    samples: Sequence[tuple[int, int]], steps: Sequence[float], losses: Sequence[float]
+) -> list[tuple[int, int, float, float]]:
+    """(step, C, loss, loss / log(C)) of the sampled steps whose loss is a mean cross-entropy
+    over C classes (``samples``: step, C), read from the run's series."""
+    first = int(steps[0])
+    read = [(s, c, losses[s - first]) for s, c in samples if 0 <= s - first < len(losses)]
+    return [(s, c, value, value / math.log(c)) for s, c, value in read]
+
+
 def typical_late_loss(steps: Sequence[float], losses: Sequence[float], middle: float) -> float:
     """The median finite loss of every step in the run's second half, sampled or not (NaN
     when none): the sampled steps are every ``every``-th, and a loader read in the same order
@@ -404,19 +414,18 @@ def loss_at_chance(
     with 64 random labels, by ~3%)."""
     if not steps or steps[-1] < CHANCE_STEPS:
         return None
-    first, last = int(steps[0]), int(steps[-1])
-    read = [(s, c, losses[s - first]) for s, c in samples if 0 <= s - first < len(losses)]
-    ratios = [value / math.log(c) for _, c, value in read]
-    late = [r for (s, _, _), r in zip(read, ratios, strict=True) if s > (first + last) / 2]
-    if len(late) < CHANCE_SAMPLES or not all(r >= CHANCE_FLOOR for r in ratios):  # (NaN too)
+    read = sampled_cross_entropies(samples, steps, losses)
+    middle = (steps[0] + steps[-1]) / 2
+    late = [r for s, _, _, r in read if s > middle]
+    if len(late) < CHANCE_SAMPLES or not all(r >= CHANCE_FLOOR for *_, r in read):  # (NaN too)
         return None
     if abs(statistics.median(late) - 1) > CHANCE_BAND:
         return None
     classes = read[-1][1]
     # Every step's loss, not only the sampled ones', at chance too (not below the floor).
-    if not typical_late_loss(steps, losses, (first + last) / 2) >= CHANCE_FLOOR * math.log(classes):
+    if not typical_late_loss(steps, losses, middle) >= CHANCE_FLOOR * math.log(classes):
         return None
-    values = [value for *_, value in read]
+    values = [value for _, _, value, _ in read]
     return Finding(
         "loss-at-chance",
         "warning",
@@ -447,19 +456,18 @@ def loss_diverged(
     """The sampled steps' loss, a mean cross-entropy over C classes (``samples``: step, C),
     read ``DIVERGED_RATIO`` x log(C) or more in the median of the run's second half
     (``DIVERGED_SAMPLES`` readings or more, none below ``DIVERGED_FLOOR`` x log(C)), all
-    finite, after a reading at or below half that earlier: the model went from guessing to confidently wrong, as a learning rate far too
-    high makes it while the values stay finite (an infinite loss is ``non-finite``'s). A model
-    that starts far above log(C) is ``loss-at-init``'s and is not this."""
+    finite, after a reading at or below half that earlier: the model went from guessing to
+    confidently wrong, as a learning rate far too high makes it while the values stay finite
+    (an infinite loss is ``non-finite``'s). A model that starts far above log(C) is
+    ``loss-at-init``'s and is not this."""
     if not steps:
         return None
-    first, last = int(steps[0]), int(steps[-1])
-    read = [(s, c, losses[s - first]) for s, c in samples if 0 <= s - first < len(losses)]
-    if not all(math.isfinite(v) for *_, v in read):
+    read = sampled_cross_entropies(samples, steps, losses)
+    if not all(math.isfinite(v) for _, _, v, _ in read):
         return None
-    ratios = [value / math.log(c) for _, c, value in read]
-    middle = (first + last) / 2
-    late = [r for (s, _, _), r in zip(read, ratios, strict=True) if s > middle]
-    early = [r for (s, _, _), r in zip(read, ratios, strict=True) if s <= middle]
+    middle = (steps[0] + steps[-1]) / 2
+    late = [r for s, _, _, r in read if s > middle]
+    early = [r for s, _, _, r in read if s <= middle]
     if len(late) < DIVERGED_SAMPLES or not early:
         return None
     level = statistics.median(late)
@@ -471,8 +479,8 @@ def loss_diverged(
     # may be one the model legitimately gets wrong while it fits the others.
     if not typical_late_loss(steps, losses, middle) >= DIVERGED_FLOOR * math.log(classes):
         return None
-    low = min(value for (s, _, value) in read if s <= middle)
-    late_values = [value for (s, _, value) in read if s > middle]
+    low = min(value for s, _, value, _ in read if s <= middle)
+    late_values = [value for s, _, value, _ in read if s > middle]
     return Finding(
         "loss-diverged",
         "warning",

@@ -47,7 +47,7 @@ from treeqa.health.scalers import MIN_SCALE, LossScalers
 from treeqa.health.wrap import say_failed
 from treeqa.models.common import Output
 from treeqa.train.callbacks import EarlyStopping
-from treeqa.train.loop import Callback, TrainState
+from treeqa.train.loop import Callback, TrainConfig, TrainState
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 RSS_EVERY = 10  # a read of /proc costs ~50 us after a step; a trend needs far fewer reads
@@ -85,24 +85,21 @@ def compiled_module(model: nn.Module) -> bool:
 
 
 def for_run(
-    mode: str,
-    run_dir: Path,
-    resumed: TrainState | None,
-    epochs: int,
-    main: bool,
-    patience: int = 0,
+    train: TrainConfig, run_dir: Path, resumed: TrainState | None, main: bool
 ) -> HealthMonitor | None:
-    """The monitor of a training run writing ``run_dir/health.json`` (None when ``mode`` is
-    off, or when a finished run is resumed, as ``evaluate --seeds`` does: it trains nothing, so
-    its report stays; so does a run that stopped early, resumed with the same ``patience``).
-    On process ``main``, a report an earlier part of the run wrote is kept."""
-    if mode == "off":
+    """The monitor of a training run writing ``run_dir/health.json`` (None when
+    ``train.health`` is off, or when a finished run is resumed, as ``evaluate --seeds`` does:
+    it trains nothing, so its report stays; so does a run that stopped early, resumed with the
+    same ``train.patience``). On process ``main``, a report an earlier part of the run wrote is
+    kept."""
+    if train.health == "off":
         return None
-    if resumed is not None and (resumed.epoch >= epochs or EarlyStopping(patience).due(resumed)):
+    done = EarlyStopping(train.patience).due
+    if resumed is not None and (resumed.epoch >= train.epochs or done(resumed)):
         return None
     if main:
         report.keep_earlier(run_dir / "health.json")
-    return HealthMonitor(mode, json_path=run_dir / "health.json")
+    return HealthMonitor(train.health, json_path=run_dir / "health.json")
 
 
 class HealthError(RuntimeError):

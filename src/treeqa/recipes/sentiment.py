@@ -431,14 +431,7 @@ def _train(
         StopOnSignal(),
         *extra_callbacks,
     ]
-    monitor = health.for_run(
-        config.train.health,
-        out,
-        state,
-        config.train.epochs,
-        world.main,
-        patience=config.train.patience,
-    )
+    monitor = health.for_run(config.train, out, state, world.main)
     if monitor is not None:
         callbacks.append(monitor)
     seed = config.train.seed
