@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
@@ -39,4 +40,55 @@ def test_a_report_to_a_pipe_is_written_into_it(tmp_path: Path) -> None:
     report.write_json({"steps": 3}, fifo)
     reader.join(timeout=30)
     assert json.loads(got[0]) == {"steps": 3}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="no /proc (Linux only)")
+def test_a_report_to_a_link_is_written_through_it(tmp_path: Path) -> None:
+    # --json /dev/stdout with the output redirected to a file: /dev/stdout links to it, and a
+    # rename over the link replaced the link while the redirected output stayed empty.
+    out = tmp_path / "out.txt"
+    with out.open("w") as f:
+        link = tmp_path / "stdout"
+        link.symlink_to(f"/proc/self/fd/{f.fileno()}")
+        report.write_json({"steps": 4}, link)
+    assert link.is_symlink()
+    assert json.loads(out.read_text()) == {"steps": 4}
+
+
+@pytest.mark.parametrize(
+    ("steps", "said"),
+    [
+        (0, "0 steps (resumed after step 100), 1 finding"),
+        (1, "1 step (step 101, resumed after step 100), 1 finding"),
+        (20, "20 steps (101-120, resumed after step 100), 1 finding"),
+    ],
+)
+def test_a_resumed_run_s_summary_names_the_steps_it_covers(steps: int, said: str) -> None:
+    # A resumed run stopped before its first step read "0 steps (101-100, ...)".
+    finding = {"severity": "info", "code": "x", "step": 100, "message": "m", "where": "", "fix": ""}
+    result = {"findings": [finding], "steps": steps, "resumed_at": 100, "series": {}}
+    stream = io.StringIO()
+    report.print_summary(result, stream)
+    assert said in stream.getvalue()
+
+
+def test_a_pipe_is_a_report_path_a_monitor_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Checked as writable itself, not by making a file beside it, which /dev refuses a user.
+    import tempfile
+
+    from treeqa.health import HealthMonitor
+    from treeqa.health.script import writable
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refused)
+    writable("--json", fifo)
+    HealthMonitor(json_path=fifo)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]

@@ -73,12 +73,7 @@ def print_summary(result: dict[str, Any], stream: TextIO) -> None:
     if steps == 0 and not findings:
         return
     # A run resumed from a checkpoint: this report covers its steps after the resume only.
-    resumed = result.get("resumed_at", 0)
-    if resumed:
-        span = f"{resumed + 1}-{resumed + steps}, resumed after step {resumed}"
-        watched = f"{plural(steps, 'step')} ({span})"
-    else:
-        watched = plural(steps, "step")
+    watched = plural(steps, "step") + _resumed_span(result.get("resumed_at", 0), steps)
     if not findings:
         print(f"treeqa health: {watched}, no findings", file=stream)
         return
@@ -93,12 +88,23 @@ def print_summary(result: dict[str, Any], stream: TextIO) -> None:
         print(f"          fix:   {f['fix']}", file=stream)
 
 
+def _resumed_span(resumed: int, steps: int) -> str:
+    """Which steps a report of a run resumed after step ``resumed`` covers, for its summary
+    ("" for a run that was not): none, when it stopped before its first step."""
+    if not resumed:
+        return ""
+    covered = {0: "", 1: f"step {resumed + 1}, "}.get(steps, f"{resumed + 1}-{resumed + steps}, ")
+    return f" ({covered}resumed after step {resumed})"
+
+
 def write_json(result: dict[str, Any], path: str | Path) -> None:
     """The report as JSON, written atomically to a file (a kill leaves the old report or the
-    new one, never half); to a pipe or device (``--json /dev/stdout``) as it is."""
+    new one, never half); to a pipe or device, or through a link, as it is: ``/dev/stdout``
+    links to the process's output, a file when redirected, and a rename would put a file in
+    the link's place while the output stayed empty."""
     path = Path(path)
     text = json.dumps(result, indent=1) + "\n"
-    if path.exists() and not path.is_file():
+    if path.is_symlink() or (path.exists() and not path.is_file()):
         path.write_text(text, encoding="utf-8")
     else:
         write_text_atomic(path, text)

@@ -275,6 +275,10 @@ def writable(flag: str, path: Path) -> None:
     """Fail before the run, not after it, when a report cannot be written there."""
     if path.is_dir():
         raise ValueError(f"{flag} {path}: a directory; give a file name")
+    if path.exists() and not path.is_file():  # /dev/stdout, a pipe: written into, not beside
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"{flag} {path}: cannot write there (permission denied)")
+        return
     try:  # the report's directory is made as writing it would, only sooner
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

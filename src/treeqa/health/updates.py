@@ -383,8 +383,7 @@ class Updates:
                 wanted |= p.requires_grad
         # All frozen (staged unfreezing): no step is expected to change them, while another
         # optimiser trains. With none, a backward through a graph trains nothing that steps.
-        alone = all(o is optimizer for o in self.optimizers)
-        if not wanted and not (graph and alone):
+        if not wanted and not (graph and self._alone(optimizer)):
             return
         self.empty += 1
         if self.empty == EMPTY_STEPS:
@@ -393,6 +392,10 @@ class Updates:
                     self.empty, stale=not roots, streak=EMPTY_STEPS, frozen=not wanted
                 )
             )
+
+    def _alone(self, optimizer: torch.optim.Optimizer) -> bool:
+        """No optimiser but ``optimizer`` has stepped in the run."""
+        return all(o is optimizer for o in self.optimizers)
 
     def _held(self, optimizer: torch.optim.Optimizer) -> set[int]:
         """Ids of the parameters of the clock's optimiser and of every other that stepped."""
@@ -420,9 +423,7 @@ class Updates:
             for name, p in root.named_parameters()
             if p.grad is not None and id(p) not in held
         ]
-        if orphans:
-            names = [n for n, _ in orphans]
-            self._report(slips.not_in_optimiser(names, sum(p.numel() for _, p in orphans)))
+        self._report_orphans(orphans)
 
     def _note_late_orphans(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
         """Parameters made trainable after ``ORPHAN_STEP`` (staged unfreezing) that no
@@ -443,6 +444,9 @@ class Updates:
                 self.orphan_grads[id(p)] = mark
                 if seen.get(id(p), mark) != mark:
                     orphans.append(((f"model{i}." if i else "") + name, p))
+        self._report_orphans(orphans)
+
+    def _report_orphans(self, orphans: list[tuple[str, nn.Parameter]]) -> None:
         if orphans:
             names = [n for n, _ in orphans]
             self._report(slips.not_in_optimiser(names, sum(p.numel() for _, p in orphans)))
@@ -503,8 +507,7 @@ class Updates:
         if lr == 0 and self.peak == 0:  # at 0 from the first step: nothing has trained yet
             self.zero_steps += 1
             # Another optimiser that steps may train on purpose while this one waits at 0.
-            alone = all(o is optimizer for o in self.optimizers)
-            if self.zero_steps == ZERO_STEPS and alone:
+            if self.zero_steps == ZERO_STEPS and self._alone(optimizer):
                 self._report(slips.lr_zero(self.zero_steps))
         if lr > self.peak:
             self.peak, self.low_since, self.floor = lr, None, slips.LR_FLOOR * lr
