@@ -123,17 +123,22 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then rename it into place: a kill
     leaves the old file or the new one, never half of either."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}{PARTIAL}")
+    replace_with(path, text.encode("utf-8"), path.with_name(f".{path.name}.{os.getpid()}{PARTIAL}"))
+
+
+def replace_with(path: Path, data: bytes, tmp: Path) -> None:
+    """Write ``data`` to ``tmp`` (synced), then rename it over ``path``. A write or rename that
+    fails leaves nothing at ``tmp`` and says which file it was."""
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:  # the umask's usual mode
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as err:
         raise write_failed(path, err) from err
     finally:
-        tmp.unlink(missing_ok=True)  # a write or rename that failed leaves nothing beside it
+        tmp.unlink(missing_ok=True)
 
 
 def write_failed(path: Path, err: OSError) -> OSError:
@@ -173,23 +178,12 @@ def keep_aside(path: Path) -> Path:
 def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     header = {"treeqa": json.dumps({"format_version": FORMAT_VERSION, **meta}, ensure_ascii=False)}
-    tmp = str(path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}{PARTIAL}"))
-    try:
-        # safetensors refuses shared or non-contiguous storage; give it plain copies. Its
-        # bytes are written here: its save_file writes a temporary file of its own first,
-        # which a kill during the write would leave behind under a name no one cleans up.
-        data = save({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, header)
-        try:
-            with open(tmp, "wb") as f:  # the umask's usual mode
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError as err:
-            raise write_failed(path, err) from err
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    # safetensors refuses shared or non-contiguous storage; give it plain copies. Its bytes
+    # are written here: its save_file writes a temporary file of its own first, which a kill
+    # during the write would leave behind under a name no one cleans up.
+    data = save({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, header)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}{PARTIAL}")
+    replace_with(path, data, tmp)
 
 
 def is_run_file(name: str) -> bool:
