@@ -33,6 +33,7 @@ EXPECTED = {
     "bug_activation_growth.py": "activation-growth",
     "bug_loss_at_init.py": "loss-at-init",
     "bug_loss_at_chance.py": "loss-at-chance",
+    "bug_loss_at_chance_nll.py": "loss-at-chance",  # nll_loss over a LogSoftmax
     "bug_loss_diverged.py": "loss-diverged",  # Adam at lr=1.0: finite, far above log(C)
     "bug_non_finite.py": "non-finite",
     "bug_non_finite_fp16.py": "non-finite",  # NaN gradients the loss scaler takes for overflows
@@ -153,6 +154,8 @@ CLEAN = [
     "clean_staged_unfreezing.py",  # layers unfrozen into the optimiser; a prompt of its own
     "clean_hard_examples.py",  # trained on the hardest of a pool scored under no_grad: at log(C)
     "clean_margin_softmax.py",  # CosFace: a first loss far above log(C) by design
+    "clean_soft_targets.py",  # distillation at T = 4: near-uniform targets, a loss near log(C)
+    "clean_frozen_beside_accumulation.py",  # the head's optimiser first steps at step 32
 ]
 
 

@@ -1707,3 +1707,20 @@ def test_a_loss_that_climbs_far_above_chance_has_diverged() -> None:
         if (i + 1) not in (1, 2, 3) and (i + 1) % 50:
             aliased[i] = 0.1
     assert checks.loss_diverged(samples, steps, aliased) is None
+
+
+def test_targets_whose_own_entropy_is_near_log_c_are_not_judged_at_chance() -> None:
+    """Soft targets near uniform (a teacher at a high temperature) or heavy label smoothing: a
+    loss near log(C) is the targets' level. Hard targets, light smoothing and confident soft
+    targets are judged."""
+    from treeqa.health.losses import _floor_near_chance
+
+    labels = torch.arange(8) % 4
+    near_uniform = torch.softmax(torch.randn(8, 4) * 0.1, dim=1)
+    confident = torch.softmax(torch.randn(8, 4) * 10, dim=1)
+    assert _floor_near_chance((near_uniform,), {}, 4)
+    assert not _floor_near_chance((confident,), {}, 4)
+    assert not _floor_near_chance((labels,), {}, 4)
+    assert not _floor_near_chance((labels,), {"label_smoothing": 0.1}, 4)
+    assert _floor_near_chance((labels,), {"label_smoothing": 0.9}, 4)
+    assert _floor_near_chance((confident,), {"label_smoothing": 1.0}, 4)

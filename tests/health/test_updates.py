@@ -172,6 +172,32 @@ def test_a_frozen_optimiser_stepping_without_gradients_is_not_judged() -> None:
     assert found == []
 
 
+def test_an_all_frozen_optimiser_is_judged_at_the_end_unless_another_steps() -> None:
+    """An optimiser over frozen layers alone after a backward through a graph: judged at the
+    run's end, so that a second optimiser first stepping late (accumulating over many
+    micro-batches) clears it."""
+
+    def run(other_steps_at: int | None) -> list[str]:
+        found: list[Finding] = []
+        updates = Updates(found.append)
+        frozen, head = nn.Linear(4, 4).requires_grad_(False), nn.Linear(4, 2)
+        opt, head_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (frozen, head))
+        updates.optimizers.add(opt)
+        for step in range(1, 2 * EMPTY_STEPS):
+            updates.forward(frozen.train())
+            head(frozen(torch.randn(3, 4))).sum().backward()
+            updates.backwards += 1
+            updates.end_step(step, False, opt, [frozen], [], graph=True)
+            if step == other_steps_at:
+                updates.optimizers.add(head_opt)
+                updates.other_step(head_opt)
+        updates.finish(2 * EMPTY_STEPS)
+        return [f.code for f in found]
+
+    assert run(None) == ["step-without-gradients"]
+    assert run(EMPTY_STEPS + 5) == []
+
+
 def test_an_optimiser_whose_models_ran_under_no_grad_is_frozen_for_now() -> None:
     found: list[Finding] = []
     updates = Updates(found.append)

@@ -6,7 +6,8 @@ where logits belong) and, where it comes from a log_softmax, for one over the wr
 batch); that of ``nll_loss`` for values above 0 (logits where log-probabilities
 belong), that of ``binary_cross_entropy_with_logits`` for a sigmoid's output, and the shapes of
 the elementwise regression losses for a broadcast (prediction [N, 1] against target [N]). The
-first cross-entropy of the run is compared with log(C), and a token loss over the model's own
+first cross-entropy of the run (``nll_loss`` over a ``log_softmax`` across the classes counts) is
+compared with log(C), and a token loss over the model's own
 vocabulary has its targets looked at for its Embedding's padding id (``padding-in-loss``).
 On every step the targets of ``cross_entropy`` and ``nll_loss`` are handed to the loaders'
 check (``loader-not-shuffled``), which reads them only while a loader that does not shuffle
@@ -15,6 +16,7 @@ is in use.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -163,17 +165,26 @@ class LossInputCheck:
                 )
             return
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
-        mean = fname == "cross_entropy" and result.numel() == 1 and _averaged(args, kwargs or {})
+        source = loss_inputs.normalised_over(input)
+        # nll_loss over a log_softmax across the classes is a cross-entropy too.
+        ce_like = fname == "cross_entropy" or (
+            fname == "nll_loss" and source is not None and source[0][source[1]] == classes
+        )
+        mean = ce_like and result.numel() == 1 and _averaged(args, kwargs or {})
         if fname == "cross_entropy":
             self._squashed_logits(input, classes)
         rows = int(input.shape[0]) if input.dim() >= 2 else 0
-        if fname == "cross_entropy" and not result.requires_grad and result.dim() >= 1:
+        if ce_like and not result.requires_grad and result.dim() >= 1:
             self.scored = max(self.scored, rows)  # reduction="none" under no_grad
-        if mean and result.requires_grad and rows >= self.scored:
+        if (
+            mean
+            and result.requires_grad
+            and rows >= self.scored
+            and not _floor_near_chance(args, kwargs or {}, classes)
+        ):
             self.cross_entropy = (id(result), classes)
         if classes in self.paddings:
             self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs or {})
-        source = loss_inputs.normalised_over(input)
         if source is not None:
             found = loss_inputs.softmax_over_wrong_dim(fname, *source, classes)
             if found is not None:
@@ -229,7 +240,9 @@ class LossInputCheck:
         id: padded positions are trained to predict padding, and count in the mean. ``args``
         follow the input: (target, weight, size_average, ignore_index, reduce, reduction).
         Padding left out otherwise is fine: a class weight of 0 for it, or per-token losses
-        (``reduction="none"``), which the script masks itself. One host sync."""
+        (``reduction="none"``), which the script masks itself; and targets that hold
+        ``ignore_index`` (padding masked with it: a padding id left is a real token's, one
+        shared with end-of-text). One host sync."""
         target = args[0] if args else kwargs.get("target")
         ignore = kwargs.get("ignore_index", args[3] if len(args) > 3 else -100)
         weight = kwargs.get("weight", args[1] if len(args) > 1 else None)
@@ -240,8 +253,15 @@ class LossInputCheck:
             return
         if isinstance(weight, torch.Tensor) and 0 <= pad < weight.numel() and weight[pad] == 0:
             return
-        share = float((target == pad).float().mean()) if target.numel() else 0.0
-        if share == 0:
+        if not target.numel():
+            return
+        # Targets masked with ignore_index already: the padded positions are left out, and
+        # the padding id that remains is a real token's (a pad id shared with end-of-text).
+        share, masked = (
+            float(v)
+            for v in torch.stack([(target == pad).float().mean(), (target == ignore).any().float()])
+        )
+        if share == 0 or masked:
             return
         self.add(
             Finding(
@@ -309,6 +329,32 @@ def _margin_by_design(input: torch.Tensor, target: Any) -> bool:
         at_target = logits.gather(1, target.clamp(0, logits.shape[1] - 1).long()[:, None])
         below = (at_target.squeeze(1) < logits.mean(1))[valid]
         return below.numel() >= MARGIN_ROWS and float(below.float().mean()) >= MARGIN_SHARE
+
+
+def _floor_near_chance(args: tuple[Any, ...], kwargs: dict[str, Any], classes: int) -> bool:
+    """The targets' own entropy, the least a cross-entropy against them can reach, is
+    ``checks.CHANCE_FLOOR`` x log(C) or more: soft targets near uniform (a teacher's
+    probabilities at a high temperature) or heavy label smoothing, so a loss near log(C) is
+    the targets' level, not a model that ignores its input. ``args`` follow the input:
+    (target, weight, size_average, ignore_index, reduce, reduction, label_smoothing). One
+    host sync for probability targets; none for class indices."""
+    if classes < 2:
+        return False
+    target = args[0] if args else kwargs.get("target")
+    smoothing = kwargs.get("label_smoothing", args[6] if len(args) > 6 else 0.0)
+    smoothing = float(smoothing) if isinstance(smoothing, (int, float)) else 0.0
+    bound = checks.CHANCE_FLOOR * math.log(classes)
+    if isinstance(target, torch.Tensor) and target.is_floating_point():
+        if target.dim() < 2 or target.shape[1] != classes:
+            return False
+        with torch.no_grad():
+            t = target.detach().float() * (1 - smoothing) + smoothing / classes
+            return float(-(t * t.clamp_min(1e-12).log()).sum(1).mean()) >= bound
+    if not 0 < smoothing <= 1:
+        return False
+    top, rest = 1 - smoothing + smoothing / classes, smoothing / classes
+    entropy = -top * math.log(top) - (classes - 1) * rest * math.log(rest)
+    return entropy >= bound
 
 
 def _averaged(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

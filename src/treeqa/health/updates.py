@@ -118,6 +118,11 @@ class Updates:
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         # Told of each torch.autograd.grad call's outputs (the doctor's steps made by hand).
         self.on_grad: Callable[[Any], None] | None = None
+        # An all-frozen optimiser's streak of steps without gradients while no other optimiser
+        # had stepped, with the optimiser: said at the run's end if none other stepped by then
+        # (a second optimiser over the layers that train may step once in many clock steps,
+        # accumulating gradients over as many micro-batches).
+        self.frozen_streak: tuple[Finding, weakref.ref[torch.optim.Optimizer]] | None = None
         self.reset(0)
 
     def install(self) -> None:
@@ -271,6 +276,8 @@ class Updates:
         one of its steps to the next, the first of those after a sampled step of the clock:
         every backward it steps on is in it, whether it steps on every clock step or on every
         k-th (accumulating over k of them)."""
+        if self.frozen_streak is not None and self.frozen_streak[1]() is not optimizer:
+            self.frozen_streak = None  # it trains what the all-frozen clock's backward reaches
         probe = self.other_probes.get(optimizer)
         if probe is not None:
             for found in probe.finish():
@@ -351,7 +358,7 @@ class Updates:
         frozen = graph and bool(roots) and not self.mode & 3
         # Updates by hand are seen after the update, the gradients maybe cleared by then.
         if self.backwards and not frozen and not by_hand:
-            self._note_gradients(optimizer, roots, graph)
+            self._note_gradients(optimizer, roots, graph, step)
         if step - self.first + 1 == ORPHAN_STEP:
             self._note_unregistered(optimizer, roots)
             if not by_hand:
@@ -367,7 +374,11 @@ class Updates:
         self._note_lr(step, sampled, optimizer)
 
     def _note_gradients(
-        self, optimizer: torch.optim.Optimizer, roots: list[nn.Module], graph: bool = False
+        self,
+        optimizer: torch.optim.Optimizer,
+        roots: list[nn.Module],
+        graph: bool = False,
+        step: int = 0,
     ) -> None:
         # The parameter that had a gradient last time first: a frozen backbone given to the
         # optimiser is not walked again on every step.
@@ -387,11 +398,14 @@ class Updates:
             return
         self.empty += 1
         if self.empty == EMPTY_STEPS:
-            self._report(
-                slips.step_without_gradients(
-                    self.empty, stale=not roots, streak=EMPTY_STEPS, frozen=not wanted
-                )
+            found = slips.step_without_gradients(
+                self.empty, stale=not roots, streak=EMPTY_STEPS, frozen=not wanted
             )
+            if found is not None and not wanted:  # judged at the run's end
+                found.where, found.step = checks.user_site(), step
+                self.frozen_streak = self.frozen_streak or (found, weakref.ref(optimizer))
+                return
+            self._report(found)
 
     def _alone(self, optimizer: torch.optim.Optimizer) -> bool:
         """No optimiser but ``optimizer`` has stepped in the run."""
@@ -532,6 +546,9 @@ class Updates:
 
     def finish(self, step: int) -> None:
         self._evaluated_with_gradients(at_step=False)  # the script's last evaluation
+        if self.frozen_streak is not None:  # no other optimiser stepped after it
+            self._report(self.frozen_streak[0], at_step=False)
+            self.frozen_streak = None
         if self.low_since is not None:
             self._report(self._lr_collapsed(step), at_step=False)
 

@@ -1,7 +1,9 @@
 """Clean: padded batches with the padding left out of the loss: a language model whose
 cross_entropy has ignore_index=PAD, one whose class weight for PAD is 0, one whose per-token
-losses are masked by hand, and a tagger whose tag set (id 0 is the tag "O", most of the
-targets) is not the words' vocabulary, although the words' Embedding pads with id 0."""
+losses are masked by hand, one whose padding id is also its end-of-text token (padded
+positions masked with -100, the end of each sentence a real target of that id), and a tagger
+whose tag set (id 0 is the tag "O", most of the targets) is not the words' vocabulary,
+although the words' Embedding pads with id 0."""
 
 import torch
 from torch import nn
@@ -24,8 +26,8 @@ class Net(nn.Module):
         return self.out(self.rnn(self.embed(tokens))[0])  # [B, T, classes]
 
 
-lm, weighted, masked, tagger = Net(V), Net(V), Net(V), Net(TAGS)
-models = (lm, weighted, masked, tagger)
+lm, weighted, masked, eos, tagger = Net(V), Net(V), Net(V), Net(V), Net(TAGS)
+models = (lm, weighted, masked, eos, tagger)
 opt = torch.optim.Adam([p for m in models for p in m.parameters()], lr=2e-3)
 no_pad = torch.ones(V)
 no_pad[PAD] = 0
@@ -39,6 +41,10 @@ for epoch in range(2):
         per_token = F.cross_entropy(masked(batch[:, :-1]).reshape(-1, V), targets, reduction="none")
         real = (targets != PAD).float()
         loss = loss + (per_token * real).sum() / real.sum()
+        ended = [torch.cat([s, torch.tensor([PAD])]) for s in sentences[i : i + 16]]  # + EOS
+        texts = nn.utils.rnn.pad_sequence(ended, batch_first=True, padding_value=-100)
+        inputs, labels = texts[:, :-1].clamp(min=PAD), texts[:, 1:]
+        loss = loss + F.cross_entropy(eos(inputs).reshape(-1, V), labels.reshape(-1))
         tags = torch.where(batch % 7 == 0, batch % TAGS, 0)  # mostly "O"
         loss = loss + F.cross_entropy(tagger(batch).transpose(1, 2), tags)
         opt.zero_grad()
