@@ -126,8 +126,9 @@ class LossInputCheck:
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> None:
+        kwargs = kwargs or {}
+        target = args[0] if args else kwargs.get("target")
         if fname in ELEMENTWISE:
-            target = args[0] if args else (kwargs or {}).get("target")
             if isinstance(target, torch.Tensor):
                 found = loss_inputs.loss_broadcast(fname, input.shape, target.shape)
                 if found is not None:
@@ -170,7 +171,7 @@ class LossInputCheck:
         ce_like = fname == "cross_entropy" or (
             fname == "nll_loss" and source is not None and source[0][source[1]] == classes
         )
-        mean = ce_like and result.numel() == 1 and _averaged(args, kwargs or {})
+        mean = ce_like and result.numel() == 1 and _averaged(args, kwargs)
         if fname == "cross_entropy":
             self._squashed_logits(input, classes)
         rows = int(input.shape[0]) if input.dim() >= 2 else 0
@@ -180,11 +181,11 @@ class LossInputCheck:
             mean
             and result.requires_grad
             and rows >= self.scored
-            and not _floor_near_chance(args, kwargs or {}, classes)
+            and not _floor_near_chance(args, kwargs, classes)
         ):
             self.cross_entropy = (id(result), classes)
         if classes in self.paddings:
-            self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs or {})
+            self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs)
         if source is not None:
             found = loss_inputs.softmax_over_wrong_dim(fname, *source, classes)
             if found is not None:
@@ -227,7 +228,6 @@ class LossInputCheck:
         ):
             self.first_seen = True
             found = checks.loss_at_init(float(result.detach()), classes)
-            target = args[0] if args else (kwargs or {}).get("target")
             if found is not None and not _margin_by_design(input, target):
                 found.where = checks.user_site(2)
                 self.add(found)

@@ -97,14 +97,19 @@ def _resumed_span(resumed: int, steps: int) -> str:
     return f" ({covered}resumed after step {resumed})"
 
 
+def in_place(path: Path) -> bool:
+    """A report path written into as it is, not replaced by a renamed file: a pipe, a device
+    or a link (``/dev/stdout`` links to the process's output, a file when redirected, and a
+    rename would put a file in the link's place while the output stayed empty)."""
+    return path.is_symlink() or (path.exists() and not path.is_file())
+
+
 def write_json(result: dict[str, Any], path: str | Path) -> None:
     """The report as JSON, written atomically to a file (a kill leaves the old report or the
-    new one, never half); to a pipe or device, or through a link, as it is: ``/dev/stdout``
-    links to the process's output, a file when redirected, and a rename would put a file in
-    the link's place while the output stayed empty."""
+    new one, never half); into a pipe, device or link as it is (``in_place``)."""
     path = Path(path)
     text = json.dumps(result, indent=1) + "\n"
-    if path.is_symlink() or (path.exists() and not path.is_file()):
+    if in_place(path):
         path.write_text(text, encoding="utf-8")
     else:
         write_text_atomic(path, text)

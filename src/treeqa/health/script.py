@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
+from treeqa.health import report
 from treeqa.health.monitor import HealthError
 
 
@@ -275,7 +276,7 @@ def writable(flag: str, path: Path) -> None:
     """Fail before the run, not after it, when a report cannot be written there."""
     if path.is_dir():
         raise ValueError(f"{flag} {path}: a directory; give a file name")
-    if path.exists() and not path.is_file():  # /dev/stdout, a pipe: written into, not beside
+    if path.exists() and report.in_place(path):  # /dev/stdout, a pipe: written into, not beside
         if not os.access(path, os.W_OK):
             raise ValueError(f"{flag} {path}: cannot write there (permission denied)")
         return

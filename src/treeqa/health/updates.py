@@ -374,11 +374,7 @@ class Updates:
         self._note_lr(step, sampled, optimizer)
 
     def _note_gradients(
-        self,
-        optimizer: torch.optim.Optimizer,
-        roots: list[nn.Module],
-        graph: bool = False,
-        step: int = 0,
+        self, optimizer: torch.optim.Optimizer, roots: list[nn.Module], graph: bool, step: int
     ) -> None:
         # The parameter that had a gradient last time first: a frozen backbone given to the
         # optimiser is not walked again on every step.
