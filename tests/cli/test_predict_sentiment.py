@@ -187,3 +187,18 @@ def test_the_text_output_says_what_its_labels_mean(
     assert capsys.readouterr().err == ""  # JSON carries the label alone
     probs = torch.tensor([[0.2, 0.5, 0.3], [0.5, 0.4, 0.1]])  # neutral never wins in binary3
     assert set(sentiment.labels_of(probs, "binary3").tolist()) <= set(PREDICTED["binary3"])
+
+
+def test_printed_words_stay_on_their_line_whatever_breaks_they_hold(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A word may hold what ``str.splitlines`` breaks at (\\x0b, \\x85, \\u2028): printed, each
+    tree is its line and each phrase its own; --json keeps the words as they are."""
+    capsys.readouterr()
+    tree = "((a\u2028b) ((c\x85d) (e\x0bf)))"
+    argv = ["predict", "--checkpoint", str(run), tree]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.strip().split("  ", 1)[1] for line in lines] == ["a b c d e f", "c d e f"]
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["text"] == "a\u2028b c\x85d e\x0bf"

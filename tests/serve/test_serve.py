@@ -495,7 +495,7 @@ def test_a_client_resetting_a_kept_alive_connection_prints_no_traceback(
 ) -> None:
     host, port = base.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)), timeout=30)
-    sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: test\r\n\r\n")
+    sock.sendall(b"GET /api/health HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert sock.recv(65536).startswith(b"HTTP/1.1 200")
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()  # a reset, as browsers do to idle connections: the server was waiting on it
@@ -528,7 +528,7 @@ def test_a_target_in_absolute_form_or_with_escapes_is_routed_by_its_path(
 ) -> None:
     # An absolute-form target, which a server must accept (RFC 9112 §3.2.2), was a 404.
     line, _, data = raw_request(
-        base, f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+        base, f"GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode()
     )
     assert line.split()[1] == "200" and json.loads(data)["status"] == "ok"
 
@@ -569,7 +569,7 @@ def test_a_client_that_sends_a_whole_large_body_first_still_reads_the_413(base: 
     host, port = base.removeprefix("http://").split(":")
     body = b"x" * (16 << 20)
     with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(b"POST /api/sentiment HTTP/1.1\r\nHost: x\r\n")
+        s.sendall(b"POST /api/sentiment HTTP/1.1\r\nHost: localhost\r\n")
         s.sendall(f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         answer = b""
         while chunk := s.recv(65536):
@@ -592,7 +592,7 @@ def test_a_stop_signal_answers_the_request_in_progress_then_exits(
         body = json.dumps({"tree": TREE}).encode()
         with socket.create_connection((host, int(port)), timeout=30) as conn:
             conn.sendall(
-                b"POST /api/sentiment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"POST /api/sentiment HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                 + f"Content-Length: {len(body)}\r\n\r\n".encode()
                 + body[:10]
             )
@@ -619,7 +619,9 @@ def test_a_second_stop_signal_stops_at_once(run_dir: Path) -> None:
         assert proc.stdout is not None
         host, port = proc.stdout.readline().split()[2][len("http://") :].rstrip("/").split(":")
         with socket.create_connection((host, int(port)), timeout=30) as conn:
-            conn.sendall(b"POST /api/sentiment HTTP/1.1\r\nHost: x\r\nContent-Length: 99\r\n\r\n{")
+            conn.sendall(
+                b"POST /api/sentiment HTTP/1.1\r\nHost: localhost\r\nContent-Length: 99\r\n\r\n{"
+            )
             time.sleep(0.5)
             proc.send_signal(signal.SIGINT)
             assert proc.stdout.readline().startswith("treeqa serve: stopping once")

@@ -47,7 +47,7 @@ DECORATED = (
 
 def request(framed: bytes, *headers: str, version: str = "HTTP/1.1") -> bytes:
     """POST /api/sentiment with these header lines (chunked unless told) and body bytes."""
-    lines = [f"POST /api/sentiment {version}", "Host: test", *headers]
+    lines = [f"POST /api/sentiment {version}", "Host: localhost", *headers]
     if not any(h.lower().startswith("transfer-encoding") for h in headers):
         lines.append("Transfer-Encoding: chunked")
     return "\r\n".join([*lines, "", ""]).encode() + framed

@@ -19,7 +19,7 @@ from test_serve import call, serving  # noqa: E402
 from treeqa.cli.main import main  # noqa: E402
 from treeqa.data.squad import Tokenizer  # noqa: E402
 from treeqa.recipes import qa  # noqa: E402
-from treeqa.serve.models import Models  # noqa: E402
+from treeqa.serve.models import MAX_CONTEXT_CHARS, Models  # noqa: E402
 
 CONTEXT = "The Seine flows through Paris. Paris is the capital of France."
 
@@ -117,3 +117,13 @@ def test_a_field_given_twice_is_a_400_naming_it(base: str) -> None:
     raw = b'{"context": "Paris is big.", "question": "What?", "context": "Dup key"}'
     status, body = call(base, "/api/qa", raw=raw)
     assert (status, body) == (400, {"error": "body: the key 'context' appears twice in one object"})
+
+
+def test_a_context_too_long_to_tokenise_is_a_422_as_one_of_too_many_tokens(base: str) -> None:
+    context = "x" * (MAX_CONTEXT_CHARS + 1)
+    status, body = call(base, "/api/qa", {"context": context, "question": "Why?"})
+    assert status == 422
+    assert body["error"] == (
+        f"field 'context': {MAX_CONTEXT_CHARS + 1:,} characters; this server reads at most "
+        f"{MAX_CONTEXT_CHARS:,} at once"
+    )

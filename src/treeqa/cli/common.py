@@ -8,6 +8,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -226,6 +227,17 @@ def exit_code(result: dict[str, Any], out: Any) -> int:
         file=sys.stderr,
     )
     return STRICT_STOP
+
+
+BREAKS = re.compile(r"[\t\n\v\f\r\x1c-\x1e\x85\u2028\u2029]+")
+"""Tabs and what ``str.splitlines`` breaks lines at."""
+
+
+def one_line(text: str) -> str:
+    """``text`` with each run of tabs and line breaks as one space, for a printed line: an
+    answer or a tree's words that span them stay on their line (``cut -f1`` finds a QA answer
+    before its tab). --json keeps the exact text."""
+    return BREAKS.sub(" ", text)
 
 
 STDIN = Path("-")

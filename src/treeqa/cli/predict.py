@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from treeqa.cli import flags, qa_commands
-from treeqa.cli.common import STDIN, check_output, subparser
+from treeqa.cli.common import STDIN, check_output, one_line, subparser
 
 if TYPE_CHECKING:
     from treeqa.data.tree import Tree
@@ -180,10 +180,10 @@ def run(args: argparse.Namespace) -> int:
                 elif args.json:
                     print(json.dumps(result, ensure_ascii=False))
                 else:
-                    print(f"{result['label']}  {result['text']}")
+                    print(f"{result['label']}  {one_line(result['text'])}")
                     for node in result["nodes"][1:]:
                         if " " in node["words"]:
-                            print(f"    {node['label']}  {node['words']}")
+                            print(f"    {node['label']}  {one_line(node['words'])}")
                 written += 1
     finally:
         if out is not None:

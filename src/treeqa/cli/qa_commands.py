@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from treeqa.cli.common import (
     check_output,
     emit_json,
     exit_code,
+    one_line,
     run_dir,
     say_if_amp_does_nothing,
 )
@@ -181,25 +181,15 @@ def _answers(
         yield from results
 
 
-BREAKS = re.compile(r"[\t\n\v\f\r\x1c-\x1e\x85\u2028\u2029]+")
-"""Tabs and what ``str.splitlines`` breaks lines at."""
-
-
-def _one_line(text: str) -> str:
-    """``text`` with each run of tabs and line breaks as one space: an answer that spans them
-    stays on its line, before the tab (``cut -f1``). --json keeps the exact text."""
-    return BREAKS.sub(" ", text)
-
-
 def _text_line(r: dict[str, Any]) -> str:
     """One answer for the terminal: the answer and where it is, or that there is none."""
     if r["start"] < 0:
-        best = json.dumps(_one_line(r["best_span"]), ensure_ascii=False)
+        best = json.dumps(one_line(r["best_span"]), ensure_ascii=False)
         return (
             f"(no answer)\t(score {r['score']:.4f}, no-answer margin "
             f"{r['no_answer_margin']:.4f}; best span {best})"
         )
-    return f"{_one_line(r['answer'])}\t(score {r['score']:.4f}, characters {r['start']}-{r['end']})"
+    return f"{one_line(r['answer'])}\t(score {r['score']:.4f}, characters {r['start']}-{r['end']})"
 
 
 def predict_main(args: argparse.Namespace) -> int:

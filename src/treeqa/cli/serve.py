@@ -36,6 +36,16 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--port", type=tcp_port, default=8000, help="TCP port; 0 picks a free one (default: 8000)"
     )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name the server answers to beside loopback names and IP addresses (repeat for "
+        "more): a page served from another name is refused, against cross-site requests and "
+        "DNS rebinding; bound to an address other than loopback, with no --allow-host, any "
+        "name is answered",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     parser.add_argument(
         "--quiet", action="store_true", help="do not log each request (default: log them)"
@@ -49,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     models = Models(args.checkpoints, args.device)
     try:
-        server = make_server(models, args.host, args.port, args.quiet)
+        server = make_server(models, args.host, args.port, args.quiet, args.allow_host)
     except OSError as err:  # a port in use, a host name that does not resolve
         raise OSError(f"cannot listen on {args.host}:{args.port}: {err.strerror or err}") from err
     host, port = str(server.server_address[0]), int(server.server_address[1])

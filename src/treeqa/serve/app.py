@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -58,6 +58,7 @@ from treeqa.serve.bodies import (
     read_chunked,
 )
 from treeqa.serve.models import Models
+from treeqa.serve.origin import Guard
 
 PAGES = ("/", "/index.html")
 """Paths of the web page."""
@@ -179,8 +180,20 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 target = urllib.parse.urlsplit(target).path or "/"
             return urllib.parse.unquote(target.split("?")[0])
 
+        def guard(self) -> None:
+            """Refuse a request a page of another site made (``serve/origin.py``)."""
+            hosts = self.headers.get_all("Host") or []
+            if len(hosts) > 1:  # RFC 9112 §3.2: a 400
+                raise RequestError(HTTPStatus.BAD_REQUEST, f"header Host: given twice {hosts}")
+            cast(Server, self.server).guard.check(self.headers.get("Origin"), self.headers["Host"])
+
         def do_GET(self) -> None:
             if self.route_path() in PAGES:
+                try:
+                    self.guard()
+                except RequestError as err:
+                    self.send_json(err.status, {"error": str(err)})
+                    return
                 self.send(HTTPStatus.OK, page(), "text/html; charset=utf-8")
             else:
                 self.answer("GET")
@@ -207,6 +220,7 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
         def answer(self, method: str) -> None:
             path = self.route_path()
             try:
+                self.guard()
                 route = routes.get((method, path))
                 if route is None:
                     raise self.no_route(path)
@@ -389,6 +403,7 @@ class Server(ThreadingHTTPServer):
     # Connections held at once (a thread each); one more is answered 503 and closed. The
     # models answer one request at a time: more would only wait, each holding a thread.
     max_connections = MAX_CONNECTIONS
+    guard = Guard(frozenset(), any_host=False)  # loopback names only, until make_server says
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
         super().__init__(address, handler)
@@ -483,11 +498,18 @@ def refuse_busy(connection: socket.socket, most: int) -> None:
 
 
 def make_server(
-    models: Models, host: str = "127.0.0.1", port: int = 8000, quiet: bool = False
+    models: Models,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    quiet: bool = False,
+    allow_hosts: Collection[str] = (),
 ) -> Server:
     """A server bound to ``host:port`` (port 0: any free one); call ``serve_forever()``. An
-    IPv6 address (``::1``, ``::``) binds an IPv6 socket (stdlib's default, IPv4, refused it)."""
+    IPv6 address (``::1``, ``::``) binds an IPv6 socket (stdlib's default, IPv4, refused it).
+    ``allow_hosts``: names, beside loopback ones and IP addresses, that it answers in Host and
+    Origin (``serve/origin.py``)."""
     server_class = Server6 if ":" in host else Server
     server = server_class((host, port), handler_for(models))
     server.quiet = quiet
+    server.guard = Guard.for_address(host, allow_hosts)
     return server

@@ -17,6 +17,9 @@ MAX_TEXT_CHARS = 10_000
 spaCy's time grows with the text, ~2.6 s for 10,000 characters of short sentences and ~5 s
 for one 10,000-token sentence (refused after parsing: over 5,000 nodes) on one CPU thread;
 a long review is a few thousand characters."""
+MAX_CONTEXT_CHARS = MAX_BODY // 4
+"""The longest QA context (characters) read at all, checked before tokenising: a context of more
+tokens than the model reads is refused after tokenising, as a 422 too."""
 MAX_REPLY_WORDS = 16_000_000
 """The most bytes of words a sentiment reply lists: each node lists its subtree's words, so a
 reply grows with a tree's depth times its length (a 5,000-node chain of one-letter words lists
@@ -169,8 +172,12 @@ class Models:
         from treeqa.recipes.qa import PairError, predict
 
         pair = (field(body, "context"), field(body, "question"))
-        if len(pair[0]) > MAX_BODY // 4:
-            raise RequestError(HTTPStatus.BAD_REQUEST, "field 'context': longer than 256k chars")
+        if len(pair[0]) > MAX_CONTEXT_CHARS:
+            raise RequestError(
+                HTTPStatus.UNPROCESSABLE_ENTITY,
+                f"field 'context': {len(pair[0]):,} characters; this server reads at most "
+                f"{MAX_CONTEXT_CHARS:,} at once",
+            )
         try:
             with self.lock:
                 self.renew_tokenizer()

@@ -1,0 +1,132 @@
+"""``treeqa serve`` answers its own page and clients outside a browser, not other sites' pages:
+a cross-site form post or fetch (Origin) and DNS rebinding (Host) are 403s."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_serve import TREE, run_dir  # noqa: F401 - the trained-model fixture
+
+from treeqa.cli.main import build_parser
+from treeqa.serve.app import Server, make_server
+from treeqa.serve.bodies import RequestError
+from treeqa.serve.models import Models
+from treeqa.serve.origin import Guard
+
+BODY = json.dumps({"tree": TREE})
+
+
+def started(server: Server) -> Iterator[str]:
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def address(run_dir: Path) -> Iterator[str]:  # noqa: F811
+    yield from started(make_server(Models([run_dir]), port=0, quiet=True))
+
+
+@pytest.fixture(scope="module")
+def allowing(run_dir: Path) -> Iterator[str]:  # noqa: F811
+    server = make_server(Models([run_dir]), port=0, quiet=True, allow_hosts=["Sentiment.Example"])
+    yield from started(server)
+
+
+def post(address: str, headers: dict[str, str], path: str = "/api/sentiment") -> tuple[int, dict]:
+    """POST the tree with ``headers`` (Host as given there, else http.client's own)."""
+    connection = http.client.HTTPConnection(address, timeout=30)
+    connection.putrequest("POST", path, skip_host="Host" in headers)
+    for name, value in {**headers, "Content-Length": str(len(BODY))}.items():
+        connection.putheader(name, value)
+    connection.endheaders(BODY.encode())
+    response = connection.getresponse()
+    status, data = response.status, json.loads(response.read())
+    connection.close()
+    return status, data
+
+
+def test_a_client_outside_a_browser_and_the_servers_own_page_are_answered(address: str) -> None:
+    assert post(address, {})[0] == 200  # curl: no Origin, Host 127.0.0.1:PORT
+    port = address.split(":")[1]
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "app.localhost"):
+        own = {"Host": host, "Origin": f"http://{host}"}
+        assert post(address, own)[0] == 200, host
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://evil.example",
+        "null",
+        "http://127.0.0.1:1",
+        "file://",
+        "https://localhost.evil.example",
+    ],
+)
+def test_a_page_of_another_origin_is_refused_naming_the_header(address: str, origin: str) -> None:
+    status, body = post(address, {"Origin": origin})
+    assert status == 403
+    assert body["error"].startswith(f"header Origin: {origin!r}")
+
+
+def test_a_rebound_name_is_refused_on_a_loopback_server(address: str) -> None:
+    port = address.split(":")[1]
+    status, body = post(
+        address, {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
+    )
+    assert status == 403 and "header Host: 'evil.example:" in body["error"]
+    assert "--allow-host" in body["error"]
+    connection = http.client.HTTPConnection(address, timeout=30)
+    connection.request("GET", "/api/health", headers={"Host": "evil.example"})
+    assert connection.getresponse().status == 403  # read routes too: rebinding reads answers
+    connection.close()
+
+
+def test_a_host_given_twice_is_a_400(address: str) -> None:
+    status, body = post(address, {"Host": "localhost", "host": "evil.example"})
+    assert status == 400 and "Host" in body["error"]
+
+
+def test_allow_host_adds_a_name_for_host_and_origin(allowing: str) -> None:
+    proxied = {"Host": "sentiment.example", "Origin": "https://sentiment.example"}
+    assert post(allowing, proxied)[0] == 200
+    rewritten = {"Host": "127.0.0.1:8000", "Origin": "https://SENTIMENT.example"}  # a proxy's
+    assert post(allowing, rewritten)[0] == 200
+    assert post(allowing, {"Host": "other.example"})[0] == 403
+
+
+def test_the_rules_of_the_guard() -> None:
+    loopback = Guard.for_address("127.0.0.1")
+    loopback.check(None, "LOCALHOST.:8000")
+    loopback.check("http://192.168.1.5:8000", "192.168.1.5:8000")  # an address: no rebinding
+    with pytest.raises(RequestError):  # the server's name, but another port
+        loopback.check("http://localhost:3000", "localhost:8000")
+    with pytest.raises(RequestError):  # no port in Origin: port 80, not the server's
+        loopback.check("http://localhost", "localhost:8000")
+    loopback.check("https://localhost", "localhost")  # Host without a port: a proxy's, perhaps
+    exposed = Guard.for_address("0.0.0.0")
+    exposed.check(None, "box.lan:8000")  # bound for others and no names given: any name
+    exposed.check("http://box.lan:8000", "box.lan:8000")
+    with pytest.raises(RequestError):
+        exposed.check("http://evil.example", "box.lan:8000")
+    named = Guard.for_address("::", ["box.lan"])
+    named.check(None, "box.lan")
+    with pytest.raises(RequestError):
+        named.check(None, "evil.example")
+    assert Guard.for_address("::1") == loopback
+
+
+def test_the_cli_takes_allow_host_repeated() -> None:
+    args = build_parser().parse_args(
+        ["serve", "r", "--allow-host", "a.example", "--allow-host", "b"]
+    )
+    assert args.allow_host == ["a.example", "b"]
