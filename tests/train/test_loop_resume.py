@@ -117,6 +117,28 @@ def test_corrupt_or_missing_checkpoints_give_clear_errors(tmp_path: Path) -> Non
         ckpt.load(bad)
 
 
+def test_a_checkpoint_changed_on_disk_is_refused_not_loaded_as_other_weights(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "c.safetensors"
+    weights = {"model.w": torch.arange(6.0).reshape(2, 3), "model.h": torch.ones(2).bfloat16()}
+    ckpt.atomic_save({**weights, "step": torch.tensor(7)}, {"task": "t"}, path)
+    assert torch.equal(ckpt.load(path).weights()["w"], weights["model.w"])
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40  # one bit inside the last tensor's bytes: the header still reads
+    path.write_bytes(bytes(data))
+    with pytest.raises(
+        ckpt.CheckpointError, match=f"{path}: its tensors do not match the checksum"
+    ):
+        ckpt.load(path)
+    assert ckpt.read_meta(path)["task"] == "t"  # the metadata alone still reads
+    # A checkpoint written before the checksum (or by safetensors itself) loads as before.
+    from safetensors.torch import save_file
+
+    save_file(weights, str(path), {"treeqa": json.dumps({"format_version": 1, "task": "t"})})
+    assert set(ckpt.load(path).weights()) == {"w", "h"}
+
+
 def test_atomic_save_leaves_the_old_file_when_writing_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

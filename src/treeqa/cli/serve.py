@@ -42,9 +42,9 @@ def add_parser(subparsers: Any) -> None:
         default=[],
         metavar="NAME",
         help="a name the server answers to beside loopback names and IP addresses (repeat for "
-        "more): a page served from another name is refused, against cross-site requests and "
-        "DNS rebinding; bound to an address other than loopback, with no --allow-host, any "
-        "name is answered",
+        "more); a request naming another in Host or Origin is refused, against cross-site "
+        "requests and DNS rebinding (default: none; bound to an address other than loopback, "
+        "with none given, any name is answered)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     parser.add_argument(

@@ -2,13 +2,15 @@
 
 The metadata (format version, model name and config, vocabularies, training config, metrics,
 and for the ``last`` checkpoint the loop state and optimiser settings) sits in the safetensors
-``__metadata__`` entry under the key ``treeqa``. Loading never unpickles anything.
+``__metadata__`` entry under the key ``treeqa``, beside a SHA-256 of the tensors (``CHECKSUM``)
+that loading checks. Loading never unpickles anything.
 Files are written to a temporary name and renamed, so a crash never leaves half a checkpoint.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -24,6 +26,8 @@ from safetensors.torch import load_file, save
 from torch import nn
 
 FORMAT_VERSION = 1
+CHECKSUM = "treeqa.sha256"
+"""The header entry holding ``tensors_digest`` of the tensors (absent in older checkpoints)."""
 BEST, LAST = "best.safetensors", "last.safetensors"
 PARTIAL = ".tmp"
 """The suffix of a checkpoint being written; a kill during the write leaves one behind."""
@@ -175,13 +179,25 @@ def keep_aside(path: Path) -> Path:
     return kept
 
 
+def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes, in name order: safetensors
+    keeps no checksum, so bytes changed on disk would load as other weights, silently."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].contiguous()
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().data)
+    return digest.hexdigest()
+
+
 def atomic_save(tensors: dict[str, torch.Tensor], meta: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     header = {"treeqa": json.dumps({"format_version": FORMAT_VERSION, **meta}, ensure_ascii=False)}
     # safetensors refuses shared or non-contiguous storage; give it plain copies. Its bytes
     # are written here: its save_file writes a temporary file of its own first, which a kill
     # during the write would leave behind under a name no one cleans up.
-    data = save({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, header)
+    plain = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
+    data = save(plain, {**header, CHECKSUM: tensors_digest(plain)})
     tmp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}{PARTIAL}")
     replace_with(path, data, tmp)
 
@@ -235,7 +251,8 @@ def load(
     """A checkpoint (file or run directory); with ``task``, refuse one made for another task,
     and one whose metadata lacks a key of ``needs``."""
     file = resolve(path, prefer)
-    meta = read_meta(file, task)
+    header = read_header(file)
+    meta = check_meta(file, header, task)
     missing = [key for key in needs if key not in meta]
     if missing:
         raise CheckpointError(f"{file}: its metadata has no {', '.join(missing)}")
@@ -243,17 +260,32 @@ def load(
         tensors = load_file(str(file))
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{file}: not a readable safetensors checkpoint ({err})") from err
+    if CHECKSUM in header and tensors_digest(tensors) != header[CHECKSUM]:  # older: none
+        raise CheckpointError(
+            f"{file}: its tensors do not match the checksum written with them: the file changed "
+            "on disk after it was written (a failing disk, a partial copy); use the run's other "
+            "checkpoint, or a copy of this one"
+        )
     return Checkpoint(meta, tensors, file)
 
 
 def read_meta(path: str | Path, task: str | None = None, prefer: str = BEST) -> dict[str, Any]:
     """A checkpoint's metadata alone (its header; no tensor is read), checked as ``load`` does."""
     file = resolve(path, prefer)
+    return check_meta(file, read_header(file), task)
+
+
+def read_header(file: Path) -> dict[str, str]:
     try:
         with safe_open(str(file), framework="pt") as f:
-            header = f.metadata() or {}
+            header: dict[str, str] = f.metadata() or {}
     except (SafetensorError, OSError) as err:
         raise CheckpointError(f"{file}: not a readable safetensors checkpoint ({err})") from err
+    return header
+
+
+def check_meta(file: Path, header: dict[str, str], task: str | None) -> dict[str, Any]:
+    """The treeqa metadata of header ``header``, checked: JSON, this format, task ``task``."""
     if "treeqa" not in header:
         raise CheckpointError(f"{file}: a safetensors file without treeqa metadata")
     try:
