@@ -192,6 +192,17 @@ def test_gold_answers_that_cannot_be_scored_are_errors_naming_the_question(
         evaluate_predictions(V2, {"n1": ""}, version="v1.1")
 
 
+def test_arguments_of_the_wrong_kind_are_named() -> None:
+    # Each was an AttributeError or TypeError from deep inside (or, for a list, a score of 0).
+    with pytest.raises(TypeError, match=r"dataset_json is a str: .* \(load_gold reads a file\)"):
+        evaluate_predictions("dev-v1.1.json", {})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="predictions is a list: give a dict of question id"):
+        evaluate_predictions(V1, [("a", "x")])  # type: ignore[arg-type]
+    answer = {"answer": "x", "start": 0, "end": 1}  # one result of recipes.qa.predict
+    with pytest.raises(TypeError, match="the prediction for 'a' is a dict, not the answer text"):
+        evaluate_predictions(V1, {"a": answer})  # type: ignore[dict-item]
+
+
 def test_version_detected_from_is_impossible_without_version_field() -> None:
     assert evaluate_predictions({"data": V2["data"]}, {})["version"] == "v2.0"
     assert evaluate_predictions(V1["data"], {})["version"] == "v1.1"

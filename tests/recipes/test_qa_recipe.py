@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("spacy")
 
 from treeqa.cli.main import main  # noqa: E402
-from treeqa.recipes import qa  # noqa: E402
+from treeqa.recipes import qa, sentiment  # noqa: E402
 from treeqa.train import checkpoint as ckpt  # noqa: E402
 
 PARAGRAPHS = [
@@ -153,6 +153,15 @@ def test_train_save_load_same_predictions(prepared: Path, tmp_path: Path) -> Non
         qa.predict(loaded, [{"context": "a", "question": "b"}])  # type: ignore[list-item]
     with pytest.raises(ValueError, match=r"example 1: the context is not valid text .*U\+D800"):
         qa.predict(loaded, [pairs[0], ("Paris \ud800", "Where?")])
+    # A model a loop left in training mode answers as in eval mode, and stays in training mode.
+    loaded.model.train()
+    assert qa.predict(loaded, pairs) == results
+    assert loaded.model.training
+    with pytest.raises(TypeError, match="examples is a generator; give a list of"):
+        qa.predict(loaded, (p for p in pairs))  # type: ignore[arg-type]
+    other = sentiment.Loaded(loaded.model, loaded.words, "fine", {})
+    with pytest.raises(TypeError, match=r"recipes\.sentiment\.Loaded, not a QA model: give"):
+        qa.predict(other, pairs)  # type: ignore[arg-type]
 
 
 def test_a_split_prepared_apart_is_renumbered_into_the_model_vocabulary(

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from treeqa.config import ConfigError
+from treeqa.models import build_sentiment_model
 from treeqa.recipes.sentiment import resolve_config, train
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.loop import Callback, TrainConfig, TrainState, resolve_device
@@ -249,6 +250,16 @@ def test_a_class_count_that_does_not_fit_the_task_is_refused() -> None:
     # A run's saved config holds the count its task gave: another --task replaces it.
     saved = {"model": {"name": "tree_lstm", "num_classes": 5}, "data": {"task": "fine"}}
     assert resolve_config(saved, [("task", "binary")]).data.task == "binary"
+
+
+@pytest.mark.parametrize(("task", "classes"), [("fine", 5), ("binary", 2), ("binary3", 3)])
+def test_the_resolved_config_builds_a_model_with_the_tasks_classes(task: str, classes: int) -> None:
+    # Was: 5 whatever the task until train() set it, so a model built from a binary config
+    # in Python scored five classes against targets of two.
+    config = resolve_config({}, [("model", "childsum"), ("task", task)])
+    assert config.model.num_classes == classes
+    model = build_sentiment_model(config.model.name, config.model, 10)
+    assert model.classify.out_features == classes
 
 
 def test_another_model_than_the_configs_says_whose_keys_it_holds() -> None:

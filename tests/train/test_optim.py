@@ -132,6 +132,21 @@ def test_fit_names_a_batch_it_cannot_move_to_the_device() -> None:
         fit(model, optimizer, lambda epoch: [(1, 2)], TrainConfig(epochs=1, health="off"))
 
 
+def test_fit_names_batches_or_a_config_of_the_wrong_kind() -> None:
+    from torch.utils.data import DataLoader
+
+    from treeqa.train.loop import fit
+
+    model = Tiny()
+    optimizer = build_optimizer(model, TrainConfig())
+    loader = DataLoader(torch.zeros(4, 3), batch_size=2)
+    # Was: "'DataLoader' object is not callable" and "'dict' object has no attribute 'device'".
+    with pytest.raises(TypeError, match=r"train_batches is a DataLoader; fit\(\) takes a funct"):
+        fit(model, optimizer, loader, TrainConfig(epochs=1, health="off"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"config is a dict; fit\(\) takes a TrainConfig"):
+        fit(model, optimizer, lambda epoch: loader, {"epochs": 1})  # type: ignore[arg-type]
+
+
 def test_fit_names_a_forward_or_an_evaluate_that_returns_something_else() -> None:
     from treeqa.models.common import Output
     from treeqa.train.loop import fit

@@ -215,6 +215,7 @@ def evaluate_predictions(
     the threshold reported when abstaining everywhere is best: the official 0.0 suits scores in
     [0, 1]; for scores that may be negative (log-odds), pass one below them all.
     """
+    check_arguments(dataset_json, predictions)
     version = version or _version(dataset_json)
     if version not in ("v1.1", "v2.0"):
         raise ValueError(f"version must be 'v1.1' or 'v2.0', not {version!r}")
@@ -248,6 +249,26 @@ def evaluate_predictions(
                 )
                 out |= {f"best_{name}": best, f"best_{name}_thresh": thresh}
     return out
+
+
+def check_arguments(dataset_json: object, predictions: object) -> None:
+    """A TypeError, naming the question, unless ``evaluate_predictions`` was given the SQuAD
+    JSON itself and a mapping of question id -> answer text (not ``predict``'s result dicts)."""
+    if not isinstance(dataset_json, Mapping | list):
+        path = " (load_gold reads a file)" if isinstance(dataset_json, str | Path) else ""
+        raise TypeError(
+            f"dataset_json is a {type(dataset_json).__name__}: give the SQuAD JSON object{path}"
+        )
+    if not isinstance(predictions, Mapping):
+        raise TypeError(
+            f"predictions is a {type(predictions).__name__}: give a dict of question id -> "
+            "answer text"
+        )
+    for qid, answer in predictions.items():
+        if not isinstance(answer, str):
+            raise TypeError(
+                f"the prediction for {qid!r} is a {type(answer).__name__}, not the answer text"
+            )
 
 
 def apply_no_ans_threshold(

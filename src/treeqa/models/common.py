@@ -3,6 +3,8 @@ the dropout the tree models apply before their classifier."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import numpy as np
@@ -15,6 +17,19 @@ class Output(NamedTuple):
 
     logits: torch.Tensor
     loss: torch.Tensor | None
+
+
+@contextmanager
+def inference(model: nn.Module) -> Iterator[None]:
+    """``model`` in eval mode (no dropout: the same input, the same answer) without autograd,
+    put back in the mode it was in after, whatever happens inside."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
 
 
 def word_embedding(vocab_size: int, dim: int, vectors: np.ndarray | None = None) -> nn.Embedding:

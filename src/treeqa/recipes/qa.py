@@ -26,6 +26,7 @@ from treeqa.data.squad_prepared import PreparedSplit, load_meta
 from treeqa.data.vocab import Vocab
 from treeqa.eval.squad import evaluate_predictions, gold_answers
 from treeqa.health import monitor as health
+from treeqa.models.common import inference
 from treeqa.models.qanet import QANet, QANetConfig
 from treeqa.models.spans import decode
 from treeqa.train import checkpoint as ckpt
@@ -265,9 +266,7 @@ def predict_rows(
     config: QANetConfig = model.config  # type: ignore[assignment]
     device = next(model.parameters()).device
     out: dict[str, Answer] = {}
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
+    with inference(model):
         # Bucketed: answers are keyed by row, so sorting by length only saves padding.
         for batch in split.batches(batch_size, False, 0, bucket=True, rows=rows):
             batch = (id_map(batch) if id_map is not None else batch).to(device)
@@ -288,7 +287,6 @@ def predict_rows(
                 out[split.question_id(row)] = Answer(
                     "" if empty else span, p + m if empty else p, span, m
                 )
-    model.train(was_training)
     return out
 
 
@@ -576,7 +574,17 @@ def predict(
     (empty answer and start = end = -1 when a SQuAD 2.0 model answers nothing). A SQuAD 2.0
     model also gives ``no_answer_margin`` (log p(no answer) - log p(best span); it abstains
     when this beats its threshold) and ``best_span``, the text a lower threshold would answer.
-    A server passes its ``tokenizer``: making one takes ~0.3 s."""
+    A server passes its ``tokenizer``: making one takes ~0.3 s. The model answers in eval mode
+    (a model left in training mode by a loop is put back in it after)."""
+    if not isinstance(loaded, Loaded):
+        raise TypeError(
+            f"a {type(loaded).__module__}.{type(loaded).__name__}, not a QA model: give what "
+            "treeqa.recipes.qa.load_model returns"
+        )
+    if not isinstance(examples, Sequence):
+        raise TypeError(
+            f"examples is a {type(examples).__name__}; give a list of (context, question) pairs"
+        )
     if (
         isinstance(batch_size, bool)
         or not isinstance(batch_size, numbers.Integral)
@@ -616,7 +624,7 @@ def predict(
         qw, qc = _encode(loaded, questions)
         none = torch.full((len(chunk),), -1, dtype=torch.long)
         batch = QABatch(cw, cc, qw, qc, none, none, torch.arange(len(chunk))).to(device)
-        with torch.no_grad():
+        with inference(loaded.model):
             logits = loaded.model(batch).logits
         # Best spans for all rows (threshold inf); the threshold is applied here.
         mask = batch.context_words != 0  # [B, L]

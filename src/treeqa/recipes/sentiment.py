@@ -27,7 +27,7 @@ from treeqa.models import (
     check_model_config,
     model_classes,
 )
-from treeqa.models.common import Output
+from treeqa.models.common import Output, inference
 from treeqa.train import checkpoint as ckpt
 from treeqa.train.callbacks import (
     StopOnSignal,
@@ -135,6 +135,10 @@ def resolve_config(
             f"model.num_classes: {config.model.num_classes} does not fit data.task "
             f"{config.data.task!r}, which has {classes} classes (it is set from the task)"
         )
+    # Set here, so that a model built from the config (build_sentiment_model) fits the task.
+    config = dataclasses.replace(
+        config, model=dataclasses.replace(config.model, num_classes=classes)
+    )
     check_model_config(config.model)
     given = cfg.model_key_given(section, overrides, "embed_dim", ALIASES)
     if given and config.data.vectors and hasattr(config.model, "embed_dim"):
@@ -332,14 +336,11 @@ def evaluate_model(
 ) -> dict[str, float]:
     device = next(model.parameters()).device
     metrics = SentimentMetrics()
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
+    with inference(model):
         for batch in batches(trees, batch_size, shuffle=False):
             batch = batch.to(device)
             output: Output = model(batch)
             metrics.update(output.logits, batch.labels, batch.roots)
-    model.train(was_training)
     return metrics.compute(task)
 
 
@@ -584,7 +585,18 @@ def labels_of(probs: torch.Tensor, task: str) -> torch.Tensor:
 
 
 def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
-    """Per tree: the predicted label and class probabilities of every node (pre-order)."""
+    """Per tree: the predicted label and class probabilities of every node (pre-order), from
+    the model in eval mode (a model left in training mode by a loop is put back in it after)."""
+    if not isinstance(loaded, Loaded):
+        raise TypeError(
+            f"a {type(loaded).__module__}.{type(loaded).__name__}, not a sentiment model: "
+            "give what treeqa.recipes.sentiment.load_model returns"
+        )
+    if not isinstance(trees, Sequence):
+        raise TypeError(
+            f"trees is a {type(trees).__name__}; give a list of Trees"
+            + (" ([tree] for one)" if isinstance(trees, Tree) else "")
+        )
     for k, tree in enumerate(trees):
         if not isinstance(tree, Tree):
             raise TypeError(
@@ -597,7 +609,7 @@ def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
     encoded = [loaded.encode(t) for t in trees]
     device = next(loaded.model.parameters()).device
     results: list[dict[str, Any]] = []
-    with torch.no_grad():
+    with inference(loaded.model):
         batch = next(batches(encoded, len(encoded), shuffle=False)).to(device)
         probs = loaded.model(batch).logits.float().softmax(1).cpu()  # [N, C]
     labels = labels_of(probs, loaded.task).tolist()  # [N]

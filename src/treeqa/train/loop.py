@@ -372,6 +372,13 @@ def fit(
     ``state.interrupted`` (``StopOnSignal``) with ``state.stop`` stops the run after the step:
     nothing is scored, ``on_interrupt`` saves it, and ``Interrupted`` is raised at the end.
     """
+    if not callable(train_batches):  # a DataLoader, say
+        raise TypeError(
+            f"train_batches is a {type(train_batches).__name__}; fit() takes a function of the "
+            "epoch that returns its batches, e.g. lambda epoch: loader"
+        )
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config is a {type(config).__name__}; fit() takes a TrainConfig")
     state = state or TrainState()
     device = resolve_device(config.device)
     world = distributed.World.from_env()
