@@ -386,3 +386,15 @@ def test_amp_asked_for_on_a_cpu_says_it_does_nothing(capsys: pytest.CaptureFixtu
     assert said in capsys.readouterr().out
     assert main(["train", "qa", "--prepared", "/no/such/dir", "--train.device=cpu"]) == 2
     assert said not in capsys.readouterr().out  # QANet's own bf16 default: not asked for
+
+
+def test_amp_that_does_nothing_is_said_by_process_0_alone_under_torchrun(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    said = "train.amp = bf16 does nothing on cpu: it trains in float32"
+    argv = ["train", "--data", "/no/such/dir", "--train.device=cpu", "--train.amp=bf16"]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, lines in (("0", 1), ("1", 0)):
+        monkeypatch.setenv("RANK", rank)
+        assert main(argv) == 2
+        assert capsys.readouterr().out.count(said) == lines

@@ -42,6 +42,18 @@ def test_an_existing_path_with_a_plus_is_one_file(tmp_path: Path) -> None:
     np.testing.assert_array_equal(vectors[vocab.index["good"]], [1, 2, 3])
 
 
+def test_under_torchrun_process_0_alone_reports_the_vectors_coverage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    vocab = Vocab.build(["good", "film"])
+    path = write_glove(tmp_path / "a.txt", {"good": [1.0, 2.0]})
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, lines in (("0", 1), ("1", 0)):
+        monkeypatch.setenv("RANK", rank)
+        assert build_vectors(SentimentData(vectors=path), vocab) is not None
+        assert capsys.readouterr().out.count("vectors: ") == lines
+
+
 def test_an_empty_part_of_a_joined_path_is_an_error(tmp_path: Path) -> None:
     vocab = Vocab.build(["good"])
     path = write_glove(tmp_path / "a.txt", {"good": [1.0, 2.0]})

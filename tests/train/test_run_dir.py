@@ -346,6 +346,28 @@ def test_a_resumed_run_that_had_stopped_early_says_what_goes_on(
     assert not state.stop and capsys.readouterr().out == ""
 
 
+def test_under_torchrun_every_process_stops_early_and_process_0_alone_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from treeqa.train.callbacks import EarlyStopping, resume, say_if_done
+    from treeqa.train.loop import TrainState
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    for rank, said in (("0", True), ("1", False)):
+        monkeypatch.setenv("RANK", rank)
+        state = TrainState(epoch=5, best_epoch=2)
+        EarlyStopping(patience=2).on_fit_start(state, None, None)  # type: ignore[arg-type]
+        assert state.stop
+        state = TrainState(epoch=5, best_epoch=2)
+        EarlyStopping(patience=3).on_epoch_end(state, {})
+        assert state.stop
+        say_if_done(tmp_path, TrainState(epoch=4), 2)
+        assert resume(tmp_path, None, None) is None  # type: ignore[arg-type]
+        out = capsys.readouterr().out
+        for line in ("stopped early before", "early stop:", "already trained", "no last"):
+            assert (line in out) == said, (rank, line)
+
+
 def test_evaluating_a_run_without_its_best_checkpoint_says_the_last_is_scored(
     demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -292,7 +292,8 @@ def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:
             raise FileNotFoundError(f"data.vectors: {path}: {problem}")
     for i, path in enumerate(paths):
         vectors = load_vectors(path, keys, lower_fallback=data.lower_fallback, seed=i)
-        print(f"vectors: {vectors.report.summary()}")
+        if World.from_env().main:  # under torchrun, process 0 reports
+            print(f"vectors: {vectors.report.summary()}")
         tables.append(vectors.matrix)
     return np.concatenate(tables, 1)
 

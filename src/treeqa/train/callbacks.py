@@ -50,6 +50,13 @@ def standard_callbacks(
     ]
 
 
+def say(text: str) -> None:
+    """``text`` on process 0's output only: a message about the run, from code every process
+    runs (under torchrun the others would say it again)."""
+    if World.from_env().main:
+        tqdm.write(text)
+
+
 def batch_size_of(batch: Any) -> int:
     return int(getattr(batch, "num_examples", 1))
 
@@ -377,7 +384,7 @@ class EarlyStopping(Callback):
         # A resumed run that had stopped early stays stopped (a larger patience continues it).
         if not state.stop and self.due(state):
             state.stop = True
-            tqdm.write(
+            say(
                 f"stopped early before: no better dev score for {state.epoch - state.best_epoch} "
                 f"epochs since the best (epoch {state.best_epoch}), and train.patience is "
                 f"{self.patience}; raise --train.patience to train on"
@@ -385,7 +392,7 @@ class EarlyStopping(Callback):
 
     def on_epoch_end(self, state: TrainState, metrics: dict[str, float]) -> None:
         if self.due(state):
-            tqdm.write(
+            say(
                 f"early stop: no better dev score for {self.patience} epochs (best epoch {state.best_epoch})"
             )
             state.stop = True
@@ -462,7 +469,7 @@ def say_if_done(run_dir: Path, state: TrainState | None, epochs: int) -> None:
     trained = f"{state.epoch} epoch(s)"
     if state.epoch_step:  # stopped part-way through the next one, which fewer epochs leave out
         trained += f" and {state.epoch_step} batch(es) of epoch {state.epoch + 1}"
-    tqdm.write(
+    say(
         f"{run_dir}: already trained {trained}, train.epochs is {epochs}: "
         "nothing more to train; the scores are those it has"
     )
@@ -490,7 +497,7 @@ def resume(
         if (run_dir / ckpt.BEST).is_file() and World.from_env().main:  # (last one removed?)
             kept = ckpt.keep_aside(run_dir / ckpt.BEST)
             said += f" (its {ckpt.BEST} is kept as {kept.name})"
-        tqdm.write(said)
+        say(said)
         return None
     last = ckpt.load(run_dir, prefer=ckpt.LAST)
     if last.meta.get("kind") != "last":
