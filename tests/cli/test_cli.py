@@ -31,10 +31,11 @@ def test_help_of_every_subcommand_shows_an_example(capsys: pytest.CaptureFixture
         assert "example:" in capsys.readouterr().out
 
 
-def test_data_stats_names_unlabelled_nodes_and_a_gzip_file(
+def test_data_stats_names_unlabelled_nodes_and_a_gzip_or_zip_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import gzip
+    import zipfile
 
     trees = tmp_path / "trees.txt"
     trees.write_text("((the) (film))\n(3 (2 a) (4 gem))\n")
@@ -46,6 +47,11 @@ def test_data_stats_names_unlabelled_nodes_and_a_gzip_file(
     packed.write_bytes(gzip.compress(trees.read_bytes()))
     assert main(["data", "stats", str(packed)]) == 2
     assert "trees.txt.gz:1:1: a gzip file" in capsys.readouterr().err
+    archive = tmp_path / "trees.zip"  # as SST ships: it was "1:11: not UTF-8 text"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr(zipfile.ZipInfo("trees.txt", (2013, 10, 1, 0, 0, 0)), trees.read_bytes())
+    assert main(["data", "stats", str(archive)]) == 2
+    assert "trees.zip:1:1: a zip archive: unzip it" in capsys.readouterr().err
 
 
 def test_data_stats_and_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -78,12 +78,13 @@ def test_a_wanted_spacy_row_with_nan_is_an_error_naming_row_and_word(tmp_path: P
 
 
 @pytest.mark.parametrize("lines", [1, 2])  # the header alone; the header and one vector
+@pytest.mark.parametrize("end", ["", "\n", "\n\n"])  # blank lines after the cut hold no vector
 def test_a_file_shorter_than_its_word2vec_header_says_is_truncated(
-    tmp_path: Path, lines: int
+    tmp_path: Path, lines: int, end: str
 ) -> None:
     path = tmp_path / "v.txt"
     text = "3 2\nthe 1 2\nand 3 4\nfilm 5 6\n"
-    path.write_text("".join(text.splitlines(keepends=True)[:lines]), encoding="utf-8")
+    path.write_text("".join(text.splitlines(keepends=True)[:lines]) + end, encoding="utf-8")
     said = f"promises 3 vectors, but the file ends after {lines - 1}: it looks truncated"
     with pytest.raises(VectorFileError, match=said):
         vectors(tmp_path, path, ["the"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,24 @@ def test_a_loop_of_links_and_the_folders_mode(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir(mode=0o750)
     _write(tmp_path / "out")
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o750  # kept when replaced
+
+
+def test_a_run_killed_while_deleting_the_old_folder_leaves_the_new_one_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The old folder was deleted where it stood, then the new one renamed in: a kill (Ctrl-C,
+    # here after one file) left --out with the old meta.json and half its files.
+    out = tmp_path / "out"
+    _write(out)
+
+    def killed(folder: Path, **_: object) -> None:
+        (Path(folder) / "a.txt").unlink()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _write(out)
+    monkeypatch.undo()
+    assert (out / "a.txt").read_text() == "new" and (out / "meta.json").is_file()
+    # What is left of the old one waits in a work folder, which the next run deletes.
+    assert any(tmp_path.glob(".out.*.partial"))

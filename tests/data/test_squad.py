@@ -135,6 +135,22 @@ def test_broken_json_names_file_line_and_column(tmp_path: Path) -> None:
         list(iter_articles(tmp_path / "list.json"))
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_file_not_utf8_names_the_line_and_column_of_the_bad_byte(
+    tmp_path: Path, packed: bool
+) -> None:
+    # Saved as Latin-1 by an editor: "é" is one byte, not UTF-8's two. A byte-order mark
+    # before it moves no column; gzip moves no line.
+    text = json.dumps(squad_v1(), indent=1).replace("Fort Bragg", "Fort Bragé", 1)
+    line = text[: text.index("Bragé")].count("\n") + 1
+    column = text.index("Bragé") - text.rfind("\n", 0, text.index("Bragé")) + 4
+    data = b"\xef\xbb\xbf" + text.encode("latin-1")
+    path = tmp_path / ("latin1.json.gz" if packed else "latin1.json")
+    path.write_bytes(gzip.compress(data) if packed else data)
+    with pytest.raises(SquadFormatError, match=rf"latin1\.json(\.gz)?:{line}:{column}: not UTF-8"):
+        list(iter_articles(path))
+
+
 def test_damaged_gzip_deep_nesting_and_huge_integers_are_format_errors(tmp_path: Path) -> None:
     packed = bytearray(gzip.compress(json.dumps(squad_v1()).encode()))
     packed[20:40] = bytes(b ^ 0x55 for b in packed[20:40])  # a damaged deflate stream
@@ -160,6 +176,17 @@ def test_a_field_given_twice_is_an_error_at_its_article(tmp_path: Path) -> None:
         SquadFormatError, match=r"twice\.json:1:\d+: a field is given twice \('id'\)"
     ):
         list(iter_articles(tmp_path / "twice.json"))
+
+
+def test_a_top_level_field_given_twice_or_not_a_string_is_an_error(tmp_path: Path) -> None:
+    # Two files joined by hand: both "data" lists were read, where JSON keeps the last.
+    text = json.dumps(squad_v1())
+    (tmp_path / "twice.json").write_text(text[:-1] + ', "data": []}')
+    with pytest.raises(SquadFormatError, match=r"twice\.json:1:\d+: .*twice \('data'\) at the top"):
+        list(iter_articles(tmp_path / "twice.json"))
+    (tmp_path / "key.json").write_text('{"data": [], 5: 1}')  # no JSON: it was read
+    with pytest.raises(SquadFormatError, match=r"key\.json:1:14: expected a field name"):
+        list(iter_articles(tmp_path / "key.json"))
 
 
 def test_a_lone_surrogate_names_its_question_or_article_or_is_counted(tmp_path: Path) -> None:

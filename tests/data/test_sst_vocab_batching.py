@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,23 @@ def test_split_path_errors(tmp_path: Path) -> None:
         sst.split_path(tmp_path, "train")
     with pytest.raises(ValueError, match="split must be"):
         sst.split_path(tmp_path, "valid")
+
+
+def test_a_folder_mixing_bracketed_and_dependency_splits_is_refused(tmp_path: Path) -> None:
+    # train.txt was taken beside dev.jsonl: the error came later, naming no file.
+    (tmp_path / "train.txt").write_text("(3 (2 a) (4 good))\n", encoding="utf-8")
+    (tmp_path / "dev.jsonl").write_text("{}\n", encoding="utf-8")
+    for split in ("train", "dev", "test"):
+        with pytest.raises(ValueError, match=r"\(\.jsonl\): train\.txt, dev\.jsonl; a data folder"):
+            sst.split_path(tmp_path, split)
+
+
+def test_a_split_file_given_for_the_folder_is_named(tmp_path: Path) -> None:
+    # It was "train.txt/train.txt: no such SST split file".
+    path = tmp_path / "train.txt"
+    path.write_text("(3 (2 a) (4 good))\n", encoding="utf-8")
+    with pytest.raises(NotADirectoryError, match=rf"^{re.escape(str(path))} is a file; .* folder"):
+        sst.load_split(path, "train")
 
 
 def test_vocab_round_trip(tmp_path: Path) -> None:

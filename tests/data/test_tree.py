@@ -99,7 +99,9 @@ def test_ptb_unescape() -> None:
         ("(x (2 a) (2 b))", 2, "label 'x'"),
         ("(3 (2 a) (2 ))", 13, "empty node"),
         ("(3 (2 a (2 b)))", 9, "leaf cannot also have children"),
-        ("(3 (2 a) b)", 10, "either one word or children"),
+        ("(3 (2 a) b)", 10, "either one word or children, not both: found the word 'b'"),
+        # A no-break space (an editor's, between brackets) looks like a space but is none.
+        ("(3 (2 a)\u00a0(2 b))", 9, "found the word '\\xa0' after its children; only ASCII"),
         ("good movie", 1, "expected '('"),
         ("(2 (2 this) (2))", 13, "'(2)' reads as the word '2' with no label, in a labelled tree"),
     ],
@@ -114,6 +116,14 @@ def test_errors_name_file_line_and_column(
     assert err.value.line == 2 and err.value.column == column
     assert str(err.value).startswith(f"{path}:2:{column}: ")
     assert reason in str(err.value)
+
+
+def test_a_tree_laid_out_over_lines_in_a_file_says_a_tree_takes_one_line(tmp_path: Path) -> None:
+    # As NLTK's str(tree) writes a long tree; it was only "unbalanced '('" on line 1.
+    path = tmp_path / "trees.txt"
+    path.write_text("(3 (2 the)\n   (3 film))\n", encoding="utf-8")
+    with pytest.raises(TreeSyntaxError, match=r":1:11: unbalanced '\(': .* each tree whole on one"):
+        read_trees(path)
 
 
 def test_blank_lines_are_skipped_and_not_utf8_is_an_error(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ import io
 import lzma
 import os
 import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,28 @@ def test_word2vec_header_gives_the_width(tmp_path: Path) -> None:
     got = load(path, ["b b"], tmp_path)
     np.testing.assert_array_equal(got.matrix, [[4, 5, 6]])
     assert got.report.lines_read == 3
+
+
+@pytest.mark.parametrize("name", ["v.bin", "v.bin.gz"])
+def test_a_word2vec_binary_file_is_named_as_such(tmp_path: Path, name: str) -> None:
+    # word2vec's .bin: a text header, then each token and its float32 bytes (here 0.0 and
+    # 1.0: bytes 00 00 00 00 and 00 00 80 3f), which read as a short line of a cut file.
+    a, b = np.array([[0, 1, 0, 1], [1, 0, 1, 0]], np.float32)
+    data = b"2 4\n" + b"a " + a.tobytes() + b"b " + b.tobytes()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    with pytest.raises(VectorFileError, match=rf"{re.escape(name)}:2: .*word2vec binary file"):
+        load(path, ["a"], tmp_path)
+
+
+def test_a_zip_archive_is_named_as_such(tmp_path: Path) -> None:
+    # GloVe and fastText ship as .zip; given as it was downloaded, it read as a tab-separated
+    # first line.
+    path = tmp_path / "glove.6B.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("glove.6B.50d.txt", GLOVE)
+    with pytest.raises(VectorFileError, match=r"glove\.6B\.zip: a zip archive: unzip it"):
+        load(path, ["a"], tmp_path)
 
 
 def test_given_width_overrides_the_first_line(tmp_path: Path) -> None:

@@ -113,7 +113,7 @@ def built_aside(out: Path) -> Iterator[Path]:
     out = real_folder(out)
     if out.parent.is_dir():
         remove_stale_work(out)
-    work = out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
+    work = _aside(out)
     try:
         work.mkdir(parents=True)
     except PermissionError:
@@ -129,5 +129,16 @@ def built_aside(out: Path) -> Iterator[Path]:
         shutil.rmtree(work, ignore_errors=True)
         raise
     if out.exists():
-        shutil.rmtree(out)
-    work.rename(out)
+        # Moved aside first, deleted last: a run killed while deleting it leaves the new
+        # folder whole, not an old one half deleted (the next run deletes what is left).
+        old = _aside(out)
+        out.rename(old)
+        work.rename(out)
+        shutil.rmtree(old)
+    else:
+        work.rename(out)
+
+
+def _aside(out: Path) -> Path:
+    """A hidden folder name beside ``out`` that ``remove_stale_work`` knows as this process's."""
+    return out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")

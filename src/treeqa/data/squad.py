@@ -162,7 +162,16 @@ def read_json_text(path: str | Path) -> str:
     except (OSError, EOFError, zlib.error) as err:  # zlib.error: a damaged gzip stream
         raise SquadFormatError(f"cannot read the file ({err})", path) from err
     except UnicodeDecodeError as err:
-        raise SquadFormatError(f"not UTF-8 text ({err.reason} at byte {err.start})", path) from err
+        # Where an editor shows it (line, column), not only the byte's offset. err.object is
+        # what was decoded: the text gunzipped, a byte-order mark left out.
+        text, bad = err.object, err.start
+        before = text[text.rfind(b"\n", 0, bad) + 1 : bad].decode("utf-8", "replace")
+        raise SquadFormatError(
+            f"not UTF-8 text ({err.reason})",
+            path,
+            line=text.count(b"\n", 0, bad) + 1,
+            column=len(before) + 1,
+        ) from err
 
 
 def _location(text: str, pos: int) -> tuple[int, int]:
@@ -213,15 +222,20 @@ def iter_articles(
             ) from None
 
     _, pos = expect(0, "{")
-    seen_data = False
+    keys: set[str] = set()  # at the top level, read by hand: checked as unique_keys would
     if text.startswith("}", pos):
         pos += 1
     else:
         while True:
+            at = space(pos)
             key, pos = value(pos)
+            if not isinstance(key, str):
+                raise fail("expected a field name in double quotes", at)
+            if key in keys:  # a second "data" list was read as more articles
+                raise fail(f"a field is given twice ({key!r}) at the top level", at)
+            keys.add(key)
             _, pos = expect(pos, ":")
             if key == "data":
-                seen_data = True
                 _, pos = expect(pos, "[")
                 index, close = 0, text.startswith("]", pos)
                 pos += close
@@ -242,7 +256,7 @@ def iter_articles(
                 break
     if space(pos) != len(text):
         raise fail("extra data after the top-level object", space(pos))
-    if not seen_data:
+    if "data" not in keys:
         raise SquadFormatError('no "data" list at the top level', source)
 
 

@@ -41,9 +41,20 @@ def split_path(data_dir: str | Path, split: str) -> Path:
     """``split``.txt (PTB brackets) or ``split``.jsonl (dependency trees) in ``data_dir``."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    for suffix in (".txt", ".jsonl"):
-        path = Path(data_dir) / f"{split}{suffix}"
-        if path.is_file():
+    if Path(data_dir).is_file():  # else "train.txt/train.txt: no such file"
+        raise NotADirectoryError(
+            f"{data_dir} is a file; the data path names the folder of train/dev/test.txt "
+            "(or .jsonl)"
+        )
+    found = [Path(data_dir) / f"{s}{x}" for s in SPLITS for x in (".txt", ".jsonl")]
+    found = [p for p in found if p.is_file()]
+    if len({p.suffix for p in found}) > 1:  # else some splits constituency trees, some not
+        raise ValueError(
+            f"{data_dir} holds PTB trees (.txt) and dependency trees (.jsonl): "
+            f"{', '.join(p.name for p in found)}; a data folder holds one kind"
+        )
+    for path in found:
+        if path.stem == split:
             return path
     raise FileNotFoundError(
         f"{Path(data_dir) / split}.txt: no such SST split file (expected train/dev/test.txt, "

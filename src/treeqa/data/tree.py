@@ -242,7 +242,15 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
                 pos += 1
             node = stack[-1]
             if n_items[node] > 0:
-                raise fail("a node holds either one word or children, not both", start)
+                word = text[start:pos]
+                held = "word" if words[node] is not None else "children"
+                # A no-break space or form feed looks like a space but is none: show it.
+                why = "; only ASCII spaces, tabs and line breaks separate" if word.isspace() else ""
+                raise fail(
+                    "a node holds either one word or children, not both: found the word "
+                    f"{word!r} after its {held}{why}",
+                    start,
+                )
             words[node] = text[start:pos]
             n_items[node] += 1
     if stack:
@@ -258,7 +266,15 @@ def iter_trees(lines: Iterable[str], source: str = "<string>") -> Iterator[Tree]
     """One tree per non-blank line."""
     for number, raw in enumerate(lines, start=1):
         if text := line_text(raw, number):
-            yield parse_tree(text, source, number)
+            try:
+                tree = parse_tree(text, source, number)
+            except TreeSyntaxError as err:
+                if not err.reason.startswith("unbalanced '('"):
+                    raise
+                # NLTK's str(tree), say, lays a long tree out over several lines.
+                reason = f"{err.reason} (a tree file holds each tree whole on one line)"
+                raise TreeSyntaxError(reason, source, err.line, err.column) from None
+            yield tree
 
 
 def line_text(raw: str, number: int) -> str:
@@ -284,9 +300,14 @@ def not_utf8(path: Path, err: UnicodeDecodeError) -> TreeSyntaxError:
     """The error for a file that is not UTF-8, at the line and column of its first bad byte
     (the text reader decodes ahead in blocks, so its own position names no line)."""
     with path.open("rb") as f:
-        if f.read(2) == b"\x1f\x8b":
+        head = f.read(4)
+        if head[:2] == b"\x1f\x8b":
             return TreeSyntaxError(
                 "a gzip file: tree files are read as plain text, gunzip it first", str(path), 1, 1
+            )
+        if head == b"PK\x03\x04":  # SST ships as trainDevTestTrees_PTB.zip
+            return TreeSyntaxError(
+                "a zip archive: unzip it and give the tree files inside", str(path), 1, 1
             )
         f.seek(0)
         return not_utf8_lines(f, str(path), err)

@@ -40,6 +40,8 @@ _DECODE_ERRORS = (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error)
 _CORRUPT = "cannot decompress ({}): the file is truncated or corrupt"
 _NOT_FINITE = "holds NaN, infinity or a number too large for float32"
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, as Windows editors write it
+_ZIP = b"PK\x03\x04"  # a zip archive's first bytes: GloVe and fastText files ship zipped
+_CONTROL = re.compile(rb"[\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")  # in no text line, often in floats
 
 
 class VectorFileError(ValueError):
@@ -209,6 +211,9 @@ def find_spacy_pair(path: str | Path) -> tuple[Path, Path] | None:
 
 
 def _open(path: Path) -> io.BufferedIOBase:
+    with path.open("rb") as f:
+        if f.read(len(_ZIP)) == _ZIP:  # else it reads as a line of binary fields
+            raise VectorFileError("a zip archive: unzip it and give the vectors file inside", path)
     if path.suffix not in (".gz", ".xz"):
         return path.open("rb")
     # GzipFile.readline is Python code; a C buffer on top reads lines three times faster.
@@ -273,7 +278,7 @@ def _read_glove(
     bad = _BadLines(path, skip)
     vecs: dict[bytes, np.ndarray] = {}
     number, raw = 0, b"\n"
-    promised = None  # the vector count of a word2vec header
+    promised = header = None  # the vector count of a word2vec header, and its line
     told = "as asked"  # where D came from, for messages
     blank: tuple[int, bytes] | None = None  # the first of the blank lines just read
     for number, raw in _lines(path):
@@ -299,9 +304,18 @@ def _read_glove(
             count, _, width = line.partition(b" ")
             if count.isdigit() and width.isdigit():  # a word2vec / fastText "count D" header
                 dim, told = int(width), f"as the header on line {number} says"
-                promised = int(count)
+                promised, header = int(count), number
                 continue
             dim, told = spaces, f"as on line {number}"
+        if number - 1 == header and _binary(line[line.find(b" ") + 1 :]):
+            # Else its bytes read as a short line and the file is said to be truncated.
+            raise VectorFileError(
+                f"binary data after the word2vec header on line {header}: a word2vec binary "
+                "file (.bin)? Vectors are read from text, a token and its numbers per line; "
+                "convert it first, e.g. with gensim's save_word2vec_format(..., binary=False)",
+                path,
+                number,
+            )
         if spaces < dim:
             found = f"{spaces + 1} fields" if line else "an empty line"
             bad(f"expected a token and {dim} numbers ({told}), found {found}", number, raw)
@@ -328,14 +342,24 @@ def _read_glove(
         vecs[token] = vec
     if dim is None or number == 0:
         raise VectorFileError("empty file: no vectors", path)
-    if promised is not None and number - 1 < promised:
+    last = blank[0] - 1 if blank is not None else number  # blank lines at the end hold none
+    if promised is not None and header is not None and last - header < promised:
         # Cut at a line boundary, the text itself looks whole: only the header tells.
         raise VectorFileError(
-            f"the header on line 1 promises {promised} vectors, but the file ends after "
-            f"{number - 1}: it looks truncated (if it was cut on purpose, fix the header)",
+            f"the header on line {header} promises {promised} vectors, but the file ends after "
+            f"{last - header}: it looks truncated (if it was cut on purpose, fix the header)",
             path,
         )
     return dim, vecs, number, bad.count, not raw.endswith(b"\n")
+
+
+def _binary(data: bytes) -> bool:
+    """Whether bytes are no text: not UTF-8, or holding control characters."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return _CONTROL.search(data) is not None
 
 
 def _looks_like_numbers(fields: list[bytes]) -> bool:
