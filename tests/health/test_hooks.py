@@ -49,3 +49,26 @@ def test_copies_and_pickles_leave_the_doctors_hooks_out_and_keep_the_scripts_own
 def test_a_hook_pickled_by_itself_loads_as_a_call_that_does_nothing():
     loaded = pickle.loads(pickle.dumps(hooks.ModelHook(print)))
     assert loaded is not print and loaded("ignored") is None
+
+
+def plus_one(n: int) -> int:
+    return n + 1
+
+
+class Counter:
+    """A TorchScript class whose method calls a function of its module."""
+
+    def __init__(self, n: int):
+        self.n = plus_one(n)
+
+
+def test_a_class_scripted_through_the_wrapper_resolves_its_callers_names():
+    """``@torch.jit.script`` on a class looks its names up in the caller's frame; through the
+    doctor's wrapper that is still the caller's (``import torch.distributed.optim`` compiles
+    such classes and failed on a name of their module)."""
+    undo = hooks.install()
+    try:
+        scripted = torch.jit.script(Counter)
+    finally:
+        undo()
+    assert scripted(1).n == 2

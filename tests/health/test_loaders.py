@@ -180,6 +180,33 @@ def test_a_loader_that_does_not_shuffle_data_sorted_by_label_is_named() -> None:
     assert _sorted_findings(shuffle=False, targets_of=mixed) == []
 
 
+def test_a_sorted_loader_of_fewer_batches_than_the_steps_read_is_named_over_its_passes() -> None:
+    """10 batches a pass (a small dataset), an evaluation loader's pass after each: the
+    training loader's steps are counted on from one of its passes to the next."""
+
+    def run(shuffle: bool) -> list[str]:
+        found: list[Finding] = []
+        loaders = Loaders(found.append)
+        loaders.install()
+        try:
+            y = torch.arange(80) // 20  # 4 classes, sorted
+            train = DataLoader(TensorDataset(torch.randn(80, 3), y), batch_size=8, shuffle=shuffle)
+            val = DataLoader(TensorDataset(torch.randn(16, 3), torch.arange(16) // 4), batch_size=8)
+            for _epoch in range(3):
+                for _, labels in train:
+                    loaders.note_target(labels)
+                    loaders.end_step()
+                with torch.no_grad():
+                    for _, labels in val:
+                        loaders.note_target(labels)
+        finally:
+            loaders.uninstall()
+        return [f.code for f in found]
+
+    assert run(shuffle=False) == ["loader-not-shuffled"]
+    assert run(shuffle=True) == []
+
+
 def test_targets_are_read_a_bounded_number_of_times_a_pass_without_steps() -> None:
     """Where nothing calls end_step (a Lightning run), the reads stop on their own."""
     loaders = Loaders(lambda found: None)

@@ -984,6 +984,22 @@ def test_cli_doctor_runs_a_compiled_script(tmp_path: Path) -> None:
     assert proc.stderr.count("Recompiling") <= 1  # hooks of the first step only
 
 
+def test_cli_doctor_finds_a_compiled_models_gradients_not_zeroed(tmp_path: Path) -> None:
+    """The gradient probes hook parameters, outside the compiled graph: a compiled model's
+    loop without zero_grad is named, and the probes recompile nothing."""
+    script, out = tmp_path / "compiled.py", tmp_path / "report.json"
+    source = COMPILED.replace("{backend}", "aot_eager").replace("    opt.zero_grad()\n", "")
+    script.write_text(source.replace("    total += loss", "    total += loss.item()"))
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--every", "10", "--json", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_LOGS": "recompiles"}
+    proc = subprocess.run(
+        [*cmd, "--", "python", str(script)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+    assert "gradients-not-zeroed" in {f["code"] for f in json.loads(out.read_text())["findings"]}
+    assert proc.stderr.count("Recompiling") <= 1
+
+
 PATHS = """
 import os
 import sys

@@ -318,7 +318,9 @@ class Doctor:
             self.open = True
             self.compute_start = time.perf_counter()
             self.monitor.begin_step()
-            self.updates.begin_step(self.monitor.sampling and not compiled())
+            # The probes' hooks are on parameters, outside a compiled graph: Dynamo neither
+            # guards on them nor recompiles, so a compiled model's gradients are probed too.
+            self.updates.begin_step(self.monitor.sampling)
 
     def _discover(self, module: nn.Module, args: Any) -> None:
         # Inside torch.compile's trace a hook's side effects cannot be traced (Dynamo asserts):

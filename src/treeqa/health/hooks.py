@@ -84,11 +84,16 @@ def install() -> Callable[[], None]:
     undo_reduce = wrap.install_wrapper(nn.Module, "__reduce_ex__", original_reduce, reduce_ex)
     original_script = torch.jit.script
 
-    def jit_script(obj: Any, *args: Any, **kwargs: Any) -> Any:
+    def jit_script(
+        obj: Any, optimize: Any = None, _frames_up: int = 0, *args: Any, **kwargs: Any
+    ) -> Any:
+        # A class (`@torch.jit.script class ...`) is compiled with the names of the frame
+        # `_frames_up` above script's caller: one more up from here is still the script's.
+        frames_up = _frames_up + 1
         if not isinstance(obj, nn.Module):
-            return original_script(obj, *args, **kwargs)
+            return original_script(obj, optimize, frames_up, *args, **kwargs)
         with hooks_off(obj):
-            return original_script(obj, *args, **kwargs)
+            return original_script(obj, optimize, frames_up, *args, **kwargs)
 
     undo_script = wrap.install_wrapper(torch.jit, "script", original_script, jit_script)
 

@@ -35,7 +35,8 @@ RESTART_STEPS = 20
 """Steps in a row that each made a new iterator and left it before its end."""
 SORTED_STEPS = 20
 """Training steps at the start of a pass of a loader that does not shuffle whose loss targets
-are read; at least ``SORTED_SHARE`` of them of one class each (two classes or more in all) make
+are read (a shorter pass's, and those of the loader's next passes until there are as many);
+at least ``SORTED_SHARE`` of them of one class each (two classes or more in all) make
 ``loader-not-shuffled``."""
 SORTED_SHARE = 0.5
 """(Small classes put a batch across each class boundary: 100 examples a class in batches of
@@ -74,6 +75,12 @@ class Loaders:
         self.pending = False  # a training loss's targets were read this step
         self.labelled = 0  # steps of the newest iterator's pass whose targets were read
         self.single: list[int] = []  # the class of each that held one class
+        # Those two of each loader that does not shuffle (weak: a finished run's): a pass of
+        # fewer than SORTED_STEPS batches goes on counting where the loader's last one stopped.
+        self.counts: weakref.WeakKeyDictionary[Any, tuple[int, list[int]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.counting: weakref.ref[Any] | None = None  # the newest iterator's loader, if counted
         self.reads = 0  # targets read in this pass
         self.batch_size: int | None = None  # the newest iterator's loader's
         self.shard = 1  # its DistributedSampler's num_replicas: this process reads 1/shard of it
@@ -106,7 +113,10 @@ class Loaders:
         self.shard = int(sampler.num_replicas) if isinstance(sampler, DistributedSampler) else 1
         self.shard_where = checks.user_site() if self.shard > 1 else ""
         self.unshuffled = sequential and "loader-not-shuffled" not in self.reported
-        self.label, self.pending, self.labelled, self.single = None, False, 0, []
+        self.label, self.pending = None, False
+        counted = self.counts.get(loader, (0, [])) if sequential else (0, [])
+        self.labelled, self.single = counted if counted[0] < SORTED_STEPS else (0, [])
+        self.counting = weakref.ref(loader) if sequential else None
         self.reads = 0  # targets read in this pass
         if self.restarts + 1 >= RESTART_STEPS or self.unshuffled:  # read only when needed
             self.sequential = sequential
@@ -169,6 +179,9 @@ class Loaders:
         if self.label is not None:
             self.single.append(self.label)
         self.label, self.pending = None, False
+        loader = self.counting() if self.counting is not None else None
+        if loader is not None:
+            self.counts[loader] = (self.labelled, self.single)
         if self.labelled != SORTED_STEPS or len(self.single) < SORTED_SHARE * SORTED_STEPS:
             return
         classes = list(dict.fromkeys(self.single))  # in the order they came
