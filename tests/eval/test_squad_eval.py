@@ -297,3 +297,14 @@ def test_damaged_gzip_deep_nesting_and_huge_integers_are_file_errors(tmp_path: P
     (tmp_path / "long.json").write_text('{"a": ' + "1" * 5000 + "}")
     with pytest.raises(PredictionFileError, match=r"long\.json: .*digits"):
         load_na_probs(tmp_path / "long.json")
+
+
+def test_a_predictions_or_no_answer_file_not_utf8_names_its_line_and_column(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "latin1.json").write_bytes('{"a": "x",\n "b": "café"}'.encode("latin-1"))
+    with pytest.raises(PredictionFileError, match=r"latin1\.json:2:11: not UTF-8 text"):
+        load_predictions(tmp_path / "latin1.json")
+    (tmp_path / "na.json").write_bytes(b'{"a": 0.5,\n "\xe9": 0.1}')
+    with pytest.raises(PredictionFileError, match=r"na\.json:2:3: not UTF-8 text"):
+        load_na_probs(tmp_path / "na.json")

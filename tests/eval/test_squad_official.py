@@ -103,11 +103,13 @@ def official_v2(
     everyone = list(exact)
     answerable = [k for k in everyone if has_ans[k]]
     unanswerable = [k for k in everyone if not has_ans[k]]
-    out = {"exact_match": mean(exact, everyone), "f1": mean(f1s, everyone)}
+    out = {"exact_match": mean(exact, everyone), "f1": mean(f1s, everyone), "total": len(exact)}
     if answerable:  # the script leaves out a part with no question
         out |= {"has_ans_exact": mean(exact, answerable), "has_ans_f1": mean(f1s, answerable)}
+        out["has_ans_total"] = len(answerable)
     if unanswerable:
         out |= {"no_ans_exact": mean(exact, unanswerable), "no_ans_f1": mean(f1s, unanswerable)}
+        out["no_ans_total"] = len(unanswerable)
     if na_probs is not None:
         out["best_exact"], out["best_exact_thresh"] = best(exact_raw)
         out["best_f1"], out["best_f1_thresh"] = best(f1_raw)
@@ -131,6 +133,8 @@ PERTURBATIONS: list[Perturb] = [
     lambda g, c, r: ",".join(g),
     lambda g, c, r: g.replace("-", " - ").replace("'", " ' "),
     lambda g, c, r: "Über café " + g.lower() + " ＡＢＣ",
+    # punctuation and spaces outside string.punctuation: kept, or split on, as str.split does
+    lambda g, c, r: "“" + g.replace(" ", r.choice(["\u2009", "\x85", "\u3000", "\x1c"])) + "”—",
 ]
 
 
@@ -160,6 +164,9 @@ def check(dataset: dict[str, Any], seed: int) -> None:
         preds, na = perturbed(data, rng)
         if dataset["version"].lstrip("v").startswith("1"):
             assert_same(evaluate_predictions(dataset, preds), official_v1(data, preds))
+            # v1.1 counts a question with no prediction, at 0, as ours does
+            partial = {k: v for k, v in preds.items() if rng.random() < 0.7}
+            assert_same(evaluate_predictions(dataset, partial), official_v1(data, partial))
             continue
         for na_probs in (None, na):
             for thresh in (1.0, 0.5):
@@ -172,7 +179,8 @@ def check(dataset: dict[str, Any], seed: int) -> None:
 # --- a fixture written here, and real dev questions ---------------------------------------
 
 WORDS = (
-    "the a an Denver Broncos U.S. 1918 red dog barked, café naïve Straße 東京 well-known".split()
+    "the a an Denver Broncos U.S. 1918 red dog barked, café naïve Straße 東京 well-known"
+    " “the” ‘a’ 1,000 – theater another".split()
 )
 
 

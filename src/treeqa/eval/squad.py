@@ -10,8 +10,9 @@ versions differ in small ways that change numbers, so each is kept as written:
   scores are also split into HasAns / NoAns.
 
 One deliberate difference: a question with no prediction scores 0 under both versions (v1.1
-does this; the v2.0 script leaves it out of the total, or fails on it in its HasAns/NoAns
-split), so a partial predictions file can never raise the score.
+does this; the v2.0 script prints "Missing prediction", leaves it out of its raw scores and then
+fails on it with a KeyError in its HasAns/NoAns split), so a partial predictions file can never
+raise the score.
 """
 
 from __future__ import annotations
@@ -410,7 +411,7 @@ def _load_object(path: Path, values: str) -> dict[str, Any]:
     try:
         text = read_json_text(path)
     except SquadFormatError as err:
-        raise PredictionFileError(err.reason, path) from None
+        raise PredictionFileError(err.reason, path, err.line, err.column) from None
     twice: list[str] = []
 
     def pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
