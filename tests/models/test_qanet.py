@@ -374,3 +374,41 @@ def test_sizes_and_dropout_out_of_range_name_the_field() -> None:
         with pytest.raises(ValueError) as err:
             QANet(dataclasses.replace(TINY, **change), VOCAB, CHARS)
         assert str(err.value) == message
+
+
+def test_paper_config_parameter_count_follows_the_paper_layout() -> None:
+    """Every part counted from the paper's widths (README: 2,285,231 besides the char table):
+    highway on the 500-d [word; char] vector, then a projection to D; depthwise-separable
+    convolutions; Vaswani attention with its output projection."""
+    config = QANetConfig()
+    e, c, d, chars = config.word_dim, config.char_dim, config.d_model, 90
+    net = QANet(config, 1000, chars)
+
+    def linear(n_in: int, n_out: int) -> int:
+        return n_in * n_out + n_out
+
+    def separable(width: int, kernel: int) -> int:
+        return kernel * width + linear(width, width)
+
+    def block(convs: int, kernel: int) -> int:
+        norms = (convs + 2) * 2 * d
+        attention = linear(d, 3 * d) + linear(d, d)
+        return convs * separable(d, kernel) + norms + attention + 2 * linear(d, d)
+
+    expected = {
+        "embedding.word_oov": e,
+        "embedding.char_emb": chars * c,
+        "embedding.char_cnn": separable(c, config.char_kernel),
+        "embedding.highway": config.highway_layers * 2 * linear(e + c, e + c),
+        "embedding.project": linear(e + c, d),
+        "embedding_encoder": block(config.emb_convs, config.emb_kernel),
+        "cq_attention": 3 * d + 1,
+        "resize": linear(4 * d, d),
+        "model_encoder": config.model_blocks * block(config.model_convs, config.model_kernel),
+        "pointer": 2 * linear(2 * d, 1),
+    }
+    counted = dict.fromkeys(expected, 0)
+    for name, p in net.named_parameters():
+        counted[next(k for k in expected if f"{name}.".startswith(f"{k}."))] += p.numel()
+    assert counted == expected
+    assert sum(expected.values()) - expected["embedding.char_emb"] == 2_285_231

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import pytest
@@ -93,6 +94,25 @@ def test_a_one_step_warm_up_is_no_warm_up() -> None:
     optimizer = build_optimizer(tiny, TrainConfig(optim="adam", lr=0.01, warmup_steps=1))
     assert build_scheduler(optimizer, TrainConfig(warmup_steps=1)) is None
     assert build_scheduler(optimizer, TrainConfig(warmup_steps=2)) is not None
+
+
+def test_warm_up_is_logarithmic_from_zero_to_lr() -> None:
+    # QANet's "inverse exponential increase from 0.0 to 0.001 in the first 1000 steps", as the
+    # public re-implementations read it: optimiser step t takes lr * log(t) / log(1000).
+    tiny = Tiny()
+    tiny.embed.sparse = False
+    config = TrainConfig(optim="adam", lr=1e-3, warmup_steps=1000)
+    optimizer = build_optimizer(tiny, config)
+    scheduler = build_scheduler(optimizer, config)
+    assert scheduler is not None
+    taken = []
+    for _ in range(1002):
+        taken.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    for t in (1, 2, 10, 100, 999, 1000, 1002):
+        expected = 1e-3 * min(1.0, math.log(t) / math.log(1000))
+        assert taken[t - 1] == pytest.approx(expected, abs=1e-12)
 
 
 @pytest.mark.parametrize("sparse", [False, True])

@@ -59,7 +59,8 @@ class QANetConfig:
     char_dropout: float = 0.05
     survival: float = 0.9
     """Stochastic depth: survival probability p_L of the last sublayer of a stack (sublayer l
-    of L survives with 1 - l/L (1 - p_L)); 1 turns it off."""
+    of L survives with 1 - l/L (1 - p_L)); 1 turns it off. Each of the model encoder's passes
+    counts from l = 1 again, as the TensorFlow re-implementation does."""
     max_answer_len: int = 30
     """Longest span (tokens) considered when decoding."""
     no_answer: bool = False
@@ -148,7 +149,8 @@ class DepthwiseSeparableConv(nn.Module):
 
 class CharCNN(nn.Module):
     """Character embeddings [B, L, W, C] -> one vector per word [B, L, C]: a depthwise-separable
-    1-D conv over the W characters, then max-pooling over them."""
+    1-D conv over the W characters, then max-pooling over them. The paper does not say which
+    conv; the TensorFlow re-implementation's is dense (k*C*C weights, 4.9x these at C = 200)."""
 
     def __init__(self, dim: int, kernel: int):
         super().__init__()
@@ -175,7 +177,8 @@ class Highway(nn.Module):
 
 
 class Embedding(nn.Module):
-    """Fixed word vectors (+ one trainable OOV row) and char-CNN vectors -> highway -> D."""
+    """Fixed word vectors (+ one trainable OOV row) and char-CNN vectors -> highway -> D: the
+    highway on E+C, then the projection, as in the paper (the TF re-implementation projects first)."""
 
     word_vectors: torch.Tensor
 
@@ -202,8 +205,9 @@ class Embedding(nn.Module):
 
 class EncoderBlock(nn.Module):
     """Position signal, then [conv]*n, self-attention, feed-forward; each as
-    x + f(layernorm(x)) with stochastic depth. ``first``/``total`` place the block's
-    sublayers in the stack for their survival probabilities."""
+    x + dropout(f(layernorm(x))) with stochastic depth. ``first``/``total`` place the block's
+    sublayers in the stack for their survival probabilities. (The TF re-implementation drops
+    f's input instead, every other conv, and a kept f's output at its layer-drop rate.)"""
 
     def __init__(self, config: QANetConfig, convs: int, kernel: int, first: int, total: int):
         super().__init__()
@@ -283,7 +287,7 @@ class ContextQueryAttention(nn.Module):
     def forward(
         self, c: torch.Tensor, q: torch.Tensor, c_mask: torch.Tensor, q_mask: torch.Tensor
     ) -> torch.Tensor:  # c [B, L, D], q [B, J, D] -> [B, L, 4D]
-        c, q = self.drop(c), self.drop(q)
+        c, q = self.drop(c), self.drop(q)  # for the whole layer (TF re-implementation: S only)
         s = self.similarity(c, q).float()  # [B, L, J]; softmax in float32 under bf16 autocast
         c2q = s.masked_fill(~q_mask[:, None, :], NEG).softmax(2)  # [B, L, J] over the question
         q2c = s.masked_fill(~c_mask[:, :, None], NEG).softmax(1)  # [B, L, J] over the context
@@ -376,7 +380,7 @@ class QANet(nn.Module):
         x = self.resize(self.cq_attention(c, q, c_mask, q_mask))  # [B, L, D]
         m, masks = [], BlockMask.of(c_mask)
         for _ in range(self.config.model_passes):  # one stack, shared weights (paper)
-            x = self.drop(x)
+            x = self.drop(x)  # before every pass (the TF re-implementation: every other one)
             for block in self.model_encoder:
                 x = block(x, masks)
             m.append(x)

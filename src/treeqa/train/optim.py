@@ -130,6 +130,8 @@ def build_scheduler(
 ) -> torch.optim.lr_scheduler.LRScheduler | None:
     """QANet's inverse-exponential warm-up: lr * log(step + 1) / log(warmup) until warmup.
 
+    The paper's "inverse exponential increase from 0.0" read, as its public re-implementations
+    read it, as a logarithm: the first optimiser step takes lr 0, step ``warmup`` the full lr.
     A warm-up of 1 step is none (its log(1) = 0 would divide by zero)."""
     if config.warmup_steps <= 1:
         return None
