@@ -88,6 +88,8 @@ EXPECTED = {
     "bug_logits_into_nll.py": "logits-into-nll-loss",
     "bug_sigmoid_into_bce_with_logits.py": "probabilities-into-cross-entropy",
     "bug_kl_div_probabilities.py": "probabilities-into-cross-entropy",
+    "bug_ctc_softmax.py": "probabilities-into-cross-entropy",  # classes last: [T, N, C]
+    "bug_ctc_logits.py": "logits-into-nll-loss",  # ctc_loss without log_softmax
     "bug_dropout_in_eval.py": "dropout-in-eval",
     "bug_dropout_imported_by_name.py": "dropout-in-eval",  # from ...functional import dropout
     "bug_attention_dropout_in_eval.py": "dropout-in-eval",
@@ -109,6 +111,7 @@ INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
 CLEAN = [
     "clean_mlp.py",
     "clean_gru.py",
+    "clean_ctc.py",  # log_softmax over the last dimension
     "clean_transformer.py",
     "clean_fp16_scaler.py",
     "clean_fp16_static_scale.py",  # (loss * 1024).backward(), gradients divided by hand

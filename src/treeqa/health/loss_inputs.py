@@ -18,13 +18,14 @@ import torch
 from treeqa.health.findings import Finding
 
 
-def looks_like_probabilities(x: torch.Tensor) -> bool:
-    """Non-negative rows along the class dimension that sum to 1 (one host sync), to within
-    1e-3 or the dtype's own step at 1, whichever is wider: a bfloat16 softmax rounds each
-    probability to 8 bits, and its rows sum to 1 only within ~0.003."""
+def looks_like_probabilities(x: torch.Tensor, dim: int | None = None) -> bool:
+    """Non-negative rows along the class dimension ``dim`` (by default 1, or 0 for one row)
+    that sum to 1 (one host sync), to within 1e-3 or the dtype's own step at 1, whichever is
+    wider: a bfloat16 softmax rounds each probability to 8 bits, and its rows sum to 1 only
+    within ~0.003."""
     if not x.is_floating_point() or x.numel() == 0 or x.dim() == 0:
         return False
-    dim = 1 if x.dim() >= 2 else 0
+    dim = dim if dim is not None else 1 if x.dim() >= 2 else 0
     tolerance = max(1e-3, torch.finfo(x.dtype).eps)
     x = x.detach().float()
     sums = x.sum(dim)

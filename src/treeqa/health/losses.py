@@ -29,6 +29,8 @@ from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")
+LOG_PROBABILITIES_LAST = ("ctc_loss",)
+"""Losses of log-probabilities [T, N, C] (or [T, C]) over the classes of the last dimension."""
 ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 """Losses of an input against a target of the same shape (torch broadcasts, with a warning)."""
 VOCABULARY = 50
@@ -82,7 +84,7 @@ class LossInputCheck:
         }
 
     def install(self) -> None:
-        for fname in (*CLASSIFICATION, *ELEMENTWISE):
+        for fname in (*CLASSIFICATION, *LOG_PROBABILITIES_LAST, *ELEMENTWISE):
             self.wrappers.add(note_function_results(F, fname, self._called))
         self.wrappers.add(note_calls(nn.Module, "load_state_dict", self._loaded))
         # A whole model saved with torch.save(model) comes back trained without a
@@ -107,7 +109,7 @@ class LossInputCheck:
         self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: torch.Tensor
     ) -> None:
         """``F.<fname>(input, *args, **kwargs)`` returned ``result``."""
-        input = args[0] if args else kwargs.get("input")
+        input = args[0] if args else kwargs.get("input", kwargs.get("log_probs"))  # ctc's name
         if self.targets is not None and fname in ("cross_entropy", "nll_loss"):
             self.targets(args[1] if len(args) > 1 else kwargs.get("target"))
         if (
@@ -164,6 +166,9 @@ class LossInputCheck:
                         "target stays probabilities, or log-probabilities with log_target=True)",
                     )
                 )
+            return
+        if fname in LOG_PROBABILITIES_LAST:
+            self._log_probabilities_last(fname, input)
             return
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
         source = loss_inputs.normalised_over(input)
@@ -231,6 +236,39 @@ class LossInputCheck:
             if found is not None and not _margin_by_design(input, target):
                 found.where = checks.user_site(2)
                 self.add(found)
+
+    def _log_probabilities_last(self, fname: str, input: torch.Tensor) -> None:
+        """CTC's input: log_softmax over the classes, the last dimension; a softmax's output
+        or raw logits there are the mistakes nll_loss's input is checked for."""
+        fix = f"apply log_softmax(logits, dim=-1) before {fname} (CTCLoss takes log-probabilities)"
+        if loss_inputs.looks_like_probabilities(input, dim=-1):
+            classes = int(input.shape[-1])
+            message = (
+                f"{fname} received probabilities (non-negative rows summing to 1 over "
+                f"{classes} classes), not log-probabilities"
+            )
+            self.add(
+                Finding(
+                    "probabilities-into-cross-entropy",
+                    "error",
+                    message,
+                    where=checks.user_site(3),
+                    evidence={"function": fname, "classes": classes},
+                    fix=fix,
+                )
+            )
+        elif (top := loss_inputs.above_zero(input)) is not None:
+            self.add(
+                Finding(
+                    "logits-into-nll-loss",
+                    "error",
+                    f"{fname} received values up to {top:.3g}, not log-probabilities (<= 0): raw "
+                    "logits without log_softmax, so the loss falls without bound",
+                    where=checks.user_site(3),
+                    evidence={"function": fname, "max": round(top, 4)},
+                    fix=fix,
+                )
+            )
 
     def _padding_in_loss(
         self, fname: str, pad: int, classes: int, args: tuple[Any, ...], kwargs: dict[str, Any]
