@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import gc
+import random
+import sys
 import weakref
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 from treeqa.data.batching import TreeBatch, collate, encode
+from treeqa.data.dependency import from_record
 from treeqa.data.tree import Tree, parse_tree
 from treeqa.data.vocab import Vocab
 from treeqa.models import SENTIMENT_MODELS, build_sentiment_model
@@ -79,7 +82,7 @@ def assert_same_as_reference(model: torch.nn.Module, batch: TreeBatch) -> None:
         assert out.loss is not None
         out.loss.backward()
         outputs.append(out)
-        grads.append({k: dense(p.grad) for k, p in model.named_parameters()})
+        grads.append({k: dense(p.grad) for k, p in model.named_parameters() if p.requires_grad})
     (batched, ref), (g_batched, g_ref) = outputs, grads
     assert batched.logits.shape == (len(batch.words), model.config.num_classes)
     torch.testing.assert_close(batched.logits, ref.logits, atol=TOL, rtol=0)
@@ -411,3 +414,111 @@ def test_sizes_below_one_name_the_field(name: str) -> None:
         with pytest.raises(ValueError) as err:
             build_sentiment_model(name, config_cls(hidden_dim=0), 10)
         assert str(err.value) == "model.hidden_dim: expected at least 1, got 0"
+
+
+@pytest.mark.parametrize(("name", "overrides"), CASES)
+def test_a_weight_changed_in_place_before_the_backward_is_refused(
+    name: str, overrides: dict[str, object]
+) -> None:
+    # Regression: the Tree-GRU's backward read its attention weight and (through a view kept
+    # for the first child step) node_hidden.bias without saving them, so an in-place change
+    # between forward and backward (an optimiser step taken before a retained graph's
+    # backward) gave every weight wrong gradients, silently.
+    trees, vocab = forest(SST_LINES)
+    batch = batch_of(trees, vocab)
+    model = build(name, vocab, **overrides)
+    loss = model(batch).loss
+    assert loss is not None
+    loss.backward()
+    clean = {k: dense(p.grad).clone() for k, p in model.named_parameters()}  # type: ignore[union-attr]
+    for changed, param in model.named_parameters():
+        model.zero_grad(set_to_none=True)
+        loss = model(batch).loss
+        assert loss is not None
+        with torch.no_grad():
+            param.add_(1.0)
+        try:
+            loss.backward()
+        except RuntimeError as err:
+            assert "modified by an inplace operation" in str(err), changed
+        else:  # a backward that does not read the changed weight gives the same gradients
+            for k, p in model.named_parameters():
+                torch.testing.assert_close(dense(p.grad), clean[k], msg=f"{k} ({changed})")
+        with torch.no_grad():
+            param.sub_(1.0)
+
+
+DEP_WORDS = "the a film is not good bad great dull very it".split()
+TAG_NAMES = ["DT", "NN", "VBZ", "RB", "JJ", "PRP"]
+REL_NAMES = ["det", "nsubj", "neg", "amod", "advmod"]  # and ROOT at the root
+DEP_TAGS, DEP_RELS = Vocab.build(TAG_NAMES), Vocab.build(["ROOT", *REL_NAMES])
+DEP_SIZES = {"num_tags": len(DEP_TAGS), "num_rels": len(DEP_RELS)}
+
+
+def dependency_batch(heads: list[list[int]], rng: random.Random) -> tuple[TreeBatch, Vocab]:
+    """Random dependency trees of the given shapes (``heads`` as in ``from_record``), with
+    POS tags and relations, and about a third of the non-root nodes unlabelled."""
+    trees = []
+    for h in heads:
+        n = len(h)
+        record = {
+            "tokens": [rng.choice(DEP_WORDS) for _ in range(n)],
+            "tags": [rng.choice(TAG_NAMES) for _ in range(n)],
+            "heads": h,
+            "rels": ["ROOT"] + [rng.choice(REL_NAMES) for _ in range(1, n)],
+            "labels": [rng.randint(0, 4)] + [rng.choice([-1, -1, 0, 2, 4]) for _ in h[1:]],
+        }
+        trees.append(from_record(record))
+    vocab = Vocab.build(w for t in trees for w in t.words)
+    return collate([encode(t, vocab, "fine", DEP_TAGS, DEP_RELS) for t in trees]), vocab
+
+
+def chain(n: int) -> list[int]:
+    return [-1, *range(n - 1)]
+
+
+def edge_shapes(depth: int, rng: random.Random) -> list[list[int]]:
+    """Single nodes, a chain (every node one child) ``depth`` deep, a node with 30 children,
+    and an ordinary tree: heights from 0 to ``depth - 1`` in one batch."""
+    ordinary = [-1] + [rng.randrange(i) for i in range(1, 12)]
+    return [[-1], chain(depth), [-1] + [0] * 30, ordinary, [-1], chain(3)]
+
+
+GRU_OPTIONS = [
+    {"cell": cell, "attention_dim": a, **tr}
+    for cell in ("gru", "seed")
+    for a in (0, 3)
+    for tr in ({}, {"tag_dim": 3, "rel_dim": 2, **DEP_SIZES})
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"), [("childsum", {})] + [("tree_gru", o) for o in GRU_OPTIONS]
+)
+@pytest.mark.parametrize("embedding", ["sparse", "dense", "frozen"])
+def test_edge_shaped_dependency_forests_equal_the_reference(
+    name: str, overrides: dict[str, object], embedding: str
+) -> None:
+    rng = random.Random(7)
+    batch, vocab = dependency_batch(edge_shapes(40, rng), rng)
+    model = build(name, vocab, sparse_embedding=embedding == "sparse", **overrides)
+    if embedding == "frozen":  # what --emblr 0 does
+        model.embed.weight.requires_grad_(False)
+    assert_same_as_reference(model, batch)
+    assert (model.embed.weight.grad is None) == (embedding == "frozen")
+    one, vocab = dependency_batch([edge_shapes(40, rng)[3]], rng)  # a batch of one tree
+    assert_same_as_reference(build(name, vocab, **overrides), one)
+
+
+@pytest.mark.parametrize(("name", "overrides"), [("childsum", {}), ("tree_gru", GRU_OPTIONS[-1])])
+def test_a_500_deep_chain_beside_shallow_trees_equals_the_reference(
+    name: str, overrides: dict[str, object]
+) -> None:
+    rng = random.Random(8)
+    batch, vocab = dependency_batch(edge_shapes(500, rng), rng)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 5_000))  # the reference recurses once per level
+    try:
+        assert_same_as_reference(build(name, vocab, **overrides), batch)
+    finally:
+        sys.setrecursionlimit(limit)

@@ -93,6 +93,30 @@ def test_a_run_that_fails_its_input_checks_names_the_line_and_leaves_no_folder(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_wide_node_is_named_by_its_line_on_the_binary_task_and_in_evaluate(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Regression: the binary task's view drops neutral-rooted sentences, and the message counted
+    # trees in it ("train.txt, tree 2" for the tree on line 3); evaluate gave the model's message
+    # with no file or line at all.
+    bad = tmp_path / "sst"
+    shutil.copytree(demo_dir, bad)
+    wide = "(4 (3 good) (3 fine) (4 great))"
+    (bad / "train.txt").write_text(f"(4 (3 good) (4 great))\n(2 (2 a) (2 b))\n{wide}\n")
+    run = tmp_path / "run"
+    assert main(args(bad, "--model", "tree_lstm", "--task", "binary", "--out", str(run))) == 2
+    assert "train.txt:3: a node with 3 children; the binary Tree-LSTM" in capsys.readouterr().err
+    shutil.copytree(demo_dir, bad, dirs_exist_ok=True)
+    small = ["--model.embed_dim", "6", "--model.hidden_dim", "5"]
+    assert main(args(bad, "--model", "tree_lstm", *small, "--out", str(run))) == 0
+    test = (bad / "test.txt").read_text().splitlines()
+    (bad / "test.txt").write_text("\n".join([*test[:3], wide, *test[3:]]) + "\n")
+    capsys.readouterr()
+    evaluate = ["evaluate", "--checkpoint", str(run), "--data", str(bad), "--split", "test"]
+    assert main(evaluate) == 2
+    assert "test.txt:4: a node with 3 children; the binary Tree-LSTM" in capsys.readouterr().err
+
+
 def test_missing_second_vector_file_is_named_before_the_first_is_read(
     demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

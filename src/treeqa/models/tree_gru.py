@@ -145,16 +145,20 @@ class _Forest(torch.autograd.Function):
                     new = torch.lerp(h_i, gru, gate)  # gate*gru + (1-gate)*h
                 steps.append((rz, cand, gh_n, gru, gate))
                 h_i.copy_(new)
-        ctx.save_for_backward(w_state, w_hidden, child, before, att)
-        ctx.w_att, ctx.steps = w_att, steps  # type: ignore[attr-defined]
+        # Every input the backward reads is saved, so that one changed in place before the
+        # backward is refused by autograd instead of giving wrong gradients: w_att, and b_hidden,
+        # which the first step's gh_n in ``steps`` is a view of. (w_att is None without the gate:
+        # torch saves None as None, though its stubs take tensors only.)
+        saved = (w_state, w_hidden, b_hidden, w_att, child, before, att)
+        ctx.save_for_backward(*saved)  # type: ignore[arg-type]
+        ctx.steps = steps  # type: ignore[attr-defined]
         ctx.plan, ctx.slots, ctx.cell = plan, slots, cell  # type: ignore[attr-defined]
         return h_all[:-1]
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        w_state, w_hidden, child, before, att = ctx.saved_tensors
-        w_att: torch.Tensor | None = ctx.w_att
+        w_state, w_hidden, _, w_att, child, before, att = ctx.saved_tensors
         plan: LevelOrder = ctx.plan
         slots: ChildSlots = ctx.slots
         d, (s, g) = grad.shape[1], (child.shape[0], w_state.shape[0])

@@ -1,7 +1,9 @@
 """Constituency (binary N-ary) Tree-LSTM of Tai, Socher & Manning (2015), level-batched.
 
 Leaves read word vectors; an inner node reads only its two children's states:
-``c = i*u + f_l*c_l + f_r*c_r``, ``h = o*tanh(c)``, with one forget gate per child.
+``c = i*u + f_l*c_l + f_r*c_r``, ``h = o*tanh(c)``, with one forget gate per child. A node
+with one child (SST has none) reads it as its left child and the zero state as its right one;
+a node with more than two is an error.
 The forest runs one height at a time (``TreeBatch.levels``): every node of a height, across
 the whole batch, is one set of tensor operations, and child states are gathered by index.
 

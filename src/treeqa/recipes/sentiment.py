@@ -224,16 +224,17 @@ def check_binary(splits: dict[str, list[Tree]], data_path: str) -> None:
     """A ValueError naming the file and line of the first tree with a node of more than two
     children, which the binary Tree-LSTM cannot read (before any training)."""
     for split, trees in splits.items():
-        for k, tree in enumerate(trees):
+        for tree in trees:
             if isinstance(tree, DependencyTree):  # refused as a whole by syntax_config
                 return
             widest = max((len(c) for c in tree.children), default=0)
             if widest > 2:
                 path = sst.split_path(data_path, split)
+                # The binary tasks' view has no neutral-rooted sentences: count in the file's.
+                full = sst.load_split(data_path, split)
+                k = next(i for i, t in enumerate(full) if t == tree)
                 lines = sst.tree_lines(path)
-                where = (
-                    f"{path}:{lines[k]}" if len(lines) == len(trees) else f"{path}, tree {k + 1}"
-                )
+                where = f"{path}:{lines[k]}" if len(lines) == len(full) else f"{path}, tree {k + 1}"
                 raise ValueError(
                     f"{where}: a node with {widest} children; the binary Tree-LSTM takes at "
                     "most 2 (the Child-Sum Tree-LSTM, --model childsum, takes any number)"
@@ -531,6 +532,8 @@ def evaluate(path: str | Path, data_path: str, split: str) -> dict[str, float]:
     data = SentimentData(path=data_path, task=loaded.task)
     trees = load_trees(data, (split,))[split]  # a folder holding that split alone will do
     check_labelled(data_path, split, trees, data_task=loaded.task)
+    if loaded.meta["model"] == "tree_lstm":
+        check_binary({split: trees}, data_path)
     encoded = [loaded.encode(t) for t in trees]
     scores: dict[str, float] = evaluate_model(loaded.model, encoded, loaded.task)
     scores["sentences"] = len(trees)
