@@ -26,6 +26,12 @@ class ConfigError(ValueError):
     pass
 
 
+def home_path(path: str) -> str:
+    """A config's path with a leading ``~`` (``~/data/sst``) made the home folder, as a
+    shell would on the command line: no shell reads a config file or ``--data.path=~/x``."""
+    return str(Path(path).expanduser()) if path.startswith("~") else path
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     try:
         data = Path(path).read_bytes()

@@ -1,6 +1,7 @@
 """Every subcommand end to end, in-process through ``main()``."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -337,6 +338,64 @@ def test_a_qa_config_given_to_train_sentiment_says_train_qa(
     assert "a reading-comprehension (QANet) config or run: use `treeqa train qa`" in (
         capsys.readouterr().err
     )
+
+
+def test_a_tilde_in_a_config_files_paths_is_the_home_folder(
+    demo_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No shell reads a config file (or --key=value): ``path = "~/sst"`` was taken as a folder
+    named ~ in the working directory."""
+    home = tmp_path / "home"
+    shutil.copytree(demo_dir, home / "sst")
+    (home / "vectors.txt").write_text("good 0.1 0.2 0.3\nbad 0.3 0.2 0.1\n", encoding="utf-8")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "home.toml"
+    config.write_text('[data]\npath = "~/sst"\n', encoding="utf-8")
+    run = tmp_path / "run"
+    argv = ["train", "--config", str(config), "--vectors=~/vectors.txt", "--epochs", "1"]
+    assert main([*argv, "--health", "off", "--out", str(run)]) == 0
+    saved = (run / "config.toml").read_text(encoding="utf-8")
+    assert f'path = "{home / "sst"}"' in saved and f'vectors = "{home / "vectors.txt"}"' in saved
+    capsys.readouterr()
+    assert main(["train", "qa", "--prepared=~/squad", "--out", str(tmp_path / "qa")]) == 2
+    assert f"error: {home / 'squad'} is not a prepared SQuAD directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        (
+            {"WORLD_SIZE": "2"},
+            "WORLD_SIZE=2 without RANK: torchrun sets both; unset WORLD_SIZE to run one process",
+        ),
+        ({"WORLD_SIZE": "four"}, "WORLD_SIZE='four': expected a whole number"),
+        (
+            {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": ""},
+            "LOCAL_RANK='': expected a whole number",
+        ),
+    ],
+)
+def test_torchrun_variables_that_do_not_fit_are_named(
+    env: dict[str, str],
+    said: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A WORLD_SIZE left in a job's environment gave a KeyError traceback, or int()'s message
+    naming no variable."""
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    run = tmp_path / "run"
+    assert main(["train", "--epochs", "1", "--out", str(run)]) == 2
+    assert capsys.readouterr().err == f"treeqa train: error: {said}\n"
+    assert not run.exists()
 
 
 def test_json_output_is_strict_json_with_null_for_scores_that_are_not_numbers(

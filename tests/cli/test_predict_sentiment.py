@@ -202,3 +202,34 @@ def test_printed_words_stay_on_their_line_whatever_breaks_they_hold(
     assert [line.strip().split("  ", 1)[1] for line in lines] == ["a b c d e f", "c d e f"]
     assert main([*argv, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["text"] == "a\u2028b c\x85d e\x0bf"
+
+
+def strict_json(line: str) -> object:
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_json_lines_are_strict_json_when_the_model_gives_nan(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint whose weights went NaN printed `"probabilities": [NaN, ...]`, which strict
+    JSON readers (jq, JSON.parse) refuse: a number that is not finite is null."""
+    from treeqa.train import checkpoint as ckpt
+
+    saved = ckpt.load(run)
+    tensors = {k: v.clone() for k, v in saved.tensors.items()}
+    name = next(k for k in tensors if k.endswith("bias") and tensors[k].is_floating_point())
+    tensors[name].fill_(float("nan"))
+    meta = {k: v for k, v in saved.meta.items() if k != "format_version"}
+    broken = tmp_path / "nan.safetensors"
+    ckpt.atomic_save(tensors, meta, broken)
+    capsys.readouterr()
+    argv = ["predict", "--checkpoint", str(broken), "((the) (film))"]
+    assert main([*argv, "--json"]) == 0
+    printed = strict_json(capsys.readouterr().out)
+    assert isinstance(printed, dict) and printed["probabilities"] == [None] * 5
+    out = tmp_path / "out.jsonl"
+    assert main([*argv, "--output", str(out)]) == 0
+    assert strict_json(out.read_text(encoding="utf-8")) == printed

@@ -125,6 +125,26 @@ def test_full_download_verifies_checksums(server: FileServer, tmp_path: Path) ->
     assert server.requests == [("/blob.bin", None)]
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_on_a_terminal_only(
+    server: FileServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CI job's log (stderr a file or a pipe) gets no bar: its carriage-return redraws
+    would pile up in one line."""
+    log = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", log)
+    fetch(f"{server.url}/blob.bin", tmp_path / "a.bin", sha256=BLOB_SHA256, progress=True)
+    assert log.getvalue() == ""
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    fetch(f"{server.url}/blob.bin", tmp_path / "b.bin", sha256=BLOB_SHA256, progress=True)
+    assert "\r" in terminal.getvalue() and "b.bin" in terminal.getvalue()
+
+
 def test_resume_after_dropped_connection(server: FileServer, tmp_path: Path) -> None:
     target, part = tmp_path / "blob.bin", tmp_path / "blob.bin.part"
     server.drop_after = 70_000
@@ -347,6 +367,18 @@ def test_base_url_argument_wins_and_squad_lands_as_is(
     paths = download("squad", tmp_path, base_url=server.url, progress=False)
     assert paths == [tmp_path / "squad" / "train-v1.1.json", tmp_path / "squad" / "dev-v1.1.json"]
     assert all(p.read_bytes() == BLOB for p in paths)
+
+
+def test_a_mirror_that_is_not_a_url_is_named_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """urllib's "unknown url type" named neither the variable nor the flag it came from."""
+    monkeypatch.setenv(dl.ENV_BASE, "mirror.example.org/sst")
+    with pytest.raises(ValueError, match=r"\$TREEQA_DOWNLOAD_BASE 'mirror.example.org/sst' is not"):
+        download("sst", tmp_path / "data", progress=False)
+    with pytest.raises(ValueError, match=r"the mirror '/srv/mirror' is not a URL.*file:///"):
+        download("sst", tmp_path / "data", base_url="/srv/mirror", progress=False)
+    assert not (tmp_path / "data").exists()
 
 
 def test_unknown_name() -> None:

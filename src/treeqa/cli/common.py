@@ -178,6 +178,12 @@ def emit_json(payload: dict[str, Any]) -> None:
     print(json.dumps(finite(payload), sort_keys=True, allow_nan=False))
 
 
+def json_line(result: dict[str, Any]) -> str:
+    """One result of a stream (``predict --json``, ``--output``) as strict JSON: a score that
+    is not a finite number (a model whose weights went NaN) is null, as in ``emit_json``."""
+    return json.dumps(finite(result), ensure_ascii=False, allow_nan=False)
+
+
 def finite(value: Any) -> Any:
     """``value`` with every non-finite float (at any depth) replaced by None."""
     if value is None or isinstance(value, str | bool):

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from treeqa.cli import flags, qa_commands
-from treeqa.cli.common import STDIN, check_output, one_line, subparser
+from treeqa.cli.common import STDIN, check_output, json_line, one_line, subparser
 
 if TYPE_CHECKING:
     from treeqa.data.tree import Tree
@@ -176,9 +175,9 @@ def run(args: argparse.Namespace) -> int:
         for at in range(0, len(items), PREDICT_BATCH):
             for result in predict(loaded, [tree for _, tree in items[at : at + PREDICT_BATCH]]):
                 if out is not None:
-                    out.write(json.dumps(result, ensure_ascii=False) + "\n")
+                    out.write(json_line(result) + "\n")
                 elif args.json:
-                    print(json.dumps(result, ensure_ascii=False))
+                    print(json_line(result))
                 else:
                     print(f"{result['label']}  {one_line(result['text'])}")
                     for node in result["nodes"][1:]:

@@ -21,6 +21,7 @@ from treeqa.cli.common import (
     check_output,
     emit_json,
     exit_code,
+    json_line,
     one_line,
     run_dir,
     say_if_amp_does_nothing,
@@ -215,9 +216,9 @@ def predict_main(args: argparse.Namespace) -> int:
         for (_, x), r in zip(items, _answers(loaded, items), strict=True):
             line = lines.line(x, r)
             if out is not None:
-                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                out.write(json_line(line) + "\n")
             elif args.json or args.input:
-                print(json.dumps(line, ensure_ascii=False), flush=True)
+                print(json_line(line), flush=True)
             else:
                 print(_text_line(r), flush=True)
             written += 1

@@ -32,6 +32,8 @@ from tqdm import tqdm
 from treeqa.data.output_dir import file_in_the_way
 
 ENV_BASE = "TREEQA_DOWNLOAD_BASE"
+URL_SCHEMES = ("http", "https", "ftp", "file")
+"""What a mirror's URL may start with (what urllib fetches)."""
 _CHUNK = 1 << 20
 _USER_AGENT = "treeqa-download/0.1 (+urllib)"
 
@@ -147,6 +149,12 @@ def download(
     if name not in CATALOGUE:
         raise ValueError(f"unknown download {name!r}; choose one of {', '.join(CATALOGUE)}")
     base = base_url if base_url is not None else os.environ.get(ENV_BASE) or None
+    if base is not None and urlsplit(base).scheme not in URL_SCHEMES:
+        given = "the mirror" if base_url is not None else f"${ENV_BASE}"
+        raise ValueError(
+            f"{given} {base!r} is not a URL: give http://HOST/PATH, or file:///FOLDER for a "
+            "folder on this machine"
+        )
     paths: list[Path] = []
     for res in CATALOGUE[name]:
         folder = Path(dest_dir) / res.name
@@ -409,6 +417,8 @@ def _extract(
 
 
 def _bar(total: int | None, desc: str, initial: int, *, enabled: bool) -> tqdm:
+    """A progress bar on a terminal only: on a log file or a pipe (a CI job, ``2> log``) its
+    carriage-return redraws would pile up, hundreds a minute, in one unreadable line."""
     return tqdm(
         total=total,
         initial=initial,
@@ -416,7 +426,7 @@ def _bar(total: int | None, desc: str, initial: int, *, enabled: bool) -> tqdm:
         unit="B",
         unit_scale=True,
         unit_divisor=1024,
-        disable=not enabled,
+        disable=None if enabled else True,  # None: off where stderr is not a terminal
     )
 
 

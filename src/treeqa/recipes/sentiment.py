@@ -137,7 +137,9 @@ def resolve_config(
         )
     # Set here, so that a model built from the config (build_sentiment_model) fits the task.
     config = dataclasses.replace(
-        config, model=dataclasses.replace(config.model, num_classes=classes)
+        config,
+        data=home_paths(config.data),
+        model=dataclasses.replace(config.model, num_classes=classes),
     )
     check_model_config(config.model)
     given = cfg.model_key_given(section, overrides, "embed_dim", ALIASES)
@@ -320,6 +322,12 @@ def vector_files(vectors: str) -> list[str]:
     """The files of ``data.vectors``: one, or several joined by '+' (a path that exists as
     written is one file, '+' or not)."""
     return [vectors] if Path(vectors).exists() else vectors.split("+")
+
+
+def home_paths(data: SentimentData) -> SentimentData:
+    """``data`` with a ``~`` that begins a path (or one of the vector files) expanded."""
+    vectors = "+".join(cfg.home_path(p) for p in vector_files(data.vectors)) if data.vectors else ""
+    return dataclasses.replace(data, path=cfg.home_path(data.path), vectors=vectors)
 
 
 def absolute_paths(data: SentimentData) -> SentimentData:

@@ -35,15 +35,31 @@ class World:
 
     @classmethod
     def from_env(cls) -> World:
-        size = int(os.environ.get("WORLD_SIZE", "1"))
+        """torchrun's variables; one set by hand (a WORLD_SIZE left in a job's environment)
+        that does not fit is a ValueError naming it."""
+        size = env_int("WORLD_SIZE", "1")
         if size <= 1:
             return cls()
-        return cls(int(os.environ["RANK"]), size, int(os.environ.get("LOCAL_RANK", "0")))
+        if "RANK" not in os.environ:
+            raise ValueError(
+                f"WORLD_SIZE={size} without RANK: torchrun sets both; unset WORLD_SIZE to run "
+                "one process"
+            )
+        return cls(env_int("RANK"), size, env_int("LOCAL_RANK", "0"))
 
     @property
     def main(self) -> bool:
         """The process that evaluates and writes (rank 0)."""
         return self.rank == 0
+
+
+def env_int(name: str, default: str = "") -> int:
+    """The whole number in environment variable ``name`` (``default`` when it is not set)."""
+    text = os.environ.get(name, default)
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: expected a whole number") from None
 
 
 class PeerLost(ConnectionError):
