@@ -7,9 +7,11 @@ Opt-in (``-m slow``): needs Playwright (``pip install playwright``) and a Chromi
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +110,60 @@ def test_the_page_marks_the_answer_the_api_gives_after_emoji(qa_run_dir: Path) -
     expected = qa.predict(qa.load_model(qa_run_dir), [(context, question)])[0]
     assert marked == expected["answer"] == context[expected["start"] : expected["end"]]
     assert passage == context
+
+
+ATTACK = """<!doctype html><form method="post" enctype="text/plain" action="{target}">
+<input name='{{"tree": "((a) (b))", "x": "' value='"}}'></form>
+<script>
+fetch("{target}", {{method: "POST", mode: "no-cors", body: '{{"tree": "((a) (b))"}}'}})
+  .then(() => {{ window.sent = true; }});
+</script>"""
+
+
+def test_a_page_of_another_site_is_refused_in_a_browser(
+    run_dir: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # A page served from another port posts to the server by fetch (text/plain: no preflight,
+    # the request is sent) and by a form: both reach the server and get a 403 there. A name
+    # of another site that resolves to this machine (DNS rebinding, mapped here) is a 403 too.
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    server = make_server(Models([run_dir]), port=0, quiet=True)
+    seen: list[tuple[str, str, int]] = []
+
+    def log_request(self: Any, code: Any = "-", size: Any = "-") -> None:
+        seen.append((self.command, self.headers.get("Origin"), int(code)))
+
+    server.RequestHandlerClass = type(
+        "Recorded", (server.RequestHandlerClass,), {"log_request": log_request}
+    )
+    target = f"http://127.0.0.1:{server.server_address[1]}/api/sentiment"
+    (tmp_path / "attack.html").write_text(ATTACK.format(target=target))
+    other = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
+    )
+    for s in (server, other):
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    try:
+        with sync_api.sync_playwright() as p:
+            rebind = "--host-resolver-rules=MAP evil.example 127.0.0.1"
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", rebind])
+            page = browser.new_page()
+            page.goto(f"http://localhost:{other.server_address[1]}/attack.html")
+            page.wait_for_function("window.sent === true")
+            with page.expect_navigation() as posted:
+                page.evaluate("document.forms[0].submit()")
+            assert posted.value is not None and posted.value.status == 403
+            attacker = f"http://localhost:{other.server_address[1]}"
+            assert seen == [("POST", attacker, 403), ("POST", attacker, 403)]
+            page.goto(f"http://127.0.0.1:{server.server_address[1]}/")  # its own page: answered
+            own = f"fetch('{target}', {{method: 'POST', body: '{{\"tree\": \"((a) (b))\"}}'}})"
+            assert page.evaluate(f"{own}.then(r => r.status)") == 200
+            rebound = page.goto(f"http://evil.example:{server.server_address[1]}/")
+            assert rebound is not None and rebound.status == 403
+            browser.close()
+    finally:
+        for s in (server, other):
+            s.shutdown()
+            s.server_close()

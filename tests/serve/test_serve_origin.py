@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_serve import TREE, run_dir  # noqa: F401 - the trained-model fixture
+from test_serve import TREE, raw_request, run_dir  # noqa: F401 - the trained-model fixture
 
 from treeqa.cli.main import build_parser
 from treeqa.serve.app import Server, make_server
@@ -96,6 +96,58 @@ def test_a_host_given_twice_is_a_400(address: str) -> None:
     assert status == 400 and "Host" in body["error"]
 
 
+@pytest.mark.parametrize(
+    ("request_head", "header"),
+    [
+        (b"POST /api/sentiment HTTP/1.1\r\nHost: [::1", "header Host: '[::1'"),
+        (b"POST /api/sentiment HTTP/1.1\r\nHost: [evil.example]", "header Host: '[evil.example]'"),
+        (b"GET / HTTP/1.1\r\nHost: [::1", "header Host: '[::1'"),
+        (
+            b"POST /api/sentiment HTTP/1.1\r\nHost: localhost\r\nOrigin: http://[::1",
+            "header Origin",
+        ),
+        (b"GET http://[::1/api/health HTTP/1.1\r\nHost: localhost", "request target's host"),
+    ],
+)
+def test_a_host_or_origin_that_does_not_read_is_refused_naming_it(
+    address: str, request_head: bytes, header: str
+) -> None:
+    # urlsplit raised on an unclosed or a non-address "[...]": a 500, or no answer at all.
+    request = request_head + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    status, _, data = raw_request(f"http://{address}", request)
+    assert status.split()[1] == "403", data
+    assert json.loads(data)["error"].startswith(header)
+
+
+def test_an_absolute_form_target_is_checked_by_its_host_not_by_the_host_header(
+    address: str,
+) -> None:
+    # RFC 9112 §3.2.2: the target's authority names the server and Host is ignored; the guard
+    # read Host while the request was routed by the target.
+    port = address.split(":")[1]
+    close = "\r\nConnection: close\r\n\r\n"
+    rebound = f"GET http://evil.example:{port}/api/health HTTP/1.1\r\nHost: localhost:{port}"
+    status, _, data = raw_request(f"http://{address}", (rebound + close).encode())
+    assert status.split()[1] == "403"
+    assert json.loads(data)["error"].startswith(f"request target's host: 'evil.example:{port}'")
+    own = f"GET http://localhost:{port}/api/health HTTP/1.1\r\nHost: evil.example"
+    status, _, data = raw_request(f"http://{address}", (own + close).encode())
+    assert status.split()[1] == "200" and json.loads(data)["status"] == "ok"
+
+
+@pytest.mark.parametrize("bind", ["127.1", "2130706433"])
+def test_a_loopback_address_given_another_way_keeps_the_host_check(
+    run_dir: Path,  # noqa: F811
+    bind: str,
+) -> None:
+    # --host 127.1 (or the machine's own name, which Debian maps to 127.0.1.1) binds loopback,
+    # but the guard read the string as given: no loopback address, so any Host was answered.
+    server = make_server(Models([run_dir]), host=bind, port=0, quiet=True)
+    for address in started(server):
+        assert post(address, {"Host": "evil.example"})[0] == 403
+        assert post(address, {})[0] == 200
+
+
 def test_allow_host_adds_a_name_for_host_and_origin(allowing: str) -> None:
     proxied = {"Host": "sentiment.example", "Origin": "https://sentiment.example"}
     assert post(allowing, proxied)[0] == 200
@@ -113,6 +165,8 @@ def test_the_rules_of_the_guard() -> None:
     with pytest.raises(RequestError):  # no port in Origin: port 80, not the server's
         loopback.check("http://localhost", "localhost:8000")
     loopback.check("https://localhost", "localhost")  # Host without a port: a proxy's, perhaps
+    with pytest.raises(RequestError):  # ... but then a page on another port is another site
+        loopback.check("http://localhost:3000", "localhost")
     exposed = Guard.for_address("0.0.0.0")
     exposed.check(None, "box.lan:8000")  # bound for others and no names given: any name
     exposed.check("http://box.lan:8000", "box.lan:8000")
@@ -123,6 +177,9 @@ def test_the_rules_of_the_guard() -> None:
     with pytest.raises(RequestError):
         named.check(None, "evil.example")
     assert Guard.for_address("::1") == loopback
+    assert Guard.for_address("::ffff:127.0.0.1") == loopback  # Python < 3.13: "no loopback"
+    with pytest.raises(RequestError):  # neither names a server: not "the same name"
+        exposed.check("http://[x", "[y")
 
 
 def test_the_cli_takes_allow_host_repeated() -> None:
@@ -130,3 +187,14 @@ def test_the_cli_takes_allow_host_repeated() -> None:
         ["serve", "r", "--allow-host", "a.example", "--allow-host", "b"]
     )
     assert args.allow_host == ["a.example", "b"]
+
+
+@pytest.mark.parametrize("given", ["https://sentiment.example", "sentiment.example:443", "*"])
+def test_the_cli_refuses_an_allow_host_that_no_request_could_match(
+    given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Names are matched alone: with a scheme or port it was taken and every request refused.
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "r", "--allow-host", given])
+    err = capsys.readouterr().err
+    assert "--allow-host" in err and repr(given) in err

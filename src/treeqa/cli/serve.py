@@ -40,6 +40,7 @@ def add_parser(subparsers: Any) -> None:
         "--allow-host",
         action="append",
         default=[],
+        type=host_name,
         metavar="NAME",
         help="a name the server answers to beside loopback names and IP addresses (repeat for "
         "more); a request naming another in Host or Origin is refused, against cross-site "
@@ -51,6 +52,17 @@ def add_parser(subparsers: Any) -> None:
         "--quiet", action="store_true", help="do not log each request (default: log them)"
     )
     parser.set_defaults(run=run)
+
+
+def host_name(text: str) -> str:
+    """An argparse type: a name for --allow-host, which Host and Origin are matched against by
+    name alone (a scheme, port or wildcard in it would never match: every request refused)."""
+    if not text.strip() or any(c in text for c in ":/@[]* "):
+        raise argparse.ArgumentTypeError(
+            f"expected a host name such as sentiment.example (no scheme, port, path or "
+            f"wildcard), got {text!r}"
+        )
+    return text
 
 
 def run(args: argparse.Namespace) -> int:

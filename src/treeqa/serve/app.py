@@ -67,8 +67,8 @@ MAX_CONNECTIONS = 256
 STOP_WAIT_S = 30.0
 """Seconds a stopping server waits for the requests in progress (REQUEST_TIMEOUT: a client
 that goes silent while sending is dropped by then anyway)."""
-ABSOLUTE_FORM = re.compile(r"https?://", re.IGNORECASE)
-"""A request target in absolute form, scheme and host before the path."""
+ABSOLUTE_FORM = re.compile(r"https?://([^/?#]*)", re.IGNORECASE)
+"""A request target in absolute form, scheme and authority (the group) before the path."""
 MAX_REQUEST_LINE = 65536
 """Longest request line (bytes), as stdlib's ``handle_one_request`` reads it; longer: a 414."""
 JSON_BLANKS = " \t\r\n"
@@ -176,16 +176,22 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             ("http://host/api/health", which a server must accept, RFC 9112 §3.2.2) read as
             its path."""
             target = self.path
-            if ABSOLUTE_FORM.match(target):
-                target = urllib.parse.urlsplit(target).path or "/"
-            return urllib.parse.unquote(target.split("?")[0])
+            absolute = ABSOLUTE_FORM.match(target)
+            if absolute:  # not urlsplit, which raises on "http://[::1/" (the request unanswered)
+                target = target[absolute.end() :]
+            return urllib.parse.unquote(target.split("?")[0]) or "/"
 
         def guard(self) -> None:
             """Refuse a request a page of another site made (``serve/origin.py``)."""
             hosts = self.headers.get_all("Host") or []
             if len(hosts) > 1:  # RFC 9112 §3.2: a 400
                 raise RequestError(HTTPStatus.BAD_REQUEST, f"header Host: given twice {hosts}")
-            cast(Server, self.server).guard.check(self.headers.get("Origin"), self.headers["Host"])
+            guard = cast(Server, self.server).guard
+            absolute = ABSOLUTE_FORM.match(self.path)
+            if absolute:  # its authority names the server, Host is ignored (RFC 9112 §3.2.2)
+                guard.check(self.headers.get("Origin"), absolute[1], "request target's host")
+            else:
+                guard.check(self.headers.get("Origin"), self.headers["Host"])
 
         def do_GET(self) -> None:
             if self.route_path() in PAGES:
@@ -511,5 +517,5 @@ def make_server(
     server_class = Server6 if ":" in host else Server
     server = server_class((host, port), handler_for(models))
     server.quiet = quiet
-    server.guard = Guard.for_address(host, allow_hosts)
+    server.guard = Guard.for_address(str(server.server_address[0]), allow_hosts)
     return server
