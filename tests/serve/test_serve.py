@@ -655,3 +655,26 @@ def test_a_connection_beyond_the_most_is_answered_503_until_one_closes() -> None
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_score_that_is_not_a_number_is_null_in_strict_json(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model whose weights went NaN answers NaN probabilities: sent as null, since NaN is no
+    JSON and a browser's JSON.parse would refuse the whole answer."""
+    real = Models.predict_sentiment
+
+    def diverged(self: Models, body: dict[str, Any]) -> dict[str, Any]:
+        answer = real(self, body)
+        answer["probabilities"] = [float("nan")] * len(answer["probabilities"])
+        return answer
+
+    monkeypatch.setattr(Models, "predict_sentiment", diverged)
+    with serving(run_dir) as url:
+        request = urllib.request.Request(
+            url + "/api/sentiment", data=json.dumps({"tree": TREE}).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read().decode()
+    answer = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in {text}"))
+    assert answer["probabilities"] == [None] * 5 and answer["label"] in range(5)

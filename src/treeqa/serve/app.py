@@ -47,6 +47,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any, cast
 
+from treeqa.cli.common import finite
 from treeqa.data.squad import json_beyond_syntax, unique_keys
 from treeqa.serve.bodies import (
     MAX_BODY,
@@ -352,7 +353,9 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
         def send_json(
             self, status: HTTPStatus, value: dict[str, Any], headers: dict[str, str] | None = None
         ) -> None:
-            data = json.dumps(value, ensure_ascii=False).encode("utf-8")
+            # A score that is not a finite number (a model whose weights went NaN) is null:
+            # NaN is no JSON, and a browser's JSON.parse refuses the whole answer.
+            data = json.dumps(finite(value), ensure_ascii=False, allow_nan=False).encode("utf-8")
             self.send(status, data, "application/json; charset=utf-8", headers)
 
         def unread_body(self) -> bool:
