@@ -13,7 +13,8 @@ from treeqa.cli.main import main
 
 
 def last_json(capsys: pytest.CaptureFixture[str]) -> dict:
-    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    """Standard output under --json: one JSON object alone (what is said besides: stderr)."""
+    return json.loads(capsys.readouterr().out)
 
 
 def test_help_of_every_subcommand_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,6 +58,7 @@ def test_data_stats_names_unlabelled_nodes_and_a_gzip_or_zip_file(
 
 def test_data_stats_and_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["data", "demo", "--out", str(tmp_path / "demo")]) == 0
+    capsys.readouterr()
     assert main(["data", "stats", str(tmp_path / "demo"), "--json"]) == 0
     stats = last_json(capsys)
     assert stats["train"]["trees"] == 2000 and set(stats["test"]["root_labels"]) == {
@@ -204,10 +206,10 @@ def test_evaluate_seeds_reports_mean_and_std(
     assert main(["train", "--resume", str(tmp_path / "s" / "seed-1"), "--epochs", "2"]) == 0
     capsys.readouterr()
     assert main(argv) == 0
-    out = capsys.readouterr().out
-    assert "NOTE: train.epochs is 1, but some seeds were trained further" in out
-    assert "seed 1: 2 epochs" in out
-    assert json.loads(out.splitlines()[-1])["epochs"] == [1, 2]
+    captured = capsys.readouterr()  # under --json, what is said besides goes to stderr
+    assert "NOTE: train.epochs is 1, but some seeds were trained further" in captured.err
+    assert "seed 1: 2 epochs" in captured.err
+    assert json.loads(captured.out)["epochs"] == [1, 2]  # stdout: the JSON object alone
 
 
 def test_bad_input_gives_clear_errors(

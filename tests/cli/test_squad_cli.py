@@ -29,7 +29,8 @@ def squad(version: str) -> dict[str, Any]:
 
 
 def last_json(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    """Standard output under --json: one JSON object alone (what is said besides: stderr)."""
+    return json.loads(capsys.readouterr().out)
 
 
 def test_prepare_squad_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,12 +68,12 @@ def test_evaluate_qa_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
     ]
     assert main([*argv, "--json"]) == 0
     captured = capsys.readouterr()
-    scores = json.loads(captured.out.strip().splitlines()[-1])
+    scores = json.loads(captured.out)  # stdout: the JSON object alone, the table on stderr
     assert scores["exact_match"] == pytest.approx(200 / 3) and scores["f1"] == pytest.approx(
         200 / 3
     )
     assert (scores["has_ans_exact"], scores["no_ans_exact"]) == (50.0, 100.0)
-    assert "exact_match 66.667" in captured.out and "NoAns" in captured.out
+    assert "exact_match 66.667" in captured.err and "NoAns" in captured.err
     assert (
         "1 of 3 questions have no prediction" in captured.err
         and "1 predictions for question ids" in captured.err
@@ -81,9 +82,9 @@ def test_evaluate_qa_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[st
     (tmp_path / "na.json").write_text(json.dumps({"q1": 0.1, "q2": 0.2, "u1": 0.9}))
     assert main([*argv, "--na-probs", str(tmp_path / "na.json"), "--json"]) == 0
     captured = capsys.readouterr()
-    best = json.loads(captured.out.strip().splitlines()[-1])
+    best = json.loads(captured.out)
     assert best["best_exact"] == pytest.approx(200 / 3) and best["best_exact_thresh"] == 0.1
-    assert "best    exact 66.667" in captured.out
+    assert "best    exact 66.667" in captured.err
     (tmp_path / "na.json").write_text(json.dumps({"q1": "high"}))
     assert main([*argv, "--na-probs", str(tmp_path / "na.json")]) == 2
     assert "no-answer score for 'q1' is not a number" in capsys.readouterr().err

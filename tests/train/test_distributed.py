@@ -91,8 +91,8 @@ def test_torchrun_trains_one_run_directory_from_the_cli(demo_dir: Path, tmp_path
         *("--epochs", "1", "--out", str(out), "--json"),
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.count("run directory:") == 1  # process 0 reports, the other trains only
-    result = json.loads(run.stdout.splitlines()[-1])
+    assert run.stderr.count("run directory:") == 1  # process 0 reports, the other trains only
+    result = json.loads(run.stdout)  # under --json, stdout holds the JSON object alone
     # Each process took every second batch: the run made half the single-process steps.
     single = -(-len((demo_dir / "train.txt").read_text().splitlines()) // 25)
     assert result["steps"] == single // 2

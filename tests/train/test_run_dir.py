@@ -1,6 +1,7 @@
 """The run directory keeps what the user gave: its data named from anywhere, the user's own
 config file, its metrics log whole across a resume; a bad log line is named."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -165,8 +166,9 @@ def test_a_second_run_into_a_directory_in_training_is_refused(
     assert main(args(demo_dir, "--out", str(run))) == 0  # free again
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--json"]) == 0
-    out = capsys.readouterr().out
-    assert "already trained 1 epoch(s), train.epochs is 1: nothing more to train" in out
+    captured = capsys.readouterr()  # under --json, said on stderr; stdout holds the JSON alone
+    assert "already trained 1 epoch(s), train.epochs is 1: nothing more to train" in captured.err
+    assert json.loads(captured.out)["epochs"] == 1
 
 
 def test_a_run_stopped_before_any_evaluation_says_it_has_no_best_score() -> None:

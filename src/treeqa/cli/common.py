@@ -12,7 +12,7 @@ import re
 import signal
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -171,11 +171,32 @@ def best_line(metric: str, result: Mapping[str, Any], spec: str) -> str:
     return f"best dev {metric}: {result['best_dev']:{spec}} ({where})"
 
 
+JSON_OUT: list[Any] = []
+"""The real standard output while ``json_alone`` sends all else to stderr (a stack of one)."""
+
+
+@contextlib.contextmanager
+def json_alone(on: bool) -> Iterator[None]:
+    """With ``on`` (a command's ``--json``), standard output carries the JSON object alone, for
+    ``| jq`` or ``json.load``: what the command says besides (epoch lines, notes, tables) goes
+    to stderr meanwhile, and ``emit_json`` writes to the real standard output."""
+    if not on:
+        yield
+        return
+    JSON_OUT.append(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        JSON_OUT.pop()
+
+
 def emit_json(payload: dict[str, Any]) -> None:
-    """The last line of output: one machine-readable JSON object. A score that is not a
-    finite number (no best epoch yet: -inf) is null, which JSON has; NaN and Infinity it has
-    not, and strict readers refuse them."""
-    print(json.dumps(finite(payload), sort_keys=True, allow_nan=False))
+    """The command's output under ``--json``: one machine-readable JSON object, alone on
+    standard output (``json_alone``). A score that is not a finite number (no best epoch yet:
+    -inf) is null, which JSON has; NaN and Infinity it has not, and strict readers refuse them."""
+    out = JSON_OUT[-1] if JSON_OUT else sys.stdout
+    print(json.dumps(finite(payload), sort_keys=True, allow_nan=False), file=out)
 
 
 def json_line(result: dict[str, Any]) -> str:

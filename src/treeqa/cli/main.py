@@ -11,7 +11,7 @@ from pathlib import Path
 
 from treeqa import __version__
 from treeqa.cli import data, doctor, evaluate, flags, predict, serve, train
-from treeqa.cli.common import join_flags, reader_gone
+from treeqa.cli.common import join_flags, json_alone, reader_gone
 from treeqa.data.output_dir import file_in_the_way
 
 SUBCOMMANDS = (data, train, evaluate, predict, serve, doctor)
@@ -114,7 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = command_name(args, task)
     try:
         check_paths(args)
-        code = int(args.run(args) or 0)
+        # predict's --json is its stream of results, one line each; the others' a last object.
+        with json_alone(getattr(args, "json", False) is True and args.command != "predict"):
+            code = int(args.run(args) or 0)
         if not sys.stdout.closed:  # (a script under the doctor may close it, as python lets it)
             sys.stdout.flush()  # here, not at exit, so that a reader gone early is said as below
         return code
