@@ -131,3 +131,80 @@ def test_wrapped_clips_clip_as_torch_does_and_uninstall_restores_them() -> None:
     finally:
         clipping.uninstall()
     assert (torch.nn.utils.clip_grad_norm_, clip_grad.clip_grad_value_) == originals
+
+
+def test_the_split_api_clipping_by_a_norm_taken_before_the_backward_is_reported() -> None:
+    """get_total_norm before the backward (of no gradients: 0), clip_grads_with_norm_ after
+    it with that norm: the clip leaves the fresh gradients as they are."""
+    model = nn.Linear(4, 2)
+    clipping, updates, found = _clipping()
+    try:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        clipping.reset(opt)
+        for i in range(BEFORE_STEPS):
+            assert found == []
+            total = torch.nn.utils.get_total_norm(
+                [p.grad for p in model.parameters() if p.grad is not None]
+            )
+            model(torch.randn(3, 4)).pow(2).sum().backward()
+            updates.backwards += 1
+            if i == 0:  # the norm taken again after the backward: clipped as it should be
+                total = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+            torch.nn.utils.clip_grads_with_norm_(model.parameters(), 1.0, total)
+            clipping.end_step()
+            updates.backwards = 0
+            model.zero_grad()
+        assert found == []  # 19 steps in a row
+        torch.nn.utils.clip_grads_with_norm_(model.parameters(), 1.0, torch.tensor(0.0))
+        model(torch.randn(3, 4)).pow(2).sum().backward()
+        updates.backwards += 1
+        clipping.end_step()
+        assert [f.code for f in found] == ["clip-before-backward"]
+    finally:
+        clipping.uninstall()
+
+
+def test_wrapped_split_api_clips_as_torch_does_and_uninstall_restores_it() -> None:
+    originals = (torch.nn.utils.get_total_norm, torch.nn.utils.clip_grads_with_norm_)
+    reference = _model_with_gradients()
+    want = originals[0]([p.grad for p in reference.parameters()])
+    originals[1](reference.parameters(), 1.0, want)
+    clipping, _, found = _clipping()
+    try:
+        assert torch.nn.utils.clip_grads_with_norm_ is not originals[1]
+        assert torch.nn.utils.get_total_norm is not originals[0]
+        model = _model_with_gradients()
+        total = torch.nn.utils.get_total_norm(p.grad for p in model.parameters())
+        assert total.item() > 1.0 and torch.equal(total, want)
+        # A generator, by keyword: read into a list once, and clipped.
+        torch.nn.utils.clip_grads_with_norm_(
+            parameters=model.parameters(), max_norm=1.0, total_norm=total
+        )
+        for p, r in zip(model.parameters(), reference.parameters(), strict=True):
+            assert torch.equal(p.grad, r.grad)
+        assert found == []
+    finally:
+        clipping.uninstall()
+    assert (torch.nn.utils.get_total_norm, torch.nn.utils.clip_grads_with_norm_) == originals
+
+
+def test_a_norm_read_before_the_backward_only_to_log_it_leaves_later_clips_alone() -> None:
+    """get_total_norm(...).item() at the loop's top (last step's norm, logged; the tensor is
+    gone at once), then clip_grad_norm_ between backward and step: clean."""
+    model = nn.Linear(4, 2)
+    clipping, updates, found = _clipping()
+    try:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        clipping.reset(opt)
+        for _ in range(BEFORE_STEPS + 5):
+            torch.nn.utils.get_total_norm(
+                [p.grad for p in model.parameters() if p.grad is not None]
+            ).item()
+            model(torch.randn(3, 4)).pow(2).sum().backward()
+            updates.backwards += 1
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            clipping.end_step()
+            updates.backwards = 0
+        assert found == []
+    finally:
+        clipping.uninstall()

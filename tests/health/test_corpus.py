@@ -23,6 +23,7 @@ EXPECTED = {
     "bug_graph_retained.py": "graph-retained",
     "bug_ema_with_graph.py": "graph-retained",  # held by a dict entry
     "bug_loss_accumulated.py": "loss-accumulated-with-graph",
+    "bug_val_losses_with_graphs.py": "loss-accumulated-with-graph",  # evaluation losses
     "bug_hand_updates_loss_accumulated.py": "loss-accumulated-with-graph",  # no optimiser
     "bug_retain_graph.py": "retain-graph-every-step",
     "bug_parameter_alias.py": "parameter-alias",
@@ -57,6 +58,7 @@ EXPECTED = {
     "bug_gan_generator_not_zeroed.py": "gradients-not-zeroed",  # the second optimiser's
     "bug_zero_grad_head_only.py": "gradients-not-zeroed",  # the head's alone
     "bug_hand_updates_not_zeroed.py": "gradients-not-zeroed",  # updated by hand, no optimiser
+    "bug_hand_grad_not_zeroed.py": "gradients-not-zeroed",  # autograd.grad added by hand
     "bug_second_run_not_zeroed.py": "gradients-not-zeroed",  # a second model, the first alive
     "bug_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",
     "bug_step_without_gradients.py": "step-without-gradients",
@@ -96,6 +98,8 @@ EXPECTED = {
     "bug_clip_before_backward.py": "clip-before-backward",
     "bug_clip_no_parameters.py": "clip-no-parameters",
     "bug_clip_before_unscale.py": "clip-before-unscale",
+    "bug_clip_total_norm_before_backward.py": "clip-before-backward",  # get_total_norm + ...
+    "bug_clip_total_norm_before_unscale.py": "clip-before-unscale",  # the norm taken scaled
     "bug_softmax_over_batch.py": "softmax-over-wrong-dim",
     "bug_softmax_over_batch_square.py": "softmax-over-wrong-dim",  # batch 10, 10 classes
     "bug_ddp_inner_module.py": "gradients-not-averaged",  # under torchrun, 2 processes
@@ -134,6 +138,8 @@ CLEAN = [
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over
     # a sequence's last dim, [B, C, T] over dim 1, log of softmax), MC dropout
     "clean_clip.py",  # clip then step at the loop's top, after accumulation, a reused list
+    "clean_clip_total_norm.py",  # get_total_norm + clip_grads_with_norm_, GradScaler on CPU
+    "clean_hand_set_gradients.py",  # autograd.grad set by hand: accumulated and zeroed, fresh
     "clean_frozen_warmup.py",  # the first optimiser's backbone under no_grad in the second half
     "clean_aux_loss_later.py",  # a head's loss switched on at step 150: info, not a warning
     "clean_ddp.py",  # under torchrun: DDP, DistributedSamplers, sharded evaluation summed

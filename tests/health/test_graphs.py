@@ -240,3 +240,38 @@ def test_a_global_of_an_imported_module_is_named_as_a_global() -> None:
     helper.history = [(0, torch.ones(3, requires_grad=True) * 2)]  # held by no local variable
     name = holder_name(helper.history[0][1], set())
     assert name == "global 'history'[][]"
+
+
+VAL_LOSSES = """
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+x_val = torch.randn(64, 8)
+val_losses = []
+for step in range(36):
+    x = torch.randn(16, 8)
+    loss = F.cross_entropy(model(x), x[:, :3].argmax(1))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step % 6 == 5:
+        model.eval()
+        for i in range(0, len(x_val), 16):
+            x = x_val[i : i + 16]
+            val_losses.append(F.cross_entropy(model(x), x[:, :3].argmax(1)))  # with graphs
+        model.train()
+"""
+
+
+def test_a_list_of_evaluation_losses_names_the_list_for_their_graphs_too(tmp_path: Path) -> None:
+    """Evaluation losses kept with their graphs: the activations those graphs keep alive (held
+    from C++ only) are the list's finding, not a graph-retained one of "unknown holder"."""
+    found = graph_findings(doctor(tmp_path, VAL_LOSSES))
+    assert list(found) == ["loss-accumulated-with-graph"]
+    accumulated = found["loss-accumulated-with-graph"]
+    assert accumulated["where"].startswith("list 'val_losses' in <module>()")
+    assert accumulated["evidence"]["tensors_in_their_graphs"] > 0

@@ -24,29 +24,36 @@ def test_gradients_not_zeroed_needs_dirty_sampled_steps_in_a_row() -> None:
 
 def _probe_run(zero: str, steps: int = 4) -> list[bool]:
     """Step a layer whose bias is the probe, every step sampled; ``zero``: how the script
-    clears gradients ("none", "set_to_none", "zeros", "accumulate" every 2 backwards,
-    "autograd.grad" with .grad set by hand)."""
+    clears gradients ("none", "set_to_none", "zeros", "accumulate" every 2 backwards;
+    gradients from torch.autograd.grad set by hand: "autograd.grad" anew each step (also on
+    "one batch", whose gradients barely turn from step to step), "added" to .grad and "added
+    in place" (halved) with no clearing, "added, accumulate" over 2 micro-batches and cleared
+    once a step)."""
     torch.manual_seed(0)
     layer = nn.Linear(4, 2)
     opt = torch.optim.SGD(layer.parameters(), lr=0.1)
     updates = Updates(lambda found: None)
     params = list(layer.named_parameters())
+    batch = torch.randn(3, 4)
     for step in range(1, steps + 1):
         updates.begin_step(sampled=True)
-        for _micro in range(2 if zero == "accumulate" else 1):
-            loss = layer(torch.randn(3, 4)).pow(2).mean()
-            if zero == "autograd.grad":
-                for p, g in zip(
-                    layer.parameters(),
-                    torch.autograd.grad(loss, list(layer.parameters())),
-                    strict=True,
-                ):
-                    p.grad = g
-            else:
+        for _micro in range(2 if zero.endswith("accumulate") else 1):
+            x = batch if zero.endswith("one batch") else torch.randn(3, 4)
+            loss = layer(x).pow(2).mean()
+            if zero == "accumulate" or not zero.startswith(("autograd", "added")):
                 loss.backward()
+                continue
+            grads = torch.autograd.grad(loss, list(layer.parameters()))
+            for p, g in zip(layer.parameters(), grads, strict=True):
+                if zero == "added in place" and p.grad is not None:
+                    p.grad += g / 2
+                elif zero.startswith("added"):
+                    p.grad = g if p.grad is None else p.grad + g
+                else:
+                    p.grad = g
         opt.step()
         updates.end_step(step, True, opt, [layer], params)  # as the optimiser's post-hook
-        if zero in ("set_to_none", "accumulate"):
+        if zero in ("set_to_none", "accumulate", "added, accumulate"):
             opt.zero_grad()
         elif zero == "zeros":
             opt.zero_grad(set_to_none=False)
@@ -59,7 +66,12 @@ def test_a_probe_parameter_tells_cleared_gradients_from_carried_ones() -> None:
     assert _probe_run("set_to_none") == [True, True, True]
     assert _probe_run("zeros") == [True, True, True]  # zero tensors: a host sync tells
     assert _probe_run("accumulate") == [True, True, True]  # the first micro-batch starts clean
-    assert _probe_run("autograd.grad") == []  # .grad replaced by hand: nothing accumulates
+    # .grad set by hand from torch.autograd.grad: a fresh one each step carries nothing over
+    assert _probe_run("autograd.grad") == [True, True, True]
+    assert _probe_run("autograd.grad, one batch") == [True, True, True]
+    assert _probe_run("added") == [False, False, False]
+    assert _probe_run("added in place") == [False, False, False]
+    assert _probe_run("added, accumulate") == [True, True, True]
 
 
 def test_a_parameter_outside_the_model_and_another_optimisers_are_probed_too() -> None:

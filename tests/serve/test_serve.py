@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +49,10 @@ def run_dir(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @contextlib.contextmanager
-def serving(*runs: Path) -> Iterator[str]:
-    """``treeqa serve RUN...`` on a free loopback port, in a thread: its base URL."""
-    server = make_server(Models(list(runs)), port=0, quiet=True)
+def serving(*runs: Path, host: str = "127.0.0.1", allow_hosts: Sequence[str] = ()) -> Iterator[str]:
+    """``treeqa serve RUN...`` on a free port of ``host`` (a loopback address, however
+    written), in a thread: its base URL."""
+    server = make_server(Models(list(runs)), host, 0, quiet=True, allow_hosts=allow_hosts)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

@@ -5,40 +5,29 @@ from __future__ import annotations
 
 import http.client
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_serve import TREE, raw_request, run_dir  # noqa: F401 - the trained-model fixture
+from test_serve import TREE, raw_request, run_dir, serving  # noqa: F401 - run_dir: a fixture
 
 from treeqa.cli.main import build_parser
-from treeqa.serve.app import Server, make_server
 from treeqa.serve.bodies import RequestError
-from treeqa.serve.models import Models
 from treeqa.serve.origin import Guard
 
 BODY = json.dumps({"tree": TREE})
 
 
-def started(server: Server) -> Iterator[str]:
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.fixture(scope="module")
 def address(run_dir: Path) -> Iterator[str]:  # noqa: F811
-    yield from started(make_server(Models([run_dir]), port=0, quiet=True))
+    with serving(run_dir) as url:
+        yield url.removeprefix("http://")
 
 
 @pytest.fixture(scope="module")
 def allowing(run_dir: Path) -> Iterator[str]:  # noqa: F811
-    server = make_server(Models([run_dir]), port=0, quiet=True, allow_hosts=["Sentiment.Example"])
-    yield from started(server)
+    with serving(run_dir, allow_hosts=["Sentiment.Example"]) as url:
+        yield url.removeprefix("http://")
 
 
 def post(address: str, headers: dict[str, str], path: str = "/api/sentiment") -> tuple[int, dict]:
@@ -142,10 +131,9 @@ def test_a_loopback_address_given_another_way_keeps_the_host_check(
 ) -> None:
     # --host 127.1 (or the machine's own name, which Debian maps to 127.0.1.1) binds loopback,
     # but the guard read the string as given: no loopback address, so any Host was answered.
-    server = make_server(Models([run_dir]), host=bind, port=0, quiet=True)
-    for address in started(server):
-        assert post(address, {"Host": "evil.example"})[0] == 403
-        assert post(address, {})[0] == 200
+    with serving(run_dir, host=bind) as url:
+        assert post(url.removeprefix("http://"), {"Host": "evil.example"})[0] == 403
+        assert post(url.removeprefix("http://"), {})[0] == 200
 
 
 def test_allow_host_adds_a_name_for_host_and_origin(allowing: str) -> None:

@@ -1,5 +1,6 @@
-"""Gradient clipping as ``treeqa doctor`` sees it: ``clip_grad_norm_`` and ``clip_grad_value_``
-are wrapped for the length of the run.
+"""Gradient clipping as ``treeqa doctor`` sees it: ``clip_grad_norm_``, ``clip_grad_value_`` and
+the split API's ``clip_grads_with_norm_`` are wrapped for the length of the run, and so is
+``get_total_norm``, to know when the norm given to ``clip_grads_with_norm_`` was taken.
 
 - ``clip-before-backward``: every step of the clock clipped its parameters only while no
   backward had run since its last step (before the backward, or after the step), so the clip
@@ -10,6 +11,11 @@ are wrapped for the length of the run.
 - ``clip-before-unscale``: with a ``GradScaler`` scaling the loss, the clock's gradients were
   clipped before ``scaler.unscale_(optimizer)``: the limit applied to gradients times the
   scale (65,536 at first), so every step is cut to a sliver of its size.
+
+A ``clip_grads_with_norm_`` given the very tensor ``get_total_norm`` returned while no backward
+had run since the step, or while a loss scaler's gradients were still scaled, counts as a clip
+made then: it scales the fresh gradients by a norm of none (or of last step's), or of the
+scaled ones.
 
 A call costs a Python wrapper and a dict lookup; the parameters are read into a list, as the
 clip itself does first.
@@ -31,9 +37,15 @@ from treeqa.health import checks, slips
 from treeqa.health.findings import Finding
 from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import Updates
-from treeqa.health.wrap import Arguments, Note, Wrappers, note_function_calls
+from treeqa.health.wrap import (
+    Arguments,
+    Note,
+    Wrappers,
+    note_function_calls,
+    note_function_results,
+)
 
-FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_")
+FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_")
 OWNERS = (torch.nn.utils, clip_grad)  # `from torch.nn.utils import ...`, and the deprecated alias
 BEFORE_STEPS = 20
 """Steps in a row of the clock that clipped before their backward and not after it."""
@@ -57,6 +69,8 @@ class Clipping:
         for owner in OWNERS:
             for name in FUNCTIONS:
                 self.wrappers.add(note_function_calls(owner, name, self.called))
+        # (clip_grad_norm_ calls the private functions these are public names of: not noted)
+        self.wrappers.add(note_function_results(torch.nn.utils, "get_total_norm", self.norm_taken))
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -73,6 +87,9 @@ class Clipping:
         self.scaled = 0  # steps in a row that clipped before unscale_
         self.scaled_now = False
         self.scaled_site = ""
+        # get_total_norm's last result; whether it was taken before this step's backward; the
+        # line it was taken at while the clock's gradients were scaled ("": they were not)
+        self.norm: tuple[weakref.ref[torch.Tensor], bool, str] | None = None
 
     def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Arguments | None:
         """``torch.nn.utils.<name>(parameters, ...)`` is about to run."""
@@ -81,25 +98,39 @@ class Clipping:
             return None
         params = [given] if isinstance(given, torch.Tensor) else list(given)
         limit = args[1] if len(args) > 1 else kwargs.get("max_norm", kwargs.get("clip_value"))
+        norm = args[2] if len(args) > 2 else kwargs.get("total_norm")
         # Judged apart: should the judging fail, the clip still gets the parameters read here.
-        self.judge(name, isinstance(given, types.GeneratorType), params, limit)
+        self.judge(name, isinstance(given, types.GeneratorType), params, limit, norm)
         if isinstance(given, torch.Tensor):
             return None
         if args:
             return (params, *args[1:]), kwargs
         return args, {**kwargs, "parameters": params}
 
-    def _judge(self, name: str, generator: bool, params: list[Any], limit: Any) -> None:
+    def _judge(self, name: str, generator: bool, params: list[Any], limit: Any, norm: Any) -> None:
         if isinstance(limit, int | float) and math.isinf(limit):
             return  # clip_grad_norm_(params, inf) clips nothing: it reads the norm, to log it
+        # clip_grads_with_norm_ given get_total_norm's last result: the clip as of that norm
+        noted = self.norm if norm is not None and self.norm and self.norm[0]() is norm else None
         if not params:
             self._report(slips.clip_no_parameters(name, generator))
         elif id(params[0]) in self.trained:
-            if self.updates.backwards:
+            if self.updates.backwards and not (noted and noted[1]):
                 self.after = True
+                if noted and noted[2]:
+                    self.scaled_now, self.scaled_site = True, noted[2]
                 self.scaled_now = self.scaled_now or self._still_scaled()
             else:
                 self.before, self.site = True, checks.user_site()
+
+    def norm_taken(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], norm: Any
+    ) -> None:
+        """``torch.nn.utils.get_total_norm(tensors, ...)`` returned ``norm``."""
+        if isinstance(norm, torch.Tensor):
+            before = not self.updates.backwards
+            scaled = not before and self._still_scaled()
+            self.norm = (weakref.ref(norm), before, self.scaled_site if scaled else "")
 
     def end_step(self) -> None:
         """After the clock's optimiser step, before ``updates.end_step`` (which starts the

@@ -82,6 +82,7 @@ class Retained:
     reused: bool = False
     holders: dict[str, int] = field(default_factory=dict)
     scalar_holders: dict[str, int] = field(default_factory=dict)
+    in_losses: int = 0  # tensors held only from inside the kept scalars' graphs
 
 
 def _by_age(
@@ -216,7 +217,32 @@ def scan(
     for holders in (found.holders, found.scalar_holders):
         if len(holders) > 1:
             holders.pop(UNKNOWN, None)
+    if found.tensors and set(found.holders) == {UNKNOWN} and _inside_scalars(found, kept, floor):
+        # The activations saved in a list of evaluation losses' graphs: that list's finding
+        found.in_losses, found.tensors, found.holders = found.tensors, 0, {}
     return found
+
+
+def _inside_scalars(found: Retained, kept: list[torch.Tensor], floor: int) -> bool:
+    """Every kept tensor that is not a scalar lies in the graph of a kept scalar, these being
+    held by Python objects and this step's loss not reaching them."""
+    if found.reused or set(found.scalar_holders) <= {UNKNOWN}:
+        return False
+    below = _nodes_below([t.grad_fn for t in kept if t.numel() == 1], floor)
+    return all(t.grad_fn in below for t in kept if t.numel() != 1)
+
+
+def _nodes_below(roots: list[Any], floor: int, limit: int = 20_000) -> set[Any]:
+    """The nodes of the graphs of ``roots`` above ``floor`` (at most ``limit``)."""
+    seen, todo = set(roots), list(roots)
+    while todo and len(seen) < limit:
+        for child, _ in todo.pop().next_functions:
+            if child is None or child in seen or type(child).__name__ == "AccumulateGrad":
+                continue
+            if int(child._sequence_nr()) > floor:
+                seen.add(child)
+                todo.append(child)
+    return seen
 
 
 def _frame_tops(
@@ -264,10 +290,16 @@ def findings(
             Finding(
                 "loss-accumulated-with-graph",
                 "error",
-                f"{found.scalars} scalar tensor(s) keep the graphs of earlier steps (held by {holder}), from {_steps(first, oldest)} on",
+                f"{found.scalars} scalar tensor(s) keep the graphs of earlier steps (held by {holder}), from {_steps(first, oldest)} on"
+                + (
+                    f", which keep {found.in_losses} more tensors of those graphs alive"
+                    if found.in_losses
+                    else ""
+                ),
                 where=where(holder),
                 evidence={
                     "scalars": found.scalars,
+                    "tensors_in_their_graphs": found.in_losses,
                     "holders": found.scalar_holders,
                     "oldest_step": oldest,
                 },

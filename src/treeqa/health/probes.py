@@ -8,10 +8,16 @@ steps (a GAN's generator). Each ``finish`` gives its step's verdicts:
 
 - ``gradients-not-zeroed``: no backward of the step started from a cleared gradient, on
   ``checks`` streak of sampled steps in a row;
+  a step with no backward that accumulates into ``.grad``, whose gradients the script took
+  with ``torch.autograd.grad`` and set by hand, counts as clean unless no call of it found
+  the gradient cleared and the gradient the step took is the one the last call found plus
+  a multiple of the one it returned (``p.grad = p.grad + g / k``, ``p.grad += g``): a fresh
+  ``p.grad = g`` each step is no carry-over, though it finds the last one there;
 - ``zero-grad-per-micro-batch``: every one of two or more backwards did, the parameter
   unchanged between them, and the step took the last one's gradient as it was left.
 
-The two hooks cost one host sync per backward of a sampled step, and nothing otherwise.
+The two hooks cost one host sync per backward of a sampled step (and two dot products on the
+device when the gradient is not cleared), and nothing otherwise.
 """
 
 from __future__ import annotations
@@ -22,6 +28,13 @@ import torch
 
 from treeqa.health import slips
 from treeqa.health.findings import Finding
+
+Taken = tuple[bool, torch.Tensor | None, torch.Tensor]
+"""A hook call's: the gradient was cleared; for the one there (None if cleared), its squared
+norm and its dot product with the gradient the call brought; that gradient."""
+PARALLEL = 0.98
+"""Squared cosine above which the gradient found and the one brought are too near parallel
+to tell one added to the other from one replaced by a multiple of the other."""
 
 
 class Probe:
@@ -38,6 +51,10 @@ class Probe:
         self._before: bool | None = None  # the gradient was clear before this backward
         self._backwards: list[tuple[bool, int]] = []  # this step's: (clean, param's version)
         self._last_grad: torch.Tensor | None = None  # the .grad the last backward left
+        # the last hook call's (a call with no accumulation after it was torch.autograd.grad's)
+        self._taken: Taken | None = None
+        self._last_taken: Taken | None = None  # the step's last torch.autograd.grad call's
+        self._by_grad: list[bool] = []  # this step's torch.autograd.grad calls: cleared before
 
     def arm(self) -> None:
         """A sampled step's compute starts: watch the backwards until ``finish`` (not a
@@ -45,6 +62,7 @@ class Probe:
         if self._handles or not self.param.requires_grad:
             return
         self._backwards, self._last_grad = [], None
+        self._taken, self._by_grad, self._last_taken = None, [], None
         self._handles = [
             self.param.register_hook(self._before_accumulate),
             self.param.register_post_accumulate_grad_hook(self._accumulated),
@@ -53,22 +71,36 @@ class Probe:
     def disarm(self) -> None:
         while self._handles:
             self._handles.pop().remove()
-        self._last_grad = None
+        self._last_grad = self._taken = self._last_taken = None
 
     def _before_accumulate(self, grad: torch.Tensor) -> None:
+        self._settle_taken()
         g = self.param.grad
         if g is not None and g.is_sparse:
             g = g.coalesce().values()
-        self._before = g is None or not bool(g.any())  # one host sync
+        if g is None or not bool(g.any()):  # one host sync
+            self._before, self._taken = True, (True, None, grad)
+        elif grad.is_sparse or g.shape != grad.shape:
+            self._before, self._taken = False, (False, None, grad)
+        else:  # (no host sync: read at the step, if no backward accumulates)
+            found, brought = g.detach().float().flatten(), grad.detach().float().flatten()
+            sums = torch.stack([found.dot(found), found.dot(brought)])
+            self._before, self._taken = False, (False, sums, grad)
+
+    def _settle_taken(self) -> None:
+        """The last hook call had no accumulation after it: torch.autograd.grad's."""
+        if self._taken is not None:
+            self._by_grad.append(self._taken[0])
+            self._last_taken, self._taken = self._taken, None
 
     def _accumulated(self, param: torch.Tensor) -> None:
-        # Only a backward that accumulates into .grad counts: torch.autograd.grad runs the
-        # first hook too but leaves .grad alone (a gradient set by hand is no carry-over).
+        # Only a backward accumulates into .grad: torch.autograd.grad runs the first hook
+        # too but leaves .grad alone (to the script's hand: see ``_added_by_hand``).
         if self._before is not None:
             # The version moves when the parameter changes in place (SAM's ascent step).
             self._backwards.append((self._before, param._version))
             self._last_grad = param.grad
-            self._before = None
+            self._before = self._taken = None
 
     def finish(self) -> list[Finding]:
         """The optimiser stepped: the step's verdicts, and the findings they make."""
@@ -76,14 +108,36 @@ class Probe:
             return []
         backwards = self._backwards
         found = []
-        if backwards:
-            self.clean.append(any(clean for clean, _ in backwards))
+        self._settle_taken()
+        if backwards or self._by_grad:
+            clean = any(c for c, _ in backwards) if backwards else not self._added_by_hand()
+            self.clean.append(clean)
             found.append(slips.gradients_not_zeroed(self.clean, self.whose, self.by_hand))
         if len(backwards) >= 2:
             self.discarded.append(self._all_but_the_last_discarded())
             found.append(slips.zero_grad_per_micro_batch(self.discarded, len(backwards)))
         self.disarm()
         return [f for f in found if f is not None]
+
+    def _added_by_hand(self) -> bool:
+        """No torch.autograd.grad call of the step found the gradient cleared, and the one the
+        step took is (to 1% in squared norm) the one the last call found plus a multiple c of
+        the one it returned; c is read off their dot products. A multiple of the returned one
+        alone (a fresh ``p.grad = g``) leaves a rest of cos^2 times the one found, which is
+        within 1% of it only where cos^2 >= 0.99 (above PARALLEL: not judged)."""
+        grad = self.param.grad
+        if any(self._by_grad) or self._last_taken is None or grad is None:
+            return False
+        _, sums, returned = self._last_taken
+        if sums is None or grad.is_sparse or grad.shape != returned.shape:
+            return False
+        found2, found_dot = sums
+        took, brought = grad.detach().float().flatten(), returned.detach().float().flatten()
+        brought2 = brought.dot(brought)
+        rest = took - (took.dot(brought) - found_dot) / brought2 * brought
+        added = (rest.dot(rest) - found2).abs() <= 0.01 * found2
+        apart = found_dot.square() < PARALLEL * found2 * brought2
+        return bool(added & apart & (brought2 > 0))  # one host sync
 
     def _all_but_the_last_discarded(self) -> bool:
         """Every backward of the step started from cleared gradients, with the parameter as it

@@ -199,8 +199,9 @@ def clip_before_backward(steps: int, streak: int = 20) -> Finding | None:
     return Finding(
         "clip-before-backward",
         "warning",
-        f"on {steps} optimiser steps in a row the gradients were clipped only while no "
-        "backward() had run since the last step (before backward(), or after step()), never "
+        f"on {steps} optimiser steps in a row the gradients were clipped (or their norm for "
+        "clip_grads_with_norm_ taken) only while no backward() had run since the last step "
+        "(before backward(), or after step()), never "
         "between backward() and step(): each clip acts on the last step's gradients (or "
         "none), and the optimiser steps with unclipped ones",
         evidence={"steps_in_a_row": steps},
@@ -213,7 +214,8 @@ def clip_before_unscale(scale: float) -> Finding:
     return Finding(
         "clip-before-unscale",
         "warning",
-        f"the gradients were clipped before scaler.unscale_(optimizer): the limit applied to "
+        f"the gradients were clipped (or their norm for clip_grads_with_norm_ taken) before "
+        "scaler.unscale_(optimizer): the limit applied to "
         f"the gradients times the loss scale ({scale:g}), so the steps are cut far below it",
         evidence={"loss_scale": scale},
     )
