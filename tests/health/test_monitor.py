@@ -268,6 +268,36 @@ def test_doctor_leaves_no_state_behind() -> None:
     assert nn.functional.cross_entropy.__name__ == "cross_entropy"  # the wrapper was removed
 
 
+PRE_HOOKS = """
+import json, sys
+import torch
+from torch import nn
+from torch.optim.optimizer import _global_optimizer_pre_hooks
+
+torch.manual_seed(0)
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+counts = []
+for step in range(6):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    counts.append(len(_global_optimizer_pre_hooks))
+json.dump(counts, open(sys.argv[1], "w"))
+"""
+
+
+def test_the_doctors_optimiser_pre_hook_comes_off_once_an_optimiser_steps(tmp_path: Path) -> None:
+    # It only ends a step of updates by hand before an optimiser's step; once an optimiser has
+    # stepped there is none, and every later step would pay for the hook.
+    script, out = tmp_path / "train.py", tmp_path / "counts.json"
+    script.write_text(PRE_HOOKS)
+    code, report = run_doctor(["python", str(script), str(out)], stream=io.StringIO())
+    assert code == 0 and report["steps"] == 6
+    assert json.loads(out.read_text()) == [0] * 6
+
+
 WARNS = """
 import torch
 from torch import nn

@@ -86,6 +86,7 @@ class Doctor:
         self.last_end = time.perf_counter()
         self.compute_start = self.last_end
         self.handles: list[Any] = []
+        self.begins_handle: Any = None  # the optimiser pre-hook, while updates by hand may end
         self.discovery: Any = None  # the every-module hook, while models are looked up
         self.late_tops = False  # it stays for the clock's second step (_hook_late_tops)
         self.hooked: set[int] = set()  # the models whose forwards start a step
@@ -120,8 +121,8 @@ class Doctor:
         self.step_end = functools.partial(monitor.safely, self._step_end)
         self.step_begins = functools.partial(monitor.safely, self._step_begins)
         self.discover = functools.partial(monitor.safely, self._discover)
-        self.root_pre_hook = hooks.ModelHook(functools.partial(monitor.safely, self._root_pre_hook))
-        self.root_hook = hooks.ModelHook(functools.partial(monitor.safely, self._root_hook))
+        self.root_pre_hook = hooks.ModelHook(monitor.safely, self._root_pre_hook)
+        self.root_hook = hooks.ModelHook(monitor.safely, self._root_hook)
         self.note_backward = functools.partial(monitor.safely, self._note_backward)
         self.updates.on_grad = functools.partial(monitor.safely, self._note_grad)
         # A step by hand ends before the next batch is drawn, so its loading is data time.
@@ -133,7 +134,9 @@ class Doctor:
             m = self.monitor
             self.forks = forks.Forks(m.every, m.mode, m.source_files)
             multiprocessing.util.register_after_fork(self, Doctor._forked)
-        self.handles.append(register_optimizer_step_pre_hook(self.step_begins))
+        # Off once updates by hand are over (``_step_end``).
+        self.begins_handle = register_optimizer_step_pre_hook(self.step_begins)
+        self.handles.append(self.begins_handle)
         self.handles.append(register_optimizer_step_post_hook(self.step_end))
         original = torch.autograd.backward
         # torch caches functions it finds in its namespace; a weak reference keeps such a cache
@@ -270,7 +273,8 @@ class Doctor:
 
     def _note_backward(self, tensors: Any, args: Any, kwargs: Any) -> None:
         """``torch.autograd.backward(tensors, *args, **kwargs)`` is about to run."""
-        self._hand_step()
+        if self.hand is not None:  # (checked here too: a call less on every backward)
+            self._hand_step()
         loss = _first(tensors)
         if isinstance(loss, torch.Tensor) and not loss.requires_grad:
             return  # torch raises (it does not require grad): no gradient is taken
@@ -348,7 +352,8 @@ class Doctor:
         # the handle just removed, called as a hook without kwargs. It stands for the new one.
         if torch.compiler.is_compiling():  # see _discover
             return
-        self._hand_step()
+        if self.hand is not None:
+            self._hand_step()
         if self._evaluating(module):
             self.eval_dropout.begin(module)
             self.updates.evaluation()
@@ -384,7 +389,7 @@ class Doctor:
             self.in_evaluation = False
             if not self.open:
                 self.last_end = time.perf_counter()
-        elif id(module) in self.trained:
+        elif self.updates.sampled and id(module) in self.trained:  # (all it reads is sampled)
             self.updates.forward_done(module, output)
 
     def _hook_tops(self, tops: Sequence[nn.Module]) -> None:
@@ -446,7 +451,7 @@ class Doctor:
                 and id(top) in trained_roots
                 and isinstance(wrapped, nn.Module)
             ):
-                hook = hooks.ModelHook(functools.partial(self.monitor.safely, self._inner_pre_hook))
+                hook = hooks.ModelHook(self.monitor.safely, self._inner_pre_hook)
                 self.root_handles.append(wrapped.register_forward_pre_hook(hook))
         self.monitor.unwatch()
         self.monitor.watch(
@@ -476,6 +481,7 @@ class Doctor:
     def _adopt(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """A new optimiser of the same run becomes the clock, its models and state kept."""
         self.clock = weakref.ref(optimizer)
+        self.stepped.add(optimizer)
         self.clipping.reset(optimizer)
         self.remade += 1
         if self.remade == REMADE_STEPS and _has_moments(optimizer):
@@ -519,8 +525,11 @@ class Doctor:
     def _step_end(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.step_calls += 1
         by_hand = isinstance(optimizer, hand.HandUpdates)
-        if not by_hand:  # the script's updates are an optimiser's, from now on
+        if self.hand is not None and not by_hand:  # the script's updates are an optimiser's
             self.hand = self.monitor.loaders.on_draw = None
+        if self.hand is None and self.begins_handle is not None:  # (not inside the pre-hooks)
+            self.begins_handle.remove()  # no update by hand to end: a hook less on every step
+            self.begins_handle = None
         if self.forks is not None and not self.forks.stepped and self.forks.first_step():
             quiet, self.monitor.stream = self.monitor.stream, self.forks.stream
             if isinstance(quiet, io.StringIO):  # the findings of its first step
@@ -529,14 +538,16 @@ class Doctor:
         if clock is None and self.clock is None:  # the first step of the run
             self.clock = weakref.ref(optimizer)
             clock = optimizer
+            self.stepped.add(optimizer)
         if isinstance(clock, hand.HandUpdates) and not by_hand:
             clock = None  # updates by hand are over: the optimiser takes over at once
         if optimizer is not clock and self._made_anew(optimizer):
             clock = self._adopt(optimizer)
         elif optimizer is clock:
             self.remade = 0
-        self.stepped.add(optimizer)
+        # (the clock is in ``stepped`` since it became the clock: not added on every step)
         if optimizer is not clock:
+            self.stepped.add(optimizer)
             self.updates.optimizers.add(optimizer)
             n = self.others[optimizer] = self.others.get(optimizer, 0) + 1
             # A clock freed (its run's function returned, ``opt`` rebound) steps no more.

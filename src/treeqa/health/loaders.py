@@ -193,6 +193,9 @@ class Loaders:
     def end_step(self) -> None:
         """The clock stepped (under ``treeqa doctor``): a new iterator this step, left before
         its end, makes one more step in a row; ``RESTART_STEPS`` of them make the finding."""
+        if not self.made and not self.pending:  # no iterator made this step: no restart
+            self.restarts = self.drawn_elsewhere = 0
+            return
         made, self.made = self.made, 0
         elsewhere, self.drawn_elsewhere = self.drawn_elsewhere, 0
         if self.pending:

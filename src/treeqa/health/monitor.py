@@ -364,7 +364,8 @@ class HealthMonitor(Callback):
             self._cpu_begin = time.process_time()
             self._wait_begin = RUN_QUEUE.waited()
         self.sampling = own <= 3 or s % self.every == 0
-        hooks = (self.sampling or self.nonfinite.armed) and not (self.compiling or compiled())
+        armed = self.nonfinite.armed
+        hooks = (self.sampling or armed) and not (self.compiling or compiled())
         if self.sampling and hooks:
             self._rms, self._kinds = {}, {}
             self.inputs.begin_step()
@@ -372,7 +373,7 @@ class HealthMonitor(Callback):
             # one line, never the script's.
             hook = functools.partial(self.safely, self._rms_hook)
             self._hooks.append(torch.nn.modules.module.register_module_forward_hook(hook))
-        if self.nonfinite.armed and hooks:
+        if armed and hooks:
             self._hooks.append(self.nonfinite.begin_step(self.safely))
         if own == self.every + 1 and self.profile.windows == 0:
             self.profile.schedule(s)
@@ -404,7 +405,8 @@ class HealthMonitor(Callback):
             value = float(loss)
         # Also around profiler windows, so their buffers are subtracted from fresh reads.
         now = time.perf_counter()
-        window = self.profile.active or (s - 1) in self.profile.profiled
+        profiling = self.profile.active  # (a window opens in begin_step, closes below)
+        window = profiling or (s - 1) in self.profile.profiled
         if s % RSS_EVERY == 1 or now - self._rss_read_at >= RSS_EVERY_S or window:
             self._last_rss, self._rss_read_at = rss_mb(), now
             if now - self._heap_read_at >= HEAP_EVERY_S or window:
@@ -417,7 +419,7 @@ class HealthMonitor(Callback):
         series["cpu_time"].append(time.process_time() - self._cpu_begin if timed else math.nan)
         series["cpu_wait"].append(waited if timed else math.nan)
         # Not inside a profiler window: its operators would count as the script's.
-        timed = timed and not self.profile.active
+        timed = timed and not profiling
         series["canary"].append(self.canary() if timed else math.nan)
         series["data_time"].append(data_time)
         series["loss"].append(value)
@@ -452,7 +454,7 @@ class HealthMonitor(Callback):
             self._saw_loss(s, value)
         if self.losses.pending:
             self._read_losses(wait=False)
-        if self.profile.active:
+        if profiling:
             self._add_if(self.profile.end(s))
         self.retention.maybe_scan(s, tensor)
         if s >= self._next_series_check:

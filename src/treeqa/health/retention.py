@@ -18,6 +18,9 @@ import torch
 from treeqa.health import checks, graphs
 from treeqa.health.findings import Finding
 
+EARLY_SCANS = (8, 32)
+"""A run's own steps after which a scan always runs (a fixed cost that catches leaks early)."""
+
 
 class Retention:
     """``add``: where findings go; ``every``: steps between sampled steps; ``scan_budget``:
@@ -66,7 +69,8 @@ class Retention:
                 self._seq_step.append(s)
 
     def end_step(self, loss: torch.Tensor | None) -> None:
-        if self._backward_retained is not None or self._retain_steps:
+        # A step whose backward kept no graph, with no streak open, changes nothing there.
+        if self._backward_retained or self._retain_steps:
             self._check_retain(loss)
 
     def _check_retain(self, loss: torch.Tensor | None) -> None:
@@ -100,11 +104,12 @@ class Retention:
 
     def _scans(self, s: int) -> bool:
         """A graph scan may run after step s (the early ones always, later ones on budget)."""
-        return s - self.first in (8, 32) or s % (4 * self.every) == 0
+        return s - self.first in EARLY_SCANS or s % (4 * self.every) == 0
 
     def _notes_graph(self, s: int) -> bool:
-        """Step s's loss node number is kept: sampled steps and scans."""
-        return s - self.first <= 3 or s % self.every == 0 or self._scans(s)
+        """Step s's loss node number is kept: sampled steps and scans (``_scans``: a step whose
+        number is a multiple of ``4 * every`` is one of ``every`` too)."""
+        return s - self.first <= 3 or s % self.every == 0 or s - self.first in EARLY_SCANS
 
     def _step_of(self, seq: int) -> tuple[int, int]:
         """The steps (first, last) whose graphs may hold node number ``seq``."""

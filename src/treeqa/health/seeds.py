@@ -95,6 +95,9 @@ class Seeds:
             self.where = checks.user_site()
 
     def end_step(self) -> None:
+        if not self.given and not self.last:  # no seed this step nor the one before: no streak
+            self.steps = 0
+            return
         given, self.given = self.given, {}
         repeated = [(name, seed) for name, seed in given.items() if self.last.get(name) == seed]
         self.steps = self.steps + 1 if repeated else (1 if given else 0)

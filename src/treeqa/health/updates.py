@@ -216,7 +216,7 @@ class Updates:
                 self.eval_grad_run += 1
                 if self.eval_grad_run == EVAL_FORWARDS:  # the evaluation's line
                     self.eval_grad_site = checks.user_site()
-            else:  # back to training with no backward since: they were an evaluation
+            elif self.eval_grad_run:  # back to training with no backward since: an evaluation
                 self._evaluated_with_gradients()
             if self.sampled and self.mode & 4 == 0 and _float16_autocast():
                 self.mode |= 4
