@@ -26,10 +26,18 @@ class ConfigError(ValueError):
     pass
 
 
-def home_path(path: str) -> str:
-    """A config's path with a leading ``~`` (``~/data/sst``) made the home folder, as a
-    shell would on the command line: no shell reads a config file or ``--data.path=~/x``."""
-    return str(Path(path).expanduser()) if path.startswith("~") else path
+def home_path(path: str, key: str) -> str:
+    """A config's path with a leading ``~`` (``~/data/sst``, ``~user/sst``) made the home
+    folder, as a shell would on the command line: no shell reads a config file or
+    ``--data.path=~/x``. ``key``: the path's config key, named when no such home exists."""
+    if not path.startswith("~"):
+        return path
+    try:
+        return str(Path(path).expanduser())
+    except RuntimeError:  # "~nosuchuser/x", or no HOME and no password entry
+        user = path[1:].split("/")[0]
+        whose = f"a user {user!r}" if user else "HOME"
+        raise ConfigError(f"{key}: {path!r}: no home folder found for {whose}") from None
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -367,6 +367,19 @@ def test_a_tilde_in_a_config_files_paths_is_the_home_folder(
     assert f"error: {home / 'squad'} is not a prepared SQuAD directory" in capsys.readouterr().err
 
 
+def test_a_tilde_naming_no_home_folder_is_a_config_error(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``~nosuchuser/sst`` (a typo for ``~/sst``) ended in pathlib's RuntimeError traceback."""
+    argv = ["train", f"--data.path={demo_dir}", "--vectors=~nosuchuser-treeqa/vectors.txt"]
+    assert main([*argv, "--epochs", "1", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "data.vectors: '~nosuchuser-treeqa/vectors.txt': no home folder found for a user " in err
+    assert "Traceback" not in err
+    assert main(["train", "qa", "--prepared=~nosuchuser-treeqa/squad"]) == 2
+    assert "data.prepared: '~nosuchuser-treeqa/squad': no home folder" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("env", "said"),
     [

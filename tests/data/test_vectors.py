@@ -1,3 +1,4 @@
+import concurrent.futures
 import gzip
 import io
 import lzma
@@ -152,6 +153,25 @@ def test_a_zip_archive_is_named_as_such(tmp_path: Path) -> None:
         archive.writestr("glove.6B.50d.txt", GLOVE)
     with pytest.raises(VectorFileError, match=r"glove\.6B\.zip: a zip archive: unzip it"):
         load(path, ["a"], tmp_path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes")
+def test_a_named_pipe_is_read_once(tmp_path: Path) -> None:
+    # The zip check opened the file to read its first bytes, then opened it again: a pipe
+    # (``<(zcat glove.txt.gz)``) had given them to the first open, and the second waited for
+    # a writer that never came.
+    pipe = tmp_path / "v.txt"
+    os.mkfifo(pipe)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        pool.submit(pipe.write_text, GLOVE)
+        loading = pool.submit(load, pipe, ["a", "the"], tmp_path)
+        try:
+            loaded = loading.result(timeout=30)
+        except concurrent.futures.TimeoutError:
+            pipe.write_bytes(b"")  # a writer that closes: the waiting open returns
+            pytest.fail("the pipe was opened twice: the second open waited for a writer")
+    expected = np.array([[1, 2, 3], [0.5, -0.25, 1e-3]], np.float32)
+    np.testing.assert_array_equal(loaded.matrix, expected)
 
 
 def test_given_width_overrides_the_first_line(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ broadcast loss shapes, sigmoid output and logits where the loss wants something 
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -72,6 +74,27 @@ def test_a_probe_parameter_tells_cleared_gradients_from_carried_ones() -> None:
     assert _probe_run("added") == [False, False, False]
     assert _probe_run("added in place") == [False, False, False]
     assert _probe_run("added, accumulate") == [True, True, True]
+
+
+def test_a_complex_parameter_accumulating_its_gradient_is_probed_without_a_warning() -> None:
+    # The dot products that tell a gradient added by hand took float() of the gradients: on a
+    # complex one, torch's "Casting complex values to real discards the imaginary part" on the
+    # script's output, from the doctor's line, every sampled step of gradient accumulation.
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 2, dtype=torch.complex64)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+    updates = Updates(lambda found: None)
+    params = list(layer.named_parameters())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for step in range(1, 5):
+            updates.begin_step(sampled=True)
+            for _micro in range(2):
+                layer(torch.randn(3, 4, dtype=torch.complex64)).abs().pow(2).mean().backward()
+            opt.step()
+            updates.end_step(step, True, opt, [layer], params)
+            opt.zero_grad()
+    assert updates.probes["model"].clean == [True, True, True]  # step 1 chooses the probe
 
 
 def test_a_parameter_outside_the_model_and_another_optimisers_are_probed_too() -> None:

@@ -211,22 +211,27 @@ def find_spacy_pair(path: str | Path) -> tuple[Path, Path] | None:
 
 
 def _open(path: Path) -> io.BufferedIOBase:
-    with path.open("rb") as f:
-        if f.read(len(_ZIP)) == _ZIP:  # else it reads as a line of binary fields
-            raise VectorFileError("a zip archive: unzip it and give the vectors file inside", path)
+    """The file, decompressed by its suffix; opened once, its first bytes peeked at, not read
+    (a named pipe would lose them to a second open, which then waits for a writer forever)."""
+    f = path.open("rb")
+    if f.peek(len(_ZIP))[: len(_ZIP)] == _ZIP:  # else it reads as a line of binary fields
+        f.close()
+        raise VectorFileError("a zip archive: unzip it and give the vectors file inside", path)
     if path.suffix not in (".gz", ".xz"):
-        return path.open("rb")
+        return f
     # GzipFile.readline is Python code; a C buffer on top reads lines three times faster.
-    stream = gzip.open(path, "rb") if path.suffix == ".gz" else lzma.open(path, "rb")
-    return io.BufferedReader(_Chunks(stream), buffer_size=1 << 20)
+    stream = gzip.GzipFile(fileobj=f) if path.suffix == ".gz" else lzma.LZMAFile(f)
+    return io.BufferedReader(_Chunks(stream, f), buffer_size=1 << 20)
 
 
 class _Chunks(io.RawIOBase):
     """Hands on one decompressed chunk at a time (``read1``), so a truncated stream fails
-    only after every complete line before the cut was read, and the error names that line."""
+    only after every complete line before the cut was read, and the error names that line.
+    ``raw``: the compressed file, closed with it (the decompressor leaves a file it was given
+    open)."""
 
-    def __init__(self, stream: io.BufferedIOBase):
-        self.stream = stream
+    def __init__(self, stream: io.BufferedIOBase, raw: io.BufferedIOBase):
+        self.stream, self.raw = stream, raw
 
     def readable(self) -> bool:
         return True
@@ -238,6 +243,7 @@ class _Chunks(io.RawIOBase):
 
     def close(self) -> None:
         self.stream.close()
+        self.raw.close()
         super().close()
 
 

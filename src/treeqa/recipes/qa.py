@@ -132,7 +132,7 @@ def resolve_config(
     merged = cfg.merge_overrides(QAExperiment, raw, overrides, ALIASES, named)
     merged["train"] = {**TRAIN_DEFAULTS, **merged.get("train", {})}
     config = cfg.from_dict(QAExperiment, merged)
-    prepared = cfg.home_path(config.data.prepared)
+    prepared = cfg.home_path(config.data.prepared, "data.prepared")
     config = dataclasses.replace(config, data=dataclasses.replace(config.data, prepared=prepared))
     if config.model.name != "qanet":
         raise cfg.ConfigError(f"model.name: the qa task trains 'qanet', not {config.model.name!r}")

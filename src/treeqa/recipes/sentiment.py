@@ -326,8 +326,9 @@ def vector_files(vectors: str) -> list[str]:
 
 def home_paths(data: SentimentData) -> SentimentData:
     """``data`` with a ``~`` that begins a path (or one of the vector files) expanded."""
-    vectors = "+".join(cfg.home_path(p) for p in vector_files(data.vectors)) if data.vectors else ""
-    return dataclasses.replace(data, path=cfg.home_path(data.path), vectors=vectors)
+    files = vector_files(data.vectors) if data.vectors else []
+    vectors = "+".join(cfg.home_path(p, "data.vectors") for p in files)
+    return dataclasses.replace(data, path=cfg.home_path(data.path, "data.path"), vectors=vectors)
 
 
 def absolute_paths(data: SentimentData) -> SentimentData:
