@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,11 +156,17 @@ def test_the_rules_of_the_guard() -> None:
     loopback.check("https://localhost", "localhost")  # Host without a port: a proxy's, perhaps
     with pytest.raises(RequestError):  # ... but then a page on another port is another site
         loopback.check("http://localhost:3000", "localhost")
-    exposed = Guard.for_address("0.0.0.0")
-    exposed.check(None, "box.lan:8000")  # bound for others and no names given: any name
-    exposed.check("http://box.lan:8000", "box.lan:8000")
+    exposed = Guard.for_address("0.0.0.0")  # bound for others: the machine's own names too
+    own = socket.gethostname().lower()
+    exposed.check(None, f"{own.upper()}:8000")
+    exposed.check(f"http://{own}.local:8000", f"{own}.local:8000")
+    exposed.check("http://192.168.1.5:8000", "192.168.1.5:8000")
+    with pytest.raises(RequestError):  # any other name: a page of another site, rebound
+        exposed.check(None, "evil.example:8000")
     with pytest.raises(RequestError):
-        exposed.check("http://evil.example", "box.lan:8000")
+        exposed.check("http://evil.example", f"{own}:8000")
+    with pytest.raises(RequestError):  # the machine's name is no loopback server's
+        loopback.check(None, f"{own}.local")
     named = Guard.for_address("::", ["box.lan"])
     named.check(None, "box.lan")
     with pytest.raises(RequestError):

@@ -44,8 +44,8 @@ def add_parser(subparsers: Any) -> None:
         metavar="NAME",
         help="a name the server answers to beside loopback names and IP addresses (repeat for "
         "more); a request naming another in Host or Origin is refused, against cross-site "
-        "requests and DNS rebinding (default: none; bound to an address other than loopback, "
-        "with none given, any name is answered)",
+        "requests and DNS rebinding (default: none; bound to an address other machines reach, "
+        "the machine's own name and NAME.local are answered too)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     parser.add_argument(

@@ -412,7 +412,7 @@ class Server(ThreadingHTTPServer):
     # Connections held at once (a thread each); one more is answered 503 and closed. The
     # models answer one request at a time: more would only wait, each holding a thread.
     max_connections = MAX_CONNECTIONS
-    guard = Guard(frozenset(), any_host=False)  # loopback names only, until make_server says
+    guard = Guard(frozenset())  # loopback names and addresses only, until make_server says
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]):
         super().__init__(address, handler)

@@ -10,15 +10,15 @@ and neither touches a client outside a browser (curl, requests, urllib send no O
   the server the request came to: the host and port of its Host header (where Host gives no
   port, as a proxy may send it, the host on port 80 or 443), or a name in ``--allow-host``. A
   sandboxed frame sends ``Origin: null``: refused too.
-- ``Host``, on a server bound to a loopback address, must be a loopback name (localhost,
-  *.localhost), an IP address (no rebinding comes through a literal address) or a name in
-  ``--allow-host``. A server bound to another address takes any Host unless ``--allow-host``
-  lists names.
+- ``Host`` must be a loopback name (localhost, *.localhost), an IP address (no rebinding comes
+  through a literal address) or a name in ``--allow-host``; on a server bound to an address
+  other machines reach (``--host 0.0.0.0``), the machine's own name (and ``NAME.local``) too.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
 import urllib.parse
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -63,17 +63,27 @@ def is_loopback(name: str) -> bool:
     return (getattr(address, "ipv4_mapped", None) or address).is_loopback
 
 
+def own_names() -> set[str]:
+    """The names this machine goes by on a network without a DNS of its own: its host name and
+    that name under ``.local`` (mDNS)."""
+    name = socket.gethostname().lower().rstrip(".")
+    return {name, f"{name}.local"} if name else set()
+
+
 @dataclass(frozen=True)
 class Guard:
-    allow: frozenset[str]  # names given with --allow-host, lower case
-    any_host: bool  # bound to an address other than loopback, with no --allow-host
+    allow: frozenset[str]  # names answered beside loopback names and IP addresses, lower case
 
     @classmethod
     def for_address(cls, bound: str, allow: Collection[str] = ()) -> Guard:
         """``bound``: the address the socket is bound to, as ``getsockname()`` gives it; a name
-        given to ``--host`` (the machine's own name, ``127.1``) may be loopback too."""
-        names = frozenset(name.strip().lower().rstrip(".") for name in allow)
-        return cls(names, any_host=not names and not is_loopback(bound.lower()))
+        given to ``--host`` (the machine's own name, ``127.1``) may be loopback too. A server
+        other machines can reach answers to this machine's own names too (as Vite and webpack's
+        dev servers do since DNS rebinding was shown on them)."""
+        names = {name.strip().lower().rstrip(".") for name in allow}
+        if not is_loopback(bound.lower()):
+            names |= own_names()
+        return cls(frozenset(names))
 
     def check(self, origin: str | None, host: str | None, where: str = "header Host") -> None:
         """Raise a 403 for a request a page of another site made (see the module's doc).
@@ -81,7 +91,7 @@ class Guard:
         stands for Host, RFC 9112 §3.2.2)."""
         host_name, host_port = split_host(host or "")
         if host is not None and not (
-            self.any_host or is_ip(host_name) or is_loopback(host_name) or host_name in self.allow
+            is_ip(host_name) or is_loopback(host_name) or host_name in self.allow
         ):
             raise RequestError(
                 HTTPStatus.FORBIDDEN,
