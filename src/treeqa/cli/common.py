@@ -107,14 +107,14 @@ def say_if_amp_does_nothing(args: argparse.Namespace, train: Any) -> None:
     applies on a GPU only, so say it trains in float32 (a config's own default is not said;
     under torchrun, process 0 says it)."""
     from treeqa.config import parse_overrides
-    from treeqa.train.distributed import World
+    from treeqa.train.callbacks import say
     from treeqa.train.loop import AMP_DEVICES, resolve_device
 
     asked = any(k in ("amp", "train.amp") for k, _ in parse_overrides(args.overrides))
-    if asked and train.amp != "off" and World.from_env().main:
+    if asked and train.amp != "off":
         device = resolve_device(train.device)
         if device.type not in AMP_DEVICES:
-            print(f"train.amp = {train.amp} does nothing on {device.type}: it trains in float32")
+            say(f"train.amp = {train.amp} does nothing on {device.type}: it trains in float32")
 
 
 def restore_config(run: Path) -> None:

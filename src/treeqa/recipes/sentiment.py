@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from treeqa.train.callbacks import (
     StopOnSignal,
     check_resumable,
     resume,
+    say,
     say_if_done,
     standard_callbacks,
 )
@@ -295,8 +296,7 @@ def build_vectors(data: SentimentData, vocab: Vocab) -> np.ndarray | None:
             raise FileNotFoundError(f"data.vectors: {path}: {problem}")
     for i, path in enumerate(paths):
         vectors = load_vectors(path, keys, lower_fallback=data.lower_fallback, seed=i)
-        if World.from_env().main:  # under torchrun, process 0 reports
-            print(f"vectors: {vectors.report.summary()}")
+        say(f"vectors: {vectors.report.summary()}")  # under torchrun, by process 0
         tables.append(vectors.matrix)
     return np.concatenate(tables, 1)
 
@@ -324,22 +324,22 @@ def vector_files(vectors: str) -> list[str]:
     return [vectors] if Path(vectors).exists() else vectors.split("+")
 
 
+def map_paths(data: SentimentData, fn: Callable[[str, str], str]) -> SentimentData:
+    """``data`` with ``fn(path, key)`` applied to its path and to each of its vector files."""
+    files = vector_files(data.vectors) if data.vectors else []
+    vectors = "+".join(fn(p, "data.vectors") for p in files)
+    return dataclasses.replace(data, path=fn(data.path, "data.path"), vectors=vectors)
+
+
 def home_paths(data: SentimentData) -> SentimentData:
     """``data`` with a ``~`` that begins a path (or one of the vector files) expanded."""
-    files = vector_files(data.vectors) if data.vectors else []
-    vectors = "+".join(cfg.home_path(p, "data.vectors") for p in files)
-    return dataclasses.replace(data, path=cfg.home_path(data.path, "data.path"), vectors=vectors)
+    return map_paths(data, cfg.home_path)
 
 
 def absolute_paths(data: SentimentData) -> SentimentData:
     """``data`` with its paths made absolute: the run's config.toml names the same files from
     any working directory (``--resume``, ``treeqa evaluate``)."""
-
-    def absolute(path: str) -> str:
-        return str(Path(path).resolve()) if path else path
-
-    vectors = "+".join(absolute(p) for p in vector_files(data.vectors)) if data.vectors else ""
-    return dataclasses.replace(data, path=absolute(data.path), vectors=vectors)
+    return map_paths(data, lambda path, key: str(Path(path).resolve()) if path else path)
 
 
 def evaluate_model(
