@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import http.client
 import os
 import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,80 @@ def test_the_page_draws_the_predicted_tree(run_dir: Path) -> None:  # noqa: F811
         page.click("#tree-go")
         page.wait_for_function("document.getElementById('tree-error').textContent !== ''")
         assert "field 'tree'" in page.inner_text("#tree-error")
+
+
+def prefix_proxy(port: int) -> type[BaseHTTPRequestHandler]:
+    """A proxy that serves the server on ``port`` at /proxy/PORT/, as jupyter-server-proxy does:
+    the prefix dropped from the path, the request's headers (Host and Origin the proxy's own)
+    passed on as they came."""
+    prefix = f"/proxy/{port}"
+
+    class Proxy(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def forward(self) -> None:
+            if self.path.split("?")[0].rstrip("/") != prefix and not self.path.startswith(
+                prefix + "/"
+            ):
+                self.send_error(404)
+                return
+            length = int(self.headers.get("Content-Length", "0"))
+            server = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            server.putrequest(self.command, self.path[len(prefix) :] or "/", True, True)
+            for name, value in self.headers.items():
+                if name.lower() not in ("connection", "keep-alive"):
+                    server.putheader(name, value)
+            server.endheaders(self.rfile.read(length) if length else None)
+            reply = server.getresponse()
+            data = reply.read()
+            server.close()
+            self.send_response(reply.status)
+            for name, value in reply.getheaders():
+                if name.lower() not in ("connection", "content-length", "transfer-encoding"):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = forward
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Proxy
+
+
+def test_the_page_works_under_a_proxys_path_prefix(run_dir: Path) -> None:  # noqa: F811
+    # The page called /api/... by absolute path: under a prefix it reached the proxy's own
+    # routes, not the server. The proxy passes on its own Host and Origin: --allow-host names it.
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    server = make_server(Models([run_dir]), port=0, quiet=True, allow_hosts=["hub.example"])
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), prefix_proxy(server.server_address[1]))
+    for s in (server, proxy):
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    errors: list[str] = []
+    base = f"http://hub.example:{proxy.server_address[1]}/proxy/{server.server_address[1]}"
+    try:
+        with sync_api.sync_playwright() as p:
+            rules = "--host-resolver-rules=MAP hub.example 127.0.0.1"
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", rules])
+            page = browser.new_page()
+            page.on("pageerror", lambda err: errors.append(str(err)))
+            for url in (base + "/", base, base + "/index.html"):
+                page.goto(url)
+                page.wait_for_selector("#sentiment-section:not([hidden])")
+                page.fill("#tree", TREE)
+                page.click("#tree-go")
+                page.wait_for_selector("#trees svg g.node")
+                assert page.locator("#trees svg g.node").count() == 9, url
+                assert page.inner_text("#tree-error") == "", url
+            browser.close()
+    finally:
+        for s in (server, proxy):
+            s.shutdown()
+            s.server_close()
+    assert errors == []
 
 
 def test_the_page_parses_text_for_a_dependency_model(dep_dir: Path, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
 import signal
 import socket
 import struct
@@ -445,7 +446,9 @@ def test_a_body_cut_short_by_the_client_is_a_400(base: str) -> None:
     body = b'{"context": "a", "question": "b"}'
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(b"POST /api/sentiment HTTP/1.1\r\nContent-Length: 500\r\n\r\n" + body)
+        sock.sendall(
+            b"POST /api/sentiment HTTP/1.1\r\nHost: localhost\r\nContent-Length: 500\r\n\r\n" + body
+        )
         sock.shutdown(socket.SHUT_WR)
         reply = b"".join(iter(lambda: sock.recv(65536), b""))
     head, _, data = reply.partition(b"\r\n\r\n")
@@ -474,7 +477,9 @@ def test_a_reply_that_fails_to_send_is_the_one_answer_logged(
         handler = Stalled
     ours, theirs = socket.socketpair()
     data = json.dumps({"tree": TREE}).encode()
-    theirs.sendall(b"POST /api/sentiment HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(data))
+    theirs.sendall(
+        b"POST /api/sentiment HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n" % len(data)
+    )
     theirs.sendall(data)
     if client == "gone":
         theirs.close()  # the client gave up before the answer came
@@ -508,8 +513,11 @@ def test_blank_lines_before_a_request_line_are_skipped(base: str) -> None:
     # A stray CRLF after a POST body (RFC 9112 §2.2: to be ignored) was read as an empty request
     # line, and the connection closed with the next request on it unanswered.
     body = json.dumps({"tree": TREE}).encode()
-    post = b"POST /api/sentiment HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-    last = b"GET /api/health HTTP/1.1\r\nConnection: close\r\n\r\n"
+    post = b"POST /api/sentiment HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+    last = b"GET /api/health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.sendall(b"\r\n" + post + b"\r\n" + post + b"\n\r\n" + last)
@@ -556,7 +564,9 @@ def test_the_page_is_served_and_calls_the_api(base: str) -> None:
     with urllib.request.urlopen(base + "/", timeout=30) as response:
         html = response.read().decode()
         assert response.headers["Content-Type"].startswith("text/html")
-    assert all(s in html for s in ('id="trees"', "/api/sentiment", "/api/qa", "/api/health"))
+    assert all(s in html for s in ('id="trees"', '"api/sentiment"', '"api/qa"', '"api/health"'))
+    # Relative, so that the page works under a proxy's path prefix too (test_page_browser.py).
+    assert not re.search(r"[\"'`]/api/", html)
 
 
 def test_two_checkpoints_of_one_task_are_refused(run_dir: Path) -> None:

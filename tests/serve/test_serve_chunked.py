@@ -123,7 +123,10 @@ def test_http_client_sends_a_generator_body_chunked(base: str, expected: Any) ->
 def test_the_request_after_a_chunked_one_is_read_on_the_same_connection(
     base: str, expected: Any
 ) -> None:
-    sized = b"POST /api/sentiment HTTP/1.1\r\nContent-Length: %d\r\n\r\n%s" % (len(DATA), DATA)
+    sized = b"POST /api/sentiment HTTP/1.1\r\nHost: localhost\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(DATA),
+        DATA,
+    )
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=5) as sock:
         # Sent at once: the chunked body must be read through its final CRLF and no further.

@@ -86,26 +86,62 @@ def test_a_host_given_twice_is_a_400(address: str) -> None:
     assert status == 400 and "Host" in body["error"]
 
 
+@pytest.mark.parametrize("target", ["/api/health", "/", "http://localhost/api/health"])
+def test_an_http_1_1_request_without_host_is_a_400(address: str, target: str) -> None:
+    # RFC 9112 §3.2: a server must answer 400 to an HTTP/1.1 request that lacks Host; it was
+    # answered. HTTP/1.0 has no Host to require.
+    close = " HTTP/1.1\r\nConnection: close\r\n\r\n"
+    status, _, data = raw_request(f"http://{address}", f"GET {target}{close}".encode())
+    assert status.split()[1] == "400"
+    assert json.loads(data)["error"].startswith("header Host: missing")
+    status, _, _ = raw_request(f"http://{address}", f"GET {target} HTTP/1.0\r\n\r\n".encode())
+    assert status.split()[1] == "200"
+
+
 @pytest.mark.parametrize(
-    ("request_head", "header"),
+    ("request_head", "status", "header"),
     [
-        (b"POST /api/sentiment HTTP/1.1\r\nHost: [::1", "header Host: '[::1'"),
-        (b"POST /api/sentiment HTTP/1.1\r\nHost: [evil.example]", "header Host: '[evil.example]'"),
-        (b"GET / HTTP/1.1\r\nHost: [::1", "header Host: '[::1'"),
+        # A Host that does not read is a 400 (RFC 9112 §3.2); an Origin, a page's refusal.
+        (b"POST /api/sentiment HTTP/1.1\r\nHost: [::1", 400, "header Host: '[::1'"),
+        (
+            b"POST /api/sentiment HTTP/1.1\r\nHost: [evil.example]",
+            400,
+            "header Host: '[evil.example]'",
+        ),
+        (b"GET / HTTP/1.1\r\nHost: [::1", 400, "header Host: '[::1'"),
         (
             b"POST /api/sentiment HTTP/1.1\r\nHost: localhost\r\nOrigin: http://[::1",
+            403,
             "header Origin",
         ),
-        (b"GET http://[::1/api/health HTTP/1.1\r\nHost: localhost", "request target's host"),
+        (b"GET http://[::1/api/health HTTP/1.1\r\nHost: localhost", 400, "request target's host"),
+        # A port out of range or not a number, and what is no host and port, read as
+        # localhost: answered, and an Origin with the same unreadable port taken for the page's.
+        (
+            b"GET /api/health HTTP/1.1\r\nHost: localhost:99999",
+            400,
+            "header Host: 'localhost:99999'",
+        ),
+        (
+            b"POST /api/sentiment HTTP/1.1\r\nHost: localhost:x\r\nOrigin: http://localhost:x",
+            400,
+            "header Host: 'localhost:x'",
+        ),
+        (b"GET / HTTP/1.1\r\nHost: localhost:-1", 400, "header Host: 'localhost:-1'"),
+        (b"GET / HTTP/1.1\r\nHost: evil@localhost", 400, "header Host: 'evil@localhost'"),
+        (b"GET / HTTP/1.1\r\nHost: localhost#.evil", 400, "header Host: 'localhost#.evil'"),
+        (b"GET / HTTP/1.1\r\nHost: localhost:80 a", 400, "header Host: 'localhost:80 a'"),
+        (b"GET / HTTP/1.1\r\nHost: ", 400, "header Host: ''"),
+        (b"GET http://localhost:99999/ HTTP/1.1\r\nHost: localhost", 400, "request target's"),
     ],
 )
 def test_a_host_or_origin_that_does_not_read_is_refused_naming_it(
-    address: str, request_head: bytes, header: str
+    address: str, request_head: bytes, status: int, header: str
 ) -> None:
     # urlsplit raised on an unclosed or a non-address "[...]": a 500, or no answer at all.
     request = request_head + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    status, _, data = raw_request(f"http://{address}", request)
-    assert status.split()[1] == "403", data
+    line, _, data = raw_request(f"http://{address}", request)
+    assert line.split()[1] == str(status), data
     assert json.loads(data)["error"].startswith(header)
 
 
@@ -135,6 +171,19 @@ def test_a_loopback_address_given_another_way_keeps_the_host_check(
     with serving(run_dir, host=bind) as url:
         assert post(url.removeprefix("http://"), {"Host": "evil.example"})[0] == 403
         assert post(url.removeprefix("http://"), {})[0] == 200
+
+
+def test_a_host_written_as_a_loopback_address_another_way_is_answered(address: str) -> None:
+    # "127.1" (or 2130706433, 0x7f.1) names 127.0.0.1 as --host and a browser's URL parser read
+    # it, never a name looked up in DNS; the guard took it for a name of another site: a 403.
+    port = address.split(":")[1]
+    for host in ("127.1", "2130706433", "0x7f.1", "[0:0::1]"):
+        assert post(address, {"Host": f"{host}:{port}"})[0] == 200, host
+    assert post(address, {"Host": f"127.1:{port}", "Origin": f"http://127.0.0.1:{port}"})[0] == 200
+    assert post(address, {"Origin": f"http://[0::1]:{port}", "Host": f"[::1]:{port}"})[0] == 200
+    for host in ("127.1.evil.example", "0x7f.evil"):
+        assert post(address, {"Host": f"{host}:{port}"})[0] == 403, host
+    assert post(address, {"Host": f"127.1:{port}", "Origin": "http://127.1:1"})[0] == 403
 
 
 def test_allow_host_adds_a_name_for_host_and_origin(allowing: str) -> None:
@@ -175,13 +224,51 @@ def test_the_rules_of_the_guard() -> None:
     assert Guard.for_address("::ffff:127.0.0.1") == loopback  # Python < 3.13: "no loopback"
     with pytest.raises(RequestError):  # neither names a server: not "the same name"
         exposed.check("http://[x", "[y")
+    with pytest.raises(RequestError):  # no page is served from port 0: no port 80 either
+        loopback.check("http://localhost:0", "localhost:80")
+
+
+def test_allow_host_of_a_domain_answers_the_names_under_it(run_dir: Path) -> None:  # noqa: F811
+    # "--allow-host .example.dev": that domain and every name under it in Host, as Django's
+    # ALLOWED_HOSTS and Vite's allowedHosts read it, for a forwarder that names each instance.
+    with serving(run_dir, allow_hosts=[".Example.dev."]) as url:
+        address = url.removeprefix("http://")
+        for name in ("example.dev", "app-8000.example.dev", "a.b.example.dev"):
+            assert post(address, {"Host": name, "Origin": f"https://{name}"})[0] == 200, name
+        for name in ("evilexample.dev", "example.dev.evil.example", "dev"):
+            assert post(address, {"Host": name})[0] == 403, name
+
+
+def test_allow_host_of_a_domain_trusts_no_other_page_under_it() -> None:
+    # Others may put pages under a shared domain (a forwarder's): a page's Origin must be the
+    # name the request came to, not any name of the domain.
+    guard = Guard.for_address("127.0.0.1", [".example.dev"])
+    guard.check("https://mine.example.dev", "mine.example.dev")
+    with pytest.raises(RequestError, match="header Origin"):
+        guard.check("https://theirs.example.dev", "mine.example.dev")
+    with pytest.raises(RequestError, match="header Origin"):  # Host rewritten: no name to match
+        guard.check("https://mine.example.dev", "127.0.0.1:8000")
+    with pytest.raises(RequestError, match="header Origin"):  # a domain is no page's name
+        guard.check("http://.example.dev", "127.0.0.1:8000")
+
+
+@pytest.mark.parametrize("given", [".", ".com", "..example.dev", "a..example", ".example.dev:443"])
+def test_the_cli_refuses_an_allow_host_domain_too_wide_or_malformed(
+    given: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "r", "--allow-host", given])
+    err = capsys.readouterr().err
+    assert "--allow-host" in err and repr(given) in err
+    with pytest.raises(ValueError, match="allowed host"):  # the library refuses it too
+        Guard.for_address("127.0.0.1", [given])
 
 
 def test_the_cli_takes_allow_host_repeated() -> None:
     args = build_parser().parse_args(
-        ["serve", "r", "--allow-host", "a.example", "--allow-host", "b"]
+        ["serve", "r", "--allow-host", "a.example", "--allow-host", "b", "--allow-host", ".c.dev"]
     )
-    assert args.allow_host == ["a.example", "b"]
+    assert args.allow_host == ["a.example", "b", ".c.dev"]
 
 
 @pytest.mark.parametrize("given", ["https://sentiment.example", "sentiment.example:443", "*"])

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from treeqa.cli.common import subparser, tcp_port
+from treeqa.serve.origin import allow_name  # the standard library's modules only
 
 EXAMPLE = (
     "treeqa serve runs/tl runs/qanet --port 8000     # then open http://127.0.0.1:8000/\n"
@@ -43,9 +44,11 @@ def add_parser(subparsers: Any) -> None:
         type=host_name,
         metavar="NAME",
         help="a name the server answers to beside loopback names and IP addresses (repeat for "
-        "more); a request naming another in Host or Origin is refused, against cross-site "
-        "requests and DNS rebinding (default: none; bound to an address other machines reach, "
-        "the machine's own name and NAME.local are answered too)",
+        "more), or .DOMAIN for that domain and every name under it (in Host; a page's Origin "
+        "must then be the name its request went to); a request naming another in Host or "
+        "Origin is refused, against cross-site requests and DNS rebinding (default: none; bound "
+        "to an address other machines reach, the machine's own name and NAME.local are "
+        "answered too)",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     parser.add_argument(
@@ -55,13 +58,11 @@ def add_parser(subparsers: Any) -> None:
 
 
 def host_name(text: str) -> str:
-    """An argparse type: a name for --allow-host, which Host and Origin are matched against by
-    name alone (a scheme, port or wildcard in it would never match: every request refused)."""
-    if not text.strip() or any(c in text for c in ":/@[]* "):
-        raise argparse.ArgumentTypeError(
-            f"expected a host name such as sentiment.example (no scheme, port, path or "
-            f"wildcard), got {text!r}"
-        )
+    """An argparse type: a name or ``.domain`` for --allow-host (``serve.origin.allow_name``)."""
+    try:
+        allow_name(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
     return text
 
 

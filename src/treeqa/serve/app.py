@@ -187,6 +187,9 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
             hosts = self.headers.get_all("Host") or []
             if len(hosts) > 1:  # RFC 9112 §3.2: a 400
                 raise RequestError(HTTPStatus.BAD_REQUEST, f"header Host: given twice {hosts}")
+            if not hosts and self.request_version >= "HTTP/1.1":  # RFC 9112 §3.2: a 400 too
+                message = "header Host: missing (an HTTP/1.1 request must name the server)"
+                raise RequestError(HTTPStatus.BAD_REQUEST, message)
             guard = cast(Server, self.server).guard
             absolute = ABSOLUTE_FORM.match(self.path)
             if absolute:  # its authority names the server, Host is ignored (RFC 9112 §3.2.2)
@@ -516,7 +519,8 @@ def make_server(
     """A server bound to ``host:port`` (port 0: any free one); call ``serve_forever()``. An
     IPv6 address (``::1``, ``::``) binds an IPv6 socket (stdlib's default, IPv4, refused it).
     ``allow_hosts``: names, beside loopback ones and IP addresses, that it answers in Host and
-    Origin (``serve/origin.py``)."""
+    Origin, and ``.domain``s whose names it answers in Host (``serve/origin.py``; ValueError
+    for one that no request could match, or a domain of one label)."""
     server_class = Server6 if ":" in host else Server
     server = server_class((host, port), handler_for(models))
     server.quiet = quiet
