@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("spacy")
 
 from treeqa.cli.main import main  # noqa: E402
+from treeqa.data.collated import Collated  # noqa: E402
 from treeqa.recipes import qa, sentiment  # noqa: E402
 from treeqa.train import checkpoint as ckpt  # noqa: E402
+from treeqa.train.distributed import World, shard  # noqa: E402
 
 PARAGRAPHS = [
     (
@@ -399,6 +404,22 @@ def test_resume_continues_steps_and_ema(prepared: Path, tmp_path: Path) -> None:
     assert not np.allclose(first.tensors["ema." + w].numpy(), last.tensors["ema." + w].numpy())
 
 
+def test_resume_on_a_folder_prepared_again_with_other_limits_is_refused(
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Only the vocabularies were compared: data prepared again with other limits (whose
+    # vocabularies came out the same) was trained on, silently.
+    data = Path(shutil.copytree(prepared, tmp_path / "prepared"))
+    out = tmp_path / "run"
+    assert main(["train", "qa", f"--prepared={data}", f"--out={out}", *TINY]) == 0
+    meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
+    meta["limits"]["answer"] += 1
+    (data / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["train", "qa", "--resume", str(out), "--train.epochs=2"]) == 2
+    assert "was trained on data with another limits" in capsys.readouterr().err
+
+
 def test_checkpoint_every_writes_the_last_checkpoint_between_evaluations(
     prepared: Path, tmp_path: Path
 ) -> None:
@@ -518,12 +539,42 @@ def test_the_best_threshold_reproduces_its_score_when_abstaining_everywhere_wins
 
 def test_a_training_stream_over_no_examples_is_an_error_not_a_hang() -> None:
     class NoExamples:  # a prepared split that yields no batch (the reader refuses one today)
-        def batches(self, *args: object, **kwargs: object) -> list[object]:
-            return []
+        def batches(self, *args: object, **kwargs: object) -> Collated[object]:
+            return Collated([], lambda group: group)
 
     stream = qa.StepStream(NoExamples(), batch_size=4, per_epoch=3, seed=0, bucket=True)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no examples"):
         next(iter(stream(0)))
+
+
+def test_each_process_collates_only_its_share_of_a_training_stream(
+    prepared: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    split = qa.PreparedSplit(prepared, "train")
+    seed, size, per_epoch = 1, 2, 5  # an odd epoch: its last batch is an incomplete round
+    passes = -(-4 * per_epoch // -(-len(split) // size)) + 1
+    stream = [  # the endless stream of batches, cut into epochs (every one collated)
+        b for p in range(passes) for b in split.batches(size, True, seed * 100_003 + p)
+    ]
+    epochs = [stream[e * per_epoch : (e + 1) * per_epoch] for e in range(4)]
+    collated: list[np.ndarray] = []
+    batch = qa.PreparedSplit.batch
+
+    def counting(self: qa.PreparedSplit, rows: np.ndarray) -> qa.QABatch:
+        collated.append(rows)
+        return batch(self, rows)
+
+    monkeypatch.setattr(qa.PreparedSplit, "batch", counting)
+    for rank in (0, 1):
+        steps = qa.StepStream(split, size, per_epoch, seed, bucket=True)
+        for epoch in (0, 1, 3):  # a resumed run starts part-way through the stream
+            collated.clear()
+            mine = list(shard(steps(epoch), World(rank, 2)))
+            assert len(collated) == len(mine) == 2
+            expected = list(shard(iter(epochs[epoch]), World(rank, 2)))
+            for got, want in zip(mine, expected, strict=True):
+                for f in dataclasses.fields(qa.QABatch):
+                    assert torch.equal(getattr(got, f.name), getattr(want, f.name)), f.name
 
 
 def _losses(run: Path) -> list[float]:

@@ -1,8 +1,8 @@
 """One process of the data-parallel test (run by torchrun from ``test_distributed.py``).
 
 Trains a small Tree-LSTM (no dropout, sparse word-vector gradients) through ``fit()`` on
-fixed batches of the demo treebank and saves this process's final weights and the batches it
-took as ``OUT/rank{R}.safetensors``. With ``--sigterm-at S``, process 1 sends itself SIGTERM
+fixed batches of the demo treebank and saves this process's final weights, the batches it
+took and the batches it collated as ``OUT/rank{R}.safetensors``. With ``--sigterm-at S``, process 1 sends itself SIGTERM
 at step S and each process saves only the step it stopped at, as ``OUT/rank{R}.stop``. With
 ``--kill-at S``, process 1 kills itself with SIGKILL at step S and process 0 saves the error
 its next step raises, as ``OUT/rank0.lost``.
@@ -15,10 +15,12 @@ import signal
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import save_file
 
 from treeqa.data.batching import TreeBatch, collate, encode
+from treeqa.data.collated import Collated
 from treeqa.data.demo import demo_splits
 from treeqa.data.vocab import Vocab
 from treeqa.models.tree_lstm import TreeLSTM, TreeLSTMConfig
@@ -31,12 +33,14 @@ BATCHES, BATCH_SIZE = 9, 4  # the ninth batch is an incomplete round for two pro
 CONFIG = TrainConfig(epochs=1, lr=0.05, emb_lr=0.5, emb_optim="sgd", weight_decay=1e-4)
 
 
-def setup() -> tuple[TreeLSTM, torch.optim.Optimizer, list[TreeBatch]]:
-    """The same model, optimiser and batches in every process and in the test."""
+def setup() -> tuple[TreeLSTM, torch.optim.Optimizer, Collated[TreeBatch]]:
+    """The same model, optimiser and batches (collated when read) in every process and in the
+    test."""
     trees = demo_splits()["train"][: BATCHES * BATCH_SIZE]
     vocab = Vocab.build(w for t in trees for w in t.leaves)
     encoded = [encode(t, vocab, "fine") for t in trees]
-    batches = [collate(encoded[s : s + BATCH_SIZE]) for s in range(0, len(encoded), BATCH_SIZE)]
+    groups = [np.arange(s, s + BATCH_SIZE) for s in range(0, len(encoded), BATCH_SIZE)]
+    batches = Collated(groups, lambda group: collate([encoded[i] for i in group]))
     torch.manual_seed(0)
     config = TreeLSTMConfig(embed_dim=6, hidden_dim=5, dropout=0.0, sparse_embedding=True)
     model = TreeLSTM(config, len(vocab))
@@ -68,7 +72,7 @@ class SignalAt(Callback):
 
 def main(out: Path, sigterm_at: int = 0, kill_at: int = 0) -> None:
     model, optimizer, batches = setup()
-    taken = Taken(batches)
+    taken = Taken(list(batches))
     if kill_at:
         try:
             fit(
@@ -88,9 +92,17 @@ def main(out: Path, sigterm_at: int = 0, kill_at: int = 0) -> None:
         except Interrupted as stop:
             (out / f"rank{World.from_env().rank}.stop").write_text(f"{stop.signum} {stop.step}")
         return
-    fit(model, optimizer, lambda epoch: batches, CONFIG, callbacks=[taken])
+    collated: list[int] = []
+
+    def collate_counted(group: np.ndarray) -> TreeBatch:
+        collated.append(int(group[0]) // BATCH_SIZE)
+        return batches.collate(group)
+
+    counted = Collated(batches.groups, collate_counted)
+    fit(model, optimizer, lambda epoch: counted, CONFIG, callbacks=[taken])
     tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
     tensors["taken"] = torch.tensor(taken.taken)
+    tensors["collated"] = torch.tensor(collated)
     save_file(tensors, str(out / f"rank{World.from_env().rank}.safetensors"))
 
 

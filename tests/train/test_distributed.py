@@ -7,12 +7,18 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from treeqa.data import batching
+from treeqa.data.batching import EncodedTree, TreeBatch, batches, collate, encode
+from treeqa.data.demo import demo_splits
+from treeqa.data.vocab import Vocab
 from treeqa.recipes.sentiment import load_model
 from treeqa.train.distributed import World, shard
 
@@ -24,6 +30,37 @@ def test_shard_gives_each_process_every_nth_batch_in_full_rounds() -> None:
     assert list(shard(batches, World(0, 2))) == [0, 2, 4]
     assert list(shard(batches, World(1, 2))) == [1, 3, 5]  # 6 alone would wait forever
     assert list(shard(batches, World(2, 3))) == [2, 5]
+
+
+def test_each_process_collates_only_the_batches_it_trains_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trees = demo_splits()["train"][:38]
+    vocab = Vocab.build(w for t in trees for w in t.leaves)
+    encoded = [encode(t, vocab, "fine") for t in trees]
+    every = list(batches(encoded, 4, True, seed=3))  # 10 batches, the last of 2 trees
+    collated: list[int] = []
+
+    def counting(trees: Sequence[EncodedTree]) -> TreeBatch:
+        collated.append(len(trees))
+        return collate(trees)
+
+    monkeypatch.setattr(batching, "collate", counting)
+    for rank in range(3):
+        collated.clear()
+        mine = list(shard(batches(encoded, 4, True, seed=3), World(rank, 3)))
+        assert len(collated) == len(mine) == 3  # 3 full rounds of 3; the tenth is left out
+        # The batches every process took when each collated all ten and kept its share.
+        expected = list(shard(iter(every), World(rank, 3)))
+        for got, want in zip(mine, expected, strict=True):
+            for f in fields(TreeBatch):
+                a, b = getattr(got, f.name), getattr(want, f.name)
+                if f.name == "levels":
+                    assert [x.tolist() for x in a] == [x.tolist() for x in b]
+                elif isinstance(a, torch.Tensor):
+                    assert torch.equal(a, b), f.name
+                else:
+                    assert a == b, f.name
 
 
 def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess[str]:
@@ -41,6 +78,8 @@ def test_two_processes_train_as_one_with_averaged_gradients(tmp_path: Path) -> N
     ranks = [load_file(str(tmp_path / f"rank{r}.safetensors")) for r in (0, 1)]
     assert ranks[0]["taken"].tolist() == [0, 2, 4, 6]  # batch 8 is an incomplete round
     assert ranks[1]["taken"].tolist() == [1, 3, 5, 7]
+    # Each process collated the batches it trained on, not the other's nor the ninth.
+    assert [rank["collated"].tolist() for rank in ranks] == [[0, 2, 4, 6], [1, 3, 5, 7]]
 
     # The same steps in one process: gradients of each pair of batches, averaged.
     sys.path.insert(0, str(HERE))

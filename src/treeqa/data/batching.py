@@ -8,13 +8,14 @@ children costs 5,000 entries, not a [N, 5,000] table.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import torch
 
+from treeqa.data.collated import Collated
 from treeqa.data.dependency import DependencyTree
 from treeqa.data.sst import targets as task_targets
 from treeqa.data.tree import Tree
@@ -152,10 +153,11 @@ def _joined(parts: Sequence[np.ndarray | None]) -> torch.Tensor | None:
 
 def batches(
     trees: Sequence[EncodedTree], batch_size: int, shuffle: bool, seed: int = 0
-) -> Iterator[TreeBatch]:
-    """Batches of ``batch_size`` trees; the order depends only on ``seed`` (resume-safe)."""
+) -> Collated[TreeBatch]:
+    """Batches of ``batch_size`` trees, each collated when read; the order depends only on
+    ``seed`` (resume-safe)."""
     order = (
         np.random.default_rng(seed).permutation(len(trees)) if shuffle else np.arange(len(trees))
     )
-    for start in range(0, len(order), batch_size):
-        yield collate([trees[i] for i in order[start : start + batch_size]])
+    groups = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    return Collated(groups, lambda group: collate([trees[i] for i in group]))

@@ -9,7 +9,6 @@ W characters per token, N examples of the split, P paragraphs.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from treeqa.data.collated import Collated
 from treeqa.data.qa_batch import QABatch
 from treeqa.data.squad_prepare import FORMAT_VERSION
 from treeqa.data.vocab import Vocab
@@ -36,11 +36,14 @@ _ARRAYS = {  # name -> number of dimensions
     "starts": 1,
     "ends": 1,
 }
+_TEXTS = ("contexts.jsonl", "questions.jsonl", "gold.json")
 _AGAIN = "prepare the directory again (treeqa data prepare squad)"
 _META_FIELDS = {
     ("version",): str,
     ("splits",): dict,
     ("limits", "chars"): int,
+    ("vocab", "words"): int,
+    ("vocab", "chars"): int,
     ("vocab", "vector_dim"): int,
 }
 """What readers of ``meta.json`` look up, and its type."""
@@ -117,6 +120,9 @@ class PreparedSplit:
             name: _load(folder / f"{name}.npy") for name in _ARRAYS
         }
         self._check(folder)
+        for name in _TEXTS:  # read at the first evaluation, after a training epoch: missing now
+            if not (folder / name).is_file():
+                raise FileNotFoundError(f"{folder / name}: missing; {_AGAIN}")
         a = self.arrays
         self.context_lengths = np.diff(a["context_offsets"])[a["paragraph"]]  # [N]
         self.question_lengths = np.diff(a["question_offsets"])  # [N]
@@ -125,7 +131,8 @@ class PreparedSplit:
 
     def _check(self, folder: Path) -> None:
         """Arrays that fit together: one cut short, or left by another run, is an error
-        naming it here rather than an IndexError mid-epoch. Reads O(N + P) numbers."""
+        naming it here rather than an IndexError mid-epoch. Reads O(N + P) numbers and scans
+        the token ids (tens of milliseconds for SQuAD train)."""
         a, width = self.arrays, self.chars_per_word
 
         def fail(name: str, problem: str) -> ValueError:
@@ -146,6 +153,14 @@ class PreparedSplit:
                 name = f"{kind}_{part}"
                 if name in a and a[name].shape != shape:
                     raise fail(name, f"shape {a[name].shape}, where the offsets need {shape}")
+        # Ids past the vocabulary (arrays from another preparation than its word_vocab.json)
+        # would stop training with an IndexError, or a device-side assert on a GPU.
+        for part in ("words", "chars"):
+            size = self.meta["vocab"][part]
+            for kind in ("context", "question"):
+                name = f"{kind}_{part}"
+                if a[name].size and not 0 <= a[name].min() <= a[name].max() < size:
+                    raise fail(name, f"an id outside the {size} of meta.json's vocab.{part}")
         for name in ("starts", "ends"):
             if len(a[name]) != n:
                 raise fail(name, f"{len(a[name])} rows, where paragraph.npy has {n}")
@@ -166,14 +181,31 @@ class PreparedSplit:
         return int(self.meta["limits"]["chars"])
 
     def word_vocab(self) -> Vocab:
-        return Vocab.load(self.directory / "word_vocab.json")
+        return self._vocab("word_vocab.json", "words")
 
     def char_vocab(self) -> Vocab:
-        return Vocab.load(self.directory / "char_vocab.json")
+        return self._vocab("char_vocab.json", "chars")
+
+    def _vocab(self, name: str, part: str) -> Vocab:
+        """The vocabulary in ``name``, as long as meta.json's ``vocab.<part>`` says."""
+        path = self.directory / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing; {_AGAIN}")
+        vocab, size = Vocab.load(path), self.meta["vocab"][part]
+        if len(vocab) != size:  # else ids are read as other words, or past the end
+            raise ValueError(f"{path}: {len(vocab)} tokens, where meta.json says {size}; {_AGAIN}")
+        return vocab
 
     def word_vectors(self) -> np.ndarray:
         """[V, D] float32; rows 0 (padding) and 1 (unknown) are zero."""
-        return _load(self.directory / "word_vectors.npy", mmap=False)
+        path = self.directory / "word_vectors.npy"
+        vectors = _load(path, mmap=False)
+        shape = (self.meta["vocab"]["words"], self.meta["vocab"]["vector_dim"])
+        if vectors.shape != shape:
+            raise ValueError(
+                f"{path}: shape {vectors.shape}, where meta.json says {shape}; {_AGAIN}"
+            )
+        return vectors
 
     def gold(self) -> dict[str, Any]:
         """Every question read for this split, in SQuAD layout: the input of
@@ -249,11 +281,11 @@ class PreparedSplit:
         bucket: bool = True,
         drop_last: bool = False,
         rows: np.ndarray | None = None,
-    ) -> Iterator[QABatch]:
-        """Batches over the split (or over ``rows``). With ``bucket``, examples are sorted by
-        context length within chunks of 100 batches, so each batch pads to a similar length;
-        with ``shuffle`` the rows and then the batch order are permuted by ``seed`` (pass a
-        new seed, e.g. ``seed + epoch``, for each epoch)."""
+    ) -> Collated[QABatch]:
+        """Batches over the split (or over ``rows``), each collated when read. With ``bucket``,
+        examples are sorted by context length within chunks of 100 batches, so each batch pads
+        to a similar length; with ``shuffle`` the rows and then the batch order are permuted by
+        ``seed`` (pass a new seed, e.g. ``seed + epoch``, for each epoch)."""
         order = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64)
         rng = np.random.default_rng(seed)
         if shuffle:
@@ -269,8 +301,7 @@ class PreparedSplit:
             groups.pop()
         if shuffle:
             groups = [groups[i] for i in rng.permutation(len(groups))]
-        for g in groups:
-            yield self.batch(g)
+        return Collated(groups, self.batch)
 
 
 def _gather(

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from treeqa import config as cfg
+from treeqa.data.collated import Collated
 from treeqa.data.qa_batch import QABatch
 from treeqa.data.squad import Tokenizer, visible
 from treeqa.data.squad_prepared import PreparedSplit, load_meta
@@ -158,7 +159,9 @@ class StepStream:
     """Training batches as one endless stream cut into fit() epochs of ``per_epoch`` steps.
 
     Pass p over the data is shuffled with seed ``seed * 100_003 + p``, so the batches of
-    every epoch depend only on its number; a resumed run skips to its first step once.
+    every epoch depend only on its number; a resumed run skips to its first step once. The
+    stream holds each batch's rows: an epoch's batches are collated when read (under torchrun,
+    each process collates its own).
     """
 
     def __init__(
@@ -168,29 +171,25 @@ class StepStream:
         self.seed, self.bucket = seed, bucket
         self.position, self.iterator = 0, self._stream()
 
-    def _stream(self) -> Iterator[QABatch]:
+    def _stream(self) -> Iterator[np.ndarray]:
         p = 0
         while True:
-            empty = True
-            for batch in self.split.batches(
+            groups = self.split.batches(
                 self.batch_size, True, self.seed * 100_003 + p, bucket=self.bucket
-            ):
-                empty = False
-                yield batch
-            if empty:  # else every pass yields nothing, for ever
+            ).groups
+            if not groups:  # else every pass yields nothing, for ever
                 raise ValueError("the training split has no examples to make a batch of")
+            yield from groups
             p += 1
 
-    def __call__(self, epoch: int) -> Iterator[QABatch]:
+    def __call__(self, epoch: int) -> Collated[QABatch]:
         first = epoch * self.per_epoch
         if first < self.position:
             self.position, self.iterator = 0, self._stream()
         for _ in range(first - self.position):
             next(self.iterator)
-        self.position = first
-        for _ in range(self.per_epoch):
-            self.position += 1
-            yield next(self.iterator)
+        self.position = first + self.per_epoch
+        return Collated([next(self.iterator) for _ in range(self.per_epoch)], self.split.batch)
 
 
 class Budget(Callback):
@@ -404,6 +403,8 @@ def _train(
     if resume_run:
         check_resumable(out, config)
     same = {"word_vocab": list(words.tokens), "char_vocab": list(chars.tokens)}
+    # A folder prepared again since (other limits, v2.0) may keep the same vocabularies.
+    same |= {"limits": meta_data["limits"], "squad_version": meta_data["version"]}
     state = resume(out, model, optimizer, scheduler, same) if resume_run else None
     say_if_done(out, state, config.train.epochs)
     ema = build_ema(config.train.ema_decay, out if state is not None else None)

@@ -623,7 +623,7 @@ def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
     device = next(loaded.model.parameters()).device
     results: list[dict[str, Any]] = []
     with inference(loaded.model):
-        batch = next(batches(encoded, len(encoded), shuffle=False)).to(device)
+        batch = batches(encoded, len(encoded), shuffle=False)[0].to(device)
         probs = loaded.model(batch).logits.float().softmax(1).cpu()  # [N, C]
     labels = labels_of(probs, loaded.task).tolist()  # [N]
     start = 0

@@ -364,7 +364,8 @@ def fit(
     """Train ``model`` until ``config.epochs`` or a callback sets ``state.stop``.
 
     ``train_batches(epoch)`` yields the batches of one epoch (its order must depend only on
-    the epoch, so a resumed run sees the same data); a batch has ``.to(device)`` (a tensor, or
+    the epoch, so a resumed run sees the same data; a sequence, such as ``Collated``, is read
+    only at the positions this process trains on); a batch has ``.to(device)`` (a tensor, or
     a dataclass such as ``TreeBatch``) and, to count examples rather than batches in the logged
     rates, ``num_examples``. ``evaluate(model)`` returns dev metrics.
     Pass the ``state`` of a resumed run to continue it. Started by torchrun, the processes
