@@ -4,6 +4,7 @@ given nothing, and the wrapped functions clipping exactly as torch's own."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -208,3 +209,41 @@ def test_a_norm_read_before_the_backward_only_to_log_it_leaves_later_clips_alone
         assert found == []
     finally:
         clipping.uninstall()
+
+
+def test_a_clip_by_the_norm_of_the_parameters_themselves_is_reported() -> None:
+    """get_total_norm takes tensors: given the parameters (the model.parameters() generator,
+    or a list of them) it returns the weights' norm, and clip_grads_with_norm_ given that
+    scales the gradients by it. The weights' norm only logged, beside a clip by the
+    gradients' norm, is clean."""
+    model = nn.Linear(4, 2)
+    clipping, updates, found = _clipping()
+    try:
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        clipping.reset(opt)
+        for given in ("generator", "list", "logged"):
+            model(torch.randn(3, 4)).pow(2).sum().backward()
+            updates.backwards += 1
+            grads = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+            weights = torch.nn.utils.get_total_norm(
+                model.parameters() if given == "generator" else list(model.parameters())
+            )
+            total = grads if given == "logged" else weights
+            torch.nn.utils.clip_grads_with_norm_(model.parameters(), 1.0, total)
+            clipping.end_step()
+            updates.backwards = 0
+            model.zero_grad()
+            if given == "logged":
+                assert found == []
+            else:
+                assert [f.code for f in found] == ["clip-by-weight-norm"]
+                assert found[0].where.endswith(f"test_clipping.py:{_line_of('weights = ')}")
+                found.clear()
+                clipping.reported.clear()
+    finally:
+        clipping.uninstall()
+
+
+def _line_of(text: str) -> int:
+    lines = Path(__file__).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.strip().startswith(text))

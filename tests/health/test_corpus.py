@@ -36,6 +36,7 @@ EXPECTED = {
     "bug_loss_at_chance.py": "loss-at-chance",
     "bug_loss_at_chance_nll.py": "loss-at-chance",  # nll_loss over a LogSoftmax
     "bug_loss_diverged.py": "loss-diverged",  # Adam at lr=1.0: finite, far above log(C)
+    "bug_loss_diverged_maximize.py": "loss-diverged",  # Adam(maximize=True) on a loss
     "bug_non_finite.py": "non-finite",
     "bug_non_finite_fp16.py": "non-finite",  # NaN gradients the loss scaler takes for overflows
     "bug_step_time_regression.py": "step-time-regression",
@@ -65,6 +66,7 @@ EXPECTED = {
     "bug_not_in_optimiser.py": "not-in-optimiser",
     "bug_unfrozen_not_in_optimiser.py": "not-in-optimiser",  # unfrozen after the first steps
     "bug_prompt_not_in_optimiser.py": "step-without-gradients",  # all frozen, a prompt trains
+    "bug_optimiser_over_teacher.py": "step-without-gradients",  # the student trains
     "bug_module_not_registered.py": "module-not-registered",
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
     "bug_train_in_eval_new_optimiser.py": "train-in-eval-mode",  # a new optimiser each epoch
@@ -92,6 +94,7 @@ EXPECTED = {
     "bug_kl_div_probabilities.py": "probabilities-into-cross-entropy",
     "bug_ctc_softmax.py": "probabilities-into-cross-entropy",  # classes last: [T, N, C]
     "bug_ctc_logits.py": "logits-into-nll-loss",  # ctc_loss without log_softmax
+    "bug_ctc_blank_in_targets.py": "ctc-targets-invalid",  # padding counted as labels
     "bug_dropout_in_eval.py": "dropout-in-eval",
     "bug_dropout_imported_by_name.py": "dropout-in-eval",  # from ...functional import dropout
     "bug_attention_dropout_in_eval.py": "dropout-in-eval",
@@ -100,6 +103,7 @@ EXPECTED = {
     "bug_clip_before_unscale.py": "clip-before-unscale",
     "bug_clip_total_norm_before_backward.py": "clip-before-backward",  # get_total_norm + ...
     "bug_clip_total_norm_before_unscale.py": "clip-before-unscale",  # the norm taken scaled
+    "bug_clip_by_weight_norm.py": "clip-by-weight-norm",  # get_total_norm(parameters)
     "bug_softmax_over_batch.py": "softmax-over-wrong-dim",
     "bug_softmax_over_batch_square.py": "softmax-over-wrong-dim",  # batch 10, 10 classes
     "bug_ddp_inner_module.py": "gradients-not-averaged",  # under torchrun, 2 processes
@@ -165,6 +169,10 @@ CLEAN = [
     "clean_margin_softmax.py",  # CosFace: a first loss far above log(C) by design
     "clean_soft_targets.py",  # distillation at T = 4: near-uniform targets, a loss near log(C)
     "clean_frozen_beside_accumulation.py",  # the head's optimiser first steps at step 32
+    "clean_maximize.py",  # maximize=True on a log-likelihood, which rises as it should
+    "clean_no_grad_backbone_beside_accumulation.py",  # its optimiser beside the head's
+    "clean_weight_norm_logged.py",  # get_total_norm(model.parameters()) only logged
+    "clean_ctc_padded_targets.py",  # padding past target_lengths; blank=C - 1, 1-D targets
 ]
 
 
@@ -212,6 +220,21 @@ def test_clean_script_has_no_warnings(name: str, doctor_report) -> None:
     assert code == 0
     assert report["steps"] >= 80  # enough steps for the timing and memory checks to run
     assert [f for f in report["findings"] if f["severity"] != "info"] == []
+
+
+def test_a_loss_climbed_by_maximize_names_it_as_the_cause(doctor_report) -> None:
+    """The loss diverges at Adam's lr=1e-2 because the optimiser has maximize=True: the
+    finding says so, and its fix is to drop it, not to lower the learning rate."""
+    _, report, _ = doctor_report("bug_loss_diverged_maximize.py")
+    found = [f for f in report["findings"] if f["code"] == "loss-diverged"]
+    assert found and found[0]["evidence"]["maximize"] == "Adam"
+    assert "Adam has maximize=True set" in found[0]["message"]
+    assert "learning rate" not in found[0]["message"]
+    assert found[0]["fix"].startswith("drop maximize=True")
+    _, report, _ = doctor_report("bug_loss_diverged.py")  # lr=1.0, no maximize: the lr hint
+    found = [f for f in report["findings"] if f["code"] == "loss-diverged"]
+    assert "maximize" not in found[0]["evidence"]
+    assert found[0]["fix"].startswith("lower the learning rate")
 
 
 def test_an_evaluation_between_steps_is_neither_compute_nor_data_wait(doctor_report) -> None:

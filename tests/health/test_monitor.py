@@ -657,6 +657,46 @@ def test_checks_on_numbers() -> None:
     assert gathers is not None and "torch.unique" in gathers.fix and "conv" not in gathers.fix
 
 
+def test_ctc_targets_holding_the_blank_or_an_index_out_of_range_are_found() -> None:
+    """Within each target's length only: padding past it, blank or not, is never read."""
+    lengths = torch.tensor([2, 3])
+    padded = torch.tensor([[4, 5, 0], [1, 2, 3]])  # [N, S], padded with the blank
+    assert loss_inputs.ctc_targets_invalid(padded, lengths, 0, 6) is None
+    counted = loss_inputs.ctc_targets_invalid(padded, [3, 3], 0, 6)  # padding counted
+    assert counted is not None and counted.code == "ctc-targets-invalid"
+    assert (counted.evidence["blank_labels"], counted.evidence["labels"]) == (1, 6)
+    from_zero = torch.tensor([0, 1, 2, 3, 4])  # [sum(lengths)], labels numbered from 0
+    found = loss_inputs.ctc_targets_invalid(from_zero, lengths, 0, 6)
+    assert found is not None and "1 are the blank index 0" in found.message
+    assert loss_inputs.ctc_targets_invalid(from_zero, lengths, 5, 6) is None  # blank last
+    found = loss_inputs.ctc_targets_invalid(from_zero, lengths, 5, 4)  # 4 of 4 classes
+    assert found is not None and found.evidence["out_of_range_labels"] == 1
+    assert loss_inputs.ctc_targets_invalid(torch.tensor([1, -1]), 2, 0, 4) is not None
+
+
+@pytest.mark.parametrize("by_keyword", [False, True])
+def test_ctc_loss_given_the_blank_as_a_label_is_reported(by_keyword: bool) -> None:
+    """Through the wrapped loss: nn.CTCLoss passes its arguments by position, F.ctc_loss may
+    take them by keyword; the blank given as the last class there."""
+    monitor = HealthMonitor(stream=io.StringIO())
+    monitor.install_loss_checks()
+    try:
+        monitor.sampling = True
+        log_probs = torch.randn(10, 2, 5).log_softmax(-1)  # [T, N, C]
+        targets = torch.tensor([[1, 4], [2, 3]])
+        frames, lengths = torch.full((2,), 10), torch.full((2,), 2)
+        if by_keyword:
+            nn.functional.ctc_loss(
+                log_probs, targets=targets, input_lengths=frames, target_lengths=lengths, blank=4
+            )
+        else:
+            nn.CTCLoss(blank=4)(log_probs, targets, frames, lengths)
+        codes = [f.code for f in monitor.findings.values()]
+        assert codes == ["ctc-targets-invalid"]
+    finally:
+        monitor.uninstall()
+
+
 CLASSIFIER_HEAD = """
 import torch
 from torch import nn
@@ -1753,6 +1793,20 @@ def test_a_loss_that_climbs_far_above_chance_has_diverged() -> None:
         if (i + 1) not in (1, 2, 3) and (i + 1) % 50:
             aliased[i] = 0.1
     assert checks.loss_diverged(samples, steps, aliased) is None
+
+
+def test_a_diverged_loss_under_maximize_names_the_optimiser_not_the_lr() -> None:
+    steps = array("d", range(1, 201))
+    ln5 = math.log(5)
+    samples = [(s, 5) for s in (1, 2, 3, 50, 100, 150, 200)]
+    climbing = array("d", (ln5 * (1 + s / 10) for s in range(1, 201)))
+    found = checks.loss_diverged(samples, steps, climbing, maximize="SGD")
+    assert found is not None and found.evidence["maximize"] == "SGD"
+    assert "(SGD has maximize=True set, so each step climbs the loss it is given)" in found.message
+    assert found.fix == checks.MAXIMIZE_FIX
+    plain = checks.loss_diverged(samples, steps, climbing)
+    assert plain is not None and "maximize" not in plain.evidence
+    assert "a learning rate far too high?" in plain.message
 
 
 def test_targets_whose_own_entropy_is_near_log_c_are_not_judged_at_chance() -> None:

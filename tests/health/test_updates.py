@@ -234,10 +234,12 @@ def test_an_all_frozen_optimiser_is_judged_at_the_end_unless_another_steps() -> 
 
 
 def test_an_optimiser_whose_models_ran_under_no_grad_is_frozen_for_now() -> None:
+    """Beside the head's optimiser, which has stepped: the backbone waits under no_grad."""
     found: list[Finding] = []
     updates = Updates(found.append)
     backbone, head = nn.Linear(4, 4), nn.Linear(4, 2)
-    opt = torch.optim.SGD(backbone.parameters(), lr=0.1)
+    opt, head_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (backbone, head))
+    updates.optimizers.add(head_opt)  # (a weak set: held here)
     for step in range(1, 2 * EMPTY_STEPS):
         with torch.no_grad():
             features = backbone(torch.randn(3, 4))  # no forward with gradients: mode stays 0
@@ -250,6 +252,55 @@ def test_an_optimiser_whose_models_ran_under_no_grad_is_frozen_for_now() -> None
         updates.backwards += 1
         updates.end_step(step, False, opt, [backbone], [], graph=True)
     assert [f.code for f in found] == ["step-without-gradients"]
+
+
+def test_a_lone_optimiser_over_a_model_run_under_no_grad_is_judged_at_the_end() -> None:
+    """Its models (a teacher) ran only under no_grad while the backward went through another
+    model's graph (the student's) and no other optimiser stepped: every step changed nothing.
+    A second optimiser first stepping late (accumulating over many micro-batches) clears it."""
+
+    def run(other_steps_at: int | None) -> list[Finding]:
+        found: list[Finding] = []
+        updates = Updates(found.append)
+        teacher, student = nn.Linear(4, 2), nn.Linear(4, 2)
+        opt, student_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (teacher, student))
+        for step in range(1, 2 * EMPTY_STEPS):
+            x = torch.randn(3, 4)
+            with torch.no_grad():
+                soft = teacher(x).softmax(-1)
+            (student(x) - soft).pow(2).sum().backward()
+            updates.backwards += 1
+            updates.end_step(step, False, opt, [teacher], [], graph=True)
+            if step == other_steps_at:
+                updates.optimizers.add(student_opt)
+                updates.other_step(student_opt)
+        updates.finish(2 * EMPTY_STEPS)
+        return found
+
+    found = run(None)
+    assert [f.code for f in found] == ["step-without-gradients"]
+    assert found[0].evidence["only_under_no_grad"] is True
+    assert "ran only under torch.no_grad()" in found[0].message
+    assert run(EMPTY_STEPS + 5) == []
+
+
+def test_an_optimiser_with_empty_parameter_groups_says_it_holds_none() -> None:
+    """``Adam([{"params": params}])`` given a generator already read up: torch raises on an
+    empty list, not on a group with no parameters, and every step changes nothing."""
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    model = nn.Linear(4, 2)
+    params = model.parameters()
+    assert sum(p.numel() for p in params) == 10
+    opt = torch.optim.SGD([{"params": params}], lr=0.1)
+    for step in range(1, EMPTY_STEPS + 1):
+        model(torch.randn(3, 4)).sum().backward()
+        updates.backwards += 1
+        updates.end_step(step, False, opt, [], [], graph=True)
+    updates.finish(EMPTY_STEPS)
+    assert [f.code for f in found] == ["step-without-gradients"]
+    assert found[0].evidence["no_parameters"] is True
+    assert "it holds no parameter at all" in found[0].message
 
 
 def test_train_in_eval_mode_after_train_mode_with_mode_dependent_layers() -> None:

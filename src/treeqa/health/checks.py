@@ -451,7 +451,10 @@ rose far above that of predictions that ignore the input."""
 
 
 def loss_diverged(
-    samples: Sequence[tuple[int, int]], steps: Sequence[float], losses: Sequence[float]
+    samples: Sequence[tuple[int, int]],
+    steps: Sequence[float],
+    losses: Sequence[float],
+    maximize: str = "",
 ) -> Finding | None:
     """The sampled steps' loss, a mean cross-entropy over C classes (``samples``: step, C),
     read ``DIVERGED_RATIO`` x log(C) or more in the median of the run's second half
@@ -459,7 +462,9 @@ def loss_diverged(
     finite, after a reading at or below half that earlier: the model went from guessing to
     confidently wrong, as a learning rate far too high makes it while the values stay finite
     (an infinite loss is ``non-finite``'s). A model that starts far above log(C) is
-    ``loss-at-init``'s and is not this."""
+    ``loss-at-init``'s and is not this. ``maximize``: the optimiser that steps (its class
+    name) has ``maximize=True`` set, so it climbs the loss: that is the cause said, not the
+    learning rate."""
     if not steps:
         return None
     read = sampled_cross_entropies(samples, steps, losses)
@@ -481,21 +486,36 @@ def loss_diverged(
         return None
     low = min(value for s, _, value, _ in read if s <= middle)
     late_values = [value for s, _, value, _ in read if s > middle]
+    cause = (
+        f"{maximize} has maximize=True set, so each step climbs the loss it is given"
+        if maximize
+        else "a learning rate far too high?"
+    )
+    evidence: dict[str, Any] = {
+        "classes": classes,
+        "chance": round(math.log(classes), 4),
+        "early_min": round(low, 4),
+        "late_min": round(min(late_values), 4),
+        "sampled_steps": len(read),
+    }
+    if maximize:
+        evidence["maximize"] = maximize
     return Finding(
         "loss-diverged",
         "warning",
         f"the loss diverged: cross-entropy over {classes} classes read {low:.3f} early, then "
         f"{min(late_values):.3f}-{max(late_values):.3f} over the second half of the run (a "
         f"median {level:.1f}x log({classes}) = {math.log(classes):.3f}, the loss of predictions "
-        "that ignore the input): the model is confidently wrong (a learning rate far too high?)",
-        evidence={
-            "classes": classes,
-            "chance": round(math.log(classes), 4),
-            "early_min": round(low, 4),
-            "late_min": round(min(late_values), 4),
-            "sampled_steps": len(read),
-        },
+        f"that ignore the input): the model is confidently wrong ({cause})",
+        evidence=evidence,
+        fix=MAXIMIZE_FIX if maximize else "",
     )
+
+
+MAXIMIZE_FIX = (
+    "drop maximize=True from the optimiser: it steps up the gradient, raising the loss it is "
+    "given (to maximise an objective on purpose, keep it and give it that objective, not a loss)"
+)
 
 
 # ---------------------------------------------------------------- tensors and modules

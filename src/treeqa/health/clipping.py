@@ -11,6 +11,10 @@ the split API's ``clip_grads_with_norm_`` are wrapped for the length of the run,
 - ``clip-before-unscale``: with a ``GradScaler`` scaling the loss, the clock's gradients were
   clipped before ``scaler.unscale_(optimizer)``: the limit applied to gradients times the
   scale (65,536 at first), so every step is cut to a sliver of its size.
+- ``clip-by-weight-norm``: ``clip_grads_with_norm_`` was given the norm ``get_total_norm``
+  took of the parameters themselves (``get_total_norm(model.parameters())``), not of their
+  gradients: every step's gradients are scaled by the weights' norm. A norm of the weights
+  only logged is not judged.
 
 A ``clip_grads_with_norm_`` given the very tensor ``get_total_norm`` returned while no backward
 had run since the step, or while a loss scaler's gradients were still scaled, counts as a clip
@@ -88,8 +92,9 @@ class Clipping:
         self.scaled_now = False
         self.scaled_site = ""
         # get_total_norm's last result; whether it was taken before this step's backward; the
-        # line it was taken at while the clock's gradients were scaled ("": they were not)
-        self.norm: tuple[weakref.ref[torch.Tensor], bool, str] | None = None
+        # line it was taken at while the clock's gradients were scaled ("": they were not);
+        # the line it was taken at of parameters, not gradients ("": of gradients)
+        self.norm: tuple[weakref.ref[torch.Tensor], bool, str, str] | None = None
 
     def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Arguments | None:
         """``torch.nn.utils.<name>(parameters, ...)`` is about to run."""
@@ -112,6 +117,8 @@ class Clipping:
             return  # clip_grad_norm_(params, inf) clips nothing: it reads the norm, to log it
         # clip_grads_with_norm_ given get_total_norm's last result: the clip as of that norm
         noted = self.norm if norm is not None and self.norm and self.norm[0]() is norm else None
+        if noted and noted[3]:
+            self._report(slips.clip_by_weight_norm(), noted[3])
         if not params:
             self._report(slips.clip_no_parameters(name, generator))
         elif id(params[0]) in self.trained:
@@ -130,7 +137,9 @@ class Clipping:
         if isinstance(norm, torch.Tensor):
             before = not self.updates.backwards
             scaled = not before and self._still_scaled()
-            self.norm = (weakref.ref(norm), before, self.scaled_site if scaled else "")
+            given = args[0] if args else kwargs.get("tensors")
+            weights = checks.user_site() if _weights(given) else ""
+            self.norm = (weakref.ref(norm), before, self.scaled_site if scaled else "", weights)
 
     def end_step(self) -> None:
         """After the clock's optimiser step, before ``updates.end_step`` (which starts the
@@ -165,3 +174,20 @@ class Clipping:
             self.reported.add(found.code)
             found.where = checks.user_site() if where is None else where
             self.add(found)
+
+
+def _weights(given: Any) -> bool:
+    """``get_total_norm`` was given parameters, not gradients: ``model.parameters()`` (a
+    generator, read up by now, told by its function's name), or tensors that are parameters
+    (``nn.Parameter``, or leaves that require grad: a model of raw tensors). A gradient is
+    neither."""
+    if isinstance(given, types.GeneratorType):
+        return given.gi_code.co_name == "parameters"
+    tensors = [given] if isinstance(given, torch.Tensor) else given
+    if not isinstance(tensors, list | tuple):
+        return False
+    return any(
+        isinstance(t, torch.nn.Parameter)
+        or (isinstance(t, torch.Tensor) and t.is_leaf and t.requires_grad)
+        for t in tensors
+    )

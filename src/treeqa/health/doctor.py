@@ -596,6 +596,7 @@ class Doctor:
                 with contextlib.suppress(HealthError):  # strict mode: the script is over
                     monitor.safely(self._hand_step)  # the last update by hand
                 self.updates.finish(monitor.step)
+                monitor.maximize = self.updates.maximize
             if monitor.step == 0:  # backward calls with no optimiser step: say so in the summary
                 monitor.unstepped_backwards = self.updates.backwards
             return monitor.finish()

@@ -1,6 +1,6 @@
 """What goes into a loss, read from the tensor and its autograd graph: probabilities where
 logits belong, logits where log-probabilities belong, a softmax over the wrong dim, shapes that
-broadcast into every prediction against every target.
+broadcast into every prediction against every target, CTC targets that hold the blank.
 
 ``losses.py`` calls these on the wrapped loss functions' inputs; the doctor walks a
 hand-written loss's graph with ``broadcast_difference``.
@@ -200,3 +200,46 @@ def above_zero(x: torch.Tensor) -> float | None:
         return None
     top = float(x.detach().max())
     return top if top > 1e-3 else None
+
+
+def ctc_targets_invalid(
+    targets: Any, target_lengths: Any, blank: int, classes: int
+) -> Finding | None:
+    """CTC targets, within each target's length (``targets`` [N, S] padded, or [sum(lengths)]
+    concatenated), that hold the ``blank`` index or an index outside [0, ``classes``): torch
+    computes a loss for them without a word (the alignment treats a blank target as a label, and
+    reads a row that is not there for one out of range). Padding past a target's length is not
+    read and is fine. One host sync."""
+    if not isinstance(targets, torch.Tensor) or targets.is_floating_point():
+        return None
+    lengths = torch.as_tensor(target_lengths, device=targets.device).reshape(-1)
+    if targets.dim() == 2 and lengths.numel() == targets.shape[0]:
+        positions = torch.arange(targets.shape[1], device=targets.device)
+        labels = targets[positions < lengths[:, None]]  # [sum(lengths)]
+    elif targets.dim() == 1:
+        labels = targets[: int(lengths.sum())]
+    else:
+        return None
+    counts = torch.stack([(labels == blank).sum(), ((labels < 0) | (labels >= classes)).sum()])
+    blanks, outside = counts.tolist()
+    if not blanks and not outside:
+        return None
+    said = []
+    if blanks:
+        said.append(f"{blanks} are the blank index {blank}")
+    if outside:
+        said.append(f"{outside} are outside [0, {classes})")
+    return Finding(
+        "ctc-targets-invalid",
+        "error",
+        f"of the {labels.numel()} ctc_loss target labels within their target_lengths, "
+        f"{' and '.join(said)}: torch computes a wrong loss for them without a word (labels "
+        "numbered from 0, or padding counted in target_lengths?)",
+        evidence={
+            "blank": blank,
+            "classes": classes,
+            "blank_labels": blanks,
+            "out_of_range_labels": outside,
+            "labels": labels.numel(),
+        },
+    )

@@ -8,7 +8,8 @@ belong), that of ``binary_cross_entropy_with_logits`` for a sigmoid's output, an
 the elementwise regression losses for a broadcast (prediction [N, 1] against target [N]). The
 first cross-entropy of the run (``nll_loss`` over a ``log_softmax`` across the classes counts) is
 compared with log(C), and a token loss over the model's own
-vocabulary has its targets looked at for its Embedding's padding id (``padding-in-loss``).
+vocabulary has its targets looked at for its Embedding's padding id (``padding-in-loss``), and
+``ctc_loss``'s targets for the blank or an index out of range (``ctc-targets-invalid``).
 On every step the targets of ``cross_entropy`` and ``nll_loss`` are handed to the loaders'
 check (``loader-not-shuffled``), which reads them only while a loader that does not shuffle
 is in use.
@@ -169,6 +170,7 @@ class LossInputCheck:
             return
         if fname in LOG_PROBABILITIES_LAST:
             self._log_probabilities_last(fname, input)
+            self._ctc_targets(input, args, kwargs)
             return
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
         source = loss_inputs.normalised_over(input)
@@ -269,6 +271,21 @@ class LossInputCheck:
                     fix=fix,
                 )
             )
+
+    def _ctc_targets(
+        self, input: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """``args`` follow the log-probabilities: (targets, input_lengths, target_lengths,
+        blank, ...), as ``nn.CTCLoss`` passes them."""
+        targets = args[0] if args else kwargs.get("targets")
+        lengths = args[2] if len(args) > 2 else kwargs.get("target_lengths")
+        blank = args[3] if len(args) > 3 else kwargs.get("blank", 0)
+        if lengths is None or not isinstance(blank, int):
+            return
+        found = loss_inputs.ctc_targets_invalid(targets, lengths, blank, int(input.shape[-1]))
+        if found is not None:
+            found.where = checks.user_site(3)
+            self.add(found)
 
     def _padding_in_loss(
         self, fname: str, pad: int, classes: int, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -241,6 +241,8 @@ class HealthMonitor(Callback):
         self.in_step = False  # between begin_step and end_step: a finding now is the next step's
         self.unstepped_backwards = 0  # backward() calls in a script that never stepped (doctor)
         self.chance: list[tuple[int, int]] = []  # sampled steps whose loss is a cross-entropy: C
+        # The optimiser that steps (its class name) when it has maximize=True (the doctor's)
+        self.maximize = ""
         self.failed = False  # its own code failed (``safely``): it stopped watching
         self.failures_from = len(wrap.FAILURES)  # its own failures are those said after this
         self._anomaly = 0  # sampled steps run with autograd's anomaly detection on
@@ -521,7 +523,9 @@ class HealthMonitor(Callback):
         # A loss that overflowed, or climbs from steps taken uphill, has its cause said.
         if not any(code in ("non-finite", "lr-negative") for code, _ in self.findings):
             self._add_if(
-                checks.loss_diverged(self.chance, self.series["step"], self.series["loss"])
+                checks.loss_diverged(
+                    self.chance, self.series["step"], self.series["loss"], self.maximize
+                )
             )
         if not any(code == "non-finite" for code, _ in self.findings):
             self._add_if(self.scalers.collapsed(self.step))

@@ -71,20 +71,36 @@ def zero_grad_per_micro_batch(
 
 
 def step_without_gradients(
-    steps: int, stale: bool, streak: int = 5, frozen: bool = False
+    steps: int,
+    stale: bool,
+    streak: int = 5,
+    frozen: bool = False,
+    no_grad: bool = False,
+    empty: bool = False,
 ) -> Finding | None:
     """The optimiser stepped ``steps`` steps in a row after a backward, and none of its
-    parameters had a gradient. ``stale``: no model that ran a forward holds its parameters
-    (it was built over a model that was replaced); ``frozen``: every parameter it holds is
-    frozen while the backward, with no other optimiser stepping, trains something else (it
-    was built over a frozen model, not the prompt or adapter that trains); else the gradients
-    were cleared between backward and step."""
+    parameters had a gradient. ``empty``: it holds no parameter at all (parameter groups
+    given a generator that was read up before); ``stale``: no model that ran a forward holds
+    its parameters (it was built over a model that was replaced); ``no_grad``: the models
+    that hold them ran their forwards only under ``no_grad`` while the backward, with no
+    other optimiser stepping, went through another model's graph (built over the teacher,
+    not the student); ``frozen``: every parameter it holds is frozen while the backward, with
+    no other optimiser stepping, trains something else (it was built over a frozen model, not
+    the prompt or adapter that trains); else the gradients were cleared between backward and
+    step."""
     if steps < streak:
         return None
     cause = (
-        "its parameters belong to no model that runs (was the model re-created after the "
+        "it holds no parameter at all: its parameter groups are empty (given a generator, "
+        "such as model.parameters(), that was read up before the optimiser was built?)"
+        if empty
+        else "its parameters belong to no model that runs (was the model re-created after the "
         "optimiser was built?)"
         if stale
+        else "the models that hold its parameters ran only under torch.no_grad() while the "
+        "backward went through another model's graph, whose gradients no optimiser applies "
+        "(was it built over the teacher or a copy instead of the model that trains?)"
+        if no_grad
         else "every parameter it holds is frozen (requires_grad=False) while the backward "
         "computes gradients that no optimiser applies (was it built over the frozen model "
         "instead of the parameters that train: a prompt, an adapter, a new head?)"
@@ -97,7 +113,13 @@ def step_without_gradients(
         "error",
         f"the optimiser stepped {steps} steps in a row after a backward with no gradient on any of "
         f"its parameters, so nothing it holds changes: {cause}",
-        evidence={"steps_in_a_row": steps, "stale_parameters": stale, "all_frozen": frozen},
+        evidence={
+            "steps_in_a_row": steps,
+            "stale_parameters": stale,
+            "all_frozen": frozen,
+            "only_under_no_grad": no_grad,
+            "no_parameters": empty,
+        },
     )
 
 
@@ -233,6 +255,19 @@ def clip_no_parameters(function: str, generator: bool) -> Finding:
         "warning",
         f"{function} was given {cause}: no gradient is clipped",
         evidence={"function": function, "generator": generator},
+    )
+
+
+def clip_by_weight_norm() -> Finding:
+    """``clip_grads_with_norm_`` given a norm ``get_total_norm`` took of the parameters: the
+    weights' norm, not the gradients'."""
+    return Finding(
+        "clip-by-weight-norm",
+        "warning",
+        "clip_grads_with_norm_ was given the norm get_total_norm took of the parameters, not of "
+        "their gradients: whenever the weights' norm is above max_norm, each step's gradients "
+        "are scaled by max_norm / (the weights' norm), whatever their own norm",
+        evidence={"function": "get_total_norm", "given": "parameters"},
     )
 
 

@@ -10,7 +10,9 @@ every backward) and reports to the monitor:
   cleared: never (nothing zeroes them), or always, two or more times a step (``zero_grad``
   inside an accumulation loop throws the earlier micro-batches away).
 - ``step-without-gradients``: the clock stepped after a backward while none of its parameters
-  that require gradients had one (a stale optimiser, zero_grad between backward and step).
+  that require gradients had one (a stale optimiser, zero_grad between backward and step), or,
+  with no other optimiser stepping, while it held no parameter, only frozen ones, or those of
+  models run under ``no_grad`` only (a teacher's, not the student's): said at the run's end.
 - ``not-in-optimiser``: on the clock's 10th step, parameters of the models it trains got
   gradients but no optimiser that stepped holds them (a layer added after the optimiser was
   built, a parameter list that left one out).
@@ -35,6 +37,8 @@ every backward) and reports to the monitor:
   float16 autocast, and no loss was scaled (by an enabled ``GradScaler``, or multiplied by a
   constant of ``scalers.HAND_SCALE`` or more before its backward): gradients under float16's
   smallest step flush to zero.
+- ``maximize``: on sampled steps, whether a parameter group of the clock has
+  ``maximize=True`` (it climbs the loss), for the monitor's ``loss-diverged`` to say.
 - ``lr-negative``: a parameter group's learning rate went below zero (a linear decay stepped
   past its end), so the optimiser climbs the loss.
 - ``lr-zero``: every group's learning rate has been 0 since the first step (``lr=0``, or a
@@ -204,6 +208,7 @@ class Updates:
         self.plateau = 0  # ReduceLROnPlateau steps of the clock's optimiser (at its last step)
         self.decayed_by_hand = False  # the low rate is the step size of updates by hand
         self.zero_steps = 0  # steps at lr 0 in every group, from the first
+        self.maximize = ""  # the clock's class name when a group of it has maximize=True
         self.reported -= {"lr-collapsed"}
 
     # ------------------------------------------------------------------ from the doctor's hooks
@@ -351,14 +356,16 @@ class Updates:
         if sampled:
             self._choose_probes(optimizer, params)
         # A backward through a graph while the models this optimiser trains ran no forward
-        # with gradients: frozen for now, on purpose (a backbone warmed up under no_grad
-        # beside a head with its own optimiser).
+        # with gradients: frozen for now, on purpose, beside another optimiser that trains (a
+        # backbone warmed up under no_grad beside a head with its own optimiser). Alone, it
+        # is judged at the run's end (built over a teacher run under no_grad, not the student).
         # (A forward with gradients in eval mode counts: a frozen model in eval mode that a
         # prompt's gradients run through.)
-        frozen = graph and bool(roots) and not self.mode & 3
+        no_grad = graph and bool(roots) and not self.mode & 3
+        frozen = no_grad and not self._alone(optimizer)
         # Updates by hand are seen after the update, the gradients maybe cleared by then.
         if self.backwards and not frozen and not by_hand:
-            self._note_gradients(optimizer, roots, graph, step)
+            self._note_gradients(optimizer, roots, graph, step, no_grad)
         if step - self.first + 1 == ORPHAN_STEP:
             self._note_unregistered(optimizer, roots)
             if not by_hand:
@@ -374,20 +381,26 @@ class Updates:
         self._note_lr(step, sampled, optimizer)
 
     def _note_gradients(
-        self, optimizer: torch.optim.Optimizer, roots: list[nn.Module], graph: bool, step: int
+        self,
+        optimizer: torch.optim.Optimizer,
+        roots: list[nn.Module],
+        graph: bool,
+        step: int,
+        no_grad: bool = False,
     ) -> None:
         # The parameter that had a gradient last time first: a frozen backbone given to the
         # optimiser is not walked again on every step.
         if self.with_grad is not None and self.with_grad.grad is not None:
             self.empty = 0
             return
-        wanted = False
+        wanted = held = False
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
                     self.empty, self.with_grad = 0, p
                     return
                 wanted |= p.requires_grad
+                held = True
         # All frozen (staged unfreezing): no step is expected to change them, while another
         # optimiser trains. With none, a backward through a graph trains nothing that steps.
         if not wanted and not (graph and self._alone(optimizer)):
@@ -395,9 +408,14 @@ class Updates:
         self.empty += 1
         if self.empty == EMPTY_STEPS:
             found = slips.step_without_gradients(
-                self.empty, stale=not roots, streak=EMPTY_STEPS, frozen=not wanted
+                self.empty,
+                stale=not roots,
+                streak=EMPTY_STEPS,
+                frozen=not wanted,
+                no_grad=no_grad,
+                empty=not held,
             )
-            if found is not None and not wanted:  # judged at the run's end
+            if found is not None and (not wanted or no_grad):  # judged at the run's end
                 found.where, found.step = checks.user_site(), step
                 self.frozen_streak = self.frozen_streak or (found, weakref.ref(optimizer))
                 return
@@ -506,6 +524,9 @@ class Updates:
         # The largest group's: a group frozen at lr 0 beside one that trains is no collapse.
         # A tensor lr (capturable optimisers) is not read.
         lrs = [g.get("lr") for g in optimizer.param_groups]
+        if sampled:  # (said with loss-diverged, at the run's end)
+            maximize = any(g.get("maximize") is True for g in optimizer.param_groups)
+            self.maximize = type(optimizer).__name__ if maximize else ""
         numbers = [float(v) for v in lrs if type(v) is float or type(v) is int]
         if not numbers:
             return
