@@ -212,6 +212,10 @@ def cut(path: Path, keep: int) -> None:
         ("paragraph", lambda p: np.save(p, np.load(p) + 5), "a paragraph index outside"),
         ("ends", lambda p: np.save(p, np.load(p) + 99), "an answer span outside its context"),
         ("ends", lambda p: p.unlink(), "missing"),
+        # Ids past meta.json's vocabularies: an IndexError mid-epoch (a device assert on GPU).
+        ("context_words", lambda p: np.save(p, np.load(p) + 10_000), "an id outside the"),
+        ("question_chars", lambda p: np.save(p, np.load(p) + 900), "an id outside the"),
+        ("question_words", lambda p: np.save(p, np.load(p) - 5), "an id outside the"),
     ],
 )
 def test_a_damaged_array_is_named_when_the_split_opens(
@@ -240,6 +244,58 @@ def test_damaged_texts_and_vocabularies_are_named(copy: Path) -> None:
         split.question_id(0)
     with pytest.raises(ValueError, match=r"word_vocab\.json: "):
         split.word_vocab()
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "problem"),
+    [
+        ("word_vocab.json", lambda p: p.unlink(), "missing"),
+        ("char_vocab.json", lambda p: p.write_text('{"tokens": ["<pad>", "<unk>"]}'), "2 tokens"),
+        ("word_vectors.npy", lambda p: np.save(p, np.load(p)[:-1]), "shape"),
+    ],
+)
+def test_vocabularies_and_vectors_that_do_not_fit_meta_are_named(
+    copy: Path, name: str, damage: Any, problem: str
+) -> None:
+    # A raw "The size of tensor a (10) must match the size of tensor b (9)" from the model,
+    # or ids read as other words.
+    from treeqa.data.squad_prepared import PreparedSplit
+    from treeqa.models.qanet import QANetConfig
+    from treeqa.recipes.qa import build_model
+
+    damage(copy / name)
+    split = PreparedSplit(copy, "train")
+    with pytest.raises((ValueError, FileNotFoundError), match=rf"{name}: .*{problem}"):
+        build_model(QANetConfig(word_dim=3, d_model=8, heads=1, char_dim=8), split)
+
+
+@pytest.mark.parametrize("name", ["contexts.jsonl", "questions.jsonl", "gold.json"])
+def test_a_missing_text_is_named_when_the_split_opens_not_at_the_first_evaluation(
+    copy: Path, name: str
+) -> None:
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    (copy / "dev" / name).unlink()
+    with pytest.raises(FileNotFoundError, match=rf"dev/{name}: missing"):
+        PreparedSplit(copy, "dev")
+
+
+def test_a_vectors_cache_inside_out_is_refused_before_tokenising(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Checked only for a full --out with --overwrite: in a new --out the cache was written
+    # inside the folder the output then replaced, so it was lost on every run.
+    from treeqa.data import squad_prepare
+
+    def tokenizer() -> None:
+        raise AssertionError("tokenising began before the inputs were checked")
+
+    monkeypatch.setattr(squad_prepare, "Tokenizer", tokenizer)
+    out = tmp_path / "prepared"
+    inputs = prepare_inputs(tmp_path, squad())
+    with pytest.raises(FileExistsError, match=rf"{out / 'cache'} is an input .* inside {out}"):
+        squad_prepare.prepare_squad(*inputs, out, vectors_cache=out / "cache")
+    assert not out.exists()
 
 
 def test_an_empty_split_is_refused_rather_than_trained_on_forever(copy: Path) -> None:

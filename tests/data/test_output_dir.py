@@ -73,3 +73,54 @@ def test_a_run_killed_while_deleting_the_old_folder_leaves_the_new_one_whole(
     assert (out / "a.txt").read_text() == "new" and (out / "meta.json").is_file()
     # What is left of the old one waits in a work folder, which the next run deletes.
     assert any(tmp_path.glob(".out.*.partial"))
+
+
+def _other_run(out: Path) -> None:
+    """What another run into ``out`` leaves there when it finishes."""
+    with built_aside(out) as work:
+        (work / "meta.json").write_text(json.dumps({"by": "me"}))
+        (work / "a.txt").write_text("other")
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_run_that_finishes_second_leaves_the_first_ones_folder_and_says_so(
+    tmp_path: Path, existed: bool
+) -> None:
+    # The state of --out was checked when the run began: a folder another run wrote there
+    # since was moved aside and deleted (out missing at the start, or replaced with
+    # --overwrite), with no word.
+    out = tmp_path / "out"
+    if existed:
+        _write(out)
+    with pytest.raises(FileExistsError, match=rf"{out} changed while this run.*finished first"):
+        with built_aside(out) as work:
+            (work / "a.txt").write_text("late")
+            _other_run(out)
+    assert (out / "a.txt").read_text() == "other"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_two_runs_renaming_into_the_same_out_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, existed: bool
+) -> None:
+    # The other run renames its folder in between this run's last look and its rename:
+    # that was a bare "[Errno 39] Directory not empty" naming a hidden work folder, which
+    # was left behind.
+    out = tmp_path / "out"
+    if existed:
+        _write(out)
+    rename = Path.rename
+
+    def other_first(self: Path, target: Path) -> Path:
+        if Path(target) == out and self.name.endswith(".partial"):
+            monkeypatch.setattr(Path, "rename", rename)
+            _other_run(out)
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", other_first)
+    with pytest.raises(FileExistsError, match=rf"{out} changed while this run.*finished first"):
+        with built_aside(out) as work:
+            (work / "a.txt").write_text("late")
+    assert (out / "a.txt").read_text() == "other"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

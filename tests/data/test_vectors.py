@@ -4,6 +4,7 @@ import io
 import lzma
 import os
 import re
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,23 @@ def test_changed_file_misses_the_cache(tmp_path: Path) -> None:
     assert load(path, ["a"], tmp_path).matrix[0, 0] == 9.5
 
 
+@pytest.mark.parametrize("name, filler", [("v.txt", 0), ("v.txt.gz", 0), ("v.txt", 200_000)])
+def test_a_same_size_file_put_in_place_with_its_mtime_kept_misses_the_cache(
+    tmp_path: Path, name: str, filler: int
+) -> None:
+    # Keyed on path, size and mtime only, a replacement by ``cp -p`` or ``rsync -t`` (same
+    # size, mtime kept) read the old file's vectors from the cache, silently. With filler
+    # lines first (3 MB), the changed line lies past the first MiB.
+    text = "".join(f"w{i} 0 0 0\n" for i in range(filler)) + GLOVE
+    path = write(tmp_path / name, text)
+    assert load(path, ["a"], tmp_path).matrix[0, 0] == 1
+    before = path.stat()
+    write(path, text.replace("a 1 2 3", "a 9 2 3"))
+    assert path.stat().st_size == before.st_size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert load(path, ["a"], tmp_path).matrix[0, 0] == 9
+
+
 def test_corrupt_cache_is_rebuilt(tmp_path: Path) -> None:
     path = write(tmp_path / "v.txt", GLOVE)
     first = load(path, ["a", "b b"], tmp_path)
@@ -284,6 +302,18 @@ def test_default_cache_sits_beside_the_file_or_in_the_user_cache(
     assert not (shared / ".treeqa-cache").exists()
     assert len(list((tmp_path / "home-cache" / "treeqa" / "vectors").iterdir())) == 3
 
+    # A cache folder beside the file that another user made, read-only to us: it warned
+    # "could not write the vectors cache" on every load and cached nothing.
+    (data / ".treeqa-cache").chmod(0o555)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            load_vectors(path, ["b b"])
+    finally:
+        (data / ".treeqa-cache").chmod(0o755)
+    assert len(list((data / ".treeqa-cache").iterdir())) == 3
+    assert len(list((tmp_path / "home-cache" / "treeqa" / "vectors").iterdir())) == 6
+
 
 # --- spaCy layout --------------------------------------------------------------------------
 
@@ -313,6 +343,23 @@ def test_spacy_pair_from_either_file(tmp_path: Path) -> None:
         np.testing.assert_array_equal(got.matrix, expected)
         assert got.found.tolist() == [False, True, True, True, False, True]
         assert (got.report.exact, got.report.lower, got.report.lines_read) == (2, 2, 5)
+
+
+def test_a_link_to_one_file_of_a_spacy_pair_finds_its_partner_beside_the_file(
+    tmp_path: Path,
+) -> None:
+    # The partner was looked for beside the link only: "found none" for a pair whose
+    # table alone was linked into a folder of one's own.
+    (tmp_path / "real").mkdir()
+    (tmp_path / "mine").mkdir()
+    key2row = write_spacy(tmp_path / "real")
+    link = tmp_path / "mine" / "m.vectors.3d.float32.npy.xz"
+    link.symlink_to(tmp_path / "real" / link.name)
+    assert find_spacy_pair(link) == (link, key2row)
+    np.testing.assert_array_equal(load(link, ["cat"], tmp_path).matrix, TABLE[2:3])
+    (tmp_path / "real" / key2row.name).unlink()
+    with pytest.raises(VectorFileError, match=rf"found none: .* in {tmp_path / 'mine'} or"):
+        find_spacy_pair(link)
 
 
 def test_report_counts_words_that_share_a_vector(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ else."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -51,21 +52,24 @@ def check_replaceable(
 ) -> None:
     """A FileExistsError unless ``out`` is missing or empty, or ``overwrite`` is given, its
     ``meta.json`` says (``made_here``) that ``maker`` wrote it, and it holds only the entries
-    ``maker`` writes (``written``), none of them one of its ``inputs``: replacing ``out``
-    deletes nothing the user put there."""
+    ``maker`` writes (``written``); and unless none of ``inputs`` (a cache folder included,
+    which may not exist yet) lies inside it: replacing ``out`` deletes nothing the user put
+    there."""
     out = real_folder(out)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} is a file; --out names the folder to write into")
-    if not out.exists() or not any(out.iterdir()):
-        return
-    if not overwrite:
+    empty = not out.exists() or not any(out.iterdir())
+    if not empty and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty (--overwrite replaces it)")
+    # Even in a missing or empty out: a cache folder written there would be replaced.
     inside = [p for p in inputs if p.resolve().is_relative_to(out.resolve())]
     if inside:
         raise FileExistsError(
-            f"{inside[0]} is an input of this command and lies inside {out}, which --overwrite "
-            "would delete: move it out, or give another --out"
+            f"{inside[0]} is an input of this command and lies inside {out}, which the output "
+            "replaces: move it out, or give another --out"
         )
+    if empty:
+        return
     try:
         meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -109,10 +113,13 @@ def built_aside(out: Path) -> Iterator[Path]:
     block ends and deleted when it fails: a failed run leaves an earlier ``out`` as it was.
     Its name is its own, so a folder the user named ``out.partial`` is never touched; one a
     killed run left is deleted here. A link to a folder is followed: the folder is replaced
-    (keeping its permissions)."""
+    (keeping its permissions). An ``out`` put in place or written into while the block ran
+    (another run into it finishing first) is left as it is: the new folder is deleted and a
+    FileExistsError says so."""
     out = real_folder(out)
     if out.parent.is_dir():
         remove_stale_work(out)
+    before = _identity(out)
     work = _aside(out)
     try:
         work.mkdir(parents=True)
@@ -128,15 +135,48 @@ def built_aside(out: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    if out.exists():
+    # Checked when the run began, minutes ago: what was written there since is not ours.
+    if _identity(out) != before:
+        raise _lost_race(out, work)
+    old = None
+    if before is not None:
         # Moved aside first, deleted last: a run killed while deleting it leaves the new
         # folder whole, not an old one half deleted (the next run deletes what is left).
         old = _aside(out)
-        out.rename(old)
+        try:
+            out.rename(old)
+        except FileNotFoundError:  # another run moved it aside an instant before
+            raise _lost_race(out, work) from None
+    try:
         work.rename(out)
+    except OSError as err:
+        if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        # Another run renamed its folder in an instant before: that one stays.
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        raise _lost_race(out, work) from None
+    if old is not None:
         shutil.rmtree(old)
-    else:
-        work.rename(out)
+
+
+def _identity(out: Path) -> tuple[int, int, int] | None:
+    """What tells the folder ``out`` apart from one put in its place or written into since."""
+    try:
+        st = out.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+def _lost_race(out: Path, work: Path) -> FileExistsError:
+    """Deletes ``work`` and says why: ``out`` was written while this run built its own."""
+    shutil.rmtree(work, ignore_errors=True)
+    return FileExistsError(
+        f"{out} changed while this run was writing its output (another preparation into "
+        "it finished first?): it is left as it is now, and this run's output is discarded; "
+        "run again with --overwrite to replace it, or give another --out"
+    )
 
 
 def _aside(out: Path) -> Path:

@@ -36,6 +36,7 @@ __all__ = ["CoverageReport", "VectorFileError", "Vectors", "find_spacy_pair", "l
 
 CACHE_VERSION = 4  # bump when the reader's output changes, so old caches miss
 _EXAMPLES = 10
+_FINGERPRINT = 1 << 20  # bytes hashed at each end of a vectors file for the cache key
 _DECODE_ERRORS = (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error)
 _CORRUPT = "cannot decompress ({}): the file is truncated or corrupt"
 _NOT_FINITE = "holds NaN, infinity or a number too large for float32"
@@ -137,7 +138,7 @@ def load_vectors(
 
     The result is cached in ``cache_dir`` (default: ``.treeqa-cache`` beside the file, or
     ``~/.cache/treeqa/vectors`` when that folder is read-only), keyed by the file's path,
-    size and mtime and by every argument; a corrupt cache is rebuilt.
+    size, mtime and first and last MiB and by every argument; a corrupt cache is rebuilt.
     """
     if on_bad_line not in ("error", "skip"):
         raise ValueError(f"on_bad_line must be 'error' or 'skip', not {on_bad_line!r}")
@@ -197,12 +198,19 @@ def find_spacy_pair(path: str | Path) -> tuple[Path, Path] | None:
     else:
         return None
     prefix = glob.escape(m[1])
-    partners = sorted({p for s in suffixes for p in path.parent.glob(prefix + s)})
+    # A link to one file of a pair: the partner may lie beside the file it names instead.
+    folders = [path.parent] + ([path.resolve().parent] if path.is_symlink() else [])
+    partners = []
+    for folder in folders:
+        partners = sorted({p for s in suffixes for p in folder.glob(prefix + s)})
+        if partners:
+            break
     if len(partners) != 1:
         looked = ", ".join(m[1] + s for s in suffixes)
         found = ", ".join(p.name for p in partners) or "none"
         problem = f"a spaCy vectors file needs exactly one partner file, found {found}"
-        raise VectorFileError(f"{problem}: looked for {looked} in {path.parent}", path)
+        where = " or ".join(map(str, folders))
+        raise VectorFileError(f"{problem}: looked for {looked} in {where}", path)
     partner = partners[0]
     return (partner, path) if "key2row" in path.name else (path, partner)
 
@@ -530,18 +538,36 @@ def _sharing(
 def _cache_key(files: Sequence[Path], keys: Sequence[str | None], settings: list[object]) -> str:
     stats = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
     digest = hashlib.sha256(json.dumps([CACHE_VERSION, stats, settings]).encode())
+    for p in files:
+        digest.update(_fingerprint(p))
     digest.update(json.dumps(list(keys)).encode())  # most of a cached load's time
     return digest.hexdigest()[:24]
+
+
+def _fingerprint(path: Path) -> bytes:
+    """A hash of the first and last MiB of a regular file (b"" for a pipe, which reading
+    would drain): a same-size file put in place with its mtime kept (``cp -p``, ``rsync -t``,
+    a tar extract) has other bytes there, and a compressed file's last bytes hold a checksum
+    of all of it. Metadata that says nothing of the content (ctime: chmod, a hard link, a
+    backup resetting atime) would rebuild minutes of cache for nothing."""
+    if not path.is_file():
+        return b""
+    with path.open("rb") as f:
+        head = f.read(_FINGERPRINT)
+        f.seek(max(f.seek(0, os.SEEK_END) - _FINGERPRINT, len(head)))
+        return hashlib.sha256(head + f.read()).digest()
 
 
 def _cache_folder(path: Path, cache_dir: str | Path | None) -> Path:
     if cache_dir is not None:
         return Path(cache_dir)
-    parent = path.absolute().parent
+    beside = path.absolute().parent / ".treeqa-cache"
     # Mode bits as well as access(): root may write anywhere, but a folder marked
-    # read-only (a shared data folder) should stay untouched.
-    if os.access(parent, os.W_OK) and parent.stat().st_mode & 0o222:
-        return parent / ".treeqa-cache"
+    # read-only (a shared data folder) should stay untouched. One made by another user
+    # may be read-only to us in a folder we can write to.
+    folder = beside if beside.is_dir() else beside.parent
+    if os.access(folder, os.W_OK) and folder.stat().st_mode & 0o222:
+        return beside
     home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return home / "treeqa" / "vectors"
 

@@ -64,7 +64,11 @@ class TreeGRUConfig:
     attention_dim: int = 0
     """Hidden size of the attention gate over children; 0 = no gate (h = m)."""
     num_tags: int = 0
-    """Size of the POS-tag vocabulary (needed when tag_dim > 0)."""
+    """Size of the POS-tag vocabulary (needed when tag_dim > 0). Tag ids are not checked
+    against it (that would read a value back from the device each step): the recipes build
+    them from the same vocabulary, but in a batch built by hand a tag id >= num_tags reads
+    another word's (word, tag) pair, silently (a relation id >= num_rels fails in its
+    embedding)."""
     num_rels: int = 0
     """Size of the relation vocabulary (needed when rel_dim > 0)."""
 
