@@ -92,3 +92,21 @@ def test_a_pipe_is_a_report_path_a_monitor_takes(
     writable("--json", fifo)
     HealthMonitor(json_path=fifo)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_long_run_reports_a_bounded_number_of_points_per_series() -> None:
+    from treeqa.health.monitor import HealthMonitor
+
+    monitor = HealthMonitor()
+    steps = 100_007  # whole, 10.5 MB of JSON here; a real run's wrote ~210 bytes a step
+    for name, values in monitor.series.items():
+        values.extend(float(s) * (2 if name == "loss" else 1) for s in range(1, steps + 1))
+    monitor.step = steps
+    result = report.build(monitor)
+    assert len(json.dumps(result)) < 5_000_000
+    series = result["series"]
+    assert all(0 < len(vs) <= report.REPORT_POINTS for vs in series.values())
+    assert len({len(vs) for vs in series.values()}) == 1  # every series at the same steps
+    assert series["step"][:2] == [1, 7] and all(isinstance(s, int) for s in series["step"])
+    assert series["loss"] == [2.0 * s for s in series["step"]]  # each value with its own step
+    assert result["steps"] == steps

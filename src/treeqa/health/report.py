@@ -14,6 +14,10 @@ from treeqa.health.findings import SEVERITIES, Finding
 from treeqa.train.checkpoint import keep_aside, write_text_atomic
 
 _ORDER = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+REPORT_POINTS = 20_000
+"""Values per series at most in the report (health.json and its plot): a longer run's are
+every k-th step's, their step numbers in "step". At full length a run wrote ~210 bytes of
+JSON a step (a 1M-step run: ~210 MB, built as Python floats at its end); now ~4 MB at most."""
 
 
 def one_line(finding: Finding) -> str:
@@ -23,10 +27,12 @@ def one_line(finding: Finding) -> str:
 
 def build(monitor: Any) -> dict[str, Any]:
     findings = sorted(monitor.findings.values(), key=lambda f: (_ORDER[f.severity], f.step))
+    stride = max(1, -(-len(monitor.series["step"]) // REPORT_POINTS))
     series = {
-        k: [None if not math.isfinite(v) else v for v in vs] for k, vs in monitor.series.items()
+        k: [None if not math.isfinite(v) else v for v in vs[::stride]]
+        for k, vs in monitor.series.items()
     }
-    series["step"] = [int(v) for v in monitor.series["step"]]
+    series["step"] = [int(v) for v in monitor.series["step"][::stride]]
     return {
         "findings": [f.to_json() for f in findings],
         "series": series,
