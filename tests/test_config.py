@@ -6,12 +6,16 @@ import pytest
 from treeqa.config import (
     ConfigError,
     check_fields,
+    find_config,
     from_dict,
     load_toml,
     merge_overrides,
     parse_overrides,
+    shipped_configs,
     to_toml,
 )
+
+CONFIGS = Path(__file__).parents[1] / "configs"
 
 
 @dataclass(frozen=True)
@@ -156,3 +160,28 @@ def test_strings_with_newlines_and_control_characters_round_trip_through_toml() 
 
     odd = Outer(name='a\nb"c\\d\x7f\x01 é 😀')
     assert from_dict(Outer, tomllib.loads(to_toml(odd))) == odd
+
+
+def test_a_shipped_config_is_found_by_name_away_from_the_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert sorted(shipped_configs()) == sorted(p.stem for p in CONFIGS.glob("*.toml"))
+    for name in ("tree_lstm_fine", "tree_lstm_fine.toml"):
+        found = find_config(Path(name))
+        assert found.read_bytes() == (CONFIGS / "tree_lstm_fine.toml").read_bytes()
+    (tmp_path / "tree_lstm_fine.toml").write_text('name = "mine"\n')  # a file here comes first
+    assert load_toml(find_config(Path("tree_lstm_fine.toml"))) == {"name": "mine"}
+
+
+def test_a_config_that_is_not_there_says_what_treeqa_ships(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^configs/qanet_paper.toml: .* --config qanet_paper$"):
+        find_config(Path("configs/qanet_paper.toml"))
+    with pytest.raises(ConfigError, match=r"^tree_lstm: no such file, nor .*tree_lstm_fine"):
+        find_config(Path("tree_lstm"))
+    assert find_config(Path("elsewhere/mine.toml")) == Path("elsewhere/mine.toml")
+    with pytest.raises(ConfigError, match=r"^elsewhere/mine.toml: cannot read config"):
+        load_toml(find_config(Path("elsewhere/mine.toml")))

@@ -37,3 +37,12 @@ def test_a_constituency_config_trains_as_written(
     argv = ["train", "sentiment", "--config", str(path), "--data", str(demo_dir), *small]
     assert main([*argv, "--out", str(tmp_path / "run")]) == 0, capsys.readouterr().err
     assert (tmp_path / "run" / "best.safetensors").is_file()
+
+
+def test_a_config_given_by_name_trains_from_any_folder(
+    demo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no configs/ here: the name is the one treeqa ships
+    small = ["--model.hidden_dim=8", "--epochs", "1", "--health", "off", "--data", str(demo_dir)]
+    assert main(["train", "--config", "tree_gru_fine", *small, "--out", "run"]) == 0
+    assert cfg.load_toml(tmp_path / "run" / "config.toml")["name"] == "tree_gru_fine"

@@ -16,6 +16,7 @@ import tomllib
 import types
 import typing
 from collections.abc import Collection, Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -52,6 +53,31 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}:{line}: not UTF-8 text ({err.reason})") from err
     except OSError as err:
         raise ConfigError(f"{path}: cannot read config ({err.strerror})") from err
+
+
+def shipped_configs() -> dict[str, Path]:
+    """Name -> file of the configs treeqa ships (the repository's configs/, installed as the
+    package ``treeqa.configs``): ``--config tree_lstm_fine`` works wherever treeqa is."""
+    folder = resources.files("treeqa.configs")
+    files = [f for f in folder.iterdir() if f.name.endswith(".toml")]
+    return {f.name.removesuffix(".toml"): Path(str(f)) for f in sorted(files, key=lambda f: f.name)}
+
+
+def find_config(path: Path) -> Path:
+    """``--config``'s file: ``path`` when it exists, else the shipped config a bare name
+    (``tree_lstm_fine`` or ``tree_lstm_fine.toml``) names."""
+    if path.exists():
+        return path
+    shipped = shipped_configs()
+    name = path.name.removesuffix(".toml")
+    if name in shipped and path.parent == Path("."):
+        return shipped[name]
+    if name in shipped:
+        raise ConfigError(f"{path}: no such file; treeqa ships this config as --config {name}")
+    if path.parent == Path("."):
+        names = ", ".join(shipped)
+        raise ConfigError(f"{path}: no such file, nor a config treeqa ships ({names})")
+    return path  # load_toml says it cannot read it
 
 
 def parse_overrides(args: Sequence[str]) -> list[tuple[str, str]]:

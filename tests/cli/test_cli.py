@@ -478,3 +478,31 @@ def test_amp_that_does_nothing_is_said_by_process_0_alone_under_torchrun(
         monkeypatch.setenv("RANK", rank)
         assert main(argv) == 2
         assert capsys.readouterr().out.count(said) == lines
+
+
+def test_a_missing_extra_is_one_error_line_that_names_it(
+    dep_dir: Path,
+    demo_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Was: predict --text and serve on a dependency model ended in an ImportError traceback
+    # where spaCy was not installed.
+    data = tmp_path / "dep"
+    shutil.copytree(dep_dir, data)
+    (data / "meta.json").write_text(json.dumps({"pipeline": "a_pipeline_no_test_loaded"}))
+    small = ["--model", "childsum", "--hidden_dim", "4", "--epochs", "1", "--health", "off"]
+    assert main(["train", *small, "--data", str(data), "--out", str(tmp_path / "r")]) == 0
+    capsys.readouterr()
+    monkeypatch.setitem(sys.modules, "spacy", None)  # `import spacy` raises ImportError
+    parse = ["--sst", str(demo_dir), "--out", str(tmp_path / "p"), "--pipeline", "a_pipeline"]
+    for name, argv in (
+        ("predict", ["predict", "--checkpoint", str(tmp_path / "r"), "--text", "Not bad."]),
+        ("serve", ["serve", str(tmp_path / "r"), "--port", "0"]),
+        ("data prepare sst-dependency", ["data", "prepare", "sst-dependency", *parse]),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"treeqa {name}: error: dependency parsing needs spaCy")
+        assert "pip install 'treeqa[qa]'" in err and len(err.splitlines()) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from treeqa.data.batching import collate, encode
 from treeqa.data.dependency import (
     DependencyTree,
     from_record,
+    load_parser,
     project_labels,
     read_dependency_trees,
     write_dependency_trees,
@@ -245,3 +247,13 @@ def test_real_sst_dev_parses_with_nine_in_ten_nodes_labelled(
     constituency = sst.load_split(real_data / "sst", "dev")
     for tree, dep in zip(constituency, sst.load_split(tmp_path / "dep", "dev"), strict=True):
         assert dep.tokens == tree.tokens and dep.label == tree.label
+
+
+def test_parsing_without_spacy_names_the_extra_that_installs_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "spacy", None)  # `import spacy` raises ImportError
+    with pytest.raises(
+        ImportError, match=r"pip install 'treeqa\[qa\]' && python -m spacy download"
+    ):
+        load_parser("a_pipeline_not_cached")

@@ -139,13 +139,7 @@ def run_stats(args: argparse.Namespace) -> int:
 def run_prepare_dependency(args: argparse.Namespace) -> int:
     from treeqa.data.dependency import convert_sst
 
-    try:
-        meta = convert_sst(args.sst, args.out, args.pipeline, overwrite=args.overwrite)
-    except BrokenPipeError:  # `... | head`: main() stops quietly
-        raise
-    except (ImportError, OSError) as err:  # FileExistsError included
-        print(f"treeqa data prepare sst-dependency: error: {err}", file=sys.stderr)
-        return 2
+    meta = convert_sst(args.sst, args.out, args.pipeline, overwrite=args.overwrite)
     if args.json:
         emit_json(meta)
     return 0

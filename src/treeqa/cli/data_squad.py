@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from treeqa.cli import flags
@@ -82,24 +81,20 @@ def prepare_main(args: argparse.Namespace) -> int:
     from treeqa.data.squad_prepare import Limits, prepare_squad
 
     limits = Limits(args.context_limit, args.question_limit, args.answer_limit, args.char_limit)
-    try:
-        meta = prepare_squad(
-            args.train,
-            args.dev,
-            args.vectors,
-            args.out,
-            limits=limits,
-            skip_bad=args.skip_bad,
-            negatives=None if args.negatives == "none" else args.negatives,
-            negative_fraction=args.negative_fraction,
-            seed=args.seed,
-            vectors_cache=args.vectors_cache,
-            overwrite=args.overwrite,
-            log=print,
-        )
-    except ImportError as err:  # spaCy is an optional dependency
-        print(f"treeqa data prepare squad: error: {err}", file=sys.stderr)
-        return 2
+    meta = prepare_squad(
+        args.train,
+        args.dev,
+        args.vectors,
+        args.out,
+        limits=limits,
+        skip_bad=args.skip_bad,
+        negatives=None if args.negatives == "none" else args.negatives,
+        negative_fraction=args.negative_fraction,
+        seed=args.seed,
+        vectors_cache=args.vectors_cache,
+        overwrite=args.overwrite,
+        log=print,
+    )
     for split, s in meta["splits"].items():
         dropped = ", ".join(f"{k} {v}" for k, v in s["dropped"].items()) or "none"
         skipped = ", ".join(f"{k}: {v}" for k, v in s["skipped"].items()) or "none"

@@ -22,7 +22,7 @@ from treeqa.cli.train import sentiment_config
 HELP = "Score a sentiment checkpoint or N seeds, or (`evaluate qa`) SQuAD answers."
 EXAMPLE = (
     "treeqa evaluate --checkpoint runs/tl --data data/sst --split test --json\n"
-    "  treeqa evaluate --seeds 3 --config configs/tree_lstm_fine.toml --out runs/tl3 --split test"
+    "  treeqa evaluate --seeds 3 --config tree_lstm_fine --out runs/tl3 --split test"
 )
 USAGE = (
     "%(prog)s [-h] --checkpoint RUN [--data DIR]\n"
@@ -62,7 +62,7 @@ def add_parser(subparsers: Any, task: str) -> argparse.ArgumentParser:
         "score each (default: none)",
     )
     flags.add_out(parser, "with --seeds: the directory for the runs, seed-K inside")
-    flags.add_config(parser, "configs/tree_lstm_fine.toml")
+    flags.add_config(parser, "tree_lstm_fine")
     flags.add_config_flags(
         parser,
         "sentiment",

@@ -258,7 +258,8 @@ def add_config(group: Group, example: str) -> None:
         "--config",
         type=Path,
         metavar="TOML",
-        help=f"config file, e.g. {example} (default: none, the defaults below)",
+        help=f"config file, or the name of one treeqa ships, e.g. {example} "
+        "(default: none, the defaults below)",
     )
 
 
@@ -327,10 +328,11 @@ def resolve_file(
 ) -> Any:
     """``resolve`` (a recipe's ``resolve_config``) over the TOML file ``source``, the config
     flags ``named`` and the ``--key=value`` ``overrides``. An error in the file itself (a
-    sentiment config given to ``train qa``, a value of the wrong type) names the file."""
-    from treeqa.config import ConfigError, load_toml, parse_overrides
+    sentiment config given to ``train qa``, a value of the wrong type) names the file; a bare
+    name (``tree_lstm_fine``) that is no file here is the config treeqa ships."""
+    from treeqa.config import ConfigError, find_config, load_toml, parse_overrides
 
-    raw = load_toml(source) if source else {}
+    raw = load_toml(find_config(source)) if source else {}
     if source:
         try:
             resolve(raw, [])

@@ -122,7 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:  # `treeqa data stats DIR | head -1`, `treeqa predict ... | head`
         return reader_gone()
-    except (ValueError, FileNotFoundError, OSError) as err:
+    except (ValueError, FileNotFoundError, OSError, ImportError) as err:
+        # ImportError: an optional extra not installed (spaCy to parse text, say); its
+        # message names the extra to install.
         print(f"treeqa {name}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:

@@ -23,19 +23,19 @@ EXAMPLES = {
     "sentiment": (
         "treeqa train sentiment --model tree_lstm --data data/sst --vectors glove.txt.gz "
         "--out runs/tl\n"
-        "  treeqa train sentiment --config configs/tree_lstm_fine.toml --train.epochs=5\n"
+        "  treeqa train sentiment --config tree_lstm_fine --train.epochs=5\n"
         "  treeqa train sentiment --resume runs/tl        # continue a killed run\n"
         "  treeqa train sentiment --model tree_gru --emblr 0 --rel_dim 0 --tag_dim 0 "
         "--optim adagrad --name basic --lr 0.05 --wd 1e-4 --at_hid_dim 0"
     ),
     "qa": (
-        "treeqa train qa --config configs/qanet_paper.toml --prepared runs/squad_v1 "
+        "treeqa train qa --config qanet_paper --prepared runs/squad_v1 "
         "--out runs/qanet\n"
-        "  treeqa train qa --config configs/qanet_cpu_small.toml --schedule.budget_minutes=45\n"
+        "  treeqa train qa --config qanet_cpu_small --schedule.budget_minutes=45\n"
         "  treeqa train qa --resume runs/qanet"
     ),
 }
-CONFIG_EXAMPLES = {"sentiment": "configs/tree_lstm_fine.toml", "qa": "configs/qanet_paper.toml"}
+CONFIG_EXAMPLES = {"sentiment": "tree_lstm_fine", "qa": "qanet_paper"}
 DESCRIPTIONS = {
     "sentiment": (
         "Train a sentiment model (bag of words, Tree-LSTM, Child-Sum Tree-LSTM or Tree-GRU) "
@@ -47,7 +47,7 @@ DESCRIPTIONS = {
         "Train QANet on a prepared SQuAD directory into a run directory. The sentiment models' "
         "flags: `treeqa train sentiment --help`.\n\n"
         + flags.CONFIG_HELP.format(
-            sections="sections data, schedule, train, model: configs/qanet_paper.toml"
+            sections="sections data, schedule, train, model: --config qanet_paper"
         )
     ),
 }

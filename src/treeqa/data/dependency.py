@@ -212,7 +212,7 @@ def load_parser(name: str) -> Any:
     except ImportError as err:
         raise ImportError(
             "dependency parsing needs spaCy and a trained English pipeline: "
-            "pip install spacy && python -m spacy download en_core_web_sm"
+            "pip install 'treeqa[qa]' && python -m spacy download en_core_web_sm"
         ) from err
     try:
         return spacy.load(name, exclude=["ner", "lemmatizer", "senter"])

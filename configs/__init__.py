@@ -1,0 +1,1 @@
+"""The paper settings, one TOML file each; installed as ``treeqa.configs`` (``--config NAME``)."""
