@@ -70,13 +70,12 @@ def find_config(path: Path) -> Path:
         return path
     shipped = shipped_configs()
     name = path.name.removesuffix(".toml")
-    if name in shipped and path.parent == Path("."):
-        return shipped[name]
+    if path.parent == Path("."):  # a bare name
+        if name in shipped:
+            return shipped[name]
+        raise ConfigError(f"{path}: no such file, nor a config treeqa ships ({', '.join(shipped)})")
     if name in shipped:
         raise ConfigError(f"{path}: no such file; treeqa ships this config as --config {name}")
-    if path.parent == Path("."):
-        names = ", ".join(shipped)
-        raise ConfigError(f"{path}: no such file, nor a config treeqa ships ({names})")
     return path  # load_toml says it cannot read it
 
 

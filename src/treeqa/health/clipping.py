@@ -31,7 +31,7 @@ import math
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.amp.grad_scaler import OptState
@@ -91,10 +91,7 @@ class Clipping:
         self.scaled = 0  # steps in a row that clipped before unscale_
         self.scaled_now = False
         self.scaled_site = ""
-        # get_total_norm's last result; whether it was taken before this step's backward; the
-        # line it was taken at while the clock's gradients were scaled ("": they were not);
-        # the line it was taken at of parameters, not gradients ("": of gradients)
-        self.norm: tuple[weakref.ref[torch.Tensor], bool, str, str] | None = None
+        self.norm: NormTaken | None = None  # get_total_norm's last result
 
     def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Arguments | None:
         """``torch.nn.utils.<name>(parameters, ...)`` is about to run."""
@@ -116,16 +113,16 @@ class Clipping:
         if isinstance(limit, int | float) and math.isinf(limit):
             return  # clip_grad_norm_(params, inf) clips nothing: it reads the norm, to log it
         # clip_grads_with_norm_ given get_total_norm's last result: the clip as of that norm
-        noted = self.norm if norm is not None and self.norm and self.norm[0]() is norm else None
-        if noted and noted[3]:
-            self._report(slips.clip_by_weight_norm(), noted[3])
+        noted = self.norm if norm is not None and self.norm and self.norm.tensor() is norm else None
+        if noted and noted.weights_site:
+            self._report(slips.clip_by_weight_norm(), noted.weights_site)
         if not params:
             self._report(slips.clip_no_parameters(name, generator))
         elif id(params[0]) in self.trained:
-            if self.updates.backwards and not (noted and noted[1]):
+            if self.updates.backwards and not (noted and noted.before_backward):
                 self.after = True
-                if noted and noted[2]:
-                    self.scaled_now, self.scaled_site = True, noted[2]
+                if noted and noted.scaled_site:
+                    self.scaled_now, self.scaled_site = True, noted.scaled_site
                 self.scaled_now = self.scaled_now or self._still_scaled()
             else:
                 self.before, self.site = True, checks.user_site()
@@ -139,7 +136,9 @@ class Clipping:
             scaled = not before and self._still_scaled()
             given = args[0] if args else kwargs.get("tensors")
             weights = checks.user_site() if _weights(given) else ""
-            self.norm = (weakref.ref(norm), before, self.scaled_site if scaled else "", weights)
+            self.norm = NormTaken(
+                weakref.ref(norm), before, self.scaled_site if scaled else "", weights
+            )
 
     def end_step(self) -> None:
         """After the clock's optimiser step, before ``updates.end_step`` (which starts the
@@ -174,6 +173,15 @@ class Clipping:
             self.reported.add(found.code)
             found.where = checks.user_site() if where is None else where
             self.add(found)
+
+
+class NormTaken(NamedTuple):
+    """A norm ``get_total_norm`` returned, as ``clip_grads_with_norm_`` may be given it."""
+
+    tensor: weakref.ref[torch.Tensor]
+    before_backward: bool  # taken while no backward had run since the clock's last step
+    scaled_site: str  # the line it was taken at while the gradients were scaled ("": not)
+    weights_site: str  # the line it was taken at of parameters, not gradients ("": gradients)
 
 
 def _weights(given: Any) -> bool:

@@ -263,8 +263,8 @@ def load(
     if CHECKSUM in header and tensors_digest(tensors) != header[CHECKSUM]:  # older: none
         raise CheckpointError(
             f"{file}: its tensors do not match the checksum written with them: the file changed "
-            "on disk after it was written (a failing disk, a partial copy, another program); use the run's other "
-            "checkpoint, or a copy of this one"
+            "on disk after it was written (a failing disk, a partial copy, another program); "
+            "use the run's other checkpoint, or a copy of this one"
         )
     return Checkpoint(meta, tensors, file)
 
