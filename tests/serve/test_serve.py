@@ -340,6 +340,10 @@ def raw_request(base: str, request: bytes) -> tuple[str, dict[str, str], bytes]:
         # stdlib answers these two HTTP/0.9-style: the JSON alone, no status line or headers.
         (b"GET /\r\n", "400", "request line 'GET /': expected a method, a path and HTTP/1.x"),
         (b"hello\r\n", "400", "Bad request syntax ('hello')"),
+        # stdlib read 1.01 as 1.1 (keep-alive), the Host check as 1.0 (Host not required).
+        (b"GET / HTTP/1.01\r\n\r\n", "400", "request line 'GET / HTTP/1.01': expected"),
+        (b"GET / HTTP/01.1\r\n\r\n", "400", "expected a method, a path and HTTP/1.x"),
+        (b"GET / HTTP/1.1.0\r\n\r\n", "400", "expected a method, a path and HTTP/1.x"),
     ],
 )
 def test_every_error_reply_is_json(

@@ -69,6 +69,7 @@ STOP_WAIT_S = 30.0
 """Seconds a stopping server waits for the requests in progress (REQUEST_TIMEOUT: a client
 that goes silent while sending is dropped by then anyway)."""
 ABSOLUTE_FORM = re.compile(r"https?://([^/?#]*)", re.IGNORECASE)
+HTTP_VERSION = re.compile(r"HTTP/[0-9]\.[0-9]")  # RFC 9112 §2.3: one digit each side
 """A request target in absolute form, scheme and authority (the group) before the path."""
 MAX_REQUEST_LINE = 65536
 """Longest request line (bytes), as stdlib's ``handle_one_request`` reads it; longer: a 414."""
@@ -163,7 +164,10 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 self.send_error(HTTPStatus.REQUEST_URI_TOO_LONG)
                 return False
             line = self.raw_requestline.decode("latin-1").rstrip("\r\n")
-            if len(line.split()) == 2:  # stdlib takes "GET /" for HTTP/0.9: a bare answer
+            words = line.split()
+            # stdlib takes "GET /" for HTTP/0.9 (a bare answer), and reads "HTTP/1.01" as 1.1
+            # where this handler's checks compare the text, as 1.0: neither is HTTP/1.x.
+            if len(words) == 2 or (len(words) == 3 and not HTTP_VERSION.fullmatch(words[2])):
                 self.command, self.requestline = "", line
                 self.request_version = self.default_request_version
                 message = f"request line {line[:80]!r}: expected a method, a path and HTTP/1.x"
