@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from treeqa.cli import data as cli_data
 from treeqa.cli.main import main
 
 
@@ -478,6 +479,26 @@ def test_amp_that_does_nothing_is_said_by_process_0_alone_under_torchrun(
         monkeypatch.setenv("RANK", rank)
         assert main(argv) == 2
         assert capsys.readouterr().out.count(said) == lines
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ImportError("cannot import name 'reader' from 'treeqa.data.sst'"),
+        ModuleNotFoundError("No module named 'treeqa.gone'", name="treeqa.gone"),
+    ],
+)
+def test_an_import_bug_of_treeqas_own_keeps_its_traceback(
+    error: ImportError, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Was one error line, as if an extra were missing: the bug's place was lost.
+    def broken(args: object) -> int:
+        raise error
+
+    monkeypatch.setattr(cli_data, "run_demo", broken)
+    with pytest.raises(ImportError) as raised:
+        main(["data", "demo", "--out", "x"])
+    assert raised.value is error
 
 
 def test_a_missing_extra_is_one_error_line_that_names_it(

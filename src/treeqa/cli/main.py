@@ -92,6 +92,15 @@ def check_paths(args: argparse.Namespace) -> None:
                 raise NotADirectoryError(f"{path}: {above} is a file, not a folder")
 
 
+def extra_missing(err: ImportError) -> bool:
+    """Whether ``err`` says a package outside treeqa is not installed (spaCy to parse text,
+    say), itself or as the error it was raised from; not an import of treeqa's own failing."""
+    for cause in (err, err.__cause__):
+        if isinstance(cause, ModuleNotFoundError) and cause.name:
+            return cause.name.partition(".")[0] != "treeqa"
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     own_process = argv is None  # the treeqa command itself, not a call from Python
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -122,10 +131,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:  # `treeqa data stats DIR | head -1`, `treeqa predict ... | head`
         return reader_gone()
-    except (ValueError, FileNotFoundError, OSError, ImportError) as err:
-        # ImportError: an optional extra not installed (spaCy to parse text, say); its
-        # message names the extra to install.
+    except (ValueError, FileNotFoundError, OSError) as err:
         print(f"treeqa {name}: error: {err}", file=sys.stderr)
+        return 2
+    except ImportError as err:
+        if not extra_missing(err):  # a bug of treeqa's own: its traceback
+            raise
+        print(f"treeqa {name}: error: {err}", file=sys.stderr)  # names the extra to install
         return 2
     except KeyboardInterrupt as stop:
         # Ctrl-C, or a training run's loop.Interrupted (SIGINT or SIGTERM, after it saved
