@@ -135,6 +135,8 @@ class ChildSumTreeLSTM(nn.Module):
         self.embed = word_embedding(vocab_size, config.embed_dim, vectors)
         self.embed.sparse = config.sparse_embedding
         # Input weights of all four gates in one Linear: x -> [i; o; u; f] (the biases live here).
+        # Tai et al.'s code also gives the U side of each gate a bias: the same model, but there
+        # each bias starts as the sum of two uniform draws, here as one (+-1/sqrt(E)).
         self.input = nn.Linear(config.embed_dim, 4 * d)
         self.hidden_iou = nn.Linear(d, 3 * d, bias=False)  # U_i, U_o, U_u on h~
         self.hidden_f = nn.Linear(d, d, bias=False)  # U_f on each child's h_k

@@ -126,9 +126,13 @@ class TreeLSTM(nn.Module):
         self.embed = word_embedding(vocab_size, config.embed_dim, vectors)
         self.embed.sparse = config.sparse_embedding
         # Tai et al.'s leaf module (BinaryTreeLSTM.lua): c = W_c x, o = sigmoid(W_o x),
-        # h = o * tanh(c); one Linear gives [c; o].
+        # h = o * tanh(c); one Linear gives [c; o]. Their code, not the paper's equations with
+        # zero-state children (which would give c = i * u).
         self.leaf = nn.Linear(config.embed_dim, 2 * d)
         # One fused Linear for all five gates of an inner node: [h_l; h_r] -> [i; f_l; f_r; o; u].
+        # Its default init differs from their code's, which sums one Linear per child for each
+        # gate: weights uniform(+-1/sqrt(2D)) here against +-1/sqrt(D) there, and one bias draw
+        # against the sum of two.
         self.compose = nn.Linear(2 * d, 5 * d)
         self.dropout = Dropout(config.dropout)
         self.classify = nn.Linear(d, config.num_classes)
