@@ -166,6 +166,47 @@ def edit_meta(directory: Path, change: Any) -> None:
     (directory / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
 
 
+def test_a_prepared_directory_records_the_treeqa_and_spacy_that_made_it(prepared: Path) -> None:
+    import spacy
+
+    import treeqa
+    from treeqa.data.squad_prepared import load_meta, tokenizer_drift
+
+    meta = load_meta(prepared)
+    assert meta["treeqa_version"] == treeqa.__version__
+    assert meta["tokenizer"] == {
+        "name": 'spacy.blank("en").tokenizer',
+        "spacy_version": spacy.__version__,
+    }
+    assert tokenizer_drift(meta, prepared) is None
+
+
+def test_a_directory_tokenised_by_another_spacy_minor_version_is_one_warning(
+    copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.metadata
+
+    from treeqa.data.squad_prepared import PreparedSplit, tokenizer_drift
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "3.8.2")
+    for made in ("3.8.0", "3.8.18"):  # patch releases keep the rules
+        edit_meta(copy, lambda m, made=made: m["tokenizer"].update(spacy_version=made))
+        assert tokenizer_drift(PreparedSplit(copy, "dev").meta, copy) is None
+    edit_meta(copy, lambda m: m["tokenizer"].update(spacy_version="3.7.5"))
+    note = tokenizer_drift(PreparedSplit(copy, "dev").meta, copy)
+    assert note is not None and "\n" not in note
+    assert note.startswith(f"{copy} was tokenised with spaCy 3.7.5, and this is spaCy 3.8.2:")
+    assert "`treeqa predict qa`" in note
+
+
+def test_a_directory_prepared_before_versions_were_recorded_still_loads(copy: Path) -> None:
+    from treeqa.data.squad_prepared import PreparedSplit, tokenizer_drift
+
+    edit_meta(copy, lambda m: [m.pop("treeqa_version"), m.pop("tokenizer")])
+    split = PreparedSplit(copy, "train")
+    assert len(split) and len(split.word_vocab()) and tokenizer_drift(split.meta, copy) is None
+
+
 @pytest.mark.parametrize(
     "change",
     [

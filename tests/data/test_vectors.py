@@ -4,6 +4,7 @@ import io
 import lzma
 import os
 import re
+import time
 import warnings
 import zipfile
 from pathlib import Path
@@ -266,6 +267,75 @@ def test_a_same_size_file_put_in_place_with_its_mtime_kept_misses_the_cache(
     assert path.stat().st_size == before.st_size
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert load(path, ["a"], tmp_path).matrix[0, 0] == 9
+
+
+def entries(folder: Path) -> list[str]:
+    """The cache entries in ``folder`` by their stem: the file's name and the key."""
+    return sorted(p.name.removesuffix(".json") for p in folder.glob("*.json"))
+
+
+def test_a_new_version_of_a_file_replaces_its_cached_tables_only(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Each new version of a vectors file added its tables to the cache, for ever.
+    path = write(tmp_path / "v.txt", GLOVE)
+    (tmp_path / "elsewhere").mkdir()
+    namesake = write(tmp_path / "elsewhere" / "v.txt", GLOVE)  # same name, another file
+    other = write(tmp_path / "w.txt", GLOVE)
+    for source, keys in [(path, ["a"]), (path, ["b b"]), (namesake, ["a"]), (other, ["a"])]:
+        load(source, keys, tmp_path)
+    kept = [e for e in entries(tmp_path / "cache") if e.startswith("w.txt")]
+    before = entries(tmp_path / "cache")
+    assert len(before) == 4 and len(list((tmp_path / "cache").iterdir())) == 12
+
+    write(path, GLOVE.replace("a 1 2 3", "a 9.5 2 3"))
+    assert load(path, ["a"], tmp_path).matrix[0, 0] == 9.5
+    after = entries(tmp_path / "cache")
+    new = sorted(set(after) - set(before))
+    assert len(new) == 1 and len(after) == 3 and len(list((tmp_path / "cache").iterdir())) == 9
+    assert kept == [e for e in after if e.startswith("w.txt")]
+    # This version's tables under other keys stay; and the namesake's and the other file's
+    # are still read from the cache.
+    assert load(path, ["b b"], tmp_path).matrix[0, 0] == 4
+    assert len(entries(tmp_path / "cache")) == 4
+
+    def no_reading(*args: object) -> None:
+        raise AssertionError("the file was read again")
+
+    monkeypatch.setattr(vectors, "_read_glove", no_reading)
+    assert load(namesake, ["a"], tmp_path).matrix[0, 0] == 1
+    assert load(other, ["a"], tmp_path).matrix[0, 0] == 1
+
+
+def test_a_new_table_of_a_spacy_pair_replaces_the_tables_read_through_either_file(
+    tmp_path: Path,
+) -> None:
+    key2row = write_spacy(tmp_path)
+    table = tmp_path / "m.vectors.3d.float32.npy.xz"
+    load(key2row, ["cat"], tmp_path)
+    load(table, ["cat"], tmp_path)
+    assert len(entries(tmp_path / "cache")) == 2
+    write(key2row, KEY2ROW.replace("cat\t2", "cat\t1"))
+    np.testing.assert_array_equal(load(table, ["cat"], tmp_path).matrix, TABLE[1:2])
+    assert [e.split(".")[0] for e in entries(tmp_path / "cache")] == [table.name.split(".")[0]]
+    assert len(list((tmp_path / "cache").iterdir())) == 3
+
+
+def test_writing_the_cache_deletes_temporaries_dead_writers_left_only(tmp_path: Path) -> None:
+    # A write killed part-way left its temporary for ever. One written now (another process
+    # on a folder they share) must stay, and so must files that are not the cache's.
+    path = write(tmp_path / "v.txt", GLOVE)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    dead = write(cache / f"v.txt.{'0' * 24}k2_x9qzt.tmp", "half a table")
+    old = time.time() - 7 * 3600
+    os.utime(dead, (old, old))
+    writing = write(cache / f"v.txt.{'1' * 24}abcd1234.tmp", "half a table")
+    mine = write(cache / "notes.tmp", "a file of the user's")
+    os.utime(mine, (old, old))
+    load(path, ["a"], tmp_path)
+    assert not dead.exists() and writing.exists() and mine.exists()
+    assert len(list(cache.iterdir())) == 5  # an entry's three files and the two kept
 
 
 def test_corrupt_cache_is_rebuilt(tmp_path: Path) -> None:

@@ -420,6 +420,47 @@ def test_resume_on_a_folder_prepared_again_with_other_limits_is_refused(
     assert "was trained on data with another limits" in capsys.readouterr().err
 
 
+def test_missing_prepared_data_names_the_flag_and_the_config_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Was "runs/squad_v1 is not a prepared SQuAD directory (no meta.json)": neither the flag
+    # nor the config key that sets it, nor that this was the default, none being given.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    fix = "give the folder `treeqa data prepare squad` wrote with --prepared DIR, or as "
+    cases = {
+        (): f"data.prepared: {tmp_path / 'runs' / 'squad_v1'}: no such folder (the default, as "
+        "none was given); " + fix,
+        ("--prepared=nowhere",): f"data.prepared: {tmp_path / 'nowhere'}: no such folder; ",
+        ("--data.prepared=empty",): f"{tmp_path / 'empty'}: not a prepared SQuAD folder (no meta",
+        ("--prepared=file",): f"data.prepared: {tmp_path / 'file'}: a file, not a folder; " + fix,
+    }
+    for given, said in cases.items():
+        assert main(["train", "qa", *given, "--out=run", *TINY]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "data.prepared in the config" in err, err
+        assert len(err.splitlines()) == 1
+
+
+def test_data_tokenised_by_another_spacy_trains_and_scores_with_a_warning(
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = Path(shutil.copytree(prepared, tmp_path / "prepared"))
+    meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
+    meta["tokenizer"]["spacy_version"] = "2.3.9"
+    (data / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    out = tmp_path / "run"
+    capsys.readouterr()
+    argv = ["train", "qa", f"--prepared={data}", f"--out={out}", *TINY, "--train.epochs=1"]
+    assert main(argv) == 0
+    assert main(["evaluate", "qa", "--checkpoint", str(out), "--prepared", str(data)]) == 0
+    said = capsys.readouterr()
+    warned = [x for x in (said.out + said.err).splitlines() if "spaCy 2.3.9" in x]
+    assert len(warned) == 2  # one line at training, one at scoring
+    assert all(x.startswith(f"warning: {data} was tokenised with spaCy 2.3.9") for x in warned)
+
+
 def test_checkpoint_every_writes_the_last_checkpoint_between_evaluations(
     prepared: Path, tmp_path: Path
 ) -> None:

@@ -32,6 +32,23 @@ def test_shard_gives_each_process_every_nth_batch_in_full_rounds() -> None:
     assert list(shard(batches, World(2, 3))) == [2, 5]
 
 
+def test_shard_from_a_resumed_position_reads_no_batch_before_it() -> None:
+    read: list[int] = []
+
+    class Epoch(list):  # a sequence, as Collated is, that says which batches were read
+        def __getitem__(self, i):  # type: ignore[no-untyped-def]
+            read.append(i)
+            return super().__getitem__(i)
+
+    assert list(shard(Epoch(range(7)), World(1, 2), start=1)) == [3, 5]
+    assert read == [3, 5]
+    assert list(shard(Epoch(range(7)), World(), start=5)) == [5, 6]
+    assert read == [3, 5, 5, 6]
+    # Batches made as they come (a generator) are made all the same, and skipped.
+    assert list(shard(iter(range(7)), World(1, 2), start=1)) == [3, 5]
+    assert list(shard(iter(range(7)), World(), start=5)) == [5, 6]
+
+
 def test_each_process_collates_only_the_batches_it_trains_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -4,14 +4,18 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from treeqa.config import ConfigError
+from treeqa.data.collated import Collated
 from treeqa.models import build_sentiment_model
+from treeqa.models.common import Output
 from treeqa.recipes.sentiment import resolve_config, train
 from treeqa.train import checkpoint as ckpt
-from treeqa.train.loop import Callback, TrainConfig, TrainState, resolve_device
+from treeqa.train.loop import Callback, TrainConfig, TrainState, fit, resolve_device
 
 
 def losses(run: Path) -> list[float]:
@@ -426,6 +430,45 @@ def test_a_run_stopped_part_way_through_an_epoch_resumes_from_the_next_batch(
     a = ckpt.load(tmp_path / "full" / ckpt.LAST).weights()
     b = ckpt.load(cut / ckpt.LAST).weights()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+class Scale(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(3))
+
+    def forward(self, batch: torch.Tensor) -> Output:
+        logits = batch * self.weight  # [3]
+        return Output(logits, logits.square().mean())
+
+
+def test_a_run_resumed_part_way_through_an_epoch_does_not_collate_the_batches_it_skips() -> None:
+    # The skipped batches were read, each collated (a QA batch padded, a forest planned), and
+    # dropped: a SQuAD epoch resumed near its end collated most of it for nothing.
+    collated: list[int] = []
+    trained: list[int] = []
+
+    def collate(group: np.ndarray) -> torch.Tensor:
+        collated.append(int(group[0]))
+        return torch.tensor(group, dtype=torch.float32)  # [3]
+
+    class Seen(Callback):
+        def on_batch_start(self, state: TrainState, batch: torch.Tensor) -> None:
+            trained.append(int(batch[0]))
+
+    groups = [np.full(3, i) for i in range(6)]
+    model = Scale()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = fit(
+        model,
+        optimizer,
+        lambda epoch: Collated(groups, collate),
+        TrainConfig(epochs=1, health="off", device="cpu"),
+        callbacks=[Seen()],
+        state=TrainState(step=4, epoch_step=4),
+    )
+    assert trained == collated == [4, 5]
+    assert (state.epoch, state.step, state.epoch_step) == (1, 6, 0)
 
 
 def test_a_resumed_run_keeps_the_health_report_of_its_earlier_part(

@@ -383,6 +383,9 @@ class Tokenizer:
 
         # Typed Any: spaCy's stubs call the tokenizer a plain function, which has no .pipe.
         self._tokenizer: Any = spacy.blank("en").tokenizer
+        self.about = {"name": 'spacy.blank("en").tokenizer', "spacy_version": spacy.__version__}
+        """What tokenises: a prepared folder's meta.json records it (its rules change between
+        spaCy versions)."""
         self._attrs = [IDX, LENGTH, IS_SPACE, ORTH]
 
     def pipe(

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from treeqa import __version__
 from treeqa.data.output_dir import built_aside, check_replaceable
 from treeqa.data.squad import ReadStats, Tokenizer, iter_articles
 from treeqa.data.squad_features import Limits, SplitWriter, TokenTypes
@@ -186,6 +187,7 @@ def prepare_squad(
         chars.save(work / "char_vocab.json")
         np.save(work / "word_vectors.npy", matrix)
         meta = _meta(
+            tok,
             stats,
             writers,
             limits,
@@ -206,6 +208,7 @@ def prepare_squad(
 
 
 def _meta(
+    tok: Tokenizer,
     stats: dict[str, ReadStats],
     writers: dict[str, SplitWriter],
     limits: Limits,
@@ -253,6 +256,8 @@ def _meta(
         "format": "treeqa-squad",
         "format_version": FORMAT_VERSION,
         "version": "v2.0" if "v2.0" in versions else "v1.1",
+        "treeqa_version": __version__,
+        "tokenizer": tok.about,
         "limits": asdict(limits),
         "options": {
             "skip_bad": skip_bad,

@@ -8,6 +8,7 @@ W characters per token, N examples of the split, P paragraphs.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from functools import cached_property
 from pathlib import Path
@@ -22,7 +23,7 @@ from treeqa.data.squad_prepare import FORMAT_VERSION
 from treeqa.data.vocab import Vocab
 from treeqa.eval.squad import gold_answers
 
-__all__ = ["PreparedSplit", "load_meta"]
+__all__ = ["PreparedSplit", "load_meta", "tokenizer_drift"]
 
 _ARRAYS = {  # name -> number of dimensions
     "context_offsets": 1,
@@ -74,6 +75,26 @@ def load_meta(directory: str | Path) -> dict[str, Any]:
             field = ".".join(keys)
             raise ValueError(f"{path}: field {field!r} is missing or not of type {kind.__name__}")
     return meta
+
+
+def tokenizer_drift(meta: dict[str, Any], directory: str | Path) -> str | None:
+    """A one-line warning when the prepared ``directory`` (its ``meta``) was tokenised by
+    another spaCy major.minor than the one here, with which ``predict`` tokenises text: its
+    rules may split some text otherwise. None when they agree, or when either is not known
+    (a folder prepared before meta.json recorded it; no spaCy installed)."""
+    tokenizer = meta.get("tokenizer")
+    made = tokenizer.get("spacy_version") if isinstance(tokenizer, dict) else None
+    try:
+        here = importlib.metadata.version("spacy")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if not isinstance(made, str) or made.split(".")[:2] == here.split(".")[:2]:
+        return None
+    return (
+        f"{directory} was tokenised with spaCy {made}, and this is spaCy {here}: some text "
+        "may be split into other tokens than `treeqa predict qa` splits it now; prepare it "
+        "again with this spaCy to be sure"
+    )
 
 
 def _read_json(path: Path) -> Any:

@@ -23,6 +23,7 @@ import lzma
 import os
 import re
 import tempfile
+import time
 import warnings
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +38,9 @@ __all__ = ["CoverageReport", "VectorFileError", "Vectors", "find_spacy_pair", "l
 CACHE_VERSION = 4  # bump when the reader's output changes, so old caches miss
 _EXAMPLES = 10
 _FINGERPRINT = 1 << 20  # bytes hashed at each end of a vectors file for the cache key
+_ENTRY = re.compile(r".+\.[0-9a-f]{24}\.json")  # a cache entry's JSON, the last file written
+_PARTIAL = re.compile(r".+\.[0-9a-f]{24}[a-z0-9_]{8}\.tmp")  # a cache file being written
+_STALE = 6 * 3600  # seconds: a temporary untouched this long is a dead writer's
 _DECODE_ERRORS = (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error)
 _CORRUPT = "cannot decompress ({}): the file is truncated or corrupt"
 _NOT_FINITE = "holds NaN, infinity or a number too large for float32"
@@ -139,13 +143,15 @@ def load_vectors(
     The result is cached in ``cache_dir`` (default: ``.treeqa-cache`` beside the file, or
     ``~/.cache/treeqa/vectors`` when that folder is read-only), keyed by the file's path,
     size, mtime and first and last MiB and by every argument; a corrupt cache is rebuilt.
+    Writing an entry deletes those of earlier versions of the same file (other keys of this
+    version stay), and the temporaries of writers that died part-way.
     """
     if on_bad_line not in ("error", "skip"):
         raise ValueError(f"on_bad_line must be 'error' or 'skip', not {on_bad_line!r}")
     path = Path(path)
     pair = find_spacy_pair(path)
     settings = [lower_fallback, seed, oov_scale, on_bad_line, dim]
-    digest = _cache_key(pair or (path,), keys, settings)
+    digest, source = _cache_key(pair or (path,), keys, settings)
     stem = _cache_folder(path, cache_dir) / f"{path.name}.{digest}"
     cached = _read_cache(stem, len(keys))
     if cached is not None:
@@ -162,7 +168,7 @@ def load_vectors(
     matrix, found, report = _assemble(keys, vecs, dim, lower_fallback, seed, oov_scale)
     report = replace(report, source=path.name, bad_lines=bad, lines_read=lines, unended=unended)
     vectors = Vectors(matrix, found, report)
-    _write_cache(stem, vectors)
+    _write_cache(stem, vectors, source)
     return vectors
 
 
@@ -535,13 +541,21 @@ def _sharing(
 # --- cache ---------------------------------------------------------------------------------
 
 
-def _cache_key(files: Sequence[Path], keys: Sequence[str | None], settings: list[object]) -> str:
+def _cache_key(
+    files: Sequence[Path], keys: Sequence[str | None], settings: list[object]
+) -> tuple[str, dict[str, Any]]:
+    """(the entry's key, its source: the files' paths and a digest of their version, which
+    entries of other keys built from the same version share)."""
     stats = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
     digest = hashlib.sha256(json.dumps([CACHE_VERSION, stats, settings]).encode())
+    version = hashlib.sha256(json.dumps([CACHE_VERSION, [s[1:] for s in stats]]).encode())
     for p in files:
-        digest.update(_fingerprint(p))
+        fingerprint = _fingerprint(p)
+        digest.update(fingerprint)
+        version.update(fingerprint)
     digest.update(json.dumps(list(keys)).encode())  # most of a cached load's time
-    return digest.hexdigest()[:24]
+    source = {"files": [s[0] for s in stats], "version": version.hexdigest()[:24]}
+    return digest.hexdigest()[:24], source
 
 
 def _fingerprint(path: Path) -> bytes:
@@ -576,6 +590,7 @@ def _read_cache(stem: Path, n_keys: int) -> Vectors | None:
     """The cached result, or None when it is absent, incomplete or corrupt."""
     try:
         meta = json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))
+        meta.pop("built_from", None)  # for pruning
         matrix = np.load(stem.with_name(stem.name + ".matrix.npy"), allow_pickle=False)
         found = np.load(stem.with_name(stem.name + ".found.npy"), allow_pickle=False)
         meta["missing_examples"] = tuple(meta["missing_examples"])
@@ -589,9 +604,10 @@ def _read_cache(stem: Path, n_keys: int) -> Vectors | None:
     return Vectors(matrix, found, report)
 
 
-def _write_cache(stem: Path, vectors: Vectors) -> None:
-    """Write the arrays, then the JSON last: a reader that finds the JSON finds the arrays."""
-    meta = json.dumps(asdict(vectors.report)).encode()
+def _write_cache(stem: Path, vectors: Vectors, source: dict[str, Any]) -> None:
+    """Write the arrays, then the JSON last: a reader that finds the JSON finds the arrays.
+    Then delete what the folder holds for nothing (``_prune``)."""
+    meta = json.dumps(asdict(vectors.report) | {"built_from": source}).encode()
     parts: list[tuple[str, Callable[[IO[bytes]], object]]] = [
         (".matrix.npy", lambda f: np.save(f, vectors.matrix)),
         (".found.npy", lambda f: np.save(f, vectors.found)),
@@ -610,3 +626,41 @@ def _write_cache(stem: Path, vectors: Vectors) -> None:
                 Path(tmp).unlink(missing_ok=True)
     except OSError as err:
         warnings.warn(f"could not write the vectors cache in {stem.parent}: {err}", stacklevel=3)
+        return
+    _prune(stem.parent, source)
+
+
+def _prune(folder: Path, source: dict[str, Any]) -> None:
+    """Delete the entries in ``folder`` built from another version of ``source``'s files
+    (each new version of a file would add a table for ever; a folder may hold the tables of
+    several files, and of several keys of one), and the temporaries that writers killed
+    part-way left. A temporary's writer may be another process, on another machine sharing
+    the folder, writing now: only one untouched for ``_STALE`` seconds is deleted (a writer
+    writes its files in seconds). Best effort: a file that cannot be deleted is left."""
+    try:
+        names = [p.name for p in folder.iterdir()]
+    except OSError:
+        return
+    stale = time.time() - _STALE
+    for name in names:
+        path = folder / name
+        try:
+            if _PARTIAL.fullmatch(name):
+                if path.stat().st_mtime < stale:
+                    path.unlink(missing_ok=True)
+                continue
+            if not _ENTRY.fullmatch(name):
+                continue
+            built = json.loads(path.read_text(encoding="utf-8")).get("built_from")
+        except (OSError, ValueError, AttributeError):  # gone meanwhile, or not an entry's JSON
+            continue
+        if not isinstance(built, dict) or built.get("files") != source["files"]:
+            continue  # another file's, or written before entries recorded their source
+        if built.get("version") != source["version"]:
+            stem = name.removesuffix(".json")
+            # The JSON first: a reader that finds it finds the arrays, or none.
+            for suffix in (".json", ".matrix.npy", ".found.npy"):
+                try:
+                    (folder / (stem + suffix)).unlink(missing_ok=True)
+                except OSError:
+                    break

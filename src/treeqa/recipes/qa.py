@@ -23,7 +23,7 @@ from treeqa import config as cfg
 from treeqa.data.collated import Collated
 from treeqa.data.qa_batch import QABatch
 from treeqa.data.squad import Tokenizer, visible
-from treeqa.data.squad_prepared import PreparedSplit, load_meta
+from treeqa.data.squad_prepared import PreparedSplit, load_meta, tokenizer_drift
 from treeqa.data.vocab import Vocab
 from treeqa.eval.squad import evaluate_predictions, gold_answers
 from treeqa.health import monitor as health
@@ -35,6 +35,7 @@ from treeqa.train.callbacks import (
     StopOnSignal,
     check_resumable,
     resume,
+    say,
     say_if_done,
     standard_callbacks,
 )
@@ -153,6 +154,26 @@ def check_word_dim(config: QAExperiment) -> None:
             f"model.word_dim {config.model.word_dim}: the vectors prepared in "
             f"{config.data.prepared} are {width}-d and set it; leave model.word_dim out"
         )
+
+
+def check_prepared(prepared: str) -> None:
+    """A FileNotFoundError naming the flag and the config key that set the prepared folder,
+    unless ``prepared`` is one (a folder of ``treeqa data prepare squad``, with its meta.json)."""
+    path = Path(prepared)
+    if (path / "meta.json").is_file():
+        return
+    if not path.exists():
+        problem = "no such folder"
+    elif not path.is_dir():
+        problem = "a file, not a folder"
+    else:
+        problem = "not a prepared SQuAD folder (no meta.json)"
+    if prepared == QAData.prepared:
+        problem += " (the default, as none was given)"
+    raise FileNotFoundError(
+        f"data.prepared: {path.absolute()}: {problem}; give the folder `treeqa data prepare "
+        "squad` wrote with --prepared DIR, or as data.prepared in the config"
+    )
 
 
 class StepStream:
@@ -378,6 +399,7 @@ def _train(
     extra_callbacks: Sequence[Callback] = (),
 ) -> dict[str, Any]:
     ckpt.check_run_dir(out, resume_run)
+    check_prepared(config.data.prepared)
     # Absolute, so the run's config.toml names its data from any working directory.
     prepared = Path(config.data.prepared).resolve()
     config = dataclasses.replace(
@@ -386,6 +408,8 @@ def _train(
     seed_everything(config.train.seed)
     train_split, dev_split = PreparedSplit(prepared, "train"), PreparedSplit(prepared, "dev")
     meta_data = train_split.meta
+    if note := tokenizer_drift(meta_data, prepared):
+        say(f"warning: {note}")
     # The slot is trained when there is something to train it on: SQuAD 2.0, or v1.1 train
     # with same-article negatives (without it their rows would be ignored by the loss).
     unanswerable = meta_data["splits"]["train"].get("unanswerable_examples", 0) > 0
@@ -502,6 +526,8 @@ def evaluate(
     """
     loaded = load_model(path)
     data = PreparedSplit(Path(prepared), split)
+    if note := tokenizer_drift(data.meta, prepared):
+        say(f"warning: {note}")
     id_map = IdMap.between(data, loaded.words, loaded.chars)
     gold = data.gold()  # read before anything is written
     answers = predict_rows(loaded.model, data, None, 32, loaded.threshold, id_map)

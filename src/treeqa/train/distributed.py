@@ -23,6 +23,7 @@ The logged training loss is process 0's batch means.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -137,16 +138,18 @@ def wrap(model: nn.Module, device: torch.device) -> nn.Module:
     return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=unused)
 
 
-def shard(batches: Iterable[T], world: World) -> Iterator[T]:
-    """This process's batches: the rank-th of every ``world.size`` in a row. A last, incomplete
-    round is dropped, so every process takes the same number of steps (a process with one
-    step more would wait forever for the others to average its gradients). An epoch given as a
-    sequence (``data.collated.Collated``, a list) is read at this process's positions only, so
-    each batch is collated by the one process that trains on it."""
+def shard(batches: Iterable[T], world: World, start: int = 0) -> Iterator[T]:
+    """This process's batches from its ``start``-th on (a run resumed part-way through an
+    epoch): the rank-th of every ``world.size`` in a row. A last, incomplete round is dropped,
+    so every process takes the same number of steps (a process with one step more would wait
+    forever for the others to average its gradients). An epoch given as a sequence
+    (``data.collated.Collated``, a list) is read at this process's positions from ``start``
+    only, so each batch is collated by the one process that trains on it, and none that a
+    resumed run skips."""
     if isinstance(batches, Sequence):
         rounds = len(batches) // world.size
-        return (batches[r * world.size + world.rank] for r in range(rounds))
-    return _every_nth(batches, world)
+        return (batches[r * world.size + world.rank] for r in range(start, rounds))
+    return itertools.islice(_every_nth(batches, world), start, None)
 
 
 def _every_nth(batches: Iterable[T], world: World) -> Iterator[T]:

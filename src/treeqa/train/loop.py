@@ -403,12 +403,10 @@ def fit(
             for cb in callbacks:
                 cb.on_epoch_start(state)
             tick = time.perf_counter()
-            epoch_batches = train_batches(state.epoch)
-            if world.size > 1:
-                epoch_batches = distributed.shard(epoch_batches, world)
-            for index, batch in enumerate(epoch_batches):
-                if index < state.epoch_step:  # done before the run was interrupted
-                    continue
+            # From the first batch not done before the run was interrupted: a sequence's
+            # batches before it are not read, so not collated.
+            epoch_batches = distributed.shard(train_batches(state.epoch), world, state.epoch_step)
+            for batch in epoch_batches:
                 if world.rank > 0:
                     # Other dropout masks than process 0's (whose RNG state the checkpoint keeps),
                     # drawn from the step number, so a resumed run draws the ones it drew before.
