@@ -408,6 +408,35 @@ def test_v2_unanswerable_and_same_article_negatives(tmp_path: Path) -> None:
     assert np.array_equal(np.load(again / "train" / "paragraph.npy"), t.arrays["paragraph"])
 
 
+def test_same_article_negatives_of_an_article_of_many_paragraphs_take_linear_time(
+    tmp_path: Path,
+) -> None:
+    # Each question listed its article's other paragraphs: 20,000 short paragraphs in one
+    # article (a data set of many small passages) took ~20 s here, 100,000 ten minutes.
+    import time
+
+    from treeqa.data.squad_features import Limits, SplitWriter
+
+    def negatives(folder: str, paragraphs: int) -> list[tuple[int, int, int, int, str]]:
+        writer = SplitWriter(tmp_path / folder, "train", Limits(), "same_article", 1.0, 0)
+        examples = [(p, p, 0, 0, f"q{p}") for p in range(paragraphs)]
+        return writer._negatives(7, examples, [10] * paragraphs)
+
+    start = time.perf_counter()
+    made = negatives("many", 20_000)
+    assert time.perf_counter() - start < 2.0
+    assert len(made) == 20_000 and all(other != int(qid[1:-4]) for other, *_, qid in made)
+    assert len({other for other, *_ in made}) > 10_000  # drawn across the whole article
+    # The same draws as listing the others and picking one of them by index.
+    rng = np.random.default_rng([0, 7])
+    listed = []
+    for p in range(6):
+        rng.random()
+        others = [o for o in range(6) if o != p]
+        listed.append(others[int(rng.integers(len(others)))])
+    assert [other for other, *_ in negatives("few", 6)] == listed
+
+
 def test_prepare_refuses_a_full_out_and_leaves_nothing_on_error(tmp_path: Path) -> None:
     pytest.importorskip("spacy")
     users = tmp_path / "prepared.partial"  # a folder of the user's, named like a work folder

@@ -158,6 +158,17 @@ def test_unlabelled_trees_parse_and_write() -> None:
     assert t.to_ptb() == "((the) ((movie) (rocks)))"
 
 
+def test_a_digit_word_under_a_root_label_alone_is_a_word() -> None:
+    # A treebank labelled at the root only was refused at "(3)", though "(5)" was a word.
+    text = "(4 (I) ((rated) (it)) ((3) (stars)))"
+    tree = parse_tree(text)
+    assert tree.tokens == ["I", "rated", "it", "3", "stars"]
+    assert tree.labels.tolist() == [4] + [-1] * 7 and tree.to_ptb() == text
+    # Where the other leaves carry labels, a word was lost, whichever comes first.
+    with pytest.raises(TreeSyntaxError, match="1:4: '\\(2\\)' reads as the word '2'"):
+        parse_tree("(2 (2) (2 this))")
+
+
 @pytest.mark.real_data
 def test_real_sst_counts_and_round_trip(real_data: Path, tmp_path: Path) -> None:
     counts = {"train": (8544, 318582), "dev": (1101, 41447), "test": (2210, 82600)}

@@ -298,6 +298,27 @@ def test_training_needs_labelled_train_and_dev_trees(
     assert not out.exists()
 
 
+@pytest.mark.parametrize("task", ["binary", "binary3"])
+def test_a_binary_task_on_a_treebank_labelled_zero_and_one_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], task: str
+) -> None:
+    # Labelled 0 and 1 for negative and positive at the root, 2 within: both read as negative,
+    # and the run trained a model that always says so, scoring 100% on its dev split.
+    data = tmp_path / "sst"
+    data.mkdir()
+    (data / "train.txt").write_text("(0 (2 dull) (2 film))\n(1 (2 fine) (2 film))\n")
+    (data / "dev.txt").write_text("(1 (2 good) (2 fun))\n")
+    (data / "test.txt").write_text("(0 (2 bad) (2 fun))\n")
+    out = tmp_path / "run"
+    argv = ["train", "--data", str(data), "--task", task, "--epochs", "1", "--out", str(out)]
+    assert main(argv) == 2
+    said = capsys.readouterr().err
+    assert f"{data / 'train.txt'}: every label is negative (0-1) or neutral under --task" in said
+    assert "write a two-class treebank's classes as 0 and 4" in said and not out.exists()
+    (data / "train.txt").write_text("(0 (2 dull) (2 film))\n(4 (2 fine) (2 film))\n")
+    assert main([*argv, "--health", "off"]) == 0
+
+
 @pytest.mark.parametrize("model", ["bow", "tree_lstm"])
 def test_unlabelled_train_sentences_are_left_out_not_a_failed_step(
     demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str

@@ -192,11 +192,13 @@ class SplitWriter:
         for pi, qi, y1, _, qid in examples:
             if y1 < 0 or rng.random() >= self.negative_fraction:
                 continue
-            others = [p for p in range(len(ctx_lens)) if p != pi]
-            if not others:
+            if len(ctx_lens) < 2:
                 self.counts["negatives_no_other_paragraph"] += 1
                 continue
-            other = others[int(rng.integers(len(others)))]
+            # One of the other paragraphs, drawn without listing them: a list per question
+            # made an article of P paragraphs cost P * P.
+            other = int(rng.integers(len(ctx_lens) - 1))
+            other += other >= pi
             if ctx_lens[other] > self.limits.context:
                 self.counts["negatives_dropped_context_too_long"] += 1
                 continue

@@ -167,6 +167,7 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
     words: list[str | None] = []
     stack: list[int] = []  # open nodes
     n_items: list[int] = []  # children or words seen inside each open node
+    digit_leaf: tuple[int, str] | None = None  # the first "(2)" leaf under a labelled root
     pos, end = 0, len(text)
     while pos < end and text[pos] in SPACE:
         pos += 1
@@ -205,12 +206,8 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
                 )
             # "(word)" or, as "( word)" is, "(word )": an unlabelled leaf ("(2 )": a label).
             if label and text[after] == ")" and (after == pos or not is_label(label)):
-                if labels and labels[0] != UNLABELLED and is_label(label):
-                    raise fail(
-                        f"'({label})' reads as the word {label!r} with no label, in a labelled "
-                        f"tree: a labelled leaf is '({label} word)'",
-                        start - 1,
-                    )
+                if labels and labels[0] != UNLABELLED and is_label(label) and not digit_leaf:
+                    digit_leaf = start - 1, label  # judged once the other leaves are read
                 labels.append(UNLABELLED)
                 words[node] = label
                 n_items[node] += 1
@@ -255,6 +252,15 @@ def parse_tree(text: str, source: str = "<string>", line: int = 1) -> Tree:
             n_items[node] += 1
     if stack:
         raise fail(f"unbalanced '(': {len(stack)} bracket(s) left open at the end of the tree", end)
+    # "(2 (2 this) (2))" lost a word where its other leaves are labelled; in a tree labelled
+    # at the root alone, "(4 (rated) (3) (stars))", an unlabelled "(3)" is the word "3".
+    if digit_leaf and any(words[i] is not None and y != UNLABELLED for i, y in enumerate(labels)):
+        at, label = digit_leaf
+        raise fail(
+            f"'({label})' reads as the word {label!r} with no label, in a labelled "
+            f"tree: a labelled leaf is '({label} word)'",
+            at,
+        )
     return Tree(
         parent=np.asarray(parent, dtype=np.int64),
         labels=np.asarray(labels, dtype=np.int64),

@@ -208,6 +208,24 @@ def check_labelled(
         raise ValueError(f"{where}: no sentence has {labels}, so there is nothing to {purpose}")
 
 
+def check_both_sides(data_path: str, trees: Sequence[Tree], data_task: str) -> None:
+    """The binary tasks learn negative against positive: a train split whose every label reads
+    as one side would train a model that always says it, and score 100% on a dev split like
+    it (a treebank labelled 0/1 for negative/positive, read on SST's 0-4 scale)."""
+    if sst.scored_as(data_task) != "binary":
+        return
+    sides = {y > 2 for t in trees for y in t.labels.tolist() if y not in (UNLABELLED, 2)}
+    if len(sides) == 1:
+        where = sst.split_path(data_path, "train") if data_path else "the demo train split"
+        side = "positive (3-4)" if sides.pop() else "negative (0-1)"
+        raise ValueError(
+            f"{where}: every label is {side} or neutral under --task {data_task}, so there is "
+            "nothing to tell apart; labels are SST's 0-4 scale (0-1 negative, 2 neutral, 3-4 "
+            "positive): write a two-class treebank's classes as 0 and 4, or train it with "
+            "--task fine"
+        )
+
+
 def build_vocab(splits: dict[str, list[Tree]]) -> Vocab:
     # Every split's words, as in Tai et al.'s preprocessing: test words are given their
     # pretrained vectors; labels are never used.
@@ -384,6 +402,7 @@ def _train(
         )
     if config.model.name == "tree_lstm":
         check_binary(splits, config.data.path)
+    check_both_sides(config.data.path, splits["train"], config.data.task)
     vocab = build_vocab(splits)
     tags, rels = build_syntax_vocabs(splits)
     vectors = build_vectors(config.data, vocab)
