@@ -37,6 +37,7 @@ EXPECTED = {
     "bug_loss_at_chance_nll.py": "loss-at-chance",  # nll_loss over a LogSoftmax
     "bug_loss_diverged.py": "loss-diverged",  # Adam at lr=1.0: finite, far above log(C)
     "bug_loss_diverged_maximize.py": "loss-diverged",  # Adam(maximize=True) on a loss
+    "bug_loss_diverged_maximize_mse.py": "loss-diverged",  # on a mean squared error
     "bug_non_finite.py": "non-finite",
     "bug_non_finite_fp16.py": "non-finite",  # NaN gradients the loss scaler takes for overflows
     "bug_step_time_regression.py": "step-time-regression",
@@ -61,6 +62,7 @@ EXPECTED = {
     "bug_hand_updates_not_zeroed.py": "gradients-not-zeroed",  # updated by hand, no optimiser
     "bug_hand_grad_not_zeroed.py": "gradients-not-zeroed",  # autograd.grad added by hand
     "bug_second_run_not_zeroed.py": "gradients-not-zeroed",  # a second model, the first alive
+    "bug_teacher_gradients_left.py": "gradients-not-zeroed",  # stepped again, no backward
     "bug_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",
     "bug_step_without_gradients.py": "step-without-gradients",
     "bug_not_in_optimiser.py": "not-in-optimiser",
@@ -95,6 +97,7 @@ EXPECTED = {
     "bug_ctc_softmax.py": "probabilities-into-cross-entropy",  # classes last: [T, N, C]
     "bug_ctc_logits.py": "logits-into-nll-loss",  # ctc_loss without log_softmax
     "bug_ctc_blank_in_targets.py": "ctc-targets-invalid",  # padding counted as labels
+    "bug_ctc_targets_too_long.py": "ctc-targets-invalid",  # most zeroed by zero_infinity
     "bug_dropout_in_eval.py": "dropout-in-eval",
     "bug_dropout_imported_by_name.py": "dropout-in-eval",  # from ...functional import dropout
     "bug_attention_dropout_in_eval.py": "dropout-in-eval",
@@ -170,9 +173,12 @@ CLEAN = [
     "clean_soft_targets.py",  # distillation at T = 4: near-uniform targets, a loss near log(C)
     "clean_frozen_beside_accumulation.py",  # the head's optimiser first steps at step 32
     "clean_maximize.py",  # maximize=True on a log-likelihood, which rises as it should
+    "clean_maximize_mse.py",  # maximize=True on an input perturbation's squared error
     "clean_no_grad_backbone_beside_accumulation.py",  # its optimiser beside the head's
     "clean_weight_norm_logged.py",  # get_total_norm(model.parameters()) only logged
     "clean_ctc_padded_targets.py",  # padding past target_lengths; blank=C - 1, 1-D targets
+    "clean_ctc_zero_infinity.py",  # zero_infinity=True dropping one target in eight
+    "clean_teacher_trained_first.py",  # its gradients left, stepped by no optimiser
 ]
 
 
@@ -230,6 +236,12 @@ def test_a_loss_climbed_by_maximize_names_it_as_the_cause(doctor_report) -> None
     assert found and found[0]["evidence"]["maximize"] == "Adam"
     assert "Adam has maximize=True set" in found[0]["message"]
     assert "learning rate" not in found[0]["message"]
+    assert found[0]["fix"].startswith("drop maximize=True")
+    # A regression loss has no chance level, but the same climb, with maximize=True, is said.
+    _, report, _ = doctor_report("bug_loss_diverged_maximize_mse.py")
+    found = [f for f in report["findings"] if f["code"] == "loss-diverged"]
+    assert found and found[0]["evidence"]["function"] == "mse_loss"
+    assert "Adam has maximize=True set" in found[0]["message"]
     assert found[0]["fix"].startswith("drop maximize=True")
     _, report, _ = doctor_report("bug_loss_diverged.py")  # lr=1.0, no maximize: the lr hint
     found = [f for f in report["findings"] if f["code"] == "loss-diverged"]
@@ -359,6 +371,6 @@ def test_a_forked_process_reports_its_own_steps_and_findings() -> None:
 
 def test_a_second_run_in_one_script_is_counted(doctor_report) -> None:
     _, report, _ = doctor_report("clean_two_runs.py")
-    # 60 + 60 steps, less the second optimiser's first: it takes over as the clock at once,
-    # the first run's optimiser being freed when its function returned
-    assert report["steps"] == 119
+    # 60 + 60 steps: the second optimiser takes over as the clock at its first step, the
+    # first run's optimiser being freed when its function returned, and that step counts
+    assert report["steps"] == 120

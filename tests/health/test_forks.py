@@ -179,3 +179,36 @@ def test_a_child_s_traceback_is_the_one_plain_python_prints(tmp_path: Path) -> N
     ours = [line for line in watched.stderr.splitlines() if not line.startswith("treeqa health")]
     assert ours == plain.stderr.splitlines() and "forks.py" not in watched.stderr
     assert plain.stderr.count("was the direct cause of the following exception") == 2
+
+
+POOL_TASKS = """
+import sys, torch, torch.multiprocessing as mp
+from torch import nn
+
+def job(seed):
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for _ in range(20):
+        x = torch.randn(16, 8)
+        loss = nn.functional.cross_entropy(model(x), (x[:, 0] > 0).long())
+        opt.zero_grad(); loss.backward(); opt.step()
+    return seed
+
+if __name__ == "__main__":
+    with mp.get_context(sys.argv[1]).Pool(1) as pool:
+        print(pool.map(job, range(3)))
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_pool_worker_counts_every_step_of_each_task(method: str, tmp_path: Path) -> None:
+    """One worker runs three tasks, each with a model and optimiser of its own: the optimiser
+    of a task before is freed, and the next one's first step is a step (it was not counted)."""
+    (tmp_path / "pool.py").write_text(POOL_TASKS)
+    cmd = [sys.executable, "-m", "treeqa", "doctor", "--json", "r.json", "--", "python", "pool.py"]
+    proc = subprocess.run([*cmd, method], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [(p["rank"], p["steps"]) for p in report["processes"]] == [(1, 60)], proc.stderr

@@ -512,6 +512,55 @@ def loss_diverged(
     )
 
 
+def loss_climbed(
+    samples: Sequence[tuple[int, str]],
+    steps: Sequence[float],
+    losses: Sequence[float],
+    maximize: str,
+) -> Finding | None:
+    """The sampled steps' loss, itself a regression loss (``samples``: step, function, e.g.
+    ``mse_loss``), climbed while the optimiser that steps the weights, ``maximize`` (its class
+    name), has ``maximize=True``: the median of the run's second half ``DIVERGED_RATIO`` x or
+    more the lowest reading of its first half, none below ``DIVERGED_FLOOR`` x it, and every
+    step's loss there that high too. A regression loss has no level of its own to read (log(C)
+    for a cross-entropy), so only this cause is judged: the optimiser climbs the loss it is
+    given. All finite (an overflow is ``non-finite``'s)."""
+    if not steps or not maximize:
+        return None
+    first = int(steps[0])
+    read = [(s, f, losses[s - first]) for s, f in samples if 0 <= s - first < len(losses)]
+    if not all(math.isfinite(v) for *_, v in read):
+        return None
+    middle = (steps[0] + steps[-1]) / 2
+    early = [v for s, _, v in read if s <= middle]
+    late = [v for s, _, v in read if s > middle]
+    if len(late) < DIVERGED_SAMPLES or not early or min(early) <= 0:
+        return None
+    low, level = min(early), statistics.median(late)
+    if level < DIVERGED_RATIO * low or min(late) < DIVERGED_FLOOR * low:
+        return None
+    if not typical_late_loss(steps, losses, middle) >= DIVERGED_FLOOR * low:
+        return None
+    function = read[-1][1]
+    return Finding(
+        "loss-diverged",
+        "warning",
+        f"the loss diverged: {function} read {low:.4g} early, then {min(late):.4g}-"
+        f"{max(late):.4g} over the second half of the run (a median {level / low:.1f}x its "
+        f"early low): {maximize} has maximize=True set, so each step climbs the loss it is "
+        "given",
+        evidence={
+            "function": function,
+            "early_min": round(low, 6),
+            "late_min": round(min(late), 6),
+            "late_median": round(level, 6),
+            "sampled_steps": len(read),
+            "maximize": maximize,
+        },
+        fix=MAXIMIZE_FIX,
+    )
+
+
 MAXIMIZE_FIX = (
     "drop maximize=True from the optimiser: it steps up the gradient, raising the loss it is "
     "given (to maximise an objective on purpose, keep it and give it that objective, not a loss)"

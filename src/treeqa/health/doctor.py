@@ -89,6 +89,7 @@ class Doctor:
         self.begins_handle: Any = None  # the optimiser pre-hook, while updates by hand may end
         self.discovery: Any = None  # the every-module hook, while models are looked up
         self.late_tops = False  # it stays for the clock's second step (_hook_late_tops)
+        self.looked_again = False  # a step no hooked model began had the models looked up again
         self.hooked: set[int] = set()  # the models whose forwards start a step
         self.root_handles: list[Any] = []
         self.step_calls = 0  # optimiser steps seen, of any optimiser
@@ -416,6 +417,17 @@ class Doctor:
         self.called.clear()
         self.evaluated_early.clear()
 
+    def _look_again(self) -> None:
+        """A step with a backward that no hooked model began: a model first run after the
+        clock's second step trains (a student distilled from the model trained before it).
+        The every-module hook is back for one step, whose models then begin steps (once a
+        clock: a script whose steps run no model, beside one that does, pays it once)."""
+        if self.looked_again or self.discovery is not None or compiled():
+            return
+        self.looked_again = self.late_tops = True
+        self.called.clear()
+        self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self.discover)
+
     def _drop_discovery(self) -> None:
         """Remove the every-module hook: models are looked up no more (no cost from now on)."""
         if self.discovery is not None:
@@ -492,11 +504,13 @@ class Doctor:
 
     def _switch_clock(self, optimizer: torch.optim.Optimizer) -> None:
         """``optimizer`` is the clock from now on; its next step looks up the models it trains
-        (the every-module hook is back until then), and this one is not counted."""
+        (the every-module hook is back until then); this one is counted only when the clock before
+        was freed (``_count_step``)."""
         self.clock = weakref.ref(optimizer)
         self.others.clear()
         self.most_between = 0
         self.finding_roots = True
+        self.looked_again = False
         self.trained_before, self.trained = self.trained, set()
         if self.discovery is None:
             self.discovery = torch.nn.modules.module.register_module_forward_pre_hook(self.discover)
@@ -505,6 +519,17 @@ class Doctor:
         self.last_end = time.perf_counter()
         if self.open:
             self.compute_start = self.last_end
+
+    def _count_step(self) -> None:
+        """The step of an optimiser that takes over from a freed clock (a loop in a function
+        called again, a Pool's worker given its next task): a step of the run, whose models are
+        looked up at the next one, so only the monitor counts it."""
+        now = time.perf_counter()
+        if not self.open:  # (the new run's models are not hooked yet)
+            self.compute_start = self.last_end
+        loss, self.loss = self.loss, None
+        self.monitor.end_step(loss, now - self.compute_start, self.compute_start - self.last_end)
+        self.open = False
 
     def _said_error(self) -> str:
         """Where strict mode's stop points for the error finding: above, where it was printed;
@@ -535,6 +560,7 @@ class Doctor:
             if isinstance(quiet, io.StringIO):  # the findings of its first step
                 print(quiet.getvalue(), end="", file=self.monitor.stream, flush=True)
         clock = self.clock() if self.clock is not None else None
+        freed = clock is None and self.clock is not None  # the last run's optimiser is gone
         if clock is None and self.clock is None:  # the first step of the run
             self.clock = weakref.ref(optimizer)
             clock = optimizer
@@ -552,6 +578,8 @@ class Doctor:
             n = self.others[optimizer] = self.others.get(optimizer, 0) + 1
             # A clock freed (its run's function returned, ``opt`` rebound) steps no more.
             if clock is None or n > max(SWITCH_AFTER, 4 * self.most_between):
+                if freed:  # nothing else steps: this is the next run's first step, counted
+                    self._count_step()
                 self._switch_clock(optimizer)
             else:
                 self.updates.other_step(optimizer)
@@ -567,6 +595,8 @@ class Doctor:
         # No model's forward starts this script's steps (its model is raw tensors): each step
         # is opened at the end of the one before, so that it can be sampled.
         functional = not self.open and not self.hooked
+        if not self.open and self.hooked and self.updates.backwards:
+            self._look_again()
         if not self.open:  # no module forward seen this step (functional model)
             self.compute_start = self.last_end
         loss, self.loss = self.loss, None
@@ -597,6 +627,7 @@ class Doctor:
                     monitor.safely(self._hand_step)  # the last update by hand
                 self.updates.finish(monitor.step)
                 monitor.maximize = self.updates.maximize
+                monitor.maximize_weights = self.updates.maximize_weights
             if monitor.step == 0:  # backward calls with no optimiser step: say so in the summary
                 monitor.unstepped_backwards = self.updates.backwards
             return monitor.finish()

@@ -243,3 +243,29 @@ def ctc_targets_invalid(
             "labels": labels.numel(),
         },
     )
+
+
+def ctc_infeasible(targets: Any, input_lengths: Any, target_lengths: Any) -> tuple[int, int] | None:
+    """(samples, of ``N``) whose target cannot be aligned to their input: CTC needs a frame per
+    label and one more for each label repeated next to itself (a blank between the two), so a
+    target of length L with r such repeats needs L + r frames. Their loss is infinite, or 0
+    with ``zero_infinity=True``. ``targets`` [N, S] padded, or [sum(lengths)] concatenated;
+    None where the lengths do not read. One host sync."""
+    if not isinstance(targets, torch.Tensor) or targets.is_floating_point():
+        return None
+    device = targets.device
+    lengths = torch.as_tensor(target_lengths, device=device).reshape(-1).long()
+    frames = torch.as_tensor(input_lengths, device=device).reshape(-1).long()
+    if lengths.numel() != frames.numel() or not lengths.numel():
+        return None
+    if targets.dim() == 2 and targets.shape[0] == lengths.numel():
+        positions = torch.arange(1, targets.shape[1], device=device)  # [S - 1]
+        repeats = ((targets[:, 1:] == targets[:, :-1]) & (positions < lengths[:, None])).sum(1)
+    elif targets.dim() == 1:
+        owner = torch.repeat_interleave(torch.arange(lengths.numel(), device=device), lengths)
+        labels = targets[: owner.numel()]
+        same = (labels[1:] == labels[:-1]) & (owner[1:] == owner[:-1])  # within one target
+        repeats = torch.zeros_like(lengths).index_add_(0, owner[1:], same.long())
+    else:
+        return None
+    return int((lengths + repeats > frames).sum()), lengths.numel()

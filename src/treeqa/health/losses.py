@@ -36,6 +36,9 @@ ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 """Losses of an input against a target of the same shape (torch broadcasts, with a warning)."""
 VOCABULARY = 50
 """The fewest ids an Embedding needs for its padding id to be looked for in loss targets."""
+INFEASIBLE_SHARE, INFEASIBLE_STEPS = 0.5, 3
+"""Sampled steps in a row on which at least this share of a ``ctc_loss`` batch has targets too
+long for its input, zeroed by ``zero_infinity=True``: more than the few it is there for."""
 MARGIN_ROWS, MARGIN_SHARE = 8, 0.8
 """A first cross-entropy far above log(C) whose target logits sit below their rows' mean on
 this share of this many rows or more is a margin softmax's, by design, not ``loss-at-init``."""
@@ -60,11 +63,17 @@ class LossInputCheck:
         # (id, classes) of the last mean cross-entropy with gradients on a sampled step: the
         # monitor tells whether it is the step's loss (``loss-at-chance``, ``loss-diverged``).
         self.cross_entropy: tuple[int, int] | None = None
+        # (id, function) of the last regression loss (``ELEMENTWISE``) with gradients on a
+        # sampled step, one value: the monitor tells whether it is the step's loss.
+        self.regression: tuple[int, str] | None = None
         # Rows whose per-example cross-entropy was computed without gradients on this sampled
         # step (the monitor clears it at the step's end): a mean cross-entropy with gradients
         # over fewer rows trains on examples picked by their loss (hard-example mining), whose
         # level says nothing of the model's.
         self.scored = 0
+        # (infeasible, samples) of ctc_loss calls with zero_infinity=True on the sampled steps
+        # in a row where half the batch or more was infeasible
+        self.infeasible: list[tuple[int, int]] = []
         self.wrappers = Wrappers()
 
     def watch(self, modules: Iterable[nn.Module]) -> None:
@@ -132,6 +141,8 @@ class LossInputCheck:
         kwargs = kwargs or {}
         target = args[0] if args else kwargs.get("target")
         if fname in ELEMENTWISE:
+            if result.requires_grad and result.numel() == 1:
+                self.regression = (id(result), fname)
             if isinstance(target, torch.Tensor):
                 found = loss_inputs.loss_broadcast(fname, input.shape, target.shape)
                 if found is not None:
@@ -286,6 +297,37 @@ class LossInputCheck:
         if found is not None:
             found.where = checks.user_site(3)
             self.add(found)
+        if kwargs.get("zero_infinity", args[5] if len(args) > 5 else False) is True:
+            frames = args[1] if len(args) > 1 else kwargs.get("input_lengths")
+            self._ctc_infeasible(loss_inputs.ctc_infeasible(targets, frames, lengths))
+
+    def _ctc_infeasible(self, counts: tuple[int, int] | None) -> None:
+        """``zero_infinity=True`` zeroes the loss of a target too long for its input, as it is
+        there to for a few; ``INFEASIBLE_STEPS`` sampled steps in a row with
+        ``INFEASIBLE_SHARE`` of the batch or more so, and the model learns from few samples or
+        none, without a word."""
+        if counts is None or counts[0] < INFEASIBLE_SHARE * counts[1]:
+            self.infeasible = []
+            return
+        self.infeasible.append(counts)
+        if len(self.infeasible) < INFEASIBLE_STEPS:
+            return
+        dropped, samples = (sum(c) for c in zip(*self.infeasible, strict=True))
+        self.add(
+            Finding(
+                "ctc-targets-invalid",
+                "error",
+                f"{dropped} of {samples} ctc_loss targets on the last {len(self.infeasible)} "
+                "sampled steps are longer than their input allows (a frame per label, one more "
+                "for each repeated label), and zero_infinity=True sets their loss and gradient "
+                "to 0: the model learns from few samples or none (input_lengths counted before "
+                "the model downsamples, or an output too short for the targets?)",
+                where=checks.user_site(4),
+                evidence={"infeasible": dropped, "samples": samples},
+                fix="give input_lengths the model's output frames (after any striding or "
+                "pooling), and keep the output at least as long as a target plus its repeats",
+            )
+        )
 
     def _padding_in_loss(
         self, fname: str, pad: int, classes: int, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -243,6 +243,9 @@ class HealthMonitor(Callback):
         self.chance: list[tuple[int, int]] = []  # sampled steps whose loss is a cross-entropy: C
         # The optimiser that steps (its class name) when it has maximize=True (the doctor's)
         self.maximize = ""
+        self.maximize_weights = False  # and a group with it holds nn.Parameters
+        # sampled steps whose loss is itself a regression loss (F.mse_loss, ...): its name
+        self.regression: list[tuple[int, str]] = []
         self.failed = False  # its own code failed (``safely``): it stopped watching
         self.failures_from = len(wrap.FAILURES)  # its own failures are those said after this
         self._anomaly = 0  # sampled steps run with autograd's anomaly detection on
@@ -441,6 +444,9 @@ class HealthMonitor(Callback):
             self.loss_check.scored = 0
             if ce is not None and tensor is not None and ce[0] == id(tensor) and ce[1] > 1:
                 self.chance.append((s, ce[1]))  # the step's loss is that cross-entropy
+            fitted, self.loss_check.regression = self.loss_check.regression, None
+            if fitted is not None and tensor is not None and fitted[0] == id(tensor):
+                self.regression.append((s, fitted[1]))
             self._sampled_checks(s)
             self.sampling = False
         if s - self._unused_from < 3 and self.params:
@@ -527,6 +533,12 @@ class HealthMonitor(Callback):
                     self.chance, self.series["step"], self.series["loss"], self.maximize
                 )
             )
+            if self.maximize_weights:
+                self._add_if(
+                    checks.loss_climbed(
+                        self.regression, self.series["step"], self.series["loss"], self.maximize
+                    )
+                )
         if not any(code == "non-finite" for code, _ in self.findings):
             self._add_if(self.scalers.collapsed(self.step))
         self._series_checks(self.step)

@@ -46,6 +46,27 @@ def gradients_not_zeroed(
     )
 
 
+def gradients_stepped_again(names: Sequence[str], values: int) -> Finding:
+    """Parameters the clock steps whose gradients no backward wrote and nothing cleared since
+    its step before (``names``; ``values``: their elements): the optimiser applies the same
+    gradients on every step, so they keep moving (a teacher trained first, then run under
+    ``no_grad`` with the gradients of its training left, while ``student.zero_grad()`` clears
+    only the student's)."""
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return Finding(
+        "gradients-not-zeroed",
+        "error",
+        f"{len(names)} parameters the optimiser steps ({shown}) kept gradients that no backward "
+        "wrote and nothing cleared since its step before, on the last 3 sampled steps: each "
+        "step applies them again and moves those weights (a model run under no_grad, a teacher "
+        "say, with the gradients of its own training left?)",
+        evidence={"parameters": list(names[:20]), "values": values},
+        fix="call optimizer.zero_grad() (not model.zero_grad() on the trained part alone), or "
+        "set p.grad = None on the parameters that are not to change (or leave them out of "
+        "the optimiser)",
+    )
+
+
 def zero_grad_per_micro_batch(
     discarded: Sequence[bool], backwards: int, streak: int = 3
 ) -> Finding | None:

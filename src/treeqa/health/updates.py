@@ -8,7 +8,10 @@ every backward) and reports to the monitor:
   (``probes.py``) on a parameter of the models trained, one the optimiser holds outside
   them, and one of each other optimiser note whether each backward found their gradients
   cleared: never (nothing zeroes them), or always, two or more times a step (``zero_grad``
-  inside an accumulation loop throws the earlier micro-batches away).
+  inside an accumulation loop throws the earlier micro-batches away). Also on sampled steps,
+  the clock's gradients are noted and looked at again at its next step: ones that no backward
+  wrote and nothing cleared in between (a teacher trained first, then run under ``no_grad``
+  and zeroed no more) are stepped again, moving what they belong to.
 - ``step-without-gradients``: the clock stepped after a backward while none of its parameters
   that require gradients had one (a stale optimiser, zero_grad between backward and step), or,
   with no other optimiser stepping, while it held no parameter, only frozen ones, or those of
@@ -85,6 +88,8 @@ ZERO_STEPS = 50
 after its first step)."""
 FP16_STEPS = 3
 """Sampled steps under float16 autocast with no loss scaler before it is reported."""
+STALE_STEPS = 3
+"""Sampled steps in a row on which the clock stepped gradients left from its step before."""
 ORPHAN_STEP = 10
 """The clock's step (counted from its first) on which parameters with gradients are looked up
 in the optimisers: by then every optimiser of the loop has stepped."""
@@ -185,6 +190,10 @@ class Updates:
         # (id, version) of the gradient of each trainable model parameter no optimiser holds,
         # at the last sampled step after ORPHAN_STEP: one that changes is a fresh gradient
         self.orphan_grads: dict[int, tuple[int, int]] = {}
+        # (parameter, its gradient, the gradient's version) of the clock's parameters with a
+        # gradient at the end of a sampled step, looked at again at its next step
+        self.stepped_grads: list[tuple[nn.Parameter, weakref.ref[torch.Tensor], int]] = []
+        self.stale = 0  # sampled steps in a row whose next step stepped gradients left over
         # this step's forwards with gradients: 1 train mode, 2 eval mode, 4 float16 autocast
         self.mode = 0
         self.sampled = False  # this step is sampled
@@ -209,6 +218,7 @@ class Updates:
         self.decayed_by_hand = False  # the low rate is the step size of updates by hand
         self.zero_steps = 0  # steps at lr 0 in every group, from the first
         self.maximize = ""  # the clock's class name when a group of it has maximize=True
+        self.maximize_weights = False  # such a group holds an nn.Parameter
         self.reported -= {"lr-collapsed"}
 
     # ------------------------------------------------------------------ from the doctor's hooks
@@ -366,6 +376,16 @@ class Updates:
         # Updates by hand are seen after the update, the gradients maybe cleared by then.
         if self.backwards and not frozen and not by_hand:
             self._note_gradients(optimizer, roots, graph, step, no_grad)
+        if self.stepped_grads and not by_hand:
+            self._note_stale(params)
+        self.stepped_grads = []
+        if sampled and not by_hand:
+            self.stepped_grads = [
+                (p, weakref.ref(p.grad), p.grad._version)
+                for group in optimizer.param_groups
+                for p in group["params"]
+                if p.grad is not None
+            ]
         if step - self.first + 1 == ORPHAN_STEP:
             self._note_unregistered(optimizer, roots)
             if not by_hand:
@@ -420,6 +440,23 @@ class Updates:
                 self.frozen_streak = self.frozen_streak or (found, weakref.ref(optimizer))
                 return
             self._report(found)
+
+    def _note_stale(self, params: list[tuple[str, nn.Parameter]]) -> None:
+        """The clock's step after a sampled one, after a backward: the gradients noted then
+        that are still there, the same tensors unchanged (no backward wrote them, no zero_grad
+        cleared them), were stepped again. ``params``: the trained models' (for their names)."""
+        if not self.backwards:  # (a wrapper stepping its inner optimiser: no backward between)
+            return
+        stale = [
+            p
+            for p, grad, version in self.stepped_grads
+            if p.grad is not None and p.grad is grad() and p.grad._version == version
+        ]
+        self.stale = self.stale + 1 if stale else 0
+        if self.stale == STALE_STEPS:
+            names = {id(p): name for name, p in params}
+            said = [names.get(id(p), f"a {list(p.shape)} parameter") for p in stale]
+            self._report(slips.gradients_stepped_again(said, sum(p.numel() for p in stale)))
 
     def _alone(self, optimizer: torch.optim.Optimizer) -> bool:
         """No optimiser but ``optimizer`` has stepped in the run."""
@@ -525,8 +562,12 @@ class Updates:
         # A tensor lr (capturable optimisers) is not read.
         lrs = [g.get("lr") for g in optimizer.param_groups]
         if sampled:  # (said with loss-diverged, at the run's end)
-            maximize = any(g.get("maximize") is True for g in optimizer.param_groups)
-            self.maximize = type(optimizer).__name__ if maximize else ""
+            climbing = [g for g in optimizer.param_groups if g.get("maximize") is True]
+            self.maximize = type(optimizer).__name__ if climbing else ""
+            # (an input ascended on purpose, an attack's perturbation, is no nn.Parameter)
+            self.maximize_weights = any(
+                isinstance(p, nn.Parameter) for g in climbing for p in g["params"]
+            )
         numbers = [float(v) for v in lrs if type(v) is float or type(v) is int]
         if not numbers:
             return
