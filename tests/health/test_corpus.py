@@ -35,9 +35,11 @@ EXPECTED = {
     "bug_loss_at_init.py": "loss-at-init",
     "bug_loss_at_chance.py": "loss-at-chance",
     "bug_loss_at_chance_nll.py": "loss-at-chance",  # nll_loss over a LogSoftmax
+    "bug_loss_at_chance_scaled.py": "loss-at-chance",  # times 1, then divided by 1
     "bug_loss_diverged.py": "loss-diverged",  # Adam at lr=1.0: finite, far above log(C)
     "bug_loss_diverged_maximize.py": "loss-diverged",  # Adam(maximize=True) on a loss
     "bug_loss_diverged_maximize_mse.py": "loss-diverged",  # on a mean squared error
+    "bug_loss_diverged_divided.py": "loss-diverged",  # divided by 1, as accelerate does
     "bug_non_finite.py": "non-finite",
     "bug_non_finite_fp16.py": "non-finite",  # NaN gradients the loss scaler takes for overflows
     "bug_step_time_regression.py": "step-time-regression",

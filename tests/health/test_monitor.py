@@ -15,6 +15,7 @@ import time
 import warnings
 from array import array
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -672,6 +673,59 @@ def test_ctc_targets_holding_the_blank_or_an_index_out_of_range_are_found() -> N
     found = loss_inputs.ctc_targets_invalid(from_zero, lengths, 5, 4)  # 4 of 4 classes
     assert found is not None and found.evidence["out_of_range_labels"] == 1
     assert loss_inputs.ctc_targets_invalid(torch.tensor([1, -1]), 2, 0, 4) is not None
+
+
+def test_a_loss_divided_or_multiplied_by_one_stands_for_the_loss_it_scales() -> None:
+    """accelerate's backward divides the loss by its accumulation steps (1 unless set), the
+    transformers Trainer by its own before it: the cross-entropy under them is still the step's
+    loss. Divided by 4 (accumulation), its value is not the cross-entropy's."""
+    logits = torch.randn(8, 3, requires_grad=True)
+    loss = nn.functional.cross_entropy(logits, torch.arange(8) % 3)
+    assert loss_inputs.unscaled((1.0 * (loss / 1) / 1).grad_fn) is loss.grad_fn
+    quarter = loss / 4
+    assert loss_inputs.unscaled(quarter.grad_fn) is quarter.grad_fn
+    assert loss_inputs.unscaled(loss.grad_fn) is loss.grad_fn
+    # A constant tensor on the left saves no factor for the loss's side: left as it is.
+    weighted = torch.ones(()) * loss
+    assert loss_inputs.unscaled(weighted.grad_fn) is weighted.grad_fn
+    divided = loss / 1
+    divided.backward()  # frees the factor: the backward after it is torch's to refuse
+    assert loss_inputs.unscaled(divided.grad_fn) is divided.grad_fn
+
+
+@pytest.mark.parametrize("name", ["cross_entropy", "mse_loss"])
+def test_a_backward_of_the_loss_divided_by_one_reads_as_the_noted_loss(name: str) -> None:
+    """What the sampled step's backward is given stands for the cross-entropy or regression
+    loss it divides by 1 (``loss-at-chance``, ``loss-diverged`` and its maximize cause read
+    them), not for one it divides by 4."""
+    monitor = HealthMonitor(stream=io.StringIO())
+    monitor.install_loss_checks()
+    check = monitor.loss_check
+    try:
+        for factor, stands in ((1, True), (4, False)):
+            monitor.sampling = True
+            logits = torch.randn(8, 3, requires_grad=True)
+            target = torch.arange(8) % 3 if name == "cross_entropy" else torch.zeros(8, 3)
+            handed = getattr(nn.functional, name)(logits, target) / factor  # the wrapped loss
+            check.backward(handed)
+            noted = check.cross_entropy if name == "cross_entropy" else check.regression
+            assert noted is not None and (noted[0] == id(handed)) is stands and noted[2] is None
+            check.cross_entropy = check.regression = None
+    finally:
+        monitor.uninstall()
+
+
+def test_the_site_of_a_finding_skips_the_frames_of_training_frameworks(tmp_path: Path) -> None:
+    """An optimiser step wrapped by accelerate (its AcceleratedOptimizer), or called inside the
+    transformers Trainer, is the script's call, not the framework's line."""
+    for package in ("accelerate", "transformers"):
+        source = tmp_path / package / "optimizer.py"
+        source.parent.mkdir()
+        source.write_text("def step(fn):\n    return fn()\n")
+        framework: dict[str, Any] = {}
+        exec(compile(source.read_text(), str(source), "exec"), framework)
+        where = framework["step"](checks.user_site)
+        assert where.startswith(f"{__file__}:"), where
 
 
 @pytest.mark.parametrize("by_keyword", [False, True])

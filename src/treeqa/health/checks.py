@@ -32,7 +32,13 @@ _SKIP = (
     "<frozen",
     "runpy.py",
 )
-_SKIP_PACKAGES = ("lightning", "pytorch_lightning", "lightning_utilities")
+_SKIP_PACKAGES = (
+    "lightning",
+    "pytorch_lightning",
+    "lightning_utilities",
+    "transformers",
+    "accelerate",
+)
 """Frameworks that call the user's training step: their frames are not where a bug is."""
 
 

@@ -284,6 +284,8 @@ class Doctor:
         retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             self.loss = loss
+            if self.monitor.sampling:
+                self.monitor.loss_check.backward(loss)
             if self.monitor.sampling and not self.broadcast_found:
                 pair = loss_inputs.broadcast_difference(loss)
                 if pair is not None:

@@ -3,7 +3,8 @@ logits belong, logits where log-probabilities belong, a softmax over the wrong d
 broadcast into every prediction against every target, CTC targets that hold the blank.
 
 ``losses.py`` calls these on the wrapped loss functions' inputs; the doctor walks a
-hand-written loss's graph with ``broadcast_difference``.
+hand-written loss's graph with ``broadcast_difference``, and the loss a backward is given with
+``unscaled``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,26 @@ def looks_like_probabilities(x: torch.Tensor, dim: int | None = None) -> bool:
     sums = x.sum(dim)
     ok = (x.min() >= 0) & ((sums - 1).abs().max() < tolerance)
     return bool(ok)
+
+
+def unscaled(node: Any) -> Any:
+    """The autograd node a loss's ``node`` divides or multiplies by exactly 1, through any
+    number of such steps: accelerate's ``Accelerator.backward`` divides the loss by its
+    accumulation steps (1 unless set), and the transformers ``Trainer`` by its own before it.
+    Read before the backward (after it the factor is freed); a factor that is not a one-element
+    CPU tensor (a Python number is) is not read, so this makes no host sync."""
+    while type(node).__name__ in ("DivBackward0", "MulBackward0"):
+        try:
+            factor = node._saved_other
+        except RuntimeError:  # freed by an earlier backward: torch raises on this one
+            break
+        # None where only the other side needs it (a constant tensor times the loss).
+        if not isinstance(factor, torch.Tensor) or factor.numel() != 1:
+            break
+        if factor.device.type != "cpu" or factor.requires_grad or factor.item() != 1:
+            break
+        node = node.next_functions[0][0]
+    return node
 
 
 def loss_broadcast(

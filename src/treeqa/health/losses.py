@@ -60,12 +60,13 @@ class LossInputCheck:
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
         self.loaded = False  # a model loaded trained weights: its first loss is no init's
-        # (id, classes) of the last mean cross-entropy with gradients on a sampled step: the
-        # monitor tells whether it is the step's loss (``loss-at-chance``, ``loss-diverged``).
-        self.cross_entropy: tuple[int, int] | None = None
-        # (id, function) of the last regression loss (``ELEMENTWISE``) with gradients on a
-        # sampled step, one value: the monitor tells whether it is the step's loss.
-        self.regression: tuple[int, str] | None = None
+        # (id, classes, autograd node) of the last mean cross-entropy with gradients on a
+        # sampled step: the monitor tells whether it is the step's loss (``loss-at-chance``,
+        # ``loss-diverged``); ``backward`` whether the loss a backward is given stands for it.
+        self.cross_entropy: tuple[int, int, Any] | None = None
+        # (id, function, autograd node) of the last regression loss (``ELEMENTWISE``) with
+        # gradients on a sampled step, one value: the same for ``loss-diverged`` under maximize.
+        self.regression: tuple[int, str, Any] | None = None
         # Rows whose per-example cross-entropy was computed without gradients on this sampled
         # step (the monitor clears it at the step's end): a mean cross-entropy with gradients
         # over fewer rows trains on examples picked by their loss (hard-example mining), whose
@@ -112,6 +113,14 @@ class LossInputCheck:
         if any(isinstance(v, nn.Module) for v in values):
             self.loaded = True
 
+    def backward(self, loss: torch.Tensor) -> None:
+        """A backward of ``loss`` on a sampled step: where it is the noted cross-entropy (or
+        regression loss) divided or multiplied by 1 (as accelerate and the transformers
+        ``Trainer`` hand it on), it is that loss's value, and stands for it as the step's loss."""
+        node = loss_inputs.unscaled(loss.grad_fn)
+        self.cross_entropy = _standing_for(self.cross_entropy, loss, node)
+        self.regression = _standing_for(self.regression, loss, node)
+
     def uninstall(self) -> None:
         self.wrappers.undo()
 
@@ -142,7 +151,7 @@ class LossInputCheck:
         target = args[0] if args else kwargs.get("target")
         if fname in ELEMENTWISE:
             if result.requires_grad and result.numel() == 1:
-                self.regression = (id(result), fname)
+                self.regression = (id(result), fname, result.grad_fn)
             if isinstance(target, torch.Tensor):
                 found = loss_inputs.loss_broadcast(fname, input.shape, target.shape)
                 if found is not None:
@@ -201,7 +210,7 @@ class LossInputCheck:
             and rows >= self.scored
             and not _floor_near_chance(args, kwargs, classes)
         ):
-            self.cross_entropy = (id(result), classes)
+            self.cross_entropy = (id(result), classes, result.grad_fn)
         if classes in self.paddings:
             self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs)
         if source is not None:
@@ -463,3 +472,15 @@ def _averaged(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     size_average = kwargs.get("size_average", args[2] if len(args) > 2 else None)
     reduce = kwargs.get("reduce", args[4] if len(args) > 4 else None)
     return reduction == "mean" and size_average is not False and reduce is not False
+
+
+def _standing_for(
+    noted: tuple[int, Any, Any] | None, loss: torch.Tensor, node: Any
+) -> tuple[int, Any, Any] | None:
+    """``noted`` (a loss's id, what it is, its autograd node) with the id of ``loss`` where
+    ``loss`` scales it by 1 (``node``: ``loss``'s node with those steps walked back); the node
+    is let go either way: held longer, it would keep the graph's saved tensors."""
+    if noted is None or noted[2] is None:
+        return noted
+    same = noted[0] != id(loss) and node is noted[2]
+    return (id(loss) if same else noted[0], noted[1], None)

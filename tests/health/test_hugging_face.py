@@ -1,0 +1,143 @@
+"""``treeqa doctor`` on scripts that train with Hugging Face ``accelerate`` and the
+``transformers`` ``Trainer``: a tiny BERT built from its config (no model download), random
+tokens whose label is whether one token id appears. Skipped where the packages are missing;
+slow (importing transformers takes seconds)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from treeqa.health import run_doctor
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+pytestmark = pytest.mark.slow
+
+COMMON = '''
+import os
+import sys
+
+import torch
+from transformers import BertConfig, BertForSequenceClassification
+
+torch.manual_seed(0)
+config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                    intermediate_size=32, max_position_embeddings=16, num_labels=2)
+model = BertForSequenceClassification(config)
+
+
+class Tokens(torch.utils.data.Dataset):
+    """The label: whether token 5 is in the sequence."""
+
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(6, 64, (n, 12), generator=g)
+        self.labels = (torch.rand(n, generator=g) < 0.5).long()
+        self.ids[self.labels.bool(), 3] = 5
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.labels[i]}
+
+
+lr = float(sys.argv[1])
+'''
+
+ACCELERATE = (
+    COMMON
+    + """
+from accelerate import Accelerator
+
+accelerator = Accelerator(cpu=True)
+opt = torch.optim.Adam(model.parameters(), lr=lr)
+train = torch.utils.data.DataLoader(Tokens(768, 0), batch_size=8, shuffle=True)
+val = torch.utils.data.DataLoader(Tokens(192, 1), batch_size=32)
+model, opt, train, val = accelerator.prepare(model, opt, train, val)
+for epoch in range(2):
+    model.train()
+    for batch in train:
+        loss = model(**batch).loss
+        accelerator.backward(loss)
+        opt.step()  # the line a finding on the optimiser's step names
+        opt.zero_grad()
+    model.eval()
+    with torch.no_grad():
+        correct = sum((model(**b).logits.argmax(-1) == b["labels"]).sum().item() for b in val)
+    print(f"epoch {epoch} accuracy {correct / 192:.2f}")
+"""
+)
+
+TRAINER = (
+    COMMON
+    + """
+from transformers import Trainer, TrainingArguments
+
+args = TrainingArguments(
+    output_dir=os.getcwd(), per_device_train_batch_size=8, num_train_epochs=1, learning_rate=lr,
+    report_to=[], save_strategy="no", eval_strategy="epoch", disable_tqdm=True, use_cpu=True,
+    logging_strategy="no",
+)
+trainer = Trainer(model=model, args=args, train_dataset=Tokens(768, 0),
+                  eval_dataset=Tokens(192, 1))
+trainer.train()  # the line a finding on the Trainer's optimiser names
+print("eval loss", round(trainer.evaluate()["eval_loss"], 3))
+"""
+)
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    yield
+
+
+def doctor(tmp_path: Path, source: str, lr: float) -> tuple[dict[str, Any], Path]:
+    path = tmp_path / "train.py"
+    path.write_text(source)
+    with contextlib.redirect_stdout(io.StringIO()):
+        code, report = run_doctor(["python", str(path), str(lr)], every=10, stream=io.StringIO())
+    assert code == 0 and not report["monitor_failures"]
+    return report, path
+
+
+def line_of(path: Path, text: str) -> str:
+    lines = path.read_text().splitlines()
+    return f"{os.path.realpath(path)}:{next(i for i, s in enumerate(lines, 1) if text in s)}"
+
+
+@pytest.mark.parametrize("source", [ACCELERATE, TRAINER], ids=["accelerate", "trainer"])
+def test_a_clean_run_has_no_warnings(source: str, tmp_path: Path) -> None:
+    report, _ = doctor(tmp_path, source, 1e-3)
+    assert report["steps"] >= 96
+    assert [f for f in report["findings"] if f["severity"] != "info"] == []
+
+
+@pytest.mark.parametrize(
+    ("source", "site"),
+    [(ACCELERATE, "opt.step()"), (TRAINER, "trainer.train()")],
+    ids=["accelerate", "trainer"],
+)
+def test_a_zero_learning_rate_is_named_at_the_scripts_line(
+    source: str, site: str, tmp_path: Path
+) -> None:
+    report, path = doctor(tmp_path, source, 0.0)
+    found = {f["code"]: f for f in report["findings"]}
+    assert found["lr-zero"]["where"] == line_of(path, site)
+
+
+def test_a_diverged_loss_is_found_through_accelerates_backward(tmp_path: Path) -> None:
+    """``Accelerator.backward`` divides the loss by its accumulation steps (1) before it runs
+    backward: the cross-entropy is still the step's loss."""
+    report, _ = doctor(tmp_path, ACCELERATE, 50.0)
+    assert "loss-diverged" in {f["code"] for f in report["findings"]}, report["findings"]
