@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import random
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,15 @@ from treeqa.models import build_sentiment_model
 from treeqa.models.common import Output
 from treeqa.recipes.sentiment import resolve_config, train
 from treeqa.train import checkpoint as ckpt
-from treeqa.train.loop import Callback, TrainConfig, TrainState, fit, resolve_device
+from treeqa.train.callbacks import Checkpointer, resume
+from treeqa.train.loop import (
+    Callback,
+    TrainConfig,
+    TrainState,
+    fit,
+    resolve_device,
+    seed_everything,
+)
 
 
 def losses(run: Path) -> list[float]:
@@ -60,6 +69,66 @@ def test_resume_gives_the_same_loss_curve(demo_dir: Path, tmp_path: Path) -> Non
     a = ckpt.load(tmp_path / "full" / ckpt.LAST).weights()
     b = ckpt.load(tmp_path / "cut" / ckpt.LAST).weights()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+class Jittered(nn.Module):
+    """A model whose loss draws from Python's and NumPy's generators (as a word dropout might)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> Output:
+        noise = random.random() + float(np.random.rand())
+        return Output(self.w * x, (self.w * x).sum() * noise)
+
+
+class Losses(Callback):
+    def __init__(self) -> None:
+        self.seen: list[float] = []
+
+    def on_step_end(self, state: TrainState, output: Output, batch) -> None:
+        assert output.loss is not None
+        self.seen.append(output.loss.item())
+
+
+def three_ones(epoch: int) -> list[torch.Tensor]:
+    return [torch.ones(3)] * 3
+
+
+def jittered_fit(run: Path, *extra: Callback, resumed: bool = False) -> list[float]:
+    seed_everything(0)  # as a recipe does at every start, a resumed one's too
+    model = Jittered()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = resume(run, model, optimizer) if resumed else None
+    losses = Losses()
+    config = TrainConfig(epochs=2, health="off", device="cpu")
+    callbacks = [Checkpointer(run, {}), losses, *extra]
+    fit(model, optimizer, three_ones, config, callbacks=callbacks, state=state)
+    return losses.seen
+
+
+def test_a_resumed_run_goes_on_with_pythons_and_numpys_random_streams(tmp_path: Path) -> None:
+    # Was: only torch's generator was saved, so a resumed run drew Python's and NumPy's numbers
+    # from their freshly seeded start again.
+    full = jittered_fit(tmp_path / "full")
+    with pytest.raises(Killed):
+        jittered_fit(tmp_path / "cut", KillAfter(1))
+    assert jittered_fit(tmp_path / "cut", resumed=True) == full[3:]
+
+
+def test_each_cuda_device_gets_back_its_own_generator_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Was: put back in the order of their names, so with twelve devices device 2 got the state
+    # of device 10.
+    states = {f"rng.cuda.{i}": torch.full((4,), i, dtype=torch.uint8) for i in range(12)}
+    saved = ckpt.Checkpoint({}, {"rng.torch": torch.get_rng_state(), **states})
+    given: list[torch.Tensor] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", given.extend)
+    ckpt.restore_rng(saved)
+    assert [int(s[0]) for s in given] == list(range(12))
 
 
 def test_a_run_killed_before_its_first_last_checkpoint_starts_again(

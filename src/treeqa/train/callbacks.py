@@ -275,9 +275,7 @@ class Checkpointer(Callback):
 
     def save_last(self, state: TrainState, meta: dict[str, Any]) -> None:
         optim_tensors, optim_meta = ckpt.optimizer_tensors(self.optimizer)
-        rng = {"rng.torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            rng.update({f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())})
+        rng, rng_meta = ckpt.rng_tensors()
         sched = self.scheduler.state_dict() if self.scheduler is not None else None
         if sched is not None:
             sched.pop("lr_lambdas", None)
@@ -287,6 +285,7 @@ class Checkpointer(Callback):
             "state": state.to_json(),
             "optimizer": optim_meta,
             "scheduler": sched,
+            "rng": rng_meta,
         }
         tensors = {**self.weights(), **optim_tensors, **rng, **self.extra_tensors("last")}
         self.save(tensors, {**meta, **extra}, ckpt.LAST)
@@ -521,8 +520,5 @@ def resume(
         # the key, and None entries keep the lambdas the scheduler was built with.
         sched = {"lr_lambdas": [None] * len(optimizer.param_groups), **last.meta["scheduler"]}
         scheduler.load_state_dict(sched)
-    torch.set_rng_state(last.tensors["rng.torch"])
-    cuda = [last.tensors[k] for k in sorted(last.tensors) if k.startswith("rng.cuda.")]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda)
+    ckpt.restore_rng(last)
     return TrainState.from_json(last.meta["state"])

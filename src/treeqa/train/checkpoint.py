@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import re
 import secrets
 from collections.abc import Iterator, Sequence
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save
@@ -333,3 +335,49 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, ckpt: Checkpoint) -> Non
     for pid, entry in saved["scalars"].items():
         state.setdefault(int(pid), {}).update(entry)
     optimizer.load_state_dict({"state": state, "param_groups": saved["param_groups"]})
+
+
+def rng_tensors() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """This process's random generators, split as ``optimizer_tensors`` splits a state:
+    torch's (and each CUDA device's), and the global ones of Python and NumPy, which
+    ``seed_everything`` seeds too and a model or callback may draw from (a word dropout)."""
+    version, words, gauss = random.getstate()
+    numpy = np.random.get_state(legacy=False)
+    tensors = {
+        "rng.torch": torch.get_rng_state(),
+        "rng.python": torch.tensor(words, dtype=torch.int64),  # [625] 624 words, the position
+        "rng.numpy": torch.from_numpy(numpy["state"]["key"].astype(np.int64)),  # [624] words
+    }
+    if torch.cuda.is_available():
+        tensors |= {f"rng.cuda.{i}": s for i, s in enumerate(torch.cuda.get_rng_state_all())}
+    scalars = {
+        "python": {"version": version, "gauss": gauss},
+        "numpy": {"pos": numpy["state"]["pos"], "has_gauss": numpy["has_gauss"]}
+        | {"gauss": numpy["gauss"]},
+    }
+    return tensors, scalars
+
+
+def restore_rng(ckpt: Checkpoint) -> None:
+    """Put back the generators ``rng_tensors`` saved in ``ckpt`` (one of an earlier treeqa
+    saved torch's alone)."""
+    torch.set_rng_state(ckpt.tensors["rng.torch"])
+    devices = sorted(int(k.rsplit(".", 1)[1]) for k in ckpt.tensors if k.startswith("rng.cuda."))
+    if devices and torch.cuda.is_available():  # in device order: "rng.cuda.10" sorts before 2
+        torch.cuda.set_rng_state_all([ckpt.tensors[f"rng.cuda.{i}"] for i in devices])
+    saved = ckpt.meta.get("rng")
+    if saved is None or "rng.python" not in ckpt.tensors:
+        return
+    python = saved["python"]
+    words = tuple(ckpt.tensors["rng.python"].tolist())
+    random.setstate((python["version"], words, python["gauss"]))
+    numpy = saved["numpy"]
+    key = ckpt.tensors["rng.numpy"].numpy().astype(np.uint32)
+    np.random.set_state(
+        {
+            "bit_generator": "MT19937",
+            "state": {"key": key, "pos": numpy["pos"]},
+            "has_gauss": numpy["has_gauss"],
+            "gauss": numpy["gauss"],
+        }
+    )
