@@ -396,6 +396,8 @@ def test_resume_continues_steps_and_ema(prepared: Path, tmp_path: Path) -> None:
         == 0
     )
     first = ckpt.load(out, prefer=ckpt.LAST)
+    # What it was made with: the prepared folder's meta.json (its sources' SHA-256s inside).
+    assert [f["name"] for f in first.meta["made_with"]["files"]] == ["meta.json"]
     assert main(["train", "qa", "--resume", str(out), "--train.epochs=2"]) == 0
     last = ckpt.load(out, prefer=ckpt.LAST)
     assert first.meta["step"] == 3 and last.meta["step"] == 6

@@ -31,6 +31,7 @@ from treeqa.models.common import inference
 from treeqa.models.qanet import QANet, QANetConfig
 from treeqa.models.spans import decode
 from treeqa.train import checkpoint as ckpt
+from treeqa.train import provenance
 from treeqa.train.callbacks import (
     StopOnSignal,
     check_resumable,
@@ -426,6 +427,10 @@ def _train(
     check_metric(config.train.metric, dev_metric_names(meta_data["version"]))
     if resume_run:
         check_resumable(out, config)
+    # meta.json holds the SHA-256 of every source file and the limits the arrays were made with.
+    made = provenance.made_with([prepared / "meta.json"])
+    if resume_run and (note := provenance.data_changed(out, made)):
+        say(note)
     same = {"word_vocab": list(words.tokens), "char_vocab": list(chars.tokens)}
     # A folder prepared again since (other limits, v2.0) may keep the same vocabularies.
     same |= {"limits": meta_data["limits"], "squad_version": meta_data["version"]}
@@ -458,6 +463,7 @@ def _train(
         "char_vocab": list(chars.tokens),
         "limits": meta_data["limits"],
         "squad_version": meta_data["version"],
+        "made_with": made,
     }
     callbacks: list[Callback] = [
         *standard_callbacks(out, config.train, meta, scheduler, ema, per_epoch // world.size),

@@ -29,6 +29,7 @@ from treeqa.models import (
 )
 from treeqa.models.common import Output, inference
 from treeqa.train import checkpoint as ckpt
+from treeqa.train import provenance
 from treeqa.train.callbacks import (
     StopOnSignal,
     check_resumable,
@@ -423,6 +424,12 @@ def _train(
     check_metric(config.train.metric, SentimentMetrics.names(model_config.num_classes))
     if resume_run:
         check_resumable(out, config)
+    data = config.data
+    files = [sst.split_path(data.path, s) for s in splits] if data.path else []
+    files += [Path(p) for p in vector_files(data.vectors)] if data.vectors else []
+    made = provenance.made_with(files)
+    if resume_run and (note := provenance.data_changed(out, made)):
+        say(note)
     same = {"vocab": list(vocab.tokens)}
     state = resume(out, model, optimizer, scheduler, same) if resume_run else None
     say_if_done(out, state, config.train.epochs)
@@ -455,6 +462,7 @@ def _train(
         "vocab": list(vocab.tokens),
         **({"tags": list(tags.tokens), "rels": list(rels.tokens)} if tags and rels else {}),
         "parser": parser_of(config.data),
+        "made_with": made,
     }
     n_batches = -(-len(encoded["train"]) // config.train.batch_size)
     callbacks: list[Callback] = [
