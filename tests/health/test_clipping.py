@@ -6,6 +6,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 from torch.nn.utils import clip_grad
@@ -14,6 +15,11 @@ from treeqa.health.clipping import BEFORE_STEPS, Clipping
 from treeqa.health.findings import Finding
 from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import Updates
+
+needs_split_api = pytest.mark.skipif(
+    not hasattr(torch.nn.utils, "get_total_norm"),
+    reason=f"get_total_norm and clip_grads_with_norm_ came in torch 2.6, not {torch.__version__}",
+)
 
 
 def _clipping() -> tuple[Clipping, Updates, list[Finding]]:
@@ -134,6 +140,7 @@ def test_wrapped_clips_clip_as_torch_does_and_uninstall_restores_them() -> None:
     assert (torch.nn.utils.clip_grad_norm_, clip_grad.clip_grad_value_) == originals
 
 
+@needs_split_api
 def test_the_split_api_clipping_by_a_norm_taken_before_the_backward_is_reported() -> None:
     """get_total_norm before the backward (of no gradients: 0), clip_grads_with_norm_ after
     it with that norm: the clip leaves the fresh gradients as they are."""
@@ -165,6 +172,7 @@ def test_the_split_api_clipping_by_a_norm_taken_before_the_backward_is_reported(
         clipping.uninstall()
 
 
+@needs_split_api
 def test_wrapped_split_api_clips_as_torch_does_and_uninstall_restores_it() -> None:
     originals = (torch.nn.utils.get_total_norm, torch.nn.utils.clip_grads_with_norm_)
     reference = _model_with_gradients()
@@ -189,6 +197,7 @@ def test_wrapped_split_api_clips_as_torch_does_and_uninstall_restores_it() -> No
     assert (torch.nn.utils.get_total_norm, torch.nn.utils.clip_grads_with_norm_) == originals
 
 
+@needs_split_api
 def test_a_norm_read_before_the_backward_only_to_log_it_leaves_later_clips_alone() -> None:
     """get_total_norm(...).item() at the loop's top (last step's norm, logged; the tensor is
     gone at once), then clip_grad_norm_ between backward and step: clean."""
@@ -211,6 +220,7 @@ def test_a_norm_read_before_the_backward_only_to_log_it_leaves_later_clips_alone
         clipping.uninstall()
 
 
+@needs_split_api
 def test_a_clip_by_the_norm_of_the_parameters_themselves_is_reported() -> None:
     """get_total_norm takes tensors: given the parameters (the model.parameters() generator,
     or a list of them) it returns the weights' norm, and clip_grads_with_norm_ given that

@@ -349,6 +349,7 @@ def test_doctor_keeps_exit_code_and_writes_plot(tmp_path: Path) -> None:
 BUGGY_EXIT = """
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -381,6 +382,44 @@ def test_cli_doctor_end_to_end(tmp_path: Path) -> None:
     assert "[probabilities-into-cross-entropy]" in proc.stderr
     codes = {f["code"] for f in json.loads(out.read_text())["findings"]}
     assert "probabilities-into-cross-entropy" in codes
+
+
+OLDEST_TORCH_API = """
+import json, sys, types
+import torch
+from torch import nn
+from torch.nn.utils import clip_grad
+
+# torch 2.4's API, the oldest treeqa supports: nn.Buffer came in 2.5, the split clip API in 2.6.
+# (torch's own modules hold Buffer already: only the names a script reaches it by go)
+parameter = types.ModuleType(nn.parameter.__name__)
+vars(parameter).update({k: v for k, v in vars(nn.parameter).items() if k != "Buffer"})
+nn.parameter = parameter
+for owner in (nn, nn.utils, clip_grad):
+    for name in ("Buffer", "get_total_norm", "clip_grads_with_norm_"):
+        if hasattr(owner, name):
+            delattr(owner, name)
+
+from treeqa.health import run_doctor
+
+code, report = run_doctor(["python", sys.argv[1]], every=10)
+print(json.dumps(report))
+"""
+
+
+def test_the_doctor_runs_on_the_oldest_torch_api_it_supports(tmp_path: Path) -> None:
+    """Without the later APIs treeqa imports and the doctor watches the run: the checks on the
+    missing functions do not apply, the others still report."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(OLDEST_TORCH_API)
+    script = Path(__file__).parent / "scripts" / "bug_clip_before_backward.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, str(driver), str(script)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert not report.get("monitor_failures"), report["monitor_failures"]
+    assert "clip-before-backward" in {f["code"] for f in report["findings"]}
 
 
 def test_cli_doctor_runs_a_python_dash_o_script_optimised(tmp_path: Path) -> None:
@@ -1579,6 +1618,29 @@ def test_profile_window_reads_its_events_as_key_averages_does() -> None:
     theirs = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
     assert ours.keys() == theirs.keys()
     assert all(ours[k] == pytest.approx(theirs[k], abs=0.01) for k in theirs)
+
+
+class _EventWithoutEnd:
+    """A profiler event as torch 2.4 gives it, without ``end_ns``."""
+
+    def __init__(self, event: Any):
+        self.event = event
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "end_ns":
+            raise AttributeError(name)
+        return getattr(self.event, name)
+
+
+def test_profile_window_reads_events_that_have_no_end_time() -> None:
+    from treeqa.health.profile import _op_times
+
+    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 2))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        model(torch.randn(3, 4)).sum().backward()
+    events = prof.profiler.kineto_results.events()
+    times = _op_times([_EventWithoutEnd(e) for e in events])
+    assert times == _op_times(events) and "aten::addmm" in times
 
 
 def test_a_profile_window_leaves_the_scripts_own_profiler_session_alone() -> None:

@@ -31,7 +31,8 @@ UNKNOWN = "unknown holder"
 RECORD_FIELDS = 16
 """The most fields a record in a script's list may have for a tensor in it to be named by the
 list (``buffer.append((state, action, q_values))``)."""
-_TENSOR_TYPES = frozenset({torch.Tensor, nn.Parameter, nn.parameter.Buffer})
+# (nn.Buffer, torch 2.5+, returns a plain Tensor: no object's type is ever Buffer)
+_TENSOR_TYPES = frozenset({torch.Tensor, nn.Parameter})
 
 
 def sequence_nr(tensor: torch.Tensor) -> int:

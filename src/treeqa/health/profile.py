@@ -229,7 +229,8 @@ def _op_times(events: Sequence[Any]) -> dict[str, float]:
         if e.device_type() != DeviceType.CPU:
             kernels.append((e.linked_correlation_id(), e.duration_ns()))
         elif not e.is_async() and e.start_thread_id() == e.end_thread_id():
-            cpu.append((e.start_thread_id(), e.start_ns(), -e.end_ns(), name))
+            start = e.start_ns()  # (torch 2.4's events have no end_ns)
+            cpu.append((e.start_thread_id(), start, -(start + e.duration_ns()), name))
             if e.linked_correlation_id() == 0:  # an operator (a runtime call links to one)
                 launched_by[e.correlation_id()] = name
     cpu.sort()  # by thread, then start; an enclosing event before those it holds

@@ -98,12 +98,10 @@ class QANetConfig:
             )
 
 
-@functools.lru_cache(maxsize=64)
-def position_signal(
+def make_position_signal(
     length: int, dim: int, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
-    """Sinusoidal timing signal [L, D] for any length, made once per (L, D, device, dtype):
-    23 blocks read it every forward, and making it is 10 small operations (kernels on a GPU)."""
+    """Sinusoidal timing signal [L, D] for any length."""
     with torch.inference_mode(False), torch.no_grad():
         half = dim // 2
         pos = torch.arange(length, device=device, dtype=torch.float32)[:, None]  # [L, 1]
@@ -112,13 +110,19 @@ def position_signal(
         return torch.cat([angles.sin(), angles.cos()], 1).to(dtype)  # [L, D]
 
 
+position_signal = functools.lru_cache(maxsize=64)(make_position_signal)
+"""``make_position_signal`` made once per (L, D, device, dtype): 23 blocks read it every
+forward, and making it is 10 small operations (kernels on a GPU)."""
+
+
 class PositionSignal(nn.Module):
     """Adds the timing signal once at a block's input. Never scales x by sqrt(D): inside a
     residual stack that multiplies activations by ~11 per block and the loss explodes."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [B, L, D]
-        # Compiled, the signal is part of the graph (Dynamo traces past an lru_cache, warning).
-        make = position_signal.__wrapped__ if torch.compiler.is_compiling() else position_signal
+        # Compiled, the signal is part of the graph (Dynamo traces past an lru_cache, warning;
+        # torch 2.4's cannot read the cache's __wrapped__ either).
+        make = make_position_signal if torch.compiler.is_compiling() else position_signal
         return x + make(x.size(1), x.size(2), x.device, x.dtype)
 
 
