@@ -365,7 +365,7 @@ def test_a_tilde_in_a_config_files_paths_is_the_home_folder(
     assert f'path = "{home / "sst"}"' in saved and f'vectors = "{home / "vectors.txt"}"' in saved
     capsys.readouterr()
     assert main(["train", "qa", "--prepared=~/squad", "--out", str(tmp_path / "qa")]) == 2
-    assert f"error: {home / 'squad'} is not a prepared SQuAD directory" in capsys.readouterr().err
+    assert f"error: data.prepared: {home / 'squad'}: no such folder" in capsys.readouterr().err
 
 
 def test_a_tilde_naming_no_home_folder_is_a_config_error(

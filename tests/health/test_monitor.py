@@ -1559,7 +1559,7 @@ def test_a_second_run_takes_over_at_once_only_when_the_first_optimiser_is_gone(
         TWO_RUNS_KEPT.replace("kept.append(", "kept[:] = [").replace("lr=1e-3))", "lr=1e-3)]")
     )
     _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
-    assert report["steps"] == 30 + 30 - 1  # freed: the second takes over at its first step
+    assert report["steps"] == 30 + 30  # freed: the second takes over at its first step, counted
 
 
 def test_loss_at_init_reads_mean_losses_only() -> None:

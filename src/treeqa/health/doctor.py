@@ -72,6 +72,7 @@ class Doctor:
         # Weak: an optimiser whose run is over (and its state, twice the model for Adam) must
         # not stay alive for the rest of the script.
         self.clock: weakref.ref[torch.optim.Optimizer] | None = None
+        self.clock_by_hand = False  # the clock is updates by hand (``hand.HandUpdates``)
         self.finding_roots = True  # the clock's next step looks up the models it trains
         self.called: dict[int, nn.Module] = {}
         self.roots: list[nn.Module] = []
@@ -492,9 +493,13 @@ class Doctor:
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         return held == self.clock_params
 
+    def _set_clock(self, optimizer: torch.optim.Optimizer) -> None:
+        self.clock = weakref.ref(optimizer)
+        self.clock_by_hand = isinstance(optimizer, hand.HandUpdates)
+
     def _adopt(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """A new optimiser of the same run becomes the clock, its models and state kept."""
-        self.clock = weakref.ref(optimizer)
+        self._set_clock(optimizer)
         self.stepped.add(optimizer)
         self.clipping.reset(optimizer)
         self.remade += 1
@@ -508,7 +513,7 @@ class Doctor:
         """``optimizer`` is the clock from now on; its next step looks up the models it trains
         (the every-module hook is back until then); this one is counted only when the clock before
         was freed (``_count_step``)."""
-        self.clock = weakref.ref(optimizer)
+        self._set_clock(optimizer)
         self.others.clear()
         self.most_between = 0
         self.finding_roots = True
@@ -562,9 +567,11 @@ class Doctor:
             if isinstance(quiet, io.StringIO):  # the findings of its first step
                 print(quiet.getvalue(), end="", file=self.monitor.stream, flush=True)
         clock = self.clock() if self.clock is not None else None
-        freed = clock is None and self.clock is not None  # the last run's optimiser is gone
+        # The last run's optimiser is gone. (Updates by hand gone are not: weights moved by
+        # another process of a shared model, hogwild, read as one step of them, counted.)
+        freed = clock is None and self.clock is not None and not self.clock_by_hand
         if clock is None and self.clock is None:  # the first step of the run
-            self.clock = weakref.ref(optimizer)
+            self._set_clock(optimizer)
             clock = optimizer
             self.stepped.add(optimizer)
         if isinstance(clock, hand.HandUpdates) and not by_hand:
