@@ -514,6 +514,28 @@ def test_a_killed_preparations_work_folder_is_removed_by_the_next(tmp_path: Path
     assert not left.exists() and running.is_dir()
 
 
+def test_batches_of_contexts_past_the_training_limit_hold_fewer_rows(tmp_path: Path) -> None:
+    # Was 32 rows whatever their length: dev keeps every context, and a data set of long
+    # documents ran out of memory in evaluation (attention's memory grows with B x L^2).
+    pytest.importorskip("spacy")
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    d = PreparedSplit(prepare(tmp_path, squad_v1(), squad_v1()), "dev")
+    lengths = d.context_lengths
+    d.meta["limits"]["context"] = int(lengths.max())
+    assert len(d.batches(4)) == -(-len(d) // 4)  # every context within the limit: as before
+    limit = int(lengths.min())  # now the shortest context is as long as one may be
+    d.meta["limits"]["context"] = limit
+    batches = d.batches(4)
+    rows = batches.groups
+    assert np.concatenate(rows).tolist() == np.argsort(lengths, kind="stable").tolist()
+    for group in rows:
+        longest = int(lengths[group].max())
+        allowed = 4 if longest <= limit else max(1, 4 * limit * limit // longest**2)
+        assert len(group) <= allowed
+    assert any(len(group) < 4 for group in rows[:-1]) and int(lengths.max()) > limit
+
+
 def test_batches_bucket_pad_to_their_own_length_and_match_one_at_a_time(tmp_path: Path) -> None:
     pytest.importorskip("spacy")
     from treeqa.data.squad_prepared import PreparedSplit

@@ -306,7 +306,10 @@ class PreparedSplit:
         """Batches over the split (or over ``rows``), each collated when read. With ``bucket``,
         examples are sorted by context length within chunks of 100 batches, so each batch pads
         to a similar length; with ``shuffle`` the rows and then the batch order are permuted by
-        ``seed`` (pass a new seed, e.g. ``seed + epoch``, for each epoch)."""
+        ``seed`` (pass a new seed, e.g. ``seed + epoch``, for each epoch). A batch whose
+        longest context L runs past the training limit C (dev keeps every context) holds
+        ``batch_size`` x (C / L)^2 rows, at least one: attention's memory grows with B x L^2,
+        so 32 dev contexts of 5,000 tokens would need 156 times a training batch's."""
         order = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64)
         rng = np.random.default_rng(seed)
         if shuffle:
@@ -317,12 +320,25 @@ class PreparedSplit:
             order = np.concatenate(
                 [p[np.argsort(self.context_lengths[p], kind="stable")] for p in parts]
             )
-        groups = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        groups = self._groups(order, batch_size)
         if drop_last and groups and len(groups[-1]) < batch_size:
             groups.pop()
         if shuffle:
             groups = [groups[i] for i in rng.permutation(len(groups))]
         return Collated(groups, self.batch)
+
+    def _groups(self, order: np.ndarray, batch_size: int) -> list[np.ndarray]:
+        """``order`` cut into batches of ``batch_size`` rows, fewer past the context limit."""
+        limit = int(self.meta["limits"].get("context", 0)) or None
+        groups, i = [], 0
+        while i < len(order):
+            group = order[i : i + batch_size]
+            longest = int(self.context_lengths[group].max())
+            if limit is not None and longest > limit:
+                group = group[: max(1, batch_size * limit * limit // (longest * longest))]
+            groups.append(group)
+            i += len(group)
+        return groups
 
 
 def _gather(
