@@ -224,6 +224,23 @@ def test_answer_not_in_context_names_article_and_question_or_is_counted(tmp_path
     assert articles[1].paragraphs[1].questions == () and stats.questions == 6
 
 
+def test_an_answer_start_that_misses_says_where_the_answer_is(tmp_path: Path) -> None:
+    # Was only "answer not in its context at answer_start": an answer_start off by a few
+    # characters (the common fault of hand-made data) had to be searched for by hand.
+    data = squad_v1()
+    answer = data["data"][1]["paragraphs"][1]["qas"][0]["answers"][0]
+    context = data["data"][1]["paragraphs"][1]["context"]
+    at = context.index(answer["text"])
+    answer["answer_start"] = at + 2
+    with pytest.raises(SquadFormatError) as err:
+        list(iter_articles(write(tmp_path / "off.json", data)))
+    said = f"answer not in its context at answer_start {at + 2} ({answer['text']!r} is at {at}, -2"
+    assert said in str(err.value)
+    answer["text"] = "nowhere in it"
+    with pytest.raises(SquadFormatError, match="'nowhere in it' does not occur in the context"):
+        list(iter_articles(write(tmp_path / "none.json", data)))
+
+
 def test_unreadable_articles_and_paragraphs_are_not_counted_as_questions(tmp_path: Path) -> None:
     # Their questions cannot be counted: they are said apart, not added to "questions read".
     data = squad_v1()

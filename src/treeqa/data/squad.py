@@ -278,10 +278,23 @@ class _Checker:
         self.source, self.skip_bad, self.stats = source, skip_bad, stats
         self.ids: set[str] = set()
 
-    def _bad(self, reason: str, count: int, index: int, title: str, qid: str | None = None) -> None:
+    def _bad(
+        self,
+        reason: str,
+        count: int,
+        index: int,
+        title: str,
+        qid: str | None = None,
+        detail: str = "",
+    ) -> None:
+        """Raise ``reason`` (with ``detail``, where it helps to find the fault), or count it."""
         if not self.skip_bad:
             raise SquadFormatError(
-                reason, self.source, article=index, title=title or None, question_id=qid
+                f"{reason}{detail}",
+                self.source,
+                article=index,
+                title=title or None,
+                question_id=qid,
             )
         if count:
             self.stats.skipped[reason] += count
@@ -346,23 +359,35 @@ class _Checker:
         elif not impossible and not answers:
             reason = 'no answers (mark unanswerable questions with "is_impossible": true)'
         checked: list[Answer] = []
+        detail = ""
         for a in answers if reason is None else ():
             text, start = (a.get("text"), a.get("answer_start")) if isinstance(a, dict) else (0, 0)
             if not isinstance(text, str) or not isinstance(start, int) or isinstance(start, bool):
                 reason = 'malformed answer (needs "text" and an integer "answer_start")'
             elif start < 0 or not text.strip() or context[start : start + len(text)] != text:
                 reason = "answer not in its context at answer_start"
+                detail = nearest(context, text, start)
             else:
                 checked.append(Answer(text, start))
                 continue
             break
         if reason is not None:
-            self._bad(reason, 1, index, title, qid)
+            self._bad(reason, 1, index, title, qid, detail)
             return None
         self.ids.add(qid)
         self.stats.questions += 1
         self.stats.unanswerable += bool(impossible)
         return Question(qid, raw["question"], tuple(checked))
+
+
+def nearest(context: str, text: str, start: int) -> str:
+    """Where an answer's ``text`` does occur in ``context``, said after an ``answer_start``
+    that misses it (often off by a few characters, or counted in another encoding)."""
+    found = [m.start() for m in re.finditer(re.escape(text), context)] if text.strip() else []
+    if not found:
+        return f" ({text!r} does not occur in the context)"
+    at = min(found, key=lambda p: abs(p - start))
+    return f" {start} ({text!r} is at {at}, {at - start:+d} characters)"
 
 
 class Tokenizer:
