@@ -10,6 +10,7 @@ import torch
 
 import treeqa
 from treeqa.cli.main import main
+from treeqa.data import vectors
 from treeqa.train import checkpoint as ckpt
 from treeqa.train import provenance
 
@@ -32,7 +33,7 @@ def test_a_file_is_identified_by_its_whole_content_or_past_a_size_by_its_ends(
         }
     ]
     monkeypatch.setattr(provenance, "WHOLE", 1000)
-    monkeypatch.setattr(provenance, "_END", 100)
+    monkeypatch.setattr(vectors, "_FINGERPRINT", 100)
     ends = provenance.identity(small)
     data = small.read_bytes()
     assert ends["sha256_ends"] == hashlib.sha256(data[:100] + data[-100:]).hexdigest()

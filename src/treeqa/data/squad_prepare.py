@@ -51,7 +51,8 @@ WRITTEN = ("train", "dev", "word_vocab.json", "char_vocab.json", "word_vectors.n
 """What a preparation writes into its --out, and all that --overwrite deletes."""
 
 
-def _file_info(path: Path) -> dict[str, Any]:
+def file_info(path: Path) -> dict[str, Any]:
+    """``path``'s name, size and the SHA-256 of all of it."""
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -228,7 +229,7 @@ def _meta(
         w = writers[split]
         c = w.counts
         splits[split] = {
-            "source": _file_info(Path(path)),
+            "source": file_info(Path(path)),
             "version": st.squad_version,
             "articles": st.articles,
             "paragraphs_read": st.paragraphs,

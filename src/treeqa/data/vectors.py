@@ -33,7 +33,14 @@ from typing import IO, Any
 
 import numpy as np
 
-__all__ = ["CoverageReport", "VectorFileError", "Vectors", "find_spacy_pair", "load_vectors"]
+__all__ = [
+    "CoverageReport",
+    "VectorFileError",
+    "Vectors",
+    "find_spacy_pair",
+    "fingerprint",
+    "load_vectors",
+]
 
 CACHE_VERSION = 4  # bump when the reader's output changes, so old caches miss
 _EXAMPLES = 10
@@ -550,15 +557,15 @@ def _cache_key(
     digest = hashlib.sha256(json.dumps([CACHE_VERSION, stats, settings]).encode())
     version = hashlib.sha256(json.dumps([CACHE_VERSION, [s[1:] for s in stats]]).encode())
     for p in files:
-        fingerprint = _fingerprint(p)
-        digest.update(fingerprint)
-        version.update(fingerprint)
+        ends = fingerprint(p)
+        digest.update(ends)
+        version.update(ends)
     digest.update(json.dumps(list(keys)).encode())  # most of a cached load's time
     source = {"files": [s[0] for s in stats], "version": version.hexdigest()[:24]}
     return digest.hexdigest()[:24], source
 
 
-def _fingerprint(path: Path) -> bytes:
+def fingerprint(path: Path) -> bytes:
     """A hash of the first and last MiB of a regular file (b"" for a pipe, which reading
     would drain): a same-size file put in place with its mtime kept (``cp -p``, ``rsync -t``,
     a tar extract) has other bytes there, and a compressed file's last bytes hold a checksum

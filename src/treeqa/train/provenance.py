@@ -11,7 +11,6 @@ checksum of the whole).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import platform
 from collections.abc import Sequence
@@ -22,12 +21,13 @@ import numpy as np
 import torch
 
 from treeqa import __version__
+from treeqa.data.squad_prepare import file_info
+from treeqa.data.vectors import fingerprint
 from treeqa.train import checkpoint as ckpt
 
 __all__ = ["changed_files", "data_changed", "made_with"]
 
 WHOLE = 64 << 20
-_END = 1 << 20
 
 
 def made_with(files: Sequence[Path]) -> dict[str, Any]:
@@ -47,21 +47,15 @@ def made_with(files: Sequence[Path]) -> dict[str, Any]:
 
 
 def identity(path: Path) -> dict[str, Any]:
-    """``path``'s name, absolute path, size and SHA-256 (of its ends past ``WHOLE`` bytes)."""
+    """``path``'s name, absolute path, size and SHA-256 (of its ends past ``WHOLE`` bytes;
+    none of a pipe, which reading would drain)."""
+    where = {"name": path.name, "path": str(path.absolute())}
+    if not path.is_file():
+        return where
     size = path.stat().st_size
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        if size <= WHOLE:
-            for block in iter(lambda: f.read(_END), b""):
-                digest.update(block)
-            kind = "sha256"
-        else:
-            digest.update(f.read(_END))
-            f.seek(size - _END)
-            digest.update(f.read())
-            kind = "sha256_ends"
-    found = {"name": path.name, "path": str(path.absolute()), "bytes": size}
-    return found | {kind: digest.hexdigest()}
+    if size <= WHOLE:
+        return where | file_info(path)
+    return where | {"bytes": size, "sha256_ends": fingerprint(path).hex()}
 
 
 def changed_files(recorded: Any, now: dict[str, Any]) -> list[str]:
