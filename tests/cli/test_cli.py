@@ -527,3 +527,64 @@ def test_a_missing_extra_is_one_error_line_that_names_it(
         err = capsys.readouterr().err
         assert err.startswith(f"treeqa {name}: error: dependency parsing needs spaCy")
         assert "pip install 'treeqa[qa]'" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("test_file", ["missing", "empty"])
+@pytest.mark.parametrize("kind", ["txt", "jsonl"])
+def test_a_folder_without_test_trees_trains_and_evaluate_says_it_has_no_test_split(
+    demo_dir: Path,
+    dep_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    kind: str,
+    test_file: str,
+) -> None:
+    from treeqa.data import sst
+    from treeqa.train import checkpoint as ckpt
+
+    source = demo_dir if kind == "txt" else dep_dir
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "dev"):
+        shutil.copy(source / f"{split}.{kind}", data)
+    test = data / f"test.{kind}"
+    if test_file == "empty":
+        test.write_text("\n")
+    run = tmp_path / "run"
+    train = ["train", "--data", str(data), "--model", "bow", "--epochs", "1", "--health", "off"]
+    # It was "test.txt: no such SST split file" (or "no trees in the test split"): a user with
+    # train and dev alone could not train at all.
+    assert main([*train, "--out", str(run)]) == 0
+    assert f"note: {data} has no test trees" in capsys.readouterr().out
+    words = {w for s in ("train", "dev") for t in sst.load_split(data, s) for w in t.tokens}
+    assert set(ckpt.read_meta(run)["vocab"][2:]) == words
+    assert main(["evaluate", "--checkpoint", str(run), "--split", "test"]) == 2
+    err = capsys.readouterr().err
+    if test_file == "missing":
+        assert f"error: {test}: no such SST split file, so no test split; the folder holds " in err
+        assert f"train.{kind}, dev.{kind} (expected train/dev/test.txt" in err
+    else:
+        assert f"error: {test}: no trees in the test split\n" in err
+    # --seeds finds out before training its first seed.
+    seeds = tmp_path / "seeds"
+    assert main(["evaluate", "--seeds", "2", *train[1:], "--out", str(seeds)]) == 2
+    assert f"error: {test}: no" in capsys.readouterr().err and not seeds.exists()
+    assert main(["data", "stats", str(data)]) == 0  # an empty test file has 0 trees
+    files = ("train", "dev", "test")[: 2 if test_file == "missing" else 3]
+    assert [line.split(":")[0] for line in capsys.readouterr().out.splitlines()[::3]] == [
+        str(data / f"{s}.{kind}") for s in files
+    ]
+
+
+def test_the_vocabulary_holds_the_test_words_when_there_is_a_test_split(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from treeqa.data import sst
+    from treeqa.train import checkpoint as ckpt
+
+    run = tmp_path / "run"
+    train = ["train", "--data", str(demo_dir), "--model", "bow", "--epochs", "1"]
+    assert main([*train, "--health", "off", "--out", str(run)]) == 0
+    assert "no test trees" not in capsys.readouterr().out
+    words = {w for s in sst.SPLITS for t in sst.load_split(demo_dir, s) for w in t.tokens}
+    assert set(ckpt.read_meta(run)["vocab"][2:]) == words  # as Tai et al. built SST's

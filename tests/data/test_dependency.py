@@ -228,6 +228,24 @@ def test_parsing_keeps_sst_tokens_and_one_sentence(tmp_path: Path) -> None:
     assert parse_text(load_parser(PIPELINE), "\u200b \ufeff\x00") == []
 
 
+@needs_pipeline
+def test_an_sst_folder_without_test_parses_train_and_dev_alone(tmp_path: Path) -> None:
+    from treeqa.data.dependency import convert_sst
+
+    sst_dir = tmp_path / "sst"
+    sst_dir.mkdir()
+    (sst_dir / "train.txt").write_text(CONSTITUENCY + "\n", encoding="utf-8")
+    (sst_dir / "dev.txt").write_text("(4 (4 great) (2 .))\n", encoding="utf-8")
+    # It was "sst/test.txt: no such SST split file", after which nothing could train.
+    meta = convert_sst(sst_dir, tmp_path / "dep", PIPELINE, log=lambda _: None)
+    assert list(meta["splits"]) == ["train", "dev"]
+    assert sorted(p.name for p in (tmp_path / "dep").iterdir()) == [
+        "dev.jsonl",
+        "meta.json",
+        "train.jsonl",
+    ]
+
+
 @pytest.mark.real_data
 @needs_pipeline
 def test_real_sst_dev_parses_with_nine_in_ten_nodes_labelled(

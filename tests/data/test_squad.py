@@ -425,6 +425,32 @@ def test_v2_unanswerable_and_same_article_negatives(tmp_path: Path) -> None:
     assert np.array_equal(np.load(again / "train" / "paragraph.npy"), t.arrays["paragraph"])
 
 
+def test_made_negatives_never_take_an_id_of_the_files_questions(tmp_path: Path) -> None:
+    pytest.importorskip("spacy")
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    def ids(data: dict[str, Any], folder: str) -> list[str]:
+        out = prepare(tmp_path / folder, data, squad_v2(), negatives="same_article",
+                      negative_fraction=1.0)  # fmt: skip
+        t = PreparedSplit(out, "train")
+        return [t.question_id(r) for r in range(len(t))]
+
+    plain = ids(squad_v2(), "plain")
+    assert plain == ["q1", "q2", "q3", "q4", "q5", "q1#neg", "q2#neg", "q3#neg", "q4#neg",
+                     "q5#neg", "q7", "u1"]  # fmt: skip
+    data = squad_v2()
+    fort_bragg, paris = (a["paragraphs"] for a in data["data"])
+    fort_bragg[0]["qas"][2]["id"] = "q2#neg"  # q3, in q2's own article
+    paris[1]["qas"][0]["id"] = "q1#neg"  # q7, read after q1's negative was made
+    paris[1]["qas"][1]["id"] = "q1#neg2"  # u1: the next name is taken too
+    # Each question's negative used to be named "ID#neg" whatever the file held: two rows
+    # answered under one id, and --split train scored the negative's answer as q7's.
+    renamed = ids(data, "renamed")
+    assert renamed == ["q1", "q2", "q2#neg", "q4", "q5", "q1#neg3", "q2#neg2", "q2#neg#neg",
+                       "q4#neg", "q5#neg", "q1#neg", "q1#neg2"]  # fmt: skip
+    assert len(set(renamed)) == len(renamed)
+
+
 def test_same_article_negatives_of_an_article_of_many_paragraphs_take_linear_time(
     tmp_path: Path,
 ) -> None:

@@ -1,6 +1,7 @@
 import concurrent.futures
 import gzip
 import io
+import json
 import lzma
 import os
 import re
@@ -336,6 +337,36 @@ def test_writing_the_cache_deletes_temporaries_dead_writers_left_only(tmp_path: 
     load(path, ["a"], tmp_path)
     assert not dead.exists() and writing.exists() and mine.exists()
     assert len(list(cache.iterdir())) == 5  # an entry's three files and the two kept
+
+
+def test_entries_that_name_no_source_go_once_unused_for_a_month(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # Entries written before the cache recorded their source were never deleted: whose
+    # version they are cannot be told, so only how long they have gone unread decides.
+    path = write(tmp_path / "v.txt", GLOVE)
+    cache = tmp_path / "cache"
+    for keys in (["a"], ["b b"]):
+        load(path, keys, tmp_path)
+    old = time.time() - 31 * 86400
+    for entry in cache.glob("*.json"):
+        meta = json.loads(entry.read_text())
+        del meta["built_from"]
+        entry.write_text(json.dumps(meta))
+        os.utime(entry, (old, old))
+    load(path, ["a"], tmp_path)  # a hit renews its entry's JSON
+    (unread,) = [e for e in entries(cache) if (cache / f"{e}.json").stat().st_mtime < old + 1]
+    mine = write(cache / f"notes.{'2' * 24}.json", '{"rows": 1}')  # no arrays: not an entry
+    os.utime(mine, (old, old))
+    load(path, ["zzz"], tmp_path)  # a miss: the write prunes
+    assert unread not in entries(cache) and not list(cache.glob(unread + ".*"))
+    assert len(entries(cache)) == 3 and mine.exists()
+
+    def no_reading(*args: object) -> None:
+        raise AssertionError("the file was read again")
+
+    monkeypatch.setattr(vectors, "_read_glove", no_reading)
+    assert load(path, ["a"], tmp_path).matrix[0, 0] == 1  # the one read since stays
 
 
 def test_corrupt_cache_is_rebuilt(tmp_path: Path) -> None:

@@ -118,9 +118,10 @@ def add_parser(subparsers: Any) -> None:
 def run_stats(args: argparse.Namespace) -> int:
     from treeqa.data import sst
 
-    paths = (
-        [sst.split_path(args.path, s) for s in sst.SPLITS] if args.path.is_dir() else [args.path]
-    )
+    paths = [args.path]
+    if args.path.is_dir():  # a folder of train and dev alone has no test split to count
+        has_test = any((args.path / f"test{x}").is_file() for x in (".txt", ".jsonl"))
+        paths = [sst.split_path(args.path, s) for s in sst.SPLITS if s != "test" or has_test]
     report = {}
     for path in paths:
         s = sst.stats(sst.read_tree_file(path))

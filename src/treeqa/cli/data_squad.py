@@ -50,7 +50,8 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("none", "same_article"),
         default="none",
         help="same_article: add unanswerable train examples, a question paired with another "
-        "paragraph of its article (default: none)",
+        "paragraph of its article, with the question's id + '#neg' as their id ('#neg2', "
+        "'#neg3', ... where the file has that id already) (default: none)",
     )
     parser.add_argument(
         "--negative-fraction",

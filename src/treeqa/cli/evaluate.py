@@ -112,6 +112,7 @@ def run_seeds(args: argparse.Namespace) -> int:
     from treeqa.train.loop import Interrupted
 
     config = sentiment_config(args)
+    sentiment.load_trees(config.data, (args.split,))  # a split to score that is not there: now
     out = run_dir(args, config.name)
     per_seed: list[dict[str, float]] = []
     epochs: list[int] = []  # each seed's, as trained: more than asked when resumed further

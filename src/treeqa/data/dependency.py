@@ -272,7 +272,8 @@ def convert_sst(
     log: Any = print,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Parse SST's three splits into ``out/{train,dev,test}.jsonl`` plus ``meta.json``.
+    """Parse SST's three splits into ``out/{train,dev,test}.jsonl`` plus ``meta.json`` (a folder
+    without test.txt gives train and dev alone, which train as well).
 
     The files are written to a folder beside ``out`` and renamed into place at the end, so a
     failure (a malformed tree in the test split, say) leaves an earlier ``out`` as it was.
@@ -295,6 +296,8 @@ def convert_sst(
         path = Path(sst_dir) / f"{split}.txt"
         if not path.is_file():
             jsonl = path.with_suffix(".jsonl")
+            if split == "test" and not jsonl.is_file():
+                continue
             raise FileNotFoundError(
                 f"{jsonl}: dependency trees already; --sst takes SST's bracketed {path.name}"
                 if jsonl.is_file()

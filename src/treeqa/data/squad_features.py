@@ -89,6 +89,24 @@ class TokenTypes:
         return out
 
 
+def negative_ids(made: list[tuple[int, str]], ids: set[str]) -> dict[int, str]:
+    """New ids for the made negatives ``(row, id given)`` whose id, the question's own id and
+    ``#neg``, is also a question id of the file (``ids``): the first of ``ID#neg2``,
+    ``ID#neg3``, ... that neither a question nor another negative has. Row -> new id."""
+    clashes = [(row, given) for row, given in made if given in ids]
+    if not clashes:
+        return {}
+    taken = ids | {given for _, given in made}
+    renamed = {}
+    for row, given in clashes:
+        k = 2
+        while f"{given}{k}" in taken:
+            k += 1
+        renamed[row] = f"{given}{k}"
+        taken.add(renamed[row])
+    return renamed
+
+
 class SplitWriter:
     """Pass 1 of one split: tokenise, map answers, filter (train), stream to disk."""
 
@@ -125,6 +143,8 @@ class SplitWriter:
         self.counts: Counter[str] = Counter()
         self.max_len = {"context": 0, "question": 0}
         self.n_ctx = self.n_q = 0
+        self.ids: set[str] = set()  # every question id read, for negative_ids
+        self.negative_rows: list[tuple[int, str]] = []  # (example row, id given) of each made
 
     def add(self, article: Article, tok: Tokenizer, types: TokenTypes) -> None:
         paras = article.paragraphs
@@ -155,8 +175,12 @@ class SplitWriter:
                 c["dropped_" + reason] += 1
             else:
                 examples.append((pi, qi, y1, y2, q.id))
+        self.ids.update(q.id for _, q in qs)
         if self.negatives == "same_article":
-            examples += self._negatives(article.index, examples, [len(s) for s, _ in ctx])
+            made = self._negatives(article.index, examples, [len(s) for s, _ in ctx])
+            row = c["examples"] + len(examples)
+            self.negative_rows += [(row + k, e[4]) for k, e in enumerate(made)]
+            examples += made
         used = sorted({e[0] for e in examples})
         new = {pi: c["paragraphs"] + k for k, pi in enumerate(used)}
         for pi in used:
@@ -220,6 +244,19 @@ class SplitWriter:
     def finish_pass1(self, version: str) -> None:
         for f in (self.contexts, self.questions):
             f.close()
+        renamed = negative_ids(self.negative_rows, self.ids)
+        if renamed:  # rare: the file's own ids end in "#neg"; rewritten once, line by line
+            path = self.folder / "questions.jsonl"
+            tmp = path.with_suffix(".tmp")
+            with path.open(encoding="utf-8") as src, tmp.open("w", encoding="utf-8") as dst:
+                for row, line in enumerate(src):
+                    if row in renamed:
+                        line = (
+                            json.dumps({**json.loads(line), "id": renamed[row]}, ensure_ascii=False)
+                            + "\n"
+                        )
+                    dst.write(line)
+            tmp.replace(path)
         self.gold.write(f'], "version": {json.dumps(version)}}}\n')
         self.gold.close()
         for a in self.arrays.values():

@@ -17,7 +17,7 @@ into word and character ids with two table look-ups, chunk by chunk into preallo
       question_words.npy  [Tq] int32,  question_chars.npy [Tq, W] uint16,  question_spans.npy [Tq, 2]
       paragraph.npy [N] int32  starts.npy [N] int32  ends.npy [N] int32 (inclusive; -1 = no answer)
       contexts.jsonl   one JSON string per paragraph (the original text)
-      questions.jsonl  {"id", "question"} per example
+      questions.jsonl  {"id", "question"} per example (a made negative's id: see prepare_squad)
       gold.json        every question read, in SQuAD layout without contexts (for scoring)
 
 Contexts are stored once per paragraph, not once per question (4.6 questions share one
@@ -113,8 +113,11 @@ def prepare_squad(
 
     ``negatives="same_article"`` adds, for a ``negative_fraction`` of answerable train
     questions, an unanswerable example pairing the question with another paragraph of its
-    article (deterministic given ``seed``). The directory is built beside ``out`` and renamed
-    into place at the end, so a failed run leaves no half-written ``out``.
+    article (deterministic given ``seed``). Its id is the question's id followed by ``#neg``;
+    where the file has that id already (a question of its own named so), the first of
+    ``#neg2``, ``#neg3``, ... that no question or other negative has. The directory is built
+    beside ``out`` and renamed into place at the end, so a failed run leaves no half-written
+    ``out``.
     """
     if negatives not in (None, "same_article"):
         raise ValueError(f"negatives must be None or 'same_article', not {negatives!r}")

@@ -56,9 +56,12 @@ def split_path(data_dir: str | Path, split: str) -> Path:
     for path in found:
         if path.stem == split:
             return path
+    # The kind of file the folder holds: a dependency folder's missing test is test.jsonl.
+    suffix = found[0].suffix if found else ".txt"
+    held = f"; the folder holds {', '.join(p.name for p in found)}" if found else ""
     raise FileNotFoundError(
-        f"{Path(data_dir) / split}.txt: no such SST split file (expected train/dev/test.txt, "
-        "or .jsonl from `treeqa data prepare sst-dependency`)"
+        f"{Path(data_dir) / split}{suffix}: no such SST split file, so no {split} split{held} "
+        "(expected train/dev/test.txt, or .jsonl from `treeqa data prepare sst-dependency`)"
     )
 
 

@@ -48,6 +48,7 @@ _FINGERPRINT = 1 << 20  # bytes hashed at each end of a vectors file for the cac
 _ENTRY = re.compile(r".+\.[0-9a-f]{24}\.json")  # a cache entry's JSON, the last file written
 _PARTIAL = re.compile(r".+\.[0-9a-f]{24}[a-z0-9_]{8}\.tmp")  # a cache file being written
 _STALE = 6 * 3600  # seconds: a temporary untouched this long is a dead writer's
+_UNUSED = 30 * 86400  # seconds: an entry naming no source, unread this long, is deleted
 _DECODE_ERRORS = (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error)
 _CORRUPT = "cannot decompress ({}): the file is truncated or corrupt"
 _NOT_FINITE = "holds NaN, infinity or a number too large for float32"
@@ -608,6 +609,10 @@ def _read_cache(stem: Path, n_keys: int) -> Vectors | None:
     ok = matrix.dtype == np.float32 and matrix.ndim == 2 and found.dtype == np.bool_
     if not ok or matrix.shape[0] != n_keys or found.shape != (n_keys,) or report.rows != n_keys:
         return None
+    try:  # the JSON's mtime says when the entry was last used (``_prune``)
+        os.utime(stem.with_name(stem.name + ".json"))
+    except OSError:  # a folder of someone else's, read-only to us
+        pass
     return Vectors(matrix, found, report)
 
 
@@ -643,7 +648,10 @@ def _prune(folder: Path, source: dict[str, Any]) -> None:
     several files, and of several keys of one), and the temporaries that writers killed
     part-way left. A temporary's writer may be another process, on another machine sharing
     the folder, writing now: only one untouched for ``_STALE`` seconds is deleted (a writer
-    writes its files in seconds). Best effort: a file that cannot be deleted is left."""
+    writes its files in seconds). An entry written before entries recorded their source (no
+    ``built_from``) cannot be told to be another version's: it is deleted once unused for
+    ``_UNUSED`` seconds (a cache hit renews its JSON's mtime), which costs at worst a rebuild.
+    Best effort: a file that cannot be deleted is left."""
     try:
         names = [p.name for p in folder.iterdir()]
     except OSError:
@@ -658,16 +666,25 @@ def _prune(folder: Path, source: dict[str, Any]) -> None:
                 continue
             if not _ENTRY.fullmatch(name):
                 continue
-            built = json.loads(path.read_text(encoding="utf-8")).get("built_from")
+            meta = json.loads(path.read_text(encoding="utf-8"))
+            built = meta.get("built_from")
+            # Written before entries recorded their source: its report and arrays, no source.
+            legacy = "built_from" not in meta and "rows" in meta
+            legacy &= path.with_name(name.removesuffix(".json") + ".matrix.npy").is_file()
+            if legacy and path.stat().st_mtime < time.time() - _UNUSED:
+                _delete_entry(folder, name.removesuffix(".json"))
         except (OSError, ValueError, AttributeError):  # gone meanwhile, or not an entry's JSON
             continue
         if not isinstance(built, dict) or built.get("files") != source["files"]:
-            continue  # another file's, or written before entries recorded their source
+            continue  # another file's, or an entry that names no source
         if built.get("version") != source["version"]:
-            stem = name.removesuffix(".json")
-            # The JSON first: a reader that finds it finds the arrays, or none.
-            for suffix in (".json", ".matrix.npy", ".found.npy"):
-                try:
-                    (folder / (stem + suffix)).unlink(missing_ok=True)
-                except OSError:
-                    break
+            _delete_entry(folder, name.removesuffix(".json"))
+
+
+def _delete_entry(folder: Path, stem: str) -> None:
+    # The JSON first: a reader that finds it finds the arrays, or none.
+    for suffix in (".json", ".matrix.npy", ".found.npy"):
+        try:
+            (folder / (stem + suffix)).unlink(missing_ok=True)
+        except OSError:
+            break

@@ -158,15 +158,25 @@ def vectors_width(spec: str) -> int | None:
     return None if None in widths else sum(w for w in widths if w is not None)
 
 
-def load_trees(data: SentimentData, names: Sequence[str] = sst.SPLITS) -> dict[str, list[Tree]]:
-    """The ``names`` splits of ``data`` (a folder of SST files, or the embedded demo)."""
+def load_trees(
+    data: SentimentData, names: Sequence[str] = sst.SPLITS, optional: Sequence[str] = ()
+) -> dict[str, list[Tree]]:
+    """The ``names`` splits of ``data`` (a folder of SST files, or the embedded demo). A split
+    in ``optional`` whose file is missing or holds no tree is left out of the result."""
     if data.path:
-        splits = {s: sst.load_split(data.path, s) for s in names}
-        for split, trees in splits.items():
-            if not trees:  # nothing to learn from, or every score NaN
-                raise ValueError(
-                    f"{sst.split_path(data.path, split)}: no trees in the {split} split"
-                )
+        splits = {}
+        for split in names:
+            try:
+                path = sst.split_path(data.path, split)
+            except FileNotFoundError:
+                if split in optional:
+                    continue
+                raise
+            trees = sst.read_tree_file(path)
+            if trees:
+                splits[split] = trees
+            elif split not in optional:  # nothing to learn from, or every score NaN
+                raise ValueError(f"{path}: no trees in the {split} split")
     else:
         from treeqa.data.demo import demo_splits
 
@@ -175,6 +185,8 @@ def load_trees(data: SentimentData, names: Sequence[str] = sst.SPLITS) -> dict[s
 
 
 TRAINING_USE = {"train": "learn from", "dev": "choose the best epoch by"}
+"""The splits training needs. Test, when the folder has it, only adds its words to the
+vocabulary (``build_vocab``); a folder of train and dev alone trains as well."""
 
 
 def check_embed_dim(config: Any, width: int | None, given: bool = False) -> None:
@@ -229,7 +241,7 @@ def check_both_sides(data_path: str, trees: Sequence[Tree], data_task: str) -> N
 
 def build_vocab(splits: dict[str, list[Tree]]) -> Vocab:
     # Every split's words, as in Tai et al.'s preprocessing: test words are given their
-    # pretrained vectors; labels are never used.
+    # pretrained vectors; labels are never used. Without a test split, train's and dev's.
     return Vocab.build(w for trees in splits.values() for t in trees for w in t.tokens)
 
 
@@ -396,7 +408,12 @@ def _train(
     if resume_run:  # before the vectors are read
         check_same_vectors(out, config.data.vectors)
     seed_everything(config.train.seed)
-    splits = load_trees(config.data)
+    splits = load_trees(config.data, optional=("test",))
+    if "test" not in splits:
+        say(
+            f"note: {config.data.path} has no test trees: the vocabulary is built from train "
+            "and dev alone (with a test split, from all three)"
+        )
     for split in TRAINING_USE:
         check_labelled(
             config.data.path, split, splits[split], TRAINING_USE[split], config.data.task
