@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,4 +125,37 @@ def test_two_runs_renaming_into_the_same_out_at_once(
         with built_aside(out) as work:
             (work / "a.txt").write_text("late")
     assert (out / "a.txt").read_text() == "other"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_second_run_into_an_out_being_written_is_refused_naming_the_first(
+    tmp_path: Path,
+) -> None:
+    # Both did all their work (minutes of tokenising) before the second to finish was told
+    # that the folder changed meanwhile, with no word of which process wrote it.
+    out = tmp_path / "out"
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from treeqa.data.output_dir import built_aside\n"
+            f"with built_aside(Path({str(out)!r})) as work:\n"
+            "    (work / 'a.txt').write_text('first')\n"
+            "    print('writing', flush=True)\n"
+            "    sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None and first.stdout.readline() == "writing\n"
+        with pytest.raises(
+            FileExistsError, match=rf"{out} is being written by process {first.pid} \(another"
+        ):
+            _write(out)
+        assert not out.exists()
+    finally:
+        first.communicate("", timeout=60)
+    assert first.returncode == 0 and (out / "a.txt").read_text() == "first"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -538,6 +538,33 @@ def test_overwrite_deletes_nothing_the_user_put_in_out(tmp_path: Path) -> None:
     assert {p.name for p in out.iterdir()} == before
 
 
+def test_a_split_being_read_keeps_its_data_when_the_folder_is_prepared_again(
+    tmp_path: Path,
+) -> None:
+    # `prepare --overwrite` while `train qa` reads the folder: the memory-mapped arrays kept
+    # the old files, but the texts, read at the first evaluation, came from the new folder:
+    # another preparation's contexts and gold answers scored against the old arrays.
+    pytest.importorskip("spacy")
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    out = prepare(tmp_path, squad_v1(), squad_v1())
+    dev = PreparedSplit(out, "dev")
+    other = squad_v1()
+    for article in other["data"]:
+        for paragraph in article["paragraphs"]:
+            paragraph["context"] = paragraph["context"].replace("Fort Bragg", "Fort Dixie")
+            for q in paragraph["qas"]:
+                for answer in q["answers"]:
+                    answer["text"] = answer["text"].replace("Fort Bragg", "Fort Dixie")
+    prepare(tmp_path, squad_v1(), other, overwrite=True)
+    assert dev.context(0) == C1 and dev.answer_text(0, 10, 11) == "Fort Bragg"
+    golds = [a["text"] for a in dev.gold()["data"][0]["paragraphs"][0]["qas"][0]["answers"]]
+    assert golds == ["Fort Bragg"]
+    assert PreparedSplit(out, "dev").context(0) == C1.replace("Fort Bragg", "Fort Dixie")
+    with pytest.raises(ValueError, match=f"{out} was prepared again .* while it was being opened"):
+        dev.check_unchanged()
+
+
 def test_a_killed_preparations_work_folder_is_removed_by_the_next(tmp_path: Path) -> None:
     pytest.importorskip("spacy")
     import subprocess

@@ -213,6 +213,34 @@ def test_a_checkpoint_changed_on_disk_is_refused_not_loaded_as_other_weights(
     assert set(ckpt.load(path).weights()) == {"w", "h"}
 
 
+def test_a_checkpoint_replaced_while_it_is_read_is_read_again_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A training renames its new last checkpoint over the old one between the header read
+    # and the tensors read of `treeqa evaluate`: that was the old header's checksum against
+    # the new tensors, "the file changed on disk", for a file that was whole all along.
+    path = tmp_path / "last.safetensors"
+    ckpt.atomic_save({"model.w": torch.zeros(3)}, {"task": "t", "step": 1}, path)
+    read = ckpt.load_file
+
+    def training_writes_first(name: str) -> dict[str, torch.Tensor]:
+        monkeypatch.setattr(ckpt, "load_file", read)
+        ckpt.atomic_save({"model.w": torch.ones(3)}, {"task": "t", "step": 2}, path)
+        return read(name)
+
+    monkeypatch.setattr(ckpt, "load_file", training_writes_first)
+    loaded = ckpt.load(path)
+    assert loaded.meta["step"] == 2 and torch.equal(loaded.weights()["w"], torch.ones(3))
+
+    def always_replaced(name: str) -> dict[str, torch.Tensor]:
+        ckpt.atomic_save({"model.w": torch.ones(3)}, {"task": "t", "step": 3}, path)
+        return read(name)
+
+    monkeypatch.setattr(ckpt, "load_file", always_replaced)
+    with pytest.raises(ckpt.CheckpointError, match=f"{path}: replaced by a newer one each of 3"):
+        ckpt.load(path)
+
+
 def test_atomic_save_leaves_the_old_file_when_writing_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -2,6 +2,7 @@
 config file, its metrics log whole across a resume; a bad log line is named."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -161,14 +162,47 @@ def test_a_second_run_into_a_directory_in_training_is_refused(
         assert subprocess.run(
             [sys.executable, "-m", "treeqa", *args(demo_dir, "--out", str(run))],
             capture_output=True, text=True, timeout=300,
-        ).stderr.strip().endswith("is being trained by another process right now: wait for it to end, or give another --out")  # fmt: skip
+        ).stderr.strip().endswith(f"{run} is being trained by process {os.getpid()} right now: wait for it to end, or give another --out")  # fmt: skip
         assert sorted(p.name for p in run.iterdir()) == [ckpt.LOCK]  # nothing written
     assert main(args(demo_dir, "--out", str(run))) == 0  # free again
+    last = (run / ckpt.LAST).read_bytes()
     capsys.readouterr()
+    with ckpt.run_lock(run):  # and a --resume of a run still training is refused likewise
+        assert main(["train", "--resume", str(run), "--train.epochs=2"]) != 0
+    assert f"{run} is being trained by process {os.getpid()} right now" in capsys.readouterr().err
+    assert (run / ckpt.LAST).read_bytes() == last
     assert main(["train", "--resume", str(run), "--json"]) == 0
     captured = capsys.readouterr()  # under --json, said on stderr; stdout holds the JSON alone
     assert "already trained 1 epoch(s), train.epochs is 1: nothing more to train" in captured.err
     assert json.loads(captured.out)["epochs"] == 1
+
+
+def test_a_run_that_opened_the_lock_as_a_failed_run_removed_its_folder_holds_a_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A new run that fails its input checks removes the folder it made. A second run into it
+    # that had opened the lock file just before got the lock on the removed file, and went
+    # on training into a folder that no longer was there, unguarded against a third run.
+    import fcntl
+
+    from treeqa.train import checkpoint as ckpt
+
+    run = tmp_path / "run"
+    first = ckpt.run_lock(run)
+    first.__enter__()
+    lock = fcntl.flock
+
+    def first_fails_in_between(fd: int, how: int) -> None:
+        monkeypatch.setattr(fcntl, "flock", lock)
+        first.__exit__(ValueError, ValueError("bad data"), None)
+        lock(fd, how)
+
+    monkeypatch.setattr(fcntl, "flock", first_fails_in_between)
+    with ckpt.run_lock(run):
+        assert (run / ckpt.LOCK).read_text() == f"{os.getpid()}\n"
+        with pytest.raises(FileExistsError, match=f"{run} is being trained by process"):
+            with ckpt.run_lock(run):  # a third run
+                pass
 
 
 def test_a_run_stopped_before_any_evaluation_says_it_has_no_best_score() -> None:

@@ -107,6 +107,15 @@ def remove_stale_work(out: Path) -> None:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def other_writer(out: Path) -> int | None:
+    """The process id of another run building ``out`` now (its work folder is beside it)."""
+    for work in out.parent.glob(f".{out.name}.*.partial"):
+        pid = work.name[len(out.name) + 2 :].split(".", 1)[0]
+        if work.is_dir() and pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            return int(pid)
+    return None
+
+
 @contextmanager
 def built_aside(out: Path) -> Iterator[Path]:
     """A new folder beside ``out`` to write into, renamed to ``out`` (replacing it) when the
@@ -115,10 +124,15 @@ def built_aside(out: Path) -> Iterator[Path]:
     killed run left is deleted here. A link to a folder is followed: the folder is replaced
     (keeping its permissions). An ``out`` put in place or written into while the block ran
     (another run into it finishing first) is left as it is: the new folder is deleted and a
-    FileExistsError says so."""
+    FileExistsError says so, as it does before any work while another run builds ``out``."""
     out = real_folder(out)
     if out.parent.is_dir():
         remove_stale_work(out)
+        if (pid := other_writer(out)) is not None:
+            raise FileExistsError(
+                f"{out} is being written by process {pid} (another run into the same --out): "
+                "wait for it to end, or give another --out"
+            )
     before = _identity(out)
     work = _aside(out)
     try:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
+import weakref
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -97,20 +99,25 @@ def tokenizer_drift(meta: dict[str, Any], directory: str | Path) -> str | None:
     )
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path, file: IO[bytes] | None = None) -> Any:
+    """The JSON value in ``path`` (read from ``file``, its open file, where given)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        if file is None:
+            return json.loads(path.read_text(encoding="utf-8"))
+        file.seek(0)
+        return json.loads(file.read().decode("utf-8"))
     except ValueError as err:  # broken JSON or UTF-8: a damaged file
         raise ValueError(f"{path}: not readable JSON ({err}); {_AGAIN}") from err
 
 
-def _read_jsonl(path: Path, rows: int) -> list[Any]:
-    """The ``rows`` values of a ``.jsonl`` file, one a line; a damaged line is named."""
+def _read_jsonl(path: Path, file: IO[bytes], rows: int) -> list[Any]:
+    """The ``rows`` values of ``.jsonl`` file ``path`` (its open ``file``), one a line; a
+    damaged line is named."""
     values: list[Any] = []
+    file.seek(0)
     try:
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                values.append(json.loads(line))
+        for line in file:
+            values.append(json.loads(line.decode("utf-8")))
     except ValueError as err:
         reason = err.msg if isinstance(err, json.JSONDecodeError) else err
         raise ValueError(f"{path}:{len(values) + 1}: {reason}; {_AGAIN}") from err
@@ -128,11 +135,24 @@ def _load(path: Path, mmap: bool = True) -> np.ndarray:
         raise ValueError(f"{path}: not a whole .npy array ({err}); {_AGAIN}") from err
 
 
+def _folder(directory: Path) -> tuple[int, int]:
+    """What tells the folder ``directory`` apart from one prepared again in its place, which
+    ``treeqa data prepare squad --overwrite`` renames over it."""
+    st = os.stat(directory)
+    return st.st_dev, st.st_ino
+
+
 class PreparedSplit:
-    """One split (``"train"`` or ``"dev"``) of a prepared directory, row = example."""
+    """One split (``"train"`` or ``"dev"``) of a prepared directory, row = example.
+
+    Its files are opened here and read from what was opened: a folder prepared again into the
+    same place (``--overwrite``) while a training reads it replaces them by name, and the
+    training goes on with the data it began with (the system keeps the old files until
+    they are closed)."""
 
     def __init__(self, directory: str | Path, split: str):
         self.directory, self.split = Path(directory), split
+        self.opened = _folder(self.directory) if self.directory.is_dir() else None
         self.meta = load_meta(directory)
         if split not in self.meta["splits"]:
             raise ValueError(f"{directory} has no split {split!r}")
@@ -144,6 +164,9 @@ class PreparedSplit:
         for name in _TEXTS:  # read at the first evaluation, after a training epoch: missing now
             if not (folder / name).is_file():
                 raise FileNotFoundError(f"{folder / name}: missing; {_AGAIN}")
+        self.texts: dict[str, IO[bytes]] = {name: (folder / name).open("rb") for name in _TEXTS}
+        weakref.finalize(self, _close, list(self.texts.values()))
+        self.check_unchanged()
         a = self.arrays
         self.context_lengths = np.diff(a["context_offsets"])[a["paragraph"]]  # [N]
         self.question_lengths = np.diff(a["question_offsets"])  # [N]
@@ -194,6 +217,15 @@ class PreparedSplit:
         if not (unanswerable | inside).all():
             raise fail("ends", "an answer span outside its context")
 
+    def check_unchanged(self) -> None:
+        """A ValueError when the folder was prepared again since this split opened it: what
+        was read from it by name (its vocabularies, vectors) may be of either preparation."""
+        if _folder(self.directory) != self.opened:
+            raise ValueError(
+                f"{self.directory} was prepared again (treeqa data prepare squad --overwrite) "
+                "while it was being opened: run this command again"
+            )
+
     def __len__(self) -> int:
         return len(self.arrays["paragraph"])
 
@@ -232,7 +264,7 @@ class PreparedSplit:
         """Every question read for this split, in SQuAD layout: the input of
         :func:`treeqa.eval.squad.evaluate_predictions`."""
         path = self.directory / self.split / "gold.json"
-        gold: dict[str, Any] = _read_json(path)
+        gold: dict[str, Any] = _read_json(path, self.texts["gold.json"])
         gold_answers(gold, str(path))  # a file edited or overwritten since: named here
         return gold
 
@@ -240,11 +272,13 @@ class PreparedSplit:
     @cached_property
     def _contexts(self) -> list[str]:
         rows = len(self.arrays["context_offsets"]) - 1
-        return _read_jsonl(self.directory / self.split / "contexts.jsonl", rows)
+        name = "contexts.jsonl"
+        return _read_jsonl(self.directory / self.split / name, self.texts[name], rows)
 
     @cached_property
     def _questions(self) -> list[dict[str, str]]:
-        return _read_jsonl(self.directory / self.split / "questions.jsonl", len(self))
+        name = "questions.jsonl"
+        return _read_jsonl(self.directory / self.split / name, self.texts[name], len(self))
 
     def question_id(self, row: int) -> str:
         return self._questions[row]["id"]
@@ -339,6 +373,11 @@ class PreparedSplit:
             groups.append(group)
             i += len(group)
         return groups
+
+
+def _close(files: list[IO[bytes]]) -> None:
+    for file in files:
+        file.close()
 
 
 def _gather(

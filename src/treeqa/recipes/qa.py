@@ -422,6 +422,10 @@ def _train(
     world = World.from_env()
 
     model, words, chars = build_model(config.model, train_split)
+    # Vocabularies and vectors were read by name: of the folder the splits opened, or of one
+    # prepared in its place since.
+    train_split.check_unchanged()
+    dev_split.check_unchanged()
     optimizer = build_optimizer(model, config.train)
     scheduler = build_scheduler(optimizer, config.train)
     check_metric(config.train.metric, dev_metric_names(meta_data["version"]))

@@ -92,10 +92,11 @@ LOCK = ".lock"
 def run_lock(out: Path, main: bool = True, resume: bool = False) -> Iterator[None]:
     """Hold run directory ``out`` for one training at a time: a second run into it, new or
     resumed, is refused while the first goes on (an advisory lock on ``out/.lock``, which the
-    system drops when the process ends, however it ends). ``main``: false for the other
-    processes of a torchrun run, which share process 0's directory. A directory made here that
-    holds nothing else when the run fails (its input checks) is removed. ``resume``: ``out``
-    must be there (a mistyped --resume is not a new run)."""
+    system drops when the process ends, however it ends; the file holds the process id the
+    refusal names). ``main``: false for the other processes of a torchrun run, which share
+    process 0's directory. A directory made here that holds nothing else when the run fails
+    (its input checks) is removed. ``resume``: ``out`` must be there (a mistyped --resume is
+    not a new run)."""
     if resume and not out.is_dir():
         raise FileNotFoundError(f"--resume {out}: no such run directory")
     try:
@@ -107,22 +108,45 @@ def run_lock(out: Path, main: bool = True, resume: bool = False) -> Iterator[Non
         yield
         return
     made = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
-    lock = open(out / LOCK, "a")  # noqa: SIM115 - held open for the run, closed below
+    lock = _take_lock(out, fcntl)
     try:
+        yield
+    finally:
+        # Removed while still held: a run that opened the file meanwhile finds, once it has
+        # the lock, that the file is no longer there, and makes the folder again.
+        if made and [p.name for p in out.iterdir()] == [LOCK]:
+            (out / LOCK).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # another run's new lock file is in it
+                out.rmdir()
+        lock.close()  # drops the lock
+
+
+def _take_lock(out: Path, fcntl: Any) -> Any:
+    """``out/.lock`` open and locked by this process, its id written in it; a FileExistsError
+    naming the process that holds it."""
+    while True:
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            lock = open(out / LOCK, "a+")  # noqa: SIM115 - held open for the run
+        except FileNotFoundError:  # the run that made ``out`` removed it an instant ago
+            continue
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            lock.seek(0)
+            pid = lock.read().strip()
+            lock.close()
+            who = f"process {pid}" if pid.isdigit() else "another process"
             raise FileExistsError(
-                f"{out} is being trained by another process right now: wait for it to end, "
-                "or give another --out"
+                f"{out} is being trained by {who} right now: wait for it to end, or give "
+                "another --out"
             ) from None
-        yield
-    finally:
-        lock.close()  # drops the lock
-        if made and [p.name for p in out.iterdir()] == [LOCK]:
-            (out / LOCK).unlink(missing_ok=True)
-            out.rmdir()
+        if _still_at(out / LOCK, lock):
+            lock.truncate(0)
+            lock.write(f"{os.getpid()}\n")
+            lock.flush()
+            return lock
+        lock.close()  # locked after its run removed it: no one else would see it held
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -247,21 +271,55 @@ def read_instead(path: str | Path) -> str | None:
     )
 
 
+READS = 3
+"""How often ``load`` reads a checkpoint that a training replaces while it is read."""
+
+
+def _still_at(file: Path, held: Any) -> bool:
+    """Whether ``file`` still names the open file ``held``, not one renamed over it since (a
+    training writing its next checkpoint) nor one made after it was removed."""
+    try:
+        now = file.stat()
+    except OSError:
+        return False
+    then = os.fstat(held.fileno())
+    return (now.st_dev, now.st_ino) == (then.st_dev, then.st_ino)
+
+
 def load(
     path: str | Path, prefer: str = BEST, task: str | None = None, needs: Sequence[str] = ()
 ) -> Checkpoint:
     """A checkpoint (file or run directory); with ``task``, refuse one made for another task,
     and one whose metadata lacks a key of ``needs``."""
     file = resolve(path, prefer)
-    header = read_header(file)
-    meta = check_meta(file, header, task)
-    missing = [key for key in needs if key not in meta]
-    if missing:
-        raise CheckpointError(f"{file}: its metadata has no {', '.join(missing)}")
-    try:
-        tensors = load_file(str(file))
-    except (SafetensorError, OSError) as err:
-        raise CheckpointError(f"{file}: not a readable safetensors checkpoint ({err})") from err
+    for _ in range(READS):
+        try:
+            held = file.open("rb")
+        except OSError as err:
+            raise CheckpointError(f"{file}: not a readable checkpoint ({err})") from err
+        # A training renames its next checkpoint over this one: a header read before and
+        # tensors read after would be of two files, whose checksums disagree. Held open, the
+        # file keeps its inode number; the same number at the path afterwards means both
+        # came from it.
+        with held:
+            header = read_header(file)
+            meta = check_meta(file, header, task)
+            missing = [key for key in needs if key not in meta]
+            if missing:
+                raise CheckpointError(f"{file}: its metadata has no {', '.join(missing)}")
+            try:
+                tensors = load_file(str(file))
+            except (SafetensorError, OSError) as err:
+                raise CheckpointError(
+                    f"{file}: not a readable safetensors checkpoint ({err})"
+                ) from err
+            if _still_at(file, held):
+                break
+    else:
+        raise CheckpointError(
+            f"{file}: replaced by a newer one each of {READS} times it was read (a training "
+            "writing it now?): read it again"
+        )
     if CHECKSUM in header and tensors_digest(tensors) != header[CHECKSUM]:  # older: none
         raise CheckpointError(
             f"{file}: its tensors do not match the checksum written with them: the file changed "
