@@ -4,8 +4,11 @@ a batch at a time."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -233,3 +236,52 @@ def test_json_lines_are_strict_json_when_the_model_gives_nan(
     out = tmp_path / "out.jsonl"
     assert main([*argv, "--output", str(out)]) == 0
     assert strict_json(out.read_text(encoding="utf-8")) == printed
+
+
+def test_words_an_ascii_only_output_cannot_hold_are_escaped_not_an_error(run: Path) -> None:
+    # PYTHONIOENCODING=ascii with LC_ALL=C: was "error: 'ascii' codec can't encode ..." at café.
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONIOENCODING": "ascii"}
+    argv = [sys.executable, "-m", "treeqa", "predict", "--checkpoint", str(run)]
+    tree = "((café) (日本))"
+    text = subprocess.run([*argv, tree], env=env, capture_output=True, check=False)
+    assert (text.returncode, text.stderr.count(b"\n")) == (0, 1)  # the labels line alone
+    assert text.stdout.decode("ascii").split("  ", 1)[1] == "caf\\xe9 \\u65e5\\u672c\n"
+    lines = subprocess.run([*argv, tree, "--json"], env=env, capture_output=True, check=False)
+    assert lines.returncode == 0 and lines.stderr == b""
+    assert json.loads(lines.stdout.decode("ascii"))["text"] == "café 日本"
+
+
+def test_an_output_cut_short_by_a_full_disk_or_ctrl_c_leaves_the_old_one_as_it_was(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_text('{"kept": true}\n', encoding="utf-8")
+    argv = ["predict", "--checkpoint", str(run), "((the) (film))", "--output", str(out)]
+
+    def disk_full(result: dict[str, object]) -> str:  # the disk fills as a line is written
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(predict_cli, "json_line", disk_full)
+        assert main(argv) == 2  # was: "error: [Errno 28] No space left on device", out emptied
+    assert capsys.readouterr().err == (
+        f"treeqa predict: error: {out}: could not be written (No space left on device); "
+        "the out.jsonl already there is kept as it was\n"
+    )
+
+    def ctrl_c(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sentiment, "predict", ctrl_c)
+        assert main(argv) == 130
+    assert capsys.readouterr().err == "treeqa predict: interrupted\n"
+    assert out.read_text(encoding="utf-8") == '{"kept": true}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]  # no temporary left
+    assert main(argv) == 0
+    assert json.loads(out.read_text(encoding="utf-8"))["text"] == "the film"
+
+
+def test_an_output_that_is_not_a_plain_file_is_written_directly(run: Path) -> None:
+    argv = ["predict", "--checkpoint", str(run), "((the) (film))", "--output", os.devnull]
+    assert main(argv) == 0 and Path(os.devnull).is_char_device()

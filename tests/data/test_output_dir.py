@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -159,3 +161,26 @@ def test_a_second_run_into_an_out_being_written_is_refused_naming_the_first(
         first.communicate("", timeout=60)
     assert first.returncode == 0 and (out / "a.txt").read_text() == "first"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_full_disk_names_the_folder_and_leaves_the_old_one(tmp_path: Path) -> None:
+    # Was "[Errno 28] No space left on device", naming no file.
+    out = tmp_path / "prepared"
+    _write(out)
+    for filename in (None, "a.npy"):  # a write names no file; an open, the hidden folder's
+        with pytest.raises(OSError) as caught, built_aside(out) as work:
+            (work / "meta.json").write_text("half")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename and work / filename)
+        assert str(caught.value) == (
+            f"{out}: could not be written (No space left on device); the prepared already "
+            "there is kept as it was"
+        )
+        assert caught.value.errno == errno.ENOSPC
+    assert (out / "a.txt").read_text() == "new" and [p.name for p in tmp_path.iterdir()] == [
+        "prepared"
+    ]
+    with pytest.raises(OSError, match="none was written"), built_aside(tmp_path / "new") as work:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    # An input the system named is its own error.
+    with pytest.raises(PermissionError, match="in.json"), built_aside(out):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp_path / "in.json"))

@@ -416,6 +416,29 @@ def test_default_cache_sits_beside_the_file_or_in_the_user_cache(
     assert len(list((tmp_path / "home-cache" / "treeqa" / "vectors").iterdir())) == 6
 
 
+def test_a_read_only_folder_and_no_home_folder_loads_without_a_cache(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # HOME unset for a user the system's user list lacks (a container's): Path.home() raised
+    # "RuntimeError: Could not determine home directory." out of the command, a traceback.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    ro = write(shared / "v.txt", GLOVE)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", no_home)
+    shared.chmod(0o555)
+    try:
+        with pytest.warns(UserWarning, match=f"no vectors cache: {shared} is read-only .*HOME"):
+            found = load_vectors(ro, ["a"])
+    finally:
+        shared.chmod(0o755)
+    assert found.found.tolist() == [True] and sorted(p.name for p in shared.iterdir()) == ["v.txt"]
+
+
 # --- spaCy layout --------------------------------------------------------------------------
 
 TABLE = np.arange(12, dtype=np.float32).reshape(4, 3)  # [R=4, D=3]

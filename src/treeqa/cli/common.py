@@ -4,6 +4,7 @@ streamed output (stdin input, a reader that goes away)."""
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import json
 import math
@@ -14,7 +15,7 @@ import sys
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 def subparser(
@@ -199,10 +200,30 @@ def emit_json(payload: dict[str, Any]) -> None:
     print(json.dumps(finite(payload), sort_keys=True, allow_nan=False), file=out)
 
 
-def json_line(result: dict[str, Any]) -> str:
+def json_line(result: dict[str, Any], ascii: bool = False) -> str:
     """One result of a stream (``predict --json``, ``--output``) as strict JSON: a score that
-    is not a finite number (a model whose weights went NaN) is null, as in ``emit_json``."""
-    return json.dumps(finite(result), ensure_ascii=False, allow_nan=False)
+    is not a finite number (a model whose weights went NaN) is null, as in ``emit_json``.
+    ``ascii``: other characters as ``\\uXXXX`` escapes, for an output that cannot hold them
+    (``unicode_stdout``)."""
+    return json.dumps(finite(result), ensure_ascii=ascii, allow_nan=False)
+
+
+def unicode_stdout() -> bool:
+    """Whether standard output's encoding holds every character (UTF-8 and the other UTFs);
+    under PYTHONIOENCODING=ascii, say, it does not."""
+    try:
+        return codecs.lookup(getattr(sys.stdout, "encoding", None) or "utf-8").name[:3] == "utf"
+    except LookupError:
+        return False
+
+
+def escape_unencodable() -> None:
+    """Standard output in an encoding that cannot hold every character (PYTHONIOENCODING=ascii)
+    writes those it cannot as backslash escapes (``caf\\xe9``), as standard error does,
+    rather than stopping part-way with a UnicodeEncodeError at a treebank word or an answer."""
+    if not unicode_stdout() and getattr(sys.stdout, "errors", None) == "strict":
+        with contextlib.suppress(AttributeError, ValueError):  # not a TextIOWrapper, closed
+            sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
 
 
 def finite(value: Any) -> Any:
@@ -280,6 +301,44 @@ def reader_gone() -> int:
     with contextlib.suppress(OSError, ValueError):  # a stdout without a file (captured)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 128 + signal.SIGPIPE
+
+
+@contextlib.contextmanager
+def output_file(path: Path | None) -> Iterator[IO[str] | None]:
+    """``--output path`` to write results into, as they come: a temporary file beside it,
+    renamed over it when the block ends, so that a full disk or Ctrl-C part-way leaves the file
+    that was there as it was, and a write that fails names the file. A ValueError (an input
+    refused part-way) renames it too: its results before the error are kept, as the error
+    says. A path that is not a plain file (/dev/null, a pipe) is written directly."""
+    if path is None:
+        yield None
+        return
+    real = path.resolve()  # a link stays a link: the file it points to is replaced
+    if real.exists() and not real.is_file():
+        with real.open("w", encoding="utf-8") as out:
+            yield out
+        return
+    from treeqa.train.checkpoint import PARTIAL, write_failed
+
+    tmp = real.with_name(f".{real.name}.{os.getpid()}{PARTIAL}")
+    refused: ValueError | None = None
+    try:
+        with tmp.open("w", encoding="utf-8") as out:
+            try:
+                yield out
+            except ValueError as err:
+                refused = err
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, real)
+    except OSError as err:
+        if err.filename not in (None, str(tmp)):  # not the output's: the system named it
+            raise
+        raise write_failed(path, err) from err
+    finally:
+        tmp.unlink(missing_ok=True)
+    if refused is not None:
+        raise refused
 
 
 def check_output(args: argparse.Namespace) -> None:

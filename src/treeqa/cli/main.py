@@ -11,7 +11,7 @@ from pathlib import Path
 
 from treeqa import __version__
 from treeqa.cli import data, doctor, evaluate, flags, predict, serve, train
-from treeqa.cli.common import join_flags, json_alone, reader_gone
+from treeqa.cli.common import escape_unencodable, join_flags, json_alone, reader_gone
 from treeqa.data.output_dir import file_in_the_way
 
 SUBCOMMANDS = (data, train, evaluate, predict, serve, doctor)
@@ -104,6 +104,8 @@ def extra_missing(err: ImportError) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     own_process = argv is None  # the treeqa command itself, not a call from Python
     argv = list(sys.argv[1:] if argv is None else argv)
+    if own_process:
+        escape_unencodable()
     # `treeqa train sentiment ...` / `treeqa evaluate qa ...`: the task word is not an argparse
     # positional, so override values such as `--emblr 0` can never be taken for it.
     task = "sentiment"

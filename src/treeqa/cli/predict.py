@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from treeqa.cli import flags, qa_commands
-from treeqa.cli.common import STDIN, check_output, json_line, one_line, subparser
+from treeqa.cli.common import (
+    STDIN,
+    check_output,
+    json_line,
+    one_line,
+    output_file,
+    subparser,
+    unicode_stdout,
+)
 
 if TYPE_CHECKING:
     from treeqa.data.tree import Tree
@@ -166,27 +174,23 @@ def run(args: argparse.Namespace) -> int:
             check_predictable(loaded, tree)
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from None
-    out = args.output.open("w", encoding="utf-8") if args.output else None
-    if out is None and not args.json:  # the numbers alone: 2 is neutral or positive by task
+    if args.output is None and not args.json:  # the numbers alone: 2 is neutral or positive by task
         meaning = ", ".join(f"{k} {name}" for k, name in PREDICTED[loaded.task].items())
         print(f"labels ({loaded.task}): {meaning}", file=sys.stderr)
     written = 0
-    try:
+    with output_file(args.output) as out:
         for at in range(0, len(items), PREDICT_BATCH):
             for result in predict(loaded, [tree for _, tree in items[at : at + PREDICT_BATCH]]):
                 if out is not None:
                     out.write(json_line(result) + "\n")
                 elif args.json:
-                    print(json_line(result))
+                    print(json_line(result, ascii=not unicode_stdout()))
                 else:
                     print(f"{result['label']}  {one_line(result['text'])}")
                     for node in result["nodes"][1:]:
                         if " " in node["words"]:
                             print(f"    {node['label']}  {one_line(node['words'])}")
                 written += 1
-    finally:
-        if out is not None:
-            out.close()
     if out is not None:
         print(f"wrote {written} trees to {args.output}", file=sys.stderr)
     return 0

@@ -23,8 +23,10 @@ from treeqa.cli.common import (
     exit_code,
     json_line,
     one_line,
+    output_file,
     run_dir,
     say_if_amp_does_nothing,
+    unicode_stdout,
 )
 
 
@@ -210,18 +212,18 @@ def predict_main(args: argparse.Namespace) -> int:
     from treeqa.recipes.qa import load_model
 
     loaded = load_model(args.checkpoint)
-    out = args.output.open("w", encoding="utf-8") if args.output else None
     written, lines = 0, AnswerLines()
     try:
-        for (_, x), r in zip(items, _answers(loaded, items), strict=True):
-            line = lines.line(x, r)
-            if out is not None:
-                out.write(json_line(line) + "\n")
-            elif args.json or args.input:
-                print(json_line(line), flush=True)
-            else:
-                print(_text_line(r), flush=True)
-            written += 1
+        with output_file(args.output) as out:
+            for (_, x), r in zip(items, _answers(loaded, items), strict=True):
+                line = lines.line(x, r)
+                if out is not None:
+                    out.write(json_line(line) + "\n")
+                elif args.json or args.input:
+                    print(json_line(line, ascii=not unicode_stdout()), flush=True)
+                else:
+                    print(_text_line(r), flush=True)
+                written += 1
     except ValueError as err:
         if out is not None:
             if written == 0:
@@ -233,8 +235,6 @@ def predict_main(args: argparse.Namespace) -> int:
             raise ValueError(f"{err} ({kept})") from None
         raise
     finally:
-        if out is not None:
-            out.close()
         if lines.note():
             print(lines.note(), file=sys.stderr)
     if out is not None:

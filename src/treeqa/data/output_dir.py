@@ -146,6 +146,15 @@ def built_aside(out: Path) -> Iterator[Path]:
         shutil.copymode(out, work)
     try:
         yield work
+    except OSError as err:
+        shutil.rmtree(work, ignore_errors=True)
+        if err.filename is not None and not Path(err.filename).is_relative_to(work):
+            raise  # an input's: the system named it
+        # A full disk: the system names no file, or one of the hidden folder's.
+        kept = f"the {out.name} already there is kept as it was" if before else "none was written"
+        failed = OSError(f"{out}: could not be written ({err.strerror or err}); {kept}")
+        failed.errno = err.errno
+        raise failed from err
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

@@ -160,8 +160,9 @@ def load_vectors(
     pair = find_spacy_pair(path)
     settings = [lower_fallback, seed, oov_scale, on_bad_line, dim]
     digest, source = _cache_key(pair or (path,), keys, settings)
-    stem = _cache_folder(path, cache_dir) / f"{path.name}.{digest}"
-    cached = _read_cache(stem, len(keys))
+    folder = _cache_folder(path, cache_dir)
+    stem = folder / f"{path.name}.{digest}" if folder is not None else None
+    cached = _read_cache(stem, len(keys)) if stem is not None else None
     if cached is not None:
         return cached
 
@@ -176,7 +177,8 @@ def load_vectors(
     matrix, found, report = _assemble(keys, vecs, dim, lower_fallback, seed, oov_scale)
     report = replace(report, source=path.name, bad_lines=bad, lines_read=lines, unended=unended)
     vectors = Vectors(matrix, found, report)
-    _write_cache(stem, vectors, source)
+    if stem is not None:
+        _write_cache(stem, vectors, source)
     return vectors
 
 
@@ -580,7 +582,8 @@ def fingerprint(path: Path) -> bytes:
         return hashlib.sha256(head + f.read()).digest()
 
 
-def _cache_folder(path: Path, cache_dir: str | Path | None) -> Path:
+def _cache_folder(path: Path, cache_dir: str | Path | None) -> Path | None:
+    """Where the cache of ``path`` goes; None (no cache) where nowhere is known."""
     if cache_dir is not None:
         return Path(cache_dir)
     beside = path.absolute().parent / ".treeqa-cache"
@@ -590,7 +593,15 @@ def _cache_folder(path: Path, cache_dir: str | Path | None) -> Path:
     folder = beside if beside.is_dir() else beside.parent
     if os.access(folder, os.W_OK) and folder.stat().st_mode & 0o222:
         return beside
-    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    try:
+        home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    except RuntimeError:  # HOME unset, and a user the system's user list lacks (a container's)
+        warnings.warn(
+            f"no vectors cache: {folder} is read-only and no home folder is known (HOME is "
+            "unset); set XDG_CACHE_HOME or HOME to a folder you can write to",
+            stacklevel=3,
+        )
+        return None
     return home / "treeqa" / "vectors"
 
 

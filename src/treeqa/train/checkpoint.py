@@ -151,9 +151,18 @@ def _take_lock(out: Path, fcntl: Any) -> Any:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to a temporary file beside ``path``, then rename it into place: a kill
-    leaves the old file or the new one, never half of either."""
+    leaves the old file or the new one, never half of either. A link is followed (the file it
+    names is replaced, the link kept); what is not a plain file (/dev/stdout, a pipe) is
+    written directly, never replaced by one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    replace_with(path, text.encode("utf-8"), path.with_name(f".{path.name}.{os.getpid()}{PARTIAL}"))
+    real = path.resolve()
+    if real.exists() and not real.is_file():
+        try:
+            real.write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise write_failed(path, err) from err
+        return
+    replace_with(real, text.encode("utf-8"), real.with_name(f".{real.name}.{os.getpid()}{PARTIAL}"))
 
 
 def replace_with(path: Path, data: bytes, tmp: Path) -> None:
