@@ -37,10 +37,12 @@ EXPECTED = {
     "bug_loss_at_chance.py": "loss-at-chance",
     "bug_loss_at_chance_nll.py": "loss-at-chance",  # nll_loss over a LogSoftmax
     "bug_loss_at_chance_scaled.py": "loss-at-chance",  # times 1, then divided by 1
+    "bug_loss_at_chance_accumulated.py": "loss-at-chance",  # each loss divided by 4
     "bug_loss_diverged.py": "loss-diverged",  # Adam at lr=1.0: finite, far above log(C)
     "bug_loss_diverged_maximize.py": "loss-diverged",  # Adam(maximize=True) on a loss
     "bug_loss_diverged_maximize_mse.py": "loss-diverged",  # on a mean squared error
     "bug_loss_diverged_divided.py": "loss-diverged",  # divided by 1, as accelerate does
+    "bug_loss_diverged_accumulated.py": "loss-diverged",  # each loss times 1/4
     "bug_non_finite.py": "non-finite",
     "bug_non_finite_fp16.py": "non-finite",  # NaN gradients the loss scaler takes for overflows
     "bug_step_time_regression.py": "step-time-regression",
@@ -182,6 +184,8 @@ CLEAN = [
     "clean_ctc_padded_targets.py",  # padding past target_lengths; blank=C - 1, 1-D targets
     "clean_ctc_zero_infinity.py",  # zero_infinity=True dropping one target in eight
     "clean_teacher_trained_first.py",  # its gradients left, stepped by no optimiser
+    "clean_optimiser_in_backward.py",  # an optimiser a parameter, stepped by a gradient hook
+    "clean_eval_mode_dropout_on.py",  # batch norm frozen by eval(), dropout back in train mode
 ]
 
 
@@ -276,6 +280,18 @@ def test_an_evaluation_between_steps_is_neither_compute_nor_data_wait(doctor_rep
     for step in (41, 81):  # each comes right after an evaluation of 2 x 0.15 s
         i = series["step"].index(step)
         assert series["step_time"][i] + series["data_time"][i] < 0.15, (step, series)
+
+
+def test_a_step_ended_inside_a_backward_waits_for_data_from_its_return(doctor_report) -> None:
+    """One optimiser a parameter, stepped by a hook as its gradient is accumulated: the clock's
+    step ends inside the backward. The rest of that backward is no wait for data, and the
+    profiler window stopped there is off once the backward returns (the engine puts the
+    thread's profiler state back as it was when the backward began)."""
+    _, report, _ = doctor_report("clean_optimiser_in_backward.py")
+    assert not torch._C._autograd._profiler_enabled()
+    series = report["series"]
+    data, compute = sorted(series["data_time"]), sorted(series["step_time"])
+    assert data[len(data) // 2] < 0.5 * compute[len(compute) // 2], series
 
 
 def test_forked_processes_that_train_make_the_report(doctor_report) -> None:

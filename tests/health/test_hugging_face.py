@@ -141,3 +141,36 @@ def test_a_diverged_loss_is_found_through_accelerates_backward(tmp_path: Path) -
     backward: the cross-entropy is still the step's loss."""
     report, _ = doctor(tmp_path, ACCELERATE, 50.0)
     assert "loss-diverged" in {f["code"] for f in report["findings"]}, report["findings"]
+
+
+# Gradient accumulation over 4 batches. BERT's forward takes **kwargs, so the Trainer would
+# leave the loss to divide itself by the items in the 4 batches, which its mean ignores:
+# ``accepts_loss_kwargs = False`` has the Trainer divide it by 4 before its backward.
+ACCUMULATED = TRAINER.replace(
+    'logging_strategy="no",', 'logging_strategy="no", gradient_accumulation_steps=4,'
+).replace("trainer = Trainer(", "model.accepts_loss_kwargs = False\ntrainer = Trainer(")
+
+
+def test_a_clean_run_accumulating_gradients_has_no_warnings(tmp_path: Path) -> None:
+    """72 steps of 4 batches: the loss backward is given, a quarter of the cross-entropy, is
+    judged as the cross-entropy (``loss-diverged`` reads it from step 1)."""
+    source = ACCUMULATED.replace("num_train_epochs=1,", "num_train_epochs=3,")
+    report, _ = doctor(tmp_path, source, 1e-3)
+    assert report["steps"] == 72
+    assert [f for f in report["findings"] if f["severity"] != "info"] == []
+
+
+def test_a_loss_at_chance_is_found_under_the_trainers_accumulation(tmp_path: Path) -> None:
+    """Labels apart from their tokens, 200 steps of 4 batches: the quarter of the cross-entropy
+    backward is given stays at log(2) / 4, the cross-entropy at log(2)."""
+    source = ACCUMULATED.replace("self.ids[self.labels.bool(), 3] = 5", "pass")
+    report, _ = doctor(tmp_path, source.replace("Tokens(768, 0)", "Tokens(6400, 0)"), 1e-3)
+    assert report["steps"] == 200
+    found = {f["code"]: f for f in report["findings"]}
+    assert found["loss-at-chance"]["evidence"]["classes"] == 2, report["findings"]
+
+
+def test_a_diverged_loss_is_found_under_the_trainers_accumulation(tmp_path: Path) -> None:
+    source = ACCUMULATED.replace("Tokens(768, 0)", "Tokens(1280, 0)")  # 40 steps
+    report, _ = doctor(tmp_path, source, 50.0)
+    assert "loss-diverged" in {f["code"] for f in report["findings"]}, report["findings"]

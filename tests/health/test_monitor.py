@@ -714,42 +714,81 @@ def test_ctc_targets_holding_the_blank_or_an_index_out_of_range_are_found() -> N
     assert loss_inputs.ctc_targets_invalid(torch.tensor([1, -1]), 2, 0, 4) is not None
 
 
-def test_a_loss_divided_or_multiplied_by_one_stands_for_the_loss_it_scales() -> None:
-    """accelerate's backward divides the loss by its accumulation steps (1 unless set), the
-    transformers Trainer by its own before it: the cross-entropy under them is still the step's
-    loss. Divided by 4 (accumulation), its value is not the cross-entropy's."""
+def test_a_loss_divided_or_multiplied_by_a_constant_stands_for_the_loss_it_scales() -> None:
+    """accelerate's backward divides the loss by its accumulation steps, the transformers
+    Trainer by its own before it, a loop of one's own by k or times 1/k: the cross-entropy
+    under them is the step's loss, its value that times the factor."""
     logits = torch.randn(8, 3, requires_grad=True)
     loss = nn.functional.cross_entropy(logits, torch.arange(8) % 3)
-    assert loss_inputs.unscaled((1.0 * (loss / 1) / 1).grad_fn) is loss.grad_fn
-    quarter = loss / 4
-    assert loss_inputs.unscaled(quarter.grad_fn) is quarter.grad_fn
-    assert loss_inputs.unscaled(loss.grad_fn) is loss.grad_fn
+
+    def walked(scaled: torch.Tensor) -> tuple[bool, float]:
+        node, scale = loss_inputs.unscaled(scaled.grad_fn)
+        return node is loss.grad_fn, scale
+
+    assert walked(1.0 * (loss / 1) / 1) == (True, 1.0)
+    assert walked(loss / 4) == (True, 0.25)
+    assert walked(loss * (1 / 4)) == (True, 0.25)
+    assert walked(0.5 * loss / torch.tensor(2.0)) == (True, 0.25)
+    assert walked(loss) == (True, 1.0)
     # A constant tensor on the left saves no factor for the loss's side: left as it is.
-    weighted = torch.ones(()) * loss
-    assert loss_inputs.unscaled(weighted.grad_fn) is weighted.grad_fn
-    divided = loss / 1
+    assert walked(torch.ones(()) * loss) == (False, 1.0)
+    # Not constants: a learnt temperature, a batch-dependent weight, a zero weight.
+    assert walked(loss / torch.tensor(2.0, requires_grad=True)) == (False, 1.0)
+    assert walked(loss * torch.ones(2)) == (False, 1.0)
+    assert walked(loss * 0) == (False, 1.0)
+    divided = loss / 4
     divided.backward()  # frees the factor: the backward after it is torch's to refuse
-    assert loss_inputs.unscaled(divided.grad_fn) is divided.grad_fn
+    assert loss_inputs.unscaled(divided.grad_fn) == (divided.grad_fn, 1.0)
 
 
 @pytest.mark.parametrize("name", ["cross_entropy", "mse_loss"])
-def test_a_backward_of_the_loss_divided_by_one_reads_as_the_noted_loss(name: str) -> None:
+def test_a_backward_of_the_loss_divided_by_k_reads_as_the_noted_loss(name: str) -> None:
     """What the sampled step's backward is given stands for the cross-entropy or regression
-    loss it divides by 1 (``loss-at-chance``, ``loss-diverged`` and its maximize cause read
-    them), not for one it divides by 4."""
+    loss it divides by 1 or by the accumulation steps, 4 (``loss-at-chance``, ``loss-diverged``
+    and its maximize cause read them, times the factor), not for one a loss scaler multiplies
+    by 65,536: its factor changes from step to step."""
     monitor = HealthMonitor(stream=io.StringIO())
     monitor.install_loss_checks()
     check = monitor.loss_check
     try:
-        for factor, stands in ((1, True), (4, False)):
+        for factor, stands in ((1, True), (4, True), (1 / 65536, False)):
             monitor.sampling = True
             logits = torch.randn(8, 3, requires_grad=True)
             target = torch.arange(8) % 3 if name == "cross_entropy" else torch.zeros(8, 3)
             handed = getattr(nn.functional, name)(logits, target) / factor  # the wrapped loss
             check.backward(handed)
             noted = check.cross_entropy if name == "cross_entropy" else check.regression
-            assert noted is not None and (noted[0] == id(handed)) is stands and noted[2] is None
+            if stands:
+                assert noted is not None and noted[0] == id(handed) and noted[2] is None
+                assert noted[3] == 1 / factor
+            else:
+                assert noted is None
             check.cross_entropy = check.regression = None
+    finally:
+        monitor.uninstall()
+
+
+def test_a_loss_whose_id_a_quotient_of_it_took_is_told_by_its_node() -> None:
+    """The transformers Trainer divides the loss by its accumulation steps and drops it;
+    accelerate's backward divides the quotient by 1, and that may take the freed loss's id: it
+    stands for the loss at a quarter, not at its whole value. Another loss that takes the id
+    stands for nothing."""
+    monitor = HealthMonitor(stream=io.StringIO())
+    monitor.install_loss_checks()
+    check = monitor.loss_check
+    try:
+        monitor.sampling = True
+        logits = torch.randn(8, 3, requires_grad=True)
+        loss = nn.functional.cross_entropy(logits, torch.arange(8) % 3)
+        handed = loss / 4 / 1
+        # As if ``loss`` had been freed and ``handed`` made where it was.
+        check.cross_entropy = (id(handed), 3, loss.grad_fn, 1.0)
+        check.backward(handed)
+        assert check.cross_entropy == (id(handed), 3, None, 0.25)
+        other = logits.sum()
+        check.cross_entropy = (id(other), 3, loss.grad_fn, 1.0)
+        check.backward(other)
+        assert check.cross_entropy is None
     finally:
         monitor.uninstall()
 
@@ -1849,14 +1888,14 @@ def test_doctor_runs_a_folders_main_as_python_does(
 def test_a_loss_at_chance_all_run_is_said_and_one_that_falls_is_not() -> None:
     steps = array("d", range(1, 301))
     ln3 = math.log(3)
-    samples = [(s, 3) for s in range(1, 301, 10)]
+    samples = [(s, 3, 1.0) for s in range(1, 301, 10)]
     wander = array("d", (ln3 * (1 + 0.02 * math.sin(s)) for s in range(1, 301)))
     found = checks.loss_at_chance(samples, steps, wander)
     assert found is not None and found.code == "loss-at-chance" and found.evidence["classes"] == 3
     falling = array("d", (ln3 * (1 - s / 600) for s in range(1, 301)))  # learns, slowly
     assert checks.loss_at_chance(samples, steps, falling) is None
     assert checks.loss_at_chance(samples, steps[:150], wander[:150]) is None  # too short
-    other = [(s, 3) for s in range(1, 120, 10)]  # none in the second half is the step's loss
+    other = [(s, 3, 1.0) for s in range(1, 120, 10)]  # none in the second half is the step's loss
     assert checks.loss_at_chance(other, steps, wander) is None
     dipped = array("d", wander)
     dipped[10] = 0.5  # once far below chance: it can learn
@@ -1864,6 +1903,29 @@ def test_a_loss_at_chance_all_run_is_said_and_one_that_falls_is_not() -> None:
     # Only the sampled steps at chance: one batch read on each (a fixed order, 10 an epoch)
     aliased = array("d", (ln3 if s % 10 == 1 else 0.2 for s in range(1, 301)))
     assert checks.loss_at_chance(samples, steps, aliased) is None
+
+
+def test_a_loss_divided_by_the_accumulation_steps_is_judged_as_the_cross_entropy() -> None:
+    """Accumulated over 4 micro-batches, every step's loss read in the series is a quarter of
+    the cross-entropy: at chance, or diverged, the cross-entropy is what is judged, with the
+    steps between the sampled ones read as a quarter too."""
+    steps = array("d", range(1, 301))
+    ln3 = math.log(3)
+    samples = [(s, 3, 0.25) for s in range(1, 301, 10)]
+    quarter = array("d", (ln3 / 4 * (1 + 0.02 * math.sin(s)) for s in range(1, 301)))
+    found = checks.loss_at_chance(samples, steps, quarter)
+    assert found is not None and found.evidence["max"] == pytest.approx(ln3 * 1.02, abs=1e-3)
+    # Read unscaled, a quarter of log(C) is a model that learnt.
+    unscaled = [(s, 3, 1.0) for s, _, _ in samples]
+    assert checks.loss_at_chance(unscaled, steps, quarter) is None
+    # The sampled steps' batch alone at chance: every other step's cross-entropy is low.
+    aliased = array("d", (ln3 / 4 if s % 10 == 1 else 0.05 for s in range(1, 301)))
+    assert checks.loss_at_chance(samples, steps, aliased) is None
+    ln5 = math.log(5)
+    samples = [(s, 5, 0.25) for s in (1, 2, 3, 50, 100, 150, 200)]
+    climbing = array("d", (ln5 / 4 * (1 + s / 10) for s in range(1, 201)))
+    found = checks.loss_diverged(samples, steps[:200], climbing)
+    assert found is not None and found.evidence["early_min"] == pytest.approx(ln5 * 1.1, 1e-3)
 
 
 def test_a_generator_given_to_backward_reaches_torch_whole(tmp_path: Path) -> None:
@@ -1888,7 +1950,7 @@ def test_a_loss_that_climbs_far_above_chance_has_diverged() -> None:
     infinite reading (non-finite's) and a run with one late reading are not this."""
     steps = array("d", range(1, 201))
     ln5 = math.log(5)
-    samples = [(s, 5) for s in (1, 2, 3, 50, 100, 150, 200)]
+    samples = [(s, 5, 1.0) for s in (1, 2, 3, 50, 100, 150, 200)]
     climbing = array("d", (ln5 * (1 + s / 10) for s in range(1, 201)))
     found = checks.loss_diverged(samples, steps, climbing)
     assert found is not None and found.code == "loss-diverged" and found.evidence["classes"] == 5
@@ -1900,7 +1962,7 @@ def test_a_loss_that_climbs_far_above_chance_has_diverged() -> None:
     infinite = array("d", climbing)
     infinite[-1] = math.inf
     assert checks.loss_diverged(samples, steps, infinite) is None
-    one_late = [(s, 5) for s in (1, 2, 3, 50, 100, 200)]
+    one_late = [(s, 5, 1.0) for s in (1, 2, 3, 50, 100, 200)]
     assert checks.loss_diverged(one_late, steps, climbing) is None
     # The sampled steps' batch is one the model gets wrong (a loader in a fixed order, 50
     # batches an epoch, its last from another source); every other step's loss is low.
@@ -1914,7 +1976,7 @@ def test_a_loss_that_climbs_far_above_chance_has_diverged() -> None:
 def test_a_diverged_loss_under_maximize_names_the_optimiser_not_the_lr() -> None:
     steps = array("d", range(1, 201))
     ln5 = math.log(5)
-    samples = [(s, 5) for s in (1, 2, 3, 50, 100, 150, 200)]
+    samples = [(s, 5, 1.0) for s in (1, 2, 3, 50, 100, 150, 200)]
     climbing = array("d", (ln5 * (1 + s / 10) for s in range(1, 201)))
     found = checks.loss_diverged(samples, steps, climbing, maximize="SGD")
     assert found is not None and found.evidence["maximize"] == "SGD"

@@ -391,31 +391,40 @@ sampled step's below this share of log(C)."""
 
 
 def sampled_cross_entropies(
-    samples: Sequence[tuple[int, int]], steps: Sequence[float], losses: Sequence[float]
+    samples: Sequence[tuple[int, int, float]], steps: Sequence[float], losses: Sequence[float]
 ) -> list[tuple[int, int, float, float]]:
     """(step, C, loss, loss / log(C)) of the sampled steps whose loss is a mean cross-entropy
-    over C classes (``samples``: step, C), read from the run's series."""
+    over C classes (``samples``: step, C, the factor the step's loss is it times: 1/k under
+    gradient accumulation over k), read from the run's series."""
     first = int(steps[0])
-    read = [(s, c, losses[s - first]) for s, c in samples if 0 <= s - first < len(losses)]
+    read = [(s, c, losses[s - first] / k) for s, c, k in samples if 0 <= s - first < len(losses)]
     return [(s, c, value, value / math.log(c)) for s, c, value in read]
 
 
-def typical_late_loss(steps: Sequence[float], losses: Sequence[float], middle: float) -> float:
+def typical_late_loss(
+    steps: Sequence[float],
+    losses: Sequence[float],
+    middle: float,
+    samples: Sequence[tuple[int, Any, float]] = (),
+) -> float:
     """The median finite loss of every step in the run's second half, sampled or not (NaN
     when none): the sampled steps are every ``every``-th, and a loader read in the same order
     each epoch of as many batches puts the same batch on each of them, so their level alone
-    may be one batch's."""
+    may be one batch's. Divided by the median factor of the sampled steps there (``samples``:
+    step, what, factor): the steps between are read as scaled as those."""
     late = [v for s, v in zip(steps, losses, strict=False) if s > middle and math.isfinite(v)]
-    return statistics.median(late) if late else math.nan
+    scales = [k for s, _, k in samples if s > middle]
+    scale = statistics.median(scales) if scales else 1.0
+    return statistics.median(late) / scale if late else math.nan
 
 
 def loss_at_chance(
-    samples: Sequence[tuple[int, int]], steps: Sequence[float], losses: Sequence[float]
+    samples: Sequence[tuple[int, int, float]], steps: Sequence[float], losses: Sequence[float]
 ) -> Finding | None:
-    """The sampled steps' loss, a mean cross-entropy over C classes (``samples``: step, C),
-    stayed at log(C), the loss of predictions that ignore the input (uniform over balanced
-    classes), through a run of ``CHANCE_STEPS`` or more: the median of its second half within
-    ``CHANCE_BAND`` of it, and none ever far below it. The model learns nothing from its
+    """The sampled steps' loss, a mean cross-entropy over C classes (``samples``: step, C,
+    factor, as for ``sampled_cross_entropies``), stayed at log(C), the loss of predictions
+    that ignore the input (uniform over balanced classes), through a run of ``CHANCE_STEPS``
+    or more: the median of its second half within ``CHANCE_BAND`` of it, and none ever far below it. The model learns nothing from its
     inputs. ``steps`` and ``losses``: the run's series (a batch's loss wanders around log(C):
     with 64 random labels, by ~3%)."""
     if not steps or steps[-1] < CHANCE_STEPS:
@@ -429,7 +438,7 @@ def loss_at_chance(
         return None
     classes = read[-1][1]
     # Every step's loss, not only the sampled ones', at chance too (not below the floor).
-    if not typical_late_loss(steps, losses, middle) >= CHANCE_FLOOR * math.log(classes):
+    if not typical_late_loss(steps, losses, middle, samples) >= CHANCE_FLOOR * math.log(classes):
         return None
     values = [value for _, _, value, _ in read]
     return Finding(
@@ -457,14 +466,14 @@ rose far above that of predictions that ignore the input."""
 
 
 def loss_diverged(
-    samples: Sequence[tuple[int, int]],
+    samples: Sequence[tuple[int, int, float]],
     steps: Sequence[float],
     losses: Sequence[float],
     maximize: str = "",
 ) -> Finding | None:
-    """The sampled steps' loss, a mean cross-entropy over C classes (``samples``: step, C),
-    read ``DIVERGED_RATIO`` x log(C) or more in the median of the run's second half
-    (``DIVERGED_SAMPLES`` readings or more, none below ``DIVERGED_FLOOR`` x log(C)), all
+    """The sampled steps' loss, a mean cross-entropy over C classes (``samples``: step, C,
+    factor, as for ``sampled_cross_entropies``), read ``DIVERGED_RATIO`` x log(C) or more in
+    the median of the run's second half (``DIVERGED_SAMPLES`` readings or more, none below ``DIVERGED_FLOOR`` x log(C)), all
     finite, after a reading at or below half that earlier: the model went from guessing to
     confidently wrong, as a learning rate far too high makes it while the values stay finite
     (an infinite loss is ``non-finite``'s). A model that starts far above log(C) is
@@ -488,7 +497,7 @@ def loss_diverged(
     # Every step's loss, not only the sampled ones', high too: one batch read on each sampled
     # step (a loader in a fixed order, as many batches an epoch as the sampling interval)
     # may be one the model legitimately gets wrong while it fits the others.
-    if not typical_late_loss(steps, losses, middle) >= DIVERGED_FLOOR * math.log(classes):
+    if not typical_late_loss(steps, losses, middle, samples) >= DIVERGED_FLOOR * math.log(classes):
         return None
     low = min(value for s, _, value, _ in read if s <= middle)
     late_values = [value for s, _, value, _ in read if s > middle]
@@ -519,7 +528,7 @@ def loss_diverged(
 
 
 def loss_climbed(
-    samples: Sequence[tuple[int, str]],
+    samples: Sequence[tuple[int, str, float]],
     steps: Sequence[float],
     losses: Sequence[float],
     maximize: str,
@@ -534,7 +543,7 @@ def loss_climbed(
     if not steps or not maximize:
         return None
     first = int(steps[0])
-    read = [(s, f, losses[s - first]) for s, f in samples if 0 <= s - first < len(losses)]
+    read = [(s, f, losses[s - first] / k) for s, f, k in samples if 0 <= s - first < len(losses)]
     if not all(math.isfinite(v) for *_, v in read):
         return None
     middle = (steps[0] + steps[-1]) / 2
@@ -545,7 +554,7 @@ def loss_climbed(
     low, level = min(early), statistics.median(late)
     if level < DIVERGED_RATIO * low or min(late) < DIVERGED_FLOOR * low:
         return None
-    if not typical_late_loss(steps, losses, middle) >= DIVERGED_FLOOR * low:
+    if not typical_late_loss(steps, losses, middle, samples) >= DIVERGED_FLOOR * low:
         return None
     function = read[-1][1]
     return Finding(

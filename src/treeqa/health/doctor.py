@@ -43,6 +43,7 @@ from treeqa.health import (
     hooks,
     loss_inputs,
     processes,
+    profile,
     report,
     script,
     slips,
@@ -83,6 +84,7 @@ class Doctor:
         )  # steps of each other optimiser since the clock's last step
         self.most_between = 0  # the most steps another optimiser made between two clock steps
         self.open = False
+        self.ended_in_backward = False  # the clock stepped by a gradient hook, in a backward
         self.loss: torch.Tensor | None = None
         self.last_end = time.perf_counter()
         self.compute_start = self.last_end
@@ -154,6 +156,8 @@ class Doctor:
             result = original(tensors, *args, **kwargs)
             if me is not None and me.hand is not None:
                 me.monitor.safely(me.hand.backward_done)
+            if me is not None and me.ended_in_backward:
+                me.monitor.safely(me._backward_returned)
             return result
 
         self.undo.append(wrap.install_wrapper(torch.autograd, "backward", original, backward))
@@ -527,6 +531,14 @@ class Doctor:
         if self.open:
             self.compute_start = self.last_end
 
+    def _backward_returned(self) -> None:
+        """The backward that the clock stepped inside has returned: the wait for the next
+        step's data starts now, and a profiler window stops here."""
+        self.ended_in_backward = False
+        if not self.open:
+            self.last_end = time.perf_counter()
+        self.monitor.backward_returned()
+
     def _count_step(self) -> None:
         """The step of an optimiser that takes over from a freed clock (a loop in a function
         called again, a Pool's worker given its next task): a step of the run, whose models are
@@ -622,6 +634,9 @@ class Doctor:
             self.prints.end_step(self.monitor.step, sampled, self.roots, params)
         self.open = False
         self.last_end = time.perf_counter()
+        # An optimiser stepped by a gradient hook (the step fused into the backward, as
+        # PyTorch's tutorial does it): the rest of that backward is no wait for data.
+        self.ended_in_backward = profile.in_backward()
         if functional:
             self._begin()
         if self.monitor.stop_requested:

@@ -34,12 +34,15 @@ def looks_like_probabilities(x: torch.Tensor, dim: int | None = None) -> bool:
     return bool(ok)
 
 
-def unscaled(node: Any) -> Any:
-    """The autograd node a loss's ``node`` divides or multiplies by exactly 1, through any
-    number of such steps: accelerate's ``Accelerator.backward`` divides the loss by its
-    accumulation steps (1 unless set), and the transformers ``Trainer`` by its own before it.
-    Read before the backward (after it the factor is freed); a factor that is not a one-element
-    CPU tensor (a Python number is) is not read, so this makes no host sync."""
+def unscaled(node: Any) -> tuple[Any, float]:
+    """The autograd node a loss's ``node`` divides or multiplies by constants, through any
+    number of such steps, and the factor they make (1 where there are none): accelerate's
+    ``Accelerator.backward`` divides the loss by its accumulation steps, the transformers
+    ``Trainer`` by its own before it, and a loop of one's own accumulating over k micro-batches
+    by k (or multiplies it by 1/k). A constant is a one-element CPU tensor without gradients (a
+    Python number is one), finite and above 0; any other is not read, so this makes no host
+    sync. Read before the backward (after it the factor is freed)."""
+    scale = 1.0
     while type(node).__name__ in ("DivBackward0", "MulBackward0"):
         try:
             factor = node._saved_other
@@ -48,10 +51,14 @@ def unscaled(node: Any) -> Any:
         # None where only the other side needs it (a constant tensor times the loss).
         if not isinstance(factor, torch.Tensor) or factor.numel() != 1:
             break
-        if factor.device.type != "cpu" or factor.requires_grad or factor.item() != 1:
+        if factor.device.type != "cpu" or factor.requires_grad or factor.is_complex():
             break
+        value = factor.item()
+        if not (math.isfinite(value) and value > 0):
+            break
+        scale = scale / value if type(node).__name__ == "DivBackward0" else scale * value
         node = node.next_functions[0][0]
-    return node
+    return node, scale
 
 
 def loss_broadcast(

@@ -60,13 +60,15 @@ class LossInputCheck:
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
         self.loaded = False  # a model loaded trained weights: its first loss is no init's
-        # (id, classes, autograd node) of the last mean cross-entropy with gradients on a
-        # sampled step: the monitor tells whether it is the step's loss (``loss-at-chance``,
-        # ``loss-diverged``); ``backward`` whether the loss a backward is given stands for it.
-        self.cross_entropy: tuple[int, int, Any] | None = None
-        # (id, function, autograd node) of the last regression loss (``ELEMENTWISE``) with
-        # gradients on a sampled step, one value: the same for ``loss-diverged`` under maximize.
-        self.regression: tuple[int, str, Any] | None = None
+        # (id, classes, autograd node, scale) of the last mean cross-entropy with gradients on
+        # a sampled step: the monitor tells whether it is the step's loss (``loss-at-chance``,
+        # ``loss-diverged``); ``backward`` whether the loss a backward is given stands for it,
+        # and the factor that loss is its value times (1/k under accumulation over k).
+        self.cross_entropy: tuple[int, int, Any, float] | None = None
+        # (id, function, autograd node, scale) of the last regression loss (``ELEMENTWISE``)
+        # with gradients on a sampled step, one value: the same for ``loss-diverged`` under
+        # maximize.
+        self.regression: tuple[int, str, Any, float] | None = None
         # Rows whose per-example cross-entropy was computed without gradients on this sampled
         # step (the monitor clears it at the step's end): a mean cross-entropy with gradients
         # over fewer rows trains on examples picked by their loss (hard-example mining), whose
@@ -115,11 +117,12 @@ class LossInputCheck:
 
     def backward(self, loss: torch.Tensor) -> None:
         """A backward of ``loss`` on a sampled step: where it is the noted cross-entropy (or
-        regression loss) divided or multiplied by 1 (as accelerate and the transformers
-        ``Trainer`` hand it on), it is that loss's value, and stands for it as the step's loss."""
-        node = loss_inputs.unscaled(loss.grad_fn)
-        self.cross_entropy = _standing_for(self.cross_entropy, loss, node)
-        self.regression = _standing_for(self.regression, loss, node)
+        regression loss) divided by a constant of 1 or more (the accumulation steps, as
+        accelerate and the transformers ``Trainer`` hand it on), it stands for that loss as the
+        step's loss, its value that loss's times the factor."""
+        node, scale = loss_inputs.unscaled(loss.grad_fn)
+        self.cross_entropy = _standing_for(self.cross_entropy, loss, node, scale)
+        self.regression = _standing_for(self.regression, loss, node, scale)
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -151,7 +154,7 @@ class LossInputCheck:
         target = args[0] if args else kwargs.get("target")
         if fname in ELEMENTWISE:
             if result.requires_grad and result.numel() == 1:
-                self.regression = (id(result), fname, result.grad_fn)
+                self.regression = (id(result), fname, result.grad_fn, 1.0)
             if isinstance(target, torch.Tensor):
                 found = loss_inputs.loss_broadcast(fname, input.shape, target.shape)
                 if found is not None:
@@ -210,7 +213,7 @@ class LossInputCheck:
             and rows >= self.scored
             and not _floor_near_chance(args, kwargs, classes)
         ):
-            self.cross_entropy = (id(result), classes, result.grad_fn)
+            self.cross_entropy = (id(result), classes, result.grad_fn, 1.0)
         if classes in self.paddings:
             self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs)
         if source is not None:
@@ -475,12 +478,20 @@ def _averaged(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 
 
 def _standing_for(
-    noted: tuple[int, Any, Any] | None, loss: torch.Tensor, node: Any
-) -> tuple[int, Any, Any] | None:
-    """``noted`` (a loss's id, what it is, its autograd node) with the id of ``loss`` where
-    ``loss`` scales it by 1 (``node``: ``loss``'s node with those steps walked back); the node
-    is let go either way: held longer, it would keep the graph's saved tensors."""
+    noted: tuple[int, Any, Any, float] | None, loss: torch.Tensor, node: Any, scale: float
+) -> tuple[int, Any, Any, float] | None:
+    """``noted`` (a loss's id, what it is, its autograd node, 1) with the id of ``loss`` and
+    ``scale`` where ``loss`` is it times ``scale`` (``node``: ``loss``'s node with those steps
+    walked back), at most 1: a loss scaler's factor is above it, and changes from step to step
+    (a ``GradScaler``'s halves on an overflow), while the run's other steps are read as scaled
+    alike. The id alone does not tell: the transformers ``Trainer`` drops the loss once it has
+    divided it, and the quotient accelerate's backward makes of that may take its id. None
+    where the noted loss cannot be the step's loss any more. The node is let go either way:
+    held longer, it would keep the graph's saved tensors."""
     if noted is None or noted[2] is None:
         return noted
-    same = noted[0] != id(loss) and node is noted[2]
-    return (id(loss) if same else noted[0], noted[1], None)
+    if node is noted[2]:
+        return (id(loss), noted[1], None, scale) if scale <= 1 else None
+    if noted[0] == id(loss):  # freed, its id taken by another loss
+        return None
+    return (noted[0], noted[1], None, noted[3])

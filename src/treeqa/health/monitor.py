@@ -240,12 +240,15 @@ class HealthMonitor(Callback):
         self.timed = False  # this step's CPU time and the reference workload are read
         self.in_step = False  # between begin_step and end_step: a finding now is the next step's
         self.unstepped_backwards = 0  # backward() calls in a script that never stepped (doctor)
-        self.chance: list[tuple[int, int]] = []  # sampled steps whose loss is a cross-entropy: C
+        # sampled steps whose loss is a cross-entropy: C, and the factor the loss backward was
+        # given is it times (1/k under gradient accumulation over k)
+        self.chance: list[tuple[int, int, float]] = []
         # The optimiser that steps (its class name) when it has maximize=True (the doctor's)
         self.maximize = ""
         self.maximize_weights = False  # and a group with it holds nn.Parameters
-        # sampled steps whose loss is itself a regression loss (F.mse_loss, ...): its name
-        self.regression: list[tuple[int, str]] = []
+        # sampled steps whose loss is itself a regression loss (F.mse_loss, ...): its name, and
+        # the factor as for ``chance``
+        self.regression: list[tuple[int, str, float]] = []
         self.failed = False  # its own code failed (``safely``): it stopped watching
         self.failures_from = len(wrap.FAILURES)  # its own failures are those said after this
         self._anomaly = 0  # sampled steps run with autograd's anomaly detection on
@@ -389,6 +392,11 @@ class HealthMonitor(Callback):
     def note_backward(self, retain_graph: bool) -> None:
         self.retention.note_backward(retain_graph)
 
+    def backward_returned(self) -> None:
+        """The backward that a step ended inside (``doctor``: an optimiser stepped by a
+        gradient hook) has returned: a profiler window stops here, outside the engine."""
+        self._add_if(self.profile.backward_returned())
+
     def end_step(
         self, loss: torch.Tensor | float | None, step_time: float, data_time: float = 0.0
     ) -> None:
@@ -443,10 +451,10 @@ class HealthMonitor(Callback):
             ce, self.loss_check.cross_entropy = self.loss_check.cross_entropy, None
             self.loss_check.scored = 0
             if ce is not None and tensor is not None and ce[0] == id(tensor) and ce[1] > 1:
-                self.chance.append((s, ce[1]))  # the step's loss is that cross-entropy
+                self.chance.append((s, ce[1], ce[3]))  # the step's loss is that cross-entropy
             fitted, self.loss_check.regression = self.loss_check.regression, None
             if fitted is not None and tensor is not None and fitted[0] == id(tensor):
-                self.regression.append((s, fitted[1]))
+                self.regression.append((s, fitted[1], fitted[3]))
             self._sampled_checks(s)
             self.sampling = False
         if s - self._unused_from < 3 and self.params:

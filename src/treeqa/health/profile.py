@@ -5,7 +5,9 @@ step, so data loading between steps stays out): once after the first sampled int
 again (up to ``max_windows`` in all) when recent steps got 1.5x slower than early ones.
 Profiled steps are marked so the timing checks can leave them out (the profiler slows them).
 No window opens while the script's own ``torch.profiler`` is recording: stopping a second
-profiler inside it would end the script's session.
+profiler inside it would end the script's session. Nor does one open or stop inside a backward
+(an optimiser stepped by a gradient hook ends its step there): a window that step ends stops as
+the backward returns.
 
 The profiler's cost grows with the operators a step runs, not with its time: a policy-gradient
 episode of 400 tiny forwards records ~107,000 events. Each is ~4 us to stop the profiler and
@@ -54,6 +56,14 @@ BUDGET = 0.01
 """Later windows open only while the windows so far took under this share of wall time."""
 
 
+def in_backward() -> bool:
+    """Inside the autograd engine, in a hook a backward runs (an optimiser step fused into the
+    backward). The engine runs it under its copy of the thread's profiler state and puts the
+    thread's back on return: a profiler stopped there comes back on, recording the rest of the
+    script, and one started there is gone."""
+    return torch._C._current_graph_task_id() != -1
+
+
 class ProfileWindow:
     def __init__(
         self,
@@ -82,6 +92,7 @@ class ProfileWindow:
         self._started = time.perf_counter()
         self._next: int | None = None  # first step of the scheduled or open window
         self._profiler: Any = None
+        self._ended: int | None = None  # a step that ended inside a backward, still recording
         self._times: dict[str, float] = {}
         self._covered: list[int] = []
 
@@ -137,6 +148,8 @@ class ProfileWindow:
         """The step's compute starts: open the profiler if this step is in the window."""
         if self._next is None or step < self._next or self._profiler is not None:
             return
+        if in_backward():
+            return
         if torch.autograd.profiler._is_profiler_enabled:
             # The script's own profiler is recording: a second one started and stopped inside
             # it ends the script's session (its key_averages() come back empty). The window is
@@ -162,14 +175,26 @@ class ProfileWindow:
 
     def end(self, step: int) -> Finding | None:
         """The step is done: close the profiler; the hot-op finding once the window is full,
-        or once a step recorded more than ``MAX_EVENTS`` (the next would cost as much)."""
+        or once a step recorded more than ``MAX_EVENTS`` (the next would cost as much). A step
+        that ends inside a backward stops the profiler as that backward returns."""
+        if self._profiler is not None and in_backward():
+            self._ended = step
+            return None
         recorded = self._stop(step)
         return self.close() if len(self._covered) >= self.steps or recorded > MAX_EVENTS else None
+
+    def backward_returned(self) -> Finding | None:
+        """The backward that a profiled step ended inside has returned: stop the profiler now."""
+        if self._ended is None:
+            return None
+        step, self._ended = self._ended, None
+        return self.end(step)
 
     def close(self, step: int | None = None) -> Finding | None:
         """End the window now (also at the end of the run, at ``step``); its finding, if any."""
         if step is not None:
-            self._stop(step)
+            self._stop(step if self._ended is None else self._ended)
+            self._ended = None
         covered, self._next = self._covered, None
         if not covered:
             return None

@@ -545,7 +545,10 @@ class Updates:
             judged = (self.train_steps or self.evaluated_first) and (
                 not self.train_after_eval or self.for_evaluation
             )
-            if self.eval_steps == EVAL_STEPS and judged:
+            # A dropout or batch norm layer put back in train mode under a model in eval mode
+            # (batch norm frozen by model.eval(), dropout turned on again) is a mode set layer
+            # by layer, on purpose: model.eval() for an evaluation leaves none of them so.
+            if self.eval_steps == EVAL_STEPS and judged and not _mode_dependent(roots, True):
                 found = slips.train_in_eval_mode(
                     self.train_steps,
                     self.eval_steps,
