@@ -4,6 +4,8 @@ tests or benchmarks."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import shutil
 import subprocess
 import sys
@@ -17,6 +19,8 @@ from treeqa import __version__
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "src", "configs")
+# The module of each optional dependency that treeqa imports (its tests skip where it is absent).
+EXTRAS = {"spacy": "spacy", "matplotlib": "matplotlib.pyplot", "lightning": "lightning.pytorch"}
 BUILD = "from setuptools import build_meta as b; b.build_wheel('dist'); b.build_sdist('dist')"
 
 
@@ -64,3 +68,14 @@ def test_the_sdist_builds_the_same_wheel_and_leaves_the_tests_out(
         assert f"configs/{config.name}" in sdist
     assert "LICENSE" in sdist and "src/treeqa/serve/static/index.html" in sdist
     assert [n for n in sdist if n.startswith(("tests/", "benchmarks/"))] == []
+
+
+@pytest.mark.parametrize("distribution", sorted(EXTRAS))
+def test_an_installed_optional_dependency_imports(distribution: str) -> None:
+    """An extra installed but failing to import would only skip its tests (lightning 2.2 under
+    setuptools 82, which has no pkg_resources; spaCy 3.7.5 without click): here it fails."""
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(f"{distribution} is not installed")
+    importlib.import_module(EXTRAS[distribution])

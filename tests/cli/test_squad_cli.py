@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,25 @@ def test_prepare_squad_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
     (tmp_path / "bad.json").write_text(json.dumps(squad("1.1"), indent=1)[:-30])
     assert main([*argv[:3], "--train", str(tmp_path / "bad.json"), *argv[5:], "--overwrite"]) == 2
     assert "bad.json:" in capsys.readouterr().err
+
+
+def test_prepare_squad_names_what_a_broken_spacy_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Was: told to install treeqa[qa] where spaCy was installed but its `import click` failed.
+    (tmp_path / "spacy").mkdir()
+    (tmp_path / "spacy" / "__init__.py").write_text("import a_module_spacy_lacks\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "spacy", raising=False)
+    (tmp_path / "train.json").write_text(json.dumps(squad("v1.1")))
+    (tmp_path / "vectors.txt").write_text("fort 0.1 0.2\n")
+    argv = ["data", "prepare", "squad", "--train", str(tmp_path / "train.json"),
+            "--dev", str(tmp_path / "train.json"), "--vectors", str(tmp_path / "vectors.txt"),
+            "--out", str(tmp_path / "out")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("treeqa data prepare squad: error: spaCy is installed but fails")
+    assert "No module named 'a_module_spacy_lacks'" in err and len(err.splitlines()) == 1
 
 
 def test_evaluate_qa_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

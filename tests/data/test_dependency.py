@@ -275,3 +275,17 @@ def test_parsing_without_spacy_names_the_extra_that_installs_it(
         ImportError, match=r"pip install 'treeqa\[qa\]' && python -m spacy download"
     ):
         load_parser("a_pipeline_not_cached")
+
+
+def test_a_spacy_that_fails_to_import_is_not_called_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Was: "needs spaCy: pip install 'treeqa[qa]'" where spaCy 3.7.5 was installed and its own
+    # `import click` failed; the cause is now named.
+    (tmp_path / "spacy").mkdir()
+    (tmp_path / "spacy" / "__init__.py").write_text("import a_module_spacy_lacks\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "spacy", raising=False)
+    with pytest.raises(ImportError, match="installed but fails to import") as raised:
+        load_parser("a_pipeline_not_cached")
+    assert "No module named 'a_module_spacy_lacks'" in str(raised.value)

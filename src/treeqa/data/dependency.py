@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from treeqa.data.output_dir import built_aside, check_replaceable, real_folder
-from treeqa.data.squad import json_beyond_syntax, unique_keys
+from treeqa.data.squad import import_spacy, json_beyond_syntax, unique_keys
 from treeqa.data.tree import (
     MAX_LABEL,
     UNLABELLED,
@@ -207,13 +207,10 @@ def project_labels(tree: Tree, heads: Sequence[int]) -> list[int]:
 @functools.cache
 def load_parser(name: str) -> Any:
     """A trained spaCy pipeline with only what parsing needs (tagger, parser), loaded once."""
-    try:
-        import spacy
-    except ImportError as err:
-        raise ImportError(
-            "dependency parsing needs spaCy and a trained English pipeline: "
-            "pip install 'treeqa[qa]' && python -m spacy download en_core_web_sm"
-        ) from err
+    spacy = import_spacy(
+        "dependency parsing needs spaCy and a trained English pipeline: "
+        "pip install 'treeqa[qa]' && python -m spacy download en_core_web_sm"
+    )
     try:
         return spacy.load(name, exclude=["ner", "lemmatizer", "senter"])
     except OSError as err:

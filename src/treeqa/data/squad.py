@@ -33,6 +33,7 @@ __all__ = [
     "SquadFormatError",
     "Tokenizer",
     "answer_token_span",
+    "import_spacy",
     "iter_articles",
     "read_json_text",
     "visible",
@@ -390,6 +391,23 @@ def nearest(context: str, text: str, start: int) -> str:
     return f" {start} ({text!r} is at {at}, {at - start:+d} characters)"
 
 
+def import_spacy(missing: str) -> Any:
+    """``spacy``, imported on first use (an optional dependency); ``missing``: the ImportError's
+    message when it is not installed, which says how to get it."""
+    try:
+        import spacy
+    except ModuleNotFoundError as err:
+        if err.name != "spacy":
+            # Installed, but it imports a module it does not require: spaCy 3.7.5 to 3.8.14
+            # import click, which newer typer releases (their CLI's dependency) no longer bring.
+            raise ImportError(
+                f"spaCy is installed but fails to import: {err} (pip install 'treeqa[qa]' "
+                "installs spaCy with the modules it imports)"
+            ) from err
+        raise ImportError(missing) from err
+    return spacy
+
+
 class Tokenizer:
     """spaCy's rule-based English tokenizer (``spacy.blank("en")``) with character offsets.
 
@@ -398,12 +416,9 @@ class Tokenizer:
     """
 
     def __init__(self) -> None:
-        try:
-            import spacy
-        except ImportError as err:  # an optional dependency: say how to get it
-            raise ImportError(
-                "SQuAD tokenisation needs spaCy: pip install 'treeqa[qa]' (or spacy>=3.7)"
-            ) from err
+        spacy = import_spacy(
+            "SQuAD tokenisation needs spaCy: pip install 'treeqa[qa]' (or spacy>=3.7)"
+        )
         from spacy.attrs import IDX, IS_SPACE, LENGTH, ORTH
 
         # Typed Any: spaCy's stubs call the tokenizer a plain function, which has no .pipe.
