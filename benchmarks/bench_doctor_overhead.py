@@ -133,6 +133,8 @@ def main() -> None:
     if args.loop:
         loop(args.steps, args.loader, args.times, args.count)
         return
+    if args.steps <= args.skip:
+        parser.error(f"--steps {args.steps}: give more than the {args.skip} left out (--skip)")
     sides: dict[str, Path | None] = {"python": None, "doctor": HERE.parent.parent / "src"}
     if args.against is not None:
         sides["doctor (against)"] = args.against.resolve()

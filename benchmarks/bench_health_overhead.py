@@ -125,8 +125,12 @@ def series_check_cost(steps: int, repeats: int = 5) -> float:
     return (time.perf_counter() - start) / repeats
 
 
+WARMUP = 10
+"""Steps of each run left out of every figure: the first ones pay for allocation."""
+STEADY_FROM = 100
+"""Step from which the monitor's cost is steady: after the early scans (steps 8, 32) and the
+first profiler window."""
 COSTS: list[float] = []
-# From step 100 on: after the early scans (steps 8, 32) and the first profiler window.
 STEADY: list[float] = []
 
 
@@ -148,8 +152,8 @@ def run(with_monitor: bool, steps: int, dim: int, device: str) -> tuple[list[flo
         callbacks=[*callbacks, clock],
     )
     if monitor is not None:
-        COSTS.extend(monitor.cost[10:])
-        STEADY.extend(monitor.cost[100:])
+        COSTS.extend(monitor.cost[WARMUP:])
+        STEADY.extend(monitor.cost[STEADY_FROM:])
     return clock.times, time.perf_counter() - started
 
 
@@ -168,6 +172,10 @@ def main() -> None:
         help="only time one pass of the checks over the series of runs of 2,000-512,000 steps",
     )
     args = parser.parse_args()
+    if args.steps <= STEADY_FROM and not args.series_checks:
+        parser.error(
+            f"--steps {args.steps}: give more than the {STEADY_FROM} before the steady cost"
+        )
     torch.set_num_threads(1)
     if args.series_checks:
         for n in (2_000, 8_000, 32_000, 128_000, 512_000):
@@ -189,9 +197,9 @@ def main() -> None:
         medians = {}
         for side in sides[r % 3 :] + sides[: r % 3]:  # rotate the order
             times, wall = run(side == "on", args.steps, args.dim, args.device)
-            per[side].extend(times[10:])
+            per[side].extend(times[WARMUP:])
             walls[side].append(wall)
-            medians[side] = statistics.median(times[10:])
+            medians[side] = statistics.median(times[WARMUP:])
         for side in pair_ratios:
             pair_ratios[side].append(medians[side] / medians["off"])
     load_after = os.getloadavg()

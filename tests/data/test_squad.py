@@ -3,6 +3,7 @@ fixtures written here (v1.1 and v2.0)."""
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -501,6 +502,40 @@ def test_prepare_refuses_a_full_out_and_leaves_nothing_on_error(tmp_path: Path) 
     prepare(tmp_path, squad_v1(), bad, overwrite=True, skip_bad=True, log=said.append)
     assert json.loads((out / "meta.json").read_text())["splits"]["dev"]["examples"] == 6
     assert "dev: 7 questions read (1 skipped), 6 examples kept" in said
+
+
+def test_a_full_disk_while_the_arrays_are_written_is_an_error_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Was SIGBUS: the arrays were memory-mapped into files whose disk space was never taken,
+    # so a full disk killed the process at the first page it could not store.
+    pytest.importorskip("spacy")
+    out = prepare(tmp_path / "free", squad_v1(), squad_v2())
+    arrays = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*.npy"))}
+
+    def refuse(code: int) -> Any:
+        def posix_fallocate(fd: int, offset: int, length: int) -> None:
+            raise OSError(code, os.strerror(code))
+
+        return posix_fallocate
+
+    monkeypatch.setattr(os, "posix_fallocate", refuse(errno.ENOSPC), raising=False)
+    with pytest.raises(OSError) as caught:
+        prepare(tmp_path / "full", squad_v1(), squad_v2())
+    assert str(caught.value) == (
+        f"{(tmp_path / 'full' / 'prepared').resolve()}: could not be written "
+        "(No space left on device); none was written"
+    )
+    assert caught.value.errno == errno.ENOSPC
+    assert not list((tmp_path / "full").glob("*prepared*"))
+    # A file system that cannot reserve space, or a system without the call, writes as before.
+    for code in (errno.EOPNOTSUPP, errno.EINVAL, None):
+        if code is None:
+            monkeypatch.delattr(os, "posix_fallocate")
+        else:
+            monkeypatch.setattr(os, "posix_fallocate", refuse(code))
+        again = prepare(tmp_path / f"refused-{code}", squad_v1(), squad_v2())
+        assert {p.relative_to(again): p.read_bytes() for p in again.rglob("*.npy")} == arrays
 
 
 def test_a_file_labelled_v2_with_no_unanswerable_question_gets_a_note(tmp_path: Path) -> None:

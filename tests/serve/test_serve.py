@@ -6,6 +6,7 @@ import contextlib
 import http.client
 import json
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -80,6 +81,27 @@ def test_health_names_the_served_model(base: str, run_dir: Path) -> None:
             "file": str((run_dir / "best.safetensors").absolute()),
         }
     }
+
+
+def test_health_names_the_file_loaded_when_a_best_one_is_written_meanwhile(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Was best.safetensors: the file was looked up again after loading, and a training had
+    # written its best checkpoint beside the last one loaded.
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("best.*"))
+    load_model = sentiment.load_model
+
+    def load_while_best_is_written(path: Path, device: str = "auto") -> Any:
+        loaded = load_model(path, device)
+        shutil.copy(run_dir / "best.safetensors", run)
+        return loaded
+
+    monkeypatch.setattr(sentiment, "load_model", load_while_best_is_written)
+    info = Models([run]).info["sentiment"]
+    assert (run / "best.safetensors").is_file()
+    assert info["checkpoint"] == str(run)
+    assert info["file"] == str((run / "last.safetensors").absolute())
 
 
 def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -> None:

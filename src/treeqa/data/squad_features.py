@@ -8,7 +8,9 @@ Shape letters: T tokens, W characters per token.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,11 +65,33 @@ class Appender:
 def write_npy(path: Path, src: np.ndarray, convert: Callable[[np.ndarray], np.ndarray]) -> None:
     """``convert(src)`` written chunk by chunk into a new ``.npy`` (dtype/width from a probe)."""
     probe = convert(src[:1])
-    out = np.lib.format.open_memmap(path, "w+", probe.dtype, (len(src), *probe.shape[1:]))
+    shape = (len(src), *probe.shape[1:])
+    descr = np.lib.format.dtype_to_descr(probe.dtype)
+    with path.open("wb") as f:  # the header, then room for the rows before they are mapped
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": descr, "fortran_order": False, "shape": shape}
+        )
+        reserve(f, path, f.tell() + probe.dtype.itemsize * int(np.prod(shape)))
+    out = np.lib.format.open_memmap(path, "r+")
     for a in range(0, len(src), _CHUNK):
         out[a : a + _CHUNK] = convert(src[a : a + _CHUNK])
     out.flush()
     del out
+
+
+def reserve(f: IO[bytes], path: Path, size: int) -> None:
+    """Disk space for ``size`` bytes of the open file ``f`` (``path``), taken before it is
+    memory-mapped: a mapped page that finds the disk full kills the process (SIGBUS), where
+    this raises ENOSPC naming ``path``. A system or file system that cannot reserve space
+    (no ``posix_fallocate``; EOPNOTSUPP, EINVAL) leaves the file to grow as it is written."""
+    if not hasattr(os, "posix_fallocate"):  # macOS, Windows
+        return
+    try:
+        os.posix_fallocate(f.fileno(), 0, size)
+    except OSError as err:
+        if err.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            return
+        raise OSError(err.errno, err.strerror, str(path)) from None
 
 
 class TokenTypes:

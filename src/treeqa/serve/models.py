@@ -53,13 +53,16 @@ class Models:
         self.tokenizer: Any = None
         self.info: dict[str, dict[str, Any]] = {}
         for path in paths:
-            task = ckpt.read_meta(path).get("task")  # the header only: no tensor read twice
+            # Best, else last, found once: the file reported is the one loaded, even where a
+            # training writes its best checkpoint meanwhile.
+            file = ckpt.resolve(path)
+            task = ckpt.read_meta(file).get("task")  # the header only: no tensor read twice
             if task in self.info:
                 raise ValueError(f"{path}: a second {task} checkpoint; serve one per task")
             if task == "sentiment":
                 from treeqa.recipes import sentiment
 
-                self.sentiment = sentiment.load_model(path, device)
+                self.sentiment = sentiment.load_model(file, device)
                 if self.sentiment.tags is not None and not self.sentiment.parser:
                     raise ValueError(
                         f"{path}: a model trained on dependency trees whose parser is not "
@@ -81,12 +84,12 @@ class Models:
 
                 self.tokenizer = Tokenizer()  # needs spaCy: fail at start-up, not later
                 self.tokenizer_strings = self.tokenizer.strings
-                self.qa = qa.load_model(path, device)
+                self.qa = qa.load_model(file, device)
                 self.info[task] = {"model": "qanet", "squad": self.qa.meta["squad_version"]}
             else:
                 raise ValueError(f"{path}: a checkpoint of task {task!r}, expected sentiment or qa")
             self.info[task]["checkpoint"] = str(path)
-            self.info[task]["file"] = str(ckpt.resolve(path).absolute())  # best, else last
+            self.info[task]["file"] = str(file.absolute())
         self.lock = threading.Lock()  # the models: one request at a time
         self.parse_lock = threading.Lock()  # spaCy's pipeline, apart: see parse_text
 
