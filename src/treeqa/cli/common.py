@@ -279,6 +279,22 @@ def exit_code(result: dict[str, Any], out: Any) -> int:
     return STRICT_STOP
 
 
+def report_run(
+    args: argparse.Namespace, out: Path, result: dict[str, Any], metric: str, spec: str
+) -> int:
+    """A finished training run's run directory and best dev ``metric`` (formatted by
+    ``spec``), its summary with --json, and its exit code. Under torchrun process 0 reports;
+    the others exit as it does."""
+    from treeqa.train.distributed import World
+
+    if not World.from_env().main:
+        return STRICT_STOP if result["aborted"] else 0
+    print(f"run directory: {out}\n{best_line(metric, result, spec)}")
+    if args.json:
+        emit_json({"run_dir": str(out), **result})
+    return exit_code(result, out)
+
+
 BREAKS = re.compile(r"[\t\n\v\f\r\x1c-\x1e\x85\u2028\u2029]+")
 """Tabs and what ``str.splitlines`` breaks lines at."""
 

@@ -77,7 +77,11 @@ def add_parser(subparsers: Any) -> None:
         "(default: $TREEQA_DOWNLOAD_BASE, else the official hosts)",
     )
     download.set_defaults(run=run_download)
+    _add_prepare(actions)
 
+
+def _add_prepare(actions: Any) -> None:
+    """``treeqa data prepare squad`` and ``treeqa data prepare sst-dependency``."""
     prepare = subparser(actions, "prepare", "Featurise a dataset for training.", data_squad.EXAMPLE)
     datasets = prepare.add_subparsers(dest="dataset", required=True, metavar="DATASET")
     squad = subparser(

@@ -15,15 +15,12 @@ from typing import Any
 from treeqa.cli import flags
 from treeqa.cli.common import (
     STDIN,
-    STRICT_STOP,
-    best_line,
     check_out,
     check_output,
-    emit_json,
-    exit_code,
     json_line,
     one_line,
     output_file,
+    report_run,
     run_dir,
     say_if_amp_does_nothing,
     unicode_stdout,
@@ -40,19 +37,13 @@ def _config(args: argparse.Namespace) -> Any:
 
 def train_main(args: argparse.Namespace) -> int:
     from treeqa.recipes.qa import train
-    from treeqa.train.distributed import World
 
     check_out(args)
     config = _config(args)
     say_if_amp_does_nothing(args, config.train)
     out = run_dir(args, config.name)
     result = train(config, out, resume_run=args.resume is not None)
-    if not World.from_env().main:  # under torchrun, process 0 reports
-        return STRICT_STOP if result["aborted"] else 0
-    print(f"run directory: {out}\n{best_line('f1', result, '.2f')}")
-    if args.json:
-        emit_json({"run_dir": str(out), **result})
-    return exit_code(result, out)
+    return report_run(args, out, result, "f1", ".2f")
 
 
 def _lone_surrogate(value: Any) -> str | None:

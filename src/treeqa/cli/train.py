@@ -8,11 +8,8 @@ from typing import Any
 
 from treeqa.cli import flags, qa_commands
 from treeqa.cli.common import (
-    STRICT_STOP,
-    best_line,
     check_out,
-    emit_json,
-    exit_code,
+    report_run,
     run_dir,
     say_if_amp_does_nothing,
     subparser,
@@ -95,16 +92,10 @@ def sentiment_config(args: argparse.Namespace, base: Path | None = None) -> Any:
 
 def train_sentiment(args: argparse.Namespace) -> int:
     from treeqa.recipes.sentiment import train
-    from treeqa.train.distributed import World
 
     check_out(args)
     config = sentiment_config(args, args.resume)
     say_if_amp_does_nothing(args, config.train)
     out = run_dir(args, config.name)
     result = train(config, out, resume_run=args.resume is not None)
-    if not World.from_env().main:  # under torchrun, process 0 reports
-        return STRICT_STOP if result["aborted"] else 0
-    print(f"run directory: {out}\n{best_line(config.train.metric, result, '.4f')}")
-    if args.json:
-        emit_json({"run_dir": str(out), **result})
-    return exit_code(result, out)
+    return report_run(args, out, result, config.train.metric, ".4f")

@@ -334,7 +334,6 @@ class PreparedSplit:
         shuffle: bool = False,
         seed: int = 0,
         bucket: bool = True,
-        drop_last: bool = False,
         rows: np.ndarray | None = None,
     ) -> Collated[QABatch]:
         """Batches over the split (or over ``rows``), each collated when read. With ``bucket``,
@@ -355,8 +354,6 @@ class PreparedSplit:
                 [p[np.argsort(self.context_lengths[p], kind="stable")] for p in parts]
             )
         groups = self._groups(order, batch_size)
-        if drop_last and groups and len(groups[-1]) < batch_size:
-            groups.pop()
         if shuffle:
             groups = [groups[i] for i in rng.permutation(len(groups))]
         return Collated(groups, self.batch)

@@ -322,21 +322,10 @@ def _read_glove(
             blank = None
         spaces = line.count(b" ")
         if dim is None:
-            if spaces == 0 and b"\t" in line:
-                raise VectorFileError(
-                    "the first line's fields are separated by tabs; a GloVe or word2vec text "
-                    "file separates a token and its numbers by single spaces",
-                    path,
-                    1,
-                )
-            if spaces == 0:
-                raise VectorFileError("the first line holds no numbers; cannot tell D", path, 1)
-            count, _, width = line.partition(b" ")
-            if count.isdigit() and width.isdigit():  # a word2vec / fastText "count D" header
-                dim, told = int(width), f"as the header on line {number} says"
-                promised, header = int(count), number
+            dim, told, promised = _first_width(path, line, number)
+            if promised is not None:
+                header = number
                 continue
-            dim, told = spaces, f"as on line {number}"
         if number - 1 == header and _binary(line[line.find(b" ") + 1 :]):
             # Else its bytes read as a short line and the file is said to be truncated.
             raise VectorFileError(
@@ -381,6 +370,25 @@ def _read_glove(
             path,
         )
     return dim, vecs, number, bad.count, not raw.endswith(b"\n")
+
+
+def _first_width(path: Path, line: bytes, number: int) -> tuple[int, str, int | None]:
+    """(D, where D came from for messages, the vector count of a word2vec / fastText
+    "count D" header or None) from the first non-blank ``line``, line ``number`` of ``path``."""
+    spaces = line.count(b" ")
+    if spaces == 0 and b"\t" in line:
+        raise VectorFileError(
+            "the first line's fields are separated by tabs; a GloVe or word2vec text "
+            "file separates a token and its numbers by single spaces",
+            path,
+            1,
+        )
+    if spaces == 0:
+        raise VectorFileError("the first line holds no numbers; cannot tell D", path, 1)
+    count, _, width = line.partition(b" ")
+    if count.isdigit() and width.isdigit():
+        return int(width), f"as the header on line {number} says", int(count)
+    return spaces, f"as on line {number}", None
 
 
 def _binary(data: bytes) -> bool:

@@ -378,6 +378,40 @@ def build_model(model_config: QANetConfig, split: PreparedSplit) -> tuple[QANet,
     return QANet(model_config, len(words), len(chars), split.word_vectors()), words, chars
 
 
+def fitted_to_data(model: QANetConfig, meta_data: dict[str, Any]) -> QANetConfig:
+    """``model`` as the prepared data (its ``meta.json``) sets it: the word vectors' width, and
+    the no-answer slot where there is something to train it on: SQuAD 2.0, or v1.1 train with
+    same-article negatives (without it their rows would be ignored by the loss)."""
+    unanswerable = meta_data["splits"]["train"].get("unanswerable_examples", 0) > 0
+    no_answer = model.no_answer or meta_data["version"] == "v2.0" or unanswerable
+    dim = int(meta_data["vocab"]["vector_dim"])
+    return dataclasses.replace(model, no_answer=no_answer, word_dim=dim)
+
+
+def run_meta(
+    config: QAExperiment,
+    words: Vocab,
+    chars: Vocab,
+    meta_data: dict[str, Any],
+    made: dict[str, Any],
+) -> dict[str, Any]:
+    """What every checkpoint of a run carries besides its weights and training state."""
+    return {
+        "task": TASK,
+        "model": "qanet",
+        "model_config": cfg.to_dict(config.model),
+        "data": cfg.to_dict(config.data),
+        "schedule": cfg.to_dict(config.schedule),
+        "train_config": cfg.to_dict(config.train),
+        "config": cfg.to_toml(config),  # what a resumed run is checked against
+        "word_vocab": list(words.tokens),
+        "char_vocab": list(chars.tokens),
+        "limits": meta_data["limits"],
+        "squad_version": meta_data["version"],
+        "made_with": made,
+    }
+
+
 def train(
     config: QAExperiment,
     out: str | Path,
@@ -411,14 +445,7 @@ def _train(
     meta_data = train_split.meta
     if note := tokenizer_drift(meta_data, prepared):
         say(f"warning: {note}")
-    # The slot is trained when there is something to train it on: SQuAD 2.0, or v1.1 train
-    # with same-article negatives (without it their rows would be ignored by the loss).
-    unanswerable = meta_data["splits"]["train"].get("unanswerable_examples", 0) > 0
-    no_answer = config.model.no_answer or meta_data["version"] == "v2.0" or unanswerable
-    dim = int(meta_data["vocab"]["vector_dim"])
-    config = dataclasses.replace(
-        config, model=dataclasses.replace(config.model, no_answer=no_answer, word_dim=dim)
-    )
+    config = dataclasses.replace(config, model=fitted_to_data(config.model, meta_data))
     world = World.from_env()
 
     model, words, chars = build_model(config.model, train_split)
@@ -455,20 +482,7 @@ def _train(
     stream = StepStream(
         train_split, config.train.batch_size, per_epoch, config.train.seed, config.data.bucket
     )
-    meta = {
-        "task": TASK,
-        "model": "qanet",
-        "model_config": cfg.to_dict(config.model),
-        "data": cfg.to_dict(config.data),
-        "schedule": cfg.to_dict(config.schedule),
-        "train_config": cfg.to_dict(config.train),
-        "config": cfg.to_toml(config),  # what a resumed run is checked against
-        "word_vocab": list(words.tokens),
-        "char_vocab": list(chars.tokens),
-        "limits": meta_data["limits"],
-        "squad_version": meta_data["version"],
-        "made_with": made,
-    }
+    meta = run_meta(config, words, chars, meta_data, made)
     callbacks: list[Callback] = [
         *standard_callbacks(out, config.train, meta, scheduler, ema, per_epoch // world.size),
         Budget(config.schedule.budget_minutes),

@@ -189,6 +189,25 @@ TRAINING_USE = {"train": "learn from", "dev": "choose the best epoch by"}
 vocabulary (``build_vocab``); a folder of train and dev alone trains as well."""
 
 
+def training_trees(config: Any) -> dict[str, list[Tree]]:
+    """The splits a run trains on (test too, when the folder has it), refused before anything
+    is built where the model could learn nothing from them (``check_labelled``,
+    ``check_binary``, ``check_both_sides``)."""
+    data = config.data
+    splits = load_trees(data, optional=("test",))
+    if "test" not in splits:
+        say(
+            f"note: {data.path} has no test trees: the vocabulary is built from train "
+            "and dev alone (with a test split, from all three)"
+        )
+    for split in TRAINING_USE:
+        check_labelled(data.path, split, splits[split], TRAINING_USE[split], data.task)
+    if config.model.name == "tree_lstm":
+        check_binary(splits, data.path)
+    check_both_sides(data.path, splits["train"], data.task)
+    return splits
+
+
 def check_embed_dim(config: Any, width: int | None, given: bool = False) -> None:
     """The vectors set the word-vector size: one given otherwise would be silently dropped,
     so it is refused. ``given``: the config or a flag set it (else the model's default, which
@@ -386,6 +405,24 @@ def evaluate_model(
     return metrics.compute(task)
 
 
+def run_meta(
+    config: Any, vocab: Vocab, tags: Vocab | None, rels: Vocab | None, made: dict[str, Any]
+) -> dict[str, Any]:
+    """What every checkpoint of a run carries besides its weights and training state."""
+    return {
+        "task": TASK,
+        "model": config.model.name,
+        "model_config": cfg.to_dict(config.model),
+        "data": cfg.to_dict(config.data),
+        "train_config": cfg.to_dict(config.train),
+        "config": cfg.to_toml(config),  # what a resumed run is checked against
+        "vocab": list(vocab.tokens),
+        **({"tags": list(tags.tokens), "rels": list(rels.tokens)} if tags and rels else {}),
+        "parser": parser_of(config.data),
+        "made_with": made,
+    }
+
+
 def train(
     config: Any,
     out: str | Path,
@@ -408,19 +445,7 @@ def _train(
     if resume_run:  # before the vectors are read
         check_same_vectors(out, config.data.vectors)
     seed_everything(config.train.seed)
-    splits = load_trees(config.data, optional=("test",))
-    if "test" not in splits:
-        say(
-            f"note: {config.data.path} has no test trees: the vocabulary is built from train "
-            "and dev alone (with a test split, from all three)"
-        )
-    for split in TRAINING_USE:
-        check_labelled(
-            config.data.path, split, splits[split], TRAINING_USE[split], config.data.task
-        )
-    if config.model.name == "tree_lstm":
-        check_binary(splits, config.data.path)
-    check_both_sides(config.data.path, splits["train"], config.data.task)
+    splits = training_trees(config)
     vocab = build_vocab(splits)
     tags, rels = build_syntax_vocabs(splits)
     vectors = build_vectors(config.data, vocab)
@@ -463,24 +488,13 @@ def _train(
     # A sentence with no label (labels are optional in the bracket format) gives no loss: a
     # batch of only such sentences would stop the run part-way, so they are left out here.
     learnable = [e for e in encoded["train"] if bool((e.targets >= 0).any())]
-    if len(learnable) < len(encoded["train"]) and world.main:
-        print(
+    if len(learnable) < len(encoded["train"]):
+        say(
             f"train: {len(encoded['train']) - len(learnable)} of {len(encoded['train'])} "
             f"sentences carry no {config.data.task} label on any node: left out of training"
         )
     encoded["train"] = learnable
-    meta = {
-        "task": TASK,
-        "model": model_config.name,
-        "model_config": cfg.to_dict(model_config),
-        "data": cfg.to_dict(config.data),
-        "train_config": cfg.to_dict(config.train),
-        "config": cfg.to_toml(config),  # what a resumed run is checked against
-        "vocab": list(vocab.tokens),
-        **({"tags": list(tags.tokens), "rels": list(rels.tokens)} if tags and rels else {}),
-        "parser": parser_of(config.data),
-        "made_with": made,
-    }
+    meta = run_meta(config, vocab, tags, rels, made)
     n_batches = -(-len(encoded["train"]) // config.train.batch_size)
     callbacks: list[Callback] = [
         *standard_callbacks(out, config.train, meta, scheduler, ema, n_batches // world.size),

@@ -350,6 +350,36 @@ def check_metric(metric: str, names: Iterable[str]) -> None:
         )
 
 
+def _dev_metrics(
+    evaluate: Callable[[nn.Module], dict[str, float]],
+    model: nn.Module,
+    state: TrainState,
+    callbacks: Sequence[Callback],
+    world: distributed.World,
+) -> dict[str, float]:
+    """``evaluate(model)`` as plain numbers, in eval mode between the callbacks'
+    ``on_eval_start`` and ``on_eval_end``: process 0 evaluates, and every process gets its
+    metrics."""
+    for cb in callbacks:
+        cb.on_eval_start(state, model)
+    model.eval()
+    metrics: dict[str, float] = {}
+    if world.main:
+        with torch.no_grad():
+            metrics = evaluate(model)
+        if not isinstance(metrics, dict):
+            raise TypeError(
+                f"evaluate(model) returned a {type(metrics).__name__}; fit() takes "
+                "a dict of dev metrics, e.g. {'accuracy': 0.91}"
+            )
+        metrics = {k: _number(k, v) for k, v in metrics.items()}
+    for cb in callbacks:
+        cb.on_eval_end(state, model)
+    if world.size > 1:
+        metrics = distributed.from_main(metrics, world)
+    return metrics
+
+
 def fit(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -487,22 +517,7 @@ def fit(
                 )
             metrics: dict[str, float] = {}
             if evaluate is not None:
-                for cb in callbacks:
-                    cb.on_eval_start(state, model)
-                model.eval()
-                if world.main:
-                    with torch.no_grad():
-                        metrics = evaluate(model)
-                    if not isinstance(metrics, dict):
-                        raise TypeError(
-                            f"evaluate(model) returned a {type(metrics).__name__}; fit() takes "
-                            "a dict of dev metrics, e.g. {'accuracy': 0.91}"
-                        )
-                    metrics = {k: _number(k, v) for k, v in metrics.items()}
-                for cb in callbacks:
-                    cb.on_eval_end(state, model)
-                if world.size > 1:
-                    metrics = distributed.from_main(metrics, world)
+                metrics = _dev_metrics(evaluate, model, state, callbacks, world)
             if metrics:
                 check_metric(config.metric, metrics)
             score = metrics.get(config.metric)
