@@ -52,6 +52,7 @@ EXPECTED = {
     "bug_hot_op.py": "hot-op",
     "bug_pixels_not_scaled.py": "pixels-not-scaled",
     "bug_rnn_batch_first.py": "rnn-batch-first-mismatch",
+    "bug_view_as_transpose.py": "view-as-transpose",  # h.view(B, E, T) of [B, T, E]
     "heap_sorted_lengths.py": "heap-retention",
     "bug_loader_restarted.py": "loader-restarted-every-step",
     "bug_loader_not_shuffled.py": "loader-not-shuffled",
@@ -75,6 +76,7 @@ EXPECTED = {
     "bug_prompt_not_in_optimiser.py": "step-without-gradients",  # all frozen, a prompt trains
     "bug_optimiser_over_teacher.py": "step-without-gradients",  # the student trains
     "bug_module_not_registered.py": "module-not-registered",
+    "bug_frozen_weights_decayed.py": "frozen-weights-decayed",  # zeroed in place, AdamW
     "bug_train_in_eval_mode.py": "train-in-eval-mode",
     "bug_train_in_eval_new_optimiser.py": "train-in-eval-mode",  # a new optimiser each epoch
     "bug_train_after_baseline_eval.py": "train-in-eval-mode",  # eval mode from a baseline score
@@ -186,6 +188,8 @@ CLEAN = [
     "clean_teacher_trained_first.py",  # its gradients left, stepped by no optimiser
     "clean_optimiser_in_backward.py",  # an optimiser a parameter, stepped by a gradient hook
     "clean_eval_mode_dropout_on.py",  # batch norm frozen by eval(), dropout back in train mode
+    "clean_layouts_moved.py",  # transpose/permute into convs and a GRU; views adding dims
+    "clean_frozen_decay.py",  # frozen before any backward, zeroed in place; decay on LayerNorm
 ]
 
 

@@ -1,5 +1,5 @@
-"""What a model is given: raw 8-bit pixels into the first convolution, and batch-first input
-into a time-first recurrent layer, judged from sampled steps' forwards."""
+"""What a model is given: raw 8-bit pixels into the first convolution, batch-first input into
+a time-first recurrent layer, and dims reordered by view, judged from sampled steps' forwards."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ import torch
 from torch import nn
 
 from treeqa.health.findings import Finding
-from treeqa.health.model_inputs import RAW_PIXEL_STEPS, SWAPPED_STEPS, ModelInputs, raw_pixels
+from treeqa.health.model_inputs import (
+    RAW_PIXEL_STEPS,
+    SWAPPED_STEPS,
+    VIEWED_STEPS,
+    ModelInputs,
+    raw_pixels,
+    reordering_view,
+)
 
 
 def test_raw_pixels_are_whole_numbers_from_zero_to_at_most_255() -> None:
@@ -42,3 +49,36 @@ def test_a_time_first_rnn_given_the_loaders_batch_size_first_is_named() -> None:
     assert _judged(SWAPPED_STEPS, (32, 32, 5), 32, lstm) == []  # T = B: cannot tell
     assert _judged(SWAPPED_STEPS, (32, 12, 5), None, lstm) == []  # no DataLoader's batch size
     assert _judged(SWAPPED_STEPS, (32, 12, 5), 32, nn.LSTM(5, 4, batch_first=True)) == []
+
+
+def test_a_view_that_reorders_dims_is_told_from_a_transpose() -> None:
+    h = torch.randn(2, 5, 4)  # [B, T, E]
+    assert reordering_view(h.view(2, 4, 5)) == ([2, 5, 4], [2, 4, 5])
+    assert reordering_view(h.reshape(2, 20).view(2, 4, 5)) == ([2, 5, 4], [2, 4, 5])
+    assert reordering_view(h.transpose(1, 2)) is None  # moves the dims: not contiguous
+    assert reordering_view(h.transpose(1, 2).contiguous()) is None  # a copy, no base
+    assert reordering_view(h.view(2, 1, 20)) is None  # other sizes
+    assert reordering_view(h.view(2, 5, 4, 1)) is None  # another number of dims
+    assert reordering_view(torch.randn(2, 1, 5).view(2, 5, 1)) is None  # a size-1 dim moved
+    assert reordering_view(torch.randn(2, 5, 5).view(2, 5, 5)) is None  # square: the same
+    assert reordering_view(torch.randn(6, 5, 4)[2:4].view(2, 4, 5)) is None  # a slice's base
+
+
+def test_a_view_reordering_dims_into_a_convolution_is_named_after_steps_in_a_row() -> None:
+    found: list[Finding] = []
+    inputs = ModelInputs(found.append)
+    conv = nn.Conv1d(4, 8, 3)
+    for step in range(VIEWED_STEPS + 1):
+        h = torch.randn(2, 5, 4)  # [B, T, E]
+        inputs.begin_step()
+        # a transpose on the second step breaks the run of steps
+        inputs.note("conv", conv, (h.transpose(1, 2) if step == 1 else h.view(2, 4, 5),))
+        inputs.judge(None)
+        assert found == []
+    for _ in range(VIEWED_STEPS - 2):
+        inputs.begin_step()
+        inputs.note("conv", conv, (torch.randn(2, 5, 4).view(2, 4, 5),))
+        inputs.judge(None)
+    assert [f.code for f in found] == ["view-as-transpose"]
+    assert found[0].evidence == {"base": [2, 5, 4], "shape": [2, 4, 5], "steps": VIEWED_STEPS}
+    assert found[0].where == "conv (Conv1d)"

@@ -1,6 +1,8 @@
 """What a model is given, read on sampled steps from the forward hooks the monitor already
-has there: images as raw 8-bit pixel values (``pixels-not-scaled``), and a batch-first
-sequence given to a recurrent layer that reads time first (``rnn-batch-first-mismatch``).
+has there: images as raw 8-bit pixel values (``pixels-not-scaled``), a batch-first
+sequence given to a recurrent layer that reads time first (``rnn-batch-first-mismatch``), and
+an input whose dims were reordered with ``view``/``reshape`` instead of a transpose
+(``view-as-transpose``).
 
 Values are reduced on the device and read once at the sampled step's end (one host read);
 shapes are metadata.
@@ -22,6 +24,8 @@ RAW_PIXEL_STEPS = 3
 """Sampled steps in a row whose images were raw pixel values."""
 SWAPPED_STEPS = 3
 """Sampled steps whose recurrent input had the loader's batch size first, not second."""
+VIEWED_STEPS = 3
+"""Sampled steps in a row whose convolution or recurrent input was a view reordering dims."""
 
 
 class ModelInputs:
@@ -35,13 +39,20 @@ class ModelInputs:
         self.rnn: tuple[str, int, int] | None = None  # (layer, dim 0, dim 1) this sampled step
         self.swapped = 0  # sampled steps with the batch size in dim 0 of a time-first layer
         self.aligned = 0  # and in dim 1, as it should be
+        self.viewed: tuple[str, list[int], list[int]] | None = None  # (layer, base, view)
+        self.viewed_steps = 0  # sampled steps in a row with such a view
 
     def begin_step(self) -> None:
         """A sampled step starts."""
-        self.pixels, self.rnn = None, None
+        self.pixels, self.rnn, self.viewed = None, None, None
 
     def note(self, name: str, module: nn.Module, inputs: Any) -> None:
         """``module`` (named ``name``) ran a forward on ``inputs`` in a sampled step."""
+        if self.viewed is None and isinstance(module, LAYOUT_LAYERS):
+            x = inputs[0] if isinstance(inputs, tuple) and inputs else None
+            shapes = reordering_view(x) if isinstance(x, torch.Tensor) else None
+            if shapes is not None:
+                self.viewed = (f"{name} ({type(module).__name__})", *shapes)
         if self.pixels is None and isinstance(module, nn.Conv2d):
             self._note_pixels(name, module, inputs)
         elif self.rnn is None and isinstance(module, nn.RNNBase) and not module.batch_first:
@@ -76,6 +87,9 @@ class ModelInputs:
             self.aligned += second == batch_size
             if self.swapped >= SWAPPED_STEPS and not self.aligned:
                 self._report(rnn_batch_first_mismatch(layer, first, second, self.swapped))
+        self.viewed_steps = self.viewed_steps + 1 if self.viewed is not None else 0
+        if self.viewed is not None and self.viewed_steps == VIEWED_STEPS:
+            self._report(view_as_transpose(*self.viewed, self.viewed_steps))
 
     def _report(self, found: Finding) -> None:
         if found.code not in self.reported:
@@ -90,6 +104,29 @@ def raw_pixels(stats: Sequence[float]) -> float | None:
     and grids of small category ids (a grid world's object and colour codes)."""
     low, high, fractional = stats
     return high if low >= 0 and PIXEL_FLOOR < high <= 255 and not fractional else None
+
+
+LAYOUT_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.RNNBase)
+"""Layers that read their input's dims as a layout (channels, time, batch): a view that
+reorders those dims feeds them values from the wrong places."""
+
+
+def reordering_view(x: torch.Tensor) -> tuple[list[int], list[int]] | None:
+    """(base shape, shape) when ``x`` is a contiguous view of a contiguous tensor with the same
+    sizes in another order, ``h.view(B, E, T)`` of a ``[B, T, E]`` h: the values keep their
+    memory order, so unlike ``transpose``/``permute`` (whose views are not contiguous) it
+    regroups them rather than moving the dims. Sizes of 1 are left out: moving one changes no
+    value's place. None otherwise (shapes are metadata: no host sync)."""
+    base = x._base
+    if base is None or base.dim() != x.dim() or not x.is_contiguous():
+        return None
+    if not base.is_contiguous() or x.storage_offset() != base.storage_offset():
+        return None
+    sizes = [n for n in x.shape if n != 1]
+    base_sizes = [n for n in base.shape if n != 1]
+    if sizes == base_sizes or sorted(sizes) != sorted(base_sizes):
+        return None
+    return list(base.shape), list(x.shape)
 
 
 PIXEL_FLOOR = 31
@@ -125,4 +162,19 @@ def rnn_batch_first_mismatch(layer: str, first: int, second: int, steps: int) ->
         "taken for a separate sequence",
         where=layer,
         evidence={"dim0": first, "dim1": second, "steps": steps},
+    )
+
+
+def view_as_transpose(layer: str, base: list[int], shape: list[int], steps: int) -> Finding:
+    """The input of ``layer`` was a ``view``/``reshape`` of a ``base``-shaped tensor into
+    ``shape``, the same sizes reordered, on ``steps`` sampled steps in a row."""
+    return Finding(
+        "view-as-transpose",
+        "error",
+        f"the input of {layer} is a {base} tensor reshaped with view/reshape into {shape}, its "
+        f"dims reordered ({steps} sampled steps): view keeps the values in memory order, so "
+        "each row of the result mixes values of different rows of the original (time steps "
+        "and features, or pixels and channels, interleaved) instead of moving the dims",
+        where=layer,
+        evidence={"base": base, "shape": shape, "steps": steps},
     )

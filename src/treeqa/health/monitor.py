@@ -257,7 +257,7 @@ class HealthMonitor(Callback):
         self._hooks: list[Any] = []
         self._rms: dict[str, torch.Tensor] = {}
         self._kinds: dict[str, tuple[Any, ...]] = {}  # of the modules numbered in a stack
-        self.inputs = ModelInputs(self.add)  # raw pixels, batch-first input to a time-first RNN
+        self.inputs = ModelInputs(self.add)  # raw pixels, RNN layouts, dims reordered by view
         self._unused: set[str] | None = None  # no gradient in the first sampled steps
         self._unused_params: list[tuple[str, nn.Parameter]] = []  # and since then, to check
         # A reported unused-parameter finding and (some of) its parameters, watched for a
@@ -644,7 +644,7 @@ class HealthMonitor(Callback):
         name = self.names.get(id(module))
         if name is None:
             return
-        if isinstance(module, nn.Conv2d | nn.RNNBase):
+        if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.RNNBase):
             self.inputs.note(name, module, inputs)
         if name not in self._rms and checks.dense(output) and output.is_floating_point():
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()

@@ -157,6 +157,24 @@ def not_in_optimiser(names: Sequence[str], values: int) -> Finding:
     )
 
 
+def frozen_weights_decayed(
+    names: Sequence[str], values: int, weight_decay: float, optimizer: str
+) -> Finding:
+    """Frozen parameters (``requires_grad=False``) that the optimiser still steps, with weight
+    decay, because their gradients were zeroed in place instead of cleared."""
+    return Finding(
+        "frozen-weights-decayed",
+        "warning",
+        f"{len(names)} frozen parameter tensors ({values} values, requires_grad=False) still "
+        f"have a gradient (zeroed in place, zero_grad(set_to_none=False), rather than set to "
+        f"None?), so {optimizer} steps them with weight_decay={weight_decay:g}: the weights "
+        f"meant to stay fixed shrink on every step (and move with any momentum left): "
+        f"{', '.join(names[:5])}",
+        where=names[0],
+        evidence={"parameters": list(names[:20]), "values": values, "weight_decay": weight_decay},
+    )
+
+
 def train_in_eval_mode(
     train_steps: int,
     eval_steps: int,

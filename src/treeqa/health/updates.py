@@ -90,6 +90,8 @@ FP16_STEPS = 3
 """Sampled steps under float16 autocast with no loss scaler before it is reported."""
 STALE_STEPS = 3
 """Sampled steps in a row on which the clock stepped gradients left from its step before."""
+FROZEN_STEPS = 3
+"""Sampled steps in a row whose optimiser step decayed frozen parameters."""
 ORPHAN_STEP = 10
 """The clock's step (counted from its first) on which parameters with gradients are looked up
 in the optimisers: by then every optimiser of the loop has stepped."""
@@ -194,6 +196,7 @@ class Updates:
         # gradient at the end of a sampled step, looked at again at its next step
         self.stepped_grads: list[tuple[nn.Parameter, weakref.ref[torch.Tensor], int]] = []
         self.stale = 0  # sampled steps in a row whose next step stepped gradients left over
+        self.decayed = 0  # sampled steps in a row whose step decayed frozen parameters
         # this step's forwards with gradients: 1 train mode, 2 eval mode, 4 float16 autocast
         self.mode = 0
         self.sampled = False  # this step is sampled
@@ -386,6 +389,8 @@ class Updates:
                 for p in group["params"]
                 if p.grad is not None
             ]
+        if sampled and not by_hand:
+            self._note_frozen_decayed(optimizer, roots)
         if step - self.first + 1 == ORPHAN_STEP:
             self._note_unregistered(optimizer, roots)
             if not by_hand:
@@ -457,6 +462,31 @@ class Updates:
             names = {id(p): name for name, p in params}
             said = [names.get(id(p), f"a {list(p.shape)} parameter") for p in stale]
             self._report(slips.gradients_stepped_again(said, sum(p.numel() for p in stale)))
+
+    def _note_frozen_decayed(
+        self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]
+    ) -> None:
+        """A sampled step of the clock: the frozen parameters (``requires_grad=False``) that it
+        stepped all the same. An optimiser skips a parameter whose ``.grad`` is None, not one
+        that is frozen: one frozen after it had a gradient, its gradient zeroed in place
+        (``zero_grad(set_to_none=False)``) rather than cleared, is still stepped, and weight
+        decay then shrinks it on every step whatever its gradient."""
+        decayed = [
+            (p, group)
+            for group in optimizer.param_groups
+            if group.get("weight_decay") and group.get("lr") != 0
+            for p in group["params"]
+            if not p.requires_grad and p.grad is not None
+        ]
+        self.decayed = self.decayed + 1 if decayed else 0
+        if self.decayed == FROZEN_STEPS:
+            names = {id(p): name for root in roots for name, p in root.named_parameters()}
+            said = [names.get(id(p), f"a {list(p.shape)} parameter") for p, _ in decayed]
+            decay = max(float(group["weight_decay"]) for _, group in decayed)
+            values = sum(p.numel() for p, _ in decayed)
+            self._report(
+                slips.frozen_weights_decayed(said, values, decay, type(optimizer).__name__)
+            )
 
     def _alone(self, optimizer: torch.optim.Optimizer) -> bool:
         """No optimiser but ``optimizer`` has stepped in the run."""
