@@ -148,6 +148,7 @@ CLEAN = [
     "clean_loaders.py",  # next(it) remade on StopIteration, a step per epoch, one-batch loader
     "clean_sorted_eval.py",  # sorted data: shuffled for training, in order for evaluation
     "clean_sam.py",  # two backwards a step from cleared gradients, the weights moved between
+    "clean_sam_wrapper.py",  # SAM's first_step / second_step, in a function called twice
     "clean_frozen_bn.py",  # BN layers in eval mode, evaluations, OneCycle every batch
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over
     # a sequence's last dim, [B, C, T] over dim 1, log of softmax), MC dropout
@@ -414,3 +415,14 @@ def test_a_second_run_in_one_script_is_counted(doctor_report) -> None:
     # 60 + 60 steps: the second optimiser takes over as the clock at its first step, the
     # first run's optimiser being freed when its function returned, and that step counts
     assert report["steps"] == 120
+
+
+@pytest.mark.parametrize(("name", "steps"), [("clean_sam.py", 150), ("clean_sam_wrapper.py", 120)])
+def test_sams_move_uphill_and_back_before_its_first_step_is_no_extra_step(
+    name: str, steps: int, doctor_report
+) -> None:
+    """SAM moves the weights uphill before its optimiser's first step, read as a step by hand,
+    and puts them back as that step begins: no second step by hand, and the optimiser's step
+    is the one read at the move (a wrapper's second run counts from its first step)."""
+    _, report, _ = doctor_report(name)
+    assert report["steps"] == steps

@@ -4,6 +4,7 @@ the processes' fingerprints. The corpus runs the scripts themselves under torchr
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 
+from treeqa.health import run_doctor
 from treeqa.health.processes import (
     evaluation_on_one_shard,
     gradients_not_averaged,
@@ -30,11 +32,13 @@ from treeqa.health.script import exit_on_sigterm
 def test_the_launchers_options_stay_with_it_and_the_script_goes_to_each_worker() -> None:
     command = ["torchrun", "--standalone", "--nproc-per-node", "2", "train.py", "--lr", "1e-3"]
     assert launcher_split(command) == (
+        "torchrun",
         ["--standalone", "--nproc-per-node", "2"],
         ["python", "train.py", "--lr", "1e-3"],
     )
     command = ["python3", "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "pkg.train"]
     assert launcher_split([*command, "-m", "x"]) == (
+        "torchrun",
         ["--nproc_per_node=2"],
         ["python", "-m", "pkg.train", "-m", "x"],  # the script's own -m stays the script's
     )
@@ -46,6 +50,102 @@ def test_the_launchers_options_stay_with_it_and_the_script_goes_to_each_worker()
         launcher_split(["torchrun", "--no-python", "echo", "hi"])
     with pytest.raises(ValueError, match="torchrun's options could not be read"):
         launcher_split(["torchrun", "--nproc-per-node"])
+
+
+def test_a_launcher_the_doctor_does_not_run_is_told_with_those_it_does(tmp_path: Path) -> None:
+    supported = "torchrun, python -m torch.distributed.run, accelerate launch"
+    with pytest.raises(FileNotFoundError, match=f"deepspeed: no such script, .*\\({supported}\\)"):
+        run_doctor(["deepspeed", "--num_gpus", "2", "train.py"], stream=io.StringIO())
+    with pytest.raises(FileNotFoundError, match=r"no such script \(treeqa doctor -- python"):
+        run_doctor(["python", str(tmp_path / "train.py")], stream=io.StringIO())
+    with pytest.raises(ValueError, match="accelerate env: .* runs `accelerate launch` alone"):
+        launcher_split(["accelerate", "env"])
+
+
+def test_accelerate_launch_without_accelerate_says_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "accelerate.commands.launch", None)  # import fails
+    with pytest.raises(ValueError, match=r"accelerate is not installed here \(pip install"):
+        launcher_split(["accelerate", "launch", "train.py"])
+
+
+@pytest.mark.slow
+def test_accelerate_launchs_options_stay_with_it_and_the_script_goes_to_each_process() -> None:
+    pytest.importorskip("accelerate")
+    command = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "train.py", "-m"]
+    assert launcher_split(command) == (
+        "accelerate",
+        ["--multi_gpu", "--num_processes", "2"],
+        ["python", "train.py", "-m"],
+    )
+    module = ["--cpu", "-m", "pkg.train", "--lr", "1"]
+    for launcher in (["accelerate-launch"], ["python", "-m", "accelerate.commands.launch"]):
+        assert launcher_split([*launcher, *module]) == (
+            "accelerate",
+            ["--cpu"],
+            ["python", "-m", "pkg.train", "--lr", "1"],
+        )
+    with pytest.raises(ValueError, match="--tpu: its processes are started by torch_xla"):
+        launcher_split(["accelerate", "launch", "--tpu", "train.py"])
+    with pytest.raises(ValueError, match="--no_python runs no Python script"):
+        launcher_split(["accelerate", "launch", "--no_python", "echo"])
+    with pytest.raises(ValueError, match="accelerate launch's options could not be read"):
+        launcher_split(["accelerate", "launch", "--num_processes"])
+
+
+ACCELERATED = """
+import sys
+
+import torch
+from accelerate import Accelerator
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+accelerator = Accelerator(cpu=True)
+torch.manual_seed(0)
+x = torch.randn(512, 16)
+loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=32, shuffle=True)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 2))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+model, opt, loader = accelerator.prepare(model, opt, loader)
+for _epoch in range(6):
+    for xb, yb in loader:
+        loss = nn.functional.cross_entropy(model(xb), yb)
+        opt.zero_grad()
+        accelerator.backward(loss)
+        opt.step()
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("options", "steps"),
+    [
+        (["--cpu", "--num_processes", "1"], [96]),
+        (["--multi_gpu", "--num_processes", "2"], [48, 48]),
+    ],
+    ids=["one-process", "torchrun"],
+)
+def test_every_process_accelerate_launch_starts_is_watched_and_merged(
+    options: list[str], steps: list[int], tmp_path: Path
+) -> None:
+    """accelerate runs one process itself, or several through torchrun's machinery in its own
+    process: either way each runs under a doctor of its own, and the script's exit code holds."""
+    pytest.importorskip("accelerate")
+    accelerate = Path(sys.executable).with_name("accelerate")
+    script, report = tmp_path / "train.py", tmp_path / "report.json"
+    script.write_text(ACCELERATED)
+    command = [sys.executable, "-m", "treeqa", "doctor", "--every", "10", "--json", str(report)]
+    command += ["--", str(accelerate), "launch", *options, str(script), "7"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", HF_HOME=str(tmp_path))  # (no accelerate config of the user's)
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 7, run.stderr[-3000:]
+    result = json.loads(report.read_text())
+    assert [(p["rank"], p["steps"]) for p in result["processes"]] == list(enumerate(steps))
+    assert [f for f in result["findings"] if f["severity"] != "info"] == []
 
 
 def prints(rank: int, weights: dict[str, list[float]], batches: dict[str, list[float]]) -> Any:

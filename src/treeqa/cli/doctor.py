@@ -1,5 +1,5 @@
-"""``treeqa doctor -- python SCRIPT.py [ARGS]`` (or ``-- torchrun ... SCRIPT.py``): run any PyTorch
-training script under the monitor."""
+"""``treeqa doctor -- python SCRIPT.py [ARGS]`` (or ``-- torchrun ... SCRIPT.py``, ``-- accelerate
+launch ... SCRIPT.py``): run any PyTorch training script under the monitor."""
 
 from __future__ import annotations
 

@@ -99,6 +99,7 @@ class Doctor:
         self.stepped: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # any, ever
         self.clock_params: set[int] = set()  # ids of the clock's parameters
         self.remade = 0  # clock steps in a row, each by an optimiser new at that step
+        self.put_back = False  # an optimiser's first step began with SAM's uphill move undone
         # Weights updated by hand, until a torch.optim optimiser steps (hand.py).
         self.hand: hand.HandSteps | None = hand.HandSteps()
         # What the clock's steps are given (updates.py).
@@ -561,14 +562,20 @@ class Doctor:
     def _step_begins(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """An optimiser's step starts: the weights are its to update from now on. LBFGS moves
         them between the backwards of the closure its step runs (up to ``max_iter`` of them),
-        which would read as that many updates by hand inside its first step."""
+        which would read as that many updates by hand inside its first step. SAM moves the
+        weights uphill (read as a step by hand) and puts them back as its optimiser's first step
+        begins: that move is no second step, and the optimiser's step is the one read there."""
         if self.hand is not None:
-            self._hand_step()  # (weights moved by hand since the last backward: that step)
+            if self.hand.went_uphill() and self.hand.noted is not None and self.hand.moved():
+                self.put_back = True
+            else:
+                self._hand_step()  # (weights moved by hand since the last backward: that step)
             self.hand = self.monitor.loaders.on_draw = None
 
     def _step_end(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.step_calls += 1
         by_hand = isinstance(optimizer, hand.HandUpdates)
+        put_back, self.put_back = self.put_back, False  # (SAM: no new optimiser of the run)
         if self.hand is not None and not by_hand:  # the script's updates are an optimiser's
             self.hand = self.monitor.loaders.on_draw = None
         if self.hand is None and self.begins_handle is not None:  # (not inside the pre-hooks)
@@ -588,7 +595,7 @@ class Doctor:
             self.stepped.add(optimizer)
         if isinstance(clock, hand.HandUpdates) and not by_hand:
             clock = None  # updates by hand are over: the optimiser takes over at once
-        if optimizer is not clock and self._made_anew(optimizer):
+        if optimizer is not clock and not put_back and self._made_anew(optimizer):
             clock = self._adopt(optimizer)
         elif optimizer is clock:
             self.remade = 0

@@ -169,6 +169,11 @@ class HandSteps:
         self.optimizer.param_groups[0]["lr"] = self.lr
         return True
 
+    def went_uphill(self) -> bool:
+        """The one update found so far moved the weights along their gradient: SAM's move
+        uphill, which it puts back as its optimiser's first step begins."""
+        return self.updates == 1 and self.ascents == 1
+
     def _estimates(self) -> bool:
         """This update's step size is estimated: the first ``RATE_EVERY``, then every such."""
         return self.updates < RATE_EVERY or self.updates % RATE_EVERY == 0

@@ -1,5 +1,5 @@
 """How the doctor starts: on a script run in this process (``run_doctor``, what ``treeqa
-doctor`` calls; torchrun's processes each under a doctor of their own), in one of several
+doctor`` calls; a launcher's processes each under a doctor of their own), in one of several
 processes that report to a launching doctor (``watch_process``), and in a process
 ``multiprocessing`` is starting in a fresh interpreter (``watch_spawned``)."""
 
@@ -31,15 +31,16 @@ def run_doctor(
     stream: Any = None,
 ) -> tuple[int, dict[str, Any]]:
     """Run ``command`` (``python SCRIPT.py ARGS``, ``python -m MODULE ARGS``, or either behind
-    ``torchrun [OPTIONS]``: every process) under the monitor.
+    ``torchrun [OPTIONS]`` or ``accelerate launch [OPTIONS]``: every process) under the
+    monitor.
 
     Returns the script's exit code (3 when strict mode stopped it, 130 on Ctrl-C) and the
     report. Report paths are taken relative to the working directory at the call: the script
     may change it.
     """
     launched = processes.launcher_split(command)
-    target = script.parse(launched[1] if launched else command)
-    if not launched:  # (torchrun starts each process with the command's own flags)
+    target = script.parse(launched.worker if launched else command)
+    if not launched:  # (the launcher starts each process with the command's own flags)
         script.check_interpreter(target)
     source = script.source(target)
     json_path = Path(json_path).absolute() if json_path is not None else None
@@ -49,9 +50,9 @@ def run_doctor(
             script.writable(flag, path)
     if plot_path is not None:
         report.check_plot_path(plot_path)
-    if launched:  # torchrun: each process runs a doctor of its own
+    if launched:  # torchrun or accelerate: each process runs a doctor of its own
         return processes.run_launcher(
-            *launched,
+            launched,
             json_path=json_path,
             plot_path=plot_path,
             every=every,
@@ -59,8 +60,8 @@ def run_doctor(
             stream=stream or sys.stderr,
         )
     folder = processes.worker_folder()
-    if folder is not None:  # one of torchrun's workers: the launching doctor sums up
-        rank = int(os.environ["RANK"])
+    if folder is not None:  # a launcher's process: the launching doctor sums up
+        rank = processes.worker_rank()
         return watch_process(script.run, (target,), folder, rank, every, mode, stream, source)
     monitor = HealthMonitor(
         mode=mode, every=every, json_path=json_path, plot_path=plot_path, stream=stream

@@ -25,11 +25,12 @@ import contextlib
 import json
 import multiprocessing
 import os
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -53,24 +54,50 @@ SHARDING = ("torch.distributed.fsdp", "torch.distributed._composable", "deepspee
 """Packages whose modules hold a different part of the weights on each process."""
 
 
-def launcher_split(command: Sequence[str]) -> tuple[list[str], list[str]] | None:
-    """``(torchrun's options, python command for a worker)`` when ``command`` runs ``torchrun
-    [OPTIONS] SCRIPT ARGS`` (or ``python -m torch.distributed.run ...``); None for a plain
-    python command. torchrun's own parser finds where its options end."""
+LAUNCHERS = "torchrun, python -m torch.distributed.run, accelerate launch"
+"""The launchers whose processes ``treeqa doctor`` watches, as its errors name them."""
+ACCELERATE = ("accelerate.commands.launch",)
+"""``python -m`` names of ``accelerate launch``."""
+
+
+class Launched(NamedTuple):
+    """A launcher's command, split: which launcher, its own options, and the python command
+    each process it starts runs."""
+
+    launcher: str  # "torchrun" | "accelerate"
+    options: list[str]
+    worker: list[str]
+
+
+def launcher_split(command: Sequence[str]) -> Launched | None:
+    """What ``command`` launches when it runs ``torchrun [OPTIONS] SCRIPT ARGS`` (or ``python
+    -m torch.distributed.run ...``) or ``accelerate launch [OPTIONS] SCRIPT ARGS`` (or
+    ``accelerate-launch``, ``python -m accelerate.commands.launch``); None for a plain python
+    command. The launcher's own parser finds where its options end."""
     args = list(command)
-    if args and Path(args[0]).name == "torchrun":
-        rest = args[1:]
-    elif len(args) >= 3 and Path(args[0]).name.startswith("python") and args[1] == "-m":
-        if args[2] == "torch.distributed.launch":  # it passes --local-rank; torchrun does not
+    name = Path(args[0]).name if args else ""
+    module = args[2] if len(args) >= 3 and name.startswith("python") and args[1] == "-m" else ""
+    if name == "torchrun" or module == "torch.distributed.run":
+        return _torchrun_split(args[1 if name == "torchrun" else 3 :])
+    if module == "torch.distributed.launch":  # it passes --local-rank; torchrun does not
+        raise ValueError(
+            "torch.distributed.launch is deprecated: run the script with torchrun "
+            "(treeqa doctor -- torchrun ... SCRIPT.py), reading LOCAL_RANK from the environment"
+        )
+    if name == "accelerate":
+        if args[1:2] != ["launch"]:
+            given = " ".join(args[:2])
             raise ValueError(
-                "torch.distributed.launch is deprecated: run the script with torchrun "
-                "(treeqa doctor -- torchrun ... SCRIPT.py), reading LOCAL_RANK from the environment"
+                f"{given}: of accelerate's commands the doctor runs `accelerate launch` "
+                "alone (treeqa doctor -- accelerate launch [OPTIONS] SCRIPT.py)"
             )
-        if args[2] != "torch.distributed.run":
-            return None
-        rest = args[3:]
-    else:
-        return None
+        return _accelerate_split(args[2:])
+    if name == "accelerate-launch" or module in ACCELERATE:
+        return _accelerate_split(args[1 if name == "accelerate-launch" else 3 :])
+    return None
+
+
+def _torchrun_split(rest: list[str]) -> Launched:
     from torch.distributed.run import get_args_parser
 
     try:
@@ -81,18 +108,61 @@ def launcher_split(command: Sequence[str]) -> tuple[list[str], list[str]] | None
         raise ValueError("torchrun's options could not be read (see above)") from None
     if parsed.no_python:
         raise ValueError("torchrun --no-python runs no Python script: nothing to watch")
+    flags = ("-m", "--module", "--run-path", "--run_path")
+    return Launched("torchrun", *_script_apart(rest, parsed, flags))
+
+
+def _accelerate_split(rest: list[str]) -> Launched:
+    """``accelerate launch``'s options and script: run as accelerate runs them, with one python
+    process (its simple launcher) or several started by torchrun (``--multi_gpu``, FSDP,
+    DeepSpeed on one node). Not those it starts some other way."""
+    try:
+        from accelerate.commands.launch import launch_command_parser
+    except ImportError:
+        raise ValueError(
+            "accelerate launch: accelerate is not installed here (pip install accelerate)"
+        ) from None
+    try:
+        parser = launch_command_parser()
+        parser.prog = "accelerate launch"
+        parsed = parser.parse_args(rest)
+    except SystemExit:  # accelerate's parser printed what was wrong
+        raise ValueError("accelerate launch's options could not be read (see above)") from None
+    if parsed.no_python:
+        raise ValueError("accelerate launch --no_python runs no Python script: nothing to watch")
+    started = {"--tpu": "torch_xla", "--mpirun_hostfile": "mpirun"}
+    for flag, by in started.items():
+        if getattr(parsed, flag[2:]):
+            raise ValueError(
+                f"accelerate launch {flag}: its processes are started by {by}, which the doctor "
+                f"does not watch; it watches those of {LAUNCHERS} (without {flag}: one process, "
+                "or --multi_gpu --num_processes N, which starts them with torchrun)"
+            )
+    return Launched("accelerate", *_script_apart(rest, parsed, ("-m", "--module")))
+
+
+def _script_apart(
+    rest: list[str], parsed: Any, flags: tuple[str, ...]
+) -> tuple[list[str], list[str]]:
+    """The launcher's options (less ``flags``, those saying how to run the script) and the
+    python command that runs the script."""
     script_at = len(rest) - len(parsed.training_script_args) - 1
-    options = [
-        a for a in rest[:script_at] if a not in ("-m", "--module", "--run-path", "--run_path")
-    ]
+    options = [a for a in rest[:script_at] if a not in flags]
     script = ["-m", parsed.training_script] if parsed.module else [parsed.training_script]
     return options, ["python", *script, *parsed.training_script_args]
 
 
 def worker_folder() -> Path | None:
-    """The folder this process reports to, when a launching doctor started it under torchrun."""
+    """The folder this process reports to, when a launching doctor started it: one of
+    torchrun's workers (``RANK`` in its environment), or the one process ``accelerate launch``
+    starts itself (process 0)."""
     folder = os.environ.get(PROCESSES_ENV)
-    return Path(folder) if folder and "RANK" in os.environ else None
+    return Path(folder) if folder else None
+
+
+def worker_rank() -> int:
+    """This worker's process index: torchrun's ``RANK``, 0 for accelerate's one process."""
+    return int(os.environ.get("RANK", "0"))
 
 
 def _distributed() -> bool:
@@ -426,8 +496,7 @@ def report_merged(
 
 
 def run_launcher(
-    options: list[str],
-    worker: list[str],
+    launched: Launched,
     *,
     json_path: Path | None,
     plot_path: Path | None,
@@ -435,28 +504,46 @@ def run_launcher(
     mode: str,
     stream: Any,
 ) -> tuple[int, dict[str, Any]]:
-    """torchrun, in this process, with each worker under a doctor of its own; then merge,
-    print and write their reports. The exit code is the first failed worker's (1 when a signal
-    ended it), 128 + N when signal N stopped torchrun, else 0."""
-    from torch.distributed import run as torchrun
+    """The launcher (torchrun, or accelerate's), in this process, with each process it starts
+    under a doctor of its own; then merge, print and write their reports. The exit code is the
+    first failed process's (1 when a signal ended it), 128 + N when signal N stopped the
+    launcher, else 0."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     doctor = ["-m", "treeqa", "doctor", "--every", str(every)]
     doctor += ["--strict"] if mode == "strict" else []
+    command = [*launched.options, *doctor, "--", *launched.worker]
     with tempfile.TemporaryDirectory(prefix="treeqa-doctor-") as folder:
         saved = os.environ.get(PROCESSES_ENV)
         os.environ[PROCESSES_ENV] = folder  # the workers' environment is this process's
         try:
-            torchrun.main([*options, *doctor, "--", *worker])
+            if launched.launcher == "accelerate":
+                _accelerate_launch(command)
+            else:
+                from torch.distributed import run as torchrun
+
+                torchrun.main(command)
             code = 0
         except ChildFailedError as e:  # torchrun has said which worker failed, and how
             code = max(e.get_first_failure()[1].exitcode, 1)
         except SignalException as e:  # Ctrl-C or SIGTERM: the workers stopped and reported
             code = 128 + int(e.sigval)
+        except subprocess.CalledProcessError as e:  # accelerate's one process failed
+            code = max(e.returncode, 1)
+        except SystemExit as e:  # accelerate's exit for a signal, Ctrl-C, or --quiet's failure
+            code = e.code if isinstance(e.code, int) else 1
         finally:
             if saved is None:
                 os.environ.pop(PROCESSES_ENV)
             else:
                 os.environ[PROCESSES_ENV] = saved
         return code, report_merged(Path(folder), json_path, plot_path, stream)
+
+
+def _accelerate_launch(command: list[str]) -> None:
+    """``accelerate launch COMMAND``, in this process: it starts the script's one process
+    itself, or several through torchrun's ``run`` (which raises as ``torchrun.main`` does)."""
+    from accelerate.commands.launch import launch_command, launch_command_parser
+
+    launch_command(launch_command_parser().parse_args(command))

@@ -26,6 +26,7 @@ from typing import Any, NoReturn, cast
 
 from treeqa.health import report
 from treeqa.health.monitor import HealthError
+from treeqa.health.processes import LAUNCHERS
 
 
 @dataclass
@@ -366,6 +367,12 @@ def source(target: Target) -> str:
     """The file ``target`` runs ("" for a module without one); an error when there is none."""
     if target.kind == "path":
         if not main_file(target).is_file():
+            if target.command[:1] == [target.name]:  # not after python: a launcher, it may be
+                raise FileNotFoundError(
+                    f"{target.name}: no such script, nor a launcher the doctor runs "
+                    f"({LAUNCHERS}): treeqa doctor -- python SCRIPT.py [ARGS] for one "
+                    "process, or -- torchrun [OPTIONS] SCRIPT.py [ARGS] for several"
+                )
             raise FileNotFoundError(
                 f"{target.name}: no such script (treeqa doctor -- python SCRIPT.py)"
             )
