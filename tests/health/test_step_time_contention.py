@@ -110,3 +110,33 @@ def test_a_missing_schedstat_reads_nan() -> None:
     reader = RunQueue()
     reader.missing = True
     assert math.isnan(reader.waited()[1])
+
+
+def test_steps_preempted_more_often_on_a_host_loaded_throughout_are_no_regression() -> None:
+    """Seen on clean corpus scripts (clean_gru.py, clean_ctc.py, ...) at load 5-9 on 2 cores:
+    the thread waited for a CPU ~60% of the time from the start, and more processes arriving
+    took that to 72%, a rise under a third of its level. The steps' own time grew 1.3x (caches
+    shared with the newcomers), CPU time with it, and wall time 1.9x with the wait."""
+    own = ramp(0.001, 0.0014)
+    shares = ramp(0.6, 0.72)
+    steps = [t / (1 - share) for t, share in zip(own, shares, strict=True)]
+    wait = [t - o for t, o in zip(steps, own, strict=True)]
+    canary = [12e-6] * N
+    waited = checks.quarter_shares(wait, steps, checks.warmup_of(N))
+    assert waited is not None and not checks.wait_rose(waited[0], waited[3])
+    assert checks.step_time_regression(steps, own, canary) is not None  # without the wait
+    assert checks.step_time_regression(steps, own, canary, wait) is None
+    # The same load over a leak: the steps' own time 2.5x slower is still found, and said.
+    own = ramp(0.001, 0.0025)
+    steps = [t / (1 - share) for t, share in zip(own, shares, strict=True)]
+    wait = [t - o for t, o in zip(steps, own, strict=True)]
+    found = checks.step_time_regression(steps, own, canary, wait)
+    assert found is not None and "less waits for a CPU" in found.message
+    assert found.evidence["ratio"] == pytest.approx(2.2, abs=0.1)
+
+
+def test_less_wait_keeps_unread_steps_unread() -> None:
+    out = checks.less_wait([0.004, 0.002, 0.001], [0.003, math.nan, 0.005])
+    assert out[0] == pytest.approx(0.001)
+    assert math.isnan(out[1])  # the wait was not read on this step
+    assert out[2] == 0.0  # never below zero

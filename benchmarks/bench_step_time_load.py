@@ -1,0 +1,156 @@
+"""``step-time-regression`` on corpus scripts while other processes load the CPU part-way.
+
+Each run executes a corpus script under the doctor in this process (as
+``tests/health/test_corpus.py`` does: one torch thread, ``--every 10``), while ``--busy``
+processes start spinning part-way through it (at a random 10-70% of the script's quiet run
+time), so the late steps share the cores; ``--early`` more spin from the start. A clean script
+should get no ``step-time-regression``; the bug script should. Every run's series are judged
+twice on the same readings, at the steps where the monitor runs its series checks: by this
+checkout's ``checks.step_time_regression`` and, with ``--against FILE``, by another checkout's
+``checks.py`` (loaded from that file), so both rules meet the same load.
+
+    git show HEAD:src/treeqa/health/checks.py > /tmp/checks_before.py
+    python benchmarks/bench_step_time_load.py --runs 20 --busy 3 \
+        --against /tmp/checks_before.py --out benchmarks/results/step-time-load-busy3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from treeqa.health import checks, run_doctor
+from treeqa.health.monitor import SERIES_CHECKS
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "tests" / "health" / "scripts"
+CLEAN = ["clean_ctc.py", "clean_gru.py", "clean_maximize_mse.py"]
+BUG = ["bug_step_time_regression.py"]
+EVERY = 10
+
+
+def spin(go: Any) -> None:
+    go.wait()
+    while True:
+        pass
+
+
+def doctored(script: Path, delay: float, busy: int, early: int) -> tuple[float, dict[str, Any]]:
+    """Wall seconds and report of one doctor run, ``busy`` spinners starting after ``delay``."""
+    go, now = mp.Event(), mp.Event()
+    now.set()
+    spinners = [mp.Process(target=spin, args=(go,), daemon=True) for _ in range(busy)]
+    spinners += [mp.Process(target=spin, args=(now,), daemon=True) for _ in range(early)]
+    for p in spinners:
+        p.start()
+    timer = threading.Timer(delay, go.set)
+    timer.start()
+    started = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            _, report = run_doctor(["python", str(script)], every=EVERY, stream=io.StringIO())
+    finally:
+        timer.cancel()
+        for p in spinners:
+            p.terminate()
+            p.join()
+    return time.perf_counter() - started, report
+
+
+def replayed(report: dict[str, Any], judge: Callable[..., Any]) -> list[int]:
+    """The series-check steps at which ``judge`` (a ``step_time_regression``) made a finding,
+    on the report's readings up to each (profiled steps taken out, as the monitor does)."""
+    series = {
+        k: [math.nan if v is None else float(v) for v in vs] for k, vs in report["series"].items()
+    }
+    profiled = set()
+    for f in report["findings"]:
+        if f["code"] == "hot-op" and "steps" in f["evidence"]:
+            first, last = f["evidence"]["steps"]
+            profiled |= set(range(first, last + 1))
+    unprofiled = {
+        k: [math.nan if s in profiled else v for s, v in zip(series["step"], vs, strict=True)]
+        for k, vs in series.items()
+    }
+    n, at, due = len(series["step"]), [], EVERY
+    for s in range(1, n + 1):
+        if s < due and s < n:
+            continue
+        due = s + max(EVERY, s // SERIES_CHECKS)
+        found = judge(
+            unprofiled["step_time"][:s],
+            unprofiled["cpu_time"][:s],
+            series["canary"][:s],
+            unprofiled["cpu_wait"][:s],
+            series["autograd_nodes"][:s],
+        )
+        if found is not None:
+            at.append(s)
+    return at
+
+
+def load_checks(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("checks_against", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20, help="runs of each script (default 20)")
+    parser.add_argument("--busy", type=int, default=3, help="spinners arriving part-way")
+    parser.add_argument("--early", type=int, default=0, help="spinners from the start")
+    parser.add_argument("--against", type=Path, help="another checkout's checks.py")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="write OUT.json")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    judges = {"this": checks.step_time_regression}
+    if args.against:
+        judges["against"] = load_checks(args.against).step_time_regression
+    rng = random.Random(args.seed)
+    rows: list[dict[str, Any]] = []
+    for name in CLEAN + BUG:
+        script = SCRIPTS / name
+        quiet = min(doctored(script, 0.0, 0, 0)[0] for _ in range(2))  # the first is cold
+        for run in range(args.runs):
+            delay = rng.uniform(0.1, 0.7) * quiet
+            wall, report = doctored(script, delay, args.busy, args.early)
+            live = [f for f in report["findings"] if f["code"] == "step-time-regression"]
+            row = {"script": name, "run": run + 1, "delay_s": round(delay, 3)}
+            row |= {"wall_s": round(wall, 3), "live": bool(live)}
+            row |= {side: replayed(report, judge) for side, judge in judges.items()}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    summary: dict[str, dict[str, str]] = {}
+    for name in CLEAN + BUG:
+        mine = [r for r in rows if r["script"] == name]
+        summary[name] = {"live": f"{sum(r['live'] for r in mine)} of {len(mine)}"}
+        for side in judges:
+            summary[name][side] = f"{sum(bool(r[side]) for r in mine)} of {len(mine)}"
+        print(name, "flagged:", summary[name])
+    if args.out:
+        meta = {"busy": args.busy, "early": args.early, "cpus": os.cpu_count()}
+        meta |= {"torch": torch.__version__, "summary": summary}
+        args.out.with_suffix(".json").write_text(json.dumps({**meta, "runs": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
