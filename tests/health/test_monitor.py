@@ -1696,6 +1696,43 @@ def test_a_profile_window_leaves_the_scripts_own_profiler_session_alone() -> Non
     assert window.profiled == set()
 
 
+def test_a_profile_window_records_no_range_another_thread_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collective's range (``gloo:all_reduce``) begins on the step's thread and ends on the
+    process group's worker thread once the future DDP waits on has completed: a window stopped
+    in between, at the optimiser step, had torch write the range's end into freed heap (a DDP
+    rank died with ``malloc(): unsorted double linked list corrupted``). The window's events
+    hold the step's operators and the collective's launch, not that range."""
+    import torch.distributed as dist
+
+    from treeqa.health import profile
+
+    names: list[str] = []
+    op_times = profile._op_times
+
+    def recorded(events: Any) -> dict[str, float]:
+        names.extend(e.name() for e in events)
+        return op_times(events)
+
+    monkeypatch.setattr(profile, "_op_times", recorded)
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        layer = nn.Linear(4, 4)
+        window = ProfileWindow(steps=1)
+        window.schedule(1)
+        window.begin(1)
+        layer(torch.randn(2, 4)).sum().backward()
+        dist.all_reduce(layer.weight.grad, async_op=True).get_future().wait()
+        window.end(1)
+    finally:
+        dist.destroy_process_group()
+    assert "aten::addmm" in names and "c10d::allreduce_" in names
+    assert "gloo:all_reduce" not in names
+    assert not torch.autograd.profiler._is_profiler_enabled
+
+
 def test_a_profile_window_leaves_the_environment_as_it_was(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -9,6 +9,13 @@ profiler inside it would end the script's session. Nor does one open or stop ins
 (an optimiser stepped by a gradient hook ends its step there): a window that step ends stops as
 the backward returns.
 
+A window records operators and autograd nodes, not ``record_function`` ranges (torch's
+``USER_SCOPE``): a collective's range is one (``gloo:all_reduce``), which the process group's
+worker thread ends after completing the future DDP waits on. A profiler stopped in that gap, as
+a step ends at its optimiser step, frees the events the range ends in, and the worker thread
+wrote its end time into freed heap (valgrind: an invalid write from ``c10d::Work::finish``; a
+DDP rank died with glibc's ``malloc(): unsorted double linked list corrupted``).
+
 The profiler's cost grows with the operators a step runs, not with its time: a policy-gradient
 episode of 400 tiny forwards records ~107,000 events. Each is ~4 us to stop the profiler and
 ~6 us to read here (``_op_times``; torch's ``key_averages`` takes ~65 us an event). So a window
@@ -29,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch._C._profiler import ProfilerConfig, ProfilerState, RecordScope, _ExperimentalConfig
 from torch.autograd import DeviceType
 
 from treeqa.health import checks
@@ -54,6 +62,9 @@ MAX_EVENTS = 20_000
 """A window ends after a step that recorded more events than this (~0.2 s to stop and read)."""
 BUDGET = 0.01
 """Later windows open only while the windows so far took under this share of wall time."""
+SCOPES = frozenset(s for s in RecordScope.__members__.values() if s != RecordScope.USER_SCOPE)
+"""What a window records: every range torch opens but the script's and libraries' own
+``record_function`` ones, which another thread may end after the window stops."""
 
 
 def in_backward() -> bool:
@@ -91,7 +102,7 @@ class ProfileWindow:
         self.events = 0  # events recorded in the windows so far
         self._started = time.perf_counter()
         self._next: int | None = None  # first step of the scheduled or open window
-        self._profiler: Any = None
+        self._profiler: set[Any] | None = None  # the running profiler's activities
         self._ended: int | None = None  # a step that ended inside a backward, still recording
         self._times: dict[str, float] = {}
         self._covered: list[int] = []
@@ -156,9 +167,9 @@ class ProfileWindow:
             # given up; the script's profile is the script's.
             self._next, self._times, self._covered = None, {}, []
             return
-        activities = [torch.profiler.ProfilerActivity.CPU]
+        activities = {torch.profiler.ProfilerActivity.CPU}
         if torch.cuda.is_available() and torch.cuda.is_initialized():
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
+            activities.add(torch.profiler.ProfilerActivity.CUDA)
         self._before = self._memory()
         self._wait_begin = self.waited() if self.waited else (-1, math.nan)
         # Kineto prints a line to stderr at each start and stop ("USDT: ... profiler_start"):
@@ -167,8 +178,8 @@ class ProfileWindow:
         unset = "KINETO_LOG_LEVEL" not in os.environ
         os.environ.setdefault("KINETO_LOG_LEVEL", "6")
         try:
-            self._profiler = torch.profiler.profile(activities=activities)
-            self._profiler.__enter__()
+            _start(activities)
+            self._profiler = activities
         finally:
             if unset:
                 os.environ.pop("KINETO_LOG_LEVEL", None)
@@ -207,23 +218,23 @@ class ProfileWindow:
 
     def _stop(self, step: int) -> int:
         """Stop the profiler (if open) and add its operators' times; the events it recorded."""
-        prof, self._profiler = self._profiler, None
-        if prof is None:
+        activities, self._profiler = self._profiler, None
+        if activities is None:
             return 0
         began = time.perf_counter()
-        prof.__exit__(None, None, None)
+        results = _stop(activities)
         if self.waited:
             waited = waited_since(self._wait_begin, self.waited())
             # NaN where unknown or on another thread: the window is then judged as it reads
             self.cpu_wait += waited if math.isfinite(waited) else 0.0
         self.profiled.add(step)
         self._covered.append(step)
-        events = prof.profiler.kineto_results.events()
+        events = results.events()
         recorded = len(events)
         for name, t in _op_times(events).items():
             if not name.startswith(_NOT_OPS) and "#" not in name:
                 self._times[name] = self._times.get(name, 0.0) + t
-        del prof, events  # (before the memory read: what they held and malloc kept is ours)
+        del results, events  # (before the memory read: what they held and malloc kept is ours)
         rss, used, free = (
             max(0.0, b - a) for a, b in zip(self._before, self._memory(), strict=True)
         )
@@ -237,6 +248,27 @@ class ProfileWindow:
         """Resident MB and the C heap's MB in use and free now (0 and NaN where not read)."""
         used, free = (self.heap() if self.heap else None) or (math.nan, math.nan)
         return (self.memory() if self.memory else 0.0), used, free
+
+
+def _start(activities: set[Any]) -> None:
+    """Start torch's profiler on this thread over ``SCOPES``, as ``torch.profiler.profile``
+    starts it over all of them (it takes no scopes)."""
+    config = ProfilerConfig(
+        ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig()
+    )
+    torch._C._autograd._prepare_profiler(config, activities)
+    torch.autograd.profiler._run_on_profiler_start()
+    # (torch's stub leaves out the scopes its binding takes)
+    torch._C._autograd._enable_profiler(config, activities, set(SCOPES))  # type: ignore[call-arg]
+
+
+def _stop(activities: set[Any]) -> Any:
+    """Stop the profiler ``_start`` started; its results (``.events()``)."""
+    if torch.profiler.ProfilerActivity.CUDA in activities:
+        torch.cuda.synchronize()  # as torch.profiler does: the kernels launched are in
+    results = torch._C._autograd._disable_profiler()
+    torch.autograd.profiler._run_on_profiler_stop()
+    return results
 
 
 def _op_times(events: Sequence[Any]) -> dict[str, float]:
