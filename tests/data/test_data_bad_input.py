@@ -243,12 +243,22 @@ def cut(path: Path, keep: int) -> None:
     path.write_bytes(path.read_bytes()[:keep])
 
 
+def garble(path: Path, old: bytes, new: bytes) -> None:
+    """``old`` in the .npy header at ``path`` replaced by ``new``, of the same length."""
+    data = path.read_bytes()
+    assert len(old) == len(new) and old in data[:128]
+    path.write_bytes(data.replace(old, new, 1))
+
+
 @pytest.mark.parametrize(
     ("name", "damage", "problem"),
     [
         ("context_words", lambda p: cut(p, -4), "not a whole .npy array"),  # one token short
         ("starts", lambda p: cut(p, 30), "not a whole .npy array"),  # inside the header
         ("paragraph", lambda p: cut(p, 0), "not a whole .npy array"),  # empty
+        # A header numpy's Python 2 fallback tokenizes (TokenError), or with a list for a key.
+        ("starts", lambda p: garble(p, b"'shape': (", b"'shape'((("), "not a whole .npy array"),
+        ("ends", lambda p: garble(p, b"'descr'", b"[1,2,3]"), "not a whole .npy array"),
         ("ends", lambda p: np.save(p, np.load(p)[:-1]), "2 rows, where paragraph.npy has 3"),
         ("paragraph", lambda p: np.save(p, np.load(p) + 5), "a paragraph index outside"),
         ("ends", lambda p: np.save(p, np.load(p) + 99), "an answer span outside its context"),

@@ -382,6 +382,21 @@ def test_corrupt_cache_is_rebuilt(tmp_path: Path) -> None:
     assert not list((tmp_path / "cache").glob("*.tmp"))
 
 
+def test_a_cache_array_with_a_garbled_header_is_rebuilt(tmp_path: Path) -> None:
+    """numpy reads a header it cannot parse as Python 2's, whose tokenizer raises TokenError
+    on unbalanced brackets, not a ValueError."""
+    path = write(tmp_path / "v.txt", GLOVE)
+    first = load(path, ["a", "b b"], tmp_path)
+    for f in sorted((tmp_path / "cache").glob("*.npy")):
+        data = f.read_bytes()
+        assert b"'shape': (" in data[:128]
+        f.write_bytes(data.replace(b"'shape': (", b"'shape'(((", 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "created on Python 2"
+            again = load(path, ["a", "b b"], tmp_path)
+        np.testing.assert_array_equal(first.matrix, again.matrix)
+
+
 def test_default_cache_sits_beside_the_file_or_in_the_user_cache(
     tmp_path: Path, monkeypatch
 ) -> None:
@@ -525,6 +540,21 @@ def test_spacy_bad_tsv_lines(tmp_path: Path) -> None:
         load(key2row, ["cat"], tmp_path)
     got = load(key2row, ["the", "cat"], tmp_path, on_bad_line="skip")
     assert got.found.tolist() == [True, False] and got.report.bad_lines == 1
+
+
+@pytest.mark.parametrize(("old", "new"), [(b"'shape': (", b"'shape'((("), (b"'descr'", b"[1,2,3]")])
+def test_a_spacy_table_with_a_garbled_header_is_named(
+    tmp_path: Path, old: bytes, new: bytes
+) -> None:
+    key2row = write_spacy(tmp_path, npy="m.vectors.npy")
+    table = tmp_path / "m.vectors.npy"
+    table.write_bytes(table.read_bytes().replace(old, new, 1))
+    with (
+        warnings.catch_warnings(),
+        pytest.raises(VectorFileError, match=r"m\.vectors\.npy: not a readable \.npy array"),
+    ):
+        warnings.simplefilter("ignore", UserWarning)  # "created on Python 2"
+        load(key2row, ["cat"], tmp_path)
 
 
 def test_spacy_truncated_table(tmp_path: Path) -> None:

@@ -377,6 +377,25 @@ def test_every_error_reply_is_json(
 
 
 @pytest.mark.parametrize(
+    ("field", "line"),
+    [(b"X-\xd3: a\r\n", "X-\xd3: a"), (b"X-A : a\r\n", "X-A : a"), (b"X-A: a\r\xd5\n", "\xd5")],
+    ids=["not ASCII", "space before colon", "bare CR"],
+)
+def test_a_header_line_that_is_no_field_is_refused_and_ends_the_connection(
+    base: str, field: bytes, line: str
+) -> None:
+    # The parser dropped it and every field after it: the request was refused for a missing
+    # Content-Length it had, and its body was read as a second request and answered too.
+    body = json.dumps({"tree": TREE}).encode()
+    host = base.removeprefix("http://").encode()
+    request = b"POST /api/sentiment HTTP/1.1\r\nHost: " + host + b"\r\n" + field
+    request += b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
+    status, headers, data = raw_request(base, request)
+    assert status.split()[1] == "400" and headers["Connection"] == "close"
+    assert json.loads(data) == {"error": f"header line {line!r}: not a 'Name: value' field"}
+
+
+@pytest.mark.parametrize(
     ("method", "path", "allow"),
     [
         ("PUT", "/api/sentiment", "POST"),

@@ -22,6 +22,7 @@ import torch
 from treeqa.data.collated import Collated
 from treeqa.data.qa_batch import QABatch
 from treeqa.data.squad_prepare import FORMAT_VERSION
+from treeqa.data.vectors import NPY_HEADER_ERRORS
 from treeqa.data.vocab import Vocab
 from treeqa.eval.squad import gold_answers
 
@@ -131,7 +132,7 @@ def _load(path: Path, mmap: bool = True) -> np.ndarray:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except FileNotFoundError as err:
         raise FileNotFoundError(f"{path}: missing; {_AGAIN}") from err
-    except (ValueError, EOFError) as err:  # cut short, or not an .npy array at all
+    except (EOFError, *NPY_HEADER_ERRORS) as err:  # cut short, or not an .npy array at all
         raise ValueError(f"{path}: not a whole .npy array ({err}); {_AGAIN}") from err
 
 

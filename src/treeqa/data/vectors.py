@@ -24,6 +24,7 @@ import os
 import re
 import tempfile
 import time
+import tokenize
 import warnings
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -50,6 +51,10 @@ _PARTIAL = re.compile(r".+\.[0-9a-f]{24}[a-z0-9_]{8}\.tmp")  # a cache file bein
 _STALE = 6 * 3600  # seconds: a temporary untouched this long is a dead writer's
 _UNUSED = 30 * 86400  # seconds: an entry naming no source, unread this long, is deleted
 _DECODE_ERRORS = (EOFError, gzip.BadGzipFile, lzma.LZMAError, zlib.error)
+NPY_HEADER_ERRORS = (ValueError, TypeError, SyntaxError, tokenize.TokenError)
+"""What numpy raises for a damaged .npy header: a ValueError mostly, but the header is a
+Python literal, and one garbled may fail in the tokenizer numpy falls back to (TokenError,
+IndentationError) or hold an unhashable key (TypeError)."""
 _CORRUPT = "cannot decompress ({}): the file is truncated or corrupt"
 _NOT_FINITE = "holds NaN, infinity or a number too large for float32"
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark, as Windows editors write it
@@ -453,7 +458,7 @@ def _npy_header(f: io.BufferedIOBase, path: Path) -> tuple[int, int, np.dtype]:
         shape, fortran_order, dtype = read(f)
     except _DECODE_ERRORS as err:
         raise VectorFileError(_CORRUPT.format(err), path) from err
-    except ValueError as err:
+    except NPY_HEADER_ERRORS as err:
         raise VectorFileError(f"not a readable .npy array ({err})", path) from err
     if len(shape) != 2 or fortran_order or dtype.kind != "f":
         raise VectorFileError(f"expected a C-order [R, D] float array, found {dtype} {shape}", path)
@@ -623,7 +628,7 @@ def _read_cache(stem: Path, n_keys: int) -> Vectors | None:
         meta["missing_examples"] = tuple(meta["missing_examples"])
         meta["shared_examples"] = tuple(tuple(g) for g in meta["shared_examples"])
         report = CoverageReport(**meta)
-    except (OSError, ValueError, EOFError, KeyError, TypeError):
+    except (OSError, EOFError, KeyError, *NPY_HEADER_ERRORS):
         return None
     ok = matrix.dtype == np.float32 and matrix.ndim == 2 and found.dtype == np.bool_
     if not ok or matrix.shape[0] != n_keys or found.shape != (n_keys,) or report.rows != n_keys:

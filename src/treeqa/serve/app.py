@@ -173,7 +173,19 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 message = f"request line {line[:80]!r}: expected a method, a path and HTTP/1.x"
                 self.send_error(HTTPStatus.BAD_REQUEST, message)
                 return False
-            return super().parse_request()
+            if not super().parse_request():
+                return False
+            # A header line that is no "Name: value" field ("X-é: a", a bare CR) ends what the
+            # parser takes for fields: those after it (Content-Length, Connection) would be
+            # lost, the request refused for a header it has, and its body read as a request.
+            unread = self.headers.get_payload()
+            if isinstance(unread, str) and unread.strip("\r\n"):
+                line = unread.splitlines()[0]
+                self.send_error(
+                    HTTPStatus.BAD_REQUEST, f"header line {line[:80]!r}: not a 'Name: value' field"
+                )
+                return False
+            return True
 
         def route_path(self) -> str:
             """The path the request is for: the target's path, its query dropped and its
