@@ -53,8 +53,11 @@ TORCHRUN = {
     "bug_ddp_inner_module.py",
     "bug_ddp_same_data.py",
     "bug_eval_on_one_shard.py",
+    "clean_fsdp.py",
+    "clean_fsdp1.py",
+    "bug_fsdp_optimiser_before_shard.py",
 }
-"""Data-parallel scripts, run as ``treeqa doctor -- torchrun --nproc-per-node 2`` (gloo, CPU)."""
+"""Data-parallel and sharded (FSDP) scripts, run as ``treeqa doctor -- torchrun --nproc-per-node 2`` (gloo, CPU)."""
 
 _REPORTS: dict[str, tuple[int, dict[str, Any], str]] = {}
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
-from treeqa.health import run_doctor
+from treeqa.health import graphs, run_doctor
 from treeqa.health.graphs import holder_name
 
 GRAPH_CODES = ("graph-retained", "loss-accumulated-with-graph", "retain-graph-every-step")
@@ -275,3 +276,20 @@ def test_a_list_of_evaluation_losses_names_the_list_for_their_graphs_too(tmp_pat
     accumulated = found["loss-accumulated-with-graph"]
     assert accumulated["where"].startswith("list 'val_losses' in <module>()")
     assert accumulated["evidence"]["tensors_in_their_graphs"] > 0
+
+
+def test_a_scan_passes_by_views_whose_base_changed_in_place_since() -> None:
+    """FullyShardedDataParallel keeps a layer's weights as views (``split``) of a flat parameter
+    it fills anew each step: autograd refuses to give such a view's ``grad_fn``, and the scan
+    stopped the monitor on them."""
+    flat = nn.Parameter(torch.zeros(6))
+    weight, bias = flat.split([4, 2])
+    with torch.no_grad():
+        flat.add_(1.0)
+    with pytest.raises(RuntimeError):
+        weight.grad_fn  # noqa: B018 (what the scan met)
+    floor = graphs.next_sequence_nr()
+    kept = [flat * 2 for _ in range(2)]  # graphs of an earlier step, still found
+    found = graphs.scan(graphs.next_sequence_nr(), floor=floor)
+    assert found.tensors == len(kept)
+    assert graphs.sequence_nr(weight) == -1 and graphs.sequence_nr(bias) == -1

@@ -214,3 +214,23 @@ def test_the_backwards_inside_an_lbfgs_step_are_not_updates_by_hand(tmp_path: Pa
     )
     _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
     assert report["steps"] == 6
+
+
+def test_weights_whose_storage_is_freed_are_no_step_and_stop_nothing() -> None:
+    """FSDP's ``fully_shard`` frees the whole weights its forward gathered (storage resized to
+    0) until the backward gathers them again: their elements cannot be read before the
+    backward, nor after it once it frees them again."""
+    model = nn.Linear(3, 2)
+    steps = HandSteps()
+    loss = model(torch.randn(4, 3)).sum()
+    model.weight.untyped_storage().resize_(0)  # freed after the forward
+    steps.backward(loss)
+    model.weight.untyped_storage().resize_(6 * 4)  # gathered again for the backward
+    loss.backward()
+    steps.backward_done()
+    model.weight.untyped_storage().resize_(0)  # and freed after it
+    with torch.no_grad():
+        model.bias -= 0.1 * model.bias.grad
+    assert steps.moved()  # the bias, whose storage stays, moved
+    assert steps.optimizer is not None
+    assert [id(p) for p in steps.optimizer.param_groups[0]["params"]] == [id(model.bias)]

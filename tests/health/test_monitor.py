@@ -884,6 +884,43 @@ def test_activation_growth_compares_the_repeated_blocks_of_a_stack_only(tmp_path
     assert "activation-growth" not in {f["code"] for f in report["findings"]}
 
 
+class Wrapper(nn.Module):
+    """A layer wrapped as FullyShardedDataParallel wraps one: no weights of its own, one child."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)
+
+
+def test_a_stack_under_fsdp_is_told_apart_by_the_weights_it_wraps_or_is_set() -> None:
+    """FullyShardedDataParallel takes a layer's parameters away (into a flat parameter) and sets
+    views of it in their place for a forward, and wraps each layer under an auto-wrap policy: a
+    16-512-512-2 MLP then read as three alike blocks whose logits grew 10x."""
+    rms = {"mlp.0": 0.6, "mlp.1": 0.4, "mlp.2": 0.5, "mlp.3": 0.3, "mlp.4": 6.0}
+    wrapped = nn.Sequential(
+        Wrapper(nn.Linear(16, 512)), nn.ReLU(), Wrapper(nn.Linear(512, 512)), nn.ReLU(),
+        Wrapper(nn.Linear(512, 2)),
+    )  # fmt: skip
+    kinds = {f"mlp.{i}": checks.module_kind(m) for i, m in enumerate(wrapped)}
+    assert checks.activation_growth(rms, kinds) is None
+    mlp = nn.Sequential(
+        nn.Linear(16, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 2)
+    )
+    for layer in mlp[::2]:  # as set for a forward: plain tensors, no parameters
+        weight, bias = layer.weight.detach(), layer.bias.detach()
+        del layer.weight, layer.bias
+        layer.weight, layer.bias = weight, bias
+    kinds = {f"mlp.{i}": checks.module_kind(m) for i, m in enumerate(mlp)}
+    assert checks.activation_growth(rms, kinds) is None
+    # Wrapped alike, a stack of like layers is still one kind, and its growth is found.
+    stack = nn.Sequential(*(Wrapper(nn.Linear(8, 8)) for _ in range(4)))
+    kinds = {f"b.{i}": checks.module_kind(m) for i, m in enumerate(stack)}
+    assert checks.activation_growth({"b.0": 1.0, "b.1": 11.0, "b.2": 130.0, "b.3": 1500.0}, kinds)
+
+
 def test_hot_op_warns_only_if_the_family_dominates_without_the_threads_cpu_wait() -> None:
     """On a busy host a preempted call holds its operator's wall time: a trivial model's
     ``scatter_add_`` read 72% of a step. The window's run-queue wait is taken from the top
@@ -1411,9 +1448,12 @@ def test_messages_say_what_is_known() -> None:
         ("softmax/loss", "aten::_log_softmax"),
         ("communication", "c10d::allreduce_"),  # DDP's gradients, not a reduction
         ("communication", "DistributedDataParallel.forward"),
+        ("communication", "FSDP::all_gather (0)"),  # fully_shard's, not an indexing op
+        ("communication", "FullyShardedDataParallel._pre_forward"),
     ):
         hot = checks.hot_op({op: 7e3, "aten::addmm": 1e3}, 1)
         assert hot is not None and hot.evidence["family"] == family
+        assert hot.severity == "info", op
         assert "conv" not in hot.fix and "bf16" not in hot.fix, family
     waits = checks.input_bound([0.03] * 30, [0.01] * 30, workers=4)
     assert waits is not None and "already has 4 workers" in waits.fix

@@ -327,3 +327,21 @@ def test_sigterm_to_a_script_in_spawns_join_stops_its_processes_and_merges_their
     result = json.loads(out.read_text())
     assert [p["rank"] for p in result["processes"]] == [0, 1]
     assert all(p["steps"] >= 1 for p in result["processes"]), result["processes"]
+
+
+def test_moments_of_a_dtensor_are_this_processs_part() -> None:
+    """``fully_shard``'s parameters are DTensors: their moments are read off this process's
+    part, as plain tensors (a DTensor's ``tolist()`` raises, and stopped the monitor)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        x = torch.arange(8.0)
+        sharded = distribute_tensor(x, init_device_mesh("cpu", (1,)), [Shard(0)])
+        total, squares = moments(sharded, most=4)
+        assert type(total) is torch.Tensor and type(squares) is torch.Tensor
+        assert torch.stack([total, squares]).tolist() == [12.0, 56.0]  # 0, 2, 4, 6
+    finally:
+        dist.destroy_process_group()

@@ -697,7 +697,11 @@ def parameter_aliases(model: nn.Module) -> list[Finding]:
 
 
 _FAMILIES = (
-    ("communication", re.compile(r"c10d::|nccl|gloo|DistributedDataParallel")),
+    # FSDP's regions hold its all-gathers and reduce-scatters ("FSDP::all_gather" is no indexing).
+    (
+        "communication",
+        re.compile(r"c10d::|nccl|gloo|DistributedDataParallel|FSDP::|FullyShardedDataParallel"),
+    ),
     ("convolution", re.compile(r"conv")),
     # Fused RNN layers (aten::mkldnn_rnn_layer on a CPU, _cudnn_rnn, and their backward nodes,
     # CamelCase): before "elementwise", which aten::rnn_tanh would match.
@@ -809,9 +813,18 @@ def hot_op(
 
 def module_kind(module: nn.Module) -> tuple[Any, ...]:
     """What makes two modules of a stack the same block: their class, their own weights' shapes
-    and their children's classes (read without walking the subtree)."""
-    own = tuple(tuple(p.shape) for p in module.parameters(recurse=False))
-    return (type(module), own, tuple(type(c) for c in module.children()))
+    and their children's classes (read without walking the subtree). Tensors set on a module
+    count as its weights: FSDP's ``FullyShardedDataParallel`` sets views of its flat parameter
+    in place of the parameters for a forward. A module with no weights and a single child wraps
+    it, and is the kind of what it wraps (each layer of a stack wrapped in
+    ``FullyShardedDataParallel``)."""
+    weights: list[torch.Tensor] = [*module.parameters(recurse=False)]
+    weights += [v for v in vars(module).values() if isinstance(v, torch.Tensor)]
+    own = tuple(tuple(w.shape) for w in weights)
+    children = list(module.children())
+    if not own and len(children) == 1:
+        return (type(module), module_kind(children[0]))
+    return (type(module), own, tuple(type(c) for c in children))
 
 
 def activation_growth(

@@ -30,7 +30,7 @@ FIXES: dict[str, str] = {
     "hot-op": "make the dominating operator family cheaper (each family has its own advice)",
     "gradients-not-zeroed": "call optimizer.zero_grad() once per optimiser step (before backward), so each step uses only its own gradients",
     "zero-grad-per-micro-batch": "zero the gradients once per optimiser step, before the first micro-batch (if i % accumulate == 0: optimizer.zero_grad()); read a gradient you only log with torch.autograd.grad",
-    "step-without-gradients": "build the optimiser over the parameters of the model that trains, and zero gradients before backward(), not between backward() and step()",
+    "step-without-gradients": "build the optimiser over the parameters of the model that trains (after fully_shard or FullyShardedDataParallel wraps it), and zero gradients before backward(), not between backward() and step()",
     "module-not-registered": "hold layers in nn.ModuleList / nn.ModuleDict (parameters in nn.ParameterList / nn.ParameterDict) so that the model registers them",
     "not-in-optimiser": "build the optimiser after the whole model, or add the layer with optimizer.add_param_group; if it is frozen on purpose, set requires_grad_(False) so that backward skips it",
     "frozen-weights-decayed": "clear the gradients with zero_grad() (set_to_none=True, the default) so the optimiser skips frozen parameters, or leave them out of its parameter groups (or give their group weight_decay=0)",

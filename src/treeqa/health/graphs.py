@@ -35,9 +35,20 @@ list (``buffer.append((state, action, q_values))``)."""
 _TENSOR_TYPES = frozenset({torch.Tensor, nn.Parameter})
 
 
+def grad_fn(tensor: torch.Tensor) -> Any:
+    """``tensor.grad_fn``, or None where autograd refuses to give it: a view among several
+    outputs (``torch.split``) whose base was changed in place since. Such a view holds no graph
+    a backward could use; FSDP's ``FullyShardedDataParallel`` keeps a module's parameters as
+    views of that kind of the flat parameter it fills anew each step."""
+    try:
+        return tensor.grad_fn
+    except RuntimeError:
+        return None
+
+
 def sequence_nr(tensor: torch.Tensor) -> int:
     """The number of ``tensor``'s graph node (-1 for a tensor without one)."""
-    fn = tensor.grad_fn
+    fn = grad_fn(tensor)
     return -1 if fn is None else int(fn._sequence_nr())
 
 
@@ -94,7 +105,7 @@ def _by_age(
     tensors = [
         o
         for o in gc.get_objects()
-        if type(o) in _TENSOR_TYPES and o.grad_fn is not None and o is not loss
+        if type(o) in _TENSOR_TYPES and o is not loss and grad_fn(o) is not None
     ]
     old, fresh = [], []
     for t in tensors:

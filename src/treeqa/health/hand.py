@@ -89,6 +89,14 @@ def _grad_marks(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor | Non
     return torch.take(grad.detach(), index)
 
 
+def _take(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor | None:
+    """``tensor``'s elements at ``index``; None while its storage is freed: FSDP's
+    ``fully_shard`` frees the whole parameters a forward and backward use between them."""
+    if tensor.numel() and tensor.untyped_storage().nbytes() == 0:
+        return None
+    return torch.take(tensor.detach(), index)
+
+
 def spread(tensor: torch.Tensor) -> torch.Tensor:
     """The indices of ``ELEMENTS`` elements spread over ``tensor`` (flattened)."""
     n = tensor.numel()
@@ -104,7 +112,8 @@ class HandSteps:
         self.watched: list[torch.Tensor] = []  # [] until a backward's graph is looked up
         self.index: list[torch.Tensor] = []  # the elements noted of each (``spread``)
         self.candidates = False  # watched: the graph's leaves, not yet a step's trained ones
-        self.noted: list[torch.Tensor] | None = None  # their marks before the last backward
+        # Their marks before the last backward (None for a tensor whose storage was freed).
+        self.noted: list[torch.Tensor | None] | None = None
         self.lr: float | None = None  # the last step size estimated (``rate``)
         self.grads: list[torch.Tensor | None] = []  # their gradients just after that backward
         self.misses = 0
@@ -129,8 +138,8 @@ class HandSteps:
     def watch(self, tensors: list[torch.Tensor]) -> None:
         self.watched, self.index = tensors, [spread(t) for t in tensors]
 
-    def marks(self) -> list[torch.Tensor]:
-        return [torch.take(t.detach(), i) for t, i in zip(self.watched, self.index, strict=True)]
+    def marks(self) -> list[torch.Tensor | None]:
+        return [_take(t, i) for t, i in zip(self.watched, self.index, strict=True)]
 
     def moved(self) -> bool:
         """The watched tensors changed since the last backward: a step made by hand; its
@@ -141,7 +150,7 @@ class HandSteps:
         moving = (
             t
             for t, i, a in zip(self.watched, self.index, noted, strict=True)
-            if not a.equal(torch.take(t.detach(), i))
+            if a is not None and (b := _take(t, i)) is not None and not a.equal(b)
         )
         # Of a look-up's leaves, those that moved; of a step's, the first to have moved will do.
         changed = list(moving) if self.candidates else list(itertools.islice(moving, 1))
@@ -178,7 +187,7 @@ class HandSteps:
         """This update's step size is estimated: the first ``RATE_EVERY``, then every such."""
         return self.updates < RATE_EVERY or self.updates % RATE_EVERY == 0
 
-    def rate(self, noted: list[torch.Tensor]) -> float | None:
+    def rate(self, noted: list[torch.Tensor | None]) -> float | None:
         """The step size of the update just found, from the watched elements: -delta / grad
         where both are non-zero, their median when nearly all agree on it (plain SGD; clipping
         scales every gradient alike). An update along the gradient (a negative step) need only
@@ -191,9 +200,9 @@ class HandSteps:
             grad = _grad_marks(t, i)
             if grad is None or not grad.any():  # cleared since: as it was after the backward
                 grad = self.grads[k] if k < len(self.grads) else None
-            if grad is None or not t.is_floating_point():
+            after = _take(t, i)
+            if grad is None or before is None or after is None or not t.is_floating_point():
                 continue
-            after = torch.take(t.detach(), i)
             delta, used = after - before, (grad != 0) & (after != before)
             g = grad[used].double().cpu()
             ratios.append(-delta[used].double().cpu() / g)

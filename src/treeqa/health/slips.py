@@ -115,8 +115,8 @@ def step_without_gradients(
         "it holds no parameter at all: its parameter groups are empty (given a generator, "
         "such as model.parameters(), that was read up before the optimiser was built?)"
         if empty
-        else "its parameters belong to no model that runs (was the model re-created after the "
-        "optimiser was built?)"
+        else "its parameters belong to no model that runs (was the model re-created, or "
+        "sharded by fully_shard or FullyShardedDataParallel, after the optimiser was built?)"
         if stale
         else "the models that hold its parameters ran only under torch.no_grad() while the "
         "backward went through another model's graph, whose gradients no optimiser applies "
