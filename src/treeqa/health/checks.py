@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from treeqa.health.findings import Finding
+from treeqa.health.thinning import row
 
 # ---------------------------------------------------------------- source locations
 
@@ -414,9 +415,19 @@ def sampled_cross_entropies(
     """(step, C, loss, loss / log(C)) of the sampled steps whose loss is a mean cross-entropy
     over C classes (``samples``: step, C, the factor the step's loss is it times: 1/k under
     gradient accumulation over k), read from the run's series."""
-    first = int(steps[0])
-    read = [(s, c, losses[s - first] / k) for s, c, k in samples if 0 <= s - first < len(losses)]
-    return [(s, c, value, value / math.log(c)) for s, c, value in read]
+    return [
+        (s, c, value, value / math.log(c)) for s, c, value in sampled_losses(samples, steps, losses)
+    ]
+
+
+def sampled_losses(
+    samples: Sequence[tuple[int, Any, float]], steps: Sequence[float], losses: Sequence[float]
+) -> list[tuple[int, Any, float]]:
+    """(step, what, loss / factor) of each of ``samples`` (step, what, factor) whose step has a
+    value in ``losses``, whose step ``steps`` names (a long run's series are thinned:
+    ``thinning.py``)."""
+    rows = ((s, what, k, row(steps, s)) for s, what, k in samples)
+    return [(s, what, losses[at] / k) for s, what, k, at in rows if at is not None]
 
 
 def typical_late_loss(
@@ -560,8 +571,7 @@ def loss_climbed(
     given. All finite (an overflow is ``non-finite``'s)."""
     if not steps or not maximize:
         return None
-    first = int(steps[0])
-    read = [(s, f, losses[s - first] / k) for s, f, k in samples if 0 <= s - first < len(losses)]
+    read = sampled_losses(samples, steps, losses)
     if not all(math.isfinite(v) for *_, v in read):
         return None
     middle = (steps[0] + steps[-1]) / 2

@@ -1,7 +1,8 @@
 """The training-health monitor: cheap checks every step, hooks and scans on sampled steps.
 
-Every step costs a few timer reads and appends to the series and reads the loss (on a GPU
-through ``readings.py``, without a per-step host sync). On CPU, the process's CPU time and a
+Every step costs a few timer reads and appends to the series (kept to a bounded size by
+``thinning.py``) and reads the loss (on a GPU through ``readings.py``, without a per-step host
+sync). On CPU, the process's CPU time and a
 timed reference workload (``Canary``: the machine's own speed) are read on each of the first
 ``TIMED_ALL`` steps, then on every ``TIMED_EVERY``-th. Process memory is read every
 ``RSS_EVERY``-th step or ``RSS_EVERY_S`` seconds, whichever comes first (and with it, at most
@@ -44,6 +45,7 @@ from treeqa.health.readings import LossReadings
 from treeqa.health.retention import Retention
 from treeqa.health.runqueue import RUN_QUEUE, waited_since
 from treeqa.health.scalers import MIN_SCALE, LossScalers
+from treeqa.health.thinning import Thinning, row
 from treeqa.health.wrap import say_failed
 from treeqa.models.common import Output
 from treeqa.train.callbacks import EarlyStopping
@@ -200,7 +202,7 @@ class HealthMonitor(Callback):
         self.stream = stream or sys.stderr
         self.summary = True  # printed at the finish (not by one of several processes)
         self.findings: dict[tuple[str, str], Finding] = {}
-        # array("d"): 8 bytes a value (a list of floats takes ~32), so a 1M-step run keeps ~80 MB
+        # array("d"): 8 bytes a value (a list of floats takes ~32), at most ``thinning.ROWS`` rows
         self.series: dict[str, MutableSequence[float]] = {
             k: array("d")
             for k in (
@@ -218,6 +220,7 @@ class HealthMonitor(Callback):
                 "autograd_nodes",
             )
         }
+        self.thinning = Thinning()
         self.canary = Canary()
         self.models: list[nn.Module] = []
         # Each watched model's parameters its optimiser updates, as ``watch`` was given them
@@ -445,6 +448,8 @@ class HealthMonitor(Callback):
         series["heap_free_mb"].append(free - self.profile.heap_added[1])
         series["cuda_mb"].append(0.0 if on_cpu else torch.cuda.memory_allocated() / 2**20)
         series["autograd_nodes"].append(self._nodes(s, tensor) if self.timed else math.nan)
+        if len(series["step"]) >= self.thinning.rows:
+            self._thin()
         if self._hooks:
             self._remove_hooks()
         if self.sampling:
@@ -492,16 +497,19 @@ class HealthMonitor(Callback):
 
     def _read_losses(self, wait: bool) -> None:
         """Put the loss readings that have arrived into the series and check them."""
-        losses, last = self.series["loss"], self.step
+        steps, losses = self.series["step"], self.series["loss"]
         for step, value in self.losses.ready(wait):
-            losses[len(losses) - 1 - (last - step)] = value
+            at = row(steps, step)
+            if at is not None:  # (None: a reading so late that its row was thinned out)
+                losses[at] = value
             self._saw_loss(step, value)
 
     def _saw_loss(self, step: int, value: float) -> None:
         if value != value or value in (math.inf, -math.inf) or self.nonfinite.armed:
             losses = self.series["loss"]
-            at = len(losses) - 1 - (self.step - step)  # this step's place in the series
-            earlier = [v for v in losses[max(0, at - 10) : at] if math.isfinite(v)]
+            at = row(self.series["step"], step)  # this step's place in the series
+            earlier = [] if at is None else losses[max(0, at - 10) : at]
+            earlier = [v for v in earlier if math.isfinite(v)]
             self.nonfinite.saw_loss(step, value, earlier)
 
     def add(self, finding: Finding) -> None:
@@ -533,20 +541,13 @@ class HealthMonitor(Callback):
         if self._unused_params:  # a run shorter than the window
             self._track_unused(self.step, last=True)
         self.nonfinite.finish()
-        self._add_if(checks.loss_at_chance(self.chance, self.series["step"], self.series["loss"]))
+        steps, losses = self.even("step"), self.even("loss")
+        self._add_if(checks.loss_at_chance(self.chance, steps, losses))
         # A loss that overflowed, or climbs from steps taken uphill, has its cause said.
         if not any(code in ("non-finite", "lr-negative") for code, _ in self.findings):
-            self._add_if(
-                checks.loss_diverged(
-                    self.chance, self.series["step"], self.series["loss"], self.maximize
-                )
-            )
+            self._add_if(checks.loss_diverged(self.chance, steps, losses, self.maximize))
             if self.maximize_weights:
-                self._add_if(
-                    checks.loss_climbed(
-                        self.regression, self.series["step"], self.series["loss"], self.maximize
-                    )
-                )
+                self._add_if(checks.loss_climbed(self.regression, steps, losses, self.maximize))
         if not any(code == "non-finite" for code, _ in self.findings):
             self._add_if(self.scalers.collapsed(self.step))
         self._series_checks(self.step)
@@ -621,6 +622,7 @@ class HealthMonitor(Callback):
 
     def epoch_ended(self) -> None:
         """An epoch is over: memory growth is judged on the steps after the first one."""
+        # Rows are steps here: thinned series hold more rows than FIT_MEMORY_WARMUP steps.
         self.memory_warmup = min(self.memory_warmup, len(self.series["rss_mb"]))
 
     def on_eval_start(self, state: TrainState, model: nn.Module) -> None:
@@ -727,35 +729,51 @@ class HealthMonitor(Callback):
 
     # ------------------------------------------------------------------ series and profiles
 
+    def even(self, name: str) -> Sequence[float]:
+        """The series ``name`` at one stride all through (``thinning.py``): a quarter of its
+        values is a quarter of the steps, as the checks over quarters of the run and the report
+        read it."""
+        return self.thinning.even(self.series[name])
+
+    def _thin(self) -> None:
+        """The series are full: thin their older rows, and forget the sampled steps whose rows
+        went with them (their loss can no longer be read)."""
+        self.thinning.thin(self.series)
+        keeps = self.thinning.keeps
+        self.chance = [sample for sample in self.chance if keeps(sample[0])]
+        self.regression = [sample for sample in self.regression if keeps(sample[0])]
+
     def _series_checks(self, s: int) -> None:
-        profiled = self.profile.profiled
-        first = int(self.series["step"][0]) if self.series["step"] else 1  # > 1 on resume
+        profiled, even, stride = self.profile.profiled, self.even, self.thinning.stride
+        steps = even("step")
+        first = int(steps[0]) if steps else 1  # > 1 on resume
 
         def unprofiled(values: Sequence[float]) -> MutableSequence[float]:
             out = array("d", values)
             for step in profiled:
-                if 0 <= step - first < len(out):
-                    out[step - first] = math.nan
+                at, off = divmod(step - first, stride)
+                if off == 0 and 0 <= at < len(out):
+                    out[at] = math.nan
             return out
 
-        times = unprofiled(self.series["step_time"])
-        warm = self.memory_warmup
+        times = unprofiled(even("step_time"))
+        warm = self.thinning.warm_rows(steps, self.memory_warmup)
         # With the work on the CPU, a slowdown must show in CPU time too (not just other jobs),
         # and beyond the machine's own speed (the canary).
         on_cpu = not torch.cuda.is_initialized()
-        cpu = unprofiled(self.series["cpu_time"]) if on_cpu else None
-        canary = self.series["canary"] if on_cpu else None
-        wait = unprofiled(self.series["cpu_wait"]) if on_cpu else None
-        work = self.series["autograd_nodes"]
+        cpu = unprofiled(even("cpu_time")) if on_cpu else None
+        canary = even("canary") if on_cpu else None
+        wait = unprofiled(even("cpu_wait")) if on_cpu else None
+        work = even("autograd_nodes")
         for found in (
             checks.step_time_regression(times, cpu, canary, wait, work),
             checks.memory_growth(
-                self.series["rss_mb"][warm:],
+                even("rss_mb")[warm:],
                 "host RSS",
                 32.0,
-                (self.series["heap_used_mb"][warm:], self.series["heap_free_mb"][warm:]),
+                (even("heap_used_mb")[warm:], even("heap_free_mb")[warm:]),
             ),
-            checks.memory_growth(self.series["cuda_mb"][warm:], "device memory", 16.0)
+            checks.memory_growth(even("cuda_mb")[warm:], "device memory", 16.0)
             if not on_cpu
             else None,
             self._input_bound(),

@@ -27,12 +27,12 @@ def one_line(finding: Finding) -> str:
 
 def build(monitor: Any) -> dict[str, Any]:
     findings = sorted(monitor.findings.values(), key=lambda f: (_ORDER[f.severity], f.step))
-    stride = max(1, -(-len(monitor.series["step"]) // REPORT_POINTS))
+    even = {k: monitor.even(k) for k in monitor.series}  # a long run's: thinned evenly
+    stride = max(1, -(-len(even["step"]) // REPORT_POINTS))
     series = {
-        k: [None if not math.isfinite(v) else v for v in vs[::stride]]
-        for k, vs in monitor.series.items()
+        k: [None if not math.isfinite(v) else v for v in vs[::stride]] for k, vs in even.items()
     }
-    series["step"] = [int(v) for v in monitor.series["step"][::stride]]
+    series["step"] = [int(v) for v in even["step"][::stride]]
     return {
         "findings": [f.to_json() for f in findings],
         "series": series,
