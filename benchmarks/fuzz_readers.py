@@ -83,6 +83,15 @@ def mutate(data: bytes, rng: random.Random) -> tuple[bytes, str]:
     ], f"insert {junk[:12]!r}{'...' if len(junk) > 12 else ''} at {at}"
 
 
+def mutate_gz(data: bytes, rng: random.Random) -> tuple[bytes, str]:
+    """``data`` gzipped and damaged, as ``mutate`` damages: half the time the compressed bytes,
+    else the plain bytes, then gzipped."""
+    if rng.random() < 0.5:
+        return mutate(gzip.compress(data, mtime=0), rng)
+    damaged, how = mutate(data, rng)
+    return gzip.compress(damaged, mtime=0), how + " (then gzipped)"
+
+
 @contextlib.contextmanager
 def deadline(seconds: float) -> Iterator[None]:
     def ring(signum: int, frame: Any) -> None:
@@ -273,14 +282,7 @@ class Readers:
     def squad(self, rng: random.Random, gz: bool = False) -> tuple[bytes, str, tuple[str, str]]:
         from treeqa.data.squad import iter_articles
 
-        base = (
-            gzip.compress(self.squad_bytes, mtime=0)
-            if gz and rng.random() < 0.5
-            else self.squad_bytes
-        )
-        data, how = mutate(base, rng)
-        if gz and base is self.squad_bytes:
-            data, how = gzip.compress(data, mtime=0), how + " (then gzipped)"
+        data, how = mutate_gz(self.squad_bytes, rng) if gz else mutate(self.squad_bytes, rng)
         path = self.case_dir() / ("squad.json.gz" if gz else "squad.json")
         path.write_bytes(data)
         return data, how, call(lambda: list(iter_articles(path)), [str(path)], self.timeout)
@@ -302,14 +304,7 @@ class Readers:
     def vectors(self, rng: random.Random, gz: bool = False) -> tuple[bytes, str, tuple[str, str]]:
         from treeqa.data.vectors import load_vectors, width
 
-        base = (
-            gzip.compress(self.vectors_bytes, mtime=0)
-            if gz and rng.random() < 0.5
-            else self.vectors_bytes
-        )
-        data, how = mutate(base, rng)
-        if gz and base is self.vectors_bytes:
-            data, how = gzip.compress(data, mtime=0), how + " (then gzipped)"
+        data, how = mutate_gz(self.vectors_bytes, rng) if gz else mutate(self.vectors_bytes, rng)
         folder = self.case_dir()
         path = folder / ("vectors.txt.gz" if gz else "vectors.txt")
         path.write_bytes(data)
