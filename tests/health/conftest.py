@@ -56,6 +56,9 @@ TORCHRUN = {
     "clean_fsdp.py",
     "clean_fsdp1.py",
     "bug_fsdp_optimiser_before_shard.py",
+    "bug_fsdp_zero_grad_per_micro_batch.py",
+    "bug_fsdp_gradients_not_zeroed.py",
+    "bug_fsdp1_gradients_not_zeroed.py",
 }
 """Data-parallel and sharded (FSDP) scripts, run as ``treeqa doctor -- torchrun --nproc-per-node 2`` (gloo, CPU)."""
 

@@ -126,6 +126,9 @@ EXPECTED = {
     "bug_hogwild_spawn_probs_into_ce.py": "probabilities-into-cross-entropy",  # spawned
     "bug_eval_on_one_shard.py": "evaluation-on-one-shard",  # under torchrun, 2 processes
     "bug_fsdp_optimiser_before_shard.py": "step-without-gradients",  # built before fully_shard
+    "bug_fsdp_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",  # fully_shard
+    "bug_fsdp_gradients_not_zeroed.py": "gradients-not-zeroed",  # fully_shard
+    "bug_fsdp1_gradients_not_zeroed.py": "gradients-not-zeroed",  # FullyShardedDataParallel
 }
 INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
 CLEAN = [
@@ -197,9 +200,9 @@ CLEAN = [
     "clean_frozen_decay.py",  # frozen before any backward, zeroed in place; decay on LayerNorm
 ]
 
-SLOW = {"clean_fsdp1.py"}
-"""Corpus scripts opt in with ``-m slow``: FSDP1 under torchrun, ~20 s on 2 cores (its fixes
-are covered by unit tests in the default run)."""
+SLOW = {"clean_fsdp1.py", "bug_fsdp1_gradients_not_zeroed.py"}
+"""Corpus scripts opt in with ``-m slow``: FSDP1 under torchrun, ~10-20 s each on 2 cores (its
+fixes are covered by unit tests in the default run)."""
 
 
 def _marked(names: list[str]) -> list[Any]:
@@ -243,7 +246,7 @@ def _skip_where_torch_lacks_the_api(name: str) -> None:
         pytest.skip(f"autograd nodes give no input shapes in torch {torch.__version__}")
 
 
-@pytest.mark.parametrize("name", list(EXPECTED))
+@pytest.mark.parametrize("name", _marked(list(EXPECTED)))
 def test_bug_script_is_named(name: str, doctor_report) -> None:
     _skip_where_torch_lacks_the_api(name)
     if EXPECTED[name] == "heap-retention" and heap_mb() is None:
@@ -297,6 +300,15 @@ def test_an_optimiser_built_before_fully_shard_is_named_as_the_cause(doctor_repo
     found = next(f for f in report["findings"] if f["code"] == "step-without-gradients")
     assert found["evidence"]["stale_parameters"] and found["evidence"]["ranks"] == [0, 1]
     assert "fully_shard" in found["message"] and "fully_shard" in found["fix"]
+
+
+def test_gradients_never_zeroed_under_fully_shard_are_said_as_added_to(doctor_report) -> None:
+    """FSDP2's backward adds into the part of a DTensor gradient each process holds, not into
+    the DTensor: its gradients were written each step, not left from the step before."""
+    _, report, _ = doctor_report("bug_fsdp_gradients_not_zeroed.py")
+    found = next(f for f in report["findings"] if f["code"] == "gradients-not-zeroed")
+    assert "never zeroed between optimiser steps" in found["message"], found
+    assert found["evidence"]["dirty_in_a_row"] == 3
 
 
 def test_an_evaluation_between_steps_is_neither_compute_nor_data_wait(doctor_report) -> None:

@@ -176,6 +176,55 @@ def test_zero_grad_on_every_micro_batch_is_told_from_deliberate_second_backwards
     assert found is not None and found.evidence["backwards_per_step"] == 4
 
 
+def _sharded_run(how: str, steps: int = 5) -> tuple[list[bool], list[bool], list[str]]:
+    """A flat parameter as FSDP1's (marked ``_is_flat_param``), its gradient set by each
+    backward as FSDP sets it, outside the backward's graph, every step sampled: "never zeroed"
+    (FSDP1 sets a new tensor, the old one added), "zeroed" once a step, "in place, never
+    zeroed" (FSDP2 adds into the tensor there), "zero each" of 2 micro-batches, "held apart"
+    (the first of 2 micro-batches leaves it alone, as FSDP2's do under
+    set_requires_gradient_sync(False)), "kept for the next" (FSDP1's first under no_sync
+    leaves the whole flat parameter's gradient, which the second finds and reduces into a new
+    tensor)."""
+    torch.manual_seed(0)
+    flat = nn.Parameter(torch.zeros(6))
+    flat._is_flat_param = True  # type: ignore[attr-defined]
+    opt = torch.optim.SGD([flat], lr=0.1)
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    micro_batches = 1 if how in ("never zeroed", "zeroed", "in place, never zeroed") else 2
+    for step in range(1, steps + 1):
+        updates.begin_step(sampled=True)
+        if how in ("zeroed", "held apart", "kept for the next"):
+            opt.zero_grad()
+        for micro in range(micro_batches):
+            if how == "zero each":
+                opt.zero_grad()
+            updates.backward_called()
+            g = torch.randn(6)
+            if how == "held apart" and micro == 0:
+                pass
+            elif how == "in place, never zeroed" and flat.grad is not None:
+                flat.grad += g
+            else:
+                flat.grad = g if flat.grad is None else flat.grad + g
+            updates.backward_returned()
+        opt.step()
+        updates.end_step(step, True, opt, [], [("flat", flat)])
+    probe = updates.probes["model"]
+    return probe.clean, probe.discarded, [f.code for f in found]
+
+
+def test_fsdp_parameters_are_read_as_each_backward_is_called_and_returns() -> None:
+    """FSDP's parameters are not the ones the backward reaches: no hook of theirs runs, and
+    the gradient the optimiser steps is read around each backward instead. Step 1 chooses."""
+    assert _sharded_run("never zeroed") == ([False] * 4, [], ["gradients-not-zeroed"])
+    assert _sharded_run("in place, never zeroed") == ([False] * 4, [], ["gradients-not-zeroed"])
+    assert _sharded_run("zeroed") == ([True] * 4, [], [])
+    assert _sharded_run("zero each") == ([True] * 4, [True] * 4, ["zero-grad-per-micro-batch"])
+    assert _sharded_run("held apart") == ([True] * 4, [], [])  # one backward added into it
+    assert _sharded_run("kept for the next") == ([True] * 4, [False] * 4, [])
+
+
 def test_step_without_gradients_counts_steps_after_a_backward_only() -> None:
     found: list[Finding] = []
     updates = Updates(found.append)

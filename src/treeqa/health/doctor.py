@@ -155,6 +155,8 @@ class Doctor:
             if me is not None:
                 me.note_backward(tensors, args, kwargs)
             result = original(tensors, *args, **kwargs)
+            if me is not None and me.updates.reading:  # probes on FSDP's parameters
+                me.monitor.safely(me.updates.backward_returned)
             if me is not None and me.hand is not None:
                 me.monitor.safely(me.hand.backward_done)
             if me is not None and me.ended_in_backward:
@@ -304,6 +306,8 @@ class Doctor:
                 self.monitor.scalers.note_backward(loss, gradient)
         self.updates.backwards += 1
         self.updates.gradients_taken()
+        if self.updates.reading:
+            self.updates.backward_called()
         # create_graph retains the graph too, for a second-order step taken within this step
         # (Hessian-vector products): not the retain_graph=True that silences a state's graph.
         self.monitor.note_backward(bool(retain))

@@ -18,16 +18,28 @@ steps (a GAN's generator). Each ``finish`` gives its step's verdicts:
 
 The two hooks cost one host sync per backward of a sampled step (and two dot products on the
 device when the gradient is not cleared), and nothing otherwise.
+
+FSDP's parameters are not the ones the backward reaches (``fully_shard``'s ``DTensor``
+parameters are not in the graph; ``FullyShardedDataParallel`` moves its flat parameter's
+gradient aside before each backward and adds it back after): a probe on one takes no hook, and
+is told of each backward as it is called and as it returns instead (``backward_called``,
+``backward_returned``), reading the gradient the optimiser steps, this process's part of it,
+at both (one host sync per backward of a sampled step). A backward that left it as it was
+(FSDP2's micro-batches under ``set_requires_gradient_sync(False)`` hold their gradients
+apart, in the whole weights) did not add into it.
 """
 
 from __future__ import annotations
 
+import sys
+import weakref
 from typing import Any
 
 import torch
 
 from treeqa.health import slips
 from treeqa.health.findings import Finding
+from treeqa.health.processes import local_part
 
 Taken = tuple[bool, torch.Tensor | None, torch.Tensor]
 """A hook call's: the gradient was cleared; for the one there (None if cleared), its squared
@@ -44,6 +56,8 @@ class Probe:
 
     def __init__(self, param: torch.Tensor, whose: str = "", by_hand: bool = False):
         self.param, self.whose, self.by_hand = param, whose, by_hand
+        self.at_backward = _sharded(param)  # read at each backward's call and return
+        self.armed = False
         self.clean: list[bool] = []  # per finished step: a backward started from cleared grads
         # per finished step with 2+ backwards: all started clean, nothing changed in between
         self.discarded: list[bool] = []
@@ -55,14 +69,21 @@ class Probe:
         self._taken: Taken | None = None
         self._last_taken: Taken | None = None  # the step's last torch.autograd.grad call's
         self._by_grad: list[bool] = []  # this step's torch.autograd.grad calls: cleared before
+        # (a probe ``at_backward``) the backward being run found: the gradient cleared; the
+        # gradient (None if there was none) and its part's version, to tell if it added into it
+        self._found: tuple[bool, weakref.ref[torch.Tensor] | None, int] | None = None
 
     def arm(self) -> None:
         """A sampled step's compute starts: watch the backwards until ``finish`` (not a
         parameter frozen since it was chosen: it takes no hook, and has no gradient to judge)."""
-        if self._handles or not self.param.requires_grad:
+        if self.armed or not self.param.requires_grad:
             return
+        self.armed = True
         self._backwards, self._last_grad = [], None
         self._taken, self._by_grad, self._last_taken = None, [], None
+        self._found = None
+        if self.at_backward:
+            return
         self._handles = [
             self.param.register_hook(self._before_accumulate),
             self.param.register_post_accumulate_grad_hook(self._accumulated),
@@ -71,7 +92,37 @@ class Probe:
     def disarm(self) -> None:
         while self._handles:
             self._handles.pop().remove()
-        self._last_grad = self._taken = self._last_taken = None
+        self.armed = False
+        self._last_grad = self._taken = self._last_taken = self._found = None
+
+    def backward_called(self) -> None:
+        """A backward is about to run (a probe ``at_backward``): is the gradient cleared? Not
+        judged where this process holds none of the parameter (more processes than rows)."""
+        grad = self.param.grad
+        if grad is None:
+            self._found = (True, None, 0)
+            return
+        part = local_part(grad)
+        if part.numel() == 0:
+            self._found = None
+            return
+        cleared = not bool(part.any())  # one host sync
+        self._found = (cleared, weakref.ref(grad), part._version)
+
+    def backward_returned(self) -> None:
+        """The backward has returned: it added into the gradient if it left a new tensor there
+        or changed the one it found (FSDP2 adds into its part in place)."""
+        if self._found is None:
+            return
+        cleared, before, version = self._found
+        self._found = None
+        grad = self.param.grad
+        if grad is None:
+            return
+        if before is not None and before() is grad and local_part(grad)._version == version:
+            return
+        self._backwards.append((cleared, self.param._version))
+        self._last_grad = grad
 
     def _before_accumulate(self, grad: torch.Tensor) -> None:
         self._settle_taken()
@@ -106,7 +157,7 @@ class Probe:
 
     def finish(self) -> list[Finding]:
         """The optimiser stepped: the step's verdicts, and the findings they make."""
-        if not self._handles:
+        if not self.armed:
             return []
         backwards = self._backwards
         found = []
@@ -149,3 +200,12 @@ class Probe:
         clean = all(clean for clean, _ in self._backwards)
         grad = self.param.grad
         return clean and len(versions) == 1 and grad is not None and grad is self._last_grad
+
+
+def _sharded(param: torch.Tensor) -> bool:
+    """FSDP's: ``FullyShardedDataParallel``'s flat parameter, or a ``DTensor`` (the parameters
+    ``fully_shard`` makes); torch.distributed is not imported to tell."""
+    if getattr(param, "_is_flat_param", False):
+        return True
+    tensor = sys.modules.get("torch.distributed.tensor")
+    return tensor is not None and isinstance(param, tensor.DTensor)

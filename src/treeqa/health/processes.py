@@ -182,7 +182,7 @@ def _first_tensor(args: Any) -> torch.Tensor | None:
     return None
 
 
-def _local(x: torch.Tensor) -> torch.Tensor:
+def local_part(x: torch.Tensor) -> torch.Tensor:
     """This process's part of ``x`` where it is a ``DTensor`` (the parameters ``fully_shard``
     makes), read without a collective; else ``x``."""
     to_local = getattr(x, "to_local", None)
@@ -193,7 +193,7 @@ def moments(x: torch.Tensor, most: int = 0) -> tuple[torch.Tensor, torch.Tensor]
     """``x``'s sum and sum of squares in float64, on its device, cast a chunk at a time; of
     every k-th element only, k the smallest that leaves at most ``most`` (when given). Of a
     ``DTensor``, this process's part's."""
-    flat = _local(x.detach()).reshape(-1)
+    flat = local_part(x.detach()).reshape(-1)
     if most and flat.numel() > most:
         flat = flat[:: -(-flat.numel() // most)]
     sums, squares = [], []

@@ -72,6 +72,7 @@ from treeqa.health import checks, registration, slips
 from treeqa.health.findings import Finding
 from treeqa.health.hand import HandUpdates
 from treeqa.health.probes import Probe
+from treeqa.health.processes import local_part
 from treeqa.health.scalers import LossScalers
 from treeqa.health.wrap import Watched, Wrappers, note_calls, note_calls_of, note_function_calls
 
@@ -113,6 +114,8 @@ class Updates:
         self.other_probes: weakref.WeakKeyDictionary[torch.optim.Optimizer, Probe] = (
             weakref.WeakKeyDictionary()
         )
+        # The armed probes on FSDP's parameters, told of each backward (``backward_called``).
+        self.reading: list[Probe] = []
         # Other optimisers whose probe is armed at their next step (a sampled step's).
         self.others_due: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         # ReduceLROnPlateau.step calls per optimiser it drives (weak: a finished run's optimiser)
@@ -283,10 +286,28 @@ class Updates:
             for probe in self.probes.values():
                 probe.arm()
             self.others_due = weakref.WeakSet(self.other_probes.keys())
+            self._note_reading()
 
     def remove_hooks(self) -> None:
         for probe in (*self.probes.values(), *self.other_probes.values()):
             probe.disarm()
+        self.reading = []
+
+    def _note_reading(self) -> None:
+        """After probes were armed or finished: the armed ones on FSDP's parameters."""
+        probes = (*self.probes.values(), *self.other_probes.values())
+        self.reading = [probe for probe in probes if probe.armed and probe.at_backward]
+
+    def backward_called(self) -> None:
+        """A backward is about to run, and probes on FSDP's parameters are armed, which no
+        hook of theirs tells of it."""
+        for probe in self.reading:
+            probe.backward_called()
+
+    def backward_returned(self) -> None:
+        """That backward has returned."""
+        for probe in self.reading:
+            probe.backward_returned()
 
     def other_step(self, optimizer: torch.optim.Optimizer) -> None:
         """An optimiser other than the clock stepped (a GAN's other half): judge its probe's
@@ -309,6 +330,9 @@ class Updates:
         if probe is not None and optimizer in self.others_due:
             probe.arm()
             self.others_due.discard(optimizer)
+            self._note_reading()
+        elif self.reading:  # (its probe may have finished)
+            self._note_reading()
 
     def _choose_probes(
         self, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]
@@ -366,6 +390,8 @@ class Updates:
                 if not (key == "first" and ("model", found.code) in said):
                     self._report(found)
                 said.add((key, found.code))
+        if self.reading:
+            self._note_reading()
         if sampled:
             self._choose_probes(optimizer, params)
         # A backward through a graph while the models this optimiser trains ran no forward
@@ -383,8 +409,9 @@ class Updates:
             self._note_stale(params)
         self.stepped_grads = []
         if sampled and not by_hand:
+            # (FSDP2's backward adds into a DTensor gradient's part, not the DTensor)
             self.stepped_grads = [
-                (p, weakref.ref(p.grad), p.grad._version)
+                (p, weakref.ref(p.grad), local_part(p.grad)._version)
                 for group in optimizer.param_groups
                 for p in group["params"]
                 if p.grad is not None
@@ -455,7 +482,7 @@ class Updates:
         stale = [
             p
             for p, grad, version in self.stepped_grads
-            if p.grad is not None and p.grad is grad() and p.grad._version == version
+            if p.grad is not None and p.grad is grad() and local_part(p.grad)._version == version
         ]
         self.stale = self.stale + 1 if stale else 0
         if self.stale == STALE_STEPS:
