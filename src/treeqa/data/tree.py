@@ -55,12 +55,51 @@ class TreeSyntaxError(ValueError):
 
 @dataclass(frozen=True, eq=False)
 class Tree:
-    """A labelled ordered tree: ``parent[i]`` (-1 at the root), ``labels[i]`` (-1 = none),
-    ``words[i]`` (the token at a leaf, None at an inner node)."""
+    """A labelled ordered tree: ``parent[i]`` (-1 at the root), ``labels[i]`` (0-4, -1 =
+    none), ``words[i]`` (the token at a leaf, None at an inner node), nodes in pre-order. One
+    built by hand may give lists; a tree out of that shape is a ValueError naming the node."""
 
     parent: np.ndarray  # [N] int64
     labels: np.ndarray  # [N] int64
     words: tuple[str | None, ...]  # [N]
+
+    def __post_init__(self) -> None:
+        # A tree built by hand, not read: the batching, the writer and ``phrase`` rely on
+        # pre-order, and a bad one would batch without error and print as other phrases.
+        # Plain Python over lists: numpy's per-call cost would slow reading a treebank.
+        n = len(self.words)
+        parent = np.asarray(self.parent, dtype=np.int64)  # [N]; no copy for the reader's
+        labels = np.asarray(self.labels, dtype=np.int64)  # [N]
+        object.__setattr__(self, "parent", parent)
+        object.__setattr__(self, "labels", labels)
+        if n == 0 or parent.shape != (n,) or labels.shape != (n,):
+            raise ValueError(
+                f"Tree: parent {list(parent.shape)}, labels {list(labels.shape)} and words [{n}] "
+                "need one entry per node, at least one node"
+            )
+        parents, values = parent.tolist(), labels.tolist()
+        if not UNLABELLED <= min(values) <= max(values) <= MAX_LABEL:
+            raise ValueError(
+                f"Tree: labels are 0-{MAX_LABEL} (SST's scale) or {UNLABELLED} for none; got "
+                f"{values}"
+            )
+        if parents[0] != -1:
+            raise ValueError(f"Tree: parent[0] is -1 (node 0 is the root); got {parents}")
+        path = [0]  # the open subtrees at node i - 1: its ancestors and itself
+        for i in range(1, n):
+            while path and path[-1] != parents[i]:
+                path.pop()
+            if not path:
+                raise ValueError(
+                    f"Tree: nodes are in pre-order (a subtree's nodes right after its root, "
+                    f"node 0 the root), but node {i}'s parent, {parents[i]}, is not node "
+                    f"{i - 1} or one of its ancestors; got parent {parents}"
+                )
+            path.append(i)
+        inner = set(parents)
+        leaf = next((i for i, w in enumerate(self.words) if w is None and i not in inner), None)
+        if leaf is not None:
+            raise ValueError(f"Tree: node {leaf} is a leaf with no word (words[{leaf}] is None)")
 
     def __len__(self) -> int:
         return len(self.words)

@@ -350,7 +350,13 @@ class QANet(nn.Module):
         super().__init__()
         table = torch.zeros(vocab_size, config.word_dim)
         if vectors is not None:
-            table.copy_(torch.as_tensor(vectors, dtype=torch.float32))  # raises on a shape mismatch
+            if tuple(vectors.shape) != tuple(table.shape):
+                raise ValueError(
+                    f"vectors have shape {list(vectors.shape)}, expected [{vocab_size}, "
+                    f"{config.word_dim}] (vocab_size, model.word_dim): set word_dim to the "
+                    "vectors' width"
+                )
+            table.copy_(torch.as_tensor(vectors, dtype=torch.float32))
         table[0] = 0.0  # padding
         self.config = config
         # Stochastic depth leaves some sublayers' weights unused at a step (data-parallel

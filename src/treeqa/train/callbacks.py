@@ -233,6 +233,15 @@ class Checkpointer(Callback):
         extra_tensors: Callable[[str], dict[str, torch.Tensor]] | None = None,
         every: int = 0,
     ):
+        for key, value in meta.items():  # now, not when the first epoch's end saves it
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError) as err:
+                raise TypeError(
+                    f"Checkpointer meta[{key!r}] is a {type(value).__name__}, which a checkpoint's "
+                    f"JSON header cannot hold ({err}): give plain values (a config dataclass "
+                    "as treeqa.config.to_dict(config), a path as str(path))"
+                ) from None
         self.run_dir, self.meta, self.scheduler = Path(run_dir), meta, scheduler
         self.every = every
         self.extra_tensors = extra_tensors or (lambda kind: {})

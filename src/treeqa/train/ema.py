@@ -27,12 +27,16 @@ class EMA(Callback):
         self.shadow: dict[str, torch.Tensor] = {}
         self.backup: dict[str, torch.Tensor] = {}
         self.params: dict[str, nn.Parameter] = {}
+        self.loaded: dict[str, torch.Tensor] | None = None
+        """Shadows ``load`` read from a checkpoint, which the next ``fit()`` goes on from."""
 
     def on_fit_start(
         self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
     ) -> None:
         self.params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-        loaded = self.shadow
+        # Only shadows loaded for this run: an earlier fit()'s are another run's (a model
+        # trained before this one), not where this one starts.
+        loaded, self.loaded = self.loaded, None
         self.shadow = {n: p.detach().clone() for n, p in self.params.items()}
         if loaded:  # resumed: shadows restored by load() before the loop started
             if loaded.keys() != self.shadow.keys():
@@ -76,6 +80,7 @@ class EMA(Callback):
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
         """Shadows from a last checkpoint's ``ema.*`` group (``Checkpoint.group("ema.")``)."""
         self.shadow = {n: t.clone() for n, t in tensors.items()}
+        self.loaded = self.shadow
 
 
 def build_ema(decay: float, resumed_from: Path | None = None) -> EMA | None:

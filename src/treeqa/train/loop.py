@@ -340,6 +340,27 @@ def clip_gradients(params: Iterable[nn.Parameter], max_norm: float) -> None:
             (g.values() if g.is_sparse else g).mul_(scale.to(g.dtype))
 
 
+def check_loss(loss: Any) -> None:
+    """A TypeError or ValueError unless ``loss``, a training step's ``Output.loss``, is one
+    number autograd can step from: else backward fails with torch's words, naming no model."""
+    if not isinstance(loss, torch.Tensor):
+        raise TypeError(
+            f"the model's Output.loss is a {type(loss).__name__}; fit() takes a tensor "
+            "computed from the model's weights"
+        )
+    if loss.dim() != 0:
+        raise ValueError(
+            f"the model's Output.loss has shape {list(loss.shape)}; fit() takes one number "
+            "(a loss per example or node reduced by .mean() or .sum())"
+        )
+    if not loss.requires_grad:
+        raise ValueError(
+            "the model's Output.loss does not require grad: it was computed apart from the "
+            "model's weights (under torch.no_grad(), after .detach() or .item(), or with "
+            "every weight frozen)"
+        )
+
+
 def check_metric(metric: str, names: Iterable[str]) -> None:
     """A ConfigError unless ``metric`` is one of the dev metrics ``names``: with another, every
     epoch would be "no better" and no best checkpoint would ever be written."""
@@ -462,6 +483,7 @@ def fit(
                     )
                 if output.loss is None:
                     raise ValueError("a training batch produced no loss: does it carry labels?")
+                check_loss(output.loss)
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(output.loss).backward()
                 scaler.unscale_(optimizer)  # callbacks and clipping see the true gradients
