@@ -12,6 +12,9 @@ checkout's ``checks.step_time_regression`` and, with ``--against FILE``, by anot
     git show HEAD:src/treeqa/health/checks.py > /tmp/checks_before.py
     python benchmarks/bench_step_time_load.py --runs 20 --busy 3 \
         --against /tmp/checks_before.py --out benchmarks/results/step-time-load-busy3
+
+Each row also keeps the run's quarters (``quarters``): what the step time, its time less the
+wait, CPU time, the reference workload and the share of waiting did over the run.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import inspect
 import io
 import json
 import math
@@ -86,6 +90,9 @@ def replayed(report: dict[str, Any], judge: Callable[..., Any]) -> list[int]:
         k: [math.nan if s in profiled else v for s, v in zip(series["step"], vs, strict=True)]
         for k, vs in series.items()
     }
+    # (a checks.py from before ``one_thread`` was judged takes no such argument)
+    one = torch.get_num_threads() == 1
+    one_thread = {"one_thread": one} if "one_thread" in inspect.signature(judge).parameters else {}
     n, at, due = len(series["step"]), [], EVERY
     for s in range(1, n + 1):
         if s < due and s < n:
@@ -97,10 +104,35 @@ def replayed(report: dict[str, Any], judge: Callable[..., Any]) -> list[int]:
             series["canary"][:s],
             unprofiled["cpu_wait"][:s],
             series["autograd_nodes"][:s],
+            **one_thread,
         )
         if found is not None:
             at.append(s)
     return at
+
+
+def quarters(report: dict[str, Any]) -> dict[str, list[float] | None]:
+    """The run's readings as the rule sees them over the whole run: quarter medians of the
+    step time, its time less the wait (``own``), the process's CPU time and the reference
+    workload (ms; the reference's fastest tenth too), and each quarter's share of waiting."""
+    series = {
+        k: [math.nan if v is None else float(v) for v in vs] for k, vs in report["series"].items()
+    }
+    warmup = checks.warmup_of(len(series["step"]))
+    own = checks.less_wait(series["step_time"], series["cpu_wait"])
+
+    def ms(found: list[float] | None) -> list[float] | None:
+        return None if found is None else [round(v * 1e3, 4) for v in found]
+
+    shares = checks.quarter_shares(series["cpu_wait"], series["step_time"], warmup)
+    return {
+        "step_ms": ms(checks.quarter_medians(series["step_time"], warmup)),
+        "own_ms": ms(checks.quarter_medians(own, warmup)),
+        "cpu_ms": ms(checks.quarter_medians(series["cpu_time"], warmup)),
+        "canary_ms": ms(checks.quarter_medians(series["canary"], warmup)),
+        "canary_fastest_ms": ms(checks.quarter_lows(series["canary"], warmup)),
+        "wait_share": None if shares is None else [round(v, 3) for v in shares],
+    }
 
 
 def load_checks(path: Path) -> ModuleType:
@@ -118,6 +150,7 @@ def main() -> int:
     parser.add_argument("--early", type=int, default=0, help="spinners from the start")
     parser.add_argument("--against", type=Path, help="another checkout's checks.py")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scripts", nargs="+", help="these corpus scripts only")
     parser.add_argument("--out", type=Path, help="write OUT.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -126,7 +159,8 @@ def main() -> int:
         judges["against"] = load_checks(args.against).step_time_regression
     rng = random.Random(args.seed)
     rows: list[dict[str, Any]] = []
-    for name in CLEAN + BUG:
+    names = args.scripts or CLEAN + BUG
+    for name in names:
         script = SCRIPTS / name
         quiet = min(doctored(script, 0.0, 0, 0)[0] for _ in range(2))  # the first is cold
         for run in range(args.runs):
@@ -136,10 +170,11 @@ def main() -> int:
             row = {"script": name, "run": run + 1, "delay_s": round(delay, 3)}
             row |= {"wall_s": round(wall, 3), "live": bool(live)}
             row |= {side: replayed(report, judge) for side, judge in judges.items()}
+            row |= {"quarters": quarters(report)}
             print(json.dumps(row), flush=True)
             rows.append(row)
     summary: dict[str, dict[str, str]] = {}
-    for name in CLEAN + BUG:
+    for name in names:
         mine = [r for r in rows if r["script"] == name]
         summary[name] = {"live": f"{sum(r['live'] for r in mine)} of {len(mine)}"}
         for side in judges:

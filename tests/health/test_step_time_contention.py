@@ -10,8 +10,10 @@ from __future__ import annotations
 import io
 import math
 import threading
+from array import array
 
 import pytest
+import torch
 
 from treeqa.health import HealthMonitor, checks
 from treeqa.health.runqueue import RunQueue
@@ -140,3 +142,75 @@ def test_less_wait_keeps_unread_steps_unread() -> None:
     assert out[0] == pytest.approx(0.001)
     assert math.isnan(out[1])  # the wait was not read on this step
     assert out[2] == 0.0  # never below zero
+
+
+def loaded_one_thread(
+    own: list[float], share: float = 0.07
+) -> tuple[list[float], list[float], list[float]]:
+    """Step times, waits and reference timings of a one-thread step whose own running time is
+    ``own``, as other processes arrive a quarter of the way (seen with the memory-bank bug
+    under five spinning processes on 2 cores): the share of time waiting for a CPU rises
+    from ``share`` to 0.92, and the reference workload, timed just after a step, reads 3.3x
+    slower on most steps from a third of the way (a thread that waits most of the time is
+    switched out around it) while its fastest tenth still reads the machine's speed
+    (18 -> 27 us, the bank evicting caches)."""
+    shares = ramp(share, 0.92)
+    steps = [t / (1 - share) for t, share in zip(own, shares, strict=True)]
+    wait = [t - o for t, o in zip(steps, own, strict=True)]
+    fast = ramp(18e-6, 27e-6)
+    canary = [k * (3.3 if i > N / 3 and i % 4 else 1.0) for i, k in enumerate(fast)]
+    return steps, wait, canary
+
+
+def test_a_one_thread_leak_is_found_as_other_processes_arrive() -> None:
+    """The corpus test's memory-bank bug (one torch thread) was missed on a loaded host: its
+    steps' own time grew 2.3 -> 10.4 ms, but the share of waiting rose 0.16 -> 0.78 and vetoed
+    the finding.
+    One thread spins for no preempted sibling, so the time it ran is its own work."""
+    own = [0.0024 * (1 + 4 * i / N) for i in range(N)]
+    steps, wait, canary = loaded_one_thread(own)
+    medians = checks.quarter_medians(canary, checks.warmup_of(N))
+    assert medians is not None and medians[3] > 3 * medians[0]  # the median reads 3.3x slower
+    # Several threads: the rise in waiting cannot be told from the step's own slowing.
+    assert checks.step_time_regression(steps, own, canary, wait) is None
+    found = checks.step_time_regression(steps, own, canary, wait, one_thread=True)
+    assert found is not None and "less waits for a CPU" in found.message
+    assert found.evidence["ratio"] == pytest.approx(1.9, abs=0.1)  # 2.7x at 1.4x slower
+    assert found.evidence["machine_slowdown"] == pytest.approx(1.4, abs=0.05)  # not 3.3x
+    assert found.evidence["cpu_wait_share"][1] - found.evidence["cpu_wait_share"][0] > 0.5
+    # A host loaded from the start (share 0.75 -> 0.92, under a third more): judged less the
+    # waits as before, and at the reference's fastest readings too.
+    steps, wait, canary = loaded_one_thread(own, share=0.75)
+    assert checks.step_time_regression(steps, own, canary, wait) is None  # at its median
+    assert checks.step_time_regression(steps, own, canary, wait, one_thread=True) is not None
+
+
+def test_a_clean_one_thread_step_is_no_regression_as_other_processes_arrive() -> None:
+    flat = [0.0024] * N
+    steps, wait, canary = loaded_one_thread(flat)
+    waited = checks.quarter_shares(wait, steps, checks.warmup_of(N))
+    assert waited is not None and checks.wait_rose(waited[0], waited[3])  # no veto: one thread
+    assert checks.step_time_regression(steps, flat, canary, wait, one_thread=True) is None
+    # The newcomers slow the core itself (shared caches): the reference's fastest readings
+    # slow alike, and the step's own time is judged at that speed.
+    slowed = ramp(0.0024, 0.0024 * 27 / 18)
+    steps, wait, canary = loaded_one_thread(slowed)
+    assert checks.step_time_regression(steps, slowed, canary, wait, one_thread=True) is None
+
+
+def test_the_monitor_judges_a_step_on_one_torch_thread_by_the_time_it_ran() -> None:
+    own = [0.0024 * (1 + 4 * i / N) for i in range(N)]
+    steps, wait, canary = loaded_one_thread(own)
+
+    def found(threads: int) -> bool:
+        monitor = HealthMonitor(every=1000, stream=io.StringIO())
+        readings = {"step": range(1, N + 1), "step_time": steps, "cpu_time": own}
+        readings |= {"canary": canary, "cpu_wait": wait, "data_time": [0.0] * N}
+        for name, values in readings.items():
+            monitor.series[name] = array("d", values)
+        torch.set_num_threads(threads)
+        monitor._series_checks(N)
+        return any(code == "step-time-regression" for code, _ in monitor.findings)
+
+    assert not found(2)  # (the health tests' fixture restores the thread count)
+    assert found(1)

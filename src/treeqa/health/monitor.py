@@ -765,8 +765,11 @@ class HealthMonitor(Callback):
         canary = even("canary") if on_cpu else None
         wait = unprofiled(even("cpu_wait")) if on_cpu else None
         work = even("autograd_nodes")
+        # One torch thread: no thread of the step spins for a preempted sibling, so the time it
+        # ran is its own work however busy the host (``one_thread``).
+        one_thread = torch.get_num_threads() == 1
         for found in (
-            checks.step_time_regression(times, cpu, canary, wait, work),
+            checks.step_time_regression(times, cpu, canary, wait, work, one_thread),
             checks.memory_growth(
                 even("rss_mb")[warm:],
                 "host RSS",
