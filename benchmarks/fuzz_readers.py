@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -210,6 +211,21 @@ def qa_run(root: Path) -> tuple[Path, Path]:
     return root / "qa", prepared
 
 
+def read_prepared(folder: Path) -> list[Any]:
+    """Everything training, evaluation and serving read from a prepared folder."""
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    seen: list[Any] = []
+    for split in ("train", "dev"):
+        s = PreparedSplit(folder, split)
+        seen += [s.word_vocab().tokens, s.char_vocab().tokens, s.word_vectors().tolist(), s.gold()]
+        for batch in s.batches(2, shuffle=False):
+            seen += [t.tolist() for t in vars(batch).values()]
+        for row in range(len(s)):
+            seen += [s.answer_text(row, 0, 0), s.question(row), s.question_id(row)]
+    return seen
+
+
 # ---------------------------------------------------------------------------------------------
 # Readers: each takes (work folder, damaged bytes, rng) and returns (outcome, detail).
 
@@ -246,6 +262,7 @@ class Readers:
             self.prepared_files = sorted(
                 p.relative_to(self.qa[1]) for p in self.qa[1].rglob("*") if p.is_file()
             )
+            self.prepared_read = read_prepared(self.qa[1])
             lines = [json.dumps({"context": c, "question": q}) + "\n" for c, q, _ in QA]
             self.qa_jsonl = "".join(lines).encode()
         self.server: Any = None
@@ -336,7 +353,9 @@ class Readers:
         return data, f"{path.name}: {how}", call(read, [str(path), path.name], self.timeout)
 
     def vectors_cache(self, rng: random.Random) -> tuple[bytes, str, tuple[str, str]]:
-        """A damaged file of the vectors cache: it is read again from the vectors file."""
+        """A damaged file of the vectors cache: it is read again from the vectors file. "clean"
+        here is an entry refused with a warning naming its damaged file (its arrays fail the
+        checksums written with them), then rebuilt."""
         from treeqa.data.vectors import load_vectors
 
         folder = self.case_dir()
@@ -349,11 +368,16 @@ class Readers:
         entry.write_bytes(data)
 
         def read() -> None:
-            again = load_vectors(path, keys, cache_dir=folder / "c")
-            if not np.array_equal(again.matrix, first.matrix):
-                raise RuntimeError("a damaged cache entry read as other vectors")
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                again = load_vectors(path, keys, cache_dir=folder / "c")
+            same = np.array_equal(again.matrix, first.matrix) and again.report == first.report
+            if not same or not np.array_equal(again.found, first.found):
+                raise RuntimeError("a damaged cache entry read as other vectors or report")
+            if caught:
+                raise ValueError(" / ".join(str(w.message) for w in caught))
 
-        return data, f"{entry.name}: {how}", call(read, [str(path)], self.timeout)
+        return data, f"{entry.name}: {how}", call(read, [entry.name], self.timeout)
 
     # -- TOML configs
     def config(self, rng: random.Random) -> tuple[bytes, str, tuple[str, str]]:
@@ -428,8 +452,8 @@ class Readers:
 
     # -- a prepared SQuAD folder
     def prepared(self, rng: random.Random) -> tuple[bytes, str, tuple[str, str]]:
-        from treeqa.data.squad_prepared import PreparedSplit
-
+        """A damaged file of a prepared folder, read as training, evaluation and serving read
+        it: what is read without complaint must be what the undamaged folder gives."""
         assert self.qa
         folder = self.case_dir() / "prepared"
         shutil.copytree(self.qa[1], folder)
@@ -441,12 +465,8 @@ class Readers:
         how = f"{name}: {how}"
 
         def read() -> None:
-            for split in ("train", "dev"):
-                s = PreparedSplit(folder, split)
-                s.word_vocab, s.char_vocab, s.word_vectors, s.gold  # noqa: B018
-                list(s.batches(2, shuffle=False))
-                for row in range(len(s)):
-                    s.answer_text(row, 0, 0), s.question(row), s.question_id(row)
+            if read_prepared(folder) != self.prepared_read:
+                raise RuntimeError(f"a damaged {name} read as other data")
 
         return data, how, call(read, [str(folder)], self.timeout)
 

@@ -279,6 +279,66 @@ def test_a_damaged_array_is_named_when_the_split_opens(
         PreparedSplit(copy, "dev")
 
 
+def replace(old: bytes, new: bytes) -> Any:
+    """A damage: ``old`` replaced by ``new``, of the same length, in a file."""
+
+    def damage(path: Path) -> None:
+        data = path.read_bytes()
+        assert len(old) == len(new) and old in data
+        path.write_bytes(data.replace(old, new, 1))
+
+    return damage
+
+
+def first_id_to(other: int) -> Any:
+    """A damage: the first id of an array set to another, inside any vocabulary's range."""
+
+    def damage(path: Path) -> None:
+        ids = np.load(path)
+        assert ids.flat[0] != other
+        ids.flat[0] = other
+        np.save(path, ids)
+
+    return damage
+
+
+@pytest.mark.parametrize(
+    ("name", "damage", "read"),
+    [
+        ("dev/context_words.npy", first_id_to(1), lambda s: s),
+        ("dev/question_words.npy", first_id_to(2), lambda s: s),
+        ("dev/context_chars.npy", first_id_to(2), lambda s: s),
+        ("dev/context_spans.npy", first_id_to(1), lambda s: s),
+        ("dev/paragraph.npy", first_id_to(1), lambda s: s),
+        ("word_vectors.npy", first_id_to(7), lambda s: s.word_vectors()),
+        ("word_vocab.json", replace(b'"Paris"', b'"Parus"'), lambda s: s.word_vocab()),
+        ("char_vocab.json", replace(b'"P"', b'"Q"'), lambda s: s.char_vocab()),
+        ("dev/contexts.jsonl", replace(b"Carolina", b"Carolino"), lambda s: s.context(0)),
+        ("dev/questions.jsonl", replace(b"Fort", b"Fert"), lambda s: s.question(0)),
+        ("dev/gold.json", replace(b"Carolina", b"Carolino"), lambda s: s.gold()),
+    ],
+)
+def test_a_change_no_range_check_sees_is_named_by_its_checksum(
+    copy: Path, name: str, damage: Any, read: Any
+) -> None:
+    # A byte changed on disk or in a copy, which left ids in their vocabulary's range, spans in
+    # their context and the JSON whole, read as other words, vectors or answers without a word.
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    damage(copy / name)
+    with pytest.raises(ValueError, match=rf"{name}: damaged: its bytes do not match the CRC-32"):
+        read(PreparedSplit(copy, "dev"))
+
+
+def test_a_directory_prepared_before_checksums_were_recorded_still_loads(copy: Path) -> None:
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    edit_meta(copy, lambda m: m.pop("crc32"))
+    split = PreparedSplit(copy, "dev")
+    split.word_vocab(), split.char_vocab(), split.word_vectors(), split.gold()
+    assert split.context(0) == CONTEXT and split.question(0) == "Where is Fort Bragg?"
+
+
 def test_damaged_texts_and_vocabularies_are_named(copy: Path) -> None:
     from treeqa.data.squad_prepared import PreparedSplit
 

@@ -397,6 +397,69 @@ def test_a_cache_array_with_a_garbled_header_is_rebuilt(tmp_path: Path) -> None:
         np.testing.assert_array_equal(first.matrix, again.matrix)
 
 
+def test_a_byte_flipped_in_a_cached_array_is_rebuilt_with_a_warning(tmp_path: Path) -> None:
+    # A flip inside an array's data read as other vectors without a word: the cache kept no
+    # checksum of what it holds.
+    path = write(tmp_path / "v.txt", GLOVE)
+    keys = ["a", "b b", "zzz", None]
+    first = load(path, keys, tmp_path)
+    for name in ("matrix", "found"):
+        (array,) = (tmp_path / "cache").glob(f"*.{name}.npy")
+        data = bytearray(array.read_bytes())
+        data[-1] ^= 1  # in the padding row: zeros, and False
+        array.write_bytes(bytes(data))
+        message = f"{re.escape(str(array))}: damaged vectors cache"
+        with pytest.warns(UserWarning, match=message) as caught:
+            again = load(path, keys, tmp_path)
+        assert len(caught) == 1
+        np.testing.assert_array_equal(first.matrix, again.matrix)
+        np.testing.assert_array_equal(first.found, again.found)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            load(path, keys, tmp_path)  # the entry was written again, whole
+
+
+def test_a_changed_number_in_a_cached_report_is_rebuilt_with_a_warning(tmp_path: Path) -> None:
+    path = write(tmp_path / "v.txt", GLOVE)
+    first = load(path, ["a", "zzz"], tmp_path)
+    (entry,) = (tmp_path / "cache").glob("*.json")
+    text = entry.read_text()
+    assert '"missing": 1,' in text
+    entry.write_text(text.replace('"missing": 1,', '"missing": 7,'))
+    with pytest.warns(UserWarning, match=f"{re.escape(str(entry))}: damaged vectors cache"):
+        again = load(path, ["a", "zzz"], tmp_path)
+    assert again.report == first.report
+
+
+def test_a_cached_matrix_whose_header_turned_to_fortran_order_is_rebuilt(tmp_path: Path) -> None:
+    # Its bytes read in the other order: the rows mixed, and no checksum can be taken of it.
+    path = write(tmp_path / "v.txt", GLOVE)
+    first = load(path, ["a", "b b", "the"], tmp_path)
+    (array,) = (tmp_path / "cache").glob("*.matrix.npy")
+    array.write_bytes(
+        array.read_bytes().replace(b"'fortran_order': False", b"'fortran_order': True ", 1)
+    )
+    np.testing.assert_array_equal(first.matrix, load(path, ["a", "b b", "the"], tmp_path).matrix)
+
+
+def test_a_cache_entry_written_without_checksums_still_loads(tmp_path: Path, monkeypatch) -> None:
+    path = write(tmp_path / "v.txt", GLOVE)
+    first = load(path, ["a", None], tmp_path)
+    (entry,) = (tmp_path / "cache").glob("*.json")
+    meta = json.loads(entry.read_text())
+    del meta["crc32"]
+    entry.write_text(json.dumps(meta))
+
+    def no_reading(*args: object) -> None:
+        raise AssertionError("the file was read again")
+
+    monkeypatch.setattr(vectors, "_read_glove", no_reading)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = load(path, ["a", None], tmp_path)
+    np.testing.assert_array_equal(first.matrix, second.matrix)
+
+
 def test_default_cache_sits_beside_the_file_or_in_the_user_cache(
     tmp_path: Path, monkeypatch
 ) -> None:

@@ -20,6 +20,9 @@ into word and character ids with two table look-ups, chunk by chunk into preallo
       questions.jsonl  {"id", "question"} per example (a made negative's id: see prepare_squad)
       gold.json        every question read, in SQuAD layout without contexts (for scoring)
 
+meta.json records a CRC-32 of each other file (``crc32``, by path in the folder), which the
+reader checks: a byte changed on disk or in a copy is an error, not other token ids.
+
 Contexts are stored once per paragraph, not once per question (4.6 questions share one
 train paragraph), and tokens are ragged, so dev contexts longer than the train limit are kept
 whole. Shape letters: P paragraphs, N examples, Tc/Tq tokens, W characters per token.
@@ -29,11 +32,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -49,6 +53,15 @@ __all__ = ["FORMAT_VERSION", "Limits", "build_vocabularies", "prepare_squad"]
 FORMAT_VERSION = 1
 WRITTEN = ("train", "dev", "word_vocab.json", "char_vocab.json", "word_vectors.npy", "meta.json")
 """What a preparation writes into its --out, and all that --overwrite deletes."""
+
+
+def crc32(file: IO[bytes]) -> int:
+    """The CRC-32 of all of the open ``file``, read from its start 1 MiB at a time."""
+    file.seek(0)
+    crc = 0
+    while block := file.read(1 << 20):
+        crc = zlib.crc32(block, crc)
+    return crc
 
 
 def file_info(path: Path) -> dict[str, Any]:
@@ -206,6 +219,12 @@ def prepare_squad(
             negative_fraction,
             seed,
         )
+        # What a reader checks its files against: a byte changed on disk or in a copy may
+        # leave an id in its vocabulary's range, to be read as another word.
+        meta["crc32"] = {}
+        for path in sorted(p for p in work.rglob("*") if p.is_file()):
+            with path.open("rb") as f:
+                meta["crc32"][path.relative_to(work).as_posix()] = crc32(f)
         (work / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     say(f"wrote {out}: {len(words)} words, {len(chars)} chars, vectors {matrix.shape}")
     return meta

@@ -21,7 +21,7 @@ import torch
 
 from treeqa.data.collated import Collated
 from treeqa.data.qa_batch import QABatch
-from treeqa.data.squad_prepare import FORMAT_VERSION
+from treeqa.data.squad_prepare import FORMAT_VERSION, crc32
 from treeqa.data.vectors import NPY_HEADER_ERRORS
 from treeqa.data.vocab import Vocab
 from treeqa.eval.squad import gold_answers
@@ -173,6 +173,8 @@ class PreparedSplit:
         self.question_lengths = np.diff(a["question_offsets"])  # [N]
         if not len(self):  # an empty training stream would wait for a batch forever
             raise ValueError(f"{folder}: the {split} split holds no examples")
+        for name in _ARRAYS:  # after the checks above, which say what is wrong where they can
+            self._verify(f"{split}/{name}.npy")
 
     def _check(self, folder: Path) -> None:
         """Arrays that fit together: one cut short, or left by another run, is an error
@@ -218,6 +220,26 @@ class PreparedSplit:
         if not (unanswerable | inside).all():
             raise fail("ends", "an answer span outside its context")
 
+    def _verify(self, name: str, file: IO[bytes] | None = None) -> None:
+        """A ValueError when the file ``name`` (relative to the folder; read from ``file``, its
+        open file, where given) does not match the CRC-32 that meta.json recorded when it was
+        written. Folders prepared before meta.json recorded them are not checked."""
+        recorded = self.meta.get("crc32")
+        if recorded is None:
+            return
+        path = self.directory / name
+        if file is None:
+            with path.open("rb") as f:
+                crc = crc32(f)
+        else:
+            crc = crc32(file)
+        if not isinstance(recorded, dict) or recorded.get(name) != crc:
+            self.check_unchanged()  # a file of a folder prepared again since: say that instead
+            raise ValueError(
+                f"{path}: damaged: its bytes do not match the CRC-32 that meta.json recorded "
+                f"when it was prepared; {_AGAIN}"
+            )
+
     def check_unchanged(self) -> None:
         """A ValueError when the folder was prepared again since this split opened it: what
         was read from it by name (its vocabularies, vectors) may be of either preparation."""
@@ -248,6 +270,7 @@ class PreparedSplit:
         vocab, size = Vocab.load(path), self.meta["vocab"][part]
         if len(vocab) != size:  # else ids are read as other words, or past the end
             raise ValueError(f"{path}: {len(vocab)} tokens, where meta.json says {size}; {_AGAIN}")
+        self._verify(name)
         return vocab
 
     def word_vectors(self) -> np.ndarray:
@@ -259,6 +282,7 @@ class PreparedSplit:
             raise ValueError(
                 f"{path}: shape {vectors.shape}, where meta.json says {shape}; {_AGAIN}"
             )
+        self._verify("word_vectors.npy")
         return vectors
 
     def gold(self) -> dict[str, Any]:
@@ -267,6 +291,7 @@ class PreparedSplit:
         path = self.directory / self.split / "gold.json"
         gold: dict[str, Any] = _read_json(path, self.texts["gold.json"])
         gold_answers(gold, str(path))  # a file edited or overwritten since: named here
+        self._verify(f"{self.split}/gold.json", self.texts["gold.json"])
         return gold
 
     # Texts are loaded on first use: training never needs them, evaluation and serving do.
@@ -274,12 +299,16 @@ class PreparedSplit:
     def _contexts(self) -> list[str]:
         rows = len(self.arrays["context_offsets"]) - 1
         name = "contexts.jsonl"
-        return _read_jsonl(self.directory / self.split / name, self.texts[name], rows)
+        contexts = _read_jsonl(self.directory / self.split / name, self.texts[name], rows)
+        self._verify(f"{self.split}/{name}", self.texts[name])
+        return contexts
 
     @cached_property
     def _questions(self) -> list[dict[str, str]]:
         name = "questions.jsonl"
-        return _read_jsonl(self.directory / self.split / name, self.texts[name], len(self))
+        questions = _read_jsonl(self.directory / self.split / name, self.texts[name], len(self))
+        self._verify(f"{self.split}/{name}", self.texts[name])
+        return questions
 
     def question_id(self, row: int) -> str:
         return self._questions[row]["id"]
