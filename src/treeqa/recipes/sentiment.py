@@ -395,6 +395,9 @@ def absolute_paths(data: SentimentData) -> SentimentData:
 def evaluate_model(
     model: nn.Module, trees: Sequence[EncodedTree], task: str, batch_size: int = 256
 ) -> dict[str, float]:
+    """Root and all-node accuracy of ``model`` (any whose forward takes a ``TreeBatch`` and
+    returns logits for every node) on ``trees`` (``batching.encode``), as ``treeqa evaluate``
+    reports them for ``task``; the model runs in eval mode, put back as it was after."""
     device = next(model.parameters()).device
     metrics = SentimentMetrics()
     with inference(model):
