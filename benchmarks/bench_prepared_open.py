@@ -64,7 +64,8 @@ def flips(prepared: Path, n: int) -> None:
                 print(f"{label}: meta.json records no CRC-32s; prepare the folder again")
                 continue
             kept = {k: v for k, v in meta.items() if k != "crc32"}
-            text = json.dumps(kept | ({"crc32": crcs} if crcs else {}))
+            # format version 1: a folder from before the CRC-32s, opened with range checks only
+            text = json.dumps(kept | ({"crc32": crcs} if crcs else {"format_version": 1}))
             (copy / "meta.json").write_text(text, encoding="utf-8")
             rng, silent = random.Random(0), Counter[str]()
             for _ in range(n):

@@ -219,7 +219,7 @@ def test_a_prepared_directory_of_another_format_version_is_refused(copy: Path, c
     from treeqa.data.squad_prepared import PreparedSplit
 
     edit_meta(copy, change)
-    with pytest.raises(ValueError, match=r"meta\.json: format version .* reads version 1 only"):
+    with pytest.raises(ValueError, match=r"meta\.json: format version .* reads versions 1 to 2"):
         PreparedSplit(copy, "dev")
 
 
@@ -229,6 +229,7 @@ def test_a_prepared_directory_of_another_format_version_is_refused(copy: Path, c
         ('{"format": "treeqa-squad", "format_version": 1', "not readable JSON"),
         ("[]", "not a treeqa SQuAD meta file"),
         ('{"format": "treeqa-squad", "format_version": 1}', "field 'version' is missing"),
+        ('{"format": "treeqa-squad", "format_version": 2}', "field 'crc32' is missing"),
     ],
 )
 def test_a_broken_meta_file_is_named(copy: Path, text: str, problem: str) -> None:
@@ -333,10 +334,22 @@ def test_a_change_no_range_check_sees_is_named_by_its_checksum(
 def test_a_directory_prepared_before_checksums_were_recorded_still_loads(copy: Path) -> None:
     from treeqa.data.squad_prepared import PreparedSplit
 
-    edit_meta(copy, lambda m: m.pop("crc32"))
+    edit_meta(copy, lambda m: [m.pop("crc32"), m.update(format_version=1)])
     split = PreparedSplit(copy, "dev")
     split.word_vocab(), split.char_vocab(), split.word_vectors(), split.gold()
     assert split.context(0) == CONTEXT and split.question(0) == "Where is Fort Bragg?"
+
+
+@pytest.mark.parametrize("change", [lambda m: m.pop("crc32"), lambda m: m.update(crc32=[])])
+def test_a_directory_of_this_format_without_its_checksums_is_refused(
+    copy: Path, change: Any
+) -> None:
+    # meta.json damaged or edited: opened unchecked, a changed array would read as other ids
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    edit_meta(copy, change)
+    with pytest.raises(ValueError, match=r"meta\.json: field 'crc32' is missing or not of type"):
+        PreparedSplit(copy, "dev")
 
 
 def test_damaged_texts_and_vocabularies_are_named(copy: Path) -> None:

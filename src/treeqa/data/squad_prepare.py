@@ -21,7 +21,9 @@ into word and character ids with two table look-ups, chunk by chunk into preallo
       gold.json        every question read, in SQuAD layout without contexts (for scoring)
 
 meta.json records a CRC-32 of each other file (``crc32``, by path in the folder), which the
-reader checks: a byte changed on disk or in a copy is an error, not other token ids.
+reader checks: a byte changed on disk or in a copy is an error, not other token ids. Folders of
+format version 1, written before the CRC-32s, are read unchecked; a version-2 meta.json without
+them is refused.
 
 Contexts are stored once per paragraph, not once per question (4.6 questions share one
 train paragraph), and tokens are ragged, so dev contexts longer than the train limit are kept
@@ -50,7 +52,7 @@ from treeqa.data.vocab import PAD, UNK, Vocab
 
 __all__ = ["FORMAT_VERSION", "Limits", "build_vocabularies", "prepare_squad"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta.json holds a CRC-32 of every file; 1 (before that) is read unchecked
 WRITTEN = ("train", "dev", "word_vocab.json", "char_vocab.json", "word_vectors.npy", "meta.json")
 """What a preparation writes into its --out, and all that --overwrite deletes."""
 

@@ -65,11 +65,15 @@ def load_meta(directory: str | Path) -> dict[str, Any]:
     meta = _read_json(path)
     if not isinstance(meta, dict) or meta.get("format") != "treeqa-squad":
         raise ValueError(f"{path}: not a treeqa SQuAD meta file")
-    if meta.get("format_version") != FORMAT_VERSION:
+    version = meta.get("format_version")
+    if version not in (1, FORMAT_VERSION):
         raise ValueError(
-            f"{path}: format version {meta.get('format_version')!r}, where this treeqa reads "
-            f"version {FORMAT_VERSION} only; {_AGAIN}"
+            f"{path}: format version {version!r}, where this treeqa reads versions 1 to "
+            f"{FORMAT_VERSION}; {_AGAIN}"
         )
+    if version == FORMAT_VERSION and not isinstance(meta.get("crc32"), dict):
+        # Version 1 had none; a version-2 folder without them would open unchecked.
+        raise ValueError(f"{path}: field 'crc32' is missing or not of type dict; {_AGAIN}")
     for keys, kind in _META_FIELDS.items():
         value: Any = meta
         for key in keys:
@@ -223,17 +227,18 @@ class PreparedSplit:
     def _verify(self, name: str, file: IO[bytes] | None = None) -> None:
         """A ValueError when the file ``name`` (relative to the folder; read from ``file``, its
         open file, where given) does not match the CRC-32 that meta.json recorded when it was
-        written. Folders prepared before meta.json recorded them are not checked."""
-        recorded = self.meta.get("crc32")
-        if recorded is None:
+        written. Folders of format version 1, prepared before meta.json recorded them, are not
+        checked."""
+        if self.meta["format_version"] == 1:
             return
+        recorded = self.meta["crc32"]
         path = self.directory / name
         if file is None:
             with path.open("rb") as f:
                 crc = crc32(f)
         else:
             crc = crc32(file)
-        if not isinstance(recorded, dict) or recorded.get(name) != crc:
+        if recorded.get(name) != crc:
             self.check_unchanged()  # a file of a folder prepared again since: say that instead
             raise ValueError(
                 f"{path}: damaged: its bytes do not match the CRC-32 that meta.json recorded "

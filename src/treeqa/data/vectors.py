@@ -623,11 +623,13 @@ def _cache_folder(path: Path, cache_dir: str | Path | None) -> Path | None:
 def _read_cache(stem: Path, n_keys: int) -> Vectors | None:
     """The cached result, or None when it is absent, incomplete or corrupt. An entry whose
     arrays or report do not match the CRC-32s its JSON recorded (damaged on disk or in a
-    copy) is also None, with a warning naming the file: it would read as other vectors."""
+    copy) is also None, with a warning naming the file: it would read as other vectors. So is
+    one whose JSON records none (written before they were, or its JSON damaged): built again,
+    once, it has them."""
     try:
         meta = json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))
         meta.pop("built_from", None)  # for pruning
-        crc32 = meta.pop("crc32", None)  # absent in entries written before it was recorded
+        crc32 = meta.pop("crc32")
         matrix = np.load(stem.with_name(stem.name + ".matrix.npy"), allow_pickle=False)
         found = np.load(stem.with_name(stem.name + ".found.npy"), allow_pickle=False)
         meta["missing_examples"] = tuple(meta["missing_examples"])
@@ -639,17 +641,16 @@ def _read_cache(stem: Path, n_keys: int) -> Vectors | None:
     ok &= matrix.flags.c_contiguous  # as written; a header flipped to Fortran order is not
     if not ok or matrix.shape[0] != n_keys or found.shape != (n_keys,) or report.rows != n_keys:
         return None
-    if crc32 is not None:
-        for name, got in _checksums(Vectors(matrix, found, report)).items():
-            if not isinstance(crc32, dict) or crc32.get(name) != got:
-                file = f"{stem}.{name}.npy" if name != "report" else f"{stem}.json"
-                warnings.warn(
-                    f"{file}: damaged vectors cache: its {name} does not match the CRC-32 "
-                    f"recorded in {stem.name}.json when it was written; reading the vectors "
-                    "file again",
-                    stacklevel=3,
-                )
-                return None
+    for name, got in _checksums(Vectors(matrix, found, report)).items():
+        if not isinstance(crc32, dict) or crc32.get(name) != got:
+            file = f"{stem}.{name}.npy" if name != "report" else f"{stem}.json"
+            warnings.warn(
+                f"{file}: damaged vectors cache: its {name} does not match the CRC-32 "
+                f"recorded in {stem.name}.json when it was written; reading the vectors "
+                "file again",
+                stacklevel=3,
+            )
+            return None
     try:  # the JSON's mtime says when the entry was last used (``_prune``)
         os.utime(stem.with_name(stem.name + ".json"))
     except OSError:  # a folder of someone else's, read-only to us
