@@ -329,13 +329,15 @@ def test_sigterm_to_a_script_in_spawns_join_stops_its_processes_and_merges_their
     assert all(p["steps"] >= 1 for p in result["processes"]), result["processes"]
 
 
-def test_moments_of_a_dtensor_are_this_processs_part() -> None:
+def test_moments_of_a_dtensor_are_this_processs_part(monkeypatch: pytest.MonkeyPatch) -> None:
     """``fully_shard``'s parameters are DTensors: their moments are read off this process's
     part, as plain tensors (a DTensor's ``tolist()`` raises, and stopped the monitor)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
+    # init_process_group sets an excepthook that prefixes "[rank0]: " and outlives the group
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         x = torch.arange(8.0)

@@ -121,25 +121,27 @@ def quarter_medians(values: Sequence[float], warmup: int) -> list[float] | None:
     A long quarter is sampled at an odd stride (every k-th step, at most ~2,000 steps), so a
     check costs the same late in a long run as early on; an odd k meets every residue of a
     series read every 4th step."""
-    rest = values[warmup:]
-    q = len(rest) // 4
-    k = (q // 1024) | 1
-    quarters = [list(filter(math.isfinite, rest[i * q : (i + 1) * q : k])) for i in range(4)]
-    if sum(map(len, quarters)) < 40 or min(map(len, quarters)) < 5:
-        return None
-    return [statistics.median(part) for part in quarters]
+    quarters = _sorted_quarters(values, warmup)
+    return None if quarters is None else [statistics.median(part) for part in quarters]
 
 
 def quarter_lows(values: Sequence[float], warmup: int) -> list[float] | None:
     """The lowest tenth of the finite values in each quarter, as ``quarter_medians`` takes its
     quarters."""
+    quarters = _sorted_quarters(values, warmup)
+    return None if quarters is None else [part[(len(part) - 1) // 10] for part in quarters]
+
+
+def _sorted_quarters(values: Sequence[float], warmup: int) -> list[list[float]] | None:
+    """The finite values of each quarter after ``warmup``, sampled and sorted, as
+    ``quarter_medians`` says; None where there are too few."""
     rest = values[warmup:]
     q = len(rest) // 4
     k = (q // 1024) | 1
     quarters = [sorted(filter(math.isfinite, rest[i * q : (i + 1) * q : k])) for i in range(4)]
     if sum(map(len, quarters)) < 40 or min(map(len, quarters)) < 5:
         return None
-    return [part[(len(part) - 1) // 10] for part in quarters]
+    return quarters
 
 
 def rising(medians: Sequence[float], slack: float = 1.0) -> bool:

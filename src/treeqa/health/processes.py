@@ -21,6 +21,7 @@ on purpose and is not compared.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import multiprocessing
@@ -97,15 +98,19 @@ def launcher_split(command: Sequence[str]) -> Launched | None:
     return None
 
 
+def _parse(parser: argparse.ArgumentParser, prog: str, rest: list[str]) -> argparse.Namespace:
+    """``rest`` read by a launcher's own parser, or a ValueError after it printed why not."""
+    parser.prog = prog
+    try:
+        return parser.parse_args(rest)
+    except SystemExit:
+        raise ValueError(f"{prog}'s options could not be read (see above)") from None
+
+
 def _torchrun_split(rest: list[str]) -> Launched:
     from torch.distributed.run import get_args_parser
 
-    try:
-        parser = get_args_parser()
-        parser.prog = "torchrun"
-        parsed = parser.parse_args(rest)
-    except SystemExit:  # torchrun's parser printed what was wrong
-        raise ValueError("torchrun's options could not be read (see above)") from None
+    parsed = _parse(get_args_parser(), "torchrun", rest)
     if parsed.no_python:
         raise ValueError("torchrun --no-python runs no Python script: nothing to watch")
     flags = ("-m", "--module", "--run-path", "--run_path")
@@ -122,12 +127,7 @@ def _accelerate_split(rest: list[str]) -> Launched:
         raise ValueError(
             "accelerate launch: accelerate is not installed here (pip install accelerate)"
         ) from None
-    try:
-        parser = launch_command_parser()
-        parser.prog = "accelerate launch"
-        parsed = parser.parse_args(rest)
-    except SystemExit:  # accelerate's parser printed what was wrong
-        raise ValueError("accelerate launch's options could not be read (see above)") from None
+    parsed = _parse(launch_command_parser(), "accelerate launch", rest)
     if parsed.no_python:
         raise ValueError("accelerate launch --no_python runs no Python script: nothing to watch")
     started = {"--tpu": "torch_xla", "--mpirun_hostfile": "mpirun"}
