@@ -2048,6 +2048,10 @@ def test_a_loss_that_climbs_far_above_chance_has_diverged() -> None:
         if (i + 1) not in (1, 2, 3) and (i + 1) % 50:
             aliased[i] = 0.1
     assert checks.loss_diverged(samples, steps, aliased) is None
+    # Diverged models thrash: a late batch it happens to get right reads 0 (Adam at lr=10).
+    thrashing = array("d", climbing)
+    thrashing[199] = 0.0
+    assert checks.loss_diverged(samples, steps, thrashing) is not None
 
 
 def test_a_diverged_loss_under_maximize_names_the_optimiser_not_the_lr() -> None:
