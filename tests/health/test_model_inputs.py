@@ -82,3 +82,31 @@ def test_a_view_reordering_dims_into_a_convolution_is_named_after_steps_in_a_row
     assert [f.code for f in found] == ["view-as-transpose"]
     assert found[0].evidence == {"base": [2, 5, 4], "shape": [2, 4, 5], "steps": VIEWED_STEPS}
     assert found[0].where == "conv (Conv1d)"
+
+
+def test_raw_pixels_whose_scale_the_next_norm_removes_are_not_named() -> None:
+    """Fast neural style's net reads pixels in [0, 255] through a convolution and then
+    InstanceNorm2d, on purpose; a ResNet's first convolution feeds batch norm: the norm removes
+    the images' scale. The first layer given the convolution's output decides; a norm in eval
+    mode reads running statistics, which keep the scale."""
+    conv = nn.Conv2d(3, 4, 3)
+
+    def judged(*readers: nn.Module) -> list[str]:
+        found: list[Finding] = []
+        inputs = ModelInputs(found.append)
+        for _ in range(RAW_PIXEL_STEPS):
+            inputs.begin_step()
+            x = torch.randint(0, 256, (2, 3, 8, 8)).float()
+            h = conv(x)
+            inputs.note("conv", conv, (x,), h)
+            for reader in readers:
+                inputs.note("reader", reader, (h,), (h := reader(h)))
+            inputs.judge(None)
+        return [f.code for f in found]
+
+    assert judged(nn.InstanceNorm2d(4, affine=True)) == []
+    assert judged(nn.GroupNorm(2, 4)) == ["pixels-not-scaled"]  # channels of other biases
+    assert judged(nn.BatchNorm2d(4)) == []
+    assert judged(nn.BatchNorm2d(4).eval()) == ["pixels-not-scaled"]  # frozen batch norm
+    assert judged(nn.BatchNorm2d(4, track_running_stats=False).eval()) == []
+    assert judged(nn.ReLU(), nn.InstanceNorm2d(4)) == ["pixels-not-scaled"]

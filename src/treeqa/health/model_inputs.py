@@ -10,6 +10,7 @@ shapes are metadata.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +27,17 @@ SWAPPED_STEPS = 3
 """Sampled steps whose recurrent input had the loader's batch size first, not second."""
 VIEWED_STEPS = 3
 """Sampled steps in a row whose convolution or recurrent input was a view reordering dims."""
+CHANNEL_NORMS = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
+)
+"""Norms of each channel apart: by the statistics of what they are given in training mode, by
+running ones in eval mode when they keep them."""
 
 
 class ModelInputs:
@@ -35,6 +47,7 @@ class ModelInputs:
         self.add = add
         self.reported: set[str] = set()
         self.pixels: tuple[str, torch.Tensor] | None = None  # this sampled step's first conv
+        self.pixels_out: weakref.ref[torch.Tensor] | None = None  # its output, until read
         self.raw_pixels = 0  # sampled steps in a row whose images were raw pixel values
         self.rnn: tuple[str, int, int] | None = None  # (layer, dim 0, dim 1) this sampled step
         self.swapped = 0  # sampled steps with the batch size in dim 0 of a time-first layer
@@ -44,25 +57,28 @@ class ModelInputs:
 
     def begin_step(self) -> None:
         """A sampled step starts."""
-        self.pixels, self.rnn, self.viewed = None, None, None
+        self.pixels, self.pixels_out, self.rnn, self.viewed = None, None, None, None
 
-    def note(self, name: str, module: nn.Module, inputs: Any) -> None:
-        """``module`` (named ``name``) ran a forward on ``inputs`` in a sampled step."""
+    def note(self, name: str, module: nn.Module, inputs: Any, output: Any = None) -> None:
+        """``module`` (named ``name``) ran a forward on ``inputs`` in a sampled step, giving
+        ``output``; layers finish their forwards in the order they ran, inner before outer."""
+        if self.pixels_out is not None:
+            self._note_reader(self.pixels_out, module, inputs)
         if self.viewed is None and isinstance(module, LAYOUT_LAYERS):
             x = inputs[0] if isinstance(inputs, tuple) and inputs else None
             shapes = reordering_view(x) if isinstance(x, torch.Tensor) else None
             if shapes is not None:
                 self.viewed = (f"{name} ({type(module).__name__})", *shapes)
         if self.pixels is None and isinstance(module, nn.Conv2d):
-            self._note_pixels(name, module, inputs)
+            self._note_pixels(name, module, inputs, output)
         elif self.rnn is None and isinstance(module, nn.RNNBase) and not module.batch_first:
             x = inputs[0] if isinstance(inputs, tuple) and inputs else None
             if isinstance(x, torch.Tensor) and x.dim() == 3:  # a PackedSequence has no layout
                 self.rnn = (f"{name} ({type(module).__name__})", x.shape[0], x.shape[1])
 
-    def _note_pixels(self, name: str, conv: nn.Conv2d, inputs: Any) -> None:
+    def _note_pixels(self, name: str, conv: nn.Conv2d, inputs: Any, output: Any) -> None:
         """The step's first 2-D convolution: when it reads images, keep its input's
-        (min, max, any fractional value)."""
+        (min, max, any fractional value), and its output to see which layer reads it."""
         x = inputs[0] if isinstance(inputs, tuple) and inputs else None
         if conv.in_channels not in PIXEL_CHANNELS or not isinstance(x, torch.Tensor):
             self.pixels = ("", torch.zeros(3))  # the first convolution reads no images
@@ -71,6 +87,19 @@ class ModelInputs:
             x = x.detach()
             stats = [x.min().float(), x.max().float(), (x != x.round()).any().float()]
             self.pixels = (f"{name} ({type(conv).__name__})", torch.stack(stats))
+            if isinstance(output, torch.Tensor):
+                self.pixels_out = weakref.ref(output)
+
+    def _note_reader(self, out: weakref.ref[torch.Tensor], module: nn.Module, inputs: Any) -> None:
+        """A layer ran after the first image convolution: when it is the first given that
+        convolution's output and normalises it by its own statistics, the images' scale reaches
+        no further, whatever it was."""
+        x = inputs[0] if isinstance(inputs, tuple) and inputs else None
+        if x is None or x is not out():
+            return
+        self.pixels_out = None
+        if removes_scale(module):
+            self.pixels = ("", torch.zeros(3))
 
     def judge(self, batch_size: int | None) -> None:
         """At the sampled step's end; ``batch_size``: the newest DataLoader's, if known."""
@@ -104,6 +133,19 @@ def raw_pixels(stats: Sequence[float]) -> float | None:
     and grids of small category ids (a grid world's object and colour codes)."""
     low, high, fractional = stats
     return high if low >= 0 and PIXEL_FLOOR < high <= 255 and not fractional else None
+
+
+def removes_scale(module: nn.Module) -> bool:
+    """Whether ``module``, given a convolution's output, removes the scale of the convolution's
+    input: it normalises each channel apart by the statistics of the tensor it is given
+    (instance norm, batch norm in training mode), which takes out the channel's bias too, so
+    ``norm(conv(255 * x)) == norm(conv(x))`` up to its eps. Fast neural style's net reads
+    pixels in [0, 255] through a convolution and InstanceNorm2d on purpose; a ResNet's first
+    convolution feeds batch norm. Running statistics (a norm in eval mode, frozen batch norm
+    while fine-tuning) keep the scale, and a group norm mixes channels whose biases differ."""
+    if not isinstance(module, CHANNEL_NORMS):
+        return False
+    return module.training or not module.track_running_stats
 
 
 LAYOUT_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.RNNBase)

@@ -646,8 +646,7 @@ class HealthMonitor(Callback):
         name = self.names.get(id(module))
         if name is None:
             return
-        if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.RNNBase):
-            self.inputs.note(name, module, inputs)
+        self.inputs.note(name, module, inputs, output)
         if name not in self._rms and checks.dense(output) and output.is_floating_point():
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
             if name[-1:].isdigit():  # a member of a stack (blocks.3): what it is, for the check
