@@ -198,6 +198,21 @@ CLEAN = [
     "clean_eval_mode_dropout_on.py",  # batch norm frozen by eval(), dropout back in train mode
     "clean_layouts_moved.py",  # transpose/permute into convs and a GRU; views adding dims
     "clean_frozen_decay.py",  # frozen before any backward, zeroed in place; decay on LayerNorm
+    # pytorch/examples, shrunk to synthetic data, their training loops as they read
+    "clean_example_mnist.py",  # Adadelta, StepLR, log_softmax into nll_loss, summed test loss
+    "clean_example_mnist_rnn.py",  # a batch-first LSTM's last output, BatchNorm1d, Dropout2d
+    "clean_example_dcgan.py",  # BCELoss on a sigmoid, D on fake.detach(), fixed-noise samples
+    "clean_example_vae.py",  # summed BCE + KL: thousands at the start, no log(C)
+    "clean_example_word_language_model.py",  # repackage_hidden, clip, SGD by hand at lr=20
+    "clean_example_time_sequence_prediction.py",  # LBFGS with a closure, float64 LSTMCells
+    "clean_example_super_resolution.py",  # PixelShuffle, MSELoss, no train()/eval() calls
+    "clean_example_siamese_network.py",  # two images through one ResNet, BCELoss, unshuffled
+    "clean_example_regression.py",  # SGD by hand on a quartic until the loss is under 1e-3
+    "clean_example_reinforce.py",  # REINFORCE with dropout while acting, once per episode
+    "clean_example_actor_critic.py",  # summed policy and smooth L1 value losses per episode
+    "clean_example_fast_neural_style.py",  # pixels in [0, 255], a frozen loss network
+    "clean_example_gcn.py",  # torch.spmm, NLLLoss over a mask, eval of two masks each epoch
+    "clean_example_imagenet.py",  # zero_grad after the forward, top-k under no_grad, checkpoints
 ]
 
 SLOW = {"clean_fsdp1.py", "bug_fsdp1_gradients_not_zeroed.py"}
