@@ -8,6 +8,7 @@ Scripts run in this process through ``run_doctor`` (runpy), as ``treeqa doctor``
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -251,12 +252,22 @@ NODE_SHAPES = hasattr((torch.ones(1, requires_grad=True) * 2).grad_fn, "_input_m
 off its graph."""
 
 
+FULLY_SHARD = hasattr(importlib.import_module("torch.distributed.fsdp"), "fully_shard")
+"""FSDP2's ``fully_shard`` is public (``torch.distributed.fsdp``) from torch 2.6; 2.4 and 2.5
+have it in ``torch.distributed._composable.fsdp`` only, where the scripts do not look."""
+
+
 def _skip_where_torch_lacks_the_api(name: str) -> None:
-    """A script of get_total_norm and clip_grads_with_norm_ needs torch 2.6 or later; a loss
-    broadcast by hand is found only where autograd nodes give their inputs' shapes."""
+    """A script of get_total_norm and clip_grads_with_norm_, or of FSDP2's fully_shard, needs
+    torch 2.6 or later; a loss broadcast by hand is found only where autograd nodes give their
+    inputs' shapes."""
     script = (SCRIPTS / name).read_text()
-    if not hasattr(torch.nn.utils, "get_total_norm") and "get_total_norm" in script:
-        pytest.skip(f"{name} uses get_total_norm (torch 2.6+), torch {torch.__version__} here")
+    for api, here in (
+        ("get_total_norm", hasattr(torch.nn.utils, "get_total_norm")),
+        ("fully_shard", FULLY_SHARD),
+    ):
+        if api in script and not here:
+            pytest.skip(f"{name} uses {api} (torch 2.6+), torch {torch.__version__} here")
     if name == "bug_loss_broadcast_by_hand.py" and not NODE_SHAPES:
         pytest.skip(f"autograd nodes give no input shapes in torch {torch.__version__}")
 
@@ -311,6 +322,7 @@ def test_a_loss_climbed_by_maximize_names_it_as_the_cause(doctor_report) -> None
 def test_an_optimiser_built_before_fully_shard_is_named_as_the_cause(doctor_report) -> None:
     """fully_shard replaces the parameters the optimiser was given: it steps tensors no model
     uses, and the finding says that sharding after it is the likely cause."""
+    _skip_where_torch_lacks_the_api("bug_fsdp_optimiser_before_shard.py")
     _, report, _ = doctor_report("bug_fsdp_optimiser_before_shard.py")
     found = next(f for f in report["findings"] if f["code"] == "step-without-gradients")
     assert found["evidence"]["stale_parameters"] and found["evidence"]["ranks"] == [0, 1]
@@ -320,6 +332,7 @@ def test_an_optimiser_built_before_fully_shard_is_named_as_the_cause(doctor_repo
 def test_gradients_never_zeroed_under_fully_shard_are_said_as_added_to(doctor_report) -> None:
     """FSDP2's backward adds into the part of a DTensor gradient each process holds, not into
     the DTensor: its gradients were written each step, not left from the step before."""
+    _skip_where_torch_lacks_the_api("bug_fsdp_gradients_not_zeroed.py")
     _, report, _ = doctor_report("bug_fsdp_gradients_not_zeroed.py")
     found = next(f for f in report["findings"] if f["code"] == "gradients-not-zeroed")
     assert "never zeroed between optimiser steps" in found["message"], found

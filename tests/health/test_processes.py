@@ -21,6 +21,7 @@ from treeqa.health import run_doctor
 from treeqa.health.processes import (
     evaluation_on_one_shard,
     gradients_not_averaged,
+    is_dtensor,
     launcher_split,
     merge,
     moments,
@@ -334,7 +335,11 @@ def test_moments_of_a_dtensor_are_this_processs_part(monkeypatch: pytest.MonkeyP
     part, as plain tensors (a DTensor's ``tolist()`` raises, and stopped the monitor)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Shard, distribute_tensor
+
+    try:
+        from torch.distributed.tensor import Shard, distribute_tensor
+    except ImportError:  # torch 2.4: not public yet
+        from torch.distributed._tensor import Shard, distribute_tensor
 
     # init_process_group sets an excepthook that prefixes "[rank0]: " and outlives the group
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
@@ -342,6 +347,7 @@ def test_moments_of_a_dtensor_are_this_processs_part(monkeypatch: pytest.MonkeyP
     try:
         x = torch.arange(8.0)
         sharded = distribute_tensor(x, init_device_mesh("cpu", (1,)), [Shard(0)])
+        assert is_dtensor(sharded) and not is_dtensor(x)
         total, squares = moments(sharded, most=4)
         assert type(total) is torch.Tensor and type(squares) is torch.Tensor
         assert torch.stack([total, squares]).tolist() == [12.0, 56.0]  # 0, 2, 4, 6

@@ -31,7 +31,6 @@ apart, in the whole weights) did not add into it.
 
 from __future__ import annotations
 
-import sys
 import weakref
 from typing import Any
 
@@ -39,7 +38,7 @@ import torch
 
 from treeqa.health import slips
 from treeqa.health.findings import Finding
-from treeqa.health.processes import local_part
+from treeqa.health.processes import is_dtensor, local_part
 
 Taken = tuple[bool, torch.Tensor | None, torch.Tensor]
 """A hook call's: the gradient was cleared; for the one there (None if cleared), its squared
@@ -204,8 +203,5 @@ class Probe:
 
 def _sharded(param: torch.Tensor) -> bool:
     """FSDP's: ``FullyShardedDataParallel``'s flat parameter, or a ``DTensor`` (the parameters
-    ``fully_shard`` makes); torch.distributed is not imported to tell."""
-    if getattr(param, "_is_flat_param", False):
-        return True
-    tensor = sys.modules.get("torch.distributed.tensor")
-    return tensor is not None and isinstance(param, tensor.DTensor)
+    ``fully_shard`` makes)."""
+    return bool(getattr(param, "_is_flat_param", False)) or is_dtensor(param)

@@ -27,6 +27,7 @@ import json
 import multiprocessing
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
@@ -182,6 +183,17 @@ def _first_tensor(args: Any) -> torch.Tensor | None:
     return None
 
 
+def is_dtensor(x: Any) -> bool:
+    """``x`` is a ``DTensor`` (the parameters ``fully_shard`` makes), told without importing
+    torch.distributed: the class is ``torch.distributed.tensor``'s from torch 2.5, and
+    ``torch.distributed._tensor``'s before (2.4 has a ``torch.distributed.tensor`` without it)."""
+    for name in ("torch.distributed.tensor", "torch.distributed._tensor"):
+        dtensor = getattr(sys.modules.get(name), "DTensor", None)
+        if dtensor is not None:
+            return isinstance(x, dtensor)
+    return False
+
+
 def local_part(x: torch.Tensor) -> torch.Tensor:
     """This process's part of ``x`` where it is a ``DTensor`` (the parameters ``fully_shard``
     makes), read without a collective; else ``x``."""
@@ -286,13 +298,7 @@ class Fingerprints:
 def _sharded(models: Sequence[nn.Module], weights: Sequence[torch.Tensor]) -> bool:
     """Models whose weights differ between processes by design."""
     modules = (type(m).__module__ for model in models for m in model.modules())
-    if any(name.startswith(SHARDING) for name in modules):
-        return True
-    with contextlib.suppress(ImportError):
-        from torch.distributed.tensor import DTensor
-
-        return any(isinstance(w, DTensor) for w in weights)
-    return False
+    return any(name.startswith(SHARDING) for name in modules) or any(map(is_dtensor, weights))
 
 
 # ---------------------------------------------------------------- the processes side by side
