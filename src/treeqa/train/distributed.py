@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -114,8 +115,17 @@ def join(world: World, device: torch.device) -> torch.device:
     return device
 
 
+LEAVE_WAIT_S = 0.1
+"""Seconds the GIL is left free before the group is destroyed at exit. torch before 2.8 holds
+the GIL while it destroys a gloo group, which joins the group's worker threads; one of them
+that still holds the last collective's tensor needs the GIL to free it, so the two wait on
+each other for ever (on torch 2.4.1, a process hung at exit in 2 of 8 runs of 2 processes
+without the wait)."""
+
+
 def _leave() -> None:
     if dist.is_initialized():
+        time.sleep(LEAVE_WAIT_S)
         dist.destroy_process_group()
 
 
