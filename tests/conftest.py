@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from treeqa.data.demo import write_demo
 from treeqa.data.dependency import from_record, write_dependency_trees
@@ -19,6 +23,48 @@ def shared_data() -> Path | None:
     """The real datasets (TREEQA_DATA, else ../shared/data next to the repository), if present."""
     path = Path(os.environ.get("TREEQA_DATA", REPO.parent / "shared" / "data"))
     return path if path.is_dir() else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_thread() -> Iterator[None]:
+    """One intra-op thread for the whole run, in this process and the ones its tests start.
+
+    Intra-op threads spin on an oversubscribed CPU (the suite shares 2 busy cores); these tiny
+    models run faster on one. Session-wide, so that a run trained in a module's fixture or in a
+    subprocess and one trained in a test add their numbers up alike."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def side_by_side() -> Callable[..., list[subprocess.CompletedProcess[str]]]:
+    """``run(*commands, timeout=120, **popen)``: the commands started together and waited for,
+    as ``subprocess.run(capture_output=True, text=True)`` would return each. Each starts an
+    interpreter that imports torch, seconds of one core: run apart, the suite's second core
+    idles through them."""
+
+    def run(
+        *commands: Sequence[str], timeout: float = 120, **popen: Any
+    ) -> list[subprocess.CompletedProcess[str]]:
+        pipe = subprocess.PIPE
+        started = [
+            subprocess.Popen(c, stdout=pipe, stderr=pipe, text=True, **popen) for c in commands
+        ]
+        try:
+            said = [p.communicate(timeout=timeout) for p in started]
+        finally:
+            for p in started:
+                p.kill()
+        return [
+            subprocess.CompletedProcess(p.args, p.returncode, out, err)
+            for p, (out, err) in zip(started, said, strict=True)
+        ]
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Shared fixtures: one torch thread (the suite shares 2 busy cores) and one doctor run per script."""
+"""Shared fixtures: one doctor run per script."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from treeqa.health import run_doctor
 
@@ -37,15 +36,6 @@ most of its run before RSS rises (seen once in ~15 runs); a fresh interpreter nu
 first autograd node 0, which a scan once took for "no node" and so missed ``total += loss``;
 and autograd's anomaly mode, once switched on, stays on for every later script. A script that
 starts processes with torch.multiprocessing.spawn runs as it would from a shell."""
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    # Intra-op threads spin on an oversubscribed CPU; these tiny models run faster on one.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 TORCHRUN = {

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -167,14 +168,13 @@ if __name__ == "__main__":
 """
 
 
-def test_a_child_s_traceback_is_the_one_plain_python_prints(tmp_path: Path) -> None:
+def test_a_child_s_traceback_is_the_one_plain_python_prints(
+    tmp_path: Path, side_by_side: Callable[..., list[subprocess.CompletedProcess[str]]]
+) -> None:
     # It had the doctor's frames (run_watched, ready_then_run) between _bootstrap and run.
     (tmp_path / "child.py").write_text(CHILD_ERROR)
-    plain = subprocess.run(
-        [sys.executable, "child.py"], capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
-    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", "child.py"]
-    watched = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    doctor = [sys.executable, "-m", "treeqa", "doctor", "--", "python"]
+    plain, watched = side_by_side([sys.executable, "child.py"], [*doctor, "child.py"], cwd=tmp_path)
     assert watched.stdout == plain.stdout == "fork exit code 1\nspawn exit code 1\n"
     ours = [line for line in watched.stderr.splitlines() if not line.startswith("treeqa health")]
     assert ours == plain.stderr.splitlines() and "forks.py" not in watched.stderr

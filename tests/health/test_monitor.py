@@ -14,6 +14,7 @@ import sys
 import time
 import warnings
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -422,30 +423,35 @@ def test_the_doctor_runs_on_the_oldest_torch_api_it_supports(tmp_path: Path) -> 
     assert "clip-before-backward" in {f["code"] for f in report["findings"]}
 
 
-def test_cli_doctor_runs_a_python_dash_o_script_optimised(tmp_path: Path) -> None:
+def test_cli_doctor_runs_a_python_dash_o_script_optimised(
+    tmp_path: Path, side_by_side: Callable[..., list[subprocess.CompletedProcess[str]]]
+) -> None:
     script = tmp_path / "opt.py"
     script.write_text(
         'import sys\nassert False, "asserts run"\nprint(__debug__, sys.flags.optimize)\n'
     )
-    for flags, said in (["-O"], "False 1"), (["-OO"], "False 2"):
-        cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", *flags, str(script)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    doctor = [sys.executable, "-m", "treeqa", "doctor", "--", "python"]
+    optimised, twice, plain = side_by_side(
+        *([*doctor, *flags, str(script)] for flags in (["-O"], ["-OO"], []))
+    )
+    for proc, said in (optimised, "False 1"), (twice, "False 2"):
         assert (proc.returncode, proc.stdout.strip()) == (0, said), proc.stderr
-    plain = [sys.executable, "-m", "treeqa", "doctor", "--", "python", str(script)]
-    proc = subprocess.run(plain, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "AssertionError: asserts run" in proc.stderr
+    assert plain.returncode == 1 and "AssertionError: asserts run" in plain.stderr
 
 
-def test_cli_doctor_runs_the_script_with_its_interpreter_options(tmp_path: Path) -> None:
+def test_cli_doctor_runs_the_script_with_its_interpreter_options(
+    tmp_path: Path, side_by_side: Callable[..., list[subprocess.CompletedProcess[str]]]
+) -> None:
     """-X dev, -I, -E set how the interpreter runs: the doctor starts itself again with them."""
     script = tmp_path / "flags.py"
     script.write_text(
         "import os, sys\nf = sys.flags\n"
         "print(f.dev_mode, f.isolated, f.ignore_environment, 'TREEQA_DOCTOR_RESTARTED' in os.environ)\n"
     )
-    for flags, said in (["-X", "dev"], "True 0 0 False"), (["-I"], "False 1 1 False"):
-        cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", *flags, str(script)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    cases = (["-X", "dev"], "True 0 0 False"), (["-I"], "False 1 1 False")
+    doctor = [sys.executable, "-m", "treeqa", "doctor", "--", "python"]
+    runs = side_by_side(*([*doctor, *flags, str(script)] for flags, _ in cases))
+    for proc, (_, said) in zip(runs, cases, strict=True):
         assert (proc.returncode, proc.stdout.strip()) == (0, said), proc.stderr
 
 

@@ -1,4 +1,5 @@
-"""One process of the data-parallel test (run by torchrun from ``test_distributed.py``).
+"""One process of the data-parallel test (started by torchrun, or as torchrun starts it, from
+``test_distributed.py``).
 
 Trains a small Tree-LSTM (no dropout, sparse word-vector gradients) through ``fit()`` on
 fixed batches of the demo treebank and saves this process's final weights, the batches it

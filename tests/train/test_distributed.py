@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 
@@ -80,12 +81,20 @@ def test_each_process_collates_only_the_batches_it_trains_on(
                     assert a == b, f.name
 
 
-def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["OMP_NUM_THREADS"] = "1"
+def torchrun_command(nproc: int, *args: str) -> list[str]:
     # --standalone: a local rendezvous on a free port
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += ["--nproc-per-node", str(nproc), *args]
+    return [*command, "--nproc-per-node", str(nproc), *args]
+
+
+def no_process_of_a_run() -> dict[str, str]:
+    """This environment less a torchrun process's own place in a run (one it was started in)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return env | {"OMP_NUM_THREADS": "1"}
+
+
+def torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess[str]:
+    command, env = torchrun_command(nproc, *args), no_process_of_a_run()
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -130,10 +139,22 @@ def test_a_sigterm_to_one_process_stops_every_process_after_the_same_step(
 
 
 def test_a_process_killed_mid_run_stops_the_other_with_a_clear_error(tmp_path: Path) -> None:
-    # torchrun would stop process 0 itself on seeing process 1 gone; it looks only every 30 s
-    worker = [str(HERE / "ddp_worker.py"), str(tmp_path), "--kill-at", "2"]
-    run = torchrun(2, "--monitor-interval", "30", *worker)
-    assert run.returncode != 0  # process 1's SIGKILL
+    # The two processes are started as torchrun starts them, without torchrun itself: it would
+    # stop process 0 on seeing process 1 gone, and waiting out its monitor interval costs 30 s.
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    env = no_process_of_a_run() | {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    worker = [sys.executable, str(HERE / "ddp_worker.py"), str(tmp_path), "--kill-at", "2"]
+    processes = [
+        subprocess.Popen(worker, env=env | {"RANK": r, "LOCAL_RANK": r, "WORLD_SIZE": "2"})
+        for r in ("0", "1")
+    ]
+    try:
+        assert [p.wait(timeout=300) for p in processes] == [0, -signal.SIGKILL]
+    finally:
+        for p in processes:
+            p.kill()
     lost = (tmp_path / "rank0.lost").read_text()
     assert lost.startswith("process 0 of 2: another process of this run stopped (killed, ")
     assert "--resume RUN_DIR goes on from there" in lost
@@ -170,15 +191,22 @@ def test_torchrun_trains_one_run_directory_from_the_cli(demo_dir: Path, tmp_path
 
 
 def test_a_resumed_torchrun_run_draws_what_it_drew_and_keeps_its_processes(
-    demo_dir: Path, tmp_path: Path
+    demo_dir: Path,
+    tmp_path: Path,
+    side_by_side: Callable[..., list[subprocess.CompletedProcess[str]]],
 ) -> None:
     from treeqa.cli.main import main
 
     args = ["-m", "treeqa", "train", "sentiment", "--model", "tree_lstm", "--data", str(demo_dir)]
     args += ["--health", "off", "--train.log_every=1"]  # dropout 0.5: every process draws masks
     full, cut = tmp_path / "full", tmp_path / "cut"
-    assert torchrun(2, *args, "--epochs", "2", "--out", str(full)).returncode == 0
-    assert torchrun(2, *args, "--epochs", "1", "--out", str(cut)).returncode == 0
+    runs = side_by_side(
+        torchrun_command(2, *args, "--epochs", "2", "--out", str(full)),
+        torchrun_command(2, *args, "--epochs", "1", "--out", str(cut)),
+        timeout=300,
+        env=no_process_of_a_run(),
+    )
+    assert [run.returncode for run in runs] == [0, 0], [run.stderr[-3000:] for run in runs]
     # One process would count its epoch position in batches of one, and halve the batch.
     assert main(["train", "--resume", str(cut), "--epochs", "2"]) == 2
     resumed = torchrun(2, "-m", "treeqa", "train", "--resume", str(cut), "--epochs", "2")
