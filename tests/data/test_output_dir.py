@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from treeqa.data.output_dir import built_aside, check_replaceable
+from treeqa.data.output_dir import built_aside, check_replaceable, other_writer, remove_stale_work
 
 WRITTEN = ["meta.json", "a.txt"]
 
@@ -184,3 +185,33 @@ def test_a_full_disk_names_the_folder_and_leaves_the_old_one(tmp_path: Path) -> 
     # An input the system named is its own error.
     with pytest.raises(PermissionError, match="in.json"), built_aside(out):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp_path / "in.json"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="no process start times here")
+def test_a_work_folder_whose_process_id_now_names_another_process_is_stale(
+    tmp_path: Path,
+) -> None:
+    # The writer was killed and its process id given to another process: the work folder
+    # was judged a run still going, and every later run into out refused, for ever.
+    out = tmp_path / "out"
+    other = subprocess.Popen([sys.executable, "-c", "input()"], stdin=subprocess.PIPE, text=True)
+    try:
+        for pid in (other.pid, os.getpid()):  # alive, but not started at clock tick 1
+            (tmp_path / f".out.{pid}-1.0a1b2c3d.partial").mkdir()
+        assert other_writer(out) is None
+        _write(out)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+        # Named by an older version, without the start time: its process id alone decides.
+        older = tmp_path / f".out.{other.pid}.0a1b2c3d.partial"
+        older.mkdir()
+        with pytest.raises(FileExistsError, match=f"being written by process {other.pid} "):
+            _write(out)
+        assert older.is_dir()
+    finally:
+        other.communicate("\n", timeout=60)
+    _write(out)  # its process ended: deleted
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    with built_aside(out) as work:  # a live writer's, named with its start time, is kept
+        assert re.fullmatch(rf"\.out\.{os.getpid()}-\d+\.[0-9a-f]{{8}}\.partial", work.name)
+        remove_stale_work(out)
+        assert work.is_dir()

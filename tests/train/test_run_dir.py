@@ -205,6 +205,18 @@ def test_a_run_that_opened_the_lock_as_a_failed_run_removed_its_folder_holds_a_n
                 pass
 
 
+def test_a_lock_file_naming_a_live_process_that_holds_no_lock_is_free(tmp_path: Path) -> None:
+    # The run that wrote it ended and its process id now names another process (here, the
+    # first one): the system dropped its lock when it ended, and the lock, not the id, decides.
+    from treeqa.train import checkpoint as ckpt
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ckpt.LOCK).write_text("1\n")
+    with ckpt.run_lock(run, resume=True):
+        assert (run / ckpt.LOCK).read_text() == f"{os.getpid()}\n"
+
+
 def test_a_run_stopped_before_any_evaluation_says_it_has_no_best_score() -> None:
     from treeqa.cli.common import best_line
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -88,31 +89,67 @@ def check_replaceable(
         )
 
 
-def _alive(pid: int) -> bool:
+WORK_NAME = re.compile(r"(\d+)(?:-(\d+))?\.[0-9a-f]{8}\.partial")
+"""What follows ``.<out>.`` in a work folder's name: its writer's process id, then (where the
+system says, as on Linux) a dash and the process's start time, then a random token. A name
+without the start time (written by an older version) is judged by its process id alone."""
+
+
+def _start_time(pid: int) -> str | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of /proc/PID/stat);
+    None where the system does not say (not Linux, no such process, another user's hidden)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    # Fields 3 on follow the ")" that ends field 2, the command name (which may hold spaces).
+    fields = stat.rpartition(b")")[2].split()
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def _writer() -> str:
+    """This process as a work folder's name records it (see ``WORK_NAME``)."""
+    started = _start_time(os.getpid())
+    return f"{os.getpid()}-{started}" if started is not None else str(os.getpid())
+
+
+def _alive(pid: int, started: str | None) -> bool:
+    """Whether the writer ``pid`` (started at ``started``, where that was recorded) still
+    runs: a process given its id after it ended is another one, told apart by its start time.
+    Where that cannot be read now, the process id alone decides."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
-        return True
-    return True
+        pass
+    now = _start_time(pid)
+    return started is None or now is None or now == started
+
+
+def _writers(out: Path) -> Iterator[tuple[Path, int, bool]]:
+    """The work folders that ``built_aside`` made beside ``out``, each with its writer's
+    process id and whether that writer still runs."""
+    for work in out.parent.glob(f".{out.name}.*.partial"):
+        name = WORK_NAME.fullmatch(work.name[len(out.name) + 2 :])
+        if work.is_dir() and name is not None:
+            pid = int(name[1])
+            yield work, pid, _alive(pid, name[2])
 
 
 def remove_stale_work(out: Path) -> None:
     """Delete the folders that ``built_aside`` left beside ``out`` in a process that was killed
-    (one whose process id no longer runs); those of a run still going are left alone."""
-    for work in out.parent.glob(f".{out.name}.*.partial"):
-        pid = work.name[len(out.name) + 2 :].split(".", 1)[0]
-        if work.is_dir() and pid.isdigit() and not _alive(int(pid)):
+    (one that no longer runs); those of a run still going are left alone."""
+    for work, _, alive in _writers(out):
+        if not alive:
             shutil.rmtree(work, ignore_errors=True)
 
 
 def other_writer(out: Path) -> int | None:
     """The process id of another run building ``out`` now (its work folder is beside it)."""
-    for work in out.parent.glob(f".{out.name}.*.partial"):
-        pid = work.name[len(out.name) + 2 :].split(".", 1)[0]
-        if work.is_dir() and pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
-            return int(pid)
+    for _, pid, alive in _writers(out):
+        if alive and pid != os.getpid():
+            return pid
     return None
 
 
@@ -204,4 +241,4 @@ def _lost_race(out: Path, work: Path) -> FileExistsError:
 
 def _aside(out: Path) -> Path:
     """A hidden folder name beside ``out`` that ``remove_stale_work`` knows as this process's."""
-    return out.with_name(f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.partial")
+    return out.with_name(f".{out.name}.{_writer()}.{secrets.token_hex(4)}.partial")
