@@ -422,6 +422,16 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class Stopped(KeyboardInterrupt):
+    """A second stop signal: the server stopped without waiting for the requests in progress
+    (the command exits 128 + ``signum``, as the shell expects)."""
+
+    def __init__(self, signum: int):
+        name = signal.Signals(signum).name
+        super().__init__(f"{name} again: stopped without waiting for the requests in progress")
+        self.signum = signum
+
+
 class Server(ThreadingHTTPServer):
     daemon_threads = True  # a client that hangs does not keep the process alive
     quiet = False  # no line per request
@@ -465,13 +475,24 @@ class Server(ThreadingHTTPServer):
 
     def serve_until_stopped(self, say: Callable[[str], None]) -> None:
         """Serve until Ctrl-C or SIGTERM (a service manager's stop); then accept no more
-        connections and let the requests in progress finish (``STOP_WAIT_S`` at most; Ctrl-C
-        again stops at once)."""
+        connections and let the requests in progress finish (``STOP_WAIT_S`` at most). A
+        second stop signal, whenever it comes, stops at once: ``Stopped``. A signal ignored
+        when serving began (a background job's SIGINT) stays ignored."""
+        caught: list[int] = []  # stop signals, in the order they came
 
         def stop(signum: int, frame: Any) -> None:
-            raise KeyboardInterrupt
+            first = not caught  # before the append: a handler run between the two, one raises
+            caught.append(signum)
+            # Only the first raises: an exception landing between two lines of threading's
+            # Condition.wait leaves its lock released twice (a RuntimeError, exit 1), and one
+            # landing while the first unwinds serve_forever was taken for the first.
+            if first:
+                raise KeyboardInterrupt
 
-        previous = signal.signal(signal.SIGTERM, stop)
+        stops = [
+            s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN
+        ]
+        previous = {signum: signal.signal(signum, stop) for signum in stops}
         try:
             self.serve_forever()
         except KeyboardInterrupt:
@@ -484,16 +505,20 @@ class Server(ThreadingHTTPServer):
                 )
             deadline = time.monotonic() + STOP_WAIT_S
             with self.idle:
-                # Short waits: a second signal is handled between them; and a last one with
+                # Short waits: a second signal is seen between them; and a last one with
                 # none in progress, for a request a kept-alive client sent just now.
                 quiet = 0
-                while quiet < 2 and time.monotonic() < deadline:
+                while quiet < 2 and time.monotonic() < deadline and len(caught) < 2:
                     quiet = 0 if self.in_progress else quiet + 1
                     self.idle.wait(0.1)
-            say("treeqa serve: stopped")
+            if len(caught) < 2:
+                say("treeqa serve: stopped")
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             self.server_close()
+        if len(caught) > 1:
+            raise Stopped(caught[1])
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hangs up (reset, broken pipe) is no server error, and a kept-alive
