@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,25 @@ def test_a_work_folder_whose_process_id_now_names_another_process_is_stale(
         assert re.fullmatch(rf"\.out\.{os.getpid()}-\d+\.[0-9a-f]{{8}}\.partial", work.name)
         remove_stale_work(out)
         assert work.is_dir()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="no process states here")
+def test_a_writer_killed_and_not_yet_reaped_is_not_a_run_going_on(tmp_path: Path) -> None:
+    # Its parent (a launcher that has not waited for it yet) keeps its process id in use.
+    out = tmp_path / "out"
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    stat = Path(f"/proc/{writer.pid}/stat")
+    try:
+        started = stat.read_bytes().rpartition(b")")[2].split()[19].decode()
+        (tmp_path / f".out.{writer.pid}-{started}.0a1b2c3d.partial").mkdir()
+        (tmp_path / f".out.{writer.pid}.0a1b2c3e.partial").mkdir()  # named by an older version
+        assert other_writer(out) == writer.pid
+        writer.kill()
+        while stat.read_bytes().rpartition(b")")[2].split()[0] != b"Z":
+            time.sleep(0.01)
+        assert other_writer(out) is None
+        _write(out)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    finally:
+        writer.kill()
+        writer.wait()

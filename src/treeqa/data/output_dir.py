@@ -95,36 +95,41 @@ system says, as on Linux) a dash and the process's start time, then a random tok
 without the start time (written by an older version) is judged by its process id alone."""
 
 
-def _start_time(pid: int) -> str | None:
-    """When process ``pid`` started, in clock ticks since boot (field 22 of /proc/PID/stat);
-    None where the system does not say (not Linux, no such process, another user's hidden)."""
+def _stat(pid: int) -> tuple[str, str] | None:
+    """Process ``pid``'s state (``Z``: ended, not yet reaped by its parent) and when it started,
+    in clock ticks since boot (fields 3 and 22 of /proc/PID/stat); None where the system does
+    not say (not Linux, no such process, another user's hidden)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
     # Fields 3 on follow the ")" that ends field 2, the command name (which may hold spaces).
     fields = stat.rpartition(b")")[2].split()
-    return fields[19].decode() if len(fields) > 19 else None
+    return (fields[0].decode(), fields[19].decode()) if len(fields) > 19 else None
 
 
 def _writer() -> str:
     """This process as a work folder's name records it (see ``WORK_NAME``)."""
-    started = _start_time(os.getpid())
-    return f"{os.getpid()}-{started}" if started is not None else str(os.getpid())
+    stat = _stat(os.getpid())
+    return f"{os.getpid()}-{stat[1]}" if stat is not None else str(os.getpid())
 
 
 def _alive(pid: int, started: str | None) -> bool:
     """Whether the writer ``pid`` (started at ``started``, where that was recorded) still
-    runs: a process given its id after it ended is another one, told apart by its start time.
-    Where that cannot be read now, the process id alone decides."""
+    runs: a process given its id after it ended is another one, told apart by its start time,
+    and one killed but not yet reaped by its parent runs no more. Where the system does not
+    say, the process id alone decides."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
         pass
-    now = _start_time(pid)
-    return started is None or now is None or now == started
+    stat = _stat(pid)
+    if stat is None:
+        return True
+    state, now = stat
+    return state != "Z" and (started is None or now == started)
 
 
 def _writers(out: Path) -> Iterator[tuple[Path, int, bool]]:
