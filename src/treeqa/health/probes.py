@@ -55,7 +55,7 @@ class Probe:
 
     def __init__(self, param: torch.Tensor, whose: str = "", by_hand: bool = False):
         self.param, self.whose, self.by_hand = param, whose, by_hand
-        self.at_backward = _sharded(param)  # read at each backward's call and return
+        self.at_backward = _fsdp_parameter(param)  # read at each backward's call and return
         self.armed = False
         self.clean: list[bool] = []  # per finished step: a backward started from cleared grads
         # per finished step with 2+ backwards: all started clean, nothing changed in between
@@ -201,7 +201,7 @@ class Probe:
         return clean and len(versions) == 1 and grad is not None and grad is self._last_grad
 
 
-def _sharded(param: torch.Tensor) -> bool:
+def _fsdp_parameter(param: torch.Tensor) -> bool:
     """FSDP's: ``FullyShardedDataParallel``'s flat parameter, or a ``DTensor`` (the parameters
     ``fully_shard`` makes)."""
     return bool(getattr(param, "_is_flat_param", False)) or is_dtensor(param)

@@ -340,9 +340,11 @@ def clip_gradients(params: Iterable[nn.Parameter], max_norm: float) -> None:
             (g.values() if g.is_sparse else g).mul_(scale.to(g.dtype))
 
 
-def check_loss(loss: Any) -> None:
-    """A TypeError or ValueError unless ``loss``, a training step's ``Output.loss``, is one
+def check_loss(loss: Any) -> torch.Tensor:
+    """``loss``, a training step's ``Output.loss``; a TypeError or ValueError unless it is one
     number autograd can step from: else backward fails with torch's words, naming no model."""
+    if loss is None:
+        raise ValueError("a training batch produced no loss: does it carry labels?")
     if not isinstance(loss, torch.Tensor):
         raise TypeError(
             f"the model's Output.loss is a {type(loss).__name__}; fit() takes a tensor "
@@ -359,6 +361,7 @@ def check_loss(loss: Any) -> None:
             "model's weights (under torch.no_grad(), after .detach() or .item(), or with "
             "every weight frozen)"
         )
+    return loss
 
 
 def check_metric(metric: str, names: Iterable[str]) -> None:
@@ -481,11 +484,9 @@ def fit(
                         f"the model's forward returned a {type(output).__name__}; fit() takes "
                         "an Output(logits, loss) (treeqa.models.common)"
                     )
-                if output.loss is None:
-                    raise ValueError("a training batch produced no loss: does it carry labels?")
-                check_loss(output.loss)
+                loss = check_loss(output.loss)
                 optimizer.zero_grad(set_to_none=True)
-                scaler.scale(output.loss).backward()
+                scaler.scale(loss).backward()
                 scaler.unscale_(optimizer)  # callbacks and clipping see the true gradients
                 for cb in callbacks:
                     cb.on_after_backward(state, model)
@@ -500,7 +501,7 @@ def fit(
                             "ignore", "Detected call of `lr_scheduler.step", UserWarning
                         )
                         scheduler.step()
-                state.loss_sum += output.loss.detach().float()
+                state.loss_sum += loss.detach().float()
                 state.loss_steps += 1
                 state.step += 1
                 state.epoch_step += 1
