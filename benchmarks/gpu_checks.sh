@@ -10,6 +10,9 @@
 #      training examples/s on an H200), faithful and naive models side by side.
 #   4b. qanet_compiled (only when named in STEPS): the faithful model under torch.compile
 #      (compiling QANet took 7.5 minutes on 2 CPU cores; expect minutes on the GPU machine too).
+#   4c. qanet_b128 (only when named in STEPS): the faithful model at batch 128, to see how much
+#      of batch 32's step is launch overhead rather than arithmetic.
+#   4d. tree_gru (only when named in STEPS): bench_tree.py for the Tree-GRU.
 #   5. QANet training (only when named in STEPS): the paper config on prepared SQuAD v1.1 for
 #      QA_MINUTES of wall-clock time, dev EM/F1 on 2,000 questions every 1,000 steps, then the
 #      best checkpoint scored on every dev question (qa_train, qa_eval).
@@ -30,14 +33,14 @@ SST=${SST:-${TREEQA_DATA:-../shared/data}/sst}
 PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
 QANET_ARGS=${QANET_ARGS:-"--steps 20 --warmup 3"}
-STEPS=${STEPS:-"env tests tree qanet"}
+STEPS=${STEPS:-"env smi tests tree qanet"}
 QA_MINUTES=${QA_MINUTES:-6}
 # Extra config overrides for qa_train: a small model for a CPU smoke test, or
 # --train.compile=default to train through torch.compile (after minutes of compiling).
 QA_ARGS=${QA_ARGS:-}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-case " $STEPS " in *" tree "*) SST=$(cd "$SST" && pwd) ;; esac
+case " $STEPS " in *" tree "* | *" tree_gru "*) SST=$(cd "$SST" && pwd) ;; esac
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 
 step() {  # name limit_seconds command...; runs only when STEPS names it
@@ -52,6 +55,7 @@ step() {  # name limit_seconds command...; runs only when STEPS names it
 }
 
 step env 60 "$PY" -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))"
+step smi 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
 step tests 180 "$PY" -m pytest -q -p no:cacheprovider -m gpu -o addopts="" \
     tests/models/test_tree_models.py tests/models/test_qanet.py tests/health/test_monitor.py \
     tests/train/test_amp.py
@@ -62,6 +66,11 @@ step qanet 240 "$PY" benchmarks/bench_qanet.py --device "$DEVICE" --amp bf16 $QA
 # shellcheck disable=SC2086
 step qanet_compiled 480 "$PY" benchmarks/bench_qanet.py --device "$DEVICE" --amp bf16 $QANET_ARGS \
     --warmup 3 --compile --only faithful
+# shellcheck disable=SC2086
+step qanet_b128 180 "$PY" benchmarks/bench_qanet.py --device "$DEVICE" --amp bf16 $QANET_ARGS \
+    --batch 128 --only faithful
+step tree_gru 240 "$PY" benchmarks/bench_tree.py --device "$DEVICE" --model tree_gru \
+    --reference-sentences 20 --drift-epochs 5 --large-batch 1024 --data "$SST" --out "$OUT" --json
 QA_DATA="$OUT/data/squad_v1"
 step qa_unpack 120 "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
     "${QA_PACK:-runs/gpu-data/squad_v1.tar.xz}" "$OUT/data"

@@ -301,6 +301,19 @@ def test_a_word_dim_given_against_the_prepared_vectors_is_refused(prepared: Path
     assert given.model.word_dim == width
 
 
+@pytest.mark.parametrize("name", ["qanet_paper", "qanet_cpu_small"])
+def test_the_shipped_configs_take_the_word_dim_of_the_prepared_vectors(
+    name: str, prepared: Path
+) -> None:
+    from treeqa.config import load_toml
+    from treeqa.data.squad_prepared import load_meta
+
+    raw = load_toml(Path(__file__).resolve().parents[2] / "configs" / f"{name}.toml")
+    qa.resolve_config(raw, [("prepared", str(prepared))])  # no word_dim against them
+    width = int(load_meta(prepared)["vocab"]["vector_dim"])
+    assert width != 300  # the fixture's vectors are not the paper's width
+
+
 def test_data_and_schedule_values_out_of_range_name_the_field() -> None:
     from treeqa.config import ConfigError
 
