@@ -107,6 +107,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         step()
     sync()
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    if args.profile:
+        profile(step, args.profile, device)
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated() / 2**20
         kind = "cuda_max_allocated"
@@ -124,6 +126,31 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "memory": kind,
         "params": sum(p.numel() for p in model.parameters() if p.requires_grad),
     }
+
+
+def profile(step: Any, steps: int, device: torch.device) -> None:
+    """Run ``steps`` more training steps under torch.profiler and print, to stderr, the
+    operators that took the most time of their own: on the device (kernels) and on the host."""
+    from torch.profiler import ProfilerActivity
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    table = prof.key_averages()
+    if device.type == "cuda":
+        print(
+            table.table(sort_by="self_device_time_total", row_limit=30, max_name_column_width=60),
+            file=sys.stderr,
+        )
+    print(
+        table.table(sort_by="self_cpu_time_total", row_limit=20, max_name_column_width=60),
+        file=sys.stderr,
+    )
 
 
 def machine(device: str, threads: int) -> str:
@@ -158,6 +185,13 @@ def main() -> int:
     parser.add_argument("--model-config", help="a config file whose [model] table sets the model")
     parser.add_argument(
         "--attention-dropout", type=float, help="dropout on attention weights (default: dropout)"
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --only: N more steps under torch.profiler, the costliest operators to stderr",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
