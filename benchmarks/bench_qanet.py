@@ -11,7 +11,9 @@ step, after warm-up steps) and peak memory, and the ratios faithful/naive.
     python benchmarks/bench_qanet.py --device cuda --amp bf16 --steps 50 --compile --only faithful
 
 ``--compile`` runs the model under ``torch.compile`` (one graph for forward and loss; the
-warm-up steps pay for compiling, so give at least 2). ``--model-config`` takes the model from
+warm-up steps pay for compiling, so give at least 2); ``--compile reduce-overhead`` also replays
+the compiled step as CUDA graphs, one launch instead of thousands (the shapes here are fixed).
+``--fused-adam`` steps with torch's fused Adam kernel instead of its default. ``--model-config`` takes the model from
 a config file's ``[model]`` table instead of the paper's, e.g. the reduced CPU model, and
 ``--attention-dropout 0`` switches off dropout on the attention weights:
 
@@ -78,11 +80,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     vocab, chars = args.vocab, 256
     model = MODELS[args.only](model_config(args), vocab, chars, torch.randn(vocab, 300)).to(device)
     optimizer = torch.optim.Adam(
-        [p for p in model.parameters() if p.requires_grad], lr=1e-3, betas=(0.8, 0.999), eps=1e-7
+        [p for p in model.parameters() if p.requires_grad],
+        lr=1e-3,
+        betas=(0.8, 0.999),
+        eps=1e-7,
+        fused=args.fused_adam or None,
     )
     batch = synthetic_batch(args, vocab, chars).to(device)
     model.train()
-    forward = torch.compile(model) if args.compile else model
+    forward = torch.compile(model, mode=args.compile) if args.compile else model
 
     def step() -> None:
         with autocast(device, args.amp):
@@ -116,7 +122,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         kind = "host_peak_rss"
     return {
-        "model": args.only + (" (compiled)" if args.compile else ""),
+        "model": args.only + variant(args),
         "examples_per_s": args.batch * args.steps / elapsed,
         "step_s": elapsed / args.steps,
         # CPU seconds of this process: on a shared machine wall time measures the neighbours,
@@ -126,6 +132,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "memory": kind,
         "params": sum(p.numel() for p in model.parameters() if p.requires_grad),
     }
+
+
+def variant(args: argparse.Namespace) -> str:
+    """How the measured step differs from plain eager training, for its result's name."""
+    parts = (
+        []
+        if not args.compile
+        else ["compiled" + ("" if args.compile == "default" else f" {args.compile}")]
+    )
+    parts += ["fused Adam"] * args.fused_adam
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def profile(step: Any, steps: int, device: torch.device) -> None:
@@ -181,7 +198,14 @@ def main() -> int:
     parser.add_argument("--vocab", type=int, default=20_000, help="rows of the fixed word table")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads (0 = torch's default)")
     parser.add_argument("--only", choices=sorted(MODELS), help="measure one model in this process")
-    parser.add_argument("--compile", action="store_true", help="run the model under torch.compile")
+    parser.add_argument(
+        "--compile",
+        nargs="?",
+        const="default",
+        choices=["default", "reduce-overhead", "max-autotune"],
+        help="run the model under torch.compile, in this mode (default: default)",
+    )
+    parser.add_argument("--fused-adam", action="store_true", help="torch's fused Adam kernel")
     parser.add_argument("--model-config", help="a config file whose [model] table sets the model")
     parser.add_argument(
         "--attention-dropout", type=float, help="dropout on attention weights (default: dropout)"
@@ -230,6 +254,7 @@ def main() -> int:
                 "question",
                 "chars",
                 "compile",
+                "fused_adam",
                 "model_config",
                 "attention_dropout",
             )

@@ -14,6 +14,8 @@
 #   4c. qanet_b128 (only when named in STEPS): the faithful model at batch 128, to see how much
 #      of batch 32's step is launch overhead rather than arithmetic.
 #   4d. tree_gru (only when named in STEPS): bench_tree.py for the Tree-GRU.
+#   4e. qanet_variants (only when named in STEPS): what might lift batch 32 past its host-bound
+#      rate: the fused Adam kernel, eager; then CUDA graphs (compile mode reduce-overhead) with it.
 #   5. QANet training (only when named in STEPS): the paper config on prepared SQuAD v1.1 for
 #      QA_MINUTES of wall-clock time, dev EM/F1 on 2,000 questions every 1,000 steps, then the
 #      best checkpoint scored on every dev question (qa_train, qa_eval).
@@ -70,6 +72,10 @@ step qanet_compiled 480 "$PY" benchmarks/bench_qanet.py --device "$DEVICE" --amp
 # shellcheck disable=SC2086
 step qanet_b128 180 "$PY" benchmarks/bench_qanet.py --device "$DEVICE" --amp bf16 $QANET_ARGS \
     --batch 128 --only faithful
+# shellcheck disable=SC2086
+step qanet_variants 480 bash -c "$PY benchmarks/bench_qanet.py --device $DEVICE --amp bf16 $QANET_ARGS \
+    --only faithful --fused-adam && $PY benchmarks/bench_qanet.py --device $DEVICE --amp bf16 \
+    $QANET_ARGS --only faithful --fused-adam --compile reduce-overhead"
 step tree_gru 240 "$PY" benchmarks/bench_tree.py --device "$DEVICE" --model tree_gru \
     --reference-sentences 20 --drift-epochs 5 --large-batch 1024 --data "$SST" --out "$OUT" --json
 QA_DATA="$OUT/data/squad_v1"
