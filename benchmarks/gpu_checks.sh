@@ -4,7 +4,7 @@
 # 153 s, qa_train + qa_eval with QA_MINUTES=3 206 s, qanet_compiled 157 s):
 #   1. the environment (torch, CUDA, device name);
 #   2. the GPU tests (tree models and QANet: CPU == GPU, bf16 autocast, fp16 with a loss scaler;
-#      the health monitor on a GPU);
+#      the health monitor on a GPU, and its device-idle finding on a corpus script);
 #   3. tree speed: bench_tree.py --device cuda (batch 25, 256 and 1024; goal >= 20,000
 #      sentences/s on an H200);
 #   4. QANet speed: bench_qanet.py --device cuda --amp bf16, paper config (goal >= 1,500
@@ -61,7 +61,7 @@ step env 60 "$PY" -c "import torch; print(torch.__version__, torch.version.cuda,
 step smi 30 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
 step tests 180 "$PY" -m pytest -q -p no:cacheprovider -m gpu -o addopts="" \
     tests/models/test_tree_models.py tests/models/test_qanet.py tests/health/test_monitor.py \
-    tests/train/test_amp.py
+    tests/train/test_amp.py tests/health/test_corpus.py
 step tree 240 "$PY" benchmarks/bench_tree.py --device "$DEVICE" --model tree_lstm \
     --reference-sentences 20 --drift-epochs 5 --large-batch 1024 --data "$SST" --out "$OUT" --json
 # shellcheck disable=SC2086  # QANET_ARGS is a list of options

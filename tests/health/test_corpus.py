@@ -87,6 +87,7 @@ EXPECTED = {
     "bug_evaluation_with_gradients.py": "evaluation-with-gradients",
     "bug_fp16_without_scaler.py": "fp16-without-loss-scaling",
     "bug_fp16_autocast_in_forward.py": "fp16-without-loss-scaling",  # @autocast on forward
+    "bug_device_idle.py": "device-idle",  # a GPU script: runs with -m gpu on a CUDA device
     "bug_anomaly_detection_on.py": "anomaly-detection-on",
     "bug_lr_zero.py": "lr-zero",
     "bug_lr_collapsed.py": "lr-collapsed",
@@ -131,7 +132,7 @@ EXPECTED = {
     "bug_fsdp_gradients_not_zeroed.py": "gradients-not-zeroed",  # fully_shard
     "bug_fsdp1_gradients_not_zeroed.py": "gradients-not-zeroed",  # FullyShardedDataParallel
 }
-INFO = {"hot-op", "heap-retention"}  # findings that explain rather than warn
+INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
     "clean_mlp.py",
     "clean_gru.py",
@@ -221,8 +222,20 @@ SLOW = {"clean_fsdp1.py", "bug_fsdp1_gradients_not_zeroed.py"}
 fixes are covered by unit tests in the default run)."""
 
 
+GPU = {"bug_device_idle.py"}
+"""Corpus scripts that need a CUDA device (``-m gpu``)."""
+NO_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
 def _marked(names: list[str]) -> list[Any]:
-    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in names]
+    return [
+        pytest.param(n, marks=pytest.mark.slow)
+        if n in SLOW
+        else pytest.param(n, marks=[pytest.mark.gpu, NO_CUDA])
+        if n in GPU
+        else n
+        for n in names
+    ]
 
 
 def test_every_code_has_a_bug_script() -> None:

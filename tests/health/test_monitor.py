@@ -939,6 +939,56 @@ def test_hot_op_warns_only_if_the_family_dominates_without_the_threads_cpu_wait(
     assert checks.hot_op(times, 1, cpu_wait=0.3e3).severity == "warning"  # 6.9 of 9.7 ms: stands
 
 
+def test_device_idle_is_the_gpus_busy_time_against_steps_outside_windows() -> None:
+    """The H200 figures: QANet at batch 32 ran 37 ms of kernels in a 123 ms step (found);
+    at batch 128, 128 ms in 142 ms (not)."""
+    steps = [0.123] * 20 + [math.nan] * 3  # NaN: steps whose time was not read
+    found = checks.device_idle(0.037, 3100, steps)
+    assert found is not None and found.code == "device-idle" and found.severity == "info"
+    assert found.evidence["share"] == 0.301 and found.evidence["kernels_per_step"] == 3100
+    assert "busy 30% of each step (37.0 ms of kernels in a 123.0 ms step" in found.message
+    assert checks.device_idle(0.128, 3100, [0.142] * 20) is None
+    assert checks.device_idle(0.037, 3100, [0.123] * 4) is None  # too few steps to judge
+    assert checks.device_idle(0.0, 0, [0.123] * 20) is None  # nothing ran on a device
+
+
+def test_device_busy_counts_overlapping_kernels_once() -> None:
+    from torch.autograd import DeviceType
+
+    from treeqa.health.profile import _device_busy
+
+    class Event:
+        def __init__(self, start: int, ns: int, device: DeviceType = DeviceType.CUDA) -> None:
+            self.start, self.ns, self.device = start, ns, device
+
+        def start_ns(self) -> int:
+            return self.start
+
+        def duration_ns(self) -> int:
+            return self.ns
+
+        def device_type(self) -> DeviceType:
+            return self.device
+
+        def name(self) -> str:
+            return "kernel"
+
+    # two streams overlapping over 100-150, a gap, a kernel inside another, a CPU operator
+    events = [Event(100, 100), Event(0, 150), Event(400, 100), Event(420, 10)]
+    busy, kernels = _device_busy([*events, Event(0, 10_000, DeviceType.CPU)])
+    assert busy == 300 / 1e9 and kernels == 4
+
+
+def test_a_profile_window_on_a_cpu_reads_no_device_time() -> None:
+    window = ProfileWindow(steps=2)
+    window.schedule(1)
+    for step in (1, 2):
+        window.begin(step)
+        torch.ones(64, 64) @ torch.ones(64, 64)
+        window.end(step)
+    assert not window.active and window.device is None
+
+
 def test_a_profile_window_adds_up_the_step_threads_cpu_wait() -> None:
     clock = iter([(7, 1.0), (7, 1.25), (7, 2.0), (8, 2.5), (7, 3.0), (7, math.nan)])
     window = ProfileWindow(steps=3, waited=lambda: next(clock))

@@ -413,6 +413,35 @@ def input_bound(
     )
 
 
+def device_idle(busy: float, kernels: float, step_times: Sequence[float]) -> Finding | None:
+    """The GPU ran kernels for under half of each step: the host, issuing them, sets the pace.
+
+    ``busy`` and ``kernels``: seconds of GPU activity (the union of its kernels' and copies'
+    intervals) and their number, per step of a profiler window; ``step_times``: recent steps
+    outside windows (the profiler slows the host, so the window's own steps would overstate
+    the idle share). On an H200, QANet at batch 32 ran 37 ms of kernels in a 123 ms step; at
+    batch 128, 128 ms in 142 ms."""
+    times = [t for t in step_times[-50:] if math.isfinite(t) and t > 0]
+    if len(times) < 5 or busy <= 0:
+        return None
+    step = statistics.median(times)
+    share = min(busy / step, 1.0)
+    if share >= 0.5:
+        return None
+    return Finding(
+        "device-idle",
+        "info",
+        f"the GPU was busy {share:.0%} of each step ({busy * 1e3:.1f} ms of kernels in a "
+        f"{step * 1e3:.1f} ms step, {kernels:.0f} launches): the host's launches set the pace",
+        evidence={
+            "busy_ms_per_step": round(busy * 1e3, 3),
+            "step_ms": round(step * 1e3, 3),
+            "share": round(share, 3),
+            "kernels_per_step": round(kernels, 1),
+        },
+    )
+
+
 def loss_at_init(first_loss: float, num_classes: int) -> Finding | None:
     """The first cross-entropy is far above log(C): the output layer starts too confident."""
     expected = math.log(max(num_classes, 2))

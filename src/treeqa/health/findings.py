@@ -28,6 +28,7 @@ FIXES: dict[str, str] = {
     "heap-retention": "nothing leaks; to keep RSS lower, run with MALLOC_MMAP_THRESHOLD_=1048576 (a few % slower) or preload jemalloc/tcmalloc",
     "input-bound": "load data in DataLoader workers (num_workers>0, pin_memory) and cache preprocessing",
     "hot-op": "make the dominating operator family cheaper (each family has its own advice)",
+    "device-idle": 'give the GPU more work per launch: a larger batch; torch.compile (mode="reduce-overhead" replays the step as CUDA graphs, one launch for thousands); fused optimisers (fused=True); no .item() or other host reads inside the step',
     "gradients-not-zeroed": "call optimizer.zero_grad() once per optimiser step (before backward), so each step uses only its own gradients",
     "zero-grad-per-micro-batch": "zero the gradients once per optimiser step, before the first micro-batch (if i % accumulate == 0: optimizer.zero_grad()); read a gradient you only log with torch.autograd.grad",
     "step-without-gradients": "build the optimiser over the parameters of the model that trains (after fully_shard or FullyShardedDataParallel wraps it), and zero gradients before backward(), not between backward() and step()",
@@ -96,6 +97,7 @@ RUN_WIDE = (
     "heap-retention",
     "input-bound",
     "hot-op",
+    "device-idle",
     "loss-at-init",
 )
 """Findings on the whole run (timings, memory, profiles): one each, updated as it grows."""

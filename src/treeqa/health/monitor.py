@@ -399,6 +399,7 @@ class HealthMonitor(Callback):
         """The backward that a step ended inside (``doctor``: an optimiser stepped by a
         gradient hook) has returned: a profiler window stops here, outside the engine."""
         self._add_if(self.profile.backward_returned())
+        self._add_if(self._device_idle())
 
     def end_step(
         self, loss: torch.Tensor | float | None, step_time: float, data_time: float = 0.0
@@ -477,6 +478,7 @@ class HealthMonitor(Callback):
             self._read_losses(wait=False)
         if profiling:
             self._add_if(self.profile.end(s))
+            self._add_if(self._device_idle())
         self.retention.maybe_scan(s, tensor)
         if s >= self._next_series_check:
             self._next_series_check = s + max(self.every, s // SERIES_CHECKS)
@@ -538,6 +540,7 @@ class HealthMonitor(Callback):
         self._safely_uninstall()
         self._read_losses(wait=True)
         self._add_if(self.profile.close(self.step))
+        self._add_if(self._device_idle())
         if self._unused_params:  # a run shorter than the window
             self._track_unused(self.step, last=True)
         self.nonfinite.finish()
@@ -793,6 +796,20 @@ class HealthMonitor(Callback):
         return checks.input_bound(
             self.series["data_time"], self.series["step_time"], self.loaders.most
         )
+
+    def _device_idle(self) -> Finding | None:
+        """``device-idle``, once a profiler window on a GPU has closed: its kernels' time per
+        step against the steps outside windows."""
+        device, self.profile.device = self.profile.device, None
+        if device is None:
+            return None
+        steps, times, profiled = (
+            self.series["step"],
+            self.series["step_time"],
+            self.profile.profiled,
+        )
+        outside = [t for st, t in zip(steps, times, strict=True) if st not in profiled]
+        return checks.device_idle(*device, outside)
 
     def _add_if(self, found: Finding | None) -> None:
         if found is not None:

@@ -106,6 +106,10 @@ class ProfileWindow:
         self._ended: int | None = None  # a step that ended inside a backward, still recording
         self._times: dict[str, float] = {}
         self._covered: list[int] = []
+        self._device = (0.0, 0)  # the open window's GPU-busy seconds and kernels
+        self.device: tuple[float, float] | None = None
+        """GPU-busy seconds and kernels per step of the window that closed last (None on a
+        CPU, or once read: ``checks.device_idle`` judges it)."""
 
     @property
     def active(self) -> bool:
@@ -120,7 +124,7 @@ class ProfileWindow:
         within = self.spent <= BUDGET * (time.perf_counter() - self._started)
         if self._next is None and self.windows < self.max_windows and within:
             self._next, self._times, self._covered = step, {}, []
-            self.cpu_wait = 0.0
+            self.cpu_wait, self._device = 0.0, (0.0, 0)
             self.windows += 1
 
     def schedule_if_slower(
@@ -210,6 +214,9 @@ class ProfileWindow:
         if not covered:
             return None
         self._covered = []
+        if self._device[1]:
+            busy, kernels = self._device
+            self.device = (busy / len(covered), kernels / len(covered))
         found = checks.hot_op(self._times, len(covered), self.conv_over_text, self.cpu_wait * 1e6)
         if found is not None:
             found.where = next(iter(found.evidence["top_ops"]), "")
@@ -231,6 +238,9 @@ class ProfileWindow:
         self._covered.append(step)
         events = results.events()
         recorded = len(events)
+        if torch.profiler.ProfilerActivity.CUDA in activities:
+            busy, kernels = _device_busy(events)
+            self._device = (self._device[0] + busy, self._device[1] + kernels)
         for name, t in _op_times(events).items():
             if not name.startswith(_NOT_OPS) and "#" not in name:
                 self._times[name] = self._times.get(name, 0.0) + t
@@ -310,6 +320,22 @@ def _op_times(events: Sequence[Any]) -> dict[str, float]:
         if name:
             times[name] = times.get(name, 0.0) + ns / 1e3
     return times
+
+
+def _device_busy(events: Sequence[Any]) -> tuple[float, int]:
+    """Seconds in which the device ran anything (the union of its kernels' and copies'
+    intervals: kernels on several streams overlap), and how many it ran."""
+    spans = sorted(
+        (e.start_ns(), e.start_ns() + e.duration_ns())
+        for e in events
+        if e.device_type() != DeviceType.CPU and e.name() not in _UTILITY
+    )
+    busy, end = 0, -1
+    for start, stop in spans:
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    return busy / 1e9, len(spans)
 
 
 def _median(values: Sequence[float]) -> float | None:
