@@ -10,7 +10,7 @@
 #   4. QANet speed: bench_qanet.py --device cuda --amp bf16, paper config (goal >= 1,500
 #      training examples/s on an H200), faithful and naive models side by side.
 #   4b. qanet_compiled (only when named in STEPS): the faithful model under torch.compile
-#      (compiling QANet took 7.5 minutes on 2 CPU cores; expect minutes on the GPU machine too).
+#      (compiling QANet took 7.5 minutes on 2 CPU cores, about 2 on the H200 machine).
 #   4c. qanet_b128 (only when named in STEPS): the faithful model at batch 128, to see how much
 #      of batch 32's step is launch overhead rather than arithmetic.
 #   4d. tree_gru (only when named in STEPS): bench_tree.py for the Tree-GRU.
@@ -19,6 +19,10 @@
 #   5. QANet training (only when named in STEPS): the paper config on prepared SQuAD v1.1 for
 #      QA_MINUTES of wall-clock time, dev EM/F1 on 2,000 questions every 1,000 steps, then the
 #      best checkpoint scored on every dev question (qa_train, qa_eval).
+#   5b. qa_train_graphs (only when named in STEPS): the same training through CUDA graphs
+#      (--train.compile=reduce-overhead, batches padded to multiples of 64 tokens so that a few
+#      shapes are recorded), into $OUT/qanet_graphs; its metrics.jsonl's examples_per_s beside
+#      qa_train's say what the graphs give (compiling takes the first minutes of the budget).
 # Each step has its own time limit and log; a failing step does not stop the others.
 #
 #   SST=path/to/sst OUT=runs/gpu benchmarks/gpu_checks.sh      # SST: dir with train/dev/test.txt
@@ -85,4 +89,9 @@ step qa_unpack 120 "$PY" -c "import sys, tarfile; tarfile.open(sys.argv[1]).extr
 step qa_train $((${QA_MINUTES%.*} * 60 + 240)) "$PY" -m treeqa train qa --config configs/qanet_paper.toml \
     --data.prepared="$QA_DATA" --out "$OUT/qanet" --train.device="$DEVICE" \
     --schedule.budget_minutes="$QA_MINUTES" --schedule.eval_every=1000 --data.dev_subset=2000 $QA_ARGS
+# shellcheck disable=SC2086
+step qa_train_graphs $((${QA_MINUTES%.*} * 60 + 240)) "$PY" -m treeqa train qa \
+    --config configs/qanet_paper.toml --data.prepared="$QA_DATA" --out "$OUT/qanet_graphs" \
+    --train.device="$DEVICE" --schedule.budget_minutes="$QA_MINUTES" --schedule.eval_every=1000 \
+    --data.dev_subset=2000 --train.compile=reduce-overhead --data.pad_multiple=64 $QA_ARGS
 step qa_eval 300 "$PY" -m treeqa evaluate qa --checkpoint "$OUT/qanet" --prepared "$QA_DATA" --split dev --json

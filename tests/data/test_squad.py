@@ -662,5 +662,12 @@ def test_batches_bucket_pad_to_their_own_length_and_match_one_at_a_time(tmp_path
             assert (b.context_words[i, n:] == 0).all() and (b.context_chars[i, n:] == 0).all()
             assert (b.context_chars[i, :n] == one.context_chars[0]).all()
             assert int(b.starts[i]) == int(d.arrays["starts"][row])
+    for b in d.batches(3, shuffle=True, seed=4, pad_multiple=8):  # fixed shapes: multiples of 8
+        same = d.batch(b.index.numpy())
+        width, qwidth = same.context_words.shape[1], same.question_words.shape[1]
+        assert b.context_words.shape[1] == -(-width // 8) * 8
+        assert b.question_chars.shape[:2] == (len(b.index), -(-qwidth // 8) * 8)
+        assert (b.context_words[:, :width] == same.context_words).all()
+        assert (b.context_words[:, width:] == 0).all() and (b.question_chars[:, qwidth:] == 0).all()
     plain = list(d.batches(3, bucket=False))
     assert np.concatenate([b.index.numpy() for b in plain]).tolist() == list(range(len(d)))

@@ -939,6 +939,26 @@ def test_hot_op_warns_only_if_the_family_dominates_without_the_threads_cpu_wait(
     assert checks.hot_op(times, 1, cpu_wait=0.3e3).severity == "warning"  # 6.9 of 9.7 ms: stands
 
 
+def test_fused_attention_kernels_are_their_own_family() -> None:
+    """QANet's window at step 51 on an H200 (ms per step): cuDNN's attention was "other
+    operators" with advice for none of them."""
+    times = {
+        "aten::_cudnn_attention_forward": 99.7e3,
+        "aten::_cudnn_attention_backward": 64.6e3,
+        "aten::mm": 22.8e3,
+        "aten::copy_": 13.6e3,
+        "aten::add": 13.6e3,
+    }
+    found = checks.hot_op(times, 1)
+    assert found is not None and found.evidence["family"] == "attention"
+    assert found.severity == "info" and "square of the length" in found.fix
+    names = [
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "ScaledDotProductEfficientAttentionBackward0",
+    ]
+    assert {checks.op_family(n) for n in names} == {"attention"}
+
+
 def test_device_idle_is_the_gpus_busy_time_against_steps_outside_windows() -> None:
     """The H200 figures: QANet at batch 32 ran 37 ms of kernels in a 123 ms step (found);
     at batch 128, 128 ms in 142 ms (not)."""

@@ -85,6 +85,29 @@ def test_batched_equals_one_at_a_time() -> None:
         torch.testing.assert_close(net(one).logits[0], together[i, :, :n], atol=1e-5, rtol=1e-4)
 
 
+def test_padding_every_row_further_changes_no_logit_nor_the_loss() -> None:
+    """``data.pad_multiple`` pads even a batch's longest context and question: fixed shapes
+    for CUDA graphs must not change what the model computes."""
+    net = model().eval()
+    batch = make_batch([9, 6, 4], [5, 3, 2])
+
+    def pad(x: torch.Tensor, to: int) -> torch.Tensor:  # [B, L, ...] -> [B, to, ...] with 0
+        return torch.nn.functional.pad(x, [0, 0] * (x.dim() - 2) + [0, to - x.shape[1]])
+
+    padded = dataclasses.replace(
+        batch,
+        context_words=pad(batch.context_words, 16),
+        context_chars=pad(batch.context_chars, 16),
+        question_words=pad(batch.question_words, 8),
+        question_chars=pad(batch.question_chars, 8),
+    )
+    before, after = net(batch), net(padded)
+    assert after.logits.shape == (3, 2, 16) and bool((after.logits[:, :, 9:] == NEG).all())
+    torch.testing.assert_close(after.logits[:, :, :9], before.logits, atol=1e-5, rtol=1e-4)
+    assert before.loss is not None and after.loss is not None
+    torch.testing.assert_close(after.loss, before.loss, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("no_answer", [False, True])
 def test_gradient_reaches_every_trainable_parameter(no_answer: bool) -> None:
     net = model(dataclasses.replace(TINY, no_answer=no_answer)).train()

@@ -323,6 +323,7 @@ def test_data_and_schedule_values_out_of_range_name_the_field() -> None:
         "data.dev_subset": ("-3", "data.dev_subset: expected at least 0, got -3"),
         "schedule.threshold": ("nan", "schedule.threshold: expected a number, got nan"),
         "data.eval_batch_size": ("0", "data.eval_batch_size: expected at least 1, got 0"),
+        "data.pad_multiple": ("0", "data.pad_multiple: expected at least 1, got 0"),
     }
     for key, (value, message) in cases.items():
         with pytest.raises(ConfigError) as err:
@@ -616,9 +617,9 @@ def test_each_process_collates_only_its_share_of_a_training_stream(
     collated: list[np.ndarray] = []
     batch = qa.PreparedSplit.batch
 
-    def counting(self: qa.PreparedSplit, rows: np.ndarray) -> qa.QABatch:
+    def counting(self: qa.PreparedSplit, rows: np.ndarray, pad_multiple: int = 1) -> qa.QABatch:
         collated.append(rows)
-        return batch(self, rows)
+        return batch(self, rows, pad_multiple)
 
     monkeypatch.setattr(qa.PreparedSplit, "batch", counting)
     for rank in (0, 1):
@@ -657,6 +658,31 @@ def test_training_through_torch_compile_learns_what_eager_training_does(
     # How a run is run, not what it learns: a resumed run may compile, or stop compiling.
     more = ["--train.epochs=3", "--train.compile=off"]
     assert main(["train", "qa", f"--resume={compiled}", *more]) == 0
+
+
+def test_batches_padded_to_fixed_lengths_train_and_score_as_unpadded_ones(
+    prepared: Path, tmp_path: Path
+) -> None:
+    """``--data.pad_multiple``: the same losses and dev scores (without dropout, whose masks
+    follow the shapes drawn), every batch padded to a multiple of the length."""
+    plain, padded = tmp_path / "plain", tmp_path / "padded"
+    flags = [f"--prepared={prepared}", *TINY, "--train.log_every=1", "--model.survival=1"]
+    flags += ["--model.dropout=0", "--model.char_dropout=0", "--model.attention_dropout=0"]
+    assert main(["train", "qa", *flags, f"--out={plain}"]) == 0
+    assert main(["train", "qa", *flags, f"--out={padded}", "--data.pad_multiple=16"]) == 0
+    assert _losses(padded) == pytest.approx(_losses(plain), rel=1e-5) and _losses(plain)
+
+    def dev_f1(run: Path) -> list[float]:
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [r["dev_f1"] for r in rows if "dev_f1" in r]
+
+    assert dev_f1(padded) == pytest.approx(dev_f1(plain), abs=1e-9) and dev_f1(plain)
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    split = PreparedSplit(prepared, "train")
+    batches = list(qa.StepStream(split, 2, 4, 0, True, 16)(0))
+    assert all(b.context_words.shape[1] % 16 == 0 for b in batches)
+    assert any(int(split.context_lengths[b.index].max()) % 16 for b in batches)  # (padded)
 
 
 @pytest.mark.slow

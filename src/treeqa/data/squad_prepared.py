@@ -8,11 +8,12 @@ W characters per token, N examples of the split, P paragraphs.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
 import weakref
-from functools import cached_property
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -300,7 +301,7 @@ class PreparedSplit:
         return gold
 
     # Texts are loaded on first use: training never needs them, evaluation and serving do.
-    @cached_property
+    @functools.cached_property
     def _contexts(self) -> list[str]:
         rows = len(self.arrays["context_offsets"]) - 1
         name = "contexts.jsonl"
@@ -308,7 +309,7 @@ class PreparedSplit:
         self._verify(f"{self.split}/{name}", self.texts[name])
         return contexts
 
-    @cached_property
+    @functools.cached_property
     def _questions(self) -> list[dict[str, str]]:
         name = "questions.jsonl"
         questions = _read_jsonl(self.directory / self.split / name, self.texts[name], len(self))
@@ -341,17 +342,26 @@ class PreparedSplit:
         begin, finish = self.char_span(row, start, end)
         return self.context(row)[begin:finish]
 
-    def batch(self, rows: np.ndarray | list[int]) -> QABatch:
-        """The examples ``rows``, padded to their own longest context and question."""
+    def batch(self, rows: np.ndarray | list[int], pad_multiple: int = 1) -> QABatch:
+        """The examples ``rows``, padded to their own longest context and question, rounded up
+        to a multiple of ``pad_multiple`` (a few fixed shapes, for CUDA graphs)."""
         rows = np.asarray(rows, dtype=np.int64)  # [B]
         a = self.arrays
         c_first = a["context_offsets"][a["paragraph"][rows]]  # [B]
         q_first = a["question_offsets"][rows]  # [B]
         cw, cc = _gather(
-            a["context_words"], a["context_chars"], c_first, self.context_lengths[rows]
+            a["context_words"],
+            a["context_chars"],
+            c_first,
+            self.context_lengths[rows],
+            pad_multiple,
         )
         qw, qc = _gather(
-            a["question_words"], a["question_chars"], q_first, self.question_lengths[rows]
+            a["question_words"],
+            a["question_chars"],
+            q_first,
+            self.question_lengths[rows],
+            pad_multiple,
         )
         return QABatch(
             context_words=cw,
@@ -370,6 +380,7 @@ class PreparedSplit:
         seed: int = 0,
         bucket: bool = True,
         rows: np.ndarray | None = None,
+        pad_multiple: int = 1,
     ) -> Collated[QABatch]:
         """Batches over the split (or over ``rows``), each collated when read. With ``bucket``,
         examples are sorted by context length within chunks of 100 batches, so each batch pads
@@ -377,7 +388,8 @@ class PreparedSplit:
         ``seed`` (pass a new seed, e.g. ``seed + epoch``, for each epoch). A batch whose
         longest context L runs past the training limit C (dev keeps every context) holds
         ``batch_size`` x (C / L)^2 rows, at least one: attention's memory grows with B x L^2,
-        so 32 dev contexts of 5,000 tokens would need 156 times a training batch's."""
+        so 32 dev contexts of 5,000 tokens would need 156 times a training batch's.
+        ``pad_multiple``: as ``batch`` takes it."""
         order = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64)
         rng = np.random.default_rng(seed)
         if shuffle:
@@ -391,7 +403,11 @@ class PreparedSplit:
         groups = self._groups(order, batch_size)
         if shuffle:
             groups = [groups[i] for i in rng.permutation(len(groups))]
-        return Collated(groups, self.batch)
+        return Collated(groups, self.collate(pad_multiple))
+
+    def collate(self, pad_multiple: int = 1) -> Callable[[np.ndarray], QABatch]:
+        """``batch`` with this padding, for ``Collated``."""
+        return functools.partial(self.batch, pad_multiple=pad_multiple)
 
     def _groups(self, order: np.ndarray, batch_size: int) -> list[np.ndarray]:
         """``order`` cut into batches of ``batch_size`` rows, fewer past the context limit."""
@@ -413,11 +429,17 @@ def _close(files: list[IO[bytes]]) -> None:
 
 
 def _gather(
-    words: np.ndarray, chars: np.ndarray, first: np.ndarray, lengths: np.ndarray
+    words: np.ndarray,
+    chars: np.ndarray,
+    first: np.ndarray,
+    lengths: np.ndarray,
+    multiple: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Ragged rows ``[first[b], first[b] + lengths[b])`` of the flat token arrays, right-padded
-    with 0 to the batch's longest row: words [B, L] and chars [B, L, W] int64."""
+    with 0 to the batch's longest row rounded up to ``multiple``: words [B, L] and chars
+    [B, L, W] int64."""
     width = max(int(lengths.max(initial=0)), 1)  # a zero-width tensor would break convs
+    width = -(-width // multiple) * multiple
     if not len(words):
         return torch.zeros(len(first), width, dtype=torch.long), torch.zeros(
             len(first), width, chars.shape[1], dtype=torch.long

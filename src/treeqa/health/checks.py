@@ -774,6 +774,9 @@ _FAMILIES = (
     # Fused RNN layers (aten::mkldnn_rnn_layer on a CPU, _cudnn_rnn, and their backward nodes,
     # CamelCase): before "elementwise", which aten::rnn_tanh would match.
     ("recurrent", re.compile(r"rnn|lstm|gru", re.IGNORECASE)),
+    # scaled_dot_product_attention's kernels (flash, memory-efficient, cuDNN, the CPU one) and
+    # their backward nodes: before "matmul" and "softmax/loss", whose work they fuse.
+    ("attention", re.compile(r"attention", re.IGNORECASE)),
     ("matmul", re.compile(r"::(mm|addmm|bmm|baddbmm|matmul|linear|addmv|mv|dot|einsum)\b|gemm")),
     ("softmax/loss", re.compile(r"softmax|nll_loss|cross_entropy")),
     ("indexing", re.compile(r"index|gather|scatter|embedding|take|masked")),
@@ -809,6 +812,10 @@ _FAMILY_FIXES = {
     "as Adam(fused=True)) or give each more work with larger batches",
     "recurrent": "recurrent layers dominating is how an RNN model looks: the time steps run one "
     "after another; larger batches, or cuDNN on a GPU, make each step cheaper",
+    "attention": "attention's time grows with the square of the length: batch examples of "
+    "similar length (buckets) so padding is not attended, and keep sequences no longer than the "
+    "task needs; on a GPU a fused kernel's first call at a new shape can plan or tune for it, "
+    "so padding lengths to a multiple of 8 or 16 bounds the shapes",
     "communication": "the processes wait on each other's gradients: give each more work per "
     "all-reduce (a larger batch per process, or accumulation under no_sync()); on a CPU host, "
     "one process with all the threads may train faster than several",

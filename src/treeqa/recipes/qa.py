@@ -65,9 +65,15 @@ class QAData:
     dev_subset: int = 0
     """Dev questions scored during training: a fixed seeded sample; 0 = every dev question."""
     eval_batch_size: int = 32
+    pad_multiple: int = 1
+    """Pad each batch's context and question lengths up to a multiple of this (1: to the
+    batch's longest). A few fixed shapes are what CUDA graphs (``train.compile =
+    "reduce-overhead"``) record once each; on a CPU the padding is only extra work."""
 
     def __post_init__(self) -> None:
-        cfg.check_fields(self, "data", at_least={"dev_subset": 0, "eval_batch_size": 1})
+        cfg.check_fields(
+            self, "data", at_least={"dev_subset": 0, "eval_batch_size": 1, "pad_multiple": 1}
+        )
 
 
 @dataclass(frozen=True)
@@ -187,10 +193,16 @@ class StepStream:
     """
 
     def __init__(
-        self, split: PreparedSplit, batch_size: int, per_epoch: int, seed: int, bucket: bool
+        self,
+        split: PreparedSplit,
+        batch_size: int,
+        per_epoch: int,
+        seed: int,
+        bucket: bool,
+        pad_multiple: int = 1,
     ):
         self.split, self.batch_size, self.per_epoch = split, batch_size, per_epoch
-        self.seed, self.bucket = seed, bucket
+        self.seed, self.bucket, self.pad_multiple = seed, bucket, pad_multiple
         self.position, self.iterator = 0, self._stream()
 
     def _stream(self) -> Iterator[np.ndarray]:
@@ -211,7 +223,8 @@ class StepStream:
         for _ in range(first - self.position):
             next(self.iterator)
         self.position = first + self.per_epoch
-        return Collated([next(self.iterator) for _ in range(self.per_epoch)], self.split.batch)
+        groups = [next(self.iterator) for _ in range(self.per_epoch)]
+        return Collated(groups, self.split.collate(self.pad_multiple))
 
 
 class Budget(Callback):
@@ -284,14 +297,18 @@ def predict_rows(
     batch_size: int,
     threshold: float,
     id_map: IdMap | None = None,
+    pad_multiple: int = 1,
 ) -> dict[str, Answer]:
-    """question id -> its ``Answer`` for ``rows`` (None = all)."""
+    """question id -> its ``Answer`` for ``rows`` (None = all); batches padded as
+    ``data.pad_multiple`` says."""
     config: QANetConfig = model.config  # type: ignore[assignment]
     device = next(model.parameters()).device
     out: dict[str, Answer] = {}
     with inference(model):
         # Bucketed: answers are keyed by row, so sorting by length only saves padding.
-        for batch in split.batches(batch_size, False, 0, bucket=True, rows=rows):
+        for batch in split.batches(
+            batch_size, False, 0, bucket=True, rows=rows, pad_multiple=pad_multiple
+        ):
             batch = (id_map(batch) if id_map is not None else batch).to(device)
             logits = model(batch).logits  # [B, 2, L(+1)]
             mask = batch.context_words != 0  # [B, L]
@@ -334,9 +351,10 @@ def evaluate_model(
     rows: np.ndarray | None,
     batch_size: int,
     threshold: float,
+    pad_multiple: int = 1,
 ) -> dict[str, float]:
     """Official SQuAD scores over the questions of ``rows`` (None = every question)."""
-    answers = predict_rows(model, split, rows, batch_size, threshold)
+    answers = predict_rows(model, split, rows, batch_size, threshold, pad_multiple=pad_multiple)
     gold = split.gold()
     if rows is not None:  # the official scripts score every question they are given
         gold = gold_subset(gold, set(answers))
@@ -479,8 +497,14 @@ def _train(
     per_epoch = config.schedule.eval_every * world.size or -(
         -len(train_split) // config.train.batch_size
     )
+    pad = config.data.pad_multiple
     stream = StepStream(
-        train_split, config.train.batch_size, per_epoch, config.train.seed, config.data.bucket
+        train_split,
+        config.train.batch_size,
+        per_epoch,
+        config.train.seed,
+        config.data.bucket,
+        pad,
     )
     meta = run_meta(config, words, chars, meta_data, made)
     callbacks: list[Callback] = [
@@ -498,7 +522,7 @@ def _train(
         optimizer,
         stream,
         config.train,
-        evaluate=lambda m: evaluate_model(m, dev_split, dev_rows, eval_bs, threshold),
+        evaluate=lambda m: evaluate_model(m, dev_split, dev_rows, eval_bs, threshold, pad),
         callbacks=callbacks,
         scheduler=scheduler,
         state=state,
