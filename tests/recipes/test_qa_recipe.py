@@ -685,6 +685,21 @@ def test_batches_padded_to_fixed_lengths_train_and_score_as_unpadded_ones(
     assert any(int(split.context_lengths[b.index].max()) % 16 for b in batches)  # (padded)
 
 
+def test_cuda_graphs_over_unpadded_batches_get_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    graphs = [("compile", "reduce-overhead"), ("device", "cuda")]
+    monkeypatch.setattr(qa, "resolve_device", lambda name: torch.device(name))
+    note = qa.graphs_without_fixed_shapes(qa.resolve_config({}, graphs))
+    assert note is not None and "--data.pad_multiple=64" in note
+    assert (
+        qa.graphs_without_fixed_shapes(qa.resolve_config({}, graphs + [("pad_multiple", "64")]))
+        is None
+    )
+    assert qa.graphs_without_fixed_shapes(qa.resolve_config({}, [("compile", "default")])) is None
+    monkeypatch.undo()  # the device as this machine has it: no CUDA graphs on a CPU
+    on_cpu = [("compile", "reduce-overhead"), ("device", "cpu")]
+    assert qa.graphs_without_fixed_shapes(qa.resolve_config({}, on_cpu)) is None
+
+
 @pytest.mark.slow
 def test_training_through_inductor_on_cpu(prepared: Path, tmp_path: Path) -> None:
     """Inductor's generated code, without dropout (its kernels draw their own masks)."""
