@@ -330,6 +330,43 @@ def test_sigterm_to_a_script_in_spawns_join_stops_its_processes_and_merges_their
     assert all(p["steps"] >= 1 for p in result["processes"]), result["processes"]
 
 
+SPAWNED_ERROR = """
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+def work(rank):
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+    raise ValueError(f"bad rank {rank}")
+
+if __name__ == "__main__":
+    mp.spawn(work, nprocs=1)
+"""
+
+
+def test_a_spawned_processs_traceback_is_the_one_plain_python_prints(
+    tmp_path: Path, side_by_side: Any
+) -> None:
+    """``spawn`` sends the parent the traceback its ``_wrap`` formats in the process: under the
+    doctor it had two more frames (``Watched.__call__``, ``watch_process``) above the script's
+    function. The doctor now runs around torch's ``_wrap``, not inside it."""
+    (tmp_path / "spawned.py").write_text(SPAWNED_ERROR)
+    doctor = [sys.executable, "-m", "treeqa", "doctor", "--json", "r.json", "--", "python"]
+    plain, watched = side_by_side(
+        [sys.executable, "spawned.py"], [*doctor, "spawned.py"], cwd=tmp_path
+    )
+    assert plain.returncode == watched.returncode == 1
+    ours = [line for line in watched.stderr.splitlines() if not line.startswith("treeqa health")]
+    assert ours == plain.stderr.splitlines() and "ValueError: bad rank 0" in plain.stderr
+    assert "processes.py" not in watched.stderr and "launch.py" not in watched.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert [p["steps"] for p in result["processes"]] == [3]  # still watched, and reported
+
+
 def test_moments_of_a_dtensor_are_this_processs_part(monkeypatch: pytest.MonkeyPatch) -> None:
     """``fully_shard``'s parameters are DTensors: their moments are read off this process's
     part, as plain tensors (a DTensor's ``tolist()`` raises, and stopped the monitor)."""

@@ -206,6 +206,8 @@ class Doctor:
             undo = wrap.note_function_calls(owner, name, note)
             if undo is not None:
                 self.undo.append(undo)
+        if (undo := processes.install_spawn_wrap()) is not None:
+            self.undo.append(undo)
 
     def uninstall(self) -> None:
         self.forks = None

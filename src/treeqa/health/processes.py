@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import multiprocessing
 import os
@@ -438,7 +439,8 @@ WATCHED = "_treeqa_watched"
 
 class Watched:
     """``torch.multiprocessing.spawn``'s function, run in each process it starts under a doctor
-    of its own (spawn pickles this, and ``fn`` in it by reference, as it would pickle ``fn``)."""
+    of its own (spawn pickles this, and ``fn`` in it by reference, as it would pickle ``fn``).
+    ``spawn_wrap`` runs it, where it could take torch's place; else torch calls it."""
 
     def __init__(self, fn: Any, folder: Path, every: int, mode: str):
         self.fn, self.folder, self.every, self.mode = fn, folder, every, mode
@@ -447,6 +449,52 @@ class Watched:
         from treeqa.health.launch import watch_process  # (which imports this module)
 
         return watch_process(self.fn, (index, *args), self.folder, index, self.every, self.mode)[0]
+
+
+def _spawn_module() -> Any:
+    """The module ``torch.multiprocessing.spawn`` (that name, as an attribute, is the function)."""
+    return importlib.import_module("torch.multiprocessing.spawn")
+
+
+def _torch_wrap() -> Any:
+    """``torch.multiprocessing.spawn._wrap(fn, i, args, error_file)``: what each process spawn
+    starts runs; it calls ``fn(i, *args)`` and sends the parent the traceback of an exception,
+    formatted where it caught it. None where it is not so."""
+    import inspect
+
+    wrap = getattr(_spawn_module(), "_wrap", None)
+    try:
+        names = list(inspect.signature(wrap).parameters) if wrap is not None else []
+    except (TypeError, ValueError):
+        names = []
+    return wrap if names == ["fn", "i", "args", "error_file"] else None
+
+
+TORCH_WRAP = _torch_wrap()
+"""torch's own ``_wrap``, read before a doctor puts ``spawn_wrap`` in its place."""
+
+
+def spawn_wrap(fn: Any, i: int, args: tuple[Any, ...], error_file: str) -> None:
+    """torch's ``_wrap`` with the doctor around it instead of between it and ``fn``: the traceback
+    torch formats for the parent then holds the script's frames alone, as without the doctor
+    (it had ``Watched.__call__`` and ``watch_process`` above the script's function)."""
+    assert TORCH_WRAP is not None  # (put in place only where it is)
+    if not isinstance(fn, Watched):
+        TORCH_WRAP(fn, i, args, error_file)
+        return
+    from treeqa.health.launch import watch_process  # (which imports this module)
+
+    watch_process(TORCH_WRAP, (fn.fn, i, args, error_file), fn.folder, i, fn.every, fn.mode)
+
+
+def install_spawn_wrap() -> Any:
+    """Put ``spawn_wrap`` in torch's place for the run; returns the undo (None where torch's
+    ``_wrap`` is not the one this knows: then ``Watched`` runs under it, frames and all)."""
+    module = _spawn_module()
+    if TORCH_WRAP is None or getattr(module, "_wrap", None) is not TORCH_WRAP:
+        return None
+    module._wrap = spawn_wrap  # (start_processes reads it when it starts each process)
+    return lambda: setattr(module, "_wrap", TORCH_WRAP)
 
 
 def end_spawned(stop: bool, wait: float = 30.0) -> None:
