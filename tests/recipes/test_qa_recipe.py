@@ -420,6 +420,37 @@ def test_resume_continues_steps_and_ema(prepared: Path, tmp_path: Path) -> None:
     assert not np.allclose(first.tensors["ema." + w].numpy(), last.tensors["ema." + w].numpy())
 
 
+def test_a_resumed_run_may_pad_its_batches_and_one_from_before_the_setting_resumes(
+    prepared: Path, tmp_path: Path
+) -> None:
+    """``data.pad_multiple`` is how batches are laid out, not what is learned: a run may go on
+    padded (to train on through CUDA graphs). A run directory written before the setting
+    existed has no such key in its config.toml nor in its checkpoint's settings."""
+    out = tmp_path / "run"
+    flags = [f"--prepared={prepared}", f"--out={out}", *TINY, "--train.epochs=1"]
+    assert main(["train", "qa", *flags]) == 0
+    assert (
+        main(["train", "qa", "--resume", str(out), "--train.epochs=2", "--data.pad_multiple=16"])
+        == 0
+    )
+    last = ckpt.load(out, prefer=ckpt.LAST)
+    assert last.meta["step"] == 6
+    # As written before the setting: without data.pad_multiple in either record.
+    text = (out / "config.toml").read_text()
+    assert "pad_multiple" in text
+    (out / "config.toml").write_text(
+        "\n".join(line for line in text.splitlines() if "pad_multiple" not in line) + "\n"
+    )
+    meta_config = last.meta["config"]
+    assert isinstance(meta_config, str) and "pad_multiple" in meta_config
+    last.meta["config"] = "\n".join(
+        line for line in meta_config.splitlines() if "pad_multiple" not in line
+    )
+    ckpt.atomic_save(last.tensors, last.meta, out / ckpt.LAST)
+    assert main(["train", "qa", "--resume", str(out), "--train.epochs=3"]) == 0
+    assert ckpt.load(out, prefer=ckpt.LAST).meta["step"] == 9
+
+
 def test_resume_on_a_folder_prepared_again_with_other_limits_is_refused(
     prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

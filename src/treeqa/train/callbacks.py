@@ -409,7 +409,7 @@ class EarlyStopping(Callback):
 RESUMABLE = frozenset(
     {"name", "train.epochs", "train.patience", "train.log_every", "train.checkpoint_every"}
     | {"train.health", "train.device", "train.amp", "train.compile", "schedule.budget_minutes"}
-    | {"data.eval_batch_size", "data.path", "data.vectors", "data.prepared"}
+    | {"data.eval_batch_size", "data.path", "data.vectors", "data.prepared", "data.pad_multiple"}
 )
 """The settings a resumed run may change: how long it goes on, how it is run and watched, and
 where its data now lies (``resume`` checks that the vocabulary is the run's), not what it
