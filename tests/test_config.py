@@ -5,6 +5,7 @@ import pytest
 
 from treeqa.config import (
     ConfigError,
+    changed_settings,
     check_fields,
     find_config,
     from_dict,
@@ -185,3 +186,13 @@ def test_a_config_that_is_not_there_says_what_treeqa_ships(
     assert find_config(Path("elsewhere/mine.toml")) == Path("elsewhere/mine.toml")
     with pytest.raises(ConfigError, match=r"^elsewhere/mine.toml: cannot read config"):
         load_toml(find_config(Path("elsewhere/mine.toml")))
+
+
+def test_a_setting_a_stored_run_does_not_name_is_compared_with_its_default() -> None:
+    """A run written before a setting existed had its default: resuming it with the default
+    is no change (it was refused, None -> the default), with another value it is one."""
+    stored = 'name = "run"\n\n[train]\nlr = 0.1\nsteps = 3\nflag = false\nname = "inner"\n'
+    assert changed_settings(stored, Outer(), free=()) == []  # betas came later: its default
+    later = Outer(train=Inner(betas=(0.8, 0.999)))
+    assert changed_settings(stored, later, free=()) == ["train.betas: [0.9, 0.99] -> [0.8, 0.999]"]
+    assert changed_settings(stored, Outer(train=Inner(lr=0.2)), free=()) == ["train.lr: 0.1 -> 0.2"]

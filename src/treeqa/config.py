@@ -362,8 +362,29 @@ def changed_settings(
 
     read = tomllib.loads(stored) if isinstance(stored, str) else stored
     before, after = flat(read), flat(tomllib.loads(to_toml(config)))
+    # A setting the stored run does not name came after it: that run had its default.
+    for k in after.keys() - before.keys():
+        default = _default_of(config, k)
+        if default is not dataclasses.MISSING:  # (as TOML reads it back: a tuple is a list)
+            before[k] = list(default) if isinstance(default, tuple) else default
     return [
         f"{k}: {before.get(k)!r} -> {after.get(k)!r}"
         for k in sorted(before.keys() | after.keys())
         if k not in free and before.get(k) != after.get(k)
     ]
+
+
+def _default_of(config: Any, key: str) -> Any:
+    """The default of the dataclass field ``section.key`` names in ``config`` (MISSING where
+    there is none)."""
+    *path, name = key.split(".")
+    obj = config
+    for part in path:
+        obj = getattr(obj, part, None)
+    fields = {f.name: f for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else {}
+    field = fields.get(name)
+    if field is None:
+        return dataclasses.MISSING
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
