@@ -95,3 +95,65 @@ step qa_train_graphs $((${QA_MINUTES%.*} * 60 + 240)) "$PY" -m treeqa train qa \
     --train.device="$DEVICE" --schedule.budget_minutes="$QA_MINUTES" --schedule.eval_every=1000 \
     --data.dev_subset=2000 --train.compile=reduce-overhead --data.pad_multiple=64 $QA_ARGS
 step qa_eval 300 "$PY" -m treeqa evaluate qa --checkpoint "$OUT/qanet" --prepared "$QA_DATA" --split dev --json
+
+# The figures that answer the goals, one line each, last (a short console shows the end).
+"$PY" - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+
+
+def last_json(name):  # a .json file, or a log's last line that holds a JSON object
+    try:
+        text = (out / name).read_text()
+        return json.loads(text)
+    except OSError:
+        return None
+    except ValueError:
+        pass
+    for line in reversed(text.splitlines()):
+        try:
+            return json.loads(line[line.index("{"):])
+        except ValueError:
+            continue
+    return None
+
+
+for model in ("tree_lstm", "tree_gru"):
+    r = last_json(f"tree-{model}.json")
+    if r and "epoch_large" in r:
+        print(f"{model}: batch {r['epoch_large']['batch']} {r['epoch_large']['sentences_per_s']:,.0f}"
+              f" sentences/s; inference ratio {r['inference']['ratio']:.0f}x")
+q = last_json("qanet.log")
+if q and "results" in q:
+    print("qanet batch 32: " + ", ".join(f"{k} {v.get('examples_per_s', 0):,.0f} examples/s"
+                                         f" {v.get('peak_mib', 0):,.0f} MiB" for k, v in q["results"].items()))
+for name in ("qanet_b128.log", "qanet_compiled.log", "qanet_variants.log"):
+    try:
+        lines = (out / name).read_text().splitlines()
+    except OSError:
+        continue
+    for line in lines:  # (qanet_variants prints a line for each variant)
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(r, dict) and "examples_per_s" in r:
+            print(f"{name[:-4]}: {r['model']} {r['examples_per_s']:,.0f} examples/s"
+                  f" {r['peak_mib']:,.0f} MiB")
+for run in ("qanet", "qanet_graphs"):
+    try:
+        rows = [json.loads(x) for x in (out / run / "metrics.jsonl").read_text().splitlines()]
+    except (OSError, ValueError):
+        continue
+    rates = [x["examples_per_s"] for x in rows if "loss" in x and "examples_per_s" in x]
+    scores = [x for x in rows if "dev_f1" in x]
+    if rates or scores:
+        best = max((x["dev_f1"] for x in scores), default=float("nan"))
+        print(f"{run}: {rows[-1].get('step', '?')} steps; examples/s per log interval, last 3:"
+              f" {[round(r) for r in rates[-3:]]}; best dev F1 (sample) {best:.1f}")
+e = last_json("qa_eval.log")
+if e and "f1" in e:
+    print(f"qa_eval: EM {e['exact_match']:.1f} / F1 {e['f1']:.1f} on {e['total']} questions")
+PY
