@@ -398,8 +398,7 @@ class HealthMonitor(Callback):
     def backward_returned(self) -> None:
         """The backward that a step ended inside (``doctor``: an optimiser stepped by a
         gradient hook) has returned: a profiler window stops here, outside the engine."""
-        self._add_if(self.profile.backward_returned())
-        self._add_if(self._device_idle())
+        self._window_closed(self.profile.backward_returned())
 
     def end_step(
         self, loss: torch.Tensor | float | None, step_time: float, data_time: float = 0.0
@@ -477,8 +476,7 @@ class HealthMonitor(Callback):
         if self.losses.pending:
             self._read_losses(wait=False)
         if profiling:
-            self._add_if(self.profile.end(s))
-            self._add_if(self._device_idle())
+            self._window_closed(self.profile.end(s))
         self.retention.maybe_scan(s, tensor)
         if s >= self._next_series_check:
             self._next_series_check = s + max(self.every, s // SERIES_CHECKS)
@@ -539,8 +537,7 @@ class HealthMonitor(Callback):
         own (one left in place would keep it from checking anything)."""
         self._safely_uninstall()
         self._read_losses(wait=True)
-        self._add_if(self.profile.close(self.step))
-        self._add_if(self._device_idle())
+        self._window_closed(self.profile.close(self.step))
         if self._unused_params:  # a run shorter than the window
             self._track_unused(self.step, last=True)
         self.nonfinite.finish()
@@ -797,9 +794,14 @@ class HealthMonitor(Callback):
             self.series["data_time"], self.series["step_time"], self.loaders.most
         )
 
+    def _window_closed(self, hot_op: Finding | None) -> None:
+        """Where a profiler window may have closed: its ``hot-op``, and on a GPU ``device-idle``."""
+        self._add_if(hot_op)
+        self._add_if(self._device_idle())
+
     def _device_idle(self) -> Finding | None:
-        """``device-idle``, once a profiler window on a GPU has closed: its kernels' time per
-        step against the steps outside windows."""
+        """``device-idle`` of the window that closed last on a GPU: its kernels' time per step
+        against the steps outside windows."""
         device, self.profile.device = self.profile.device, None
         if device is None:
             return None
