@@ -40,6 +40,7 @@ EXPECTED = {
     "bug_loss_at_chance_nll.py": "loss-at-chance",  # nll_loss over a LogSoftmax
     "bug_loss_at_chance_scaled.py": "loss-at-chance",  # times 1, then divided by 1
     "bug_loss_at_chance_accumulated.py": "loss-at-chance",  # each loss divided by 4
+    "bug_loss_at_chance_token_sum.py": "loss-at-chance",  # a sum over tokens / their count
     "bug_loss_diverged.py": "loss-diverged",  # Adam at lr=1.0: finite, far above log(C)
     "bug_loss_diverged_maximize.py": "loss-diverged",  # Adam(maximize=True) on a loss
     "bug_loss_diverged_maximize_mse.py": "loss-diverged",  # on a mean squared error

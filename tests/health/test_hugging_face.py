@@ -102,11 +102,12 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     yield
 
 
-def doctor(tmp_path: Path, source: str, lr: float) -> tuple[dict[str, Any], Path]:
+def doctor(tmp_path: Path, source: str, lr: float, *more: str) -> tuple[dict[str, Any], Path]:
     path = tmp_path / "train.py"
     path.write_text(source)
+    command = ["python", str(path), str(lr), *more]
     with contextlib.redirect_stdout(io.StringIO()):
-        code, report = run_doctor(["python", str(path), str(lr)], every=10, stream=io.StringIO())
+        code, report = run_doctor(command, every=10, stream=io.StringIO())
     assert code == 0 and not report["monitor_failures"]
     return report, path
 
@@ -173,4 +174,57 @@ def test_a_loss_at_chance_is_found_under_the_trainers_accumulation(tmp_path: Pat
 def test_a_diverged_loss_is_found_under_the_trainers_accumulation(tmp_path: Path) -> None:
     source = ACCUMULATED.replace("Tokens(768, 0)", "Tokens(1280, 0)")  # 40 steps
     report, _ = doctor(tmp_path, source, 50.0)
+    assert "loss-diverged" in {f["code"] for f in report["findings"]}, report["findings"]
+
+
+# A causal language model under the Trainer: GPT-2's loss is a cross-entropy summed over the
+# tokens, which the Trainer divides by the tokens of the step's batches (``num_items_in_batch``).
+CAUSAL_LM = '''
+import os
+import sys
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+torch.manual_seed(0)
+config = GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=1, n_head=2)
+model = GPT2LMHeadModel(config)
+
+
+class Counting(torch.utils.data.Dataset):
+    """Each sequence counts up from a random token (mod 64): every next token is learnable."""
+
+    def __init__(self, n, seed, shuffled=False):
+        g = torch.Generator().manual_seed(seed)
+        self.ids = (torch.randint(0, 64, (n, 1), generator=g) + torch.arange(12)) % 64
+        self.labels = torch.randint(0, 64, (n, 12), generator=g) if shuffled else self.ids
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.labels[i]}
+
+
+lr, shuffled = float(sys.argv[1]), "shuffled" in sys.argv
+args = TrainingArguments(
+    output_dir=os.getcwd(), per_device_train_batch_size=8, num_train_epochs=1, learning_rate=lr,
+    report_to=[], save_strategy="no", disable_tqdm=True, use_cpu=True, logging_strategy="no",
+    gradient_accumulation_steps=2,
+)
+trainer = Trainer(model=model, args=args, train_dataset=Counting(N, 0, shuffled))
+trainer.train()
+'''
+
+
+def test_a_causal_lm_s_loss_is_judged_as_a_mean_over_its_tokens(tmp_path: Path) -> None:
+    """A clean run has no warnings; targets drawn apart from their sequences leave the mean over
+    the tokens at log(64) (200 steps of 2 batches); a learning rate of 50 sends it far above."""
+    report, _ = doctor(tmp_path, CAUSAL_LM.replace("N,", "1600,"), 1e-3)
+    assert [f for f in report["findings"] if f["severity"] != "info"] == []
+    report, _ = doctor(tmp_path, CAUSAL_LM.replace("N,", "3200,"), 1e-3, "shuffled")
+    assert report["steps"] == 200
+    found = {f["code"]: f for f in report["findings"]}
+    assert found["loss-at-chance"]["evidence"]["classes"] == 64, report["findings"]
+    report, _ = doctor(tmp_path, CAUSAL_LM.replace("N,", "800,"), 50.0)
     assert "loss-diverged" in {f["code"] for f in report["findings"]}, report["findings"]

@@ -1717,14 +1717,19 @@ def test_a_second_run_takes_over_at_once_only_when_the_first_optimiser_is_gone(
     assert report["steps"] == 30 + 30  # freed: the second takes over at its first step, counted
 
 
-def test_loss_at_init_reads_mean_losses_only() -> None:
-    from treeqa.health.losses import _averaged
+def test_a_cross_entropy_is_read_as_a_mean_over_its_targets() -> None:
+    """1 for a mean; a sum counts its targets (not ``ignore_index``); neither is not read."""
+    from treeqa.health.losses import _summed_over
 
-    assert _averaged((), {})
-    assert _averaged((None,), {"reduction": "mean", "label_smoothing": 0.1})
-    assert not _averaged((None,), {"reduction": "sum"})
-    assert not _averaged((None, None, None, -100, None, "sum"), {})  # reduction by position
-    assert not _averaged((None,), {"size_average": False})
+    tokens = torch.tensor([3, -100, 5, 7, -100])
+    assert _summed_over((), {}) == 1
+    assert _summed_over((None,), {"reduction": "mean", "label_smoothing": 0.1}) == 1
+    assert _summed_over((tokens,), {"reduction": "sum"}) == 3
+    assert _summed_over((tokens, None, None, 5, None, "sum"), {}) == 4  # by position
+    assert _summed_over((torch.full((4,), -100),), {"reduction": "sum"}) is None
+    assert _summed_over((torch.rand(6, 3).softmax(1),), {"reduction": "sum"}) == 6
+    assert _summed_over((tokens,), {"reduction": "none"}) is None
+    assert _summed_over((tokens,), {"size_average": False}) is None
 
 
 def test_step_time_regression_is_judged_per_unit_of_work() -> None:

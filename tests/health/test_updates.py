@@ -133,13 +133,15 @@ def _micro_batch_run(how: str, steps: int = 5) -> tuple[list[bool], list[str]]:
     """Two backwards a step into a layer whose bias is the probe, every step sampled:
     "zero each" clears gradients before each, "zeros each" to zeros, "accumulate" once a step,
     "sam" between an ascent step that moves the weights in place and the real backward,
-    "pcgrad" before each task's backward, then sets a combined gradient by hand."""
+    "pcgrad" before each task's backward, then sets a combined gradient by hand; "dead ..."
+    as the rest of its name, every gradient zero (a diverged or dead model's)."""
     torch.manual_seed(0)
     layer = nn.Linear(4, 2)
     opt = torch.optim.SGD(layer.parameters(), lr=0.1)
     found: list[Finding] = []
     updates = Updates(found.append)
     params = list(layer.named_parameters())
+    dead, how = how.startswith("dead "), how.removeprefix("dead ")
     for step in range(1, steps + 1):
         updates.begin_step(sampled=True)
         if how == "accumulate":
@@ -150,7 +152,7 @@ def _micro_batch_run(how: str, steps: int = 5) -> tuple[list[bool], list[str]]:
                 opt.zero_grad()
             elif how == "zeros each":
                 opt.zero_grad(set_to_none=False)
-            layer(torch.randn(3, 4)).pow(2).mean().backward()
+            (layer(torch.randn(3, 4)).pow(2).mean() * (0.0 if dead else 1.0)).backward()
             kept.append([p.grad.clone() for p in layer.parameters()])
             if how == "sam" and micro == 0:
                 with torch.no_grad():
@@ -176,6 +178,14 @@ def test_zero_grad_on_every_micro_batch_is_told_from_deliberate_second_backwards
     assert found is not None and found.evidence["backwards_per_step"] == 4
 
 
+def test_a_zero_gradient_carried_over_is_not_one_cleared() -> None:
+    """A diverged or dead model's gradients are zero everywhere: the second micro-batch finds
+    the first's zeros, which it must not take for a cleared gradient."""
+    assert _micro_batch_run("dead accumulate") == ([False] * 4, [])
+    assert _micro_batch_run("dead zero each") == ([True] * 4, ["zero-grad-per-micro-batch"])
+    assert _micro_batch_run("dead zeros each") == ([True] * 4, ["zero-grad-per-micro-batch"])
+
+
 def _sharded_run(how: str, steps: int = 5) -> tuple[list[bool], list[bool], list[str]]:
     """A flat parameter as FSDP1's (marked ``_is_flat_param``), its gradient set by each
     backward as FSDP sets it, outside the backward's graph, every step sampled: "never zeroed"
@@ -184,8 +194,9 @@ def _sharded_run(how: str, steps: int = 5) -> tuple[list[bool], list[bool], list
     (the first of 2 micro-batches leaves it alone, as FSDP2's do under
     set_requires_gradient_sync(False)), "kept for the next" (FSDP1's first under no_sync
     leaves the whole flat parameter's gradient, which the second finds and reduces into a new
-    tensor)."""
+    tensor); "dead ..." as the rest of its name, every gradient zero."""
     torch.manual_seed(0)
+    dead, how = how.startswith("dead "), how.removeprefix("dead ")
     flat = nn.Parameter(torch.zeros(6))
     flat._is_flat_param = True  # type: ignore[attr-defined]
     opt = torch.optim.SGD([flat], lr=0.1)
@@ -200,7 +211,7 @@ def _sharded_run(how: str, steps: int = 5) -> tuple[list[bool], list[bool], list
             if how == "zero each":
                 opt.zero_grad()
             updates.backward_called()
-            g = torch.randn(6)
+            g = torch.zeros(6) if dead else torch.randn(6)
             if how == "held apart" and micro == 0:
                 pass
             elif how == "in place, never zeroed" and flat.grad is not None:
@@ -223,6 +234,8 @@ def test_fsdp_parameters_are_read_as_each_backward_is_called_and_returns() -> No
     assert _sharded_run("zero each") == ([True] * 4, [True] * 4, ["zero-grad-per-micro-batch"])
     assert _sharded_run("held apart") == ([True] * 4, [], [])  # one backward added into it
     assert _sharded_run("kept for the next") == ([True] * 4, [False] * 4, [])
+    assert _sharded_run("dead kept for the next") == ([True] * 4, [False] * 4, [])
+    assert _sharded_run("dead zero each") == ([True] * 4, [True] * 4, ["zero-grad-per-micro-batch"])
 
 
 def test_step_without_gradients_counts_steps_after_a_backward_only() -> None:

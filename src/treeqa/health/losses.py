@@ -63,7 +63,8 @@ class LossInputCheck:
         # (id, classes, autograd node, scale) of the last mean cross-entropy with gradients on
         # a sampled step: the monitor tells whether it is the step's loss (``loss-at-chance``,
         # ``loss-diverged``); ``backward`` whether the loss a backward is given stands for it,
-        # and the factor that loss is its value times (1/k under accumulation over k).
+        # and the factor that loss is the mean's value times (1/k under accumulation over k;
+        # a sum's: the targets it adds up, divided by what the loss is divided by).
         self.cross_entropy: tuple[int, int, Any, float] | None = None
         # (id, function, autograd node, scale) of the last regression loss (``ELEMENTWISE``)
         # with gradients on a sampled step, one value: the same for ``loss-diverged`` under
@@ -201,19 +202,20 @@ class LossInputCheck:
         ce_like = fname == "cross_entropy" or (
             fname == "nll_loss" and source is not None and source[0][source[1]] == classes
         )
-        mean = ce_like and result.numel() == 1 and _averaged(args, kwargs)
+        summed = _summed_over(args, kwargs) if ce_like and result.numel() == 1 else None
         if fname == "cross_entropy":
             self._squashed_logits(input, classes)
         rows = int(input.shape[0]) if input.dim() >= 2 else 0
         if ce_like and not result.requires_grad and result.dim() >= 1:
             self.scored = max(self.scored, rows)  # reduction="none" under no_grad
         if (
-            mean
+            summed
             and result.requires_grad
             and rows >= self.scored
             and not _floor_near_chance(args, kwargs, classes)
         ):
-            self.cross_entropy = (id(result), classes, result.grad_fn, 1.0)
+            # The result is the mean cross-entropy times the targets it adds up.
+            self.cross_entropy = (id(result), classes, result.grad_fn, float(summed))
         if classes in self.paddings:
             self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs)
         if source is not None:
@@ -251,13 +253,13 @@ class LossInputCheck:
                 )
             )
         if (
-            mean
+            summed
             and not self.first_seen
             and not self.loaded  # fine-tuning: a high first loss is the new task's, not init's
             and self.at_init()
         ):
             self.first_seen = True
-            found = checks.loss_at_init(float(result.detach()), classes)
+            found = checks.loss_at_init(float(result.detach()) / summed, classes)
             if found is not None and not _margin_by_design(input, target):
                 found.where = checks.user_site(2)
                 self.add(found)
@@ -466,22 +468,36 @@ def _floor_near_chance(args: tuple[Any, ...], kwargs: dict[str, Any], classes: i
     return entropy >= bound
 
 
-def _averaged(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """The loss is a mean over its targets (``reduction="mean"``, the default), so its first
-    value compares with log(C); a sum (``reduction="sum"``, an evaluation's running total or a
-    per-sequence loss) is that times the number of targets. ``args`` follow the input:
+def _summed_over(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """How many targets the one value a cross-entropy returns adds up: 1 for a mean over them
+    (``reduction="mean"``, the default), whose first value compares with log(C); for a sum
+    (``reduction="sum"``: a causal language model's over its tokens, which the transformers
+    ``Trainer`` then divides by the tokens of the step's batches), the targets not
+    ``ignore_index`` (one host sync for class indices); None where neither (an evaluation's
+    running total under the legacy flags, no target counted). ``args`` follow the input:
     (target, weight, size_average, ignore_index, reduce, reduction, ...)."""
     reduction = kwargs.get("reduction", args[5] if len(args) > 5 else "mean")
     size_average = kwargs.get("size_average", args[2] if len(args) > 2 else None)
     reduce = kwargs.get("reduce", args[4] if len(args) > 4 else None)
-    return reduction == "mean" and size_average is not False and reduce is not False
+    if size_average is not None or reduce is not None:  # legacy flags: read as they say
+        return 1 if size_average is not False and reduce is not False else None
+    if reduction == "mean":
+        return 1
+    target = args[0] if args else kwargs.get("target")
+    if reduction != "sum" or not isinstance(target, torch.Tensor):
+        return None
+    if target.is_floating_point():  # class probabilities: one target a row
+        return int(target.shape[0]) if target.dim() >= 2 else None
+    ignore = kwargs.get("ignore_index", args[3] if len(args) > 3 else -100)
+    counted = int((target != ignore).sum())  # one host sync
+    return counted or None
 
 
 def _standing_for(
     noted: tuple[int, Any, Any, float] | None, loss: torch.Tensor, node: Any, scale: float
 ) -> tuple[int, Any, Any, float] | None:
-    """``noted`` (a loss's id, what it is, its autograd node, 1) with the id of ``loss`` and
-    ``scale`` where ``loss`` is it times ``scale`` (``node``: ``loss``'s node with those steps
+    """``noted`` (a loss's id, what it is, its autograd node, its factor) with the id of
+    ``loss`` and the factor times ``scale`` where ``loss`` is it times ``scale`` (``node``: ``loss``'s node with those steps
     walked back), at most 1: a loss scaler's factor is above it, and changes from step to step
     (a ``GradScaler``'s halves on an overflow), while the run's other steps are read as scaled
     alike. The id alone does not tell: the transformers ``Trainer`` drops the loss once it has
@@ -491,7 +507,7 @@ def _standing_for(
     if noted is None or noted[2] is None:
         return noted
     if node is noted[2]:
-        return (id(loss), noted[1], None, scale) if scale <= 1 else None
+        return (id(loss), noted[1], None, noted[3] * scale) if scale <= 1 else None
     if noted[0] == id(loss):  # freed, its id taken by another loss
         return None
     return (noted[0], noted[1], None, noted[3])

@@ -64,6 +64,7 @@ class Probe:
         self._before: bool | None = None  # the gradient was clear before this backward
         self._backwards: list[tuple[bool, int]] = []  # this step's: (clean, param's version)
         self._last_grad: torch.Tensor | None = None  # the .grad the last backward left
+        self._last_version = 0  # and its (part's) version as it left it
         # the last hook call's (a call with no accumulation after it was torch.autograd.grad's)
         self._taken: Taken | None = None
         self._last_taken: Taken | None = None  # the step's last torch.autograd.grad call's
@@ -105,7 +106,7 @@ class Probe:
         if part.numel() == 0:
             self._found = None
             return
-        cleared = not bool(part.any())  # one host sync
+        cleared = not self._left_as_it_was(grad) and not bool(part.any())  # one host sync
         self._found = (cleared, weakref.ref(grad), part._version)
 
     def backward_returned(self) -> None:
@@ -121,14 +122,30 @@ class Probe:
         if before is not None and before() is grad and local_part(grad)._version == version:
             return
         self._backwards.append((cleared, self.param._version))
+        self._left(grad)
+
+    def _left(self, grad: torch.Tensor | None) -> None:
+        """A backward of the step added into the gradient and left ``grad``."""
         self._last_grad = grad
+        self._last_version = 0 if grad is None else local_part(grad)._version
+
+    def _left_as_it_was(self, grad: torch.Tensor | None) -> bool:
+        """``grad`` is the tensor the step's last backward left, untouched since: not cleared,
+        even where it is all zeros (a dead or diverged model's gradient is zero everywhere,
+        and a zero gradient carried over is not one cleared)."""
+        return (
+            grad is not None
+            and grad is self._last_grad
+            and local_part(grad)._version == self._last_version
+        )
 
     def _before_accumulate(self, grad: torch.Tensor) -> None:
         self._settle_taken()
         g = self.param.grad
+        kept = self._left_as_it_was(g)
         if g is not None and g.is_sparse:
             g = g.coalesce().values()
-        if g is None or not bool(g.any()):  # one host sync
+        if g is None or (not kept and not bool(g.any())):  # one host sync
             self._before, self._taken = True, (True, None, grad)
         elif grad.is_sparse or grad.is_complex() or g.shape != grad.shape:
             # (not judged by hand: float() of a complex gradient drops its imaginary part, and
@@ -151,7 +168,7 @@ class Probe:
         if self._before is not None:
             # The version moves when the parameter changes in place (SAM's ascent step).
             self._backwards.append((self._before, param._version))
-            self._last_grad = param.grad
+            self._left(param.grad)
             self._before = self._taken = None
 
     def finish(self) -> list[Finding]:
