@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -228,3 +231,33 @@ def test_a_causal_lm_s_loss_is_judged_as_a_mean_over_its_tokens(tmp_path: Path) 
     assert found["loss-at-chance"]["evidence"]["classes"] == 64, report["findings"]
     report, _ = doctor(tmp_path, CAUSAL_LM.replace("N,", "800,"), 50.0)
     assert "loss-diverged" in {f["code"] for f in report["findings"]}, report["findings"]
+
+
+def doctor_torchrun(tmp_path: Path, source: str, *args: str) -> dict[str, Any]:
+    """``treeqa doctor -- torchrun --nproc-per-node 2 train.py ARGS``: the merged report."""
+    path, report = tmp_path / "train.py", tmp_path / "report.json"
+    path.write_text(source)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    command = [sys.executable, "-m", "treeqa", "doctor", "--every", "10", "--json", str(report)]
+    command += ["--", str(torchrun), "--standalone", "--nproc-per-node", "2", str(path), *args]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(OMP_NUM_THREADS="1", HF_HOME=str(tmp_path))
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return dict(json.loads(report.read_text()))
+
+
+def test_the_trainer_on_two_processes_is_judged_as_on_one(tmp_path: Path) -> None:
+    """Under torchrun the Trainer wraps the model in DDP with find_unused_parameters, whose
+    outputs (the loss the model computed among them) come through a function of DDP's own, and
+    multiplies the loss by the number of processes: the cross-entropy is still read. GPT-2's
+    next tokens drawn apart from their sequences are at chance (200 steps on each process);
+    BERT at a learning rate of 50 diverges (48 steps each)."""
+    found = doctor_torchrun(tmp_path, CAUSAL_LM.replace("N,", "6400,"), "1e-3", "shuffled")
+    assert [p["steps"] for p in found["processes"]] == [200, 200]
+    codes = {f["code"]: f for f in found["findings"]}
+    assert codes["loss-at-chance"]["evidence"]["classes"] == 64, found["findings"]
+    found = doctor_torchrun(tmp_path, TRAINER, "50")
+    assert "loss-diverged" in {f["code"] for f in found["findings"]}, found["findings"]
+    found = doctor_torchrun(tmp_path, CAUSAL_LM.replace("N,", "1600,"), "1e-3")
+    assert [f for f in found["findings"] if f["severity"] != "info"] == []

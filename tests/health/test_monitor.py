@@ -728,7 +728,7 @@ def test_a_loss_divided_or_multiplied_by_a_constant_stands_for_the_loss_it_scale
     loss = nn.functional.cross_entropy(logits, torch.arange(8) % 3)
 
     def walked(scaled: torch.Tensor) -> tuple[bool, float]:
-        node, scale = loss_inputs.unscaled(scaled.grad_fn)
+        node, scale = loss_inputs.unscaled(scaled)
         return node is loss.grad_fn, scale
 
     assert walked(1.0 * (loss / 1) / 1) == (True, 1.0)
@@ -744,7 +744,40 @@ def test_a_loss_divided_or_multiplied_by_a_constant_stands_for_the_loss_it_scale
     assert walked(loss * 0) == (False, 1.0)
     divided = loss / 4
     divided.backward()  # frees the factor: the backward after it is torch's to refuse
-    assert loss_inputs.unscaled(divided.grad_fn) == (divided.grad_fn, 1.0)
+    assert loss_inputs.unscaled(divided) == (divided.grad_fn, 1.0)
+
+
+def test_a_loss_a_ddp_model_computes_is_walked_back_through_ddps_sink(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With find_unused_parameters (as the transformers Trainer sets it), DDP hands its model's
+    outputs on through a function of its own: the loss among them is still the cross-entropy
+    the model computed, whichever output it is."""
+    import torch.distributed as dist
+
+    class Scored(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+            logits = self.layer(x)
+            return {"logits": logits, "loss": nn.functional.cross_entropy(logits, y)}
+
+    # init_process_group sets an excepthook that prefixes "[rank0]: " and outlives the group
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = nn.parallel.DistributedDataParallel(Scored(), find_unused_parameters=True)
+        out = model(torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1]))
+        assert type(out["loss"].grad_fn).__name__ == "_DDPSinkBackward"
+        node, scale = loss_inputs.unscaled(out["loss"] * 2 / 8)
+        assert type(node).__name__ == "NllLossBackward0" and scale == 0.25
+        assert type(loss_inputs.unscaled(out["loss"])[0]).__name__ == "NllLossBackward0"
+        node, _ = loss_inputs.unscaled(out["logits"].sum())
+        assert type(node).__name__ == "SumBackward0"
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("name", ["cross_entropy", "mse_loss"])

@@ -34,16 +34,26 @@ def looks_like_probabilities(x: torch.Tensor, dim: int | None = None) -> bool:
     return bool(ok)
 
 
-def unscaled(node: Any) -> tuple[Any, float]:
-    """The autograd node a loss's ``node`` divides or multiplies by constants, through any
-    number of such steps, and the factor they make (1 where there are none): accelerate's
-    ``Accelerator.backward`` divides the loss by its accumulation steps, the transformers
-    ``Trainer`` by its own before it, and a loop of one's own accumulating over k micro-batches
-    by k (or multiplies it by 1/k). A constant is a one-element CPU tensor without gradients (a
-    Python number is one), finite and above 0; any other is not read, so this makes no host
-    sync. Read before the backward (after it the factor is freed)."""
+def unscaled(loss: torch.Tensor) -> tuple[Any, float]:
+    """The autograd node ``loss`` comes from once the steps that divide or multiply it by
+    constants are walked back, through any number of them, and the factor they make (1 where
+    there are none): accelerate's ``Accelerator.backward`` divides the loss by its accumulation
+    steps, the transformers ``Trainer`` by its own before it, and a loop of one's own
+    accumulating over k micro-batches by k (or multiplies it by 1/k). A constant is a
+    one-element CPU tensor without gradients (a Python number is one), finite and above 0; any
+    other is not read, so this makes no host sync. DDP hands a loss its model computed on
+    unchanged, through its ``_DDPSink`` (with ``find_unused_parameters``, as the ``Trainer``
+    sets it): walked through. Read before the backward (after it the factor is freed)."""
     scale = 1.0
-    while type(node).__name__ in ("DivBackward0", "MulBackward0"):
+    node: Any = loss.grad_fn  # (its saved factors are not in torch's type hints)
+    nr = loss.output_nr
+    while node is not None:
+        name = type(node).__name__
+        if name == "_DDPSinkBackward":  # its outputs are its inputs, one for one
+            node, nr = node.next_functions[nr]
+            continue
+        if name not in ("DivBackward0", "MulBackward0"):
+            break
         try:
             factor = node._saved_other
         except RuntimeError:  # freed by an earlier backward: torch raises on this one
@@ -56,8 +66,8 @@ def unscaled(node: Any) -> tuple[Any, float]:
         value = factor.item()
         if not (math.isfinite(value) and value > 0):
             break
-        scale = scale / value if type(node).__name__ == "DivBackward0" else scale * value
-        node = node.next_functions[0][0]
+        scale = scale / value if name == "DivBackward0" else scale * value
+        node, nr = node.next_functions[0]
     return node, scale
 
 

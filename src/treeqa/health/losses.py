@@ -121,7 +121,7 @@ class LossInputCheck:
         regression loss) divided by a constant of 1 or more (the accumulation steps, as
         accelerate and the transformers ``Trainer`` hand it on), it stands for that loss as the
         step's loss, its value that loss's times the factor."""
-        node, scale = loss_inputs.unscaled(loss.grad_fn)
+        node, scale = loss_inputs.unscaled(loss)
         self.cross_entropy = _standing_for(self.cross_entropy, loss, node, scale)
         self.regression = _standing_for(self.regression, loss, node, scale)
 
@@ -497,9 +497,11 @@ def _standing_for(
     noted: tuple[int, Any, Any, float] | None, loss: torch.Tensor, node: Any, scale: float
 ) -> tuple[int, Any, Any, float] | None:
     """``noted`` (a loss's id, what it is, its autograd node, its factor) with the id of
-    ``loss`` and the factor times ``scale`` where ``loss`` is it times ``scale`` (``node``: ``loss``'s node with those steps
-    walked back), at most 1: a loss scaler's factor is above it, and changes from step to step
-    (a ``GradScaler``'s halves on an overflow), while the run's other steps are read as scaled
+    ``loss`` and the factor times ``scale`` where ``loss`` is it times ``scale`` (``node``:
+    ``loss``'s node with those steps walked back), at most 1, or at most the number of
+    processes (the transformers ``Trainer`` multiplies a loss by them, for DDP's mean of the
+    gradients): a loss scaler's factor is above it, and changes from step to step (a
+    ``GradScaler``'s halves on an overflow), while the run's other steps are read as scaled
     alike. The id alone does not tell: the transformers ``Trainer`` drops the loss once it has
     divided it, and the quotient accelerate's backward makes of that may take its id. None
     where the noted loss cannot be the step's loss any more. The node is let go either way:
@@ -507,7 +509,13 @@ def _standing_for(
     if noted is None or noted[2] is None:
         return noted
     if node is noted[2]:
-        return (id(loss), noted[1], None, noted[3] * scale) if scale <= 1 else None
+        return (id(loss), noted[1], None, noted[3] * scale) if scale <= _processes() else None
     if noted[0] == id(loss):  # freed, its id taken by another loss
         return None
     return (noted[0], noted[1], None, noted[3])
+
+
+def _processes() -> int:
+    """The processes training together (1 where no process group is set up)."""
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
