@@ -143,6 +143,28 @@ def test_adam_with_sparse_word_vector_gradients_is_refused_with_the_fix() -> Non
     build_optimizer(model, TrainConfig(optim="adam", emb_optim="same"))
 
 
+def test_adam_steps_with_torchs_fused_kernel_as_its_default_would() -> None:
+    """One launch a step on a GPU instead of several per group; the same steps to rounding."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    plain = copy.deepcopy(model)
+    config = TrainConfig(optim="adam", lr=1e-2, weight_decay=1e-3)
+    fused = build_optimizer(model, config)
+    assert fused.param_groups[0]["fused"] is True
+    b1, b2 = config.adam_betas
+    reference = torch.optim.Adam(
+        plain.parameters(), lr=1e-2, betas=(b1, b2), eps=config.adam_eps, weight_decay=1e-3
+    )
+    for _ in range(5):
+        x = torch.randn(16, 4)
+        for net, opt in ((model, fused), (plain, reference)):
+            opt.zero_grad()
+            net(x).square().mean().backward()
+            opt.step()
+    for a, b in zip(model.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(a, b)
+
+
 def test_fit_names_a_batch_it_cannot_move_to_the_device() -> None:
     from treeqa.train.loop import fit
 
