@@ -120,11 +120,22 @@ def line_of(path: Path, text: str) -> str:
     return f"{os.path.realpath(path)}:{next(i for i, s in enumerate(lines, 1) if text in s)}"
 
 
-@pytest.mark.parametrize("source", [ACCELERATE, TRAINER], ids=["accelerate", "trainer"])
+# The Trainer's bf16 mixed precision (autocast on a CPU too).
+BF16 = TRAINER.replace('logging_strategy="no",', 'logging_strategy="no", bf16=True,')
+
+
+@pytest.mark.parametrize(
+    "source", [ACCELERATE, TRAINER, BF16], ids=["accelerate", "trainer", "trainer-bf16"]
+)
 def test_a_clean_run_has_no_warnings(source: str, tmp_path: Path) -> None:
     report, _ = doctor(tmp_path, source, 1e-3)
     assert report["steps"] >= 96
     assert [f for f in report["findings"] if f["severity"] != "info"] == []
+
+
+def test_a_diverged_loss_is_found_under_bf16_autocast(tmp_path: Path) -> None:
+    report, _ = doctor(tmp_path, BF16, 50.0)
+    assert "loss-diverged" in {f["code"] for f in report["findings"]}, report["findings"]
 
 
 @pytest.mark.parametrize(
