@@ -19,7 +19,7 @@ from torch import nn
 
 from treeqa.config import ConfigError, check_fields
 from treeqa.data.qa_batch import QABatch
-from treeqa.models.common import Output
+from treeqa.models.common import Dropout, Output
 
 NEG = -1e30
 """Fill for masked scores: finite (unlike -inf) so a fully masked row never gives NaN, and
@@ -171,7 +171,7 @@ class Highway(nn.Module):
         super().__init__()
         self.gates = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
         self.transforms = nn.ModuleList(nn.Linear(dim, dim) for _ in range(layers))
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [B, L, E+C]
         for gate, transform in zip(self.gates, self.transforms, strict=True):
@@ -197,7 +197,7 @@ class Embedding(nn.Module):
             config.word_dim + config.char_dim, config.highway_layers, config.dropout
         )
         self.project = nn.Linear(config.word_dim + config.char_dim, config.d_model)
-        self.word_drop, self.char_drop = nn.Dropout(config.dropout), nn.Dropout(config.char_dropout)
+        self.word_drop, self.char_drop = Dropout(config.dropout), Dropout(config.char_dropout)
 
     def forward(self, words: torch.Tensor, chars: torch.Tensor) -> torch.Tensor:
         w = F.embedding(words, self.word_vectors)  # [B, L, E]
@@ -224,7 +224,7 @@ class EncoderBlock(nn.Module):
         self.heads = config.heads
         p = config.attention_dropout
         self.attn_dropout = config.dropout if p is None else p
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         p_last = config.survival
         self.survival = [1 - (first + i + 1) / total * (1 - p_last) for i in range(convs + 2)]
 
@@ -281,7 +281,7 @@ class ContextQueryAttention(nn.Module):
             torch.empty(3 * dim).uniform_(-1 / math.sqrt(dim), 1 / math.sqrt(dim))
         )
         self.bias = nn.Parameter(torch.zeros(()))
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def similarity(self, c: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         w_c, w_q, w_cq = self.w.chunk(3)  # [D] each
@@ -374,7 +374,7 @@ class QANet(nn.Module):
         )
         self.pointer = Pointer(d)
         self.no_answer_head = nn.Linear(3 * d, 2) if config.no_answer else None
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
 
     def encode(self, words: torch.Tensor, chars: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         x = self.embedding(words, chars)  # [B, L, D]; context and question share these weights
