@@ -992,6 +992,19 @@ def test_fused_attention_kernels_are_their_own_family() -> None:
     assert {checks.op_family(n) for n in names} == {"attention"}
 
 
+def test_random_draws_are_their_own_family() -> None:
+    """QANet's reduced config on a CPU: dropout's masks (aten::bernoulli_) were "other
+    operators, no usual rewrite" at 32% of a step; aten::normal_ was a reduction."""
+    times = {"aten::bernoulli_": 153e3, "aten::mm": 110e3, "aten::random_": 20e3}
+    found = checks.hot_op(times, 3)
+    assert found is not None and found.evidence["family"] == "random"
+    assert found.severity == "info" and "dropout" in found.fix
+    names = ["aten::normal_", "aten::uniform_", "aten::native_dropout", "aten::randperm"]
+    assert {checks.op_family(n) for n in names} == {"random"}
+    kept = ["aten::native_layer_norm", "aten::norm", "aten::index_select", "aten::mm"]
+    assert [checks.op_family(n) for n in kept] == ["reduction", "reduction", "indexing", "matmul"]
+
+
 def test_device_idle_is_the_gpus_busy_time_against_steps_outside_windows() -> None:
     """The H200 figures: QANet at batch 32 ran 37 ms of kernels in a 123 ms step (found);
     at batch 128, 128 ms in 142 ms (not)."""

@@ -779,6 +779,11 @@ _FAMILIES = (
     ("attention", re.compile(r"attention", re.IGNORECASE)),
     ("matmul", re.compile(r"::(mm|addmm|bmm|baddbmm|matmul|linear|addmv|mv|dot|einsum)\b|gemm")),
     ("softmax/loss", re.compile(r"softmax|nll_loss|cross_entropy")),
+    # Random draws, dropout's masks above all: before "reduction", which aten::normal_ matched.
+    (
+        "random",
+        re.compile(r"bernoulli|random_|uniform_|normal_|multinomial|randperm|\brandn?\b|dropout"),
+    ),
     ("indexing", re.compile(r"index|gather|scatter|embedding|take|masked")),
     ("copy", re.compile(r"copy_|::to\b|_to_copy|contiguous|clone|cat|stack")),
     ("reduction", re.compile(r"sum|mean|max|min|norm|var|std")),
@@ -816,6 +821,11 @@ _FAMILY_FIXES = {
     "similar length (buckets) so padding is not attended, and keep sequences no longer than the "
     "task needs; on a GPU a fused kernel's first call at a new shape can plan or tune for it, "
     "so padding lengths to a multiple of 8 or 16 bounds the shapes",
+    "random": "random draws, mostly dropout masks: on a CPU torch draws one Mersenne Twister "
+    "number for each element of a mask (a GPU draws them in a fused kernel); lower the dropout "
+    "on the largest tensors, attention weights above all (on a CPU, "
+    "scaled_dot_product_attention with dropout_p > 0 also leaves its fused kernel for a slower "
+    "one), or draw a cheaper mask (one 64-bit draw for four elements)",
     "communication": "the processes wait on each other's gradients: give each more work per "
     "all-reduce (a larger batch per process, or accumulation under no_sync()); on a CPU host, "
     "one process with all the threads may train faster than several",
