@@ -43,6 +43,7 @@ TORCHRUN = {
     "bug_ddp_inner_module.py",
     "bug_ddp_same_data.py",
     "bug_eval_on_one_shard.py",
+    "bug_ddp_loss_times_processes.py",
     "clean_fsdp.py",
     "clean_fsdp1.py",
     "bug_fsdp_optimiser_before_shard.py",

@@ -128,6 +128,7 @@ EXPECTED = {
     "bug_hogwild_after_warmup.py": "probabilities-into-cross-entropy",  # the children's only
     "bug_hogwild_spawn_probs_into_ce.py": "probabilities-into-cross-entropy",  # spawned
     "bug_eval_on_one_shard.py": "evaluation-on-one-shard",  # under torchrun, 2 processes
+    "bug_ddp_loss_times_processes.py": "loss-times-processes",  # under torchrun, 2 processes
     "bug_fsdp_optimiser_before_shard.py": "step-without-gradients",  # built before fully_shard
     "bug_fsdp_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",  # fully_shard
     "bug_fsdp_gradients_not_zeroed.py": "gradients-not-zeroed",  # fully_shard

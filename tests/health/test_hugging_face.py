@@ -272,3 +272,19 @@ def test_the_trainer_on_two_processes_is_judged_as_on_one(tmp_path: Path) -> Non
     assert "loss-diverged" in {f["code"] for f in found["findings"]}, found["findings"]
     found = doctor_torchrun(tmp_path, CAUSAL_LM.replace("N,", "1600,"), "1e-3")
     assert [f for f in found["findings"] if f["severity"] != "info"] == []
+
+
+def test_bert_s_mean_loss_times_the_processes_under_the_trainer_is_named(tmp_path: Path) -> None:
+    """The Trainer multiplies the loss of a model that takes loss keyword arguments by the
+    processes, for a causal LM's sum over every process's tokens; BERT's classification loss is
+    a mean of its own, so its gradients come out twice the mean's on two processes. With
+    average_tokens_across_devices=False, as the fix says, the loss is left as it is."""
+    found = doctor_torchrun(tmp_path, TRAINER, "1e-3")
+    codes = {f["code"]: f for f in found["findings"] if f["severity"] != "info"}
+    assert list(codes) == ["loss-times-processes"], found["findings"]
+    assert codes["loss-times-processes"]["evidence"]["factor"] == 2.0
+    fixed = TRAINER.replace(
+        'logging_strategy="no",', 'logging_strategy="no", average_tokens_across_devices=False,'
+    )
+    found = doctor_torchrun(tmp_path, fixed, "1e-3")
+    assert [f for f in found["findings"] if f["severity"] != "info"] == []

@@ -807,6 +807,43 @@ def test_a_backward_of_the_loss_divided_by_k_reads_as_the_noted_loss(name: str) 
         monitor.uninstall()
 
 
+def test_a_mean_times_the_processes_is_told_from_a_sum_over_every_process_s_targets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two processes: a mean cross-entropy times 2 on 3 sampled steps in a row is
+    ``loss-times-processes``; a sum over the tokens divided by both processes' count (twice
+    this one's) times 2 is the mean, as the transformers Trainer makes a causal LM's; so is a
+    plain mean. One process: nothing to say."""
+    from treeqa.health import losses
+
+    def run(processes: int, handed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Any:
+        monkeypatch.setattr(losses, "_processes", lambda: processes)
+        monitor = HealthMonitor(stream=io.StringIO())
+        monitor.install_loss_checks()
+        try:
+            for _ in range(3):
+                monitor.sampling = True
+                logits = torch.randn(12, 5, requires_grad=True)
+                target = torch.tensor([0, 1, 2, 3, 4, -100] * 2)
+                monitor.loss_check.backward(handed(logits, target))
+                monitor.loss_check.cross_entropy = None
+        finally:
+            monitor.uninstall()
+        return [(f.code, f.evidence["factor"]) for f in monitor.findings.values()]
+
+    def mean_times_2(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits, target) * 2
+
+    def global_token_mean(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        total = nn.functional.cross_entropy(logits, target, reduction="sum")
+        return total / torch.tensor(20) * 2  # 10 tokens here, 10 on the other process
+
+    assert run(2, mean_times_2) == [("loss-times-processes", 2.0)]
+    assert run(2, global_token_mean) == []
+    assert run(2, nn.functional.cross_entropy) == []
+    assert run(1, mean_times_2) == []
+
+
 def test_a_loss_whose_id_a_quotient_of_it_took_is_told_by_its_node() -> None:
     """The transformers Trainer divides the loss by its accumulation steps and drops it;
     accelerate's backward divides the quotient by 1, and that may take the freed loss's id: it

@@ -21,6 +21,7 @@ FIXES: dict[str, str] = {
     "activation-growth": "remove the per-block scaling (e.g. x * sqrt(d) inside each block); scale once or normalise",
     "loss-at-chance": "check that each batch's labels stay paired with its inputs (shuffled together), that the forward keeps the graph to the weights (no .detach(), .data, .item() or argmax on the way) and that the learning rate is not tiny; a model should first be able to overfit one batch",
     "loss-at-init": "initialise the output layer small (or zero) so that the first loss is near log(C)",
+    "loss-times-processes": "leave a mean loss as it is under DDP, or divide a sum over the targets by every process's count (all-reduced) before multiplying by the processes; under the transformers Trainer, for a model whose loss is a mean (BERT's classification head), set TrainingArguments(average_tokens_across_devices=False) or model.accepts_loss_kwargs = False",
     "loss-diverged": "lower the learning rate (often by 10x; Adam rarely wants more than 1e-3 here), or warm it up and clip the gradients",
     "non-finite": "guard the operation (eps in log/sqrt/division), lower the lr or clip gradients",
     "step-time-regression": "look for state that grows with steps: retained graphs, caches, lists of tensors",

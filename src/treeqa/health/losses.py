@@ -70,6 +70,9 @@ class LossInputCheck:
         # with gradients on a sampled step, one value: the same for ``loss-diverged`` under
         # maximize.
         self.regression: tuple[int, str, Any, float] | None = None
+        # sampled steps in a row whose loss was the mean cross-entropy times the number of
+        # processes (-1 once said: ``loss-times-processes``)
+        self.times_processes = 0
         # Rows whose per-example cross-entropy was computed without gradients on this sampled
         # step (the monitor clears it at the step's end): a mean cross-entropy with gradients
         # over fewer rows trains on examples picked by their loss (hard-example mining), whose
@@ -124,6 +127,40 @@ class LossInputCheck:
         node, scale = loss_inputs.unscaled(loss)
         self.cross_entropy = _standing_for(self.cross_entropy, loss, node, scale)
         self.regression = _standing_for(self.regression, loss, node, scale)
+        if self.cross_entropy is not None and self.cross_entropy[0] == id(loss):
+            self._times_processes(self.cross_entropy[3])
+
+    def _times_processes(self, factor: float) -> None:
+        """The loss a backward of a sampled step is given is this process's mean cross-entropy
+        times the number of processes (``factor``: what it is that mean times), on
+        ``TIMES_PROCESSES_STEPS`` such steps in a row. DDP and FSDP average the processes'
+        gradients, so each step takes that many times the mean's: the factor that is right for
+        a sum over the targets divided by every process's count is wrong for a mean of one's own
+        (the transformers ``Trainer`` multiplies any loss of a model that takes loss keyword
+        arguments, BERT's mean among them)."""
+        processes = _processes()
+        if processes < 2 or self.times_processes < 0:
+            return
+        if abs(factor / processes - 1) > 0.01:
+            self.times_processes = 0
+            return
+        self.times_processes += 1
+        if self.times_processes < TIMES_PROCESSES_STEPS:
+            return
+        self.times_processes = -1  # said once
+        self.add(
+            Finding(
+                "loss-times-processes",
+                "warning",
+                f"the loss given to backward is this process's mean cross-entropy times "
+                f"{processes}, the number of processes, on {TIMES_PROCESSES_STEPS} sampled steps "
+                f"in a row: DDP averages the processes' gradients, so each step takes {processes}x "
+                "the gradient of the mean over the whole batch (and a loss logged from it reads "
+                f"{processes}x); the factor is right only for a sum over the targets divided by "
+                "the targets of every process",
+                evidence={"processes": processes, "factor": round(factor, 4)},
+            )
+        )
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -466,6 +503,11 @@ def _floor_near_chance(args: tuple[Any, ...], kwargs: dict[str, Any], classes: i
     top, rest = 1 - smoothing + smoothing / classes, smoothing / classes
     entropy = -top * math.log(top) - (classes - 1) * rest * math.log(rest)
     return entropy >= bound
+
+
+TIMES_PROCESSES_STEPS = 3
+"""``loss-times-processes``: sampled steps in a row whose loss was a mean cross-entropy times
+the number of processes."""
 
 
 def _summed_over(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
