@@ -122,8 +122,10 @@ class LossInputCheck:
     def backward(self, loss: torch.Tensor) -> None:
         """A backward of ``loss`` on a sampled step: where it is the noted cross-entropy (or
         regression loss) divided by a constant of 1 or more (the accumulation steps, as
-        accelerate and the transformers ``Trainer`` hand it on), it stands for that loss as the
-        step's loss, its value that loss's times the factor."""
+        accelerate and the transformers ``Trainer`` hand it on), or multiplied by one up to the
+        number of processes, it stands for that loss as the step's loss, its value that loss's
+        times the factor (``_standing_for``); a mean times the processes is
+        ``loss-times-processes``."""
         node, scale = loss_inputs.unscaled(loss)
         self.cross_entropy = _standing_for(self.cross_entropy, loss, node, scale)
         self.regression = _standing_for(self.regression, loss, node, scale)
