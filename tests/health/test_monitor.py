@@ -814,10 +814,10 @@ def test_a_mean_times_the_processes_is_told_from_a_sum_over_every_process_s_targ
     ``loss-times-processes``; a sum over the tokens divided by both processes' count (twice
     this one's) times 2 is the mean, as the transformers Trainer makes a causal LM's; so is a
     plain mean. One process: nothing to say."""
-    from treeqa.health import losses
+    from treeqa.health import processes as health_processes
 
     def run(processes: int, handed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Any:
-        monkeypatch.setattr(losses, "_processes", lambda: processes)
+        monkeypatch.setattr(health_processes, "world_size", lambda: processes)
         monitor = HealthMonitor(stream=io.StringIO())
         monitor.install_loss_checks()
         try:

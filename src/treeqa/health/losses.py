@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from treeqa.health import checks, loss_inputs
+from treeqa.health import checks, loss_inputs, processes
 from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
@@ -140,10 +140,10 @@ class LossInputCheck:
         a sum over the targets divided by every process's count is wrong for a mean of one's own
         (the transformers ``Trainer`` multiplies any loss of a model that takes loss keyword
         arguments, BERT's mean among them)."""
-        processes = _processes()
-        if processes < 2 or self.times_processes < 0:
+        world = processes.world_size()
+        if world < 2 or self.times_processes < 0:
             return
-        if abs(factor / processes - 1) > 0.01:
+        if abs(factor / world - 1) > 0.01:
             self.times_processes = 0
             return
         self.times_processes += 1
@@ -155,12 +155,12 @@ class LossInputCheck:
                 "loss-times-processes",
                 "warning",
                 f"the loss given to backward is this process's mean cross-entropy times "
-                f"{processes}, the number of processes, on {TIMES_PROCESSES_STEPS} sampled steps "
-                f"in a row: DDP averages the processes' gradients, so each step takes {processes}x "
+                f"{world}, the number of processes, on {TIMES_PROCESSES_STEPS} sampled steps "
+                f"in a row: DDP averages the processes' gradients, so each step takes {world}x "
                 "the gradient of the mean over the whole batch (and a loss logged from it reads "
-                f"{processes}x); the factor is right only for a sum over the targets divided by "
+                f"{world}x); the factor is right only for a sum over the targets divided by "
                 "the targets of every process",
-                evidence={"processes": processes, "factor": round(factor, 4)},
+                evidence={"processes": world, "factor": round(factor, 4)},
             )
         )
 
@@ -553,13 +553,11 @@ def _standing_for(
     if noted is None or noted[2] is None:
         return noted
     if node is noted[2]:
-        return (id(loss), noted[1], None, noted[3] * scale) if scale <= _processes() else None
+        return (
+            (id(loss), noted[1], None, noted[3] * scale)
+            if scale <= processes.world_size()
+            else None
+        )
     if noted[0] == id(loss):  # freed, its id taken by another loss
         return None
     return (noted[0], noted[1], None, noted[3])
-
-
-def _processes() -> int:
-    """The processes training together (1 where no process group is set up)."""
-    dist = torch.distributed
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1

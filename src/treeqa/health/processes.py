@@ -167,9 +167,14 @@ def worker_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def _distributed() -> bool:
+def world_size() -> int:
+    """The processes training together (1 where no process group is set up)."""
     dist = torch.distributed
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _distributed() -> bool:
+    return world_size() > 1
 
 
 def _first_tensor(args: Any) -> torch.Tensor | None:
