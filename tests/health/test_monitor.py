@@ -811,9 +811,10 @@ def test_a_mean_times_the_processes_is_told_from_a_sum_over_every_process_s_targ
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Two processes: a mean cross-entropy times 2 on 3 sampled steps in a row is
-    ``loss-times-processes``; a sum over the tokens divided by both processes' count (twice
-    this one's) times 2 is the mean, as the transformers Trainer makes a causal LM's; so is a
-    plain mean. One process: nothing to say."""
+    ``loss-times-processes``, and so is a sum over the tokens divided by this process's own
+    count times 2; divided by both processes' count (twice this one's) times 2 it is the mean,
+    as the transformers Trainer makes a causal LM's; so is a plain mean. One process: nothing
+    to say."""
     from treeqa.health import processes as health_processes
 
     def run(processes: int, handed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Any:
@@ -838,7 +839,12 @@ def test_a_mean_times_the_processes_is_told_from_a_sum_over_every_process_s_targ
         total = nn.functional.cross_entropy(logits, target, reduction="sum")
         return total / torch.tensor(20) * 2  # 10 tokens here, 10 on the other process
 
+    def local_token_mean_times_2(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        total = nn.functional.cross_entropy(logits, target, reduction="sum")
+        return total / torch.tensor(10) * 2  # this process's own count: the mean times 2
+
     assert run(2, mean_times_2) == [("loss-times-processes", 2.0)]
+    assert run(2, local_token_mean_times_2) == [("loss-times-processes", 2.0)]
     assert run(2, global_token_mean) == []
     assert run(2, nn.functional.cross_entropy) == []
     assert run(1, mean_times_2) == []
