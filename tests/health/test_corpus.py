@@ -486,6 +486,14 @@ def test_a_forked_process_reports_its_own_steps_and_findings() -> None:
     assert (own["steps"], own["findings"]) == (30, [again])
 
 
+def test_a_dominant_2d_char_cnn_is_a_warning_read_in_two_windows(doctor_report) -> None:
+    """The first window's warning is held for a second, 20 steps on, that reads it again."""
+    _, report, _ = doctor_report("bug_hot_op.py")
+    [found] = [f for f in report["findings"] if f["code"] == "hot-op"]
+    assert (found["severity"], found["evidence"]["family"]) == ("warning", "convolution")
+    assert found["evidence"]["windows"] == [[11, 13], [33, 35]] and found["step"] == 35
+
+
 def test_a_second_run_in_one_script_is_counted(doctor_report) -> None:
     _, report, _ = doctor_report("clean_two_runs.py")
     # 60 + 60 steps: the second optimiser takes over as the clock at its first step, the

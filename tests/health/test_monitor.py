@@ -1980,6 +1980,70 @@ def test_a_profile_window_of_many_small_ops_ends_early_and_later_ones_keep_a_bud
     assert not window.active and window.windows == 1
 
 
+def _windows_reading(monkeypatch: pytest.MonkeyPatch, *readings: dict[str, float]) -> ProfileWindow:
+    """A one-step window scheduled at step 1 whose windows read these operator times (us)."""
+    from treeqa.health import profile
+
+    times = iter(readings)
+    monkeypatch.setattr(profile, "_op_times", lambda events: next(times))
+    window = ProfileWindow(steps=1)
+    window.schedule(1)
+    return window
+
+
+def _run_steps(window: ProfileWindow, first: int, last: int) -> list[Finding]:
+    found = []
+    for step in range(first, last + 1):
+        if window.active:
+            window.begin(step)
+            found += [f for f in [window.end(step)] if f is not None]
+    return found
+
+
+COPIES = {"aten::copy_": 8e3, "aten::addmm": 1e3}  # 8 of 9 ms a step copying: a warning
+MATMULS = {"aten::copy_": 1e3, "aten::addmm": 8e3}
+
+
+def test_a_hot_op_warning_stands_when_a_second_window_reads_it_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three steps of ~3 ms once read copies at 53% where six runs of the same script read
+    18-27%: a window's warning is held until a window CONFIRM_AFTER steps on reads it again."""
+    from treeqa.health.profile import CONFIRM_AFTER
+
+    window = _windows_reading(monkeypatch, COPIES, COPIES)
+    assert _run_steps(window, 1, CONFIRM_AFTER) == [] and window.active
+    assert not window.recording  # the steps between windows are timed as the script's
+    [found] = _run_steps(window, CONFIRM_AFTER + 1, CONFIRM_AFTER + 1)
+    assert (found.code, found.severity, found.evidence["family"]) == ("hot-op", "warning", "copy")
+    assert found.evidence["windows"] == [[1, 1], [21, 21]]
+    assert window.profiled == {1, 21} and not window.active
+
+
+def test_a_hot_op_warning_a_second_window_does_not_read_is_not_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    window = _windows_reading(monkeypatch, COPIES, MATMULS)
+    [found] = _run_steps(window, 1, 30)
+    assert (found.severity, found.evidence["family"]) == ("info", "matmul")
+    window = _windows_reading(monkeypatch, COPIES, {"aten::index_select": 8e3, "aten::mm": 1e3})
+    [found] = _run_steps(window, 1, 30)  # a warning of another family: neither read twice
+    assert (found.severity, found.evidence["family"]) == ("info", "indexing")
+
+
+def test_a_hot_op_warning_no_second_window_can_judge_is_given_as_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    window = _windows_reading(monkeypatch, COPIES)
+    assert _run_steps(window, 1, 10) == []
+    found = window.close(10)  # the run ended before the second window
+    assert found is not None and (found.severity, found.evidence["steps"]) == ("warning", [1, 1])
+    window = _windows_reading(monkeypatch, COPIES)
+    window.begin(1)
+    found = window.close(1)  # the run ended in the first window
+    assert found is not None and found.severity == "warning" and not window.active
+
+
 def test_profiler_memory_comes_off_the_heap_reading_that_holds_it() -> None:
     """A window's buffers, freed but kept by malloc, are the C heap's free bytes: they came
     off the bytes in use too, which then read negative (-160 MB on a REINFORCE run) and

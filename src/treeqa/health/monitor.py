@@ -421,7 +421,7 @@ class HealthMonitor(Callback):
             value = float(loss)
         # Also around profiler windows, so their buffers are subtracted from fresh reads.
         now = time.perf_counter()
-        profiling = self.profile.active  # (a window opens in begin_step, closes below)
+        profiling = self.profile.recording  # (a window opens in begin_step, closes below)
         window = profiling or (s - 1) in self.profile.profiled
         if s % RSS_EVERY == 1 or now - self._rss_read_at >= RSS_EVERY_S or window:
             self._last_rss, self._rss_read_at = rss_mb(), now
@@ -475,7 +475,7 @@ class HealthMonitor(Callback):
             self._saw_loss(s, value)
         if self.losses.pending:
             self._read_losses(wait=False)
-        if profiling:
+        if self.profile.active:
             self._window_closed(self.profile.end(s))
         self.retention.maybe_scan(s, tensor)
         if s >= self._next_series_check:

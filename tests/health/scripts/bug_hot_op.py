@@ -30,7 +30,7 @@ class Model(nn.Module):
 
 model = Model()
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-for _step in range(14):
+for _step in range(40):
     chars = torch.randint(0, 60, (8, 40, 16))
     loss = nn.functional.cross_entropy(model(chars), chars[:, 0, 0] % 2)
     opt.zero_grad()
