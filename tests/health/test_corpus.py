@@ -133,6 +133,7 @@ EXPECTED = {
     "bug_fsdp_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",  # fully_shard
     "bug_fsdp_gradients_not_zeroed.py": "gradients-not-zeroed",  # fully_shard
     "bug_fsdp1_gradients_not_zeroed.py": "gradients-not-zeroed",  # FullyShardedDataParallel
+    "bug_loss_at_chance_checkpointed.py": "loss-at-chance",  # reentrant checkpoints' backwards
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -201,6 +202,7 @@ CLEAN = [
     "clean_optimiser_in_backward.py",  # an optimiser a parameter, stepped by a gradient hook
     "clean_eval_mode_dropout_on.py",  # batch norm frozen by eval(), dropout back in train mode
     "clean_layouts_moved.py",  # transpose/permute into convs and a GRU; views adding dims
+    "clean_activation_checkpointing.py",  # torch.utils.checkpoint, non-reentrant then reentrant
     "clean_frozen_decay.py",  # frozen before any backward, zeroed in place; decay on LayerNorm
     # pytorch/examples, shrunk to synthetic data, their training loops as they read
     "clean_example_mnist.py",  # Adadelta, StepLR, log_softmax into nll_loss, summed test loss
@@ -492,6 +494,18 @@ def test_a_dominant_2d_char_cnn_is_a_warning_read_in_two_windows(doctor_report) 
     [found] = [f for f in report["findings"] if f["code"] == "hot-op"]
     assert (found["severity"], found["evidence"]["family"]) == ("warning", "convolution")
     assert found["evidence"]["windows"] == [[11, 13], [33, 35]] and found["step"] == 35
+
+
+def test_the_loss_of_a_step_is_the_scripts_under_reentrant_checkpointing(doctor_report) -> None:
+    """A reentrant checkpoint's backward calls torch.autograd.backward on its recomputed
+    outputs, inside the script's backward: those were read as the step's loss (~0 from step 101
+    on, where the script's losses were 0.01-0.3), not the script's cross-entropy."""
+    _, report, out = doctor_report("clean_activation_checkpointing.py")
+    printed = [float(v) for v in out.split("losses ")[1].split()]
+    series = report["series"]
+    read = {int(st): v for st, v in zip(series["step"], series["loss"], strict=True)}
+    assert len(read) == len(printed) == 200
+    assert all(abs(read[i + 1] - v) < 1e-3 for i, v in enumerate(printed))
 
 
 def test_a_second_run_in_one_script_is_counted(doctor_report) -> None:

@@ -158,6 +158,27 @@ def test_a_diverged_loss_is_found_through_accelerates_backward(tmp_path: Path) -
     assert "loss-diverged" in {f["code"] for f in report["findings"]}, report["findings"]
 
 
+# BERT's layers recomputed in the backward (activation checkpointing), reentrant: each
+# checkpoint's backward calls torch.autograd.backward on its recomputed outputs.
+CHECKPOINTED = TRAINER.replace(
+    'logging_strategy="no",',
+    'logging_strategy="no", gradient_checkpointing=True,\n'
+    '    gradient_checkpointing_kwargs={"use_reentrant": True},',
+)
+
+
+@pytest.mark.parametrize(("lr", "expected"), [(1e-3, set()), (50.0, {"loss-diverged"})])
+def test_the_loss_under_reentrant_activation_checkpointing_is_the_models(
+    lr: float, expected: set[str], tmp_path: Path
+) -> None:
+    """Under reentrant checkpointing the layer's recomputed output was read as the loss (its
+    mean ~0 every step): lr 50 was not found diverged."""
+    report, _ = doctor(tmp_path, CHECKPOINTED, lr)
+    assert report["steps"] == 96
+    assert {f["code"] for f in report["findings"] if f["severity"] != "info"} == expected
+    assert min(report["series"]["loss"]) > 0.1
+
+
 # Gradient accumulation over 4 batches. BERT's forward takes **kwargs, so the Trainer would
 # leave the loss to divide itself by the items in the 4 batches, which its mean ignores:
 # ``accepts_loss_kwargs = False`` has the Trainer divide it by 4 before its backward.

@@ -8,7 +8,8 @@ where the weights a backward trained are found moved (updated by hand: ``hand.py
 of a trained model in eval mode without gradients is an evaluation between steps and starts
 none. The first optimiser that steps is the clock until another steps on without it (a second
 run in the script). ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped to
-see the loss and ``retain_graph``. The script runs as ``__main__`` (``-m``: through ``runpy``)
+see the loss and ``retain_graph`` (not a call a backward makes: reentrant activation
+checkpointing recomputes its blocks and backpropagates through them inside the script's). The script runs as ``__main__`` (``-m``: through ``runpy``)
 with its own ``sys.argv``; its output, files and exit code are its own, and the monitor writes
 only to stderr and the report paths.
 """
@@ -151,6 +152,11 @@ class Doctor:
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if script.stopping is not None:  # a SIGTERM the script swallowed: see there
                 raise SystemExit(script.stopping)
+            if profile.in_backward():
+                # Called by a backward, as reentrant activation checkpointing's recomputation
+                # does, once a checkpoint: a part of the script's backward, not a loss of its
+                # own (the recomputed block's outputs were read as the step's loss).
+                return original(tensors, *args, **kwargs)
             me = doctor()
             if me is not None:
                 me.note_backward(tensors, args, kwargs)

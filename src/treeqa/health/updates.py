@@ -146,6 +146,8 @@ class Updates:
         self.wrappers.add(note_function_calls(torch.autograd, "grad", self._grad_called))
 
     def _grad_called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if torch._C._current_graph_task_id() != -1:
+            return  # called by a backward (a Function's): a part of the script's, as in doctor
         self.gradients_taken()
         if self.on_grad is not None:
             self.on_grad(kwargs.get("outputs", args[0] if args else None))
