@@ -134,6 +134,7 @@ EXPECTED = {
     "bug_fsdp_gradients_not_zeroed.py": "gradients-not-zeroed",  # fully_shard
     "bug_fsdp1_gradients_not_zeroed.py": "gradients-not-zeroed",  # FullyShardedDataParallel
     "bug_loss_at_chance_checkpointed.py": "loss-at-chance",  # reentrant checkpoints' backwards
+    "bug_loss_at_chance_imbalanced.py": "loss-at-chance",  # 80/15/5: at the classes' entropy
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -203,6 +204,7 @@ CLEAN = [
     "clean_eval_mode_dropout_on.py",  # batch norm frozen by eval(), dropout back in train mode
     "clean_layouts_moved.py",  # transpose/permute into convs and a GRU; views adding dims
     "clean_activation_checkpointing.py",  # torch.utils.checkpoint, non-reentrant then reentrant
+    "clean_imbalanced_classes.py",  # 80/15/5, weak inputs: slowly below the classes' entropy
     "clean_frozen_decay.py",  # frozen before any backward, zeroed in place; decay on LayerNorm
     # pytorch/examples, shrunk to synthetic data, their training loops as they read
     "clean_example_mnist.py",  # Adadelta, StepLR, log_softmax into nll_loss, summed test loss

@@ -2216,6 +2216,53 @@ def test_a_loss_at_chance_all_run_is_said_and_one_that_falls_is_not() -> None:
     assert checks.loss_at_chance(samples, steps, aliased) is None
 
 
+def test_a_loss_at_chance_over_imbalanced_classes_is_judged_at_each_batchs_level() -> None:
+    """A model that learnt only how often each class comes sits at each batch's loss under
+    those frequencies, below log(C); up to 10% above it is still chance, 3% below is not."""
+    steps = array("d", range(1, 301))
+    samples = [(s, 3, 1.0) for s in range(1, 301, 10)]
+    levels = {s: 0.6 + 0.1 * math.sin(s) for s, _, _ in samples}  # each batch's mix
+    for over, found in ((1.0, True), (1.06, True), (1.12, False), (0.95, False)):
+        losses = array("d", (levels.get(s, 0.6) * over for s in range(1, 301)))
+        result = checks.loss_at_chance(samples, steps, losses, levels)
+        assert (result is not None) == found, over
+    result = checks.loss_at_chance(
+        samples, steps, array("d", (levels.get(s, 0.6) for s in steps)), levels
+    )
+    assert result is not None and result.evidence["imbalanced"]
+    assert "as often as the labels do" in result.message
+    # Falling onto it from above all through the second half: the model still learns.
+    falling = array("d", (levels.get(s, 0.6) * (1.2 - 0.2 * s / 300) for s in steps))
+    assert checks.loss_at_chance(samples, steps, falling, levels) is None
+    # Without the levels the same losses are far below log(3): no finding.
+    assert checks.loss_at_chance(samples, steps, array("d", (0.6 for _ in steps))) is None
+
+
+def test_label_counts_give_the_chance_level_of_imbalanced_classes_only() -> None:
+    from treeqa.health.priors import LabelCounts
+
+    labels = LabelCounts()
+    mix = torch.tensor([0] * 80 + [1] * 15 + [2] * 5)
+    for _ in range(300):  # 30,000 targets: the entropy known to ~1%
+        labels.add(mix, 3, -100, 0.0)
+    p = torch.tensor([0.8, 0.15, 0.05], dtype=torch.float64)
+    entropy = float(-(p * p.log()).sum())
+    assert labels.chance(3) == pytest.approx(entropy, abs=1e-3)
+    batch = labels.batch(torch.tensor([0, 0, 2, 2, -100]), 3, -100)  # ignored: not counted
+    assert batch is not None and batch.tolist() == [2, 0, 2, 1]
+    assert labels.chance(3, batch) == pytest.approx(float(-(p[[0, 0, 2, 2]].log()).mean()))
+    few = LabelCounts()
+    few.add(mix, 3, -100, 0.0)  # 100 labels of this mix: known to ~8%, log(3) stands
+    assert few.chance(3) is None
+    balanced = LabelCounts()
+    for _ in range(300):
+        balanced.add(torch.arange(99) % 3, 3, -100, 0.0)
+    assert balanced.chance(3) is None
+    probabilities = LabelCounts()
+    probabilities.add(torch.rand(8, 3).softmax(1), 3, -100, 0.0)
+    assert probabilities.chance(3) is None
+
+
 def test_a_loss_divided_by_the_accumulation_steps_is_judged_as_the_cross_entropy() -> None:
     """Accumulated over 4 micro-batches, every step's loss read in the series is a quarter of
     the cross-entropy: at chance, or diverged, the cross-entropy is what is judged, with the

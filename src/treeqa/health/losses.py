@@ -27,6 +27,7 @@ from torch.nn import functional as F
 
 from treeqa.health import checks, loss_inputs, processes
 from treeqa.health.findings import Finding
+from treeqa.health.priors import LabelCounts
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")
@@ -81,6 +82,9 @@ class LossInputCheck:
         # (infeasible, samples) of ctc_loss calls with zero_infinity=True on the sampled steps
         # in a row where half the batch or more was infeasible
         self.infeasible: list[tuple[int, int]] = []
+        self.labels = LabelCounts()  # the training cross-entropies' targets, by class count
+        # the class counts of the noted cross-entropy's targets (``LabelCounts.batch``)
+        self.batch_labels: torch.Tensor | None = None
         self.wrappers = Wrappers()
 
     def watch(self, modules: Iterable[nn.Module]) -> None:
@@ -172,8 +176,12 @@ class LossInputCheck:
     ) -> None:
         """``F.<fname>(input, *args, **kwargs)`` returned ``result``."""
         input = args[0] if args else kwargs.get("input", kwargs.get("log_probs"))  # ctc's name
-        if self.targets is not None and fname in ("cross_entropy", "nll_loss"):
-            self.targets(args[1] if len(args) > 1 else kwargs.get("target"))
+        if fname in ("cross_entropy", "nll_loss"):
+            target = args[1] if len(args) > 1 else kwargs.get("target")
+            if self.targets is not None:
+                self.targets(target)
+            if isinstance(input, torch.Tensor) and result.requires_grad:
+                self._count_labels(input, target, args[2:], kwargs)
         if (
             isinstance(input, torch.Tensor)
             and not checks.untraceable(input)  # a host sync inside a compiled graph or vmap
@@ -181,6 +189,16 @@ class LossInputCheck:
         ):
             rest = {k: v for k, v in kwargs.items() if k != "input"}
             self._inspect(fname, input, result, args[1:], rest)
+
+    def _count_labels(
+        self, input: torch.Tensor, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """A training cross-entropy's class indices, for the labels' own frequencies
+        (``priors``). ``args`` follow the target."""
+        weight, ignore, smoothing = _label_options(args, kwargs)
+        if weight is None and input.dim() and not checks.untraceable(input):
+            classes = int(input.shape[1 if input.dim() >= 2 else 0])
+            self.labels.add(target, classes, ignore, smoothing)
 
     def _inspect(
         self,
@@ -255,6 +273,10 @@ class LossInputCheck:
         ):
             # The result is the mean cross-entropy times the targets it adds up.
             self.cross_entropy = (id(result), classes, result.grad_fn, float(summed))
+            weight, ignore, _ = _label_options(args[1:], kwargs)
+            self.batch_labels = (
+                self.labels.batch(target, classes, ignore) if weight is None else None
+            )
         if classes in self.paddings:
             self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs)
         if source is not None:
@@ -505,6 +527,15 @@ def _floor_near_chance(args: tuple[Any, ...], kwargs: dict[str, Any], classes: i
     top, rest = 1 - smoothing + smoothing / classes, smoothing / classes
     entropy = -top * math.log(top) - (classes - 1) * rest * math.log(rest)
     return entropy >= bound
+
+
+def _label_options(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(weight, ignore_index, label_smoothing) of a ``cross_entropy`` or ``nll_loss`` call;
+    ``args`` follow the target: (weight, size_average, ignore_index, reduce, reduction,
+    label_smoothing)."""
+    weight = kwargs.get("weight", args[0] if args else None)
+    ignore = kwargs.get("ignore_index", args[2] if len(args) > 2 else -100)
+    return weight, ignore, kwargs.get("label_smoothing", args[5] if len(args) > 5 else 0.0)
 
 
 TIMES_PROCESSES_STEPS = 3

@@ -246,6 +246,8 @@ class HealthMonitor(Callback):
         # sampled steps whose loss is a cross-entropy: C, and the factor the loss backward was
         # given is it times (1/k under gradient accumulation over k)
         self.chance: list[tuple[int, int, float]] = []
+        # their targets' class counts, by step (``priors.LabelCounts.batch``)
+        self.batch_labels: dict[int, torch.Tensor] = {}
         # The optimiser that steps (its class name) when it has maximize=True (the doctor's)
         self.maximize = ""
         self.maximize_weights = False  # and a group with it holds nn.Parameters
@@ -455,8 +457,11 @@ class HealthMonitor(Callback):
         if self.sampling:
             ce, self.loss_check.cross_entropy = self.loss_check.cross_entropy, None
             self.loss_check.scored = 0
+            batch, self.loss_check.batch_labels = self.loss_check.batch_labels, None
             if ce is not None and tensor is not None and ce[0] == id(tensor) and ce[1] > 1:
                 self.chance.append((s, ce[1], ce[3]))  # the step's loss is that cross-entropy
+                if batch is not None:
+                    self.batch_labels[s] = batch
             fitted, self.loss_check.regression = self.loss_check.regression, None
             if fitted is not None and tensor is not None and fitted[0] == id(tensor):
                 self.regression.append((s, fitted[1], fitted[3]))
@@ -542,7 +547,7 @@ class HealthMonitor(Callback):
             self._track_unused(self.step, last=True)
         self.nonfinite.finish()
         steps, losses = self.even("step"), self.even("loss")
-        self._add_if(checks.loss_at_chance(self.chance, steps, losses))
+        self._add_if(checks.loss_at_chance(self.chance, steps, losses, self._chance_levels()))
         # A loss that overflowed, or climbs from steps taken uphill, has its cause said.
         if not any(code in ("non-finite", "lr-negative") for code, _ in self.findings):
             self._add_if(checks.loss_diverged(self.chance, steps, losses, self.maximize))
@@ -734,12 +739,21 @@ class HealthMonitor(Callback):
         read it."""
         return self.thinning.even(self.series[name])
 
+    def _chance_levels(self) -> dict[int, float]:
+        """The chance level of each sampled step's cross-entropy where its labels' classes are
+        imbalanced (``priors``): the loss there of predictions that give each class as often
+        as the labels do. Steps not here are at log(C)."""
+        labels, batches = self.loss_check.labels, self.batch_labels
+        levels = {s: labels.chance(c, batches.get(s)) for s, c, _ in self.chance}
+        return {s: level for s, level in levels.items() if level is not None}
+
     def _thin(self) -> None:
         """The series are full: thin their older rows, and forget the sampled steps whose rows
         went with them (their loss can no longer be read)."""
         self.thinning.thin(self.series)
         keeps = self.thinning.keeps
         self.chance = [sample for sample in self.chance if keeps(sample[0])]
+        self.batch_labels = {s: n for s, n in self.batch_labels.items() if keeps(s)}
         self.regression = [sample for sample in self.regression if keeps(sample[0])]
 
     def _series_checks(self, s: int) -> None:
