@@ -87,6 +87,7 @@ class Doctor:
         self.open = False
         self.ended_in_backward = False  # the clock stepped by a gradient hook, in a backward
         self.loss: torch.Tensor | None = None
+        self.loss_of_weights = False  # taken by torch.autograd.grad with respect to parameters
         self.last_end = time.perf_counter()
         self.compute_start = self.last_end
         self.handles: list[Any] = []
@@ -320,17 +321,23 @@ class Doctor:
         # (Hessian-vector products): not the retain_graph=True that silences a state's graph.
         self.monitor.note_backward(bool(retain))
 
-    def _note_grad(self, outputs: Any) -> None:
-        """``torch.autograd.grad(outputs, ...)`` is about to run: gradients a script may apply
-        by hand (``p -= lr * g``), as after a backward."""
+    def _note_grad(self, outputs: Any, inputs: Any) -> None:
+        """``torch.autograd.grad(outputs, inputs, ...)`` is about to run: gradients a script
+        may apply by hand (``p -= lr * g``), as after a backward. The step's loss, seen no
+        other way, is the first scalar output taken, or the first taken with respect to
+        parameters after one that was not (a physics-informed loss takes du/dx of
+        ``u.sum()`` first, then its own gradient with respect to the weights)."""
         loss = _first(outputs)
         if self.hand is None or checks.untraceable(loss):  # torch.func's grad calls it too
             return
         self._hand_step()
         self.hand.backward(loss)
         scalar = loss is not None and loss.numel() == 1 and loss.grad_fn is not None
-        if self.hand.watched and self.loss is None and scalar:  # the step's loss, seen no other way
-            self.loss = loss
+        if not (self.hand.watched and scalar):
+            return
+        of_weights = any(isinstance(t, nn.Parameter) for t in _tensors(inputs))
+        if self.loss is None or (of_weights and not self.loss_of_weights):
+            self.loss, self.loss_of_weights = loss, of_weights
 
     def _hand_step(self) -> None:
         """The weights moved since the last backward, by the script's hand: a step ends."""
@@ -559,7 +566,7 @@ class Doctor:
         now = time.perf_counter()
         if not self.open:  # (the new run's models are not hooked yet)
             self.compute_start = self.last_end
-        loss, self.loss = self.loss, None
+        loss, self.loss, self.loss_of_weights = self.loss, None, False
         self.monitor.end_step(loss, now - self.compute_start, self.compute_start - self.last_end)
         self.open = False
 
@@ -639,7 +646,7 @@ class Doctor:
             self._look_again()
         if not self.open:  # no module forward seen this step (functional model)
             self.compute_start = self.last_end
-        loss, self.loss = self.loss, None
+        loss, self.loss, self.loss_of_weights = self.loss, None, False
         sampled = self.monitor.sampling
         self.monitor.end_step(loss, now - self.compute_start, self.compute_start - self.last_end)
         self.clipping.end_step()
@@ -680,6 +687,16 @@ class Doctor:
         except Exception as e:  # the monitor's own failure: the script's exit code still holds
             print(f"treeqa doctor: the report failed ({type(e).__name__}: {e})", file=sys.stderr)
             return {"findings": [], "series": {}, "steps": monitor.step, "meta": {}}
+
+
+def _tensors(tensors: Any) -> list[torch.Tensor]:
+    """The tensors given as ``torch.autograd.grad``'s inputs: a tensor, or those of a list or
+    tuple. A generator (``model.parameters()``) is left unread, for torch to read whole."""
+    if isinstance(tensors, torch.Tensor):
+        return [tensors]
+    if isinstance(tensors, list | tuple):
+        return [t for t in tensors if isinstance(t, torch.Tensor)]
+    return []
 
 
 def _first(tensors: Any) -> torch.Tensor | None:

@@ -130,8 +130,9 @@ class Updates:
         self.eval_site = ""  # where the last eval() of a trained model was called
         # Every optimiser that stepped in the run (the doctor adds them; weak: finished runs').
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
-        # Told of each torch.autograd.grad call's outputs (the doctor's steps made by hand).
-        self.on_grad: Callable[[Any], None] | None = None
+        # Told of each torch.autograd.grad call's outputs and inputs (the doctor's steps made
+        # by hand).
+        self.on_grad: Callable[[Any, Any], None] | None = None
         # An all-frozen optimiser's streak of steps without gradients while no other optimiser
         # had stepped, with the optimiser: said at the run's end if none other stepped by then
         # (a second optimiser over the layers that train may step once in many clock steps,
@@ -150,7 +151,8 @@ class Updates:
             return  # called by a backward (a Function's): a part of the script's, as in doctor
         self.gradients_taken()
         if self.on_grad is not None:
-            self.on_grad(kwargs.get("outputs", args[0] if args else None))
+            outputs = kwargs.get("outputs", args[0] if args else None)
+            self.on_grad(outputs, kwargs.get("inputs", args[1] if len(args) > 1 else None))
 
     def watch_modes(self, roots: list[nn.Module]) -> None:
         """The models the clock trains, whose ``train()``/``eval()`` calls count from now on."""
