@@ -53,6 +53,7 @@ EXPECTED = {
     "bug_input_bound.py": "input-bound",
     "bug_hand_updates_input_bound.py": "input-bound",  # the step ends as the next batch is drawn
     "bug_hot_op.py": "hot-op",
+    "bug_hot_op_index_gather.py": "hot-op",  # h[src]: an accumulating index_put_ backward
     "bug_pixels_not_scaled.py": "pixels-not-scaled",
     "bug_rnn_batch_first.py": "rnn-batch-first-mismatch",
     "bug_view_as_transpose.py": "view-as-transpose",  # h.view(B, E, T) of [B, T, E]
@@ -489,6 +490,13 @@ def test_a_forked_process_reports_its_own_steps_and_findings() -> None:
     again = {"code": "probabilities-into-cross-entropy", "step": 61}
     own = watched.own({"steps": 90, "findings": [made, again], "series": {}})
     assert (own["steps"], own["findings"]) == (30, [again])
+
+
+def test_rows_gathered_by_advanced_indexing_are_told_to_use_index_select(doctor_report) -> None:
+    _, report, _ = doctor_report("bug_hot_op_index_gather.py")
+    [found] = [f for f in report["findings"] if f["code"] == "hot-op"]
+    assert (found["severity"], found["evidence"]["family"]) == ("warning", "indexing")
+    assert "x.index_select(0, idx)" in found["fix"]
 
 
 def test_a_dominant_2d_char_cnn_is_a_warning_read_in_two_windows(doctor_report) -> None:
