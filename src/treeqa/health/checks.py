@@ -832,7 +832,8 @@ _IMAGE_CONV_FIX = (
 _INDEX_PUT_FIX = (
     "rows gathered as x[idx] are scattered back in the backward by an accumulating index_put_, "
     "slow on a CPU: x.index_select(0, idx), whose backward is index_add_, ran forward and "
-    "backward 1.8x faster (20,000 rows of 64); or the index_put_ is an assignment x[idx] = v"
+    "backward 1.8x faster (20,000 rows of 64; a graph network's step 1.75-2.2x); or the "
+    "index_put_ is an assignment x[idx] = v"
 )
 _FAMILY_FIXES = {
     "convolution": "replace a dense conv (e.g. a 2-D char CNN) with a depthwise-separable 1-D conv; "
