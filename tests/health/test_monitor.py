@@ -701,6 +701,9 @@ def test_checks_on_numbers() -> None:
     assert rnn.evidence["family"] == "recurrent" and rnn.severity == "info"
     gathers = checks.hot_op({"aten::index_select": 7e3, "aten::addmm": 2e3}, 1)
     assert gathers is not None and "torch.unique" in gathers.fix and "conv" not in gathers.fix
+    assert "index_select(0, idx)" not in gathers.fix
+    put = checks.hot_op({"aten::_index_put_impl_": 5e3, "aten::index": 2e3, "aten::mm": 1e3}, 1)
+    assert put is not None and put.fix.startswith("rows gathered as x[idx]")
 
 
 def test_ctc_targets_holding_the_blank_or_an_index_out_of_range_are_found() -> None:
