@@ -25,8 +25,6 @@ PRECISION = 0.01
 """The entropy's standard error, as a share of it, for it to stand in for log(C)."""
 IMBALANCED = 0.97
 """The labels' entropy against log(C) below which it is used: above, log(C) stands."""
-
-
 BATCH_CLASSES = 256
 """At most this many classes, a sampled step's own counts are kept (on its device, until the
 run's end) for that batch's chance level; above, the labels' entropy stands for every batch's
@@ -80,7 +78,7 @@ class LabelCounts:
     def chance(self, classes: int, batch: torch.Tensor | None = None) -> float | None:
         """The cross-entropy over ``classes`` of predictions that give each class as often as
         the labels do, on the batch whose ``batch`` counts these are (without them: on the
-        labels as a whole, their entropy); None where log(C) stands (``entropy``)."""
+        labels as a whole, their entropy); None where log(C) stands (``_frequencies``)."""
         frequencies = self._frequencies(classes)
         if frequencies is None:
             return None
