@@ -207,6 +207,7 @@ CLEAN = [
     "clean_activation_checkpointing.py",  # torch.utils.checkpoint, non-reentrant then reentrant
     "clean_imbalanced_classes.py",  # 80/15/5, weak inputs: slowly below the classes' entropy
     "clean_pinn_by_hand.py",  # du/dx by torch.autograd.grad, then the weights' gradient by hand
+    "clean_batch_size_warmup.py",  # 32 -> 256 a batch: slower steps, as much more work
     "clean_frozen_decay.py",  # frozen before any backward, zeroed in place; decay on LayerNorm
     # pytorch/examples, shrunk to synthetic data, their training loops as they read
     "clean_example_mnist.py",  # Adadelta, StepLR, log_softmax into nll_loss, summed test loss

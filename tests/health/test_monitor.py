@@ -2241,6 +2241,17 @@ def test_a_loss_at_chance_over_imbalanced_classes_is_judged_at_each_batchs_level
     assert checks.loss_at_chance(samples, steps, array("d", (0.6 for _ in steps))) is None
 
 
+def test_a_steps_work_is_the_measure_that_grew_most() -> None:
+    """Autograd nodes a step (a longer episode) and elements given to the model (a batch-size
+    warm-up), each relative to its early steps; the larger of the two, NaN where neither."""
+    nodes = [100.0] * 50 + [200.0] * 50
+    elements = [32.0] * 25 + [256.0] * 75
+    work = checks.most_growth(nodes, elements)
+    assert work[10] == 1.0 and work[30] == 8.0 and work[60] == 8.0
+    assert checks.most_growth(nodes, [math.nan] * 100)[60] == 2.0
+    assert math.isnan(checks.most_growth([math.nan] * 4, [math.nan] * 4)[0])
+
+
 def test_label_counts_give_the_chance_level_of_imbalanced_classes_only() -> None:
     from treeqa.health.priors import LabelCounts
 

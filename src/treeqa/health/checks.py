@@ -319,6 +319,28 @@ def less_wait(step_times: Sequence[float], cpu_wait: Sequence[float]) -> list[fl
     ]
 
 
+def most_growth(*measures: Sequence[float]) -> list[float]:
+    """One series of a step's work from several measures of it (autograd nodes a step, the
+    elements given to the model): each step's largest, each measure taken relative to its own
+    median over the early steps (5 to 25, or to the first quarter); NaN where none was read. A
+    batch-size warm-up grows the elements at the same nodes, a longer episode the nodes."""
+    n = max((len(m) for m in measures), default=0)
+    scaled = []
+    for m in measures:
+        early = [v for v in m[5 : max(25, n // 4)] if math.isfinite(v) and v > 0]
+        if len(m) == n and early:
+            scale = statistics.median(early)
+            scaled.append([v / scale for v in m])
+    return (
+        [
+            max((v for v in values if math.isfinite(v)), default=math.nan)
+            for values in zip(*scaled, strict=True)
+        ]
+        if scaled
+        else [math.nan] * n
+    )
+
+
 def work_growth(work: Sequence[float], warmup: int) -> list[float] | None:
     """How many times the first quarter's work each quarter's steps did (quarter medians of
     ``work``, at least 1: fewer nodes a step is no reason to excuse slower steps); None where

@@ -390,6 +390,7 @@ class Doctor:
         else:
             self._begin()  # (first: the step's forwards are noted as sampled or not)
         if id(module) in self.trained:
+            self.monitor.input_elements += _elements(args, kwargs)
             self.updates.forward(module, args)
             if self.prints is not None:
                 self.prints.forward((*args, kwargs), self.monitor.sampling)  # model(**batch)
@@ -687,6 +688,18 @@ class Doctor:
         except Exception as e:  # the monitor's own failure: the script's exit code still holds
             print(f"treeqa doctor: the report failed ({type(e).__name__}: {e})", file=sys.stderr)
             return {"findings": [], "series": {}, "steps": monitor.step, "meta": {}}
+
+
+def _elements(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> int:
+    """Elements of the tensors a forward is given, as arguments or in a list, tuple or dict
+    among them (``model(**batch)``, ``model(batch)``): a measure of the step's work."""
+    total = 0
+    for value in (*args, *(kwargs or {}).values()):
+        if isinstance(value, dict):
+            value = list(value.values())
+        items = value if isinstance(value, list | tuple) else (value,)
+        total += sum(t.numel() for t in items if isinstance(t, torch.Tensor))
+    return total
 
 
 def _tensors(tensors: Any) -> list[torch.Tensor]:

@@ -218,6 +218,7 @@ class HealthMonitor(Callback):
                 "heap_free_mb",
                 "cuda_mb",
                 "autograd_nodes",
+                "input_elements",
             )
         }
         self.thinning = Thinning()
@@ -227,6 +228,9 @@ class HealthMonitor(Callback):
         # (None: all that require grad), so a later ``watch`` of another model keeps them.
         self._trained: list[set[int] | None] = []
         self.compiling = False  # a watched model is torch.compile's (compiled_module)
+        # Elements of the tensors given to the trained models' forwards in this step (the
+        # doctor's; 0 where not counted): the batch's size, another measure of the step's work.
+        self.input_elements = 0
         self.params: list[tuple[str, nn.Parameter]] = []
         self.names: dict[int, str] = {}
         self.source_files: list[str] = []
@@ -450,6 +454,8 @@ class HealthMonitor(Callback):
         series["heap_free_mb"].append(free - self.profile.heap_added[1])
         series["cuda_mb"].append(0.0 if on_cpu else torch.cuda.memory_allocated() / 2**20)
         series["autograd_nodes"].append(self._nodes(s, tensor) if self.timed else math.nan)
+        series["input_elements"].append(float(self.input_elements) or math.nan)
+        self.input_elements = 0
         if len(series["step"]) >= self.thinning.rows:
             self._thin()
         if self._hooks:
@@ -777,7 +783,7 @@ class HealthMonitor(Callback):
         cpu = unprofiled(even("cpu_time")) if on_cpu else None
         canary = even("canary") if on_cpu else None
         wait = unprofiled(even("cpu_wait")) if on_cpu else None
-        work = even("autograd_nodes")
+        work = checks.most_growth(even("autograd_nodes"), even("input_elements"))
         # One torch thread: no thread of the step spins for a preempted sibling, so the time it
         # ran is its own work however busy the host (``one_thread``).
         one_thread = torch.get_num_threads() == 1
