@@ -54,6 +54,7 @@ EXPECTED = {
     "bug_hand_updates_input_bound.py": "input-bound",  # the step ends as the next batch is drawn
     "bug_hot_op.py": "hot-op",
     "bug_hot_op_index_gather.py": "hot-op",  # h[src]: an accumulating index_put_ backward
+    "bug_one_cycle_stepped_per_epoch.py": "lr-schedule-stalled",  # sized in steps
     "bug_pixels_not_scaled.py": "pixels-not-scaled",
     "bug_rnn_batch_first.py": "rnn-batch-first-mismatch",
     "bug_view_as_transpose.py": "view-as-transpose",  # h.view(B, E, T) of [B, T, E]
@@ -208,6 +209,7 @@ CLEAN = [
     "clean_imbalanced_classes.py",  # 80/15/5, weak inputs: slowly below the classes' entropy
     "clean_pinn_by_hand.py",  # du/dx by torch.autograd.grad, then the weights' gradient by hand
     "clean_batch_size_warmup.py",  # 32 -> 256 a batch: slower steps, as much more work
+    "clean_one_cycle_per_epoch.py",  # sized in epochs; sized in steps, stopped early
     "clean_frozen_decay.py",  # frozen before any backward, zeroed in place; decay on LayerNorm
     # pytorch/examples, shrunk to synthetic data, their training loops as they read
     "clean_example_mnist.py",  # Adadelta, StepLR, log_softmax into nll_loss, summed test loss

@@ -655,6 +655,20 @@ def test_a_cosine_schedule_stepped_past_its_end_is_named() -> None:
     assert _lr_findings(warmed, 400) == []
 
 
+def test_a_one_cycle_sized_in_steps_and_stepped_once_an_epoch_is_stalled() -> None:
+    """OneCycleLR(total_steps=400) stepped 10 times in 400 optimiser steps never leaves its
+    warm-up; one sized in epochs and stepped per epoch runs far past 2 x total_steps; one
+    stepped after each optimiser step goes through as many steps as the run takes."""
+    stalled = slips.lr_schedule_stalled("OneCycleLR", 400, 10, 400, 0.005, 0.1)
+    assert stalled is not None and stalled.code == "lr-schedule-stalled"
+    assert stalled.evidence["scheduler_steps"] == 10 and "lr 0.005" in stalled.message
+    assert slips.lr_schedule_stalled("OneCycleLR", 10, 10, 400, 0.01, 0.1) is None  # epochs
+    assert slips.lr_schedule_stalled("OneCycleLR", 10, 2, 80, 0.01, 0.1) is None  # 2 epochs in
+    assert slips.lr_schedule_stalled("OneCycleLR", 400, 120, 120, 0.05, 0.1) is None  # stopped
+    assert slips.lr_schedule_stalled("OneCycleLR", 400, 10, 150, 0.005, 0.1) is None  # too few
+    assert slips.lr_schedule_stalled("OneCycleLR", 60, 6, 40, 0.005, 0.1) is None  # < 50 steps
+
+
 def test_a_negative_learning_rate_is_its_own_error() -> None:
     sched = torch.optim.lr_scheduler
     decay = lambda o: sched.LambdaLR(o, lambda e: 1 - e / 10)  # noqa: E731

@@ -53,6 +53,7 @@ FIXES: dict[str, str] = {
     "lr-zero": "give the optimiser a learning rate above 0; a warm-up that starts at 0 needs scheduler.step() after each optimizer.step()",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
+    "lr-schedule-stalled": "step a schedule sized in optimiser steps after every optimizer.step() (under Lightning: {'scheduler': ..., 'interval': 'step'}), or size it in epochs",
     "loss-broadcast": "give prediction and target the same shape (pred.squeeze(-1) or target.unsqueeze(-1)) before the loss",
     "relu-into-cross-entropy": "drop the ReLU after the last layer: cross_entropy takes raw logits, negative ones included",
     "padding-in-loss": "pass ignore_index=<padding id> to cross_entropy/CrossEntropyLoss (or mask the padded positions out of the loss)",

@@ -474,6 +474,39 @@ def lr_schedule_past_end(name: str, t_max: int, steps: int) -> Finding | None:
     )
 
 
+def lr_schedule_stalled(
+    name: str, total: int, steps: int, optimizer_steps: int, lr: float, peak: float
+) -> Finding | None:
+    """A schedule sized in optimiser steps (``OneCycleLR(total_steps=total)``) stepped only
+    ``steps`` times in the run's ``optimizer_steps`` (once an epoch, say: Lightning steps a
+    scheduler once an epoch unless told ``interval="step"``): it never left its warm-up, and
+    the run trained at its starting rate. Judged at the run's end, where the run took about
+    the steps the schedule was sized for (half to twice ``total``), at least 50, while the
+    schedule went through under a quarter of them, at most one in 8 optimiser steps; a
+    schedule sized in epochs and stepped once an epoch (``total`` = epochs, each of many
+    optimiser steps) runs far past twice its ``total`` in optimiser steps."""
+    if optimizer_steps < max(50, total / 2) or optimizer_steps > 2 * total:
+        return None
+    if steps > total / 4 or 8 * steps > optimizer_steps:
+        return None
+    return Finding(
+        "lr-schedule-stalled",
+        "warning",
+        f"{name}(total_steps={total}) was stepped {steps} times in the run's {optimizer_steps} "
+        f"optimiser steps: sized in optimiser steps but stepped about once every "
+        f"{optimizer_steps // max(steps, 1)}, it never left its warm-up, so the run trained at "
+        f"lr {lr:.3g} where the schedule peaks at {peak:.3g}",
+        evidence={
+            "scheduler": name,
+            "total_steps": total,
+            "scheduler_steps": steps,
+            "optimizer_steps": optimizer_steps,
+            "lr": lr,
+            "peak_lr": peak,
+        },
+    )
+
+
 def lr_zero(steps: int) -> Finding:
     """Every parameter group's learning rate was 0 on each of the first ``steps`` steps."""
     return Finding(

@@ -66,7 +66,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, ReduceLROnPlateau
+from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR, ReduceLROnPlateau
 
 from treeqa.health import checks, registration, slips
 from treeqa.health.findings import Finding
@@ -138,6 +138,11 @@ class Updates:
         # (a second optimiser over the layers that train may step once in many clock steps,
         # accumulating gradients over as many micro-batches).
         self.frozen_streak: tuple[Finding, weakref.ref[torch.optim.Optimizer]] | None = None
+        # The clock, and each OneCycleLR stepping it: (name, total_steps, its steps, the lr
+        # and the schedule's peak at its last step), for ``lr-schedule-stalled``
+        self.clock: weakref.ref[torch.optim.Optimizer] | None = None
+        self.one_cycles: dict[int, tuple[str, int, int, float, float]] = {}
+        self.first = 1
         self.reset(0)
 
     def install(self) -> None:
@@ -181,6 +186,17 @@ class Updates:
 
     def _scheduler_stepped(self, scheduler: LRScheduler) -> None:
         # Before the call: this one makes it last_epoch + 1 steps.
+        clock = self.clock() if self.clock is not None else None
+        if isinstance(scheduler, OneCycleLR) and clock is not None and scheduler.optimizer is clock:
+            group = clock.param_groups[0]
+            lr = float(group["lr"])
+            self.one_cycles[id(scheduler)] = (
+                type(scheduler).__name__,
+                int(scheduler.total_steps),
+                scheduler.last_epoch + 1,
+                lr,
+                float(group.get("max_lr", lr)),
+            )
         if type(scheduler) is CosineAnnealingLR:
             name, t_max = type(scheduler).__name__, int(scheduler.T_max)
             self._report(slips.lr_schedule_past_end(name, t_max, scheduler.last_epoch + 1))
@@ -189,6 +205,7 @@ class Updates:
         """A new clock (a new run in the script): judge its steps afresh from ``step`` on.
         ``same_models``: it trains the models the last clock trained (an optimiser re-created
         each epoch): their train/eval mode history carries on."""
+        self._one_cycles_judged(step)
         self.remove_hooks()
         self.probes.clear()
         self.other_probes.clear()
@@ -624,6 +641,8 @@ class Updates:
     def _note_lr(self, step: int, sampled: bool, optimizer: torch.optim.Optimizer) -> None:
         # The largest group's: a group frozen at lr 0 beside one that trains is no collapse.
         # A tensor lr (capturable optimisers) is not read.
+        if self.clock is None or self.clock() is not optimizer:
+            self.clock = weakref.ref(optimizer)
         lrs = [g.get("lr") for g in optimizer.param_groups]
         if sampled:  # (said with loss-diverged, at the run's end)
             climbing = [g for g in optimizer.param_groups if g.get("maximize") is True]
@@ -673,6 +692,15 @@ class Updates:
             self.frozen_streak = None
         if self.low_since is not None:
             self._report(self._lr_collapsed(step), at_step=False)
+        self._one_cycles_judged(step)
+
+    def _one_cycles_judged(self, step: int) -> None:
+        """The clock's run ended at ``step`` (the script's end, or another clock): its
+        OneCycleLR schedules against the optimiser steps it took (``lr-schedule-stalled``)."""
+        for name, total, steps, lr, peak in self.one_cycles.values():
+            found = slips.lr_schedule_stalled(name, total, steps, step - self.first + 1, lr, peak)
+            self._report(found, at_step=False)
+        self.one_cycles.clear()
 
     def _report(self, found: Finding | None, at_step: bool = True) -> None:
         """``at_step``: called from the optimiser's step, whose line in the script is where."""
