@@ -9,9 +9,10 @@ of a trained model in eval mode without gradients is an evaluation between steps
 none. The first optimiser that steps is the clock until another steps on without it (a second
 run in the script). ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped to
 see the loss and ``retain_graph`` (not a call a backward makes: reentrant activation
-checkpointing recomputes its blocks and backpropagates through them inside the script's). The script runs as ``__main__`` (``-m``: through ``runpy``)
-with its own ``sys.argv``; its output, files and exit code are its own, and the monitor writes
-only to stderr and the report paths.
+checkpointing recomputes its blocks and backpropagates through them inside the script's).
+The script runs as ``__main__`` (``-m``: through ``runpy``) with its own ``sys.argv``; its
+output, files and exit code are its own, and the monitor writes only to stderr and the report
+paths.
 """
 
 from __future__ import annotations

@@ -73,6 +73,7 @@ from treeqa.health.findings import Finding
 from treeqa.health.hand import HandUpdates
 from treeqa.health.probes import Probe
 from treeqa.health.processes import local_part
+from treeqa.health.profile import in_backward
 from treeqa.health.scalers import LossScalers
 from treeqa.health.wrap import Watched, Wrappers, note_calls, note_calls_of, note_function_calls
 
@@ -152,7 +153,7 @@ class Updates:
         self.wrappers.add(note_function_calls(torch.autograd, "grad", self._grad_called))
 
     def _grad_called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if torch._C._current_graph_task_id() != -1:
+        if in_backward():
             return  # called by a backward (a Function's): a part of the script's, as in doctor
         self.gradients_taken()
         if self.on_grad is not None:
