@@ -117,3 +117,74 @@ def test_a_failed_fit_leaves_no_wrapper_or_hook(tmp_path: Path) -> None:
         trainer.fit(FailsAtBatch2(softmax_head=False), loader(0))
     assert nn.functional.cross_entropy.__name__ == "cross_entropy"
     assert not torch.nn.modules.module._global_forward_hooks
+
+
+ONE_CYCLE = """
+import sys
+import lightning as L
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+
+
+class Model(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.1), nn.Linear(64, 4))
+
+    def training_step(self, batch, i):
+        x, y = batch
+        return nn.functional.cross_entropy(self.net(x), y, label_smoothing=0.1)
+
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.parameters(), lr=1e-3)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=200)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": sys.argv[1]}}
+
+
+x = torch.randn(4000, 16)
+y = (x[:, 0] > 0).long() * 2 + (x[:, 1] > 1).long()  # 4 classes: 42, 8, 42, 8%
+if len(sys.argv) > 2:  # labels drawn apart from their inputs
+    y = y[torch.randperm(len(y))]
+data = torch.utils.data.TensorDataset(x, y)
+train = torch.utils.data.DataLoader(data, batch_size=40, shuffle=True)
+trainer = L.Trainer(max_steps=200, accumulate_grad_batches=2, gradient_clip_val=1.0,
+                    logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                    enable_model_summary=False, accelerator="cpu")
+trainer.fit(Model(), train)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("interval", "shuffled"), [("epoch", False), ("epoch", True), ("step", False)]
+)
+def test_a_one_cycle_stepped_once_an_epoch_by_lightning_stalls_the_run(
+    interval: str, shuffled: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning steps a scheduler once an epoch unless told "interval": "step": a OneCycleLR
+    sized in optimiser steps never leaves its warm-up (the model then learns little more than
+    the classes' frequencies, its loss near their level); a loss at chance beside it says that
+    the learning rate stayed low."""
+    import contextlib
+    import io
+
+    from treeqa.health import run_doctor
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(ONE_CYCLE)
+    with contextlib.redirect_stdout(io.StringIO()):
+        command = ["python", "train.py", interval, *(["shuffled"] * shuffled)]
+        code, report = run_doctor(command, every=10, stream=io.StringIO())
+    assert code == 0 and report["steps"] == 200
+    found = {f["code"]: f for f in report["findings"] if f["severity"] != "info"}
+    if interval == "step":
+        assert found == {}
+        return
+    assert found["lr-schedule-stalled"]["evidence"]["scheduler_steps"] == 4
+    if shuffled:
+        chance = found["loss-at-chance"]
+        assert chance["evidence"]["imbalanced"]
+        assert chance["evidence"]["low_lr"] == ["lr-schedule-stalled"]
+        assert "the learning rate stayed low all run" in chance["message"]

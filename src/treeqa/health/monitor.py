@@ -161,6 +161,10 @@ class Canary:
         return time.perf_counter() - start
 
 
+LOW_LR = ("lr-zero", "lr-schedule-stalled", "lr-collapsed")
+"""Findings of a learning rate too low to train, which a loss at chance then follows."""
+
+
 class HealthMonitor(Callback):
     """Watches a training run and reports ``Finding``s (see ``treeqa.health.findings.CODES``).
 
@@ -553,7 +557,12 @@ class HealthMonitor(Callback):
             self._track_unused(self.step, last=True)
         self.nonfinite.finish()
         steps, losses = self.even("step"), self.even("loss")
-        self._add_if(checks.loss_at_chance(self.chance, steps, losses, self._chance_levels()))
+        chance = checks.loss_at_chance(self.chance, steps, losses, self._chance_levels())
+        low = sorted({code for code, _ in self.findings if code in LOW_LR})
+        if chance is not None and low:  # found first (the doctor's updates): the likelier cause
+            chance.message += f"; the learning rate stayed low all run ({', '.join(low)})"
+            chance.evidence["low_lr"] = low
+        self._add_if(chance)
         # A loss that overflowed, or climbs from steps taken uphill, has its cause said.
         if not any(code in ("non-finite", "lr-negative") for code, _ in self.findings):
             self._add_if(checks.loss_diverged(self.chance, steps, losses, self.maximize))
