@@ -513,7 +513,7 @@ def _floor_near_chance(args: tuple[Any, ...], kwargs: dict[str, Any], classes: i
     if classes < 2:
         return False
     target = args[0] if args else kwargs.get("target")
-    smoothing = kwargs.get("label_smoothing", args[6] if len(args) > 6 else 0.0)
+    smoothing = _label_options(args[1:], kwargs)[2]
     smoothing = float(smoothing) if isinstance(smoothing, (int, float)) else 0.0
     bound = checks.CHANCE_FLOOR * math.log(classes)
     if isinstance(target, torch.Tensor) and target.is_floating_point():
@@ -563,7 +563,7 @@ def _summed_over(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
         return None
     if target.is_floating_point():  # class probabilities: one target a row
         return int(target.shape[0]) if target.dim() >= 2 else None
-    ignore = kwargs.get("ignore_index", args[3] if len(args) > 3 else -100)
+    ignore = _label_options(args[1:], kwargs)[1]
     counted = int((target != ignore).sum())  # one host sync
     return counted or None
 

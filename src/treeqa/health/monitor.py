@@ -758,9 +758,7 @@ class HealthMonitor(Callback):
         """The chance level of each sampled step's cross-entropy where its labels' classes are
         imbalanced (``priors``): the loss there of predictions that give each class as often
         as the labels do. Steps not here are at log(C)."""
-        labels, batches = self.loss_check.labels, self.batch_labels
-        levels = {s: labels.chance(c, batches.get(s)) for s, c, _ in self.chance}
-        return {s: level for s, level in levels.items() if level is not None}
+        return self.loss_check.labels.levels(self.chance, self.batch_labels)
 
     def _thin(self) -> None:
         """The series are full: thin their older rows, and forget the sampled steps whose rows

@@ -13,6 +13,7 @@ run's end, and used only where it is known to within ``PRECISION`` (a few hundre
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -75,13 +76,31 @@ class LabelCounts:
         """A sampled step's counts, kept for ``chance`` (up to ``BATCH_CLASSES`` classes)."""
         return _counts(target, classes, ignore_index) if classes <= BATCH_CLASSES else None
 
+    def levels(
+        self, samples: Iterable[tuple[int, int, Any]], batches: dict[int, torch.Tensor]
+    ) -> dict[int, float]:
+        """Each sampled step's ``chance`` (``samples``: step, C, ...; ``batches``: the steps'
+        own counts, ``batch``), the frequencies read once for each C; steps at log(C) are left
+        out."""
+        frequencies = {c: self._frequencies(c) for c in {c for _, c, *_ in samples}}
+        levels = {}
+        for s, c, *_ in samples:
+            read = frequencies[c]
+            level = None if read is None else self._level(c, read, batches.get(s))
+            if level is not None:
+                levels[s] = level
+        return levels
+
     def chance(self, classes: int, batch: torch.Tensor | None = None) -> float | None:
         """The cross-entropy over ``classes`` of predictions that give each class as often as
         the labels do, on the batch whose ``batch`` counts these are (without them: on the
         labels as a whole, their entropy); None where log(C) stands (``_frequencies``)."""
         frequencies = self._frequencies(classes)
-        if frequencies is None:
-            return None
+        return None if frequencies is None else self._level(classes, frequencies, batch)
+
+    def _level(
+        self, classes: int, frequencies: tuple[torch.Tensor, float], batch: torch.Tensor | None
+    ) -> float | None:
         q, h = frequencies
         if batch is None:
             return h
