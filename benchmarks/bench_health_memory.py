@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from machine import cpu_model  # benchmarks/machine.py (scripts run from this folder)
-from treeqa.health import HealthMonitor, checks
+from treeqa.health import HealthMonitor, timing
 from treeqa.health.monitor import rss_mb
 
 
@@ -59,7 +59,7 @@ def run(steps: int, every: int, checkpoints: list[int]) -> dict[str, Any]:
         start, done = time.perf_counter(), checkpoint
     # Read as the checks read it: evenly thinned (code before the thinning has no ``even``).
     even = getattr(monitor, "even", monitor.series.__getitem__)
-    medians = checks.quarter_medians(even("rss_mb"), 0)
+    medians = timing.quarter_medians(even("rss_mb"), 0)
     result = monitor.finish()
     return {
         "steps": steps,

@@ -6,12 +6,13 @@ processes start spinning part-way through it (at a random 10-70% of the script's
 time), so the late steps share the cores; ``--early`` more spin from the start. A clean script
 should get no ``step-time-regression``; the bug script should. Every run's series are judged
 twice on the same readings, at the steps where the monitor runs its series checks: by this
-checkout's ``checks.step_time_regression`` and, with ``--against FILE``, by another checkout's
-``checks.py`` (loaded from that file), so both rules meet the same load.
+checkout's ``timing.step_time_regression`` and, with ``--against FILE``, by another checkout's
+``step_time_regression`` (its ``timing.py``, or ``checks.py`` before that was split; loaded from
+that file), so both rules meet the same load.
 
-    git show HEAD:src/treeqa/health/checks.py > /tmp/checks_before.py
+    git show HEAD:src/treeqa/health/timing.py > /tmp/timing_before.py
     python benchmarks/bench_step_time_load.py --runs 20 --busy 3 \
-        --against /tmp/checks_before.py --out benchmarks/results/step-time-load-busy3
+        --against /tmp/timing_before.py --out benchmarks/results/step-time-load-busy3
 
 Each row also keeps the run's quarters (``quarters``): what the step time, its time less the
 wait, CPU time, the reference workload and the share of waiting did over the run.
@@ -38,7 +39,7 @@ from typing import Any
 
 import torch
 
-from treeqa.health import checks, run_doctor
+from treeqa.health import run_doctor, timing
 from treeqa.health.monitor import SERIES_CHECKS
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "tests" / "health" / "scripts"
@@ -90,7 +91,7 @@ def replayed(report: dict[str, Any], judge: Callable[..., Any]) -> list[int]:
         k: [math.nan if s in profiled else v for s, v in zip(series["step"], vs, strict=True)]
         for k, vs in series.items()
     }
-    # (a checks.py from before ``one_thread`` was judged takes no such argument)
+    # (a rule from before ``one_thread`` was judged takes no such argument)
     one = torch.get_num_threads() == 1
     one_thread = {"one_thread": one} if "one_thread" in inspect.signature(judge).parameters else {}
     n, at, due = len(series["step"]), [], EVERY
@@ -118,25 +119,25 @@ def quarters(report: dict[str, Any]) -> dict[str, list[float] | None]:
     series = {
         k: [math.nan if v is None else float(v) for v in vs] for k, vs in report["series"].items()
     }
-    warmup = checks.warmup_of(len(series["step"]))
-    own = checks.less_wait(series["step_time"], series["cpu_wait"])
+    warmup = timing.warmup_of(len(series["step"]))
+    own = timing.less_wait(series["step_time"], series["cpu_wait"])
 
     def ms(found: list[float] | None) -> list[float] | None:
         return None if found is None else [round(v * 1e3, 4) for v in found]
 
-    shares = checks.quarter_shares(series["cpu_wait"], series["step_time"], warmup)
+    shares = timing.quarter_shares(series["cpu_wait"], series["step_time"], warmup)
     return {
-        "step_ms": ms(checks.quarter_medians(series["step_time"], warmup)),
-        "own_ms": ms(checks.quarter_medians(own, warmup)),
-        "cpu_ms": ms(checks.quarter_medians(series["cpu_time"], warmup)),
-        "canary_ms": ms(checks.quarter_medians(series["canary"], warmup)),
-        "canary_fastest_ms": ms(checks.quarter_lows(series["canary"], warmup)),
+        "step_ms": ms(timing.quarter_medians(series["step_time"], warmup)),
+        "own_ms": ms(timing.quarter_medians(own, warmup)),
+        "cpu_ms": ms(timing.quarter_medians(series["cpu_time"], warmup)),
+        "canary_ms": ms(timing.quarter_medians(series["canary"], warmup)),
+        "canary_fastest_ms": ms(timing.quarter_lows(series["canary"], warmup)),
         "wait_share": None if shares is None else [round(v, 3) for v in shares],
     }
 
 
-def load_checks(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("checks_against", path)
+def load_rule(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("timing_against", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -148,15 +149,15 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20, help="runs of each script (default 20)")
     parser.add_argument("--busy", type=int, default=3, help="spinners arriving part-way")
     parser.add_argument("--early", type=int, default=0, help="spinners from the start")
-    parser.add_argument("--against", type=Path, help="another checkout's checks.py")
+    parser.add_argument("--against", type=Path, help="another checkout's timing.py (or checks.py)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scripts", nargs="+", help="these corpus scripts only")
     parser.add_argument("--out", type=Path, help="write OUT.json")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    judges = {"this": checks.step_time_regression}
+    judges = {"this": timing.step_time_regression}
     if args.against:
-        judges["against"] = load_checks(args.against).step_time_regression
+        judges["against"] = load_rule(args.against).step_time_regression
     rng = random.Random(args.seed)
     rows: list[dict[str, Any]] = []
     names = args.scripts or CLEAN + BUG

@@ -22,7 +22,17 @@ import pytest
 import torch
 from torch import nn
 
-from treeqa.health import HealthMonitor, checks, loss_inputs, report, run_doctor, wrap
+from treeqa.health import (
+    HealthMonitor,
+    checks,
+    loss_inputs,
+    loss_levels,
+    report,
+    run_doctor,
+    sites,
+    timing,
+    wrap,
+)
 from treeqa.health.findings import Finding
 from treeqa.health.heap import heap_mb
 from treeqa.health.nonfinite import NonFiniteTracer
@@ -588,7 +598,7 @@ def test_first_epoch_allocator_warm_up_is_not_memory_growth() -> None:
     assert not grows(warm_up[:300], first_epoch_ends=False)  # checked inside the first epoch
     leak = [437.0 + 0.2 * i for i in range(342 + 2400)]  # the same climb, never stopping
     assert grows(leak, first_epoch_ends=True)
-    assert checks.memory_growth(warm_up[:300], "host RSS", 32.0) is not None  # outside fit()
+    assert timing.memory_growth(warm_up[:300], "host RSS", 32.0) is not None  # outside fit()
 
 
 def test_rss_growth_with_flat_heap_in_use_is_heap_retention() -> None:
@@ -598,18 +608,18 @@ def test_rss_growth_with_flat_heap_in_use_is_heap_retention() -> None:
     rss = [408.0 + 0.66 * i for i in range(n)]
     flat_used = [175.0 + (i % 7) for i in range(n)]
     free = [10.0 + 0.46 * i for i in range(n)]
-    kept = checks.memory_growth(rss, "host RSS", 32.0, (flat_used, free))
+    kept = timing.memory_growth(rss, "host RSS", 32.0, (flat_used, free))
     assert kept is not None and kept.code == "heap-retention" and kept.severity == "info"
     assert kept.evidence["heap_free_mb"][3] > kept.evidence["heap_free_mb"][0] + 60
     leaking_used = [190.0 + 0.65 * i for i in range(n)]
-    leak = checks.memory_growth(rss, "host RSS", 32.0, (leaking_used, [20.0] * n))
+    leak = timing.memory_growth(rss, "host RSS", 32.0, (leaking_used, [20.0] * n))
     assert leak is not None and leak.code == "memory-growth" and leak.severity == "warning"
     # Neither leak nor retention explains it (Python objects, not malloc): still a warning.
-    other = checks.memory_growth(rss, "host RSS", 32.0, (flat_used, [20.0] * n))
+    other = timing.memory_growth(rss, "host RSS", 32.0, (flat_used, [20.0] * n))
     assert other is not None and other.code == "memory-growth"
     # No heap readings (not glibc): RSS alone, as before.
     nan = [math.nan] * n
-    plain = checks.memory_growth(rss, "host RSS", 32.0, (nan, nan))
+    plain = timing.memory_growth(rss, "host RSS", 32.0, (nan, nan))
     assert plain is not None and plain.code == "memory-growth"
 
 
@@ -663,22 +673,22 @@ def test_loss_queue_returns_readings_in_step_order() -> None:
 
 
 def test_checks_on_numbers() -> None:
-    assert checks.step_time_regression([0.01] * 200) is None
-    assert checks.step_time_regression([0.01 * (1 + i / 50) for i in range(200)]) is not None
+    assert timing.step_time_regression([0.01] * 200) is None
+    assert timing.step_time_regression([0.01 * (1 + i / 50) for i in range(200)]) is not None
     # Wall time doubling while CPU time stays flat: other jobs on the machine, not a leak.
     slower_wall = [0.01 * (1 + i / 100) for i in range(200)]
-    assert checks.step_time_regression(slower_wall, [0.01] * 200) is None
-    assert checks.step_time_regression(slower_wall, slower_wall) is not None
-    assert checks.memory_growth([500.0 + i for i in range(100)], "host RSS", 32.0) is not None
+    assert timing.step_time_regression(slower_wall, [0.01] * 200) is None
+    assert timing.step_time_regression(slower_wall, slower_wall) is not None
+    assert timing.memory_growth([500.0 + i for i in range(100)], "host RSS", 32.0) is not None
     one_jump = [350.0] * 55 + [383.0] * 145  # the profiler's buffers at step 55, then flat
-    assert checks.memory_growth(one_jump, "host RSS", 32.0) is None
+    assert timing.memory_growth(one_jump, "host RSS", 32.0) is None
     # Seen on a QANet run: RSS rose over the first half (length buckets, a 64-example dev
     # batch) and then stayed at its high-water mark; the last quarter was 0.1 MB higher.
     plateau = [898.0] * 50 + [1074.0] * 50 + [1465.2] * 50 + [1465.3] * 50
-    assert checks.memory_growth(plateau, "host RSS", 32.0) is None
+    assert timing.memory_growth(plateau, "host RSS", 32.0) is None
     leak = [343.0] * 50 + [393.0] * 50 + [454.0] * 50 + [508.0] * 50  # bug_memory_growth.py
-    assert checks.memory_growth(leak, "host RSS", 32.0) is not None
-    assert checks.input_bound([0.03] * 30, [0.01] * 30) is not None
+    assert timing.memory_growth(leak, "host RSS", 32.0) is not None
+    assert timing.input_bound([0.03] * 30, [0.01] * 30) is not None
     assert checks.activation_growth({"b.0": 1.0, "b.1": 1.1, "b.2": 1.2}) is None
     assert (
         checks.activation_growth({"b.0": 1.0, "b.1": 11.0, "b.2": 130.0, "b.3": 1500.0}) is not None
@@ -688,7 +698,7 @@ def test_checks_on_numbers() -> None:
     # A bfloat16 softmax's rows sum to 1 only within ~0.003; a float32 row 0.003 off is no softmax.
     assert loss_inputs.looks_like_probabilities((torch.randn(64, 10) * 3).bfloat16().softmax(1))
     assert not loss_inputs.looks_like_probabilities(torch.full((4, 5), 0.2006))
-    assert checks.loss_at_init(math.log(10) + 0.2, 10) is None
+    assert loss_levels.loss_at_init(math.log(10) + 0.2, 10) is None
     convs = {"aten::mkldnn_convolution": 7e3, "aten::addmm": 2e3, "aten::add": 1e3}
     conv = checks.hot_op(convs, 1)
     assert conv is not None and conv.severity == "warning" and "depthwise" in conv.fix
@@ -887,7 +897,7 @@ def test_the_site_of_a_finding_skips_the_frames_of_training_frameworks(tmp_path:
         source.write_text("def step(fn):\n    return fn()\n")
         framework: dict[str, Any] = {}
         exec(compile(source.read_text(), str(source), "exec"), framework)
-        where = framework["step"](checks.user_site)
+        where = framework["step"](sites.user_site)
         assert where.startswith(f"{__file__}:"), where
 
 
@@ -1055,13 +1065,13 @@ def test_device_idle_is_the_gpus_busy_time_against_steps_outside_windows() -> No
     """The H200 figures: QANet at batch 32 ran 37 ms of kernels in a 123 ms step (found);
     at batch 128, 128 ms in 142 ms (not)."""
     steps = [0.123] * 20 + [math.nan] * 3  # NaN: steps whose time was not read
-    found = checks.device_idle(0.037, 3100, steps)
+    found = timing.device_idle(0.037, 3100, steps)
     assert found is not None and found.code == "device-idle" and found.severity == "info"
     assert found.evidence["share"] == 0.301 and found.evidence["kernels_per_step"] == 3100
     assert "busy 30% of each step (37.0 ms of kernels in a 123.0 ms step" in found.message
-    assert checks.device_idle(0.128, 3100, [0.142] * 20) is None
-    assert checks.device_idle(0.037, 3100, [0.123] * 4) is None  # too few steps to judge
-    assert checks.device_idle(0.0, 0, [0.123] * 20) is None  # nothing ran on a device
+    assert timing.device_idle(0.128, 3100, [0.142] * 20) is None
+    assert timing.device_idle(0.037, 3100, [0.123] * 4) is None  # too few steps to judge
+    assert timing.device_idle(0.0, 0, [0.123] * 20) is None  # nothing ran on a device
 
 
 def test_device_busy_counts_overlapping_kernels_once() -> None:
@@ -1167,15 +1177,15 @@ def test_a_machine_that_slows_down_is_not_a_regression() -> None:
     step; a fixed reference workload timed after each step slowed as much."""
     steps = [0.012 * (1 + i / 100) for i in range(200)]
     machine = [15e-6 * (1 + i / 100) for i in range(200)]
-    assert checks.step_time_regression(steps, steps) is not None
-    assert checks.step_time_regression(steps, steps, machine) is None
+    assert timing.step_time_regression(steps, steps) is not None
+    assert timing.step_time_regression(steps, steps, machine) is None
     # A leak on a steady machine, and a leak on a machine that gets slower, still show.
     leak = [0.01 * (1 + i / 50) for i in range(200)]
     steady = [15e-6] * 100 + [math.nan] * 3 + [15e-6] * 97  # NaN: a profiler window
-    alone = checks.step_time_regression(leak, leak, steady)
+    alone = timing.step_time_regression(leak, leak, steady)
     assert alone is not None and alone.evidence["machine_slowdown"] == 1.0
     both = [a * b / 15e-6 for a, b in zip(leak, machine, strict=True)]
-    found = checks.step_time_regression(both, both, machine)
+    found = timing.step_time_regression(both, both, machine)
     assert found is not None and found.evidence["machine_slowdown"] > 1.5
     assert found.evidence["ratio"] == pytest.approx(alone.evidence["ratio"], rel=0.02)
 
@@ -1188,21 +1198,21 @@ def test_a_reference_read_on_some_steps_keeps_its_quarters_aligned_with_the_step
     machine = [15e-6 * (2 if i >= 600 else 1) for i in range(n)]
     sparse = [t if i < 200 or i % 4 == 0 else math.nan for i, t in enumerate(machine)]
     steps = [0.01 * (2 if i >= 600 else 1) * (1 + i / 2000) for i in range(n)]
-    assert checks.step_time_regression(steps, steps) is not None
-    assert checks.step_time_regression(steps, steps, sparse) is None
-    medians = checks.quarter_medians(sparse, 50)
-    assert medians == checks.quarter_medians(machine, 50) == [15e-6, 15e-6, 30e-6, 30e-6]
-    assert checks.quarter_medians([1.0] * 50 + [math.nan] * 150, 0) is None  # a quarter empty
+    assert timing.step_time_regression(steps, steps) is not None
+    assert timing.step_time_regression(steps, steps, sparse) is None
+    medians = timing.quarter_medians(sparse, 50)
+    assert medians == timing.quarter_medians(machine, 50) == [15e-6, 15e-6, 30e-6, 30e-6]
+    assert timing.quarter_medians([1.0] * 50 + [math.nan] * 150, 0) is None  # a quarter empty
     # A long run's quarters are sampled (an odd stride), and still see a series read every 4th step.
     long = [float(i * 4 // 40_000 + 1) if i % 4 == 0 else math.nan for i in range(40_000)]
-    assert checks.quarter_medians(long, 0) == [1.0, 2.0, 3.0, 4.0]
+    assert timing.quarter_medians(long, 0) == [1.0, 2.0, 3.0, 4.0]
 
 
 def test_a_reference_that_reads_fast_late_makes_no_finding() -> None:
     drift = [0.01 * (1 + i / 400) for i in range(200)]  # 1.4x: under the 1.5x threshold
     faster = [15e-6 * (1 - i / 400) for i in range(200)]
-    assert checks.step_time_regression(drift, drift) is None
-    assert checks.step_time_regression(drift, drift, faster) is None
+    assert timing.step_time_regression(drift, drift) is None
+    assert timing.step_time_regression(drift, drift, faster) is None
 
 
 def test_monitor_times_the_canary_after_each_early_cpu_step_then_every_4th() -> None:
@@ -1623,7 +1633,7 @@ def test_messages_say_what_is_known() -> None:
         assert hot is not None and hot.evidence["family"] == family
         assert hot.severity == "info", op
         assert "conv" not in hot.fix and "bf16" not in hot.fix, family
-    waits = checks.input_bound([0.03] * 30, [0.01] * 30, workers=4)
+    waits = timing.input_bound([0.03] * 30, [0.01] * 30, workers=4)
     assert waits is not None and "already has 4 workers" in waits.fix
     assert "num_workers>0" not in waits.fix
     monitor = HealthMonitor(stream=io.StringIO())
@@ -1676,9 +1686,9 @@ def test_a_frozen_teachers_forward_is_not_data_wait(tmp_path: Path) -> None:
 def test_a_one_time_jump_is_not_a_regression_and_no_steps_is_said() -> None:
     """Seen: a backbone unfrozen at step 150 of 300 took steps 1.9 -> 3.1 ms at once, then flat."""
     unfreeze = [0.0019] * 150 + [0.0031] * 150
-    assert checks.step_time_regression(unfreeze, unfreeze) is None
+    assert timing.step_time_regression(unfreeze, unfreeze) is None
     late_leak = [0.01] * 100 + [0.01 * (1 + i / 50) for i in range(100)]  # grows from half-way
-    assert checks.step_time_regression(late_leak, late_leak) is not None
+    assert timing.step_time_regression(late_leak, late_leak) is not None
     stream = io.StringIO()
     HealthMonitor(stream=stream).finish()  # a script that never stepped an optimiser
     assert "0 training steps seen, so nothing was monitored" in stream.getvalue()
@@ -1831,20 +1841,20 @@ def test_step_time_regression_is_judged_per_unit_of_work() -> None:
     n = 200
     nodes = [40.0 * (1 + 9 * i / n) for i in range(n)]  # episodes 1x -> 10x as long
     episodes = [0.002 + 1e-4 * k for k in nodes]  # a fixed part, then 0.1 ms a node
-    assert checks.step_time_regression(episodes, episodes) is not None  # before: an error
-    assert checks.step_time_regression(episodes, episodes, work=nodes) is None
+    assert timing.step_time_regression(episodes, episodes) is not None  # before: an error
+    assert timing.step_time_regression(episodes, episodes, work=nodes) is None
     every_4th = [k if i % 4 == 0 else math.nan for i, k in enumerate(nodes)]
-    assert checks.step_time_regression(episodes, episodes, work=every_4th) is None
+    assert timing.step_time_regression(episodes, episodes, work=every_4th) is None
     leak = [0.01 * (1 + i / 50) for i in range(n)]  # the same nodes a step, each slower
-    found = checks.step_time_regression(leak, leak, work=[40.0] * n)
+    found = timing.step_time_regression(leak, leak, work=[40.0] * n)
     assert found is not None and "work_growth" not in found.evidence
     both = [t * k / 40 for t, k in zip(leak, nodes, strict=True)]  # longer episodes and a leak
-    found = checks.step_time_regression(both, both, work=nodes)
+    found = timing.step_time_regression(both, both, work=nodes)
     assert found is not None and "work per step" in found.message
     assert found.evidence["work_growth"][3] > 3
     # Fewer nodes a step (a curriculum that shortens) excuses nothing.
     shrinking = list(reversed(nodes))
-    assert checks.step_time_regression(leak, leak, work=shrinking) is not None
+    assert timing.step_time_regression(leak, leak, work=shrinking) is not None
 
 
 def test_a_profile_window_is_not_reopened_for_steps_that_do_more_work() -> None:
@@ -2204,19 +2214,19 @@ def test_a_loss_at_chance_all_run_is_said_and_one_that_falls_is_not() -> None:
     ln3 = math.log(3)
     samples = [(s, 3, 1.0) for s in range(1, 301, 10)]
     wander = array("d", (ln3 * (1 + 0.02 * math.sin(s)) for s in range(1, 301)))
-    found = checks.loss_at_chance(samples, steps, wander)
+    found = loss_levels.loss_at_chance(samples, steps, wander)
     assert found is not None and found.code == "loss-at-chance" and found.evidence["classes"] == 3
     falling = array("d", (ln3 * (1 - s / 600) for s in range(1, 301)))  # learns, slowly
-    assert checks.loss_at_chance(samples, steps, falling) is None
-    assert checks.loss_at_chance(samples, steps[:150], wander[:150]) is None  # too short
+    assert loss_levels.loss_at_chance(samples, steps, falling) is None
+    assert loss_levels.loss_at_chance(samples, steps[:150], wander[:150]) is None  # too short
     other = [(s, 3, 1.0) for s in range(1, 120, 10)]  # none in the second half is the step's loss
-    assert checks.loss_at_chance(other, steps, wander) is None
+    assert loss_levels.loss_at_chance(other, steps, wander) is None
     dipped = array("d", wander)
     dipped[10] = 0.5  # once far below chance: it can learn
-    assert checks.loss_at_chance(samples, steps, dipped) is None
+    assert loss_levels.loss_at_chance(samples, steps, dipped) is None
     # Only the sampled steps at chance: one batch read on each (a fixed order, 10 an epoch)
     aliased = array("d", (ln3 if s % 10 == 1 else 0.2 for s in range(1, 301)))
-    assert checks.loss_at_chance(samples, steps, aliased) is None
+    assert loss_levels.loss_at_chance(samples, steps, aliased) is None
 
 
 def test_a_loss_at_chance_over_imbalanced_classes_is_judged_at_each_batchs_level() -> None:
@@ -2227,18 +2237,18 @@ def test_a_loss_at_chance_over_imbalanced_classes_is_judged_at_each_batchs_level
     levels = {s: 0.6 + 0.1 * math.sin(s) for s, _, _ in samples}  # each batch's mix
     for over, found in ((1.0, True), (1.06, True), (1.12, False), (0.95, False)):
         losses = array("d", (levels.get(s, 0.6) * over for s in range(1, 301)))
-        result = checks.loss_at_chance(samples, steps, losses, levels)
+        result = loss_levels.loss_at_chance(samples, steps, losses, levels)
         assert (result is not None) == found, over
-    result = checks.loss_at_chance(
+    result = loss_levels.loss_at_chance(
         samples, steps, array("d", (levels.get(s, 0.6) for s in steps)), levels
     )
     assert result is not None and result.evidence["imbalanced"]
     assert "as often as the labels do" in result.message
     # Falling onto it from above all through the second half: the model still learns.
     falling = array("d", (levels.get(s, 0.6) * (1.2 - 0.2 * s / 300) for s in steps))
-    assert checks.loss_at_chance(samples, steps, falling, levels) is None
+    assert loss_levels.loss_at_chance(samples, steps, falling, levels) is None
     # Without the levels the same losses are far below log(3): no finding.
-    assert checks.loss_at_chance(samples, steps, array("d", (0.6 for _ in steps))) is None
+    assert loss_levels.loss_at_chance(samples, steps, array("d", (0.6 for _ in steps))) is None
 
 
 def test_a_steps_work_is_the_measure_that_grew_most() -> None:
@@ -2246,10 +2256,10 @@ def test_a_steps_work_is_the_measure_that_grew_most() -> None:
     warm-up), each relative to its early steps; the larger of the two, NaN where neither."""
     nodes = [100.0] * 50 + [200.0] * 50
     elements = [32.0] * 25 + [256.0] * 75
-    work = checks.most_growth(nodes, elements)
+    work = timing.most_growth(nodes, elements)
     assert work[10] == 1.0 and work[30] == 8.0 and work[60] == 8.0
-    assert checks.most_growth(nodes, [math.nan] * 100)[60] == 2.0
-    assert math.isnan(checks.most_growth([math.nan] * 4, [math.nan] * 4)[0])
+    assert timing.most_growth(nodes, [math.nan] * 100)[60] == 2.0
+    assert math.isnan(timing.most_growth([math.nan] * 4, [math.nan] * 4)[0])
 
 
 def test_label_counts_give_the_chance_level_of_imbalanced_classes_only() -> None:
@@ -2285,18 +2295,18 @@ def test_a_loss_divided_by_the_accumulation_steps_is_judged_as_the_cross_entropy
     ln3 = math.log(3)
     samples = [(s, 3, 0.25) for s in range(1, 301, 10)]
     quarter = array("d", (ln3 / 4 * (1 + 0.02 * math.sin(s)) for s in range(1, 301)))
-    found = checks.loss_at_chance(samples, steps, quarter)
+    found = loss_levels.loss_at_chance(samples, steps, quarter)
     assert found is not None and found.evidence["max"] == pytest.approx(ln3 * 1.02, abs=1e-3)
     # Read unscaled, a quarter of log(C) is a model that learnt.
     unscaled = [(s, 3, 1.0) for s, _, _ in samples]
-    assert checks.loss_at_chance(unscaled, steps, quarter) is None
+    assert loss_levels.loss_at_chance(unscaled, steps, quarter) is None
     # The sampled steps' batch alone at chance: every other step's cross-entropy is low.
     aliased = array("d", (ln3 / 4 if s % 10 == 1 else 0.05 for s in range(1, 301)))
-    assert checks.loss_at_chance(samples, steps, aliased) is None
+    assert loss_levels.loss_at_chance(samples, steps, aliased) is None
     ln5 = math.log(5)
     samples = [(s, 5, 0.25) for s in (1, 2, 3, 50, 100, 150, 200)]
     climbing = array("d", (ln5 / 4 * (1 + s / 10) for s in range(1, 201)))
-    found = checks.loss_diverged(samples, steps[:200], climbing)
+    found = loss_levels.loss_diverged(samples, steps[:200], climbing)
     assert found is not None and found.evidence["early_min"] == pytest.approx(ln5 * 1.1, 1e-3)
 
 
@@ -2324,29 +2334,29 @@ def test_a_loss_that_climbs_far_above_chance_has_diverged() -> None:
     ln5 = math.log(5)
     samples = [(s, 5, 1.0) for s in (1, 2, 3, 50, 100, 150, 200)]
     climbing = array("d", (ln5 * (1 + s / 10) for s in range(1, 201)))
-    found = checks.loss_diverged(samples, steps, climbing)
+    found = loss_levels.loss_diverged(samples, steps, climbing)
     assert found is not None and found.code == "loss-diverged" and found.evidence["classes"] == 5
     started_high = array("d", [ln5 * 20] * 200)
-    assert checks.loss_diverged(samples, steps, started_high) is None
-    assert checks.loss_diverged(samples, steps, array("d", [ln5] * 200)) is None
+    assert loss_levels.loss_diverged(samples, steps, started_high) is None
+    assert loss_levels.loss_diverged(samples, steps, array("d", [ln5] * 200)) is None
     spike = array("d", (ln5 * (8 if 40 < s < 90 else 0.5) for s in range(1, 201)))
-    assert checks.loss_diverged(samples, steps, spike) is None
+    assert loss_levels.loss_diverged(samples, steps, spike) is None
     infinite = array("d", climbing)
     infinite[-1] = math.inf
-    assert checks.loss_diverged(samples, steps, infinite) is None
+    assert loss_levels.loss_diverged(samples, steps, infinite) is None
     one_late = [(s, 5, 1.0) for s in (1, 2, 3, 50, 100, 200)]
-    assert checks.loss_diverged(one_late, steps, climbing) is None
+    assert loss_levels.loss_diverged(one_late, steps, climbing) is None
     # The sampled steps' batch is one the model gets wrong (a loader in a fixed order, 50
     # batches an epoch, its last from another source); every other step's loss is low.
     aliased = array("d", climbing)
     for i in range(len(aliased)):
         if (i + 1) not in (1, 2, 3) and (i + 1) % 50:
             aliased[i] = 0.1
-    assert checks.loss_diverged(samples, steps, aliased) is None
+    assert loss_levels.loss_diverged(samples, steps, aliased) is None
     # Diverged models thrash: a late batch it happens to get right reads 0 (Adam at lr=10).
     thrashing = array("d", climbing)
     thrashing[199] = 0.0
-    assert checks.loss_diverged(samples, steps, thrashing) is not None
+    assert loss_levels.loss_diverged(samples, steps, thrashing) is not None
 
 
 def test_a_diverged_loss_under_maximize_names_the_optimiser_not_the_lr() -> None:
@@ -2354,11 +2364,11 @@ def test_a_diverged_loss_under_maximize_names_the_optimiser_not_the_lr() -> None
     ln5 = math.log(5)
     samples = [(s, 5, 1.0) for s in (1, 2, 3, 50, 100, 150, 200)]
     climbing = array("d", (ln5 * (1 + s / 10) for s in range(1, 201)))
-    found = checks.loss_diverged(samples, steps, climbing, maximize="SGD")
+    found = loss_levels.loss_diverged(samples, steps, climbing, maximize="SGD")
     assert found is not None and found.evidence["maximize"] == "SGD"
     assert "(SGD has maximize=True set, so each step climbs the loss it is given)" in found.message
-    assert found.fix == checks.MAXIMIZE_FIX
-    plain = checks.loss_diverged(samples, steps, climbing)
+    assert found.fix == loss_levels.MAXIMIZE_FIX
+    plain = loss_levels.loss_diverged(samples, steps, climbing)
     assert plain is not None and "maximize" not in plain.evidence
     assert "a learning rate far too high?" in plain.message
 

@@ -15,7 +15,7 @@ from array import array
 import pytest
 import torch
 
-from treeqa.health import HealthMonitor, checks
+from treeqa.health import HealthMonitor, timing
 from treeqa.health.runqueue import RunQueue
 
 N = 120
@@ -33,8 +33,8 @@ def test_steps_stretched_by_other_processes_are_no_regression() -> None:
     # The share of each step its thread spent waiting for a CPU: 0 on the quiet machine,
     # about half once two more busy processes share the two cores.
     wait = [t * share for t, share in zip(steps, ramp(0.0, 0.5), strict=True)]
-    assert checks.step_time_regression(steps, cpu, canary) is not None  # before: a finding
-    assert checks.step_time_regression(steps, cpu, canary, wait) is None
+    assert timing.step_time_regression(steps, cpu, canary) is not None  # before: a finding
+    assert timing.step_time_regression(steps, cpu, canary, wait) is None
 
 
 def test_a_step_that_does_more_work_is_found_whatever_the_machine_does() -> None:
@@ -42,15 +42,15 @@ def test_a_step_that_does_more_work_is_found_whatever_the_machine_does() -> None
     canary = [12e-6] * N
     for share in (0.0, 0.3, 0.75):  # a quiet machine, a steadily busy one, a saturated one
         wait = [t * share for t in steps]
-        found = checks.step_time_regression(steps, steps, canary, wait)
+        found = timing.step_time_regression(steps, steps, canary, wait)
         assert found is not None, share
         assert found.evidence["cpu_wait_share"] == [share, share]
     # A share of waiting that rises by less than WAIT_RISE (0 -> 2%) does not hide a leak.
     wait = [t * 0.02 * i / N for i, t in enumerate(steps)]
-    assert checks.step_time_regression(steps, steps, canary, wait) is not None
+    assert timing.step_time_regression(steps, steps, canary, wait) is not None
     # Where the kernel gives no run-queue delay (macOS), the check runs as it did without it.
     missing = [math.nan] * N
-    assert checks.step_time_regression(steps, steps, canary, missing) is not None
+    assert timing.step_time_regression(steps, steps, canary, missing) is not None
 
 
 def test_a_leak_on_a_saturated_host_whose_share_wanders_is_still_found() -> None:
@@ -60,7 +60,7 @@ def test_a_leak_on_a_saturated_host_whose_share_wanders_is_still_found() -> None
     steps = ramp(0.014, 0.040)
     share = [0.637, 0.649, 0.645, 0.67]
     wait = [t * share[min(3, i * 4 // N)] for i, t in enumerate(steps)]
-    assert checks.step_time_regression(steps, steps, [12e-6] * N, wait) is not None
+    assert timing.step_time_regression(steps, steps, [12e-6] * N, wait) is not None
 
 
 def test_longer_steps_on_a_steadily_busy_machine_are_still_found() -> None:
@@ -75,10 +75,10 @@ def test_longer_steps_on_a_steadily_busy_machine_are_still_found() -> None:
         steps.append(w + x)
         work.append(w)
         wait.append(x)
-    found = checks.step_time_regression(steps, work, [12e-6] * N, wait)
+    found = timing.step_time_regression(steps, work, [12e-6] * N, wait)
     assert found is not None
     assert found.evidence["cpu_wait_share"] == pytest.approx([0.4, 0.4], abs=0.01)
-    per_step = checks.quarter_medians([x / t for x, t in zip(wait, steps, strict=True)], 6)
+    per_step = timing.quarter_medians([x / t for x, t in zip(wait, steps, strict=True)], 6)
     assert per_step is not None and per_step[0] == 0 and per_step[3] > 0.3
 
 
@@ -124,21 +124,21 @@ def test_steps_preempted_more_often_on_a_host_loaded_throughout_are_no_regressio
     steps = [t / (1 - share) for t, share in zip(own, shares, strict=True)]
     wait = [t - o for t, o in zip(steps, own, strict=True)]
     canary = [12e-6] * N
-    waited = checks.quarter_shares(wait, steps, checks.warmup_of(N))
-    assert waited is not None and not checks.wait_rose(waited[0], waited[3])
-    assert checks.step_time_regression(steps, own, canary) is not None  # without the wait
-    assert checks.step_time_regression(steps, own, canary, wait) is None
+    waited = timing.quarter_shares(wait, steps, timing.warmup_of(N))
+    assert waited is not None and not timing.wait_rose(waited[0], waited[3])
+    assert timing.step_time_regression(steps, own, canary) is not None  # without the wait
+    assert timing.step_time_regression(steps, own, canary, wait) is None
     # The same load over a leak: the steps' own time 2.5x slower is still found, and said.
     own = ramp(0.001, 0.0025)
     steps = [t / (1 - share) for t, share in zip(own, shares, strict=True)]
     wait = [t - o for t, o in zip(steps, own, strict=True)]
-    found = checks.step_time_regression(steps, own, canary, wait)
+    found = timing.step_time_regression(steps, own, canary, wait)
     assert found is not None and "less waits for a CPU" in found.message
     assert found.evidence["ratio"] == pytest.approx(2.2, abs=0.1)
 
 
 def test_less_wait_keeps_unread_steps_unread() -> None:
-    out = checks.less_wait([0.004, 0.002, 0.001], [0.003, math.nan, 0.005])
+    out = timing.less_wait([0.004, 0.002, 0.001], [0.003, math.nan, 0.005])
     assert out[0] == pytest.approx(0.001)
     assert math.isnan(out[1])  # the wait was not read on this step
     assert out[2] == 0.0  # never below zero
@@ -169,11 +169,11 @@ def test_a_one_thread_leak_is_found_as_other_processes_arrive() -> None:
     One thread spins for no preempted sibling, so the time it ran is its own work."""
     own = [0.0024 * (1 + 4 * i / N) for i in range(N)]
     steps, wait, canary = loaded_one_thread(own)
-    medians = checks.quarter_medians(canary, checks.warmup_of(N))
+    medians = timing.quarter_medians(canary, timing.warmup_of(N))
     assert medians is not None and medians[3] > 3 * medians[0]  # the median reads 3.3x slower
     # Several threads: the rise in waiting cannot be told from the step's own slowing.
-    assert checks.step_time_regression(steps, own, canary, wait) is None
-    found = checks.step_time_regression(steps, own, canary, wait, one_thread=True)
+    assert timing.step_time_regression(steps, own, canary, wait) is None
+    found = timing.step_time_regression(steps, own, canary, wait, one_thread=True)
     assert found is not None and "less waits for a CPU" in found.message
     assert found.evidence["ratio"] == pytest.approx(1.9, abs=0.1)  # 2.7x at 1.4x slower
     assert found.evidence["machine_slowdown"] == pytest.approx(1.4, abs=0.05)  # not 3.3x
@@ -181,21 +181,21 @@ def test_a_one_thread_leak_is_found_as_other_processes_arrive() -> None:
     # A host loaded from the start (share 0.75 -> 0.92, under a third more): judged less the
     # waits as before, and at the reference's fastest readings too.
     steps, wait, canary = loaded_one_thread(own, share=0.75)
-    assert checks.step_time_regression(steps, own, canary, wait) is None  # at its median
-    assert checks.step_time_regression(steps, own, canary, wait, one_thread=True) is not None
+    assert timing.step_time_regression(steps, own, canary, wait) is None  # at its median
+    assert timing.step_time_regression(steps, own, canary, wait, one_thread=True) is not None
 
 
 def test_a_clean_one_thread_step_is_no_regression_as_other_processes_arrive() -> None:
     flat = [0.0024] * N
     steps, wait, canary = loaded_one_thread(flat)
-    waited = checks.quarter_shares(wait, steps, checks.warmup_of(N))
-    assert waited is not None and checks.wait_rose(waited[0], waited[3])  # no veto: one thread
-    assert checks.step_time_regression(steps, flat, canary, wait, one_thread=True) is None
+    waited = timing.quarter_shares(wait, steps, timing.warmup_of(N))
+    assert waited is not None and timing.wait_rose(waited[0], waited[3])  # no veto: one thread
+    assert timing.step_time_regression(steps, flat, canary, wait, one_thread=True) is None
     # The newcomers slow the core itself (shared caches): the reference's fastest readings
     # slow alike, and the step's own time is judged at that speed.
     slowed = ramp(0.0024, 0.0024 * 27 / 18)
     steps, wait, canary = loaded_one_thread(slowed)
-    assert checks.step_time_regression(steps, slowed, canary, wait, one_thread=True) is None
+    assert timing.step_time_regression(steps, slowed, canary, wait, one_thread=True) is None
 
 
 def test_the_monitor_judges_a_step_on_one_torch_thread_by_the_time_it_ran() -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from treeqa.health import HealthMonitor, checks, report
+from treeqa.health import HealthMonitor, loss_levels, report
 from treeqa.health.thinning import ROWS, Thinning, row
 
 Readings = Callable[[int], dict[str, float]]
@@ -135,15 +135,20 @@ def test_loss_at_chance_and_diverged_are_read_at_their_steps_after_thinning() ->
     chance = long_run(20_000, lambda s: {"loss": ln3 * (1 + 0.02 * math.sin(s))})
     assert chance.thinning.stride > 1 and len(chance.chance) < 20_000 // 50  # pruned with rows
     assert all(chance.thinning.keeps(s) for s, _, _ in chance.chance)
-    found = checks.loss_at_chance(chance.chance, chance.even("step"), chance.even("loss"))
+    found = loss_levels.loss_at_chance(chance.chance, chance.even("step"), chance.even("loss"))
     assert found is not None and found.code == "loss-at-chance"
     learns = long_run(20_000, lambda s: {"loss": ln3 * (1 - s / 40_000)})
-    assert checks.loss_at_chance(learns.chance, learns.even("step"), learns.even("loss")) is None
+    assert (
+        loss_levels.loss_at_chance(learns.chance, learns.even("step"), learns.even("loss")) is None
+    )
     # A loss read at each sampled step's own row: the steps between read far lower.
     aliased = long_run(20_000, lambda s: {"loss": ln3 if s % 50 == 0 else 0.2})
-    assert checks.loss_at_chance(aliased.chance, aliased.even("step"), aliased.even("loss")) is None
+    assert (
+        loss_levels.loss_at_chance(aliased.chance, aliased.even("step"), aliased.even("loss"))
+        is None
+    )
     climbs = long_run(20_000, lambda s: {"loss": ln3 * (0.3 if s < 5000 else 8.0)})
-    found = checks.loss_diverged(climbs.chance, climbs.even("step"), climbs.even("loss"))
+    found = loss_levels.loss_diverged(climbs.chance, climbs.even("step"), climbs.even("loss"))
     assert found is not None and found.evidence["early_min"] == pytest.approx(0.3 * ln3, 1e-3)
 
 

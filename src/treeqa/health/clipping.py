@@ -37,7 +37,7 @@ import torch
 from torch.amp.grad_scaler import OptState
 from torch.nn.utils import clip_grad
 
-from treeqa.health import checks, slips
+from treeqa.health import sites, slips
 from treeqa.health.findings import Finding
 from treeqa.health.scalers import LossScalers
 from treeqa.health.updates import Updates
@@ -125,7 +125,7 @@ class Clipping:
                     self.scaled_now, self.scaled_site = True, noted.scaled_site
                 self.scaled_now = self.scaled_now or self._still_scaled()
             else:
-                self.before, self.site = True, checks.user_site()
+                self.before, self.site = True, sites.user_site()
 
     def norm_taken(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], norm: Any
@@ -135,7 +135,7 @@ class Clipping:
             before = not self.updates.backwards
             scaled = not before and self._still_scaled()
             given = args[0] if args else kwargs.get("tensors")
-            weights = checks.user_site() if _weights(given) else ""
+            weights = sites.user_site() if _weights(given) else ""
             self.norm = NormTaken(
                 weakref.ref(norm), before, self.scaled_site if scaled else "", weights
             )
@@ -163,7 +163,7 @@ class Clipping:
         for scaler in self.scalers.enabled():
             state = scaler._per_optimizer_states.get(id(clock))  # no entry made by a read
             if state is None or state["stage"] is OptState.READY:
-                self.scaled_site = checks.user_site()
+                self.scaled_site = sites.user_site()
                 return True
         return False
 
@@ -171,7 +171,7 @@ class Clipping:
         """``where``: the clip's line, noted when it ran; else the caller's line now."""
         if found is not None and found.code not in self.reported:
             self.reported.add(found.code)
-            found.where = checks.user_site() if where is None else where
+            found.where = sites.user_site() if where is None else where
             self.add(found)
 
 

@@ -48,6 +48,7 @@ from treeqa.health import (
     profile,
     report,
     script,
+    sites,
     slips,
     wrap,
 )
@@ -309,7 +310,7 @@ class Doctor:
                 if pair is not None:
                     self.broadcast_found = True
                     found = loss_inputs.loss_broadcast_by_hand(*pair)
-                    found.where = checks.user_site()
+                    found.where = sites.user_site()
                     self.monitor.add(found)
             if self.updates.mode & 4:  # a sampled step under float16 autocast: scaled by hand?
                 gradient = kwargs.get("grad_tensors", args[0] if args else None)
@@ -531,7 +532,7 @@ class Doctor:
         self.remade += 1
         if self.remade == REMADE_STEPS and _has_moments(optimizer):
             found = slips.optimiser_made_every_step(type(optimizer).__name__, self.remade)
-            found.where = checks.user_site()
+            found.where = sites.user_site()
             self.monitor.add(found)
         return optimizer
 

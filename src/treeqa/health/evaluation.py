@@ -20,7 +20,7 @@ from typing import Any
 from torch import nn
 from torch.nn import functional as F
 
-from treeqa.health import checks
+from treeqa.health import sites
 from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_function_calls
 
@@ -95,7 +95,7 @@ class EvalDropout:
                 "dropout-in-eval",
                 "warning",
                 f"{call} runs while the model is in eval mode: {why}",
-                where=checks.user_site(),
+                where=sites.user_site(),
                 evidence={"function": name, "p": p},
                 fix=fix,
             )

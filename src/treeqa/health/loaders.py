@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-from treeqa.health import checks, slips
+from treeqa.health import checks, sites, slips
 from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
@@ -111,7 +111,7 @@ class Loaders:
         sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
         sequential = isinstance(sampler, SequentialSampler)
         self.shard = int(sampler.num_replicas) if isinstance(sampler, DistributedSampler) else 1
-        self.shard_where = checks.user_site() if self.shard > 1 else ""
+        self.shard_where = sites.user_site() if self.shard > 1 else ""
         self.unshuffled = sequential and "loader-not-shuffled" not in self.reported
         self.label, self.pending = None, False
         counted = self.counts.get(loader, (0, [])) if sequential else (0, [])
@@ -123,7 +123,7 @@ class Loaders:
             self.workers = int(loader.num_workers)
             self.persistent = bool(loader.persistent_workers) and self.workers > 0
             self.loader = f"a DataLoader over {type(loader.dataset).__name__}"
-            self.where = checks.user_site()
+            self.where = sites.user_site()
 
     def watch_batches_by_hand(self) -> None:
         """Until a DataLoader iterator is made, the training batches are the script's own
@@ -140,7 +140,7 @@ class Loaders:
         self.epochs[sampler] = (epoch, passes)
         if passes == SAME_EPOCH_PASSES:
             found = slips.sampler_epoch_not_set(epoch, passes)
-            found.where = checks.user_site()
+            found.where = sites.user_site()
             self._report(found)
 
     def _report(self, found: Finding) -> None:
@@ -167,7 +167,7 @@ class Loaders:
             return  # (and no host read inside a compiled graph or vmap)
         self.reads += 1
         if not self.loader and not self.where:  # batches by hand: where the loss is taken
-            self.where = checks.user_site()
+            self.where = sites.user_site()
         single = _single_class(target)
         if not self.pending or single is None:  # the step's first loss, or a mixed one
             self.label = single

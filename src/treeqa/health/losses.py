@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from treeqa.health import checks, loss_inputs, processes
+from treeqa.health import checks, loss_inputs, loss_levels, processes, sites
 from treeqa.health.findings import Finding
 from treeqa.health.priors import LabelCounts
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
@@ -216,7 +216,7 @@ class LossInputCheck:
             if isinstance(target, torch.Tensor):
                 found = loss_inputs.loss_broadcast(fname, input.shape, target.shape)
                 if found is not None:
-                    found.where = checks.user_site(2)
+                    found.where = sites.user_site(2)
                     self.add(found)
             return
         if fname == "binary_cross_entropy_with_logits":
@@ -226,7 +226,7 @@ class LossInputCheck:
                         "probabilities-into-cross-entropy",
                         "error",
                         f"{fname} received a sigmoid's output (probabilities), not logits",
-                        where=checks.user_site(2),
+                        where=sites.user_site(2),
                         evidence={"function": fname, "produced_by": "sigmoid"},
                         fix="drop the final sigmoid and pass logits to BCEWithLogitsLoss "
                         "(or keep it and use BCELoss)",
@@ -242,7 +242,7 @@ class LossInputCheck:
                         f"{fname} received probabilities (non-negative rows summing to 1), not "
                         "log-probabilities: the divergence it computes is meaningless and can "
                         "go below zero",
-                        where=checks.user_site(2),
+                        where=sites.user_site(2),
                         evidence={"function": fname},
                         fix="pass log_softmax(student_logits, dim=-1) as kl_div's input (the "
                         "target stays probabilities, or log-probabilities with log_target=True)",
@@ -282,7 +282,7 @@ class LossInputCheck:
         if source is not None:
             found = loss_inputs.softmax_over_wrong_dim(fname, *source, classes)
             if found is not None:
-                found.where = checks.user_site(2)
+                found.where = sites.user_site(2)
                 self.add(found)
         probabilities = loss_inputs.looks_like_probabilities(input)
         if fname == "nll_loss" and not probabilities:
@@ -294,7 +294,7 @@ class LossInputCheck:
                         "error",
                         f"nll_loss received values up to {top:.3g}, not log-probabilities "
                         "(<= 0): raw logits without log_softmax, so the loss falls without bound",
-                        where=checks.user_site(2),
+                        where=sites.user_site(2),
                         evidence={"function": fname, "max": round(top, 4), "classes": classes},
                     )
                 )
@@ -305,7 +305,7 @@ class LossInputCheck:
                     "probabilities-into-cross-entropy",
                     "error",
                     f"{fname} received probabilities (non-negative rows summing to 1 over {classes} classes), not {expected}",
-                    where=checks.user_site(2),
+                    where=sites.user_site(2),
                     evidence={
                         "function": fname,
                         "classes": classes,
@@ -320,9 +320,9 @@ class LossInputCheck:
             and self.at_init()
         ):
             self.first_seen = True
-            found = checks.loss_at_init(float(result.detach()) / summed, classes)
+            found = loss_levels.loss_at_init(float(result.detach()) / summed, classes)
             if found is not None and not _margin_by_design(input, target):
-                found.where = checks.user_site(2)
+                found.where = sites.user_site(2)
                 self.add(found)
 
     def _log_probabilities_last(self, fname: str, input: torch.Tensor) -> None:
@@ -340,7 +340,7 @@ class LossInputCheck:
                     "probabilities-into-cross-entropy",
                     "error",
                     message,
-                    where=checks.user_site(3),
+                    where=sites.user_site(3),
                     evidence={"function": fname, "classes": classes},
                     fix=fix,
                 )
@@ -352,7 +352,7 @@ class LossInputCheck:
                     "error",
                     f"{fname} received values up to {top:.3g}, not log-probabilities (<= 0): raw "
                     "logits without log_softmax, so the loss falls without bound",
-                    where=checks.user_site(3),
+                    where=sites.user_site(3),
                     evidence={"function": fname, "max": round(top, 4)},
                     fix=fix,
                 )
@@ -370,7 +370,7 @@ class LossInputCheck:
             return
         found = loss_inputs.ctc_targets_invalid(targets, lengths, blank, int(input.shape[-1]))
         if found is not None:
-            found.where = checks.user_site(3)
+            found.where = sites.user_site(3)
             self.add(found)
         if kwargs.get("zero_infinity", args[5] if len(args) > 5 else False) is True:
             frames = args[1] if len(args) > 1 else kwargs.get("input_lengths")
@@ -397,7 +397,7 @@ class LossInputCheck:
                 "for each repeated label), and zero_infinity=True sets their loss and gradient "
                 "to 0: the model learns from few samples or none (input_lengths counted before "
                 "the model downsamples, or an output too short for the targets?)",
-                where=checks.user_site(4),
+                where=sites.user_site(4),
                 evidence={"infeasible": dropped, "samples": samples},
                 fix="give input_lengths the model's output frames (after any striding or "
                 "pooling), and keep the output at least as long as a target plus its repeats",
@@ -443,7 +443,7 @@ class LossInputCheck:
                 f"them are the Embedding's padding id {pad}, which ignore_index ({ignore}) does "
                 "not leave out: padded positions are trained to predict padding and count in "
                 "the loss's mean",
-                where=checks.user_site(3),
+                where=sites.user_site(3),
                 evidence={"function": fname, "padding_idx": pad, "share": round(share, 4)},
             )
         )
@@ -463,7 +463,7 @@ class LossInputCheck:
                     f"cross_entropy received a sigmoid's output over {classes} classes: each "
                     "logit is squashed into (0, 1), so the softmax inside the loss sees nearly "
                     "equal scores and the loss cannot fall far below log(C)",
-                    where=checks.user_site(3),
+                    where=sites.user_site(3),
                     evidence={"function": "cross_entropy", "produced_by": "sigmoid"},
                     fix="drop the final sigmoid: cross_entropy takes raw logits (a sigmoid per "
                     "class belongs with BCEWithLogitsLoss, for multi-label targets)",
@@ -476,7 +476,7 @@ class LossInputCheck:
                 "warning",
                 f"cross_entropy received a ReLU's output over {classes} classes: no logit can go "
                 "below 0, and a wrong class's logit pushed to 0 gets no gradient",
-                where=checks.user_site(3),
+                where=sites.user_site(3),
                 evidence={"function": "cross_entropy", "produced_by": "relu"},
             )
         )
@@ -505,7 +505,7 @@ def _margin_by_design(input: torch.Tensor, target: Any) -> bool:
 
 def _floor_near_chance(args: tuple[Any, ...], kwargs: dict[str, Any], classes: int) -> bool:
     """The targets' own entropy, the least a cross-entropy against them can reach, is
-    ``checks.CHANCE_FLOOR`` x log(C) or more: soft targets near uniform (a teacher's
+    ``loss_levels.CHANCE_FLOOR`` x log(C) or more: soft targets near uniform (a teacher's
     probabilities at a high temperature) or heavy label smoothing, so a loss near log(C) is
     the targets' level, not a model that ignores its input. ``args`` follow the input:
     (target, weight, size_average, ignore_index, reduce, reduction, label_smoothing). One
@@ -515,7 +515,7 @@ def _floor_near_chance(args: tuple[Any, ...], kwargs: dict[str, Any], classes: i
     target = args[0] if args else kwargs.get("target")
     smoothing = _label_options(args[1:], kwargs)[2]
     smoothing = float(smoothing) if isinstance(smoothing, (int, float)) else 0.0
-    bound = checks.CHANCE_FLOOR * math.log(classes)
+    bound = loss_levels.CHANCE_FLOOR * math.log(classes)
     if isinstance(target, torch.Tensor) and target.is_floating_point():
         if target.dim() < 2 or target.shape[1] != classes:
             return False

@@ -33,7 +33,7 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
-from treeqa.health import checks, findings, report, wrap
+from treeqa.health import checks, findings, loss_levels, report, sites, timing, wrap
 from treeqa.health.findings import Finding
 from treeqa.health.heap import heap_mb
 from treeqa.health.loaders import Loaders
@@ -324,7 +324,7 @@ class HealthMonitor(Callback):
             for finding in checks.parameter_aliases(model):
                 self.add(finding)
             for cls in {type(m) for m in model.modules()}:
-                site = checks.definition_file(cls)
+                site = sites.definition_file(cls)
                 if site and site not in self.source_files and "site-packages" not in site:
                     self.source_files.append(site)
         self.names = checks.module_names(self.models)
@@ -557,7 +557,7 @@ class HealthMonitor(Callback):
             self._track_unused(self.step, last=True)
         self.nonfinite.finish()
         steps, losses = self.even("step"), self.even("loss")
-        chance = checks.loss_at_chance(self.chance, steps, losses, self._chance_levels())
+        chance = loss_levels.loss_at_chance(self.chance, steps, losses, self._chance_levels())
         low = sorted({code for code, _ in self.findings if code in LOW_LR})
         if chance is not None and low:  # found first (the doctor's updates): the likelier cause
             chance.message += f"; the learning rate stayed low all run ({', '.join(low)})"
@@ -565,9 +565,11 @@ class HealthMonitor(Callback):
         self._add_if(chance)
         # A loss that overflowed, or climbs from steps taken uphill, has its cause said.
         if not any(code in ("non-finite", "lr-negative") for code, _ in self.findings):
-            self._add_if(checks.loss_diverged(self.chance, steps, losses, self.maximize))
+            self._add_if(loss_levels.loss_diverged(self.chance, steps, losses, self.maximize))
             if self.maximize_weights:
-                self._add_if(checks.loss_climbed(self.regression, steps, losses, self.maximize))
+                self._add_if(
+                    loss_levels.loss_climbed(self.regression, steps, losses, self.maximize)
+                )
         if not any(code == "non-finite" for code, _ in self.findings):
             self._add_if(self.scalers.collapsed(self.step))
         self._series_checks(self.step)
@@ -690,7 +692,7 @@ class HealthMonitor(Callback):
                     None,
                 )
                 found.where = (
-                    f"{found.where} ({checks.definition_site(mod)})"
+                    f"{found.where} ({sites.definition_site(mod)})"
                     if mod is not None
                     else found.where
                 )
@@ -790,19 +792,19 @@ class HealthMonitor(Callback):
         cpu = unprofiled(even("cpu_time")) if on_cpu else None
         canary = even("canary") if on_cpu else None
         wait = unprofiled(even("cpu_wait")) if on_cpu else None
-        work = checks.most_growth(even("autograd_nodes"), even("input_elements"))
+        work = timing.most_growth(even("autograd_nodes"), even("input_elements"))
         # One torch thread: no thread of the step spins for a preempted sibling, so the time it
         # ran is its own work however busy the host (``one_thread``).
         one_thread = torch.get_num_threads() == 1
         for found in (
-            checks.step_time_regression(times, cpu, canary, wait, work, one_thread),
-            checks.memory_growth(
+            timing.step_time_regression(times, cpu, canary, wait, work, one_thread),
+            timing.memory_growth(
                 even("rss_mb")[warm:],
                 "host RSS",
                 32.0,
                 (even("heap_used_mb")[warm:], even("heap_free_mb")[warm:]),
             ),
-            checks.memory_growth(even("cuda_mb")[warm:], "device memory", 16.0)
+            timing.memory_growth(even("cuda_mb")[warm:], "device memory", 16.0)
             if not on_cpu
             else None,
             self._input_bound(),
@@ -817,7 +819,7 @@ class HealthMonitor(Callback):
 
     def _input_bound(self) -> Finding | None:
         """``input-bound``, advised by the most workers of a DataLoader iterated in the run."""
-        return checks.input_bound(
+        return timing.input_bound(
             self.series["data_time"], self.series["step_time"], self.loaders.most
         )
 
@@ -838,7 +840,7 @@ class HealthMonitor(Callback):
             self.profile.profiled,
         )
         outside = [t for st, t in zip(steps, times, strict=True) if st not in profiled]
-        return checks.device_idle(*device, outside)
+        return timing.device_idle(*device, outside)
 
     def _add_if(self, found: Finding | None) -> None:
         if found is not None:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health import checks
+from treeqa.health import checks, sites
 from treeqa.health.findings import Finding
 
 DIVERGED = 1e3
@@ -129,9 +129,9 @@ class NonFiniteTracer:
         ]
         if all(bool(torch.isfinite(x).all()) for x in ins) or bad_params:
             name = self.names.get(id(module), type(module).__name__)
-            site = checks.definition_site(module)
+            site = sites.definition_site(module)
             # torch's own layers (nn.Linear) are named by their attribute, not torch's file.
-            user = site and not site.startswith(checks.TORCH_DIR)
+            user = site and not site.startswith(sites.TORCH_DIR)
             self.origin = f"{name} ({type(module).__name__}{', ' + site if user else ''})"
             self.evidence["module"] = name
             if bad_params:

@@ -44,7 +44,7 @@ import torch
 from torch._C._profiler import ProfilerConfig, ProfilerState, RecordScope, _ExperimentalConfig
 from torch.autograd import DeviceType
 
-from treeqa.health import checks
+from treeqa.health import checks, timing
 from treeqa.health.findings import Finding
 from treeqa.health.runqueue import Reading, waited_since
 
@@ -117,7 +117,7 @@ class ProfileWindow:
         self._device = (0.0, 0)  # the open window's GPU-busy seconds and kernels
         self.device: tuple[float, float] | None = None
         """GPU-busy seconds and kernels per step of the window that closed last (None on a
-        CPU, or once read: ``checks.device_idle`` judges it)."""
+        CPU, or once read: ``timing.device_idle`` judges it)."""
 
     @property
     def active(self) -> bool:
@@ -157,7 +157,7 @@ class ProfileWindow:
         the early steps' machine speed where a reference workload was timed (``canary``,
         NaN where not): a host that got slower is no reason to profile. Nor is one where the
         share of step time spent waiting for a CPU (``cpu_wait``, NaN where not read) rose as
-        ``checks.step_time_regression`` counts a rise: other processes arrived. Nor are
+        ``timing.step_time_regression`` counts a rise: other processes arrived. Nor are
         steps that do more work (``work``: autograd nodes a step, NaN where not read), as
         the longer episodes of a policy-gradient loop do: the time is taken per node."""
         if len(step_times) < 60 or self.active:
@@ -166,9 +166,9 @@ class ProfileWindow:
         if recent is None or early is None:
             return
         if cpu_wait is not None and len(cpu_wait) == len(step_times):
-            before = checks.share(cpu_wait[5:25], step_times[5:25], 3)
-            lately = checks.share(cpu_wait[-20:], step_times[-20:], 3)
-            if before and lately and checks.wait_rose(before[0], lately[0]):
+            before = timing.share(cpu_wait[5:25], step_times[5:25], 3)
+            lately = timing.share(cpu_wait[-20:], step_times[-20:], 3)
+            if before and lately and timing.wait_rose(before[0], lately[0]):
                 return
         for scale in (canary, work):
             now, then = (_median(scale[-20:]), _median(scale[5:25])) if scale else (None, None)

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 
 from torch import nn
 
-from treeqa.health import checks
+from treeqa.health import sites
 from treeqa.health.findings import Finding
 
 MODULE_STATE = frozenset(vars(nn.Module()))
@@ -79,7 +79,7 @@ def module_not_registered(
         f"{len(found)} parameter tensors ({values} values) are held in a plain "
         f"{type(getattr(module, attr)).__name__} ({', '.join(holders[:3])}), which the model "
         f"does not register: {fate}",
-        where=checks.assignment_site([checks.definition_file(type(module))], attr, True)
+        where=sites.assignment_site([sites.definition_file(type(module))], attr, True)
         or holders[0],
         evidence={
             "holders": holders,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from treeqa.health import checks, graphs
+from treeqa.health import graphs, sites
 from treeqa.health.findings import Finding
 
 EARLY_SCANS = (8, 32)
@@ -56,7 +56,7 @@ class Retention:
     def note_backward(self, retain_graph: bool) -> None:
         self._backward_retained = retain_graph
         if retain_graph and not self._retain_site:
-            self._retain_site = checks.user_site(3)
+            self._retain_site = sites.user_site(3)
 
     def note_loss(self, s: int, loss: torch.Tensor) -> None:
         """Step s's loss, after its backward."""
@@ -146,5 +146,5 @@ class Retention:
     def _where(self, holder: str) -> str:
         named = "'" in holder  # a global or local variable, not an attribute
         attr = holder.split("'")[1] if named else holder.rstrip("[]").rpartition(".")[2]
-        site = checks.assignment_site(self.source_files, attr, not named) if attr else ""
+        site = sites.assignment_site(self.source_files, attr, not named) if attr else ""
         return f"{holder} ({site})" if site else holder

@@ -1,5 +1,5 @@
 """How long the step's thread waited for a CPU: other processes' load, told apart from the
-script's own slowing (``checks.step_time_regression``, ``profile.py``)."""
+script's own slowing (``timing.step_time_regression``, ``profile.py``)."""
 
 from __future__ import annotations
 

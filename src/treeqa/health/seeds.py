@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from treeqa.health import checks, slips
+from treeqa.health import sites, slips
 from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, install_wrapper, note_function_calls
 
@@ -92,7 +92,7 @@ class Seeds:
             return
         self.given[name] = seed
         if self.steps + 1 >= SEEDED_STEPS:  # the stack is walked only when it may be needed
-            self.where = checks.user_site()
+            self.where = sites.user_site()
 
     def end_step(self) -> None:
         if not self.given and not self.last:  # no seed this step nor the one before: no streak

@@ -68,7 +68,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR, ReduceLROnPlateau
 
-from treeqa.health import checks, registration, slips
+from treeqa.health import registration, sites, slips
 from treeqa.health.findings import Finding
 from treeqa.health.hand import HandUpdates
 from treeqa.health.probes import Probe
@@ -170,7 +170,7 @@ class Updates:
         if mode:
             self.train_call = self.seq
         else:
-            self.eval_call, self.eval_site = self.seq, checks.user_site()
+            self.eval_call, self.eval_site = self.seq, sites.user_site()
 
     def evaluation(self) -> None:
         """A model the clock trains runs a forward in eval mode without gradients."""
@@ -258,7 +258,7 @@ class Updates:
             if not module.training:
                 self.eval_grad_run += 1
                 if self.eval_grad_run == EVAL_FORWARDS:  # the evaluation's line
-                    self.eval_grad_site = checks.user_site()
+                    self.eval_grad_site = sites.user_site()
             elif self.eval_grad_run:  # back to training with no backward since: an evaluation
                 self._evaluated_with_gradients()
             if self.sampled and self.mode & 4 == 0 and _float16_autocast():
@@ -490,7 +490,7 @@ class Updates:
                 empty=not held,
             )
             if found is not None and (not wanted or no_grad):  # judged at the run's end
-                found.where, found.step = checks.user_site(), step
+                found.where, found.step = sites.user_site(), step
                 self.frozen_streak = self.frozen_streak or (found, weakref.ref(optimizer))
                 return
             self._report(found)
@@ -707,7 +707,7 @@ class Updates:
         """``at_step``: called from the optimiser's step, whose line in the script is where."""
         if found is not None and found.code not in self.reported:
             self.reported.add(found.code)
-            found.where = found.where or (checks.user_site() if at_step else "")
+            found.where = found.where or (sites.user_site() if at_step else "")
             self.add(found)
 
 
