@@ -141,6 +141,7 @@ EXPECTED = {
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
     "clean_mlp.py",
+    "clean_graph_network.py",
     "clean_gru.py",
     "clean_ctc.py",  # log_softmax over the last dimension
     "clean_transformer.py",

@@ -156,6 +156,16 @@ _INDEX_PUT_FIX = (
     "backward 1.8x faster (20,000 rows of 64; a graph network's step 1.75-2.2x); or the "
     "index_put_ is an assignment x[idx] = v"
 )
+_GATHER_SCATTER = re.compile(r"index_select|index_add|scatter_add|scatter_reduce|index_reduce")
+"""The gathers and sums by index that have no cheaper form on a CPU: a family led only by these
+is the model's own work (message passing over a graph's edges, a tree's children gathered
+level by level), not a slow path."""
+_MESSAGE_PASSING_FIX = (
+    "gathers by index_select and sums by index_add_ / scatter_add_ leading is how message "
+    "passing over a graph's edges looks: the work grows with the edges; where each message is "
+    "its sender's features as they are (a GCN), one sparse matrix product with the adjacency "
+    "(torch.sparse.mm) gathers and sums in one kernel"
+)
 _FAMILY_FIXES = {
     "convolution": "replace a dense conv (e.g. a 2-D char CNN) with a depthwise-separable 1-D conv; "
     "bf16 on a GPU",
@@ -204,7 +214,9 @@ def hot_op(
     """The operator family with the largest share of self time in a profiler window.
 
     Dense matmuls dominating is how a healthy model looks, so they stay "info"; convolution,
-    indexing or copy taking >= 50% and twice the runner-up is a warning (the 2-D character CNN of the QANet report is the example).
+    indexing or copy taking >= 50% and twice the runner-up is a warning (the 2-D character CNN
+    of the QANet report is the example), unless the indexing is all ``index_select`` and
+    ``index_add_`` / ``scatter_add_`` (``_GATHER_SCATTER``): a graph network's own work.
     ``op_times`` and ``cpu_wait`` are microseconds over the window's ``steps``; ``cpu_wait``
     is what the step's thread spent waiting for a CPU. Operator times are wall times, so that
     wait is inside one operator or another: a warning must stand with all of it taken from the
@@ -231,12 +243,15 @@ def hot_op(
     # A conv stack that is already 1-D / depthwise (QANet's encoder) has no cheaper rewrite,
     # and an image CNN's convolutions are its work.
     warn = ("convolution",) * conv_over_text + ("indexing", "copy")
-    severity = "warning" if dominant and family in warn else "info"
+    own_work = family == "indexing" and all(_GATHER_SCATTER.search(name) for name, _ in top)
+    severity = "warning" if dominant and family in warn and not own_work else "info"
     fix = _FAMILY_FIXES.get(family, "")
     if family == "convolution" and not conv_over_text:
         fix = _IMAGE_CONV_FIX
     if family == "indexing" and any("index_put" in name for name, _ in top):
         fix = f"{_INDEX_PUT_FIX}; {fix}"
+    if own_work:
+        fix = f"{_MESSAGE_PASSING_FIX}; {fix}"
     return Finding(
         "hot-op",
         severity,
