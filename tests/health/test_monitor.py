@@ -719,6 +719,10 @@ def test_checks_on_numbers() -> None:
     assert checks.hot_op(passing, 1).severity == "info"
     mixed = {"aten::index": 5e3, "aten::index_select": 3e3, "aten::addmm": 1e3}  # x[mask] too
     assert checks.hot_op(mixed, 1).severity == "warning"
+    # Judged over the whole family: x[idx]'s index and index_put_ below a stretched top three.
+    stretched = {"aten::index_select": 4e3, "aten::scatter_add_": 3e3, "aten::index_add_": 2e3}
+    stretched |= {"aten::index": 1.9e3, "aten::_index_put_impl_": 1.8e3, "aten::mm": 1e3}
+    assert checks.hot_op(stretched, 1).severity == "warning"
     put = checks.hot_op({"aten::_index_put_impl_": 5e3, "aten::index": 2e3, "aten::mm": 1e3}, 1)
     assert put is not None and put.fix.startswith("rows gathered as x[idx]")
 
