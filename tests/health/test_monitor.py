@@ -621,6 +621,15 @@ def test_rss_growth_with_flat_heap_in_use_is_heap_retention() -> None:
     nan = [math.nan] * n
     plain = timing.memory_growth(rss, "host RSS", 32.0, (nan, nan))
     assert plain is not None and plain.code == "memory-growth"
+    # A mixture of experts' heap filling its holes, judged at step 140 of 500: the bytes in use
+    # rose 26% of RSS's rise (12 MB), under the floor; a leak is found once past it.
+    moe = [348.6] * 35 + [362.6] * 35 + [384.9] * 35 + [395.1] * 35
+    used = [114.7] * 35 + [118.1] * 35 + [125.5] * 35 + [126.7] * 35
+    free_moe = [21.1] * 35 + [28.1] * 35 + [50.0] * 35 + [56.1] * 35
+    found = timing.memory_growth(moe, "host RSS", 32.0, (used, free_moe))
+    assert found is not None and found.code == "heap-retention"
+    past = [u + 3 * (u - 114.7) for u in used]  # 48 MB in use: past the floor
+    assert timing.memory_growth(moe, "host RSS", 32.0, (past, free_moe)).code == "memory-growth"
 
 
 def test_the_monitors_own_series_are_not_counted_as_the_scripts_memory(
@@ -1025,6 +1034,18 @@ def test_a_stack_under_fsdp_is_told_apart_by_the_weights_it_wraps_or_is_set() ->
     stack = nn.Sequential(*(Wrapper(nn.Linear(8, 8)) for _ in range(4)))
     kinds = {f"b.{i}": checks.module_kind(m) for i, m in enumerate(stack)}
     assert checks.activation_growth({"b.0": 1.0, "b.1": 11.0, "b.2": 130.0, "b.3": 1500.0}, kinds)
+
+
+def test_a_conv_over_text_is_one_shaped_to_read_embedded_characters() -> None:
+    """A diffusion model's 3 x 3 convs over channels as wide as its timestep Embedding were
+    taken for a conv over text, and their share of a step warned with a char CNN's fix."""
+    from treeqa.health.monitor import conv_over_embedding
+
+    assert conv_over_embedding(nn.Conv2d(1, 256, (7, 32)), {32})  # bug_hot_op.py's
+    assert conv_over_embedding(nn.Conv2d(64, 64, (1, 5)), {64})  # QANet's naive variant
+    assert not conv_over_embedding(nn.Conv2d(64, 64, 3, padding=1), {64})  # a DDPM's
+    assert not conv_over_embedding(nn.Conv2d(64, 64, 1), {64})  # a 1 x 1 projection
+    assert not conv_over_embedding(nn.Conv2d(64, 64, (1, 5), groups=64), {64})  # depthwise
 
 
 def test_hot_op_warns_only_if_the_family_dominates_without_the_threads_cpu_wait() -> None:

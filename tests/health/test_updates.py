@@ -329,6 +329,7 @@ def test_a_lone_optimiser_over_a_model_run_under_no_grad_is_judged_at_the_end() 
         for step in range(1, 2 * EMPTY_STEPS):
             x = torch.randn(3, 4)
             with torch.no_grad():
+                updates.forward(teacher, (x,))  # (as the doctor's hook on the model tells it)
                 soft = teacher(x).softmax(-1)
             (student(x) - soft).pow(2).sum().backward()
             updates.backwards += 1
@@ -721,6 +722,12 @@ def test_a_hand_written_loss_over_a_broadcast_difference_is_found_in_its_graph()
     # A [1]-sized batch broadcasts to nothing wider.
     one = torch.randn(1, 1, requires_grad=True)
     assert loss_inputs.broadcast_difference(((one - torch.randn(1)) ** 2).mean()) is None
+    # A quantile's pinball loss by hand, through torch.maximum or torch.where: it was missed.
+    e = y - pred  # [8, 8]
+    q = 0.9
+    assert loss_inputs.broadcast_difference(torch.maximum(q * e, (q - 1) * e).mean()) is not None
+    pinball = torch.where(e >= 0, q * e, (q - 1) * e).mean()
+    assert loss_inputs.broadcast_difference(pinball) == ([8, 1], [8, 8])
 
 
 def test_loss_broadcast_is_a_shape_pair_that_grows() -> None:

@@ -90,8 +90,17 @@ class Doctor:
         self.ended_in_backward = False  # the clock stepped by a gradient hook, in a backward
         self.loss: torch.Tensor | None = None
         self.loss_of_weights = False  # taken by torch.autograd.grad with respect to parameters
+        # The step's backward losses so far: their sum (detached) and each one's factor
+        # (``loss_inputs.unscaled``), to tell micro-batches each divided by their count.
+        self.loss_total: torch.Tensor | None = None
+        self.loss_first: torch.Tensor | None = None
+        self.loss_scales: list[float] = []
         self.last_end = time.perf_counter()
         self.compute_start = self.last_end
+        # Seconds another optimiser stepped between the clock's step and the next step's
+        # first forward (an embedding table's own Adam, stepped after the dense layers'):
+        # compute of the next step, not its wait for data.
+        self.carried = 0.0
         self.handles: list[Any] = []
         self.begins_handle: Any = None  # the optimiser pre-hook, while updates by hand may end
         self.discovery: Any = None  # the every-module hook, while models are looked up
@@ -303,6 +312,8 @@ class Doctor:
         retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             self.loss = loss
+            if loss.numel() == 1:
+                self._add_to_total(loss)
             if self.monitor.sampling:
                 self.monitor.loss_check.backward(loss)
             if self.monitor.sampling and not self.broadcast_found:
@@ -322,6 +333,36 @@ class Doctor:
         # create_graph retains the graph too, for a second-order step taken within this step
         # (Hessian-vector products): not the retain_graph=True that silences a state's graph.
         self.monitor.note_backward(bool(retain))
+
+    def _add_to_total(self, loss: torch.Tensor) -> None:
+        """A scalar given to a backward: added to the step's total, its factor noted (read
+        before the backward frees it; ~1 us for a loss not scaled)."""
+        self.loss_scales.append(loss_inputs.unscaled(loss)[1])
+        value = loss.detach()
+        if self.loss_total is None:
+            self.loss_total = self.loss_first = value
+        else:
+            self.loss_total = self.loss_total + value
+
+    def _take_loss(
+        self, closure: bool = False
+    ) -> tuple[torch.Tensor | None, tuple[torch.Tensor, float] | None]:
+        """The step's loss (its last backward's), and where that is not the step's loss, the
+        monitor's ``value_of``: (the sum of its backward losses, their count n) where the step
+        accumulated gradients over n micro-batches each divided by n (the sum is the mean of
+        the micro-batches', which a script prints, not the last one's 1/n); (the first, 1)
+        where the clock's step was given a ``closure`` (LBFGS re-evaluates it as it moves the
+        weights, and its step returns the first: the last was the next step's loss). Other
+        steps with several backwards (a GAN's two models, per-task backwards) keep the
+        last's."""
+        loss, total, first, scales = self.loss, self.loss_total, self.loss_first, self.loss_scales
+        self.loss, self.loss_of_weights, self.loss_scales = None, False, []
+        self.loss_total = self.loss_first = None
+        n = len(scales)
+        if n > 1 and closure and first is not None:
+            return loss, (first, 1.0)
+        micro = n > 1 and all(abs(s * n - 1) < 1e-6 for s in scales)
+        return loss, (total, float(n)) if micro and total is not None else None
 
     def _note_grad(self, outputs: Any, inputs: Any) -> None:
         """``torch.autograd.grad(outputs, inputs, ...)`` is about to run: gradients a script
@@ -396,6 +437,8 @@ class Doctor:
             self.updates.forward(module, args)
             if self.prints is not None:
                 self.prints.forward((*args, kwargs), self.monitor.sampling)  # model(**batch)
+        elif self.monitor.sampling:  # a teacher's forward, say: is it in eval mode?
+            self.updates.teachers.forward(module)
 
     def _note_evaluation(self) -> None:
         """An evaluation's forward, for the processes side by side: over which loader's share?"""
@@ -433,6 +476,7 @@ class Doctor:
                 continue
             if id(top) not in self.hooked and next(top.parameters(), None) is not None:
                 self.hooked.add(id(top))
+                self.updates.tops.append(weakref.ref(top))
                 self.root_handles.append(
                     top.register_forward_pre_hook(self.root_pre_hook, with_kwargs=True)
                 )
@@ -485,6 +529,7 @@ class Doctor:
         while self.root_handles:
             self.root_handles.pop().remove()
         self.hooked.clear()
+        self.updates.tops.clear()
         self._hook_tops(tops)
         for top in tops:
             wrapped = getattr(top, "module", None)  # DistributedDataParallel's
@@ -569,8 +614,14 @@ class Doctor:
         now = time.perf_counter()
         if not self.open:  # (the new run's models are not hooked yet)
             self.compute_start = self.last_end
-        loss, self.loss, self.loss_of_weights = self.loss, None, False
-        self.monitor.end_step(loss, now - self.compute_start, self.compute_start - self.last_end)
+        loss, value_of = self._take_loss()
+        carried, self.carried = self.carried, 0.0
+        self.monitor.end_step(
+            loss,
+            now - self.compute_start + carried,
+            self.compute_start - self.last_end,
+            value_of,
+        )
         self.open = False
 
     def _said_error(self) -> str:
@@ -633,6 +684,10 @@ class Doctor:
                 self._switch_clock(optimizer)
             else:
                 self.updates.other_step(optimizer)
+                if not self.open:  # after the clock's step: compute, not a wait for data
+                    now = time.perf_counter()
+                    self.carried += now - self.last_end
+                    self.last_end = now
             return
         if self.others:
             self.most_between = max(self.most_between, *self.others.values())
@@ -649,12 +704,24 @@ class Doctor:
             self._look_again()
         if not self.open:  # no module forward seen this step (functional model)
             self.compute_start = self.last_end
-        loss, self.loss, self.loss_of_weights = self.loss, None, False
+        loss, value_of = self._take_loss(_closure(args, kwargs))
+        carried, self.carried = self.carried, 0.0
         sampled = self.monitor.sampling
-        self.monitor.end_step(loss, now - self.compute_start, self.compute_start - self.last_end)
+        self.monitor.end_step(
+            loss,
+            now - self.compute_start + carried,
+            self.compute_start - self.last_end,
+            value_of,
+        )
         self.clipping.end_step()
         self.updates.end_step(
-            self.monitor.step, sampled, optimizer, self.roots, self.monitor.params, loss is not None
+            self.monitor.step,
+            sampled,
+            optimizer,
+            self.roots,
+            self.monitor.params,
+            loss is not None,
+            loss,
         )
         self.monitor.loaders.end_step()
         self.seeds.end_step()
@@ -712,6 +779,12 @@ def _tensors(tensors: Any) -> list[torch.Tensor]:
     if isinstance(tensors, list | tuple):
         return [t for t in tensors if isinstance(t, torch.Tensor)]
     return []
+
+
+def _closure(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """An optimiser's ``step`` was given a closure (LBFGS's, SAM's). ``args`` as a step hook
+    gets them, the optimiser first, or as ``GradScaler.step`` passes them on, without it."""
+    return any(callable(a) for a in args[:2]) or callable(kwargs.get("closure"))
 
 
 def _first(tensors: Any) -> torch.Tensor | None:

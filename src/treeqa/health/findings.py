@@ -39,6 +39,7 @@ FIXES: dict[str, str] = {
     "train-in-eval-mode": "call model.train() after each evaluation, before the next training step",
     "evaluation-with-gradients": "wrap the evaluation in with torch.no_grad(): (or torch.inference_mode()), after model.eval()",
     "eval-in-train-mode": "call model.eval() before evaluating (and model.train() after it, before the next training step)",
+    "frozen-in-train-mode": "call teacher.eval() once, after building or loading it (student.train() does not reach it); a momentum teacher updated from the student (BYOL, DINO) is not this",
     "fp16-without-loss-scaling": "scale the loss with torch.amp.GradScaler (scaler.scale(loss).backward(); scaler.step(opt); scaler.update()), or autocast to bfloat16, which needs no scaling",
     "loader-restarted-every-step": "make the iterator once (it = iter(loader)) and call next(it) each step, starting a new one when it raises StopIteration (or loop over the loader once an epoch)",
     "optimiser-made-every-step": "make the optimiser once, before the training loop (and its scheduler with it), and only zero_grad/step it inside",

@@ -44,9 +44,12 @@ def unscaled(loss: torch.Tensor) -> tuple[Any, float]:
     other is not read, so this makes no host sync. DDP hands a loss its model computed on
     unchanged, through its ``_DDPSink`` (with ``find_unused_parameters``, as the ``Trainer``
     sets it): walked through. Read before the backward (after it the factor is freed)."""
+    return unscaled_node(loss.grad_fn, loss.output_nr)
+
+
+def unscaled_node(node: Any, nr: int = 0) -> tuple[Any, float]:
+    """``unscaled`` from an autograd node (output ``nr`` of it) rather than a tensor."""
     scale = 1.0
-    node: Any = loss.grad_fn  # (its saved factors are not in torch's type hints)
-    nr = loss.output_nr
     while node is not None:
         name = type(node).__name__
         if name == "_DDPSinkBackward":  # its outputs are its inputs, one for one
@@ -69,6 +72,26 @@ def unscaled(loss: torch.Tensor) -> tuple[Any, float]:
         scale = scale / value if name == "DivBackward0" else scale * value
         node, nr = node.next_functions[0]
     return node, scale
+
+
+def summed_terms(node: Any, most: int = 8) -> list[tuple[Any, float]] | None:
+    """The terms an autograd node adds up (``AddBackward0`` with no alpha, any depth) as
+    (their node, the constant factor each is taken times: ``unscaled_node``), a node that adds
+    nothing its own only term; None past ``most`` terms. CLIP's symmetric loss
+    ``(F.cross_entropy(logits, i) + F.cross_entropy(logits.T, i)) / 2`` is two terms of 1."""
+    terms: list[tuple[Any, float]] = []
+    todo: list[tuple[Any, int, float]] = [(node, 0, 1.0)]
+    while todo:
+        node, nr, k = todo.pop()
+        node, scale = unscaled_node(node, nr)
+        k *= scale
+        if type(node).__name__ == "AddBackward0" and getattr(node, "_saved_alpha", 1) == 1:
+            todo += [(child, i, k) for child, i in node.next_functions if child is not None]
+        else:
+            terms.append((node, k))
+        if len(terms) + len(todo) > most:
+            return None
+    return terms
 
 
 def loss_broadcast(
@@ -112,10 +135,11 @@ def loss_broadcast_by_hand(shape: Sequence[int], broadcast: Sequence[int]) -> Fi
 
 _LOSS_TERMS = re.compile(
     r"(Mean|Sum|Pow|Abs|Mul|Div|Sqrt|Neg|Exp|Log|Log1P|Clamp|ClampMin|Relu|Softplus|Square"
-    r"|Add|Sub|Rsub)Backward\d+"
+    r"|Add|Sub|Rsub|Maximum|Minimum|Where)Backward\d+"
 )
 """Autograd nodes a hand-written loss is made of between its difference and the scalar: the
-reduction, squares and absolutes, weights, a sum of terms."""
+reduction, squares and absolutes, weights, a sum of terms, the two sides of a quantile's
+pinball loss (``torch.maximum(q * e, (q - 1) * e)``, or ``torch.where`` over the sign)."""
 
 
 def broadcast_difference(

@@ -67,6 +67,9 @@ class LossInputCheck:
         # and the factor that loss is the mean's value times (1/k under accumulation over k;
         # a sum's: the targets it adds up, divided by what the loss is divided by).
         self.cross_entropy: tuple[int, int, Any, float] | None = None
+        # every such cross-entropy of the sampled step: its node -> (classes, scale), for a
+        # loss that adds several up (``_sum_of_cross_entropies``)
+        self.cross_entropies: dict[Any, tuple[int, float]] = {}
         # (id, function, autograd node, scale) of the last regression loss (``ELEMENTWISE``)
         # with gradients on a sampled step, one value: the same for ``loss-diverged`` under
         # maximize.
@@ -131,10 +134,30 @@ class LossInputCheck:
         times the factor (``_standing_for``); a mean times the processes is
         ``loss-times-processes``."""
         node, scale = loss_inputs.unscaled(loss)
-        self.cross_entropy = _standing_for(self.cross_entropy, loss, node, scale)
+        summed = self._sum_of_cross_entropies(loss, node, scale)
+        self.cross_entropy = summed or _standing_for(self.cross_entropy, loss, node, scale)
         self.regression = _standing_for(self.regression, loss, node, scale)
         if self.cross_entropy is not None and self.cross_entropy[0] == id(loss):
             self._times_processes(self.cross_entropy[3])
+
+    def _sum_of_cross_entropies(
+        self, loss: torch.Tensor, node: Any, scale: float
+    ) -> tuple[int, int, Any, float] | None:
+        """``cross_entropy`` for a loss that adds up two or more of the step's cross-entropies
+        over the same classes, each times a constant of at most 1 (CLIP's symmetric loss,
+        ``(ce(logits, i) + ce(logits.T, i)) / 2``): a mean of cross-entropies over C classes,
+        at chance where each is; its factor the terms' summed. None for any other loss. The
+        nodes are let go here: held on, they would keep the graph's saved tensors."""
+        noted, self.cross_entropies = self.cross_entropies, {}
+        if len(noted) < 2 or type(node).__name__ != "AddBackward0":
+            return None
+        terms = loss_inputs.summed_terms(node)
+        if not terms or any(n not in noted or k > 1 for n, k in terms):
+            return None
+        classes = {noted[n][0] for n, _ in terms}
+        if len(classes) != 1 or scale > processes.world_size():
+            return None
+        return (id(loss), classes.pop(), None, scale * sum(noted[n][1] * k for n, k in terms))
 
     def _times_processes(self, factor: float) -> None:
         """The loss a backward of a sampled step is given is this process's mean cross-entropy
@@ -273,10 +296,14 @@ class LossInputCheck:
         ):
             # The result is the mean cross-entropy times the targets it adds up.
             self.cross_entropy = (id(result), classes, result.grad_fn, float(summed))
+            self.cross_entropies[result.grad_fn] = (classes, float(summed))
             weight, ignore, _ = _label_options(args[1:], kwargs)
-            self.batch_labels = (
-                self.labels.batch(target, classes, ignore) if weight is None else None
-            )
+            counted = self.labels.batch(target, classes, ignore) if weight is None else None
+            # Summed over the step's cross-entropies over these classes: micro-batches
+            # accumulated, or a loss that adds them up, stand at their counts' level.
+            last = self.batch_labels
+            same = last is not None and counted is not None and last.shape == counted.shape
+            self.batch_labels = last + counted if same else counted  # type: ignore[operator]
         if classes in self.paddings:
             self._padding_in_loss(fname, self.paddings[classes], classes, args, kwargs)
         if source is not None:

@@ -165,6 +165,20 @@ LOW_LR = ("lr-zero", "lr-schedule-stalled", "lr-collapsed")
 """Findings of a learning rate too low to train, which a loss at chance then follows."""
 
 
+def conv_over_embedding(module: nn.Module, dims: set[int]) -> bool:
+    """A dense ``Conv2d`` shaped to read embedded characters (``dims``: the models' embedding
+    sizes): one channel and a kernel as wide as an embedding (``Conv2d(1, out, (k, dim))`` over
+    [words x chars, 1, chars, dim]), or the embedding as channels under a 1 x k kernel
+    (``Conv2d(dim, out, (1, k))`` over [B, dim, words, chars]). A diffusion model's 3 x 3 convs
+    over channels as wide as its timestep Embedding are neither (its convolutions warned)."""
+    if not isinstance(module, nn.Conv2d) or module.groups != 1:
+        return False
+    height, width = module.kernel_size
+    return (module.in_channels == 1 and width in dims) or (
+        height == 1 and width > 1 and module.in_channels in dims
+    )
+
+
 class HealthMonitor(Callback):
     """Watches a training run and reports ``Finding``s (see ``treeqa.health.findings.CODES``).
 
@@ -330,12 +344,11 @@ class HealthMonitor(Callback):
         self.names = checks.module_names(self.models)
         modules = self._modules()
         self.loss_check.watch(modules)
-        # A dense 2-D/3-D conv in a model that embeds tokens: a conv over embedded text (the
-        # QANet report's 2-D character CNN), which a 1-D depthwise-separable one replaces.
-        # An image CNN's convolutions dominating is how it should look.
-        self.profile.conv_over_text = any(
-            isinstance(m, nn.Conv2d | nn.Conv3d) and m.groups == 1 for m in modules
-        ) and any(isinstance(m, nn.Embedding | nn.EmbeddingBag) for m in modules)
+        # A dense 2-D conv over embedded text (the QANet report's 2-D character CNN), which a
+        # 1-D depthwise-separable one replaces. An image CNN's convolutions dominating is how
+        # it should look, a diffusion model's with a timestep Embedding too.
+        dims = {m.embedding_dim for m in modules if isinstance(m, nn.Embedding | nn.EmbeddingBag)}
+        self.profile.conv_over_text = any(conv_over_embedding(m, dims) for m in modules)
         self.nonfinite.names = self.names
         seen: set[int] = set()
         self.params = []
@@ -411,9 +424,18 @@ class HealthMonitor(Callback):
         self._window_closed(self.profile.backward_returned())
 
     def end_step(
-        self, loss: torch.Tensor | float | None, step_time: float, data_time: float = 0.0
+        self,
+        loss: torch.Tensor | float | None,
+        step_time: float,
+        data_time: float = 0.0,
+        value_of: tuple[torch.Tensor, float] | None = None,
     ) -> None:
-        """Call after the optimiser step with the step's loss and its timings (seconds)."""
+        """Call after the optimiser step with the step's loss and its timings (seconds).
+
+        ``value_of``: (a tensor whose value is the step's loss, what that is ``loss``'s factor
+        times) where ``loss``, the last backward's, is not: the sum of n micro-batches' losses
+        each divided by n (n), the first of a closure's (1). The series holds it, and the loss
+        checks read it over ``loss``'s factor times that."""
         self.step = s = self.step + 1
         self.in_step = False
         step_time, self._begin_cost = max(0.0, step_time - self._begin_cost), 0.0
@@ -421,12 +443,13 @@ class HealthMonitor(Callback):
         value = math.nan  # a GPU tensor's value is filled in when its reading arrives
         tensor = loss if isinstance(loss, torch.Tensor) else None
         queued = tensor is not None and tensor.is_cuda
-        if tensor is not None:
+        shown, times = (tensor, 1.0) if value_of is None or tensor is None else value_of
+        if tensor is not None and shown is not None:
             self.retention.note_loss(s, tensor)
             if queued:
-                self.losses.add(s, tensor)
+                self.losses.add(s, shown)
             else:  # read at once: ~10 us less after a step than through the queue
-                value = (tensor if tensor.numel() == 1 else tensor.detach().float().mean()).item()
+                value = (shown if shown.numel() == 1 else shown.detach().float().mean()).item()
         elif loss is not None:
             value = float(loss)
         # Also around profiler windows, so their buffers are subtracted from fresh reads.
@@ -466,15 +489,16 @@ class HealthMonitor(Callback):
             self._remove_hooks()
         if self.sampling:
             ce, self.loss_check.cross_entropy = self.loss_check.cross_entropy, None
+            self.loss_check.cross_entropies = {}
             self.loss_check.scored = 0
             batch, self.loss_check.batch_labels = self.loss_check.batch_labels, None
             if ce is not None and tensor is not None and ce[0] == id(tensor) and ce[1] > 1:
-                self.chance.append((s, ce[1], ce[3]))  # the step's loss is that cross-entropy
+                self.chance.append((s, ce[1], ce[3] * times))  # the step's loss is that CE
                 if batch is not None:
                     self.batch_labels[s] = batch
             fitted, self.loss_check.regression = self.loss_check.regression, None
             if fitted is not None and tensor is not None and fitted[0] == id(tensor):
-                self.regression.append((s, fitted[1], fitted[3]))
+                self.regression.append((s, fitted[1], fitted[3] * times))
             self._sampled_checks(s)
             self.sampling = False
         if s - self._unused_from < 3 and self.params:

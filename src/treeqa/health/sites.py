@@ -33,13 +33,17 @@ def _framework(filename: str) -> bool:
     return any(p in parts for p in _SKIP_PACKAGES) or "runpy" in filename
 
 
+def users(filename: str) -> bool:
+    """Code of the user's: outside torch, this package, runpy and the frameworks."""
+    return not filename.startswith(_SKIP) and not _framework(filename)
+
+
 def user_site(depth: int = 1) -> str:
     """``file:line`` of the innermost caller outside torch, this package and runpy."""
     frame = sys._getframe(depth)
     while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith(_SKIP) and not _framework(name):
-            return f"{name}:{frame.f_lineno}"
+        if users(frame.f_code.co_filename):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back  # type: ignore[assignment]
     return ""
 

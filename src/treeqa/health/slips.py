@@ -115,8 +115,9 @@ def step_without_gradients(
         "it holds no parameter at all: its parameter groups are empty (given a generator, "
         "such as model.parameters(), that was read up before the optimiser was built?)"
         if empty
-        else "its parameters belong to no model that runs (was the model re-created, or "
-        "sharded by fully_shard or FullyShardedDataParallel, after the optimiser was built?)"
+        else "its parameters belong to no model that runs (was the model re-created, a new one "
+        "made to load a checkpoint into, or sharded by fully_shard or "
+        "FullyShardedDataParallel, after the optimiser was built?)"
         if stale
         else "the models that hold its parameters ran only under torch.no_grad() while the "
         "backward went through another model's graph, whose gradients no optimiser applies "
@@ -144,8 +145,20 @@ def step_without_gradients(
     )
 
 
-def not_in_optimiser(names: Sequence[str], values: int) -> Finding:
-    """Parameters of a model being trained that get gradients which no optimiser applies."""
+def not_in_optimiser(names: Sequence[str], values: int, outside: bool = False) -> Finding:
+    """Parameters of a model being trained that get gradients which no optimiser applies;
+    ``outside``: ``nn.Parameter``s the loss uses outside the trained models (``loose.py``)."""
+    if outside:
+        return Finding(
+            "not-in-optimiser",
+            "warning",
+            f"{len(names)} nn.Parameter tensors ({values} values) outside the trained models "
+            f"get gradients at every step but no optimiser that steps holds them, so they "
+            f"never change: {', '.join(names[:5])}",
+            fix="give them to the optimiser with the model's parameters (e.g. "
+            "AdamW([*model.parameters(), logit_scale])), or make them attributes of the model",
+            evidence={"parameters": list(names[:20]), "values": values, "outside": True},
+        )
     return Finding(
         "not-in-optimiser",
         "warning",
@@ -223,6 +236,31 @@ def evaluation_with_gradients(forwards: int) -> Finding:
         "on and no backward, an evaluation outside torch.no_grad(): autograd records every "
         "evaluation forward and keeps its activations while the outputs live, for nothing",
         evidence={"forwards_in_a_row": forwards},
+    )
+
+
+def frozen_in_train_mode(model: str, steps: int, modules: Sequence[str]) -> Finding | None:
+    """A model nothing trains (its weights fixed, no stepping optimiser holding them) ran
+    without gradients in train mode on ``steps`` sampled steps in a row: a frozen teacher left
+    in train mode. ``modules``: its layers in train mode that compute differently in eval mode;
+    without them the mode changes nothing."""
+    if not modules:
+        return None
+    effects = []
+    if any("Dropout" in m for m in modules):
+        effects.append("dropout drops units from the outputs it gives")
+    if any("Norm" in m for m in modules):
+        effects.append(
+            "batch norm normalises with each batch's statistics and moves its running ones"
+        )
+    return Finding(
+        "frozen-in-train-mode",
+        "warning",
+        f"a {model} that nothing trains (its weights never change) ran without gradients in "
+        f"train mode on {steps} sampled steps in a row, as a frozen teacher, reference model or "
+        f"feature extractor left as built or loaded does: {', '.join(modules[:3])} run as in "
+        f"training ({'; '.join(effects)})",
+        evidence={"model": model, "sampled_steps": steps, "mode_dependent": list(modules[:10])},
     )
 
 

@@ -18,7 +18,10 @@ every backward) and reports to the monitor:
   models run under ``no_grad`` only (a teacher's, not the student's): said at the run's end.
 - ``not-in-optimiser``: on the clock's 10th step, parameters of the models it trains got
   gradients but no optimiser that stepped holds them (a layer added after the optimiser was
-  built, a parameter list that left one out).
+  built, a parameter list that left one out); and ``nn.Parameter``s the loss uses outside the
+  models, which none holds, left where they started (``loose.py``).
+- ``frozen-in-train-mode``: a model nothing trains ran without gradients in train mode on
+  sampled steps (a teacher left as loaded: ``teachers.py``).
 - ``module-not-registered``: on that step too, layers the models hold in plain lists, tuples
   or dicts (``registration.py``), so not among their parameters, got gradients.
 - ``train-in-eval-mode``: the models the clock trains ran their forwards with gradients in
@@ -61,7 +64,7 @@ Per step this costs a few attribute reads; the hooks are on sampled steps only.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -71,10 +74,12 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR,
 from treeqa.health import registration, sites, slips
 from treeqa.health.findings import Finding
 from treeqa.health.hand import HandUpdates
+from treeqa.health.loose import LooseParameters
 from treeqa.health.probes import Probe
 from treeqa.health.processes import local_part
 from treeqa.health.profile import in_backward
 from treeqa.health.scalers import LossScalers
+from treeqa.health.teachers import FrozenInTrainMode
 from treeqa.health.wrap import Watched, Wrappers, note_calls, note_calls_of, note_function_calls
 
 EMPTY_STEPS = 20
@@ -112,6 +117,10 @@ class Updates:
         # optimiser's, outside them); and each other optimiser's, from one of its steps to the
         # next (weak: a finished run's).
         self.probes: dict[str, Probe] = {}
+        self.loose = LooseParameters()  # nn.Parameters the loss uses outside the models
+        self.ran = False  # a model the clock trains ran a forward this step, with or without
+        self.tops: list[weakref.ref[nn.Module]] = []  # every model the doctor hooked
+        self.teachers = FrozenInTrainMode(lambda model: _mode_dependent([model], True))
         self.other_probes: weakref.WeakKeyDictionary[torch.optim.Optimizer, Probe] = (
             weakref.WeakKeyDictionary()
         )
@@ -253,6 +262,7 @@ class Updates:
 
     def forward(self, module: nn.Module, args: tuple[Any, ...] = ()) -> None:
         """A model the clock trains starts a forward; ``args``: its positional inputs."""
+        self.ran = True
         if torch.is_grad_enabled():
             self.mode |= 1 if module.training else 2
             if not module.training:
@@ -399,10 +409,11 @@ class Updates:
         roots: list[nn.Module],
         params: list[tuple[str, nn.Parameter]],
         graph: bool = False,
+        loss: torch.Tensor | None = None,
     ) -> None:
         """After the clock's optimiser step ``step`` (``sampled``: the monitor sampled it);
         ``roots``: the models it trains, ``params`` their trained parameters; ``graph``: a
-        backward of the step ran through an autograd graph."""
+        backward of the step ran through an autograd graph, ``loss`` the step's loss."""
         said = set()
         by_hand = isinstance(optimizer, HandUpdates)
         for key, probe in self.probes.items():
@@ -422,11 +433,15 @@ class Updates:
         # is judged at the run's end (built over a teacher run under no_grad, not the student).
         # (A forward with gradients in eval mode counts: a frozen model in eval mode that a
         # prompt's gradients run through.)
-        no_grad = graph and bool(roots) and not self.mode & 3
-        frozen = no_grad and not self._alone(optimizer)
+        # Its models ran no forward with gradients: under no_grad, or not at all (replaced
+        # by a new model, loaded from a checkpoint, which this optimiser does not hold).
+        idle = graph and bool(roots) and not self.mode & 3
+        stale, no_grad = not roots or (idle and not self.ran), idle and self.ran
+        self.ran = False
+        frozen = idle and not self._alone(optimizer)
         # Updates by hand are seen after the update, the gradients maybe cleared by then.
         if self.backwards and not frozen and not by_hand:
-            self._note_gradients(optimizer, roots, graph, step, no_grad)
+            self._note_gradients(optimizer, graph, step, no_grad, stale)
         if self.stepped_grads and not by_hand:
             self._note_stale(params)
         self.stepped_grads = []
@@ -440,12 +455,20 @@ class Updates:
             ]
         if sampled and not by_hand:
             self._note_frozen_decayed(optimizer, roots)
+            self._report(self.teachers.end_sampled_step(self._held(optimizer)))
         if step - self.first + 1 == ORPHAN_STEP:
-            self._note_unregistered(optimizer, roots)
+            unregistered = self._note_unregistered(optimizer, roots)
             if not by_hand:
                 self._note_orphans(optimizer, roots)
+            if not by_hand and loss is not None:
+                hooked = [*roots, *(m for m in (ref() for ref in self.tops) if m is not None)]
+                known = [p for model in hooked for p in model.parameters()] + unregistered
+                self.loose.look(step, loss, self._held(optimizer), known)
         elif step - self.first + 1 > ORPHAN_STEP and sampled and not by_hand:
             self._note_late_orphans(optimizer, roots)
+            if self.loose.noted:
+                stuck = self.loose.stuck(step, self._held(optimizer))
+                self._report_orphans(stuck, outside=True)
         self.backwards = 0
         self.no_grad_run, self._no_grad_input = 0, None
         self.eval_grad_run = 0
@@ -457,10 +480,10 @@ class Updates:
     def _note_gradients(
         self,
         optimizer: torch.optim.Optimizer,
-        roots: list[nn.Module],
         graph: bool,
         step: int,
         no_grad: bool = False,
+        stale: bool = False,
     ) -> None:
         # The parameter that had a gradient last time first: a frozen backbone given to the
         # optimiser is not walked again on every step.
@@ -483,7 +506,7 @@ class Updates:
         if self.empty == EMPTY_STEPS:
             found = slips.step_without_gradients(
                 self.empty,
-                stale=not roots,
+                stale=stale,
                 streak=EMPTY_STEPS,
                 frozen=not wanted,
                 no_grad=no_grad,
@@ -550,7 +573,10 @@ class Updates:
             for p in group["params"]
         }
 
-    def _note_unregistered(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
+    def _note_unregistered(
+        self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]
+    ) -> list[nn.Parameter]:
+        """``module-not-registered``; the parameters it names."""
         # Their gradients are never cleared (zero_grad() does not reach them): had the
         # forward used them since the first step, they have one.
         found = [f for f in registration.unregistered(roots) if f[3].grad is not None]
@@ -558,6 +584,7 @@ class Updates:
             held = self._held(optimizer)
             trained = all(id(p) in held for *_, p in found)
             self._report(registration.module_not_registered(found, trained))
+        return [p for *_, p in found]
 
     def _note_orphans(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
         held = self._held(optimizer)
@@ -590,10 +617,14 @@ class Updates:
                     orphans.append(((f"model{i}." if i else "") + name, p))
         self._report_orphans(orphans)
 
-    def _report_orphans(self, orphans: list[tuple[str, nn.Parameter]]) -> None:
+    def _report_orphans(
+        self, orphans: Sequence[tuple[str, torch.Tensor]], outside: bool = False
+    ) -> None:
+        """``outside``: parameters outside the trained models (``loose.py``)."""
         if orphans:
             names = [n for n, _ in orphans]
-            self._report(slips.not_in_optimiser(names, sum(p.numel() for _, p in orphans)))
+            values = sum(p.numel() for _, p in orphans)
+            self._report(slips.not_in_optimiser(names, values, outside))
 
     def _note_float16(self) -> None:
         # The loss is scaled before its backward, so by the step it has been seen.

@@ -1,0 +1,84 @@
+"""Frozen models run in train mode: a teacher that distils into a student, left as it was
+built or loaded (``nn.Module``s start in train mode, and ``student.train()`` does not reach
+it), so its dropout perturbs the targets it gives and its batch norm normalises with each
+batch's statistics and moves its running ones (``frozen-in-train-mode``).
+
+A model's forward on a sampled step is noted where the clock does not train it, it runs
+without gradients (under ``no_grad`` or with ``requires_grad`` off) in train mode, and no
+stepping optimiser holds its weights. On ``STEPS`` sampled steps in a row with its weights as
+they were (their version counters unchanged) and a dropout or batch-norm layer in train mode,
+the finding is made. A model whose weights ever move is let go for good: a momentum teacher
+(BYOL, DINO, MoCo: an average of the student, often in train mode on purpose) or a target
+network copied from the policy now and then.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from treeqa.health import sites, slips
+from treeqa.health.findings import Finding
+
+STEPS = 5
+"""Sampled steps in a row on which a frozen model ran in train mode."""
+
+
+def _versions(model: nn.Module) -> int:
+    return sum(p._version for p in model.parameters())
+
+
+class FrozenInTrainMode:
+    def __init__(self, mode_dependent: Callable[[nn.Module], list[str]]) -> None:
+        self.mode_dependent = mode_dependent  # a model's layers in train mode that matter
+        # id -> (the model, weakly; its weights' versions; sampled steps in a row seen)
+        self.models: dict[int, tuple[weakref.ref[nn.Module], int, int]] = {}
+        self.moved: set[int] = set()  # models whose weights moved: not frozen
+        self.seen: set[int] = set()  # noted on this sampled step
+        self.where: dict[int, str] = {}  # the line of the script that ran each one
+        self.said = False
+
+    def forward(self, model: nn.Module) -> None:
+        """On a sampled step, a model the clock does not train starts a forward."""
+        key = id(model)
+        if self.said or key in self.moved or not model.training or key in self.seen:
+            return
+        if torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters()):
+            return
+        self.seen.add(key)
+        versions = _versions(model)
+        ref, before, steps = self.models.get(key, (weakref.ref(model), versions, 0))
+        if versions != before:
+            self.moved.add(key)
+            self.models.pop(key, None)
+            return
+        self.models[key] = (ref, versions, steps)
+        self.where[key] = sites.user_site()
+
+    def end_sampled_step(self, held: set[int]) -> Finding | None:
+        """After a sampled step: count the models noted on it (``held``: the stepping
+        optimisers' parameters, by id), forget those that were not."""
+        seen, self.seen = self.seen, set()
+        found = None
+        for key, (ref, versions, steps) in list(self.models.items()):
+            model = ref()
+            if model is None or key not in seen:
+                del self.models[key]
+                continue
+            if any(id(p) in held for p in model.parameters()):
+                self.moved.add(key)
+                del self.models[key]
+                continue
+            self.models[key] = (ref, versions, steps + 1)
+            if steps + 1 >= STEPS and found is None:
+                found = slips.frozen_in_train_mode(
+                    type(model).__name__, steps + 1, self.mode_dependent(model)
+                )
+                if found is not None:
+                    found.where = self.where.get(key, "")
+                    self.said = True
+                    self.models.clear()
+        return found
