@@ -151,6 +151,7 @@ CLEAN = [
     "clean_loose_parameters.py",
     "clean_momentum_teacher.py",
     "clean_symmetric_contrastive.py",
+    "clean_token_accumulation.py",
     "clean_gru.py",
     "clean_ctc.py",  # log_softmax over the last dimension
     "clean_transformer.py",
@@ -526,6 +527,7 @@ def test_a_dominant_2d_char_cnn_is_a_warning_read_in_two_windows(doctor_report) 
         "clean_activation_checkpointing.py",
         "clean_pinn_by_hand.py",
         "clean_grad_accumulation.py",
+        "clean_token_accumulation.py",
         "clean_lbfgs.py",
     ],
 )
@@ -536,7 +538,9 @@ def test_the_loss_of_a_step_is_the_one_the_script_trains_on(name: str, doctor_re
     torch.autograd.grad of ``u.sum()`` before its own: that sum was read (2.0, 9.8, -3.6 where
     the loss read 0.001). Accumulation over 4 micro-batches, each divided by 4: the last one's
     quarter was read (a masked language model's step read 1.05 where it printed 4.34). L-BFGS's
-    step evaluates its closure several times: the last was read, the next step's loss."""
+    step evaluates its closure several times: the last was read, the next step's loss. The
+    transformers ``Trainer`` divides each micro-batch's summed token loss by the step's token
+    count: its logged losses read 3.34, the series 0.83."""
     _, report, out = doctor_report(name)
     printed = [float(v) for v in out.split("losses ")[1].split()]
     series = report["series"]

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from treeqa.health import graphs, run_doctor
+from treeqa.health import graphs, run_doctor, sites
 from treeqa.health.graphs import holder_name
 
 GRAPH_CODES = ("graph-retained", "loss-accumulated-with-graph", "retain-graph-every-step")
@@ -293,3 +293,25 @@ def test_a_scan_passes_by_views_whose_base_changed_in_place_since() -> None:
     found = graphs.scan(graphs.next_sequence_nr(), floor=floor)
     assert found.tensors == len(kept)
     assert graphs.sequence_nr(weight) == -1 and graphs.sequence_nr(bias) == -1
+
+
+def test_a_holders_site_is_the_line_that_gives_it_a_graph(tmp_path: Path) -> None:
+    """Not its empty start, nor a line under no_grad: a prioritised replay's
+    ``self.prios[i] = self.prios.max()`` under no_grad was named, where ``self.prios[idx] =
+    td.abs()`` kept the TD errors' graphs."""
+    script = tmp_path / "replay.py"
+    script.write_text(
+        "class Replay:\n"
+        "    def __init__(self):\n"
+        "        self.prios = torch.zeros(100)\n"
+        "    @torch.no_grad()\n"
+        "    def reset(self, i):\n"
+        "        self.prios[i] = self.prios.max()\n"
+        "    def add(self, i, idx, td):\n"
+        "        with torch.no_grad():\n"
+        "            self.prios[i] = self.prios.max()\n"
+        "        self.prios[idx] = td.abs() + 1e-3\n"
+    )
+    assert sites.assignment_site([str(script)], "prios", True) == f"{script}:10"
+    script.write_text("total = 0\nfor x in xs:\n    total += loss(x)\n")
+    assert sites.assignment_site([str(script)], "total") == f"{script}:3"

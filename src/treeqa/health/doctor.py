@@ -346,23 +346,25 @@ class Doctor:
 
     def _take_loss(
         self, closure: bool = False
-    ) -> tuple[torch.Tensor | None, tuple[torch.Tensor, float] | None]:
+    ) -> tuple[torch.Tensor | None, tuple[torch.Tensor, int] | None]:
         """The step's loss (its last backward's), and where that is not the step's loss, the
         monitor's ``value_of``: (the sum of its backward losses, their count n) where the step
-        accumulated gradients over n micro-batches each divided by n (the sum is the mean of
-        the micro-batches', which a script prints, not the last one's 1/n); (the first, 1)
+        accumulated gradients over n micro-batches, each loss divided by the same constant
+        (by n: the sum is the mean of the micro-batches', which a script prints, not the last
+        one's 1/n; by the step's count of tokens, as the transformers ``Trainer`` divides a
+        causal LM's summed cross-entropy: the mean over the step's tokens); (the first, 1)
         where the clock's step was given a ``closure`` (LBFGS re-evaluates it as it moves the
         weights, and its step returns the first: the last was the next step's loss). Other
-        steps with several backwards (a GAN's two models, per-task backwards) keep the
-        last's."""
+        steps with several backwards (a GAN's two models, SAM's two passes, per-task
+        backwards: none divided) keep the last's."""
         loss, total, first, scales = self.loss, self.loss_total, self.loss_first, self.loss_scales
         self.loss, self.loss_of_weights, self.loss_scales = None, False, []
         self.loss_total = self.loss_first = None
         n = len(scales)
         if n > 1 and closure and first is not None:
-            return loss, (first, 1.0)
-        micro = n > 1 and all(abs(s * n - 1) < 1e-6 for s in scales)
-        return loss, (total, float(n)) if micro and total is not None else None
+            return loss, (first, 1)
+        divided = n > 1 and scales[0] < 1 and all(abs(s / scales[0] - 1) < 1e-6 for s in scales)
+        return loss, (total, n) if divided and total is not None else None
 
     def _note_grad(self, outputs: Any, inputs: Any) -> None:
         """``torch.autograd.grad(outputs, inputs, ...)`` is about to run: gradients a script
@@ -476,7 +478,6 @@ class Doctor:
                 continue
             if id(top) not in self.hooked and next(top.parameters(), None) is not None:
                 self.hooked.add(id(top))
-                self.updates.tops.append(weakref.ref(top))
                 self.root_handles.append(
                     top.register_forward_pre_hook(self.root_pre_hook, with_kwargs=True)
                 )
@@ -529,7 +530,6 @@ class Doctor:
         while self.root_handles:
             self.root_handles.pop().remove()
         self.hooked.clear()
-        self.updates.tops.clear()
         self._hook_tops(tops)
         for top in tops:
             wrapped = getattr(top, "module", None)  # DistributedDataParallel's

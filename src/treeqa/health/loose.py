@@ -1,11 +1,12 @@
-"""``nn.Parameter``s a loss uses that live outside the trained models: a learned temperature
-(CLIP's ``logit_scale``) or the weights of several losses kept beside the model, in the script.
-``model.parameters()`` does not hold them, so an optimiser built from it leaves them where they
-started, though they get a gradient at every step (``not-in-optimiser``).
+"""``nn.Parameter``s a loss uses outside the models the clock trains: a learned temperature
+(CLIP's ``logit_scale``) or the weights of several losses kept beside the model in the script,
+or a second model the loss runs through with gradients (a domain classifier, a DQN's target
+network whose targets were not detached). No optimiser that steps holds them, so they stay
+where they started, though they get a gradient at every step (``not-in-optimiser``).
 
 Read once, at the clock's ``ORPHAN_STEP``: the step's loss graph is walked to its leaves (its
 ``AccumulateGrad`` nodes stay reachable after the backward), and each ``nn.Parameter`` there
-that no model the doctor hooked and no stepping optimiser holds is noted with its gradient and
+that neither the clock's models nor a stepping optimiser holds is noted with its gradient and
 value. A sampled step ``WAIT`` steps later or more judges it: a fresh gradient with the value
 unchanged means nothing applies it (an optimiser that accumulates over 32 micro-batches first
 steps at the 32nd: judged at step 20, its parameters read as stuck). Updated by hand (``p -= lr * p.grad``, through ``.data`` too), or by an optimiser that
@@ -56,7 +57,8 @@ def leaves(loss: torch.Tensor) -> list[torch.Tensor]:
 
 def script_names(values: Iterable[torch.Tensor]) -> dict[int, str]:
     """The names the script's innermost frame outside torch and this package (and its
-    module's globals) gives ``values``, by id."""
+    module's globals) gives ``values``, by id: a variable's, or a model's and the parameter's
+    in it (``target_net.0.weight``)."""
     wanted = {id(v) for v in values}
     frame: Any = sys._getframe(1)
     while frame is not None and not sites.users(frame.f_code.co_filename):
@@ -66,8 +68,14 @@ def script_names(values: Iterable[torch.Tensor]) -> dict[int, str]:
     names: dict[int, str] = {}
     for scope in (frame.f_globals, frame.f_locals):
         for name, value in scope.items():
-            if id(value) in wanted and not name.startswith("_"):
+            if name.startswith("_"):
+                continue
+            if id(value) in wanted:
                 names[id(value)] = name
+            elif isinstance(value, nn.Module):
+                for inner, p in value.named_parameters():
+                    if id(p) in wanted:
+                        names.setdefault(id(p), f"{name}.{inner}")
     return names
 
 
@@ -82,7 +90,7 @@ class LooseParameters:
         self, step: int, loss: torch.Tensor, held: set[int], known: Iterable[torch.Tensor]
     ) -> None:
         """At ``ORPHAN_STEP``: the parameters ``loss`` reaches that neither ``held`` (the
-        stepping optimisers' parameters, by id) nor ``known`` (the hooked models', and those
+        stepping optimisers' parameters, by id) nor ``known`` (the clock's models', and those
         ``module-not-registered`` names) has."""
         self.at = step
         skip = held | {id(p) for p in known}

@@ -70,6 +70,9 @@ class LossInputCheck:
         # every such cross-entropy of the sampled step: its node -> (classes, scale), for a
         # loss that adds several up (``_sum_of_cross_entropies``)
         self.cross_entropies: dict[Any, tuple[int, float]] = {}
+        # the factor of each backward loss of the sampled step over its cross-entropy's mean
+        # (NaN: no cross-entropy): the factor of their sum, where a step accumulates
+        self.factors: list[float] = []
         # (id, function, autograd node, scale) of the last regression loss (``ELEMENTWISE``)
         # with gradients on a sampled step, one value: the same for ``loss-diverged`` under
         # maximize.
@@ -139,6 +142,9 @@ class LossInputCheck:
         self.regression = _standing_for(self.regression, loss, node, scale)
         if self.cross_entropy is not None and self.cross_entropy[0] == id(loss):
             self._times_processes(self.cross_entropy[3])
+            self.factors.append(self.cross_entropy[3])
+        else:
+            self.factors.append(math.nan)
 
     def _sum_of_cross_entropies(
         self, loss: torch.Tensor, node: Any, scale: float

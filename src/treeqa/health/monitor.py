@@ -428,14 +428,14 @@ class HealthMonitor(Callback):
         loss: torch.Tensor | float | None,
         step_time: float,
         data_time: float = 0.0,
-        value_of: tuple[torch.Tensor, float] | None = None,
+        value_of: tuple[torch.Tensor, int] | None = None,
     ) -> None:
         """Call after the optimiser step with the step's loss and its timings (seconds).
 
-        ``value_of``: (a tensor whose value is the step's loss, what that is ``loss``'s factor
-        times) where ``loss``, the last backward's, is not: the sum of n micro-batches' losses
-        each divided by n (n), the first of a closure's (1). The series holds it, and the loss
-        checks read it over ``loss``'s factor times that."""
+        ``value_of``: (a tensor whose value is the step's loss where ``loss``, the last
+        backward's, is not; how many backward losses it adds up): the sum of the losses of n
+        micro-batches each divided alike (n), the first of a closure's (1). The series holds
+        it; the loss checks read a sum over the factors of its terms (each backward's)."""
         self.step = s = self.step + 1
         self.in_step = False
         step_time, self._begin_cost = max(0.0, step_time - self._begin_cost), 0.0
@@ -443,7 +443,7 @@ class HealthMonitor(Callback):
         value = math.nan  # a GPU tensor's value is filled in when its reading arrives
         tensor = loss if isinstance(loss, torch.Tensor) else None
         queued = tensor is not None and tensor.is_cuda
-        shown, times = (tensor, 1.0) if value_of is None or tensor is None else value_of
+        shown, terms = (tensor, 1) if value_of is None or tensor is None else value_of
         if tensor is not None and shown is not None:
             self.retention.note_loss(s, tensor)
             if queued:
@@ -490,15 +490,21 @@ class HealthMonitor(Callback):
         if self.sampling:
             ce, self.loss_check.cross_entropy = self.loss_check.cross_entropy, None
             self.loss_check.cross_entropies = {}
+            factors, self.loss_check.factors = self.loss_check.factors, []
+            # A sum of n backward losses: its factor is theirs added up (NaN: one was no
+            # cross-entropy, and the sum none either).
+            factor = ce[3] if ce is not None and terms == 1 else math.fsum(factors[-terms:])
+            if terms > 1 and (len(factors) < terms or not math.isfinite(factor)):
+                ce = None
             self.loss_check.scored = 0
             batch, self.loss_check.batch_labels = self.loss_check.batch_labels, None
             if ce is not None and tensor is not None and ce[0] == id(tensor) and ce[1] > 1:
-                self.chance.append((s, ce[1], ce[3] * times))  # the step's loss is that CE
+                self.chance.append((s, ce[1], factor))  # the step's loss is that CE
                 if batch is not None:
                     self.batch_labels[s] = batch
             fitted, self.loss_check.regression = self.loss_check.regression, None
             if fitted is not None and tensor is not None and fitted[0] == id(tensor):
-                self.regression.append((s, fitted[1], fitted[3] * times))
+                self.regression.append((s, fitted[1], fitted[3] * terms))
             self._sampled_checks(s)
             self.sampling = False
         if s - self._unused_from < 3 and self.params:

@@ -74,6 +74,10 @@ def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) ->
     state + h``): that is where a graph grows, not where the holder starts empty.
 
     ``attribute``: only ``obj.attr = ...`` counts (a local ``attr = ...`` is another variable).
+    Lines under ``torch.no_grad()`` make no graph and come last, and an empty start
+    (``torch.zeros(n)``) after any other (a prioritised replay's ``self.prios[i] =
+    self.prios.max()`` under no_grad was named, where ``self.prios[idx] = td.abs()`` kept the
+    TD errors' graphs).
     """
     # A statement that starts with the target (``x.attr = ...``), not prose that mentions it.
     prefix = "+" if attribute else "*"
@@ -81,7 +85,7 @@ def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) ->
     pattern = re.compile(
         rf"^\s*([\w\[\]]+\.){prefix}{re.escape(attr)}(?:\[[^\]]*\])?\s*(=(?!=)|\+=)"
     )
-    first = ""
+    found: list[tuple[bool, bool, bool, int, str]] = []  # ranked: see below
     for name in files:
         try:
             lines = Path(name).read_text(encoding="utf-8").splitlines()
@@ -93,7 +97,39 @@ def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) ->
             if target is None or re.search(r"=\s*None\s*$", code):
                 continue
             value = code[target.start(2) :]  # "= ..." or "+= ..."
-            if value.startswith("+=") or re.search(rf"\b{re.escape(attr)}\b", value):
-                return f"{name}:{i}"
-            first = first or f"{name}:{i}"
-    return first
+            reads = value.startswith("+=") or re.search(rf"\b{re.escape(attr)}\b", value)
+            empty = re.match(_EMPTY, value) is not None
+            # Outside no_grad first, then not an empty start, then reading it, then first.
+            site = (_under_no_grad(lines, i - 1), empty, not reads, len(found), f"{name}:{i}")
+            found.append(site)
+    return min(found)[4] if found else ""
+
+
+_EMPTY = re.compile(
+    r"=\s*(torch\.(zeros|ones|empty|full|tensor)\b|\[\s*\]|\{\s*\}|0(\.0*)?\s*$|None\s*$)"
+)
+"""A holder's empty start (``self.prios = torch.zeros(n)``): where it gets a graph is later."""
+
+
+def _under_no_grad(lines: list[str], at: int) -> bool:
+    """Line ``at`` (0-based) sits in a ``with torch.no_grad():`` (or ``inference_mode``) block,
+    or a function decorated with one, read by indentation."""
+    indent = len(lines[at]) - len(lines[at].lstrip())
+    decorators = False  # reading the lines just above a def, at its depth
+    for line in reversed(lines[:at]):
+        stripped = line.lstrip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        depth = len(line) - len(stripped)
+        if decorators and depth == indent and stripped.startswith("@"):
+            if re.match(r"@.*\b(no_grad|inference_mode)\b", stripped):
+                return True
+            continue
+        decorators = False
+        if depth >= indent:
+            continue
+        if re.match(r"(async\s+)?with\b.*\b(no_grad|inference_mode)\(", stripped):
+            return True
+        decorators = re.match(r"(async\s+def|def)\b", stripped) is not None
+        indent = depth
+    return False

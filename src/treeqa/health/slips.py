@@ -156,7 +156,10 @@ def not_in_optimiser(names: Sequence[str], values: int, outside: bool = False) -
             f"get gradients at every step but no optimiser that steps holds them, so they "
             f"never change: {', '.join(names[:5])}",
             fix="give them to the optimiser with the model's parameters (e.g. "
-            "AdamW([*model.parameters(), logit_scale])), or make them attributes of the model",
+            "AdamW([*model.parameters(), logit_scale])), or make them attributes of the model; "
+            "if they are meant to stay as they are (a target network, a frozen model), compute "
+            "through them under torch.no_grad() or set requires_grad_(False), so that backward "
+            "skips them",
             evidence={"parameters": list(names[:20]), "values": values, "outside": True},
         )
     return Finding(

@@ -5,11 +5,13 @@ batch's statistics and moves its running ones (``frozen-in-train-mode``).
 
 A model's forward on a sampled step is noted where the clock does not train it, it runs
 without gradients (under ``no_grad`` or with ``requires_grad`` off) in train mode, and no
-stepping optimiser holds its weights. On ``STEPS`` sampled steps in a row with its weights as
-they were (their version counters unchanged) and a dropout or batch-norm layer in train mode,
-the finding is made. A model whose weights ever move is let go for good: a momentum teacher
-(BYOL, DINO, MoCo: an average of the student, often in train mode on purpose) or a target
-network copied from the policy now and then.
+stepping optimiser holds its weights. Judged when the run ends: noted on ``STEPS`` sampled
+steps in a row or more, its weights as they were all along (their version counters unchanged)
+and a dropout or batch-norm layer in train mode, it makes the finding. A model whose weights
+ever move is let go for good: a momentum teacher (BYOL, DINO, MoCo: an average of the student,
+often in train mode on purpose) or a target network copied from the policy now and then (a
+DroQ-style one, with dropout, first copied at step 100, read as frozen at step 30 when judged
+on the way).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from treeqa.health import sites, slips
 from treeqa.health.findings import Finding
 
 STEPS = 5
-"""Sampled steps in a row on which a frozen model ran in train mode."""
+"""Sampled steps in a row on which a frozen model ran in train mode, at least."""
 
 
 def _versions(model: nn.Module) -> int:
@@ -58,27 +60,34 @@ class FrozenInTrainMode:
         self.models[key] = (ref, versions, steps)
         self.where[key] = sites.user_site()
 
-    def end_sampled_step(self, held: set[int]) -> Finding | None:
+    def end_sampled_step(self, held: set[int]) -> None:
         """After a sampled step: count the models noted on it (``held``: the stepping
-        optimisers' parameters, by id), forget those that were not."""
+        optimisers' parameters, by id); one not noted starts its count again, unless it has
+        made it (a teacher used for the first part of a run)."""
         seen, self.seen = self.seen, set()
-        found = None
         for key, (ref, versions, steps) in list(self.models.items()):
             model = ref()
-            if model is None or key not in seen:
-                del self.models[key]
-                continue
-            if any(id(p) in held for p in model.parameters()):
+            if model is None or any(id(p) in held for p in model.parameters()):
                 self.moved.add(key)
                 del self.models[key]
+            elif key in seen:
+                self.models[key] = (ref, versions, steps + 1)
+            elif steps < STEPS:
+                del self.models[key]
+
+    def finish(self) -> Finding | None:
+        """The run ended: the first model noted on ``STEPS`` sampled steps in a row or more
+        whose weights never moved."""
+        for key, (ref, versions, steps) in self.models.items():
+            model = ref()
+            if model is None or steps < STEPS or _versions(model) != versions:
                 continue
-            self.models[key] = (ref, versions, steps + 1)
-            if steps + 1 >= STEPS and found is None:
-                found = slips.frozen_in_train_mode(
-                    type(model).__name__, steps + 1, self.mode_dependent(model)
-                )
-                if found is not None:
-                    found.where = self.where.get(key, "")
-                    self.said = True
-                    self.models.clear()
-        return found
+            found = slips.frozen_in_train_mode(
+                type(model).__name__, steps, self.mode_dependent(model)
+            )
+            if found is not None:
+                found.where = self.where.get(key, "")
+                self.said = True
+                self.models.clear()
+                return found
+        return None

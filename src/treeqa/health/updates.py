@@ -119,7 +119,6 @@ class Updates:
         self.probes: dict[str, Probe] = {}
         self.loose = LooseParameters()  # nn.Parameters the loss uses outside the models
         self.ran = False  # a model the clock trains ran a forward this step, with or without
-        self.tops: list[weakref.ref[nn.Module]] = []  # every model the doctor hooked
         self.teachers = FrozenInTrainMode(lambda model: _mode_dependent([model], True))
         self.other_probes: weakref.WeakKeyDictionary[torch.optim.Optimizer, Probe] = (
             weakref.WeakKeyDictionary()
@@ -455,14 +454,13 @@ class Updates:
             ]
         if sampled and not by_hand:
             self._note_frozen_decayed(optimizer, roots)
-            self._report(self.teachers.end_sampled_step(self._held(optimizer)))
+            self.teachers.end_sampled_step(self._held(optimizer))
         if step - self.first + 1 == ORPHAN_STEP:
             unregistered = self._note_unregistered(optimizer, roots)
             if not by_hand:
                 self._note_orphans(optimizer, roots)
             if not by_hand and loss is not None:
-                hooked = [*roots, *(m for m in (ref() for ref in self.tops) if m is not None)]
-                known = [p for model in hooked for p in model.parameters()] + unregistered
+                known = [p for model in roots for p in model.parameters()] + unregistered
                 self.loose.look(step, loss, self._held(optimizer), known)
         elif step - self.first + 1 > ORPHAN_STEP and sampled and not by_hand:
             self._note_late_orphans(optimizer, roots)
@@ -725,6 +723,7 @@ class Updates:
         if self.low_since is not None:
             self._report(self._lr_collapsed(step), at_step=False)
         self._one_cycles_judged(step)
+        self._report(self.teachers.finish(), at_step=False)
 
     def _one_cycles_judged(self, step: int) -> None:
         """The clock's run ended at ``step`` (the script's end, or another clock): its
