@@ -80,6 +80,7 @@ EXPECTED = {
     "bug_frozen_in_train_mode.py": "frozen-in-train-mode",  # a teacher's dropout on
     "bug_resumed_with_old_optimiser.py": "step-without-gradients",  # over the old model
     "bug_loose_parameter_not_in_optimiser.py": "not-in-optimiser",  # a temperature beside it
+    "bug_second_model_not_in_optimiser.py": "not-in-optimiser",  # a domain classifier
     "bug_unfrozen_not_in_optimiser.py": "not-in-optimiser",  # unfrozen after the first steps
     "bug_prompt_not_in_optimiser.py": "step-without-gradients",  # all frozen, a prompt trains
     "bug_optimiser_over_teacher.py": "step-without-gradients",  # the student trains
