@@ -249,13 +249,11 @@ def frozen_in_train_mode(model: str, steps: int, modules: Sequence[str]) -> Find
     without them the mode changes nothing."""
     if not modules:
         return None
-    effects = []
-    if any("Dropout" in m for m in modules):
-        effects.append("dropout drops units from the outputs it gives")
-    if any("Norm" in m for m in modules):
-        effects.append(
-            "batch norm normalises with each batch's statistics and moves its running ones"
-        )
+    effects = _train_mode_effects(
+        modules,
+        "dropout drops units from the outputs it gives",
+        "batch norm normalises with each batch's statistics and moves its running ones",
+    )
     return Finding(
         "frozen-in-train-mode",
         "warning",
@@ -267,20 +265,25 @@ def frozen_in_train_mode(model: str, steps: int, modules: Sequence[str]) -> Find
     )
 
 
+def _train_mode_effects(modules: Sequence[str], dropout: str, norm: str) -> list[str]:
+    """What train mode changes in ``modules`` (``_mode_dependent``'s names), said so."""
+    return [dropout] * any("Dropout" in m for m in modules) + [norm] * any(
+        "Norm" in m for m in modules
+    )
+
+
 def eval_in_train_mode(forwards: int, modules: Sequence[str]) -> Finding | None:
     """A model the optimiser trains ran ``forwards`` forwards in a row without gradients in
     train mode: an evaluation without ``model.eval()``. ``modules``: its layers in train mode
     that compute differently in eval mode; without them the mode changes nothing."""
     if not modules:
         return None
-    effects = []
-    if any("Dropout" in m for m in modules):
-        effects.append("dropout on")
-    if any("Norm" in m for m in modules):
-        effects.append(
-            "batch norm normalising with each batch's statistics and updating its running ones "
-            "from the evaluation data"
-        )
+    effects = _train_mode_effects(
+        modules,
+        "dropout on",
+        "batch norm normalising with each batch's statistics and updating its running ones "
+        "from the evaluation data",
+    )
     return Finding(
         "eval-in-train-mode",
         "warning",
