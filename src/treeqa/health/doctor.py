@@ -21,6 +21,7 @@ import contextlib
 import functools
 import io
 import multiprocessing.util
+import operator
 import os
 import sys
 import tempfile
@@ -92,9 +93,12 @@ class Doctor:
         self.loss_of_weights = False  # taken by torch.autograd.grad with respect to parameters
         # The step's backward losses so far: their sum (detached) and each one's factor
         # (``loss_inputs.unscaled``), to tell micro-batches each divided by their count.
-        self.loss_total: torch.Tensor | None = None
-        self.loss_first: torch.Tensor | None = None
+        self.loss_values: list[torch.Tensor] = []
         self.loss_scales: list[float] = []
+        # How many of them came before the latest optimiser step began: a closure's
+        # backwards run inside the step (LBFGS), Lightning's micro-batches and manual
+        # backwards before it, though it hands every step a closure.
+        self.before_step = 0
         self.last_end = time.perf_counter()
         self.compute_start = self.last_end
         # Seconds another optimiser stepped between the clock's step and the next step's
@@ -156,6 +160,7 @@ class Doctor:
         self.begins_handle = register_optimizer_step_pre_hook(self.step_begins)
         self.handles.append(self.begins_handle)
         self.handles.append(register_optimizer_step_post_hook(self.step_end))
+        self.handles.append(register_optimizer_step_pre_hook(self._step_entered))
         original = torch.autograd.backward
         # torch caches functions it finds in its namespace; a weak reference keeps such a cache
         # from holding this doctor, its monitor and the script's models after the run.
@@ -338,11 +343,11 @@ class Doctor:
         """A scalar given to a backward: added to the step's total, its factor noted (read
         before the backward frees it; ~1 us for a loss not scaled)."""
         self.loss_scales.append(loss_inputs.unscaled(loss)[1])
-        value = loss.detach()
-        if self.loss_total is None:
-            self.loss_total = self.loss_first = value
-        else:
-            self.loss_total = self.loss_total + value
+        self.loss_values.append(loss.detach())
+
+    def _step_entered(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Any optimiser's step begins (a hook on every step: one call, ~1 us)."""
+        self.before_step = len(self.loss_values)
 
     def _take_loss(
         self, closure: bool = False
@@ -353,18 +358,25 @@ class Doctor:
         (by n: the sum is the mean of the micro-batches', which a script prints, not the last
         one's 1/n; by the step's count of tokens, as the transformers ``Trainer`` divides a
         causal LM's summed cross-entropy: the mean over the step's tokens); (the first, 1)
-        where the clock's step was given a ``closure`` (LBFGS re-evaluates it as it moves the
-        weights, and its step returns the first: the last was the next step's loss). Other
-        steps with several backwards (a GAN's two models, SAM's two passes, per-task
-        backwards: none divided) keep the last's."""
-        loss, total, first, scales = self.loss, self.loss_total, self.loss_first, self.loss_scales
-        self.loss, self.loss_of_weights, self.loss_scales = None, False, []
-        self.loss_total = self.loss_first = None
+        where the clock's step was given a ``closure`` that ran two or more backwards inside
+        it (LBFGS re-evaluates it as it moves the weights, and its step returns the first: the
+        last was the next step's loss; Lightning hands every step a closure, which runs the
+        last micro-batch's backward only, or none under manual optimisation, whose GAN read
+        the generator's loss of the step before). Other steps with several backwards (a GAN's
+        two models, SAM's two passes, per-task backwards: none divided) keep the last's."""
+        loss, values, scales, inside = (
+            self.loss,
+            self.loss_values,
+            self.loss_scales,
+            self.before_step,
+        )
+        self.loss, self.loss_of_weights, self.loss_values, self.loss_scales = None, False, [], []
+        self.before_step = 0
         n = len(scales)
-        if n > 1 and closure and first is not None:
-            return loss, (first, 1)
+        if closure and n - inside > 1:
+            return loss, (values[inside], 1)
         divided = n > 1 and scales[0] < 1 and all(abs(s / scales[0] - 1) < 1e-6 for s in scales)
-        return loss, (total, n) if divided and total is not None else None
+        return loss, (functools.reduce(operator.add, values), n) if divided else None
 
     def _note_grad(self, outputs: Any, inputs: Any) -> None:
         """``torch.autograd.grad(outputs, inputs, ...)`` is about to run: gradients a script
