@@ -78,6 +78,7 @@ EXPECTED = {
     "bug_step_without_gradients.py": "step-without-gradients",
     "bug_not_in_optimiser.py": "not-in-optimiser",
     "bug_frozen_in_train_mode.py": "frozen-in-train-mode",  # a teacher's dropout on
+    "bug_frozen_norm_in_train_mode.py": "frozen-in-train-mode",  # model.train() undid eval()
     "bug_resumed_with_old_optimiser.py": "step-without-gradients",  # over the old model
     "bug_loose_parameter_not_in_optimiser.py": "not-in-optimiser",  # a temperature beside it
     "bug_second_model_not_in_optimiser.py": "not-in-optimiser",  # a domain classifier

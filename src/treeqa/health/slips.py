@@ -265,6 +265,25 @@ def frozen_in_train_mode(model: str, steps: int, modules: Sequence[str]) -> Find
     )
 
 
+def frozen_norm_in_train_mode(modules: Sequence[str]) -> Finding:
+    """Batch norms whose weights are frozen ran in train mode inside a model being trained,
+    moving their running statistics on every sampled step: a frozen backbone that
+    ``model.train()`` put back in train mode."""
+    return Finding(
+        "frozen-in-train-mode",
+        "warning",
+        f"{len(modules)} batch norm layers whose weights are frozen (requires_grad=False) ran in "
+        f"train mode inside the model being trained, each batch moving the running statistics "
+        f"the frozen weights were trained with: {', '.join(modules[:3])} (model.train(), as "
+        "Lightning's fit and each epoch of a loop call it, puts a frozen backbone put in eval "
+        "mode back in train mode)",
+        fix="put the frozen part back in eval mode after every model.train() (in Lightning, in "
+        "on_train_epoch_start: self.backbone.eval()), or replace its batch norms with frozen ones "
+        "(torchvision.ops.FrozenBatchNorm2d)",
+        evidence={"mode_dependent": list(modules[:10]), "frozen_batch_norm": True},
+    )
+
+
 def _train_mode_effects(modules: Sequence[str], dropout: str, norm: str) -> list[str]:
     """What train mode changes in ``modules`` (``_mode_dependent``'s names), said so."""
     return [dropout] * any("Dropout" in m for m in modules) + [norm] * any(

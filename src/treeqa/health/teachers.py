@@ -3,6 +3,15 @@ built or loaded (``nn.Module``s start in train mode, and ``student.train()`` doe
 it), so its dropout perturbs the targets it gives and its batch norm normalises with each
 batch's statistics and moves its running ones (``frozen-in-train-mode``).
 
+The same holds for frozen batch norm inside a model the clock trains: a backbone frozen with
+``requires_grad_(False)`` and put in eval mode once, which ``model.train()`` (Lightning's
+``fit``, each epoch of a loop) puts back in train mode, so each batch moves the running
+statistics the frozen weights were trained with. Its layers are read on sampled steps: a
+batch norm in train mode, its weights frozen, whose count of batches tracked changed since
+the sampled step before (its version counter: no host sync), on ``STEPS`` sampled steps in a row, makes
+the finding at the run's end. A frozen base with dropout alone (a language model's, with
+only its head trained) is left: its dropout changes no state.
+
 A model's forward on a sampled step is noted where the clock does not train it, it runs
 without gradients (under ``no_grad`` or with ``requires_grad`` off) in train mode, and no
 stepping optimiser holds its weights. Judged when the run ends: noted on ``STEPS`` sampled
@@ -41,6 +50,9 @@ class FrozenInTrainMode:
         self.moved: set[int] = set()  # models whose weights moved: not frozen
         self.seen: set[int] = set()  # noted on this sampled step
         self.where: dict[int, str] = {}  # the line of the script that ran each one
+        # a frozen batch norm of the trained models -> (its name, running mean's version,
+        # sampled steps in a row it moved)
+        self.norms: dict[int, tuple[str, int, int]] = {}
         self.said = False
 
     def forward(self, model: nn.Module) -> None:
@@ -75,6 +87,24 @@ class FrozenInTrainMode:
             elif steps < STEPS:
                 del self.models[key]
 
+    def frozen_norms(self, roots: list[nn.Module]) -> None:
+        """On a sampled step: the trained models' frozen batch norms that moved their running
+        statistics since the sampled step before."""
+        if self.said:
+            return
+        seen = {}
+        for i, root in enumerate(roots):
+            for name, m in root.named_modules():
+                if not (_frozen_norm(m) and m.training):
+                    continue
+                # (the kernel updates the running mean in place without a new version; the
+                # count of batches it tracked is added to in Python: its version moves)
+                version = m.num_batches_tracked._version
+                label = (f"model{i}." if i else "") + (name or type(root).__name__)
+                _, before, steps = self.norms.get(id(m), (label, -1, 0))
+                seen[id(m)] = (label, version, steps + 1 if version != before >= 0 else 0)
+        self.norms = seen
+
     def finish(self) -> Finding | None:
         """The run ended: the first model noted on ``STEPS`` sampled steps in a row or more
         whose weights never moved."""
@@ -90,4 +120,22 @@ class FrozenInTrainMode:
                 self.said = True
                 self.models.clear()
                 return found
+        moved = [label for label, _, steps in self.norms.values() if steps >= STEPS]
+        if moved:
+            self.said = True
+            return slips.frozen_norm_in_train_mode(moved)
         return None
+
+
+def _frozen_norm(m: nn.Module) -> bool:
+    """A batch norm that keeps running statistics (with a momentum: ``update_bn``'s
+    recalibration has none) and whose affine weights are frozen."""
+    weights = [*m.parameters(recurse=False)]
+    return (
+        isinstance(m, nn.modules.batchnorm._BatchNorm)
+        and m.track_running_stats
+        and m.momentum is not None
+        and m.num_batches_tracked is not None
+        and bool(weights)
+        and not any(p.requires_grad for p in weights)
+    )

@@ -455,6 +455,7 @@ class Updates:
         if sampled and not by_hand:
             self._note_frozen_decayed(optimizer, roots)
             self.teachers.end_sampled_step(self._held(optimizer))
+            self.teachers.frozen_norms(roots)
         if step - self.first + 1 == ORPHAN_STEP:
             unregistered = self._note_unregistered(optimizer, roots)
             if not by_hand:
