@@ -315,3 +315,6 @@ def test_a_holders_site_is_the_line_that_gives_it_a_graph(tmp_path: Path) -> Non
     assert sites.assignment_site([str(script)], "prios", True) == f"{script}:10"
     script.write_text("total = 0\nfor x in xs:\n    total += loss(x)\n")
     assert sites.assignment_site([str(script)], "total") == f"{script}:3"
+    # A Lightning module's list of step outputs grows by append: that line, not its start.
+    script.write_text("self.outputs = []\nself.outputs.append(loss)\n")
+    assert sites.assignment_site([str(script)], "outputs", True) == f"{script}:2"

@@ -68,8 +68,8 @@ def definition_site(obj: Any) -> str:
 
 
 def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) -> str:
-    """Where a holder gets its value: the first ``.attr = ...`` (or ``attr +=``, or
-    ``attr[key] = ...``) line in
+    """Where a holder gets its value: the first ``.attr = ...`` (or ``attr +=``,
+    ``attr[key] = ...``, or ``attr.append(...)``) line in
     ``files``, or rather the first that also reads it (``total += loss``, ``state = 0.5 *
     state + h``): that is where a graph grows, not where the holder starts empty.
 
@@ -85,6 +85,8 @@ def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) ->
     pattern = re.compile(
         rf"^\s*([\w\[\]]+\.){prefix}{re.escape(attr)}(?:\[[^\]]*\])?\s*(=(?!=)|\+=)"
     )
+    # A list that grows by a call (``self.outputs.append(loss)``) grows where it is called.
+    grows = re.compile(rf"^\s*([\w\[\]]+\.){prefix}{re.escape(attr)}\.(append|extend|insert)\(")
     found: list[tuple[bool, bool, bool, int, str]] = []  # ranked: see below
     for name in files:
         try:
@@ -93,6 +95,11 @@ def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) ->
             continue
         for i, line in enumerate(lines, 1):
             code = line.split("#")[0]
+            if grows.search(code):
+                found.append(
+                    (_under_no_grad(lines, i - 1), False, False, len(found), f"{name}:{i}")
+                )
+                continue
             target = pattern.search(code)
             if target is None or re.search(r"=\s*None\s*$", code):
                 continue
