@@ -2260,6 +2260,13 @@ def test_a_loss_at_chance_all_run_is_said_and_one_that_falls_is_not() -> None:
     # Only the sampled steps at chance: one batch read on each (a fixed order, 10 an epoch)
     aliased = array("d", (ln3 if s % 10 == 1 else 0.2 for s in range(1, 301)))
     assert loss_levels.loss_at_chance(samples, steps, aliased) is None
+    # Above log(C) all the second half, never below the floor: worse than uniform, thrashed
+    # by a learning rate far too high (BERT at 0.3 read 1.16 log(4)); diverged from 4x.
+    for over, found in ((1.16, True), (1.9, True), (2.2, False)):
+        above = array("d", (w * over for w in wander))
+        result = loss_levels.loss_at_chance(samples, steps, above)
+        assert (result is not None) == found, over
+        assert result is None or "at or above chance" in result.message
 
 
 def test_a_loss_at_chance_over_imbalanced_classes_is_judged_at_each_batchs_level() -> None:

@@ -36,6 +36,12 @@ CHANCE_ABOVE = 0.10
 """Where the classes are imbalanced, the median may stand this far above the level of
 predictions at the labels' frequencies: a model that learnt only those chases each batch's mix
 (3-6% above it in ``bug_loss_at_chance_imbalanced.py``), and a loss above it learns no more."""
+CHANCE_WORSE = 1.0
+"""Above the band, up to this far above log(C) over balanced classes (twice it;
+``loss-diverged`` starts at 4x), a loss whose readings never went below the floor is worse than
+uniform predictions all the second half: a model thrashed by a learning rate far too high (BERT under the
+transformers ``Trainer`` at 0.3 read 1.16 log(4) there, between this check's band and
+``loss-diverged``'s). Said as at or above chance."""
 
 
 def sampled_cross_entropies(
@@ -105,9 +111,11 @@ def loss_at_chance(
     if len(late) < CHANCE_SAMPLES or not all(r >= CHANCE_FLOOR for *_, r in read):  # (NaN too)
         return None
     imbalanced = [value / r for s, _, value, r in read if s > middle and s in (levels or {})]
+    # Balanced classes: anything above log(C) is worse than uniform predictions.
     above = CHANCE_ABOVE if imbalanced else CHANCE_BAND
-    if not -CHANCE_BAND <= statistics.median(late) - 1 <= above:
+    if not -CHANCE_BAND <= statistics.median(late) - 1 <= (above if imbalanced else CHANCE_WORSE):
         return None
+    worse = statistics.median(late) - 1 > above
     half = len(late) // 2  # still falling onto it (from above): the model learns
     if statistics.median(late[:half]) - statistics.median(late[half:]) > CHANCE_BAND:
         return None
@@ -124,14 +132,19 @@ def loss_at_chance(
             f"class as often as the labels do (imbalanced classes; log({classes}) = "
             f"{math.log(classes):.3f})"
         )
+    level = "at or above chance level" if worse else "at chance level"
+    median = statistics.median(late)
     return Finding(
         "loss-at-chance",
         "warning",
-        f"the loss stayed at chance level all run: cross-entropy over {classes} classes read "
+        f"the loss stayed {level} all run: cross-entropy over {classes} classes read "
         f"{min(values):.3f}-{max(values):.3f} on {len(read)} sampled steps from step "
-        f"{read[0][0]} to {read[-1][0]}, against {against}: the model learns nothing from its "
-        "inputs",
+        f"{read[0][0]} to {read[-1][0]}"
+        + (f" (their second half's median {median:.2f}x it)" if worse else "")
+        + f", against {against}: the model learns nothing from its inputs"
+        + (" (worse than ignoring them: a learning rate far too high?)" if worse else ""),
         evidence={
+            "above_chance": worse,
             "classes": classes,
             "expected": round(chance, 4),
             "imbalanced": bool(imbalanced),
