@@ -13,6 +13,7 @@ from torch.nn import functional as F
 
 from treeqa.health import loss_inputs, slips
 from treeqa.health.findings import Finding
+from treeqa.health.losses import LossInputCheck
 from treeqa.health.scalers import LossScalers, scale_by_hand
 from treeqa.health.updates import EMPTY_STEPS, EVAL_FORWARDS, EVAL_STEPS, Updates
 
@@ -747,6 +748,23 @@ def test_sigmoid_output_is_told_through_views_only() -> None:
     assert not loss_inputs.produced_by(torch.sigmoid(x) * 2.0, "SigmoidBackward0")
     assert not loss_inputs.produced_by(torch.tanh(x), "SigmoidBackward0")
     assert not loss_inputs.produced_by(torch.sigmoid(x.detach()), "SigmoidBackward0")  # no graph
+
+
+def test_a_softmax_column_into_bce_with_logits_is_probabilities() -> None:
+    """A two-class softmax head's ``probs[:, 1]`` given to BCEWithLogitsLoss was missed."""
+    found: list[Finding] = []
+    check = LossInputCheck(found.append, lambda: True, lambda: False)
+    logits = torch.randn(16, 2, requires_grad=True)
+    target = torch.randint(0, 2, (16,)).float()
+    check.install()
+    try:
+        F.binary_cross_entropy_with_logits(logits.softmax(1)[:, 1], target)
+        F.binary_cross_entropy_with_logits(logits[:, 1], target)  # logits: fine
+    finally:
+        check.uninstall()
+    assert [(f.code, f.evidence["produced_by"]) for f in found] == [
+        ("probabilities-into-cross-entropy", "softmax")
+    ]
 
 
 def test_the_dim_a_log_softmax_normalised_is_read_from_its_graph() -> None:

@@ -95,10 +95,7 @@ class Doctor:
         # (``loss_inputs.unscaled``), to tell micro-batches each divided by their count.
         self.loss_values: list[torch.Tensor] = []
         self.loss_scales: list[float] = []
-        # How many of them came before the latest optimiser step began: a closure's
-        # backwards run inside the step (LBFGS), Lightning's micro-batches and manual
-        # backwards before it, though it hands every step a closure.
-        self.before_step = 0
+        self.loss_retained: list[bool] = []  # each backward's retain_graph
         self.last_end = time.perf_counter()
         self.compute_start = self.last_end
         # Seconds another optimiser stepped between the clock's step and the next step's
@@ -160,7 +157,6 @@ class Doctor:
         self.begins_handle = register_optimizer_step_pre_hook(self.step_begins)
         self.handles.append(self.begins_handle)
         self.handles.append(register_optimizer_step_post_hook(self.step_end))
-        self.handles.append(register_optimizer_step_pre_hook(self._step_entered))
         original = torch.autograd.backward
         # torch caches functions it finds in its namespace; a weak reference keeps such a cache
         # from holding this doctor, its monitor and the script's models after the run.
@@ -315,10 +311,15 @@ class Doctor:
         if self.hand is not None:
             self.hand.backward(loss)
         retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
-        if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+        if isinstance(loss, torch.Tensor) and loss.grad_fn is None and loss.numel() == 1:
+            # A leaf: a loss computed under no_grad and then made to require grad
+            # (``step-without-gradients``). Its value is still the step's loss.
+            self.loss = loss
+            self._add_to_total(loss, bool(retain))
+        elif isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             self.loss = loss
             if loss.numel() == 1:
-                self._add_to_total(loss)
+                self._add_to_total(loss, bool(retain))
             if self.monitor.sampling:
                 self.monitor.loss_check.backward(loss)
             if self.monitor.sampling and not self.broadcast_found:
@@ -339,44 +340,47 @@ class Doctor:
         # (Hessian-vector products): not the retain_graph=True that silences a state's graph.
         self.monitor.note_backward(bool(retain))
 
-    def _add_to_total(self, loss: torch.Tensor) -> None:
-        """A scalar given to a backward: added to the step's total, its factor noted (read
+    def _add_to_total(self, loss: torch.Tensor, retained: bool) -> None:
+        """A scalar given to a backward: kept for the step's loss, its factor noted (read
         before the backward frees it; ~1 us for a loss not scaled)."""
         self.loss_scales.append(loss_inputs.unscaled(loss)[1])
         self.loss_values.append(loss.detach())
-
-    def _step_entered(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        """Any optimiser's step begins (a hook on every step: one call, ~1 us)."""
-        self.before_step = len(self.loss_values)
+        self.loss_retained.append(retained)
 
     def _take_loss(
-        self, closure: bool = False
+        self, reevaluated: bool = False, alone: bool = True
     ) -> tuple[torch.Tensor | None, tuple[torch.Tensor, int] | None]:
         """The step's loss (its last backward's), and where that is not the step's loss, the
         monitor's ``value_of``: (the sum of its backward losses, their count n) where the step
         accumulated gradients over n micro-batches, each loss divided by the same constant
         (by n: the sum is the mean of the micro-batches', which a script prints, not the last
         one's 1/n; by the step's count of tokens, as the transformers ``Trainer`` divides a
-        causal LM's summed cross-entropy: the mean over the step's tokens); (the first, 1)
-        where the clock's step was given a ``closure`` that ran two or more backwards inside
-        it (LBFGS re-evaluates it as it moves the weights, and its step returns the first: the
-        last was the next step's loss; Lightning hands every step a closure, which runs the
-        last micro-batch's backward only, or none under manual optimisation, whose GAN read
-        the generator's loss of the step before). Other steps with several backwards (a GAN's
-        two models, SAM's two passes, per-task backwards: none divided) keep the last's."""
-        loss, values, scales, inside = (
+        causal LM's summed cross-entropy: the mean over the step's tokens), or where each
+        backward but the last kept its graph for the next with no other optimiser stepping
+        (``alone``: a reconstruction's backward with ``retain_graph=True``, then its sparsity
+        penalty's through the same graph, read as the penalty alone); (the first, 1) where the
+        clock ``reevaluated`` its closure (LBFGS evaluates it several times as it moves the
+        weights, and its step returns the first: the last was the next step's loss; not any
+        step given a closure: Lightning hands every step one, which runs the last
+        micro-batch's backward only, or none under manual optimisation). Other steps with
+        several backwards (a GAN's two models, SAM's two passes) keep the last's."""
+        loss, values, scales, retained = (
             self.loss,
             self.loss_values,
             self.loss_scales,
-            self.before_step,
+            self.loss_retained,
         )
-        self.loss, self.loss_of_weights, self.loss_values, self.loss_scales = None, False, [], []
-        self.before_step = 0
+        self.loss, self.loss_of_weights = None, False
+        self.loss_values, self.loss_scales, self.loss_retained = [], [], []
         n = len(scales)
-        if closure and n - inside > 1:
-            return loss, (values[inside], 1)
-        divided = n > 1 and scales[0] < 1 and all(abs(s / scales[0] - 1) < 1e-6 for s in scales)
-        return loss, (functools.reduce(operator.add, values), n) if divided else None
+        if n < 2:
+            return loss, None
+        if reevaluated:
+            return loss, (values[0], 1)
+        divided = scales[0] < 1 and all(abs(s / scales[0] - 1) < 1e-6 for s in scales)
+        chained = alone and all(retained[:-1])
+        summed = functools.reduce(operator.add, values)
+        return loss, (summed, n) if divided or chained else None
 
     def _note_grad(self, outputs: Any, inputs: Any) -> None:
         """``torch.autograd.grad(outputs, inputs, ...)`` is about to run: gradients a script
@@ -701,6 +705,7 @@ class Doctor:
                     self.carried += now - self.last_end
                     self.last_end = now
             return
+        alone = not self.others  # no other optimiser stepped since the clock's last step
         if self.others:
             self.most_between = max(self.most_between, *self.others.values())
             self.others.clear()
@@ -716,7 +721,7 @@ class Doctor:
             self._look_again()
         if not self.open:  # no module forward seen this step (functional model)
             self.compute_start = self.last_end
-        loss, value_of = self._take_loss(_closure(args, kwargs))
+        loss, value_of = self._take_loss(isinstance(optimizer, torch.optim.LBFGS), alone)
         carried, self.carried = self.carried, 0.0
         sampled = self.monitor.sampling
         self.monitor.end_step(
@@ -791,12 +796,6 @@ def _tensors(tensors: Any) -> list[torch.Tensor]:
     if isinstance(tensors, list | tuple):
         return [t for t in tensors if isinstance(t, torch.Tensor)]
     return []
-
-
-def _closure(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """An optimiser's ``step`` was given a closure (LBFGS's, SAM's). ``args`` as a step hook
-    gets them, the optimiser first, or as ``GradScaler.step`` passes them on, without it."""
-    return any(callable(a) for a in args[:2]) or callable(kwargs.get("closure"))
 
 
 def _first(tensors: Any) -> torch.Tensor | None:

@@ -249,15 +249,18 @@ class LossInputCheck:
                     self.add(found)
             return
         if fname == "binary_cross_entropy_with_logits":
-            if loss_inputs.produced_by(input, "SigmoidBackward0"):
+            # A softmax's column too (``probs[:, 1]`` of a two-class head): probabilities.
+            node = loss_inputs.producer(input, ("SigmoidBackward0", "SoftmaxBackward0"))
+            if node is not None:
+                made = "sigmoid" if type(node).__name__ == "SigmoidBackward0" else "softmax"
                 self.add(
                     Finding(
                         "probabilities-into-cross-entropy",
                         "error",
-                        f"{fname} received a sigmoid's output (probabilities), not logits",
+                        f"{fname} received a {made}'s output (probabilities), not logits",
                         where=sites.user_site(2),
-                        evidence={"function": fname, "produced_by": "sigmoid"},
-                        fix="drop the final sigmoid and pass logits to BCEWithLogitsLoss "
+                        evidence={"function": fname, "produced_by": made},
+                        fix=f"drop the final {made} and pass logits to BCEWithLogitsLoss "
                         "(or keep it and use BCELoss)",
                     )
                 )

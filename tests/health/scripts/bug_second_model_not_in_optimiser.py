@@ -9,14 +9,8 @@ from torch.nn import functional as F
 torch.manual_seed(0)
 
 
-class Reverse(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return -grad
+def reverse(x):  # gradient reversal: x forward, -grad backward
+    return 2 * x.detach() - x
 
 
 features = nn.Sequential(nn.Linear(16, 32), nn.ReLU())
@@ -29,7 +23,7 @@ for _ in range(100):
     i, j = torch.randint(0, 1024, (64,)), torch.randint(0, 1024, (64,))
     h_source, h_target = features(source[i]), features(target[j])
     task = F.cross_entropy(labeller(h_source), y[i])
-    h = Reverse.apply(torch.cat([h_source, h_target]))
+    h = reverse(torch.cat([h_source, h_target]))
     domain = F.cross_entropy(domains(h), torch.arange(128) // 64)  # 0 source, 1 target
     loss = task + 0.1 * domain
     opt.zero_grad()
