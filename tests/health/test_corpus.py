@@ -55,6 +55,7 @@ EXPECTED = {
     "bug_hot_op.py": "hot-op",
     "bug_hot_op_index_gather.py": "hot-op",  # h[src]: an accumulating index_put_ backward
     "bug_one_cycle_stepped_per_epoch.py": "lr-schedule-stalled",  # sized in steps
+    "bug_one_cycle_never_stepped.py": "lr-schedule-stalled",  # built, never stepped
     "bug_pixels_not_scaled.py": "pixels-not-scaled",
     "bug_rnn_batch_first.py": "rnn-batch-first-mismatch",
     "bug_view_as_transpose.py": "view-as-transpose",  # h.view(B, E, T) of [B, T, E]

@@ -552,12 +552,16 @@ def lr_schedule_stalled(
         return None
     if steps > total / 4 or 8 * steps > optimizer_steps:
         return None
+    how = (
+        "built and never stepped (scheduler.step() missing from the loop?)"
+        if steps == 0
+        else f"sized in optimiser steps but stepped about once every {optimizer_steps // steps}"
+    )
     return Finding(
         "lr-schedule-stalled",
         "warning",
         f"{name}(total_steps={total}) was stepped {steps} times in the run's {optimizer_steps} "
-        f"optimiser steps: sized in optimiser steps but stepped about once every "
-        f"{optimizer_steps // max(steps, 1)}, it never left its warm-up, so the run trained at "
+        f"optimiser steps: {how}, it never left its warm-up, so the run trained at "
         f"lr {lr:.3g} where the schedule peaks at {peak:.3g}",
         evidence={
             "scheduler": name,

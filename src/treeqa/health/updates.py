@@ -151,6 +151,9 @@ class Updates:
         # and the schedule's peak at its last step), for ``lr-schedule-stalled``
         self.clock: weakref.ref[torch.optim.Optimizer] | None = None
         self.one_cycles: dict[int, tuple[str, int, int, float, float]] = {}
+        # OneCycleLRs stepped before any clock (their constructor steps them once): adopted at
+        # the clock's first step if they schedule it, so one never stepped again is judged
+        self.unclocked: list[weakref.ref[OneCycleLR]] = []
         self.first = 1
         self.reset(0)
 
@@ -196,6 +199,8 @@ class Updates:
     def _scheduler_stepped(self, scheduler: LRScheduler) -> None:
         # Before the call: this one makes it last_epoch + 1 steps.
         clock = self.clock() if self.clock is not None else None
+        if isinstance(scheduler, OneCycleLR) and clock is None:
+            self.unclocked.append(weakref.ref(scheduler))
         if isinstance(scheduler, OneCycleLR) and clock is not None and scheduler.optimizer is clock:
             group = clock.param_groups[0]
             lr = float(group["lr"])
@@ -456,6 +461,8 @@ class Updates:
             self._note_frozen_decayed(optimizer, roots)
             self.teachers.end_sampled_step(self._held(optimizer))
             self.teachers.frozen_norms(roots)
+        if self.unclocked and step == self.first:
+            self._adopt_cycles(optimizer)
         if step - self.first + 1 == ORPHAN_STEP:
             unregistered = self._note_unregistered(optimizer, roots)
             if not by_hand:
@@ -725,6 +732,26 @@ class Updates:
             self._report(self._lr_collapsed(step), at_step=False)
         self._one_cycles_judged(step)
         self._report(self.teachers.finish(), at_step=False)
+
+    def _adopt_cycles(self, optimizer: torch.optim.Optimizer) -> None:
+        """The clock's first step: the OneCycleLRs built over it before any step, as they
+        stand (a schedule built and never stepped stays at its start, max_lr / 25)."""
+        for ref in self.unclocked:
+            scheduler = ref()
+            if scheduler is not None and scheduler.optimizer is optimizer:
+                group = optimizer.param_groups[0]
+                lr = float(group["lr"])
+                self.one_cycles.setdefault(
+                    id(scheduler),
+                    (
+                        type(scheduler).__name__,
+                        int(scheduler.total_steps),
+                        scheduler.last_epoch,
+                        lr,
+                        float(group.get("max_lr", lr)),
+                    ),
+                )
+        self.unclocked.clear()
 
     def _one_cycles_judged(self, step: int) -> None:
         """The clock's run ended at ``step`` (the script's end, or another clock): its
