@@ -1039,7 +1039,7 @@ def test_a_stack_under_fsdp_is_told_apart_by_the_weights_it_wraps_or_is_set() ->
 def test_a_conv_over_text_is_one_shaped_to_read_embedded_characters() -> None:
     """A diffusion model's 3 x 3 convs over channels as wide as its timestep Embedding were
     taken for a conv over text, and their share of a step warned with a char CNN's fix."""
-    from treeqa.health.monitor import conv_over_embedding
+    conv_over_embedding = checks.conv_over_embedding
 
     assert conv_over_embedding(nn.Conv2d(1, 256, (7, 32)), {32})  # bug_hot_op.py's
     assert conv_over_embedding(nn.Conv2d(64, 64, (1, 5)), {64})  # QANet's naive variant

@@ -274,6 +274,20 @@ def hot_op(
     )
 
 
+def conv_over_embedding(module: nn.Module, dims: set[int]) -> bool:
+    """A dense ``Conv2d`` shaped to read embedded characters (``dims``: the models' embedding
+    sizes): one channel and a kernel as wide as an embedding (``Conv2d(1, out, (k, dim))`` over
+    [words x chars, 1, chars, dim]), or the embedding as channels under a 1 x k kernel
+    (``Conv2d(dim, out, (1, k))`` over [B, dim, words, chars]). A diffusion model's 3 x 3 convs
+    over channels as wide as its timestep Embedding are neither (its convolutions warned)."""
+    if not isinstance(module, nn.Conv2d) or module.groups != 1:
+        return False
+    height, width = module.kernel_size
+    return (module.in_channels == 1 and width in dims) or (
+        height == 1 and width > 1 and module.in_channels in dims
+    )
+
+
 def module_kind(module: nn.Module) -> tuple[Any, ...]:
     """What makes two modules of a stack the same block: their class, their own weights' shapes
     and their children's classes (read without walking the subtree). Tensors set on a module

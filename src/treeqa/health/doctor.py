@@ -311,15 +311,13 @@ class Doctor:
         if self.hand is not None:
             self.hand.backward(loss)
         retain = kwargs.get("retain_graph", args[1] if len(args) > 1 else None)
-        if isinstance(loss, torch.Tensor) and loss.grad_fn is None and loss.numel() == 1:
-            # A leaf: a loss computed under no_grad and then made to require grad
-            # (``step-without-gradients``). Its value is still the step's loss.
-            self.loss = loss
-            self._add_to_total(loss, bool(retain))
-        elif isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+        # (A scalar leaf too: a loss computed under no_grad and then made to require grad,
+        # ``step-without-gradients``, whose value is still the step's loss.)
+        if isinstance(loss, torch.Tensor) and (loss.grad_fn is not None or loss.numel() == 1):
             self.loss = loss
             if loss.numel() == 1:
                 self._add_to_total(loss, bool(retain))
+        if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             if self.monitor.sampling:
                 self.monitor.loss_check.backward(loss)
             if self.monitor.sampling and not self.broadcast_found:
@@ -378,9 +376,9 @@ class Doctor:
         if reevaluated:
             return loss, (values[0], 1)
         divided = scales[0] < 1 and all(abs(s / scales[0] - 1) < 1e-6 for s in scales)
-        chained = alone and all(retained[:-1])
-        summed = functools.reduce(operator.add, values)
-        return loss, (summed, n) if divided or chained else None
+        if not divided and not (alone and all(retained[:-1])):  # not chained by retain_graph
+            return loss, None
+        return loss, (functools.reduce(operator.add, values), n)
 
     def _note_grad(self, outputs: Any, inputs: Any) -> None:
         """``torch.autograd.grad(outputs, inputs, ...)`` is about to run: gradients a script

@@ -17,7 +17,6 @@ perturbation) are no parameters and are not read.
 
 from __future__ import annotations
 
-import sys
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -60,10 +59,8 @@ def script_names(values: Iterable[torch.Tensor]) -> dict[int, str]:
     module's globals) gives ``values``, by id: a variable's, or a model's and the parameter's
     in it (``target_net.0.weight``)."""
     wanted = {id(v) for v in values}
-    frame: Any = sys._getframe(1)
-    while frame is not None and not sites.users(frame.f_code.co_filename):
-        frame = frame.f_back
-    if frame is None:
+    frame = sites.user_frame()
+    if frame is None or not wanted:
         return {}
     names: dict[int, str] = {}
     for scope in (frame.f_globals, frame.f_locals):

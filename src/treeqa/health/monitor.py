@@ -165,20 +165,6 @@ LOW_LR = ("lr-zero", "lr-schedule-stalled", "lr-collapsed")
 """Findings of a learning rate too low to train, which a loss at chance then follows."""
 
 
-def conv_over_embedding(module: nn.Module, dims: set[int]) -> bool:
-    """A dense ``Conv2d`` shaped to read embedded characters (``dims``: the models' embedding
-    sizes): one channel and a kernel as wide as an embedding (``Conv2d(1, out, (k, dim))`` over
-    [words x chars, 1, chars, dim]), or the embedding as channels under a 1 x k kernel
-    (``Conv2d(dim, out, (1, k))`` over [B, dim, words, chars]). A diffusion model's 3 x 3 convs
-    over channels as wide as its timestep Embedding are neither (its convolutions warned)."""
-    if not isinstance(module, nn.Conv2d) or module.groups != 1:
-        return False
-    height, width = module.kernel_size
-    return (module.in_channels == 1 and width in dims) or (
-        height == 1 and width > 1 and module.in_channels in dims
-    )
-
-
 class HealthMonitor(Callback):
     """Watches a training run and reports ``Finding``s (see ``treeqa.health.findings.CODES``).
 
@@ -348,7 +334,7 @@ class HealthMonitor(Callback):
         # 1-D depthwise-separable one replaces. An image CNN's convolutions dominating is how
         # it should look, a diffusion model's with a timestep Embedding too.
         dims = {m.embedding_dim for m in modules if isinstance(m, nn.Embedding | nn.EmbeddingBag)}
-        self.profile.conv_over_text = any(conv_over_embedding(m, dims) for m in modules)
+        self.profile.conv_over_text = any(checks.conv_over_embedding(m, dims) for m in modules)
         self.nonfinite.names = self.names
         seen: set[int] = set()
         self.params = []

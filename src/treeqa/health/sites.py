@@ -7,6 +7,7 @@ import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
@@ -38,14 +39,18 @@ def users(filename: str) -> bool:
     return not filename.startswith(_SKIP) and not _framework(filename)
 
 
+def user_frame(depth: int = 1) -> FrameType | None:
+    """The innermost caller's frame outside torch, this package and runpy (None: none)."""
+    frame: FrameType | None = sys._getframe(depth)
+    while frame is not None and not users(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
 def user_site(depth: int = 1) -> str:
     """``file:line`` of the innermost caller outside torch, this package and runpy."""
-    frame = sys._getframe(depth)
-    while frame is not None:
-        if users(frame.f_code.co_filename):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return ""
+    frame = user_frame(depth + 1)
+    return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 def definition_file(cls: type) -> str:

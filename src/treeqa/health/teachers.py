@@ -50,7 +50,7 @@ class FrozenInTrainMode:
         self.moved: set[int] = set()  # models whose weights moved: not frozen
         self.seen: set[int] = set()  # noted on this sampled step
         self.where: dict[int, str] = {}  # the line of the script that ran each one
-        # a frozen batch norm of the trained models -> (its name, running mean's version,
+        # a frozen batch norm of the trained models -> (its name, its count of batches' version,
         # sampled steps in a row it moved)
         self.norms: dict[int, tuple[str, int, int]] = {}
         self.said = False

@@ -202,15 +202,7 @@ class Updates:
         if isinstance(scheduler, OneCycleLR) and clock is None:
             self.unclocked.append(weakref.ref(scheduler))
         if isinstance(scheduler, OneCycleLR) and clock is not None and scheduler.optimizer is clock:
-            group = clock.param_groups[0]
-            lr = float(group["lr"])
-            self.one_cycles[id(scheduler)] = (
-                type(scheduler).__name__,
-                int(scheduler.total_steps),
-                scheduler.last_epoch + 1,
-                lr,
-                float(group.get("max_lr", lr)),
-            )
+            self.one_cycles[id(scheduler)] = _cycle(scheduler, scheduler.last_epoch + 1)
         if type(scheduler) is CosineAnnealingLR:
             name, t_max = type(scheduler).__name__, int(scheduler.T_max)
             self._report(slips.lr_schedule_past_end(name, t_max, scheduler.last_epoch + 1))
@@ -459,7 +451,8 @@ class Updates:
             ]
         if sampled and not by_hand:
             self._note_frozen_decayed(optimizer, roots)
-            self.teachers.end_sampled_step(self._held(optimizer))
+            if self.teachers.models or self.teachers.seen:  # (no held set built for none)
+                self.teachers.end_sampled_step(self._held(optimizer))
             self.teachers.frozen_norms(roots)
         if self.unclocked and step == self.first:
             self._adopt_cycles(optimizer)
@@ -739,18 +732,7 @@ class Updates:
         for ref in self.unclocked:
             scheduler = ref()
             if scheduler is not None and scheduler.optimizer is optimizer:
-                group = optimizer.param_groups[0]
-                lr = float(group["lr"])
-                self.one_cycles.setdefault(
-                    id(scheduler),
-                    (
-                        type(scheduler).__name__,
-                        int(scheduler.total_steps),
-                        scheduler.last_epoch,
-                        lr,
-                        float(group.get("max_lr", lr)),
-                    ),
-                )
+                self.one_cycles.setdefault(id(scheduler), _cycle(scheduler, scheduler.last_epoch))
         self.unclocked.clear()
 
     def _one_cycles_judged(self, step: int) -> None:
@@ -767,6 +749,15 @@ class Updates:
             self.reported.add(found.code)
             found.where = found.where or (sites.user_site() if at_step else "")
             self.add(found)
+
+
+def _cycle(scheduler: OneCycleLR, steps: int) -> tuple[str, int, int, float, float]:
+    """A OneCycleLR's record for ``lr-schedule-stalled``: its name, total_steps, ``steps``
+    taken, and its optimiser's lr now and the schedule's peak."""
+    group = scheduler.optimizer.param_groups[0]
+    lr = float(group["lr"])
+    name, total = type(scheduler).__name__, int(scheduler.total_steps)
+    return name, total, steps, lr, float(group.get("max_lr", lr))
 
 
 def _float16_autocast() -> bool:
