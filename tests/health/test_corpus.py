@@ -144,6 +144,7 @@ EXPECTED = {
     "bug_loss_at_chance_checkpointed.py": "loss-at-chance",  # reentrant checkpoints' backwards
     "bug_loss_at_chance_imbalanced.py": "loss-at-chance",  # 80/15/5: at the classes' entropy
     "bug_loss_at_chance_symmetric.py": "loss-at-chance",  # CLIP's two directions, added up
+    "bug_loss_at_chance_regression.py": "loss-at-chance",  # MSE at the targets' variance
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -210,6 +211,8 @@ CLEAN = [
     "clean_soft_targets.py",  # distillation at T = 4: near-uniform targets, a loss near log(C)
     "clean_frozen_beside_accumulation.py",  # the head's optimiser first steps at step 32
     "clean_maximize.py",  # maximize=True on a log-likelihood, which rises as it should
+    "clean_multi_output_regression.py",  # MSE falls well below the targets' variance
+    "clean_least_squares_gan.py",  # MSE against targets held at ones: no level of a mean
     "clean_maximize_mse.py",  # maximize=True on an input perturbation's squared error
     "clean_no_grad_backbone_beside_accumulation.py",  # its optimiser beside the head's
     "clean_weight_norm_logged.py",  # get_total_norm(model.parameters()) only logged

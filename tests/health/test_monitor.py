@@ -2327,6 +2327,61 @@ def test_label_counts_give_the_chance_level_of_imbalanced_classes_only() -> None
     assert probabilities.chance(3) is None
 
 
+def test_target_moments_give_each_batchs_error_of_predicting_the_targets_mean() -> None:
+    """Each output's mean, over the counted rows; a batch's level is its mean squared error
+    against those means (not its own: a batch's own mean would put it below what a model that
+    learnt only the mean reads). Targets held at one value have no level."""
+    from treeqa.health.priors import TargetMoments
+
+    torch.manual_seed(0)
+    moments = TargetMoments()
+    scale = torch.tensor([1.0, 10.0])  # two outputs, one ten times the other's spread
+    for _ in range(100):
+        moments.add(torch.randn(64, 2) * scale + torch.tensor([5.0, -3.0]))
+    y = torch.randn(64, 2) * scale + torch.tensor([5.0, -3.0])
+    batch = moments.batch(y)
+    assert batch is not None and batch[0] == (2,) and batch[1] == 64
+    level = moments.levels({7: batch})[7]
+    expected = float(((y - torch.tensor([5.0, -3.0])) ** 2).mean())
+    assert level == pytest.approx(expected, rel=0.02)  # the means known to ~0.2% of a spread
+    # A least-squares GAN's targets, all ones: no spread about their own mean, no level.
+    gan = TargetMoments()
+    for _ in range(10):
+        gan.add(torch.ones(32, 1))
+        gan.add(torch.zeros(32, 1))
+    ones = gan.batch(torch.ones(32, 1))
+    assert ones is not None and gan.levels({3: ones}) == {}
+    # Wide targets (an image) are one position; a scalar or a one-row target is none.
+    image = torch.rand(4, 3, 32, 32)
+    moments.add(image)
+    wide = moments.batch(image)
+    assert wide is not None and wide[0] == (-1,) and wide[1] == image.numel()
+    assert moments.batch(torch.tensor(1.0)) is None and moments.batch(torch.ones(1, 3)) is None
+    assert moments.batch(torch.arange(8)) is None  # integer targets: not a regression's
+
+
+def test_a_mean_squared_error_at_the_targets_variance_all_run_is_loss_at_chance() -> None:
+    """Targets shuffled from their inputs: the MSE sits at each batch's error of predicting the
+    targets' mean. Up to 10% over it still; below it by more than 3%, or falling onto it, not."""
+    steps = array("d", range(1, 301))
+    samples = [(s, "mse_loss", 1.0) for s in range(1, 301, 10)]
+    levels = {s: 2.0 + 0.5 * math.sin(s) for s, _, _ in samples}  # each batch's variance
+    for over, found in ((1.0, True), (1.08, True), (1.15, False), (0.95, False)):
+        losses = array("d", (levels.get(s, 2.0) * over for s in range(1, 301)))
+        result = loss_levels.loss_at_mean(samples, steps, losses, levels)
+        assert (result is not None) == found, over
+        assert result is None or result.code == "loss-at-chance"
+    at = array("d", (levels.get(s, 2.0) for s in steps))
+    found = loss_levels.loss_at_mean(samples, steps, at, levels)
+    assert found is not None and "predicting the targets' mean" in found.message
+    assert found.evidence["function"] == "mse_loss" and found.evidence["ratio"] == 1.0
+    falling = array("d", (levels.get(s, 2.0) * (1.3 - 0.3 * s / 300) for s in steps))
+    assert loss_levels.loss_at_mean(samples, steps, falling, levels) is None
+    assert loss_levels.loss_at_mean(samples, steps, at, {}) is None  # no level known
+    l1 = [(s, "l1_loss", 1.0) for s, _, _ in samples]  # no level for an L1 loss here
+    assert loss_levels.loss_at_mean(l1, steps, at, levels) is None
+
+
 def test_a_loss_divided_by_the_accumulation_steps_is_judged_as_the_cross_entropy() -> None:
     """Accumulated over 4 micro-batches, every step's loss read in the series is a quarter of
     the cross-entropy: at chance, or diverged, the cross-entropy is what is judged, with the

@@ -107,23 +107,16 @@ def loss_at_chance(
         return None
     read = sampled_cross_entropies(samples, steps, losses, levels)
     middle = (steps[0] + steps[-1]) / 2
-    late = [r for s, _, _, r in read if s > middle]
-    if len(late) < CHANCE_SAMPLES or not all(r >= CHANCE_FLOOR for *_, r in read):  # (NaN too)
-        return None
     imbalanced = [value / r for s, _, value, r in read if s > middle and s in (levels or {})]
-    # Balanced classes: anything above log(C) is worse than uniform predictions.
-    above = CHANCE_ABOVE if imbalanced else CHANCE_BAND
-    if not -CHANCE_BAND <= statistics.median(late) - 1 <= (above if imbalanced else CHANCE_WORSE):
-        return None
-    worse = statistics.median(late) - 1 > above
-    half = len(late) // 2  # still falling onto it (from above): the model learns
-    if statistics.median(late[:half]) - statistics.median(late[half:]) > CHANCE_BAND:
-        return None
-    classes = read[-1][1]
+    classes = read[-1][1] if read else 2
     chance = statistics.median(imbalanced) if imbalanced else math.log(classes)
-    # Every step's loss, not only the sampled ones', at chance too (not below the floor).
-    if not typical_late_loss(steps, losses, middle, samples) >= CHANCE_FLOOR * chance:
+    # Balanced classes: anything above log(C) is worse than uniform predictions.
+    above = CHANCE_ABOVE if imbalanced else CHANCE_WORSE
+    ratios = [(s, r) for s, _, _, r in read]
+    median = _stays_at(ratios, steps, losses, samples, chance, above)
+    if median is None:
         return None
+    worse = median - 1 > (CHANCE_ABOVE if imbalanced else CHANCE_BAND)
     values = [value for _, _, value, _ in read]
     against = f"log({classes}) = {chance:.3f} for predictions that ignore the input"
     if imbalanced:
@@ -133,7 +126,6 @@ def loss_at_chance(
             f"{math.log(classes):.3f})"
         )
     level = "at or above chance level" if worse else "at chance level"
-    median = statistics.median(late)
     return Finding(
         "loss-at-chance",
         "warning",
@@ -151,6 +143,83 @@ def loss_at_chance(
             "sampled_steps": len(read),
             "min": round(min(values), 4),
             "max": round(max(values), 4),
+        },
+    )
+
+
+def _stays_at(
+    ratios: Sequence[tuple[int, float]],
+    steps: Sequence[float],
+    losses: Sequence[float],
+    samples: Sequence[tuple[int, Any, float]],
+    level: float,
+    above: float,
+) -> float | None:
+    """The median of the sampled steps' loss over its level (``ratios``: step, ratio) in the
+    run's second half, where the loss stayed at that level: ``CHANCE_SAMPLES`` readings or more
+    there, their median from ``CHANCE_BAND`` below the level to ``above`` over it, not falling by
+    more than the band from the first half of those readings to the second, none ever below
+    ``CHANCE_FLOOR``, and every step's loss there, sampled or not, not below the floor times
+    ``level`` in its median (``steps``, ``losses``: the run's series; ``samples``: step, what,
+    factor). None otherwise."""
+    middle = (steps[0] + steps[-1]) / 2
+    late = [r for s, r in ratios if s > middle]
+    if len(late) < CHANCE_SAMPLES or not all(r >= CHANCE_FLOOR for _, r in ratios):  # (NaN too)
+        return None
+    median = statistics.median(late)
+    if not -CHANCE_BAND <= median - 1 <= above:
+        return None
+    half = len(late) // 2  # still falling onto it (from above): the model learns
+    if statistics.median(late[:half]) - statistics.median(late[half:]) > CHANCE_BAND:
+        return None
+    if not typical_late_loss(steps, losses, middle, samples) >= CHANCE_FLOOR * level:
+        return None
+    return median
+
+
+def loss_at_mean(
+    samples: Sequence[tuple[int, str, float]],
+    steps: Sequence[float],
+    losses: Sequence[float],
+    levels: Mapping[int, float],
+) -> Finding | None:
+    """The sampled steps' loss, a mean squared error (``samples``: step, function, factor, as
+    for ``loss_climbed``), stayed at the level of predicting the targets' mean through a run of
+    ``CHANCE_STEPS`` or more, as ``loss_at_chance`` judges a cross-entropy: the regression's
+    chance. ``levels``: each step's, that error on its batch (``priors.TargetMoments``); up to
+    ``CHANCE_ABOVE`` over it (a model whose outputs still wander about the mean). Targets
+    shuffled from their inputs, or inputs that hold nothing of them, train to there."""
+    if not steps or steps[-1] < CHANCE_STEPS:
+        return None
+    read = [
+        (s, value, levels[s])
+        for s, function, value in sampled_losses(samples, steps, losses)
+        if function == "mse_loss" and s in levels
+    ]
+    if not read:
+        return None
+    middle = (steps[0] + steps[-1]) / 2
+    level = statistics.median(v for s, _, v in read if s > middle) if read[-1][0] > middle else 0
+    ratios = [(s, value / v) for s, value, v in read]
+    median = _stays_at(ratios, steps, losses, samples, level, CHANCE_ABOVE)
+    if median is None:
+        return None
+    values = [value for _, value, _ in read]
+    return Finding(
+        "loss-at-chance",
+        "warning",
+        f"the loss stayed at the level of predicting the targets' mean all run: mse_loss "
+        f"read {min(values):.4g}-{max(values):.4g} on {len(read)} sampled steps from step "
+        f"{read[0][0]} to {read[-1][0]}, against the targets' variance about their mean on "
+        f"each batch (median {level:.4g}; the loss {median:.2f}x it in the second half's "
+        "median): the model learns nothing from its inputs (targets shuffled from them?)",
+        evidence={
+            "function": "mse_loss",
+            "expected": round(level, 6),
+            "ratio": round(median, 4),
+            "sampled_steps": len(read),
+            "min": round(min(values), 6),
+            "max": round(max(values), 6),
         },
     )
 

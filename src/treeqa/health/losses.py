@@ -27,7 +27,7 @@ from torch.nn import functional as F
 
 from treeqa.health import checks, loss_inputs, loss_levels, processes, sites
 from treeqa.health.findings import Finding
-from treeqa.health.priors import LabelCounts
+from treeqa.health.priors import LabelCounts, TargetMoments
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")
@@ -91,6 +91,9 @@ class LossInputCheck:
         self.labels = LabelCounts()  # the training cross-entropies' targets, by class count
         # the class counts of the noted cross-entropy's targets (``LabelCounts.batch``)
         self.batch_labels: torch.Tensor | None = None
+        self.moments = TargetMoments()  # the training mean squared errors' targets
+        # the noted regression loss's target sums (``TargetMoments.batch``), micro-batches added
+        self.batch_moments: tuple[tuple[int, ...], int, torch.Tensor] | None = None
         self.wrappers = Wrappers()
 
     def watch(self, modules: Iterable[nn.Module]) -> None:
@@ -211,6 +214,8 @@ class LossInputCheck:
                 self.targets(target)
             if isinstance(input, torch.Tensor) and result.requires_grad:
                 self._count_labels(input, target, args[2:], kwargs)
+        if fname == "mse_loss" and _mean_of_same_shape(input, result, args[1:], kwargs):
+            self.moments.add(args[1] if len(args) > 1 else kwargs.get("target"))
         if (
             isinstance(input, torch.Tensor)
             and not checks.untraceable(input)  # a host sync inside a compiled graph or vmap
@@ -218,6 +223,14 @@ class LossInputCheck:
         ):
             rest = {k: v for k, v in kwargs.items() if k != "input"}
             self._inspect(fname, input, result, args[1:], rest)
+
+    def _note_moments(self, target: Any) -> None:
+        """A sampled step's mean squared error's target, for the level of predicting the
+        targets' mean on its batch (``TargetMoments``); micro-batches of one step add up."""
+        batch, last = self.moments.batch(target), self.batch_moments
+        if batch is not None and last is not None and last[0] == batch[0]:
+            batch = (batch[0], last[1] + batch[1], last[2] + batch[2])
+        self.batch_moments = batch
 
     def _count_labels(
         self, input: torch.Tensor, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -242,6 +255,8 @@ class LossInputCheck:
         if fname in ELEMENTWISE:
             if result.requires_grad and result.numel() == 1:
                 self.regression = (id(result), fname, result.grad_fn, 1.0)
+                if fname == "mse_loss" and _mean_of_same_shape(input, result, args, kwargs):
+                    self._note_moments(target)
             if isinstance(target, torch.Tensor):
                 found = loss_inputs.loss_broadcast(fname, input.shape, target.shape)
                 if found is not None:
@@ -563,6 +578,26 @@ def _floor_near_chance(args: tuple[Any, ...], kwargs: dict[str, Any], classes: i
     top, rest = 1 - smoothing + smoothing / classes, smoothing / classes
     entropy = -top * math.log(top) - (classes - 1) * rest * math.log(rest)
     return entropy >= bound
+
+
+def _mean_of_same_shape(
+    input: Any, result: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> bool:
+    """An ``mse_loss`` with gradients whose one value is the mean over a target of its input's
+    shape (no broadcast, no weights). ``args`` follow the input: (target, size_average,
+    reduce, reduction)."""
+    target = args[0] if args else kwargs.get("target")
+    reduction = kwargs.get("reduction", args[3] if len(args) > 3 else "mean")
+    legacy = any(kwargs.get(k) is not None for k in ("size_average", "reduce", "weight"))
+    return (
+        result.requires_grad
+        and reduction == "mean"
+        and not legacy
+        and len(args) <= 4
+        and isinstance(input, torch.Tensor)
+        and isinstance(target, torch.Tensor)
+        and input.shape == target.shape
+    )
 
 
 def _label_options(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:

@@ -262,6 +262,9 @@ class HealthMonitor(Callback):
         # sampled steps whose loss is itself a regression loss (F.mse_loss, ...): its name, and
         # the factor as for ``chance``
         self.regression: list[tuple[int, str, float]] = []
+        # their targets' sums, by step, where the loss is a mean squared error
+        # (``priors.TargetMoments.batch``)
+        self.batch_moments: dict[int, tuple[tuple[int, ...], int, torch.Tensor]] = {}
         self.failed = False  # its own code failed (``safely``): it stopped watching
         self.failures_from = len(wrap.FAILURES)  # its own failures are those said after this
         self._anomaly = 0  # sampled steps run with autograd's anomaly detection on
@@ -489,8 +492,11 @@ class HealthMonitor(Callback):
                 if batch is not None:
                     self.batch_labels[s] = batch
             fitted, self.loss_check.regression = self.loss_check.regression, None
+            moments, self.loss_check.batch_moments = self.loss_check.batch_moments, None
             if fitted is not None and tensor is not None and fitted[0] == id(tensor):
                 self.regression.append((s, fitted[1], fitted[3] * terms))
+                if moments is not None:
+                    self.batch_moments[s] = moments
             self._sampled_checks(s)
             self.sampling = False
         if s - self._unused_from < 3 and self.params:
@@ -574,6 +580,9 @@ class HealthMonitor(Callback):
         self.nonfinite.finish()
         steps, losses = self.even("step"), self.even("loss")
         chance = loss_levels.loss_at_chance(self.chance, steps, losses, self._chance_levels())
+        if chance is None and not self.maximize:
+            levels = self.loss_check.moments.levels(self.batch_moments)
+            chance = loss_levels.loss_at_mean(self.regression, steps, losses, levels)
         low = sorted({code for code, _ in self.findings if code in LOW_LR})
         if chance is not None and low:  # found first (the doctor's updates): the likelier cause
             chance.message += f"; the learning rate stayed low all run ({', '.join(low)})"
@@ -786,6 +795,7 @@ class HealthMonitor(Callback):
         self.chance = [sample for sample in self.chance if keeps(sample[0])]
         self.batch_labels = {s: n for s, n in self.batch_labels.items() if keeps(s)}
         self.regression = [sample for sample in self.regression if keeps(sample[0])]
+        self.batch_moments = {s: m for s, m in self.batch_moments.items() if keeps(s)}
 
     def _series_checks(self, s: int) -> None:
         profiled, even, stride = self.profile.profiled, self.even, self.thinning.stride

@@ -1,4 +1,5 @@
-"""How often each class comes in the labels: the loss of predictions that ignore the input.
+"""The loss of predictions that ignore the input: how often each class comes in the labels, the
+regression targets' mean.
 
 A classifier that learns nothing from its inputs still learns how often each class comes; its
 cross-entropy then sits at the entropy of the labels' class frequencies, which is log(C) only
@@ -8,6 +9,9 @@ balance the classes make the weighted frequencies near uniform, log(C) again) ar
 their device, with no host sync, until ``ENOUGH`` have been. Their entropy is read once, at the
 run's end, and used only where it is known to within ``PRECISION`` (a few hundred labels of a
 90/10 split are not: its entropy is then known to ~17%).
+
+A regression that learns nothing from its inputs learns its targets' mean, and its mean squared
+error sits at their variance about it (``TargetMoments``).
 """
 
 from __future__ import annotations
@@ -133,3 +137,88 @@ class LabelCounts:
         if h <= 0 or math.sqrt(spread / n) > PRECISION * h or h >= IMBALANCED * math.log(classes):
             return None
         return q, h
+
+
+ROWS = 20_000
+"""Rows of regression targets whose mean is taken, after which that count stops: an error d in
+the mean adds only d^2 to the level read with it (here ~1/20,000 of their variance), and
+raises it, so a level read with a mean that is off (data sorted, targets that drift) finds less,
+never more."""
+FEATURES = 256
+"""Target positions (all but the first, the batch's, dimension) up to which each has its own
+mean (a regression onto K outputs learns each one's); above, all are one. A sampled step keeps
+two sums per position until the run's end."""
+
+
+def _key(target: Any) -> tuple[int, ...] | None:
+    """The shape a regression target's rows are read in: its shape past the rows (``()``: one
+    value a row, or all positions as one above ``FEATURES``); None for no real rows."""
+    if not isinstance(target, torch.Tensor) or target.dim() == 0 or not target.is_floating_point():
+        return None
+    if target.shape[0] < 2 or target.numel() == 0:
+        return None
+    shape = tuple(target.shape[1:])
+    return shape if math.prod(shape) <= FEATURES else (-1,)
+
+
+def _sums(target: torch.Tensor, key: tuple[int, ...]) -> torch.Tensor:
+    """[2, F] the sums over the rows of each position's value and square (float64, on the
+    target's device; F: 1 for key ``(-1,)``, every value one position)."""
+    with torch.no_grad():
+        t = target.detach()
+        t = t.reshape(-1, 1) if key in ((), (-1,)) else t.flatten(1)
+        return torch.stack((t.sum(0, dtype=torch.float64), t.square().sum(0, dtype=torch.float64)))
+
+
+class TargetMoments:
+    """The targets of the training ``mse_loss`` calls: their mean, the prediction of a model
+    that learns nothing from its inputs, whose mean squared error is then the targets' variance
+    about it. Summed on their device, no host sync, by the shape of a row, until ``ROWS``."""
+
+    def __init__(self) -> None:
+        self._sums: dict[tuple[int, ...], torch.Tensor] = {}  # key -> [2, F]: sum, sum of squares
+        self._rows: dict[tuple[int, ...], int] = {}
+
+    def add(self, target: Any) -> None:
+        """Sum the rows of a training ``mse_loss``'s target (its input's shape)."""
+        key = _key(target)
+        if key is None or self._rows.get(key, 0) >= ROWS:
+            return
+        sums = _sums(target, key)
+        last = self._sums.get(key)
+        self._sums[key] = sums if last is None or last.device != sums.device else last + sums
+        self._rows[key] = self._rows.get(key, 0) + (
+            target.numel() if key == (-1,) else target.shape[0]
+        )
+
+    def batch(self, target: Any) -> tuple[tuple[int, ...], int, torch.Tensor] | None:
+        """A sampled step's target, kept for ``levels``: its key, rows and ``_sums``."""
+        key = _key(target)
+        if key is None:
+            return None
+        rows = target.numel() if key == (-1,) else target.shape[0]
+        return key, rows, _sums(target, key)
+
+    def levels(
+        self, batches: dict[int, tuple[tuple[int, ...], int, torch.Tensor]]
+    ) -> dict[int, float]:
+        """The mean squared error, on each sampled step's batch (``batches``: by step, their
+        ``batch``),
+        of predicting the targets' mean, where that batch's targets vary about their own mean
+        by at least half of it: not a target held at one value (a least-squares GAN's ones),
+        nor a batch far from the rest. One host sync for all."""
+        means = {
+            key: (sums[0] / self._rows[key]).cpu()
+            for key, sums in self._sums.items()
+            if self._rows[key] >= 2
+        }
+        levels = {}
+        for s, (key, rows, sums) in batches.items():
+            if key not in means:
+                continue
+            mean, (total, squares) = means[key], sums.cpu()
+            level = float((squares - 2 * mean * total + rows * mean * mean).mean()) / rows
+            spread = float((squares - total * total / rows).mean()) / rows  # about its own mean
+            if level > 0 and spread >= level / 2:
+                levels[s] = level
+        return levels
