@@ -380,6 +380,14 @@ def test_gradients_never_zeroed_under_fully_shard_are_said_as_added_to(doctor_re
     assert found["evidence"]["dirty_in_a_row"] == 3
 
 
+def test_train_in_eval_mode_counts_every_step_in_train_mode_before_it(doctor_report) -> None:
+    """40 steps in train mode, the first among them (before any forward was seen), then eval
+    mode from step 41."""
+    _, report, _ = doctor_report("bug_train_in_eval_mode.py")
+    found = next(f for f in report["findings"] if f["code"] == "train-in-eval-mode")
+    assert found["evidence"]["train_mode_steps"] == 40 and found["evidence"]["since_step"] == 41
+
+
 def test_an_evaluation_between_steps_is_neither_compute_nor_data_wait(doctor_report) -> None:
     """The model the clock trains, in eval mode under no_grad, runs between two steps."""
     _, report, _ = doctor_report("clean_eval_between_steps.py")

@@ -239,6 +239,8 @@ class Updates:
         self.eval_grad_run, self.eval_grad_site = 0, ""
         if not same_models:  # (the first reset, from __init__, never has the same models)
             self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
+            # steps before any forward was seen (the clock's first): in the mode of the next
+            self.unseen = 0
             self.evaluated = False  # an evaluation of a model the clock trains since its last step
             self.train_after_eval = False  # a step in train mode followed an evaluation
             # the models were evaluated before their first step and trained in eval mode after
@@ -635,10 +637,12 @@ class Updates:
     def _note_mode(self, step: int, roots: list[nn.Module]) -> None:
         mode, self.mode = self.mode, 0
         if not mode:  # no forward with gradients seen (the clock's first step): nothing to judge
+            self.unseen += not (self.train_steps or self.eval_steps)
             return
         evaluated, self.evaluated = self.evaluated, False
+        unseen, self.unseen = self.unseen, 0
         if mode & 1:
-            self.train_steps += 1
+            self.train_steps += 1 + unseen  # its first steps ran in train mode too
             self.eval_steps = 0
             self.train_after_eval |= evaluated
         elif mode & 2:
