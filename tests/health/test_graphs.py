@@ -191,10 +191,11 @@ for step in range(36):
 def test_a_buffer_updated_with_its_graph_is_named(tmp_path: Path) -> None:
     """A memory bank registered as a buffer and updated in place outside ``no_grad`` keeps every
     step's graph; the tensors that graph saves are held from C++ only, so the holder named is
-    the model's buffer, not "unknown holder"."""
+    the model's buffer, not "unknown holder", with the script's name for it (an EMA copy's
+    weights are named through the copy: ``Conv2d.weight (ema.module.0.weight)``)."""
     found = graph_findings(doctor(tmp_path, MEMORY_BANK))
     retained = found["graph-retained"]
-    assert retained["where"].startswith("Encoder.bank"), retained["where"]
+    assert retained["where"] == "Encoder.bank (model.bank)", retained["where"]
 
 
 REPLAY = """

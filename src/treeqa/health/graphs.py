@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from treeqa.health import sites
 from treeqa.health.findings import Finding
 
 _HERE = str(Path(__file__).parent)
@@ -479,7 +480,8 @@ def _describe(ref: Any, tensor: Any, ignore: Collection[int], depth: int = 0) ->
             # lives in its ``_buffers`` / ``_parameters`` dict, not in its ``__dict__``.
             module = _module_holding(ref, ignore)
             if module is not None:
-                return f"{type(module).__name__}.{key}"
+                named = sites.script_names([tensor]).get(id(tensor))  # ema.module.0.weight
+                return f"{type(module).__name__}.{key}" + (f" ({named})" if named else "")
         return ""
     if isinstance(ref, list | tuple):
         for owner in gc.get_referrers(ref):

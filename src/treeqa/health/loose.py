@@ -54,28 +54,6 @@ def leaves(loss: torch.Tensor) -> list[torch.Tensor]:
     return found
 
 
-def script_names(values: Iterable[torch.Tensor]) -> dict[int, str]:
-    """The names the script's innermost frame outside torch and this package (and its
-    module's globals) gives ``values``, by id: a variable's, or a model's and the parameter's
-    in it (``target_net.0.weight``)."""
-    wanted = {id(v) for v in values}
-    frame = sites.user_frame()
-    if frame is None or not wanted:
-        return {}
-    names: dict[int, str] = {}
-    for scope in (frame.f_globals, frame.f_locals):
-        for name, value in scope.items():
-            if name.startswith("_"):
-                continue
-            if id(value) in wanted:
-                names[id(value)] = name
-            elif isinstance(value, nn.Module):
-                for inner, p in value.named_parameters():
-                    if id(p) in wanted:
-                        names.setdefault(id(p), f"{name}.{inner}")
-    return names
-
-
 class LooseParameters:
     def __init__(self) -> None:
         # id -> (the parameter, weakly; its gradient's id and version; its value or version)
@@ -96,7 +74,7 @@ class LooseParameters:
             for p in leaves(loss)
             if isinstance(p, nn.Parameter) and id(p) not in skip and p.grad is not None
         ]
-        self.names = script_names(loose)
+        self.names = sites.script_names(loose)
         for p in loose:
             grad = p.grad
             assert grad is not None

@@ -3,6 +3,7 @@ and the frameworks that call a training step; where a class is defined; where a 
 graph is assigned."""
 
 import inspect
+import itertools
 import re
 import sys
 from collections.abc import Iterable
@@ -11,6 +12,7 @@ from types import FrameType
 from typing import Any
 
 import torch
+from torch import nn
 
 TORCH_DIR = str(Path(torch.__file__).parent)
 _SKIP = (
@@ -145,3 +147,25 @@ def _under_no_grad(lines: list[str], at: int) -> bool:
         decorators = re.match(r"(async\s+def|def)\b", stripped) is not None
         indent = depth
     return False
+
+
+def script_names(values: Iterable[torch.Tensor]) -> dict[int, str]:
+    """The names the script's innermost frame outside torch and this package (and its
+    module's globals) gives ``values``, by id: a variable's, or a model's and the parameter's
+    or buffer's in it (``target_net.0.weight``, ``ema.module.0.running_mean``)."""
+    wanted = {id(v) for v in values}
+    frame = user_frame()
+    if frame is None or not wanted:
+        return {}
+    names: dict[int, str] = {}
+    for scope in (frame.f_globals, frame.f_locals):
+        for name, value in scope.items():
+            if name.startswith("_"):
+                continue
+            if id(value) in wanted:
+                names[id(value)] = name
+            elif isinstance(value, nn.Module):
+                for inner, t in itertools.chain(value.named_parameters(), value.named_buffers()):
+                    if id(t) in wanted:
+                        names.setdefault(id(t), f"{name}.{inner}")
+    return names
