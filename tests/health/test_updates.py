@@ -928,3 +928,29 @@ def test_padding_in_a_token_loss_is_the_embeddings_padding_id_not_ignored() -> N
     small = nn.Embedding(VOCABULARY - 1, 4, padding_idx=0)  # a categorical feature
     check.watch([small, nn.Linear(4, VOCABULARY - 1)])
     assert check.paddings == {}
+
+
+def test_an_rnns_and_attentions_dropout_and_tracked_instance_norm_depend_on_the_mode() -> None:
+    """An RNN's dropout between its layers and attention's on its weights are no Dropout
+    modules, and an instance norm keeping running statistics uses them in eval mode: each
+    makes train and eval mode compute differently."""
+    from treeqa.health.updates import _mode_dependent
+
+    model = nn.ModuleDict(
+        {
+            "gru": nn.GRU(4, 8, num_layers=2, dropout=0.2),
+            "single": nn.GRU(4, 8),  # one layer: no dropout between layers
+            "attention": nn.MultiheadAttention(8, 2, dropout=0.1),
+            "tracked": nn.InstanceNorm1d(8, track_running_stats=True),
+            "plain": nn.InstanceNorm1d(8),
+        }
+    )
+    expected = [
+        "gru (GRU with dropout=0.2 between its layers)",
+        "attention (MultiheadAttention with dropout=0.1 on its weights)",
+        "tracked (InstanceNorm1d)",
+    ]
+    assert _mode_dependent([model], True) == expected
+    assert _mode_dependent([model]) == []
+    model.eval()
+    assert _mode_dependent([model]) == expected

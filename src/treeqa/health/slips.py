@@ -286,7 +286,7 @@ def frozen_norm_in_train_mode(modules: Sequence[str]) -> Finding:
 
 def _train_mode_effects(modules: Sequence[str], dropout: str, norm: str) -> list[str]:
     """What train mode changes in ``modules`` (``_mode_dependent``'s names), said so."""
-    return [dropout] * any("Dropout" in m for m in modules) + [norm] * any(
+    return [dropout] * any("ropout" in m for m in modules) + [norm] * any(
         "Norm" in m for m in modules
     )
 

@@ -801,13 +801,24 @@ def _recalibrating(model: nn.Module) -> bool:
 
 def _mode_dependent(roots: list[nn.Module], training: bool = False) -> list[str]:
     """Layers in eval mode (``training``: in train mode) that compute differently in the
-    other: dropout with p > 0 and batch norm (one that keeps running statistics)."""
+    other: dropout with p > 0 (a layer's own, or an RNN's between its layers, or attention's
+    on its weights) and batch or instance norm that keeps running statistics."""
     names = []
     for i, root in enumerate(roots):
         for name, m in root.named_modules():
-            dropout = isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0
-            norm = isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
-            if (dropout or norm) and m.training == training:
-                label = name or type(root).__name__
-                names.append(f"{(f'model{i}.' if i else '') + label} ({type(m).__name__})")
+            if m.training != training:
+                continue
+            kind = type(m).__name__
+            if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
+                what = kind
+            elif isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats:
+                what = kind
+            elif isinstance(m, nn.RNNBase) and m.dropout > 0 and m.num_layers > 1:
+                what = f"{kind} with dropout={m.dropout:g} between its layers"
+            elif isinstance(m, nn.MultiheadAttention) and m.dropout > 0:
+                what = f"{kind} with dropout={m.dropout:g} on its weights"
+            else:
+                continue
+            label = name or type(root).__name__
+            names.append(f"{(f'model{i}.' if i else '') + label} ({what})")
     return names
