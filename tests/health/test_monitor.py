@@ -2362,11 +2362,12 @@ def test_target_moments_give_each_batchs_error_of_predicting_the_targets_mean() 
 
 def test_a_mean_squared_error_at_the_targets_variance_all_run_is_loss_at_chance() -> None:
     """Targets shuffled from their inputs: the MSE sits at each batch's error of predicting the
-    targets' mean. Up to 10% over it still; below it by more than 3%, or falling onto it, not."""
+    targets' mean. Up to 10% over it still, and 5% under (a network memorises a little of rows
+    paired wrongly the same way every epoch); further under, or falling onto it, not."""
     steps = array("d", range(1, 301))
     samples = [(s, "mse_loss", 1.0) for s in range(1, 301, 10)]
     levels = {s: 2.0 + 0.5 * math.sin(s) for s, _, _ in samples}  # each batch's variance
-    for over, found in ((1.0, True), (1.08, True), (1.15, False), (0.95, False)):
+    for over, found in ((1.0, True), (1.08, True), (0.96, True), (1.15, False), (0.93, False)):
         losses = array("d", (levels.get(s, 2.0) * over for s in range(1, 301)))
         result = loss_levels.loss_at_mean(samples, steps, losses, levels)
         assert (result is not None) == found, over
