@@ -381,6 +381,14 @@ def test_gradients_never_zeroed_under_fully_shard_are_said_as_added_to(doctor_re
     assert found["evidence"]["dirty_in_a_row"] == 3
 
 
+def test_a_finding_seen_again_keeps_the_step_it_was_first_seen_at(doctor_report) -> None:
+    """The broadcast is seen on every sampled step: the report's step is the last, and
+    first_step the one its warning named."""
+    _, report, _ = doctor_report("bug_loss_broadcast.py")
+    found = next(f for f in report["findings"] if f["code"] == "loss-broadcast")
+    assert found["first_step"] == 1 and found["step"] > 1
+
+
 def test_train_in_eval_mode_counts_every_step_in_train_mode_before_it(doctor_report) -> None:
     """40 steps in train mode, the first among them (before any forward was seen), then eval
     mode from step 41."""

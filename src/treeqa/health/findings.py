@@ -83,7 +83,8 @@ class Finding:
     where: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)
     fix: str = ""
-    step: int = 0
+    step: int = 0  # the step it was last seen at (its evidence that step's)
+    first_step: int = 0  # the step it was first seen at
 
     def __post_init__(self) -> None:
         if self.code not in FIXES or self.severity not in SEVERITIES:

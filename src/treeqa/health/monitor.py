@@ -554,6 +554,7 @@ class HealthMonitor(Callback):
         key = findings.key_of(finding.code, finding.where, finding.message, finding.evidence)
         old = self.findings.get(key)
         if old is None:
+            finding.first_step = finding.first_step or finding.step
             self.findings[key] = finding
             print(report.one_line(finding), file=self.stream, flush=True)
         else:
