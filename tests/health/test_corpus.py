@@ -213,7 +213,8 @@ CLEAN = [
     "clean_frozen_beside_accumulation.py",  # the head's optimiser first steps at step 32
     "clean_maximize.py",  # maximize=True on a log-likelihood, which rises as it should
     "clean_multi_output_regression.py",  # MSE falls well below the targets' variance
-    "clean_least_squares_gan.py",  # MSE against targets held at ones: no level of a mean
+    "clean_least_squares_gan.py",
+    "clean_maml_vmap.py",  # mse_loss inside grad inside vmap: its targets are not summed  # MSE against targets held at ones: no level of a mean
     "clean_maximize_mse.py",  # maximize=True on an input perturbation's squared error
     "clean_no_grad_backbone_beside_accumulation.py",  # its optimiser beside the head's
     "clean_weight_norm_logged.py",  # get_total_norm(model.parameters()) only logged

@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_monitor import Tiny, batches  # the monitor tests' model and batches
 
-from treeqa.health import HealthMonitor, run_doctor
+from treeqa.health import HealthMonitor, loss_levels, run_doctor
 from treeqa.health.clipping import Clipping
 from treeqa.health.losses import LossInputCheck
 from treeqa.train.loop import TrainConfig, fit
@@ -84,6 +84,22 @@ def test_the_report_says_the_monitor_failed_not_a_clean_run(
     monkeypatch.undo()
     _, clean = run_doctor(["python", str(script)], stream=io.StringIO())
     assert clean["monitor_failures"] == [] and clean["steps"] == 40
+
+
+def test_a_failing_final_check_still_makes_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run-wide check at the run's end that raises (a vmapped target's sums read after the
+    transform once did) loses those checks, not the report: its findings and series stay, and
+    the failure is listed."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    monkeypatch.setattr(loss_levels, "loss_diverged", _broken)
+    code, report = run_doctor(["python", str(script)], stream=io.StringIO())
+    assert code == 0 and report["steps"] == 40 and len(report["series"]["loss"]) == 40
+    (failure,) = report["monitor_failures"]
+    assert failure.startswith("the monitor's final checks failed (RuntimeError: a bug of")
+    assert "the report is made without them" in failure
 
 
 def test_a_failing_note_leaves_the_wrapped_call_as_it_was(

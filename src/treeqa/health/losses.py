@@ -215,7 +215,9 @@ class LossInputCheck:
             if isinstance(input, torch.Tensor) and result.requires_grad:
                 self._count_labels(input, target, args[2:], kwargs)
         if fname == "mse_loss" and _mean_of_same_shape(input, result, args[1:], kwargs):
-            self.moments.add(args[1] if len(args) > 1 else kwargs.get("target"))
+            target = args[1] if len(args) > 1 else kwargs.get("target")
+            if not (checks.untraceable(input) or checks.untraceable(target)):  # vmap, compile
+                self.moments.add(target)
         if (
             isinstance(input, torch.Tensor)
             and not checks.untraceable(input)  # a host sync inside a compiled graph or vmap
@@ -227,6 +229,8 @@ class LossInputCheck:
     def _note_moments(self, target: Any) -> None:
         """A sampled step's mean squared error's target, for the level of predicting the
         targets' mean on its batch (``TargetMoments``); micro-batches of one step add up."""
+        if checks.untraceable(target):  # a vmapped target: its values go with the transform
+            return
         batch, last = self.moments.batch(target), self.batch_moments
         if batch is not None and last is not None and last[0] == batch[0]:
             batch = (batch[0], last[1] + batch[1], last[2] + batch[2])

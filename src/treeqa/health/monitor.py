@@ -572,8 +572,26 @@ class HealthMonitor(Callback):
     def finish(self) -> dict[str, Any]:
         """Final analyses; write JSON/plot if asked; print the summary. Returns the report.
         The hooks and wrappers come off first: a later monitor in this process installs its
-        own (one left in place would keep it from checking anything)."""
+        own (one left in place would keep it from checking anything). Should the final
+        analyses fail (the monitor's own bug), the report is still made, and lists it."""
         self._safely_uninstall()
+        try:
+            self._final_checks()
+        except HealthError:
+            raise
+        except Exception as error:
+            say_failed("the monitor's final checks", error, "the report is made without them")
+        result = report.build(self)
+        if self.summary:
+            report.print_summary(result, self.stream)
+        if self.json_path:
+            report.write_json(result, self.json_path)
+        if self.plot_path:
+            report.write_plot(result, self.plot_path)
+        return result
+
+    def _final_checks(self) -> None:
+        """The run-wide checks made at its end, on everything read."""
         self._read_losses(wait=True)
         self._window_closed(self.profile.close(self.step))
         if self._unused_params:  # a run shorter than the window
@@ -599,14 +617,6 @@ class HealthMonitor(Callback):
         if not any(code == "non-finite" for code, _ in self.findings):
             self._add_if(self.scalers.collapsed(self.step))
         self._series_checks(self.step)
-        result = report.build(self)
-        if self.summary:
-            report.print_summary(result, self.stream)
-        if self.json_path:
-            report.write_json(result, self.json_path)
-        if self.plot_path:
-            report.write_plot(result, self.plot_path)
-        return result
 
     # ------------------------------------------------------------------ fit() callback
 

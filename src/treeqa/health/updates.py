@@ -621,11 +621,18 @@ class Updates:
     def _report_orphans(
         self, orphans: Sequence[tuple[str, torch.Tensor]], outside: bool = False
     ) -> None:
-        """``outside``: parameters outside the trained models (``loose.py``)."""
+        """``outside``: parameters outside the trained models (``loose.py``), named as the
+        script names them: where the first is assigned in it is the finding's place."""
         if orphans:
             names = [n for n, _ in orphans]
             values = sum(p.numel() for _, p in orphans)
-            self._report(slips.not_in_optimiser(names, values, outside))
+            found = slips.not_in_optimiser(names, values, outside)
+            frame = sites.user_frame() if outside else None
+            if frame is not None:  # log_temperature = nn.Parameter(...); domains = nn.Sequential(
+                found.where = sites.assignment_site(
+                    [frame.f_code.co_filename], names[0].split(".")[0]
+                )
+            self._report(found)
 
     def _note_float16(self) -> None:
         # The loss is scaled before its backward, so by the step it has been seen.
