@@ -145,6 +145,7 @@ EXPECTED = {
     "bug_loss_at_chance_imbalanced.py": "loss-at-chance",  # 80/15/5: at the classes' entropy
     "bug_loss_at_chance_symmetric.py": "loss-at-chance",  # CLIP's two directions, added up
     "bug_loss_at_chance_regression.py": "loss-at-chance",  # MSE at the targets' variance
+    "bug_train_in_eval_attack_helper.py": "train-in-eval-mode",  # train() undone before each step
     "bug_loss_at_chance_regression_split.py": "loss-at-chance",  # same wrong pairs each epoch
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn

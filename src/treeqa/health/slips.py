@@ -198,6 +198,7 @@ def train_in_eval_mode(
     modules: Sequence[str],
     streak: int = 20,
     evaluated_first: bool = False,
+    undone: bool = False,
 ) -> Finding | None:
     """A model that trained in train mode went on training in eval mode (``model.eval()`` for
     a validation, no ``model.train()`` after it) for ``eval_steps`` steps in a row since step
@@ -205,12 +206,17 @@ def train_in_eval_mode(
     batch norm); without them the mode changes nothing. A model in eval mode from its first
     step (fine-tuning with dropout off on purpose) has no ``train_steps`` and is not judged,
     unless ``evaluated_first``: it was evaluated before its first step (a baseline score
-    taken with ``model.eval()``, and no ``model.train()`` after it)."""
-    if not (train_steps or evaluated_first) or eval_steps < streak or not modules:
+    taken with ``model.eval()``, and no ``model.train()`` after it), or ``undone``: the
+    script called ``model.train()`` and an ``eval()`` after it put the model back before its
+    training forwards (an adversarial attack's helper that evaluates the model)."""
+    if not (train_steps or evaluated_first or undone) or eval_steps < streak or not modules:
         return None
     after = (
         f"after {train_steps} steps in train mode"
-        if train_steps
+        if train_steps and not undone
+        else "though model.train() is called: an eval() after it puts the model back in eval "
+        "mode before its training forwards"
+        if undone
         else "after an evaluation before its first step, with no model.train() after it"
     )
     return Finding(
@@ -221,6 +227,7 @@ def train_in_eval_mode(
         "running statistics)",
         evidence={
             "evaluated_before_training": evaluated_first,
+            "train_undone": undone,
             "train_mode_steps": train_steps,
             "eval_mode_steps": eval_steps,
             "since_step": since,

@@ -239,6 +239,7 @@ class Updates:
         self.eval_grad_run, self.eval_grad_site = 0, ""
         if not same_models:  # (the first reset, from __init__, never has the same models)
             self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
+            self.phase_seq = 0  # the mode calls' count when the eval-mode phase began
             # steps before any forward was seen (the clock's first): in the mode of the next
             self.unseen = 0
             self.evaluated = False  # an evaluation of a model the clock trains since its last step
@@ -655,10 +656,13 @@ class Updates:
         elif mode & 2:
             self.evaluated_first |= evaluated and not self.train_steps
             if not self.eval_steps:  # the phase starts: was its eval() for an evaluation?
-                self.eval_since = step
+                self.eval_since, self.phase_seq = step, self.seq
                 last_call_eval = self.eval_call > self.train_call
                 self.for_evaluation = last_call_eval and self.evaluation_seq > self.eval_call
             self.eval_steps += 1
+            # model.train() called in this phase, and an eval() after it before the forwards:
+            # train mode asked for and undone each time (an attack helper's eval(), say).
+            undone = self.phase_seq < self.train_call < self.eval_call
             # A script that went back to train mode after an evaluation knows to: a later
             # eval-mode phase is on purpose, unless the eval() that began it was for an
             # evaluation too (a second evaluation path that forgets train()).
@@ -668,13 +672,17 @@ class Updates:
             # A dropout or batch norm layer put back in train mode under a model in eval mode
             # (batch norm frozen by model.eval(), dropout turned on again) is a mode set layer
             # by layer, on purpose: model.eval() for an evaluation leaves none of them so.
-            if self.eval_steps == EVAL_STEPS and judged and not _mode_dependent(roots, True):
+            due = (self.eval_steps == EVAL_STEPS and judged) or (
+                undone and self.eval_steps >= EVAL_STEPS
+            )
+            if due and not _mode_dependent(roots, True):
                 found = slips.train_in_eval_mode(
                     self.train_steps,
                     self.eval_steps,
                     self.eval_since,
                     _mode_dependent(roots),
                     evaluated_first=self.evaluated_first,
+                    undone=undone,
                 )
                 if found is not None and self.eval_call > self.train_call and self.eval_site:
                     found.where = self.eval_site  # the eval() never undone
