@@ -391,6 +391,16 @@ def test_a_finding_seen_again_keeps_the_step_it_was_first_seen_at(doctor_report)
     assert found["first_step"] == 1 and found["step"] > 1
 
 
+def test_a_collapsed_learning_rate_points_at_its_schedulers_step(doctor_report) -> None:
+    """The scheduler stepped every batch is where the fix goes, not the optimiser's step."""
+    _, report, _ = doctor_report("bug_lr_collapsed.py")
+    found = next(f for f in report["findings"] if f["code"] == "lr-collapsed")
+    line = Path(found["where"].rsplit(":", 1)[0]).read_text().splitlines()[
+        int(found["where"].rsplit(":", 1)[1]) - 1
+    ]
+    assert line.strip() == "scheduler.step()", found["where"]
+
+
 def test_train_in_eval_mode_counts_every_step_in_train_mode_before_it(doctor_report) -> None:
     """40 steps in train mode, the first among them (before any forward was seen), then eval
     mode from step 41."""

@@ -131,6 +131,10 @@ class Updates:
         self.plateau_steps: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
             weakref.WeakKeyDictionary()
         )
+        # where the script first steps a scheduler of each optimiser (``lr-collapsed``'s place)
+        self.scheduler_sites: weakref.WeakKeyDictionary[torch.optim.Optimizer, str] = (
+            weakref.WeakKeyDictionary()
+        )
         self.wrappers = Wrappers()
         # The models the clock trains, whose train()/eval() calls are noted: a mode change
         # counts as one more event, as does an evaluation (``seq`` orders them).
@@ -195,9 +199,18 @@ class Updates:
     def _plateau_stepped(self, scheduler: ReduceLROnPlateau) -> None:
         optimizer = scheduler.optimizer
         self.plateau_steps[optimizer] = self.plateau_steps.get(optimizer, 0) + 1
+        self._note_scheduler_site(optimizer)
+
+    def _note_scheduler_site(self, optimizer: torch.optim.Optimizer) -> None:
+        """The script's line of a scheduler's first step on ``optimizer`` (once: a walk of
+        the frames)."""
+        if optimizer not in self.scheduler_sites:
+            self.scheduler_sites[optimizer] = sites.user_site(2)
 
     def _scheduler_stepped(self, scheduler: LRScheduler) -> None:
         # Before the call: this one makes it last_epoch + 1 steps.
+        if scheduler.last_epoch >= 0:  # (not the step its constructor takes)
+            self._note_scheduler_site(scheduler.optimizer)
         clock = self.clock() if self.clock is not None else None
         if isinstance(scheduler, OneCycleLR) and clock is None:
             self.unclocked.append(weakref.ref(scheduler))
@@ -731,9 +744,13 @@ class Updates:
         steps = step - self.first + 1
         if 0 < self.plateau < steps / 2:  # a plateau scheduler stepped once an epoch
             return None
-        return slips.lr_collapsed(
+        found = slips.lr_collapsed(
             self.peak, self.low_since, step, self.first, self.plateau, self.decayed_by_hand
         )
+        clock = self.clock() if self.clock is not None else None
+        if found is not None and clock is not None:  # where its scheduler is stepped
+            found.where = self.scheduler_sites.get(clock, "")
+        return found
 
     def finish(self, step: int) -> None:
         self._evaluated_with_gradients(at_step=False)  # the script's last evaluation
