@@ -395,9 +395,11 @@ def test_a_collapsed_learning_rate_points_at_its_schedulers_step(doctor_report) 
     """The scheduler stepped every batch is where the fix goes, not the optimiser's step."""
     _, report, _ = doctor_report("bug_lr_collapsed.py")
     found = next(f for f in report["findings"] if f["code"] == "lr-collapsed")
-    line = Path(found["where"].rsplit(":", 1)[0]).read_text().splitlines()[
-        int(found["where"].rsplit(":", 1)[1]) - 1
-    ]
+    line = (
+        Path(found["where"].rsplit(":", 1)[0])
+        .read_text()
+        .splitlines()[int(found["where"].rsplit(":", 1)[1]) - 1]
+    )
     assert line.strip() == "scheduler.step()", found["where"]
 
 

@@ -1058,6 +1058,8 @@ def test_hot_op_warns_only_if_the_family_dominates_without_the_threads_cpu_wait(
     found = checks.hot_op(times, 1, cpu_wait=5e3)  # 5 ms of the 10 waiting for a CPU
     assert found.severity == "info" and found.evidence["cpu_wait_ms_per_step"] == 5.0
     assert found.evidence["share"] == 0.72  # the report still says what the profiler read
+    assert "these shares are rough" in found.message  # 5 of 10 ms waited
+    assert "rough" not in checks.hot_op(times, 1, cpu_wait=2e3).message  # a fifth: as read
     assert checks.hot_op(times, 1, cpu_wait=0.3e3).severity == "warning"  # 6.9 of 9.7 ms: stands
 
 

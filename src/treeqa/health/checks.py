@@ -208,6 +208,11 @@ def op_family(name: str) -> str:
     return "other"
 
 
+WAITED = 0.25
+"""A ``hot-op`` window whose thread waited for a CPU this share of its operators' time or more
+says its shares are rough (a preempted window put 82% on one ``aten::mm``)."""
+
+
 def hot_op(
     op_times: dict[str, float], steps: int, conv_over_text: bool = True, cpu_wait: float = 0.0
 ) -> Finding | None:
@@ -256,10 +261,16 @@ def hot_op(
         fix = f"{_INDEX_PUT_FIX}; {fix}"
     if own_work:
         fix = f"{_MESSAGE_PASSING_FIX}; {fix}"
+    busy = ""
+    if cpu_wait >= WAITED * total:  # the shares are then those of where the waits fell
+        busy = (
+            f"; read while its thread waited {cpu_wait / 1e3 / max(steps, 1):.2f} ms a step for "
+            "a CPU, which counts in whichever operator was running: these shares are rough"
+        )
     return Finding(
         "hot-op",
         severity,
-        f"{family} operators take {share:.0%} of step time ({', '.join(k for k, _ in top)})",
+        f"{family} operators take {share:.0%} of step time ({', '.join(k for k, _ in top)})" + busy,
         fix=fix,
         evidence={
             "family": family,
