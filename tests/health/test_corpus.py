@@ -145,6 +145,7 @@ EXPECTED = {
     "bug_loss_at_chance_imbalanced.py": "loss-at-chance",  # 80/15/5: at the classes' entropy
     "bug_loss_at_chance_symmetric.py": "loss-at-chance",  # CLIP's two directions, added up
     "bug_loss_at_chance_regression.py": "loss-at-chance",  # MSE at the targets' variance
+    "bug_loss_at_chance_by_hand.py": "loss-at-chance",  # -log_softmax(...).gather(...).mean()
     "bug_train_in_eval_attack_helper.py": "train-in-eval-mode",  # train() undone before each step
     "bug_loss_at_chance_regression_split.py": "loss-at-chance",  # same wrong pairs each epoch
 }
@@ -215,7 +216,8 @@ CLEAN = [
     "clean_maximize.py",  # maximize=True on a log-likelihood, which rises as it should
     "clean_multi_output_regression.py",  # MSE falls well below the targets' variance
     "clean_least_squares_gan.py",
-    "clean_maml_vmap.py",  # mse_loss inside grad inside vmap: its targets are not summed  # MSE against targets held at ones: no level of a mean
+    "clean_maml_vmap.py",
+    "clean_cross_entropy_by_hand.py",  # -log_softmax(...).gather(...).mean(): learns  # mse_loss inside grad inside vmap: its targets are not summed  # MSE against targets held at ones: no level of a mean
     "clean_maximize_mse.py",  # maximize=True on an input perturbation's squared error
     "clean_no_grad_backbone_beside_accumulation.py",  # its optimiser beside the head's
     "clean_weight_norm_logged.py",  # get_total_norm(model.parameters()) only logged

@@ -954,3 +954,28 @@ def test_an_rnns_and_attentions_dropout_and_tracked_instance_norm_depend_on_the_
     assert _mode_dependent([model]) == []
     model.eval()
     assert _mode_dependent([model]) == expected
+
+
+def test_a_cross_entropy_written_by_hand_is_read_as_one() -> None:
+    """``-log_softmax(z).gather(d, y).mean()`` in its usual spellings gives its classes and
+    targets; a policy gradient's log-probabilities times advantages, a sum, or a gather over
+    another dim than the softmax's are no cross-entropy."""
+    torch.manual_seed(0)
+    logits = torch.randn(8, 5, requires_grad=True)
+    y = torch.randint(0, 5, (8,))
+    logp = F.log_softmax(logits, dim=-1)
+    for loss in (
+        -logp.gather(1, y[:, None]).mean(),
+        -logp.gather(-1, y.unsqueeze(-1)).squeeze(-1).mean(),
+        (-logp.gather(1, y[:, None])).mean(),
+    ):
+        found = loss_inputs.cross_entropy_by_hand(loss.grad_fn)
+        assert found is not None and found[0] == 5 and found[1].tolist() == y.tolist()
+        assert float(loss) == pytest.approx(float(F.cross_entropy(logits, y)))
+    advantages = torch.randn(8, 1)
+    for loss in (
+        -(logp.gather(1, y[:, None]) * advantages).mean(),
+        -logp.gather(1, y[:, None]).sum(),
+        -F.log_softmax(logits, dim=0).gather(1, y[:, None]).mean(),
+    ):
+        assert loss_inputs.cross_entropy_by_hand(loss.grad_fn) is None

@@ -184,6 +184,46 @@ VIEWS = re.compile(
 """Autograd nodes of ops that move values without changing them."""
 
 
+def cross_entropy_by_hand(node: Any) -> tuple[int, torch.Tensor] | None:
+    """(C, targets) of a cross-entropy written by hand, ``node`` its loss's autograd node:
+    ``-log_softmax(logits, d).gather(d, y[..., None]).mean()``, the minus and the mean over all
+    elements in either order, a squeeze or view between (a behaviour-cloning or token loss
+    that calls no loss function). C is the size of dim d; the targets are the gather's index.
+    None for anything else: a policy gradient's log-probabilities times advantages, a masked
+    or weighted sum. Read before the backward frees what the nodes saved; no host sync."""
+    seen: set[str] = set()
+    for _ in range(6):
+        name = type(node).__name__
+        if name in ("NegBackward0", "MeanBackward0") and name not in seen:
+            seen.add(name)
+        elif not (VIEWS.fullmatch(name) and seen) and name != "GatherBackward0":
+            return None
+        if name == "GatherBackward0":
+            break
+        node = node.next_functions[0][0] if node.next_functions else None
+        if node is None:
+            return None
+    else:
+        return None
+    source: Any = node.next_functions[0][0] if node.next_functions else None
+    if seen != {"NegBackward0", "MeanBackward0"} or type(source).__name__ != "LogSoftmaxBackward0":
+        return None
+    try:
+        shape, index = source._saved_result.shape, node._saved_index
+        dims = [
+            int(d) - 2**64 if int(d) >= 2**63 else int(d)
+            for d in (source._saved_dim, node._saved_dim)
+        ]
+    except (AttributeError, RuntimeError):  # saved tensors freed, or another torch's names
+        return None
+    if not shape or dims[0] % len(shape) != dims[1] % len(shape) or index.dim() != len(shape):
+        return None
+    dim = dims[0] % len(shape)
+    if index.shape[dim] != 1:  # one target a row
+        return None
+    return int(shape[dim]), index.squeeze(dim)
+
+
 def producer(x: torch.Tensor, ops: tuple[str, ...], hops: int = 4) -> Any:
     """The autograd node of one of ``ops`` (e.g. "SigmoidBackward0") that ``x`` comes from
     through at most ``hops`` view-like nodes (squeeze, view, select...), or None. No host sync."""

@@ -142,12 +142,26 @@ class LossInputCheck:
         node, scale = loss_inputs.unscaled(loss)
         summed = self._sum_of_cross_entropies(loss, node, scale)
         self.cross_entropy = summed or _standing_for(self.cross_entropy, loss, node, scale)
+        if (self.cross_entropy is None or self.cross_entropy[0] != id(loss)) and node is not None:
+            self._cross_entropy_by_hand(loss, node, scale)
         self.regression = _standing_for(self.regression, loss, node, scale)
         if self.cross_entropy is not None and self.cross_entropy[0] == id(loss):
             self._times_processes(self.cross_entropy[3])
             self.factors.append(self.cross_entropy[3])
         else:
             self.factors.append(math.nan)
+
+    def _cross_entropy_by_hand(self, loss: torch.Tensor, node: Any, scale: float) -> None:
+        """``loss`` (``node``: its node, ``scale`` walked back) is a mean cross-entropy written
+        by hand (``loss_inputs.cross_entropy_by_hand``): it stands as the step's, its targets
+        counted as a cross-entropy's are."""
+        found = loss_inputs.cross_entropy_by_hand(node)
+        if found is None or scale > processes.world_size():
+            return
+        classes, target = found
+        self.cross_entropy = (id(loss), classes, None, scale)
+        self.labels.add(target, classes, None, 0.0)
+        self.batch_labels = self.labels.batch(target, classes, None)
 
     def _sum_of_cross_entropies(
         self, loss: torch.Tensor, node: Any, scale: float
