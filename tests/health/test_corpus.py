@@ -146,6 +146,7 @@ EXPECTED = {
     "bug_loss_at_chance_symmetric.py": "loss-at-chance",  # CLIP's two directions, added up
     "bug_loss_at_chance_regression.py": "loss-at-chance",  # MSE at the targets' variance
     "bug_loss_at_chance_by_hand.py": "loss-at-chance",  # -log_softmax(...).gather(...).mean()
+    "bug_evaluation_with_gradients_train_mode.py": "evaluation-with-gradients",  # neither
     "bug_train_in_eval_attack_helper.py": "train-in-eval-mode",  # train() undone before each step
     "bug_loss_at_chance_regression_split.py": "loss-at-chance",  # same wrong pairs each epoch
 }

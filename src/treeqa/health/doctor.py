@@ -331,6 +331,8 @@ class Doctor:
                 gradient = kwargs.get("grad_tensors", args[0] if args else None)
                 self.monitor.scalers.note_backward(loss, gradient)
         self.updates.backwards += 1
+        if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+            self.updates.unused_graphs(loss, self.roots)
         self.updates.gradients_taken()
         if self.updates.reading:
             self.updates.backward_called()

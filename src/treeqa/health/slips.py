@@ -236,16 +236,44 @@ def train_in_eval_mode(
     )
 
 
-def evaluation_with_gradients(forwards: int) -> Finding:
+def evaluation_with_gradients(forwards: int, modules: Sequence[str] | None = None) -> Finding:
     """A model the optimiser trains ran ``forwards`` forwards in a row in eval mode with
-    gradients on and no backward: an evaluation outside ``torch.no_grad()``."""
+    gradients on and no backward: an evaluation outside ``torch.no_grad()``. ``modules``: given
+    where they ran in train mode and no backward used their graphs (an evaluation with neither
+    ``model.eval()`` nor ``no_grad``, or actions chosen with gradients on): its layers that
+    compute differently in eval mode."""
+    if modules is None:
+        return Finding(
+            "evaluation-with-gradients",
+            "warning",
+            f"the model being trained ran {forwards} forwards in a row in eval mode with "
+            "gradients on and no backward, an evaluation outside torch.no_grad(): autograd "
+            "records every evaluation forward and keeps its activations while the outputs "
+            "live, for nothing",
+            evidence={"forwards_in_a_row": forwards},
+        )
+    effects = _train_mode_effects(
+        modules, "dropout on", "batch norm taking the evaluation's batches into its statistics"
+    )
     return Finding(
         "evaluation-with-gradients",
         "warning",
-        f"the model being trained ran {forwards} forwards in a row in eval mode with gradients "
-        "on and no backward, an evaluation outside torch.no_grad(): autograd records every "
-        "evaluation forward and keeps its activations while the outputs live, for nothing",
-        evidence={"forwards_in_a_row": forwards},
+        f"the model being trained ran {forwards} forwards in a row in train mode with gradients "
+        "on whose graphs no backward used: an evaluation (or actions chosen) outside "
+        "torch.no_grad(), autograd recording every forward for nothing"
+        + (
+            f", and without model.eval(): {', '.join(modules[:3])} run as in training "
+            f"({', '.join(effects)})"
+            if modules
+            else ""
+        ),
+        evidence={
+            "forwards_in_a_row": forwards,
+            "train_mode": True,
+            "mode_dependent": list(modules[:10]),
+        },
+        fix="wrap the evaluation in with torch.no_grad(): (or torch.inference_mode()), after "
+        "model.eval(), and call model.train() before training again",
     )
 
 

@@ -71,7 +71,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR, ReduceLROnPlateau
 
-from treeqa.health import registration, sites, slips
+from treeqa.health import graphs, registration, sites, slips
 from treeqa.health.findings import Finding
 from treeqa.health.hand import HandUpdates
 from treeqa.health.loose import LooseParameters
@@ -250,6 +250,10 @@ class Updates:
         self._no_grad_input: weakref.ref[torch.Tensor] | None = None
         # forwards in a row in eval mode with gradients on and no backward between them
         self.eval_grad_run, self.eval_grad_site = 0, ""
+        # forwards in a row in train mode with gradients on and no backward between them; from
+        # the second, the autograd number before it and before the latest (``unused_graphs``)
+        self.train_grad_run, self.train_grad_site = 0, ""
+        self.run_floor = self.latest_floor = -1
         if not same_models:  # (the first reset, from __init__, never has the same models)
             self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
             self.phase_seq = 0  # the mode calls' count when the eval-mode phase began
@@ -283,6 +287,8 @@ class Updates:
                     self.eval_grad_site = sites.user_site()
             elif self.eval_grad_run:  # back to training with no backward since: an evaluation
                 self._evaluated_with_gradients()
+            if module.training:
+                self._train_forward()
             if self.sampled and self.mode & 4 == 0 and _float16_autocast():
                 self.mode |= 4
             self.no_grad_run, self._no_grad_input = 0, None
@@ -307,6 +313,35 @@ class Updates:
             if _float16_out_of_float32(module, output):
                 self.mode |= 4
 
+    def _train_forward(self) -> None:
+        """A forward in train mode with gradients on: from the second in a row with no backward
+        between, the autograd numbering is read before it (~5 us), so that the backward that
+        ends the run can tell whether its graph reaches the forwards before the latest."""
+        self.train_grad_run += 1
+        if self.train_grad_run < 2:
+            return
+        self.latest_floor = graphs.next_sequence_nr()
+        if self.train_grad_run == 2:
+            self.run_floor = self.latest_floor
+        if self.train_grad_run == EVAL_FORWARDS:
+            self.train_grad_site = sites.user_site(2)
+
+    def unused_graphs(self, loss: torch.Tensor, roots: list[nn.Module]) -> None:
+        """A backward of ``loss`` ends a run of forwards in train mode with gradients on: where
+        ``EVAL_FORWARDS`` or more came before the latest and its graph reaches none of theirs,
+        no backward used them (an evaluation outside ``no_grad`` and ``model.eval()``, actions
+        chosen with gradients on). A policy gradient's episode, a decoder called once a token,
+        reach them all; a loss over two forwards reaches the one before the latest too, and is
+        not judged."""
+        before = self.train_grad_run - 1
+        if before < EVAL_FORWARDS or self.run_floor < 0 or self.latest_floor < 0:
+            return
+        oldest = graphs.oldest_node(loss, floor=self.run_floor)
+        if oldest is not None and oldest > self.latest_floor:
+            found = slips.evaluation_with_gradients(before, _mode_dependent(roots, True))
+            found.where = self.train_grad_site
+            self._report(found, at_step=False)
+
     def _evaluated_with_gradients(self, at_step: bool = True) -> None:
         if self.eval_grad_run >= EVAL_FORWARDS:
             found = slips.evaluation_with_gradients(self.eval_grad_run)
@@ -319,7 +354,7 @@ class Updates:
         gradients (an adversarial attack made in eval mode, a saliency map), and training goes
         on between the no-grad forwards before and after it (a GAN's generator making fakes
         for each of the critic's steps), which an evaluation does not."""
-        self.eval_grad_run = 0
+        self.eval_grad_run = self.train_grad_run = 0
         self.no_grad_run, self._no_grad_input = 0, None
 
     def begin_step(self, sampled: bool) -> None:
@@ -486,7 +521,7 @@ class Updates:
                 self._report_orphans(stuck, outside=True)
         self.backwards = 0
         self.no_grad_run, self._no_grad_input = 0, None
-        self.eval_grad_run = 0
+        self.eval_grad_run = self.train_grad_run = 0
         if self.mode & 4 and sampled:
             self._note_float16()
         self._note_mode(step, roots)
