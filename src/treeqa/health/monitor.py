@@ -591,7 +591,10 @@ class HealthMonitor(Callback):
         return result
 
     def _final_checks(self) -> None:
-        """The run-wide checks made at its end, on everything read."""
+        """The run-wide checks made at its end, on everything read: their findings are the
+        last step's (a step opened and never ended, by an evaluation's forward after it, is
+        none)."""
+        self.in_step = False
         self._read_losses(wait=True)
         self._window_closed(self.profile.close(self.step))
         if self._unused_params:  # a run shorter than the window
