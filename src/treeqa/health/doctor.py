@@ -55,7 +55,7 @@ from treeqa.health import (
 )
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
-from treeqa.health.monitor import HealthError, HealthMonitor, compiled
+from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
 from treeqa.health.seeds import Seeds
 from treeqa.health.updates import Updates
 
@@ -421,6 +421,12 @@ class Doctor:
         # the compiled graph and no graph break; the compiled module's own call runs it eagerly.
         if torch.compiler.is_compiling():
             return
+        if self.discovery is not None and compiled_module(module):
+            # A compiled model compiles its graph on this call under the global hooks there
+            # now, and Dynamo guards on them: the every-module hook goes now, and no sampled
+            # step adds one (``monitor.compiling``), so none of them compiles it again.
+            self.monitor.compiling = True
+            self._drop_discovery()
         self._hand_step()
         # Until the clock's first step every module call is seen, to find the models trained.
         self.called.setdefault(id(module), module)

@@ -46,7 +46,7 @@ from treeqa.health.retention import Retention
 from treeqa.health.runqueue import RUN_QUEUE, waited_since
 from treeqa.health.scalers import MIN_SCALE, LossScalers
 from treeqa.health.thinning import Thinning, row
-from treeqa.health.wrap import say_failed
+from treeqa.health.wrap import never_compiled, say_failed
 from treeqa.models.common import Output
 from treeqa.train.callbacks import EarlyStopping
 from treeqa.train.loop import Callback, TrainConfig, TrainState
@@ -640,10 +640,12 @@ class HealthMonitor(Callback):
         self._unused_from = step + 1
         self._next_series_check = step + self.every
 
+    @never_compiled
     def safely(self, work: Callable[..., object], *args: Any) -> None:
         """The monitor's work inside the run it watches (``fit()``'s callbacks, the doctor's
         hooks): should it fail (the monitor's own bug), it says so once and stops watching;
-        the run goes on. Strict mode's stop is no failure."""
+        the run goes on. Strict mode's stop is no failure. Never compiled as a frame of its
+        own (``wrap.never_compiled``)."""
         if self.failed:
             return
         try:

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import CodeType
-from typing import Any
+from typing import Any, TypeVar
 
 FAILURES: list[str] = []
 """Every failure of the monitor's own code in this process, as ``say_failed`` said it: a
@@ -296,3 +296,21 @@ def _hooks_ours() -> bool:
     return all(
         getattr(getattr(h, "func", h), "__module__", "").startswith("treeqa.health.") for h in hooks
     )
+
+
+Fn = TypeVar("Fn", bound=Callable[..., Any])
+
+
+def never_compiled(fn: Fn) -> Fn:
+    """``fn``, whose frames ``torch.compile`` runs as plain Python rather than converting them:
+    the monitor's hooks run inside a compiled model's call, and a hook's frame converted on its
+    own was converted again for each count of arguments it was given (a script with
+    ``torch._dynamo.config.error_on_recompile = True`` stopped at its first step). Traced
+    inside a ``fullgraph`` model it is still inlined, as before (a disabled function there
+    fails the trace). Where torch has no such switch, ``fn`` as it is."""
+    try:
+        from torch._dynamo.eval_frame import skip_code
+    except ImportError:
+        return fn
+    skip_code(fn.__code__)
+    return fn
