@@ -979,3 +979,15 @@ def test_a_cross_entropy_written_by_hand_is_read_as_one() -> None:
         -F.log_softmax(logits, dim=0).gather(1, y[:, None]).mean(),
     ):
         assert loss_inputs.cross_entropy_by_hand(loss.grad_fn) is None
+
+
+def test_frames_of_frameworks_that_run_the_training_step_are_not_the_scripts() -> None:
+    """A finding made inside ignite's trainer or skorch's ``fit`` names the script's line that
+    set it going, as inside Lightning's or the transformers ``Trainer``'s."""
+    from treeqa.health import sites
+
+    packages = "/usr/lib/python3/site-packages"
+    for framework in ("ignite/engine/__init__.py", "skorch/net.py", "lightning/fabric/x.py"):
+        assert not sites.users(f"{packages}/{framework}")
+    assert sites.users("/home/me/project/train.py")
+    assert sites.users("/home/me/ignition/train.py")  # a folder named alike is the user's

@@ -27,8 +27,20 @@ _SKIP_PACKAGES = (
     "lightning_utilities",
     "transformers",
     "accelerate",
+    "trl",
+    "peft",
+    "deepspeed",
+    "ignite",
+    "skorch",
+    "sklearn",
+    "fastai",
+    "composer",
+    "catalyst",
+    "torchtnt",
 )
-"""Frameworks that call the user's training step: their frames are not where a bug is."""
+"""Frameworks that call the user's training step: their frames are not where a bug is (an
+``optimizer.step()`` inside ignite's trainer or skorch's ``fit`` was named, not the script's
+line that set it going)."""
 
 
 def _framework(filename: str) -> bool:
