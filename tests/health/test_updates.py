@@ -991,3 +991,13 @@ def test_frames_of_frameworks_that_run_the_training_step_are_not_the_scripts() -
         assert not sites.users(f"{packages}/{framework}")
     assert sites.users("/home/me/project/train.py")
     assert sites.users("/home/me/ignition/train.py")  # a folder named alike is the user's
+
+
+def test_log_of_a_softmax_plus_a_constant_is_normalised_over_the_classes() -> None:
+    """skorch's classifier takes ``log(y_pred + eps)`` of the softmax its module ends in, into
+    ``nll_loss``: a cross-entropy over the classes, as ``log(softmax)`` is."""
+    logits = torch.randn(8, 4, requires_grad=True)
+    probabilities = logits.softmax(-1)
+    assert loss_inputs.normalised_over(torch.log(probabilities + 1e-7)) == ([8, 4], 1, True)
+    assert loss_inputs.normalised_over(torch.log(probabilities)) == ([8, 4], 1, True)
+    assert loss_inputs.normalised_over(torch.log(probabilities + logits)) is None

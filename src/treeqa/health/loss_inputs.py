@@ -251,13 +251,16 @@ def produced_by(x: torch.Tensor, op: str, hops: int = 4) -> bool:
 
 
 def normalised_over(x: torch.Tensor) -> tuple[list[int], int, bool] | None:
-    """(shape, dim, direct) of the ``log_softmax`` (or ``log`` of a ``softmax``) that ``x``
-    comes from through views, as it was called; ``direct``: ``x`` is its output itself, no
-    view between. None for anything else. No host sync."""
+    """(shape, dim, direct) of the ``log_softmax`` (or ``log`` of a ``softmax``, a constant
+    added to it or not: skorch's classifier takes ``log(y_pred + eps)`` of a softmax its module
+    ends in) that ``x`` comes from through views, as it was called; ``direct``: ``x`` is its
+    output itself, no view between. None for anything else. No host sync."""
     found = _producer(x, ("LogSoftmaxBackward0", "LogBackward0"), 4)
     node, passed = found if found is not None else (None, 0)
     if node is not None and type(node).__name__ == "LogBackward0":
-        inner = node.next_functions[0][0] if node.next_functions else None
+        inner: Any = node.next_functions[0][0] if node.next_functions else None
+        if type(inner).__name__ == "AddBackward0" and inner.next_functions[1][0] is None:
+            inner = inner.next_functions[0][0]  # + a constant
         node = inner if type(inner).__name__ == "SoftmaxBackward0" else None
     if node is None:
         return None
