@@ -218,7 +218,8 @@ CLEAN = [
     "clean_multi_output_regression.py",  # MSE falls well below the targets' variance
     "clean_least_squares_gan.py",
     "clean_maml_vmap.py",
-    "clean_cross_entropy_by_hand.py",  # -log_softmax(...).gather(...).mean(): learns  # mse_loss inside grad inside vmap: its targets are not summed  # MSE against targets held at ones: no level of a mean
+    "clean_cross_entropy_by_hand.py",  # -log_softmax(...).gather(...).mean(): learns
+    "clean_finetune_second_optimiser.py",  # a new head's optimiser while the first lives on  # mse_loss inside grad inside vmap: its targets are not summed  # MSE against targets held at ones: no level of a mean
     "clean_maximize_mse.py",  # maximize=True on an input perturbation's squared error
     "clean_no_grad_backbone_beside_accumulation.py",  # its optimiser beside the head's
     "clean_weight_norm_logged.py",  # get_total_norm(model.parameters()) only logged
@@ -569,6 +570,7 @@ def test_a_dominant_2d_char_cnn_is_a_warning_read_in_two_windows(doctor_report) 
         "clean_grad_accumulation.py",
         "clean_token_accumulation.py",
         "clean_lbfgs.py",
+        "clean_finetune_second_optimiser.py",
     ],
 )
 def test_the_loss_of_a_step_is_the_one_the_script_trains_on(name: str, doctor_report) -> None:
@@ -580,7 +582,8 @@ def test_the_loss_of_a_step_is_the_one_the_script_trains_on(name: str, doctor_re
     quarter was read (a masked language model's step read 1.05 where it printed 4.34). L-BFGS's
     step evaluates its closure several times: the last was read, the next step's loss. The
     transformers ``Trainer`` divides each micro-batch's summed token loss by the step's token
-    count: its logged losses read 3.34, the series 0.83."""
+    count: its logged losses read 3.34, the series 0.83. A second optimiser that takes over
+    while the first lives on: its first 9 steps were missing."""
     _, report, out = doctor_report(name)
     printed = [float(v) for v in out.split("losses ")[1].split()]
     series = report["series"]

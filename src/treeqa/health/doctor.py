@@ -646,6 +646,23 @@ class Doctor:
         )
         self.open = False
 
+    def _count_taken(self, n: int) -> None:
+        """The ``n`` steps an optimiser took while the clock, still alive, stepped no more,
+        before it took over (the script's second run: fine-tuning with a new optimiser after
+        pre-training): steps of the run, counted now, each with its backward's loss where
+        each had one, timed as their mean. Left out, they were missing from the series and
+        every later step read ``n`` behind the script's count."""
+        now = time.perf_counter()
+        start = self.compute_start if self.open else self.last_end
+        values: list[torch.Tensor | None] = list(self.loss_values)
+        self._take_loss()
+        losses = values if len(values) == n else [None] * n
+        carried, self.carried = self.carried, 0.0
+        for loss in losses:
+            self.monitor.end_step(loss, (now - start + carried) / n)
+        self.open = False
+        self.last_end = now
+
     def _said_error(self) -> str:
         """Where strict mode's stop points for the error finding: above, where it was printed;
         a quiet child process printed nothing, and names it."""
@@ -703,6 +720,8 @@ class Doctor:
             if clock is None or n > max(SWITCH_AFTER, 4 * self.most_between):
                 if freed:  # nothing else steps: this is the next run's first step, counted
                     self._count_step()
+                elif clock is not None:
+                    self._count_taken(n)
                 self._switch_clock(optimizer)
             else:
                 self.updates.other_step(optimizer)
