@@ -2489,3 +2489,43 @@ def test_targets_whose_own_entropy_is_near_log_c_are_not_judged_at_chance() -> N
     assert not _floor_near_chance((labels,), {"label_smoothing": 0.1}, 4)
     assert _floor_near_chance((labels,), {"label_smoothing": 0.9}, 4)
     assert _floor_near_chance((confident,), {"label_smoothing": 1.0}, 4)
+
+
+RESUMED = """
+import sys
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+start = 0
+if sys.argv[2:] == ["--resume"]:
+    checkpoint = torch.load(sys.argv[1])
+    model.load_state_dict(checkpoint["model"])
+    opt.load_state_dict(checkpoint["optimizer"])
+    start = checkpoint["step"]
+for step in range(start + 1, start + 31):
+    x = torch.randn(16, 8)
+    loss = nn.functional.cross_entropy(model(x), x[:, :3].argmax(1))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, sys.argv[1])
+print("trained to step", step)
+"""
+
+
+def test_a_script_resumed_from_its_optimisers_state_is_numbered_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An optimiser's state loaded before the first step holds the steps taken (Adam's
+    ``step``): the report numbers the resumed run's steps on from there, as the script does."""
+    script, checkpoint = tmp_path / "train.py", str(tmp_path / "checkpoint.pt")
+    script.write_text(RESUMED)
+    _, first = run_doctor(["python", str(script), checkpoint], stream=io.StringIO())
+    _, resumed = run_doctor(["python", str(script), checkpoint, "--resume"], stream=io.StringIO())
+    assert capsys.readouterr().out.split() == "trained to step 30 trained to step 60".split()
+    assert (first["resumed_at"], first["steps"], first["series"]["step"][0]) == (0, 30, 1)
+    assert (resumed["resumed_at"], resumed["steps"]) == (30, 30)
+    assert resumed["series"]["step"][0] == 31 and resumed["series"]["step"][-1] == 60

@@ -217,7 +217,10 @@ class Doctor:
         self.seeds.install()
         self.monitor.install_loss_checks()
         self.monitor.loaders.watch_batches_by_hand()
-        wrapped = [(torch.multiprocessing, "spawn", self._note_spawn)]
+        wrapped: list[tuple[Any, str, Any]] = [
+            (torch.multiprocessing, "spawn", self._note_spawn),
+            (torch.optim.Optimizer, "load_state_dict", self._optimiser_loaded),
+        ]
         if self.prints is not None and torch.distributed.is_available():
             for owner in (torch.distributed, torch.distributed.distributed_c10d):
                 wrapped.append((owner, "new_group", self.prints.note_group))
@@ -646,6 +649,18 @@ class Doctor:
         )
         self.open = False
 
+    def _optimiser_loaded(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``Optimizer.load_state_dict(optimizer, state_dict)`` before the script's first step
+        (its forward included): a run resumed from a checkpoint, numbered on from the steps its
+        state holds (Adam's ``step``), as the script numbers them. None there (plain SGD), or a
+        step taken already: numbered from 1."""
+        state = args[1] if len(args) > 1 else kwargs.get("state_dict")
+        if self.monitor.step or self.monitor.in_step or self.open:
+            return
+        steps = _steps_taken(state)
+        if steps > 0:
+            self.monitor.resume_at(steps)
+
     def _count_taken(self, n: int) -> None:
         """The ``n`` steps an optimiser took while the clock, still alive, stepped no more,
         before it took over (the script's second run: fine-tuning with a new optimiser after
@@ -841,3 +856,14 @@ def _has_moments(optimizer: torch.optim.Optimizer) -> bool:
         for state in optimizer.state.values()
         for v in state.values()
     )
+
+
+def _steps_taken(state_dict: Any) -> int:
+    """The most steps any parameter's state counts in an optimiser's ``state_dict`` (Adam's,
+    AdamW's, RMSprop's ``step``); 0 where none does."""
+    state = state_dict.get("state") if isinstance(state_dict, dict) else None
+    if not isinstance(state, dict):
+        return 0
+    steps = [s.get("step") for s in state.values() if isinstance(s, dict)]
+    counts = [int(float(v)) for v in steps if isinstance(v, int | float | torch.Tensor)]
+    return max(counts, default=0)
