@@ -395,6 +395,23 @@ def test_a_finding_seen_again_keeps_the_step_it_was_first_seen_at(doctor_report)
     assert found["first_step"] == 1 and found["step"] > 1
 
 
+@pytest.mark.parametrize(
+    ("name", "assigned"),
+    [
+        ("bug_loose_parameter_not_in_optimiser.py", "logit_scale = nn.Parameter("),
+        ("bug_second_model_not_in_optimiser.py", "domains = nn.Sequential("),
+    ],
+)
+def test_a_parameter_outside_the_models_points_at_its_assignment(
+    name: str, assigned: str, doctor_report
+) -> None:
+    """Where the parameter left out of the optimiser is made is where the fix starts."""
+    _, report, _ = doctor_report(name)
+    found = next(f for f in report["findings"] if f["code"] == "not-in-optimiser")
+    path, line = found["where"].rsplit(":", 1)
+    assert Path(path).read_text().splitlines()[int(line) - 1].startswith(assigned), found
+
+
 def test_a_collapsed_learning_rate_points_at_its_schedulers_step(doctor_report) -> None:
     """The scheduler stepped every batch is where the fix goes, not the optimiser's step."""
     _, report, _ = doctor_report("bug_lr_collapsed.py")
