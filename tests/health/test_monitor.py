@@ -1843,13 +1843,16 @@ for seed in (0, 1):
 """
 
 
-def test_a_second_run_takes_over_at_once_only_when_the_first_optimiser_is_gone(
+def test_a_second_runs_steps_all_count_whether_the_first_optimiser_is_gone_or_not(
     tmp_path: Path,
 ) -> None:
+    """The first optimiser alive, the second takes over after 9 steps, which are counted
+    then (they were missing); freed, it takes over at its first step."""
     script = tmp_path / "two_runs.py"
     script.write_text(TWO_RUNS_KEPT)
     _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
-    assert report["steps"] == 30 + 30 - 9  # the first optimiser alive: 9 steps to take over
+    assert report["steps"] == 30 + 30  # kept alive: 9 steps to take over, counted then
+    assert report["series"]["step"] == list(range(1, 61))
     script.write_text(
         TWO_RUNS_KEPT.replace("kept.append(", "kept[:] = [").replace("lr=1e-3))", "lr=1e-3)]")
     )
