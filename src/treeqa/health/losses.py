@@ -228,7 +228,11 @@ class LossInputCheck:
                 self.targets(target)
             if isinstance(input, torch.Tensor) and result.requires_grad:
                 self._count_labels(input, target, args[2:], kwargs)
-        if fname == "mse_loss" and _mean_of_same_shape(input, result, args[1:], kwargs):
+        if (
+            fname == "mse_loss"
+            and not self.moments.enough
+            and _mean_of_same_shape(input, result, args[1:], kwargs)
+        ):
             target = args[1] if len(args) > 1 else kwargs.get("target")
             if not (checks.untraceable(input) or checks.untraceable(target)):  # vmap, compile
                 self.moments.add(target)
