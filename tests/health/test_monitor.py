@@ -645,6 +645,21 @@ def test_the_monitors_own_series_are_not_counted_as_the_scripts_memory(
     assert monitor.series["rss_mb"][-1] == pytest.approx(500.0 - own)
 
 
+def test_the_heap_is_read_again_when_rss_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fast steps read RSS every 10 steps but the heap only every 0.5 s: 50 MB filling
+    malloc's free heap in between was judged on the heap's reading from before, as
+    memory-growth. A move of 4 MB since the heap's last reading reads it again."""
+    rss = iter(range(300, 10_000, 5))  # MB: 5 more at each reading
+    reads = []
+    monkeypatch.setattr("treeqa.health.monitor.rss_mb", lambda: float(next(rss)))
+    monkeypatch.setattr("treeqa.health.monitor.heap_mb", lambda: reads.append(1) or (100.0, 1.0))
+    monitor = HealthMonitor(stream=io.StringIO())
+    for _ in range(100):  # microseconds a step: one heap reading by time alone
+        monitor.begin_step()
+        monitor.end_step(1.0, 1e-5)
+    assert len(reads) >= 10  # every RSS reading (each step 10k + 1) moved 5 MB
+
+
 def test_heap_reading_follows_a_kept_tensor() -> None:
     if heap_mb() is None:
         pytest.skip("no glibc mallinfo2 here")

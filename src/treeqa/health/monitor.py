@@ -55,6 +55,7 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 RSS_EVERY = 10  # a read of /proc costs ~50 us after a step; a trend needs far fewer reads
 RSS_EVERY_S = 0.05  # but slow steps are each read (<= 0.1%): a short run still gets a trend
 HEAP_EVERY_S = 0.5  # and the C heap (with RSS) at most this often: ~0.2 ms on a fragmented heap
+HEAP_AFTER_MB = 4.0  # or when RSS moved this much since the heap was last read
 TIMED_ALL = 200  # the CPU clock and reference workload on each of the first 200 steps,
 TIMED_EVERY = 4  # then every 4th (~80 us after a step): a quarter of n steps has >= n/16 readings
 SERIES_CHECKS = 32  # series checks every `every` steps, or every 1/32 of the steps so far:
@@ -289,6 +290,10 @@ class HealthMonitor(Callback):
         self._last_rss = 0.0
         self._last_heap: tuple[float, float] | None = None
         self._heap_read_at = self._rss_read_at = -math.inf
+        # RSS when the heap was last read: a move of ``HEAP_AFTER_MB`` reads it again, so a
+        # rise of RSS is judged with the heap's reading of it (50 MB that filled malloc's
+        # free heap within 0.5 s read as memory-growth on the heap's reading from before)
+        self._rss_at_heap = -math.inf
         self._cpu_begin = time.process_time()
         self._wait_begin = RUN_QUEUE.waited()
         self._node_read: tuple[int, int] | None = None  # (step, its loss's autograd number)
@@ -447,8 +452,10 @@ class HealthMonitor(Callback):
         window = profiling or (s - 1) in self.profile.profiled
         if s % RSS_EVERY == 1 or now - self._rss_read_at >= RSS_EVERY_S or window:
             self._last_rss, self._rss_read_at = rss_mb(), now
-            if now - self._heap_read_at >= HEAP_EVERY_S or window:
+            moved = abs(self._last_rss - self._rss_at_heap) >= HEAP_AFTER_MB
+            if now - self._heap_read_at >= HEAP_EVERY_S or window or moved:
                 self._last_heap, self._heap_read_at = heap_mb(), now
+                self._rss_at_heap = self._last_rss
         series = self.series
         series["step"].append(s)
         series["step_time"].append(step_time)
