@@ -704,10 +704,10 @@ class Updates:
         elif mode & 2:
             self.evaluated_first |= evaluated and not self.train_steps
             if not self.eval_steps:  # the phase starts: was its eval() for an evaluation?
-                self.eval_since, self.phase_seq = step, self.seq
+                self.eval_since, self.phase_seq = step - unseen, self.seq  # (its first steps)
                 last_call_eval = self.eval_call > self.train_call
                 self.for_evaluation = last_call_eval and self.evaluation_seq > self.eval_call
-            self.eval_steps += 1
+            self.eval_steps += 1 + unseen
             # model.train() called in this phase, and an eval() after it before the forwards:
             # train mode asked for and undone each time (an attack helper's eval(), say).
             undone = self.phase_seq < self.train_call < self.eval_call
