@@ -191,15 +191,15 @@ def cross_entropy_by_hand(node: Any) -> tuple[int, torch.Tensor] | None:
     that calls no loss function). C is the size of dim d; the targets are the gather's index.
     None for anything else: a policy gradient's log-probabilities times advantages, a masked
     or weighted sum. Read before the backward frees what the nodes saved; no host sync."""
-    seen: set[str] = set()
+    seen: set[str] = set()  # the minus and the mean, once each; views only below the first
     for _ in range(6):
         name = type(node).__name__
-        if name in ("NegBackward0", "MeanBackward0") and name not in seen:
-            seen.add(name)
-        elif not (VIEWS.fullmatch(name) and seen) and name != "GatherBackward0":
-            return None
         if name == "GatherBackward0":
             break
+        if name in ("NegBackward0", "MeanBackward0") and name not in seen:
+            seen.add(name)
+        elif not (seen and VIEWS.fullmatch(name)):
+            return None
         node = node.next_functions[0][0] if node.next_functions else None
         if node is None:
             return None
@@ -210,10 +210,7 @@ def cross_entropy_by_hand(node: Any) -> tuple[int, torch.Tensor] | None:
         return None
     try:
         shape, index = source._saved_result.shape, node._saved_index
-        dims = [
-            int(d) - 2**64 if int(d) >= 2**63 else int(d)
-            for d in (source._saved_dim, node._saved_dim)
-        ]
+        dims = [_signed(source._saved_dim), _signed(node._saved_dim)]
     except (AttributeError, RuntimeError):  # saved tensors freed, or another torch's names
         return None
     if not shape or dims[0] % len(shape) != dims[1] % len(shape) or index.dim() != len(shape):
@@ -222,6 +219,12 @@ def cross_entropy_by_hand(node: Any) -> tuple[int, torch.Tensor] | None:
     if index.shape[dim] != 1:  # one target a row
         return None
     return int(shape[dim]), index.squeeze(dim)
+
+
+def _signed(dim: Any) -> int:
+    """A dim an autograd node saved: -1 is kept as an unsigned 64-bit integer."""
+    dim = int(dim)
+    return dim - 2**64 if dim >= 2**63 else dim
 
 
 def producer(x: torch.Tensor, ops: tuple[str, ...], hops: int = 4) -> Any:
@@ -270,7 +273,7 @@ def normalised_over(x: torch.Tensor) -> tuple[list[int], int, bool] | None:
         return None
     if not shape:
         return None
-    dim = dim - 2**64 if dim >= 2**63 else dim  # -1 is kept as an unsigned 64-bit integer
+    dim = _signed(dim)
     return shape, dim % len(shape), passed == 0
 
 
