@@ -161,6 +161,11 @@ def _key(target: Any) -> tuple[int, ...] | None:
     return shape if math.prod(shape) <= FEATURES else (-1,)
 
 
+def _rows(target: torch.Tensor, key: tuple[int, ...]) -> int:
+    """The rows ``_sums`` adds up: the target's first dimension, or every value for ``(-1,)``."""
+    return target.numel() if key == (-1,) else target.shape[0]
+
+
 def _sums(target: torch.Tensor, key: tuple[int, ...]) -> torch.Tensor:
     """[2, F] the sums over the rows of each position's value and square (float64, on the
     target's device; F: 1 for key ``(-1,)``, every value one position)."""
@@ -178,7 +183,9 @@ class TargetMoments:
     def __init__(self) -> None:
         self._sums: dict[tuple[int, ...], torch.Tensor] = {}  # key -> [2, F]: sum, sum of squares
         self._rows: dict[tuple[int, ...], int] = {}
-        self.enough = False  # ``ROWS`` counted for a key: the calls stop being looked at
+        # ``ROWS`` counted for a key: the calls stop being looked at (another key's mean is
+        # read from the rows it had: a mean that is off finds less, never more)
+        self.enough = False
 
     def add(self, target: Any) -> None:
         """Sum the rows of a training ``mse_loss``'s target (its input's shape)."""
@@ -188,9 +195,7 @@ class TargetMoments:
         sums = _sums(target, key)
         last = self._sums.get(key)
         self._sums[key] = sums if last is None or last.device != sums.device else last + sums
-        self._rows[key] = self._rows.get(key, 0) + (
-            target.numel() if key == (-1,) else target.shape[0]
-        )
+        self._rows[key] = self._rows.get(key, 0) + _rows(target, key)
         self.enough = self._rows[key] >= ROWS
 
     def batch(self, target: Any) -> tuple[tuple[int, ...], int, torch.Tensor] | None:
@@ -198,17 +203,15 @@ class TargetMoments:
         key = _key(target)
         if key is None:
             return None
-        rows = target.numel() if key == (-1,) else target.shape[0]
-        return key, rows, _sums(target, key)
+        return key, _rows(target, key), _sums(target, key)
 
     def levels(
         self, batches: dict[int, tuple[tuple[int, ...], int, torch.Tensor]]
     ) -> dict[int, float]:
-        """The mean squared error, on each sampled step's batch (``batches``: by step, their
-        ``batch``),
-        of predicting the targets' mean, where that batch's targets vary about their own mean
-        by at least half of it: not a target held at one value (a least-squares GAN's ones),
-        nor a batch far from the rest. One host sync for all."""
+        """The mean squared error of predicting the targets' mean on each sampled step's batch
+        (``batches``: by step, their ``batch``), where that batch's targets vary about their own
+        mean by at least half of it: not a target held at one value (a least-squares GAN's
+        ones), nor a batch far from the rest. Read at the run's end (a host read a step)."""
         means = {
             key: (sums[0] / self._rows[key]).cpu()
             for key, sums in self._sums.items()

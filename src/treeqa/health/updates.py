@@ -336,6 +336,8 @@ class Updates:
         before = self.train_grad_run - 1
         if before < EVAL_FORWARDS or self.run_floor < 0 or self.latest_floor < 0:
             return
+        if "evaluation-with-gradients" in self.reported:  # said: no more walks of the graph
+            return
         oldest = graphs.oldest_node(loss, floor=self.run_floor)
         if oldest is not None and oldest > self.latest_floor:
             found = slips.evaluation_with_gradients(before, _mode_dependent(roots, True))
@@ -723,6 +725,7 @@ class Updates:
             due = (self.eval_steps == EVAL_STEPS and judged) or (
                 undone and self.eval_steps >= EVAL_STEPS
             )
+            due = due and "train-in-eval-mode" not in self.reported  # (a walk of the modules)
             if due and not _mode_dependent(roots, True):
                 found = slips.train_in_eval_mode(
                     self.train_steps,
