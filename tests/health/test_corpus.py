@@ -148,6 +148,7 @@ EXPECTED = {
     "bug_loss_at_chance_by_hand.py": "loss-at-chance",  # -log_softmax(...).gather(...).mean()
     "bug_evaluation_with_gradients_train_mode.py": "evaluation-with-gradients",  # neither
     "bug_train_in_eval_attack_helper.py": "train-in-eval-mode",  # train() undone before each step
+    "bug_zero_grad_kept_zeros.py": "step-without-gradients",  # zeroed in place after backward
     "bug_loss_at_chance_regression_split.py": "loss-at-chance",  # same wrong pairs each epoch
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn

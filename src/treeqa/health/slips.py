@@ -98,9 +98,11 @@ def step_without_gradients(
     frozen: bool = False,
     no_grad: bool = False,
     empty: bool = False,
+    zeros: bool = False,
 ) -> Finding | None:
     """The optimiser stepped ``steps`` steps in a row after a backward, and none of its
-    parameters had a gradient. ``empty``: it holds no parameter at all (parameter groups
+    parameters had a gradient (``zeros``: sampled steps on which every gradient it holds
+    was zero: zeroed in place between backward and step). ``empty``: it holds no parameter at all (parameter groups
     given a generator that was read up before); ``stale``: no model that ran a forward holds
     its parameters (it was built over a model that was replaced); ``no_grad``: the models
     that hold them ran their forwards only under ``no_grad`` while the backward, with no
@@ -112,7 +114,10 @@ def step_without_gradients(
     if steps < streak:
         return None
     cause = (
-        "it holds no parameter at all: its parameter groups are empty (given a generator, "
+        "every gradient it holds was zero at its step: zeroed in place between backward() and "
+        "step() (zero_grad(set_to_none=False), or zero_grad() in the wrong place?)"
+        if zeros
+        else "it holds no parameter at all: its parameter groups are empty (given a generator, "
         "such as model.parameters(), that was read up before the optimiser was built?)"
         if empty
         else "its parameters belong to no model that runs (was the model re-created, a new one "
@@ -130,17 +135,24 @@ def step_without_gradients(
         else "the backward reached none of them: gradients cleared between backward() and "
         "step() (zero_grad in the wrong place?), or a forward under torch.no_grad() or detached"
     )
+    said = (
+        f"the optimiser stepped {steps} sampled steps in a row after a backward with only "
+        "zero gradients, so only weight decay and momentum move what it holds"
+        if zeros
+        else f"the optimiser stepped {steps} steps in a row after a backward with no gradient "
+        "on any of its parameters, so nothing it holds changes"
+    )
     return Finding(
         "step-without-gradients",
         "error",
-        f"the optimiser stepped {steps} steps in a row after a backward with no gradient on any of "
-        f"its parameters, so nothing it holds changes: {cause}",
+        f"{said}: {cause}",
         evidence={
             "steps_in_a_row": steps,
             "stale_parameters": stale,
             "all_frozen": frozen,
             "only_under_no_grad": no_grad,
             "no_parameters": empty,
+            "zero_gradients": zeros,
         },
     )
 

@@ -85,6 +85,10 @@ from treeqa.health.wrap import Watched, Wrappers, note_calls, note_calls_of, not
 EMPTY_STEPS = 20
 """Steps in a row with a backward and no gradient on the optimiser's parameters (a conditional
 head with an optimiser of its own gets one within a few)."""
+ZERO_STEPS_SAMPLED, ZERO_LOOKED_AT = 3, 8
+"""Sampled steps in a row after a backward on which the gradients of the optimiser's first and
+last ``ZERO_LOOKED_AT`` parameters with one were all zero: ``step-without-gradients``, zeroed
+in place between backward and step (a head is last, and trains)."""
 EVAL_STEPS = 20
 """Steps in a row trained in eval mode (after train mode) before it is reported."""
 EVAL_FORWARDS = 5
@@ -232,6 +236,7 @@ class Updates:
         self.backwards = 0  # backward calls since the clock's last step
         self.empty = 0  # steps in a row stepped after a backward with no gradients
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
+        self.zero_steps_sampled = 0  # sampled steps in a row with only zero gradients
         # (id, version) of the gradient of each trainable model parameter no optimiser holds,
         # at the last sampled step after ORPHAN_STEP: one that changes is a fresh gradient
         self.orphan_grads: dict[int, tuple[int, int]] = {}
@@ -494,6 +499,8 @@ class Updates:
         if self.stepped_grads and not by_hand:
             self._note_stale(params)
         self.stepped_grads = []
+        if sampled and not by_hand and self.backwards and not frozen:
+            self._note_zero_gradients(optimizer)
         if sampled and not by_hand:
             # (FSDP2's backward adds into a DTensor gradient's part, not the DTensor)
             self.stepped_grads = [
@@ -569,6 +576,41 @@ class Updates:
                 self.frozen_streak = self.frozen_streak or (found, weakref.ref(optimizer))
                 return
             self._report(found)
+
+    def _note_zero_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """A sampled step after a backward: the gradients of the first and last
+        ``ZERO_LOOKED_AT`` of the optimiser's parameters that have one (dense, plain tensors)
+        are all zero (one host read), on ``ZERO_STEPS_SAMPLED`` sampled steps in a row: they
+        were zeroed in place after the backward, and each step applies none of them."""
+        grads = [
+            p.grad
+            for group in optimizer.param_groups
+            for p in group["params"]
+            if p.grad is not None
+            and type(p.grad) is torch.Tensor
+            and p.grad.layout == torch.strided
+        ]
+        if not grads:
+            return
+        looked = (
+            grads
+            if len(grads) <= 2 * ZERO_LOOKED_AT
+            else [
+                *grads[:ZERO_LOOKED_AT],
+                *grads[-ZERO_LOOKED_AT:],
+            ]
+        )
+        with torch.no_grad():
+            if bool(torch.stack([g.any() for g in looked]).any()):
+                self.zero_steps_sampled = 0
+                return
+        self.zero_steps_sampled += 1
+        if self.zero_steps_sampled == ZERO_STEPS_SAMPLED:
+            self._report(
+                slips.step_without_gradients(
+                    self.zero_steps_sampled, False, ZERO_STEPS_SAMPLED, zeros=True
+                )
+            )
 
     def _note_stale(self, params: list[tuple[str, nn.Parameter]]) -> None:
         """The clock's step after a sampled one, after a backward: the gradients noted then
