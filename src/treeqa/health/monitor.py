@@ -46,7 +46,7 @@ from treeqa.health.retention import Retention
 from treeqa.health.runqueue import RUN_QUEUE, waited_since
 from treeqa.health.scalers import MIN_SCALE, LossScalers
 from treeqa.health.thinning import Thinning, row
-from treeqa.health.wrap import never_compiled, say_failed
+from treeqa.health.wrap import mark_never_compiled, never_compiled, say_failed
 from treeqa.models.common import Output
 from treeqa.train.callbacks import EarlyStopping
 from treeqa.train.loop import Callback, TrainConfig, TrainState
@@ -383,6 +383,7 @@ class HealthMonitor(Callback):
         profiler starting, hooks added on sampled steps) is taken off the ``step_time`` given
         to ``end_step``: ``fit()`` and the doctor start timing a step before they call it."""
         began = time.perf_counter()
+        mark_never_compiled()  # (a list's truth once marked, or while nothing compiles)
         s = self.step + 1
         own = s - self.steps_before  # this run's own steps
         self.in_step = True

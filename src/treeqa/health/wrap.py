@@ -299,18 +299,29 @@ def _hooks_ours() -> bool:
 
 
 Fn = TypeVar("Fn", bound=Callable[..., Any])
+_NEVER_COMPILED: list[CodeType] = []  # the code of ``never_compiled``'s functions, until marked
 
 
 def never_compiled(fn: Fn) -> Fn:
-    """``fn``, whose frames ``torch.compile`` runs as plain Python rather than converting them:
+    """``fn``, whose frames ``torch.compile`` is to run as plain Python rather than convert:
     the monitor's hooks run inside a compiled model's call, and a hook's frame converted on its
     own was converted again for each count of arguments it was given (a script with
     ``torch._dynamo.config.error_on_recompile = True`` stopped at its first step). Traced
     inside a ``fullgraph`` model it is still inlined, as before (a disabled function there
-    fails the trace). Where torch has no such switch, ``fn`` as it is."""
-    try:
-        from torch._dynamo.eval_frame import skip_code
-    except ImportError:
-        return fn
-    skip_code(fn.__code__)
+    fails the trace). Marked for Dynamo by ``mark_never_compiled`` once a script has imported
+    it: importing Dynamo here took ~2 s of every import of the monitor."""
+    _NEVER_COMPILED.append(fn.__code__)
     return fn
+
+
+def mark_never_compiled() -> None:
+    """Mark ``never_compiled``'s functions for Dynamo where the script has imported it
+    (``torch.compile`` does); nothing otherwise, and nothing more once marked. Called at each
+    step's start, before a compiled model's first call converts its frames."""
+    if not _NEVER_COMPILED or "torch._dynamo.eval_frame" not in sys.modules:
+        return
+    from torch._dynamo.eval_frame import skip_code
+
+    for code in _NEVER_COMPILED:
+        skip_code(code)
+    _NEVER_COMPILED.clear()
