@@ -321,6 +321,7 @@ class Doctor:
             if loss.numel() == 1:
                 self._add_to_total(loss, bool(retain))
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+            self.updates.unused_graphs(loss, self.roots)
             if self.monitor.sampling:
                 self.monitor.loss_check.backward(loss)
             if self.monitor.sampling and not self.broadcast_found:
@@ -334,8 +335,6 @@ class Doctor:
                 gradient = kwargs.get("grad_tensors", args[0] if args else None)
                 self.monitor.scalers.note_backward(loss, gradient)
         self.updates.backwards += 1
-        if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-            self.updates.unused_graphs(loss, self.roots)
         self.updates.gradients_taken()
         if self.updates.reading:
             self.updates.backward_called()

@@ -499,8 +499,6 @@ class Updates:
         if self.stepped_grads and not by_hand:
             self._note_stale(params)
         self.stepped_grads = []
-        if sampled and not by_hand and self.backwards and not frozen:
-            self._note_zero_gradients(optimizer)
         if sampled and not by_hand:
             # (FSDP2's backward adds into a DTensor gradient's part, not the DTensor)
             self.stepped_grads = [
@@ -509,7 +507,8 @@ class Updates:
                 for p in group["params"]
                 if p.grad is not None
             ]
-        if sampled and not by_hand:
+            if self.backwards and not frozen:
+                self._note_zero_gradients([p.grad for p, *_ in self.stepped_grads])
             self._note_frozen_decayed(optimizer, roots)
             if self.teachers.models or self.teachers.seen:  # (no held set built for none)
                 self.teachers.end_sampled_step(self._held(optimizer))
@@ -577,29 +576,15 @@ class Updates:
                 return
             self._report(found)
 
-    def _note_zero_gradients(self, optimizer: torch.optim.Optimizer) -> None:
-        """A sampled step after a backward: the gradients of the first and last
-        ``ZERO_LOOKED_AT`` of the optimiser's parameters that have one (dense, plain tensors)
+    def _note_zero_gradients(self, stepped: list[torch.Tensor | None]) -> None:
+        """A sampled step after a backward, ``stepped`` the gradients its optimiser's
+        parameters had: those of the first and last ``ZERO_LOOKED_AT`` (dense, plain tensors)
         are all zero (one host read), on ``ZERO_STEPS_SAMPLED`` sampled steps in a row: they
         were zeroed in place after the backward, and each step applies none of them."""
-        grads = [
-            p.grad
-            for group in optimizer.param_groups
-            for p in group["params"]
-            if p.grad is not None
-            and type(p.grad) is torch.Tensor
-            and p.grad.layout == torch.strided
-        ]
+        grads = [g for g in stepped if type(g) is torch.Tensor and g.layout == torch.strided]
         if not grads:
             return
-        looked = (
-            grads
-            if len(grads) <= 2 * ZERO_LOOKED_AT
-            else [
-                *grads[:ZERO_LOOKED_AT],
-                *grads[-ZERO_LOOKED_AT:],
-            ]
-        )
+        looked = grads[:ZERO_LOOKED_AT] + grads[ZERO_LOOKED_AT:][-ZERO_LOOKED_AT:]
         with torch.no_grad():
             if bool(torch.stack([g.any() for g in looked]).any()):
                 self.zero_steps_sampled = 0
