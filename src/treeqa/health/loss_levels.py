@@ -198,8 +198,8 @@ def loss_at_mean(
     ``CHANCE_STEPS`` or more, as ``loss_at_chance`` judges a cross-entropy: the regression's
     chance. ``levels``: each step's, that error on its batch (``priors.TargetMoments``); up to
     ``CHANCE_ABOVE`` over it (a model whose outputs still wander about the mean) and
-    ``MEAN_BELOW`` under it. Targets
-    shuffled from their inputs, or inputs that hold nothing of them, train to there."""
+    ``MEAN_BELOW`` under it. Targets shuffled from their inputs, or inputs that hold nothing
+    of them, train to there."""
     if not steps or steps[-1] < CHANCE_STEPS:
         return None
     read = [
@@ -207,10 +207,11 @@ def loss_at_mean(
         for s, function, value in sampled_losses(samples, steps, losses)
         if function == "mse_loss" and s in levels
     ]
-    if not read:
-        return None
     middle = (steps[0] + steps[-1]) / 2
-    level = statistics.median(v for s, _, v in read if s > middle) if read[-1][0] > middle else 0
+    late = [v for s, _, v in read if s > middle]
+    if not late:
+        return None
+    level = statistics.median(late)
     ratios = [(s, value / v) for s, value, v in read]
     median = _stays_at(ratios, steps, losses, samples, level, CHANCE_ABOVE, MEAN_BELOW, MEAN_FLOOR)
     if median is None:
