@@ -3,7 +3,10 @@
 Each run executes a corpus script under the doctor in this process (as
 ``tests/health/test_corpus.py`` does: one torch thread, ``--every 10``), while ``--busy``
 processes start spinning part-way through it (at a random 10-70% of the script's quiet run
-time), so the late steps share the cores; ``--early`` more spin from the start. A clean script
+time), so the late steps share the cores; ``--early`` more spin from the start. With
+``--suite`` the load arriving is part of this checkout's own test suite instead (``pytest
+tests/train tests/health/test_forks.py``: imports, torchrun pairs, forked and spawned trainers),
+stopped when the run ends; ``--threads`` sets torch's threads for the runs (default 1). A clean script
 should get no ``step-time-regression``; the bug script should. Every run's series are judged
 twice on the same readings, at the steps where the monitor runs its series checks: by this
 checkout's ``timing.step_time_regression`` and, with ``--against FILE``, by another checkout's
@@ -13,6 +16,9 @@ that file), so both rules meet the same load.
     git show HEAD:src/treeqa/health/timing.py > /tmp/timing_before.py
     python benchmarks/bench_step_time_load.py --runs 20 --busy 3 \
         --against /tmp/timing_before.py --out benchmarks/results/step-time-load-busy3
+
+``--replay REPORT.json ...`` judges recorded reports (``treeqa doctor --json``) by both rules
+instead, at the checks the monitor ran (``--threads`` as the run had them).
 
 Each row also keeps the run's quarters (``quarters``): what the step time, its time less the
 wait, CPU time, the reference workload and the share of waiting did over the run.
@@ -30,6 +36,9 @@ import math
 import multiprocessing as mp
 import os
 import random
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -42,10 +51,12 @@ import torch
 from treeqa.health import run_doctor, timing
 from treeqa.health.monitor import SERIES_CHECKS
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "tests" / "health" / "scripts"
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "tests" / "health" / "scripts"
 CLEAN = ["clean_ctc.py", "clean_gru.py", "clean_maximize_mse.py"]
 BUG = ["bug_step_time_regression.py"]
 EVERY = 10
+SUITE = ["tests/train", "tests/health/test_forks.py"]
 
 
 def spin(go: Any) -> None:
@@ -54,15 +65,27 @@ def spin(go: Any) -> None:
         pass
 
 
-def doctored(script: Path, delay: float, busy: int, early: int) -> tuple[float, dict[str, Any]]:
-    """Wall seconds and report of one doctor run, ``busy`` spinners starting after ``delay``."""
+def doctored(
+    script: Path, delay: float, busy: int, early: int, suite: bool = False
+) -> tuple[float, dict[str, Any]]:
+    """Wall seconds and report of one doctor run, ``busy`` spinners (or, with ``suite``, the
+    test suite) starting after ``delay``."""
     go, now = mp.Event(), mp.Event()
     now.set()
     spinners = [mp.Process(target=spin, args=(go,), daemon=True) for _ in range(busy)]
     spinners += [mp.Process(target=spin, args=(now,), daemon=True) for _ in range(early)]
     for p in spinners:
         p.start()
-    timer = threading.Timer(delay, go.set)
+    tests: list[subprocess.Popen[bytes]] = []
+
+    def arrive() -> None:
+        go.set()
+        if suite:  # a session of its own: stopped with everything it started
+            command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITE]
+            out = subprocess.DEVNULL
+            tests.append(subprocess.Popen(command, cwd=ROOT, stdout=out, start_new_session=True))
+
+    timer = threading.Timer(delay, arrive)
     timer.start()
     started = time.perf_counter()
     try:
@@ -70,9 +93,14 @@ def doctored(script: Path, delay: float, busy: int, early: int) -> tuple[float, 
             _, report = run_doctor(["python", str(script)], every=EVERY, stream=io.StringIO())
     finally:
         timer.cancel()
+        timer.join()
         for p in spinners:
             p.terminate()
             p.join()
+        for t in tests:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(t.pid, signal.SIGKILL)
+            t.wait()
     return time.perf_counter() - started, report
 
 
@@ -91,7 +119,11 @@ def replayed(report: dict[str, Any], judge: Callable[..., Any]) -> list[int]:
         k: [math.nan if s in profiled else v for s, v in zip(series["step"], vs, strict=True)]
         for k, vs in series.items()
     }
-    # (a rule from before ``one_thread`` was judged takes no such argument)
+    # The steps' work as the monitor reads it (autograd nodes; elements given to the model
+    # where recorded); (a rule from before ``one_thread`` was judged takes no such argument).
+    work = timing.most_growth(
+        *(series[k] for k in ("autograd_nodes", "input_elements") if k in series)
+    )
     one = torch.get_num_threads() == 1
     one_thread = {"one_thread": one} if "one_thread" in inspect.signature(judge).parameters else {}
     n, at, due = len(series["step"]), [], EVERY
@@ -104,7 +136,7 @@ def replayed(report: dict[str, Any], judge: Callable[..., Any]) -> list[int]:
             unprofiled["cpu_time"][:s],
             series["canary"][:s],
             unprofiled["cpu_wait"][:s],
-            series["autograd_nodes"][:s],
+            work[:s],
             **one_thread,
         )
         if found is not None:
@@ -149,15 +181,26 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20, help="runs of each script (default 20)")
     parser.add_argument("--busy", type=int, default=3, help="spinners arriving part-way")
     parser.add_argument("--early", type=int, default=0, help="spinners from the start")
+    parser.add_argument("--suite", action="store_true", help="the test suite arrives instead")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--against", type=Path, help="another checkout's timing.py (or checks.py)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scripts", nargs="+", help="these corpus scripts only")
     parser.add_argument("--out", type=Path, help="write OUT.json")
+    parser.add_argument(
+        "--replay", type=Path, nargs="+", help="judge these recorded reports (doctor --json) only"
+    )
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     judges = {"this": timing.step_time_regression}
     if args.against:
         judges["against"] = load_rule(args.against).step_time_regression
+    for path in args.replay or []:
+        report = json.loads(path.read_text())
+        found = {side: replayed(report, judge) for side, judge in judges.items()}
+        print(json.dumps({"report": path.name, "threads": args.threads, **found}))
+    if args.replay:
+        return 0
     rng = random.Random(args.seed)
     rows: list[dict[str, Any]] = []
     names = args.scripts or CLEAN + BUG
@@ -166,7 +209,7 @@ def main() -> int:
         quiet = min(doctored(script, 0.0, 0, 0)[0] for _ in range(2))  # the first is cold
         for run in range(args.runs):
             delay = rng.uniform(0.1, 0.7) * quiet
-            wall, report = doctored(script, delay, args.busy, args.early)
+            wall, report = doctored(script, delay, args.busy, args.early, args.suite)
             live = [f for f in report["findings"] if f["code"] == "step-time-regression"]
             row = {"script": name, "run": run + 1, "delay_s": round(delay, 3)}
             row |= {"wall_s": round(wall, 3), "live": bool(live)}
@@ -183,6 +226,7 @@ def main() -> int:
         print(name, "flagged:", summary[name])
     if args.out:
         meta = {"busy": args.busy, "early": args.early, "cpus": os.cpu_count()}
+        meta |= {"suite": args.suite, "threads": args.threads}
         meta |= {"torch": torch.__version__, "summary": summary}
         args.out.with_suffix(".json").write_text(json.dumps({**meta, "runs": rows}, indent=1))
     return 0
