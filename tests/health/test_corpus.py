@@ -147,9 +147,11 @@ EXPECTED = {
     "bug_loss_at_chance_regression.py": "loss-at-chance",  # MSE at the targets' variance
     "bug_loss_at_chance_by_hand.py": "loss-at-chance",  # -log_softmax(...).gather(...).mean()
     "bug_evaluation_with_gradients_train_mode.py": "evaluation-with-gradients",  # neither
+    "bug_evaluation_with_gradients_at_end.py": "evaluation-with-gradients",  # the last forwards
     "bug_train_in_eval_attack_helper.py": "train-in-eval-mode",  # train() undone before each step
     "bug_zero_grad_kept_zeros.py": "step-without-gradients",  # zeroed in place after backward
     "bug_loss_at_chance_regression_split.py": "loss-at-chance",  # same wrong pairs each epoch
+    "bug_optimiser_state_not_loaded.py": "optimiser-state-not-loaded",
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -179,6 +181,7 @@ CLEAN = [
     "clean_gan.py",  # the generator's backward adds to the critic's gradients
     "clean_pseudo_labels.py",  # no_grad forwards in train mode: guessed labels, update_bn
     "clean_loaders.py",  # next(it) remade on StopIteration, a step per epoch, one-batch loader
+    "clean_resumed_with_optimiser_state.py",  # weights and optimiser state; a teacher loaded
     "clean_sorted_eval.py",  # sorted data: shuffled for training, in order for evaluation
     "clean_sam.py",  # two backwards a step from cleared gradients, the weights moved between
     "clean_sam_wrapper.py",  # SAM's first_step / second_step, in a function called twice

@@ -48,6 +48,7 @@ from treeqa.health import (
     processes,
     profile,
     report,
+    resumes,
     script,
     sites,
     slips,
@@ -125,6 +126,9 @@ class Doctor:
         self.evaluated_early: set[int] = set()
         # Clips of the wrong gradients (before backward, before a scaler's unscale_).
         self.clipping = Clipping(monitor.add, self.updates, monitor.scalers)
+        # a checkpoint's optimiser state left unloaded: torch.load and load_state_dict are
+        # seen by the loss checks' wrappers
+        self.resumes = monitor.loss_check.resumes = resumes.Resumes(monitor.add)
         # One of several processes: what it trained, to compare with the others.
         self.prints = prints
         self.spawned: Path | None = None  # the reports of processes torch.multiprocessing started
@@ -653,10 +657,11 @@ class Doctor:
         (its forward included): a run resumed from a checkpoint, numbered on from the steps its
         state holds (Adam's ``step``), as the script numbers them. None there (plain SGD), or a
         step taken already: numbered from 1."""
+        self.resumes.optimiser_loaded()
         state = args[1] if len(args) > 1 else kwargs.get("state_dict")
         if self.monitor.step or self.monitor.in_step or self.open:
             return
-        steps = _steps_taken(state)
+        steps = resumes.steps_taken(state)
         if steps > 0:
             self.monitor.resume_at(steps)
 
@@ -711,6 +716,8 @@ class Doctor:
             quiet, self.monitor.stream = self.monitor.stream, self.forks.stream
             if isinstance(quiet, io.StringIO):  # the findings of its first step
                 print(quiet.getvalue(), end="", file=self.monitor.stream, flush=True)
+        if self.resumes.pending is not None and not by_hand:
+            self.resumes.stepped(optimizer, self.monitor.step + 1)
         clock = self.clock() if self.clock is not None else None
         # The last run's optimiser is gone. (Updates by hand gone are not: weights moved by
         # another process of a shared model, hogwild, read as one step of them, counted.)
@@ -801,7 +808,8 @@ class Doctor:
             if not monitor.failed:
                 with contextlib.suppress(HealthError):  # strict mode: the script is over
                     monitor.safely(self._hand_step)  # the last update by hand
-                self.updates.finish(monitor.step)
+                monitor.in_step = False  # its findings are the last step's (_final_checks)
+                self.updates.finish(monitor.step, self.roots)
                 monitor.maximize = self.updates.maximize
                 monitor.maximize_weights = self.updates.maximize_weights
             if monitor.step == 0:  # backward calls with no optimiser step: say so in the summary
@@ -855,14 +863,3 @@ def _has_moments(optimizer: torch.optim.Optimizer) -> bool:
         for state in optimizer.state.values()
         for v in state.values()
     )
-
-
-def _steps_taken(state_dict: Any) -> int:
-    """The most steps any parameter's state counts in an optimiser's ``state_dict`` (Adam's,
-    AdamW's, RMSprop's ``step``); 0 where none does."""
-    state = state_dict.get("state") if isinstance(state_dict, dict) else None
-    if not isinstance(state, dict):
-        return 0
-    steps = [s.get("step") for s in state.values() if isinstance(s, dict)]
-    counts = [int(float(v)) for v in steps if isinstance(v, int | float | torch.Tensor)]
-    return max(counts, default=0)

@@ -28,6 +28,7 @@ from torch.nn import functional as F
 from treeqa.health import checks, loss_inputs, loss_levels, processes, sites
 from treeqa.health.findings import Finding
 from treeqa.health.priors import LabelCounts, TargetMoments
+from treeqa.health.resumes import Resumes
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")
@@ -61,6 +62,7 @@ class LossInputCheck:
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
         self.loaded = False  # a model loaded trained weights: its first loss is no init's
+        self.resumes: Resumes | None = None  # the doctor's: checkpoints and modules loaded
         # (id, classes, autograd node, scale) of the last mean cross-entropy with gradients on
         # a sampled step: the monitor tells whether it is the step's loss (``loss-at-chance``,
         # ``loss-diverged``); ``backward`` whether the loss a backward is given stands for it,
@@ -124,6 +126,8 @@ class LossInputCheck:
 
     def _loaded(self, module: nn.Module) -> None:
         self.loaded = True
+        if self.resumes is not None:
+            self.resumes.module_loaded(module)
 
     def _torch_loaded(
         self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
@@ -131,6 +135,8 @@ class LossInputCheck:
         values = result.values() if isinstance(result, dict) else (result,)
         if any(isinstance(v, nn.Module) for v in values):
             self.loaded = True
+        if self.resumes is not None:
+            self.resumes.checkpoint(result)
 
     def backward(self, loss: torch.Tensor) -> None:
         """A backward of ``loss`` on a sampled step: where it is the noted cross-entropy (or

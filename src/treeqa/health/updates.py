@@ -817,8 +817,19 @@ class Updates:
             found.where = self.scheduler_sites.get(clock, "")
         return found
 
-    def finish(self, step: int) -> None:
+    def finish(self, step: int, roots: Sequence[nn.Module] = ()) -> None:
         self._evaluated_with_gradients(at_step=False)  # the script's last evaluation
+        if (
+            self.train_grad_run >= EVAL_FORWARDS
+            and "evaluation-with-gradients" not in self.reported
+        ):
+            # The script's last forwards ran in train mode with gradients, no backward after
+            # them: a final evaluation with neither model.eval() nor no_grad.
+            found = slips.evaluation_with_gradients(
+                self.train_grad_run, _mode_dependent(roots, True)
+            )
+            found.where = self.train_grad_site
+            self._report(found, at_step=False)
         if self.frozen_streak is not None:  # no other optimiser stepped after it
             self._report(self.frozen_streak[0], at_step=False)
             self.frozen_streak = None
@@ -896,7 +907,7 @@ def _recalibrating(model: nn.Module) -> bool:
     )
 
 
-def _mode_dependent(roots: list[nn.Module], training: bool = False) -> list[str]:
+def _mode_dependent(roots: Iterable[nn.Module], training: bool = False) -> list[str]:
     """Layers in eval mode (``training``: in train mode) that compute differently in the
     other: dropout with p > 0 (a layer's own, or an RNN's between its layers, or attention's
     on its weights) and batch or instance norm that keeps running statistics."""
