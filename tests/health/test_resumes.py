@@ -56,10 +56,9 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     folder = tmp_path_factory.mktemp("resume")
     script, checkpoint = folder / "train.py", str(folder / "checkpoint.pt")
     script.write_text(SCRIPT)
-    run_doctor(["python", str(script), checkpoint, "first"], stream=io.StringIO())
     return {
         how: run_doctor(["python", str(script), checkpoint, how], stream=io.StringIO())[1]
-        for how in ("weights", "both", "lightning")
+        for how in ("first", "weights", "both", "lightning")  # (the first saves the checkpoint)
     }
 
 
@@ -77,10 +76,17 @@ def test_a_restart_that_loads_only_the_weights_is_found_at_its_first_step(
     assert found[0]["first_step"] == 1  # its state never loaded: numbered from 1, not 31
 
 
-def test_a_restart_that_loads_the_optimisers_state_too_is_clean(
+def test_a_restart_that_loads_the_optimisers_state_too_is_clean_and_numbered_on(
     resumed: dict[str, dict[str, Any]],
 ) -> None:
-    assert "optimiser-state-not-loaded" not in codes(resumed["both"])
+    """An optimiser's state loaded before the first step holds the steps taken (Adam's
+    ``step``): the report numbers the resumed run's steps on from there, as the script does."""
+    report = resumed["both"]
+    assert "optimiser-state-not-loaded" not in codes(report)
+    assert (report["resumed_at"], report["steps"]) == (30, 30)
+    assert report["series"]["step"][0] == 31 and report["series"]["step"][-1] == 60
+    first = resumed["first"]
+    assert (first["resumed_at"], first["steps"], first["series"]["step"][0]) == (0, 30, 1)
 
 
 def test_a_state_in_a_list_under_a_key_is_found_too(resumed: dict[str, dict[str, Any]]) -> None:
