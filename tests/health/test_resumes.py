@@ -23,6 +23,7 @@ torch.manual_seed(0)
 path, how = sys.argv[1], sys.argv[2]
 model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=100)
 start = 0
 if how != "first":
     checkpoint = torch.load(path)
@@ -30,8 +31,10 @@ if how != "first":
         model.load_state_dict(checkpoint["state_dict"])
     else:
         model.load_state_dict(checkpoint["model"])
-    if how == "both":
+    if how in ("both", "optimiser"):
         opt.load_state_dict(checkpoint["optimizer"])
+    if how == "both":
+        schedule.load_state_dict(checkpoint["scheduler"])
     start = checkpoint.get("step", 0)
 for step in range(start + 1, start + 31):
     x = torch.randn(16, 8)
@@ -39,7 +42,9 @@ for step in range(start + 1, start + 31):
     opt.zero_grad()
     loss.backward()
     opt.step()
+    schedule.step()
 state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}
+state["scheduler"] = schedule.state_dict()
 if how == "first":
     state["state_dict"], state["optimizer_states"] = state["model"], [state["optimizer"]]
     torch.save(state, path)
@@ -58,7 +63,13 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     script.write_text(SCRIPT)
     return {
         how: run_doctor(["python", str(script), checkpoint, how], stream=io.StringIO())[1]
-        for how in ("first", "weights", "both", "lightning")  # (the first saves the checkpoint)
+        for how in (
+            "first",
+            "weights",
+            "both",
+            "optimiser",
+            "lightning",
+        )  # (the first saves the checkpoint)
     }
 
 
@@ -67,13 +78,31 @@ def test_a_restart_that_loads_only_the_weights_is_found_at_its_first_step(
 ) -> None:
     found = [f for f in resumed["weights"]["findings"] if f["code"] == "optimiser-state-not-loaded"]
     assert len(found) == 1 and found[0]["severity"] == "warning"
-    assert found[0]["where"].endswith("train.py:12")  # checkpoint = torch.load(path)
+    assert found[0]["where"].endswith("train.py:13")  # checkpoint = torch.load(path)
     assert found[0]["evidence"] == {
         "key": "under 'optimizer'",
         "steps_in_checkpoint": 30,
         "parameters": 4,
+        "scheduler_key": "under 'scheduler'",
+        "scheduler_step_in_checkpoint": 30,
     }
+    assert "the AdamW training them and the CosineAnnealingLR stepping it" in found[0]["message"]
     assert found[0]["first_step"] == 1  # its state never loaded: numbered from 1, not 31
+
+
+def test_a_restart_that_loads_the_optimiser_but_not_its_scheduler_is_found(
+    resumed: dict[str, dict[str, Any]],
+) -> None:
+    found = [
+        f for f in resumed["optimiser"]["findings"] if f["code"] == "optimiser-state-not-loaded"
+    ]
+    assert len(found) == 1
+    assert found[0]["evidence"] == {
+        "scheduler_key": "under 'scheduler'",
+        "scheduler_step_in_checkpoint": 30,
+    }
+    assert "(no scheduler.load_state_dict call): the schedule starts over" in found[0]["message"]
+    assert found[0]["first_step"] == 31  # the optimiser's state numbers the steps on
 
 
 def test_a_restart_that_loads_the_optimisers_state_too_is_clean_and_numbered_on(

@@ -129,6 +129,7 @@ class Doctor:
         # a checkpoint's optimiser state left unloaded: torch.load and load_state_dict are
         # seen by the loss checks' wrappers
         self.resumes = monitor.loss_check.resumes = resumes.Resumes(monitor.add)
+        self.updates.scheduler_noted = self.resumes.scheduler_stepped
         # One of several processes: what it trained, to compare with the others.
         self.prints = prints
         self.spawned: Path | None = None  # the reports of processes torch.multiprocessing started

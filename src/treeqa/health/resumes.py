@@ -1,5 +1,5 @@
 """``optimiser-state-not-loaded``: a run resumed from a checkpoint that holds its optimiser's
-state, with the optimiser started afresh.
+state (or its learning-rate scheduler's), with the optimiser (or the scheduler) started afresh.
 
 A checkpoint saved as ``{"model": model.state_dict(), "optimizer": optimizer.state_dict(),
 ...}`` and loaded with ``model.load_state_dict(ckpt["model"])`` alone resumes the weights but
@@ -16,6 +16,13 @@ parameters in each group, the saved moments shaped as these parameters), it is t
 the ``torch.load`` line. A fine-tuning with a new head or another optimiser's grouping is laid
 out otherwise and is not judged; a fine-tuning of the very same model with a new optimiser on
 purpose reads as this.
+
+A scheduler's state (``last_epoch``, ``_step_count``, ``base_lrs``) past its first step is
+judged at the first scheduler step after the load (not its constructor's): a scheduler of that
+kind (the saved keys all its attributes, as many base rates) over an optimiser of the loaded
+modules' parameters, at its step 0 where the saved one was further on, started afresh: its
+schedule starts over (a warm-up and the peak rate again). Read from its state, so a
+``load_state_dict`` of a class's own is seen as well.
 """
 
 from __future__ import annotations
@@ -48,17 +55,56 @@ class Resumes:
         self.pending: tuple[str, str, dict[str, Any]] | None = None
         self.modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # loaded since
         self.reported = False
+        # (the torch.load line, the key path, the saved state) of a scheduler's, likewise
+        self.scheduler: tuple[str, str, dict[str, Any]] | None = None
+        self.scheduler_reported = False
+        # what was said of each torch.load line: "optimiser" / "scheduler" -> (part, evidence)
+        self.said: dict[str, dict[str, tuple[tuple[str, str, str, str], dict[str, Any]]]] = {}
 
     def checkpoint(self, loaded: Any) -> None:
         """``torch.load`` returned ``loaded``."""
-        found = next(_optimiser_states(loaded, "", DEPTH), None)
+        found = next(_states(loaded, "", DEPTH, _is_optimiser_state), None)
+        scheduler = next(_states(loaded, "", DEPTH, _is_scheduler_state), None)
         if found is not None and not self.reported:
             self.pending = (sites.user_site(), *found)
+        if scheduler is not None and not self.scheduler_reported:
+            self.scheduler = (sites.user_site(), *scheduler)
+        if found is not None or scheduler is not None:
             self.modules = weakref.WeakSet()
 
     def module_loaded(self, module: nn.Module) -> None:
-        if self.pending is not None:
+        if self.pending is not None or self.scheduler is not None:
             self.modules.add(module)
+
+    def _of_loaded_modules(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+        """The optimiser's parameters where every one belongs to a module loaded since the
+        checkpoint; none otherwise."""
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        loaded = {id(p) for m in self.modules for p in m.parameters()}
+        return [] if any(id(p) not in loaded for p in params) else params
+
+    def scheduler_stepped(self, scheduler: Any) -> None:
+        """A learning-rate scheduler's ``step`` starts (``last_epoch`` before it)."""
+        pending = self.scheduler
+        if pending is None or scheduler.last_epoch < 0:  # (its constructor's step)
+            return
+        self.scheduler = None
+        where, key, saved = pending
+        fresh = scheduler.last_epoch == 0 < saved["last_epoch"]
+        kind = all(k in vars(scheduler) for k in saved)
+        if not fresh or not kind or len(saved["base_lrs"]) != len(scheduler.base_lrs):
+            return
+        if not self._of_loaded_modules(scheduler.optimizer):
+            return
+        self.scheduler_reported = True
+        part = (
+            f"a learning-rate scheduler's state ({key}, at its step {saved['last_epoch']})",
+            f"the {type(scheduler).__name__} stepping it",
+            "scheduler",
+            "the schedule starts over from its first step (a warm-up and the peak rate again)",
+        )
+        evidence = {"scheduler_key": key, "scheduler_step_in_checkpoint": saved["last_epoch"]}
+        self._say(where, "scheduler", part, evidence)
 
     def optimiser_loaded(self) -> None:
         self.pending = None
@@ -70,39 +116,56 @@ class Resumes:
         if pending is None or isinstance(optimizer, torch.optim.LBFGS):
             return
         where, key, saved = pending
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        loaded = {id(p) for m in self.modules for p in m.parameters()}
-        if not params or any(id(p) not in loaded for p in params):
-            return
-        if not _laid_out_as(saved, optimizer):
+        params = self._of_loaded_modules(optimizer)
+        if not params or not _laid_out_as(saved, optimizer):
             return
         self.reported = True
         steps = steps_taken(saved)
-        self.add(
-            Finding(
-                "optimiser-state-not-loaded",
-                "warning",
-                f"the checkpoint loaded here holds an optimiser's state ({key}"
-                + (f", {steps} steps taken" if steps else "")
-                + ") for these very parameters, and the model's weights were loaded from it, "
-                f"but the {type(optimizer).__name__} training them started afresh (no "
-                "optimizer.load_state_dict call): its moments and step count restart at zero, "
-                "so the first updates after the resume are as large as at the start of training",
-                where=where,
-                step=step,
-                evidence={
-                    "key": key,
-                    "steps_in_checkpoint": steps,
-                    "parameters": len(params),
-                },
-            )
+        part = (
+            f"an optimiser's state ({key}" + (f", {steps} steps taken)" if steps else ")"),
+            f"the {type(optimizer).__name__} training them",
+            "optimizer",
+            "its moments and step count restart at zero, so the first updates after the "
+            "resume are as large as at the start of training",
         )
+        evidence = {"key": key, "steps_in_checkpoint": steps, "parameters": len(params)}
+        self._say(where, "optimiser", part, evidence, step)
+
+    def _say(
+        self,
+        where: str,
+        what: str,
+        part: tuple[str, str, str, str],
+        evidence: dict[str, Any],
+        step: int = 0,
+    ) -> None:
+        """The finding of ``torch.load`` at ``where``: an optimiser's state left unloaded, a
+        scheduler's, or both (said again as one when the second is found)."""
+        said = self.said.setdefault(where, {})
+        said[what] = (part, evidence)
+        parts = [said[k][0] for k in ("optimiser", "scheduler") if k in said]
+        held, who = (" and ".join(p[i] for p in parts) for i in range(2))
+        calls = " or ".join(f"{p[2]}.load_state_dict" for p in parts)
+        then = "; ".join(p[3] for p in parts)
+        found = Finding(
+            "optimiser-state-not-loaded",
+            "warning",
+            f"the checkpoint loaded here holds {held} for these very parameters, and the "
+            f"model's weights were loaded from it, but {who} started afresh (no {calls} "
+            f"call): {then}",
+            where=where,
+            step=step,
+            evidence={k: v for _, e in said.values() for k, v in e.items()},
+        )
+        self.add(found)
 
 
-def _optimiser_states(obj: Any, key: str, depth: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where it is, e.g. "under 'optimizer'", the state) of each optimiser state with
-    state kept, in ``obj`` and ``depth`` levels of dict values and list items below it."""
-    if _is_optimiser_state(obj):
+def _states(
+    obj: Any, key: str, depth: int, kind: Callable[[Any], bool]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where it is, e.g. "under 'optimizer'", the state) of each state of a ``kind`` in
+    ``obj`` and ``depth`` levels of dict values and list items below it."""
+    if kind(obj):
         yield key or "the whole file", obj
         return
     if depth == 0:
@@ -110,22 +173,32 @@ def _optimiser_states(obj: Any, key: str, depth: int) -> Iterator[tuple[str, dic
     if isinstance(obj, dict):
         items = [(f"under {k!r}", v) for k, v in obj.items() if isinstance(k, str | int)]
     elif isinstance(obj, list | tuple):
-        items = [
-            (f"{key[:-1]}, item {i})" if key else f" (item {i})", v) for i, v in enumerate(obj)
-        ]
+        items = [(f"item {i}" + (f" {key}" if key else ""), v) for i, v in enumerate(obj)]
     else:
         return
     for where, value in items:
-        yield from _optimiser_states(value, where, depth - 1)
+        yield from _states(value, where, depth - 1, kind)
 
 
 def _is_optimiser_state(obj: Any) -> bool:
+    """An optimiser's ``state_dict`` with state kept (plain SGD keeps none)."""
     return (
         isinstance(obj, dict)
         and isinstance(obj.get("state"), dict)
         and bool(obj["state"])
         and isinstance(obj.get("param_groups"), list)
         and all(isinstance(g, dict) and "params" in g for g in obj["param_groups"])
+    )
+
+
+def _is_scheduler_state(obj: Any) -> bool:
+    """A learning-rate scheduler's ``state_dict`` past its first step."""
+    return (
+        isinstance(obj, dict)
+        and isinstance(obj.get("last_epoch"), int)
+        and obj["last_epoch"] > 0
+        and "_step_count" in obj
+        and isinstance(obj.get("base_lrs"), list)
     )
 
 

@@ -163,6 +163,8 @@ class Updates:
         # the clock's first step if they schedule it, so one never stepped again is judged
         self.unclocked: list[weakref.ref[OneCycleLR]] = []
         self.first = 1
+        # told of every scheduler step before it runs (the doctor's ``Resumes``)
+        self.scheduler_noted: Callable[[LRScheduler], None] | None = None
         self.reset(0)
 
     def install(self) -> None:
@@ -213,6 +215,8 @@ class Updates:
 
     def _scheduler_stepped(self, scheduler: LRScheduler) -> None:
         # Before the call: this one makes it last_epoch + 1 steps.
+        if self.scheduler_noted is not None:
+            self.scheduler_noted(scheduler)
         if scheduler.last_epoch >= 0:  # (not the step its constructor takes)
             self._note_scheduler_site(scheduler.optimizer)
         clock = self.clock() if self.clock is not None else None
