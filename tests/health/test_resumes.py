@@ -184,6 +184,20 @@ def test_only_a_fresh_optimiser_over_the_loaded_model_laid_out_alike_is_judged()
     assert judged(other, fresh, torch.optim.Adam(fresh.parameters())) == []
 
 
+def test_a_whole_model_saved_beside_its_optimisers_state_is_loaded_with_it() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    optimizer = torch.optim.Adam(model.parameters())
+    checkpoint = {**saved(model, optimizer), "model": model}  # torch.save({"model": model, ...})
+    found: list[Any] = []
+    resumes = Resumes(found.append)
+    resumes.checkpoint(checkpoint)
+    fresh = torch.optim.Adam(checkpoint["model"].parameters())
+    model(torch.randn(4, 8)).sum().backward()
+    fresh.step()
+    resumes.stepped(fresh, 1)
+    assert [f.code for f in found] == ["optimiser-state-not-loaded"]
+
+
 def test_an_optimiser_over_parameters_no_checkpoint_loaded_is_not_judged() -> None:
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
     checkpoint = saved(model, torch.optim.Adam(model.parameters()))

@@ -71,6 +71,9 @@ class Resumes:
             self.scheduler = (sites.user_site(), *scheduler)
         if found is not None or scheduler is not None:
             self.modules = weakref.WeakSet()
+            # A whole model saved with torch.save(model) comes back loaded, with no call.
+            values = loaded.values() if isinstance(loaded, dict) else (loaded,)
+            self.modules.update(v for v in values if isinstance(v, nn.Module))
 
     def module_loaded(self, module: nn.Module) -> None:
         if self.pending is not None or self.scheduler is not None:
