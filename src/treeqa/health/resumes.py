@@ -27,6 +27,7 @@ schedule starts over (a warm-up and the peak rate again). Read from its state, s
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -40,6 +41,9 @@ from treeqa.health.findings import Finding
 DEPTH = 2
 """Levels of a loaded checkpoint looked through for optimiser states (Lightning keeps them in a
 list under ``optimizer_states``)."""
+ITEMS = 256
+"""Entries of each dict or list of a loaded checkpoint looked at: a checkpoint's are few, and a
+dataset saved as a list of a million samples is no checkpoint to walk."""
 SHAPES_LOOKED_AT = 8
 """Parameters at each end of the optimiser whose saved moments' shapes are compared."""
 
@@ -174,9 +178,10 @@ def _states(
     if depth == 0:
         return
     if isinstance(obj, dict):
-        items = [(f"under {k!r}", v) for k, v in obj.items() if isinstance(k, str | int)]
+        kept = itertools.islice(obj.items(), ITEMS)
+        items = [(f"under {k!r}", v) for k, v in kept if isinstance(k, str | int)]
     elif isinstance(obj, list | tuple):
-        items = [(f"item {i}" + (f" {key}" if key else ""), v) for i, v in enumerate(obj)]
+        items = [(f"item {i}" + (f" {key}" if key else ""), v) for i, v in enumerate(obj[:ITEMS])]
     else:
         return
     for where, value in items:
