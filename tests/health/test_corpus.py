@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -496,23 +497,6 @@ def test_forked_processes_report_their_own_steps_after_the_parents(doctor_report
     assert "lingering child ended: True" in out
 
 
-@pytest.mark.parametrize(
-    "name", ["bug_hogwild_probs_into_ce.py", "bug_hogwild_spawn_probs_into_ce.py"]
-)
-def test_a_strict_stop_in_a_child_process_is_the_doctors_exit_code(
-    name: str, tmp_path: Path
-) -> None:
-    script = SCRIPTS / name
-    cmd = [sys.executable, "-m", "treeqa", "doctor", "--strict", "--", "python", str(script)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 3, proc.stderr
-    assert proc.stderr.count("treeqa doctor: strict mode: stopping on an error finding") == 2
-    # One child printed its finding, the other kept quiet and names it as it stops.
-    assert proc.stderr.count("(see above)") == 1
-    assert proc.stderr.count("finding (probabilities-into-cross-entropy: ") == 1
-    assert "Traceback" not in proc.stderr
-
-
 KILLED = """
 import os, signal, sys, torch, torch.multiprocessing as mp
 from torch import nn
@@ -537,22 +521,63 @@ if __name__ == "__main__":
     [p.start() for p in ps]; [p.join() for p in ps]
 """
 
+CHILD_RUNS = {
+    "strict fork": ["--strict", "--", "python", str(SCRIPTS / "bug_hogwild_probs_into_ce.py")],
+    "strict spawn": [
+        "--strict",
+        "--",
+        "python",
+        str(SCRIPTS / "bug_hogwild_spawn_probs_into_ce.py"),
+    ],
+    "killed fork": ["--", "python", "train.py", "fork", "kill"],
+    "killed spawn": ["--", "python", "train.py", "spawn", "kill"],
+    "os._exit": ["--", "python", "train.py", "fork", "exit"],
+}
+"""``treeqa doctor`` runs whose children stop the run, are killed or end with ``os._exit``."""
 
-@pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_a_child_process_killed_before_its_report_is_named(method: str, tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text(KILLED)
-    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", "train.py", method, "kill"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+@pytest.fixture(scope="module")
+def child_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+    side_by_side: Callable[..., list[subprocess.CompletedProcess[str]]],
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    """The ``CHILD_RUNS``, side by side (each starts interpreters that import torch: run
+    apart, the second core idles through them)."""
+    folder = tmp_path_factory.mktemp("children")
+    (folder / "train.py").write_text(KILLED)
+    doctor = [sys.executable, "-m", "treeqa", "doctor"]
+    runs = side_by_side(*([*doctor, *a] for a in CHILD_RUNS.values()), timeout=300, cwd=folder)
+    return dict(zip(CHILD_RUNS, runs, strict=True))
+
+
+@pytest.mark.parametrize("run", ["strict fork", "strict spawn"])
+def test_a_strict_stop_in_a_child_process_is_the_doctors_exit_code(
+    run: str, child_runs: dict[str, subprocess.CompletedProcess[str]]
+) -> None:
+    proc = child_runs[run]
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.count("treeqa doctor: strict mode: stopping on an error finding") == 2
+    # One child printed its finding, the other kept quiet and names it as it stops.
+    assert proc.stderr.count("(see above)") == 1
+    assert proc.stderr.count("finding (probabilities-into-cross-entropy: ") == 1
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("run", ["killed fork", "killed spawn"])
+def test_a_child_process_killed_before_its_report_is_named(
+    run: str, child_runs: dict[str, subprocess.CompletedProcess[str]]
+) -> None:
+    proc = child_runs[run]
     assert proc.returncode == 0, proc.stderr
     assert "treeqa health: 1 process watched" in proc.stderr
     assert "1 child process ended before it could report (pid " in proc.stderr
     assert "by signal 9): what it trained is not in this report" in proc.stderr
 
 
-def test_a_child_process_ending_with_os_exit_reports_first(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text(KILLED)
-    cmd = [sys.executable, "-m", "treeqa", "doctor", "--", "python", "train.py", "fork", "exit"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+def test_a_child_process_ending_with_os_exit_reports_first(
+    child_runs: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    proc = child_runs["os._exit"]
     assert proc.returncode == 0, proc.stderr
     assert "treeqa health: 2 processes watched" in proc.stderr
 

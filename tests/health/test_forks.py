@@ -63,16 +63,34 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize(
-    ("method", "how"), [("spawn", "daemon"), ("fork", "unjoined"), ("forkserver", "join")]
-)
+FLEETS = [("spawn", "daemon"), ("fork", "unjoined"), ("forkserver", "join")]
+
+
+@pytest.fixture(scope="module")
+def fleets(
+    tmp_path_factory: pytest.TempPathFactory,
+    side_by_side: Callable[..., list[subprocess.CompletedProcess[str]]],
+) -> dict[tuple[str, str], tuple[subprocess.CompletedProcess[str], Path]]:
+    """The fleet script under the doctor each way, the three runs side by side (each starts
+    interpreters that import torch: run apart, the second core idles through them)."""
+    folders = {fleet: tmp_path_factory.mktemp("-".join(fleet)) for fleet in FLEETS}
+    commands = []
+    for (method, how), folder in folders.items():
+        (folder / "fleet.py").write_text(FLEET)
+        cmd = [sys.executable, "-m", "treeqa", "doctor"]
+        cmd += ["--json", str(folder / "r.json"), "--plot", str(folder / "r.png")]
+        commands.append([*cmd, "--", "python", str(folder / "fleet.py"), method, how])
+    runs = side_by_side(*commands, timeout=240)
+    return {fleet: (run, folders[fleet]) for fleet, run in zip(FLEETS, runs, strict=True)}
+
+
+@pytest.mark.parametrize(("method", "how"), FLEETS)
 def test_children_that_train_report_and_the_others_are_left_as_python_runs_them(
-    method: str, how: str, tmp_path: Path
+    method: str,
+    how: str,
+    fleets: dict[tuple[str, str], tuple[subprocess.CompletedProcess[str], Path]],
 ) -> None:
-    (tmp_path / "fleet.py").write_text(FLEET)
-    cmd = [sys.executable, "-m", "treeqa", "doctor", "--json", "r.json", "--plot", "r.png"]
-    cmd += ["--", "python", "fleet.py", method, how]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    proc, tmp_path = fleets[method, how]
     assert proc.returncode == 0, proc.stderr
     assert "producer ended by signal 15" in proc.stdout  # at once, by the signal
     assert "Traceback" not in proc.stderr and "before it could report" not in proc.stderr

@@ -5,6 +5,7 @@ checkpoints that are no such resume."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -80,11 +81,10 @@ def test_a_restart_that_loads_only_the_weights_is_found_at_its_first_step(
     assert len(found) == 1 and found[0]["severity"] == "warning"
     assert found[0]["where"].endswith("train.py:13")  # checkpoint = torch.load(path)
     assert found[0]["evidence"] == {
-        "key": "under 'optimizer'",
-        "steps_in_checkpoint": 30,
-        "parameters": 4,
-        "scheduler_key": "under 'scheduler'",
-        "scheduler_step_in_checkpoint": 30,
+        "states": [
+            {"key": "under 'optimizer'", "steps_in_checkpoint": 30, "parameters": 4},
+            {"scheduler_key": "under 'scheduler'", "scheduler_step_in_checkpoint": 30},
+        ]
     }
     assert "the AdamW training them and the CosineAnnealingLR stepping it" in found[0]["message"]
     assert found[0]["first_step"] == 1  # its state never loaded: numbered from 1, not 31
@@ -101,7 +101,7 @@ def test_a_restart_that_loads_the_optimiser_but_not_its_scheduler_is_found(
         "scheduler_key": "under 'scheduler'",
         "scheduler_step_in_checkpoint": 30,
     }
-    assert "(no scheduler.load_state_dict call): the schedule starts over" in found[0]["message"]
+    assert "(no scheduler.load_state_dict call): its schedule starts over" in found[0]["message"]
     assert found[0]["first_step"] == 31  # the optimiser's state numbers the steps on
 
 
@@ -123,7 +123,7 @@ def test_a_state_in_a_list_under_a_key_is_found_too(resumed: dict[str, dict[str,
         f for f in resumed["lightning"]["findings"] if f["code"] == "optimiser-state-not-loaded"
     ]
     # (the first state found: the dict's own "optimizer" comes before the list)
-    assert found["evidence"]["key"] == "under 'optimizer'"
+    assert found["evidence"]["states"][0]["key"] == "under 'optimizer'"
 
 
 def saved(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int = 3) -> dict[str, Any]:
@@ -140,10 +140,10 @@ def judged(
     resumes = Resumes(found.append)
     resumes.checkpoint(checkpoint)
     model.load_state_dict(checkpoint["model"])
-    resumes.module_loaded(model)
+    resumes.module_loaded(model, checkpoint["model"])
     model(torch.randn(4, 8)).sum().backward()
     optimizer.step()
-    resumes.stepped(optimizer, 1)
+    resumes.stepped(optimizer, 1, live=False)
     return [f.code for f in found]
 
 
@@ -194,7 +194,7 @@ def test_a_whole_model_saved_beside_its_optimisers_state_is_loaded_with_it() -> 
     fresh = torch.optim.Adam(checkpoint["model"].parameters())
     model(torch.randn(4, 8)).sum().backward()
     fresh.step()
-    resumes.stepped(fresh, 1)
+    resumes.stepped(fresh, 1, live=False)
     assert [f.code for f in found] == ["optimiser-state-not-loaded"]
 
 
@@ -206,9 +206,157 @@ def test_an_optimiser_over_parameters_no_checkpoint_loaded_is_not_judged() -> No
     resumes.checkpoint(checkpoint)
     teacher, student = (nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)) for _ in "ts")
     teacher.load_state_dict(checkpoint["model"])
-    resumes.module_loaded(teacher)
+    resumes.module_loaded(teacher, checkpoint["model"])
     optimizer = torch.optim.Adam(student.parameters())
     student(torch.randn(4, 8)).sum().backward()
     optimizer.step()
-    resumes.stepped(optimizer, 1)
+    resumes.stepped(optimizer, 1, live=False)
     assert found == []
+
+
+CASES = """
+import copy, os, sys
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+folder, case = sys.argv[1], sys.argv[2]
+x = torch.randn(256, 8)
+y = x[:, :3].argmax(1)
+
+
+def net():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def train(model, opt, steps, schedule=None, extra=None):
+    for _ in range(steps):
+        i = torch.randint(0, 256, (32,))
+        logits = model(x[i]) * (extra.exp() if extra is not None else 1)
+        loss = nn.functional.cross_entropy(logits, y[i])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if schedule is not None:
+            schedule.step()
+
+
+def path(name):
+    return os.path.join(folder, f"{case}-{name}")
+
+
+if case.startswith("files"):  # the transformers Trainer's layout: one file a state
+    model = net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
+    train(model, opt, 20, schedule)
+    for name, obj in (("model.pt", model), ("optimizer.pt", opt), ("scheduler.pt", schedule)):
+        torch.save(obj.state_dict(), path(name))
+    model = net()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
+    order = ["optimizer.pt", "model.pt"] if case == "files optimiser first" else ["model.pt", "optimizer.pt"]
+    states = {name: torch.load(path(name)) for name in [*order, "scheduler.pt"]}
+    model.load_state_dict(states["model.pt"])
+    if case == "files all":
+        opt.load_state_dict(states["optimizer.pt"])
+    schedule.load_state_dict(states["scheduler.pt"])
+    train(model, opt, 20, schedule)
+elif case.startswith("gan"):  # two models, two optimisers, one checkpoint
+    g, d = net(), net()
+    opt_g, opt_d = (torch.optim.Adam(m.parameters(), lr=1e-3) for m in (g, d))
+    for _ in range(10):
+        train(d, opt_d, 1)
+        train(g, opt_g, 1)
+    torch.save({"G": g.state_dict(), "D": d.state_dict(), "optG": opt_g.state_dict(),
+                "optD": opt_d.state_dict()}, path("ckpt.pt"))
+    g, d = net(), net()
+    opt_g, opt_d = (torch.optim.Adam(m.parameters(), lr=1e-3) for m in (g, d))
+    ckpt = torch.load(path("ckpt.pt"))
+    g.load_state_dict(ckpt["G"])
+    d.load_state_dict(ckpt["D"])
+    if case == "gan D forgotten":
+        opt_g.load_state_dict(ckpt["optG"])
+    for _ in range(10):
+        train(d, opt_d, 1)
+        train(g, opt_g, 1)
+elif case == "folds":  # each fold starts from the same weights, kept in memory
+    model = net()
+    init = copy.deepcopy(model.state_dict())
+    for fold in range(3):
+        model.load_state_dict(init)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        train(model, opt, 15)
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, path("best.pt"))
+        scored = net()
+        scored.load_state_dict(torch.load(path("best.pt"))["model"])
+elif case == "rollback":  # back to the best weights mid-run, the optimiser kept
+    model = net()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    train(model, opt, 15)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, path("best.pt"))
+    train(model, opt, 15)
+    model.load_state_dict(torch.load(path("best.pt"))["model"])
+    train(model, opt, 15)
+elif case == "fast-forward":  # the scheduler stepped on to the saved step, not loaded
+    model = net()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
+    train(model, opt, 20, schedule)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                "scheduler": schedule.state_dict(), "step": 20}, path("ckpt.pt"))
+    model = net()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
+    ckpt = torch.load(path("ckpt.pt"))
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    for _ in range(ckpt["step"]):
+        schedule.step()
+    train(model, opt, 20, schedule)
+elif case in ("momentum", "temperature"):  # SGD's momentum; a bare parameter beside the model
+    model = net()
+    extra = nn.Parameter(torch.zeros(())) if case == "temperature" else None
+    params = [*model.parameters(), *([extra] if extra is not None else [])]
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    train(model, opt, 20, extra=extra)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                "extra": extra}, path("ckpt.pt"))
+    model = net()
+    extra = nn.Parameter(torch.zeros(())) if case == "temperature" else None
+    params = [*model.parameters(), *([extra] if extra is not None else [])]
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    ckpt = torch.load(path("ckpt.pt"))
+    model.load_state_dict(ckpt["model"])
+    if extra is not None:
+        with torch.no_grad():
+            extra.copy_(ckpt["extra"])
+    train(model, opt, 20, extra=extra)
+"""
+
+EXPECTED_CASES = {
+    "files model first": ["optimizer"],
+    "files optimiser first": ["optimizer"],
+    "files all": [],
+    "gan both fresh": ["optD", "optG"],
+    "gan D forgotten": ["optD"],
+    "folds": [],
+    "rollback": [],
+    "fast-forward": [],
+    "momentum": ["optimizer"],
+    "temperature": ["optimizer"],
+}
+"""Each way of saving and resuming: where in the checkpoint the states left unloaded are."""
+
+
+@pytest.mark.parametrize("case", list(EXPECTED_CASES))
+def test_each_way_of_resuming_names_the_states_left_unloaded(case: str, tmp_path: Path) -> None:
+    script = tmp_path / "resume.py"
+    script.write_text(CASES)
+    _, report = run_doctor(["python", str(script), str(tmp_path), case], stream=io.StringIO())
+    found = [f for f in report["findings"] if f["code"] == "optimiser-state-not-loaded"]
+    states = [e for f in found for e in f["evidence"].get("states", [f["evidence"]])]
+    keys = sorted(e["key"].split("'")[1] if "'" in e["key"] else "optimizer" for e in states)
+    assert keys == EXPECTED_CASES[case], [f["message"] for f in found]
+    if case == "momentum":
+        assert "its momentum restarts at zero" in found[0]["message"]

@@ -658,8 +658,8 @@ class Doctor:
         (its forward included): a run resumed from a checkpoint, numbered on from the steps its
         state holds (Adam's ``step``), as the script numbers them. None there (plain SGD), or a
         step taken already: numbered from 1."""
-        self.resumes.optimiser_loaded()
         state = args[1] if len(args) > 1 else kwargs.get("state_dict")
+        self.resumes.optimiser_loaded(args[0], state)
         if self.monitor.step or self.monitor.in_step or self.open:
             return
         steps = resumes.steps_taken(state)
@@ -717,8 +717,8 @@ class Doctor:
             quiet, self.monitor.stream = self.monitor.stream, self.forks.stream
             if isinstance(quiet, io.StringIO):  # the findings of its first step
                 print(quiet.getvalue(), end="", file=self.monitor.stream, flush=True)
-        if self.resumes.pending is not None and not by_hand:
-            self.resumes.stepped(optimizer, self.monitor.step + 1)
+        if self.resumes.watching and not by_hand:
+            self.resumes.stepped(optimizer, self.monitor.step + 1, optimizer in self.stepped)
         clock = self.clock() if self.clock is not None else None
         # The last run's optimiser is gone. (Updates by hand gone are not: weights moved by
         # another process of a shared model, hogwild, read as one step of them, counted.)

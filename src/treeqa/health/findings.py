@@ -32,7 +32,7 @@ FIXES: dict[str, str] = {
     "device-idle": 'give the GPU more work per launch: a larger batch; torch.compile (mode="reduce-overhead" replays the step as CUDA graphs, one launch for thousands); fused optimisers (fused=True); no .item() or other host reads inside the step',
     "gradients-not-zeroed": "call optimizer.zero_grad() once per optimiser step (before backward), so each step uses only its own gradients",
     "zero-grad-per-micro-batch": "zero the gradients once per optimiser step, before the first micro-batch (if i % accumulate == 0: optimizer.zero_grad()); read a gradient you only log with torch.autograd.grad",
-    "optimiser-state-not-loaded": "load the optimiser's state with the weights when resuming: optimizer.load_state_dict(checkpoint['optimizer']) after building the optimiser over the loaded model (and the scheduler's with scheduler.load_state_dict)",
+    "optimiser-state-not-loaded": "when resuming, load every state the checkpoint holds into the objects built anew: optimizer.load_state_dict(checkpoint['optimizer']) after building the optimiser over the loaded model, and scheduler.load_state_dict(checkpoint['scheduler']) likewise",
     "step-without-gradients": "build the optimiser over the parameters of the model that trains (after fully_shard or FullyShardedDataParallel wraps it), and zero gradients before backward(), not between backward() and step()",
     "module-not-registered": "hold layers in nn.ModuleList / nn.ModuleDict (parameters in nn.ParameterList / nn.ParameterDict) so that the model registers them",
     "not-in-optimiser": "build the optimiser after the whole model, or add the layer with optimizer.add_param_group; if it is frozen on purpose, set requires_grad_(False) so that backward skips it",

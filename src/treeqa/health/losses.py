@@ -29,7 +29,7 @@ from treeqa.health import checks, loss_inputs, loss_levels, processes, sites
 from treeqa.health.findings import Finding
 from treeqa.health.priors import LabelCounts, TargetMoments
 from treeqa.health.resumes import Resumes
-from treeqa.health.wrap import Wrappers, note_calls, note_function_results
+from treeqa.health.wrap import Wrappers, note_function_calls, note_function_results
 
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")
 LOG_PROBABILITIES_LAST = ("ctc_loss",)
@@ -118,16 +118,19 @@ class LossInputCheck:
     def install(self) -> None:
         for fname in (*CLASSIFICATION, *LOG_PROBABILITIES_LAST, *ELEMENTWISE):
             self.wrappers.add(note_function_results(F, fname, self._called))
-        self.wrappers.add(note_calls(nn.Module, "load_state_dict", self._loaded))
+        self.wrappers.add(note_function_calls(nn.Module, "load_state_dict", self._loaded))
         # A whole model saved with torch.save(model) comes back trained without a
         # load_state_dict call (torch.jit.load likewise), alone or in a checkpoint dict.
         self.wrappers.add(note_function_results(torch, "load", self._torch_loaded))
         self.wrappers.add(note_function_results(torch.jit, "load", self._torch_loaded))
 
-    def _loaded(self, module: nn.Module) -> None:
+    def _loaded(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``module.load_state_dict(state_dict)``."""
         self.loaded = True
-        if self.resumes is not None:
-            self.resumes.module_loaded(module)
+        if self.resumes is not None and args:
+            self.resumes.module_loaded(
+                args[0], args[1] if len(args) > 1 else kwargs.get("state_dict")
+            )
 
     def _torch_loaded(
         self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any

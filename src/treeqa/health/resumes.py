@@ -1,28 +1,33 @@
-"""``optimiser-state-not-loaded``: a run resumed from a checkpoint that holds its optimiser's
-state (or its learning-rate scheduler's), with the optimiser (or the scheduler) started afresh.
+"""``optimiser-state-not-loaded``: a run resumed from a checkpoint that holds its optimisers'
+states (or its learning-rate schedulers'), with an optimiser (or a scheduler) started afresh.
 
 A checkpoint saved as ``{"model": model.state_dict(), "optimizer": optimizer.state_dict(),
 ...}`` and loaded with ``model.load_state_dict(ckpt["model"])`` alone resumes the weights but
 not Adam's moments or step count: the first updates after the resume are as large as at the
 start of training (its bias correction at step 1 with moments at zero), and the loss jumps.
 
-What ``torch.load`` returns is looked through (the object, the values of a dict and the items
-of a list, two levels down) for optimiser states (``{"state": ..., "param_groups": [...]}``)
-whose ``state`` is not empty (plain SGD keeps none: a fresh one is the same). At the first
-optimiser step after such a load, where no ``Optimizer.load_state_dict`` was called since, the
-optimiser's parameters were loaded by a module's ``load_state_dict`` since (a teacher loaded from
-a checkpoint of its own trains nothing) and are laid out as the saved state's (as many
-parameters in each group, the saved moments shaped as these parameters), it is the finding, at
-the ``torch.load`` line. A fine-tuning with a new head or another optimiser's grouping is laid
-out otherwise and is not judged; a fine-tuning of the very same model with a new optimiser on
-purpose reads as this.
+What each ``torch.load`` returns is looked through (the object, the values of a dict and the
+items of a list, two levels down, ``ITEMS`` entries a level) for optimiser states (``{"state":
+..., "param_groups": [...]}``) whose ``state`` is not empty (plain SGD keeps none: a fresh one
+is the same), schedulers' states past their first step, and the dicts (and their first tensors)
+a module may load: a module is loaded from a checkpoint when its ``load_state_dict`` is given
+one of those (or a dict of the same tensors under other names), or when it is a whole model in
+one (``torch.save(model)``). Weights and optimiser state in separate files (``model.pt``,
+``optimizer.pt``) count alike, in either order.
 
-A scheduler's state (``last_epoch``, ``_step_count``, ``base_lrs``) past its first step is
-judged at the first scheduler step after the load (not its constructor's): a scheduler of that
-kind (the saved keys all its attributes, as many base rates) over an optimiser of the loaded
-modules' parameters, at its step 0 where the saved one was further on, started afresh: its
-schedule starts over (a warm-up and the peak rate again). Read from its state, so a
-``load_state_dict`` of a class's own is seen as well.
+Each optimiser is judged at its first step after such a load, for ``LOOK_STEPS`` steps: one
+that loaded a state since (``Optimizer.load_state_dict``), or that stepped before the load (a
+run that rolls back to its best weights keeps its live optimiser), is not fresh; a fresh one
+whose parameters' weights mostly (half their values or more) came from a checkpoint and that
+is laid out as a saved state no optimiser has loaded (as many parameters in each group, the
+saved moments shaped as these parameters) is the finding, at the ``torch.load`` line. Each
+saved state is claimed once: a GAN's two optimisers are matched each to its own. A scheduler is
+judged at its first step after an optimiser stepped since the load (a scheduler fast-forwarded
+by ``step()`` calls before training reads as loaded): a scheduler of a saved state's kind (its
+keys all the scheduler's attributes, as many base rates) over such parameters, at its step 0
+where the saved one was further on, started afresh. A fine-tuning with a new head or another
+grouping of the parameters is laid out otherwise and is not judged; a fine-tuning of the very
+same model with a new optimiser on purpose reads as this.
 """
 
 from __future__ import annotations
@@ -34,135 +39,187 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.lr_scheduler import LRScheduler
 
 from treeqa.health import sites
 from treeqa.health.findings import Finding
 
 DEPTH = 2
-"""Levels of a loaded checkpoint looked through for optimiser states (Lightning keeps them in a
-list under ``optimizer_states``)."""
+"""Levels of a loaded checkpoint looked through (Lightning keeps its optimiser states in a list
+under ``optimizer_states``)."""
 ITEMS = 256
 """Entries of each dict or list of a loaded checkpoint looked at: a checkpoint's are few, and a
 dataset saved as a list of a million samples is no checkpoint to walk."""
 SHAPES_LOOKED_AT = 8
 """Parameters at each end of the optimiser whose saved moments' shapes are compared."""
+LOOK_STEPS = 100
+"""Optimiser steps after a load within which a fresh optimiser is matched to a saved state."""
+
+Saved = tuple[str, str, dict[str, Any]]
+"""(the ``torch.load`` line, where in what it returned, e.g. "under 'optimizer'", the state)."""
+Part = tuple[str, str, str, str]
+"""Of a finding: (what the checkpoint holds, what started afresh, whose ``load_state_dict`` was
+not called, what follows)."""
 
 
 class Resumes:
     """Fed by the loss checks' wrappers of ``torch.load`` and ``nn.Module.load_state_dict`` and
-    by the doctor's of ``Optimizer.load_state_dict`` and the optimiser's step."""
+    by the doctor's of ``Optimizer.load_state_dict``, the optimiser's step and the scheduler's.
+    ``watching``: an optimiser's step has something to look at."""
 
     def __init__(self, add: Callable[[Finding], None]) -> None:
         self.add = add
-        # (the torch.load line, the key path, the saved state) of the latest checkpoint with
-        # an optimiser state, while no optimiser has loaded a state since
-        self.pending: tuple[str, str, dict[str, Any]] | None = None
-        self.modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # loaded since
-        self.reported = False
-        # (the torch.load line, the key path, the saved state) of a scheduler's, likewise
-        self.scheduler: tuple[str, str, dict[str, Any]] | None = None
-        self.scheduler_reported = False
-        # what was said of each torch.load line: "optimiser" / "scheduler" -> (part, evidence)
-        self.said: dict[str, dict[str, tuple[tuple[str, str, str, str], dict[str, Any]]]] = {}
+        self.saved: list[Saved] = []  # optimiser states no optimiser has loaded or matched
+        self.schedulers: list[Saved] = []  # schedulers' states, likewise
+        # (id, length) of the dicts in loaded checkpoints and ids of their first tensors: what
+        # a module's load_state_dict may be given (ids only: no checkpoint is kept alive)
+        self.dicts: set[tuple[int, int]] = set()
+        self.tensors: set[int] = set()
+        self.modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # loaded from a checkpoint
+        self.loaded: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # a state since
+        self.judged: weakref.WeakSet[Any] = weakref.WeakSet()  # optimisers, schedulers
+        self.steps_left = 0
+        self.trained = False  # an optimiser stepped since the last load of a saved state
+        self.watching = False
+        self.said: dict[str, dict[str, tuple[Part, dict[str, Any]]]] = {}
 
     def checkpoint(self, loaded: Any) -> None:
         """``torch.load`` returned ``loaded``."""
-        found = next(_states(loaded, "", DEPTH, _is_optimiser_state), None)
-        scheduler = next(_states(loaded, "", DEPTH, _is_scheduler_state), None)
-        if found is not None and not self.reported:
-            self.pending = (sites.user_site(), *found)
-        if scheduler is not None and not self.scheduler_reported:
-            self.scheduler = (sites.user_site(), *scheduler)
-        if found is not None or scheduler is not None:
-            self.modules = weakref.WeakSet()
-            # A whole model saved with torch.save(model) comes back loaded, with no call.
-            values = loaded.values() if isinstance(loaded, dict) else (loaded,)
-            self.modules.update(v for v in values if isinstance(v, nn.Module))
+        where = ""
+        for kind, into in (
+            (_is_optimiser_state, self.saved),
+            (_is_scheduler_state, self.schedulers),
+        ):
+            for key, state in _states(loaded, "", DEPTH, kind):
+                where = where or sites.user_site()
+                into.append((where, key, state))
+        for value in _dicts(loaded, DEPTH):
+            self.dicts.add((id(value), len(value)))
+            first = next(iter(value.values()), None)
+            if isinstance(first, torch.Tensor):
+                self.tensors.add(id(first))
+        values = loaded.values() if isinstance(loaded, dict) else (loaded,)
+        self.modules.update(v for v in values if isinstance(v, nn.Module))  # torch.save(model)
+        if where:
+            self.steps_left, self.trained, self.judged = LOOK_STEPS, False, weakref.WeakSet()
+            self.loaded = weakref.WeakSet()
+        self._watch()
 
-    def module_loaded(self, module: nn.Module) -> None:
-        if self.pending is not None or self.scheduler is not None:
+    def module_loaded(self, module: nn.Module, state_dict: Any) -> None:
+        """``module.load_state_dict(state_dict)``: from a checkpoint, or a dict of its tensors."""
+        if not isinstance(state_dict, dict) or not (self.dicts or self.tensors):
+            return
+        first = next(iter(state_dict.values()), None)
+        if (id(state_dict), len(state_dict)) in self.dicts or id(first) in self.tensors:
             self.modules.add(module)
 
-    def _of_loaded_modules(self, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-        """The optimiser's parameters where every one belongs to a module loaded since the
-        checkpoint; none otherwise."""
+    def optimiser_loaded(self, optimizer: torch.optim.Optimizer, state: Any) -> None:
+        """``optimizer.load_state_dict(state)``: that state is claimed, the optimiser no fresh one."""
+        self.loaded.add(optimizer)
+        self.saved = [s for s in self.saved if s[2] is not state]
+        self._watch()
+
+    def stepped(self, optimizer: torch.optim.Optimizer, step: int, live: bool) -> None:
+        """An optimiser step (the run's ``step``) ended; ``live``: the optimiser stepped before
+        (before the load, since each is judged once after it)."""
+        self.trained = True
+        self.steps_left -= 1
+        if self.steps_left <= 0:
+            self.saved = []
+        if optimizer in self.judged or not self.saved:
+            self._watch()
+            return
+        self.judged.add(optimizer)
+        fresh = not live and optimizer not in self.loaded
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        loaded = {id(p) for m in self.modules for p in m.parameters()}
-        return [] if any(id(p) not in loaded for p in params) else params
+        found = None
+        if fresh and not isinstance(optimizer, torch.optim.LBFGS) and self._resumed(params):
+            found = next((s for s in self.saved if _laid_out_as(s[2], optimizer)), None)
+        if found is not None:
+            self.saved.remove(found)
+            self._say_optimiser(found, optimizer, len(params), step)
+        self._watch()
 
-    def scheduler_stepped(self, scheduler: Any) -> None:
+    def scheduler_stepped(self, scheduler: LRScheduler) -> None:
         """A learning-rate scheduler's ``step`` starts (``last_epoch`` before it)."""
-        pending = self.scheduler
-        if pending is None or scheduler.last_epoch < 0:  # (its constructor's step)
+        if not self.schedulers or not self.trained or scheduler.last_epoch < 0:
             return
-        self.scheduler = None
-        where, key, saved = pending
-        fresh = scheduler.last_epoch == 0 < saved["last_epoch"]
-        kind = all(k in vars(scheduler) for k in saved)
-        if not fresh or not kind or len(saved["base_lrs"]) != len(scheduler.base_lrs):
+        if scheduler in self.judged:
             return
-        if not self._of_loaded_modules(scheduler.optimizer):
+        self.judged.add(scheduler)
+        params = [p for group in scheduler.optimizer.param_groups for p in group["params"]]
+        found = next((s for s in self.schedulers if _of_kind(s[2], scheduler)), None)
+        if found is None or not self._resumed(params):
             return
-        self.scheduler_reported = True
-        part = (
-            f"a learning-rate scheduler's state ({key}, at its step {saved['last_epoch']})",
-            f"the {type(scheduler).__name__} stepping it",
-            "scheduler",
-            "the schedule starts over from its first step (a warm-up and the peak rate again)",
-        )
-        evidence = {"scheduler_key": key, "scheduler_step_in_checkpoint": saved["last_epoch"]}
-        self._say(where, "scheduler", part, evidence)
+        self.schedulers.remove(found)
+        where, key, saved = found
+        if scheduler.last_epoch == 0 < saved["last_epoch"]:
+            part = (
+                f"a learning-rate scheduler's state ({key}, at its step {saved['last_epoch']})",
+                f"the {type(scheduler).__name__} stepping it",
+                "scheduler",
+                "its schedule starts over, the rate back at its first step's",
+            )
+            evidence = {"scheduler_key": key, "scheduler_step_in_checkpoint": saved["last_epoch"]}
+            self._say(where, f"scheduler {key}", part, evidence)
+        self._watch()
 
-    def optimiser_loaded(self) -> None:
-        self.pending = None
+    def _watch(self) -> None:
+        self.watching = bool(self.saved) or (bool(self.schedulers) and not self.trained)
 
-    def stepped(self, optimizer: torch.optim.Optimizer, step: int) -> None:
-        """An optimiser step (the run's ``step``) ended: the first after a pending checkpoint
-        is judged."""
-        pending, self.pending = self.pending, None
-        if pending is None or isinstance(optimizer, torch.optim.LBFGS):
-            return
-        where, key, saved = pending
-        params = self._of_loaded_modules(optimizer)
-        if not params or not _laid_out_as(saved, optimizer):
-            return
-        self.reported = True
-        steps = steps_taken(saved)
+    def _resumed(self, params: list[torch.Tensor]) -> bool:
+        """Half the parameters' values or more belong to modules loaded from a checkpoint (a
+        temperature kept as a bare parameter beside the model is restored some other way)."""
+        loaded = {id(p) for m in self.modules for p in m.parameters()}
+        total = sum(p.numel() for p in params)
+        return total > 0 and 2 * sum(p.numel() for p in params if id(p) in loaded) >= total
+
+    def _say_optimiser(
+        self, saved: Saved, optimizer: torch.optim.Optimizer, params: int, step: int
+    ) -> None:
+        where, key, state = saved
+        steps = steps_taken(state)
+        kept = sorted({k for s in state["state"].values() if isinstance(s, dict) for k in s})
+        if "exp_avg_sq" in kept:
+            then = (
+                "its moments and step count restart at zero, so its first updates after the "
+                "resume are as large as at the start of training"
+            )
+        elif "momentum_buffer" in kept:
+            then = (
+                "its momentum restarts at zero, so its updates after the resume start "
+                "smaller than the run's (a tenth of them at momentum 0.9) and build up again"
+            )
+        else:
+            then = f"what it keeps between steps ({', '.join(kept)}) restarts from nothing"
         part = (
             f"an optimiser's state ({key}" + (f", {steps} steps taken)" if steps else ")"),
             f"the {type(optimizer).__name__} training them",
             "optimizer",
-            "its moments and step count restart at zero, so the first updates after the "
-            "resume are as large as at the start of training",
+            then,
         )
-        evidence = {"key": key, "steps_in_checkpoint": steps, "parameters": len(params)}
-        self._say(where, "optimiser", part, evidence, step)
+        evidence = {"key": key, "steps_in_checkpoint": steps, "parameters": params}
+        self._say(where, f"optimiser {key}", part, evidence, step)
 
     def _say(
-        self,
-        where: str,
-        what: str,
-        part: tuple[str, str, str, str],
-        evidence: dict[str, Any],
-        step: int = 0,
+        self, where: str, what: str, part: Part, evidence: dict[str, Any], step: int = 0
     ) -> None:
-        """The finding of ``torch.load`` at ``where``: an optimiser's state left unloaded, a
-        scheduler's, or both (said again as one when the second is found)."""
+        """The finding of the ``torch.load`` at ``where``: each state left unloaded that it
+        held, said again as one when another is found."""
         said = self.said.setdefault(where, {})
         said[what] = (part, evidence)
-        parts = [said[k][0] for k in ("optimiser", "scheduler") if k in said]
+        parts = [p for p, _ in said.values()]
         held, who = (" and ".join(p[i] for p in parts) for i in range(2))
-        calls = " or ".join(f"{p[2]}.load_state_dict" for p in parts)
-        then = "; ".join(p[3] for p in parts)
+        calls = " or ".join(sorted({f"{p[2]}.load_state_dict" for p in parts}))
         found = Finding(
             "optimiser-state-not-loaded",
             "warning",
-            f"the checkpoint loaded here holds {held} for these very parameters, and the "
-            f"model's weights were loaded from it, but {who} started afresh (no {calls} "
-            f"call): {then}",
+            f"the checkpoint loaded here holds {held} for parameters whose weights were loaded "
+            f"from a checkpoint, but {who} started afresh (no {calls} call): "
+            + "; ".join(p[3] for p in parts),
             where=where,
             step=step,
-            evidence={k: v for _, e in said.values() for k, v in e.items()},
+            evidence=evidence if len(said) == 1 else {"states": [e for _, e in said.values()]},
         )
         self.add(found)
 
@@ -177,15 +234,27 @@ def _states(
         return
     if depth == 0:
         return
+    for where, value in _entries(obj, key):
+        yield from _states(value, where, depth - 1, kind)
+
+
+def _dicts(obj: Any, depth: int) -> Iterator[dict[Any, Any]]:
+    """The dicts in ``obj`` and ``depth`` levels below it (a state dict a module may load)."""
+    if isinstance(obj, dict):
+        yield obj
+    if depth > 0:
+        for _, value in _entries(obj, ""):
+            yield from _dicts(value, depth - 1)
+
+
+def _entries(obj: Any, key: str) -> list[tuple[str, Any]]:
+    """(where, value) of the first ``ITEMS`` entries of a dict or list; none of anything else."""
     if isinstance(obj, dict):
         kept = itertools.islice(obj.items(), ITEMS)
-        items = [(f"under {k!r}", v) for k, v in kept if isinstance(k, str | int)]
-    elif isinstance(obj, list | tuple):
-        items = [(f"item {i}" + (f" {key}" if key else ""), v) for i, v in enumerate(obj[:ITEMS])]
-    else:
-        return
-    for where, value in items:
-        yield from _states(value, where, depth - 1, kind)
+        return [(f"under {k!r}", v) for k, v in kept if isinstance(k, str | int)]
+    if isinstance(obj, list | tuple):
+        return [(f"item {i}" + (f" {key}" if key else ""), v) for i, v in enumerate(obj[:ITEMS])]
+    return []
 
 
 def _is_optimiser_state(obj: Any) -> bool:
@@ -207,6 +276,14 @@ def _is_scheduler_state(obj: Any) -> bool:
         and obj["last_epoch"] > 0
         and "_step_count" in obj
         and isinstance(obj.get("base_lrs"), list)
+    )
+
+
+def _of_kind(saved: dict[str, Any], scheduler: LRScheduler) -> bool:
+    """The saved state is of a scheduler like this one: its keys all the scheduler's
+    attributes, as many base rates."""
+    return all(k in vars(scheduler) for k in saved) and len(saved["base_lrs"]) == len(
+        scheduler.base_lrs
     )
 
 
