@@ -1540,24 +1540,39 @@ torch.nn.functional.cross_entropy(m(torch.randn(8, 4)), torch.randint(0, 3, (7,)
 """
 
 
-@pytest.mark.parametrize("options", [["-W", "error"], ["-W", "ignore::UserWarning"], []])
+OPTIONS = [["-W", "error"], ["-W", "ignore::UserWarning"], []]
+
+
+@pytest.fixture(scope="module")
+def as_python(
+    tmp_path_factory: pytest.TempPathFactory,
+    side_by_side: Callable[..., list[subprocess.CompletedProcess[str]]],
+) -> tuple[Path, dict[str, subprocess.CompletedProcess[str]]]:
+    """The script run by plain python with each of the ``OPTIONS``, side by side."""
+    folder = tmp_path_factory.mktemp("as-python")
+    (folder / "train.py").write_text(SCRIPT_AS_PYTHON)
+    commands = ([sys.executable, *options, "train.py", "warn"] for options in OPTIONS)
+    runs = side_by_side(*commands, cwd=folder)
+    return folder, {" ".join(o): run for o, run in zip(OPTIONS, runs, strict=True)}
+
+
+@pytest.mark.parametrize("options", OPTIONS)
 def test_doctor_gives_the_script_what_python_gives_it(
     options: list[str],
-    tmp_path: Path,
+    as_python: tuple[Path, dict[str, subprocess.CompletedProcess[str]]],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """-W filters in sys.warnoptions (a script that checks it keeps its filters), a loader in
     __loader__, and tracebacks of the script's frames and torch's, none of the doctor's wrappers
     (an error inside a wrapped loss, a warning turned into an error inside warnings.warn)."""
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.py").write_text(SCRIPT_AS_PYTHON)
+    folder, plain_runs = as_python
+    monkeypatch.chdir(folder)
+    capsys.readouterr()  # (what the fixture's setup printed is not the script's)
     command = ["python", *options, "train.py", "warn"]
     code, _ = run_doctor(command, every=5, stream=io.StringIO())
     out, err = capsys.readouterr()
-    plain = subprocess.run(
-        [sys.executable, *options, "train.py", "warn"], capture_output=True, text=True
-    )
+    plain = plain_runs[" ".join(options)]
     assert (
         (code, out) == (plain.returncode, plain.stdout) == (1, f"{options[1:]} SourceFileLoader\n")
     )
