@@ -4,6 +4,7 @@ checkpoints that are no such resume."""
 
 from __future__ import annotations
 
+import copy
 import io
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import torch
 from torch import nn
 
 from treeqa.health import run_doctor
-from treeqa.health.resumes import Resumes, steps_taken
+from treeqa.health.resumes import RECENT, Resumes, steps_taken
 
 SCRIPT = """
 import sys
@@ -362,3 +363,32 @@ def test_each_way_of_resuming_names_the_states_left_unloaded(case: str, tmp_path
     assert keys == EXPECTED_CASES[case], [f["message"] for f in found]
     if case == "momentum":
         assert "its momentum restarts at zero" in found[0]["message"]
+
+
+def test_an_optimiser_loaded_before_a_later_load_stays_loaded_and_files_read_one_by_one_are_let_go() -> (
+    None
+):
+    """Its state loaded as a copy (no claim by identity), then the scheduler's file read: the
+    optimiser is still no fresh one. A dataset read file by file keeps only the last loads."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    checkpoint = saved(model, torch.optim.Adam(model.parameters()))
+    found: list[Any] = []
+    resumes = Resumes(found.append)
+    resumes.checkpoint(checkpoint)
+    resumed = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    resumed.load_state_dict(checkpoint["model"])
+    resumes.module_loaded(resumed, checkpoint["model"])
+    optimizer = torch.optim.Adam(resumed.parameters())
+    optimizer.load_state_dict(copy.deepcopy(checkpoint["optimizers"][0]))
+    resumes.optimiser_loaded(optimizer, copy.deepcopy(checkpoint["optimizers"][0]))
+    schedule = torch.optim.lr_scheduler.StepLR(optimizer, 10)
+    for _ in range(3):
+        schedule.step()
+    resumes.checkpoint({"scheduler": schedule.state_dict()})
+    for i in range(100):
+        resumes.checkpoint({"x": torch.zeros(2), "label": i})
+    assert len(resumes.recent) == RECENT
+    resumed(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    resumes.stepped(optimizer, 1, live=False)
+    assert found == []

@@ -32,6 +32,7 @@ same model with a new optimiser on purpose reads as this.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import weakref
 from collections.abc import Callable, Iterator
@@ -52,6 +53,9 @@ ITEMS = 256
 dataset saved as a list of a million samples is no checkpoint to walk."""
 SHAPES_LOOKED_AT = 8
 """Parameters at each end of the optimiser whose saved moments' shapes are compared."""
+RECENT = 8
+"""Loads whose dicts a module's ``load_state_dict`` is matched against (weights, optimiser and
+scheduler in files of their own are three)."""
 LOOK_STEPS = 100
 """Optimiser steps after a load within which a fresh optimiser is matched to a saved state."""
 
@@ -71,10 +75,12 @@ class Resumes:
         self.add = add
         self.saved: list[Saved] = []  # optimiser states no optimiser has loaded or matched
         self.schedulers: list[Saved] = []  # schedulers' states, likewise
-        # (id, length) of the dicts in loaded checkpoints and ids of their first tensors: what
-        # a module's load_state_dict may be given (ids only: no checkpoint is kept alive)
-        self.dicts: set[tuple[int, int]] = set()
-        self.tensors: set[int] = set()
+        # Of each of the last RECENT loads: (id, length) of its dicts and the ids of their first
+        # tensors, what a module's load_state_dict may be given (ids only: no checkpoint is
+        # kept alive; a dataset read file by file is no growing set)
+        self.recent: collections.deque[tuple[set[tuple[int, int]], set[int]]] = collections.deque(
+            maxlen=RECENT
+        )
         self.modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # loaded from a checkpoint
         self.loaded: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # a state since
         self.judged: weakref.WeakSet[Any] = weakref.WeakSet()  # optimisers, schedulers
@@ -93,24 +99,27 @@ class Resumes:
             for key, state in _states(loaded, "", DEPTH, kind):
                 where = where or sites.user_site()
                 into.append((where, key, state))
+        dicts, tensors = set(), set()
         for value in _dicts(loaded, DEPTH):
-            self.dicts.add((id(value), len(value)))
+            dicts.add((id(value), len(value)))
             first = next(iter(value.values()), None)
             if isinstance(first, torch.Tensor):
-                self.tensors.add(id(first))
+                tensors.add(id(first))
+        if dicts:
+            self.recent.append((dicts, tensors))
         values = loaded.values() if isinstance(loaded, dict) else (loaded,)
         self.modules.update(v for v in values if isinstance(v, nn.Module))  # torch.save(model)
         if where:
             self.steps_left, self.trained, self.judged = LOOK_STEPS, False, weakref.WeakSet()
-            self.loaded = weakref.WeakSet()
         self._watch()
 
     def module_loaded(self, module: nn.Module, state_dict: Any) -> None:
         """``module.load_state_dict(state_dict)``: from a checkpoint, or a dict of its tensors."""
-        if not isinstance(state_dict, dict) or not (self.dicts or self.tensors):
+        if not isinstance(state_dict, dict) or not self.recent:
             return
-        first = next(iter(state_dict.values()), None)
-        if (id(state_dict), len(state_dict)) in self.dicts or id(first) in self.tensors:
+        first = id(next(iter(state_dict.values()), None))
+        given = (id(state_dict), len(state_dict))
+        if any(given in dicts or first in tensors for dicts, tensors in self.recent):
             self.modules.add(module)
 
     def optimiser_loaded(self, optimizer: torch.optim.Optimizer, state: Any) -> None:
