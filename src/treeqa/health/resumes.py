@@ -91,20 +91,17 @@ class Resumes:
 
     def checkpoint(self, loaded: Any) -> None:
         """``torch.load`` returned ``loaded``."""
-        where = ""
-        for kind, into in (
-            (_is_optimiser_state, self.saved),
-            (_is_scheduler_state, self.schedulers),
-        ):
-            for key, state in _states(loaded, "", DEPTH, kind):
+        where, dicts, tensors = "", set(), set()
+        for key, value in _nodes(loaded, "", DEPTH):
+            if _is_optimiser_state(value) or _is_scheduler_state(value):
                 where = where or sites.user_site()
-                into.append((where, key, state))
-        dicts, tensors = set(), set()
-        for value in _dicts(loaded, DEPTH):
-            dicts.add((id(value), len(value)))
-            first = next(iter(value.values()), None)
-            if isinstance(first, torch.Tensor):
-                tensors.add(id(first))
+                into = self.saved if _is_optimiser_state(value) else self.schedulers
+                into.append((where, key, value))
+            elif isinstance(value, dict):  # a state dict a module may load
+                dicts.add((id(value), len(value)))
+                first = next(iter(value.values()), None)
+                if isinstance(first, torch.Tensor):
+                    tensors.add(id(first))
         if dicts:
             self.recent.append((dicts, tensors))
         values = loaded.values() if isinstance(loaded, dict) else (loaded,)
@@ -233,27 +230,14 @@ class Resumes:
         self.add(found)
 
 
-def _states(
-    obj: Any, key: str, depth: int, kind: Callable[[Any], bool]
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where it is, e.g. "under 'optimizer'", the state) of each state of a ``kind`` in
-    ``obj`` and ``depth`` levels of dict values and list items below it."""
-    if kind(obj):
-        yield key or "the whole file", obj
-        return
-    if depth == 0:
-        return
-    for where, value in _entries(obj, key):
-        yield from _states(value, where, depth - 1, kind)
-
-
-def _dicts(obj: Any, depth: int) -> Iterator[dict[Any, Any]]:
-    """The dicts in ``obj`` and ``depth`` levels below it (a state dict a module may load)."""
-    if isinstance(obj, dict):
-        yield obj
-    if depth > 0:
-        for _, value in _entries(obj, ""):
-            yield from _dicts(value, depth - 1)
+def _nodes(obj: Any, key: str, depth: int) -> Iterator[tuple[str, Any]]:
+    """(where it is, e.g. "under 'optimizer'", the object) of ``obj`` and of every dict value
+    and list item ``depth`` levels below it; an optimiser's or scheduler's state is not looked
+    into."""
+    yield key or "the whole file", obj
+    if depth > 0 and not (_is_optimiser_state(obj) or _is_scheduler_state(obj)):
+        for where, value in _entries(obj, key):
+            yield from _nodes(value, where, depth - 1)
 
 
 def _entries(obj: Any, key: str) -> list[tuple[str, Any]]:

@@ -167,8 +167,12 @@ def step_time_regression(
             return None
         if waited is not None:
             times = less_wait(step_times, cpu_wait)
-    m = quarter_medians(times, warmup)
-    if m is None or m[0] <= 0:
+    quarters = _sorted_quarters(times, warmup)  # (sorted once: their medians, fastest tenths)
+    if quarters is None:
+        return None
+    m = [statistics.median(part) for part in quarters]
+    lows = [part[(len(part) - 1) // 10] for part in quarters]
+    if m[0] <= 0:
         return None
     more = work_growth(work, warmup) if work is not None else None
     # One thread judged by the time it ran: the machine's speed by the same measure.
@@ -176,8 +180,6 @@ def step_time_regression(
     speed = (
         (quarter_lows if ran else quarter_medians)(canary, warmup) if canary is not None else None
     )
-    lows = quarter_lows(times, warmup)
-    assert lows is not None  # (the quarters of ``m``)
     for scale in (
         [max(1.0, k / speed[0]) for k in speed] if speed is not None and speed[0] > 0 else None,
         more,

@@ -349,9 +349,13 @@ class Updates:
             return
         oldest = graphs.oldest_node(loss, floor=self.run_floor)
         if oldest is not None and oldest > self.latest_floor:
-            found = slips.evaluation_with_gradients(before, _mode_dependent(roots, True))
-            found.where = self.train_grad_site
-            self._report(found, at_step=False)
+            self._unused_in_train_mode(before, roots)
+
+    def _unused_in_train_mode(self, forwards: int, roots: Iterable[nn.Module]) -> None:
+        """``forwards`` in train mode with gradients on whose graphs no backward used."""
+        found = slips.evaluation_with_gradients(forwards, _mode_dependent(roots, True))
+        found.where = self.train_grad_site
+        self._report(found, at_step=False)
 
     def _evaluated_with_gradients(self, at_step: bool = True) -> None:
         if self.eval_grad_run >= EVAL_FORWARDS:
@@ -823,17 +827,10 @@ class Updates:
 
     def finish(self, step: int, roots: Sequence[nn.Module] = ()) -> None:
         self._evaluated_with_gradients(at_step=False)  # the script's last evaluation
-        if (
-            self.train_grad_run >= EVAL_FORWARDS
-            and "evaluation-with-gradients" not in self.reported
-        ):
+        if self.train_grad_run >= EVAL_FORWARDS:
             # The script's last forwards ran in train mode with gradients, no backward after
             # them: a final evaluation with neither model.eval() nor no_grad.
-            found = slips.evaluation_with_gradients(
-                self.train_grad_run, _mode_dependent(roots, True)
-            )
-            found.where = self.train_grad_site
-            self._report(found, at_step=False)
+            self._unused_in_train_mode(self.train_grad_run, roots)
         if self.frozen_streak is not None:  # no other optimiser stepped after it
             self._report(self.frozen_streak[0], at_step=False)
             self.frozen_streak = None
