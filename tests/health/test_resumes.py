@@ -263,6 +263,26 @@ if case.startswith("files"):  # the transformers Trainer's layout: one file a st
         opt.load_state_dict(states["optimizer.pt"])
     schedule.load_state_dict(states["scheduler.pt"])
     train(model, opt, 20, schedule)
+elif case.startswith("apart"):  # the optimiser's file never read, saved again by the resume
+    first, then = os.path.join(folder, "run"), os.path.join(folder, "run")
+    if case == "apart, saved elsewhere":  # each run into a folder of its own
+        then = os.path.join(folder, "run2")
+    for made in (first, then):
+        os.makedirs(made, exist_ok=True)
+    model = net()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    train(model, opt, 20)
+    torch.save(model.state_dict(), os.path.join(first, "model.pt"))
+    torch.save(opt.state_dict(), os.path.join(first, "optimizer.pt"))
+    model, weights = net(), torch.load(os.path.join(first, "model.pt"))
+    if case == "apart, a new head":  # fine-tuning the body for 5 classes
+        model[2] = nn.Linear(16, 5)
+        weights = {k: v for k, v in weights.items() if not k.startswith("2.")}
+    model.load_state_dict(weights, strict=case != "apart, a new head")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    train(model, opt, 20)
+    torch.save(model.state_dict(), os.path.join(then, "model.pt"))
+    torch.save(opt.state_dict(), os.path.join(then, "optimizer.pt"))
 elif case.startswith("gan"):  # two models, two optimisers, one checkpoint
     g, d = net(), net()
     opt_g, opt_d = (torch.optim.Adam(m.parameters(), lr=1e-3) for m in (g, d))
@@ -341,6 +361,9 @@ EXPECTED_CASES = {
     "files model first": ["optimizer"],
     "files optimiser first": ["optimizer"],
     "files all": [],
+    "apart": ["optimizer.pt"],
+    "apart, saved elsewhere": ["optimizer.pt"],
+    "apart, a new head": [],
     "gan both fresh": ["optD", "optG"],
     "gan D forgotten": ["optD"],
     "folds": [],
@@ -392,3 +415,40 @@ def test_an_optimiser_loaded_before_a_later_load_stays_loaded_and_files_read_one
     optimizer.step()
     resumes.stepped(optimizer, 1, live=False)
     assert found == []
+
+
+def test_an_optimiser_file_beside_the_weights_is_read_safely_in_either_format(
+    tmp_path: Path,
+) -> None:
+    """The file of the name the run saves its optimiser as, beside the weights and never read,
+    is read with ``weights_only``: torch's zip format memory-mapped, the legacy one as it is;
+    a file torch cannot read, or one that holds pickled objects, holds no state we can tell."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    state = saved(model, torch.optim.Adam(model.parameters()))["optimizers"][0]
+    written = {
+        "zip": lambda f: torch.save(state, f),
+        "legacy": lambda f: torch.save(state, f, _use_new_zipfile_serialization=False),
+        "not torch's": lambda f: f.write_bytes(b"not a checkpoint\n"),
+        "pickled object": lambda f: torch.save({**state, "how": Path("x")}, f),
+    }
+    for kind, write in written.items():
+        folder = tmp_path / kind.replace(" ", "-")
+        folder.mkdir()
+        torch.save(model.state_dict(), folder / "model.pt")
+        write(folder / "optimizer.pt")
+        found: list[Any] = []
+        resumes = Resumes(found.append)
+        weights = torch.load(folder / "model.pt")
+        resumes.checkpoint(weights, folder / "model.pt")
+        fresh = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+        fresh.load_state_dict(weights)
+        resumes.module_loaded(fresh, weights)
+        optimizer = torch.optim.Adam(fresh.parameters())
+        fresh(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+        resumes.stepped(optimizer, 1, live=False)
+        resumes.saving(optimizer.state_dict(), str(tmp_path / "elsewhere" / "optimizer.pt"))
+        readable = kind in ("zip", "legacy")
+        assert [f.code for f in found] == ["optimiser-state-not-loaded"] * readable, kind
+        if readable:
+            assert found[0].evidence["key"] == "in 'optimizer.pt' beside it, never read"

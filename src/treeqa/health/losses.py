@@ -123,6 +123,7 @@ class LossInputCheck:
         # load_state_dict call (torch.jit.load likewise), alone or in a checkpoint dict.
         self.wrappers.add(note_function_results(torch, "load", self._torch_loaded))
         self.wrappers.add(note_function_results(torch.jit, "load", self._torch_loaded))
+        self.wrappers.add(note_function_calls(torch, "save", self._torch_saving))
 
     def _loaded(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``module.load_state_dict(state_dict)``."""
@@ -139,7 +140,12 @@ class LossInputCheck:
         if any(isinstance(v, nn.Module) for v in values):
             self.loaded = True
         if self.resumes is not None:
-            self.resumes.checkpoint(result)
+            self.resumes.checkpoint(result, args[0] if args else kwargs.get("f"))
+
+    def _torch_saving(self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``torch.save(obj, f)``, before it writes."""
+        if self.resumes is not None and args:
+            self.resumes.saving(args[0], args[1] if len(args) > 1 else kwargs.get("f"))
 
     def backward(self, loss: torch.Tensor) -> None:
         """A backward of ``loss`` on a sampled step: where it is the noted cross-entropy (or

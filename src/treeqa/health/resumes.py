@@ -28,15 +28,23 @@ keys all the scheduler's attributes, as many base rates) over such parameters, a
 where the saved one was further on, started afresh. A fine-tuning with a new head or another
 grouping of the parameters is laid out otherwise and is not judged; a fine-tuning of the very
 same model with a new optimiser on purpose reads as this.
+
+An optimiser's state kept in a file of its own that the run never reads is found when the run
+saves its optimiser: ``torch.save`` of an optimiser state as ``NAME`` (``optimizer.pt``) while a
+fresh optimiser trains weights loaded from a file in a folder that holds a ``NAME`` no
+``torch.load`` of the run has read. That file is read (``weights_only``, memory-mapped where it
+can be) and judged as a saved state: laid out as the fresh optimiser, it is the finding, at the
+``torch.load`` line of the weights.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import os
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -78,10 +86,18 @@ class Resumes:
         # Of each of the last RECENT loads: (id, length) of its dicts and the ids of their first
         # tensors, what a module's load_state_dict may be given (ids only: no checkpoint is
         # kept alive; a dataset read file by file is no growing set)
-        self.recent: collections.deque[tuple[set[tuple[int, int]], set[int]]] = collections.deque(
-            maxlen=RECENT
-        )
+        self.recent: collections.deque[Load] = collections.deque(maxlen=RECENT)
         self.modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # loaded from a checkpoint
+        # An optimiser's state in a file of its own, never read: the folders modules' weights
+        # were loaded from (with the torch.load line), the files whose loads held an optimiser's
+        # state, the optimisers started afresh over loaded weights, the names saved and looked for
+        self.folders: dict[str, str] = {}
+        self.read: set[str] = set()
+        self.fresh: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self.looked_for: set[str] = set()
+        self.sorting = 0  # optimiser steps left in which one is sorted into fresh or not
+        self.sorted: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self.peeking = False
         self.loaded: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # a state since
         self.judged: weakref.WeakSet[Any] = weakref.WeakSet()  # optimisers, schedulers
         self.steps_left = 0
@@ -89,23 +105,31 @@ class Resumes:
         self.watching = False
         self.said: dict[str, dict[str, tuple[Part, dict[str, Any]]]] = {}
 
-    def checkpoint(self, loaded: Any) -> None:
-        """``torch.load`` returned ``loaded``."""
+    def checkpoint(self, loaded: Any, file: Any = None) -> None:
+        """``torch.load`` returned ``loaded``, read from ``file`` (a path or an open file)."""
+        if self.peeking:
+            return
         where, dicts, tensors = "", set(), set()
+        path = _path_of(file)
         for key, value in _nodes(loaded, "", DEPTH):
             if _is_optimiser_state(value) or _is_scheduler_state(value):
                 where = where or sites.user_site()
                 into = self.saved if _is_optimiser_state(value) else self.schedulers
                 into.append((where, key, value))
+                if path:
+                    self.read.add(path)
             elif isinstance(value, dict):  # a state dict a module may load
                 dicts.add((id(value), len(value)))
                 first = next(iter(value.values()), None)
                 if isinstance(first, torch.Tensor):
                     tensors.add(id(first))
         if dicts:
-            self.recent.append((dicts, tensors))
+            self.recent.append(Load(dicts, tensors, path, sites.user_site() if path else ""))
         values = loaded.values() if isinstance(loaded, dict) else (loaded,)
-        self.modules.update(v for v in values if isinstance(v, nn.Module))  # torch.save(model)
+        models = [v for v in values if isinstance(v, nn.Module)]  # torch.save(model)
+        if models:
+            self.modules.update(models)
+            self._weights_from(path, sites.user_site())
         if where:
             self.steps_left, self.trained, self.judged = LOOK_STEPS, False, weakref.WeakSet()
         self._watch()
@@ -116,8 +140,19 @@ class Resumes:
             return
         first = id(next(iter(state_dict.values()), None))
         given = (id(state_dict), len(state_dict))
-        if any(given in dicts or first in tensors for dicts, tensors in self.recent):
+        load = next((r for r in self.recent if given in r.dicts or first in r.tensors), None)
+        if load is not None:
             self.modules.add(module)
+            self._weights_from(load.path, load.where)
+
+    def _weights_from(self, path: str, where: str) -> None:
+        """A module's weights came from the file at ``path`` ("" for an open file or a
+        buffer), loaded at ``where``: its folder is where an optimiser's state saved apart
+        would be."""
+        if path:
+            self.folders[os.path.dirname(path)] = where
+            self.sorting = LOOK_STEPS
+            self._watch()
 
     def optimiser_loaded(self, optimizer: torch.optim.Optimizer, state: Any) -> None:
         """``optimizer.load_state_dict(state)``: that state is claimed, the optimiser no fresh one."""
@@ -129,6 +164,7 @@ class Resumes:
         """An optimiser step (the run's ``step``) ended; ``live``: the optimiser stepped before
         (before the load, since each is judged once after it)."""
         self.trained = True
+        self._sort(optimizer, live)
         self.steps_left -= 1
         if self.steps_left <= 0:
             self.saved = []
@@ -146,6 +182,62 @@ class Resumes:
             self._say_optimiser(found, optimizer, len(params), step)
         self._watch()
 
+    def _sort(self, optimizer: torch.optim.Optimizer, live: bool) -> None:
+        """At its first step within ``LOOK_STEPS`` after weights were loaded from a file: an
+        optimiser that loaded no state and did not step before, over mostly loaded weights, is
+        fresh (its state saved apart is looked for when the run saves it)."""
+        if self.sorting <= 0:
+            return
+        self.sorting -= 1
+        if optimizer in self.sorted:
+            return
+        self.sorted.add(optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if not live and optimizer not in self.loaded and self._resumed(params):
+            self.fresh.add(optimizer)
+
+    def saving(self, obj: Any, file: Any) -> None:
+        """``torch.save(obj, file)`` is about to write: where ``obj`` holds an optimiser's state
+        and a fresh optimiser trains loaded weights, the file of that name beside the weights,
+        never read, is looked into (once a name) for the state it should have loaded."""
+        fresh = [o for o in self.fresh if o not in self.loaded]
+        name = os.path.basename(_path_of(file))
+        if not fresh or not name or name in self.looked_for:
+            return
+        if not any(_is_optimiser_state(v) for _, v in _nodes(obj, "", DEPTH)):
+            return
+        self.looked_for.add(name)
+        for folder, where in self.folders.items():
+            beside = os.path.join(folder, name)
+            if beside in self.read or not os.path.isfile(beside):
+                continue
+            for key, state in self._peek(beside):
+                optimizer = next((o for o in fresh if _laid_out_as(state, o)), None)
+                if optimizer is not None:
+                    fresh.remove(optimizer)
+                    self.fresh.discard(optimizer)
+                    params = sum(len(g["params"]) for g in optimizer.param_groups)
+                    place = f"in {name!r} beside it, never read" + (
+                        f", {key}" if key != "the whole file" else ""
+                    )
+                    self._say_optimiser((where, place, state), optimizer, params, 0, True)
+
+    def _peek(self, path: str) -> list[tuple[str, dict[str, Any]]]:
+        """The optimiser states in the file at ``path``: (where in it, the state). Read with
+        ``weights_only`` (no code of the file runs), memory-mapped where its format allows; a
+        file that does not read so holds none we can tell."""
+        self.peeking = True
+        try:
+            try:
+                loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:  # the legacy format cannot be memory-mapped
+                loaded = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:  # not torch's, or pickled objects weights_only refuses
+            return []
+        finally:
+            self.peeking = False
+        return [(k, v) for k, v in _nodes(loaded, "", DEPTH) if _is_optimiser_state(v)]
+
     def scheduler_stepped(self, scheduler: LRScheduler) -> None:
         """A learning-rate scheduler's ``step`` starts (``last_epoch`` before it)."""
         if not self.schedulers or not self.trained or scheduler.last_epoch < 0:
@@ -161,7 +253,8 @@ class Resumes:
         where, key, saved = found
         if scheduler.last_epoch == 0 < saved["last_epoch"]:
             part = (
-                f"a learning-rate scheduler's state ({key}, at its step {saved['last_epoch']})",
+                f"holds a learning-rate scheduler's state ({key}, at its step "
+                f"{saved['last_epoch']})",
                 f"the {type(scheduler).__name__} stepping it",
                 "scheduler",
                 "its schedule starts over, the rate back at its first step's",
@@ -171,7 +264,9 @@ class Resumes:
         self._watch()
 
     def _watch(self) -> None:
-        self.watching = bool(self.saved) or (bool(self.schedulers) and not self.trained)
+        self.watching = (
+            bool(self.saved) or (bool(self.schedulers) and not self.trained) or self.sorting > 0
+        )
 
     def _resumed(self, params: list[torch.Tensor]) -> bool:
         """Half the parameters' values or more belong to modules loaded from a checkpoint (a
@@ -181,7 +276,12 @@ class Resumes:
         return total > 0 and 2 * sum(p.numel() for p in params if id(p) in loaded) >= total
 
     def _say_optimiser(
-        self, saved: Saved, optimizer: torch.optim.Optimizer, params: int, step: int
+        self,
+        saved: Saved,
+        optimizer: torch.optim.Optimizer,
+        params: int,
+        step: int,
+        beside: bool = False,
     ) -> None:
         where, key, state = saved
         steps = steps_taken(state)
@@ -199,7 +299,8 @@ class Resumes:
         else:
             then = f"what it keeps between steps ({', '.join(kept)}) restarts from nothing"
         part = (
-            f"an optimiser's state ({key}" + (f", {steps} steps taken)" if steps else ")"),
+            f"{'has' if beside else 'holds'} an optimiser's state ({key}"
+            + (f", {steps} steps taken)" if steps else ")"),
             f"the {type(optimizer).__name__} training them",
             "optimizer",
             then,
@@ -220,7 +321,7 @@ class Resumes:
         found = Finding(
             "optimiser-state-not-loaded",
             "warning",
-            f"the checkpoint loaded here holds {held} for parameters whose weights were loaded "
+            f"the checkpoint loaded here {held} for parameters whose weights were loaded "
             f"from a checkpoint, but {who} started afresh (no {calls} call): "
             + "; ".join(p[3] for p in parts),
             where=where,
@@ -228,6 +329,25 @@ class Resumes:
             evidence=evidence if len(said) == 1 else {"states": [e for _, e in said.values()]},
         )
         self.add(found)
+
+
+class Load(NamedTuple):
+    """Of one ``torch.load``: (id, length) of the dicts it returned and the ids of their first
+    tensors (what a module's ``load_state_dict`` may be given), the file's path and the line."""
+
+    dicts: set[tuple[int, int]]
+    tensors: set[int]
+    path: str
+    where: str
+
+
+def _path_of(file: Any) -> str:
+    """The absolute path of what ``torch.load`` or ``torch.save`` was given: a path, or an
+    open file's name; "" for a buffer."""
+    name = file if isinstance(file, str | os.PathLike) else getattr(file, "name", None)
+    if isinstance(name, str | os.PathLike):  # (a Path has a name too: its last part)
+        return os.path.abspath(os.fspath(name))
+    return ""
 
 
 def _nodes(obj: Any, key: str, depth: int) -> Iterator[tuple[str, Any]]:
