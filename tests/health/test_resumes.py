@@ -271,18 +271,35 @@ elif case.startswith("apart"):  # the optimiser's file never read, saved again b
         os.makedirs(made, exist_ok=True)
     model = net()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    train(model, opt, 20)
-    torch.save(model.state_dict(), os.path.join(first, "model.pt"))
-    torch.save(opt.state_dict(), os.path.join(first, "optimizer.pt"))
+    schedule = torch.optim.lr_scheduler.StepLR(opt, 5)
+    train(model, opt, 20, schedule)
+    for name, obj in (("model.pt", model), ("optimizer.pt", opt), ("scheduler.pt", schedule)):
+        torch.save(obj.state_dict(), os.path.join(first, name))
     model, weights = net(), torch.load(os.path.join(first, "model.pt"))
     if case == "apart, a new head":  # fine-tuning the body for 5 classes
         model[2] = nn.Linear(16, 5)
         weights = {k: v for k, v in weights.items() if not k.startswith("2.")}
     model.load_state_dict(weights, strict=case != "apart, a new head")
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    train(model, opt, 20)
-    torch.save(model.state_dict(), os.path.join(then, "model.pt"))
-    torch.save(opt.state_dict(), os.path.join(then, "optimizer.pt"))
+    if case == "apart, the optimiser read":
+        opt.load_state_dict(torch.load(os.path.join(first, "optimizer.pt")))
+    schedule = torch.optim.lr_scheduler.StepLR(opt, 5)
+    train(model, opt, 20, schedule)
+    for name, obj in (("model.pt", model), ("optimizer.pt", opt), ("scheduler.pt", schedule)):
+        torch.save(obj.state_dict(), os.path.join(then, name))
+elif case == "a new head":  # fine-tuning from a whole checkpoint: a fresh optimiser, schedule
+    model = net()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, 5)
+    train(model, opt, 20, schedule)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                "scheduler": schedule.state_dict()}, path("ckpt.pt"))
+    model = net()
+    body = {k: v for k, v in torch.load(path("ckpt.pt"))["model"].items() if k.startswith("0.")}
+    model.load_state_dict(body, strict=False)
+    model[2] = nn.Linear(16, 5)  # a head of its own for the new task
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    train(model, opt, 20, torch.optim.lr_scheduler.StepLR(opt, 5))
 elif case.startswith("gan"):  # two models, two optimisers, one checkpoint
     g, d = net(), net()
     opt_g, opt_d = (torch.optim.Adam(m.parameters(), lr=1e-3) for m in (g, d))
@@ -361,9 +378,11 @@ EXPECTED_CASES = {
     "files model first": ["optimizer"],
     "files optimiser first": ["optimizer"],
     "files all": [],
-    "apart": ["optimizer.pt"],
-    "apart, saved elsewhere": ["optimizer.pt"],
+    "apart": ["optimizer.pt", "scheduler.pt"],
+    "apart, saved elsewhere": ["optimizer.pt", "scheduler.pt"],
+    "apart, the optimiser read": ["scheduler.pt"],
     "apart, a new head": [],
+    "a new head": [],
     "gan both fresh": ["optD", "optG"],
     "gan D forgotten": ["optD"],
     "folds": [],
@@ -382,7 +401,8 @@ def test_each_way_of_resuming_names_the_states_left_unloaded(case: str, tmp_path
     _, report = run_doctor(["python", str(script), str(tmp_path), case], stream=io.StringIO())
     found = [f for f in report["findings"] if f["code"] == "optimiser-state-not-loaded"]
     states = [e for f in found for e in f["evidence"].get("states", [f["evidence"]])]
-    keys = sorted(e["key"].split("'")[1] if "'" in e["key"] else "optimizer" for e in states)
+    keys = [e.get("key") or e["scheduler_key"] for e in states]
+    keys = sorted(k.split("'")[1] if "'" in k else "optimizer" for k in keys)
     assert keys == EXPECTED_CASES[case], [f["message"] for f in found]
     if case == "momentum":
         assert "its momentum restarts at zero" in found[0]["message"]

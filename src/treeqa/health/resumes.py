@@ -25,16 +25,17 @@ saved state is claimed once: a GAN's two optimisers are matched each to its own.
 judged at its first step after an optimiser stepped since the load (a scheduler fast-forwarded
 by ``step()`` calls before training reads as loaded): a scheduler of a saved state's kind (its
 keys all the scheduler's attributes, as many base rates) over such parameters, at its step 0
-where the saved one was further on, started afresh. A fine-tuning with a new head or another
+where the saved one was further on, started afresh, where its optimiser resumes the saved
+training (loaded a state, or was found fresh as one). A fine-tuning with a new head or another
 grouping of the parameters is laid out otherwise and is not judged; a fine-tuning of the very
 same model with a new optimiser on purpose reads as this.
 
-An optimiser's state kept in a file of its own that the run never reads is found when the run
-saves its optimiser: ``torch.save`` of an optimiser state as ``NAME`` (``optimizer.pt``) while a
-fresh optimiser trains weights loaded from a file in a folder that holds a ``NAME`` no
+An optimiser's (or scheduler's) state kept in a file of its own that the run never reads is
+found when the run saves its own: ``torch.save`` of such a state as ``NAME`` (``optimizer.pt``)
+while a fresh optimiser trains weights loaded from a file in a folder that holds a ``NAME`` no
 ``torch.load`` of the run has read. That file is read (``weights_only``, memory-mapped where it
-can be) and judged as a saved state: laid out as the fresh optimiser, it is the finding, at the
-``torch.load`` line of the weights.
+can be) and judged as a saved state: laid out as the fresh optimiser (of the fresh scheduler's
+kind, its optimiser resuming), it is the finding, at the ``torch.load`` line of the weights.
 """
 
 from __future__ import annotations
@@ -93,10 +94,14 @@ class Resumes:
         # state, the optimisers started afresh over loaded weights, the names saved and looked for
         self.folders: dict[str, str] = {}
         self.read: set[str] = set()
-        self.fresh: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self.fresh: weakref.WeakSet[Any] = weakref.WeakSet()  # optimisers and schedulers
         self.looked_for: set[str] = set()
+        # a scheduler's state found so, judged once its optimiser resumes (it may be saved first)
+        self.pending: list[tuple[Saved, weakref.ref[LRScheduler]]] = []
+        # optimisers that resume a saved training: loaded a state, or found fresh as one
+        self.resuming: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self.sorting = 0  # optimiser steps left in which one is sorted into fresh or not
-        self.sorted: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self.sorted: weakref.WeakSet[Any] = weakref.WeakSet()
         self.peeking = False
         self.loaded: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # a state since
         self.judged: weakref.WeakSet[Any] = weakref.WeakSet()  # optimisers, schedulers
@@ -112,7 +117,7 @@ class Resumes:
         where, dicts, tensors = "", set(), set()
         path = _path_of(file)
         for key, value in _nodes(loaded, "", DEPTH):
-            if _is_optimiser_state(value) or _is_scheduler_state(value):
+            if _is_state(value):
                 where = where or sites.user_site()
                 into = self.saved if _is_optimiser_state(value) else self.schedulers
                 into.append((where, key, value))
@@ -157,6 +162,7 @@ class Resumes:
     def optimiser_loaded(self, optimizer: torch.optim.Optimizer, state: Any) -> None:
         """``optimizer.load_state_dict(state)``: that state is claimed, the optimiser no fresh one."""
         self.loaded.add(optimizer)
+        self.resuming.add(optimizer)
         self.saved = [s for s in self.saved if s[2] is not state]
         self._watch()
 
@@ -179,6 +185,7 @@ class Resumes:
             found = next((s for s in self.saved if _laid_out_as(s[2], optimizer)), None)
         if found is not None:
             self.saved.remove(found)
+            self.resuming.add(optimizer)
             self._say_optimiser(found, optimizer, len(params), step)
         self._watch()
 
@@ -197,14 +204,15 @@ class Resumes:
             self.fresh.add(optimizer)
 
     def saving(self, obj: Any, file: Any) -> None:
-        """``torch.save(obj, file)`` is about to write: where ``obj`` holds an optimiser's state
-        and a fresh optimiser trains loaded weights, the file of that name beside the weights,
-        never read, is looked into (once a name) for the state it should have loaded."""
+        """``torch.save(obj, file)`` is about to write: where ``obj`` holds an optimiser's (or a
+        scheduler's) state and a fresh one trains loaded weights, the file of that name beside
+        the weights, never read, is looked into (once a name) for the state it should have
+        loaded."""
         fresh = [o for o in self.fresh if o not in self.loaded]
         name = os.path.basename(_path_of(file))
         if not fresh or not name or name in self.looked_for:
             return
-        if not any(_is_optimiser_state(v) for _, v in _nodes(obj, "", DEPTH)):
+        if not any(_is_state(v) for _, v in _nodes(obj, "", DEPTH)):
             return
         self.looked_for.add(name)
         for folder, where in self.folders.items():
@@ -212,18 +220,36 @@ class Resumes:
             if beside in self.read or not os.path.isfile(beside):
                 continue
             for key, state in self._peek(beside):
-                optimizer = next((o for o in fresh if _laid_out_as(state, o)), None)
+                place = f"in {name!r} beside it, never read" + (
+                    f", {key}" if key != "the whole file" else ""
+                )
+                if _is_scheduler_state(state):
+                    schedulers = (s for s in fresh if isinstance(s, LRScheduler))
+                    scheduler = next((s for s in schedulers if _of_kind(state, s)), None)
+                    if scheduler is not None:
+                        fresh.remove(scheduler)
+                        self.fresh.discard(scheduler)
+                        self.pending.append(((where, place, state), weakref.ref(scheduler)))
+                    continue
+                optimizers = (o for o in fresh if isinstance(o, torch.optim.Optimizer))
+                optimizer = next((o for o in optimizers if _laid_out_as(state, o)), None)
                 if optimizer is not None:
                     fresh.remove(optimizer)
                     self.fresh.discard(optimizer)
+                    self.resuming.add(optimizer)
                     params = sum(len(g["params"]) for g in optimizer.param_groups)
-                    place = f"in {name!r} beside it, never read" + (
-                        f", {key}" if key != "the whole file" else ""
-                    )
                     self._say_optimiser((where, place, state), optimizer, params, 0, True)
+        waiting = []
+        for saved, ref in self.pending:
+            scheduler = ref()
+            if scheduler is not None and scheduler.optimizer in self.resuming:
+                self._say_scheduler(saved, scheduler, True)
+            elif scheduler is not None:
+                waiting.append((saved, ref))
+        self.pending = waiting
 
     def _peek(self, path: str) -> list[tuple[str, dict[str, Any]]]:
-        """The optimiser states in the file at ``path``: (where in it, the state). Read with
+        """The optimiser and scheduler states in the file at ``path``: (where in it, the state). Read with
         ``weights_only`` (no code of the file runs), memory-mapped where its format allows; a
         file that does not read so holds none we can tell."""
         self.peeking = True
@@ -236,13 +262,20 @@ class Resumes:
             return []
         finally:
             self.peeking = False
-        return [(k, v) for k, v in _nodes(loaded, "", DEPTH) if _is_optimiser_state(v)]
+        return [(k, v) for k, v in _nodes(loaded, "", DEPTH) if _is_state(v)]
 
     def scheduler_stepped(self, scheduler: LRScheduler) -> None:
         """A learning-rate scheduler's ``step`` starts (``last_epoch`` before it)."""
-        if not self.schedulers or not self.trained or scheduler.last_epoch < 0:
+        if scheduler.last_epoch < 0:  # (the step its constructor takes)
             return
-        if scheduler in self.judged:
+        if self.sorting > 0 and scheduler not in self.sorted:  # a state saved apart?
+            self.sorted.add(scheduler)
+            params = [p for group in scheduler.optimizer.param_groups for p in group["params"]]
+            if scheduler.last_epoch == 0 and self._resumed(params):
+                self.fresh.add(scheduler)
+        if not self.schedulers or not self.trained or scheduler in self.judged:
+            return
+        if scheduler.optimizer not in self.resuming:  # a fine-tuning: its optimiser is new
             return
         self.judged.add(scheduler)
         params = [p for group in scheduler.optimizer.param_groups for p in group["params"]]
@@ -250,18 +283,21 @@ class Resumes:
         if found is None or not self._resumed(params):
             return
         self.schedulers.remove(found)
-        where, key, saved = found
-        if scheduler.last_epoch == 0 < saved["last_epoch"]:
-            part = (
-                f"holds a learning-rate scheduler's state ({key}, at its step "
-                f"{saved['last_epoch']})",
-                f"the {type(scheduler).__name__} stepping it",
-                "scheduler",
-                "its schedule starts over, the rate back at its first step's",
-            )
-            evidence = {"scheduler_key": key, "scheduler_step_in_checkpoint": saved["last_epoch"]}
-            self._say(where, f"scheduler {key}", part, evidence)
+        if scheduler.last_epoch == 0:
+            self._say_scheduler(found, scheduler)
         self._watch()
+
+    def _say_scheduler(self, saved: Saved, scheduler: LRScheduler, beside: bool = False) -> None:
+        where, key, state = saved
+        part = (
+            f"{'has' if beside else 'holds'} a learning-rate scheduler's state ({key}, at its "
+            f"step {state['last_epoch']})",
+            f"the {type(scheduler).__name__} stepping it",
+            "scheduler",
+            "its schedule starts over, the rate back at its first step's",
+        )
+        evidence = {"scheduler_key": key, "scheduler_step_in_checkpoint": state["last_epoch"]}
+        self._say(where, f"scheduler {key}", part, evidence)
 
     def _watch(self) -> None:
         self.watching = (
@@ -355,7 +391,7 @@ def _nodes(obj: Any, key: str, depth: int) -> Iterator[tuple[str, Any]]:
     and list item ``depth`` levels below it; an optimiser's or scheduler's state is not looked
     into."""
     yield key or "the whole file", obj
-    if depth > 0 and not (_is_optimiser_state(obj) or _is_scheduler_state(obj)):
+    if depth > 0 and not _is_state(obj):
         for where, value in _entries(obj, key):
             yield from _nodes(value, where, depth - 1)
 
@@ -379,6 +415,10 @@ def _is_optimiser_state(obj: Any) -> bool:
         and isinstance(obj.get("param_groups"), list)
         and all(isinstance(g, dict) and "params" in g for g in obj["param_groups"])
     )
+
+
+def _is_state(obj: Any) -> bool:
+    return _is_optimiser_state(obj) or _is_scheduler_state(obj)
 
 
 def _is_scheduler_state(obj: Any) -> bool:
