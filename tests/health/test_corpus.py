@@ -35,6 +35,7 @@ EXPECTED = {
     "bug_probs_into_ce.py": "probabilities-into-cross-entropy",
     "bug_probs_into_ce_bf16.py": "probabilities-into-cross-entropy",  # a bfloat16 model
     "bug_probs_into_ce_raw_tensors.py": "probabilities-into-cross-entropy",  # no nn.Module
+    "bug_sigmoid_into_bce_masked.py": "probabilities-into-cross-entropy",  # scores[valid]
     "bug_activation_growth.py": "activation-growth",
     "bug_loss_at_init.py": "loss-at-init",
     "bug_loss_at_chance.py": "loss-at-chance",
@@ -129,6 +130,8 @@ EXPECTED = {
     "bug_clip_by_weight_norm.py": "clip-by-weight-norm",  # get_total_norm(parameters)
     "bug_softmax_over_batch.py": "softmax-over-wrong-dim",
     "bug_softmax_over_batch_square.py": "softmax-over-wrong-dim",  # batch 10, 10 classes
+    "bug_gcn_log_softmax_over_nodes.py": "softmax-over-wrong-dim",  # output[idx_train]
+    "bug_ctc_log_softmax_over_time.py": "softmax-over-wrong-dim",  # ctc_loss, over the frames
     "bug_ddp_inner_module.py": "gradients-not-averaged",  # under torchrun, 2 processes
     "bug_ddp_same_data.py": "same-data-on-every-process",  # under torchrun, 2 processes
     "bug_spawn_not_wrapped.py": "gradients-not-averaged",  # torch.multiprocessing.spawn

@@ -227,15 +227,19 @@ def _signed(dim: Any) -> int:
     return dim - 2**64 if dim >= 2**63 else dim
 
 
-def producer(x: torch.Tensor, ops: tuple[str, ...], hops: int = 4) -> Any:
+def producer(x: torch.Tensor, ops: tuple[str, ...], hops: int = 6) -> Any:
     """The autograd node of one of ``ops`` (e.g. "SigmoidBackward0") that ``x`` comes from
-    through at most ``hops`` view-like nodes (squeeze, view, select...), or None. No host sync."""
-    found = _producer(x, ops, hops)
+    through at most ``hops`` view-like nodes (squeeze, view, select...) or selections of rows
+    (``out[train_mask]``, ``index_select(0, idx)``), or None. No host sync."""
+    found = _producer(x, ops, hops, rows=False)
     return found[0] if found is not None else None
 
 
-def _producer(x: torch.Tensor, ops: tuple[str, ...], hops: int) -> tuple[Any, int] | None:
-    """``producer``'s node and the view-like nodes passed on the way to it."""
+def _producer(
+    x: torch.Tensor, ops: tuple[str, ...], hops: int, rows: bool
+) -> tuple[Any, int] | None:
+    """``producer``'s node and the view-like nodes passed on the way to it; ``rows``: only
+    selections that keep the last dim whole are passed (a mask over every dim flattens)."""
     node = x.grad_fn
     for passed in range(hops + 1):
         if node is None:
@@ -243,13 +247,34 @@ def _producer(x: torch.Tensor, ops: tuple[str, ...], hops: int) -> tuple[Any, in
         name = type(node).__name__
         if name in ops:
             return node, passed
-        if not VIEWS.fullmatch(name) or not node.next_functions:
+        if not (VIEWS.fullmatch(name) or _selects(node, rows)) or not node.next_functions:
             return None
         node = node.next_functions[0][0]
     return None
 
 
-def produced_by(x: torch.Tensor, op: str, hops: int = 4) -> bool:
+def _selects(node: Any, rows: bool) -> bool:
+    """``node`` picks some of its input's entries along its leading dims: ``h[mask]`` (a
+    GCN's training nodes, a detector's anchors left in), ``h[idx]``, ``h.index_select(0,
+    idx)``. The values are those of its input; with ``rows``, only where it keeps the last dim
+    whole (a mask over fewer dims than ``h``), each row as it was: a softmax's rows stay
+    normalised over its classes."""
+    name = type(node).__name__
+    try:
+        if name == "IndexSelectBackward0":
+            return _signed(node._saved_dim) == 0
+        if name != "IndexBackward0":
+            return False
+        first, *rest = node._saved_indices
+        sizes = node._saved_self_sym_sizes
+    except (AttributeError, RuntimeError, ValueError):  # another torch's names
+        return False
+    if first is None or any(i is not None for i in rest):
+        return False
+    return not rows or first.dtype != torch.bool or first.dim() < len(sizes)
+
+
+def produced_by(x: torch.Tensor, op: str, hops: int = 6) -> bool:
     return producer(x, (op,), hops) is not None
 
 
@@ -258,7 +283,7 @@ def normalised_over(x: torch.Tensor) -> tuple[list[int], int, bool] | None:
     added to it or not: skorch's classifier takes ``log(y_pred + eps)`` of a softmax its module
     ends in) that ``x`` comes from through views, as it was called; ``direct``: ``x`` is its
     output itself, no view between. None for anything else. No host sync."""
-    found = _producer(x, ("LogSoftmaxBackward0", "LogBackward0"), 4)
+    found = _producer(x, ("LogSoftmaxBackward0", "LogBackward0"), 6, rows=True)
     node, passed = found if found is not None else (None, 0)
     if node is not None and type(node).__name__ == "LogBackward0":
         inner: Any = node.next_functions[0][0] if node.next_functions else None
@@ -278,25 +303,27 @@ def normalised_over(x: torch.Tensor) -> tuple[list[int], int, bool] | None:
 
 
 def softmax_over_wrong_dim(
-    fname: str, shape: Sequence[int], dim: int, direct: bool, classes: int
+    fname: str, shape: Sequence[int], dim: int, direct: bool, classes: int, last: bool = False
 ) -> Finding | None:
     """The input of ``fname`` was normalised over a dim of ``shape`` that is not the classes
-    (the loss's dim 1, of size ``classes``): over the batch, say, by ``log_softmax(x, dim=0)``
-    or by a softmax without ``dim=`` on 3-D input (torch then picks dim 0). Read from the
-    dim's size, which views (``.view(-1, C)``, ``.transpose(1, 2)``) keep; when the input is
+    (the loss's dim 1, or its last with ``last`` (CTC's [T, N, C]), of size ``classes``): over
+    the batch, say, by ``log_softmax(x, dim=0)`` or by a softmax without ``dim=`` on 3-D input
+    (torch then picks dim 0). Read from the dim's size, which views (``.view(-1, C)``,
+    ``.transpose(1, 2)``) and selections of rows (``out[train_mask]``) keep; when the input is
     the normalised tensor itself (``direct``), from the dim too, so a batch as large as the
     class count is no cover. A dim of the class dim's size behind a view passes."""
-    class_dim = 1 if len(shape) >= 2 else 0
+    class_dim = len(shape) - 1 if last else 1 if len(shape) >= 2 else 0
     wrong = shape[dim] != classes or (direct and dim != class_dim)
     if len(shape) < 2 or not wrong:
         return None
     over = f"the {classes} classes" + (f" (its dim {class_dim})" if direct else "")
+    others = "time steps or examples" if last else "examples"
     return Finding(
         "softmax-over-wrong-dim",
         "error",
         f"{fname} received log-probabilities normalised over dim {dim} of a {list(shape)} "
         f"tensor (size {shape[dim]}), not over {over}: each class's scores "
-        "are normalised against the other examples, not the other classes",
+        f"are normalised against the other {others}, not the other classes",
         evidence={"function": fname, "shape": list(shape), "dim": dim, "classes": classes},
     )
 

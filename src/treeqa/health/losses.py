@@ -336,6 +336,13 @@ class LossInputCheck:
         if fname in LOG_PROBABILITIES_LAST:
             self._log_probabilities_last(fname, input)
             self._ctc_targets(input, args, kwargs)
+            source = loss_inputs.normalised_over(input)
+            if source is not None and input.dim() >= 2:
+                classes = int(input.shape[-1])
+                found = loss_inputs.softmax_over_wrong_dim(fname, *source, classes, last=True)
+                if found is not None:
+                    found.where = sites.user_site(2)
+                    self.add(found)
             return
         classes = int(input.shape[1 if input.dim() >= 2 else 0]) if input.dim() else 0
         source = loss_inputs.normalised_over(input)
