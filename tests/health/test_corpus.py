@@ -165,6 +165,8 @@ CLEAN = [
     "clean_lbfgs.py",
     "clean_loose_parameters.py",
     "clean_momentum_teacher.py",
+    "clean_moco_momentum_encoder.py",  # the key encoder inside the model, moved through .data =
+    "clean_byol_target_by_data.py",  # a target beside it, moved through .data.mul_().add_()
     "clean_symmetric_contrastive.py",
     "clean_token_accumulation.py",
     "clean_gru.py",

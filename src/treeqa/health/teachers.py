@@ -9,14 +9,16 @@ The same holds for frozen batch norm inside a model the clock trains: a backbone
 statistics the frozen weights were trained with. Its layers are read on sampled steps: a
 batch norm in train mode, its weights frozen, whose count of batches tracked changed since
 the sampled step before (its version counter: no host sync), on ``STEPS`` sampled steps in a row, makes
-the finding at the run's end. A frozen base with dropout alone (a language model's, with
+the finding at the run's end, unless its weights' first values moved since (a momentum copy
+inside the model: MoCo's key encoder, averaged through ``param_k.data = ...``). A frozen base with dropout alone (a language model's, with
 only its head trained) is left: its dropout changes no state.
 
 A model's forward on a sampled step is noted where the clock does not train it, it runs
 without gradients (under ``no_grad`` or with ``requires_grad`` off) in train mode, and no
 stepping optimiser holds its weights. Judged when the run ends: noted on ``STEPS`` sampled
-steps in a row or more, its weights as they were all along (their version counters unchanged)
-and a dropout or batch-norm layer in train mode, it makes the finding. A model whose weights
+steps in a row or more, its weights as they were all along (their version counters and
+storage unchanged, and at the end the first ``SAMPLED`` values of its first weight as they were
+first noted) and a dropout or batch-norm layer in train mode, it makes the finding. A model whose weights
 ever move is let go for good: a momentum teacher (BYOL, DINO, MoCo: an average of the student,
 often in train mode on purpose) or a target network copied from the policy now and then (a
 DroQ-style one, with dropout, first copied at step 100, read as frozen at step 30 when judged
@@ -26,7 +28,7 @@ on the way).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -36,10 +38,26 @@ from treeqa.health.findings import Finding
 
 STEPS = 5
 """Sampled steps in a row on which a frozen model ran in train mode, at least."""
+SAMPLED = 8
+"""Values of a model's first weight kept, compared when the run ends (one host sync)."""
 
 
 def _versions(model: nn.Module) -> int:
-    return sum(p._version for p in model.parameters())
+    """Its weights' version counters, and where their storage is: an update in place moves the
+    first, ``p.data = m * p.data + (1 - m) * q.data`` (MoCo's momentum update) the second."""
+    return sum(p._version + p.data_ptr() for p in model.parameters())
+
+
+def _sample(tensors: Iterable[torch.Tensor]) -> torch.Tensor | None:
+    """A copy of the first weight's first values, to tell at the end whether they moved where
+    no counter does (``p.data.mul_(m).add_(q.data, alpha=1 - m)``)."""
+    first = next(iter(tensors), None)
+    return None if first is None else first.detach().reshape(-1)[:SAMPLED].clone()
+
+
+def _moved(sample: torch.Tensor | None, tensors: Iterable[torch.Tensor]) -> bool:
+    now = _sample(tensors)
+    return sample is not None and now is not None and not torch.equal(sample, now)
 
 
 class FrozenInTrainMode:
@@ -47,12 +65,13 @@ class FrozenInTrainMode:
         self.mode_dependent = mode_dependent  # a model's layers in train mode that matter
         # id -> (the model, weakly; its weights' versions; sampled steps in a row seen)
         self.models: dict[int, tuple[weakref.ref[nn.Module], int, int]] = {}
+        self.samples: dict[int, torch.Tensor | None] = {}  # of the models and norms noted
         self.moved: set[int] = set()  # models whose weights moved: not frozen
         self.seen: set[int] = set()  # noted on this sampled step
         self.where: dict[int, str] = {}  # the line of the script that ran each one
         # a frozen batch norm of the trained models -> (its name, its count of batches' version,
-        # sampled steps in a row it moved)
-        self.norms: dict[int, tuple[str, int, int]] = {}
+        # sampled steps in a row it moved, the norm weakly)
+        self.norms: dict[int, tuple[str, int, int, weakref.ref[nn.Module]]] = {}
         self.said = False
 
     def forward(self, model: nn.Module) -> None:
@@ -68,9 +87,12 @@ class FrozenInTrainMode:
         if versions != before:
             self.moved.add(key)
             self.models.pop(key, None)
+            self.samples.pop(key, None)
             return
         self.models[key] = (ref, versions, steps)
         self.where[key] = sites.user_site()
+        if key not in self.samples:
+            self.samples[key] = _sample(model.parameters())
 
     def end_sampled_step(self, held: set[int]) -> None:
         """After a sampled step: count the models noted on it (``held``: the stepping
@@ -82,10 +104,12 @@ class FrozenInTrainMode:
             if model is None or any(id(p) in held for p in model.parameters()):
                 self.moved.add(key)
                 del self.models[key]
+                self.samples.pop(key, None)
             elif key in seen:
                 self.models[key] = (ref, versions, steps + 1)
             elif steps < STEPS:
                 del self.models[key]
+                self.samples.pop(key, None)
 
     def frozen_norms(self, roots: list[nn.Module]) -> None:
         """On a sampled step: the trained models' frozen batch norms that moved their running
@@ -101,8 +125,13 @@ class FrozenInTrainMode:
                 # count of batches it tracked is added to in Python: its version moves)
                 version = m.num_batches_tracked._version
                 label = (f"model{i}." if i else "") + (name or type(root).__name__)
-                _, before, steps = self.norms.get(id(m), (label, -1, 0))
-                seen[id(m)] = (label, version, steps + 1 if version != before >= 0 else 0)
+                _, before, steps, _ = self.norms.get(id(m), (label, -1, 0, None))
+                moving = steps + 1 if version != before >= 0 else 0
+                seen[id(m)] = (label, version, moving, weakref.ref(m))
+                if id(m) not in self.samples:
+                    self.samples[id(m)] = _sample(m.parameters(recurse=False))
+        for key in self.norms.keys() - seen.keys():
+            self.samples.pop(key, None)
         self.norms = seen
 
     def finish(self) -> Finding | None:
@@ -112,6 +141,8 @@ class FrozenInTrainMode:
             model = ref()
             if model is None or steps < STEPS or _versions(model) != versions:
                 continue
+            if _moved(self.samples.get(key), model.parameters()):
+                continue  # a momentum teacher updated through .data
             found = slips.frozen_in_train_mode(
                 type(model).__name__, steps, self.mode_dependent(model)
             )
@@ -120,7 +151,13 @@ class FrozenInTrainMode:
                 self.said = True
                 self.models.clear()
                 return found
-        moved = [label for label, _, steps in self.norms.values() if steps >= STEPS]
+        moved = [
+            label
+            for key, (label, _, steps, ref) in self.norms.items()
+            if steps >= STEPS
+            and (norm := ref()) is not None
+            and not _moved(self.samples.get(key), norm.parameters(recurse=False))
+        ]  # (a frozen norm whose weights moved: a momentum copy inside the model, MoCo's)
         if moved:
             self.said = True
             return slips.frozen_norm_in_train_mode(moved)
