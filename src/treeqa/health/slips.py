@@ -164,9 +164,9 @@ def not_in_optimiser(names: Sequence[str], values: int, outside: bool = False) -
         return Finding(
             "not-in-optimiser",
             "warning",
-            f"{len(names)} nn.Parameter tensors ({values} values) outside the trained models "
-            f"get gradients at every step but no optimiser that steps holds them, so they "
-            f"never change: {', '.join(names[:5])}",
+            f"{len(names)} nn.Parameter tensors ({values} values) that the loss reaches get "
+            f"gradients at every step but no optimiser that steps holds them, so they never "
+            f"change: {', '.join(names[:5])}",
             fix="give them to the optimiser with the model's parameters (e.g. "
             "AdamW([*model.parameters(), logit_scale])), or make them attributes of the model; "
             "if they are meant to stay as they are (a target network, a frozen model), compute "
