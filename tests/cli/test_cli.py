@@ -57,6 +57,37 @@ def test_data_stats_names_unlabelled_nodes_and_a_gzip_or_zip_file(
     assert "trees.zip:1:1: a zip archive: unzip it" in capsys.readouterr().err
 
 
+def test_data_stats_names_a_missing_path_and_a_folder_given_for_a_tree_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # They were "[Errno 2] No such file or directory: '...'" and
+    # "train.txt/train.txt: no such SST split file".
+    missing, folder = tmp_path / "nonexist", tmp_path / "sst" / "train.txt"
+    folder.mkdir(parents=True)
+    assert main(["data", "stats", str(missing)]) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa data stats: error: {missing}: no such file or directory (expected a tree "
+        "file, or a folder of train/dev/test.txt or .jsonl)\n"
+    )
+    assert main(["data", "stats", str(folder)]) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa data stats: error: {folder} is a directory, not a tree file, and holds no "
+        "train/dev/test.txt (or .jsonl)\n"
+    )
+    for argv in (["data", "stats"], ["train", "--out", str(tmp_path / "run"), "--data"]):
+        assert main([*argv, str(folder.parent)]) == 2
+        said = capsys.readouterr().err
+        assert said.endswith(f"error: {folder} is a directory, not a file of train trees\n")
+
+
+def test_a_file_the_system_cannot_open_is_named_with_its_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was "[Errno 21] Is a directory: '...'": the system's words, path last in quotes.
+    assert main(["predict", "--checkpoint", str(tmp_path / "run"), "--input", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"treeqa predict: error: {tmp_path}: Is a directory\n"
+
+
 def test_data_stats_and_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["data", "demo", "--out", str(tmp_path / "demo")]) == 0
     capsys.readouterr()
@@ -162,6 +193,14 @@ def test_a_binary3_model_predicts_negative_or_positive_as_it_is_scored(
     assert set(labels) <= {0, 2}  # neutral never wins, as in `evaluate`
     p = result["probabilities"]
     assert result["label"] == (2 if p[2] > p[0] else 0)
+    # The legend names the neutral class the probabilities hold, and how the label is chosen
+    # (it said "0 negative, 2 positive" beside three probabilities whose largest was p[1]).
+    assert main(["predict", "--checkpoint", str(run), tree]) == 0
+    assert capsys.readouterr().err == (
+        "labels (binary3): 0 negative, 1 neutral, 2 positive; the label is 0 or 2, whichever "
+        "is more probable (neutral is trained on but never predicted: the task is scored as "
+        "binary)\n"
+    )
 
 
 def test_train_resume_continues(
@@ -284,6 +323,19 @@ def test_a_model_key_that_is_not_a_table_is_named(
     assert err == (
         f"treeqa train: error: {config}: config.model: expected a section (table), got 'tree_lstm'\n"
     )
+
+
+def test_an_unknown_model_in_a_config_names_the_file_the_key_and_the_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[model]\nname = "lstm"\n')
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == (
+        f"treeqa train: error: {config}: model.name: expected one of "
+        "bow | tree_lstm | childsum | tree_gru, got 'lstm'\n"
+    )
+    assert not (tmp_path / "r").exists()
 
 
 def test_resume_with_another_out_is_refused_not_ignored(

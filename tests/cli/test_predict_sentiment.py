@@ -17,7 +17,7 @@ import torch
 
 from treeqa.cli import predict as predict_cli
 from treeqa.cli.main import main
-from treeqa.data.sst import PREDICTED
+from treeqa.data.sst import CLASSES, PREDICTED, TASKS, legend
 from treeqa.recipes import sentiment
 
 
@@ -190,6 +190,12 @@ def test_the_text_output_says_what_its_labels_mean(
     assert capsys.readouterr().err == ""  # JSON carries the label alone
     probs = torch.tensor([[0.2, 0.5, 0.3], [0.5, 0.4, 0.1]])  # neutral never wins in binary3
     assert set(sentiment.labels_of(probs, "binary3").tolist()) <= set(PREDICTED["binary3"])
+    for task, classes in TASKS.items():  # every index of the probabilities is named
+        said = legend(task).split("; ")
+        assert said[0] == f"labels ({task}): " + ", ".join(
+            f"{k} {CLASSES[task][k]}" for k in range(classes)
+        )
+        assert len(said) == (2 if task == "binary3" else 1)  # a label among some: says which
 
 
 def test_printed_words_stay_on_their_line_whatever_breaks_they_hold(

@@ -331,6 +331,26 @@ def test_a_change_no_range_check_sees_is_named_by_its_checksum(
         read(PreparedSplit(copy, "dev"))
 
 
+def test_a_changed_byte_is_named_by_its_file_where_a_check_of_another_sees_it(
+    copy: Path,
+) -> None:
+    # One byte flipped in starts.npy put a start past its end: the span check said
+    # "dev/ends.npy: an answer span outside its context", naming the file that had not changed.
+    from treeqa.data.squad_prepared import PreparedSplit
+
+    path = copy / "dev" / "starts.npy"
+    starts = np.load(path)
+    assert starts.dtype.byteorder in "<=|" and starts.itemsize > 1 and starts[0] >= 0
+    data = bytearray(path.read_bytes())
+    data[len(data) - starts.nbytes + 1] ^= 0x07  # the first start, plus 7 * 256
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"dev/starts\.npy: damaged: its bytes do not match"):
+        PreparedSplit(copy, "dev")
+    edit_meta(copy, lambda m: [m.pop("crc32"), m.update(format_version=1)])
+    with pytest.raises(ValueError, match=r"dev/ends\.npy: an answer span outside its context"):
+        PreparedSplit(copy, "dev")  # no checksums to tell which: as the check finds it
+
+
 def test_a_directory_prepared_before_checksums_were_recorded_still_loads(copy: Path) -> None:
     from treeqa.data.squad_prepared import PreparedSplit
 

@@ -54,6 +54,19 @@ def test_a_split_file_given_for_the_folder_is_named(tmp_path: Path) -> None:
         sst.load_split(path, "train")
 
 
+def test_a_folder_where_a_split_file_is_expected_is_named(tmp_path: Path) -> None:
+    # It was "no such SST split file; the folder holds dev.txt", or, given the folder as the
+    # data path, "train.txt/train.txt: no such SST split file".
+    (tmp_path / "train.txt").mkdir()
+    (tmp_path / "dev.txt").write_text("(3 (2 a) (4 good))\n", encoding="utf-8")
+    where = re.escape(str(tmp_path / "train.txt"))
+    with pytest.raises(IsADirectoryError, match=rf"^{where} is a directory, not a file of train"):
+        sst.split_path(tmp_path, "train")
+    assert sst.split_path(tmp_path, "dev") == tmp_path / "dev.txt"
+    with pytest.raises(IsADirectoryError, match=rf"^{where} is a directory, not a tree file, and"):
+        sst.split_path(tmp_path / "train.txt", "train")
+
+
 def test_vocab_round_trip(tmp_path: Path) -> None:
     vocab = Vocab.build(["b", "a", "b", "c"], min_count=1)
     assert vocab.tokens == ("<pad>", "<unk>", "b", "a", "c")

@@ -118,8 +118,8 @@ def test_the_cli_saves_on_a_signal_exits_128_plus_it_and_resumes(
     args += ["--train.log_every=1", "--train.ema_decay=0.9"]  # config(demo_dir, 3, EMA)
     cut = tmp_path / "cut"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "treeqa", *args, "--out", str(cut)],
-        stdout=subprocess.DEVNULL,
+        [sys.executable, "-m", "treeqa", *args, "--out", str(cut), "--json"],
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -129,7 +129,7 @@ def test_the_cli_saves_on_a_signal_exits_128_plus_it_and_resumes(
             break
         time.sleep(0.01)
     proc.send_signal(signum)
-    _, stderr = proc.communicate(timeout=120)
+    stdout, stderr = proc.communicate(timeout=120)
     if proc.returncode == 0:
         pytest.skip("the run finished before the signal")
     assert proc.returncode == 128 + signum, stderr
@@ -138,6 +138,10 @@ def test_the_cli_saves_on_a_signal_exits_128_plus_it_and_resumes(
     assert "Traceback" not in stderr
     step = ckpt.load(cut / ckpt.LAST).meta["state"]["step"]
     assert step == len(losses(cut)) >= 10  # saved at the last step it logged
+    # --json still gives the run's summary, alone on stdout (it gave nothing).
+    summary = json.loads(stdout)
+    assert (summary["interrupted"], summary["steps"]) == (name, step)
+    assert (summary["run_dir"], summary["epochs"], summary["best_epoch"]) == (str(cut), 1, 1)
     assert main(["train", "--resume", str(cut)]) == 0
     assert losses(cut) == losses(full)
 

@@ -328,6 +328,18 @@ def test_run_folders_that_cannot_be_are_refused_before_training(
     assert a_file.read_text() == "mine\n" and sorted(tmp_path.iterdir()) == [config, a_file]
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_run_directory_that_cannot_be_made_is_named(
+    demo_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was the system's "[Errno 2] No such file or directory: '/proc/...'".
+    out = Path("/proc/treeqa-run")  # no folder can be made in /proc
+    assert main(args(demo_dir, "--out", str(out))) == 2
+    assert capsys.readouterr().err.startswith(
+        f"treeqa train: error: cannot create run directory {out}: "
+    )
+
+
 def test_training_needs_labelled_train_and_dev_trees(
     demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -295,6 +295,23 @@ def report_run(
     return exit_code(result, out)
 
 
+@contextlib.contextmanager
+def summary_if_interrupted(args: argparse.Namespace, out: Path) -> Iterator[None]:
+    """A training run a signal stopped (``loop.Interrupted``, once it had saved itself) still
+    gives its summary with --json, "interrupted" naming the signal, as ``report_run`` gives a
+    finished run's; the exception goes on, for ``main`` to say on stderr where the run stopped
+    and exit with 128 + the signal. Under torchrun process 0 reports."""
+    from treeqa.train.distributed import World
+    from treeqa.train.loop import Interrupted
+
+    try:
+        yield
+    except Interrupted as stop:
+        if args.json and World.from_env().main:
+            emit_json({"run_dir": str(out), **stop.summary})
+        raise
+
+
 BREAKS = re.compile(r"[\t\n\v\f\r\x1c-\x1e\x85\u2028\u2029]+")
 """Tabs and what ``str.splitlines`` breaks lines at."""
 

@@ -122,9 +122,14 @@ def _add_prepare(actions: Any) -> None:
 def run_stats(args: argparse.Namespace) -> int:
     from treeqa.data import sst
 
+    if not args.path.exists():
+        raise FileNotFoundError(
+            f"{args.path}: no such file or directory (expected a tree file, or a folder of "
+            "train/dev/test.txt or .jsonl)"
+        )
     paths = [args.path]
     if args.path.is_dir():  # a folder of train and dev alone has no test split to count
-        has_test = any((args.path / f"test{x}").is_file() for x in (".txt", ".jsonl"))
+        has_test = any((args.path / f"test{x}").exists() for x in (".txt", ".jsonl"))
         paths = [sst.split_path(args.path, s) for s in sst.SPLITS if s != "test" or has_test]
     report = {}
     for path in paths:

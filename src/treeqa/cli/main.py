@@ -101,6 +101,15 @@ def extra_missing(err: ImportError) -> bool:
     return False
 
 
+def error_text(err: Exception) -> str:
+    """What follows "error:" for ``err``: its own words, or for an error only the system worded
+    ("[Errno 21] Is a directory: 'x'") the path first, as treeqa's own errors name it."""
+    if isinstance(err, OSError) and err.strerror and err.filename is not None:
+        both = f"{err.filename} -> {err.filename2}" if err.filename2 is not None else err.filename
+        return f"{both}: {err.strerror}"
+    return str(err)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     own_process = argv is None  # the treeqa command itself, not a call from Python
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -133,8 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except BrokenPipeError:  # `treeqa data stats DIR | head -1`, `treeqa predict ... | head`
         return reader_gone()
-    except (ValueError, FileNotFoundError, OSError) as err:
-        print(f"treeqa {name}: error: {err}", file=sys.stderr)
+    except (ValueError, OSError) as err:
+        print(f"treeqa {name}: error: {error_text(err)}", file=sys.stderr)
         return 2
     except ImportError as err:
         if not extra_missing(err):  # a bug of treeqa's own: its traceback

@@ -136,7 +136,7 @@ def _lines_of_trees(path: Path, count: int) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from treeqa.data.sst import PREDICTED, read_tree_file
+    from treeqa.data.sst import legend, read_tree_file
     from treeqa.data.tree import iter_trees
     from treeqa.recipes.sentiment import check_predictable, load_model, predict
 
@@ -175,8 +175,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from None
     if args.output is None and not args.json:  # the numbers alone: 2 is neutral or positive by task
-        meaning = ", ".join(f"{k} {name}" for k, name in PREDICTED[loaded.task].items())
-        print(f"labels ({loaded.task}): {meaning}", file=sys.stderr)
+        print(legend(loaded.task), file=sys.stderr)
     written = 0
     with output_file(args.output) as out:
         for at in range(0, len(items), PREDICT_BATCH):

@@ -23,6 +23,7 @@ from treeqa.cli.common import (
     report_run,
     run_dir,
     say_if_amp_does_nothing,
+    summary_if_interrupted,
     unicode_stdout,
 )
 
@@ -42,7 +43,8 @@ def train_main(args: argparse.Namespace) -> int:
     config = _config(args)
     say_if_amp_does_nothing(args, config.train)
     out = run_dir(args, config.name)
-    result = train(config, out, resume_run=args.resume is not None)
+    with summary_if_interrupted(args, out):
+        result = train(config, out, resume_run=args.resume is not None)
     return report_run(args, out, result, "f1", ".2f")
 
 

@@ -13,6 +13,7 @@ from treeqa.cli.common import (
     run_dir,
     say_if_amp_does_nothing,
     subparser,
+    summary_if_interrupted,
 )
 
 HELP = "Train a sentiment model, or QANet (`train qa`), into a run directory."
@@ -97,5 +98,6 @@ def train_sentiment(args: argparse.Namespace) -> int:
     config = sentiment_config(args, args.resume)
     say_if_amp_does_nothing(args, config.train)
     out = run_dir(args, config.name)
-    result = train(config, out, resume_run=args.resume is not None)
+    with summary_if_interrupted(args, out):
+        result = train(config, out, resume_run=args.resume is not None)
     return report_run(args, out, result, config.train.metric, ".4f")

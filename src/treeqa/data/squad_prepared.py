@@ -188,6 +188,12 @@ class PreparedSplit:
         a, width = self.arrays, self.chars_per_word
 
         def fail(name: str, problem: str) -> ValueError:
+            # A byte changed in one array can show in another (a start past its end, which
+            # the span check names by ends.npy): the checksums say which file changed.
+            if self._unchanged(f"{self.split}/{name}.npy"):
+                for other in _ARRAYS:
+                    if not self._unchanged(f"{self.split}/{other}.npy"):
+                        return self._damaged(f"{self.split}/{other}.npy")
             return ValueError(f"{folder / name}.npy: {problem}; {_AGAIN}")
 
         for name, ndim in _ARRAYS.items():
@@ -228,23 +234,30 @@ class PreparedSplit:
     def _verify(self, name: str, file: IO[bytes] | None = None) -> None:
         """A ValueError when the file ``name`` (relative to the folder; read from ``file``, its
         open file, where given) does not match the CRC-32 that meta.json recorded when it was
-        written. Folders of format version 1, prepared before meta.json recorded them, are not
-        checked."""
+        written (``_unchanged``)."""
+        if not self._unchanged(name, file):
+            raise self._damaged(name)
+
+    def _unchanged(self, name: str, file: IO[bytes] | None = None) -> bool:
+        """Whether the file ``name`` (as in ``_verify``) matches the CRC-32 that meta.json
+        recorded; true for the folders of format version 1, prepared before it recorded them."""
         if self.meta["format_version"] == 1:
-            return
-        recorded = self.meta["crc32"]
-        path = self.directory / name
+            return True
         if file is None:
-            with path.open("rb") as f:
+            with (self.directory / name).open("rb") as f:
                 crc = crc32(f)
         else:
             crc = crc32(file)
-        if recorded.get(name) != crc:
-            self.check_unchanged()  # a file of a folder prepared again since: say that instead
-            raise ValueError(
-                f"{path}: damaged: its bytes do not match the CRC-32 that meta.json recorded "
-                f"when it was prepared; {_AGAIN}"
-            )
+        recorded: int | None = self.meta["crc32"].get(name)
+        return recorded == crc
+
+    def _damaged(self, name: str) -> ValueError:
+        """The error for the file ``name`` whose bytes changed since it was prepared."""
+        self.check_unchanged()  # a file of a folder prepared again since: say that instead
+        return ValueError(
+            f"{self.directory / name}: damaged: its bytes do not match the CRC-32 that "
+            f"meta.json recorded when it was prepared; {_AGAIN}"
+        )
 
     def check_unchanged(self) -> None:
         """A ValueError when the folder was prepared again since this split opened it: what

@@ -22,10 +22,17 @@ from treeqa.data.tree import UNLABELLED, Tree, line_text, read_trees
 SPLITS = ("train", "dev", "test")
 TASKS = {"fine": 5, "binary": 2, "binary3": 3}
 """Task -> number of classes the model outputs."""
+CLASSES = {
+    "fine": ("very negative", "negative", "neutral", "positive", "very positive"),
+    "binary": ("negative", "positive"),
+    "binary3": ("negative", "neutral", "positive"),
+}
+"""Task -> what each class its models output (their probabilities, in order) means."""
 PREDICTED = {
-    "fine": {0: "very negative", 1: "negative", 2: "neutral", 3: "positive", 4: "very positive"},
-    "binary": {0: "negative", 1: "positive"},
-    "binary3": {0: "negative", 2: "positive"},  # three classes trained; neutral never predicted
+    "fine": dict(enumerate(CLASSES["fine"])),
+    "binary": dict(enumerate(CLASSES["binary"])),
+    # Three classes trained; a label is negative or positive, as the task is scored.
+    "binary3": {k: CLASSES["binary3"][k] for k in (0, 2)},
 }
 """Task -> the labels its models predict, and what each means."""
 _BINARY = np.array([0, 0, UNLABELLED, 1, 1], dtype=np.int64)
@@ -37,6 +44,21 @@ def scored_as(task: str) -> str:
     return "binary" if task == "binary3" else task
 
 
+def legend(task: str) -> str:
+    """What ``task``'s numbers mean: every class of the probabilities and, for a task whose
+    label is chosen among some of them (binary3), which, and that the others never win."""
+    classes = ", ".join(f"{k} {name}" for k, name in enumerate(CLASSES[task]))
+    predicted = PREDICTED[task]
+    if len(predicted) == len(CLASSES[task]):
+        return f"labels ({task}): {classes}"
+    left_out = [name for k, name in enumerate(CLASSES[task]) if k not in predicted]
+    return (
+        f"labels ({task}): {classes}; the label is {' or '.join(map(str, predicted))}, "
+        f"whichever is more probable ({', '.join(left_out)} is trained on but never "
+        f"predicted: the task is scored as {scored_as(task)})"
+    )
+
+
 def split_path(data_dir: str | Path, split: str) -> Path:
     """``split``.txt (PTB brackets) or ``split``.jsonl (dependency trees) in ``data_dir``."""
     if split not in SPLITS:
@@ -46,8 +68,16 @@ def split_path(data_dir: str | Path, split: str) -> Path:
             f"{data_dir} is a file; the data path names the folder of train/dev/test.txt "
             "(or .jsonl)"
         )
+    for path in (Path(data_dir) / f"{split}{x}" for x in (".txt", ".jsonl")):
+        if path.is_dir():  # else "no such SST split file", with the name right there
+            raise IsADirectoryError(f"{path} is a directory, not a file of {split} trees")
     found = [Path(data_dir) / f"{s}{x}" for s in SPLITS for x in (".txt", ".jsonl")]
     found = [p for p in found if p.is_file()]
+    if not found and Path(data_dir).suffix in (".txt", ".jsonl"):  # meant as a tree file
+        raise IsADirectoryError(
+            f"{data_dir} is a directory, not a tree file, and holds no train/dev/test.txt "
+            "(or .jsonl)"
+        )
     if len({p.suffix for p in found}) > 1:  # else some splits constituency trees, some not
         raise ValueError(
             f"{data_dir} holds PTB trees (.txt) and dependency trees (.jsonl): "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from treeqa.config import check_fields
+from treeqa.config import ConfigError, check_fields
 from treeqa.models.baselines import BagOfWords, BowConfig
 from treeqa.models.childsum import ChildSumConfig, ChildSumTreeLSTM
 from treeqa.models.tree_gru import TreeGRU, TreeGRUConfig
@@ -19,8 +19,12 @@ SENTIMENT_MODELS: dict[str, tuple[type, type]] = {
 
 
 def model_classes(name: str) -> tuple[type, type]:
+    """The config and model classes of ``model.name``; a ConfigError naming the key (and so,
+    read from a file, the file) and the names there are."""
     if name not in SENTIMENT_MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(SENTIMENT_MODELS)}")
+        raise ConfigError(
+            f"model.name: expected one of {' | '.join(SENTIMENT_MODELS)}, got {name!r}"
+        )
     return SENTIMENT_MODELS[name]
 
 

@@ -125,11 +125,16 @@ def _take_lock(out: Path, fcntl: Any) -> Any:
     """``out/.lock`` open and locked by this process, its id written in it; a FileExistsError
     naming the process that holds it."""
     while True:
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # a folder this user may not write in, a read-only disk
+            raise OSError(f"cannot create run directory {out}: {err.strerror or err}") from err
         try:
             lock = open(out / LOCK, "a+")  # noqa: SIM115 - held open for the run
         except FileNotFoundError:  # the run that made ``out`` removed it an instant ago
             continue
+        except OSError as err:
+            raise OSError(f"cannot write in run directory {out}: {err.strerror or err}") from err
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
