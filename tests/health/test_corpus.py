@@ -51,6 +51,7 @@ EXPECTED = {
     "bug_non_finite.py": "non-finite",
     "bug_non_finite_fp16.py": "non-finite",  # NaN gradients the loss scaler takes for overflows
     "bug_step_time_regression.py": "step-time-regression",
+    "bug_step_time_subnormal_weights.py": "step-time-regression",  # the cause named
     "bug_memory_growth.py": "memory-growth",
     "bug_input_bound.py": "input-bound",
     "bug_hand_updates_input_bound.py": "input-bound",  # the step ends as the next batch is drawn
@@ -603,6 +604,14 @@ def test_rows_gathered_by_advanced_indexing_are_told_to_use_index_select(doctor_
     [found] = [f for f in report["findings"] if f["code"] == "hot-op"]
     assert (found["severity"], found["evidence"]["family"]) == ("warning", "indexing")
     assert "x.index_select(0, idx)" in found["fix"]
+
+
+def test_a_slowdown_from_subnormal_weights_names_them_and_flushing(doctor_report) -> None:
+    _, report, _ = doctor_report("bug_step_time_subnormal_weights.py")
+    (found,) = [f for f in report["findings"] if f["code"] == "step-time-regression"]
+    assert "weights are subnormal floats" in found["message"]
+    assert found["evidence"]["subnormal_parameters"]["x_f.weight"] > 0.9 * 150 * 150
+    assert "torch.set_flush_denormal(True)" in found["fix"]
 
 
 def test_a_dominant_2d_char_cnn_is_a_warning_read_in_two_windows(doctor_report) -> None:

@@ -124,6 +124,14 @@ class LossInputCheck:
         self.wrappers.add(note_function_results(torch, "load", self._torch_loaded))
         self.wrappers.add(note_function_results(torch.jit, "load", self._torch_loaded))
         self.wrappers.add(note_function_calls(torch, "save", self._torch_saving))
+        try:  # (a dependency of treeqa, and of the transformers Trainer's checkpoints)
+            import safetensors.torch
+        except ImportError:
+            pass
+        else:
+            self.wrappers.add(
+                note_function_results(safetensors.torch, "load_file", self._safetensors_loaded)
+            )
 
     def _loaded(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``module.load_state_dict(state_dict)``."""
@@ -144,8 +152,15 @@ class LossInputCheck:
 
     def _torch_saving(self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``torch.save(obj, f)``, before it writes."""
-        if self.resumes is not None and args:
-            self.resumes.saving(args[0], args[1] if len(args) > 1 else kwargs.get("f"))
+        if self.resumes is not None:
+            self.resumes.saved_to(args[1] if len(args) > 1 else kwargs.get("f"))
+
+    def _safetensors_loaded(
+        self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+    ) -> None:
+        """safetensors' ``load_file(filename)``: a dict of weights, as ``torch.load``'s."""
+        if self.resumes is not None:
+            self.resumes.checkpoint(result, args[0] if args else kwargs.get("filename"))
 
     def backward(self, loss: torch.Tensor) -> None:
         """A backward of ``loss`` on a sampled step: where it is the noted cross-entropy (or

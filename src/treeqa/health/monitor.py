@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterable, MutableSequence, Sequence
+from collections.abc import Callable, Iterable, Iterator, MutableSequence, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -123,6 +123,13 @@ class _Statm:
 
 
 _STATM = _Statm()
+
+
+def _prefixed(model: nn.Module, i: int) -> Iterator[tuple[str, nn.Parameter]]:
+    """A watched model's parameters named as the findings name its modules (``model1.`` before
+    the second model's)."""
+    for name, p in model.named_parameters():
+        yield (f"model{i}." if i else "") + name, p
 
 
 def rss_mb() -> float:
@@ -568,6 +575,7 @@ class HealthMonitor(Callback):
         else:
             # The latest evidence, with the step it was seen at: the message names both.
             old.evidence, old.message, old.step = finding.evidence, finding.message, finding.step
+            old.fix = finding.fix  # (a slowdown's, once its cause is named)
             old.where = finding.where or old.where  # e.g. the top operator of the latest window
             if findings.SEVERITIES.index(finding.severity) > findings.SEVERITIES.index(
                 old.severity
@@ -846,8 +854,12 @@ class HealthMonitor(Callback):
         # One torch thread: no thread of the step spins for a preempted sibling, so the time it
         # ran is its own work however busy the host (``one_thread``).
         one_thread = torch.get_num_threads() == 1
+        slower = timing.step_time_regression(times, cpu, canary, wait, work, one_thread)
+        if slower is not None and on_cpu:
+            named = (x for i, m in enumerate(self.models) for x in _prefixed(m, i))
+            slower = timing.subnormal_cause(slower, named)
         for found in (
-            timing.step_time_regression(times, cpu, canary, wait, work, one_thread),
+            slower,
             timing.memory_growth(
                 even("rss_mb")[warm:],
                 "host RSS",

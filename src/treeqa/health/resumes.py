@@ -6,36 +6,39 @@ A checkpoint saved as ``{"model": model.state_dict(), "optimizer": optimizer.sta
 not Adam's moments or step count: the first updates after the resume are as large as at the
 start of training (its bias correction at step 1 with moments at zero), and the loss jumps.
 
-What each ``torch.load`` returns is looked through (the object, the values of a dict and the
-items of a list, two levels down, ``ITEMS`` entries a level) for optimiser states (``{"state":
+What each ``torch.load`` (and safetensors' ``load_file``) returns is looked through (the
+object, the values of a dict and the items of a list, two levels down, ``ITEMS`` entries a
+level; a ``SequentialLR``'s schedulers count as one level) for optimiser states (``{"state":
 ..., "param_groups": [...]}``) whose ``state`` is not empty (plain SGD keeps none: a fresh one
 is the same), schedulers' states past their first step, and the dicts (and their first tensors)
 a module may load: a module is loaded from a checkpoint when its ``load_state_dict`` is given
 one of those (or a dict of the same tensors under other names), or when it is a whole model in
 one (``torch.save(model)``). Weights and optimiser state in separate files (``model.pt``,
-``optimizer.pt``) count alike, in either order.
+``optimizer.pt``) count alike, in either order. A file of the weights' folder named for an
+optimiser or scheduler (``STATE_FILE``: ``optimizer.pt``, ``scheduler.bin``, ``optim_0.pth``)
+that the run has not read is looked into when the weights are loaded (``weights_only``,
+memory-mapped where it can be), its states counted as saved states beside the weights: a resume
+that never reads it is found as one that leaves a checkpoint's state unloaded. Weights the run
+saved itself (a rewind to the initial weights, folds reset from a file) are no resume.
 
 Each optimiser is judged at its first step after such a load, for ``LOOK_STEPS`` steps: one
-that loaded a state since (``Optimizer.load_state_dict``), or that stepped before the load (a
-run that rolls back to its best weights keeps its live optimiser), is not fresh; a fresh one
-whose parameters' weights mostly (half their values or more) came from a checkpoint and that
-is laid out as a saved state no optimiser has loaded (as many parameters in each group, the
-saved moments shaped as these parameters) is the finding, at the ``torch.load`` line. Each
-saved state is claimed once: a GAN's two optimisers are matched each to its own. A scheduler is
-judged at its first step after an optimiser stepped since the load (a scheduler fast-forwarded
-by ``step()`` calls before training reads as loaded): a scheduler of a saved state's kind (its
-keys all the scheduler's attributes, as many base rates) over such parameters, at its step 0
-where the saved one was further on, started afresh, where its optimiser resumes the saved
-training (loaded a state, or was found fresh as one). A fine-tuning with a new head or another
-grouping of the parameters is laid out otherwise and is not judged; a fine-tuning of the very
-same model with a new optimiser on purpose reads as this.
-
-An optimiser's (or scheduler's) state kept in a file of its own that the run never reads is
-found when the run saves its own: ``torch.save`` of such a state as ``NAME`` (``optimizer.pt``)
-while a fresh optimiser trains weights loaded from a file in a folder that holds a ``NAME`` no
-``torch.load`` of the run has read. That file is read (``weights_only``, memory-mapped where it
-can be) and judged as a saved state: laid out as the fresh optimiser (of the fresh scheduler's
-kind, its optimiser resuming), it is the finding, at the ``torch.load`` line of the weights.
+that loaded a state since (``Optimizer.load_state_dict``, not a fresh one's own empty state, as
+accelerate's ``prepare`` reloads it), or that stepped before the load (a run that rolls back to
+its best weights keeps its live optimiser), is not fresh; a fresh one whose parameters' weights
+mostly (half their values or more) came from a checkpoint, none of them a layer the load left
+out (a head re-initialised for fine-tuning), and that is laid out as a saved state no optimiser
+has loaded (as many parameters in each group, the saved moments shaped as these parameters and
+kept under the same names: Adam's state is no SGD's) is the finding, at the ``torch.load`` line.
+Each saved state is claimed once: a GAN's two optimisers are matched each to its own. A
+scheduler is judged at its first step after an optimiser stepped since the load, where its
+optimiser resumes the saved training (loaded a state, or was found fresh as one): a scheduler
+of a saved state's kind (its keys all the scheduler's attributes, as many base rates) over such
+parameters, that was at its step 0 when the run first stepped it and is still short of the
+saved one's step, started afresh (one fast-forwarded by ``step()`` calls to the saved step
+before training reads as loaded; one stepped at the start of each epoch is judged at its
+second). A fine-tuning with a new head or another grouping of the parameters is laid out
+otherwise and is not judged; a fine-tuning of the very same model with a new optimiser on
+purpose reads as this.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from __future__ import annotations
 import collections
 import itertools
 import os
+import re
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -67,18 +71,37 @@ RECENT = 8
 scheduler in files of their own are three)."""
 LOOK_STEPS = 100
 """Optimiser steps after a load within which a fresh optimiser is matched to a saved state."""
+STATE_FILE = re.compile(r"optim|sched|^opt", re.IGNORECASE)
+"""Names of the files beside the weights looked into for a state: the transformers
+``Trainer``'s ``optimizer.pt`` and ``scheduler.pt``, accelerate's ``optimizer.bin``,
+``optim.pth``, ``optD.pt``."""
+FOLDER_ENTRIES = 256
+"""Entries of the weights' folder looked at for those names."""
+WRITTEN = 4096
+"""Paths the run saved to that are remembered (a run saving a file a step stops adding)."""
 
-Saved = tuple[str, str, dict[str, Any]]
-"""(the ``torch.load`` line, where in what it returned, e.g. "under 'optimizer'", the state)."""
+
+class Saved(NamedTuple):
+    """A saved state: the line of the load that found it, where it is in what was loaded ("under
+    'optimizer'", "in 'optimizer.pt' beside it, never read"), the state, and the file it was
+    looked into in beside the weights ("" for one the script read)."""
+
+    where: str
+    key: str
+    state: dict[str, Any]
+    beside: str = ""
+
+
 Part = tuple[str, str, str, str]
 """Of a finding: (what the checkpoint holds, what started afresh, whose ``load_state_dict`` was
 not called, what follows)."""
 
 
 class Resumes:
-    """Fed by the loss checks' wrappers of ``torch.load`` and ``nn.Module.load_state_dict`` and
-    by the doctor's of ``Optimizer.load_state_dict``, the optimiser's step and the scheduler's.
-    ``watching``: an optimiser's step has something to look at."""
+    """Fed by the loss checks' wrappers of ``torch.load``, ``torch.save``, safetensors'
+    ``load_file`` and ``nn.Module.load_state_dict`` and by the doctor's of
+    ``Optimizer.load_state_dict``, the optimiser's step and the scheduler's. ``watching``: an
+    optimiser's step has something to look at."""
 
     def __init__(self, add: Callable[[Finding], None]) -> None:
         self.add = add
@@ -89,40 +112,38 @@ class Resumes:
         # kept alive; a dataset read file by file is no growing set)
         self.recent: collections.deque[Load] = collections.deque(maxlen=RECENT)
         self.modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # loaded from a checkpoint
-        # An optimiser's state in a file of its own, never read: the folders modules' weights
-        # were loaded from (with the torch.load line), the files whose loads held an optimiser's
-        # state, the optimisers started afresh over loaded weights, the names saved and looked for
-        self.folders: dict[str, str] = {}
-        self.read: set[str] = set()
-        self.fresh: weakref.WeakSet[Any] = weakref.WeakSet()  # optimisers and schedulers
-        self.looked_for: set[str] = set()
-        # a scheduler's state found so, judged once its optimiser resumes (it may be saved first)
-        self.pending: list[tuple[Saved, weakref.ref[LRScheduler]]] = []
-        # optimisers that resume a saved training: loaded a state, or found fresh as one
-        self.resuming: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
-        self.sorting = 0  # optimiser steps left in which one is sorted into fresh or not
-        self.sorted: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.left_out: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()  # their unloaded params
+        self.folders: set[str] = set()  # the weights' folders looked in
+        self.read: set[str] = set()  # files named for a state that the run read
+        self.written: set[str] = set()  # files the run saved
         self.peeking = False
         self.loaded: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # a state since
+        # optimisers that resume a saved training: loaded a state, or found fresh as one
+        self.resuming: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self.judged: weakref.WeakSet[Any] = weakref.WeakSet()  # optimisers, schedulers
+        # a scheduler's step when the run first stepped it after the load, before training
+        self.first_steps: weakref.WeakKeyDictionary[LRScheduler, int] = weakref.WeakKeyDictionary()
         self.steps_left = 0
         self.trained = False  # an optimiser stepped since the last load of a saved state
         self.watching = False
         self.said: dict[str, dict[str, tuple[Part, dict[str, Any]]]] = {}
 
     def checkpoint(self, loaded: Any, file: Any = None) -> None:
-        """``torch.load`` returned ``loaded``, read from ``file`` (a path or an open file)."""
+        """``torch.load`` (or ``load_file``) returned ``loaded``, read from ``file`` (a path or
+        an open file)."""
         if self.peeking:
             return
-        where, dicts, tensors = "", set(), set()
         path = _path_of(file)
+        if path and STATE_FILE.search(os.path.basename(path)):
+            self.read.add(path)  # read after all: what was looked into there goes
+            self.saved = [s for s in self.saved if s.beside != path]
+            self.schedulers = [s for s in self.schedulers if s.beside != path]
+        where, dicts, tensors = "", set(), set()
         for key, value in _nodes(loaded, "", DEPTH):
             if _is_state(value):
                 where = where or sites.user_site()
                 into = self.saved if _is_optimiser_state(value) else self.schedulers
-                into.append((where, key, value))
-                if path:
-                    self.read.add(path)
+                into.append(Saved(where, key, value))
             elif isinstance(value, dict):  # a state dict a module may load
                 dicts.add((id(value), len(value)))
                 first = next(iter(value.values()), None)
@@ -136,122 +157,67 @@ class Resumes:
             self.modules.update(models)
             self._weights_from(path, sites.user_site())
         if where:
-            self.steps_left, self.trained, self.judged = LOOK_STEPS, False, weakref.WeakSet()
-        self._watch()
+            self._look_again()
+
+    def saved_to(self, file: Any) -> None:
+        """``torch.save`` is about to write ``file``: weights loaded from it later are the
+        run's own."""
+        path = _path_of(file)
+        if path and len(self.written) < WRITTEN:
+            self.written.add(path)
 
     def module_loaded(self, module: nn.Module, state_dict: Any) -> None:
-        """``module.load_state_dict(state_dict)``: from a checkpoint, or a dict of its tensors."""
+        """``module.load_state_dict(state_dict)``: from a checkpoint, or a dict of its tensors.
+        Parameters the dict leaves out (``strict=False`` over a head of its own) are new."""
         if not isinstance(state_dict, dict) or not self.recent:
             return
         first = id(next(iter(state_dict.values()), None))
         given = (id(state_dict), len(state_dict))
-        load = next((r for r in self.recent if given in r.dicts or first in r.tensors), None)
-        if load is not None:
-            self.modules.add(module)
-            self._weights_from(load.path, load.where)
+        load = next(
+            (r for r in reversed(self.recent) if given in r.dicts or first in r.tensors), None
+        )  # (the latest first: a freed dict's id may be an earlier load's)
+        if load is None:
+            return
+        self.modules.add(module)
+        self.left_out.update(p for n, p in module.named_parameters() if n not in state_dict)
+        self._weights_from(load.path, load.where)
 
     def _weights_from(self, path: str, where: str) -> None:
         """A module's weights came from the file at ``path`` ("" for an open file or a
-        buffer), loaded at ``where``: its folder is where an optimiser's state saved apart
-        would be."""
-        if path:
-            self.folders[os.path.dirname(path)] = where
-            self.sorting = LOOK_STEPS
-            self._watch()
-
-    def optimiser_loaded(self, optimizer: torch.optim.Optimizer, state: Any) -> None:
-        """``optimizer.load_state_dict(state)``: that state is claimed, the optimiser no fresh one."""
-        self.loaded.add(optimizer)
-        self.resuming.add(optimizer)
-        self.saved = [s for s in self.saved if s[2] is not state]
-        self._watch()
-
-    def stepped(self, optimizer: torch.optim.Optimizer, step: int, live: bool) -> None:
-        """An optimiser step (the run's ``step``) ended; ``live``: the optimiser stepped before
-        (before the load, since each is judged once after it)."""
-        self.trained = True
-        self._sort(optimizer, live)
-        self.steps_left -= 1
-        if self.steps_left <= 0:
-            self.saved = []
-        if optimizer in self.judged or not self.saved:
-            self._watch()
+        buffer), loaded at ``where``: the files of its folder named for a state that the run
+        has neither read nor written are looked into, once a folder, their states counted as
+        saved beside the weights."""
+        if not path or path in self.written:  # weights the run saved itself: no resume
             return
-        self.judged.add(optimizer)
-        fresh = not live and optimizer not in self.loaded
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        found = None
-        if fresh and not isinstance(optimizer, torch.optim.LBFGS) and self._resumed(params):
-            found = next((s for s in self.saved if _laid_out_as(s[2], optimizer)), None)
-        if found is not None:
-            self.saved.remove(found)
-            self.resuming.add(optimizer)
-            self._say_optimiser(found, optimizer, len(params), step)
-        self._watch()
-
-    def _sort(self, optimizer: torch.optim.Optimizer, live: bool) -> None:
-        """At its first step within ``LOOK_STEPS`` after weights were loaded from a file: an
-        optimiser that loaded no state and did not step before, over mostly loaded weights, is
-        fresh (its state saved apart is looked for when the run saves it)."""
-        if self.sorting <= 0:
+        folder = os.path.dirname(path)
+        if folder in self.folders:
             return
-        self.sorting -= 1
-        if optimizer in self.sorted:
-            return
-        self.sorted.add(optimizer)
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        if not live and optimizer not in self.loaded and self._resumed(params):
-            self.fresh.add(optimizer)
-
-    def saving(self, obj: Any, file: Any) -> None:
-        """``torch.save(obj, file)`` is about to write: where ``obj`` holds an optimiser's (or a
-        scheduler's) state and a fresh one trains loaded weights, the file of that name beside
-        the weights, never read, is looked into (once a name) for the state it should have
-        loaded."""
-        fresh = [o for o in self.fresh if o not in self.loaded]
-        name = os.path.basename(_path_of(file))
-        if not fresh or not name or name in self.looked_for:
-            return
-        if not any(_is_state(v) for _, v in _nodes(obj, "", DEPTH)):
-            return
-        self.looked_for.add(name)
-        for folder, where in self.folders.items():
+        self.folders.add(folder)
+        found = False
+        for name in _names(folder):
             beside = os.path.join(folder, name)
-            if beside in self.read or not os.path.isfile(beside):
+            if beside == path or beside in self.read or beside in self.written:
                 continue
             for key, state in self._peek(beside):
                 place = f"in {name!r} beside it, never read" + (
                     f", {key}" if key != "the whole file" else ""
                 )
-                if _is_scheduler_state(state):
-                    schedulers = (s for s in fresh if isinstance(s, LRScheduler))
-                    scheduler = next((s for s in schedulers if _of_kind(state, s)), None)
-                    if scheduler is not None:
-                        fresh.remove(scheduler)
-                        self.fresh.discard(scheduler)
-                        self.pending.append(((where, place, state), weakref.ref(scheduler)))
-                    continue
-                optimizers = (o for o in fresh if isinstance(o, torch.optim.Optimizer))
-                optimizer = next((o for o in optimizers if _laid_out_as(state, o)), None)
-                if optimizer is not None:
-                    fresh.remove(optimizer)
-                    self.fresh.discard(optimizer)
-                    self.resuming.add(optimizer)
-                    params = sum(len(g["params"]) for g in optimizer.param_groups)
-                    self._say_optimiser((where, place, state), optimizer, params, 0, True)
-        waiting = []
-        for saved, ref in self.pending:
-            scheduler = ref()
-            if scheduler is not None and scheduler.optimizer in self.resuming:
-                self._say_scheduler(saved, scheduler, True)
-            elif scheduler is not None:
-                waiting.append((saved, ref))
-        self.pending = waiting
+                into = self.saved if _is_optimiser_state(state) else self.schedulers
+                into.append(Saved(where, place, state, beside))
+                found = True
+        if found:
+            self._look_again()
+
+    def _look_again(self) -> None:
+        """Saved states arrived: the optimisers and schedulers are judged at their next step."""
+        self.steps_left, self.trained, self.judged = LOOK_STEPS, False, weakref.WeakSet()
+        self.first_steps = weakref.WeakKeyDictionary()
+        self._watch()
 
     def _peek(self, path: str) -> list[tuple[str, dict[str, Any]]]:
-        """The optimiser and scheduler states in the file at ``path``: (where in it, the state). Read with
-        ``weights_only`` (no code of the file runs), memory-mapped where its format allows; a
-        file that does not read so holds none we can tell."""
+        """The optimiser and scheduler states in the file at ``path``: (where in it, the
+        state). Read with ``weights_only`` (no code of the file runs), memory-mapped where its
+        format allows; a file that does not read so holds none we can tell."""
         self.peeking = True
         try:
             try:
@@ -264,62 +230,90 @@ class Resumes:
             self.peeking = False
         return [(k, v) for k, v in _nodes(loaded, "", DEPTH) if _is_state(v)]
 
+    def optimiser_loaded(self, optimizer: torch.optim.Optimizer, state: Any) -> None:
+        """``optimizer.load_state_dict(state)``: that state is claimed, the optimiser no fresh
+        one; unless the state is its own and empty (accelerate's ``prepare`` reloads a fresh
+        optimiser's state to place it on the device)."""
+        if _own_empty_state(optimizer, state):
+            return
+        self.loaded.add(optimizer)
+        self.resuming.add(optimizer)
+        self.saved = [s for s in self.saved if s.state is not state]
+        self._watch()
+
+    def stepped(self, optimizer: torch.optim.Optimizer, step: int, live: bool) -> None:
+        """An optimiser step (the run's ``step``) ended; ``live``: the optimiser stepped before
+        (before the load, since each is judged once after it)."""
+        self.trained = True
+        self.steps_left -= 1
+        if self.steps_left <= 0:
+            self.saved = []
+        if optimizer in self.judged or not self.saved:
+            self._watch()
+            return
+        self.judged.add(optimizer)
+        fresh = not live and optimizer not in self.loaded
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        found = None
+        if fresh and not isinstance(optimizer, torch.optim.LBFGS) and self._resumed(params):
+            found = next((s for s in self.saved if _laid_out_as(s.state, optimizer)), None)
+        if found is not None:
+            self.saved.remove(found)
+            self.resuming.add(optimizer)
+            self._say_optimiser(found, optimizer, len(params), step)
+        self._watch()
+
     def scheduler_stepped(self, scheduler: LRScheduler) -> None:
         """A learning-rate scheduler's ``step`` starts (``last_epoch`` before it)."""
-        if scheduler.last_epoch < 0:  # (the step its constructor takes)
+        if scheduler.last_epoch < 0 or not self.schedulers:  # (the step its constructor takes)
             return
-        if self.sorting > 0 and scheduler not in self.sorted:  # a state saved apart?
-            self.sorted.add(scheduler)
-            params = [p for group in scheduler.optimizer.param_groups for p in group["params"]]
-            if scheduler.last_epoch == 0 and self._resumed(params):
-                self.fresh.add(scheduler)
-        if not self.schedulers or not self.trained or scheduler in self.judged:
+        if not self.trained:  # (a scheduler stepped at the start of each epoch, or fast-forwarded)
+            self.first_steps.setdefault(scheduler, scheduler.last_epoch)
             return
-        if scheduler.optimizer not in self.resuming:  # a fine-tuning: its optimiser is new
-            return
+        if scheduler in self.judged or scheduler.optimizer not in self.resuming:
+            return  # (an optimiser that does not resume: a fine-tuning starts its schedule anew)
         self.judged.add(scheduler)
         params = [p for group in scheduler.optimizer.param_groups for p in group["params"]]
-        found = next((s for s in self.schedulers if _of_kind(s[2], scheduler)), None)
+        found = next((s for s in self.schedulers if _of_kind(s.state, scheduler)), None)
         if found is None or not self._resumed(params):
             return
         self.schedulers.remove(found)
-        if scheduler.last_epoch == 0:
+        first = self.first_steps.get(scheduler, scheduler.last_epoch)
+        if first == 0 and scheduler.last_epoch < found.state["last_epoch"]:
             self._say_scheduler(found, scheduler)
         self._watch()
 
-    def _say_scheduler(self, saved: Saved, scheduler: LRScheduler, beside: bool = False) -> None:
-        where, key, state = saved
+    def _say_scheduler(self, saved: Saved, scheduler: LRScheduler) -> None:
         part = (
-            f"{'has' if beside else 'holds'} a learning-rate scheduler's state ({key}, at its "
-            f"step {state['last_epoch']})",
+            f"{'has' if saved.beside else 'holds'} a learning-rate scheduler's state "
+            f"({saved.key}, at its step {saved.state['last_epoch']})",
             f"the {type(scheduler).__name__} stepping it",
             "scheduler",
             "its schedule starts over, the rate back at its first step's",
         )
-        evidence = {"scheduler_key": key, "scheduler_step_in_checkpoint": state["last_epoch"]}
-        self._say(where, f"scheduler {key}", part, evidence)
+        evidence = {
+            "scheduler_key": saved.key,
+            "scheduler_step_in_checkpoint": saved.state["last_epoch"],
+        }
+        self._say(saved.where, f"scheduler {saved.key}", part, evidence)
 
     def _watch(self) -> None:
-        self.watching = (
-            bool(self.saved) or (bool(self.schedulers) and not self.trained) or self.sorting > 0
-        )
+        self.watching = bool(self.saved) or (bool(self.schedulers) and not self.trained)
 
     def _resumed(self, params: list[torch.Tensor]) -> bool:
         """Half the parameters' values or more belong to modules loaded from a checkpoint (a
-        temperature kept as a bare parameter beside the model is restored some other way)."""
+        temperature kept as a bare parameter beside the model is restored some other way), and
+        none is one a load left out (a head of its own, fine-tuned with the loaded body)."""
+        if any(p in self.left_out for p in params):
+            return False
         loaded = {id(p) for m in self.modules for p in m.parameters()}
         total = sum(p.numel() for p in params)
         return total > 0 and 2 * sum(p.numel() for p in params if id(p) in loaded) >= total
 
     def _say_optimiser(
-        self,
-        saved: Saved,
-        optimizer: torch.optim.Optimizer,
-        params: int,
-        step: int,
-        beside: bool = False,
+        self, saved: Saved, optimizer: torch.optim.Optimizer, params: int, step: int
     ) -> None:
-        where, key, state = saved
+        where, key, state, beside = saved
         steps = steps_taken(state)
         kept = sorted({k for s in state["state"].values() if isinstance(s, dict) for k in s})
         if "exp_avg_sq" in kept:
@@ -354,12 +348,13 @@ class Resumes:
         parts = [p for p, _ in said.values()]
         held, who = (" and ".join(p[i] for p in parts) for i in range(2))
         calls = " or ".join(sorted({f"{p[2]}.load_state_dict" for p in parts}))
+        follows = "; ".join(dict.fromkeys(p[3] for p in parts))  # (a SequentialLR's two: one)
         found = Finding(
             "optimiser-state-not-loaded",
             "warning",
             f"the checkpoint loaded here {held} for parameters whose weights were loaded "
             f"from a checkpoint, but {who} started afresh (no {calls} call): "
-            + "; ".join(p[3] for p in parts),
+            + follows,
             where=where,
             step=step,
             evidence=evidence if len(said) == 1 else {"states": [e for _, e in said.values()]},
@@ -389,11 +384,38 @@ def _path_of(file: Any) -> str:
 def _nodes(obj: Any, key: str, depth: int) -> Iterator[tuple[str, Any]]:
     """(where it is, e.g. "under 'optimizer'", the object) of ``obj`` and of every dict value
     and list item ``depth`` levels below it; an optimiser's or scheduler's state is not looked
-    into."""
+    into. A ``SequentialLR``'s (or ``ChainedScheduler``'s) schedulers are at its own level."""
     yield key or "the whole file", obj
-    if depth > 0 and not _is_state(obj):
+    inner = obj.get("_schedulers") if isinstance(obj, dict) else None
+    if isinstance(inner, list):
+        for i, value in enumerate(inner[:ITEMS]):
+            yield from _nodes(value, f"scheduler {i} {key}".strip(), depth)
+    elif depth > 0 and not _is_state(obj):
         for where, value in _entries(obj, key):
             yield from _nodes(value, where, depth - 1)
+
+
+def _names(folder: str) -> list[str]:
+    """The names of the first ``FOLDER_ENTRIES`` files of ``folder`` named for a state."""
+    try:
+        with os.scandir(folder) as entries:
+            first = itertools.islice(entries, FOLDER_ENTRIES)
+            return sorted(e.name for e in first if STATE_FILE.search(e.name) and e.is_file())
+    except OSError:
+        return []
+
+
+def _own_empty_state(optimizer: torch.optim.Optimizer, state: Any) -> bool:
+    """``state`` keeps nothing and its groups' settings are the optimiser's own: a reload
+    that restores nothing."""
+    if not isinstance(state, dict) or state.get("state") or "param_groups" not in state:
+        return False
+    try:
+        settings = [{k: v for k, v in g.items() if k != "params"} for g in state["param_groups"]]
+        own = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        return bool(settings == own)
+    except (RuntimeError, TypeError):  # tensors of several values compared
+        return False
 
 
 def _entries(obj: Any, key: str) -> list[tuple[str, Any]]:
@@ -442,8 +464,9 @@ def _of_kind(saved: dict[str, Any], scheduler: LRScheduler) -> bool:
 
 def _laid_out_as(saved: dict[str, Any], optimizer: torch.optim.Optimizer) -> bool:
     """The saved state is of an optimiser like this one: as many parameters in each group, and
-    each saved moment (a tensor of one dimension or more) shaped as its parameter, looked at
-    for the first and last ``SHAPES_LOOKED_AT`` parameters."""
+    each saved moment (a tensor of one dimension or more) shaped as its parameter and kept
+    under the names this optimiser keeps its own (once it has stepped), looked at for the first
+    and last ``SHAPES_LOOKED_AT`` parameters."""
     groups = saved["param_groups"]
     if [len(g["params"]) for g in groups] != [len(g["params"]) for g in optimizer.param_groups]:
         return False
@@ -454,6 +477,9 @@ def _laid_out_as(saved: dict[str, Any], optimizer: torch.optim.Optimizer) -> boo
         state = saved["state"].get(ids[at])
         if not isinstance(state, dict):
             continue
+        own = optimizer.state.get(params[at])
+        if own and set(own) != set(state):  # another optimiser's kind: Adam's moments, SGD's
+            return False
         for value in state.values():
             if isinstance(value, torch.Tensor) and value.dim() > 0:
                 if value.shape != params[at].shape:
