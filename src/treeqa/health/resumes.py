@@ -353,8 +353,7 @@ class Resumes:
             "optimiser-state-not-loaded",
             "warning",
             f"the checkpoint loaded here {held} for parameters whose weights were loaded "
-            f"from a checkpoint, but {who} started afresh (no {calls} call): "
-            + follows,
+            f"from a checkpoint, but {who} started afresh (no {calls} call): " + follows,
             where=where,
             step=step,
             evidence=evidence if len(said) == 1 else {"states": [e for _, e in said.values()]},
