@@ -29,6 +29,7 @@ FRESH_PROCESS = {
     "bug_hogwild_after_warmup.py",
     "bug_hogwild_spawn_probs_into_ce.py",
     "clean_forkserver_pool.py",
+    "bug_step_time_subnormal_weights.py",  # (torch's threads keep a flush-to-zero flag for life)
 }
 """Scripts run as ``treeqa doctor`` runs them: in a new interpreter. In this long-lived test
 process, heap that earlier tests freed is handed out again first, so a leak can fill it for

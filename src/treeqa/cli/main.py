@@ -132,6 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.overrides = extra
     name = command_name(args, task)
+    if own_process and args.command in ("train", "evaluate", "predict", "serve"):
+        from treeqa.train.loop import flush_denormals  # (torch only for commands that compute)
+
+        # Before any thread is started: torch's CPU threads start with the flag as it is then.
+        flush_denormals()
     try:
         check_paths(args)
         # predict's --json is its stream of results, one line each; the others' a last object.
