@@ -111,7 +111,8 @@ class Resumes:
         # tensors, what a module's load_state_dict may be given (ids only: no checkpoint is
         # kept alive; a dataset read file by file is no growing set)
         self.recent: collections.deque[Load] = collections.deque(maxlen=RECENT)
-        self.modules: weakref.WeakSet[nn.Module] = weakref.WeakSet()  # loaded from a checkpoint
+        # modules loaded from a checkpoint -> the line of the load their weights came from
+        self.modules: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
         self.left_out: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()  # their unloaded params
         self.folders: set[str] = set()  # the weights' folders looked in
         self.read: set[str] = set()  # files named for a state that the run read
@@ -154,8 +155,9 @@ class Resumes:
         values = loaded.values() if isinstance(loaded, dict) else (loaded,)
         models = [v for v in values if isinstance(v, nn.Module)]  # torch.save(model)
         if models:
-            self.modules.update(models)
-            self._weights_from(path, sites.user_site())
+            site = sites.user_site()
+            self.modules.update((m, site) for m in models)
+            self._weights_from(path, site)
         if where:
             self._look_again()
 
@@ -178,7 +180,7 @@ class Resumes:
         )  # (the latest first: a freed dict's id may be an earlier load's)
         if load is None:
             return
-        self.modules.add(module)
+        self.modules[module] = load.where
         self.left_out.update(p for n, p in module.named_parameters() if n not in state_dict)
         self._weights_from(load.path, load.where)
 
@@ -260,7 +262,7 @@ class Resumes:
         if found is not None:
             self.saved.remove(found)
             self.resuming.add(optimizer)
-            self._say_optimiser(found, optimizer, len(params), step)
+            self._say_optimiser(self._placed(found, params), optimizer, len(params), step)
         self._watch()
 
     def scheduler_stepped(self, scheduler: LRScheduler) -> None:
@@ -280,7 +282,7 @@ class Resumes:
         self.schedulers.remove(found)
         first = self.first_steps.get(scheduler, scheduler.last_epoch)
         if first == 0 and scheduler.last_epoch < found.state["last_epoch"]:
-            self._say_scheduler(found, scheduler)
+            self._say_scheduler(self._placed(found, params), scheduler)
         self._watch()
 
     def _say_scheduler(self, saved: Saved, scheduler: LRScheduler) -> None:
@@ -297,6 +299,17 @@ class Resumes:
         }
         self._say(saved.where, f"scheduler {saved.key}", part, evidence)
 
+    def _placed(self, saved: Saved, params: list[torch.Tensor]) -> Saved:
+        """A state found beside the weights, said at the load of the weights it trains (a
+        GAN's ``optD.pt`` at ``D.pt``'s, not at ``G.pt``'s, which looked into the folder)."""
+        if not saved.beside:
+            return saved
+        ids = {id(p) for p in params}
+        for module, where in self.modules.items():
+            if where and any(id(p) in ids for p in module.parameters()):
+                return saved._replace(where=where)
+        return saved
+
     def _watch(self) -> None:
         self.watching = bool(self.saved) or (bool(self.schedulers) and not self.trained)
 
@@ -306,7 +319,7 @@ class Resumes:
         none is one a load left out (a head of its own, fine-tuned with the loaded body)."""
         if any(p in self.left_out for p in params):
             return False
-        loaded = {id(p) for m in self.modules for p in m.parameters()}
+        loaded = {id(p) for m in self.modules.keys() for p in m.parameters()}
         total = sum(p.numel() for p in params)
         return total > 0 and 2 * sum(p.numel() for p in params if id(p) in loaded) >= total
 
