@@ -338,6 +338,18 @@ elif case == "sequential":  # a warm-up then cosine, in one checkpoint
     model.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["optimizer"])
     train(model, opt, 20, schedule)
+elif case == "rebuilt":  # the state loaded, then the optimiser built again over the model
+    model = net()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    train(model, opt, 20)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, path("ckpt.pt"))
+    model = net()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ckpt = torch.load(path("ckpt.pt"))
+    model.load_state_dict(ckpt["model"])
+    opt.load_state_dict(ckpt["optimizer"])
+    opt = torch.optim.Adam(model.parameters(), lr=3e-4)  # the loaded state goes with the old one
+    train(model, opt, 20)
 elif case == "own state reloaded":  # accelerate's prepare: a fresh optimiser reloads its own
     model = net()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -452,6 +464,7 @@ EXPECTED_CASES = {
     "rewind": [],
     "sequential": ["scheduler", "scheduler"],  # its warm-up's and its cosine's
     "own state reloaded": ["optimizer"],
+    "rebuilt": ["optimizer"],
     "a new head": [],
     "gan both fresh": ["optD", "optG"],
     "gan D forgotten": ["optD"],
@@ -477,6 +490,8 @@ def test_each_way_of_resuming_names_the_states_left_unloaded(case: str, tmp_path
     assert keys == EXPECTED_CASES[case], [f["message"] for f in found]
     if case == "momentum":
         assert "its momentum restarts at zero" in found[0]["message"]
+    if case == "rebuilt":
+        assert "(its state went to an optimiser since rebuilt)" in found[0]["message"]
 
 
 def test_an_optimiser_loaded_before_a_later_load_stays_loaded_and_files_read_one_by_one_are_let_go() -> (

@@ -93,8 +93,8 @@ class Saved(NamedTuple):
 
 
 Part = tuple[str, str, str, str]
-"""Of a finding: (what the checkpoint holds, what started afresh, whose ``load_state_dict`` was
-not called, what follows)."""
+"""Of a finding: (what the checkpoint holds, what started afresh, how: "no
+optimizer.load_state_dict call", what follows)."""
 
 
 class Resumes:
@@ -106,6 +106,8 @@ class Resumes:
     def __init__(self, add: Callable[[Finding], None]) -> None:
         self.add = add
         self.saved: list[Saved] = []  # optimiser states no optimiser has loaded or matched
+        # states an optimiser loaded: matched again where that optimiser is gone (rebuilt)
+        self.claimed: list[tuple[Saved, weakref.ref[torch.optim.Optimizer]]] = []
         self.schedulers: list[Saved] = []  # schedulers' states, likewise
         # Of each of the last RECENT loads: (id, length) of its dicts and the ids of their first
         # tensors, what a module's load_state_dict may be given (ids only: no checkpoint is
@@ -240,6 +242,8 @@ class Resumes:
             return
         self.loaded.add(optimizer)
         self.resuming.add(optimizer)
+        ref = weakref.ref(optimizer)
+        self.claimed += [(s, ref) for s in self.saved if s.state is state]
         self.saved = [s for s in self.saved if s.state is not state]
         self._watch()
 
@@ -249,8 +253,9 @@ class Resumes:
         self.trained = True
         self.steps_left -= 1
         if self.steps_left <= 0:
-            self.saved = []
-        if optimizer in self.judged or not self.saved:
+            self.saved, self.claimed = [], []
+        dropped = [s for s, ref in self.claimed if ref() is None]  # loaded, then rebuilt
+        if optimizer in self.judged or not (self.saved or dropped):
             self._watch()
             return
         self.judged.add(optimizer)
@@ -258,11 +263,15 @@ class Resumes:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         found = None
         if fresh and not isinstance(optimizer, torch.optim.LBFGS) and self._resumed(params):
-            found = next((s for s in self.saved if _laid_out_as(s.state, optimizer)), None)
+            found = next(
+                (s for s in self.saved + dropped if _laid_out_as(s.state, optimizer)), None
+            )
         if found is not None:
-            self.saved.remove(found)
+            self.saved = [s for s in self.saved if s is not found]
+            self.claimed = [(s, ref) for s, ref in self.claimed if s is not found]
             self.resuming.add(optimizer)
-            self._say_optimiser(self._placed(found, params), optimizer, len(params), step)
+            why = "its state went to an optimiser since rebuilt" if found in dropped else ""
+            self._say_optimiser(self._placed(found, params), optimizer, len(params), step, why)
         self._watch()
 
     def scheduler_stepped(self, scheduler: LRScheduler) -> None:
@@ -290,7 +299,7 @@ class Resumes:
             f"{'has' if saved.beside else 'holds'} a learning-rate scheduler's state "
             f"({saved.key}, at its step {saved.state['last_epoch']})",
             f"the {type(scheduler).__name__} stepping it",
-            "scheduler",
+            "no scheduler.load_state_dict call",
             "its schedule starts over, the rate back at its first step's",
         )
         evidence = {
@@ -311,7 +320,9 @@ class Resumes:
         return saved
 
     def _watch(self) -> None:
-        self.watching = bool(self.saved) or (bool(self.schedulers) and not self.trained)
+        self.watching = bool(self.saved or self.claimed) or (
+            bool(self.schedulers) and not self.trained
+        )
 
     def _resumed(self, params: list[torch.Tensor]) -> bool:
         """Half the parameters' values or more belong to modules loaded from a checkpoint (a
@@ -324,8 +335,14 @@ class Resumes:
         return total > 0 and 2 * sum(p.numel() for p in params if id(p) in loaded) >= total
 
     def _say_optimiser(
-        self, saved: Saved, optimizer: torch.optim.Optimizer, params: int, step: int
+        self,
+        saved: Saved,
+        optimizer: torch.optim.Optimizer,
+        params: int,
+        step: int,
+        why: str = "",
     ) -> None:
+        """``why``: how it started afresh, where it was no missing ``load_state_dict``."""
         where, key, state, beside = saved
         steps = steps_taken(state)
         kept = sorted({k for s in state["state"].values() if isinstance(s, dict) for k in s})
@@ -345,7 +362,7 @@ class Resumes:
             f"{'has' if beside else 'holds'} an optimiser's state ({key}"
             + (f", {steps} steps taken)" if steps else ")"),
             f"the {type(optimizer).__name__} training them",
-            "optimizer",
+            why or "no optimizer.load_state_dict call",
             then,
         )
         evidence = {"key": key, "steps_in_checkpoint": steps, "parameters": params}
@@ -360,13 +377,13 @@ class Resumes:
         said[what] = (part, evidence)
         parts = [p for p, _ in said.values()]
         held, who = (" and ".join(p[i] for p in parts) for i in range(2))
-        calls = " or ".join(sorted({f"{p[2]}.load_state_dict" for p in parts}))
+        whys = "; ".join(dict.fromkeys(p[2] for p in parts))
         follows = "; ".join(dict.fromkeys(p[3] for p in parts))  # (a SequentialLR's two: one)
         found = Finding(
             "optimiser-state-not-loaded",
             "warning",
             f"the checkpoint loaded here {held} for parameters whose weights were loaded "
-            f"from a checkpoint, but {who} started afresh (no {calls} call): " + follows,
+            f"from a checkpoint, but {who} started afresh ({whys}): " + follows,
             where=where,
             step=step,
             evidence=evidence if len(said) == 1 else {"states": [e for _, e in said.values()]},

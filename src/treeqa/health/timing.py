@@ -234,7 +234,7 @@ def subnormal_cause(found: Finding, named: Iterable[tuple[str, torch.Tensor]]) -
     normal value and not zero: the CPU computes with them many times slower (a microcode
     assist an operation). Weights that get no gradient, shrunk step by step by weight decay,
     end there (a Child-Sum Tree-LSTM's forget-gate input weights on constituency trees, whose
-    inner nodes have no word: 1.4x slower over one SST epoch). One pass over the weights."""
+    inner nodes have no word: 1.7x slower over one SST epoch). One pass over the weights."""
     counts, total = [], 0
     for name, p in named:
         if p.is_floating_point() and p.device.type == "cpu":
