@@ -132,8 +132,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.overrides = extra
     name = command_name(args, task)
-    if own_process and args.command in ("train", "evaluate", "predict", "serve"):
-        from treeqa.train.loop import flush_denormals  # (torch only for commands that compute)
+    # Commands that run a model (not `evaluate qa --predictions`, which scores text, nor the
+    # doctor, which runs a script as python would): torch imported only for them.
+    computes = args.command in ("train", "evaluate", "predict", "serve")
+    if own_process and computes and not getattr(args, "predictions", None):
+        from treeqa.train.loop import flush_denormals
 
         # Before any thread is started: torch's CPU threads start with the flag as it is then.
         flush_denormals()
