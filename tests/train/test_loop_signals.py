@@ -136,12 +136,15 @@ def test_the_cli_saves_on_a_signal_exits_128_plus_it_and_resumes(
     name = signal.Signals(signum).name
     assert f"treeqa train: stopped by {name} after step" in stderr
     assert "Traceback" not in stderr
-    step = ckpt.load(cut / ckpt.LAST).meta["state"]["step"]
+    saved = ckpt.load(cut / ckpt.LAST).meta["state"]
+    step = saved["step"]
     assert step == len(losses(cut)) >= 10  # saved at the last step it logged
-    # --json still gives the run's summary, alone on stdout (it gave nothing).
+    # --json still gives the run's summary, alone on stdout (it gave nothing): where it stopped
+    # (in the second epoch, or a later one on a fast machine)
     summary = json.loads(stdout)
     assert (summary["interrupted"], summary["steps"]) == (name, step)
-    assert (summary["run_dir"], summary["epochs"], summary["best_epoch"]) == (str(cut), 1, 1)
+    assert (summary["run_dir"], summary["epochs"]) == (str(cut), saved["epoch"])
+    assert 1 <= summary["best_epoch"] <= summary["epochs"]
     assert main(["train", "--resume", str(cut)]) == 0
     assert losses(cut) == losses(full)
 
