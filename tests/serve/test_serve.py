@@ -189,7 +189,7 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
             None,
             b'{"tree": "((a) (b))", "n": ' + b"9" * 5000 + b"}",
             400,
-            "body: invalid JSON: Exceeds the limit (4300 digits)",
+            "body: invalid JSON: an integer longer than 4,300 digits",
         ),
         ("/api/qa", {"context": "a", "question": "b"}, None, 404, "no QA model"),
         ("/api/nothing", {}, None, 404, "no such route"),

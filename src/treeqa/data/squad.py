@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import sys
 import unicodedata
 import zlib
 from collections import Counter
@@ -149,7 +150,11 @@ def finite_float(text: str) -> float:
 def json_beyond_syntax(err: RecursionError | ValueError) -> str:
     """What ``json.loads`` raised besides a syntax error, in words: text nested deeper than
     Python's recursion limit, or an integer longer than ``int()`` converts (4,300 digits)."""
-    return "JSON nested too deeply" if isinstance(err, RecursionError) else f"invalid JSON: {err}"
+    if isinstance(err, RecursionError):
+        return "JSON nested too deeply"
+    if "integer string conversion" in str(err):  # (Python's words name its own setting)
+        return f"invalid JSON: an integer longer than {sys.get_int_max_str_digits():,} digits"
+    return f"invalid JSON: {err}"
 
 
 def read_json_text(path: str | Path) -> str:
