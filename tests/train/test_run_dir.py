@@ -63,7 +63,9 @@ def test_the_users_config_file_in_out_is_kept(demo_dir: Path, tmp_path: Path) ->
     assert "epochs = 1" in mine.read_text() and "# my experiment" not in mine.read_text()
 
 
-def test_a_log_and_health_report_already_in_out_are_kept(demo_dir: Path, tmp_path: Path) -> None:
+def test_a_log_and_health_report_already_in_out_are_kept(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "exp"
     out.mkdir()
     notes = '{"note": "my results from last week", "acc": 0.9}\nnot even JSON\n'
@@ -72,6 +74,9 @@ def test_a_log_and_health_report_already_in_out_are_kept(demo_dir: Path, tmp_pat
     assert main(["train", "--data", str(demo_dir), "--epochs", "1", "--out", str(out)]) == 0
     assert (out / "metrics.1.jsonl").read_text() == notes
     assert (out / "health.1.json").read_text() == '{"mine": 1}'
+    said = capsys.readouterr().out
+    assert f"{out / 'metrics.jsonl'} held another log: kept as {out / 'metrics.1.jsonl'}" in said
+    assert f"{out / 'health.json'} held an earlier report: kept as {out / 'health.1.json'}" in said
     logged = (out / "metrics.jsonl").read_text().splitlines()
     assert logged and all('"step"' in line or '"epoch"' in line for line in logged)
 

@@ -194,6 +194,7 @@ def write_plot(result: dict[str, Any], path: str | Path) -> None:
 
 def keep_earlier(path: Path) -> None:
     """Move a report an earlier part of the run wrote (before a resume) to ``health.1.json``,
-    ``health.2.json``, ...: the resumed part writes its own, and the earlier findings stay."""
+    ``health.2.json``, ...: the resumed part writes its own, and the earlier findings stay
+    (said, as an earlier ``config.toml`` or ``metrics.jsonl`` kept aside is)."""
     if path.exists():
-        keep_aside(path)
+        print(f"{path} held an earlier report: kept as {keep_aside(path)}")
