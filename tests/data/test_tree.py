@@ -3,7 +3,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from treeqa.data.tree import TreeSyntaxError, parse_tree, read_trees, unescape_ptb, write_trees
+from treeqa.data.tree import (
+    TreeSyntaxError,
+    iter_trees,
+    parse_tree,
+    read_trees,
+    unescape_ptb,
+    write_trees,
+)
 
 SST_LIKE = [
     "(3 (2 (2 The) (2 Rock)) (4 (3 (2 is) (4 good)) (2 .)))",
@@ -124,6 +131,12 @@ def test_a_tree_laid_out_over_lines_in_a_file_says_a_tree_takes_one_line(tmp_pat
     path.write_text("(3 (2 the)\n   (3 film))\n", encoding="utf-8")
     with pytest.raises(TreeSyntaxError, match=r":1:11: unbalanced '\(': .* each tree whole on one"):
         read_trees(path)
+
+
+def test_a_tree_given_whole_on_the_command_line_is_not_told_about_lines() -> None:
+    with pytest.raises(TreeSyntaxError) as err:
+        list(iter_trees(["(3 (2 the) (3 film)"], "<command line>"))
+    assert err.value.reason.startswith("unbalanced '('") and "line" not in err.value.reason
 
 
 def test_blank_lines_are_skipped_and_not_utf8_is_an_error(tmp_path: Path) -> None:

@@ -314,8 +314,8 @@ def iter_trees(lines: Iterable[str], source: str = "<string>") -> Iterator[Tree]
             try:
                 tree = parse_tree(text, source, number)
             except TreeSyntaxError as err:
-                if not err.reason.startswith("unbalanced '('"):
-                    raise
+                if not err.reason.startswith("unbalanced '('") or source == "<command line>":
+                    raise  # (a tree given as an argument is whole: no lines to join)
                 # NLTK's str(tree), say, lays a long tree out over several lines.
                 reason = f"{err.reason} (a tree file holds each tree whole on one line)"
                 raise TreeSyntaxError(reason, source, err.line, err.column) from None
