@@ -248,6 +248,7 @@ def test_evaluate_seeds_reports_mean_and_std(
     assert main(argv) == 0
     captured = capsys.readouterr()  # under --json, what is said besides goes to stderr
     assert "NOTE: train.epochs is 1, but some seeds were trained further" in captured.err
+    assert "mean +- std over 2 seeds, in % (each seed's line above: fractions)" in captured.err
     assert "seed 1: 2 epochs" in captured.err
     assert json.loads(captured.out)["epochs"] == [1, 2]  # stdout: the JSON object alone
 

@@ -152,6 +152,7 @@ def run_seeds(args: argparse.Namespace) -> int:
             f"(resumed with more epochs before): {', '.join(longer)} epochs; the mean mixes runs "
             "of different lengths"
         )
+    print(f"mean +- std over {len(per_seed)} seeds, in % (each seed's line above: fractions)")
     for key in per_seed[0]:
         values = [s[key] for s in per_seed]
         if key.endswith("_acc"):
