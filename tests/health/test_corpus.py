@@ -157,6 +157,7 @@ EXPECTED = {
     "bug_zero_grad_kept_zeros.py": "step-without-gradients",  # zeroed in place after backward
     "bug_loss_at_chance_regression_split.py": "loss-at-chance",  # same wrong pairs each epoch
     "bug_optimiser_state_not_loaded.py": "optimiser-state-not-loaded",
+    "bug_weights_not_loaded.py": "weights-not-loaded",  # strict=False over module. keys
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -166,6 +167,7 @@ CLEAN = [
     "clean_lbfgs.py",
     "clean_loose_parameters.py",
     "clean_momentum_teacher.py",
+    "clean_weights_loaded_on_second_try.py",  # strict=False, then the prefix stripped
     "clean_moco_momentum_encoder.py",  # the key encoder inside the model, moved through .data =
     "clean_byol_target_by_data.py",  # a target beside it, moved through .data.mul_().add_()
     "clean_symmetric_contrastive.py",

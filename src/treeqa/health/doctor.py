@@ -811,6 +811,7 @@ class Doctor:
                     monitor.safely(self._hand_step)  # the last update by hand
                 monitor.in_step = False  # its findings are the last step's (_final_checks)
                 self.updates.finish(monitor.step, self.roots)
+                self.resumes.say_unmatched()
                 monitor.maximize = self.updates.maximize
                 monitor.maximize_weights = self.updates.maximize_weights
             if monitor.step == 0:  # backward calls with no optimiser step: say so in the summary

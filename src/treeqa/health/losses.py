@@ -138,7 +138,9 @@ class LossInputCheck:
         self.loaded = True
         if self.resumes is not None and args:
             self.resumes.module_loaded(
-                args[0], args[1] if len(args) > 1 else kwargs.get("state_dict")
+                args[0],
+                args[1] if len(args) > 1 else kwargs.get("state_dict"),
+                args[2] if len(args) > 2 else kwargs.get("strict", True),
             )
 
     def _torch_loaded(

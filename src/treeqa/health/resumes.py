@@ -130,6 +130,9 @@ class Resumes:
         self.trained = False  # an optimiser stepped since the last load of a saved state
         self.watching = False
         self.said: dict[str, dict[str, tuple[Part, dict[str, Any]]]] = {}
+        # modules a strict=False load filled nothing of -> the finding, said unless a later load
+        # fills them (a script that tries again with the prefix stripped)
+        self.unmatched: weakref.WeakKeyDictionary[nn.Module, Finding] = weakref.WeakKeyDictionary()
 
     def checkpoint(self, loaded: Any, file: Any = None) -> None:
         """``torch.load`` (or ``load_file``) returned ``loaded``, read from ``file`` (a path or
@@ -170,10 +173,17 @@ class Resumes:
         if path and len(self.written) < WRITTEN:
             self.written.add(path)
 
-    def module_loaded(self, module: nn.Module, state_dict: Any) -> None:
-        """``module.load_state_dict(state_dict)``: from a checkpoint, or a dict of its tensors.
-        Parameters the dict leaves out (``strict=False`` over a head of its own) are new."""
-        if not isinstance(state_dict, dict) or not self.recent:
+    def module_loaded(self, module: nn.Module, state_dict: Any, strict: Any = True) -> None:
+        """``module.load_state_dict(state_dict, strict)``: from a checkpoint, or a dict of its
+        tensors. Parameters the dict leaves out (``strict=False`` over a head of its own) are
+        new; none of them in it at all, under ``strict=False``, is ``weights-not-loaded``."""
+        if not isinstance(state_dict, dict):
+            return
+        if not strict and state_dict:
+            self._none_matched(module, state_dict)
+        elif state_dict:  # a load that matched after all (a prefix stripped on a second try)
+            self.unmatched.pop(module, None)
+        if not self.recent:
             return
         first = id(next(iter(state_dict.values()), None))
         given = (id(state_dict), len(state_dict))
@@ -185,6 +195,56 @@ class Resumes:
         self.modules[module] = load.where
         self.left_out.update(p for n, p in module.named_parameters() if n not in state_dict)
         self._weights_from(load.path, load.where)
+
+    def _none_matched(self, module: nn.Module, state_dict: dict[Any, Any]) -> None:
+        """``weights-not-loaded``: ``load_state_dict(..., strict=False)`` given a dict that names
+        none of the module's parameters (torch then loads nothing and raises nothing: a
+        checkpoint saved through ``DataParallel`` or ``torch.compile``, its keys prefixed
+        ``module.`` or ``_orig_mod.``), said with the prefix the names differ by."""
+        names = [n for n, _ in module.named_parameters()]
+        if not names:
+            return
+        if any(n in state_dict for n in names):
+            self.unmatched.pop(module, None)
+            return
+        given = next((k for k in state_dict if isinstance(k, str)), None)
+        if given is None:
+            return
+        ends = [n for n in names if given.endswith("." + n)]
+        starts = [n for n in names if n.endswith("." + given)]
+        if ends:
+            differ = (
+                f"each given key starts with {given[: -len(ends[0])]!r}, which the module's do not"
+            )
+        elif starts:
+            differ = (
+                f"the module's names start with {starts[0][: -len(given)]!r}, which the keys do not"
+            )
+        else:
+            differ = "the names share nothing"
+        self.unmatched[module] = Finding(
+            "weights-not-loaded",
+            "error",
+            f"load_state_dict(strict=False) loaded none of the {len(names)} parameters of "
+            f"the {type(module).__name__}: none of the {len(state_dict)} keys given is one "
+            f"of its names ({given!r} given; its first, {names[0]!r}), and {differ}: it "
+            "keeps the weights it had",
+            where=sites.user_site(),
+            evidence={
+                "parameters": len(names),
+                "keys": len(state_dict),
+                "given": given,
+                "own": names[0],
+            },
+        )
+        self._watch()
+
+    def say_unmatched(self) -> None:
+        """At an optimiser step, or when the script is over: what a
+        ``load_state_dict(strict=False)`` loaded nothing into and no later load filled."""
+        for found in self.unmatched.values():
+            self.add(found)
+        self.unmatched.clear()
 
     def _weights_from(self, path: str, where: str) -> None:
         """A module's weights came from the file at ``path`` ("" for an open file or a
@@ -251,6 +311,7 @@ class Resumes:
         """An optimiser step (the run's ``step``) ended; ``live``: the optimiser stepped before
         (before the load, since each is judged once after it)."""
         self.trained = True
+        self.say_unmatched()  # (training with weights a load left as they were)
         self.steps_left -= 1
         if self.steps_left <= 0:
             self.saved, self.claimed = [], []
@@ -320,7 +381,7 @@ class Resumes:
         return saved
 
     def _watch(self) -> None:
-        self.watching = bool(self.saved or self.claimed) or (
+        self.watching = bool(self.saved or self.claimed or self.unmatched) or (
             bool(self.schedulers) and not self.trained
         )
 
