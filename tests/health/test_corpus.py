@@ -225,6 +225,7 @@ CLEAN = [
     "clean_staged_unfreezing.py",  # layers unfrozen into the optimiser; a prompt of its own
     "clean_hard_examples.py",  # trained on the hardest of a pool scored under no_grad: at log(C)
     "clean_margin_softmax.py",  # CosFace: a first loss far above log(C) by design
+    "clean_margin_softmax_small.py",  # CosFace s=16, m=0.2: its loss above log(C) all run
     "clean_soft_targets.py",  # distillation at T = 4: near-uniform targets, a loss near log(C)
     "clean_frozen_beside_accumulation.py",  # the head's optimiser first steps at step 32
     "clean_maximize.py",  # maximize=True on a log-likelihood, which rises as it should

@@ -44,6 +44,11 @@ long for its input, zeroed by ``zero_infinity=True``: more than the few it is th
 MARGIN_ROWS, MARGIN_SHARE = 8, 0.8
 """A first cross-entropy far above log(C) whose target logits sit below their rows' mean on
 this share of this many rows or more is a margin softmax's, by design, not ``loss-at-init``."""
+MARGIN_Z_ROWS, MARGIN_Z = 32, -0.5
+"""Or, over this many rows or more, whose target logits sit this many of their rows' standard
+deviations below the rows' means, on average: a small margin against a wide spread of cosines
+(CosFace at s=16, m=0.2: -1.0 to -1.3 on 64 rows, below the mean on 80-91% of them); a plain
+head's average is within about 0.15 of 0 there."""
 
 
 class LossInputCheck:
@@ -61,6 +66,9 @@ class LossInputCheck:
         self.add, self.active, self.at_init, self.targets = add, active, at_init, targets
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
+        # A margin softmax (CosFace, ArcFace) at the first cross-entropy: its loss is above
+        # log(C) by design, its level no sign of learning nothing (no loss-at-chance)
+        self.margin = False
         self.loaded = False  # a model loaded trained weights: its first loss is no init's
         self.resumes: Resumes | None = None  # the doctor's: checkpoints and modules loaded
         # (id, classes, autograd node, scale) of the last mean cross-entropy with gradients on
@@ -432,8 +440,9 @@ class LossInputCheck:
             and self.at_init()
         ):
             self.first_seen = True
+            self.margin = _margin_by_design(input, target)
             found = loss_levels.loss_at_init(float(result.detach()) / summed, classes)
-            if found is not None and not _margin_by_design(input, target):
+            if found is not None and not self.margin:
                 found.where = sites.user_site(2)
                 self.add(found)
 
@@ -595,11 +604,12 @@ class LossInputCheck:
 
 
 def _margin_by_design(input: torch.Tensor, target: Any) -> bool:
-    """The target's logit is below the mean of its row on 80% of 8 rows or more: a margin
-    softmax (CosFace, ArcFace) takes a margin off the target's scaled cosine, so its first
-    loss is far above log(C) by design (about s x m at init), while an output layer that
-    starts too confident has large logits no lower at the target than elsewhere (below the
-    mean on about half the rows). Class-index targets of an [N, C] input; one host sync, once."""
+    """The target's logit is below the mean of its row on 80% of 8 rows or more, or on 32
+    rows or more half a row's standard deviation below it on average: a margin softmax
+    (CosFace, ArcFace) takes a margin off the target's scaled cosine, so its first loss is far
+    above log(C) by design (about s x m at init), while an output layer that starts too
+    confident has large logits no lower at the target than elsewhere (below the mean on about
+    half the rows). Class-index targets of an [N, C] input; one host sync, once."""
     if (
         not isinstance(target, torch.Tensor)
         or target.dtype not in (torch.int64, torch.int32)
@@ -611,8 +621,12 @@ def _margin_by_design(input: torch.Tensor, target: Any) -> bool:
         logits = input.detach().float()
         valid = (target >= 0) & (target < logits.shape[1])  # ignore_index left out
         at_target = logits.gather(1, target.clamp(0, logits.shape[1] - 1).long()[:, None])
-        below = (at_target.squeeze(1) < logits.mean(1))[valid]
-        return below.numel() >= MARGIN_ROWS and float(below.float().mean()) >= MARGIN_SHARE
+        mean, spread = logits.mean(1), logits.std(1, unbiased=False).clamp_min(1e-12)
+        below = (at_target.squeeze(1) < mean)[valid]
+        z = ((at_target.squeeze(1) - mean) / spread)[valid]
+        if below.numel() >= MARGIN_ROWS and float(below.float().mean()) >= MARGIN_SHARE:
+            return True
+        return z.numel() >= MARGIN_Z_ROWS and float(z.mean()) <= MARGIN_Z
 
 
 def _floor_near_chance(args: tuple[Any, ...], kwargs: dict[str, Any], classes: int) -> bool:

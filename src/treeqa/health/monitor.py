@@ -617,7 +617,11 @@ class HealthMonitor(Callback):
             self._track_unused(self.step, last=True)
         self.nonfinite.finish()
         steps, losses = self.even("step"), self.even("loss")
-        chance = loss_levels.loss_at_chance(self.chance, steps, losses, self._chance_levels())
+        chance = (
+            loss_levels.loss_at_chance(self.chance, steps, losses, self._chance_levels())
+            if not self.loss_check.margin  # (a margin softmax's loss sits above log(C))
+            else None
+        )
         if chance is None and not self.maximize:
             levels = self.loss_check.moments.levels(self.batch_moments)
             chance = loss_levels.loss_at_mean(self.regression, steps, losses, levels)
