@@ -317,7 +317,11 @@ def softmax_over_wrong_dim(
     if len(shape) < 2 or not wrong:
         return None
     over = f"the {classes} classes" + (f" (its dim {class_dim})" if direct else "")
-    others = "time steps or examples" if last else "examples"
+    # (the batch's rows, CTC's frames [T, N, C], a [B, C, H, W] map's pixels)
+    if last:
+        others = "time steps" if dim == 0 else "examples"
+    else:
+        others = "examples" if dim == 0 else "positions"
     return Finding(
         "softmax-over-wrong-dim",
         "error",
