@@ -76,6 +76,7 @@ EXPECTED = {
     "bug_zero_grad_head_only.py": "gradients-not-zeroed",  # the head's alone
     "bug_hand_updates_not_zeroed.py": "gradients-not-zeroed",  # updated by hand, no optimiser
     "bug_hand_grad_not_zeroed.py": "gradients-not-zeroed",  # autograd.grad added by hand
+    "bug_func_ensemble_not_zeroed.py": "gradients-not-zeroed",  # vmap over functional_call
     "bug_second_run_not_zeroed.py": "gradients-not-zeroed",  # a second model, the first alive
     "bug_teacher_gradients_left.py": "gradients-not-zeroed",  # stepped again, no backward
     "bug_zero_grad_per_micro_batch.py": "zero-grad-per-micro-batch",

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from treeqa.health import sites, slips
+from treeqa.health import checks, sites, slips
 from treeqa.health.findings import Finding
 
 STEPS = 5
@@ -45,7 +45,14 @@ SAMPLED = 8
 def _versions(model: nn.Module) -> int:
     """Its weights' version counters, and where their storage is: an update in place moves the
     first, ``p.data = m * p.data + (1 - m) * q.data`` (MoCo's momentum update) the second."""
-    return sum(p._version + p.data_ptr() for p in model.parameters())
+    return sum(p._version + _address(p) for p in model.parameters())
+
+
+def _address(p: torch.Tensor) -> int:
+    try:
+        return p.data_ptr()
+    except RuntimeError:  # no storage of its own (a sparse tensor's)
+        return 0
 
 
 def _sample(tensors: Iterable[torch.Tensor]) -> torch.Tensor | None:
@@ -81,6 +88,9 @@ class FrozenInTrainMode:
             return
         if torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters()):
             return
+        first = next(model.parameters(), None)
+        if first is not None and checks.untraceable(first):  # inside functional_call under vmap
+            return  # (its weights are the transform's: no storage to read)
         self.seen.add(key)
         versions = _versions(model)
         ref, before, steps = self.models.get(key, (weakref.ref(model), versions, 0))
