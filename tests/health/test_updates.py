@@ -1001,3 +1001,36 @@ def test_log_of_a_softmax_plus_a_constant_is_normalised_over_the_classes() -> No
     assert loss_inputs.normalised_over(torch.log(probabilities + 1e-7)) == ([8, 4], 1, True)
     assert loss_inputs.normalised_over(torch.log(probabilities)) == ([8, 4], 1, True)
     assert loss_inputs.normalised_over(torch.log(probabilities + logits)) is None
+
+
+def test_a_frozen_teacher_gone_before_the_report_is_judged_by_what_was_kept_of_it() -> None:
+    """A script's models are freed as it ends, before the report: a teacher noted on enough
+    sampled steps in train mode is judged by its class, layers and last sample, kept on the
+    way; one whose weights moved through ``.data`` (a momentum teacher) still is not."""
+    from treeqa.health.teachers import STEPS, FrozenInTrainMode
+
+    def teacher() -> nn.Module:
+        return nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.3), nn.Linear(8, 2)).requires_grad_(
+            False
+        )
+
+    for momentum in (False, True):
+        check = FrozenInTrainMode(
+            lambda m: [n for n, c in m.named_modules() if isinstance(c, nn.Dropout)]
+        )
+        model = teacher()
+        for _ in range(STEPS + 1):
+            with torch.no_grad():
+                check.forward(model)
+                model(torch.randn(2, 4))
+                if momentum:
+                    for p in model.parameters():
+                        p.data.mul_(0.9).add_(torch.randn_like(p), alpha=0.1)
+            check.end_sampled_step(set())
+        del model
+        found = check.finish()
+        if momentum:
+            assert found is None
+        else:
+            assert found is not None and found.code == "frozen-in-train-mode"
+            assert "Sequential" in found.message

@@ -63,7 +63,10 @@ def _sample(tensors: Iterable[torch.Tensor]) -> torch.Tensor | None:
 
 
 def _moved(sample: torch.Tensor | None, tensors: Iterable[torch.Tensor]) -> bool:
-    now = _sample(tensors)
+    return _differ(sample, _sample(tensors))
+
+
+def _differ(sample: torch.Tensor | None, now: torch.Tensor | None) -> bool:
     return sample is not None and now is not None and not torch.equal(sample, now)
 
 
@@ -73,6 +76,11 @@ class FrozenInTrainMode:
         # id -> (the model, weakly; its weights' versions; sampled steps in a row seen)
         self.models: dict[int, tuple[weakref.ref[nn.Module], int, int]] = {}
         self.samples: dict[int, torch.Tensor | None] = {}  # of the models and norms noted
+        # Of each model noted: its class and layers that depend on the mode, and its sample at
+        # the last sampled step it was seen on (no host read): judged by them when it is gone
+        # by the run's end (a script's models are freed as it ends, before the report)
+        self.kinds: dict[int, tuple[str, list[str]]] = {}
+        self.latest: dict[int, torch.Tensor | None] = {}
         self.moved: set[int] = set()  # models whose weights moved: not frozen
         self.seen: set[int] = set()  # noted on this sampled step
         self.where: dict[int, str] = {}  # the line of the script that ran each one
@@ -97,12 +105,13 @@ class FrozenInTrainMode:
         if versions != before:
             self.moved.add(key)
             self.models.pop(key, None)
-            self.samples.pop(key, None)
+            self._forget(key)
             return
         self.models[key] = (ref, versions, steps)
         self.where[key] = sites.user_site()
         if key not in self.samples:
             self.samples[key] = _sample(model.parameters())
+            self.kinds[key] = (type(model).__name__, self.mode_dependent(model))
 
     def end_sampled_step(self, held: set[int]) -> None:
         """After a sampled step: count the models noted on it (``held``: the stepping
@@ -114,12 +123,17 @@ class FrozenInTrainMode:
             if model is None or any(id(p) in held for p in model.parameters()):
                 self.moved.add(key)
                 del self.models[key]
-                self.samples.pop(key, None)
+                self._forget(key)
             elif key in seen:
                 self.models[key] = (ref, versions, steps + 1)
+                self.latest[key] = _sample(model.parameters())
             elif steps < STEPS:
                 del self.models[key]
-                self.samples.pop(key, None)
+                self._forget(key)
+
+    def _forget(self, key: int) -> None:
+        for kept in (self.samples, self.kinds, self.latest):
+            kept.pop(key, None)
 
     def frozen_norms(self, roots: list[nn.Module]) -> None:
         """On a sampled step: the trained models' frozen batch norms that moved their running
@@ -149,12 +163,14 @@ class FrozenInTrainMode:
         whose weights never moved."""
         for key, (ref, versions, steps) in self.models.items():
             model = ref()
-            if model is None or steps < STEPS or _versions(model) != versions:
+            if steps < STEPS or (model is not None and _versions(model) != versions):
                 continue
-            if _moved(self.samples.get(key), model.parameters()):
+            now = _sample(model.parameters()) if model is not None else self.latest.get(key)
+            if _differ(self.samples.get(key), now):
                 continue  # a momentum teacher updated through .data
+            name, layers = self.kinds[key]
             found = slips.frozen_in_train_mode(
-                type(model).__name__, steps, self.mode_dependent(model)
+                name, steps, self.mode_dependent(model) if model is not None else layers
             )
             if found is not None:
                 found.where = self.where.get(key, "")
