@@ -114,6 +114,7 @@ EXPECTED = {
     "bug_sigmoid_into_ce.py": "probabilities-into-cross-entropy",  # a sigmoid, rows not summing to 1
     "bug_relu_into_ce.py": "relu-into-cross-entropy",
     "bug_padding_in_loss.py": "padding-in-loss",
+    "bug_padding_in_shifted_labels.py": "padding-in-loss",  # one -100 a row, pads left
     "bug_logits_into_nll.py": "logits-into-nll-loss",
     "bug_sigmoid_into_bce_with_logits.py": "probabilities-into-cross-entropy",
     "bug_kl_div_probabilities.py": "probabilities-into-cross-entropy",

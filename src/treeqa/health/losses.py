@@ -41,6 +41,9 @@ VOCABULARY = 50
 INFEASIBLE_SHARE, INFEASIBLE_STEPS = 0.5, 3
 """Sampled steps in a row on which at least this share of a ``ctc_loss`` batch has targets too
 long for its input, zeroed by ``zero_infinity=True``: more than the few it is there for."""
+PADDED_SHARE = 0.1
+"""Targets that hold ``ignore_index`` yet have the padding id as this share or more of them,
+more than the ignored, still have their padding in the loss."""
 MARGIN_ROWS, MARGIN_SHARE = 8, 0.8
 """A first cross-entropy far above log(C) whose target logits sit below their rows' mean on
 this share of this many rows or more is a margin softmax's, by design, not ``loss-at-init``."""
@@ -549,12 +552,17 @@ class LossInputCheck:
         if not target.numel():
             return
         # Targets masked with ignore_index already: the padded positions are left out, and
-        # the padding id that remains is a real token's (a pad id shared with end-of-text).
-        share, masked = (
+        # the padding id that remains is a real token's (a pad id shared with end-of-text) -
+        # unless it is a tenth of the targets or more and outnumbers the ignored ones (the
+        # transformers causal-LM loss shifts its labels with one ignore_index a row, padding
+        # left in them: 38% of a batch's targets).
+        share, ignored = (
             float(v)
-            for v in torch.stack([(target == pad).float().mean(), (target == ignore).any().float()])
+            for v in torch.stack(
+                [(target == pad).float().mean(), (target == ignore).float().mean()]
+            )
         )
-        if share == 0 or masked:
+        if share == 0 or (ignored > 0 and (share < PADDED_SHARE or ignored >= share)):
             return
         self.add(
             Finding(
