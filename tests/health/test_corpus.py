@@ -615,7 +615,8 @@ def test_a_slowdown_from_subnormal_weights_names_them_and_flushing(doctor_report
     _, report, _ = doctor_report("bug_step_time_subnormal_weights.py")
     (found,) = [f for f in report["findings"] if f["code"] == "step-time-regression"]
     assert "weights are subnormal floats" in found["message"]
-    assert found["evidence"]["subnormal_parameters"]["x_f.weight"] > 0.9 * 150 * 150
+    # (counted when the slowdown was last judged: most of the forget gate's input weights)
+    assert found["evidence"]["subnormal_parameters"]["x_f.weight"] > 0.5 * 150 * 150
     assert "torch.set_flush_denormal(True)" in found["fix"]
 
 
