@@ -170,3 +170,24 @@ def test_the_command_stopped_by_ctrl_c_exits_quietly_on_another_one(
         assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_evaluate_seeds_stopped_by_a_signal_says_where_with_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As ``train --json``: the seeds' summary so far, naming the signal and the seed's run
+    directory, alone on stdout; the exit code stays 128 + the signal."""
+    from treeqa.cli.main import main
+    from treeqa.recipes import sentiment
+
+    def stopped(config, out, resume_run=False):  # noqa: ANN001, ANN202
+        raise Interrupted(signal.SIGTERM, TrainState(step=7, epoch_step=7))
+
+    monkeypatch.setattr(sentiment, "train", stopped)
+    out = tmp_path / "seeds"
+    assert main(["evaluate", "--seeds", "2", "--epochs", "1", "--out", str(out), "--json"]) == 143
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert (summary["interrupted"], summary["steps"], summary["scored"]) == ("SIGTERM", 7, 0)
+    assert summary["run_dir"] == str(out / f"seed-{summary['seed']}")
+    assert "run this command again to go on from there" in captured.err

@@ -128,6 +128,19 @@ def run_seeds(args: argparse.Namespace) -> int:
         except Interrupted as stop:  # evaluate has no --resume: the same command goes on
             saved = str(stop).rsplit(";", 1)[0]
             stop.args = (f"{saved}; run this command again to go on from there",)
+            if args.json and main:  # where it stopped, as train --json says it
+                emit_json(
+                    {
+                        "seeds": args.seeds,
+                        "split": args.split,
+                        "scored": len(per_seed),
+                        "epochs": epochs,
+                        "interrupted": stop.summary["interrupted"],
+                        "seed": seeded.train.seed,
+                        "run_dir": str(seed_dir),
+                        "steps": stop.summary["steps"],
+                    }
+                )
             raise
         if not main:  # under torchrun, process 0 scores and reports
             continue
