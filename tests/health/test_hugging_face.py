@@ -265,18 +265,28 @@ def test_a_causal_lm_s_loss_is_judged_as_a_mean_over_its_tokens(tmp_path: Path) 
     assert "loss-diverged" in {f["code"] for f in report["findings"]}, report["findings"]
 
 
-def doctor_torchrun(tmp_path: Path, source: str, *args: str) -> dict[str, Any]:
-    """``treeqa doctor -- torchrun --nproc-per-node 2 train.py ARGS``: the merged report."""
+def doctor_cli(tmp_path: Path, source: str, *args: str, torchrun: bool = False) -> Any:
+    """``treeqa doctor -- python train.py ARGS`` (or ``-- torchrun --nproc-per-node 2
+    train.py ARGS``: the merged report), and the script's path."""
     path, report = tmp_path / "train.py", tmp_path / "report.json"
     path.write_text(source)
-    torchrun = Path(sys.executable).with_name("torchrun")
     command = [sys.executable, "-m", "treeqa", "doctor", "--every", "10", "--json", str(report)]
-    command += ["--", str(torchrun), "--standalone", "--nproc-per-node", "2", str(path), *args]
+    if torchrun:
+        command += ["--", str(Path(sys.executable).with_name("torchrun")), "--standalone"]
+        command += ["--nproc-per-node", "2", str(path), *args]
+    else:
+        command += ["--", "python", str(path), *args]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(OMP_NUM_THREADS="1", HF_HOME=str(tmp_path))
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
-    return dict(json.loads(report.read_text()))
+    return dict(json.loads(report.read_text())), path
+
+
+def doctor_torchrun(tmp_path: Path, source: str, *args: str) -> dict[str, Any]:
+    """``treeqa doctor -- torchrun --nproc-per-node 2 train.py ARGS``: the merged report."""
+    report: dict[str, Any] = doctor_cli(tmp_path, source, *args, torchrun=True)[0]
+    return report
 
 
 def test_the_trainer_on_two_processes_is_judged_as_on_one(tmp_path: Path) -> None:
@@ -309,3 +319,42 @@ def test_bert_s_mean_loss_times_the_processes_under_the_trainer_is_named(tmp_pat
     )
     found = doctor_torchrun(tmp_path, fixed, "1e-3")
     assert [f for f in found["findings"] if f["severity"] != "info"] == []
+
+
+# A run that saves a checkpoint folder (weights, optimizer.pt, scheduler.pt), and its second
+# invocation: the model read back with from_pretrained, trained on with or without the
+# Trainer's resume_from_checkpoint.
+FROM_CHECKPOINT = (
+    TRAINER.replace(
+        "model = BertForSequenceClassification(config)",
+        "model = BertForSequenceClassification(config)\nif len(sys.argv) > 2:\n"
+        '    model = BertForSequenceClassification.from_pretrained("checkpoint-96")',
+    )
+    .replace('save_strategy="no", eval_strategy="epoch",', 'save_strategy="epoch",')
+    .replace(
+        "output_dir=os.getcwd(), per_device_train_batch_size=8, num_train_epochs=1,",
+        'output_dir="again" if len(sys.argv) > 2 else ".", per_device_train_batch_size=8,\n'
+        "    num_train_epochs=1 + (len(sys.argv) > 2),",
+    )
+    .replace(
+        "trainer.train()",
+        'trainer.train(resume_from_checkpoint="checkpoint-96" if "resume" in sys.argv else None)',
+    )
+)
+
+
+def test_a_trainer_checkpoint_read_with_from_pretrained_alone_is_found(tmp_path: Path) -> None:
+    """``from_pretrained`` of a Trainer's ``checkpoint-N`` reads its weights alone: training
+    on with a new Trainer starts AdamW and the schedule afresh, found at the
+    ``from_pretrained`` line; ``resume_from_checkpoint`` reads them, and is clean."""
+    doctor(tmp_path, FROM_CHECKPOINT, 1e-3)
+    assert (tmp_path / "checkpoint-96" / "optimizer.pt").exists()
+    # (from the command line: in this process transformers is imported already, and holds
+    # the first run's wrapper of safetensors' safe_open, which tells the line)
+    report, path = doctor_cli(tmp_path, FROM_CHECKPOINT, "1e-3", "weights")
+    found = [f for f in report["findings"] if f["code"] == "optimiser-state-not-loaded"]
+    assert [f["where"] for f in found] == [line_of(path, "from_pretrained(")], report["findings"]
+    assert "resume_from_checkpoint" in found[0]["message"]
+    assert "scheduler.pt" in found[0]["message"]  # (the Trainer's over accelerate's wrapper)
+    report, _ = doctor(tmp_path, FROM_CHECKPOINT, 1e-3, "resume")
+    assert [f for f in report["findings"] if f["severity"] != "info"] == []

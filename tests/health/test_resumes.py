@@ -247,6 +247,10 @@ def path(name):
     return os.path.join(folder, f"{case}-{name}")
 
 
+class Pretrained(nn.Sequential):  # keeps the folder it was read from, as transformers' models do
+    name_or_path = ""
+
+
 if case.startswith("files"):  # the transformers Trainer's layout: one file a state
     model = net()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -278,13 +282,19 @@ elif case.startswith("apart"):  # one file a state; a second invocation resumes
         elif case == "apart, atomic":
             torch.save(obj.state_dict(), target + ".tmp")
             os.replace(target + ".tmp", target)
-        elif name == "model.pt" and case == "apart, safetensors":
+        elif name == "model.pt" and case.startswith(("apart, safetensors", "apart, from a folder")):
             safetensors.torch.save_file(obj.state_dict(), os.path.join(out, "model.safetensors"))
         else:
             torch.save(obj.state_dict(), target)
 
     model = net()
-    if resuming and case == "apart, safetensors":
+    if case.startswith("apart, from a folder"):  # transformers' from_pretrained, as it reads
+        model = Pretrained(*net())
+    if resuming and case.startswith("apart, from a folder"):
+        with safetensors.safe_open(os.path.join(run, "model.safetensors"), "pt") as f:
+            model.name_or_path = run
+            weights = {k: f.get_tensor(k) for k in f.keys()}
+    elif resuming and case == "apart, safetensors":
         weights = safetensors.torch.load_file(os.path.join(run, "model.safetensors"))
     elif resuming:
         weights = torch.load(os.path.join(run, "model.pt"))
@@ -297,9 +307,11 @@ elif case.startswith("apart"):  # one file a state; a second invocation resumes
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     if resuming and case == "apart, Adam then SGD":  # the second phase with SGD, on purpose
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    if resuming and case in ("apart, the optimiser read", "apart, epoch start"):
+    if resuming and case in ("apart, the optimiser read", "apart, epoch start", "apart, from a folder, all read"):
         opt.load_state_dict(torch.load(os.path.join(run, "optimizer.pt")))
     schedule = torch.optim.lr_scheduler.StepLR(opt, 5)
+    if resuming and case == "apart, from a folder, all read":
+        schedule.load_state_dict(torch.load(os.path.join(run, "scheduler.pt")))
     if case == "apart, epoch start":  # the schedule stepped at the start of each epoch
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -456,6 +468,8 @@ EXPECTED_CASES = {
     "apart, open files": ["optimizer.pt", "scheduler.pt"],
     "apart, atomic": ["optimizer.pt", "scheduler.pt"],
     "apart, safetensors": ["optimizer.pt", "scheduler.pt"],
+    "apart, from a folder": ["optimizer.pt", "scheduler.pt"],
+    "apart, from a folder, all read": [],
     "apart, the optimiser read": ["scheduler.pt"],
     "apart, epoch start": ["scheduler.pt"],
     "apart, a new head": [],
@@ -492,6 +506,10 @@ def test_each_way_of_resuming_names_the_states_left_unloaded(case: str, tmp_path
         assert "its momentum restarts at zero" in found[0]["message"]
     if case == "rebuilt":
         assert "(its state went to an optimiser since rebuilt)" in found[0]["message"]
+    if case == "apart, from a folder":  # said at the line that read the folder's weights
+        line = int(found[0]["where"].rsplit(":", 1)[1])
+        assert "safe_open" in CASES.splitlines()[line - 1], found[0]["where"]
+        assert "from_pretrained reads the folder's weights alone" in found[0]["message"]
 
 
 def test_an_optimiser_loaded_before_a_later_load_stays_loaded_and_files_read_one_by_one_are_let_go() -> (

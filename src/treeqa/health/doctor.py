@@ -436,7 +436,9 @@ class Doctor:
             self._drop_discovery()
         self._hand_step()
         # Until the clock's first step every module call is seen, to find the models trained.
-        self.called.setdefault(id(module), module)
+        if id(module) not in self.called:
+            self.called[id(module)] = module
+            self.resumes.pretrained(module)
         if not module.training and not torch.is_grad_enabled():  # an evaluation, it may be
             self.evaluated_early.add(id(module))
         if not self._evaluating(module):

@@ -143,6 +143,9 @@ class LossInputCheck:
             self.wrappers.add(
                 note_function_results(safetensors.torch, "load_file", self._safetensors_loaded)
             )
+            # (transformers' from_pretrained reads its weights through safe_open, imported
+            # from safetensors when the script imports transformers, after this)
+            self.wrappers.add(note_function_calls(safetensors, "safe_open", self._opened))
 
     def _loaded(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``module.load_state_dict(state_dict)``."""
@@ -174,6 +177,11 @@ class LossInputCheck:
         """safetensors' ``load_file(filename)``: a dict of weights, as ``torch.load``'s."""
         if self.resumes is not None:
             self.resumes.checkpoint(result, args[0] if args else kwargs.get("filename"))
+
+    def _opened(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """safetensors' ``safe_open(filename, ...)``: a file of weights read tensor by tensor."""
+        if self.resumes is not None:
+            self.resumes.opened(args[0] if args else kwargs.get("filename"))
 
     def backward(self, loss: torch.Tensor) -> None:
         """A backward of ``loss`` on a sampled step: where it is the noted cross-entropy (or

@@ -19,7 +19,9 @@ optimiser or scheduler (``STATE_FILE``: ``optimizer.pt``, ``scheduler.bin``, ``o
 that the run has not read is looked into when the weights are loaded (``weights_only``,
 memory-mapped where it can be), its states counted as saved states beside the weights: a resume
 that never reads it is found as one that leaves a checkpoint's state unloaded. Weights the run
-saved itself (a rewind to the initial weights, folds reset from a file) are no resume.
+saved itself (a rewind to the initial weights, folds reset from a file) are no resume. A
+transformers model that ``from_pretrained`` read from a folder (its ``name_or_path``: a
+``Trainer``'s ``checkpoint-N``) is loaded from that folder, looked into when the model first runs.
 
 Each optimiser is judged at its first step after such a load, for ``LOOK_STEPS`` steps: one
 that loaded a state since (``Optimizer.load_state_dict``, not a fresh one's own empty state, as
@@ -79,6 +81,8 @@ FOLDER_ENTRIES = 256
 """Entries of the weights' folder looked at for those names."""
 WRITTEN = 4096
 """Paths the run saved to that are remembered (a run saving a file a step stops adding)."""
+OPENED = 64
+"""Folders of weights files read whose reading line is remembered."""
 
 
 class Saved(NamedTuple):
@@ -117,6 +121,8 @@ class Resumes:
         self.modules: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
         self.left_out: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()  # their unloaded params
         self.folders: set[str] = set()  # the weights' folders looked in
+        self.reading: dict[str, str] = {}  # folders weights were read from -> the first line
+        self.pretrained_folders: set[str] = set()  # those a from_pretrained model names
         self.read: set[str] = set()  # files named for a state that the run read
         self.written: set[str] = set()  # files the run saved
         self.peeking = False
@@ -140,6 +146,7 @@ class Resumes:
         if self.peeking:
             return
         path = _path_of(file)
+        self.opened_at(path)
         if path and STATE_FILE.search(os.path.basename(path)):
             self.read.add(path)  # read after all: what was looked into there goes
             self.saved = [s for s in self.saved if s.beside != path]
@@ -165,6 +172,35 @@ class Resumes:
             self._weights_from(path, site)
         if where:
             self._look_again()
+
+    def opened(self, file: Any) -> None:
+        """safetensors' ``safe_open`` is about to read ``file``."""
+        if not self.peeking:
+            self.opened_at(_path_of(file))
+
+    def opened_at(self, path: str) -> None:
+        """A file at ``path`` was read: the line that read its folder first, for a model
+        that names the folder later (transformers' ``from_pretrained``)."""
+        folder = os.path.dirname(path)
+        if path and folder not in self.reading and len(self.reading) < OPENED:
+            self.reading[folder] = sites.user_site()
+
+    def pretrained(self, module: nn.Module) -> None:
+        """``module`` runs for the first time: a transformers model read by ``from_pretrained``
+        from a folder of its own (its ``name_or_path``, a Trainer's ``checkpoint-N``) is
+        loaded from a checkpoint there, the folder's state files looked into as beside its
+        weights (``from_pretrained`` reads no optimiser; ``Trainer.train`` does, given
+        ``resume_from_checkpoint``)."""
+        folder = getattr(module, "name_or_path", None)
+        if not isinstance(folder, str) or not folder or module in self.modules:
+            return
+        folder = os.path.abspath(folder)
+        if not os.path.isdir(folder):  # (a model's name on the Hub)
+            return
+        where = self.reading.get(folder) or sites.user_site()
+        self.modules[module] = where
+        self.pretrained_folders.add(folder)
+        self._weights_from(os.path.join(folder, "config.json"), where)
 
     def saved_to(self, file: Any) -> None:
         """``torch.save`` is about to write ``file``: weights loaded from it later are the
@@ -332,6 +368,7 @@ class Resumes:
             self.claimed = [(s, ref) for s, ref in self.claimed if s is not found]
             self.resuming.add(optimizer)
             why = "its state went to an optimiser since rebuilt" if found in dropped else ""
+            why = why or self._from_pretrained(found)
             self._say_optimiser(self._placed(found, params), optimizer, len(params), step, why)
         self._watch()
 
@@ -342,7 +379,7 @@ class Resumes:
         if not self.trained:  # (a scheduler stepped at the start of each epoch, or fast-forwarded)
             self.first_steps.setdefault(scheduler, scheduler.last_epoch)
             return
-        if scheduler in self.judged or scheduler.optimizer not in self.resuming:
+        if scheduler in self.judged or _unwrapped(scheduler.optimizer) not in self.resuming:
             return  # (an optimiser that does not resume: a fine-tuning starts its schedule anew)
         self.judged.add(scheduler)
         params = [p for group in scheduler.optimizer.param_groups for p in group["params"]]
@@ -360,7 +397,7 @@ class Resumes:
             f"{'has' if saved.beside else 'holds'} a learning-rate scheduler's state "
             f"({saved.key}, at its step {saved.state['last_epoch']})",
             f"the {type(scheduler).__name__} stepping it",
-            "no scheduler.load_state_dict call",
+            self._from_pretrained(saved) or "no scheduler.load_state_dict call",
             "its schedule starts over, the rate back at its first step's",
         )
         evidence = {
@@ -368,6 +405,15 @@ class Resumes:
             "scheduler_step_in_checkpoint": saved.state["last_epoch"],
         }
         self._say(saved.where, f"scheduler {saved.key}", part, evidence)
+
+    def _from_pretrained(self, saved: Saved) -> str:
+        """How a state beside a ``from_pretrained`` model's weights was left: "" for others."""
+        if os.path.dirname(saved.beside) not in self.pretrained_folders:
+            return ""
+        return (
+            "from_pretrained reads the folder's weights alone; the Trainer reads the rest "
+            "given trainer.train(resume_from_checkpoint=...)"
+        )
 
     def _placed(self, saved: Saved, params: list[torch.Tensor]) -> Saved:
         """A state found beside the weights, said at the load of the weights it trains (a
@@ -460,6 +506,13 @@ class Load(NamedTuple):
     tensors: set[int]
     path: str
     where: str
+
+
+def _unwrapped(optimizer: Any) -> Any:
+    """The optimiser that steps: accelerate's ``AcceleratedOptimizer`` (which the transformers
+    ``Trainer``'s scheduler is built over) holds it as ``.optimizer``."""
+    inner = getattr(optimizer, "optimizer", None)
+    return inner if isinstance(inner, torch.optim.Optimizer) else optimizer
 
 
 def _path_of(file: Any) -> str:
