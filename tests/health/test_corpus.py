@@ -116,6 +116,7 @@ EXPECTED = {
     "bug_padding_in_loss.py": "padding-in-loss",
     "bug_padding_in_shifted_labels.py": "padding-in-loss",  # one -100 a row, pads left
     "bug_logits_into_nll.py": "logits-into-nll-loss",
+    "bug_kl_div_logits.py": "logits-into-nll-loss",  # a distillation's kl_div over logits / T
     "bug_sigmoid_into_bce_with_logits.py": "probabilities-into-cross-entropy",
     "bug_kl_div_probabilities.py": "probabilities-into-cross-entropy",
     "bug_ctc_softmax.py": "probabilities-into-cross-entropy",  # classes last: [T, N, C]

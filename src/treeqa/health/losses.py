@@ -31,6 +31,10 @@ from treeqa.health.priors import LabelCounts, TargetMoments
 from treeqa.health.resumes import Resumes
 from treeqa.health.wrap import Wrappers, note_function_calls, note_function_results
 
+KL_FIX = (
+    "pass log_softmax(student_logits / T, dim=-1) as kl_div's input (the target stays "
+    "probabilities, or log-probabilities with log_target=True)"
+)
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")
 LOG_PROBABILITIES_LAST = ("ctc_loss",)
 """Losses of log-probabilities [T, N, C] (or [T, C]) over the classes of the last dimension."""
@@ -364,8 +368,24 @@ class LossInputCheck:
                         "go below zero",
                         where=sites.user_site(2),
                         evidence={"function": fname},
-                        fix="pass log_softmax(student_logits, dim=-1) as kl_div's input (the "
-                        "target stays probabilities, or log-probabilities with log_target=True)",
+                        fix=KL_FIX,
+                    )
+                )
+                return
+            top = loss_inputs.above_zero(input)
+            if top is not None:  # (log-probabilities are <= 0; kl_div's input is not looked at
+                # for rows: a distillation over tokens flattens them as it likes)
+                self.add(
+                    Finding(
+                        "logits-into-nll-loss",
+                        "error",
+                        f"kl_div received values up to {top:.3g} as its input, not "
+                        "log-probabilities (<= 0): raw (or temperature-scaled) logits without "
+                        "log_softmax, so the divergence it computes is no divergence and falls "
+                        "without bound",
+                        where=sites.user_site(2),
+                        evidence={"function": fname, "max": round(top, 4)},
+                        fix=KL_FIX,
                     )
                 )
             return
