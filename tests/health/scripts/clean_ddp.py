@@ -46,4 +46,8 @@ for epoch in range(4):
             counts += torch.tensor([(model(xb).argmax(1) == yb).sum().item(), len(yb)])
     dist.all_reduce(counts)
     model.train()
+# Every process here before the group goes: without the barrier process 0 aborted at exit
+# ("terminate called without an active exception", in torch's gloo teardown) in 4 of 45 runs
+# of this script under plain torchrun on a busy 2-core machine, against none of 30 with it.
+dist.barrier()
 dist.destroy_process_group()
