@@ -420,6 +420,29 @@ def test_resume_continues_steps_and_ema(prepared: Path, tmp_path: Path) -> None:
     assert not np.allclose(first.tensors["ema." + w].numpy(), last.tensors["ema." + w].numpy())
 
 
+def test_a_run_its_time_budget_stopped_says_so_and_resumes(
+    prepared: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A budget spent after the first step stops the run there: stderr says where and how to
+    go on, --json says "budget_stopped"; --resume (with a budget of its own: none) finishes it."""
+    out = tmp_path / "run"
+    args = ["train", "qa", f"--prepared={prepared}", f"--out={out}", *TINY, "--json"]
+    assert main([*args, "--schedule.budget_minutes=1e-9"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["budget_stopped"] is True and summary["steps"] == 1
+    assert "the time budget (1e-09 minutes) stopped the run after step 1 (epoch 1, batch 1)" in (
+        captured.err
+    )
+    assert f"--resume {out} goes on from there" in captured.err
+    assert main(["train", "qa", "--resume", str(out), "--schedule.budget_minutes=0", "--json"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["budget_stopped"] is False and summary["steps"] == 6
+    assert "time budget" not in captured.err
+    assert f"{out}: resuming after step 1 (epoch 1, batch 1)" in captured.err
+
+
 def test_a_resumed_run_may_pad_its_batches_and_one_from_before_the_setting_resumes(
     prepared: Path, tmp_path: Path
 ) -> None:

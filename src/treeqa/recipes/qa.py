@@ -231,7 +231,8 @@ class Budget(Callback):
     """Stop the run once ``minutes`` of wall-clock time have passed since it started."""
 
     def __init__(self, minutes: float):
-        self.seconds = minutes * 60
+        self.minutes = minutes
+        self.stopped = ""  # where it stopped the run: "after step 84 (epoch 17, batch 4)"
 
     def on_fit_start(
         self, state: TrainState, model: nn.Module, optimizer: torch.optim.Optimizer
@@ -239,8 +240,19 @@ class Budget(Callback):
         self.started = time.monotonic()
 
     def on_step_end(self, state: TrainState, output: Any, batch: Any) -> None:
-        if self.seconds > 0 and time.monotonic() - self.started > self.seconds:
+        if self.minutes > 0 and time.monotonic() - self.started > self.minutes * 60:
             state.stop = True
+            self.stopped = f"after step {state.step} ({state.position()})"
+
+    def said(self, out: Path) -> bool:
+        """Say on stderr where the budget stopped the run, if it did."""
+        if self.stopped:
+            say(
+                f"the time budget ({self.minutes:g} minutes) stopped the run {self.stopped}; "
+                f"--resume {out} goes on from there, with a budget of its own as long "
+                "(--schedule.budget_minutes=0 for none)"
+            )
+        return bool(self.stopped)
 
 
 class Answer(NamedTuple):
@@ -527,9 +539,10 @@ def _train(
         pad,
     )
     meta = run_meta(config, words, chars, meta_data, made)
+    budget = Budget(config.schedule.budget_minutes)
     callbacks: list[Callback] = [
         *standard_callbacks(out, config.train, meta, scheduler, ema, per_epoch // world.size),
-        Budget(config.schedule.budget_minutes),
+        budget,
         StopOnSignal(),
         *extra_callbacks,
     ]
@@ -547,7 +560,8 @@ def _train(
         scheduler=scheduler,
         state=state,
     )
-    return state.summary()
+    stopped = budget.said(out) if world.main else bool(budget.stopped)
+    return {**state.summary(), "budget_stopped": stopped}
 
 
 @dataclass(frozen=True)

@@ -530,4 +530,7 @@ def resume(
         sched = {"lr_lambdas": [None] * len(optimizer.param_groups), **last.meta["scheduler"]}
         scheduler.load_state_dict(sched)
     ckpt.restore_rng(last)
-    return TrainState.from_json(last.meta["state"])
+    state = TrainState.from_json(last.meta["state"])
+    if World.from_env().main:
+        say(f"{run_dir}: resuming after step {state.step} ({state.position()})")
+    return state

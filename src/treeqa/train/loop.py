@@ -184,6 +184,13 @@ class TrainState:
             "interrupted": signal.Signals(self.interrupted).name if self.interrupted else None,
         }
 
+    def position(self) -> str:
+        """Where in its epochs the run is: "epoch 3, batch 4" part-way, or "the end of
+        epoch 2"."""
+        if self.epoch_step:
+            return f"epoch {self.epoch + 1}, batch {self.epoch_step}"
+        return f"the end of epoch {self.epoch}"
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TrainState:
         best = data.get("best")
@@ -213,13 +220,9 @@ class Interrupted(KeyboardInterrupt):
         self.signum, self.step = signum, state.step
         self.summary = {**state.summary(), "interrupted": signal.Signals(signum).name}
         """The run's ``TrainState.summary()`` where it stopped, naming the signal."""
-        where = (
-            f"(epoch {state.epoch + 1}, batch {state.epoch_step})"
-            if state.epoch_step
-            else f"(the end of epoch {state.epoch})"
-        )
         super().__init__(
-            f"stopped by {signal.Signals(signum).name} after step {state.step} {where}; "
+            f"stopped by {signal.Signals(signum).name} after step {state.step} "
+            f"({state.position()}); "
             "the last checkpoint is saved there and --resume goes on from it"
         )
 
