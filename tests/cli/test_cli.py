@@ -219,6 +219,25 @@ def test_train_resume_continues(
     assert last_json(capsys)["epochs"] == 2
 
 
+def test_a_run_whose_data_moved_resumes_with_data_given_again(
+    demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run's config.toml names the data folder it began with; moved, the error says
+    where it was and that --data gives where it is now, which then resumes."""
+    data, run = tmp_path / "data", tmp_path / "run"
+    shutil.copytree(demo_dir, data)
+    assert main(["train", "--data", str(data), "--epochs", "1", "--out", str(run)]) == 0
+    data.rename(tmp_path / "moved")
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--epochs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"the run was trained on {data} (its config.toml)" in err
+    assert "resume with --data set to where it is now" in err
+    argv = ["train", "--resume", str(run), "--epochs", "2", "--data", str(tmp_path / "moved")]
+    assert main([*argv, "--json"]) == 0
+    assert last_json(capsys)["epochs"] == 2
+
+
 def test_evaluate_seeds_reports_mean_and_std(
     demo_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

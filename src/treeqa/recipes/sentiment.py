@@ -448,7 +448,15 @@ def _train(
     if resume_run:  # before the vectors are read
         check_same_vectors(out, config.data.vectors)
     seed_everything(config.train.seed)
-    splits = training_trees(config)
+    try:
+        splits = training_trees(config)
+    except FileNotFoundError as error:
+        if not resume_run:
+            raise
+        raise FileNotFoundError(
+            f"{error}; the run was trained on {config.data.path} (its config.toml): if the "
+            "data moved, resume with --data set to where it is now"
+        ) from None
     vocab = build_vocab(splits)
     tags, rels = build_syntax_vocabs(splits)
     vectors = build_vectors(config.data, vocab)
