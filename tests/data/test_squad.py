@@ -216,9 +216,7 @@ def test_answer_not_in_context_names_article_and_question_or_is_counted(tmp_path
     path = write(tmp_path / "bad.json", data)
     with pytest.raises(SquadFormatError) as err:
         list(iter_articles(path))
-    assert "bad.json: article 1 ('Paris'): question 'q7': answer not in its context" in str(
-        err.value
-    )
+    assert "bad.json: data[1] ('Paris'): question 'q7': answer not in its context" in str(err.value)
     stats = ReadStats()
     articles = list(iter_articles(path, skip_bad=True, stats=stats))
     assert stats.skipped == {"answer not in its context at answer_start": 1}
@@ -281,7 +279,11 @@ def test_an_empty_context_is_an_error_or_skips_its_questions(tmp_path: Path, con
     paragraph = data["data"][1]["paragraphs"][1]
     paragraph["context"] = context
     path = write(tmp_path / "blank.json", data)
-    with pytest.raises(SquadFormatError, match=r"blank.json: article 1 \('Paris'\): empty context"):
+    # (located as in the JSON, from 0, with the questions it holds)
+    found = (
+        r"blank.json: data\[1\] \('Paris'\): paragraphs\[1\]: empty context \(1 question: 'q7'\)"
+    )
+    with pytest.raises(SquadFormatError, match=found):
         list(iter_articles(path))
     stats = ReadStats()
     articles = list(iter_articles(path, skip_bad=True, stats=stats))

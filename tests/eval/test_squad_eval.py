@@ -227,7 +227,7 @@ def test_file_loaders_locate_errors(tmp_path: Path) -> None:
         load_gold(tmp_path / "empty.json")
     bad = {"data": [article({"question": "?", "answers": []})]}
     (tmp_path / "noid.json").write_text(json.dumps(bad))
-    with pytest.raises(SquadFormatError, match=r"noid\.json: article 0 \('t'\): question 'None'"):
+    with pytest.raises(SquadFormatError, match=r"noid\.json: data\[0\] \('t'\): question 'None'"):
         load_gold(tmp_path / "noid.json")
 
 

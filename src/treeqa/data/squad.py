@@ -43,9 +43,18 @@ __all__ = [
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 
 
+def _ids(qas: list[Any]) -> str:
+    """The ids of a paragraph's questions, for an error that drops them all: " (3 questions:
+    'q1', 'q2', 'q3')", the first 3 named."""
+    ids = [q.get("id") for q in qas if isinstance(q, dict) and isinstance(q.get("id"), str | int)]
+    named = ", ".join(repr(str(i)) for i in ids[:3]) + (", ..." if len(ids) > 3 else "")
+    return f" ({len(qas)} question{'s' if len(qas) != 1 else ''}" + (f": {named})" if ids else ")")
+
+
 class SquadFormatError(ValueError):
     """Malformed SQuAD data, located by file (``file:line:col`` for JSON syntax errors), article
-    index and title, and question id where known."""
+    index (``data[3]``, from 0 as in the JSON) and title, paragraph index and question id where
+    known."""
 
     def __init__(
         self,
@@ -57,14 +66,18 @@ class SquadFormatError(ValueError):
         article: int | None = None,
         title: str | None = None,
         question_id: str | None = None,
+        paragraph: int | None = None,
     ):
         self.source, self.line, self.column = str(source), line, column
         self.article, self.title, self.question_id = article, title, question_id
+        self.paragraph = paragraph
         self.reason = message
         where = f"{source}:{line}:{column}" if line is not None else str(source)
         parts = []
         if article is not None:
-            parts.append(f"article {article}" + (f" ({title!r})" if title else ""))
+            parts.append(f"data[{article}]" + (f" ({title!r})" if title else ""))
+        if paragraph is not None:
+            parts.append(f"paragraphs[{paragraph}]")
         if question_id is not None:
             parts.append(f"question {question_id!r}")
         super().__init__(f"{where}: " + "".join(p + ": " for p in parts) + message)
@@ -292,6 +305,7 @@ class _Checker:
         title: str,
         qid: str | None = None,
         detail: str = "",
+        paragraph: int | None = None,
     ) -> None:
         """Raise ``reason`` (with ``detail``, where it helps to find the fault), or count it."""
         if not self.skip_bad:
@@ -301,6 +315,7 @@ class _Checker:
                 article=index,
                 title=title or None,
                 question_id=qid,
+                paragraph=paragraph,
             )
         if count:
             self.stats.skipped[reason] += count
@@ -315,7 +330,7 @@ class _Checker:
             self._bad('malformed article (needs a "paragraphs" list)', 0, index, title)
             return None
         kept = []
-        for p in paras:
+        for k, p in enumerate(paras):
             qas = p.get("qas") if isinstance(p, dict) else None
             if not isinstance(qas, list) or not isinstance(p.get("context"), str):
                 count = len(qas) if isinstance(qas, list) else 0
@@ -324,16 +339,17 @@ class _Checker:
                     count,
                     index,
                     title,
+                    paragraph=k,
                 )
                 continue
             if not visible(p["context"]):  # nothing to answer from, or to attend over
                 if qas:
-                    self._bad("empty context", len(qas), index, title)
+                    asked = _ids(qas)
+                    self._bad("empty context", len(qas), index, title, None, asked, k)
                 continue
             if _SURROGATE.search(p["context"]):
-                self._bad(
-                    r"a lone surrogate (\ud800-\udfff) in the context", len(qas), index, title
-                )
+                reason = r"a lone surrogate (\ud800-\udfff) in the context"
+                self._bad(reason, len(qas), index, title, None, _ids(qas), k)
                 continue
             qs = [q for q in (self.question(r, p["context"], index, title) for r in p["qas"]) if q]
             kept.append(Paragraph(p["context"], tuple(qs)))
