@@ -153,7 +153,13 @@ def gold_answers(
                     )  # fmt: skip
                 if qid in seen:  # the official scripts count it twice (v1.1) or once (v2.0)
                     raise SquadFormatError(
-                        "a question id used twice", source, article=i, title=title, question_id=qid
+                        "a question id used twice (`treeqa data prepare squad --skip-bad` keeps "
+                        "its first; the gold.json of a split it prepared holds the questions "
+                        "kept, in this layout, for --gold)",
+                        source,
+                        article=i,
+                        title=title,
+                        question_id=qid,
                     )
                 seen.add(qid)
                 out.append((qid, [str(t) for t in texts]))
