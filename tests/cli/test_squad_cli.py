@@ -204,7 +204,7 @@ def test_prepare_squad_overwrite_replaces_only_a_prepared_directory(
             "--dev", str(tmp_path / "train.json"), "--vectors", str(tmp_path / "vectors.txt"),
             "--out", str(mine)]  # fmt: skip
     assert main(argv) == 2
-    assert "exists and is not empty (--overwrite replaces it)" in capsys.readouterr().err
+    assert "exists and is not empty (--overwrite, or overwrite=True" in capsys.readouterr().err
     assert main([*argv, "--overwrite"]) == 2  # was: the folder deleted, notes and all
     assert capsys.readouterr().err == (
         f"treeqa data prepare squad: error: {mine} was not written by `data prepare squad` (no meta.json of "

@@ -763,3 +763,17 @@ def test_training_through_inductor_on_cpu(prepared: Path, tmp_path: Path) -> Non
     assert main(["train", "qa", *flags, f"--out={plain}"]) == 0
     assert main(["train", "qa", *flags, f"--out={compiled}", "--train.compile=default"]) == 0
     assert _losses(compiled) == pytest.approx(_losses(plain), rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("pair", "said"),
+    [
+        (("ctx",), "example 3: a tuple of 1, not a (context, question) pair"),
+        ("ctx", "example 3: a str, not a (context, question) pair"),
+        (("ctx", 5), "example 3: the question is a int, not a str"),
+    ],
+)
+def test_an_example_that_is_no_pair_of_strings_is_named(pair: object, said: str) -> None:
+    with pytest.raises(TypeError) as error:
+        qa.check_pair(3, pair)
+    assert str(error.value) == said

@@ -61,7 +61,10 @@ def check_replaceable(
         raise FileExistsError(f"{out} is a file; --out names the folder to write into")
     empty = not out.exists() or not any(out.iterdir())
     if not empty and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty (--overwrite replaces it)")
+        raise FileExistsError(
+            f"{out} exists and is not empty (--overwrite, or overwrite=True from Python, "
+            "replaces it)"
+        )
     # Even in a missing or empty out: a cache folder written there would be replaced.
     inside = [p for p in inputs if p.resolve().is_relative_to(out.resolve())]
     if inside:

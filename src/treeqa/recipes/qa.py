@@ -661,8 +661,12 @@ class PairError(ValueError):
 def check_pair(k: int, pair: Any) -> None:
     """A TypeError or ValueError naming example ``k`` unless it is a (context, question)
     pair of strings that UTF-8 can carry (JSON's "\\ud800" decodes to a lone surrogate)."""
-    if not isinstance(pair, tuple | list) or len(pair) != 2:
+    if not isinstance(pair, tuple | list):
         raise TypeError(f"example {k}: a {type(pair).__name__}, not a (context, question) pair")
+    if len(pair) != 2:
+        raise TypeError(
+            f"example {k}: a {type(pair).__name__} of {len(pair)}, not a (context, question) pair"
+        )
     for name, text in zip(("context", "question"), pair, strict=True):
         if not isinstance(text, str):
             raise TypeError(f"example {k}: the {name} is a {type(text).__name__}, not a str")

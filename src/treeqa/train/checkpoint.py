@@ -80,7 +80,8 @@ def check_run_dir(out: Path, resume: bool) -> None:
     found = [name for name in (BEST, LAST) if (out / name).exists()]
     if found and not resume:
         raise FileExistsError(
-            f"{out} already holds a run ({', '.join(found)}): continue it with --resume {out}, "
+            f"{out} already holds a run ({', '.join(found)}): continue it with --resume {out} "
+            "(resume_run=True from Python), "
             "or give the new run another --out"
         )
 
