@@ -87,7 +87,10 @@ class Models:
                 self.qa = qa.load_model(file, device)
                 self.info[task] = {"model": "qanet", "squad": self.qa.meta["squad_version"]}
             else:
-                raise ValueError(f"{path}: a checkpoint of task {task!r}, expected sentiment or qa")
+                no_task = ckpt.NO_TASK if task is None else ""
+                raise ValueError(
+                    f"{path}: a checkpoint of task {task!r}, expected sentiment or qa{no_task}"
+                )
             self.info[task]["checkpoint"] = str(path)
             self.info[task]["file"] = str(file.absolute())
         self.lock = threading.Lock()  # the models: one request at a time

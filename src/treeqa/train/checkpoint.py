@@ -376,11 +376,19 @@ def check_meta(file: Path, header: dict[str, str], task: str | None) -> dict[str
     if task is not None and meta.get("task") != task:
         commands = TASK_COMMANDS.get(str(meta.get("task")))
         hint = f" (its commands: {commands})" if commands else ""
+        if "task" not in meta:
+            raise CheckpointError(f"{file}: a checkpoint with no task, not a {task!r} one{NO_TASK}")
         raise CheckpointError(
             f"{file}: a {meta.get('task')!r} checkpoint, not a {task!r} one{hint}"
         )
     meta_dict: dict[str, Any] = meta
     return meta_dict
+
+
+NO_TASK = (
+    " (a Checkpointer's meta of your own: the commands load one whose meta is the recipe's, "
+    "treeqa.recipes.sentiment.run_meta(...) or treeqa.recipes.qa.run_meta(...))"
+)
 
 
 def optimizer_tensors(
