@@ -32,6 +32,7 @@ EXPECTED = {
     "bug_retain_graph.py": "retain-graph-every-step",
     "bug_parameter_alias.py": "parameter-alias",
     "bug_unused_parameter.py": "unused-parameter",
+    "bug_round_without_straight_through.py": "zero-derivative-op",  # QAT: weights never train
     "bug_probs_into_ce.py": "probabilities-into-cross-entropy",
     "bug_probs_into_ce_bf16.py": "probabilities-into-cross-entropy",  # a bfloat16 model
     "bug_probs_into_ce_raw_tensors.py": "probabilities-into-cross-entropy",  # no nn.Module
@@ -198,6 +199,7 @@ CLEAN = [
     "clean_sam.py",  # two backwards a step from cleared gradients, the weights moved between
     "clean_sam_wrapper.py",  # SAM's first_step / second_step, in a function called twice
     "clean_frozen_bn.py",  # BN layers in eval mode, evaluations, OneCycle every batch
+    "clean_quantised_straight_through.py",  # round and sign, the gradient passed straight on
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over
     # a sequence's last dim, [B, C, T] over dim 1, log of softmax), MC dropout
     "clean_clip.py",  # clip then step at the loop's top, after accumulation, a reused list

@@ -368,18 +368,30 @@ def activation_growth(
     )
 
 
-def non_finite_grads(named: Sequence[tuple[str, torch.Tensor]]) -> list[str]:
-    """Names of parameters whose gradient holds NaN/Inf (one host sync for the whole model)."""
+def gradient_flags(named: Sequence[tuple[str, torch.Tensor]]) -> tuple[list[str], list[str]]:
+    """Names of parameters whose gradient holds NaN/Inf, and of those whose gradient is exactly
+    zero (dense, unsharded ones: a shard of FSDP's may be zero where the whole is not): one
+    host sync for the whole model where none is either."""
     grads = [(n, p.grad) for n, p in named if p.grad is not None and p.grad.is_floating_point()]
     if not grads:
-        return []
+        return [], []
     # Sparse gradients (embedding tables with sparse=True) have no norm kernel: use their values.
     dense = [g.detach().coalesce().values() if g.is_sparse else g.detach() for _, g in grads]
     norms = torch._foreach_norm(dense)
-    finite = torch.isfinite(torch.stack([n.float().to(norms[0].device) for n in norms]))
-    if bool(finite.all()):
-        return []
-    return [name for (name, _), ok in zip(grads, finite.tolist(), strict=True) if not ok]
+    stacked = torch.stack([n.float().to(norms[0].device) for n in norms])
+    finite = torch.isfinite(stacked)
+    names = [n for n, _ in grads]
+    if any(type(g).__name__ == "DTensor" for _, g in grads):  # (its norms are DTensors too)
+        ok = bool(finite.all())
+        return [] if ok else [n for n, f in zip(names, finite.tolist(), strict=True) if not f], []
+    zero = stacked == 0
+    all_finite, any_zero = torch.stack([finite.all(), zero.any()]).tolist()
+    bad = [] if all_finite else [n for n, f in zip(names, finite.tolist(), strict=True) if not f]
+    zeros = []
+    if any_zero:  # (a sparse gradient of no rows is no zero gradient)
+        flags = zip(grads, zero.tolist(), strict=True)
+        zeros = [n for (n, g), z in flags if z and not g.is_sparse]
+    return bad, zeros
 
 
 def anomaly_detection_on(step: int) -> Finding:

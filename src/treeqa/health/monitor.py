@@ -47,6 +47,7 @@ from treeqa.health.runqueue import RUN_QUEUE, waited_since
 from treeqa.health.scalers import MIN_SCALE, LossScalers
 from treeqa.health.thinning import Thinning, row
 from treeqa.health.wrap import mark_never_compiled, never_compiled, say_failed
+from treeqa.health.zeroed import ZeroGradients
 from treeqa.models.common import Output
 from treeqa.train.callbacks import EarlyStopping
 from treeqa.train.loop import Callback, TrainConfig, TrainState
@@ -289,6 +290,7 @@ class HealthMonitor(Callback):
         self._late: tuple[Finding, list[nn.Parameter]] | None = None
         self._unused_from = 1  # the first step of the window (later after a new model)
         self.nonfinite = NonFiniteTracer(self.add)
+        self.zeroed = ZeroGradients(self.add)  # exactly zero through torch.round and the like
         self.profile = ProfileWindow(memory=rss_mb, waited=RUN_QUEUE.waited, heap=heap_mb)
         self.loaders = Loaders(self.add)  # DataLoader workers, iterators and samplers
         self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN
@@ -512,7 +514,7 @@ class HealthMonitor(Callback):
                 self.regression.append((s, fitted[1], fitted[3] * terms))
                 if moments is not None:
                     self.batch_moments[s] = moments
-            self._sampled_checks(s)
+            self._sampled_checks(s, tensor)
             self.sampling = False
         if s - self._unused_from < 3 and self.params:
             self._note_unused(s)
@@ -735,7 +737,7 @@ class HealthMonitor(Callback):
             if name[-1:].isdigit():  # a member of a stack (blocks.3): what it is, for the check
                 self._kinds[name] = checks.module_kind(module)
 
-    def _sampled_checks(self, s: int) -> None:
+    def _sampled_checks(self, s: int, loss: torch.Tensor | None) -> None:
         if torch.is_anomaly_enabled():  # one flag read
             self._anomaly += 1
             if self._anomaly == 2:  # on for more than a first step or two under watch
@@ -759,10 +761,11 @@ class HealthMonitor(Callback):
                 )
                 self.add(found)
         if self.params:
-            bad = checks.non_finite_grads(self.params)
+            bad, zero = checks.gradient_flags(self.params)
             scale = self.scalers.scale() if bad else None
             if scale is None or scale < MIN_SCALE:  # else an overflow the loss scaler skipped
                 self.nonfinite.saw_gradients(s, bad)
+            self.zeroed.saw(s, zero, loss, self.params)
 
     def _note_unused(self, s: int) -> None:
         """The first three steps of the window give the candidates (every parameter looked
