@@ -137,6 +137,8 @@ EXPECTED = {
     "bug_softmax_over_batch_square.py": "softmax-over-wrong-dim",  # batch 10, 10 classes
     "bug_gcn_log_softmax_over_nodes.py": "softmax-over-wrong-dim",  # output[idx_train]
     "bug_ctc_log_softmax_over_time.py": "softmax-over-wrong-dim",  # ctc_loss, over the frames
+    "bug_soft_targets_log_softmax_over_batch.py": "softmax-over-wrong-dim",  # mixup, by hand
+    "bug_bce_targets_0_255.py": "targets-out-of-range",  # a mask of bytes into BCEWithLogitsLoss
     "bug_ddp_inner_module.py": "gradients-not-averaged",  # under torchrun, 2 processes
     "bug_ddp_same_data.py": "same-data-on-every-process",  # under torchrun, 2 processes
     "bug_spawn_not_wrapped.py": "gradients-not-averaged",  # torch.multiprocessing.spawn
@@ -199,6 +201,7 @@ CLEAN = [
     "clean_sam.py",  # two backwards a step from cleared gradients, the weights moved between
     "clean_sam_wrapper.py",  # SAM's first_step / second_step, in a function called twice
     "clean_frozen_bn.py",  # BN layers in eval mode, evaluations, OneCycle every batch
+    "clean_soft_targets_by_hand.py",  # mixup, smoothing over [B, T, V], distillation, BCE
     "clean_quantised_straight_through.py",  # round and sign, the gradient passed straight on
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over
     # a sequence's last dim, [B, C, T] over dim 1, log of softmax), MC dropout

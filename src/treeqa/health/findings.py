@@ -17,6 +17,7 @@ FIXES: dict[str, str] = {
     "retain-graph-every-step": "drop retain_graph=True; detach whatever carries over from one step to the next",
     "parameter-alias": "give each attribute its own layer (a new module or copy.deepcopy), or declare the tie",
     "unused-parameter": "wire the parameters into forward (look for a typo or a branch never taken) or remove them",
+    "targets-out-of-range": "scale a binary cross-entropy's targets into [0, 1]: a mask stored as 0/255 divided by 255, labels of -1/+1 mapped by (y + 1) / 2",
     "zero-derivative-op": "pass the gradient straight through the op (a straight-through estimator: x + (torch.round(x) - x).detach()), or sample with the reparameterisation trick (mu + std * torch.randn_like(std))",
     "probabilities-into-cross-entropy": "pass raw logits to cross_entropy/CrossEntropyLoss; use log_softmax with NLLLoss",
     "activation-growth": "remove the per-block scaling (e.g. x * sqrt(d) inside each block); scale once or normalise",

@@ -221,6 +221,62 @@ def cross_entropy_by_hand(node: Any) -> tuple[int, torch.Tensor] | None:
     return int(shape[dim]), index.squeeze(dim)
 
 
+SCALARS = ("NegBackward0", "MeanBackward0", "SumBackward0", "AddBackward0", "SubBackward0")
+"""Nodes a loss is walked down through to the reduction of a cross-entropy written by hand: a
+minus, a mean or sum over everything, a sum with other terms; and a product or quotient by a
+constant (``MulBackward0``/``DivBackward0`` with one input needing no gradient)."""
+
+
+def soft_cross_entropies(node: Any, most: int = 32) -> list[tuple[list[int], int, list[int]]]:
+    """(shape, dim, reduced dims) of each cross-entropy against soft targets written by hand
+    below the loss's ``node``: ``torch.sum(-q * log_softmax(x, dim), dim=k)`` (or ``.mean(k)``,
+    the minus on either side, timm's ``SoftTargetCrossEntropy``, label smoothing and mixup by
+    hand, a distillation against a teacher's probabilities), ``q`` needing no gradient; the
+    log-softmax's input shape and dim, and the dims the product is reduced over. Looked for
+    within ``most`` nodes. Read before the backward frees what the nodes saved; no host sync."""
+    todo, seen, found = [node], 0, []
+    while todo and seen < most:
+        node = todo.pop()
+        seen += 1
+        name = type(node).__name__
+        if name in ("SumBackward1", "MeanBackward1"):
+            one = _reduced_log_softmax(node)
+            if one is not None:
+                found.append(one)
+        elif name in SCALARS or (name in ("MulBackward0", "DivBackward0") and _by_constant(node)):
+            todo.extend(n for n, _ in node.next_functions if n is not None)
+    return found
+
+
+def _by_constant(node: Any) -> bool:
+    """A product or quotient one of whose two inputs needs no gradient."""
+    return sum(n is None for n, _ in node.next_functions) == 1
+
+
+def _reduced_log_softmax(node: Any) -> tuple[list[int], int, list[int]] | None:
+    """``soft_cross_entropies``' result where ``node`` (a sum or mean over dims) reduces a
+    constant times a log-softmax (a minus on either side of the product)."""
+    below: Any = node.next_functions[0][0] if node.next_functions else None
+    if type(below).__name__ == "NegBackward0":
+        below = below.next_functions[0][0]
+    if type(below).__name__ != "MulBackward0" or not _by_constant(below):
+        return None
+    source = next(n for n, _ in below.next_functions if n is not None)
+    if type(source).__name__ == "NegBackward0":
+        source = source.next_functions[0][0]
+    if type(source).__name__ != "LogSoftmaxBackward0":
+        return None
+    try:
+        shape, dim = list(source._saved_result.shape), _signed(source._saved_dim)
+        reduced = [_signed(d) for d in node._saved_dim]
+        sizes = list(node._saved_self_sym_sizes)
+    except (AttributeError, RuntimeError):  # saved tensors freed, or another torch's names
+        return None
+    if not shape or sizes != shape:  # (a product broadcast to another shape)
+        return None
+    return shape, dim % len(shape), sorted(d % len(shape) for d in reduced)
+
+
 def _signed(dim: Any) -> int:
     """A dim an autograd node saved: -1 is kept as an unsigned 64-bit integer."""
     dim = int(dim)

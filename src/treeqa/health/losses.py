@@ -38,6 +38,9 @@ KL_FIX = (
 CLASSIFICATION = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits", "kl_div")
 LOG_PROBABILITIES_LAST = ("ctc_loss",)
 """Losses of log-probabilities [T, N, C] (or [T, C]) over the classes of the last dimension."""
+BINARY = ("binary_cross_entropy",)
+"""Losses of probabilities against targets in [0, 1] (the one of logits is in
+``CLASSIFICATION``)."""
 ELEMENTWISE = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")
 """Losses of an input against a target of the same shape (torch broadcasts, with a warning)."""
 VOCABULARY = 50
@@ -131,7 +134,7 @@ class LossInputCheck:
         }
 
     def install(self) -> None:
-        for fname in (*CLASSIFICATION, *LOG_PROBABILITIES_LAST, *ELEMENTWISE):
+        for fname in (*CLASSIFICATION, *BINARY, *LOG_PROBABILITIES_LAST, *ELEMENTWISE):
             self.wrappers.add(note_function_results(F, fname, self._called))
         self.wrappers.add(note_function_calls(nn.Module, "load_state_dict", self._loaded))
         # A whole model saved with torch.save(model) comes back trained without a
@@ -199,6 +202,7 @@ class LossInputCheck:
         self.cross_entropy = summed or _standing_for(self.cross_entropy, loss, node, scale)
         if (self.cross_entropy is None or self.cross_entropy[0] != id(loss)) and node is not None:
             self._cross_entropy_by_hand(loss, node, scale)
+            self._soft_cross_entropy(loss)
         self.regression = _standing_for(self.regression, loss, node, scale)
         if self.cross_entropy is not None and self.cross_entropy[0] == id(loss):
             self._times_processes(self.cross_entropy[3])
@@ -217,6 +221,30 @@ class LossInputCheck:
         self.cross_entropy = (id(loss), classes, None, scale)
         self.labels.add(target, classes, None, 0.0)
         self.batch_labels = self.labels.batch(target, classes, None)
+
+    def _soft_cross_entropy(self, loss: torch.Tensor) -> None:
+        """``softmax-over-wrong-dim`` for a cross-entropy against soft targets written by hand
+        (``loss_inputs.soft_cross_entropies``) whose log-softmax normalises over a dim the
+        product is not summed over: ``sum(-q * log_softmax(x, dim=0), dim=-1)``."""
+        found = loss_inputs.soft_cross_entropies(loss.grad_fn)
+        wrong = [(shape, d, summed) for shape, d, summed in found if d not in summed]
+        if not wrong or len(wrong[0][2]) != 1:
+            return
+        shape, dim, (summed,) = wrong[0]
+        others = "examples" if dim == 0 else "positions"
+        self.add(
+            Finding(
+                "softmax-over-wrong-dim",
+                "error",
+                f"a cross-entropy written by hand, sum(-q * log_softmax(x, dim={dim}), "
+                f"dim={summed}), normalises over dim {dim} of a {shape} tensor (size "
+                f"{shape[dim]}) but sums over dim {summed} (size {shape[summed]}), the "
+                f"classes: each class's scores are normalised against the other {others}, "
+                "not the other classes",
+                where=sites.user_site(2),
+                evidence={"function": "by hand", "shape": shape, "dim": dim, "summed": summed},
+            )
+        )
 
     def _sum_of_cross_entropies(
         self, loss: torch.Tensor, node: Any, scale: float
@@ -339,6 +367,10 @@ class LossInputCheck:
                 if found is not None:
                     found.where = sites.user_site(2)
                     self.add(found)
+            return
+        if fname in (*BINARY, "binary_cross_entropy_with_logits"):
+            self._binary_targets(fname, target)
+        if fname in BINARY:
             return
         if fname == "binary_cross_entropy_with_logits":
             # A softmax's column too (``probs[:, 1]`` of a two-class head): probabilities.
@@ -476,6 +508,32 @@ class LossInputCheck:
             if found is not None and not self.margin:
                 found.where = sites.user_site(2)
                 self.add(found)
+
+    def _binary_targets(self, fname: str, target: Any) -> None:
+        """``targets-out-of-range``: a binary cross-entropy's targets outside [0, 1] (a mask
+        stored as 0/255, labels of -1/+1). ``-t log p - (1 - t) log(1 - p)`` is then unbounded
+        below: the loss goes negative and falls for ever. One host sync."""
+        if (
+            not isinstance(target, torch.Tensor)
+            or not target.is_floating_point()
+            or target.numel() == 0
+            or checks.untraceable(target)
+        ):
+            return
+        low, high = torch.stack(torch.aminmax(target.detach().float())).tolist()
+        if low >= -1e-6 and high <= 1 + 1e-6:
+            return
+        self.add(
+            Finding(
+                "targets-out-of-range",
+                "error",
+                f"{fname} received targets from {low:.4g} to {high:.4g}, not probabilities in "
+                "[0, 1]: its loss is then unbounded below, and falls below zero for ever as the "
+                "outputs go to 0 or 1",
+                where=sites.user_site(2),
+                evidence={"function": fname, "min": round(low, 4), "max": round(high, 4)},
+            )
+        )
 
     def _log_probabilities_last(self, fname: str, input: torch.Tensor) -> None:
         """CTC's input: log_softmax over the classes, the last dimension; a softmax's output

@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from treeqa.health.findings import Finding
@@ -76,11 +77,20 @@ def share(part: Sequence[float], whole: Sequence[float], least: int) -> tuple[fl
     """The sum of ``part`` over the sum of ``whole`` on the steps where both are finite (a share
     of time, which a few long steps weigh as much as many short ones add up to), and how many
     such steps there are; None under ``least`` of them."""
-    pairs = [(a, b) for a, b in zip(part, whole, strict=True) if math.isfinite(a + b)]
-    total = sum(b for _, b in pairs)
-    if len(pairs) < least or total <= 0:
+    a, b = _array(part), _array(whole)
+    if len(a) != len(b):
+        raise ValueError(f"share of {len(a)} values in {len(b)}")
+    both = np.isfinite(a + b)
+    count, total = int(both.sum()), float(b[both].sum())
+    if count < least or total <= 0:
         return None
-    return sum(a for a, _ in pairs) / total, len(pairs)
+    return float(a[both].sum()) / total, count
+
+
+def _array(values: Sequence[float]) -> np.ndarray:
+    """``values`` (a list, an ``array("d")``, a slice of either) as a float64 array: the
+    monitor's series without a copy, so a pass over a long run's series costs C loops."""
+    return np.asarray(values, dtype=np.float64)
 
 
 def wait_rose(then: float, now: float) -> bool:
@@ -268,10 +278,12 @@ def less_wait(step_times: Sequence[float], cpu_wait: Sequence[float]) -> list[fl
     preempted for a slice of each busy process (3-10 ms), so the median of a quarter's step
     times jumps when a little more than half of its steps were preempted, with no change in
     the share of time spent waiting."""
-    return [
-        t - min(w, t) if math.isfinite(w) else math.nan
-        for t, w in zip(step_times, cpu_wait, strict=True)
-    ]
+    t, w = _array(step_times), _array(cpu_wait)
+    if len(t) != len(w):
+        raise ValueError(f"{len(w)} waits for {len(t)} steps")
+    with np.errstate(invalid="ignore"):
+        ran = np.where(np.isfinite(w), t - np.minimum(w, t), math.nan)
+    return list(ran.tolist())
 
 
 def most_growth(*measures: Sequence[float]) -> list[float]:
@@ -280,20 +292,16 @@ def most_growth(*measures: Sequence[float]) -> list[float]:
     median over the early steps (5 to 25, or to the first quarter); NaN where none was read. A
     batch-size warm-up grows the elements at the same nodes, a longer episode the nodes."""
     n = max((len(m) for m in measures), default=0)
-    scaled = []
+    most = np.full(n, math.nan)
     for m in measures:
-        early = [v for v in m[5 : max(25, n // 4)] if math.isfinite(v) and v > 0]
-        if len(m) == n and early:
-            scale = statistics.median(early)
-            scaled.append([v / scale for v in m])
-    return (
-        [
-            max((v for v in values if math.isfinite(v)), default=math.nan)
-            for values in zip(*scaled, strict=True)
-        ]
-        if scaled
-        else [math.nan] * n
-    )
+        values = _array(m)
+        early = values[5 : max(25, n // 4)]
+        early = early[np.isfinite(early) & (early > 0)]
+        if len(values) == n and len(early):
+            scaled = values / statistics.median(early.tolist())
+            # (the largest finite measure of each step; NaN where none is finite)
+            most = np.fmax(most, np.where(np.isfinite(scaled), scaled, math.nan))
+    return list(most.tolist())
 
 
 def work_growth(work: Sequence[float], warmup: int) -> list[float] | None:
