@@ -1,9 +1,13 @@
-"""The QANet report's exploding loss: a positional-encoding helper scaling by sqrt(d) in every block.
+"""The QANet report's exploding activations: a positional-encoding helper scaling by sqrt(d) in
+every block.
 
 Seven encoder blocks (depthwise-separable conv + feed-forward, layernorm + residual). With
 ``--bug`` each block's position helper multiplies its input by sqrt(d) before adding the signal,
-so activations grow ~sqrt(d)-fold per block and the loss explodes. Without it the signal is
-added once, unscaled, as in the paper.
+so activations grow ~sqrt(d)-fold per block (2.6e5-fold over the seven) and the logits with
+them: the cross-entropy saturates (here at exactly 0 from the first step, the argmax right by
+the input token's sheer size; where it is wrong, a huge loss) and every gradient is exactly
+zero, so nothing trains. Without it the signal is added once, unscaled, as in the paper, and
+the loss falls to 0 by learning the task.
 
     python examples/qanet_sqrt_d_scaling.py --bug
     treeqa doctor -- python examples/qanet_sqrt_d_scaling.py --bug

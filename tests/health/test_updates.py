@@ -1034,3 +1034,30 @@ def test_a_frozen_teacher_gone_before_the_report_is_judged_by_what_was_kept_of_i
         else:
             assert found is not None and found.code == "frozen-in-train-mode"
             assert "Sequential" in found.message
+
+
+def test_zero_gradients_from_a_loss_of_exactly_zero_are_no_gradients_zeroed_in_place() -> None:
+    """A cross-entropy saturated by logits grown without bound is exactly 0, and so is every
+    gradient of it: the backward gave those zeros, nothing cleared them after it (as
+    ``step-without-gradients`` would say); the same zeros under a loss above 0 are found."""
+    for scale, expected in ((1e6, []), (1.0, ["step-without-gradients"])):
+        torch.manual_seed(0)
+        layer = nn.Linear(4, 3)
+        opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+        found: list[Finding] = []
+        updates = Updates(found.append)
+        params = list(layer.named_parameters())
+        for step in range(1, 8):
+            updates.begin_step(sampled=True)
+            x = torch.randn(16, 4)
+            logits = layer(x) * scale
+            loss = F.cross_entropy(logits, logits.argmax(1).detach())
+            updates.backwards += 1
+            loss.backward()
+            if scale == 1.0:
+                opt.zero_grad(set_to_none=False)  # zeroed in place between backward and step
+            opt.step()
+            updates.end_step(step, True, opt, [layer], params, True, loss)
+            updates.backwards = 0
+            opt.zero_grad()
+        assert [f.code for f in found] == expected, [f.message for f in found]

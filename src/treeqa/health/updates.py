@@ -516,7 +516,7 @@ class Updates:
                 if p.grad is not None
             ]
             if self.backwards and not frozen:
-                self._note_zero_gradients([p.grad for p, *_ in self.stepped_grads])
+                self._note_zero_gradients([p.grad for p, *_ in self.stepped_grads], loss)
             self._note_frozen_decayed(optimizer, roots)
             if self.teachers.models or self.teachers.seen:  # (no held set built for none)
                 self.teachers.end_sampled_step(self._held(optimizer))
@@ -584,17 +584,24 @@ class Updates:
                 return
             self._report(found)
 
-    def _note_zero_gradients(self, stepped: list[torch.Tensor | None]) -> None:
+    def _note_zero_gradients(
+        self, stepped: list[torch.Tensor | None], loss: torch.Tensor | None = None
+    ) -> None:
         """A sampled step after a backward, ``stepped`` the gradients its optimiser's
         parameters had: those of the first and last ``ZERO_LOOKED_AT`` (dense, plain tensors)
         are all zero (one host read), on ``ZERO_STEPS_SAMPLED`` sampled steps in a row: they
-        were zeroed in place after the backward, and each step applies none of them."""
+        were zeroed in place after the backward, and each step applies none of them. Not where
+        the step's ``loss`` is exactly zero: the backward gave those zeros (a cross-entropy
+        saturated by logits that grew without bound, which ``activation-growth`` names)."""
         grads = [g for g in stepped if type(g) is torch.Tensor and g.layout == torch.strided]
         if not grads:
             return
         looked = grads[:ZERO_LOOKED_AT] + grads[ZERO_LOOKED_AT:][-ZERO_LOOKED_AT:]
         with torch.no_grad():
             if bool(torch.stack([g.any() for g in looked]).any()):
+                self.zero_steps_sampled = 0
+                return
+            if isinstance(loss, torch.Tensor) and loss.numel() == 1 and float(loss) == 0.0:
                 self.zero_steps_sampled = 0
                 return
         self.zero_steps_sampled += 1
