@@ -133,6 +133,19 @@ def _prefixed(model: nn.Module, i: int) -> Iterator[tuple[str, nn.Parameter]]:
         yield (f"model{i}." if i else "") + name, p
 
 
+def _computed_with(model: nn.Module, i: int) -> Iterator[tuple[str, nn.Parameter]]:
+    """``_prefixed``'s parameters less embedding tables': a table's rows are looked up, not
+    computed with, so a row no batch looks up costs nothing however small its values (the
+    rows of words a run never sees, shrunk by weight decay into subnormals)."""
+    tables = {
+        id(p)
+        for m in model.modules()
+        if isinstance(m, nn.Embedding | nn.EmbeddingBag)
+        for p in m.parameters(recurse=False)
+    }
+    return (x for x in _prefixed(model, i) if id(x[1]) not in tables)
+
+
 def rss_mb() -> float:
     try:
         return _STATM.resident_pages() * _PAGE / 2**20
@@ -863,7 +876,7 @@ class HealthMonitor(Callback):
         one_thread = torch.get_num_threads() == 1
         slower = timing.step_time_regression(times, cpu, canary, wait, work, one_thread)
         if slower is not None and on_cpu:
-            named = (x for i, m in enumerate(self.models) for x in _prefixed(m, i))
+            named = (x for i, m in enumerate(self.models) for x in _computed_with(m, i))
             slower = timing.subnormal_cause(slower, named)
         for found in (
             slower,
