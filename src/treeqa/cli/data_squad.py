@@ -75,7 +75,9 @@ def add_prepare_arguments(parser: argparse.ArgumentParser) -> None:
         "or ~/.cache/treeqa/vectors when that folder is read-only)",
     )
     flags.add_overwrite(parser)
-    flags.add_json(parser, "end with one JSON line, meta.json")
+    flags.add_json(
+        parser, "standard output is one JSON object alone, meta.json's; the text goes to stderr"
+    )
 
 
 def prepare_main(args: argparse.Namespace) -> int:

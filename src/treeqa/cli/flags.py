@@ -277,7 +277,10 @@ def add_out(group: Group, help: str = "run directory") -> None:
     group.add_argument("--out", type=Path, metavar="DIR", help=f"{help} (default: runs/NAME)")
 
 
-def add_json(group: Group, help: str = "end with one JSON line") -> None:
+def add_json(
+    group: Group,
+    help: str = "standard output is one JSON object alone; the text goes to stderr",
+) -> None:
     group.add_argument("--json", action="store_true", help=f"{help} (default: text only)")
 
 
