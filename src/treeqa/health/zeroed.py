@@ -71,11 +71,11 @@ class ZeroGradients:
         if self.said:
             return
         self.runs = {name: self.runs.get(name, 0) + 1 for name in zero}
-        due = [n for n, run in self.runs.items() if run >= SAMPLED_STEPS and n not in self.looked]
+        due = {n for n, run in self.runs.items() if run >= SAMPLED_STEPS and n not in self.looked}
         if not due or loss is None or loss.grad_fn is None:
             return
         self.looked.update(due)
-        by_id = {id(p): name for name, p in params if name in set(due)}
+        by_id = {id(p): name for name, p in params if name in due}
         found = _below_zero_derivative(loss.grad_fn, by_id)
         if found is None:
             return
