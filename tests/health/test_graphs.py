@@ -319,3 +319,26 @@ def test_a_holders_site_is_the_line_that_gives_it_a_graph(tmp_path: Path) -> Non
     # A Lightning module's list of step outputs grows by append: that line, not its start.
     script.write_text("self.outputs = []\nself.outputs.append(loss)\n")
     assert sites.assignment_site([str(script)], "outputs", True) == f"{script}:2"
+    # An RNN's state unpacked with its output, which reads it: that line, not another
+    # function's local of the same name (a TBPTT loop that never detaches its hidden state).
+    script.write_text(
+        "def evaluate():\n"
+        "    hidden = model.init_hidden(10)\n"
+        "hidden = model.init_hidden(20)\n"
+        "for x in batches:\n"
+        "    out, hidden = model(x, hidden)\n"
+        "    f(x, hidden=hidden)\n"
+    )
+    assert sites.assignment_site([str(script)], "hidden") == f"{script}:5"
+    # A model's forward unpacks a variable of the same name first: the holder's own function
+    # (a global here) is looked in first.
+    script.write_text(
+        "def forward(x, hidden):\n"
+        "    out, hidden = rnn(x, hidden)\n"
+        "    return out, hidden\n"
+        "hidden = init_hidden()\n"
+        "for x in batches:\n"
+        "    out, hidden = forward(x, hidden)\n"
+    )
+    assert sites.assignment_site([str(script)], "hidden", scope="<module>") == f"{script}:6"
+    assert sites.assignment_site([str(script)], "hidden", scope="forward") == f"{script}:2"

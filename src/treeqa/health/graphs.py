@@ -396,7 +396,8 @@ def _frame_holder(tensor: torch.Tensor) -> str:
                 and len(value) < 100_000
                 and any(v is tensor for v in value)
             ):
-                return f"list {name!r} in {frame.f_code.co_name}()"
+                kind = "tuple" if isinstance(value, tuple) else "list"  # (an LSTM's (h, c))
+                return f"{kind} {name!r} in {frame.f_code.co_name}()"
             if isinstance(value, dict) and len(value) < 100_000:
                 key = next((k for k, v in value.items() if v is tensor), None)
                 if key is not None:  # an EMA table kept by hand: ema[name] = 0.99 * ema[name] + ...

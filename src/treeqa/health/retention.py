@@ -146,5 +146,7 @@ class Retention:
     def _where(self, holder: str) -> str:
         named = "'" in holder  # a global or local variable, not an attribute
         attr = holder.split("'")[1] if named else holder.rstrip("[]").rpartition(".")[2]
-        site = sites.assignment_site(self.source_files, attr, not named) if attr else ""
+        # (the function of a variable: "list 'hidden' in <module>()")
+        scope = holder.rpartition(" in ")[2].removesuffix("()") if named else ""
+        site = sites.assignment_site(self.source_files, attr, not named, scope) if attr else ""
         return f"{holder} ({site})" if site else holder

@@ -86,27 +86,35 @@ def definition_site(obj: Any) -> str:
         return ""
 
 
-def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) -> str:
+def assignment_site(
+    files: Iterable[str], attr: str, attribute: bool = False, scope: str = ""
+) -> str:
     """Where a holder gets its value: the first ``.attr = ...`` (or ``attr +=``,
     ``attr[key] = ...``, or ``attr.append(...)``) line in
     ``files``, or rather the first that also reads it (``total += loss``, ``state = 0.5 *
     state + h``): that is where a graph grows, not where the holder starts empty.
 
     ``attribute``: only ``obj.attr = ...`` counts (a local ``attr = ...`` is another variable).
+    ``scope``: the function whose variable holds it (``<module>`` for a global): lines in
+    that function come first (``out, hidden = model(x, hidden)`` in the training loop, not
+    the model's forward's ``out, hidden = self.rnn(x, hidden)``, another variable).
     Lines under ``torch.no_grad()`` make no graph and come last, and an empty start
     (``torch.zeros(n)``) after any other (a prioritised replay's ``self.prios[i] =
     self.prios.max()`` under no_grad was named, where ``self.prios[idx] = td.abs()`` kept the
     TD errors' graphs).
     """
-    # A statement that starts with the target (``x.attr = ...``), not prose that mentions it.
+    # A statement that starts with the target (``x.attr = ...``), not prose that mentions it;
+    # or one of several targets unpacked (``out, hidden = model(x, hidden)``, an RNN's state).
     prefix = "+" if attribute else "*"
+    others = r"[\w\[\].]+\s*"
     # ``attr[key] = ...`` too: a dict of tensors kept by hand (an EMA table).
     pattern = re.compile(
-        rf"^\s*([\w\[\]]+\.){prefix}{re.escape(attr)}(?:\[[^\]]*\])?\s*(=(?!=)|\+=)"
+        rf"^\s*(?:{others},\s*)*([\w\[\]]+\.){prefix}{re.escape(attr)}(?:\[[^\]]*\])?\s*"
+        rf"(?:,\s*{others})*(=(?!=)|\+=)"
     )
     # A list that grows by a call (``self.outputs.append(loss)``) grows where it is called.
     grows = re.compile(rf"^\s*([\w\[\]]+\.){prefix}{re.escape(attr)}\.(append|extend|insert)\(")
-    found: list[tuple[bool, bool, bool, int, str]] = []  # ranked: see below
+    found: list[tuple[bool, bool, bool, bool, int, str]] = []  # ranked: see below
     for name in files:
         try:
             lines = Path(name).read_text(encoding="utf-8").splitlines()
@@ -114,10 +122,10 @@ def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) ->
             continue
         for i, line in enumerate(lines, 1):
             code = line.split("#")[0]
+            elsewhere = bool(scope) and _function_of(lines, i - 1) != scope
             if grows.search(code):
-                found.append(
-                    (_under_no_grad(lines, i - 1), False, False, len(found), f"{name}:{i}")
-                )
+                no_grad = _under_no_grad(lines, i - 1)
+                found.append((elsewhere, no_grad, False, False, len(found), f"{name}:{i}"))
                 continue
             target = pattern.search(code)
             if target is None or re.search(r"=\s*None\s*$", code):
@@ -125,10 +133,27 @@ def assignment_site(files: Iterable[str], attr: str, attribute: bool = False) ->
             value = code[target.start(2) :]  # "= ..." or "+= ..."
             reads = value.startswith("+=") or re.search(rf"\b{re.escape(attr)}\b", value)
             empty = re.match(_EMPTY, value) is not None
-            # Outside no_grad first, then not an empty start, then reading it, then first.
-            site = (_under_no_grad(lines, i - 1), empty, not reads, len(found), f"{name}:{i}")
-            found.append(site)
-    return min(found)[4] if found else ""
+            # In its scope first, then outside no_grad, then not an empty start, then reading
+            # it, then first.
+            no_grad = _under_no_grad(lines, i - 1)
+            found.append((elsewhere, no_grad, empty, not reads, len(found), f"{name}:{i}"))
+    return min(found)[5] if found else ""
+
+
+def _function_of(lines: list[str], at: int) -> str:
+    """The name of the function whose body line ``at`` (0-based) is in, read by indentation;
+    ``<module>`` for none."""
+    indent = len(lines[at]) - len(lines[at].lstrip())
+    for line in reversed(lines[:at]):
+        stripped = line.lstrip()
+        depth = len(line) - len(stripped)
+        if not stripped or stripped.startswith("#") or depth >= indent:
+            continue
+        found = re.match(r"(?:async\s+)?def\s+(\w+)", stripped)
+        if found:
+            return found.group(1)
+        indent = depth
+    return "<module>"
 
 
 _EMPTY = re.compile(
