@@ -201,6 +201,8 @@ CLEAN = [
     "clean_sam.py",  # two backwards a step from cleared gradients, the weights moved between
     "clean_sam_wrapper.py",  # SAM's first_step / second_step, in a function called twice
     "clean_frozen_bn.py",  # BN layers in eval mode, evaluations, OneCycle every batch
+    "clean_bernoulli_policy_rloo.py",  # zero advantages: zero gradients through no op's fault
+    "clean_targets_masked_and_densities.py",  # void pixels weighted 0, -1 labels masked, kl_div
     "clean_soft_targets_by_hand.py",  # mixup, smoothing over [B, T, V], distillation, BCE
     "clean_quantised_straight_through.py",  # round and sign, the gradient passed straight on
     "clean_losses.py",  # [N, 1] vs [N, 1], a scalar target, logits, log_softmax (also over

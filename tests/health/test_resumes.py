@@ -304,6 +304,12 @@ elif case.startswith("apart"):  # one file a state; a second invocation resumes
         weights = {k: v for k, v in weights.items() if not k.startswith("2.")}
     if resuming:
         model.load_state_dict(weights, strict=case not in ("apart, a new head", "apart, head reset"))
+    if case == "apart, a teacher" and not resuming:  # weights alone, apart: a student's start
+        os.makedirs(os.path.join(folder, "base"), exist_ok=True)
+        torch.save(net().state_dict(), os.path.join(folder, "base", "model.pt"))
+    if resuming and case == "apart, a teacher":  # the run's model teaches a student started apart
+        teacher, model = model.eval(), net()
+        model.load_state_dict(torch.load(os.path.join(folder, "base", "model.pt")))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     if resuming and case == "apart, Adam then SGD":  # the second phase with SGD, on purpose
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -470,6 +476,7 @@ EXPECTED_CASES = {
     "apart, safetensors": ["optimizer.pt", "scheduler.pt"],
     "apart, from a folder": ["optimizer.pt", "scheduler.pt"],
     "apart, from a folder, all read": [],
+    "apart, a teacher": [],
     "apart, the optimiser read": ["scheduler.pt"],
     "apart, epoch start": ["scheduler.pt"],
     "apart, a new head": [],

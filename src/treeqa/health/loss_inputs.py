@@ -221,30 +221,42 @@ def cross_entropy_by_hand(node: Any) -> tuple[int, torch.Tensor] | None:
     return int(shape[dim]), index.squeeze(dim)
 
 
-SCALARS = ("NegBackward0", "MeanBackward0", "SumBackward0", "AddBackward0", "SubBackward0")
-"""Nodes a loss is walked down through to the reduction of a cross-entropy written by hand: a
-minus, a mean or sum over everything, a sum with other terms; and a product or quotient by a
-constant (``MulBackward0``/``DivBackward0`` with one input needing no gradient)."""
+SCALARS = (
+    "NegBackward0",
+    "MeanBackward0",
+    "MeanBackward1",
+    "SumBackward0",
+    "SumBackward1",
+    "AddBackward0",
+    "SubBackward0",
+)
+"""Nodes a loss is walked down through to a cross-entropy written by hand: a minus, a mean or
+sum (over everything or over dims, in either order), a sum with other terms; and a product or
+quotient by a constant (``MulBackward0``/``DivBackward0`` with one input needing no
+gradient)."""
 
 
-def soft_cross_entropies(node: Any, most: int = 32) -> list[tuple[list[int], int, list[int]]]:
-    """(shape, dim, reduced dims) of each cross-entropy against soft targets written by hand
-    below the loss's ``node``: ``torch.sum(-q * log_softmax(x, dim), dim=k)`` (or ``.mean(k)``,
-    the minus on either side, timm's ``SoftTargetCrossEntropy``, label smoothing and mixup by
-    hand, a distillation against a teacher's probabilities), ``q`` needing no gradient; the
-    log-softmax's input shape and dim, and the dims the product is reduced over. Looked for
-    within ``most`` nodes. Read before the backward frees what the nodes saved; no host sync."""
+def soft_cross_entropies(node: Any, most: int = 32) -> list[tuple[list[int], int, Any]]:
+    """(shape, dim, targets) of each cross-entropy against soft targets written by hand below
+    the loss's ``node``: a constant ``q`` times ``log_softmax(x, dim)`` (the minus on either
+    side), reduced in any order (``torch.sum(-q * log_softmax(x, -1), -1).mean()``, timm's
+    ``SoftTargetCrossEntropy``; ``(-q * logp).mean(0).sum()``; label smoothing and mixup by
+    hand, a distillation against a teacher's probabilities); the log-softmax's input shape
+    and dim, and ``q`` as the product saved it. Looked for within ``most`` nodes. Read before
+    the backward frees what the nodes saved; no host sync."""
     todo, seen, found = [node], 0, []
     while todo and seen < most:
         node = todo.pop()
         seen += 1
         name = type(node).__name__
-        if name in ("SumBackward1", "MeanBackward1"):
-            one = _reduced_log_softmax(node)
+        if name in ("MulBackward0", "DivBackward0") and _by_constant(node):
+            one = _targets_times_log_softmax(node) if name == "MulBackward0" else None
             if one is not None:
                 found.append(one)
-        elif name in SCALARS or (name in ("MulBackward0", "DivBackward0") and _by_constant(node)):
-            todo.extend(n for n, _ in node.next_functions if n is not None)
+                continue
+        elif name not in SCALARS:
+            continue
+        todo.extend(n for n, _ in node.next_functions if n is not None)
     return found
 
 
@@ -253,28 +265,31 @@ def _by_constant(node: Any) -> bool:
     return sum(n is None for n, _ in node.next_functions) == 1
 
 
-def _reduced_log_softmax(node: Any) -> tuple[list[int], int, list[int]] | None:
-    """``soft_cross_entropies``' result where ``node`` (a sum or mean over dims) reduces a
-    constant times a log-softmax (a minus on either side of the product)."""
-    below: Any = node.next_functions[0][0] if node.next_functions else None
-    if type(below).__name__ == "NegBackward0":
-        below = below.next_functions[0][0]
-    if type(below).__name__ != "MulBackward0" or not _by_constant(below):
-        return None
-    source = next(n for n, _ in below.next_functions if n is not None)
+def _targets_times_log_softmax(node: Any) -> tuple[list[int], int, Any] | None:
+    """``soft_cross_entropies``' result where the product ``node`` is a constant times a
+    log-softmax (through a minus), the constant shaped as the log-softmax."""
+    source = next(n for n, _ in node.next_functions if n is not None)
     if type(source).__name__ == "NegBackward0":
         source = source.next_functions[0][0]
     if type(source).__name__ != "LogSoftmaxBackward0":
         return None
     try:
         shape, dim = list(source._saved_result.shape), _signed(source._saved_dim)
-        reduced = [_signed(d) for d in node._saved_dim]
-        sizes = list(node._saved_self_sym_sizes)
+        first, second = node._saved_self, node._saved_other
     except (AttributeError, RuntimeError):  # saved tensors freed, or another torch's names
         return None
-    if not shape or sizes != shape:  # (a product broadcast to another shape)
+    targets = first if isinstance(first, torch.Tensor) else second
+    if not shape or not isinstance(targets, torch.Tensor) or list(targets.shape) != shape:
         return None
-    return shape, dim % len(shape), sorted(d % len(shape) for d in reduced)
+    return shape, dim % len(shape), targets
+
+
+def summing_to_one(targets: torch.Tensor) -> list[int]:
+    """The dims over which every row of ``targets`` sums to 1 (or -1, a minus taken first):
+    where soft targets keep their classes. One host sync."""
+    q = targets.detach().float()
+    gaps = torch.stack([(q.sum(dim=d).abs() - 1).abs().max() for d in range(q.dim())])
+    return [d for d, gap in enumerate(gaps.tolist()) if gap < 1e-3]
 
 
 def _signed(dim: Any) -> int:

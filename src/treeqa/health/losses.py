@@ -224,27 +224,31 @@ class LossInputCheck:
 
     def _soft_cross_entropy(self, loss: torch.Tensor) -> None:
         """``softmax-over-wrong-dim`` for a cross-entropy against soft targets written by hand
-        (``loss_inputs.soft_cross_entropies``) whose log-softmax normalises over a dim the
-        product is not summed over: ``sum(-q * log_softmax(x, dim=0), dim=-1)``."""
-        found = loss_inputs.soft_cross_entropies(loss.grad_fn)
-        wrong = [(shape, d, summed) for shape, d, summed in found if d not in summed]
-        if not wrong or len(wrong[0][2]) != 1:
-            return
-        shape, dim, (summed,) = wrong[0]
-        others = "examples" if dim == 0 else "positions"
-        self.add(
-            Finding(
-                "softmax-over-wrong-dim",
-                "error",
-                f"a cross-entropy written by hand, sum(-q * log_softmax(x, dim={dim}), "
-                f"dim={summed}), normalises over dim {dim} of a {shape} tensor (size "
-                f"{shape[dim]}) but sums over dim {summed} (size {shape[summed]}), the "
-                f"classes: each class's scores are normalised against the other {others}, "
-                "not the other classes",
-                where=sites.user_site(2),
-                evidence={"function": "by hand", "shape": shape, "dim": dim, "summed": summed},
+        (``loss_inputs.soft_cross_entropies``) whose log-softmax normalises over another dim
+        than the one its targets sum to 1 over, their classes: ``-q * log_softmax(x, dim=0)``
+        of targets whose rows over dim 1 are distributions. Targets that sum to 1 over no dim
+        (weighted, or of more than one label) are not judged, nor ones that do over every dim
+        (an identity's: in-batch contrastive targets)."""
+        for shape, dim, targets in loss_inputs.soft_cross_entropies(loss.grad_fn):
+            classes = loss_inputs.summing_to_one(targets)
+            if not classes or dim in classes:
+                continue
+            over = classes[0]
+            others = "examples" if dim == 0 else "positions"
+            self.add(
+                Finding(
+                    "softmax-over-wrong-dim",
+                    "error",
+                    f"a cross-entropy written by hand, -q * log_softmax(x, dim={dim}), "
+                    f"normalises over dim {dim} of a {shape} tensor (size {shape[dim]}), while "
+                    f"its targets q are distributions over dim {over} (size {shape[over]}), the "
+                    f"classes: each class's scores are normalised against the other {others}, "
+                    "not the other classes",
+                    where=sites.user_site(2),
+                    evidence={"function": "by hand", "shape": shape, "dim": dim, "classes": over},
+                )
             )
-        )
+            return
 
     def _sum_of_cross_entropies(
         self, loss: torch.Tensor, node: Any, scale: float
@@ -369,7 +373,10 @@ class LossInputCheck:
                     self.add(found)
             return
         if fname in (*BINARY, "binary_cross_entropy_with_logits"):
-            self._binary_targets(fname, target)
+            weight = args[1] if len(args) > 1 else kwargs.get("weight")
+            reduction = args[4] if len(args) > 4 else kwargs.get("reduction", "mean")
+            if reduction != "none":  # (a loss per element may be masked after: ignored labels)
+                self._binary_targets(fname, target, weight)
         if fname in BINARY:
             return
         if fname == "binary_cross_entropy_with_logits":
@@ -404,9 +411,15 @@ class LossInputCheck:
                     )
                 )
                 return
-            top = loss_inputs.above_zero(input)
-            if top is not None:  # (log-probabilities are <= 0; kl_div's input is not looked at
-                # for rows: a distillation over tokens flattens them as it likes)
+            # Judged where the target is a discrete distribution (its rows sum to 1), whose
+            # log-probabilities are <= 0: a flow's log-density, fitted on a grid against a
+            # density's values, may be above 0 with nothing wrong.
+            log_target = args[4] if len(args) > 4 else kwargs.get("log_target", False)
+            discrete = isinstance(target, torch.Tensor) and bool(
+                loss_inputs.summing_to_one(target.detach().exp() if log_target else target)
+            )
+            top = loss_inputs.above_zero(input) if discrete else None
+            if top is not None:
                 self.add(
                     Finding(
                         "logits-into-nll-loss",
@@ -509,10 +522,11 @@ class LossInputCheck:
                 found.where = sites.user_site(2)
                 self.add(found)
 
-    def _binary_targets(self, fname: str, target: Any) -> None:
+    def _binary_targets(self, fname: str, target: Any, weight: Any = None) -> None:
         """``targets-out-of-range``: a binary cross-entropy's targets outside [0, 1] (a mask
         stored as 0/255, labels of -1/+1). ``-t log p - (1 - t) log(1 - p)`` is then unbounded
-        below: the loss goes negative and falls for ever. One host sync."""
+        below: the loss goes negative and falls for ever. Targets a ``weight`` of 0 leaves out
+        (a segmentation's void pixels, labels marked unknown) do not count. One host sync."""
         if (
             not isinstance(target, torch.Tensor)
             or not target.is_floating_point()
@@ -520,7 +534,14 @@ class LossInputCheck:
             or checks.untraceable(target)
         ):
             return
-        low, high = torch.stack(torch.aminmax(target.detach().float())).tolist()
+        values = target.detach().float()
+        if isinstance(weight, torch.Tensor):
+            try:
+                counted = torch.broadcast_to(weight.detach(), values.shape) != 0
+            except RuntimeError:  # (torch raises on such a weight itself)
+                return
+            values = torch.where(counted, values, 0.5)
+        low, high = torch.stack(torch.aminmax(values)).tolist()
         if low >= -1e-6 and high <= 1 + 1e-6:
             return
         self.add(

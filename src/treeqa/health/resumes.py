@@ -119,6 +119,8 @@ class Resumes:
         self.recent: collections.deque[Load] = collections.deque(maxlen=RECENT)
         # modules loaded from a checkpoint -> the line of the load their weights came from
         self.modules: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
+        # and the folder of the file they came from ("" for an open file or a buffer)
+        self.module_folders: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
         self.left_out: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()  # their unloaded params
         self.folders: set[str] = set()  # the weights' folders looked in
         self.reading: dict[str, str] = {}  # folders weights were read from -> the first line
@@ -169,6 +171,7 @@ class Resumes:
         if models:
             site = sites.user_site()
             self.modules.update((m, site) for m in models)
+            self.module_folders.update((m, os.path.dirname(path)) for m in models)
             self._weights_from(path, site)
         if where:
             self._look_again()
@@ -198,7 +201,7 @@ class Resumes:
         if not os.path.isdir(folder):  # (a model's name on the Hub)
             return
         where = self.reading.get(folder) or sites.user_site()
-        self.modules[module] = where
+        self.modules[module], self.module_folders[module] = where, folder
         self.pretrained_folders.add(folder)
         self._weights_from(os.path.join(folder, "config.json"), where)
 
@@ -229,6 +232,7 @@ class Resumes:
         if load is None:
             return
         self.modules[module] = load.where
+        self.module_folders[module] = os.path.dirname(load.path) if load.path else ""
         self.left_out.update(p for n, p in module.named_parameters() if n not in state_dict)
         self._weights_from(load.path, load.where)
 
@@ -361,7 +365,12 @@ class Resumes:
         found = None
         if fresh and not isinstance(optimizer, torch.optim.LBFGS) and self._resumed(params):
             found = next(
-                (s for s in self.saved + dropped if _laid_out_as(s.state, optimizer)), None
+                (
+                    s
+                    for s in self.saved + dropped
+                    if _laid_out_as(s.state, optimizer) and self._from_its_folder(s, params)
+                ),
+                None,
             )
         if found is not None:
             self.saved = [s for s in self.saved if s is not found]
@@ -430,6 +439,18 @@ class Resumes:
         self.watching = bool(self.saved or self.claimed or self.unmatched) or (
             bool(self.schedulers) and not self.trained
         )
+
+    def _from_its_folder(self, saved: Saved, params: list[torch.Tensor]) -> bool:
+        """A state found beside some weights is matched to an optimiser only where half its
+        parameters' values or more came from that folder: a model read from a checkpoint
+        folder to be evaluated or to teach, and another trained from a folder of weights
+        alone, is no resume of the first's training."""
+        if not saved.beside:
+            return True
+        folder = os.path.dirname(saved.beside)
+        ids = {id(p) for m, f in self.module_folders.items() if f == folder for p in m.parameters()}
+        total = sum(p.numel() for p in params)
+        return total > 0 and 2 * sum(p.numel() for p in params if id(p) in ids) >= total
 
     def _resumed(self, params: list[torch.Tensor]) -> bool:
         """Half the parameters' values or more belong to modules loaded from a checkpoint (a

@@ -13,8 +13,9 @@ same host sync) tell which parameters got a gradient of exactly zero. Those zero
 ``SAMPLED_STEPS`` sampled steps in a row are looked for, once, below such an op in the graph of
 the step's loss: the finding names the op and the parameters. A parameter whose gradient is
 zero for other reasons (a bias before a batch norm, rounding to zero; a dead ReLU layer) has no
-such op above it and is not reported; nor is a policy sampled with ``bernoulli``, whose
-parameters get their gradients through the log-probability, not through the sample.
+such op above it and is not reported; nor is one with another way to the loss: a policy that
+samples with ``bernoulli`` reaches it through the sample's log-probability too, and its zero
+is an advantage of zero or a loss weighted 0 for a warm-up.
 """
 
 from __future__ import annotations
@@ -124,10 +125,12 @@ FIXES["torch.sgn"] = FIXES["torch.sign"].replace("torch.sign", "torch.sgn")
 def _below_zero_derivative(root: Any, by_id: dict[int, str]) -> tuple[str, list[str]] | None:
     """The node name of the first op of ``OPS`` in the graph from ``root`` (breadth first,
     ``NODES`` nodes at most) with some of the parameters ``by_id`` (id -> name) below it, and
-    those parameters below any such op; None when no such op reaches them."""
+    those of them that reach the loss through such ops only; None when there are none. A
+    parameter with another way to the loss (a policy's, through the log-probability of the
+    action it sampled) got its zero some other way (an advantage of zero, a loss weighted 0)."""
     seen: set[int] = set()
     todo = collections.deque([root])
-    first, found = "", set()
+    first, below, free = "", set(), set()
     while todo and len(seen) < NODES:
         node = todo.popleft()
         if node is None or id(node) in seen:
@@ -135,12 +138,16 @@ def _below_zero_derivative(root: Any, by_id: dict[int, str]) -> tuple[str, list[
         seen.add(id(node))
         name = type(node).__name__
         if name in OPS:
-            below = _parameters_below(node, by_id)
-            first = first or (name if below else "")
-            found.update(below)
-            continue  # (below it, nothing else reaches the loss through this op)
+            under = _parameters_below(node, by_id)
+            first = first or (name if under else "")
+            below.update(under)
+            continue  # (what reaches the loss only through this op: below)
+        variable = getattr(node, "variable", None)  # AccumulateGrad: reached another way
+        if variable is not None and id(variable) in by_id:
+            free.add(by_id[id(variable)])
         todo.extend(n for n, _ in getattr(node, "next_functions", ()))
-    return (first, sorted(found)) if first else None
+    only = sorted(below - free)
+    return (first, only) if first and only else None
 
 
 def _parameters_below(node: Any, by_id: dict[int, str]) -> list[str]:
