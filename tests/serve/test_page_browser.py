@@ -74,6 +74,42 @@ def test_the_page_draws_the_predicted_tree(run_dir: Path) -> None:  # noqa: F811
         assert "field 'tree'" in page.inner_text("#tree-error")
 
 
+def test_the_page_works_from_the_keyboard_and_names_its_fields(run_dir: Path) -> None:  # noqa: F811
+    """Ctrl+Enter in the tree predicts; each field has a name a screen reader reads; an error
+    is an alert and marks the field; every node's label is there in words; and of two
+    predictions sent at once only the latest is drawn (each reply used to append its tree)."""
+    with served_page(run_dir) as page:
+        page.wait_for_selector("#sentiment-section:not([hidden])")
+        assert page.get_by_label("Tree").count() == 1
+        page.fill("#tree", TREE)
+        page.press("#tree", "Control+Enter")
+        page.wait_for_selector("#trees svg g.node")
+        items = page.locator("#trees details li").all_text_contents()
+        assert len(items) == 9 and items[0].startswith("the film is not good: ")
+        page.fill("#tree", "((a) (b)")
+        page.press("#tree", "Control+Enter")
+        page.wait_for_function("document.getElementById('tree-error').textContent !== ''")
+        assert page.get_attribute("#tree-error", "role") == "alert"
+        assert page.get_attribute("#tree", "aria-invalid") == "true"
+        # Two at once: a good tree, then at once a bad one. Only the bad one's error shows.
+        page.fill("#tree", TREE)
+        page.evaluate(
+            "() => { document.getElementById('tree-go').click();"
+            " document.getElementById('tree').value = '((a) (b)';"
+            " document.getElementById('tree-go').click(); }"
+        )
+        page.wait_for_function("document.getElementById('tree-error').textContent !== ''")
+        page.wait_for_timeout(500)  # (the first reply, had it been drawn, would be by now)
+        assert page.locator("#trees svg").count() == 0
+        page.fill("#tree", TREE)
+        page.evaluate(
+            "() => { for (let i = 0; i < 3; i++) document.getElementById('tree-go').click(); }"
+        )
+        page.wait_for_selector("#trees svg g.node")
+        page.wait_for_timeout(500)
+        assert page.locator("#trees svg").count() == 1
+
+
 def prefix_proxy(port: int) -> type[BaseHTTPRequestHandler]:
     """A proxy that serves the server on ``port`` at /proxy/PORT/, as jupyter-server-proxy does:
     the prefix dropped from the path, the request's headers (Host and Origin the proxy's own)
@@ -177,9 +213,10 @@ def test_the_page_marks_the_answer_the_api_gives_after_emoji(qa_run_dir: Path) -
     question = "What flows through Paris?"
     with served_page(qa_run_dir) as page:
         page.wait_for_selector("#qa-section:not([hidden])")
+        assert page.get_by_label("Passage").count() == 1
         page.fill("#context", context)
         page.fill("#question", question)
-        page.click("#qa-go")
+        page.press("#question", "Enter")  # (a form: Enter in the question answers)
         page.wait_for_selector("#passage mark")
         marked, passage = page.inner_text("#passage mark"), page.inner_text("#passage")
     expected = qa.predict(qa.load_model(qa_run_dir), [(context, question)])[0]
