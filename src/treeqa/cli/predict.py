@@ -39,7 +39,9 @@ EXAMPLES = {
 DESCRIPTIONS = {
     "sentiment": (
         "The sentiment label and probabilities of every node of bracketed trees (or of raw "
-        "text, for a model trained on dependency trees), from a sentiment checkpoint. "
+        "text, for a model trained on dependency trees), from a sentiment checkpoint: as text, "
+        "the sentence's label and each phrase's of two words or more (a word's with --json, "
+        "which gives every node with its probabilities). "
         "Reading comprehension: `treeqa predict qa --help`."
     ),
     "qa": (
