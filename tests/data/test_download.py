@@ -378,6 +378,9 @@ def test_a_mirror_that_is_not_a_url_is_named_before_anything_is_written(
         download("sst", tmp_path / "data", progress=False)
     with pytest.raises(ValueError, match=r"the mirror '/srv/mirror' is not a URL.*file:///"):
         download("sst", tmp_path / "data", base_url="/srv/mirror", progress=False)
+    # A URL of a scheme urllib does not fetch is said to be one, with those it does.
+    with pytest.raises(ValueError, match=r"'gopher://x/' is not a URL this command reads \(http"):
+        download("sst", tmp_path / "data", base_url="gopher://x/", progress=False)
     assert not (tmp_path / "data").exists()
 
 

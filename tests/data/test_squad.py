@@ -548,6 +548,14 @@ def test_a_file_labelled_v2_with_no_unanswerable_question_gets_a_note(tmp_path: 
     assert any('says version v2.0 but no question has "is_impossible"' in line for line in said)
 
 
+def test_a_file_labelled_v1_with_unanswerable_questions_gets_a_note(tmp_path: Path) -> None:
+    pytest.importorskip("spacy")
+    said: list[str] = []
+    labelled = {**squad_v2(), "version": "1.1"}
+    prepare(tmp_path, squad_v1(), labelled, log=said.append)
+    assert any('says version 1.1 but has questions marked "is_impossible"' in x for x in said)
+
+
 def test_overwrite_deletes_nothing_the_user_put_in_out(tmp_path: Path) -> None:
     pytest.importorskip("spacy")
     from treeqa.data.squad_prepare import Limits, prepare_squad

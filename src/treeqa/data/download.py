@@ -152,8 +152,8 @@ def download(
     if base is not None and urlsplit(base).scheme not in URL_SCHEMES:
         given = "the mirror" if base_url is not None else f"${ENV_BASE}"
         raise ValueError(
-            f"{given} {base!r} is not a URL: give http://HOST/PATH, or file:///FOLDER for a "
-            "folder on this machine"
+            f"{given} {base!r} is not a URL this command reads ({', '.join(URL_SCHEMES)}): "
+            "give http://HOST/PATH, or file:///FOLDER for a folder on this machine"
         )
     paths: list[Path] = []
     for res in CATALOGUE[name]:

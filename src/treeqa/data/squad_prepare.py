@@ -176,6 +176,12 @@ def prepare_squad(
             if st.unreadable:
                 read += f", {sum(st.unreadable.values())} unreadable articles or paragraphs skipped"
             say(f"{split}: {read}, {w.counts['examples']} examples kept")
+            said = str(st.version or "").lstrip("v")
+            if st.has_impossible and said and not said.startswith("2"):
+                say(
+                    f"note: {path} says version {st.version} but has questions marked "
+                    '"is_impossible" (SQuAD 2.0\'s layout): read and scored as SQuAD 2.0'
+                )
             if st.squad_version == "v2.0" and not st.has_impossible:
                 say(
                     f"note: {path} says version {st.version} but no question has "
