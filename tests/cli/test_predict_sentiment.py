@@ -250,7 +250,9 @@ def test_words_an_ascii_only_output_cannot_hold_are_escaped_not_an_error(run: Pa
     argv = [sys.executable, "-m", "treeqa", "predict", "--checkpoint", str(run)]
     tree = "((café) (日本))"
     text = subprocess.run([*argv, tree], env=env, capture_output=True, check=False)
-    assert (text.returncode, text.stderr.count(b"\n")) == (0, 1)  # the labels line alone
+    assert (text.returncode, text.stderr.count(b"\n")) == (0, 2)  # the labels line, a note
+    # (neither word is in the demo treebank's vocabulary: the note names them, escaped too)
+    assert text.stderr.decode("ascii").splitlines()[1].startswith("note: 'caf\\xe9', '\\u65e5")
     assert text.stdout.decode("ascii").split("  ", 1)[1] == "caf\\xe9 \\u65e5\\u672c\n"
     lines = subprocess.run([*argv, tree, "--json"], env=env, capture_output=True, check=False)
     assert lines.returncode == 0 and lines.stderr == b""
@@ -291,3 +293,18 @@ def test_an_output_cut_short_by_a_full_disk_or_ctrl_c_leaves_the_old_one_as_it_w
 def test_an_output_that_is_not_a_plain_file_is_written_directly(run: Path) -> None:
     argv = ["predict", "--checkpoint", str(run), "((the) (film))", "--output", os.devnull]
     assert main(argv) == 0 and Path(os.devnull).is_char_device()
+
+
+def test_words_outside_the_vocabulary_are_named(
+    run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each is read as the one unknown word: a sentence of them gets a label that means little,
+    so the JSON lists them and the text output says so on stderr."""
+    tree = "((the) ((très) ((good) (zzyzx))))"
+    assert main(["predict", "--checkpoint", str(run), tree, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["unknown_words"] == ["très", "zzyzx"]
+    assert main(["predict", "--checkpoint", str(run), tree]) == 0
+    err = capsys.readouterr().err
+    assert "note: 'très', 'zzyzx' not in the model's vocabulary" in err
+    assert main(["predict", "--checkpoint", str(run), "((the) (film))"]) == 0
+    assert "note:" not in capsys.readouterr().err

@@ -191,6 +191,15 @@ def run(args: argparse.Namespace) -> int:
                     for node in result["nodes"][1:]:
                         if " " in node["words"]:
                             print(f"    {node['label']}  {one_line(node['words'])}")
+                    unknown = result["unknown_words"]
+                    if unknown:
+                        words = ", ".join(repr(w) for w in unknown[:5])
+                        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+                        print(
+                            f"note: {words}{more} not in the model's vocabulary: each read as "
+                            "its unknown word",
+                            file=sys.stderr,
+                        )
                 written += 1
     if out is not None:
         print(f"wrote {written} trees to {args.output}", file=sys.stderr)

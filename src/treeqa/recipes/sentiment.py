@@ -668,7 +668,8 @@ def labels_of(probs: torch.Tensor, task: str) -> torch.Tensor:
 
 def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
     """Per tree: the predicted label and class probabilities of every node (pre-order), from
-    the model in eval mode (a model left in training mode by a loop is put back in it after)."""
+    the model in eval mode (a model left in training mode by a loop is put back in it after),
+    and its words outside the model's vocabulary (``unknown_words``)."""
     if not isinstance(loaded, Loaded):
         raise TypeError(
             f"a {type(loaded).__module__}.{type(loaded).__name__}, not a sentiment model: "
@@ -704,6 +705,10 @@ def predict(loaded: Loaded, trees: Sequence[Tree]) -> list[dict[str, Any]]:
                 "text": tree.text(),
                 "label": label[0],
                 "probabilities": [round(float(x), 4) for x in p[0]],
+                # Read as one unknown word, whatever they mean: a sentence of them is no reading
+                "unknown_words": list(
+                    dict.fromkeys(w for w in tree.words if w is not None and w not in loaded.vocab)
+                ),
                 "nodes": [
                     {
                         "words": tree.phrase(i),
