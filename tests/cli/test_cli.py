@@ -102,6 +102,16 @@ def test_data_stats_and_demo(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     }
 
 
+def test_data_stats_of_a_file_of_no_tree_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "empty.txt").write_text("\n\n")
+    assert main(["data", "stats", str(tmp_path / "empty.txt")]) == 0
+    out, err = capsys.readouterr()
+    assert "0 trees" in out and "node labels (none)" in out
+    assert err == f"warning: {tmp_path / 'empty.txt'} holds no tree (empty, or blank lines only)\n"
+
+
 def test_a_reader_gone_early_and_ctrl_c_are_said_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -138,7 +138,7 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
             "field 'x': not valid text",
         ),
         ("/api/sentiment", ["a list"], None, 400, "expected a JSON object"),
-        ("/api/sentiment", {}, None, 400, "field 'tree': expected a non-empty"),
+        ("/api/sentiment", {}, None, 400, "give field 'tree' (a bracketed tree; 'text' is"),
         (
             "/api/sentiment",
             {"text": "the film"},

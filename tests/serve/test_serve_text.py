@@ -45,6 +45,15 @@ def test_text_is_parsed_and_labelled_as_predict_does(base: str, dep_run: Path) -
     assert body == {"task": "fine", "sentences": expected} and len(expected) == 2
 
 
+def test_a_body_with_neither_field_names_the_one_this_model_reads(base: str) -> None:
+    status, body = call(base, "/api/sentiment", {})
+    assert (status, body["error"]) == (
+        400,
+        "give field 'text' (raw text: this model was trained on dependency trees): the body "
+        "has neither",
+    )
+
+
 def test_a_text_over_the_limit_is_refused_before_it_is_parsed(
     base: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -135,8 +135,10 @@ def run_stats(args: argparse.Namespace) -> int:
     for path in paths:
         s = sst.stats(sst.read_tree_file(path))
         report[path.stem] = s.as_dict()
-        hist = " ".join(f"{k}:{v}" for k, v in s.labels.items())
-        roots = " ".join(f"{k}:{v}" for k, v in s.root_labels.items())
+        hist = " ".join(f"{k}:{v}" for k, v in s.labels.items()) or "(none)"
+        roots = " ".join(f"{k}:{v}" for k, v in s.root_labels.items()) or "(none)"
+        if not s.trees:
+            print(f"warning: {path} holds no tree (empty, or blank lines only)", file=sys.stderr)
         print(
             f"{path}: {s.trees:,} trees, {s.nodes:,} nodes, {s.tokens:,} tokens; "
             f"height mean {s.height_mean:.1f} max {s.height_max}\n  node labels {hist}\n  root labels {roots}"

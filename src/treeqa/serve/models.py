@@ -146,6 +146,14 @@ class Models:
 
         if "text" in body and "tree" in body:
             raise RequestError(HTTPStatus.BAD_REQUEST, "give 'tree' or 'text', not both")
+        if "text" not in body and "tree" not in body:  # what this model reads is named
+            wanted = (
+                "field 'text' (raw text: this model was trained on dependency trees)"
+                if self.sentiment.parser
+                else "field 'tree' (a bracketed tree; 'text' is for a model trained on "
+                "dependency trees)"
+            )
+            raise RequestError(HTTPStatus.BAD_REQUEST, f"give {wanted}: the body has neither")
         name = "text" if "text" in body else "tree"
         given = field(body, name)
         try:
