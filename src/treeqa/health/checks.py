@@ -380,12 +380,12 @@ def gradient_flags(named: Sequence[tuple[str, torch.Tensor]]) -> tuple[list[str]
     norms = torch._foreach_norm(dense)
     stacked = torch.stack([n.float().to(norms[0].device) for n in norms])
     finite = torch.isfinite(stacked)
-    names = [n for n, _ in grads]
-    if any(type(g).__name__ == "DTensor" for _, g in grads):  # (its norms are DTensors too)
-        ok = bool(finite.all())
-        return [] if ok else [n for n, f in zip(names, finite.tolist(), strict=True) if not f], []
     zero = stacked == 0
-    all_finite, any_zero = torch.stack([finite.all(), zero.any()]).tolist()
+    if any(type(g).__name__ == "DTensor" for _, g in grads):  # (its norms are DTensors too)
+        all_finite, any_zero = bool(finite.all()), False
+    else:
+        all_finite, any_zero = torch.stack([finite.all(), zero.any()]).tolist()
+    names = [n for n, _ in grads]
     bad = [] if all_finite else [n for n, f in zip(names, finite.tolist(), strict=True) if not f]
     zeros = []
     if any_zero:  # (a sparse gradient of no rows is no zero gradient)

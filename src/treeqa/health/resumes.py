@@ -117,10 +117,11 @@ class Resumes:
         # tensors, what a module's load_state_dict may be given (ids only: no checkpoint is
         # kept alive; a dataset read file by file is no growing set)
         self.recent: collections.deque[Load] = collections.deque(maxlen=RECENT)
-        # modules loaded from a checkpoint -> the line of the load their weights came from
-        self.modules: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
-        # and the folder of the file they came from ("" for an open file or a buffer)
-        self.module_folders: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
+        # modules loaded from a checkpoint -> the line of the load their weights came from and
+        # the folder of its file ("" for an open file or a buffer)
+        self.modules: weakref.WeakKeyDictionary[nn.Module, tuple[str, str]] = (
+            weakref.WeakKeyDictionary()
+        )
         self.left_out: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()  # their unloaded params
         self.folders: set[str] = set()  # the weights' folders looked in
         self.reading: dict[str, str] = {}  # folders weights were read from -> the first line
@@ -170,8 +171,7 @@ class Resumes:
         models = [v for v in values if isinstance(v, nn.Module)]  # torch.save(model)
         if models:
             site = sites.user_site()
-            self.modules.update((m, site) for m in models)
-            self.module_folders.update((m, os.path.dirname(path)) for m in models)
+            self.modules.update((m, (site, os.path.dirname(path))) for m in models)
             self._weights_from(path, site)
         if where:
             self._look_again()
@@ -201,7 +201,7 @@ class Resumes:
         if not os.path.isdir(folder):  # (a model's name on the Hub)
             return
         where = self.reading.get(folder) or sites.user_site()
-        self.modules[module], self.module_folders[module] = where, folder
+        self.modules[module] = (where, folder)
         self.pretrained_folders.add(folder)
         self._weights_from(os.path.join(folder, "config.json"), where)
 
@@ -231,8 +231,7 @@ class Resumes:
         )  # (the latest first: a freed dict's id may be an earlier load's)
         if load is None:
             return
-        self.modules[module] = load.where
-        self.module_folders[module] = os.path.dirname(load.path) if load.path else ""
+        self.modules[module] = (load.where, os.path.dirname(load.path) if load.path else "")
         self.left_out.update(p for n, p in module.named_parameters() if n not in state_dict)
         self._weights_from(load.path, load.where)
 
@@ -430,7 +429,7 @@ class Resumes:
         if not saved.beside:
             return saved
         ids = {id(p) for p in params}
-        for module, where in self.modules.items():
+        for module, (where, _) in self.modules.items():
             if where and any(id(p) in ids for p in module.parameters()):
                 return saved._replace(where=where)
         return saved
@@ -448,7 +447,7 @@ class Resumes:
         if not saved.beside:
             return True
         folder = os.path.dirname(saved.beside)
-        ids = {id(p) for m, f in self.module_folders.items() if f == folder for p in m.parameters()}
+        ids = {id(p) for m, (_, f) in self.modules.items() if f == folder for p in m.parameters()}
         total = sum(p.numel() for p in params)
         return total > 0 and 2 * sum(p.numel() for p in params if id(p) in ids) >= total
 

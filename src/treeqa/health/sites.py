@@ -122,14 +122,15 @@ def assignment_site(
             continue
         for i, line in enumerate(lines, 1):
             code = line.split("#")[0]
-            elsewhere = bool(scope) and _function_of(lines, i - 1) != scope
             if grows.search(code):
                 no_grad = _under_no_grad(lines, i - 1)
+                elsewhere = _outside(scope, lines, i - 1)
                 found.append((elsewhere, no_grad, False, False, len(found), f"{name}:{i}"))
                 continue
             target = pattern.search(code)
             if target is None or re.search(r"=\s*None\s*$", code):
                 continue
+            elsewhere = _outside(scope, lines, i - 1)
             value = code[target.start(2) :]  # "= ..." or "+= ..."
             reads = value.startswith("+=") or re.search(rf"\b{re.escape(attr)}\b", value)
             empty = re.match(_EMPTY, value) is not None
@@ -138,6 +139,11 @@ def assignment_site(
             no_grad = _under_no_grad(lines, i - 1)
             found.append((elsewhere, no_grad, empty, not reads, len(found), f"{name}:{i}"))
     return min(found)[5] if found else ""
+
+
+def _outside(scope: str, lines: list[str], at: int) -> bool:
+    """Line ``at`` (0-based) is not in the function ``scope`` ("" for any)."""
+    return bool(scope) and _function_of(lines, at) != scope
 
 
 def _function_of(lines: list[str], at: int) -> str:
