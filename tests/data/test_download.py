@@ -436,6 +436,10 @@ def test_cli_download_failure_is_one_line_naming_the_url(
     assert main(argv) == 2  # was a DownloadError traceback
     err = capsys.readouterr().err
     assert err == f"treeqa data download: error: {server.url}/train-v1.1.json: HTTP 404 Not Found\n"
+    assert list(tmp_path.iterdir()) == []  # the folder made for it was left behind, empty
+    (tmp_path / "mine.txt").write_text("kept\n")
+    assert main(["data", "download", "squad", "--dir", str(tmp_path / "new" / "data"), "--base-url", server.url]) == 2  # fmt: skip
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]  # every folder it made, gone
 
 
 def _blob_as_squad(server: FileServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -191,6 +191,21 @@ def test_sentiment_labels_every_node_as_predict_does(base: str, run_dir: Path) -
             400,
             "body: invalid JSON: an integer longer than 4,300 digits",
         ),
+        # NaN and 1e999 (infinity) are no JSON; Python reads them, and the request was served.
+        (
+            "/api/sentiment",
+            None,
+            b'{"tree": "((a) (b))", "n": NaN}',
+            400,
+            "body: invalid JSON: NaN is not a JSON number",
+        ),
+        (
+            "/api/sentiment",
+            None,
+            b'{"tree": "((a) (b))", "n": -1e999}',
+            400,
+            "body: invalid JSON: the number -1e999 is out of range for a float",
+        ),
         ("/api/qa", {"context": "a", "question": "b"}, None, 404, "no QA model"),
         ("/api/nothing", {}, None, 404, "no such route"),
         ("/api/health", {}, None, 405, "POST /api/health: this route takes GET or HEAD"),

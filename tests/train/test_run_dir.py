@@ -170,6 +170,7 @@ def test_a_second_run_into_a_directory_in_training_is_refused(
         ).stderr.strip().endswith(f"{run} is being trained by process {os.getpid()} right now: wait for it to end, or give another --out")  # fmt: skip
         assert sorted(p.name for p in run.iterdir()) == [ckpt.LOCK]  # nothing written
     assert main(args(demo_dir, "--out", str(run))) == 0  # free again
+    assert not (run / ckpt.LOCK).exists()  # a run ended leaves its own files alone
     last = (run / ckpt.LAST).read_bytes()
     capsys.readouterr()
     with ckpt.run_lock(run):  # and a --resume of a run still training is refused likewise

@@ -310,7 +310,8 @@ def add_output(group: Group) -> None:
         "--output",
         type=Path,
         metavar="FILE",
-        help="write the results here, one JSON line each (default: print them)",
+        help="write the results here, one JSON line each, replacing the file once all are "
+        "written (default: print them)",
     )
 
 

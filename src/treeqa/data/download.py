@@ -159,8 +159,10 @@ def download(
     for res in CATALOGUE[name]:
         folder = Path(dest_dir) / res.name
         url = res.url if base is None else base.rstrip("/") + "/" + _url_name(res.url)
+        new = [folder, *folder.parents]
+        new = new[: next((i for i, f in enumerate(new) if f.exists()), len(new))]
         _make_folder(folder)
-        with _only_writer(folder):
+        with _only_writer(folder), _removed_if_empty(new):
             archive = fetch(
                 url,
                 folder / res.filename,
@@ -177,6 +179,21 @@ def download(
             else:
                 raise ValueError(f"{res.filename}: unknown unpack kind {res.unpack!r}")
     return paths
+
+
+@contextlib.contextmanager
+def _removed_if_empty(made: list[Path]) -> Iterator[None]:
+    """Folders ``made`` (innermost first) for a download are removed again when it fails with
+    nothing in them (a mistyped mirror answering 404): only empty ones, never a file."""
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:  # holds a .part kept to resume, or something else
+                break
+        raise
 
 
 @contextlib.contextmanager

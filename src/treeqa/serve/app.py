@@ -48,7 +48,7 @@ from importlib import resources
 from typing import Any, cast
 
 from treeqa.cli.common import finite
-from treeqa.data.squad import json_beyond_syntax, unique_keys
+from treeqa.data.squad import finite_float, json_beyond_syntax, no_constant, unique_keys
 from treeqa.serve.bodies import (
     MAX_BODY,
     REQUEST_TIMEOUT,
@@ -338,7 +338,12 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 if not text.strip(JSON_BLANKS):  # else "invalid JSON at line 1 column 1"
                     message = f"body: empty; expected a JSON object such as {example(path)}"
                     raise RequestError(HTTPStatus.BAD_REQUEST, message)
-                body = json.loads(text, object_pairs_hook=unique_keys)
+                body = json.loads(  # strictly: Python alone reads NaN, Infinity and 1e999
+                    text,
+                    object_pairs_hook=unique_keys,
+                    parse_constant=no_constant,
+                    parse_float=finite_float,
+                )
             except KeyError as err:  # unique_keys: the last value would win, silently
                 key = err.args[0]
                 shown = repr(key if len(key) <= 40 else key[:40] + "...")  # surrogates escaped
@@ -351,7 +356,7 @@ def handler_for(models: Models) -> type[BaseHTTPRequestHandler]:
                 raise RequestError(
                     HTTPStatus.BAD_REQUEST, f"body: invalid JSON at {where}"
                 ) from err
-            except (RecursionError, ValueError) as err:  # 200,000 "[" in a row; a 5,000-digit int
+            except (RecursionError, ValueError) as err:  # 200,000 "[" in a row; NaN; a long int
                 message = f"body: {json_beyond_syntax(err)}"
                 raise RequestError(HTTPStatus.BAD_REQUEST, message) from err
             if not isinstance(body, dict):

@@ -94,10 +94,10 @@ def run_lock(out: Path, main: bool = True, resume: bool = False) -> Iterator[Non
     """Hold run directory ``out`` for one training at a time: a second run into it, new or
     resumed, is refused while the first goes on (an advisory lock on ``out/.lock``, which the
     system drops when the process ends, however it ends; the file holds the process id the
-    refusal names). ``main``: false for the other processes of a torchrun run, which share
-    process 0's directory. A directory made here that holds nothing else when the run fails
-    (its input checks) is removed. ``resume``: ``out`` must be there (a mistyped --resume is
-    not a new run)."""
+    refusal names and is removed when the run ends; a killed run's is taken over). ``main``:
+    false for the other processes of a torchrun run, which share process 0's directory. A
+    directory made here that holds nothing else when the run fails (its input checks) is
+    removed. ``resume``: ``out`` must be there (a mistyped --resume is not a new run)."""
     if resume and not out.is_dir():
         raise FileNotFoundError(f"--resume {out}: no such run directory")
     try:
@@ -113,10 +113,11 @@ def run_lock(out: Path, main: bool = True, resume: bool = False) -> Iterator[Non
     try:
         yield
     finally:
-        # Removed while still held: a run that opened the file meanwhile finds, once it has
-        # the lock, that the file is no longer there, and makes the folder again.
-        if made and [p.name for p in out.iterdir()] == [LOCK]:
-            (out / LOCK).unlink(missing_ok=True)
+        # Removed while still held, so a run ended leaves only its own files: a run that
+        # opened the file meanwhile finds, once it has the lock, that the file is no longer
+        # there, and makes a new one (and the folder, if it is gone).
+        (out / LOCK).unlink(missing_ok=True)
+        if made and not any(out.iterdir()):
             with contextlib.suppress(OSError):  # another run's new lock file is in it
                 out.rmdir()
         lock.close()  # drops the lock
