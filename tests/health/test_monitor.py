@@ -2522,3 +2522,41 @@ def test_targets_whose_own_entropy_is_near_log_c_are_not_judged_at_chance() -> N
     assert not _floor_near_chance((labels,), {"label_smoothing": 0.1}, 4)
     assert _floor_near_chance((labels,), {"label_smoothing": 0.9}, 4)
     assert _floor_near_chance((confident,), {"label_smoothing": 1.0}, 4)
+
+
+def test_state_that_grows_to_a_fixed_size_is_information_not_a_leak() -> None:
+    """A cross-batch memory bank fills up in the first two thirds of the run, each step slower as
+    it grows, then stays full: flat to the end. A leak grows to the end, and stays a finding."""
+    n = 300
+    bank = [0.001 + 0.01 * min(i, 200) / 200 for i in range(n)]  # 1 ms -> 11 ms, full at 200
+    found = timing.step_time_regression(bank, bank)
+    assert found is not None and found.severity == "info" and found.evidence["stopped"]
+    assert "then stopped getting slower" in found.message
+    leak = [0.001 + 0.01 * i / n for i in range(n)]
+    found = timing.step_time_regression(leak, leak)
+    assert found is not None and found.severity == "error" and not found.evidence["stopped"]
+    # A replay buffer of cloned batches, full at step 100 of 300: RSS rises, then stays.
+    buffer = [400.0 + 70.0 * min(i, 100) / 100 for i in range(n)]
+    assert timing.stopped(buffer, timing.warmup_of(n))
+    assert not timing.stopped([400.0 + 70.0 * i / n for i in range(n)], timing.warmup_of(n))
+    found = timing.memory_growth([400.0 + 70.0 * i / n for i in range(n)], "host RSS", 32.0)
+    assert found is not None and found.severity == "warning"
+
+
+def test_a_growth_said_early_that_stopped_since_becomes_information() -> None:
+    """Memory judged at step 150 while the buffer still filled, then at the end, flat: the
+    warning made on the way is lowered, not left standing beside a finding that says it stopped."""
+    monitor = HealthMonitor(stream=io.StringIO())
+    rising = [400.0 + 0.5 * i for i in range(150)]
+    monitor.series["rss_mb"] = rising
+    monitor.series["step_time"] = [0.01] * 150
+    monitor.series["data_time"] = [0.0] * 150
+    monitor._series_checks(150)
+    [(key, found)] = [(k, f) for k, f in monitor.findings.items() if k[0] == "memory-growth"]
+    assert found.severity == "warning"
+    whole = rising + [475.0] * 250
+    monitor.series["rss_mb"] = whole
+    monitor.series["step_time"] = [0.01] * len(whole)
+    monitor.series["data_time"] = [0.0] * len(whole)
+    monitor._series_checks(len(whole))
+    assert monitor.findings[key].severity == "info"

@@ -129,7 +129,7 @@ class Doctor:
         # a checkpoint's optimiser state left unloaded: torch.load and load_state_dict are
         # seen by the loss checks' wrappers
         self.resumes = monitor.loss_check.resumes = resumes.Resumes(monitor.add)
-        self.updates.scheduler_noted = self.resumes.scheduler_stepped
+        self.updates.rates.scheduler_noted = self.resumes.scheduler_stepped
         # One of several processes: what it trained, to compare with the others.
         self.prints = prints
         self.spawned: Path | None = None  # the reports of processes torch.multiprocessing started
@@ -311,6 +311,8 @@ class Doctor:
 
     def _note_backward(self, tensors: Any, args: Any, kwargs: Any) -> None:
         """``torch.autograd.backward(tensors, *args, **kwargs)`` is about to run."""
+        if self.updates.penalties.mode is not None:  # what a penalty is added to is made now
+            self.updates.penalties.stop()
         if self.hand is not None:  # (checked here too: a call less on every backward)
             self._hand_step()
         loss = _first(tensors)
@@ -814,8 +816,8 @@ class Doctor:
                 monitor.in_step = False  # its findings are the last step's (_final_checks)
                 self.updates.finish(monitor.step, self.roots)
                 self.resumes.say_unmatched()
-                monitor.maximize = self.updates.maximize
-                monitor.maximize_weights = self.updates.maximize_weights
+                monitor.maximize = self.updates.rates.maximize
+                monitor.maximize_weights = self.updates.rates.maximize_weights
             if monitor.step == 0:  # backward calls with no optimiser step: say so in the summary
                 monitor.unstepped_backwards = self.updates.backwards
             return monitor.finish()

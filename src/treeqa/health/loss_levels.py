@@ -134,7 +134,13 @@ def loss_at_chance(
         f"{read[0][0]} to {read[-1][0]}"
         + (f" (their second half's median {median:.2f}x it)" if worse else "")
         + f", against {against}: the model learns nothing from its inputs"
-        + (" (worse than ignoring them: a learning rate far too high?)" if worse else ""),
+        + (
+            " (worse than ignoring them: a learning rate far too high?)"
+            if worse
+            else ", or the labels say little about them (labels drawn apart from their inputs, "
+            "or most of them wrong: with 65% of 4 classes' labels wrong the best loss is 1.36, "
+            "within this band)"
+        ),
         evidence={
             "above_chance": worse,
             "classes": classes,

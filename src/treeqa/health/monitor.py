@@ -301,6 +301,8 @@ class HealthMonitor(Callback):
         # A reported unused-parameter finding and (some of) its parameters, watched for a
         # gradient that comes later (a loss switched on after a warm-up).
         self._late: tuple[Finding, list[nn.Parameter]] | None = None
+        # an unused-parameter finding and the ids of the layers holding them, until one runs
+        self._why_unused: tuple[Finding, set[int]] | None = None
         self._unused_from = 1  # the first step of the window (later after a new model)
         self.nonfinite = NonFiniteTracer(self.add)
         self.zeroed = ZeroGradients(self.add)  # exactly zero through torch.round and the like
@@ -381,7 +383,7 @@ class HealthMonitor(Callback):
         self.models, self.params, self._trained = [], [], []
         self.loss_check.watch([])
         self._unused, self._unused_params, self._unused_from = None, [], self.step + 1
-        self._late = None
+        self._late = self._why_unused = None
 
     def install_loss_checks(self) -> None:
         """Wrap the loss functions (``F.cross_entropy``, ``F.nll_loss``, ``F.mse_loss``, ...;
@@ -597,6 +599,8 @@ class HealthMonitor(Callback):
             ):
                 old.severity = finding.severity
                 print(report.one_line(old), file=self.stream, flush=True)
+            elif finding.evidence.get("stopped"):  # a growth seen early that has since stopped
+                old.severity = finding.severity
         if self.mode == "strict" and self.findings[key].severity == "error":
             self.stop_requested = True
 
@@ -808,8 +812,42 @@ class HealthMonitor(Callback):
             evidence={"parameters": names[:20], "values": count, "steps": steps},
         )
         self._late = (found, [p for _, p in self._unused_params[:20]])
+        if not last:  # the next step tells whether their layers run (the hook is off after it)
+            ids = {id(p) for _, p in self._unused_params}
+            layers = [m for m in self._modules() if any(id(p) in ids for p in m.parameters(False))]
+            self._why_unused = (found, {id(m) for m in layers})
+            hook = functools.partial(self.safely, self._unused_ran)
+            self._hooks.append(torch.nn.modules.module.register_module_forward_hook(hook))
         self._unused_params = []
         self.add(found)
+
+    def _unused_ran(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        """A layer holding unused parameters ran: then they are cut off from the loss, by
+        ``torch.no_grad()`` around it or by what comes after it, which the finding says."""
+        if self._why_unused is None or id(module) not in self._why_unused[1]:
+            return
+        found, self._why_unused = self._why_unused[0], None
+        if not torch.is_grad_enabled():
+            found.message += (
+                "; their layers do run in the forward, but under torch.no_grad() (a no_grad "
+                "block, or a reentrant checkpoint, use_reentrant=True, over inputs that need no "
+                "gradient)"
+            )
+            found.fix = (
+                "run those layers with gradients on: outside the torch.no_grad() block, or "
+                "through checkpoint(..., use_reentrant=False)"
+            )
+        else:
+            found.message += (
+                "; their layers do run in the forward, with gradients on, but what they compute "
+                "never reaches the loss: left unused (computed, then not added in?), or detached "
+                "(.detach(), .item(), .data, a round trip through NumPy)"
+            )
+            found.fix = (
+                "use their output on the way to the loss, or drop what detaches it; if they are "
+                "not needed, remove them"
+            )
+        found.evidence["layers_run"] = "no_grad" if not torch.is_grad_enabled() else "detached"
 
     def _check_late(self, s: int) -> None:
         """A reported parameter got a gradient after all: a loss or branch switched on later
@@ -878,22 +916,47 @@ class HealthMonitor(Callback):
         if slower is not None and on_cpu:
             named = (x for i, m in enumerate(self.models) for x in _computed_with(m, i))
             slower = timing.subnormal_cause(slower, named)
-        for found in (
-            slower,
-            timing.memory_growth(
-                even("rss_mb")[warm:],
+        rss = even("rss_mb")[warm:]
+        heap = (even("heap_used_mb")[warm:], even("heap_free_mb")[warm:])
+        device = even("cuda_mb")[warm:] if not on_cpu else None
+        for found, code, kind, values, what in (
+            (slower, "step-time-regression", "", times, "getting slower"),
+            (
+                timing.memory_growth(rss, "host RSS", 32.0, heap),
+                "memory-growth",
                 "host RSS",
-                32.0,
-                (even("heap_used_mb")[warm:], even("heap_free_mb")[warm:]),
+                rss,
+                "rising",
             ),
-            timing.memory_growth(even("cuda_mb")[warm:], "device memory", 16.0)
-            if not on_cpu
-            else None,
-            self._input_bound(),
+            (
+                timing.memory_growth(device, "device memory", 16.0) if device else None,
+                "memory-growth",
+                "device memory",
+                device or [],
+                "rising",
+            ),
         ):
             if found is not None:
                 self.add(found)
+            else:
+                self._lower_if_stopped(code, kind, values, what)
+        self._add_if(self._input_bound())
         self.profile.schedule_if_slower(times, s + 1, canary, wait, work)
+
+    def _lower_if_stopped(self, code: str, kind: str, values: Sequence[float], what: str) -> None:
+        """A growth found on the way (``code``, of ``kind``), no longer found now, whose series
+        ``values`` stopped rising a quarter of the run or more ago: a buffer or cache that
+        filled up to its size, said as information. A slowdown whose cause is named
+        (subnormal weights) stays as it is."""
+        for key, found in self.findings.items():
+            if key[0] != code or found.severity == "info" or found.evidence.get("stopped"):
+                continue
+            if found.evidence.get("kind", "") != kind or "subnormal_weights" in found.evidence:
+                continue
+            if timing.stopped(values, timing.warmup_of(len(values))):
+                found.severity, found.evidence["stopped"] = "info", True
+                found.message = found.message.replace("keeps rising", "rose")
+                found.message += timing.stopped_note(what)
 
     def _cpu_wait(self) -> float:
         """Seconds this step's thread waited for a CPU (NaN if the step ended on another)."""

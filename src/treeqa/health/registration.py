@@ -3,12 +3,16 @@ a dict of heads) instead of ``nn.ModuleList``/``nn.ModuleDict``: the model does 
 them, so ``model.parameters()`` skips their weights (the optimiser built from it never updates
 them, though they get gradients), and ``state_dict()``, ``.to()`` and ``.cuda()`` skip them
 too: a checkpoint loses them, and on a GPU the forward fails, but on a CPU training runs on
-with those layers stuck at their initial weights (``module-not-registered``)."""
+with those layers stuck at their initial weights (``module-not-registered``). So is a plain tensor
+made with ``requires_grad=True`` (``self.cls_token = torch.zeros(1, 1, d, requires_grad=True)``)
+instead of an ``nn.Parameter``: it gets gradients, and no optimiser built from the model's
+parameters holds it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
+import torch
 from torch import nn
 
 from treeqa.health import sites
@@ -37,8 +41,9 @@ def held(value: object, path: str, depth: int = 2) -> Iterator[tuple[str, nn.Par
             yield from held(item, where, depth - 1)
 
 
-def unregistered(roots: Sequence[nn.Module]) -> list[tuple[nn.Module, str, str, nn.Parameter]]:
-    """Parameters the models hold in plain containers and do not register anywhere else:
+def unregistered(roots: Sequence[nn.Module]) -> list[tuple[nn.Module, str, str, torch.Tensor]]:
+    """Parameters the models hold in plain containers and do not register anywhere else, and
+    plain tensors they hold that require gradients (leaves: weights made by hand):
     ``(module, attribute, path, parameter)``. A list of the model's own registered layers (a
     convenience handle) is no such thing."""
     registered = {id(p) for root in roots for p in root.parameters()}
@@ -47,10 +52,17 @@ def unregistered(roots: Sequence[nn.Module]) -> list[tuple[nn.Module, str, str, 
         prefix = f"model{i}." if i else ""
         for name, module in root.named_modules():
             for attr, value in vars(module).items():
-                if attr in MODULE_STATE or not isinstance(value, list | tuple | dict):
+                if attr in MODULE_STATE or not isinstance(
+                    value, list | tuple | dict | torch.Tensor
+                ):
                     continue
                 at = f"{prefix}{name}.{attr}" if name else f"{prefix}{attr}"
-                for path, p in held(value, at):
+                tensors: Iterable[tuple[str, torch.Tensor]] = (
+                    [(at, value)] if isinstance(value, torch.Tensor) else held(value, at)
+                )
+                for path, p in tensors:
+                    if not (p.requires_grad and p.is_leaf):  # frozen, or computed: not trained
+                        continue
                     if id(p) not in registered and id(p) not in seen:
                         seen.add(id(p))
                         found.append((module, attr, path, p))
@@ -58,7 +70,7 @@ def unregistered(roots: Sequence[nn.Module]) -> list[tuple[nn.Module, str, str, 
 
 
 def module_not_registered(
-    found: Sequence[tuple[nn.Module, str, str, nn.Parameter]], trained: bool
+    found: Sequence[tuple[nn.Module, str, str, torch.Tensor]], trained: bool
 ) -> Finding:
     """``found``: the unregistered parameters that get gradients; ``trained``: some
     optimiser holds them all (the script added them by hand), so only saving and moving the
@@ -66,6 +78,19 @@ def module_not_registered(
     module, attr = found[0][0], found[0][1]
     holders = sorted({path.split("[")[0] for _, _, path, _ in found})
     values = sum(p.numel() for *_, p in found)
+    kept = type(getattr(module, attr))
+    if issubclass(kept, torch.Tensor):  # weights made by hand, not as nn.Parameter
+        one = len(found) == 1
+        held_in = (
+            f"{', '.join(holders[:3])} {'is a plain tensor' if one else 'are plain tensors'} "
+            f"with requires_grad=True ({values} values), not "
+            f"{'an nn.Parameter' if one else 'nn.Parameters'}, which the model does not register"
+        )
+    else:
+        held_in = (
+            f"{len(found)} parameter tensors ({values} values) are held in a plain "
+            f"{kept.__name__} ({', '.join(holders[:3])}), which the model does not register"
+        )
     fate = (
         "an optimiser holds them, but state_dict(), .to() and .cuda() skip them: a saved "
         "model loses them"
@@ -73,12 +98,12 @@ def module_not_registered(
         else "the optimiser built from model.parameters() never updates them, though they get "
         "gradients, and state_dict(), .to() and .cuda() skip them too"
     )
+    if len(found) == 1:
+        fate = fate.replace("them", "it").replace("they get", "it gets")
     return Finding(
         "module-not-registered",
         "warning",
-        f"{len(found)} parameter tensors ({values} values) are held in a plain "
-        f"{type(getattr(module, attr)).__name__} ({', '.join(holders[:3])}), which the model "
-        f"does not register: {fate}",
+        f"{held_in}: {fate}",
         where=sites.assignment_site([sites.definition_file(type(module))], attr, True)
         or holders[0],
         evidence={

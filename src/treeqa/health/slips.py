@@ -157,9 +157,39 @@ def step_without_gradients(
     )
 
 
-def not_in_optimiser(names: Sequence[str], values: int, outside: bool = False) -> Finding:
+def loss_zero(steps: int) -> Finding:
+    """On every one of the clock's ``steps`` sampled steps, from its first, the loss was
+    exactly 0 and the gradients its optimiser holds zero: nothing trained."""
+    return Finding(
+        "loss-zero",
+        "warning",
+        f"the loss was exactly 0 on all {steps} sampled steps of the run, with every gradient "
+        "zero, so the optimiser changed nothing but by weight decay and momentum: a loss that "
+        "is 0 from the first step measures nothing (a margin met by construction: an anchor "
+        "given as its own positive; a term multiplied by an all-zero mask; a cross-entropy "
+        "saturated by logits grown without bound)",
+        evidence={"sampled_steps": steps},
+    )
+
+
+def not_in_optimiser(
+    names: Sequence[str], values: int, outside: bool = False, idle: str = ""
+) -> Finding:
     """Parameters of a model being trained that get gradients which no optimiser applies;
-    ``outside``: ``nn.Parameter``s the loss uses outside the trained models (``loose.py``)."""
+    ``outside``: ``nn.Parameter``s the loss uses outside the trained models (``loose.py``);
+    ``idle``: the class of an optimiser that holds them and has never stepped."""
+    if idle:
+        return Finding(
+            "not-in-optimiser",
+            "warning",
+            f"{len(names)} parameter tensors ({values} values) of the trained model get "
+            f"gradients, but the optimiser that holds them ({idle}) has never stepped, so they "
+            f"never change: {', '.join(names[:5])} (its step() left out of the loop?)",
+            fix=f"call the {idle}'s step() (and zero_grad()) in the loop, beside the other "
+            "optimiser's",
+            where=names[0],
+            evidence={"parameters": list(names[:20]), "values": values, "idle_optimiser": idle},
+        )
     if outside:
         return Finding(
             "not-in-optimiser",

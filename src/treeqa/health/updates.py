@@ -43,44 +43,34 @@ every backward) and reports to the monitor:
   float16 autocast, and no loss was scaled (by an enabled ``GradScaler``, or multiplied by a
   constant of ``scalers.HAND_SCALE`` or more before its backward): gradients under float16's
   smallest step flush to zero.
-- ``maximize``: on sampled steps, whether a parameter group of the clock has
-  ``maximize=True`` (it climbs the loss), for the monitor's ``loss-diverged`` to say.
-- ``lr-negative``: a parameter group's learning rate went below zero (a linear decay stepped
-  past its end), so the optimiser climbs the loss.
-- ``lr-zero``: every group's learning rate has been 0 since the first step (``lr=0``, or a
-  warm-up from 0 whose scheduler is never stepped): the optimiser changes nothing.
-- ``lr-collapsed``: the clock's learning rate (its largest group's) fell below
-  ``slips.LR_FLOOR`` of its peak and stayed there for a fifth of the run so far. A
-  ``ReduceLROnPlateau`` stepped less often than every other optimiser step (once an epoch)
-  cuts because the metric stopped improving, by design: its optimiser is not judged.
-  ``ReduceLROnPlateau.step`` is wrapped for the run to count its calls per optimiser.
-- ``lr-schedule-past-end``: a ``CosineAnnealingLR`` stepped well past its ``T_max`` (meant
-  per epoch, stepped every batch), so its rate climbs back up and cycles. The schedulers'
-  common ``step`` is wrapped for the run to read each one's count.
+- ``lr-*`` and ``maximize``: the learning rates (``rates.py``).
 
 Per step this costs a few attribute reads; the hooks are on sampled steps only.
 """
 
 from __future__ import annotations
 
+import gc
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR, ReduceLROnPlateau
 
 from treeqa.health import graphs, registration, sites, slips
+from treeqa.health.averaged import AveragedNorms
 from treeqa.health.findings import Finding
 from treeqa.health.hand import HandUpdates
 from treeqa.health.loose import LooseParameters
+from treeqa.health.penalties import DetachedPenalties
 from treeqa.health.probes import Probe
 from treeqa.health.processes import local_part
 from treeqa.health.profile import in_backward
+from treeqa.health.rates import LearningRates
 from treeqa.health.scalers import LossScalers
 from treeqa.health.teachers import FrozenInTrainMode
-from treeqa.health.wrap import Watched, Wrappers, note_calls, note_calls_of, note_function_calls
+from treeqa.health.wrap import Watched, Wrappers, note_calls_of, note_function_calls
 
 EMPTY_STEPS = 20
 """Steps in a row with a backward and no gradient on the optimiser's parameters (a conditional
@@ -94,9 +84,6 @@ EVAL_STEPS = 20
 EVAL_FORWARDS = 5
 """Forwards in a row without gradients in train mode that read as an evaluation (MixMatch
 guesses labels with 2 a step)."""
-ZERO_STEPS = 50
-"""Steps from the first with every group's learning rate at 0 (a warm-up from 0 is above it
-after its first step)."""
 FP16_STEPS = 3
 """Sampled steps under float16 autocast with no loss scaler before it is reported."""
 STALE_STEPS = 3
@@ -124,6 +111,8 @@ class Updates:
         self.loose = LooseParameters()  # nn.Parameters the loss uses outside the models
         self.ran = False  # a model the clock trains ran a forward this step, with or without
         self.teachers = FrozenInTrainMode(lambda model: _mode_dependent([model], True))
+        self.averages = AveragedNorms()
+        self.penalties = DetachedPenalties(self._report)
         self.other_probes: weakref.WeakKeyDictionary[torch.optim.Optimizer, Probe] = (
             weakref.WeakKeyDictionary()
         )
@@ -131,14 +120,6 @@ class Updates:
         self.reading: list[Probe] = []
         # Other optimisers whose probe is armed at their next step (a sampled step's).
         self.others_due: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
-        # ReduceLROnPlateau.step calls per optimiser it drives (weak: a finished run's optimiser)
-        self.plateau_steps: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
-            weakref.WeakKeyDictionary()
-        )
-        # where the script first steps a scheduler of each optimiser (``lr-collapsed``'s place)
-        self.scheduler_sites: weakref.WeakKeyDictionary[torch.optim.Optimizer, str] = (
-            weakref.WeakKeyDictionary()
-        )
         self.wrappers = Wrappers()
         # The models the clock trains, whose train()/eval() calls are noted: a mode change
         # counts as one more event, as does an evaluation (``seq`` orders them).
@@ -155,21 +136,14 @@ class Updates:
         # (a second optimiser over the layers that train may step once in many clock steps,
         # accumulating gradients over as many micro-batches).
         self.frozen_streak: tuple[Finding, weakref.ref[torch.optim.Optimizer]] | None = None
-        # The clock, and each OneCycleLR stepping it: (name, total_steps, its steps, the lr
-        # and the schedule's peak at its last step), for ``lr-schedule-stalled``
-        self.clock: weakref.ref[torch.optim.Optimizer] | None = None
-        self.one_cycles: dict[int, tuple[str, int, int, float, float]] = {}
-        # OneCycleLRs stepped before any clock (their constructor steps them once): adopted at
-        # the clock's first step if they schedule it, so one never stepped again is judged
-        self.unclocked: list[weakref.ref[OneCycleLR]] = []
         self.first = 1
-        # told of every scheduler step before it runs (the doctor's ``Resumes``)
-        self.scheduler_noted: Callable[[LRScheduler], None] | None = None
+        self.rates = LearningRates(self._report, self._alone)
+        self.zero_losses = 0
         self.reset(0)
 
     def install(self) -> None:
-        self.wrappers.add(note_calls(ReduceLROnPlateau, "step", self._plateau_stepped))
-        self.wrappers.add(note_calls(LRScheduler, "step", self._scheduler_stepped))
+        self.rates.install(self.wrappers)
+        self.averages.install(self.wrappers)
         self.wrappers.add(note_calls_of(nn.Module, "train", self._mode_called, self.watched))
         self.wrappers.add(note_function_calls(torch.autograd, "grad", self._grad_called))
 
@@ -177,6 +151,8 @@ class Updates:
         if in_backward():
             return  # called by a backward (a Function's): a part of the script's, as in doctor
         self.gradients_taken()
+        if self.sampled:
+            self.penalties.grad_called(args, kwargs)
         if self.on_grad is not None:
             outputs = kwargs.get("outputs", args[0] if args else None)
             self.on_grad(outputs, kwargs.get("inputs", args[1] if len(args) > 1 else None))
@@ -200,39 +176,15 @@ class Updates:
         self.evaluation_seq = self.seq
 
     def uninstall(self) -> None:
+        self.penalties.stop()
         self.wrappers.undo()
-
-    def _plateau_stepped(self, scheduler: ReduceLROnPlateau) -> None:
-        optimizer = scheduler.optimizer
-        self.plateau_steps[optimizer] = self.plateau_steps.get(optimizer, 0) + 1
-        self._note_scheduler_site(optimizer)
-
-    def _note_scheduler_site(self, optimizer: torch.optim.Optimizer) -> None:
-        """The script's line of a scheduler's first step on ``optimizer`` (once: a walk of
-        the frames)."""
-        if optimizer not in self.scheduler_sites:
-            self.scheduler_sites[optimizer] = sites.user_site(2)
-
-    def _scheduler_stepped(self, scheduler: LRScheduler) -> None:
-        # Before the call: this one makes it last_epoch + 1 steps.
-        if self.scheduler_noted is not None:
-            self.scheduler_noted(scheduler)
-        if scheduler.last_epoch >= 0:  # (not the step its constructor takes)
-            self._note_scheduler_site(scheduler.optimizer)
-        clock = self.clock() if self.clock is not None else None
-        if isinstance(scheduler, OneCycleLR) and clock is None:
-            self.unclocked.append(weakref.ref(scheduler))
-        if isinstance(scheduler, OneCycleLR) and clock is not None and scheduler.optimizer is clock:
-            self.one_cycles[id(scheduler)] = _cycle(scheduler, scheduler.last_epoch + 1)
-        if type(scheduler) is CosineAnnealingLR:
-            name, t_max = type(scheduler).__name__, int(scheduler.T_max)
-            self._report(slips.lr_schedule_past_end(name, t_max, scheduler.last_epoch + 1))
 
     def reset(self, step: int, same_models: bool = False) -> None:
         """A new clock (a new run in the script): judge its steps afresh from ``step`` on.
         ``same_models``: it trains the models the last clock trained (an optimiser re-created
         each epoch): their train/eval mode history carries on."""
-        self._one_cycles_judged(step)
+        self.rates.reset(step)
+        self._judge_zero_losses()
         self.remove_hooks()
         self.probes.clear()
         self.other_probes.clear()
@@ -241,6 +193,9 @@ class Updates:
         self.empty = 0  # steps in a row stepped after a backward with no gradients
         self.with_grad: torch.Tensor | None = None  # a parameter of the clock's with a gradient
         self.zero_steps_sampled = 0  # sampled steps in a row with only zero gradients
+        # sampled steps with a loss of exactly 0 and zero gradients, from the clock's first;
+        # -1 once one had a loss or a gradient
+        self.zero_losses = 0
         # (id, version) of the gradient of each trainable model parameter no optimiser holds,
         # at the last sampled step after ORPHAN_STEP: one that changes is a fresh gradient
         self.orphan_grads: dict[int, tuple[int, int]] = {}
@@ -274,13 +229,7 @@ class Updates:
             self.evaluated_first = False
             # this eval-mode phase began with an eval() that an evaluation followed
             self.for_evaluation = False
-        self.peak, self.floor, self.first = 0.0, 0.0, step + 1
-        self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
-        self.plateau = 0  # ReduceLROnPlateau steps of the clock's optimiser (at its last step)
-        self.decayed_by_hand = False  # the low rate is the step size of updates by hand
-        self.zero_steps = 0  # steps at lr 0 in every group, from the first
-        self.maximize = ""  # the clock's class name when a group of it has maximize=True
-        self.maximize_weights = False  # such a group holds an nn.Parameter
+        self.first = step + 1
         self.reported -= {"lr-collapsed"}
 
     # ------------------------------------------------------------------ from the doctor's hooks
@@ -376,6 +325,8 @@ class Updates:
         """The step's compute starts: on a sampled step, hook the probe parameters (another
         optimiser's from its next step: see ``other_step``)."""
         self.sampled = sampled
+        if self.penalties.mode is not None:  # (a step of updates by hand has no backward)
+            self.penalties.stop()
         if sampled:
             for probe in self.probes.values():
                 probe.arm()
@@ -476,6 +427,8 @@ class Updates:
         """After the clock's optimiser step ``step`` (``sampled``: the monitor sampled it);
         ``roots``: the models it trains, ``params`` their trained parameters; ``graph``: a
         backward of the step ran through an autograd graph, ``loss`` the step's loss."""
+        if self.penalties.mode is not None:
+            self.penalties.stop()
         said = set()
         by_hand = isinstance(optimizer, HandUpdates)
         for key, probe in self.probes.items():
@@ -521,8 +474,8 @@ class Updates:
             if self.teachers.models or self.teachers.seen:  # (no held set built for none)
                 self.teachers.end_sampled_step(self._held(optimizer))
             self.teachers.frozen_norms(roots)
-        if self.unclocked and step == self.first:
-            self._adopt_cycles(optimizer)
+        if self.rates.unclocked and step == self.first:
+            self.rates.adopt_cycles(optimizer)
         if step - self.first + 1 == ORPHAN_STEP:
             unregistered = self._note_unregistered(optimizer, roots)
             if not by_hand:
@@ -541,7 +494,7 @@ class Updates:
         if self.mode & 4 and sampled:
             self._note_float16()
         self._note_mode(step, roots)
-        self._note_lr(step, sampled, optimizer)
+        self.rates.note(step, sampled, optimizer)
 
     def _note_gradients(
         self,
@@ -599,11 +552,13 @@ class Updates:
         looked = grads[:ZERO_LOOKED_AT] + grads[ZERO_LOOKED_AT:][-ZERO_LOOKED_AT:]
         with torch.no_grad():
             if bool(torch.stack([g.any() for g in looked]).any()):
-                self.zero_steps_sampled = 0
+                self.zero_steps_sampled, self.zero_losses = 0, -1
                 return
             if isinstance(loss, torch.Tensor) and loss.numel() == 1 and float(loss) == 0.0:
                 self.zero_steps_sampled = 0
+                self.zero_losses += self.zero_losses >= 0
                 return
+        self.zero_losses = -1
         self.zero_steps_sampled += 1
         if self.zero_steps_sampled == ZERO_STEPS_SAMPLED:
             self._report(
@@ -611,6 +566,12 @@ class Updates:
                     self.zero_steps_sampled, False, ZERO_STEPS_SAMPLED, zeros=True
                 )
             )
+
+    def _judge_zero_losses(self) -> None:
+        """The clock's run ended: a loss of exactly 0 with zero gradients on every sampled step
+        of it, ``ZERO_STEPS_SAMPLED`` or more (a loss that saturated later had other values)."""
+        if self.zero_losses >= ZERO_STEPS_SAMPLED:
+            self._report(slips.loss_zero(self.zero_losses), at_step=False)
 
     def _note_stale(self, params: list[tuple[str, nn.Parameter]]) -> None:
         """The clock's step after a sampled one, after a backward: the gradients noted then
@@ -669,7 +630,7 @@ class Updates:
 
     def _note_unregistered(
         self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]
-    ) -> list[nn.Parameter]:
+    ) -> list[torch.Tensor]:
         """``module-not-registered``; the parameters it names."""
         # Their gradients are never cleared (zero_grad() does not reach them): had the
         # forward used them since the first step, they have one.
@@ -686,7 +647,8 @@ class Updates:
             ((f"model{i}." if i else "") + name, p)
             for i, root in enumerate(roots)
             for name, p in root.named_parameters()
-            if p.grad is not None and id(p) not in held
+            # (a gradient left from before the layer was frozen: no backward writes it now)
+            if p.grad is not None and p.requires_grad and id(p) not in held
         ]
         self._report_orphans(orphans)
 
@@ -719,13 +681,25 @@ class Updates:
         if orphans:
             names = [n for n, _ in orphans]
             values = sum(p.numel() for _, p in orphans)
-            found = slips.not_in_optimiser(names, values, outside)
+            idle = "" if outside else self._idle_holder([p for _, p in orphans])
+            found = slips.not_in_optimiser(names, values, outside, idle)
             frame = sites.user_frame() if outside else None
             if frame is not None:  # log_temperature = nn.Parameter(...); domains = nn.Sequential(
                 found.where = sites.assignment_site(
                     [frame.f_code.co_filename], names[0].split(".")[0]
                 )
             self._report(found)
+
+    def _idle_holder(self, params: Sequence[torch.Tensor]) -> str:
+        """The class of an optimiser that holds some of ``params`` and never stepped (made,
+        and its ``step()`` left out of the loop); "" if none. One pass over the objects the
+        garbage collector tracks, made once: when the finding is."""
+        ids = {id(p) for p in params}
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.optim.Optimizer) and obj not in self.optimizers:
+                if any(id(p) in ids for group in obj.param_groups for p in group["params"]):
+                    return type(obj).__name__
+        return ""
 
     def _note_float16(self) -> None:
         # The loss is scaled before its backward, so by the step it has been seen.
@@ -781,57 +755,6 @@ class Updates:
                     found.where = self.eval_site  # the eval() never undone
                 self._report(found)
 
-    def _note_lr(self, step: int, sampled: bool, optimizer: torch.optim.Optimizer) -> None:
-        # The largest group's: a group frozen at lr 0 beside one that trains is no collapse.
-        # A tensor lr (capturable optimisers) is not read.
-        if self.clock is None or self.clock() is not optimizer:
-            self.clock = weakref.ref(optimizer)
-        lrs = [g.get("lr") for g in optimizer.param_groups]
-        if sampled:  # (said with loss-diverged, at the run's end)
-            climbing = [g for g in optimizer.param_groups if g.get("maximize") is True]
-            self.maximize = type(optimizer).__name__ if climbing else ""
-            # (an input ascended on purpose, an attack's perturbation, is no nn.Parameter)
-            self.maximize_weights = any(
-                isinstance(p, nn.Parameter) for g in climbing for p in g["params"]
-            )
-        numbers = [float(v) for v in lrs if type(v) is float or type(v) is int]
-        if not numbers:
-            return
-        lowest, lr = min(numbers), max(numbers)
-        if lowest < 0:  # not also "almost no step size" (it went through 0 on the way)
-            self._report(slips.lr_negative(lowest, step, isinstance(optimizer, HandUpdates)))
-            self.low_since = None
-            return
-        if lr == 0 and self.peak == 0:  # at 0 from the first step: nothing has trained yet
-            self.zero_steps += 1
-            # Another optimiser that steps may train on purpose while this one waits at 0.
-            if self.zero_steps == ZERO_STEPS and self._alone(optimizer):
-                self._report(slips.lr_zero(self.zero_steps))
-        if lr > self.peak:
-            self.peak, self.low_since, self.floor = lr, None, slips.LR_FLOOR * lr
-        elif self.low_since is None:
-            if lr < self.floor:
-                self.low_since = step
-        elif lr >= self.floor:
-            self.low_since = None  # warm restarts: it comes back
-        if self.low_since is not None:
-            self.plateau = self.plateau_steps.get(optimizer, 0)
-            self.decayed_by_hand = isinstance(optimizer, HandUpdates)
-            if sampled:
-                self._report(self._lr_collapsed(step))
-
-    def _lr_collapsed(self, step: int) -> Finding | None:
-        steps = step - self.first + 1
-        if 0 < self.plateau < steps / 2:  # a plateau scheduler stepped once an epoch
-            return None
-        found = slips.lr_collapsed(
-            self.peak, self.low_since, step, self.first, self.plateau, self.decayed_by_hand
-        )
-        clock = self.clock() if self.clock is not None else None
-        if found is not None and clock is not None:  # where its scheduler is stepped
-            found.where = self.scheduler_sites.get(clock, "")
-        return found
-
     def finish(self, step: int, roots: Sequence[nn.Module] = ()) -> None:
         self._evaluated_with_gradients(at_step=False)  # the script's last evaluation
         if self.train_grad_run >= EVAL_FORWARDS:
@@ -841,27 +764,10 @@ class Updates:
         if self.frozen_streak is not None:  # no other optimiser stepped after it
             self._report(self.frozen_streak[0], at_step=False)
             self.frozen_streak = None
-        if self.low_since is not None:
-            self._report(self._lr_collapsed(step), at_step=False)
-        self._one_cycles_judged(step)
+        self.rates.finish(step)
+        self._judge_zero_losses()
         self._report(self.teachers.finish(), at_step=False)
-
-    def _adopt_cycles(self, optimizer: torch.optim.Optimizer) -> None:
-        """The clock's first step: the OneCycleLRs built over it before any step, as they
-        stand (a schedule built and never stepped stays at its start, max_lr / 25)."""
-        for ref in self.unclocked:
-            scheduler = ref()
-            if scheduler is not None and scheduler.optimizer is optimizer:
-                self.one_cycles.setdefault(id(scheduler), _cycle(scheduler, scheduler.last_epoch))
-        self.unclocked.clear()
-
-    def _one_cycles_judged(self, step: int) -> None:
-        """The clock's run ended at ``step`` (the script's end, or another clock): its
-        OneCycleLR schedules against the optimiser steps it took (``lr-schedule-stalled``)."""
-        for name, total, steps, lr, peak in self.one_cycles.values():
-            found = slips.lr_schedule_stalled(name, total, steps, step - self.first + 1, lr, peak)
-            self._report(found, at_step=False)
-        self.one_cycles.clear()
+        self._report(self.averages.finish(), at_step=False)
 
     def _report(self, found: Finding | None, at_step: bool = True) -> None:
         """``at_step``: called from the optimiser's step, whose line in the script is where."""
@@ -869,15 +775,6 @@ class Updates:
             self.reported.add(found.code)
             found.where = found.where or (sites.user_site() if at_step else "")
             self.add(found)
-
-
-def _cycle(scheduler: OneCycleLR, steps: int) -> tuple[str, int, int, float, float]:
-    """A OneCycleLR's record for ``lr-schedule-stalled``: its name, total_steps, ``steps``
-    taken, and its optimiser's lr now and the schedule's peak."""
-    group = scheduler.optimizer.param_groups[0]
-    lr = float(group["lr"])
-    name, total = type(scheduler).__name__, int(scheduler.total_steps)
-    return name, total, steps, lr, float(group.get("max_lr", lr))
 
 
 def _float16_autocast() -> bool:

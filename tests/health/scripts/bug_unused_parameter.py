@@ -20,7 +20,7 @@ class Model(nn.Module):
 
 model = Model()
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-for _step in range(20):
+for _step in range(150):  # past the 100-step window: the next step is watched too
     x = torch.randn(32, 16)
     loss = nn.functional.cross_entropy(model(x), (x[:, 0] > 0).long())
     opt.zero_grad()

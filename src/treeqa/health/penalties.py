@@ -1,0 +1,156 @@
+"""A penalty on gradients taken without ``create_graph`` (``penalty-without-graph``).
+
+A gradient penalty (WGAN-GP's ``(||grad D(x_hat)|| - 1)^2``, R1, an input-gradient norm) needs
+``torch.autograd.grad(..., create_graph=True)``: the gradients it penalises must be part of the
+graph the loss is differentiated through. Without it they come back as plain tensors, the
+penalty computed from them has no graph, and added to the loss it adds a constant: the loss
+reads as penalised and nothing is (a probe's critic: penalty 0.10 -> 2.98 while its loss
+climbed -0.66 -> 25.4).
+
+On a sampled step, a ``torch.autograd.grad`` call without ``create_graph`` (outside a backward)
+starts a ``TorchFunctionMode`` that follows what is computed from its results until the step's
+next backward (or its end). An addition or subtraction whose result requires gradients and one
+of whose operands is a single value computed from those results that requires none (the
+penalty, added to a loss that has a graph) makes the finding, at that line. A weight updated by
+hand in place, ``p -= lr * g`` (a bias of one value among them), has no graph and is not it. Gradients used as
+data are not it: an adversarial example ``x + eps * grad.sign()`` (a tensor, not one value), a
+first-order meta-learning update ``p - lr * g``, a perturbation of the weights (SAM). Not in a
+script that compiles (``torch.compile``): Dynamo guards on the mode stack.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
+
+from treeqa.health import sites
+from treeqa.health.findings import Finding
+from treeqa.health.monitor import compiled
+
+ADDS = frozenset(
+    {
+        torch.Tensor.__add__,
+        torch.Tensor.__radd__,
+        torch.Tensor.__iadd__,
+        torch.Tensor.add,
+        torch.Tensor.add_,
+        torch.add,
+        torch.Tensor.__sub__,
+        torch.Tensor.__rsub__,
+        torch.Tensor.__isub__,
+        torch.Tensor.sub,
+        torch.Tensor.sub_,
+        torch.sub,
+    }
+)
+"""What puts a penalty into a loss: ``loss + lam * penalty``, ``sum(terms)``, ``loss += ...``."""
+
+
+class _Following(TorchFunctionMode):
+    """Every torch function run while it is on, told to ``saw(func, args, kwargs, result)``."""
+
+    def __init__(self, saw: Callable[[Any, tuple[Any, ...], dict[str, Any], Any], None]):
+        super().__init__()
+        self.saw = saw
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        self.saw(func, args, kwargs, result)
+        return result
+
+
+class DetachedPenalties:
+    """``report``: where the finding goes (once)."""
+
+    def __init__(self, report: Callable[[Finding], None]):
+        self.report = report
+        self.mode: _Following | None = None
+        self.grad_site = ""  # the autograd.grad call without create_graph
+        # what was computed from its results (weak: a step's temporaries die with it)
+        self.followed: weakref.WeakValueDictionary[int, torch.Tensor] = (
+            weakref.WeakValueDictionary()
+        )
+        self.found = False
+
+    def grad_called(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A sampled step's ``torch.autograd.grad`` is about to run (outside a backward)."""
+        create_graph = kwargs.get("create_graph", args[4] if len(args) > 4 else False)
+        if create_graph or self.found or self.mode is not None:
+            return
+        # Not in a script that compiles: Dynamo guards on the function-mode stack, and its
+        # backends call torch.autograd.grad while they trace a frame.
+        if compiled():
+            return
+        self.grad_site = sites.user_site(3)
+        self.mode = _Following(self._saw)
+        self.mode.__enter__()
+
+    def stop(self) -> None:
+        """The step's backward is about to run, or the step ended: stop following."""
+        if self.mode is None:
+            return
+        stack = _get_current_function_mode_stack()
+        if stack and stack[-1] is self.mode:  # (a mode the script entered since stays on)
+            self.mode.__exit__(None, None, None)
+            self.mode = None
+            self.followed.clear()
+
+    def _saw(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        if getattr(func, "__name__", "") == "grad" and getattr(func, "__module__", "") in (
+            "torch.autograd",
+            "torch.autograd.__init__",
+        ):
+            self._follow(result)
+            return
+        given = [t for t in _tensors((args, kwargs)) if id(t) in self.followed]
+        if not given:
+            return
+        # (a result with a graph: a parameter updated in place by hand, p -= lr * g, has none)
+        if func in ADDS and isinstance(result, torch.Tensor) and result.grad_fn is not None:
+            constant = [t for t in given if not t.requires_grad and t.numel() == 1]
+            if constant and not self.found:
+                self.found = True
+                self.report(_finding(float(constant[0]), sites.user_site(2), self.grad_site))
+        self._follow(result)
+
+    def _follow(self, result: Any) -> None:
+        for t in _tensors(result):
+            self.followed[id(t)] = t
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    """The tensors in ``value`` and the tuples, lists and dicts in it (two levels)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, tuple | list):
+        for item in value:
+            if isinstance(item, torch.Tensor):
+                yield item
+            elif isinstance(item, tuple | list | dict):
+                yield from (t for t in _flat(item) if isinstance(t, torch.Tensor))
+    elif isinstance(value, dict):
+        yield from (t for t in value.values() if isinstance(t, torch.Tensor))
+
+
+def _flat(value: Any) -> list[Any]:
+    return list(value.values()) if isinstance(value, dict) else list(value)
+
+
+def _finding(value: float, where: str, grad_site: str) -> Finding:
+    return Finding(
+        "penalty-without-graph",
+        "error",
+        f"a term of value {value:.4g} computed from torch.autograd.grad without "
+        f"create_graph=True (at {grad_site}) is added to a loss that has a graph: the "
+        "gradients it is made of are plain tensors, so the term has no graph of its own and "
+        "adds a constant, which trains nothing (a gradient penalty that penalises nothing)",
+        where=where,
+        evidence={"value": value, "grad_site": grad_site},
+    )

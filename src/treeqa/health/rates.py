@@ -1,0 +1,198 @@
+"""The learning rates of ``treeqa doctor``'s clock (the optimiser whose steps count), read after
+each of its steps, and the schedulers that set them.
+
+``LearningRates`` is driven by ``Updates`` and reports through it:
+
+- ``maximize``: on sampled steps, whether a parameter group of the clock has
+  ``maximize=True`` (it climbs the loss), for the monitor's ``loss-diverged`` to say.
+- ``lr-negative``: a parameter group's learning rate went below zero (a linear decay stepped
+  past its end), so the optimiser climbs the loss.
+- ``lr-zero``: every group's learning rate has been 0 since the first step (``lr=0``, or a
+  warm-up from 0 whose scheduler is never stepped): the optimiser changes nothing.
+- ``lr-collapsed``: the clock's learning rate (its largest group's) fell below
+  ``slips.LR_FLOOR`` of its peak and stayed there for a fifth of the run so far. A
+  ``ReduceLROnPlateau`` stepped less often than every other optimiser step (once an epoch)
+  cuts because the metric stopped improving, by design: its optimiser is not judged.
+  ``ReduceLROnPlateau.step`` is wrapped for the run to count its calls per optimiser.
+- ``lr-schedule-past-end``: a ``CosineAnnealingLR`` stepped well past its ``T_max`` (meant
+  per epoch, stepped every batch), so its rate climbs back up and cycles. The schedulers'
+  common ``step`` is wrapped for the run to read each one's count.
+- ``lr-schedule-stalled``: a ``OneCycleLR`` of the clock stepped far fewer times than the
+  clock (built, then never stepped, or stepped once an epoch), judged when the clock's run
+  ends.
+
+Per step this costs a few attribute reads.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR, ReduceLROnPlateau
+
+from treeqa.health import sites, slips
+from treeqa.health.findings import Finding
+from treeqa.health.hand import HandUpdates
+from treeqa.health.wrap import Wrappers, note_calls
+
+ZERO_STEPS = 50
+"""Steps from the first with every group's learning rate at 0 (a warm-up from 0 is above it
+after its first step)."""
+
+
+class LearningRates:
+    """``report``: where findings go (``Updates._report``: once per code); ``alone(o)``: no
+    optimiser but ``o`` has stepped in the run."""
+
+    def __init__(
+        self,
+        report: Callable[..., None],
+        alone: Callable[[torch.optim.Optimizer], bool],
+    ):
+        self.report, self.alone = report, alone
+        # ReduceLROnPlateau.step calls per optimiser it drives (weak: a finished run's optimiser)
+        self.plateau_steps: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
+            weakref.WeakKeyDictionary()
+        )
+        # where the script first steps a scheduler of each optimiser (``lr-collapsed``'s place)
+        self.scheduler_sites: weakref.WeakKeyDictionary[torch.optim.Optimizer, str] = (
+            weakref.WeakKeyDictionary()
+        )
+        # The clock, and each OneCycleLR stepping it: (name, total_steps, its steps, the lr
+        # and the schedule's peak at its last step), for ``lr-schedule-stalled``
+        self.clock: weakref.ref[torch.optim.Optimizer] | None = None
+        self.one_cycles: dict[int, tuple[str, int, int, float, float]] = {}
+        # OneCycleLRs stepped before any clock (their constructor steps them once): adopted at
+        # the clock's first step if they schedule it, so one never stepped again is judged
+        self.unclocked: list[weakref.ref[OneCycleLR]] = []
+        # told of every scheduler step before it runs (the doctor's ``Resumes``)
+        self.scheduler_noted: Callable[[LRScheduler], None] | None = None
+        self.reset(0)
+
+    def install(self, wrappers: Wrappers) -> None:
+        wrappers.add(note_calls(ReduceLROnPlateau, "step", self._plateau_stepped))
+        wrappers.add(note_calls(LRScheduler, "step", self._scheduler_stepped))
+
+    def reset(self, step: int) -> None:
+        """A new clock, whose first step is ``step + 1``: the last one's schedules judged."""
+        self._one_cycles_judged(step)
+        self.peak, self.floor, self.first = 0.0, 0.0, step + 1
+        self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
+        self.plateau = 0  # ReduceLROnPlateau steps of the clock's optimiser (at its last step)
+        self.decayed_by_hand = False  # the low rate is the step size of updates by hand
+        self.zero_steps = 0  # steps at lr 0 in every group, from the first
+        self.maximize = ""  # the clock's class name when a group of it has maximize=True
+        self.maximize_weights = False  # such a group holds an nn.Parameter
+
+    def _plateau_stepped(self, scheduler: ReduceLROnPlateau) -> None:
+        optimizer = scheduler.optimizer
+        self.plateau_steps[optimizer] = self.plateau_steps.get(optimizer, 0) + 1
+        self._note_scheduler_site(optimizer)
+
+    def _note_scheduler_site(self, optimizer: torch.optim.Optimizer) -> None:
+        """The script's line of a scheduler's first step on ``optimizer`` (once: a walk of
+        the frames)."""
+        if optimizer not in self.scheduler_sites:
+            self.scheduler_sites[optimizer] = sites.user_site(2)
+
+    def _scheduler_stepped(self, scheduler: LRScheduler) -> None:
+        # Before the call: this one makes it last_epoch + 1 steps.
+        if self.scheduler_noted is not None:
+            self.scheduler_noted(scheduler)
+        if scheduler.last_epoch >= 0:  # (not the step its constructor takes)
+            self._note_scheduler_site(scheduler.optimizer)
+        clock = self.clock() if self.clock is not None else None
+        if isinstance(scheduler, OneCycleLR) and clock is None:
+            self.unclocked.append(weakref.ref(scheduler))
+        if isinstance(scheduler, OneCycleLR) and clock is not None and scheduler.optimizer is clock:
+            self.one_cycles[id(scheduler)] = _cycle(scheduler, scheduler.last_epoch + 1)
+        if type(scheduler) is CosineAnnealingLR:
+            name, t_max = type(scheduler).__name__, int(scheduler.T_max)
+            self.report(slips.lr_schedule_past_end(name, t_max, scheduler.last_epoch + 1))
+
+    def note(self, step: int, sampled: bool, optimizer: torch.optim.Optimizer) -> None:
+        """After the clock ``optimizer``'s step ``step`` (``sampled``: the monitor sampled it)."""
+        # The largest group's: a group frozen at lr 0 beside one that trains is no collapse.
+        # A tensor lr (capturable optimisers) is not read.
+        if self.clock is None or self.clock() is not optimizer:
+            self.clock = weakref.ref(optimizer)
+        lrs = [g.get("lr") for g in optimizer.param_groups]
+        if sampled:  # (said with loss-diverged, at the run's end)
+            climbing = [g for g in optimizer.param_groups if g.get("maximize") is True]
+            self.maximize = type(optimizer).__name__ if climbing else ""
+            # (an input ascended on purpose, an attack's perturbation, is no nn.Parameter)
+            self.maximize_weights = any(
+                isinstance(p, nn.Parameter) for g in climbing for p in g["params"]
+            )
+        numbers = [float(v) for v in lrs if type(v) is float or type(v) is int]
+        if not numbers:
+            return
+        lowest, lr = min(numbers), max(numbers)
+        if lowest < 0:  # not also "almost no step size" (it went through 0 on the way)
+            self.report(slips.lr_negative(lowest, step, isinstance(optimizer, HandUpdates)))
+            self.low_since = None
+            return
+        if lr == 0 and self.peak == 0:  # at 0 from the first step: nothing has trained yet
+            self.zero_steps += 1
+            # Another optimiser that steps may train on purpose while this one waits at 0.
+            if self.zero_steps == ZERO_STEPS and self.alone(optimizer):
+                self.report(slips.lr_zero(self.zero_steps))
+        if lr > self.peak:
+            self.peak, self.low_since, self.floor = lr, None, slips.LR_FLOOR * lr
+        elif self.low_since is None:
+            if lr < self.floor:
+                self.low_since = step
+        elif lr >= self.floor:
+            self.low_since = None  # warm restarts: it comes back
+        if self.low_since is not None:
+            self.plateau = self.plateau_steps.get(optimizer, 0)
+            self.decayed_by_hand = isinstance(optimizer, HandUpdates)
+            if sampled:
+                self.report(self.collapsed(step))
+
+    def collapsed(self, step: int) -> Finding | None:
+        steps = step - self.first + 1
+        if 0 < self.plateau < steps / 2:  # a plateau scheduler stepped once an epoch
+            return None
+        found = slips.lr_collapsed(
+            self.peak, self.low_since, step, self.first, self.plateau, self.decayed_by_hand
+        )
+        clock = self.clock() if self.clock is not None else None
+        if found is not None and clock is not None:  # where its scheduler is stepped
+            found.where = self.scheduler_sites.get(clock, "")
+        return found
+
+    def finish(self, step: int) -> None:
+        """The script ended at the clock's step ``step``."""
+        if self.low_since is not None:
+            self.report(self.collapsed(step), at_step=False)
+        self._one_cycles_judged(step)
+
+    def adopt_cycles(self, optimizer: torch.optim.Optimizer) -> None:
+        """The clock's first step: the OneCycleLRs built over it before any step, as they
+        stand (a schedule built and never stepped stays at its start, max_lr / 25)."""
+        for ref in self.unclocked:
+            scheduler = ref()
+            if scheduler is not None and scheduler.optimizer is optimizer:
+                self.one_cycles.setdefault(id(scheduler), _cycle(scheduler, scheduler.last_epoch))
+        self.unclocked.clear()
+
+    def _one_cycles_judged(self, step: int) -> None:
+        """The clock's run ended at ``step`` (the script's end, or another clock): its
+        OneCycleLR schedules against the optimiser steps it took (``lr-schedule-stalled``)."""
+        for name, total, steps, lr, peak in self.one_cycles.values():
+            found = slips.lr_schedule_stalled(name, total, steps, step - self.first + 1, lr, peak)
+            self.report(found, at_step=False)
+        self.one_cycles.clear()
+
+
+def _cycle(scheduler: OneCycleLR, steps: int) -> tuple[str, int, int, float, float]:
+    """A OneCycleLR's record for ``lr-schedule-stalled``: its name, total_steps, ``steps``
+    taken, and its optimiser's lr now and the schedule's peak."""
+    group = scheduler.optimizer.param_groups[0]
+    lr = float(group["lr"])
+    name, total = type(scheduler).__name__, int(scheduler.total_steps)
+    return name, total, steps, lr, float(group.get("max_lr", lr))
