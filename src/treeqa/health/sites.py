@@ -192,23 +192,28 @@ def _under_no_grad(lines: list[str], at: int) -> bool:
     return False
 
 
-def script_names(values: Iterable[torch.Tensor]) -> dict[int, str]:
+def script_names(values: Iterable[torch.Tensor], paths_first: bool = False) -> dict[int, str]:
     """The names the script's innermost frame outside torch and this package (and its
     module's globals) gives ``values``, by id: a variable's, or a model's and the parameter's
-    or buffer's in it (``target_net.0.weight``, ``ema.module.0.running_mean``)."""
+    or buffer's in it (``target_net.0.weight``, ``ema.module.0.running_mean``). ``paths_first``:
+    a model's path before a variable's name (a loop's ``p`` names the last parameter it saw)."""
     wanted = {id(v) for v in values}
     frame = user_frame()
     if frame is None or not wanted:
         return {}
     names: dict[int, str] = {}
+    variables: dict[int, str] = {}
+    paths: dict[int, str] = {}
     for scope in (frame.f_globals, frame.f_locals):
         for name, value in scope.items():
             if name.startswith("_"):
                 continue
             if id(value) in wanted:
+                variables[id(value)] = name
                 names[id(value)] = name
             elif isinstance(value, nn.Module):
                 for inner, t in itertools.chain(value.named_parameters(), value.named_buffers()):
                     if id(t) in wanted:
+                        paths.setdefault(id(t), f"{name}.{inner}")
                         names.setdefault(id(t), f"{name}.{inner}")
-    return names
+    return {**variables, **paths} if paths_first else names

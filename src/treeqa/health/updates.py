@@ -112,6 +112,9 @@ class Updates:
         self.ran = False  # a model the clock trains ran a forward this step, with or without
         self.teachers = FrozenInTrainMode(lambda model: _mode_dependent([model], True))
         self.averages = AveragedNorms()
+        # models run beside the trained ones, and their parameters frozen at the clock's start
+        self.beside: list[weakref.ref[nn.Module]] = []
+        self.frozen_first: set[int] = set()
         self.penalties = DetachedPenalties(self._report)
         self.other_probes: weakref.WeakKeyDictionary[torch.optim.Optimizer, Probe] = (
             weakref.WeakKeyDictionary()
@@ -662,16 +665,35 @@ class Updates:
         held = self._held(optimizer)
         seen, self.orphan_grads = self.orphan_grads, {}
         orphans = []
-        for i, root in enumerate(roots):
-            for name, p in root.named_parameters():
-                grad = p.grad
-                if grad is None or not p.requires_grad or id(p) in held:
-                    continue
-                mark = (id(grad), grad._version)
-                self.orphan_grads[id(p)] = mark
-                if seen.get(id(p), mark) != mark:
-                    orphans.append(((f"model{i}." if i else "") + name, p))
+        beside = [(name, p) for name, p in self._frozen_params() if id(p) in self.frozen_first]
+        trained = [
+            ((f"model{i}." if i else "") + name, p)
+            for i, root in enumerate(roots)
+            for name, p in root.named_parameters()
+        ]
+        for name, p in [*trained, *beside]:
+            grad = p.grad
+            if grad is None or not p.requires_grad or id(p) in held:
+                continue
+            mark = (id(grad), grad._version)
+            self.orphan_grads[id(p)] = mark
+            if seen.get(id(p), mark) != mark:
+                orphans.append((name, p))
+        if beside and orphans:  # as the script names them (``backbone.0.weight``)
+            names = sites.script_names((p for _, p in orphans), paths_first=True)
+            orphans = [(names.get(id(p), name), p) for name, p in orphans]
         self._report_orphans(orphans)
+
+    def frozen_beside(self, models: list[nn.Module]) -> None:
+        """The models the clock's first step ran that it does not train: their parameters
+        frozen then, which a script may unfreeze later (a backbone beside the head that trains)
+        and forget to give to an optimiser."""
+        self.beside = [weakref.ref(m) for m in models]
+        self.frozen_first = {id(p) for _, p in self._frozen_params() if not p.requires_grad}
+
+    def _frozen_params(self) -> list[tuple[str, nn.Parameter]]:
+        models = [m for m in (ref() for ref in self.beside) if m is not None]
+        return [(f"{type(m).__name__}.{n}", p) for m in models for n, p in m.named_parameters()]
 
     def _report_orphans(
         self, orphans: Sequence[tuple[str, torch.Tensor]], outside: bool = False
