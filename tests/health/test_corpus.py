@@ -100,6 +100,7 @@ EXPECTED = {
     "bug_token_as_plain_tensor.py": "module-not-registered",  # requires_grad=True, no Parameter
     "bug_second_optimiser_never_stepped.py": "not-in-optimiser",  # named: Adam never stepped
     "bug_swa_without_update_bn.py": "averaged-norm-not-updated",
+    "bug_bpr_sign_dropped.py": "log-likelihood-minimised",  # logsigmoid with no minus
     "bug_backbone_unfrozen_not_in_optimiser.py": "not-in-optimiser",  # a model beside the head
     "bug_gradient_penalty_without_graph.py": "penalty-without-graph",  # WGAN-GP, no create_graph
     "bug_loss_zero_anchor_as_positive.py": "loss-zero",  # a triplet's margin met from step 1
@@ -245,6 +246,8 @@ CLEAN = [
     "clean_zero_valued_surrogate.py",  # a loss of value 0 whose gradient trains
     "clean_swa_update_bn.py",  # update_bn before evaluating; an EMA with use_buffers=True
     "clean_gradients_as_data.py",  # a penalty with create_graph; FGSM and a norm without it
+    "clean_log_likelihoods.py",  # -logsigmoid; a log-likelihood maximised; a policy gradient
+    "clean_hinge_gan.py",  # the critic's last bias's gradient exactly zero by chance
     "clean_backbone_unfrozen_beside_head.py",  # add_param_group; a frozen teacher beside
     "clean_own_profiler.py",  # the script's own torch.profiler session around the whole run
     "clean_sparse_outputs.py",  # a GCN whose adjacency module returns a sparse matrix

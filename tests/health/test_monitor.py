@@ -2538,6 +2538,9 @@ def test_state_that_grows_to_a_fixed_size_is_information_not_a_leak() -> None:
     # A replay buffer of cloned batches, full at step 100 of 300: RSS rises, then stays.
     buffer = [400.0 + 70.0 * min(i, 100) / 100 for i in range(n)]
     assert timing.stopped(buffer, timing.warmup_of(n))
+    # A copy of the weights kept each epoch, three epochs: flat between its jumps, not stopped.
+    epochs = [462.0] * 100 + [503.0] * 100 + [535.0] * 100
+    assert not timing.stopped(epochs, timing.warmup_of(n))
     assert not timing.stopped([400.0 + 70.0 * i / n for i in range(n)], timing.warmup_of(n))
     found = timing.memory_growth([400.0 + 70.0 * i / n for i in range(n)], "host RSS", 32.0)
     assert found is not None and found.severity == "warning"
@@ -2560,3 +2563,4 @@ def test_a_growth_said_early_that_stopped_since_becomes_information() -> None:
     monitor.series["data_time"] = [0.0] * len(whole)
     monitor._series_checks(len(whole))
     assert monitor.findings[key].severity == "info"
+    assert "host RSS after each step rose +" in monitor.findings[key].message

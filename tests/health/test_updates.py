@@ -981,6 +981,30 @@ def test_a_cross_entropy_written_by_hand_is_read_as_one() -> None:
         assert loss_inputs.cross_entropy_by_hand(loss.grad_fn) is None
 
 
+def test_a_log_likelihood_added_to_a_loss_with_no_minus_is_named() -> None:
+    logits = torch.randn(8, 5, requires_grad=True)
+    scores = torch.randn(8, requires_grad=True)
+    y = torch.randint(0, 5, (8,))
+    logp = F.log_softmax(logits, dim=1)
+    for loss, form in (
+        (F.logsigmoid(scores).mean(), "F.logsigmoid(x)"),
+        (0.5 * F.logsigmoid(scores).sum() + scores.pow(2).mean(), "F.logsigmoid(x)"),
+        (logp.gather(1, y[:, None]).squeeze(1).mean(), "log_softmax(x).gather(...)"),
+        (logp.gather(1, y[:, None]).mean() / 4, "log_softmax(x).gather(...)"),
+    ):
+        assert loss_inputs.minimised_log_likelihood(loss.grad_fn) == form
+    advantages = torch.randn(8, 1)
+    for loss in (
+        -F.logsigmoid(scores).mean(),
+        F.softplus(-scores).mean(),
+        scores.pow(2).mean() - F.logsigmoid(scores).mean(),
+        (logp.gather(1, y[:, None]) * advantages).mean(),  # a policy gradient's, signed by its A
+        -logp.gather(1, y[:, None]).mean(),
+        F.cross_entropy(logits, y),
+    ):
+        assert loss_inputs.minimised_log_likelihood(loss.grad_fn) is None
+
+
 def test_frames_of_frameworks_that_run_the_training_step_are_not_the_scripts() -> None:
     """A finding made inside ignite's trainer or skorch's ``fit`` names the script's line that
     set it going, as inside Lightning's or the transformers ``Trainer``'s."""

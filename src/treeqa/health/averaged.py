@@ -1,18 +1,21 @@
-"""Weight averages evaluated with stale batch-norm statistics (``averaged-norm-not-updated``).
+"""Weight averages evaluated with batch-norm statistics of other weights
+(``averaged-norm-not-updated``).
 
 ``torch.optim.swa_utils.AveragedModel`` (SWA, or an EMA of the weights) averages the
-parameters of the model that trains; by default (``use_buffers=False``) not its buffers, so
-its batch norms keep the running statistics copied when it was made. Those belong to other
-weights than the average's, and an evaluation of the average in eval mode normalises with
-them: ``swa_utils.update_bn(loader, swa_model)`` recomputes them, and is the step PyTorch's
-SWA recipe ends with. Forgotten, the average reads worse than the model it averages (a
-probe's: accuracy 0.91 against 1.00 with ``update_bn``).
+parameters of the model that trains; by default (``use_buffers=False``) not its buffers, which
+``update_parameters`` copies from that model as they are. Its batch norms then hold running
+statistics of the model's current weights, not of the average's, and an evaluation of the
+average in eval mode normalises with them: ``swa_utils.update_bn(loader, swa_model)``
+recomputes them, the step PyTorch's SWA recipe ends with. Forgotten, the average reads worse
+than it is (a probe's: accuracy 0.91 against 1.00 with ``update_bn``).
 
-``AveragedModel.forward`` and ``swa_utils.update_bn`` are wrapped for the run. An average
-evaluated in eval mode, holding batch norm that tracks running statistics, with
-``use_buffers=False``, that ``update_parameters`` was called on, and whose statistics were
-never recomputed in the run (by ``update_bn``, or by a forward in train mode, which moves
-them), makes the finding when the run ends, at the line of its first evaluation.
+``AveragedModel.update_parameters`` is wrapped for the run to note, after each call, the
+version counters of the average's batch-norm statistics, and ``AveragedModel.forward`` to
+compare them when the average runs in eval mode: unchanged since its last update (nothing
+recomputed them: ``update_bn``, a forward in train mode, statistics set by hand), with
+``use_buffers=False`` and batch norm that tracks running statistics, the evaluation is noted
+at its line; a later evaluation with the statistics recomputed clears it. One still noted when
+the run ends makes the finding.
 """
 
 from __future__ import annotations
@@ -25,56 +28,80 @@ from torch.optim.swa_utils import AveragedModel
 
 from treeqa.health import sites
 from treeqa.health.findings import Finding
-from treeqa.health.wrap import Wrappers, note_calls, note_function_calls
+from treeqa.health.wrap import Note, Wrappers, install_wrapper, note_calls, taken
 
 
 class AveragedNorms:
     def __init__(self) -> None:
-        # Averages evaluated with statistics not yet recomputed, by id (the script's objects
-        # are gone by the run's end): the first evaluation's line, the batch norms, the
-        # models averaged, and the id of the model it wraps.
-        self.evaluated: dict[int, tuple[str, list[str], int, int]] = {}
-        self.recomputed: set[int] = set()  # ids of models given to update_bn or run in train mode
+        # by the average's id (the script's objects are gone by the run's end): the version
+        # counters of its batch-norm statistics after its last update_parameters
+        self.updated: dict[int, int] = {}
+        # its last evaluation, where it read statistics not recomputed since: the line, the
+        # batch norms, the models averaged
+        self.evaluated: dict[int, tuple[str, list[str], int]] = {}
 
     def install(self, wrappers: Wrappers) -> None:
         wrappers.add(note_calls(AveragedModel, "forward", self._ran))
-        wrappers.add(note_function_calls(torch.optim.swa_utils, "update_bn", self._update_bn))
+        original = vars(AveragedModel)["update_parameters"]
+        if taken(original):
+            return
+        note = Note(self._averaged, "AveragedModel.update_parameters")
+
+        def update_parameters(model: AveragedModel, *args: Any, **kwargs: Any) -> Any:
+            result = original(model, *args, **kwargs)
+            note(model)
+            return result
+
+        wrappers.add(
+            install_wrapper(AveragedModel, "update_parameters", original, update_parameters, note)
+        )
+
+    def _averaged(self, model: AveragedModel) -> None:
+        if not model.use_buffers:
+            self.updated[id(model)] = _versions(model)
 
     def _ran(self, model: AveragedModel) -> None:
         key = id(model)
-        if model.training:  # batch norm in train mode moves its running statistics
-            self.recomputed.add(key)
-        elif key in self.evaluated or key in self.recomputed or id(model.module) in self.recomputed:
+        if model.training or key not in self.updated:
             return
-        elif not model.use_buffers and int(model.n_averaged):
-            norms = [
-                name
-                for name, m in model.module.named_modules()
-                if isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
-            ]
-            if norms:
-                where = sites.user_site(2)
-                self.evaluated[key] = (where, norms, int(model.n_averaged), id(model.module))
-
-    def _update_bn(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        model = kwargs.get("model", args[1] if len(args) > 1 else None)
-        if isinstance(model, nn.Module):
-            self.recomputed.add(id(model))
+        if _versions(model) != self.updated[key]:  # recomputed since its last update
+            self.evaluated.pop(key, None)
+            return
+        norms = _norms(model)
+        if norms and key not in self.evaluated:
+            self.evaluated[key] = (sites.user_site(2), norms, int(model.n_averaged))
 
     def finish(self) -> Finding | None:
-        """The run ended: the first average evaluated with the statistics it was made with
-        and never recomputed after."""
-        for key, (where, norms, averaged, inner) in self.evaluated.items():
-            if key in self.recomputed or inner in self.recomputed:
-                continue
+        """The run ended: an average whose last evaluation read statistics of other weights."""
+        for where, norms, averaged in self.evaluated.values():
             return Finding(
                 "averaged-norm-not-updated",
                 "warning",
-                f"an AveragedModel of {averaged} models' weights was evaluated with the "
-                f"batch-norm statistics copied when it was made (batch norms {', '.join(norms[:3])}"
-                f"{', ...' if len(norms) > 3 else ''}): they belong to other weights than the "
-                "average's, and swa_utils.update_bn never recomputed them in the run",
+                f"an AveragedModel of {averaged} models' weights was evaluated with batch-norm "
+                f"statistics not recomputed for its weights (batch norms {', '.join(norms[:3])}"
+                f"{', ...' if len(norms) > 3 else ''}): update_parameters copies the trained "
+                "model's, which belong to other weights than the average's, and nothing "
+                "recomputed them after its last update",
                 where=where,
                 evidence={"norms": norms[:20], "n_averaged": averaged},
             )
         return None
+
+
+def _norms(model: AveragedModel) -> list[str]:
+    return [
+        name
+        for name, m in model.module.named_modules()
+        if isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
+    ]
+
+
+def _versions(model: AveragedModel) -> int:
+    """The version counters of its batch norms' running means and variances, added up."""
+    return sum(
+        b._version
+        for m in model.module.modules()
+        if isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
+        for b in (m.running_mean, m.running_var)
+        if isinstance(b, torch.Tensor)
+    )

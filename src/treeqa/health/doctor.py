@@ -149,6 +149,7 @@ class Doctor:
         self.root_hook = hooks.ModelHook(monitor.safely, self._root_hook)
         self.note_backward = functools.partial(monitor.safely, self._note_backward)
         self.updates.on_grad = functools.partial(monitor.safely, self._note_grad)
+        self.updates.losses_since = monitor.losses_since
         # A step by hand ends before the next batch is drawn, so its loading is data time.
         monitor.loaders.on_draw = functools.partial(monitor.safely, self._hand_step)
 
@@ -311,11 +312,11 @@ class Doctor:
 
     def _note_backward(self, tensors: Any, args: Any, kwargs: Any) -> None:
         """``torch.autograd.backward(tensors, *args, **kwargs)`` is about to run."""
+        loss = _first(tensors)
         if self.updates.penalties.mode is not None:  # what a penalty is added to is made now
-            self.updates.penalties.stop()
+            self.updates.penalties.stop(loss if isinstance(loss, torch.Tensor) else None)
         if self.hand is not None:  # (checked here too: a call less on every backward)
             self._hand_step()
-        loss = _first(tensors)
         if isinstance(loss, torch.Tensor) and not loss.requires_grad:
             return  # torch raises (it does not require grad): no gradient is taken
         if self.hand is not None:
@@ -783,6 +784,10 @@ class Doctor:
             value_of,
         )
         self.clipping.end_step()
+        if self.monitor.loss_check.minimised is not None:
+            found = self.monitor.loss_check.take_minimised(optimizer)
+            if found is not None:
+                self.monitor.add(found)
         self.updates.end_step(
             self.monitor.step,
             sampled,

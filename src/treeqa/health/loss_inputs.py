@@ -221,6 +221,40 @@ def cross_entropy_by_hand(node: Any) -> tuple[int, torch.Tensor] | None:
     return int(shape[dim]), index.squeeze(dim)
 
 
+REDUCTIONS = ("MeanBackward0", "MeanBackward1", "SumBackward0", "SumBackward1")
+
+
+def minimised_log_likelihood(node: Any) -> str | None:
+    """The form of a log-likelihood that the loss (``node``: its autograd node) adds with a
+    positive factor and no minus: ``F.logsigmoid(x)`` or ``log_softmax(x, d).gather(d, y)``,
+    reduced by means or sums (a view between). Minimised, such a term drives the probabilities
+    it reads to 0, and falls without bound: a minus left out (BPR's ``-logsigmoid(pos - neg)``,
+    a cross-entropy by hand). A term under a minus (``recon - logsigmoid(x).mean()``), times
+    a negative constant or a tensor (a policy gradient's advantages) is not read. No host sync."""
+    for term, factor in summed_terms(node) or []:
+        if factor <= 0:
+            continue
+        reduced = False
+        for _ in range(6):
+            name = type(term).__name__
+            if name not in REDUCTIONS and not (reduced and VIEWS.fullmatch(name)):
+                break
+            reduced = True
+            term = term.next_functions[0][0] if term.next_functions else None
+            if term is None:
+                break
+        name = type(term).__name__
+        if not reduced:
+            continue
+        if name == "LogSigmoidBackward0":
+            return "F.logsigmoid(x)"
+        if name == "GatherBackward0" and term.next_functions:
+            source = term.next_functions[0][0]
+            if type(source).__name__ == "LogSoftmaxBackward0":
+                return "log_softmax(x).gather(...)"
+    return None
+
+
 SCALARS = (
     "NegBackward0",
     "MeanBackward0",

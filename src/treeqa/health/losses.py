@@ -90,6 +90,10 @@ class LossInputCheck:
         # every such cross-entropy of the sampled step: its node -> (classes, scale), for a
         # loss that adds several up (``_sum_of_cross_entropies``)
         self.cross_entropies: dict[Any, tuple[int, float]] = {}
+        # a log-likelihood the loss minimises (``log-likelihood-minimised``), held until the
+        # step's optimiser is known: one that maximises is right to (``take_minimised``)
+        self.minimised: Finding | None = None
+        self.minimised_said = False
         # the factor of each backward loss of the sampled step over its cross-entropy's mean
         # (NaN: no cross-entropy): the factor of their sum, where a step accumulates
         self.factors: list[float] = []
@@ -198,6 +202,10 @@ class LossInputCheck:
         times the factor (``_standing_for``); a mean times the processes is
         ``loss-times-processes``."""
         node, scale = loss_inputs.unscaled(loss)
+        if self.minimised is None and node is not None:  # judged at the step (``maximize``)
+            form = loss_inputs.minimised_log_likelihood(node)
+            if form is not None:
+                self.minimised = _minimised(form, sites.user_site(2))
         summed = self._sum_of_cross_entropies(loss, node, scale)
         self.cross_entropy = summed or _standing_for(self.cross_entropy, loss, node, scale)
         if (self.cross_entropy is None or self.cross_entropy[0] != id(loss)) and node is not None:
@@ -209,6 +217,17 @@ class LossInputCheck:
             self.factors.append(self.cross_entropy[3])
         else:
             self.factors.append(math.nan)
+
+    def take_minimised(self, optimizer: torch.optim.Optimizer) -> Finding | None:
+        """The step's ``log-likelihood-minimised``, if any, unless ``optimizer`` maximises
+        (``maximize=True`` climbs the log-likelihood it is given, as it should); once."""
+        found, self.minimised = self.minimised, None
+        if found is None or self.minimised_said:
+            return None
+        if any(group.get("maximize") is True for group in optimizer.param_groups):
+            return None
+        self.minimised_said = True
+        return found
 
     def _cross_entropy_by_hand(self, loss: torch.Tensor, node: Any, scale: float) -> None:
         """``loss`` (``node``: its node, ``scale`` walked back) is a mean cross-entropy written
@@ -827,6 +846,17 @@ def _summed_over(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
     ignore = _label_options(args[1:], kwargs)[1]
     counted = int((target != ignore).sum())  # one host sync
     return counted or None
+
+
+def _minimised(form: str, where: str) -> Finding:
+    return Finding(
+        "log-likelihood-minimised",
+        "error",
+        f"the loss adds {form}, a log-likelihood, with no minus: minimising it drives the "
+        "probabilities it reads to 0, and it falls without bound (a minus sign left out?)",
+        where=where,
+        evidence={"form": form},
+    )
 
 
 def _standing_for(

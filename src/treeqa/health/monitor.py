@@ -301,8 +301,9 @@ class HealthMonitor(Callback):
         # A reported unused-parameter finding and (some of) its parameters, watched for a
         # gradient that comes later (a loss switched on after a warm-up).
         self._late: tuple[Finding, list[nn.Parameter]] | None = None
-        # an unused-parameter finding and the ids of the layers holding them, until one runs
-        self._why_unused: tuple[Finding, set[int]] | None = None
+        # an unused-parameter finding, the ids of the layers holding them, until one runs, and
+        # of those whose other weights got gradients
+        self._why_unused: tuple[Finding, set[int], set[int]] | None = None
         self._unused_from = 1  # the first step of the window (later after a new model)
         self.nonfinite = NonFiniteTracer(self.add)
         self.zeroed = ZeroGradients(self.add)  # exactly zero through torch.round and the like
@@ -815,7 +816,14 @@ class HealthMonitor(Callback):
         if not last:  # the next step tells whether their layers run (the hook is off after it)
             ids = {id(p) for _, p in self._unused_params}
             layers = [m for m in self._modules() if any(id(p) in ids for p in m.parameters(False))]
-            self._why_unused = (found, {id(m) for m in layers})
+            # layers whose other weights got gradients: their output reaches the loss
+            trained = {id(p) for _, p in self.params}
+            used = {
+                id(m)
+                for m in layers
+                if any(id(p) in trained and id(p) not in ids for p in m.parameters())
+            }
+            self._why_unused = (found, {id(m) for m in layers}, used)
             hook = functools.partial(self.safely, self._unused_ran)
             self._hooks.append(torch.nn.modules.module.register_module_forward_hook(hook))
         self._unused_params = []
@@ -826,7 +834,18 @@ class HealthMonitor(Callback):
         ``torch.no_grad()`` around it or by what comes after it, which the finding says."""
         if self._why_unused is None or id(module) not in self._why_unused[1]:
             return
-        found, self._why_unused = self._why_unused[0], None
+        if not module.training:  # an evaluation's forward says nothing of training's
+            return
+        found, used, self._why_unused = self._why_unused[0], self._why_unused[2], None
+        if id(module) in used and torch.is_grad_enabled():
+            found.message += (
+                "; their layers run in the forward, with gradients on, and reach the loss "
+                "through their other weights, but their forward never uses these (declared, "
+                "then left out of it?)"
+            )
+            found.fix = "use them in the forward of the layer that declares them, or remove them"
+            found.evidence["layers_run"] = "not used in their forward"
+            return
         if not torch.is_grad_enabled():
             found.message += (
                 "; their layers do run in the forward, but under torch.no_grad() (a no_grad "
@@ -955,8 +974,15 @@ class HealthMonitor(Callback):
                 continue
             if timing.stopped(values, timing.warmup_of(len(values))):
                 found.severity, found.evidence["stopped"] = "info", True
-                found.message = found.message.replace("keeps rising", "rose")
+                found.message = found.message.replace("keeps rising:", "rose")
                 found.message += timing.stopped_note(what)
+
+    def losses_since(self, step: int) -> list[float]:
+        """The loss of every step from ``step`` on, as the series keeps them (thinned in a
+        long run; NaN where none was read)."""
+        return [
+            v for s, v in zip(self.series["step"], self.series["loss"], strict=True) if s >= step
+        ]
 
     def _cpu_wait(self) -> float:
         """Seconds this step's thread waited for a CPU (NaN if the step ended on another)."""

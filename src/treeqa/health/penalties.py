@@ -11,8 +11,10 @@ On a sampled step, a ``torch.autograd.grad`` call without ``create_graph`` (outs
 starts a ``TorchFunctionMode`` that follows what is computed from its results until the step's
 next backward (or its end). An addition or subtraction whose result requires gradients and one
 of whose operands is a single value computed from those results that requires none (the
-penalty, added to a loss that has a graph) makes the finding, at that line. A weight updated by
-hand in place, ``p -= lr * g`` (a bias of one value among them), has no graph and is not it. Gradients used as
+penalty, added to a loss that has a graph) is noted, and makes the finding, at its line, when
+the step's backward is given a loss made of it (among the first ``WALKED`` nodes of its graph:
+a sum only logged is not). A weight updated by hand, ``p -= lr * g`` or ``p - lr * g`` (a bias
+of shape [1] among them), is no 0-dim loss plus a 0-dim value, and a subtraction is a target. Gradients used as
 data are not it: an adversarial example ``x + eps * grad.sign()`` (a tensor, not one value), a
 first-order meta-learning update ``p - lr * g``, a perturbation of the weights (SAM). Not in a
 script that compiles (``torch.compile``): Dynamo guards on the mode stack.
@@ -39,15 +41,13 @@ ADDS = frozenset(
         torch.Tensor.add,
         torch.Tensor.add_,
         torch.add,
-        torch.Tensor.__sub__,
-        torch.Tensor.__rsub__,
-        torch.Tensor.__isub__,
-        torch.Tensor.sub,
-        torch.Tensor.sub_,
-        torch.sub,
     }
 )
-"""What puts a penalty into a loss: ``loss + lam * penalty``, ``sum(terms)``, ``loss += ...``."""
+"""What puts a penalty into a loss: ``loss + lam * penalty``, ``sum(terms)``, ``loss += ...``.
+Not a subtraction: a constant taken from gradients and subtracted is a target (GradNorm's
+``|G_i - C_i|``, its target held constant on purpose)."""
+WALKED = 64
+"""Autograd nodes of a backward's loss looked through for such a sum."""
 
 
 class _Following(TorchFunctionMode):
@@ -78,6 +78,9 @@ class DetachedPenalties:
             weakref.WeakValueDictionary()
         )
         self.found = False
+        # additions of such a value to a loss with a graph, until the backward: (their
+        # autograd node, the value, the line)
+        self.sums: list[tuple[Any, float, str]] = []
 
     def grad_called(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A sampled step's ``torch.autograd.grad`` is about to run (outside a backward)."""
@@ -92,8 +95,10 @@ class DetachedPenalties:
         self.mode = _Following(self._saw)
         self.mode.__enter__()
 
-    def stop(self) -> None:
-        """The step's backward is about to run, or the step ended: stop following."""
+    def stop(self, loss: torch.Tensor | None = None) -> None:
+        """The step's backward of ``loss`` is about to run, or the step ended (None): stop
+        following; a sum noted that ``loss`` is made of makes the finding (one only logged,
+        never given to a backward, does not)."""
         if self.mode is None:
             return
         stack = _get_current_function_mode_stack()
@@ -101,6 +106,15 @@ class DetachedPenalties:
             self.mode.__exit__(None, None, None)
             self.mode = None
             self.followed.clear()
+        sums, self.sums = self.sums, []
+        if not sums or loss is None or loss.grad_fn is None or self.found:
+            return
+        nodes = _nodes(loss.grad_fn)
+        for node, value, where in sums:
+            if node in nodes:
+                self.found = True
+                self.report(_finding(value, where, self.grad_site))
+                return
 
     def _saw(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
         if getattr(func, "__name__", "") == "grad" and getattr(func, "__module__", "") in (
@@ -112,12 +126,13 @@ class DetachedPenalties:
         given = [t for t in _tensors((args, kwargs)) if id(t) in self.followed]
         if not given:
             return
-        # (a result with a graph: a parameter updated in place by hand, p -= lr * g, has none)
+        # A loss: one value with a graph (not a weight updated by hand, p -= lr * g, which has
+        # none in place, nor a fast weight p - lr * g of a first-order meta-learner, a bias of
+        # shape [1] among them), plus a 0-dim value with none.
         if func in ADDS and isinstance(result, torch.Tensor) and result.grad_fn is not None:
-            constant = [t for t in given if not t.requires_grad and t.numel() == 1]
-            if constant and not self.found:
-                self.found = True
-                self.report(_finding(float(constant[0]), sites.user_site(2), self.grad_site))
+            constant = [t for t in given if not t.requires_grad and t.dim() == 0]
+            if constant and result.dim() == 0 and not self.found:
+                self.sums.append((result.grad_fn, float(constant[0]), sites.user_site(2)))
         self._follow(result)
 
     def _follow(self, result: Any) -> None:
@@ -141,6 +156,17 @@ def _tensors(value: Any) -> Iterator[torch.Tensor]:
 
 def _flat(value: Any) -> list[Any]:
     return list(value.values()) if isinstance(value, dict) else list(value)
+
+
+def _nodes(node: Any) -> set[Any]:
+    """The first ``WALKED`` autograd nodes below ``node``, breadth first."""
+    seen, todo = {node}, [node]
+    while todo and len(seen) < WALKED:
+        for child, _ in todo.pop(0).next_functions:
+            if child is not None and child not in seen:
+                seen.add(child)
+                todo.append(child)
+    return seen
 
 
 def _finding(value: float, where: str, grad_site: str) -> Finding:

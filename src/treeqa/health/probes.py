@@ -60,6 +60,7 @@ class Probe:
         self.clean: list[bool] = []  # per finished step: a backward started from cleared grads
         # per finished step with 2+ backwards: all started clean, nothing changed in between
         self.discarded: list[bool] = []
+        self.last_discarded: bool | None = None  # the last finished step's (2+ backwards)
         self._handles: list[Any] = []
         self._before: bool | None = None  # the gradient was clear before this backward
         self._backwards: list[tuple[bool, int]] = []  # this step's: (clean, param's version)
@@ -182,8 +183,10 @@ class Probe:
             clean = any(c for c, _ in backwards) if backwards else not self._added_by_hand()
             self.clean.append(clean)
             found.append(slips.gradients_not_zeroed(self.clean, self.whose, self.by_hand))
+        self.last_discarded = None
         if len(backwards) >= 2:
-            self.discarded.append(self._all_but_the_last_discarded())
+            self.last_discarded = self._all_but_the_last_discarded()
+            self.discarded.append(self.last_discarded)
             found.append(slips.zero_grad_per_micro_batch(self.discarded, len(backwards)))
         self.disarm()
         return [f for f in found if f is not None]

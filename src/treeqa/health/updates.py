@@ -112,6 +112,11 @@ class Updates:
         self.ran = False  # a model the clock trains ran a forward this step, with or without
         self.teachers = FrozenInTrainMode(lambda model: _mode_dependent([model], True))
         self.averages = AveragedNorms()
+        # plain tensors requiring gradients on the models at ORPHAN_STEP: (module, attribute,
+        # path, tensor), judged at the next sampled step
+        self.plain: list[tuple[Any, str, str, Any]] = []
+        # not-in-optimiser for parameters an optimiser holds that had not stepped by then
+        self.idle: tuple[Finding, weakref.ref[torch.optim.Optimizer]] | None = None
         # models run beside the trained ones, and their parameters frozen at the clock's start
         self.beside: list[weakref.ref[nn.Module]] = []
         self.frozen_first: set[int] = set()
@@ -142,6 +147,8 @@ class Updates:
         self.first = 1
         self.rates = LearningRates(self._report, self._alone)
         self.zero_losses = 0
+        # the losses of every step from a given one on (the monitor's series: the doctor's)
+        self.losses_since: Callable[[int], Sequence[float]] | None = None
         self.reset(0)
 
     def install(self) -> None:
@@ -434,12 +441,21 @@ class Updates:
             self.penalties.stop()
         said = set()
         by_hand = isinstance(optimizer, HandUpdates)
-        for key, probe in self.probes.items():
-            for found in probe.finish():
+        verdicts = [(key, probe.finish()) for key, probe in self.probes.items()]
+        first = self.probes.get("first")
+        # The first layer's gradient carried over between this step's backwards while the last
+        # layer's read as cleared before each: the last one's was exactly zero by chance (a
+        # hinge loss's bias gradient, its terms cancelling), not zeroed by the script.
+        kept = first is not None and first.last_discarded is False
+        for key, found_now in verdicts:
+            for found in found_now:
                 # Part of the model uncleared while its last layer was cleared: the whole
                 # model's finding, when said, covers it.
-                if not (key == "first" and ("model", found.code) in said):
-                    self._report(found)
+                if key == "first" and ("model", found.code) in said:
+                    continue
+                if key == "model" and kept and found.code == "zero-grad-per-micro-batch":
+                    continue
+                self._report(found)
                 said.add((key, found.code))
         if self.reading:
             self._note_reading()
@@ -487,6 +503,8 @@ class Updates:
                 known = [p for model in roots for p in model.parameters()] + unregistered
                 self.loose.look(step, loss, self._held(optimizer), known)
         elif step - self.first + 1 > ORPHAN_STEP and sampled and not by_hand:
+            if self.plain:
+                self._note_plain(optimizer)
             self._note_late_orphans(optimizer, roots)
             if self.loose.noted:
                 stuck = self.loose.stuck(step, self._held(optimizer))
@@ -573,7 +591,12 @@ class Updates:
     def _judge_zero_losses(self) -> None:
         """The clock's run ended: a loss of exactly 0 with zero gradients on every sampled step
         of it, ``ZERO_STEPS_SAMPLED`` or more (a loss that saturated later had other values)."""
-        if self.zero_losses >= ZERO_STEPS_SAMPLED:
+        if self.zero_losses < ZERO_STEPS_SAMPLED:
+            return
+        # Every step's, not the sampled ones' alone: labelled batches that come once in as
+        # many steps as the sampling interval, each between two sampled steps, train.
+        values = self.losses_since(self.first) if self.losses_since is not None else []
+        if all(v == 0 or v != v for v in values):
             self._report(slips.loss_zero(self.zero_losses), at_step=False)
 
     def _note_stale(self, params: list[tuple[str, nn.Parameter]]) -> None:
@@ -634,15 +657,40 @@ class Updates:
     def _note_unregistered(
         self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]
     ) -> list[torch.Tensor]:
-        """``module-not-registered``; the parameters it names."""
+        """``module-not-registered``; the parameters it names. Plain tensors that require
+        gradients are judged at the next sampled step, if the module still holds the same
+        tensor then (``_note_plain``)."""
         # Their gradients are never cleared (zero_grad() does not reach them): had the
         # forward used them since the first step, they have one.
         found = [f for f in registration.unregistered(roots) if f[3].grad is not None]
+        held_in = [f for f in found if not isinstance(vars(f[0]).get(f[1]), torch.Tensor)]
+        self.plain = [
+            (weakref.ref(module), attr, path, weakref.ref(p))
+            for module, attr, path, p in found
+            if isinstance(vars(module).get(attr), torch.Tensor)
+        ]
+        if held_in:
+            held = self._held(optimizer)
+            trained = all(id(p) in held for *_, p in held_in)
+            self._report(registration.module_not_registered(held_in, trained))
+        return [p for *_, p in found]
+
+    def _note_plain(self, optimizer: torch.optim.Optimizer) -> None:
+        """The plain tensors noted at ``ORPHAN_STEP`` that the same module attribute still
+        holds, with a gradient: weights made by hand (a class token). A tensor made anew each
+        step (an attack's perturbation kept on the model, an RNN's state carried as a leaf for
+        truncated backpropagation) is no weight, and is let go."""
+        plain, self.plain = self.plain, []
+        found = []
+        for module_ref, attr, path, ref in plain:
+            module, p = module_ref(), ref()
+            if module is None or p is None or vars(module).get(attr) is not p or p.grad is None:
+                continue
+            found.append((module, attr, path, p))
         if found:
             held = self._held(optimizer)
             trained = all(id(p) in held for *_, p in found)
             self._report(registration.module_not_registered(found, trained))
-        return [p for *_, p in found]
 
     def _note_orphans(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
         held = self._held(optimizer)
@@ -703,8 +751,12 @@ class Updates:
         if orphans:
             names = [n for n, _ in orphans]
             values = sum(p.numel() for _, p in orphans)
-            idle = "" if outside else self._idle_holder([p for _, p in orphans])
+            holder = None if outside else self._idle_holder([p for _, p in orphans])
+            idle = type(holder).__name__ if holder is not None else ""
             found = slips.not_in_optimiser(names, values, outside, idle)
+            if holder is not None:  # judged at the run's end: it may start later, or step less
+                self.idle = (found, weakref.ref(holder))
+                return
             frame = sites.user_frame() if outside else None
             if frame is not None:  # log_temperature = nn.Parameter(...); domains = nn.Sequential(
                 found.where = sites.assignment_site(
@@ -712,16 +764,17 @@ class Updates:
                 )
             self._report(found)
 
-    def _idle_holder(self, params: Sequence[torch.Tensor]) -> str:
-        """The class of an optimiser that holds some of ``params`` and never stepped (made,
-        and its ``step()`` left out of the loop); "" if none. One pass over the objects the
-        garbage collector tracks, made once: when the finding is."""
+    def _idle_holder(self, params: Sequence[torch.Tensor]) -> torch.optim.Optimizer | None:
+        """An optimiser that holds some of ``params`` and has not stepped yet (its ``step()``
+        left out of the loop, or one that starts after a warm-up or steps once in many); None
+        if none. One pass over the objects the garbage collector tracks, made once: when the
+        finding is."""
         ids = {id(p) for p in params}
         for obj in gc.get_objects():
             if isinstance(obj, torch.optim.Optimizer) and obj not in self.optimizers:
                 if any(id(p) in ids for group in obj.param_groups for p in group["params"]):
-                    return type(obj).__name__
-        return ""
+                    return obj
+        return None
 
     def _note_float16(self) -> None:
         # The loss is scaled before its backward, so by the step it has been seen.
@@ -788,6 +841,10 @@ class Updates:
             self.frozen_streak = None
         self.rates.finish(step)
         self._judge_zero_losses()
+        if self.idle is not None:  # the optimiser that held them never stepped in the run
+            found, holder = self.idle
+            if holder() is None or holder() not in self.optimizers:
+                self._report(found, at_step=False)
         self._report(self.teachers.finish(), at_step=False)
         self._report(self.averages.finish(), at_step=False)
 
@@ -822,7 +879,16 @@ def _float16_out_of_float32(module: nn.Module, output: Any) -> bool:
 
 
 def _first_with_grad(params: Iterable[nn.Parameter]) -> nn.Parameter | None:
-    return next((p for p in params if p.grad is not None), None)
+    """The first of ``params`` with a gradient, one of more than one value if any has one: a
+    one-value bias's gradient can be exactly zero by chance (a hinge loss's terms cancel,
+    +1 for each fake, -1 for each real), which a probe reads as cleared."""
+    first = None
+    for p in params:
+        if p.grad is not None:
+            if p.numel() > 1:
+                return p
+            first = first if first is not None else p
+    return first
 
 
 def _recalibrating(model: nn.Module) -> bool:
