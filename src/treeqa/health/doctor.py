@@ -582,7 +582,7 @@ class Doctor:
         self.finding_roots = False
         self.updates.reset(self.monitor.step, same_models)
         self.updates.watch_modes(self.roots)
-        self.updates.frozen_beside([m for m in tops if id(m) not in trained_roots])
+        self.updates.orphans.frozen_beside([m for m in tops if id(m) not in trained_roots])
         # An evaluation of the models before this clock's first step (a baseline score).
         if any(id(m) in self.evaluated_early for m in self.roots):
             self.updates.evaluated = True

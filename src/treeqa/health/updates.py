@@ -16,14 +16,10 @@ every backward) and reports to the monitor:
   that require gradients had one (a stale optimiser, zero_grad between backward and step), or,
   with no other optimiser stepping, while it held no parameter, only frozen ones, or those of
   models run under ``no_grad`` only (a teacher's, not the student's): said at the run's end.
-- ``not-in-optimiser``: on the clock's 10th step, parameters of the models it trains got
-  gradients but no optimiser that stepped holds them (a layer added after the optimiser was
-  built, a parameter list that left one out); and ``nn.Parameter``s the loss uses outside the
-  models, which none holds, left where they started (``loose.py``).
+- ``not-in-optimiser`` and ``module-not-registered``: parameters that get gradients and that
+  nothing steps, from the clock's 10th step on (``orphans.py``).
 - ``frozen-in-train-mode``: a model nothing trains ran without gradients in train mode on
   sampled steps (a teacher left as loaded: ``teachers.py``).
-- ``module-not-registered``: on that step too, layers the models hold in plain lists, tuples
-  or dicts (``registration.py``), so not among their parameters, got gradients.
 - ``train-in-eval-mode``: the models the clock trains ran their forwards with gradients in
   eval mode, after steps in train mode or after an evaluation before their first step, in a
   script that never went back to train mode after an evaluation (one that does knows to: a
@@ -50,7 +46,6 @@ Per step this costs a few attribute reads; the hooks are on sampled steps only.
 
 from __future__ import annotations
 
-import gc
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -58,11 +53,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health import graphs, registration, sites, slips
+from treeqa.health import graphs, sites, slips
 from treeqa.health.averaged import AveragedNorms
 from treeqa.health.findings import Finding
 from treeqa.health.hand import HandUpdates
-from treeqa.health.loose import LooseParameters
+from treeqa.health.orphans import ORPHAN_STEP, Orphans
 from treeqa.health.penalties import DetachedPenalties
 from treeqa.health.probes import Probe
 from treeqa.health.processes import local_part
@@ -90,9 +85,6 @@ STALE_STEPS = 3
 """Sampled steps in a row on which the clock stepped gradients left from its step before."""
 FROZEN_STEPS = 3
 """Sampled steps in a row whose optimiser step decayed frozen parameters."""
-ORPHAN_STEP = 10
-"""The clock's step (counted from its first) on which parameters with gradients are looked up
-in the optimisers: by then every optimiser of the loop has stepped."""
 
 
 class Updates:
@@ -108,18 +100,9 @@ class Updates:
         # optimiser's, outside them); and each other optimiser's, from one of its steps to the
         # next (weak: a finished run's).
         self.probes: dict[str, Probe] = {}
-        self.loose = LooseParameters()  # nn.Parameters the loss uses outside the models
         self.ran = False  # a model the clock trains ran a forward this step, with or without
         self.teachers = FrozenInTrainMode(lambda model: _mode_dependent([model], True))
         self.averages = AveragedNorms()
-        # plain tensors requiring gradients on the models at ORPHAN_STEP: (module, attribute,
-        # path, tensor), judged at the next sampled step
-        self.plain: list[tuple[Any, str, str, Any]] = []
-        # not-in-optimiser for parameters an optimiser holds that had not stepped by then
-        self.idle: tuple[Finding, weakref.ref[torch.optim.Optimizer]] | None = None
-        # models run beside the trained ones, and their parameters frozen at the clock's start
-        self.beside: list[weakref.ref[nn.Module]] = []
-        self.frozen_first: set[int] = set()
         self.penalties = DetachedPenalties(self._report)
         self.other_probes: weakref.WeakKeyDictionary[torch.optim.Optimizer, Probe] = (
             weakref.WeakKeyDictionary()
@@ -136,6 +119,7 @@ class Updates:
         self.eval_site = ""  # where the last eval() of a trained model was called
         # Every optimiser that stepped in the run (the doctor adds them; weak: finished runs').
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self.orphans = Orphans(self._report, self._held, self.optimizers, self.reported)
         # Told of each torch.autograd.grad call's outputs and inputs (the doctor's steps made
         # by hand).
         self.on_grad: Callable[[Any, Any], None] | None = None
@@ -206,9 +190,7 @@ class Updates:
         # sampled steps with a loss of exactly 0 and zero gradients, from the clock's first;
         # -1 once one had a loss or a gradient
         self.zero_losses = 0
-        # (id, version) of the gradient of each trainable model parameter no optimiser holds,
-        # at the last sampled step after ORPHAN_STEP: one that changes is a fresh gradient
-        self.orphan_grads: dict[int, tuple[int, int]] = {}
+        self.orphans.reset()
         # (parameter, its gradient, the gradient's version) of the clock's parameters with a
         # gradient at the end of a sampled step, looked at again at its next step
         self.stepped_grads: list[tuple[nn.Parameter, weakref.ref[torch.Tensor], int]] = []
@@ -496,19 +478,9 @@ class Updates:
         if self.rates.unclocked and step == self.first:
             self.rates.adopt_cycles(optimizer)
         if step - self.first + 1 == ORPHAN_STEP:
-            unregistered = self._note_unregistered(optimizer, roots)
-            if not by_hand:
-                self._note_orphans(optimizer, roots)
-            if not by_hand and loss is not None:
-                known = [p for model in roots for p in model.parameters()] + unregistered
-                self.loose.look(step, loss, self._held(optimizer), known)
+            self.orphans.at_orphan_step(step, optimizer, roots, loss, by_hand)
         elif step - self.first + 1 > ORPHAN_STEP and sampled and not by_hand:
-            if self.plain:
-                self._note_plain(optimizer)
-            self._note_late_orphans(optimizer, roots)
-            if self.loose.noted:
-                stuck = self.loose.stuck(step, self._held(optimizer))
-                self._report_orphans(stuck, outside=True)
+            self.orphans.later(step, optimizer, roots)
         self.backwards = 0
         self.no_grad_run, self._no_grad_input = 0, None
         self.eval_grad_run = self.train_grad_run = 0
@@ -654,128 +626,6 @@ class Updates:
             for p in group["params"]
         }
 
-    def _note_unregistered(
-        self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]
-    ) -> list[torch.Tensor]:
-        """``module-not-registered``; the parameters it names. Plain tensors that require
-        gradients are judged at the next sampled step, if the module still holds the same
-        tensor then (``_note_plain``)."""
-        # Their gradients are never cleared (zero_grad() does not reach them): had the
-        # forward used them since the first step, they have one.
-        found = [f for f in registration.unregistered(roots) if f[3].grad is not None]
-        held_in = [f for f in found if not isinstance(vars(f[0]).get(f[1]), torch.Tensor)]
-        self.plain = [
-            (weakref.ref(module), attr, path, weakref.ref(p))
-            for module, attr, path, p in found
-            if isinstance(vars(module).get(attr), torch.Tensor)
-        ]
-        if held_in:
-            held = self._held(optimizer)
-            trained = all(id(p) in held for *_, p in held_in)
-            self._report(registration.module_not_registered(held_in, trained))
-        return [p for *_, p in found]
-
-    def _note_plain(self, optimizer: torch.optim.Optimizer) -> None:
-        """The plain tensors noted at ``ORPHAN_STEP`` that the same module attribute still
-        holds, with a gradient: weights made by hand (a class token). A tensor made anew each
-        step (an attack's perturbation kept on the model, an RNN's state carried as a leaf for
-        truncated backpropagation) is no weight, and is let go."""
-        plain, self.plain = self.plain, []
-        found = []
-        for module_ref, attr, path, ref in plain:
-            module, p = module_ref(), ref()
-            if module is None or p is None or vars(module).get(attr) is not p or p.grad is None:
-                continue
-            found.append((module, attr, path, p))
-        if found:
-            held = self._held(optimizer)
-            trained = all(id(p) in held for *_, p in found)
-            self._report(registration.module_not_registered(found, trained))
-
-    def _note_orphans(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
-        held = self._held(optimizer)
-        orphans = [
-            ((f"model{i}." if i else "") + name, p)
-            for i, root in enumerate(roots)
-            for name, p in root.named_parameters()
-            # (a gradient left from before the layer was frozen: no backward writes it now)
-            if p.grad is not None and p.requires_grad and id(p) not in held
-        ]
-        self._report_orphans(orphans)
-
-    def _note_late_orphans(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
-        """Parameters made trainable after ``ORPHAN_STEP`` (staged unfreezing) that no
-        optimiser holds (one built over the parameters that were trainable then): their
-        gradients change between two sampled steps, and nothing applies them. A gradient left
-        from before a layer was frozen does not change, and a frozen layer is skipped."""
-        if "not-in-optimiser" in self.reported:
-            return
-        held = self._held(optimizer)
-        seen, self.orphan_grads = self.orphan_grads, {}
-        orphans = []
-        beside = [(name, p) for name, p in self._frozen_params() if id(p) in self.frozen_first]
-        trained = [
-            ((f"model{i}." if i else "") + name, p)
-            for i, root in enumerate(roots)
-            for name, p in root.named_parameters()
-        ]
-        for name, p in [*trained, *beside]:
-            grad = p.grad
-            if grad is None or not p.requires_grad or id(p) in held:
-                continue
-            mark = (id(grad), grad._version)
-            self.orphan_grads[id(p)] = mark
-            if seen.get(id(p), mark) != mark:
-                orphans.append((name, p))
-        if beside and orphans:  # as the script names them (``backbone.0.weight``)
-            names = sites.script_names((p for _, p in orphans), paths_first=True)
-            orphans = [(names.get(id(p), name), p) for name, p in orphans]
-        self._report_orphans(orphans)
-
-    def frozen_beside(self, models: list[nn.Module]) -> None:
-        """The models the clock's first step ran that it does not train: their parameters
-        frozen then, which a script may unfreeze later (a backbone beside the head that trains)
-        and forget to give to an optimiser."""
-        self.beside = [weakref.ref(m) for m in models]
-        self.frozen_first = {id(p) for _, p in self._frozen_params() if not p.requires_grad}
-
-    def _frozen_params(self) -> list[tuple[str, nn.Parameter]]:
-        models = [m for m in (ref() for ref in self.beside) if m is not None]
-        return [(f"{type(m).__name__}.{n}", p) for m in models for n, p in m.named_parameters()]
-
-    def _report_orphans(
-        self, orphans: Sequence[tuple[str, torch.Tensor]], outside: bool = False
-    ) -> None:
-        """``outside``: parameters outside the trained models (``loose.py``), named as the
-        script names them: where the first is assigned in it is the finding's place."""
-        if orphans:
-            names = [n for n, _ in orphans]
-            values = sum(p.numel() for _, p in orphans)
-            holder = None if outside else self._idle_holder([p for _, p in orphans])
-            idle = type(holder).__name__ if holder is not None else ""
-            found = slips.not_in_optimiser(names, values, outside, idle)
-            if holder is not None:  # judged at the run's end: it may start later, or step less
-                self.idle = (found, weakref.ref(holder))
-                return
-            frame = sites.user_frame() if outside else None
-            if frame is not None:  # log_temperature = nn.Parameter(...); domains = nn.Sequential(
-                found.where = sites.assignment_site(
-                    [frame.f_code.co_filename], names[0].split(".")[0]
-                )
-            self._report(found)
-
-    def _idle_holder(self, params: Sequence[torch.Tensor]) -> torch.optim.Optimizer | None:
-        """An optimiser that holds some of ``params`` and has not stepped yet (its ``step()``
-        left out of the loop, or one that starts after a warm-up or steps once in many); None
-        if none. One pass over the objects the garbage collector tracks, made once: when the
-        finding is."""
-        ids = {id(p) for p in params}
-        for obj in gc.get_objects():
-            if isinstance(obj, torch.optim.Optimizer) and obj not in self.optimizers:
-                if any(id(p) in ids for group in obj.param_groups for p in group["params"]):
-                    return obj
-        return None
-
     def _note_float16(self) -> None:
         # The loss is scaled before its backward, so by the step it has been seen.
         if not self.scalers.scaled():
@@ -841,10 +691,7 @@ class Updates:
             self.frozen_streak = None
         self.rates.finish(step)
         self._judge_zero_losses()
-        if self.idle is not None:  # the optimiser that held them never stepped in the run
-            found, holder = self.idle
-            if holder() is None or holder() not in self.optimizers:
-                self._report(found, at_step=False)
+        self.orphans.finish()
         self._report(self.teachers.finish(), at_step=False)
         self._report(self.averages.finish(), at_step=False)
 
