@@ -423,22 +423,28 @@ class Updates:
             self.penalties.stop()
         said = set()
         by_hand = isinstance(optimizer, HandUpdates)
-        verdicts = [(key, probe.finish()) for key, probe in self.probes.items()]
-        first = self.probes.get("first")
-        # The first layer's gradient carried over between this step's backwards while the last
-        # layer's read as cleared before each: the last one's was exactly zero by chance (a
-        # hinge loss's bias gradient, its terms cancelling), not zeroed by the script.
-        kept = first is not None and first.last_discarded is False
-        for key, found_now in verdicts:
-            for found in found_now:
+        held_back = None
+        for key, probe in self.probes.items():
+            for found in probe.finish():
                 # Part of the model uncleared while its last layer was cleared: the whole
                 # model's finding, when said, covers it.
-                if key == "first" and ("model", found.code) in said:
+                covered = ("model", found.code) in said or (
+                    held_back is not None and found.code == held_back.code
+                )
+                if key == "first" and covered:
                     continue
-                if key == "model" and kept and found.code == "zero-grad-per-micro-batch":
+                if key == "model" and found.code == "zero-grad-per-micro-batch":
+                    held_back = found  # judged with the first layer's (below)
                     continue
                 self._report(found)
                 said.add((key, found.code))
+        if held_back is not None:
+            # The first layer's gradient carried over between this step's backwards while the
+            # last layer's read as cleared before each: the last one's was exactly zero by
+            # chance (a hinge loss's bias gradient, its terms cancelling), not zeroed.
+            first = self.probes.get("first")
+            if first is None or first.last_discarded is not False:
+                self._report(held_back)
         if self.reading:
             self._note_reading()
         if sampled:

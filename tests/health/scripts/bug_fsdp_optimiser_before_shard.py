@@ -28,4 +28,5 @@ for epoch in range(2):
         opt.zero_grad()
         loss.backward()
         opt.step()
+dist.barrier()  # every process here before the group goes (gloo aborted at exit without)
 dist.destroy_process_group()

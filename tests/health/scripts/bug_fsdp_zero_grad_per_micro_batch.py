@@ -29,4 +29,5 @@ for epoch in range(2):  # 32 optimiser steps
         (nn.functional.cross_entropy(model(xb), yb) / accumulate).backward()
         if i % accumulate == accumulate - 1:
             opt.step()
+dist.barrier()  # every process here before the group goes (gloo aborted at exit without)
 dist.destroy_process_group()

@@ -29,6 +29,7 @@ def train(rank: int, world: int, port: str) -> None:
             opt.zero_grad()
             loss.backward()
             opt.step()
+    dist.barrier()  # every process here before the group goes (gloo aborted at exit without)
     dist.destroy_process_group()
 
 

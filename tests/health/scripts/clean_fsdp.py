@@ -45,4 +45,5 @@ for epoch in range(3):
             counts += torch.tensor([(model(xb).argmax(1) == yb).sum().item(), len(yb)])
     dist.all_reduce(counts)
     model.train()
+dist.barrier()  # every process here before the group goes (gloo aborted at exit without)
 dist.destroy_process_group()

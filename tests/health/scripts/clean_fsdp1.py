@@ -36,4 +36,5 @@ for epoch in range(3):
         if last:
             opt.step()
             opt.zero_grad()
+dist.barrier()  # every process here before the group goes (gloo aborted at exit without)
 dist.destroy_process_group()
