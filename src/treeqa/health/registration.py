@@ -61,12 +61,22 @@ def unregistered(roots: Sequence[nn.Module]) -> list[tuple[nn.Module, str, str, 
                     [(at, value)] if isinstance(value, torch.Tensor) else held(value, at)
                 )
                 for path, p in tensors:
-                    if not (p.requires_grad and p.is_leaf):  # frozen, or computed: not trained
+                    if not _trained_leaf(p):  # frozen, or computed: not trained
                         continue
                     if id(p) not in registered and id(p) not in seen:
                         seen.add(id(p))
                         found.append((module, attr, path, p))
     return found
+
+
+def _trained_leaf(p: torch.Tensor) -> bool:
+    """A tensor that requires gradients and is no view or result of an op. FSDP1 keeps its
+    layers' weights as plain views of its flat parameter, which torch refuses to read once the
+    flat parameter has changed in place: those are views, not weights made by hand."""
+    try:
+        return p.requires_grad and p.is_leaf
+    except RuntimeError:
+        return False
 
 
 def module_not_registered(
