@@ -28,7 +28,7 @@ from torch.optim.swa_utils import AveragedModel
 
 from treeqa.health import sites
 from treeqa.health.findings import Finding
-from treeqa.health.wrap import Note, Wrappers, install_wrapper, note_calls, taken
+from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 
 class AveragedNorms:
@@ -42,21 +42,11 @@ class AveragedNorms:
 
     def install(self, wrappers: Wrappers) -> None:
         wrappers.add(note_calls(AveragedModel, "forward", self._ran))
-        original = vars(AveragedModel)["update_parameters"]
-        if taken(original):
-            return
-        note = Note(self._averaged, "AveragedModel.update_parameters")
+        wrappers.add(note_function_results(AveragedModel, "update_parameters", self._averaged))
 
-        def update_parameters(model: AveragedModel, *args: Any, **kwargs: Any) -> Any:
-            result = original(model, *args, **kwargs)
-            note(model)
-            return result
-
-        wrappers.add(
-            install_wrapper(AveragedModel, "update_parameters", original, update_parameters, note)
-        )
-
-    def _averaged(self, model: AveragedModel) -> None:
+    def _averaged(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
+        """``update_parameters`` has returned (``args[0]``: the average)."""
+        model = args[0]
         if not model.use_buffers:
             self.updated[id(model)] = _versions(model)
 

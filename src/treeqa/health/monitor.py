@@ -973,9 +973,7 @@ class HealthMonitor(Callback):
             if found.evidence.get("kind", "") != kind or "subnormal_weights" in found.evidence:
                 continue
             if timing.stopped(values, timing.warmup_of(len(values))):
-                found.severity, found.evidence["stopped"] = "info", True
-                found.message = found.message.replace("keeps rising:", "rose")
-                found.message += timing.stopped_note(what)
+                timing.as_stopped(found, what)
 
     def losses_since(self, step: int) -> list[float]:
         """The loss of every step from ``step`` on, as the series keeps them (thinned in a

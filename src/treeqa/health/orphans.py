@@ -104,16 +104,13 @@ class Orphans:
         # Their gradients are never cleared (zero_grad() does not reach them): had the
         # forward used them since the first step, they have one.
         found = [f for f in registration.unregistered(roots) if f[3].grad is not None]
-        held_in = [f for f in found if not isinstance(vars(f[0]).get(f[1]), torch.Tensor)]
-        self.plain = [
-            (weakref.ref(module), attr, path, weakref.ref(p))
-            for module, attr, path, p in found
-            if isinstance(vars(module).get(attr), torch.Tensor)
-        ]
-        if held_in:
-            held = self.held(optimizer)
-            trained = all(id(p) in held for *_, p in held_in)
-            self.report(registration.module_not_registered(held_in, trained))
+        held_in, self.plain = [], []
+        for module, attr, path, p in found:
+            if isinstance(vars(module).get(attr), torch.Tensor):
+                self.plain.append((weakref.ref(module), attr, path, weakref.ref(p)))
+            else:
+                held_in.append((module, attr, path, p))
+        self._report_unregistered(optimizer, held_in)
         return [p for *_, p in found]
 
     def _note_plain(self, optimizer: torch.optim.Optimizer) -> None:
@@ -128,6 +125,13 @@ class Orphans:
             if module is None or p is None or vars(module).get(attr) is not p or p.grad is None:
                 continue
             found.append((module, attr, path, p))
+        self._report_unregistered(optimizer, found)
+
+    def _report_unregistered(
+        self, optimizer: torch.optim.Optimizer, found: list[tuple[Any, str, str, torch.Tensor]]
+    ) -> None:
+        """``module-not-registered`` for ``found``, if any: said as for weights an optimiser
+        holds where one does (only saving and moving the model miss them)."""
         if found:
             held = self.held(optimizer)
             trained = all(id(p) in held for *_, p in found)
@@ -136,9 +140,8 @@ class Orphans:
     def _note_orphans(self, optimizer: torch.optim.Optimizer, roots: list[nn.Module]) -> None:
         held = self.held(optimizer)
         orphans = [
-            ((f"model{i}." if i else "") + name, p)
-            for i, root in enumerate(roots)
-            for name, p in root.named_parameters()
+            (name, p)
+            for name, p in _named(roots)
             # (a gradient left from before the layer was frozen: no backward writes it now)
             if p.grad is not None and p.requires_grad and id(p) not in held
         ]
@@ -155,12 +158,7 @@ class Orphans:
         seen, self.orphan_grads = self.orphan_grads, {}
         orphans = []
         beside = [(name, p) for name, p in self._frozen_params() if id(p) in self.frozen_first]
-        trained = [
-            ((f"model{i}." if i else "") + name, p)
-            for i, root in enumerate(roots)
-            for name, p in root.named_parameters()
-        ]
-        for name, p in [*trained, *beside]:
+        for name, p in [*_named(roots), *beside]:
             grad = p.grad
             if grad is None or not p.requires_grad or id(p) in held:
                 continue
@@ -216,3 +214,12 @@ class Orphans:
                 if any(id(p) in ids for group in obj.param_groups for p in group["params"]):
                     return obj
         return None
+
+
+def _named(roots: list[nn.Module]) -> list[tuple[str, nn.Parameter]]:
+    """The trained models' parameters by name, the second model's and on prefixed."""
+    return [
+        ((f"model{i}." if i else "") + name, p)
+        for i, root in enumerate(roots)
+        for name, p in root.named_parameters()
+    ]

@@ -140,22 +140,14 @@ class DetachedPenalties:
             self.followed[id(t)] = t
 
 
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
-    """The tensors in ``value`` and the tuples, lists and dicts in it (two levels)."""
+def _tensors(value: Any, depth: int = 2) -> Iterator[torch.Tensor]:
+    """The tensors in ``value`` and in the tuples, lists and dicts in it, ``depth`` levels
+    down: a function's ``(args, kwargs)``, or its result."""
     if isinstance(value, torch.Tensor):
         yield value
-    elif isinstance(value, tuple | list):
-        for item in value:
-            if isinstance(item, torch.Tensor):
-                yield item
-            elif isinstance(item, tuple | list | dict):
-                yield from (t for t in _flat(item) if isinstance(t, torch.Tensor))
-    elif isinstance(value, dict):
-        yield from (t for t in value.values() if isinstance(t, torch.Tensor))
-
-
-def _flat(value: Any) -> list[Any]:
-    return list(value.values()) if isinstance(value, dict) else list(value)
+    elif depth and isinstance(value, tuple | list | dict):
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from _tensors(item, depth - 1)
 
 
 def _nodes(node: Any) -> set[Any]:

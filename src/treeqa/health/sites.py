@@ -201,19 +201,16 @@ def script_names(values: Iterable[torch.Tensor], paths_first: bool = False) -> d
     frame = user_frame()
     if frame is None or not wanted:
         return {}
-    names: dict[int, str] = {}
-    variables: dict[int, str] = {}
-    paths: dict[int, str] = {}
+    variables: dict[int, str] = {}  # the innermost scope's name wins
+    paths: dict[int, str] = {}  # the first model's path wins
     for scope in (frame.f_globals, frame.f_locals):
         for name, value in scope.items():
             if name.startswith("_"):
                 continue
             if id(value) in wanted:
                 variables[id(value)] = name
-                names[id(value)] = name
             elif isinstance(value, nn.Module):
                 for inner, t in itertools.chain(value.named_parameters(), value.named_buffers()):
                     if id(t) in wanted:
                         paths.setdefault(id(t), f"{name}.{inner}")
-                        names.setdefault(id(t), f"{name}.{inner}")
-    return {**variables, **paths} if paths_first else names
+    return {**variables, **paths} if paths_first else {**paths, **variables}

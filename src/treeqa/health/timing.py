@@ -100,6 +100,14 @@ def stopped_note(what: str) -> str:
     )
 
 
+def as_stopped(found: Finding, what: str) -> Finding:
+    """``found`` (``step-time-regression`` or ``memory-growth``), whose series ``stopped``,
+    said as information; ``what`` stopped ("getting slower", "rising")."""
+    found.severity, found.evidence["stopped"] = "info", True
+    found.message = found.message.replace("keeps rising:", "rose") + stopped_note(what)
+    return found
+
+
 def warmup_of(n: int) -> int:
     return max(5, n // 20)
 
@@ -265,15 +273,15 @@ def step_time_regression(
     if more is not None and more[3] > 1.0:
         evidence["work_growth"] = [round(k, 2) for k in more]
         at.append("work per step")
-    return Finding(
+    found = Finding(
         "step-time-regression",
-        "info" if evidence["stopped"] else "error" if ratio >= 3 else "warning",
+        "error" if ratio >= 3 else "warning",
         f"steps got {ratio:.1f}x slower over the run ({m[0] * 1e3:.2f} ms -> {m[3] * 1e3:.2f} ms median"
         + (", less waits for a CPU" if waited is not None else "")
-        + (f", at the first quarter's {' and '.join(at)})" if at else ")")
-        + (stopped_note("getting slower") if evidence["stopped"] else ""),
+        + (f", at the first quarter's {' and '.join(at)})" if at else ")"),
         evidence=evidence,
     )
+    return as_stopped(found, "getting slower") if evidence["stopped"] else found
 
 
 SUBNORMAL_SHARE = 1e-3
@@ -408,20 +416,13 @@ def memory_growth(
                 evidence=evidence,
             )
     evidence["stopped"] = stopped(megabytes, warmup_of(len(megabytes)))
-    if evidence["stopped"]:
-        return Finding(
-            "memory-growth",
-            "info",
-            f"{kind} after each step rose +{growth:.0f} MB over the run ({m[0]:.0f} -> "
-            f"{m[3]:.0f} MB){stopped_note('rising')}",
-            evidence=evidence,
-        )
-    return Finding(
+    found = Finding(
         "memory-growth",
         "warning",
         f"{kind} after each step keeps rising: +{growth:.0f} MB over the run ({m[0]:.0f} -> {m[3]:.0f} MB)",
         evidence=evidence,
     )
+    return as_stopped(found, "rising") if evidence["stopped"] else found
 
 
 def input_bound(
