@@ -100,6 +100,7 @@ EXPECTED = {
     "bug_token_as_plain_tensor.py": "module-not-registered",  # requires_grad=True, no Parameter
     "bug_second_optimiser_never_stepped.py": "not-in-optimiser",  # named: Adam never stepped
     "bug_swa_without_update_bn.py": "averaged-norm-not-updated",
+    "bug_swa_evaluated_through_module.py": "averaged-norm-not-updated",
     "bug_bpr_sign_dropped.py": "log-likelihood-minimised",  # logsigmoid with no minus
     "bug_backbone_unfrozen_not_in_optimiser.py": "not-in-optimiser",  # a model beside the head
     "bug_gradient_penalty_without_graph.py": "penalty-without-graph",  # WGAN-GP, no create_graph

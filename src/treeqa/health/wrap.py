@@ -20,7 +20,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from types import CodeType
+from types import CodeType, FunctionType
 from typing import Any, TypeVar
 
 FAILURES: list[str] = []
@@ -99,7 +99,18 @@ def note_calls(cls: type, name: str, note: Callable[[Any], None]) -> Callable[[]
         noted(instance)
         return original(instance, *args, **kwargs)
 
-    return install_wrapper(cls, name, original, wrapper, noted)
+    return install_wrapper(cls, name, original, method_wrapper(wrapper, original), noted)
+
+
+def method_wrapper(wrapper: Callable[..., Any], original: Any) -> Callable[..., Any]:
+    """A method's ``wrapper`` (its code uses no global of this module) with the original's
+    globals: TorchScript, compiling a module whose method is wrapped (``_BatchNorm.forward``),
+    reads the original's source and resolves its names in the function's globals."""
+    if not isinstance(original, FunctionType):
+        return wrapper
+    return FunctionType(
+        wrapper.__code__, original.__globals__, None, wrapper.__defaults__, wrapper.__closure__
+    )
 
 
 Arguments = tuple[tuple[Any, ...], dict[str, Any]]
@@ -176,7 +187,7 @@ def note_calls_of(
             noted(instance, *args, **kwargs)
         return original(instance, *args, **kwargs)
 
-    return install_wrapper(cls, name, original, wrapper, noted)
+    return install_wrapper(cls, name, original, method_wrapper(wrapper, original), noted)
 
 
 def install_wrapper(
