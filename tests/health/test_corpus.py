@@ -101,6 +101,7 @@ EXPECTED = {
     "bug_second_optimiser_never_stepped.py": "not-in-optimiser",  # named: Adam never stepped
     "bug_swa_without_update_bn.py": "averaged-norm-not-updated",
     "bug_swa_evaluated_through_module.py": "averaged-norm-not-updated",
+    "bug_plateau_mode_max_on_loss.py": "plateau-mode-reversed",
     "bug_bpr_sign_dropped.py": "log-likelihood-minimised",  # logsigmoid with no minus
     "bug_backbone_unfrozen_not_in_optimiser.py": "not-in-optimiser",  # a model beside the head
     "bug_gradient_penalty_without_graph.py": "penalty-without-graph",  # WGAN-GP, no create_graph
@@ -181,6 +182,7 @@ EXPECTED = {
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
     "clean_mlp.py",
+    "clean_plateau_schedulers.py",  # mode="max" on an accuracy, mode="min" on a loss
     "clean_embeddings_stepped_second.py",
     "clean_graph_network.py",
     "clean_lbfgs.py",

@@ -5,6 +5,7 @@ broadcast loss shapes, sigmoid output and logits where the loss wants something 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -669,6 +670,61 @@ def test_a_one_cycle_sized_in_steps_and_stepped_once_an_epoch_is_stalled() -> No
     assert slips.lr_schedule_stalled("OneCycleLR", 400, 120, 120, 0.05, 0.1) is None  # stopped
     assert slips.lr_schedule_stalled("OneCycleLR", 400, 10, 150, 0.005, 0.1) is None  # too few
     assert slips.lr_schedule_stalled("OneCycleLR", 60, 6, 40, 0.005, 0.1) is None  # < 50 steps
+
+
+def test_a_plateau_scheduler_given_a_metric_against_its_mode_is_named() -> None:
+    """At a ReduceLROnPlateau's first cut, values that by its mode never improved on the first
+    and went the other way while the training loss fell: a loss given to mode="max" (a
+    warning); a rising value given to mode="min", an accuracy or an overfitting loss (said as
+    information)."""
+    falling = [2.0 - i / 100 for i in range(40)]  # the training losses
+    found = slips.plateau_mode_reversed("max", [5.6, 3.8, 1.7], falling)
+    assert found is not None and found.severity == "warning" and "mode='max'" in found.message
+    rising = slips.plateau_mode_reversed("min", [0.61, 0.74, 0.80, 0.83], falling)
+    assert rising is not None and rising.severity == "info" and "overfitting" in rising.message
+    assert slips.plateau_mode_reversed("max", [5.6, 3.8], falling) is None  # two values
+    assert slips.plateau_mode_reversed("max", [5.6, 5.5, 5.45], falling) is None  # within 5%
+    assert slips.plateau_mode_reversed("max", [5.6, 3.8, 1.7], [1.0] * 40) is None  # no fall
+    assert slips.plateau_mode_reversed("max", [5.6, 5.9, 6.1, 5.5], falling) is None  # mixed
+
+
+def _plateau_findings(mode: str, metric: Callable[[int], float]) -> list[Finding]:
+    """A run of 12 epochs of 10 steps whose training loss falls, a ReduceLROnPlateau(mode,
+    patience=1) stepped after each epoch with ``metric(epoch)``."""
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    losses: list[float] = []
+    updates.losses_since = lambda step: losses
+    updates.install()
+    try:
+        model = nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode=mode, patience=1)
+        for epoch in range(12):
+            for i in range(10):
+                loss = model(torch.randn(8, 4)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                updates.end_step(epoch * 10 + i + 1, False, opt, [model], [])
+                losses.append(2.0 / (1 + epoch * 10 + i))
+            scheduler.step(metric(epoch))
+    finally:
+        updates.wrappers.undo()
+    return [f for f in found if f.code == "plateau-mode-reversed"]
+
+
+def test_a_plateau_scheduler_is_judged_at_its_first_cut() -> None:
+    loss = lambda epoch: 3.0 / (1 + epoch)  # noqa: E731
+    (found,) = _plateau_findings("max", loss)
+    assert found.severity == "warning" and found.evidence["scheduler_steps"] == 3
+    assert _plateau_findings("min", loss) == []
+    accuracy = lambda epoch: min(0.9, 0.5 + 0.1 * epoch)  # noqa: E731
+    assert _plateau_findings("max", accuracy) == []  # cuts once it stops rising: as meant
+    (rising,) = _plateau_findings("min", accuracy)
+    assert rising.severity == "info"
+    # An improvement first, then a cut: the cut is the scheduler doing its work.
+    assert _plateau_findings("min", lambda epoch: [1.0, 0.8][epoch] if epoch < 2 else 0.9) == []
 
 
 def test_a_negative_learning_rate_is_its_own_error() -> None:

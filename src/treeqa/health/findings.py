@@ -60,6 +60,7 @@ FIXES: dict[str, str] = {
     "seed-reset-every-step": "seed once, before the loop (or give each step its own seed, seed + step, if steps must be reproducible one by one)",
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
     "lr-zero": "give the optimiser a learning rate above 0; a warm-up that starts at 0 needs scheduler.step() after each optimizer.step()",
+    "plateau-mode-reversed": "give ReduceLROnPlateau the mode of its metric: mode='min' for a loss, mode='max' for an accuracy or score",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
     "lr-schedule-stalled": "step a schedule sized in optimiser steps after every optimizer.step() (under Lightning: {'scheduler': ..., 'interval': 'step'}), or size it in epochs",

@@ -20,6 +20,10 @@ each of its steps, and the schedulers that set them.
 - ``lr-schedule-stalled``: a ``OneCycleLR`` of the clock stepped far fewer times than the
   clock (built, then never stepped, or stepped once an epoch), judged when the clock's run
   ends.
+- ``plateau-mode-reversed``: a ``ReduceLROnPlateau``'s first cut came after values that, by
+  its mode, never improved on the first and went the other way while the training loss fell
+  (a loss given to ``mode="max"``; an accuracy to ``mode="min"``). Its ``step`` is noted after
+  it returns, with the metric it was given.
 
 Per step this costs a few attribute reads.
 """
@@ -27,7 +31,8 @@ Per step this costs a few attribute reads.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,7 +41,7 @@ from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR,
 from treeqa.health import sites, slips
 from treeqa.health.findings import Finding
 from treeqa.health.hand import HandUpdates
-from treeqa.health.wrap import Wrappers, note_calls
+from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 ZERO_STEPS = 50
 """Steps from the first with every group's learning rate at 0 (a warm-up from 0 is above it
@@ -51,10 +56,16 @@ class LearningRates:
         self,
         report: Callable[..., None],
         alone: Callable[[torch.optim.Optimizer], bool],
+        losses: Callable[[], Sequence[float]] = list,
     ):
-        self.report, self.alone = report, alone
+        """``losses()``: the training losses of the clock's run so far."""
+        self.report, self.alone, self.losses = report, alone, losses
         # ReduceLROnPlateau.step calls per optimiser it drives (weak: a finished run's optimiser)
         self.plateau_steps: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = (
+            weakref.WeakKeyDictionary()
+        )
+        # the metrics each ReduceLROnPlateau was given, until its first cut
+        self.plateau_values: weakref.WeakKeyDictionary[ReduceLROnPlateau, list[float]] = (
             weakref.WeakKeyDictionary()
         )
         # where the script first steps a scheduler of each optimiser (``lr-collapsed``'s place)
@@ -73,7 +84,7 @@ class LearningRates:
         self.reset(0)
 
     def install(self, wrappers: Wrappers) -> None:
-        wrappers.add(note_calls(ReduceLROnPlateau, "step", self._plateau_stepped))
+        wrappers.add(note_function_results(ReduceLROnPlateau, "step", self._plateau_stepped))
         wrappers.add(note_calls(LRScheduler, "step", self._scheduler_stepped))
 
     def reset(self, step: int) -> None:
@@ -87,10 +98,26 @@ class LearningRates:
         self.maximize = ""  # the clock's class name when a group of it has maximize=True
         self.maximize_weights = False  # such a group holds an nn.Parameter
 
-    def _plateau_stepped(self, scheduler: ReduceLROnPlateau) -> None:
+    def _plateau_stepped(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any
+    ) -> None:
+        """``ReduceLROnPlateau.step`` has returned (``args``: the scheduler, its metric)."""
+        scheduler = args[0]
         optimizer = scheduler.optimizer
         self.plateau_steps[optimizer] = self.plateau_steps.get(optimizer, 0) + 1
         self._note_scheduler_site(optimizer)
+        values = self.plateau_values.setdefault(scheduler, [])
+        if values is _CUT:
+            return
+        values.append(float(kwargs.get("metrics", args[1] if len(args) > 1 else "nan")))
+        # A cut: no bad epochs left, and this value not the best (a new best resets them too)
+        if scheduler.num_bad_epochs == 0 and scheduler.best != values[-1]:
+            self.plateau_values[scheduler] = _CUT
+            if scheduler.best == values[0]:  # never improved on the first
+                found = slips.plateau_mode_reversed(scheduler.mode, values, self.losses())
+                if found is not None:
+                    found.where = self.scheduler_sites.get(optimizer, "")
+                self.report(found)
 
     def _note_scheduler_site(self, optimizer: torch.optim.Optimizer) -> None:
         """The script's line of a scheduler's first step on ``optimizer`` (once: a walk of
@@ -187,6 +214,10 @@ class LearningRates:
             found = slips.lr_schedule_stalled(name, total, steps, step - self.first + 1, lr, peak)
             self.report(found, at_step=False)
         self.one_cycles.clear()
+
+
+_CUT: list[float] = []
+"""A ReduceLROnPlateau's values once it has cut (it is judged at its first cut only)."""
 
 
 def _cycle(scheduler: OneCycleLR, steps: int) -> tuple[str, int, int, float, float]:

@@ -651,6 +651,67 @@ def lr_schedule_stalled(
     )
 
 
+PLATEAU_MARGIN = 0.05
+"""How far (a share of the first value) a ReduceLROnPlateau's metric must have moved the other
+way from its first value by its first cut, for ``plateau-mode-reversed``."""
+
+
+def plateau_mode_reversed(
+    mode: str, values: Sequence[float], losses: Sequence[float]
+) -> Finding | None:
+    """A ``ReduceLROnPlateau`` has just cut the learning rate for the first time, given
+    ``values`` so far (the metric), which by its ``mode`` never improved on the first and went
+    the other way, while the training losses of the run so far (``losses``) fell: with
+    ``mode="max"``, a loss given to a scheduler that waits for a rising metric (a value with the training loss is a loss, not a score: a warning); with ``mode="min"``, a
+    rising metric, an accuracy given to one that waits for a falling one, or a validation
+    loss that rose from its first value (information: both look so)."""
+    if len(values) < 3 or not _fell(losses):
+        return None
+    first, last = values[0], values[-1]
+    moved = (first - last) if mode == "max" else (last - first)
+    rising = sum(b > a for a, b in zip(values, values[1:], strict=False))
+    went = rising if mode == "min" else len(values) - 1 - rising
+    if moved <= PLATEAU_MARGIN * abs(first) or 3 * went < 2 * (len(values) - 1):
+        return None
+    trail = ", ".join(f"{v:.4g}" for v in values[:6]) + (", ..." if len(values) > 6 else "")
+    said = (
+        f"ReduceLROnPlateau(mode={mode!r}) cut the learning rate after {len(values)} steps "
+        f"whose values ({trail}) {'fell' if mode == 'max' else 'rose'} from the first while the "
+        "training loss fell: by its mode none was an improvement"
+    )
+    evidence = {"mode": mode, "values": list(values[:20]), "scheduler_steps": len(values)}
+    if mode == "max":
+        return Finding(
+            "plateau-mode-reversed",
+            "warning",
+            said + ", so it cuts the rate while the model gets better (a loss given to "
+            "mode='max'?)",
+            evidence=evidence,
+        )
+    return Finding(
+        "plateau-mode-reversed",
+        "info",
+        said + ": an accuracy or score given to mode='min' cuts the rate while the model gets "
+        "better; a validation loss rising from its first value is overfitting, and the cut "
+        "is meant",
+        evidence=evidence,
+        fix="give ReduceLROnPlateau mode='max' for a metric that rises as the model improves "
+        "(accuracy, F1, reward); if it is a validation loss, it has risen since the first "
+        "evaluation",
+    )
+
+
+def _fell(losses: Sequence[float]) -> bool:
+    """The median of the last quarter of ``losses`` (NaN left out) is below 0.9 x the
+    first quarter's."""
+    values = [v for v in losses if v == v]
+    if len(values) < 8:
+        return False
+    quarter = len(values) // 4
+    head, tail = sorted(values[:quarter]), sorted(values[-quarter:])
+    return tail[quarter // 2] < 0.9 * head[quarter // 2]
+
+
 def lr_zero(steps: int) -> Finding:
     """Every parameter group's learning rate was 0 on each of the first ``steps`` steps."""
     return Finding(

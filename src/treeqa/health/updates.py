@@ -129,7 +129,7 @@ class Updates:
         # accumulating gradients over as many micro-batches).
         self.frozen_streak: tuple[Finding, weakref.ref[torch.optim.Optimizer]] | None = None
         self.first = 1
-        self.rates = LearningRates(self._report, self._alone)
+        self.rates = LearningRates(self._report, self._alone, self._run_losses)
         self.zero_losses = 0
         # the losses of every step from a given one on (the monitor's series: the doctor's)
         self.losses_since: Callable[[int], Sequence[float]] | None = None
@@ -573,9 +573,12 @@ class Updates:
             return
         # Every step's, not the sampled ones' alone: labelled batches that come once in as
         # many steps as the sampling interval, each between two sampled steps, train.
-        values = self.losses_since(self.first) if self.losses_since is not None else []
-        if all(v == 0 or v != v for v in values):
+        if all(v == 0 or v != v for v in self._run_losses()):
             self._report(slips.loss_zero(self.zero_losses), at_step=False)
+
+    def _run_losses(self) -> Sequence[float]:
+        """The loss of every step of the clock's run so far (the monitor's series)."""
+        return self.losses_since(self.first) if self.losses_since is not None else []
 
     def _note_stale(self, params: list[tuple[str, nn.Parameter]]) -> None:
         """The clock's step after a sampled one, after a backward: the gradients noted then
