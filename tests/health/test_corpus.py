@@ -102,6 +102,8 @@ EXPECTED = {
     "bug_swa_without_update_bn.py": "averaged-norm-not-updated",
     "bug_swa_evaluated_through_module.py": "averaged-norm-not-updated",
     "bug_plateau_mode_max_on_loss.py": "plateau-mode-reversed",
+    "bug_moe_aux_loss_left_out.py": "returned-loss-unused",
+    "bug_in_batch_targets_zero.py": "in-batch-targets-constant",
     "bug_bpr_sign_dropped.py": "log-likelihood-minimised",  # logsigmoid with no minus
     "bug_backbone_unfrozen_not_in_optimiser.py": "not-in-optimiser",  # a model beside the head
     "bug_gradient_penalty_without_graph.py": "penalty-without-graph",  # WGAN-GP, no create_graph
@@ -183,6 +185,8 @@ INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rath
 CLEAN = [
     "clean_mlp.py",
     "clean_plateau_schedulers.py",  # mode="max" on an accuracy, mode="min" on a loss
+    "clean_returned_losses.py",  # loss terms a model returns, each used
+    "clean_contrastive_targets.py",  # arange for in-batch negatives, zeros for MoCo's
     "clean_embeddings_stepped_second.py",
     "clean_graph_network.py",
     "clean_lbfgs.py",

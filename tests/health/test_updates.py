@@ -787,6 +787,20 @@ def test_a_hand_written_loss_over_a_broadcast_difference_is_found_in_its_graph()
     assert loss_inputs.broadcast_difference(pinball) == ([8, 1], [8, 8])
 
 
+def test_in_batch_similarities_are_a_matmul_of_two_batches() -> None:
+    q = torch.randn(8, 4, requires_grad=True)
+    k = torch.randn(8, 4, requires_grad=True)
+    qn, kn = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    assert loss_inputs.in_batch_matrix(qn @ kn.T / 0.05 - torch.randn(8)[None, :])
+    assert loss_inputs.in_batch_matrix((q @ k.t()).masked_fill(torch.eye(8, dtype=torch.bool), 0))
+    assert loss_inputs.in_batch_matrix(qn @ kn.detach().T)  # keys of a momentum encoder
+    head = nn.Linear(4, 8, bias=False)  # a bias-free layer: its second factor a parameter
+    assert not loss_inputs.in_batch_matrix(qn @ head.weight.T)
+    assert not loss_inputs.in_batch_matrix(head(qn))
+    moco = torch.cat([(qn * kn).sum(1, keepdim=True), qn @ kn[1:].T], 1)  # [8, 8], positive 0
+    assert not loss_inputs.in_batch_matrix(moco / 0.07)
+
+
 def test_loss_broadcast_is_a_shape_pair_that_grows() -> None:
     found = loss_inputs.loss_broadcast("mse_loss", (32, 1), (32,))
     assert found is not None and found.evidence["broadcast_shape"] == [32, 32]

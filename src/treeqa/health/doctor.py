@@ -330,6 +330,8 @@ class Doctor:
                 self._add_to_total(loss, bool(retain))
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             self.updates.unused_graphs(loss, self.roots)
+            if self.updates.returned.pending:
+                self.updates.returned.backward(loss)
             if self.monitor.sampling:
                 self.monitor.loss_check.backward(loss)
             if self.monitor.sampling and not self.broadcast_found:

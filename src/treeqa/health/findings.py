@@ -61,6 +61,8 @@ FIXES: dict[str, str] = {
     "lr-negative": "step the schedule as it was meant (a per-epoch LambdaLR once an epoch), or keep its factor at or above 0 (max(0.0, 1 - t / T))",
     "lr-zero": "give the optimiser a learning rate above 0; a warm-up that starts at 0 needs scheduler.step() after each optimizer.step()",
     "plateau-mode-reversed": "give ReduceLROnPlateau the mode of its metric: mode='min' for a loss, mode='max' for an accuracy or score",
+    "returned-loss-unused": "add the term to the loss that is backpropagated (loss = task_loss + weight * aux_loss); a value returned only for the log is computed under torch.no_grad() or returned detached",
+    "in-batch-targets-constant": "targets = torch.arange(len(logits)) for in-batch negatives (each row's positive on the diagonal); a constant 0 belongs to logits whose column 0 is the positive (MoCo's cat([l_pos, l_neg], 1))",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
     "lr-schedule-stalled": "step a schedule sized in optimiser steps after every optimizer.step() (under Lightning: {'scheduler': ..., 'interval': 'step'}), or size it in epochs",

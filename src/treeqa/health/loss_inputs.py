@@ -318,6 +318,50 @@ def _targets_times_log_softmax(node: Any) -> tuple[list[int], int, Any] | None:
     return shape, dim % len(shape), targets
 
 
+SCALED = re.compile(r"(Mul|Div|Add|Sub|Neg|MaskedFill|Clamp|Clamp(Min|Max))Backward\d+")
+"""Nodes between a similarity matrix and the logits made of it: a temperature, a bias or a
+correction added, a mask filled in."""
+
+
+def in_batch_matrix(x: torch.Tensor, hops: int = 6) -> bool:
+    """``x`` [B, B] is a matmul of two batches (``q @ k.T``), scaled or shifted on the way:
+    in-batch similarities, each row's positive on the diagonal (the second batch may have no
+    graph: a momentum encoder's keys). Not a bias-free layer's ``h @ W.T`` (its second factor
+    a parameter), nor a ``cat`` of a positive column and
+    negatives (MoCo's logits, whose positive is column 0)."""
+    node = x.grad_fn
+    for _ in range(hops + 1):
+        if node is None:
+            return False
+        name = type(node).__name__
+        if name == "MmBackward0":
+            second = node.next_functions[1][0] if len(node.next_functions) > 1 else None
+            while second is not None and VIEWS.fullmatch(type(second).__name__):
+                second = second.next_functions[0][0] if second.next_functions else None
+            # (None: a batch without a graph, a momentum encoder's keys)
+            weight = getattr(second, "variable", None)  # an AccumulateGrad's leaf
+            return not isinstance(weight, torch.nn.Parameter)
+        if not (SCALED.fullmatch(name) or VIEWS.fullmatch(name)) or not node.next_functions:
+            return False
+        node = node.next_functions[0][0]
+    return False
+
+
+def in_batch_targets_constant(rows: int, target: int, calls: int) -> Finding:
+    """``calls`` cross-entropies in a row over in-batch similarities [rows, rows], each with
+    every target ``target``."""
+    return Finding(
+        "in-batch-targets-constant",
+        "error",
+        f"cross_entropy was given a [{rows}, {rows}] matrix of in-batch similarities (a matmul "
+        f"of two batches) with every target {target}, {calls} times in a row: in-batch "
+        "negatives put each row's positive on the diagonal, so the targets are "
+        f"torch.arange({rows}); with a constant {target} every row is told that its positive "
+        f"is the batch's item {target}, which it cannot learn",
+        evidence={"rows": rows, "target": target, "calls": calls},
+    )
+
+
 def summing_to_one(targets: torch.Tensor) -> list[int]:
     """The dims over which every row of ``targets`` sums to 1 (or -1, a minus taken first):
     where soft targets keep their classes. One host sync."""

@@ -48,6 +48,8 @@ VOCABULARY = 50
 INFEASIBLE_SHARE, INFEASIBLE_STEPS = 0.5, 3
 """Sampled steps in a row on which at least this share of a ``ctc_loss`` batch has targets too
 long for its input, zeroed by ``zero_infinity=True``: more than the few it is there for."""
+IN_BATCH_CALLS = 3
+"""Cross-entropies in a row over in-batch similarities with one target for every row."""
 PADDED_SHARE = 0.1
 """Targets that hold ``ignore_index`` yet have the padding id as this share or more of them,
 more than the ignored, still have their padding in the loss."""
@@ -76,6 +78,7 @@ class LossInputCheck:
         self.add, self.active, self.at_init, self.targets = add, active, at_init, targets
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
+        self.in_batch = 0  # see _in_batch_targets
         # A margin softmax (CosFace, ArcFace) at the first cross-entropy: its loss is above
         # log(C) by design, its level no sign of learning nothing (no loss-at-chance)
         self.margin = False
@@ -473,6 +476,7 @@ class LossInputCheck:
         summed = _summed_over(args, kwargs) if ce_like and result.numel() == 1 else None
         if fname == "cross_entropy":
             self._squashed_logits(input, classes)
+            self._in_batch_targets(input, target)
         rows = int(input.shape[0]) if input.dim() >= 2 else 0
         if ce_like and not result.requires_grad and result.dim() >= 1:
             self.scored = max(self.scored, rows)  # reduction="none" under no_grad
@@ -540,6 +544,26 @@ class LossInputCheck:
             if found is not None and not self.margin:
                 found.where = sites.user_site(2)
                 self.add(found)
+
+    def _in_batch_targets(self, input: torch.Tensor, target: Any) -> None:
+        """``in-batch-targets-constant``: ``IN_BATCH_CALLS`` cross-entropies in a row (on
+        sampled steps) over in-batch similarities [B, B] (B >= 8) whose targets are all one
+        class; others in between are not counted."""
+        rows = int(input.shape[0]) if input.dim() == 2 else 0
+        if rows < 8 or input.shape[1] != rows or not isinstance(target, torch.Tensor):
+            return
+        if target.shape != (rows,) or target.is_floating_point():
+            return
+        if not loss_inputs.in_batch_matrix(input):
+            return
+        if bool(target.min() != target.max()):
+            self.in_batch = 0
+            return
+        self.in_batch += 1
+        if self.in_batch == IN_BATCH_CALLS:
+            found = loss_inputs.in_batch_targets_constant(rows, int(target[0]), self.in_batch)
+            found.where = sites.user_site(3)
+            self.add(found)
 
     def _binary_targets(self, fname: str, target: Any, weight: Any = None) -> None:
         """``targets-out-of-range``: a binary cross-entropy's targets outside [0, 1] (a mask

@@ -63,6 +63,7 @@ from treeqa.health.probes import Probe
 from treeqa.health.processes import local_part
 from treeqa.health.profile import in_backward
 from treeqa.health.rates import LearningRates
+from treeqa.health.returned import ReturnedLosses
 from treeqa.health.scalers import LossScalers
 from treeqa.health.teachers import FrozenInTrainMode
 from treeqa.health.wrap import Watched, Wrappers, note_calls_of, note_function_calls
@@ -103,6 +104,7 @@ class Updates:
         self.ran = False  # a model the clock trains ran a forward this step, with or without
         self.teachers = FrozenInTrainMode(lambda model: _mode_dependent([model], True))
         self.averages = AveragedNorms()
+        self.returned = ReturnedLosses()
         self.penalties = DetachedPenalties(self._report)
         self.other_probes: weakref.WeakKeyDictionary[torch.optim.Optimizer, Probe] = (
             weakref.WeakKeyDictionary()
@@ -259,9 +261,11 @@ class Updates:
     def forward_done(self, module: nn.Module, output: Any) -> None:
         """A model the clock trains returned ``output``: on a sampled step, float16 out of
         float32 weights is autocast entered inside its forward (``@autocast()`` on it)."""
-        if self.sampled and self.mode & 4 == 0 and torch.is_grad_enabled():
-            if _float16_out_of_float32(module, output):
+        if self.sampled and torch.is_grad_enabled():
+            if self.mode & 4 == 0 and _float16_out_of_float32(module, output):
                 self.mode |= 4
+            if module.training:
+                self.returned.forward_done(output)
 
     def _train_forward(self) -> None:
         """A forward in train mode with gradients on: from the second in a row with no backward
@@ -449,6 +453,7 @@ class Updates:
             self._note_reading()
         if sampled:
             self._choose_probes(optimizer, params)
+            self.returned.step_ended()
         # A backward through a graph while the models this optimiser trains ran no forward
         # with gradients: frozen for now, on purpose, beside another optimiser that trains (a
         # backbone warmed up under no_grad beside a head with its own optimiser). Alone, it
@@ -703,6 +708,7 @@ class Updates:
         self.orphans.finish()
         self._report(self.teachers.finish(), at_step=False)
         self._report(self.averages.finish(), at_step=False)
+        self._report(self.returned.finish(), at_step=False)
 
     def _report(self, found: Finding | None, at_step: bool = True) -> None:
         """``at_step``: called from the optimiser's step, whose line in the script is where."""
