@@ -104,6 +104,7 @@ EXPECTED = {
     "bug_plateau_mode_max_on_loss.py": "plateau-mode-reversed",
     "bug_moe_aux_loss_left_out.py": "returned-loss-unused",
     "bug_in_batch_targets_zero.py": "in-batch-targets-constant",
+    "bug_kl_weight_integer_division.py": "loss-term-zeroed",
     "bug_bpr_sign_dropped.py": "log-likelihood-minimised",  # logsigmoid with no minus
     "bug_backbone_unfrozen_not_in_optimiser.py": "not-in-optimiser",  # a model beside the head
     "bug_gradient_penalty_without_graph.py": "penalty-without-graph",  # WGAN-GP, no create_graph
@@ -187,6 +188,7 @@ CLEAN = [
     "clean_plateau_schedulers.py",  # mode="max" on an accuracy, mode="min" on a loss
     "clean_returned_losses.py",  # loss terms a model returns, each used
     "clean_contrastive_targets.py",  # arange for in-batch negatives, zeros for MoCo's
+    "clean_loss_weights_at_zero.py",  # a float warm-up from 0.0, a flag, DDP's 0.0 * sum
     "clean_embeddings_stepped_second.py",
     "clean_graph_network.py",
     "clean_lbfgs.py",

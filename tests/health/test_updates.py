@@ -801,6 +801,16 @@ def test_in_batch_similarities_are_a_matmul_of_two_batches() -> None:
     assert not loss_inputs.in_batch_matrix(moco / 0.07)
 
 
+def test_a_term_times_the_integer_zero_is_counted() -> None:
+    w = torch.randn(4, requires_grad=True)
+    recon, kl = (w**2).sum(), w.abs().sum()
+    assert loss_inputs.zeroed_terms((recon + min(1, 5 // 100) * kl).grad_fn) == 1
+    assert loss_inputs.zeroed_terms((recon + kl * 0 + 0 * w.sum()).grad_fn) == 2
+    assert loss_inputs.zeroed_terms((recon + min(1.0, 0 / 100) * kl).grad_fn) == 0  # a float
+    assert loss_inputs.zeroed_terms((recon + False * kl).grad_fn) == 0  # switched off
+    assert loss_inputs.zeroed_terms((recon + 1 * kl).grad_fn) == 0
+
+
 def test_loss_broadcast_is_a_shape_pair_that_grows() -> None:
     found = loss_inputs.loss_broadcast("mse_loss", (32, 1), (32,))
     assert found is not None and found.evidence["broadcast_shape"] == [32, 32]

@@ -823,6 +823,9 @@ class Doctor:
                     monitor.safely(self._hand_step)  # the last update by hand
                 monitor.in_step = False  # its findings are the last step's (_final_checks)
                 self.updates.finish(monitor.step, self.roots)
+                zeroed = monitor.loss_check.take_zeroed()
+                if zeroed is not None:
+                    monitor.add(zeroed)
                 self.resumes.say_unmatched()
                 monitor.maximize = self.updates.rates.maximize
                 monitor.maximize_weights = self.updates.rates.maximize_weights

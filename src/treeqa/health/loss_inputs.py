@@ -94,6 +94,36 @@ def summed_terms(node: Any, most: int = 8) -> list[tuple[Any, float]] | None:
     return terms
 
 
+def zeroed_terms(node: Any) -> int:
+    """How many of the terms ``node`` adds up (``summed_terms``) are multiplied by the integer
+    0 (a Python int, kept as an integer tensor): ``beta * kl`` with ``beta = min(1, step //
+    warmup)``. A float 0.0 is not counted (a weight set to 0 on purpose, or DDP's
+    ``0.0 * sum(...)`` that puts unused parameters in the graph)."""
+    terms = summed_terms(node, most=16) or []
+    return sum(
+        1 for term, _ in terms if type(term).__name__ == "MulBackward0" and _by_int_zero(term)
+    )
+
+
+def _by_int_zero(node: Any) -> bool:
+    for name in ("_saved_other", "_saved_self"):
+        try:
+            factor = getattr(node, name)
+        except (AttributeError, RuntimeError):  # freed, or another torch's names
+            continue
+        if (
+            isinstance(factor, torch.Tensor)
+            and factor.dim() == 0
+            and factor.device.type == "cpu"
+            and not factor.is_floating_point()
+            and not factor.is_complex()
+            and factor.dtype != torch.bool
+            and int(factor) == 0
+        ):
+            return True
+    return False
+
+
 def loss_broadcast(
     fname: str, input_shape: Sequence[int], target_shape: Sequence[int]
 ) -> Finding | None:
@@ -345,6 +375,20 @@ def in_batch_matrix(x: torch.Tensor, hops: int = 6) -> bool:
             return False
         node = node.next_functions[0][0]
     return False
+
+
+def loss_term_zeroed(backwards: int) -> Finding:
+    """On each of ``backwards`` sampled backwards (all of the run's), a term of the loss was
+    multiplied by the integer 0."""
+    return Finding(
+        "loss-term-zeroed",
+        "warning",
+        f"on every sampled step's backward ({backwards}), a term of the loss was multiplied by "
+        "the integer 0: it adds nothing and trains nothing; a weight computed by integer "
+        "division (min(1, step // warmup) is 0 until warmup; step / warmup is meant), or an "
+        "int weight left at 0",
+        evidence={"backwards": backwards},
+    )
 
 
 def in_batch_targets_constant(rows: int, target: int, calls: int) -> Finding:

@@ -48,6 +48,8 @@ VOCABULARY = 50
 INFEASIBLE_SHARE, INFEASIBLE_STEPS = 0.5, 3
 """Sampled steps in a row on which at least this share of a ``ctc_loss`` batch has targets too
 long for its input, zeroed by ``zero_infinity=True``: more than the few it is there for."""
+ZEROED_BACKWARDS = 5
+"""Sampled backwards, each with a term of the loss times the integer 0, for ``loss-term-zeroed``."""
 IN_BATCH_CALLS = 3
 """Cross-entropies in a row over in-batch similarities with one target for every row."""
 PADDED_SHARE = 0.1
@@ -79,6 +81,7 @@ class LossInputCheck:
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
         self.in_batch = 0  # see _in_batch_targets
+        self.backwards = self.zeroed = 0  # sampled backwards, those with a term times int 0
         # A margin softmax (CosFace, ArcFace) at the first cross-entropy: its loss is above
         # log(C) by design, its level no sign of learning nothing (no loss-at-chance)
         self.margin = False
@@ -205,6 +208,8 @@ class LossInputCheck:
         times the factor (``_standing_for``); a mean times the processes is
         ``loss-times-processes``."""
         node, scale = loss_inputs.unscaled(loss)
+        self.backwards += 1
+        self.zeroed += bool(node is not None and loss_inputs.zeroed_terms(node))
         if self.minimised is None and node is not None:  # judged at the step (``maximize``)
             form = loss_inputs.minimised_log_likelihood(node)
             if form is not None:
@@ -220,6 +225,13 @@ class LossInputCheck:
             self.factors.append(self.cross_entropy[3])
         else:
             self.factors.append(math.nan)
+
+    def take_zeroed(self) -> Finding | None:
+        """The run ended: ``loss-term-zeroed`` where every sampled backward's loss (5 or more)
+        had a term multiplied by the integer 0."""
+        if self.backwards < ZEROED_BACKWARDS or self.zeroed < self.backwards:
+            return None
+        return loss_inputs.loss_term_zeroed(self.backwards)
 
     def take_minimised(self, optimizer: torch.optim.Optimizer) -> Finding | None:
         """The step's ``log-likelihood-minimised``, if any, unless ``optimizer`` maximises
