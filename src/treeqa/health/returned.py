@@ -125,24 +125,18 @@ class ReturnedLosses:
 def _finding(term: Term, name: str, steps: int) -> Finding:
     called = f"{name}, the model's {term.place}" if name else f"the model's {term.place}"
     loss_like = any(w in f"{term.place} {name}".lower() for w in LOSS_WORDS)
-    said = (
-        f"the model returns a 0-dim value with a graph ({called}, {term.value:.4g}) that no "
-        f"backward used on {steps} sampled steps: "
+    cause = (
+        "a loss term (an auxiliary, load-balancing or KL loss) left out of the loss that is "
+        "backpropagated, so what it should train does not learn it"
+        if loss_like
+        else "if it is a loss term, it is left out of the loss; if it is only logged, "
+        "computing it under torch.no_grad() (or returning it detached) keeps no graph for it"
     )
-    if loss_like:
-        return Finding(
-            "returned-loss-unused",
-            "warning",
-            said + "a loss term (an auxiliary, load-balancing or KL loss) left out of the loss "
-            "that is backpropagated, so what it should train does not learn it",
-            where=term.where,
-            evidence={"output": term.place, "name": name, "value": term.value, "steps": steps},
-        )
     return Finding(
         "returned-loss-unused",
-        "info",
-        said + "if it is a loss term, it is left out of the loss; if it is only logged, "
-        "computing it under torch.no_grad() (or returning it detached) keeps no graph for it",
+        "warning" if loss_like else "info",
+        f"the model returns a 0-dim value with a graph ({called}, {term.value:.4g}) that no "
+        f"backward used on {steps} sampled steps: {cause}",
         where=term.where,
         evidence={"output": term.place, "name": name, "value": term.value, "steps": steps},
     )
