@@ -1202,6 +1202,20 @@ def test_parameter_alias_is_a_slip_not_a_tie_written_on_purpose() -> None:
     (found,) = checks.parameter_aliases(Copies())
     assert found.evidence == {"names": ["layers.0", "layers.1", "layers.2"], "parameters": 20}
 
+    class TiedByData(nn.Module):  # two parameters over one table: each stepped on its own
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb, self.out = nn.Embedding(5, 4), nn.Linear(4, 5)
+            self.out.weight.data = self.emb.weight.data
+
+    (found,) = checks.parameter_aliases(TiedByData())
+    assert found.evidence == {"names": ["emb.weight", "out.weight"], "parameters": 20}
+    side_by_side = nn.Linear(4, 4)  # views of one buffer that do not overlap (cuDNN's RNNs)
+    flat = torch.zeros(20)
+    side_by_side.weight.data, side_by_side.bias.data = flat[:16].view(4, 4), flat[16:]
+    assert checks.parameter_aliases(side_by_side) == []
+    assert checks.parameter_aliases(nn.LSTM(4, 4, num_layers=2)) == []
+
 
 class SlowCallback(Callback):
     """A callback that takes 20 ms after every step (a slow logger, the monitor itself on a

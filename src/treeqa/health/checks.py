@@ -112,6 +112,50 @@ def parameter_aliases(model: nn.Module) -> list[Finding]:
                 evidence={"names": list(owner_names), "parameters": size},
             )
         )
+    return findings + _shared_storage(model)
+
+
+def _shared_storage(model: nn.Module) -> list[Finding]:
+    """Two parameters (two objects) over the same memory: a tie written as ``out.weight.data
+    = emb.weight.data``, or ``nn.Parameter(other.weight)``. Each gets its own gradient and
+    optimiser state, and the values they share are stepped once for each. Parameters laid
+    side by side in one buffer (a cuDNN RNN's flattened weights, FSDP's views of its flat
+    parameter) share a storage without overlapping, and are not it."""
+    spans: dict[tuple[str, int], list[tuple[int, int, str, int]]] = {}
+    for name, p in model.named_parameters():
+        if p.layout != torch.strided or p.numel() == 0 or p.device.type == "meta":
+            continue
+        storage = p.untyped_storage()
+        if storage.data_ptr() == 0:
+            continue
+        start = p.data_ptr() - storage.data_ptr()
+        reach = 1 + sum((n - 1) * step for n, step in zip(p.shape, p.stride(), strict=True))
+        end = start + reach * p.element_size()
+        key = (str(p.device), storage.data_ptr())
+        spans.setdefault(key, []).append((start, end, name, p.numel()))
+    findings = []
+    for spanned in spans.values():
+        spanned.sort()
+        for (_, end, first, _), (later, _, second, size) in zip(spanned, spanned[1:], strict=False):
+            if later >= end:
+                continue
+            files = {inspect.getsourcefile(type(m)) or "" for m in model.modules()}
+            own = sorted(f for f in files if f and "site-packages" not in f)
+            where = assignment_site(own, "data", attribute=True)
+            findings.append(
+                Finding(
+                    "parameter-alias",
+                    "warning",
+                    f"{first} and {second} are two parameters over the same memory (a tie "
+                    "written as b.weight.data = a.weight.data?): each has its own gradient and "
+                    "optimiser state, so the values they share are stepped twice a step",
+                    where=where or definition_site(model),
+                    evidence={"names": [first, second], "parameters": size},
+                    fix="tie them as one parameter (b.weight = a.weight) instead of sharing "
+                    "their data",
+                )
+            )
+            break
     return findings
 
 
