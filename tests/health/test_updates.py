@@ -4,15 +4,17 @@ broadcast loss shapes, sigmoid output and logits where the loss wants something 
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable
+from types import FrameType
 
 import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from treeqa.health import loss_inputs, slips
+from treeqa.health import loss_inputs, rates, slips
 from treeqa.health.findings import Finding
 from treeqa.health.losses import LossInputCheck
 from treeqa.health.scalers import LossScalers, scale_by_hand
@@ -686,6 +688,28 @@ def test_a_plateau_scheduler_given_a_metric_against_its_mode_is_named() -> None:
     assert slips.plateau_mode_reversed("max", [5.6, 5.5, 5.45], falling) is None  # within 5%
     assert slips.plateau_mode_reversed("max", [5.6, 3.8, 1.7], [1.0] * 40) is None  # no fall
     assert slips.plateau_mode_reversed("max", [5.6, 5.9, 6.1, 5.5], falling) is None  # mixed
+    # What the script calls it: an accuracy falling from the first is overfitting (the cut is
+    # meant); an accuracy given to mode="min" is said as a warning.
+    assert slips.plateau_mode_reversed("max", [0.76, 0.73, 0.67], falling, "higher") is None
+    assert slips.plateau_mode_reversed("min", [0.7, 0.75, 0.82], falling, "lower") is None
+    named = slips.plateau_mode_reversed("min", [0.61, 0.74, 0.80], falling, "higher")
+    assert named is not None and named.severity == "warning" and "an accuracy" in named.message
+
+
+class _Scheduler:
+    def step(self, metric: float) -> FrameType:
+        return sys._getframe(1)
+
+
+def test_a_plateau_metric_is_read_as_a_loss_or_a_score_by_its_words() -> None:
+    vl = 0.5
+    assert rates.metric_kind(_Scheduler().step(vl)) == "lower"
+    assert rates.metric_kind(_Scheduler().step(-vl)) == "higher"
+    hits = (torch.arange(4) == 1).float().mean().item()  # its line says what it is
+    assert rates.metric_kind(_Scheduler().step(hits)) == "higher"
+    assert rates.metric_kind(_Scheduler().step(1 - hits)) == "lower"
+    metric = 0.3
+    assert rates.metric_kind(_Scheduler().step(metric)) == ""
 
 
 def _plateau_findings(mode: str, metric: Callable[[int], float]) -> list[Finding]:
@@ -794,9 +818,13 @@ def test_in_batch_similarities_are_a_matmul_of_two_batches() -> None:
     assert loss_inputs.in_batch_matrix(qn @ kn.T / 0.05 - torch.randn(8)[None, :])
     assert loss_inputs.in_batch_matrix((q @ k.t()).masked_fill(torch.eye(8, dtype=torch.bool), 0))
     assert loss_inputs.in_batch_matrix(qn @ kn.detach().T)  # keys of a momentum encoder
+    assert loss_inputs.in_batch_matrix(torch.einsum("bd,cd->bc", qn, kn))
     head = nn.Linear(4, 8, bias=False)  # a bias-free layer: its second factor a parameter
     assert not loss_inputs.in_batch_matrix(qn @ head.weight.T)
     assert not loss_inputs.in_batch_matrix(head(qn))
+    assert not loss_inputs.in_batch_matrix(torch.einsum("bd,cd->bc", qn, head.weight))
+    candidates = torch.randn(8, 8, 4, requires_grad=True)  # each row's own: positive first
+    assert not loss_inputs.in_batch_matrix((candidates @ qn.unsqueeze(-1)).squeeze(-1))
     moco = torch.cat([(qn * kn).sum(1, keepdim=True), qn @ kn[1:].T], 1)  # [8, 8], positive 0
     assert not loss_inputs.in_batch_matrix(moco / 0.07)
 
@@ -809,6 +837,19 @@ def test_a_term_times_the_integer_zero_is_counted() -> None:
     assert loss_inputs.zeroed_terms((recon + min(1.0, 0 / 100) * kl).grad_fn) == 0  # a float
     assert loss_inputs.zeroed_terms((recon + False * kl).grad_fn) == 0  # switched off
     assert loss_inputs.zeroed_terms((recon + 1 * kl).grad_fn) == 0
+
+
+def test_a_scaled_cosine_head_is_read_off_its_product() -> None:
+    """NormFace's ``s * normalize(h) @ normalize(W).T`` starts above log(C) by its scale: no
+    loss-at-init. Its product's saved sides have rows (and columns) of one length; a side
+    without one (class centres kept in a buffer) is read off its graph."""
+    h, w = torch.randn(8, 16, requires_grad=True), nn.Parameter(torch.randn(8, 16))
+    centres = torch.randn(8, 16)
+    assert loss_inputs.cosine_logits(10 * F.normalize(h, dim=1) @ F.normalize(w, dim=1).T)
+    assert loss_inputs.cosine_logits(F.normalize(h, dim=1) @ F.normalize(centres, dim=1).T * 30)
+    assert not loss_inputs.cosine_logits(F.normalize(h, dim=1) @ w.T)
+    assert not loss_inputs.cosine_logits(10 * h @ F.normalize(centres, dim=1).T)
+    assert not loss_inputs.cosine_logits(nn.Linear(16, 8)(h))
 
 
 def test_loss_broadcast_is_a_shape_pair_that_grows() -> None:

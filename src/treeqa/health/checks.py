@@ -125,13 +125,18 @@ def _shared_storage(model: nn.Module) -> list[Finding]:
     for name, p in model.named_parameters():
         if p.layout != torch.strided or p.numel() == 0 or p.device.type == "meta":
             continue
-        storage = p.untyped_storage()
-        if storage.data_ptr() == 0:
+        if type(p.data) is not torch.Tensor:  # a DTensor's (FSDP2), a subclass's: no storage
             continue
-        start = p.data_ptr() - storage.data_ptr()
+        try:
+            storage = p.untyped_storage()
+            base, start = storage.data_ptr(), p.data_ptr() - storage.data_ptr()
+        except RuntimeError:  # a storage torch will not read (FSDP1's freed views)
+            continue
+        if base == 0:
+            continue
         reach = 1 + sum((n - 1) * step for n, step in zip(p.shape, p.stride(), strict=True))
         end = start + reach * p.element_size()
-        key = (str(p.device), storage.data_ptr())
+        key = (str(p.device), base)
         spans.setdefault(key, []).append((start, end, name, p.numel()))
     findings = []
     for spanned in spans.values():

@@ -331,7 +331,7 @@ class Doctor:
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             self.updates.unused_graphs(loss, self.roots)
             if self.updates.returned.pending:
-                self.updates.returned.backward(loss)
+                self.updates.returned.backward(tensors)
             if self.monitor.sampling:
                 self.monitor.loss_check.backward(loss)
             if self.monitor.sampling and not self.broadcast_found:
@@ -823,9 +823,8 @@ class Doctor:
                     monitor.safely(self._hand_step)  # the last update by hand
                 monitor.in_step = False  # its findings are the last step's (_final_checks)
                 self.updates.finish(monitor.step, self.roots)
-                zeroed = monitor.loss_check.take_zeroed()
-                if zeroed is not None:
-                    monitor.add(zeroed)
+                for found in monitor.loss_check.take_run_end():
+                    monitor.add(found)
                 self.resumes.say_unmatched()
                 monitor.maximize = self.updates.rates.maximize
                 monitor.maximize_weights = self.updates.rates.maximize_weights

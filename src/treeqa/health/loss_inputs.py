@@ -364,7 +364,9 @@ def in_batch_matrix(x: torch.Tensor, hops: int = 6) -> bool:
         if node is None:
             return False
         name = type(node).__name__
-        if name == "MmBackward0":
+        if name == "BmmBackward0" and not _one_product(node):
+            return False  # products per row ([B, 32, D] @ [B, D, 1]: each row's candidates)
+        if name in ("MmBackward0", "BmmBackward0"):  # ``@``, or ``einsum("bd,cd->bc")``
             second = node.next_functions[1][0] if len(node.next_functions) > 1 else None
             while second is not None and VIEWS.fullmatch(type(second).__name__):
                 second = second.next_functions[0][0] if second.next_functions else None
@@ -391,14 +393,84 @@ def loss_term_zeroed(backwards: int) -> Finding:
     )
 
 
+def cosine_logits(x: torch.Tensor, hops: int = 6) -> bool:
+    """``x`` is a scaled cosine similarity: a product ``a @ b`` (scaled or shifted on the way)
+    of rows of one length by columns of one length (``s * F.normalize(h) @
+    F.normalize(W).T``), read off the values the product's graph node keeps (one host
+    sync)."""
+    node: Any = x.grad_fn
+    for _ in range(hops + 1):
+        if node is None:
+            return False
+        name = type(node).__name__
+        if name == "MmBackward0":
+            try:
+                rows, columns = node._saved_self, node._saved_mat2
+            except (AttributeError, RuntimeError):  # freed, or another torch's names
+                return False
+            # A side is kept only where the other needs a gradient: one without, read off
+            # its graph (``F.normalize``'s division by a norm).
+            with torch.no_grad():  # (the scale may sit on either side: 10 * a @ b)
+                return (
+                    _one_length(rows.float().norm(dim=1))
+                    if isinstance(rows, torch.Tensor)
+                    else _normalised(node.next_functions[0][0])
+                ) and (
+                    _one_length(columns.float().norm(dim=0))
+                    if isinstance(columns, torch.Tensor)
+                    else _normalised(node.next_functions[1][0])
+                )
+        if not (SCALED.fullmatch(name) or VIEWS.fullmatch(name)) or not node.next_functions:
+            return False
+        node = node.next_functions[0][0]
+    return False
+
+
+def _normalised(node: Any, hops: int = 4) -> bool:
+    """``node`` divides by a norm (``F.normalize``), through views and constant factors."""
+    for _ in range(hops + 1):
+        if node is None or not node.next_functions:
+            return False
+        name = type(node).__name__
+        if name == "DivBackward0" and len(node.next_functions) > 1:
+            divisor = node.next_functions[1][0]
+            for _ in range(3):  # expand_as, clamp_min, the norm
+                if divisor is None:
+                    return False
+                if "Norm" in type(divisor).__name__:
+                    return True
+                divisor = divisor.next_functions[0][0] if divisor.next_functions else None
+            return False
+        if not (SCALED.fullmatch(name) or VIEWS.fullmatch(name)):
+            return False
+        node = node.next_functions[0][0]
+    return False
+
+
+def _one_length(lengths: torch.Tensor) -> bool:
+    """Every length within 1e-3 of the longest (and more than one of them)."""
+    if lengths.numel() < 2:
+        return False
+    top = float(lengths.max())
+    return top > 0 and float(lengths.min()) > top * (1 - 1e-3)
+
+
+def _one_product(node: Any) -> bool:
+    """A ``bmm`` of one matrix product (a batch of 1: what ``einsum`` makes of a 2-D one)."""
+    try:
+        return int(node._saved_self.shape[0]) == 1
+    except (AttributeError, RuntimeError):  # freed, or another torch's names
+        return False
+
+
 def in_batch_targets_constant(rows: int, target: int, calls: int) -> Finding:
-    """``calls`` cross-entropies in a row over in-batch similarities [rows, rows], each with
-    every target ``target``."""
+    """Every one of the run's ``calls`` cross-entropies over in-batch similarities [rows,
+    rows] on sampled steps had every target ``target``."""
     return Finding(
         "in-batch-targets-constant",
         "error",
         f"cross_entropy was given a [{rows}, {rows}] matrix of in-batch similarities (a matmul "
-        f"of two batches) with every target {target}, {calls} times in a row: in-batch "
+        f"of two batches) with every target {target}, on every sampled step ({calls}): in-batch "
         "negatives put each row's positive on the diagonal, so the targets are "
         f"torch.arange({rows}); with a constant {target} every row is told that its positive "
         f"is the batch's item {target}, which it cannot learn",

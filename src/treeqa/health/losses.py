@@ -51,7 +51,8 @@ long for its input, zeroed by ``zero_infinity=True``: more than the few it is th
 ZEROED_BACKWARDS = 5
 """Sampled backwards, each with a term of the loss times the integer 0, for ``loss-term-zeroed``."""
 IN_BATCH_CALLS = 3
-"""Cross-entropies in a row over in-batch similarities with one target for every row."""
+"""Cross-entropies over in-batch similarities on sampled steps, each with one target for every
+row, for ``in-batch-targets-constant`` (every such call of the run)."""
 PADDED_SHARE = 0.1
 """Targets that hold ``ignore_index`` yet have the padding id as this share or more of them,
 more than the ignored, still have their padding in the loss."""
@@ -80,7 +81,10 @@ class LossInputCheck:
         self.add, self.active, self.at_init, self.targets = add, active, at_init, targets
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
-        self.in_batch = 0  # see _in_batch_targets
+        # cross-entropies over in-batch similarities: calls, those with one target (the same
+        # each time), that target, the rows (see _in_batch_targets)
+        self.in_batch: tuple[int, int, int | None, int] = (0, 0, None, 0)
+        self.in_batch_site = ""  # the first such call's line
         self.backwards = self.zeroed = 0  # sampled backwards, those with a term times int 0
         # A margin softmax (CosFace, ArcFace) at the first cross-entropy: its loss is above
         # log(C) by design, its level no sign of learning nothing (no loss-at-chance)
@@ -226,12 +230,20 @@ class LossInputCheck:
         else:
             self.factors.append(math.nan)
 
-    def take_zeroed(self) -> Finding | None:
+    def take_run_end(self) -> list[Finding]:
         """The run ended: ``loss-term-zeroed`` where every sampled backward's loss (5 or more)
-        had a term multiplied by the integer 0."""
-        if self.backwards < ZEROED_BACKWARDS or self.zeroed < self.backwards:
-            return None
-        return loss_inputs.loss_term_zeroed(self.backwards)
+        had a term multiplied by the integer 0; ``in-batch-targets-constant`` where every
+        cross-entropy over in-batch similarities on sampled steps (3 or more) had one and
+        the same target for every row (a class that most batches hold alone, over as many
+        classes as a batch has rows, had other targets some of the time)."""
+        found = []
+        if self.backwards >= ZEROED_BACKWARDS and self.zeroed == self.backwards:
+            found.append(loss_inputs.loss_term_zeroed(self.backwards))
+        calls, constant, value, rows = self.in_batch
+        if calls >= IN_BATCH_CALLS and constant == calls and value is not None:
+            found.append(loss_inputs.in_batch_targets_constant(rows, value, calls))
+            found[-1].where = self.in_batch_site
+        return found
 
     def take_minimised(self, optimizer: torch.optim.Optimizer) -> Finding | None:
         """The step's ``log-likelihood-minimised``, if any, unless ``optimizer`` maximises
@@ -553,14 +565,16 @@ class LossInputCheck:
             self.first_seen = True
             self.margin = _margin_by_design(input, target)
             found = loss_levels.loss_at_init(float(result.detach()) / summed, classes)
-            if found is not None and not self.margin:
+            # A scaled cosine head (NormFace: s x cos, no margin) starts above log(C) by its
+            # scale, as a margin softmax does, and no small initialisation changes that.
+            if found is not None and not self.margin and not loss_inputs.cosine_logits(input):
                 found.where = sites.user_site(2)
                 self.add(found)
 
     def _in_batch_targets(self, input: torch.Tensor, target: Any) -> None:
-        """``in-batch-targets-constant``: ``IN_BATCH_CALLS`` cross-entropies in a row (on
-        sampled steps) over in-batch similarities [B, B] (B >= 8) whose targets are all one
-        class; others in between are not counted."""
+        """A cross-entropy (on a sampled step) over in-batch similarities [B, B] (B >= 8):
+        counted, and whether its targets are all the one class every such call had so far
+        (``in-batch-targets-constant`` is judged when the run ends)."""
         rows = int(input.shape[0]) if input.dim() == 2 else 0
         if rows < 8 or input.shape[1] != rows or not isinstance(target, torch.Tensor):
             return
@@ -568,14 +582,12 @@ class LossInputCheck:
             return
         if not loss_inputs.in_batch_matrix(input):
             return
-        if bool(target.min() != target.max()):
-            self.in_batch = 0
-            return
-        self.in_batch += 1
-        if self.in_batch == IN_BATCH_CALLS:
-            found = loss_inputs.in_batch_targets_constant(rows, int(target[0]), self.in_batch)
-            found.where = sites.user_site(3)
-            self.add(found)
+        calls, constant, value, _ = self.in_batch
+        one = int(target[0]) if bool(target.min() == target.max()) else None
+        same = one is not None and (value is None or one == value)
+        self.in_batch = (calls + 1, constant + same, one if value is None else value, rows)
+        if not self.in_batch_site:
+            self.in_batch_site = sites.user_site(3)
 
     def _binary_targets(self, fname: str, target: Any, weight: Any = None) -> None:
         """``targets-out-of-range``: a binary cross-entropy's targets outside [0, 1] (a mask

@@ -30,8 +30,11 @@ Per step this costs a few attribute reads.
 
 from __future__ import annotations
 
+import linecache
+import re
 import weakref
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any
 
 import torch
@@ -114,7 +117,8 @@ class LearningRates:
         if scheduler.num_bad_epochs == 0 and scheduler.best != values[-1]:
             self.plateau_values[scheduler] = _CUT
             if scheduler.best == values[0]:  # never improved on the first
-                found = slips.plateau_mode_reversed(scheduler.mode, values, self.losses())
+                kind = metric_kind(sites.user_frame())
+                found = slips.plateau_mode_reversed(scheduler.mode, values, self.losses(), kind)
                 if found is not None:
                     found.where = self.scheduler_sites.get(optimizer, "")
                 self.report(found)
@@ -214,6 +218,55 @@ class LearningRates:
             found = slips.lr_schedule_stalled(name, total, steps, step - self.first + 1, lr, peak)
             self.report(found, at_step=False)
         self.one_cycles.clear()
+
+
+LOWER_WORDS = re.compile(
+    r"loss|mse|nll|cross_entropy|rmse|mae|error|err\b|perplexity|ppl|cost|distance", re.I
+)
+"""Words in a metric's name or the line that makes it that say lower is better."""
+HIGHER_WORDS = re.compile(
+    r"acc|argmax|==|f1|auc|score|bleu|rouge|reward|return|iou|precision|recall|correct|map\b",
+    re.I,
+)
+"""And those that say higher is better."""
+
+
+def metric_kind(frame: FrameType | None) -> str:
+    """What the script's ``scheduler.step(metric)`` at ``frame`` gives, by its words and those
+    of the line that last assigns it (within 40 lines above; ``va`` and ``vl`` read as a
+    validation accuracy and loss): "lower" (a loss, an error), "higher" (an accuracy, a
+    score), or "" (neither, or both). ``-metric`` and ``1 - metric`` turn it round."""
+    if frame is None:
+        return ""
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    call = line.find(".step(")
+    if call < 0:
+        return ""
+    given, depth = "", 1  # up to the call's own closing parenthesis
+    for char in line[call + len(".step(") :]:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            break
+        given += char
+    given = given.strip()
+    words = given
+    name = re.fullmatch(r"-?\s*(?:1\s*-\s*)?(\w+)(?:\.item\(\))?", given)
+    if name is not None:
+        assigned = re.compile(rf"^\s*(?:[\w\s,]*,\s*)?{name.group(1)}\s*(?:,[\w\s,]*)?=(?!=)(.*)")
+        for back in range(frame.f_lineno - 1, max(0, frame.f_lineno - 40), -1):
+            found = assigned.match(linecache.getline(frame.f_code.co_filename, back))
+            if found is not None:
+                words += " " + found.group(1)
+                break
+    if name is not None and re.fullmatch(r"[vt](al)?_?[al]", name.group(1)):
+        words += " acc" if name.group(1)[-1] == "a" else " loss"  # va, val_a; vl, tl
+    lower, higher = LOWER_WORDS.search(words), HIGHER_WORDS.search(words)
+    if bool(lower) == bool(higher):
+        return ""
+    kind = "lower" if lower else "higher"
+    if re.match(r"-|1\s*-", given):
+        kind = "higher" if kind == "lower" else "lower"
+    return kind
 
 
 _CUT: list[float] = []

@@ -54,6 +54,11 @@ class Retention:
             self._floor = graphs.next_sequence_nr()
 
     def note_backward(self, retain_graph: bool) -> None:
+        if not retain_graph and self._retain_steps and self._backward_retained is None:
+            # A backward after the step that kept its graph, before the next step's: the graph
+            # was kept for it (a second optimiser's loss over the same forward, stepped after
+            # the first), and it frees it.
+            self._retain_reused = True
         self._backward_retained = retain_graph
         if retain_graph and not self._retain_site:
             self._retain_site = sites.user_site(3)

@@ -10,9 +10,10 @@ on, is read for 0-dim floating tensors with a graph (in a tuple, list or dict, a
 inside those), other than the model's own loss (a dict's ``loss``, a tuple's first item: a
 script that computes its own loss in its place chooses to). Only an output of two tensors or
 more is read. Each is noted by its place in the output and its graph node's sequence number;
-each backward of the step walks its loss's graph over the nodes made since the oldest of them
-(the end of the forward and the loss: a few nodes) and marks those it reaches. When the step
-ends, one that no backward reached counts; a place reached on any sampled step is never
+each backward (or ``torch.autograd.grad``) until the next step begins walks its losses'
+graphs over the nodes made since the oldest of them (the end of the forward and the loss: a
+few nodes) and marks those it reaches. When the next step begins, one that none reached
+counts; a place reached on any sampled step is never
 reported. A value computed from another of the output's (``exp`` of a loss beside it) is not
 read, nor one equal to a backward's loss (the model's loss computed again). When the run ends,
 a place unused on 3 sampled steps or more and used on none makes the finding (a term added
@@ -89,18 +90,27 @@ class ReturnedLosses:
                 continue  # computed from another returned value (the model's loss)
             self.pending.append(Term(place, seq, float(t.detach()), weakref.ref(t), where))
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """A backward of ``loss`` runs on the step: the returned values its graph reaches."""
+    def backward(self, losses: Any) -> None:
+        """A backward of ``losses`` (a tensor, or several: ``torch.autograd.backward``'s and
+        ``torch.autograd.grad``'s outputs) runs: the returned values their graphs reach."""
         waiting = [term for term in self.pending if not term.reached]
         if not waiting:
             return
-        value = float(loss.detach()) if loss.numel() == 1 else None
-        seen = _walk(loss.grad_fn, min(term.seq for term in waiting))
+        floor = min(term.seq for term in waiting)
+        seen: set[int] = set()
+        values: set[float] = set()
+        for loss in losses if isinstance(losses, (tuple, list)) else (losses,):
+            if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+                seen |= _walk(loss.grad_fn, floor)
+                if loss.numel() == 1:
+                    values.add(float(loss.detach()))
         for term in waiting:
-            term.reached = term.seq in seen or term.value == value
+            term.reached = term.seq in seen or term.value in values
 
     def step_ended(self) -> None:
-        """The clock's sampled step ended: the returned values no backward reached."""
+        """The step after a sampled one begins (or the run ends): the sampled step's returned
+        values that no backward reached, by its optimiser step or after it (a second
+        optimiser's loss over the same forward)."""
         terms, self.pending = self.pending, []
         for term in terms:
             if term.reached:

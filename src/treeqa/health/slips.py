@@ -657,14 +657,20 @@ way from its first value by its first cut, for ``plateau-mode-reversed``."""
 
 
 def plateau_mode_reversed(
-    mode: str, values: Sequence[float], losses: Sequence[float]
+    mode: str, values: Sequence[float], losses: Sequence[float], kind: str = ""
 ) -> Finding | None:
     """A ``ReduceLROnPlateau`` has just cut the learning rate for the first time, given
     ``values`` so far (the metric), which by its ``mode`` never improved on the first and went
-    the other way, while the training losses of the run so far (``losses``) fell: with
-    ``mode="max"``, a loss given to a scheduler that waits for a rising metric (a value with the training loss is a loss, not a score: a warning); with ``mode="min"``, a
-    rising metric, an accuracy given to one that waits for a falling one, or a validation
-    loss that rose from its first value (information: both look so)."""
+    the other way, while the training losses of the run so far (``losses``) fell. ``kind``:
+    what the script's words say the metric is ("lower" is better: a loss; "higher": an
+    accuracy; "": unsaid). A metric of the mode's own kind that went the other way is the
+    model getting worse from the first evaluation (overfitting: the cut is meant), and not
+    judged. Otherwise, a warning where the kind says the mode is wrong, or where it is unsaid
+    and the mode is "max" (a value that falls as the training loss falls is a loss); with
+    "min" and nothing said, information: an accuracy given to it rises, and so does a
+    validation loss of a model that overfits from the first evaluation."""
+    if kind == ("higher" if mode == "max" else "lower"):
+        return None
     if len(values) < 3 or not _fell(losses):
         return None
     first, last = values[0], values[-1]
@@ -680,13 +686,15 @@ def plateau_mode_reversed(
         "training loss fell: by its mode none was an improvement"
     )
     evidence = {"mode": mode, "values": list(values[:20]), "scheduler_steps": len(values)}
-    if mode == "max":
+    named = {"lower": "a loss", "higher": "an accuracy or score"}.get(kind, "")
+    if named or mode == "max":
+        given = named or "a loss"
         return Finding(
             "plateau-mode-reversed",
             "warning",
-            said + ", so it cuts the rate while the model gets better (a loss given to "
-            "mode='max'?)",
-            evidence=evidence,
+            f"{said}, so it cuts the rate while the model gets better ({given} given to "
+            f"mode={mode!r}{'' if named else '?'})",
+            evidence={**evidence, "metric": kind},
         )
     return Finding(
         "plateau-mode-reversed",

@@ -149,6 +149,8 @@ class Updates:
         self.gradients_taken()
         if self.sampled:
             self.penalties.grad_called(args, kwargs)
+        if self.returned.pending:
+            self.returned.backward(kwargs.get("outputs", args[0] if args else None))
         if self.on_grad is not None:
             outputs = kwargs.get("outputs", args[0] if args else None)
             self.on_grad(outputs, kwargs.get("inputs", args[1] if len(args) > 1 else None))
@@ -323,6 +325,8 @@ class Updates:
         self.sampled = sampled
         if self.penalties.mode is not None:  # (a step of updates by hand has no backward)
             self.penalties.stop()
+        if self.returned.pending:  # the sampled step before's, used by its backwards or not
+            self.returned.step_ended()
         if sampled:
             for probe in self.probes.values():
                 probe.arm()
@@ -453,7 +457,6 @@ class Updates:
             self._note_reading()
         if sampled:
             self._choose_probes(optimizer, params)
-            self.returned.step_ended()
         # A backward through a graph while the models this optimiser trains ran no forward
         # with gradients: frozen for now, on purpose, beside another optimiser that trains (a
         # backbone warmed up under no_grad beside a head with its own optimiser). Alone, it
@@ -708,6 +711,7 @@ class Updates:
         self.orphans.finish()
         self._report(self.teachers.finish(), at_step=False)
         self._report(self.averages.finish(), at_step=False)
+        self.returned.step_ended()
         self._report(self.returned.finish(), at_step=False)
 
     def _report(self, found: Finding | None, at_step: bool = True) -> None:
