@@ -1,7 +1,8 @@
 """Clean: contrastive losses whose targets are right for where their positives sit: in-batch
 negatives with torch.arange targets (CLIP's symmetric loss), MoCo-style logits whose column 0
-is the positive beside a queue of negatives, and a square one of a positive column beside the
-batch's other B-1 items, each with targets of all zeros."""
+is the positive beside a queue of negatives, each query's own candidates (its item first, as
+many as the batch has rows), and a square one of a positive column beside the batch's other
+B-1 items, each with targets of all zeros."""
 
 import torch
 from torch import nn
@@ -34,6 +35,12 @@ def train(how: str) -> None:
             logits = torch.cat([positive, q @ queue.T], 1) / 0.05  # [B, 1 + K]
             loss = F.cross_entropy(logits, zeros)
             queue = torch.cat([k.detach(), queue])[:256]
+        elif how == "candidates":  # each query's own 32: its item first, 31 random ones
+            others = items[torch.randint(0, 2000, (len(batch), 31))]  # [B, 31, 16]
+            candidates = torch.cat([items[relevant[batch]][:, None], others], 1)  # [B, 32, 16]
+            keys = F.normalize(item_tower(candidates), dim=-1)  # [B, 32, 32]
+            logits = (keys @ q.unsqueeze(-1)).squeeze(-1) / 0.05  # [B, 32] with B = 32
+            loss = F.cross_entropy(logits, zeros)
         else:  # the positive first, then the batch's other items: [B, B]
             similarity = q @ k.T  # [B, B]
             others = similarity.masked_select(~torch.eye(len(batch), dtype=torch.bool))
@@ -45,5 +52,5 @@ def train(how: str) -> None:
     print(f"{how}: loss {loss.item():.3f}")
 
 
-for how in ("clip", "moco", "positive first"):
+for how in ("clip", "moco", "candidates", "positive first"):
     train(how)
