@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+import weakref
 from collections.abc import Callable
 from types import FrameType
 
@@ -17,6 +18,7 @@ from torch.nn import functional as F
 from treeqa.health import loss_inputs, rates, slips
 from treeqa.health.findings import Finding
 from treeqa.health.losses import LossInputCheck
+from treeqa.health.orphans import Orphans
 from treeqa.health.scalers import LossScalers, scale_by_hand
 from treeqa.health.updates import EMPTY_STEPS, EVAL_FORWARDS, EVAL_STEPS, Updates
 
@@ -850,6 +852,20 @@ def test_a_scaled_cosine_head_is_read_off_its_product() -> None:
     assert not loss_inputs.cosine_logits(F.normalize(h, dim=1) @ w.T)
     assert not loss_inputs.cosine_logits(10 * h @ F.normalize(centres, dim=1).T)
     assert not loss_inputs.cosine_logits(nn.Linear(16, 8)(h))
+
+
+def test_the_search_for_an_idle_optimiser_reads_no_deprecated_alias() -> None:
+    """``not-in-optimiser`` looks through the garbage collector's objects for an optimiser
+    that holds the parameters; ``isinstance`` on ``torch.distributed.reduce_op`` (a deprecated
+    alias) warns, and a script run with ``-W error::FutureWarning`` stopped the monitor."""
+    import torch.distributed  # noqa: F401  (its deprecated alias among the objects)
+
+    model = nn.Linear(4, 2)
+    idle = torch.optim.SGD(model.parameters(), lr=0.1)
+    orphans = Orphans(lambda *a, **k: None, lambda o: set(), weakref.WeakSet(), set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        assert orphans._idle_holder(list(model.parameters())) is idle
 
 
 def test_loss_broadcast_is_a_shape_pair_that_grows() -> None:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from treeqa.health.findings import Finding
-from treeqa.health.sites import assignment_site, definition_site
+from treeqa.health.sites import TORCH_DIR, assignment_site, definition_site
 
 
 def untraceable(x: Any) -> bool:
@@ -71,13 +71,17 @@ def parameter_aliases(model: nn.Module) -> list[Finding]:
                 continue
             parent_name, _, attr = name.rpartition(".")
             parent = owners.get(parent_name, model)
-            where = assignment_site([inspect.getsourcefile(type(parent)) or ""], attr)
+            # (a Sequential's or ModuleList's own file is torch's: not where ``[block] * n`` is)
+            source = inspect.getsourcefile(type(parent)) or ""
+            where = "" if source.startswith(TORCH_DIR) else assignment_site([source], attr)
+            if not where and not (inspect.getsourcefile(type(model)) or "").startswith(TORCH_DIR):
+                where = definition_site(model)
             findings.append(
                 Finding(
                     "parameter-alias",
                     "warning",
                     f"{name} and {first} are the same {type(module).__name__}: they share every parameter",
-                    where=where or definition_site(parent),
+                    where=where,
                     evidence={
                         "names": [first, name],
                         "parameters": sum(p.numel() for p in module.parameters()),

@@ -210,7 +210,9 @@ class Orphans:
         finding is."""
         ids = {id(p) for p in params}
         for obj in gc.get_objects():
-            if isinstance(obj, torch.optim.Optimizer) and obj not in self.optimizers:
+            # (by its type: isinstance reads __class__, which a deprecated alias among the
+            # objects, torch.distributed.reduce_op, answers with a FutureWarning)
+            if issubclass(type(obj), torch.optim.Optimizer) and obj not in self.optimizers:
                 if any(id(p) in ids for group in obj.param_groups for p in group["params"]):
                     return obj
         return None

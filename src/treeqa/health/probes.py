@@ -90,6 +90,13 @@ class Probe:
             self.param.register_post_accumulate_grad_hook(self._accumulated),
         ]
 
+    def restart(self) -> None:
+        """Another optimiser stepped inside the window: the backwards so far were its step's
+        (block-coordinate descent: two optimisers over halves of one model stepping in turn,
+        ``model.zero_grad()`` before each backward), not micro-batches of the clock's."""
+        self._backwards, self._by_grad = [], []
+        self._taken = self._last_taken = None
+
     def disarm(self) -> None:
         while self._handles:
             self._handles.pop().remove()

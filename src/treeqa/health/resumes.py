@@ -122,7 +122,11 @@ class Resumes:
         self.modules: weakref.WeakKeyDictionary[nn.Module, tuple[str, str]] = (
             weakref.WeakKeyDictionary()
         )
-        self.left_out: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()  # their unloaded params
+        # their unloaded params, by id (a WeakSet of tensors compares them with ==: a tensor
+        # of more than one value has no truth value)
+        self.left_out: weakref.WeakValueDictionary[int, torch.Tensor] = (
+            weakref.WeakValueDictionary()
+        )
         self.folders: set[str] = set()  # the weights' folders looked in
         self.reading: dict[str, str] = {}  # folders weights were read from -> the first line
         self.pretrained_folders: set[str] = set()  # those a from_pretrained model names
@@ -232,7 +236,9 @@ class Resumes:
         if load is None:
             return
         self.modules[module] = (load.where, os.path.dirname(load.path) if load.path else "")
-        self.left_out.update(p for n, p in module.named_parameters() if n not in state_dict)
+        self.left_out.update(
+            {id(p): p for n, p in module.named_parameters() if n not in state_dict}
+        )
         self._weights_from(load.path, load.where)
 
     def _none_matched(self, module: nn.Module, state_dict: dict[Any, Any]) -> None:
@@ -455,7 +461,7 @@ class Resumes:
         """Half the parameters' values or more belong to modules loaded from a checkpoint (a
         temperature kept as a bare parameter beside the model is restored some other way), and
         none is one a load left out (a head of its own, fine-tuned with the loaded body)."""
-        if any(p in self.left_out for p in params):
+        if any(self.left_out.get(id(p)) is p for p in params):
             return False
         loaded = {id(p) for m in self.modules.keys() for p in m.parameters()}
         total = sum(p.numel() for p in params)

@@ -362,6 +362,7 @@ class Updates:
         k-th (accumulating over k of them)."""
         if self.frozen_streak is not None and self.frozen_streak[1]() is not optimizer:
             self.frozen_streak = None  # it trains what the all-frozen clock's backward reaches
+        self._restart_windows(self.other_probes.get(optimizer))
         probe = self.other_probes.get(optimizer)
         if probe is not None:
             for found in probe.finish():
@@ -378,6 +379,15 @@ class Updates:
             self._note_reading()
         elif self.reading:  # (its probe may have finished)
             self._note_reading()
+
+    def _restart_windows(self, stepping: Probe | None) -> None:
+        """An optimiser other than the clock stepped (``stepping``: its probe): the armed
+        probes of the clock and of the others start their windows again, the backwards so far
+        having been its step's (block-coordinate descent: two optimisers over halves of one
+        model stepping in turn, ``model.zero_grad()`` before each backward)."""
+        for probe in (*self.probes.values(), *self.other_probes.values()):
+            if probe.armed and probe is not stepping:
+                probe.restart()
 
     def _choose_probes(
         self, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]
@@ -432,6 +442,9 @@ class Updates:
         said = set()
         by_hand = isinstance(optimizer, HandUpdates)
         held_back = None
+        for other in self.other_probes.values():  # their windows start again (as below)
+            if other.armed:
+                other.restart()
         for key, probe in self.probes.items():
             for found in probe.finish():
                 # Part of the model uncleared while its last layer was cleared: the whole
