@@ -192,6 +192,7 @@ CLEAN = [
     "clean_cosine_head.py",  # NormFace: a first loss above log(C) by its scale
     "clean_finetune_new_head.py",  # a body loaded with strict=False beside a new head
     "clean_block_coordinate.py",  # two optimisers over a model's halves, in turn
+    "clean_two_optimisers_same_parameters.py",  # each its own objective: the first the clock
     "clean_contrastive_targets.py",  # arange for in-batch negatives, zeros for MoCo's
     "clean_loss_weights_at_zero.py",  # a float warm-up from 0.0, a flag, DDP's 0.0 * sum
     "clean_embeddings_stepped_second.py",

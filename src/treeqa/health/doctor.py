@@ -114,6 +114,9 @@ class Doctor:
         self.stepped: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # any, ever
         self.clock_params: set[int] = set()  # ids of the clock's parameters
         self.remade = 0  # clock steps in a row, each by an optimiser new at that step
+        # the clock a new optimiser over its parameters was taken to replace (it should step
+        # no more)
+        self.replaced: weakref.ref[torch.optim.Optimizer] | None = None
         self.put_back = False  # an optimiser's first step began with SAM's uphill move undone
         # Weights updated by hand, until a torch.optim optimiser steps (hand.py).
         self.hand: hand.HandSteps | None = hand.HandSteps()
@@ -738,9 +741,15 @@ class Doctor:
         if isinstance(clock, hand.HandUpdates) and not by_hand:
             clock = None  # updates by hand are over: the optimiser takes over at once
         if optimizer is not clock and not put_back and self._made_anew(optimizer):
+            self.replaced = weakref.ref(clock) if clock is not None else None
             clock = self._adopt(optimizer)
         elif optimizer is clock:
             self.remade = 0
+        elif self.replaced is not None and self.replaced() is optimizer:
+            # The optimiser a new one was taken to replace steps again: both step the same
+            # parameters (a second objective's, every few steps), and the first is the clock.
+            self._set_clock(optimizer)
+            clock, self.replaced, self.remade = optimizer, None, 0
         # (the clock is in ``stepped`` since it became the clock: not added on every step)
         if optimizer is not clock:
             self.stepped.add(optimizer)
