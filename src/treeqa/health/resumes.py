@@ -222,6 +222,9 @@ class Resumes:
         new; none of them in it at all, under ``strict=False``, is ``weights-not-loaded``."""
         if not isinstance(state_dict, dict):
             return
+        if _own_tensors(module, state_dict):
+            self.add(_own_weights_loaded(type(module).__name__, len(state_dict)))
+            return
         if not strict and state_dict:
             self._none_matched(module, state_dict)
         elif state_dict:  # a load that matched after all (a prefix stripped on a second try)
@@ -539,6 +542,36 @@ def _unwrapped(optimizer: Any) -> Any:
     ``Trainer``'s scheduler is built over) holds it as ``.optimizer``."""
     inner = getattr(optimizer, "optimizer", None)
     return inner if isinstance(inner, torch.optim.Optimizer) else optimizer
+
+
+def _own_tensors(module: nn.Module, state_dict: dict[Any, Any]) -> bool:
+    """Every parameter ``state_dict`` names is the module's own, in the same memory: a
+    ``state_dict()`` kept without a copy (its tensors are the parameters' memory, and follow
+    them as they train)."""
+    shared = 0
+    for name, p in module.named_parameters():
+        given = state_dict.get(name)
+        if not isinstance(given, torch.Tensor) or given.layout != torch.strided:
+            continue
+        if given.data_ptr() != p.data_ptr() or given.shape != p.shape or p.numel() == 0:
+            return False
+        shared += 1
+    return shared > 0
+
+
+def _own_weights_loaded(model: str, keys: int) -> Finding:
+    return Finding(
+        "weights-not-loaded",
+        "error",
+        f"load_state_dict was given the {model}'s own tensors ({keys} keys): a state_dict() "
+        "kept without a copy holds the parameters' memory and follows them as they train, so "
+        "'restoring' it loads the weights the model has now and changes nothing (the best "
+        "epoch's weights kept this way are lost)",
+        where=sites.user_site(),
+        evidence={"keys": keys},
+        fix="keep a copy: best = copy.deepcopy(model.state_dict()) (or {k: v.clone() for k, v "
+        "in model.state_dict().items()}), then model.load_state_dict(best)",
+    )
 
 
 def _path_of(file: Any) -> str:
