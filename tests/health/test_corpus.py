@@ -37,6 +37,7 @@ EXPECTED = {
     "bug_parameter_alias.py": "parameter-alias",
     "bug_tie_by_data.py": "parameter-alias",  # two parameters over one table
     "bug_best_weights_by_reference.py": "weights-not-loaded",  # its own tensors loaded back
+    "bug_sampler_class_weights.py": "sampler-weights-short",
     "bug_unused_parameter.py": "unused-parameter",
     "bug_router_under_no_grad.py": "unused-parameter",  # its layer runs, under no_grad
     "bug_round_without_straight_through.py": "zero-derivative-op",  # QAT: weights never train
@@ -194,6 +195,7 @@ CLEAN = [
     "clean_finetune_new_head.py",  # a body loaded with strict=False beside a new head
     "clean_block_coordinate.py",  # two optimisers over a model's halves, in turn
     "clean_two_optimisers_same_parameters.py",  # each its own objective: the first the clock
+    "clean_weighted_sampler.py",  # one weight per example, and over a Subset
     "clean_contrastive_targets.py",  # arange for in-batch negatives, zeros for MoCo's
     "clean_loss_weights_at_zero.py",  # a float warm-up from 0.0, a flag, DDP's 0.0 * sum
     "clean_embeddings_stepped_second.py",

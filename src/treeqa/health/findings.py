@@ -64,6 +64,7 @@ FIXES: dict[str, str] = {
     "returned-loss-unused": "add the term to the loss that is backpropagated (loss = task_loss + weight * aux_loss); a value returned only for the log is computed under torch.no_grad() or returned detached",
     "in-batch-targets-constant": "targets = torch.arange(len(logits)) for in-batch negatives (each row's positive on the diagonal); a constant 0 belongs to logits whose column 0 is the positive (MoCo's cat([l_pos, l_neg], 1))",
     "loss-term-zeroed": "compute the weight as a float (min(1.0, step / warmup)); a term left out on purpose is better not computed at all",
+    "sampler-weights-short": "give WeightedRandomSampler one weight per example: weights = class_weight[labels] (the weight of each example's class), not the class weights themselves",
     "lr-collapsed": "step a per-epoch scheduler once per epoch (outside the batch loop), or give its step_size / T_max in batches",
     "lr-schedule-past-end": "step the scheduler once per epoch with T_max=epochs, or give T_max in batches (epochs x batches per epoch); for restarts on purpose, CosineAnnealingWarmRestarts",
     "lr-schedule-stalled": "step a schedule sized in optimiser steps after every optimizer.step() (under Lightning: {'scheduler': ..., 'interval': 'step'}), or size it in epochs",

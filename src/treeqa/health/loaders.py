@@ -3,7 +3,9 @@
 step``: ``next(iter(loader))`` inside the loop), a shuffling ``DistributedSampler`` whose
 ``set_epoch`` is never called (``sampler-epoch-not-set``: the same order every epoch), and a
 training loader that does not shuffle data sorted by label (``loader-not-shuffled``: batches
-of one class each, class after class).
+of one class each, class after class), and a ``WeightedRandomSampler`` with fewer weights than
+the dataset has examples (``sampler-weights-short``: weights per class, where one per example
+belongs).
 
 A loader may be gone by the time a check runs (made inside a function per epoch, or the script
 ends before the last check), so what matters is noted when its iterator is made:
@@ -24,7 +26,12 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
+from torch.utils.data import (
+    DataLoader,
+    DistributedSampler,
+    SequentialSampler,
+    WeightedRandomSampler,
+)
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from treeqa.health import checks, sites, slips
@@ -109,6 +116,8 @@ class Loaders:
         self.drawn = 0
         self.batch_size = loader.batch_size  # None with a batch sampler of the script's own
         sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
+        if isinstance(sampler, WeightedRandomSampler):
+            self._weights_short(sampler, loader)
         sequential = isinstance(sampler, SequentialSampler)
         self.shard = int(sampler.num_replicas) if isinstance(sampler, DistributedSampler) else 1
         self.shard_where = sites.user_site() if self.shard > 1 else ""
@@ -140,6 +149,19 @@ class Loaders:
         self.epochs[sampler] = (epoch, passes)
         if passes == SAME_EPOCH_PASSES:
             found = slips.sampler_epoch_not_set(epoch, passes)
+            found.where = sites.user_site()
+            self._report(found)
+
+    def _weights_short(self, sampler: WeightedRandomSampler, loader: DataLoader[Any]) -> None:
+        """``sampler-weights-short``: a WeightedRandomSampler with fewer weights than its
+        loader's dataset has examples draws only from the first ones (weights given per
+        class, where one per example belongs)."""
+        try:
+            size = len(loader.dataset)  # type: ignore[arg-type]
+        except TypeError:  # an iterable dataset without a length
+            return
+        if len(sampler.weights) < size:
+            found = slips.sampler_weights_short(len(sampler.weights), size)
             found.where = sites.user_site()
             self._report(found)
 

@@ -551,6 +551,19 @@ def sampler_epoch_not_set(epoch: int, passes: int) -> Finding:
     )
 
 
+def sampler_weights_short(weights: int, examples: int) -> Finding:
+    """A WeightedRandomSampler with ``weights`` weights over a dataset of ``examples``: it
+    draws indices below ``weights`` only."""
+    return Finding(
+        "sampler-weights-short",
+        "error",
+        f"a DataLoader's WeightedRandomSampler has {weights} weights for a dataset of "
+        f"{examples} examples: it draws indices 0-{weights - 1} only, so the rest of the data "
+        "is never seen (weights given per class, where one per example belongs?)",
+        evidence={"weights": weights, "examples": examples},
+    )
+
+
 def seed_reset_every_step(function: str, seed: object, steps: int) -> Finding:
     """``function(seed)`` (``torch.manual_seed``, ``random.seed``...) on each of the last
     ``steps`` steps."""
