@@ -195,6 +195,7 @@ CLEAN = [
     "clean_finetune_new_head.py",  # a body loaded with strict=False beside a new head
     "clean_block_coordinate.py",  # two optimisers over a model's halves, in turn
     "clean_two_optimisers_same_parameters.py",  # each its own objective: the first the clock
+    "clean_two_optimisers_second_first.py",  # the every-4th one stepping first
     "clean_weighted_sampler.py",  # one weight per example, and over a Subset
     "clean_contrastive_targets.py",  # arange for in-batch negatives, zeros for MoCo's
     "clean_loss_weights_at_zero.py",  # a float warm-up from 0.0, a flag, DDP's 0.0 * sum

@@ -1214,6 +1214,16 @@ def test_parameter_alias_is_a_slip_not_a_tie_written_on_purpose() -> None:
     flat = torch.zeros(20)
     side_by_side.weight.data, side_by_side.bias.data = flat[:16].view(4, 4), flat[16:]
     assert checks.parameter_aliases(side_by_side) == []
+    columns = nn.Module()  # a weight's columns split in two: spans that interleave, no element
+    table = torch.randn(4, 8)
+    columns.register_parameter("left", nn.Parameter(table[:, :4]))
+    columns.register_parameter("right", nn.Parameter(table[:, 4:]))
+    assert checks.parameter_aliases(columns) == []
+    parts = nn.Module()  # view_as_real's real and imaginary parts: every other element
+    pairs = torch.view_as_real(torch.randn(6, dtype=torch.complex64))
+    parts.register_parameter("re", nn.Parameter(pairs[:, 0]))
+    parts.register_parameter("im", nn.Parameter(pairs[:, 1]))
+    assert checks.parameter_aliases(parts) == []
     assert checks.parameter_aliases(nn.LSTM(4, 4, num_layers=2)) == []
 
 

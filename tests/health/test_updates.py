@@ -839,6 +839,8 @@ def test_a_term_times_the_integer_zero_is_counted() -> None:
     assert loss_inputs.zeroed_terms((recon + min(1.0, 0 / 100) * kl).grad_fn) == 0  # a float
     assert loss_inputs.zeroed_terms((recon + False * kl).grad_fn) == 0  # switched off
     assert loss_inputs.zeroed_terms((recon + 1 * kl).grad_fn) == 0
+    per_example = w.abs()  # [4]: terms averaged after they are added
+    assert loss_inputs.zeroed_terms((w**2 + 5 // 100 * per_example).mean().grad_fn) == 1
 
 
 def test_a_scaled_cosine_head_is_read_off_its_product() -> None:

@@ -125,7 +125,7 @@ def _shared_storage(model: nn.Module) -> list[Finding]:
     optimiser state, and the values they share are stepped once for each. Parameters laid
     side by side in one buffer (a cuDNN RNN's flattened weights, FSDP's views of its flat
     parameter) share a storage without overlapping, and are not it."""
-    spans: dict[tuple[str, int], list[tuple[int, int, str, int]]] = {}
+    spans: dict[tuple[str, int], list[tuple[int, int, str, torch.Tensor]]] = {}
     for name, p in model.named_parameters():
         if p.layout != torch.strided or p.numel() == 0 or p.device.type == "meta":
             continue
@@ -141,12 +141,12 @@ def _shared_storage(model: nn.Module) -> list[Finding]:
         reach = 1 + sum((n - 1) * step for n, step in zip(p.shape, p.stride(), strict=True))
         end = start + reach * p.element_size()
         key = (str(p.device), base)
-        spans.setdefault(key, []).append((start, end, name, p.numel()))
+        spans.setdefault(key, []).append((start, end, name, p))
     findings = []
     for spanned in spans.values():
         spanned.sort()
-        for (_, end, first, _), (later, _, second, size) in zip(spanned, spanned[1:], strict=False):
-            if later >= end:
+        for (_, end, first, a), (later, _, second, b) in zip(spanned, spanned[1:], strict=False):
+            if later >= end or not _elements_meet(a, b):
                 continue
             files = {inspect.getsourcefile(type(m)) or "" for m in model.modules()}
             own = sorted(f for f in files if f and "site-packages" not in f)
@@ -159,13 +159,36 @@ def _shared_storage(model: nn.Module) -> list[Finding]:
                     "written as b.weight.data = a.weight.data?): each has its own gradient and "
                     "optimiser state, so the values they share are stepped twice a step",
                     where=where or definition_site(model),
-                    evidence={"names": [first, second], "parameters": size},
+                    evidence={"names": [first, second], "parameters": b.numel()},
                     fix="tie them as one parameter (b.weight = a.weight) instead of sharing "
                     "their data",
                 )
             )
             break
     return findings
+
+
+MEET_ELEMENTS = 10_000_000
+"""The most elements of a storage whose views are compared element by element."""
+
+
+def _elements_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Two views of one storage whose spans overlap share an element: the same view (a tie
+    by ``.data``), or, compared element by element, views that interleave without sharing
+    one (a weight's columns split in two, ``view_as_real``'s real and imaginary parts) are
+    told apart. Views of other dtypes, or of a storage too large to compare, are not judged."""
+    same = (a.storage_offset(), a.shape, a.stride()) == (b.storage_offset(), b.shape, b.stride())
+    if same:
+        return True
+    if a.dtype != b.dtype:
+        return False
+    elements = a.untyped_storage().nbytes() // a.element_size()
+    if elements > MEET_ELEMENTS:
+        return False
+    index = torch.arange(elements)
+    ours = index.as_strided(a.shape, a.stride(), a.storage_offset()).flatten()
+    theirs = index.as_strided(b.shape, b.stride(), b.storage_offset()).flatten()
+    return bool(torch.isin(ours, theirs).any())
 
 
 _FAMILIES = (

@@ -117,6 +117,7 @@ class Doctor:
         # the clock a new optimiser over its parameters was taken to replace (it should step
         # no more)
         self.replaced: weakref.ref[torch.optim.Optimizer] | None = None
+        self.replaced_at = 0  # the steps counted when it was
         self.put_back = False  # an optimiser's first step began with SAM's uphill move undone
         # Weights updated by hand, until a torch.optim optimiser steps (hand.py).
         self.hand: hand.HandSteps | None = hand.HandSteps()
@@ -131,7 +132,9 @@ class Doctor:
         self.clipping = Clipping(monitor.add, self.updates, monitor.scalers)
         # a checkpoint's optimiser state left unloaded: torch.load and load_state_dict are
         # seen by the loss checks' wrappers
-        self.resumes = monitor.loss_check.resumes = resumes.Resumes(monitor.add)
+        self.resumes = monitor.loss_check.resumes = resumes.Resumes(
+            monitor.add, lambda: monitor.step
+        )
         self.updates.rates.scheduler_noted = self.resumes.scheduler_stepped
         # One of several processes: what it trained, to compare with the others.
         self.prints = prints
@@ -333,6 +336,8 @@ class Doctor:
                 self._add_to_total(loss, bool(retain))
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             self.updates.unused_graphs(loss, self.roots)
+            if self.monitor.loss_check.zeroed_open:
+                self.monitor.loss_check.note_zeroed(loss)
             if self.updates.returned.pending:
                 self.updates.returned.backward(tensors)
             if self.monitor.sampling:
@@ -742,14 +747,19 @@ class Doctor:
             clock = None  # updates by hand are over: the optimiser takes over at once
         if optimizer is not clock and not put_back and self._made_anew(optimizer):
             self.replaced = weakref.ref(clock) if clock is not None else None
+            self.replaced_at = self.monitor.step  # (the steps counted, most of them its)
             clock = self._adopt(optimizer)
         elif optimizer is clock:
             self.remade = 0
         elif self.replaced is not None and self.replaced() is optimizer:
             # The optimiser a new one was taken to replace steps again: both step the same
-            # parameters (a second objective's, every few steps), and the first is the clock.
-            self._set_clock(optimizer)
-            clock, self.replaced, self.remade = optimizer, None, 0
+            # parameters, each its own objective (one every few steps). The one that stepped
+            # more is the clock: the first, if it stepped more before the new one's first step
+            # than the new one has since.
+            if self.replaced_at > self.monitor.step - self.replaced_at:
+                self._set_clock(optimizer)
+                clock, self.remade = optimizer, 0
+            self.replaced = None
         # (the clock is in ``stepped`` since it became the clock: not added on every step)
         if optimizer is not clock:
             self.stepped.add(optimizer)

@@ -95,13 +95,20 @@ def summed_terms(node: Any, most: int = 8) -> list[tuple[Any, float]] | None:
 
 
 def zeroed_terms(node: Any) -> int:
-    """How many of the terms ``node`` adds up (``summed_terms``) are multiplied by the integer
-    0 (a Python int, kept as an integer tensor): ``beta * kl`` with ``beta = min(1, step //
-    warmup)``. A float 0.0 is not counted (a weight set to 0 on purpose, or DDP's
+    """How many of the terms ``node`` adds up (``summed_terms``, and inside a mean or sum
+    among them: ``(recon + beta * kl).mean()`` over per-example terms) are multiplied by the
+    integer 0 (a Python int, kept as an integer tensor): ``beta * kl`` with ``beta = min(1,
+    step // warmup)``. A float 0.0 is not counted (a weight set to 0 on purpose, or DDP's
     ``0.0 * sum(...)`` that puts unused parameters in the graph)."""
     terms = summed_terms(node, most=16) or []
+    inside = [
+        summed_terms(term.next_functions[0][0], most=16) or []
+        for term, _ in terms
+        if type(term).__name__ in REDUCTIONS and term.next_functions
+    ]
+    every = terms + [t for found in inside for t in found]
     return sum(
-        1 for term, _ in terms if type(term).__name__ == "MulBackward0" and _by_int_zero(term)
+        1 for term, _ in every if type(term).__name__ == "MulBackward0" and _by_int_zero(term)
     )
 
 
@@ -380,12 +387,12 @@ def in_batch_matrix(x: torch.Tensor, hops: int = 6) -> bool:
 
 
 def loss_term_zeroed(backwards: int) -> Finding:
-    """On each of ``backwards`` sampled backwards (all of the run's), a term of the loss was
-    multiplied by the integer 0."""
+    """On each of the run's ``backwards`` backwards, a term of the loss was multiplied by
+    the integer 0."""
     return Finding(
         "loss-term-zeroed",
         "warning",
-        f"on every sampled step's backward ({backwards}), a term of the loss was multiplied by "
+        f"on every backward of the run ({backwards}), a term of the loss was multiplied by "
         "the integer 0: it adds nothing and trains nothing; a weight computed by integer "
         "division (min(1, step // warmup) is 0 until warmup; step / warmup is meant), or an "
         "int weight left at 0",

@@ -49,7 +49,7 @@ INFEASIBLE_SHARE, INFEASIBLE_STEPS = 0.5, 3
 """Sampled steps in a row on which at least this share of a ``ctc_loss`` batch has targets too
 long for its input, zeroed by ``zero_infinity=True``: more than the few it is there for."""
 ZEROED_BACKWARDS = 5
-"""Sampled backwards, each with a term of the loss times the integer 0, for ``loss-term-zeroed``."""
+"""Backwards, each with a term of the loss times the integer 0, for ``loss-term-zeroed``."""
 IN_BATCH_CALLS = 3
 """Cross-entropies over in-batch similarities on sampled steps, each with one target for every
 row, for ``in-batch-targets-constant`` (every such call of the run)."""
@@ -85,7 +85,9 @@ class LossInputCheck:
         # each time), that target, the rows (see _in_batch_targets)
         self.in_batch: tuple[int, int, int | None, int] = (0, 0, None, 0)
         self.in_batch_site = ""  # the first such call's line
-        self.backwards = self.zeroed = 0  # sampled backwards, those with a term times int 0
+        # backwards so far, each with a term times the integer 0 (``note_zeroed``), until
+        # one without
+        self.zeroed, self.zeroed_open = 0, True
         # A margin softmax (CosFace, ArcFace) at the first cross-entropy: its loss is above
         # log(C) by design, its level no sign of learning nothing (no loss-at-chance)
         self.margin = False
@@ -212,8 +214,6 @@ class LossInputCheck:
         times the factor (``_standing_for``); a mean times the processes is
         ``loss-times-processes``."""
         node, scale = loss_inputs.unscaled(loss)
-        self.backwards += 1
-        self.zeroed += bool(node is not None and loss_inputs.zeroed_terms(node))
         if self.minimised is None and node is not None:  # judged at the step (``maximize``)
             form = loss_inputs.minimised_log_likelihood(node)
             if form is not None:
@@ -230,15 +230,26 @@ class LossInputCheck:
         else:
             self.factors.append(math.nan)
 
+    def note_zeroed(self, loss: torch.Tensor) -> None:
+        """A backward of ``loss`` (every one, while ``zeroed_open``): counted if a term of it
+        is multiplied by the integer 0; the first without such a term ends the count (the
+        finding needs every backward of the run: a lazy regulariser weighted
+        ``int(step % 16 == 8)`` trains on its steps, which sampling may miss)."""
+        node, _ = loss_inputs.unscaled(loss)
+        if node is None or not loss_inputs.zeroed_terms(node):
+            self.zeroed_open = False
+            return
+        self.zeroed += 1
+
     def take_run_end(self) -> list[Finding]:
-        """The run ended: ``loss-term-zeroed`` where every sampled backward's loss (5 or more)
-        had a term multiplied by the integer 0; ``in-batch-targets-constant`` where every
+        """The run ended: ``loss-term-zeroed`` where every backward's loss (5 or more) had a
+        term multiplied by the integer 0; ``in-batch-targets-constant`` where every
         cross-entropy over in-batch similarities on sampled steps (3 or more) had one and
         the same target for every row (a class that most batches hold alone, over as many
         classes as a batch has rows, had other targets some of the time)."""
         found = []
-        if self.backwards >= ZEROED_BACKWARDS and self.zeroed == self.backwards:
-            found.append(loss_inputs.loss_term_zeroed(self.backwards))
+        if self.zeroed_open and self.zeroed >= ZEROED_BACKWARDS:
+            found.append(loss_inputs.loss_term_zeroed(self.zeroed))
         calls, constant, value, rows = self.in_batch
         if calls >= IN_BATCH_CALLS and constant == calls and value is not None:
             found.append(loss_inputs.in_batch_targets_constant(rows, value, calls))

@@ -107,8 +107,9 @@ class Resumes:
     ``Optimizer.load_state_dict``, the optimiser's step and the scheduler's. ``watching``: an
     optimiser's step has something to look at."""
 
-    def __init__(self, add: Callable[[Finding], None]) -> None:
-        self.add = add
+    def __init__(self, add: Callable[[Finding], None], steps: Callable[[], int] = int) -> None:
+        """``steps()``: the optimiser steps of the run so far."""
+        self.add, self.steps = add, steps
         self.saved: list[Saved] = []  # optimiser states no optimiser has loaded or matched
         # states an optimiser loaded: matched again where that optimiser is gone (rebuilt)
         self.claimed: list[tuple[Saved, weakref.ref[torch.optim.Optimizer]]] = []
@@ -223,7 +224,8 @@ class Resumes:
         if not isinstance(state_dict, dict):
             return
         if _own_tensors(module, state_dict):
-            self.add(_own_weights_loaded(type(module).__name__, len(state_dict)))
+            if self.steps():  # (before any step, a load of its own weights is only idle)
+                self.add(_own_weights_loaded(type(module).__name__, len(state_dict)))
             return
         if not strict and state_dict:
             self._none_matched(module, state_dict)

@@ -1,7 +1,7 @@
 """Clean: loss terms weighted by 0 on purpose or for a while: a KL weight warmed up as a float
-(0.0 at the first step only), an auxiliary term switched off by a flag (False), and the
-0.0 * sum of the parameters that DistributedDataParallel scripts add to put unused ones in the
-graph."""
+(0.0 at the first step only), an auxiliary term switched off by a flag (False), a lazy
+regulariser weighted by the integer 1 once in 16 steps and 0 on the others, and the 0.0 * sum
+of the parameters that DistributedDataParallel scripts add to put unused ones in the graph."""
 
 import torch
 from torch import nn
@@ -33,7 +33,8 @@ for step in range(150):
     recon = F.mse_loss(reconstruction, batch, reduction="sum") / len(batch)
     kl = -0.5 * (1 + logvar - mu**2 - logvar.exp()).sum() / len(batch)
     beta = min(1.0, step / warmup)
-    loss = recon + beta * kl + use_sparsity * mu.abs().mean()
+    lazy = int(step % 16 == 8)  # a lazy regulariser, weighted 1 once in 16 steps
+    loss = recon + beta * kl + use_sparsity * mu.abs().mean() + lazy * 1e-3 * logvar.pow(2).mean()
     loss = loss + 0.0 * sum(p.sum() for p in model.unused_head.parameters())
     opt.zero_grad()
     loss.backward()
