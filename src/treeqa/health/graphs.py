@@ -241,11 +241,11 @@ def _inside_scalars(found: Retained, kept: list[torch.Tensor], floor: int) -> bo
     held by Python objects and this step's loss not reaching them."""
     if found.reused or set(found.scalar_holders) <= {UNKNOWN}:
         return False
-    below = _nodes_below([t.grad_fn for t in kept if t.numel() == 1], floor)
+    below = nodes_above([t.grad_fn for t in kept if t.numel() == 1], floor)
     return all(t.grad_fn in below for t in kept if t.numel() != 1)
 
 
-def _nodes_below(roots: list[Any], floor: int, limit: int = 20_000) -> set[Any]:
+def nodes_above(roots: list[Any], floor: int, limit: int = 20_000) -> set[Any]:
     """The nodes of the graphs of ``roots`` above ``floor`` (at most ``limit``)."""
     seen, todo = set(roots), list(roots)
     while todo and len(seen) < limit:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -366,10 +366,7 @@ def in_batch_matrix(x: torch.Tensor, hops: int = 6) -> bool:
     graph: a momentum encoder's keys). Not a bias-free layer's ``h @ W.T`` (its second factor
     a parameter), nor a ``cat`` of a positive column and
     negatives (MoCo's logits, whose positive is column 0)."""
-    node = x.grad_fn
-    for _ in range(hops + 1):
-        if node is None:
-            return False
+    for node in _along_scaling(x.grad_fn, hops):
         name = type(node).__name__
         if name == "BmmBackward0" and not _one_product(node):
             return False  # products per row ([B, 32, D] @ [B, D, 1]: each row's candidates)
@@ -380,10 +377,20 @@ def in_batch_matrix(x: torch.Tensor, hops: int = 6) -> bool:
             # (None: a batch without a graph, a momentum encoder's keys)
             weight = getattr(second, "variable", None)  # an AccumulateGrad's leaf
             return not isinstance(weight, torch.nn.Parameter)
-        if not (SCALED.fullmatch(name) or VIEWS.fullmatch(name)) or not node.next_functions:
-            return False
-        node = node.next_functions[0][0]
     return False
+
+
+def _along_scaling(node: Any, hops: int) -> Iterator[Any]:
+    """``node``, then the nodes it comes from through its first input while each is a
+    scaling, shift, mask or view (``SCALED``, ``VIEWS``), at most ``hops`` back."""
+    for _ in range(hops + 1):
+        if node is None:
+            return
+        yield node
+        name = type(node).__name__
+        if not (SCALED.fullmatch(name) or VIEWS.fullmatch(name)) or not node.next_functions:
+            return
+        node = node.next_functions[0][0]
 
 
 def loss_term_zeroed(backwards: int) -> Finding:
@@ -405,42 +412,33 @@ def cosine_logits(x: torch.Tensor, hops: int = 6) -> bool:
     of rows of one length by columns of one length (``s * F.normalize(h) @
     F.normalize(W).T``), read off the values the product's graph node keeps (one host
     sync)."""
-    node: Any = x.grad_fn
-    for _ in range(hops + 1):
-        if node is None:
+    for node in _along_scaling(x.grad_fn, hops):
+        if type(node).__name__ != "MmBackward0":
+            continue
+        try:
+            rows, columns = node._saved_self, node._saved_mat2
+        except (AttributeError, RuntimeError):  # freed, or another torch's names
             return False
-        name = type(node).__name__
-        if name == "MmBackward0":
-            try:
-                rows, columns = node._saved_self, node._saved_mat2
-            except (AttributeError, RuntimeError):  # freed, or another torch's names
-                return False
-            # A side is kept only where the other needs a gradient: one without, read off
-            # its graph (``F.normalize``'s division by a norm).
-            with torch.no_grad():  # (the scale may sit on either side: 10 * a @ b)
-                return (
-                    _one_length(rows.float().norm(dim=1))
-                    if isinstance(rows, torch.Tensor)
-                    else _normalised(node.next_functions[0][0])
-                ) and (
-                    _one_length(columns.float().norm(dim=0))
-                    if isinstance(columns, torch.Tensor)
-                    else _normalised(node.next_functions[1][0])
-                )
-        if not (SCALED.fullmatch(name) or VIEWS.fullmatch(name)) or not node.next_functions:
-            return False
-        node = node.next_functions[0][0]
+        # A side is kept only where the other needs a gradient: one without, read off its
+        # graph (``F.normalize``'s division by a norm).
+        with torch.no_grad():  # (the scale may sit on either side: 10 * a @ b)
+            return (
+                _one_length(rows.float().norm(dim=1))
+                if isinstance(rows, torch.Tensor)
+                else _normalised(node.next_functions[0][0])
+            ) and (
+                _one_length(columns.float().norm(dim=0))
+                if isinstance(columns, torch.Tensor)
+                else _normalised(node.next_functions[1][0])
+            )
     return False
 
 
 def _normalised(node: Any, hops: int = 4) -> bool:
     """``node`` divides by a norm (``F.normalize``), through views and constant factors."""
-    for _ in range(hops + 1):
-        if node is None or not node.next_functions:
-            return False
-        name = type(node).__name__
-        if name == "DivBackward0" and len(node.next_functions) > 1:
-            divisor = node.next_functions[1][0]
+    for step in _along_scaling(node, hops):
+        if type(step).__name__ == "DivBackward0" and len(step.next_functions) > 1:
+            divisor = step.next_functions[1][0]
             for _ in range(3):  # expand_as, clamp_min, the norm
                 if divisor is None:
                     return False
@@ -448,9 +446,6 @@ def _normalised(node: Any, hops: int = 4) -> bool:
                     return True
                 divisor = divisor.next_functions[0][0] if divisor.next_functions else None
             return False
-        if not (SCALED.fullmatch(name) or VIEWS.fullmatch(name)):
-            return False
-        node = node.next_functions[0][0]
     return False
 
 

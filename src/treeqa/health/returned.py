@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from treeqa.health import sites
+from treeqa.health import graphs, sites
 from treeqa.health.findings import Finding
 
 UNUSED_STEPS = 3
@@ -41,9 +41,6 @@ LOSS_WORDS = ("loss", "aux", "penalty", "kl", "reg", "balanc", "commit")
 
 OWN_LOSS = ("output['loss']", "output[0]")
 """Places of a model's own loss in its output: a dict's ``loss``, a tuple's first item."""
-
-WALK = 20_000
-"""Most graph nodes walked for one backward."""
 
 
 @dataclass
@@ -86,7 +83,7 @@ class ReturnedLosses:
             if place in OWN_LOSS:
                 continue
             others = set(seqs) - {seq}
-            if others and _reaches(t.grad_fn, others, min(seqs)):
+            if others and _numbers([t.grad_fn], min(seqs)) & others:
                 continue  # computed from another returned value (the model's loss)
             self.pending.append(Term(place, seq, float(t.detach()), weakref.ref(t), where))
 
@@ -96,14 +93,10 @@ class ReturnedLosses:
         waiting = [term for term in self.pending if not term.reached]
         if not waiting:
             return
-        floor = min(term.seq for term in waiting)
-        seen: set[int] = set()
-        values: set[float] = set()
-        for loss in losses if isinstance(losses, (tuple, list)) else (losses,):
-            if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-                seen |= _walk(loss.grad_fn, floor)
-                if loss.numel() == 1:
-                    values.add(float(loss.detach()))
+        given = losses if isinstance(losses, (tuple, list)) else (losses,)
+        given = [t for t in given if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        seen = _numbers([t.grad_fn for t in given], min(term.seq for term in waiting))
+        values = {float(t.detach()) for t in given if t.numel() == 1}
         for term in waiting:
             term.reached = term.seq in seen or term.value in values
 
@@ -165,25 +158,7 @@ def _tensors(output: Any, place: str = "output", depth: int = 0) -> Iterator[tup
             yield from _tensors(item, f"{place}[{key!r}]", depth + 1)
 
 
-def _walk(node: Any, floor: int) -> set[int]:
-    """The sequence numbers of the nodes of ``node``'s graph numbered ``floor`` or above
-    (a node made before ``floor`` reaches none of those: what it uses is older still)."""
-    seen: set[int] = set()
-    if node is None:
-        return seen
-    todo, visited = [node], {node}
-    while todo and len(visited) < WALK:
-        current = todo.pop()
-        seq = int(current._sequence_nr())
-        if seq < floor:
-            continue
-        seen.add(seq)
-        for child, _ in current.next_functions:
-            if child is not None and child not in visited:
-                visited.add(child)
-                todo.append(child)
-    return seen
-
-
-def _reaches(node: Any, seqs: set[int], floor: int) -> bool:
-    return bool(_walk(node, floor) & seqs)
+def _numbers(roots: list[Any], floor: int) -> set[int]:
+    """The sequence numbers of the nodes of ``roots``' graphs numbered ``floor`` or above (a
+    node made before ``floor`` reaches none of those: what it uses is older still)."""
+    return {int(node._sequence_nr()) for node in graphs.nodes_above(roots, floor - 1)}
