@@ -362,8 +362,8 @@ class Updates:
         k-th (accumulating over k of them)."""
         if self.frozen_streak is not None and self.frozen_streak[1]() is not optimizer:
             self.frozen_streak = None  # it trains what the all-frozen clock's backward reaches
-        self._restart_windows(self.other_probes.get(optimizer))
         probe = self.other_probes.get(optimizer)
+        self._restart_windows(probe)
         if probe is not None:
             for found in probe.finish():
                 self._report(found)
@@ -380,13 +380,14 @@ class Updates:
         elif self.reading:  # (its probe may have finished)
             self._note_reading()
 
-    def _restart_windows(self, stepping: Probe | None) -> None:
-        """An optimiser other than the clock stepped (``stepping``: its probe): the armed
-        probes of the clock and of the others start their windows again, the backwards so far
-        having been its step's (block-coordinate descent: two optimisers over halves of one
-        model stepping in turn, ``model.zero_grad()`` before each backward)."""
+    def _restart_windows(self, *stepping: Probe | None) -> None:
+        """An optimiser stepped (``stepping``: its probes, which finish): the other armed
+        probes, the clock's and the other optimisers', start their windows again, the
+        backwards so far having been its step's (block-coordinate descent: two optimisers
+        over halves of one model stepping in turn, ``model.zero_grad()`` before each
+        backward)."""
         for probe in (*self.probes.values(), *self.other_probes.values()):
-            if probe.armed and probe is not stepping:
+            if probe.armed and not any(probe is done for done in stepping):
                 probe.restart()
 
     def _choose_probes(
@@ -442,9 +443,8 @@ class Updates:
         said = set()
         by_hand = isinstance(optimizer, HandUpdates)
         held_back = None
-        for other in self.other_probes.values():  # their windows start again (as below)
-            if other.armed:
-                other.restart()
+        if self.other_probes:
+            self._restart_windows(*self.probes.values())
         for key, probe in self.probes.items():
             for found in probe.finish():
                 # Part of the model uncleared while its last layer was cleared: the whole
