@@ -40,6 +40,7 @@ from treeqa.health.loaders import Loaders
 from treeqa.health.losses import LossInputCheck
 from treeqa.health.model_inputs import ModelInputs
 from treeqa.health.nonfinite import NonFiniteTracer
+from treeqa.health.packing import PackedLengths
 from treeqa.health.profile import ProfileWindow
 from treeqa.health.readings import LossReadings
 from treeqa.health.retention import Retention
@@ -296,6 +297,7 @@ class HealthMonitor(Callback):
         self._rms: dict[str, torch.Tensor] = {}
         self._kinds: dict[str, tuple[Any, ...]] = {}  # of the modules numbered in a stack
         self.inputs = ModelInputs(self.add)  # raw pixels, RNN layouts, dims reordered by view
+        self.packing = PackedLengths(self.add, lambda: self.sampling and not self.paused)
         self._unused: set[str] | None = None  # no gradient in the first sampled steps
         self._unused_params: list[tuple[str, nn.Parameter]] = []  # and since then, to check
         # A reported unused-parameter finding and (some of) its parameters, watched for a
@@ -389,12 +391,14 @@ class HealthMonitor(Callback):
     def install_loss_checks(self) -> None:
         """Wrap the loss functions (``F.cross_entropy``, ``F.nll_loss``, ``F.mse_loss``, ...;
         nn losses call them) to look at their input, ``DataLoader.__iter__`` and its
-        iterators' ``__next__`` (``loaders.py``) and ``GradScaler.scale`` to note fp16 loss
-        scalers (``scalers.py``). Call it before the first loader is iterated; ``finish()`` (or
+        iterators' ``__next__`` (``loaders.py``), ``GradScaler.scale`` to note fp16 loss
+        scalers (``scalers.py``) and ``pack_padded_sequence`` to read its lengths
+        (``packing.py``). Call it before the first loader is iterated; ``finish()`` (or
         ``uninstall()``, for a run that ends without a report) takes the wrappers off."""
         self.loss_check.install()
         self.loaders.install()
         self.scalers.install()
+        self.packing.install()
 
     def uninstall(self) -> None:
         """Take off every hook and wrapper of this monitor (again: a no-op)."""
@@ -402,6 +406,7 @@ class HealthMonitor(Callback):
         self.loss_check.uninstall()
         self.loaders.uninstall()
         self.scalers.uninstall()
+        self.packing.uninstall()
 
     def begin_step(self) -> None:
         """Call when the step's compute starts (after its batch is ready). Its own time (a

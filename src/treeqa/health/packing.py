@@ -1,0 +1,155 @@
+"""A ``pack_padded_sequence`` given lengths that are not its rows' (``packed-lengths-mismatch``).
+
+``torch.nn.utils.rnn.pack_padded_sequence`` is wrapped for the run. On sampled steps a call's
+padded input is read for its padding: the vector that rows shorter than the batch end in (an
+Embedding's padding row, zeros), repeated to the row's end; where it starts is the row's
+length as the data has it. A row whose given length stops two or more before that is cut short
+(its last words never reach the recurrent layer); one whose length runs two or more past it
+reads padding as words. One either way is let be: an end-of-sequence token that shares the
+padding's id (GPT-2's tokenizer), a decoder given every token but the last. Lengths sorted on
+their own to satisfy ``enforce_sorted=True``, while the rows keep their order, make most rows
+one or the other.
+
+Only rows that end in the batch's padding are judged, and only where that vector repeats (two
+or more at a row's end): sequences padded by repeating their own last value, or a position
+signal added after the embedding (no two padded positions alike), show no padding and are
+passed by. A row read past its padding is judged only over vectors of 4 features or more: a
+scalar series padded with 0 may hold 0s of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.utils import rnn
+
+from treeqa.health import checks, sites
+from treeqa.health.findings import Finding
+from treeqa.health.wrap import Wrappers, note_function_calls
+
+SLACK = 1
+"""Positions a given length may differ from the padding's start by (see the module's text)."""
+ROW_SHARE = 0.25
+"""Rows of a call, of those that end in padding, whose length is off for the call to count."""
+CALLS = 3
+"""Sampled calls with lengths off, and at least as many as the calls whose lengths matched."""
+FEATURES = 4
+"""The fewest features a padded vector needs for a row read past its padding to count."""
+
+
+class PackedLengths:
+    """``add``: where the finding goes; ``active()``: read this call (a sampled step)."""
+
+    def __init__(self, add: Callable[[Finding], None], active: Callable[[], bool]):
+        self.add, self.active = add, active
+        self.matched = self.off = 0  # sampled calls whose padding showed, by their lengths
+        # the first call with lengths off: its rows cut short, read past their padding, and
+        # judged; a row off, its given length and where its padding starts
+        self.example: tuple[int, int, int, int, int, int] | None = None
+        self.where = ""
+        self.said = False
+        self.wrappers = Wrappers()
+
+    def install(self) -> None:
+        self.wrappers.add(note_function_calls(rnn, "pack_padded_sequence", self._called))
+
+    def uninstall(self) -> None:
+        self.wrappers.undo()
+
+    def _called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``pack_padded_sequence(input, lengths, batch_first=False, enforce_sorted=True)``."""
+        if self.said or not self.active():
+            return
+        x = args[0] if args else kwargs.get("input")
+        lengths = args[1] if len(args) > 1 else kwargs.get("lengths")
+        batch_first = args[2] if len(args) > 2 else kwargs.get("batch_first", False)
+        if not isinstance(x, torch.Tensor) or checks.untraceable(x) or not checks.dense(x):
+            return
+        starts = padding_starts(x, bool(batch_first))
+        if starts is None:
+            return
+        given = torch.as_tensor(lengths).reshape(-1).to("cpu", torch.long)
+        if given.numel() != starts.numel():
+            return  # torch raises on it
+        cut, read = _lengths_off(given, starts, x.reshape(*x.shape[:2], -1).shape[-1])
+        off = cut | read
+        judged = int((starts >= 0).sum())
+        if int(off.sum()) < max(2, ROW_SHARE * judged):
+            self.matched += 1
+            return
+        self.off += 1
+        if self.example is None:
+            row = int(off.nonzero()[0])
+            counts = (int(cut.sum()), int(read.sum()), judged)
+            self.example = (*counts, row, int(given[row]), int(starts[row]))
+            self.where = sites.user_site()
+        if self.off >= CALLS and self.off >= self.matched:
+            self.said = True
+            found = packed_lengths_mismatch(self.off, self.off + self.matched, *self.example)
+            found.where = self.where
+            self.add(found)
+
+
+def padding_starts(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
+    """[B] where each row of the padded batch ``x`` ([B, T, *] batch first, else [T, B, *])
+    starts its padding, for the rows that end in the batch's padding vector (-1 for the
+    others); None where no padding shows (see the module's text). One host read."""
+    if x.dim() < 2:
+        return None
+    rows = x.detach() if batch_first else x.detach().transpose(0, 1)
+    b, t = rows.shape[:2]
+    if b < 2 or t < 3:
+        return None
+    rows = rows.reshape(b, t, -1)  # [B, T, F]
+    last = rows[:, -1]  # [B, F]
+    same = (rows == last[:, None]).all(-1)  # [B, T]: equal to the row's last vector
+    run = same.flip(1).int().cumprod(1).sum(1)  # [B]: how many at the row's end
+    longest = int(run.argmax())
+    pad = last[longest]  # [F]
+    padded = (last == pad).all(-1)  # [B]
+    if int(run[longest]) < 2 or int(padded.sum()) < 2:
+        return None
+    return torch.where(padded, t - run, -1).cpu()
+
+
+def _lengths_off(
+    given: torch.Tensor, starts: torch.Tensor, features: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B] bool each: the judged rows whose given length stops more than ``SLACK`` before their
+    padding starts (cut short), and those whose length runs more than that past it (read past
+    their padding; over ``FEATURES`` features or more)."""
+    judged = starts >= 0
+    cut = judged & (given < starts - SLACK)
+    read = judged & (given > starts + SLACK) & (features >= FEATURES)
+    return cut, read
+
+
+def packed_lengths_mismatch(
+    calls: int, judged: int, cut: int, read: int, rows: int, row: int, given: int, starts: int
+) -> Finding:
+    """``calls`` of ``judged`` sampled ``pack_padded_sequence`` calls had lengths that do not
+    match their rows' padding; in the first, ``cut`` of its ``rows`` padded rows were cut short
+    and ``read`` read past their padding (``row``, say: ``given`` where its padding starts at
+    ``starts``)."""
+    return Finding(
+        "packed-lengths-mismatch",
+        "warning",
+        f"pack_padded_sequence was given lengths that do not match its rows on {calls} of "
+        f"{judged} sampled calls: in the first, of the {rows} rows that end in padding, {cut} "
+        f"were cut short (their last words never reach the recurrent layer) and {read} read "
+        f"past their padding as if it were words (row {row}: length {given} given, its "
+        f"padding starts at {starts}); lengths sorted apart from the rows, or taken from "
+        "another batch?",
+        evidence={
+            "calls": calls,
+            "judged_calls": judged,
+            "rows_cut": cut,
+            "rows_read_past_padding": read,
+            "padded_rows": rows,
+            "row": row,
+            "given_length": given,
+            "padding_starts": starts,
+        },
+    )
