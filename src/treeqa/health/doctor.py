@@ -56,6 +56,7 @@ from treeqa.health import (
 )
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
+from treeqa.health.heldout import HeldOut
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
 from treeqa.health.seeds import Seeds
 from treeqa.health.updates import Updates
@@ -124,6 +125,7 @@ class Doctor:
         # What the clock's steps are given (updates.py).
         self.updates = Updates(monitor.add, monitor.scalers)
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
+        self.heldout = HeldOut(monitor.add)  # evaluation rows trained on by an earlier phase
         self.broadcast_found = False  # a hand-written loss over [N, 1] - [N] (said once)
         self.seeds = Seeds(monitor.add)  # torch.manual_seed(s) on every step
         # Modules run in eval mode without gradients before the clock knows its models.
@@ -481,6 +483,9 @@ class Doctor:
         if id(module) in self.trained:
             self.monitor.input_elements += _elements(args, kwargs)
             self.updates.forward(module, args)
+            sampling = self.monitor.sampling
+            if sampling or self.heldout.evaluated or not torch.is_grad_enabled():
+                self.heldout.forward(args, kwargs, sampling, self.monitor.step)
             if self.prints is not None:
                 self.prints.forward((*args, kwargs), self.monitor.sampling)  # model(**batch)
         elif self.monitor.sampling:  # a teacher's forward, say: is it in eval mode?
@@ -619,6 +624,7 @@ class Doctor:
         self._set_clock(optimizer)
         self.stepped.add(optimizer)
         self.clipping.reset(optimizer)
+        self.heldout.new_optimiser(self.monitor.step)
         self.remade += 1
         if self.remade == REMADE_STEPS and _has_moments(optimizer):
             found = slips.optimiser_made_every_step(type(optimizer).__name__, self.remade)
@@ -631,6 +637,7 @@ class Doctor:
         (the every-module hook is back until then); this one is counted only when the clock before
         was freed (``_count_step``)."""
         self._set_clock(optimizer)
+        self.heldout.reset()
         self.others.clear()
         self.most_between = 0
         self.finding_roots = True
@@ -805,6 +812,8 @@ class Doctor:
             value_of,
         )
         self.clipping.end_step()
+        if sampled:
+            self.heldout.stepped(self.monitor.step, optimizer)
         if self.monitor.loss_check.minimised is not None:
             found = self.monitor.loss_check.take_minimised(optimizer)
             if found is not None:
@@ -844,6 +853,7 @@ class Doctor:
                 self.updates.finish(monitor.step, self.roots)
                 for found in monitor.loss_check.take_run_end():
                     monitor.add(found)
+                self.heldout.judge(monitor.step)
                 self.resumes.say_unmatched()
                 monitor.maximize = self.updates.rates.maximize
                 monitor.maximize_weights = self.updates.rates.maximize_weights
