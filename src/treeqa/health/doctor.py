@@ -58,6 +58,7 @@ from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.heldout import HeldOut
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
+from treeqa.health.overlaps import Overlaps
 from treeqa.health.seeds import Seeds
 from treeqa.health.updates import Updates
 
@@ -126,6 +127,7 @@ class Doctor:
         self.updates = Updates(monitor.add, monitor.scalers)
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
         self.heldout = HeldOut(monitor.add)  # evaluation rows trained on by an earlier phase
+        self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
         self.broadcast_found = False  # a hand-written loss over [N, 1] - [N] (said once)
         self.seeds = Seeds(monitor.add)  # torch.manual_seed(s) on every step
         # Modules run in eval mode without gradients before the clock knows its models.
@@ -344,6 +346,7 @@ class Doctor:
                 self.updates.returned.backward(tensors)
             if self.monitor.sampling:
                 self.monitor.loss_check.backward(loss)
+                self.overlaps.backward(loss)
             if self.monitor.sampling and not self.broadcast_found:
                 pair = loss_inputs.broadcast_difference(loss)
                 if pair is not None:
@@ -516,6 +519,7 @@ class Doctor:
                 self.last_end = time.perf_counter()
         elif self.updates.sampled and id(module) in self.trained:  # (all it reads is sampled)
             self.updates.forward_done(module, output)
+            self.overlaps.forward_done(output, self.monitor.step)
 
     def _hook_tops(self, tops: Sequence[nn.Module]) -> None:
         """A step's compute starts at the first forward of any model, trained by the clock or
