@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch import nn
 from torch.nn.utils import rnn
 from torch.nn.utils.rnn import pad_sequence
 
 from treeqa.health.findings import Finding
-from treeqa.health.packing import CALLS, PackedLengths, padding_starts
+from treeqa.health.packing import CALLS, PackedLengths, padding_ids_start, padding_starts
 
 
 def _embedded(lengths: list[int], features: int = 6) -> torch.Tensor:
@@ -75,6 +76,19 @@ def test_each_rows_own_length_and_one_position_either_way_are_not_named() -> Non
     assert _calls(x, [k - 1 for k in lengths], 2 * CALLS) == []  # all but the last
 
 
+def test_rows_only_cut_short_or_only_read_past_their_padding_are_not_named() -> None:
+    """A forecaster's history packed without its horizon, a truncation by the lengths; rows
+    that end in zeros of their own: each alone has its reasons."""
+    lengths = [4, 9, 5, 12, 6, 7, 10, 5]
+    x = _embedded(lengths)
+    assert _calls(x, [k - 3 for k in lengths], 2 * CALLS) == []  # the last 3 held out
+    assert _calls(x, [min(k, 5) for k in lengths], 2 * CALLS) == []  # truncated to 5
+    quiet = x.clone()
+    for row, k in enumerate(lengths[:4]):
+        quiet[row, k - 3 : k] = 0  # each of 4 rows ends in 3 steps of zeros
+    assert _calls(quiet, lengths, 2 * CALLS) == []
+
+
 def test_a_scalar_series_read_past_its_zeros_is_not_named() -> None:
     """Padded with 0, a series' own 0s at its end look like padding: only rows cut short
     count for vectors of fewer than 4 features."""
@@ -82,3 +96,18 @@ def test_a_scalar_series_read_past_its_zeros_is_not_named() -> None:
     x = pad_sequence(rows, batch_first=True)[..., None]  # [3, 5, 1]
     assert padding_starts(x, True).tolist() == [2, 2, 3]
     assert _calls(x, [5, 2, 3], 2 * CALLS) == []
+
+
+def test_an_embeddings_padding_ids_tell_where_rows_end_and_ids_read_past_count_alone() -> None:
+    """Lengths counted before tokens were filtered out: every row reads padding ids, which
+    are padding whatever their vectors look like."""
+    lengths = [4, 9, 2, 12, 6, 3, 10, 5]
+    embed = nn.Embedding(10, 6, padding_idx=0)
+    ids = pad_sequence([torch.randint(1, 10, (k,)) for k in lengths], batch_first=True)
+    x = embed(ids)  # [8, 12, 6]
+    assert padding_ids_start(x, True).tolist() == lengths
+    assert padding_ids_start(embed(ids.t()), False).tolist() == lengths  # time first
+    assert padding_ids_start(x.detach(), True) is None  # no autograd node: read by the vectors
+    assert _calls(x, lengths, 2 * CALLS) == []
+    found = _calls(x, [min(k + 3, 12) for k in lengths], CALLS)
+    assert [f.code for f in found] == ["packed-lengths-mismatch"]

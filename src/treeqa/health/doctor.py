@@ -486,9 +486,9 @@ class Doctor:
         if id(module) in self.trained:
             self.monitor.input_elements += _elements(args, kwargs)
             self.updates.forward(module, args)
-            sampling = self.monitor.sampling
-            if sampling or self.heldout.evaluated or not torch.is_grad_enabled():
-                self.heldout.forward(args, kwargs, sampling, self.monitor.step)
+            sampling, training = self.monitor.sampling, module.training and torch.is_grad_enabled()
+            if sampling or self.heldout.evaluated or not training:
+                self.heldout.forward(args, kwargs, training, sampling, self.monitor.step)
             if self.prints is not None:
                 self.prints.forward((*args, kwargs), self.monitor.sampling)  # model(**batch)
         elif self.monitor.sampling:  # a teacher's forward, say: is it in eval mode?

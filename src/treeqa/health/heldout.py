@@ -3,23 +3,33 @@
 validation rows scored after earlier folds trained on them.
 
 A run is cut into phases where a new optimiser over the clock's parameters takes over
-(``optimizer = Adam(model.parameters())`` at each fold). The rows of each sampled training step's
-input (the first tensor a trained model is given, with gradients on) are fingerprinted: an
-integer hash of each row's bits (up to ``ELEMENTS`` of them, evenly spaced), exact whatever the
-batch; the rows of every evaluation forward (the same model under ``no_grad``, in either mode)
-too. Fingerprints stay on the device until an evaluation is judged (one host read then).
+(``optimizer = Adam(model.parameters())`` at each fold). A trained model's forward with
+gradients on, in training mode, is a training one; any other of its forwards (under
+``no_grad``, or in eval mode) an evaluation's. The rows of each sampled training forward's
+inputs, and of every evaluation forward's, are fingerprinted: an integer hash of each row's bits
+(up to ``ELEMENTS`` of each tensor's, evenly spaced) over every tensor it is given with the
+batch's first dim, exact whatever the batch; ids alone (one integer a row: a user, a timestep)
+are no rows of data and are left out. Fingerprints stay on the device until read.
 
-Whether the weights went on from one phase to the next or were reset (re-initialised, loaded
-from a copy) is read off a parameter's version counter, which every in-place change bumps:
-the optimiser's steps bump it by the same count each step, so the new optimiser's first step
-finds it where steps alone would have put it, or not (a reset, a load, or anything else done to
-the weights in place, which ends the earlier phases' rows: nothing is judged against them).
+Whether the weights went on from one phase to the next or were reset is read off the first
+parameter with a gradient at the clock's sampled steps. Its version counter, which every
+in-place change bumps by one, rises by the same count each step: a reset through autograd
+(``reset_parameters()``, ``load_state_dict``) leaves it off that count. One through ``.data``
+(``p.data.copy_(p0)``, ``vector_to_parameters``, ``m.weight.data.normal_()``) does not, so its
+values are read too: the new optimiser's first step finds them near those of the phase's last
+sampled step (within ``NEARER`` of their distance from its first) if the weights went on, and
+near its first sampled step's or somewhere new if they were reset. Anything else ends the
+earlier phases' rows: nothing is judged against them.
 
-An evaluation is judged at the next training forward, each of its forwards apart: ``MATCHED``
-or more of a forward's rows, and a tenth of them, among the rows earlier phases of the same weights trained on, and none
-among those of the phase now, where at least ``MATCHED`` would be expected were its rows
-trained on now as well (by the two phases' shares of sampled rows). A score of the training
-data (its rows among the phase's own) and a validation set never trained on pass.
+An evaluation is judged at the next training forward, each of its forwards apart (a fold's last
+evaluation is often followed by the next fold's first, before it trains; forwards of fewer than
+``MATCHED`` rows, a row at a time, are pooled): ``MATCHED`` or more of its rows, and a tenth,
+among the rows earlier phases of the same weights trained on, read on ``STEPS`` sampled steps or
+more, and none among the phase's own, where at least ``MATCHED`` would be expected were its rows
+trained on now as well (by the two phases' counts of sampled rows). And the phases must have
+trained on common rows (``MATCHED`` or more): folds share most of their data, while a second
+task after a first (continual learning) or fine-tuning on labelled rows after pretraining on
+others share none, and their scores of the earlier rows are no k-fold's.
 """
 
 from __future__ import annotations
@@ -34,9 +44,16 @@ from treeqa.health import checks
 from treeqa.health.findings import Finding
 
 ELEMENTS = 4096
-"""The most elements of a row its fingerprint reads (evenly spaced)."""
+"""The most elements of a row's tensor its fingerprint reads (evenly spaced)."""
 MATCHED = 5
-"""Evaluation rows matched in earlier phases, and expected in this one, for the finding."""
+"""Evaluation rows matched in earlier phases, expected in this one, and rows the phases share."""
+STEPS = 3
+"""Sampled steps the matched rows were read on, at least (one batch scored as it trained: a
+loader that does not shuffle, whose sampled steps fall on other batches in each phase)."""
+NEARER = 0.6
+"""How much nearer the weights must be to the last sampled step's than to the first's."""
+VALUES = 256
+"""Elements of the parameter whose values are read."""
 KEPT = 50_000
 """The most fingerprints a phase keeps (augmented data makes every row new)."""
 EVALUATED_BATCHES = 64
@@ -44,36 +61,44 @@ EVALUATED_BATCHES = 64
 READ_EVERY = 32
 """Sampled steps' fingerprints held on the device before they are read."""
 
+Record = tuple[int, int, torch.Tensor]
+"""(step, version, values) of the watched parameter after a sampled step."""
+
 
 class HeldOut:
     """``add``: where the finding goes."""
 
     def __init__(self, add: Callable[[Finding], None]):
         self.add = add
-        self.now: set[int] = set()  # rows this phase trained on (sampled steps)
-        self.before: set[int] = set()  # rows earlier phases of the same weights trained on
-        self.trained: list[torch.Tensor] = []  # fingerprints still on the device
+        self.now: dict[int, int] = {}  # rows this phase trained on -> the sampled step read at
+        self.before: dict[int, int] = {}  # rows earlier phases of the same weights trained on
+        self.trained: list[tuple[int, torch.Tensor]] = []  # (step, fingerprints) on the device
         self.evaluated: list[torch.Tensor] = []  # this evaluation's, until judged
-        # (step, version) of the clock's first parameter after the last two sampled steps
-        self.versions: list[tuple[int, int]] = []
-        self.parameter: weakref.ref[torch.Tensor] | None = None  # the one they are of
+        self.parameter: weakref.ref[torch.Tensor] | None = None  # the one read at sampled steps
+        self.first: Record | None = None  # after this phase's first sampled step
+        self.last: list[Record] = []  # after its last two
         self.phase_step = 0  # the step at which this phase began
         self.said = False
         self._weights: dict[torch.device, torch.Tensor] = {}
 
     def reset(self) -> None:
         """Another model trains from now on: nothing before counts."""
-        self.now, self.before, self.versions = set(), set(), []
-        self.trained, self.evaluated = [], []
+        self.now, self.before, self.trained, self.evaluated = {}, {}, [], []
+        self.parameter, self.first, self.last = None, None, []
 
     def forward(
-        self, args: tuple[Any, ...], kwargs: dict[str, Any] | None, sampled: bool, step: int
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any] | None,
+        training: bool,
+        sampled: bool,
+        step: int,
     ) -> None:
-        """A trained model's forward at ``step``: with gradients on, a training one (its rows
-        read on a sampled step; the evaluation before it judged), else an evaluation's."""
+        """A trained model's forward at ``step``: a training one (``training``: gradients on,
+        training mode; its rows read on a sampled step, the evaluation before it judged), else
+        an evaluation's."""
         if self.said:
             return
-        training = torch.is_grad_enabled()
         if training and self.evaluated:
             self.judge(step)
         if training:
@@ -84,76 +109,120 @@ class HeldOut:
                 self._read_trained()
         elif not self.before or len(self.evaluated) >= EVALUATED_BATCHES:
             return  # (nothing to judge it against: no rows of an earlier phase)
-        x = _first_tensor(args, kwargs)
-        if x is None or x.dim() < 1 or x.shape[0] < 1 or not checks.dense(x):
+        fingerprints = self._fingerprints(args, kwargs)
+        if fingerprints is None:
             return
-        if not checks.untraceable(x):
-            (self.trained if training else self.evaluated).append(self._fingerprints(x))
+        if training:
+            self.trained.append((step, fingerprints))
+        else:
+            self.evaluated.append(fingerprints)
 
     def stepped(self, step: int, optimizer: torch.optim.Optimizer) -> None:
-        """The clock's sampled ``step`` ended: the version of its first parameter."""
-        parameter = next((p for g in optimizer.param_groups for p in g["params"]), None)
+        """The clock's sampled ``step`` ended: the version and first values of its first
+        parameter with a gradient."""
+        groups = optimizer.param_groups
+        parameter = next((p for g in groups for p in g["params"] if p.grad is not None), None)
         if not isinstance(parameter, torch.Tensor):
             return
         if self.parameter is None or self.parameter() is not parameter:
-            self.parameter, self.versions = weakref.ref(parameter), []
-        self.versions = [*self.versions[-1:], (step, parameter._version)]
+            self.parameter, self.first, self.last = weakref.ref(parameter), None, []
+        record = (step, parameter._version, _values(parameter))
+        self.first = self.first or record
+        self.last = [*self.last[-1:], record]
 
     def new_optimiser(self, steps: int) -> None:
         """A new optimiser over the clock's parameters took its first step, the run's step
-        ``steps + 1``: a phase ends. It went on from the weights the last one left if the
-        version of the parameter read at the clock's sampled steps is where one more step of
-        the same count per step would put it."""
+        ``steps + 1``: a phase ends, its rows kept where the weights went on."""
         self.judge(steps)
+        # (the rows of the step just taken, read before it was known to be the new one's)
+        ours = {row: at for row, at in self.now.items() if at == steps}
         parameter = self.parameter() if self.parameter is not None else None
-        if parameter is not None and self._went_on(steps + 1, parameter._version):
-            self.before |= self.now
+        if parameter is not None and self._went_on(steps + 1, parameter):
+            self.before.update((row, at) for row, at in self.now.items() if at != steps)
         else:
-            self.before = set()
-        self.now, self.versions, self.phase_step = set(), [], steps + 1
+            self.before = {}
+        self.now, self.first, self.last, self.phase_step = ours, None, [], steps + 1
 
     def judge(self, step: int) -> None:
         """The evaluation forwards since the last training one (the run ended after them, or a
-        phase ends), each forward's rows on their own: an evaluation of a fold's validation
-        rows is often followed by one of the next fold's before it trains."""
+        phase ends): each forward's rows on their own, forwards of fewer than ``MATCHED`` rows
+        pooled."""
         evaluated, self.evaluated = self.evaluated, []
         self._read_trained()
         if self.said or not self.before:
             return
-        for fingerprints in evaluated:
-            rows = fingerprints.cpu().tolist()
-            before = sum(1 for r in rows if r in self.before)
+        shared = sum(1 for row in self.now if row in self.before)
+        if shared < MATCHED:  # (the phases trained on other data)
+            return
+        forwards = [f.cpu().tolist() for f in evaluated]
+        small = [row for rows in forwards if len(rows) < MATCHED for row in rows]
+        for rows in [r for r in forwards if len(r) >= MATCHED] + [small]:
+            steps = [self.before[r] for r in rows if r in self.before]
             now = sum(1 for r in rows if r in self.now)
-            expected = before * len(self.now) / len(self.before)
-            if before >= max(MATCHED, 0.1 * len(rows)) and now == 0 and expected >= MATCHED:
+            expected = len(steps) * len(self.now) / len(self.before)
+            if (
+                len(steps) >= max(MATCHED, 0.1 * len(rows))
+                and len(set(steps)) >= STEPS
+                and now == 0
+                and expected >= MATCHED
+            ):
                 self.said = True
-                self.add(evaluation_data_trained_on(before, len(rows), self.phase_step, step))
+                self.add(evaluation_data_trained_on(len(steps), len(rows), self.phase_step, step))
                 return
 
-    def _went_on(self, step: int, version: int) -> bool:
-        if len(self.versions) < 2:
+    def _went_on(self, step: int, parameter: torch.Tensor) -> bool:
+        """The weights at ``step`` went on from the phase's: their version where steps alone
+        put it, their values nearer the last sampled step's than its first's."""
+        if len(self.last) < 2 or self.first is None or self.first[0] >= self.last[-1][0]:
             return False
-        (s1, v1), (s2, v2) = self.versions
+        (s1, v1, _), (s2, v2, values) = self.last
         per_step, rest = divmod(v2 - v1, s2 - s1)
-        return rest == 0 and version == v2 + per_step * (step - s2)
+        if rest or parameter._version != v2 + per_step * (step - s2):
+            return False
+        now = _values(parameter)
+        to_last = float((now - values).norm())
+        return to_last <= NEARER * float((now - self.first[2]).norm())
 
     def _read_trained(self) -> None:
         if self.trained:
-            rows = torch.cat([f.cpu() for f in self.trained]).tolist()
+            for step, fingerprints in self.trained:
+                self.now.update(dict.fromkeys(fingerprints.cpu().tolist(), step))
             self.trained = []
-            self.now.update(rows)
 
-    def _fingerprints(self, x: torch.Tensor) -> torch.Tensor:
-        """[B] int64: a hash of each row's bits (exact: integer sums wrap around)."""
-        rows = x.detach().reshape(x.shape[0], -1)
+    def _fingerprints(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any] | None
+    ) -> torch.Tensor | None:
+        """[B] int64: a hash of each row over the tensors of the forward's batch (exact:
+        integer sums wrap around); None where it is given no rows of data."""
+        tensors = _given(args, kwargs)
+        if not tensors:
+            return None
+        batch = tensors[0].shape[0]
+        hashed = None
+        for x in tensors:
+            if x.shape[0] != batch or checks.untraceable(x):
+                continue
+            rows = x.detach().reshape(batch, -1)
+            if rows.shape[1] <= 1 and not rows.is_floating_point():
+                continue  # ids: a user, an item, a timestep
+            h = self._hash(rows)
+            hashed = h if hashed is None else hashed * 1_000_003 + h
+        return hashed
+
+    def _hash(self, rows: torch.Tensor) -> torch.Tensor:
         rows = rows[:, :: max(1, rows.shape[1] // ELEMENTS)]
         bits = _as_integers(rows)
-        weights = self._weights.get(x.device)
+        weights = self._weights.get(rows.device)
         if weights is None or weights.numel() < bits.shape[1]:
             made = torch.Generator().manual_seed(0)
             odd = torch.randint(1, 2**62, (max(bits.shape[1], ELEMENTS + 1),), generator=made)
-            weights = self._weights[x.device] = (odd | 1).to(x.device)
+            weights = self._weights[rows.device] = (odd | 1).to(rows.device)
         return (bits * weights[: bits.shape[1]]).sum(1)
+
+
+def _values(parameter: torch.Tensor) -> torch.Tensor:
+    """The parameter's first values, copied (on its device)."""
+    return parameter.detach().reshape(-1)[:VALUES].float().clone()
 
 
 def _as_integers(rows: torch.Tensor) -> torch.Tensor:
@@ -166,17 +235,17 @@ def _as_integers(rows: torch.Tensor) -> torch.Tensor:
     return rows.to(torch.int64)
 
 
-def _first_tensor(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> torch.Tensor | None:
-    """The first tensor a forward is given: an argument, or the first in a dict, list or tuple
-    among its arguments (``model(**batch)``, ``model(batch)``)."""
+def _given(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> list[torch.Tensor]:
+    """The dense tensors a forward is given with a batch dim: its arguments, and those in a
+    dict, list or tuple among them (``model(**batch)``, ``model(batch)``)."""
+    found = []
     for value in (*args, *(kwargs or {}).values()):
         if isinstance(value, dict):
-            value = next(iter(value.values()), None)
-        elif isinstance(value, list | tuple):
-            value = value[0] if value else None
-        if isinstance(value, torch.Tensor):
-            return value
-    return None
+            items = list(value.values())
+        else:
+            items = list(value) if isinstance(value, list | tuple) else [value]
+        found += [t for t in items if isinstance(t, torch.Tensor) and t.dim() >= 1]
+    return [t for t in found if t.shape[0] >= 1 and checks.dense(t)]
 
 
 def evaluation_data_trained_on(matched: int, rows: int, phase: int, step: int) -> Finding:

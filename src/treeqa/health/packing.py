@@ -6,15 +6,23 @@ Embedding's padding row, zeros), repeated to the row's end; where it starts is t
 length as the data has it. A row whose given length stops two or more before that is cut short
 (its last words never reach the recurrent layer); one whose length runs two or more past it
 reads padding as words. One either way is let be: an end-of-sequence token that shares the
-padding's id (GPT-2's tokenizer), a decoder given every token but the last. Lengths sorted on
-their own to satisfy ``enforce_sorted=True``, while the rows keep their order, make most rows
-one or the other.
+padding's id (GPT-2's tokenizer), a decoder given every token but the last.
+
+Each alone has its reasons. Rows cut short: a forecaster's history packed without the steps it
+predicts (``lengths - horizon``), a truncation by ``lengths.clamp(max=n)``. Rows read past
+what looks like padding: data whose own last values equal it (a churned user's days of zero
+counts, digital silence at a clip's end, a poly-A tail as long as the padding), or rows padded
+by repeating their own last vector. Lengths sorted on their own to satisfy
+``enforce_sorted=True``, while the rows keep their order, or taken from another batch, make
+rows of both kinds in one call: that is what counts. Where the input is an Embedding's output
+with a ``padding_idx`` (dropout between), the padding is read off the ids its autograd node
+saved, exactly: rows read past their padding ids count alone (lengths counted before tokens
+were filtered out).
 
 Only rows that end in the batch's padding are judged, and only where that vector repeats (two
-or more at a row's end): sequences padded by repeating their own last value, or a position
-signal added after the embedding (no two padded positions alike), show no padding and are
-passed by. A row read past its padding is judged only over vectors of 4 features or more: a
-scalar series padded with 0 may hold 0s of its own.
+or more at a row's end): a position signal added after the embedding (no two padded positions
+alike) shows no padding and is passed by. A row read past its padding is judged only over
+vectors of 4 features or more: a scalar series padded with 0 may hold 0s of its own.
 """
 
 from __future__ import annotations
@@ -32,7 +40,8 @@ from treeqa.health.wrap import Wrappers, note_function_calls
 SLACK = 1
 """Positions a given length may differ from the padding's start by (see the module's text)."""
 ROW_SHARE = 0.25
-"""Rows of a call, of those that end in padding, whose length is off for the call to count."""
+"""Rows of a call, of those that end in padding, whose length is off (some cut short and some
+read past their padding) for the call to count."""
 CALLS = 3
 """Sampled calls with lengths off, and at least as many as the calls whose lengths matched."""
 FEATURES = 4
@@ -67,16 +76,21 @@ class PackedLengths:
         batch_first = args[2] if len(args) > 2 else kwargs.get("batch_first", False)
         if not isinstance(x, torch.Tensor) or checks.untraceable(x) or not checks.dense(x):
             return
-        starts = padding_starts(x, bool(batch_first))
+        starts = padding_ids_start(x, bool(batch_first))
+        by_ids = starts is not None
+        if starts is None:
+            starts = padding_starts(x, bool(batch_first))
         if starts is None:
             return
         given = torch.as_tensor(lengths).reshape(-1).to("cpu", torch.long)
         if given.numel() != starts.numel():
             return  # torch raises on it
-        cut, read = _lengths_off(given, starts, x.reshape(*x.shape[:2], -1).shape[-1])
+        features = FEATURES if by_ids else x.reshape(*x.shape[:2], -1).shape[-1]
+        cut, read = _lengths_off(given, starts, features)
         off = cut | read
         judged = int((starts >= 0).sum())
-        if int(off.sum()) < max(2, ROW_SHARE * judged):
+        both = read.any() and (cut.any() or by_ids)  # (padding ids read are padding)
+        if not both or int(off.sum()) < max(2, ROW_SHARE * judged):
             self.matched += 1
             return
         self.off += 1
@@ -90,6 +104,29 @@ class PackedLengths:
             found = packed_lengths_mismatch(self.off, self.off + self.matched, *self.example)
             found.where = self.where
             self.add(found)
+
+
+def padding_ids_start(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
+    """[B] where each row's padding ids start, where ``x`` is an Embedding's output with a
+    ``padding_idx`` (dropout between), read off the ids its autograd node saved; else None."""
+    node: Any = x.grad_fn
+    for _ in range(3):
+        name = type(node).__name__
+        if node is None or name == "EmbeddingBackward0":
+            break
+        inputs = [n for n, _ in node.next_functions if n is not None]
+        if len(inputs) != 1 or name not in ("NativeDropoutBackward0", "MulBackward0"):
+            return None
+        node = inputs[0]
+    try:
+        ids, pad = node._saved_indices, int(node._saved_padding_idx)
+    except (AttributeError, RuntimeError):  # not an Embedding's, freed, another torch's names
+        return None
+    if not 0 <= pad < 2**63 or ids.shape != x.shape[:2]:
+        return None
+    ids = ids if batch_first else ids.t()
+    run = (ids == pad).flip(1).int().cumprod(1).sum(1)  # [B]: padding ids at the row's end
+    return (ids.shape[1] - run).cpu()
 
 
 def padding_starts(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
@@ -137,7 +174,7 @@ def packed_lengths_mismatch(
         "packed-lengths-mismatch",
         "warning",
         f"pack_padded_sequence was given lengths that do not match its rows on {calls} of "
-        f"{judged} sampled calls: in the first, of the {rows} rows that end in padding, {cut} "
+        f"{judged} sampled calls: in the first, of the {rows} rows whose end could be read, {cut} "
         f"were cut short (their last words never reach the recurrent layer) and {read} read "
         f"past their padding as if it were words (row {row}: length {given} given, its "
         f"padding starts at {starts}); lengths sorted apart from the rows, or taken from "
