@@ -121,6 +121,7 @@ EXPECTED = {
     "bug_train_after_baseline_eval.py": "train-in-eval-mode",  # eval mode from a baseline score
     "bug_train_in_eval_second_path.py": "train-in-eval-mode",  # a second eval path, no train()
     "bug_eval_in_train_mode.py": "eval-in-train-mode",
+    "bug_mc_dropout_with_batch_norm.py": "eval-in-train-mode",  # its statistics moved by tests
     "bug_evaluation_with_gradients.py": "evaluation-with-gradients",
     "bug_fp16_without_scaler.py": "fp16-without-loss-scaling",
     "bug_fp16_autocast_in_forward.py": "fp16-without-loss-scaling",  # @autocast on forward
@@ -221,6 +222,7 @@ CLEAN = [
     "clean_eval_mode_gradients.py",  # trained in eval mode; PGD with autograd.grad
     "clean_padded_sequences.py",  # ignore_index=PAD; a tag set whose "O" is id 0
     "clean_folds_and_phases.py",  # folds reset in place or made anew, phases, remade optimisers
+    "clean_mc_dropout_batched.py",  # Monte Carlo dropout's samples as copies in one batch
     "clean_overlap_losses.py",  # Dice, IoU, V-Net, Tversky over probabilities; a weighted mean
     "clean_packed_sequences.py",  # sorted, unsorted, an EOS counted, a position signal, ...
     "clean_rnn_layouts.py",  # [T, B, F] to a time-first GRU, batch_first=True, packed

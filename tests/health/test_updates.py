@@ -20,7 +20,14 @@ from treeqa.health.findings import Finding
 from treeqa.health.losses import LossInputCheck
 from treeqa.health.orphans import Orphans
 from treeqa.health.scalers import LossScalers, scale_by_hand
-from treeqa.health.updates import EMPTY_STEPS, EVAL_FORWARDS, EVAL_STEPS, Updates
+from treeqa.health.updates import EMPTY_STEPS, EVAL_FORWARDS, EVAL_STEPS, Updates, _copies
+
+
+def test_monte_carlo_copies_of_a_batch_are_told_from_a_batch() -> None:
+    x = torch.randn(5, 3)
+    assert _copies(x.repeat_interleave(4, 0)) and _copies(x.repeat(3, 1))
+    assert _copies(x[:1].expand(6, 3))  # one input's copies
+    assert not _copies(x) and not _copies(x[[0, 1, 0, 2, 3, 4]])  # one row seen twice
 
 
 def test_gradients_not_zeroed_needs_dirty_sampled_steps_in_a_row() -> None:

@@ -168,10 +168,10 @@ class FrozenInTrainMode:
             now = _sample(model.parameters()) if model is not None else self.latest.get(key)
             if _differ(self.samples.get(key), now):
                 continue  # a momentum teacher updated through .data
+            # (the layers as they ran: a teacher put in eval mode for the final evaluation ran
+            # the whole training in train mode all the same)
             name, layers = self.kinds[key]
-            found = slips.frozen_in_train_mode(
-                name, steps, self.mode_dependent(model) if model is not None else layers
-            )
+            found = slips.frozen_in_train_mode(name, steps, layers)
             if found is not None:
                 found.where = self.where.get(key, "")
                 self.said = True

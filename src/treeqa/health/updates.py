@@ -28,8 +28,9 @@ every backward) and reports to the monitor:
   without gradients and in train mode (no forward with gradients, no step between them): an
   evaluation without ``model.eval()``, with dropout on and batch norm updating its running
   statistics from the evaluation data. One or two such forwards a step (pseudo-labels in
-  semi-supervised training), Monte Carlo dropout (one input run again and again) and a
-  batch-norm recalibration (``momentum=None``) are not it.
+  semi-supervised training), Monte Carlo dropout (one input run again and again, or its
+  copies batched into one forward, with no batch norm's statistics moving) and a batch-norm
+  recalibration (``momentum=None``) are not it.
 - ``evaluation-with-gradients``: a model the clock trains ran ``EVAL_FORWARDS`` forwards or
   more in a row in eval mode with gradients on, then one in train mode (or the script ended),
   with no backward or ``torch.autograd.grad`` (``gradients_taken``) since the first: an
@@ -53,7 +54,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health import graphs, sites, slips
+from treeqa.health import checks, graphs, sites, slips
 from treeqa.health.averaged import AveragedNorms
 from treeqa.health.findings import Finding
 from treeqa.health.hand import HandUpdates
@@ -249,7 +250,9 @@ class Updates:
         elif module.training:
             first = next((a for a in args if isinstance(a, torch.Tensor)), None)
             last = self._no_grad_input() if self._no_grad_input is not None else None
-            if first is not None and first is last:  # Monte Carlo dropout: samples of one input
+            # Monte Carlo dropout: samples of one input, run again and again or as copies in one
+            # batch, where no batch norm's running statistics move with them
+            if first is not None and (first is last or _copies(first)) and not _norms_move(module):
                 self.no_grad_run = -1
             if self.no_grad_run < 0:
                 return
@@ -768,6 +771,39 @@ def _first_with_grad(params: Iterable[nn.Parameter]) -> nn.Parameter | None:
                 return p
             first = first if first is not None else p
     return first
+
+
+def _copies(x: torch.Tensor) -> bool:
+    """``x``'s rows are copies of fewer rows, each repeated in a run
+    (``repeat_interleave(T, 0)``) or the whole batch tiled (``repeat(T, 1)``): samples of
+    one input batched into one forward. A few host reads."""
+    n = x.shape[0] if x.dim() else 0
+    if n < 2 or checks.untraceable(x) or not checks.dense(x):
+        return False
+    rows = x.detach().reshape(n, -1)
+    same = (rows == rows[0]).all(1)  # [n]: rows equal to the first
+    if not bool(same[1:].any()):
+        return False
+    run = int(same.int().cumprod(0).sum())  # copies of the first row in a run
+    period = int(same[1:].int().argmax()) + 1  # where the first row comes again
+    if 1 < run <= n and n % run == 0:  # (every row one: a single input's copies)
+        runs = rows.view(n // run, run, -1)
+        return bool((runs == runs[:, :1]).all())
+    if 1 < period < n and n % period == 0:
+        tiles = rows.view(n // period, period, -1)
+        return bool((tiles == tiles[:1]).all())
+    return False
+
+
+def _norms_move(model: nn.Module) -> bool:
+    """Batch norm in train mode whose running statistics a forward moves."""
+    return any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm)
+        and m.training
+        and m.track_running_stats
+        and m.momentum is not None
+        for m in model.modules()
+    )
 
 
 def _recalibrating(model: nn.Module) -> bool:
