@@ -55,7 +55,8 @@ NEARER = 0.6
 VALUES = 256
 """Elements of the parameter whose values are read."""
 KEPT = 50_000
-"""The most fingerprints a phase keeps (augmented data makes every row new)."""
+"""The most fingerprints a phase keeps, and earlier phases together (augmented data makes
+every row new)."""
 EVALUATED_BATCHES = 64
 """The most forwards of one evaluation fingerprinted."""
 READ_EVERY = 32
@@ -138,7 +139,8 @@ class HeldOut:
         ours = {row: at for row, at in self.now.items() if at == steps}
         parameter = self.parameter() if self.parameter is not None else None
         if parameter is not None and self._went_on(steps + 1, parameter):
-            self.before.update((row, at) for row, at in self.now.items() if at != steps)
+            if len(self.before) < KEPT:  # (augmented data: every epoch's rows new)
+                self.before.update((row, at) for row, at in self.now.items() if at != steps)
         else:
             self.before = {}
         self.now, self.first, self.last, self.phase_step = ours, None, [], steps + 1
