@@ -15,16 +15,17 @@ def _scores_and_mask() -> tuple[torch.Tensor, torch.Tensor]:
     return logits, (torch.rand(4, 1, 6, 6) > 0.5).float()
 
 
-def test_dice_iou_and_vnet_ratios_name_their_scores() -> None:
+def test_dice_and_iou_ratios_name_their_scores() -> None:
     p, t = _scores_and_mask()
     inter = (p * t).sum((1, 2, 3))
     dice = 1 - ((2 * inter + 1) / (p.sum((1, 2, 3)) + t.sum((1, 2, 3)) + 1)).mean()
     assert ratios(dice.grad_fn) == [p.grad_fn]
     iou = 1 - (p * t).sum() / (p.sum() + t.sum() - (p * t).sum())
     assert ratios((iou + F.binary_cross_entropy_with_logits(p, t)).grad_fn) == [p.grad_fn]
-    flat = p.reshape(-1)
-    vnet = 1 - 2 * (flat * t.reshape(-1)).sum() / ((flat**2).sum() + (t**2).sum())
-    assert ratios(vnet.grad_fn) == [p.grad_fn]
+    flat = p.reshape(-1)  # views between
+    assert ratios((1 - 2 * (flat * t.reshape(-1)).sum() / (flat.sum() + t.sum())).grad_fn) == [
+        p.grad_fn
+    ]
 
 
 def test_other_quotients_are_no_overlap_ratios() -> None:
@@ -34,27 +35,40 @@ def test_other_quotients_are_no_overlap_ratios() -> None:
     assert ratios(F.mse_loss(estimate, torch.ones(4)).grad_fn) == []  # not in the loss by sums
     assert ratios(((p * t).sum() / t.sum()).grad_fn) == []  # no scores in the denominator
     assert ratios(((p * p.detach() * t).sum() / p.sum()).grad_fn) == []  # a product of two
+    # V-Net's squares: bounded and best at p = t for any real p (a heatmap's similarity)
+    vnet = 1 - 2 * (p * t).sum() / ((p**2).sum() + (t**2).sum())
+    assert ratios(vnet.grad_fn) == []
 
 
-def _steps(squash: bool, steps: int) -> list[Finding]:
+def _steps(output_of: str, steps: int) -> list[Finding]:
+    """``steps`` sampled steps of a Dice over a model's output: ``output_of`` "logits", its
+    "squeezed" logits (a view), "sigmoid" probabilities or "exp" weights (a weighted mean's)."""
     found: list[Finding] = []
     overlaps = Overlaps(found.append)
     for step in range(steps):
         logits, t = _scores_and_mask()
-        output = torch.sigmoid(logits) if squash else logits
+        output = {
+            "logits": logits,
+            "squeezed": logits.squeeze(1) if output_of == "squeezed" else logits,
+            "sigmoid": torch.sigmoid(logits),
+            "exp": logits.exp(),
+        }[output_of]
         overlaps.forward_done(output, step)
-        p = output if squash else logits
+        p = output.reshape(t.shape)
         loss = 1 - (2 * (p * t).sum() + 1) / (p.sum() + t.sum() + 1)
         overlaps.backward(loss)
     return found
 
 
 def test_a_dice_over_the_models_logits_is_named_after_steps_in_a_row() -> None:
-    assert _steps(squash=False, steps=STEPS - 1) == []
-    found = _steps(squash=False, steps=STEPS)
+    assert _steps("logits", steps=STEPS - 1) == []
+    found = _steps("logits", steps=STEPS)
     assert [f.code for f in found] == ["dice-on-logits"]
     assert found[0].evidence["lowest"] < 0
+    assert [f.code for f in _steps("squeezed", steps=STEPS)] == ["dice-on-logits"]
 
 
-def test_a_dice_over_a_model_that_ends_in_a_sigmoid_is_not_named() -> None:
-    assert _steps(squash=True, steps=2 * STEPS) == []
+def test_a_dice_over_probabilities_or_positive_weights_is_not_named() -> None:
+    """A model that ends in a sigmoid; a weighted mean's weights above 1 (exp of scores)."""
+    assert _steps("sigmoid", steps=2 * STEPS) == []
+    assert _steps("exp", steps=2 * STEPS) == []

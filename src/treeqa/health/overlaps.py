@@ -1,18 +1,22 @@
 """A Dice or IoU loss written by hand over raw logits (``dice-on-logits``).
 
 A soft Dice ratio ``(2 * sum(p * t) + s) / (sum(p) + sum(t) + s)`` (IoU's ``sum(p * t) /
-(sum(p) + sum(t) - sum(p * t))``, V-Net's squares in the denominator) is meant over scores ``p``
-in [0, 1]. Given the model's logits where a sigmoid or softmax belongs, ``1 - dice`` is
-minimised by logits run off to large values of one sign, and the segmentation it trains is
-wrong (the probe's U-Net ended at an IoU of 0.0006, its loss rising 0.75 -> 1.08).
+(sum(p) + sum(t) - sum(p * t))``) is meant over scores ``p`` in [0, 1]. Given the model's logits
+where a sigmoid or softmax belongs, ``1 - dice`` is minimised by logits run off to large values
+rather than by fitting the mask, and the segmentation it trains is wrong (the probe's U-Net
+ended at an IoU of 0.0006, its loss rising 0.75 -> 1.08).
 
-On sampled steps the trained model's output is kept until the backward, where the loss's graph
+On sampled steps the trained model's outputs are kept until the backward, where the loss's graph
 is walked (``ratios``): through sums, means, and constants added, subtracted or multiplied, to
 each quotient whose numerator reduces a product of a tensor with gradients and one without, and
-whose denominator reduces that same tensor (or its square), read through views. Where that
-tensor is the model's output as it came out, its values are read (one host read): any below 0
-or above 1, on ``STEPS`` sampled steps in a row, make the finding. Scores passed through a
-sigmoid or softmax (by the loss or by the model) are other tensors, or in [0, 1].
+whose denominator reduces that same tensor, read through views. Where that tensor is a model's
+output as it came out (a view of it too: ``logits.squeeze(1)``), its values are read (one host
+read): any below 0, on ``STEPS`` sampled steps in a row, make the finding. Scores passed through
+a sigmoid or softmax (by the loss or by the model) are other tensors, or in [0, 1]. Above 1
+alone is no sign: a weighted mean ``sum(w * v) / sum(w)`` has the same form over weights that
+are any non-negative numbers (a density map's, ``exp`` of scores), and is right to. V-Net's
+squared denominator is not read: ``2 * sum(p * t) / (sum(p ** 2) + sum(t ** 2))`` is bounded and
+best at ``p = t`` for any real ``p`` (a heatmap regression's similarity).
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from treeqa.health.findings import Finding
 from treeqa.health.loss_inputs import REDUCTIONS, VIEWS
 
 STEPS = 3
-"""Sampled steps in a row whose ratio's scores were outside [0, 1]."""
+"""Sampled steps in a row whose ratio's scores went below 0."""
 BELOW = -0.01
-"""How far past 0 (and 1) a score is outside [0, 1] (rounding aside)."""
+"""How far below 0 a score is below it (rounding aside)."""
 OUTPUTS = 8
 """The most model outputs of a sampled step kept until its backward."""
 AROUND = re.compile(r"(Add|Sub|Rsub|Mul|Div|Neg)Backward\d")
@@ -67,12 +71,12 @@ class Overlaps:
         if self.said or loss.grad_fn is None or not outputs:
             return
         scores = {id(node) for node in ratios(loss.grad_fn)}
-        read = [t for t in outputs if id(t.grad_fn) in scores]
+        read = [t for t in outputs if id(t.grad_fn) in scores or id(_base(t.grad_fn)) in scores]
         if not read:
             return
         ends = torch.stack([torch.stack(t.detach().aminmax()) for t in read]).float().cpu()
         low, high = float(ends[:, 0].min()), float(ends[:, 1].max())  # (one host read)
-        if BELOW <= low and high <= 1 - BELOW:
+        if low >= BELOW:  # (weights >= 0 of a weighted mean run above 1: only below 0 counts)
             self.steps, self.seen = 0, None
             return
         self.steps += 1
@@ -103,8 +107,8 @@ def ratios(node: Any, most: int = 24) -> list[Any]:
 
 def _overlap(div: Any) -> Any:
     """The scores' node where ``div``'s numerator reduces a product of scores (with
-    gradients) and targets (without), and its denominator reduces the same scores; else
-    None."""
+    gradients) and targets (without), and its denominator reduces the same scores (not their
+    squares); else None."""
     numerator, denominator = (n for n, _ in div.next_functions)
     product = _reduced(_constants_off(numerator))
     if type(product).__name__ != "MulBackward0":
@@ -121,8 +125,7 @@ def _overlap(div: Any) -> Any:
             continue
         name = type(node).__name__
         if name in REDUCTIONS:
-            term = _base(node.next_functions[0][0])
-            if term is scores or _square_of(term) is scores:
+            if _base(node.next_functions[0][0]) is scores:
                 return scores
         elif AROUND.fullmatch(name):
             todo.extend(n for n, _ in node.next_functions)
@@ -137,17 +140,6 @@ def _constants_off(node: Any) -> Any:
             return node
         node = inputs[0]
     return node
-
-
-def _square_of(node: Any) -> Any:
-    """What ``node`` squares (``p ** 2``, ``p * p``), views below skipped; else None."""
-    inputs = [n for n, _ in node.next_functions if n is not None] if node is not None else []
-    name = type(node).__name__
-    if name == "PowBackward0" and len(inputs) == 1 and getattr(node, "_saved_exponent", 2) == 2:
-        return _base(inputs[0])
-    if name == "MulBackward0" and len(inputs) == 2 and inputs[0] is inputs[1]:
-        return _base(inputs[0])
-    return None
 
 
 def _reduced(node: Any) -> Any:
@@ -174,7 +166,7 @@ def dice_on_logits(low: float, high: float, steps: int) -> Finding:
         "warning",
         f"a Dice- or IoU-style ratio in the loss (2 * sum(p * t) / (sum(p) + sum(t))) takes "
         f"the model's output as its scores p, and that output ran from {low:.3g} to {high:.3g} "
-        f"over {steps} sampled steps in a row: raw logits, where probabilities in [0, 1] "
-        "belong, which 1 - dice drives off to large values instead of fitting the mask",
+        f"over {steps} sampled steps in a row, below 0: raw logits, where probabilities in "
+        "[0, 1] belong, which 1 - dice drives off to large values instead of fitting the mask",
         evidence={"lowest": round(low, 4), "highest": round(high, 4), "steps": steps},
     )

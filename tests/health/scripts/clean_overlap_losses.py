@@ -1,9 +1,9 @@
 """Clean: soft overlap losses written by hand over probabilities. Dice over sigmoid
 probabilities, a multi-class Dice over a softmax, IoU, V-Net's squared denominator, Tversky, a
 generalised Dice with class weights, and a Dice over the output of a model that ends in a
-sigmoid itself; and a weighted mean of fixed values by the model's positive weights, which
-has a Dice's form but is no overlap (its weights are not probabilities and it is not in the
-loss by sums alone)."""
+sigmoid itself; and weighted means of fixed values by a model's positive weights (softplus,
+above 1 at times), which have a Dice's form: inside a mean squared error, and an expected cost
+added to the loss as it is."""
 
 import torch
 from torch import nn
@@ -70,6 +70,8 @@ for step in range(120):
     w = weighting(features).squeeze(-1)  # [16, 8], positive
     estimate = (w * values).sum(1) / w.sum(1)
     losses.append(F.mse_loss(estimate, values.max(1).values))
+    costs = (w * (1 - values)).sum(1) / w.sum(1)  # an expected cost, in the loss as it is
+    losses.append(0.1 * costs.mean())
     loss = sum(losses)
     opt.zero_grad()
     loss.backward()
