@@ -125,7 +125,7 @@ def padding_ids_start(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None
     if not 0 <= pad < 2**63 or ids.shape != x.shape[:2]:
         return None
     ids = ids if batch_first else ids.t()
-    run = (ids == pad).flip(1).int().cumprod(1).sum(1)  # [B]: padding ids at the row's end
+    run = _trailing(ids == pad)  # [B]: padding ids at the row's end
     return (ids.shape[1] - run).cpu()
 
 
@@ -142,13 +142,18 @@ def padding_starts(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
     rows = rows.reshape(b, t, -1)  # [B, T, F]
     last = rows[:, -1]  # [B, F]
     same = (rows == last[:, None]).all(-1)  # [B, T]: equal to the row's last vector
-    run = same.flip(1).int().cumprod(1).sum(1)  # [B]: how many at the row's end
+    run = _trailing(same)  # [B]: how many at the row's end
     longest = int(run.argmax())
     pad = last[longest]  # [F]
     padded = (last == pad).all(-1)  # [B]
     if int(run[longest]) < 2 or int(padded.sum()) < 2:
         return None
     return torch.where(padded, t - run, -1).cpu()
+
+
+def _trailing(mask: torch.Tensor) -> torch.Tensor:
+    """[B]: how many of each row's last entries of ``mask`` [B, T] are True in a row."""
+    return mask.flip(1).int().cumprod(1).sum(1)
 
 
 def _lengths_off(

@@ -251,14 +251,18 @@ class Updates:
             first = next((a for a in args if isinstance(a, torch.Tensor)), None)
             last = self._no_grad_input() if self._no_grad_input is not None else None
             # Monte Carlo dropout: samples of one input, run again and again or as copies in one
-            # batch, where no batch norm's running statistics move with them
-            if first is not None and (first is last or _copies(first)) and not _norms_move(module):
+            # batch (read only when the run would be named: a few host reads), where no batch
+            # norm's running statistics move with them
+            if first is not None and first is last and not _norms_move(module):
                 self.no_grad_run = -1
             if self.no_grad_run < 0:
                 return
             self.no_grad_run += 1
             self._no_grad_input = weakref.ref(first) if first is not None else None
             if self.no_grad_run == EVAL_FORWARDS and not _recalibrating(module):
+                if first is not None and _copies(first) and not _norms_move(module):
+                    self.no_grad_run = -1
+                    return
                 self._report(
                     slips.eval_in_train_mode(self.no_grad_run, _mode_dependent([module], True))
                 )
