@@ -41,6 +41,7 @@ EXPECTED = {
     "bug_packed_lengths_sorted_apart.py": "packed-lengths-mismatch",
     "bug_kfold_model_reused.py": "evaluation-data-trained-on",
     "bug_dice_on_logits.py": "dice-on-logits",
+    "bug_attention_mask_inverted.py": "attention-mask-inverted",
     "bug_unused_parameter.py": "unused-parameter",
     "bug_router_under_no_grad.py": "unused-parameter",  # its layer runs, under no_grad
     "bug_round_without_straight_through.py": "zero-derivative-op",  # QAT: weights never train
@@ -223,6 +224,7 @@ CLEAN = [
     "clean_padded_sequences.py",  # ignore_index=PAD; a tag set whose "O" is id 0
     "clean_folds_and_phases.py",  # folds reset in place or made anew, phases, remade optimisers
     "clean_mc_dropout_batched.py",  # Monte Carlo dropout's samples as copies in one batch
+    "clean_attention_masks.py",  # key padding, left-padded causal, additive, memory slots
     "clean_overlap_losses.py",  # Dice, IoU, V-Net, Tversky over probabilities; a weighted mean
     "clean_packed_sequences.py",  # sorted, unsorted, an EOS counted, a position signal, ...
     "clean_rnn_layouts.py",  # [T, B, F] to a time-first GRU, batch_first=True, packed

@@ -57,6 +57,7 @@ from treeqa.health import (
 from treeqa.health.clipping import Clipping
 from treeqa.health.evaluation import EvalDropout
 from treeqa.health.heldout import HeldOut
+from treeqa.health.masks import AttentionMasks
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
 from treeqa.health.overlaps import Overlaps
 from treeqa.health.seeds import Seeds
@@ -128,6 +129,7 @@ class Doctor:
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
         self.heldout = HeldOut(monitor.add)  # evaluation rows trained on by an earlier phase
         self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
+        self.masks = AttentionMasks(monitor.add)  # attention masks leaving only padding open
         self.broadcast_found = False  # a hand-written loss over [N, 1] - [N] (said once)
         self.seeds = Seeds(monitor.add)  # torch.manual_seed(s) on every step
         # Modules run in eval mode without gradients before the clock knows its models.
@@ -255,6 +257,7 @@ class Doctor:
         self.handles, self.root_handles, self.discovery = [], [], None
         self.updates.remove_hooks()
         self.eval_dropout.end()
+        self.masks.end()
         self.clipping.uninstall()
         self.updates.uninstall()
         self.seeds.uninstall()
@@ -489,6 +492,8 @@ class Doctor:
             sampling, training = self.monitor.sampling, module.training and torch.is_grad_enabled()
             if sampling or self.heldout.evaluated or not training:
                 self.heldout.forward(args, kwargs, training, sampling, self.monitor.step)
+            if sampling and training:
+                self.masks.begin(args, kwargs)
             if self.prints is not None:
                 self.prints.forward((*args, kwargs), self.monitor.sampling)  # model(**batch)
         elif self.monitor.sampling:  # a teacher's forward, say: is it in eval mode?
@@ -520,6 +525,7 @@ class Doctor:
         elif self.updates.sampled and id(module) in self.trained:  # (all it reads is sampled)
             self.updates.forward_done(module, output)
             self.overlaps.forward_done(output, self.monitor.step)
+            self.masks.end()
 
     def _hook_tops(self, tops: Sequence[nn.Module]) -> None:
         """A step's compute starts at the first forward of any model, trained by the clock or
@@ -858,6 +864,7 @@ class Doctor:
                 for found in monitor.loss_check.take_run_end():
                     monitor.add(found)
                 self.heldout.judge(monitor.step)
+                self.masks.finish()
                 self.resumes.say_unmatched()
                 monitor.maximize = self.updates.rates.maximize
                 monitor.maximize_weights = self.updates.rates.maximize_weights

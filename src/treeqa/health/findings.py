@@ -74,6 +74,7 @@ FIXES: dict[str, str] = {
     "relu-into-cross-entropy": "drop the ReLU after the last layer: cross_entropy takes raw logits, negative ones included",
     "padding-in-loss": "pass ignore_index=<padding id> to cross_entropy/CrossEntropyLoss (or mask the padded positions out of the loss)",
     "logits-into-nll-loss": "apply log_softmax over the class dimension before nll_loss/NLLLoss, or pass the logits to cross_entropy",
+    "attention-mask-inverted": "mark padding the way the attention reads it: key_padding_mask (nn.MultiheadAttention, nn.Transformer*) = ids == pad; scaled_dot_product_attention's boolean attn_mask = ids != pad (True takes part); a Hugging Face attention_mask = 1 for tokens",
     "dice-on-logits": "apply the sigmoid (softmax over the classes, for several) to the logits before the Dice or IoU ratio: p = torch.sigmoid(logits); dice = (2 * (p * t).sum() + s) / (p.sum() + t.sum() + s)",
     "dropout-in-eval": "pass training=self.training to F.dropout (or use an nn.Dropout module), so model.eval() turns it off",
     "ctc-targets-invalid": "number the labels from 1, keeping 0 for CTC's blank (or pass blank= the index it has), give target_lengths each target's own length, so padding past it is not read, and keep every label below C",

@@ -1,0 +1,131 @@
+"""``attention-mask-inverted``: the keys an attention call's mask leaves out, read against the
+padding of the tensors the model was given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from treeqa.health.findings import Finding
+from treeqa.health.masks import STEPS, AttentionMasks, _padding
+
+PAD = 0
+
+
+def _tokens(lengths: list[int], length: int = 12, left: bool = False) -> torch.Tensor:
+    """[B, length] random ids from 3 up, padded with PAD after (or before) each row's words."""
+    tokens = torch.full((len(lengths), length), PAD)
+    for row, k in enumerate(lengths):
+        words = torch.randint(3, 50, (k,))
+        if left:
+            tokens[row, length - k :] = words
+        else:
+            tokens[row, :k] = words
+    return tokens
+
+
+LENGTHS = [5, 9, 3, 12, 7, 4]
+
+
+def test_padding_is_each_rows_trailing_run_of_the_value_padded_rows_end_in() -> None:
+    tokens = _tokens(LENGTHS)
+    padding = _padding(tokens[..., None])
+    assert padding.sum(1).tolist() == [12 - k for k in LENGTHS]
+    left = _tokens(LENGTHS, left=True)
+    assert _padding(left.flip(1)[..., None]).flip(1).sum(1).tolist() == [12 - k for k in LENGTHS]
+    series = torch.randn(6, 12, 4) * (torch.arange(12) < torch.tensor(LENGTHS)[:, None])[..., None]
+    assert _padding(series).sum(1).tolist() == [12 - k for k in LENGTHS]
+
+
+def _forwards(
+    call: Any, inputs: tuple[Any, ...], forwards: int, finish: bool = False
+) -> list[Finding]:
+    """``forwards`` sampled forwards given ``inputs``, each making the attention ``call()``."""
+    found: list[Finding] = []
+    check = AttentionMasks(found.append)
+    try:
+        for _ in range(forwards):
+            check.begin(inputs, {})
+            call()
+            check.end()
+        if finish:
+            check.finish()
+    finally:
+        check.end()
+    return found
+
+
+def _sdpa(mask: torch.Tensor) -> Any:
+    """A call of scaled_dot_product_attention with ``mask`` [B, S] (True: takes part)."""
+    q = torch.randn(mask.shape[0], 2, mask.shape[1], 8)
+    return lambda: F.scaled_dot_product_attention(q, q, q, mask[:, None, None, :])
+
+
+def test_a_boolean_attn_mask_true_for_the_padding_is_named() -> None:
+    tokens = _tokens(LENGTHS)
+    assert _forwards(_sdpa(tokens == PAD), (tokens,), STEPS - 1) == []
+    found = _forwards(_sdpa(tokens == PAD), (tokens,), STEPS)
+    assert [f.code for f in found] == ["attention-mask-inverted"]
+    evidence = found[0].evidence
+    assert evidence["function"] == "scaled_dot_product_attention"
+    assert evidence["padded_rows"] == 5  # row 3 has no padding
+    assert (evidence["row"], evidence["row_tokens"], evidence["row_padding"]) == (0, 5, 7)
+    lines = Path(__file__).read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "lambda: F.scaled_dot" in text)
+    assert found[0].where.endswith(f"test_masks.py:{line}")
+
+
+def test_masks_the_right_way_round_are_not_named() -> None:
+    tokens = _tokens(LENGTHS)
+    assert _forwards(_sdpa(tokens != PAD), (tokens,), 4 * STEPS, finish=True) == []
+    causal = torch.ones(12, 12, dtype=torch.bool).tril()
+    q = torch.randn(6, 2, 12, 8)
+    mask = (causal & (tokens != PAD)[:, None, :]) | torch.eye(12, dtype=torch.bool)
+
+    def causal_call() -> Any:
+        return F.scaled_dot_product_attention(q, q, q, mask[:, None])
+
+    assert _forwards(causal_call, (tokens,), 4 * STEPS, finish=True) == []
+    additive = (1.0 - (tokens != PAD).float()) * -1e9  # a Hugging Face style mask, made right
+    assert _forwards(_sdpa(additive), (tokens,), 4 * STEPS, finish=True) == []
+
+
+def test_key_padding_masks_of_multihead_attention_are_read_batch_first_or_time_first() -> None:
+    attention = nn.MultiheadAttention(8, 2)  # time first: [S, B, E]
+    tokens = _tokens(LENGTHS)
+    x = torch.randn(12, 6, 8)
+
+    def call(mask: torch.Tensor) -> Any:
+        return lambda: attention(x, x, x, key_padding_mask=mask)
+
+    time_first = (tokens.t(),)  # [S, B] ids, as the model was given them
+    assert _forwards(call(tokens == PAD), time_first, 4 * STEPS) == []
+    found = _forwards(call(tokens != PAD), time_first, STEPS)
+    assert [f.evidence["function"] for f in found] == ["multi_head_attention_forward"]
+    series = x.transpose(0, 1) * (tokens != PAD)[..., None]  # [B, S, F] zeros past the end
+    assert _forwards(call(tokens == PAD), ({"series": series},), 4 * STEPS) == []
+    assert len(_forwards(call(tokens != PAD), ({"series": series},), STEPS)) == 1
+
+
+def test_left_padding_inverted_is_named() -> None:
+    left = _tokens(LENGTHS, left=True)
+    assert _forwards(_sdpa(left != PAD), (left,), 4 * STEPS) == []
+    found = _forwards(_sdpa(left == PAD), (left,), STEPS)
+    assert [f.evidence["padded_on"] for f in found] == ["left"]
+
+
+def test_a_fixed_block_opened_alone_is_not_padding_inverted() -> None:
+    """Memory slots at every row's end, the only keys a cross-attention reads: one length."""
+    tokens = _tokens([9] * 6)
+    tokens[:, -3:] = 2  # three slots
+    assert _forwards(_sdpa(tokens == 2), (tokens,), 4 * STEPS, finish=True) == []
+
+
+def test_one_inverted_forward_is_named_at_the_end_where_no_other_was_read() -> None:
+    tokens = _tokens(LENGTHS)
+    assert len(_forwards(_sdpa(tokens == PAD), (tokens,), 1, finish=True)) == 1
+    assert _forwards(_sdpa(tokens == PAD), (tokens,), 1) == []
