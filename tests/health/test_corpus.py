@@ -42,6 +42,8 @@ EXPECTED = {
     "bug_kfold_model_reused.py": "evaluation-data-trained-on",
     "bug_dice_on_logits.py": "dice-on-logits",
     "bug_attention_mask_inverted.py": "attention-mask-inverted",
+    "bug_attention_scores_filled_inverted.py": "attention-mask-inverted",  # masked_fill by hand
+    "bug_causal_mask_missing.py": "causal-mask-missing",
     "bug_unused_parameter.py": "unused-parameter",
     "bug_router_under_no_grad.py": "unused-parameter",  # its layer runs, under no_grad
     "bug_round_without_straight_through.py": "zero-derivative-op",  # QAT: weights never train
@@ -225,6 +227,7 @@ CLEAN = [
     "clean_folds_and_phases.py",  # folds reset in place or made anew, phases, remade optimisers
     "clean_mc_dropout_batched.py",  # Monte Carlo dropout's samples as copies in one batch
     "clean_attention_masks.py",  # key padding, left-padded causal, additive, memory slots
+    "clean_language_models.py",  # causal by mask, is_causal, LSTM; seq2seq, prefix LM, MLM
     "clean_overlap_losses.py",  # Dice, IoU, V-Net, Tversky over probabilities; a weighted mean
     "clean_packed_sequences.py",  # sorted, unsorted, an EOS counted, a position signal, ...
     "clean_rnn_layouts.py",  # [T, B, F] to a time-first GRU, batch_first=True, packed

@@ -33,12 +33,13 @@ LENGTHS = [5, 9, 3, 12, 7, 4]
 
 def test_padding_is_each_rows_trailing_run_of_the_value_padded_rows_end_in() -> None:
     tokens = _tokens(LENGTHS)
-    padding = _padding(tokens[..., None])
+    padding, elsewhere = _padding(tokens[..., None])
     assert padding.sum(1).tolist() == [12 - k for k in LENGTHS]
+    assert not elsewhere.any()
     left = _tokens(LENGTHS, left=True)
-    assert _padding(left.flip(1)[..., None]).flip(1).sum(1).tolist() == [12 - k for k in LENGTHS]
+    assert _padding(left.flip(1)[..., None])[0].flip(1).sum(1).tolist() == [12 - k for k in LENGTHS]
     series = torch.randn(6, 12, 4) * (torch.arange(12) < torch.tensor(LENGTHS)[:, None])[..., None]
-    assert _padding(series).sum(1).tolist() == [12 - k for k in LENGTHS]
+    assert _padding(series)[0].sum(1).tolist() == [12 - k for k in LENGTHS]
 
 
 def _forwards(
@@ -46,10 +47,10 @@ def _forwards(
 ) -> list[Finding]:
     """``forwards`` sampled forwards given ``inputs``, each making the attention ``call()``."""
     found: list[Finding] = []
-    check = AttentionMasks(found.append)
+    check = AttentionMasks(found.append, lambda: True)
     try:
         for _ in range(forwards):
-            check.begin(inputs, {})
+            check.begin(nn.Identity(), inputs, {})
             call()
             check.end()
         if finish:
@@ -129,3 +130,64 @@ def test_one_inverted_forward_is_named_at_the_end_where_no_other_was_read() -> N
     tokens = _tokens(LENGTHS)
     assert len(_forwards(_sdpa(tokens == PAD), (tokens,), 1, finish=True)) == 1
     assert _forwards(_sdpa(tokens == PAD), (tokens,), 1) == []
+
+
+def test_scores_filled_by_hand_are_read_through_masked_fill() -> None:
+    """Attention written by hand: ``scores.masked_fill(mask, -inf)`` before the softmax."""
+    tokens = _tokens(LENGTHS)
+    scores = torch.randn(6, 2, 12, 12)
+
+    def fill(mask: torch.Tensor, value: float) -> Any:
+        return lambda: scores.masked_fill(mask[:, None, None, :], value).softmax(-1)
+
+    assert _forwards(fill(tokens == PAD, float("-inf")), (tokens,), 4 * STEPS) == []
+    found = _forwards(fill(tokens != PAD, -1e9), (tokens,), STEPS)
+    assert [f.evidence["function"] for f in found] == ["masked_fill"]
+    assert _forwards(fill(tokens != PAD, 0.0), (tokens,), 4 * STEPS) == []  # zeroed, not masked
+    pooled = torch.randn(6, 12)  # attention pooling's scores [B, S], filled in place
+    found = _forwards(lambda: pooled.masked_fill_(tokens != PAD, -1e4), (tokens,), STEPS)
+    assert [f.evidence["function"] for f in found] == ["masked_fill_"]
+    assert "masked_fill" not in vars(torch.Tensor)  # the base class's method again
+
+
+def test_masks_and_segment_ids_given_beside_the_ids_are_no_padding() -> None:
+    """A Hugging Face attention_mask (1 for tokens) read from the left is a run of 1s: were it
+    read as padding, an inverted mask would match it. Speaker or segment ids end in the last
+    turn, which an attention pooling may open alone."""
+    tokens = _tokens(LENGTHS)
+    attention_mask = (tokens != PAD).long()
+    inverted = _sdpa(tokens == PAD)
+    assert len(_forwards(inverted, (tokens, attention_mask), STEPS)) == 1
+    assert len(_forwards(inverted, ({"input_ids": tokens, "mask": attention_mask},), STEPS)) == 1
+    turns = [[3, 4, 5], [2, 6, 4], [5, 5, 2], [4, 3, 5], [6, 2, 4], [3, 3, 6]]
+    turn = torch.stack([torch.arange(3).repeat_interleave(torch.tensor(t)) for t in turns])
+    assert _forwards(_sdpa(turn == 2), (turn,), 4 * STEPS, finish=True) == []  # the option
+    assert _forwards(_sdpa(turn == 2), (turn % 2 + 7,), 4 * STEPS, finish=True) == []
+    # an agent (speaker 99) opens and closes each dialogue, users (many ids) between: the reply
+    # the pooling opens alone is a run of one value at each row's end, which spoke first too
+    turn = turn.repeat(2, 1)  # [12, 12]
+    speakers = torch.where(turn == 1, torch.arange(10, 22)[:, None], 99)
+    assert _forwards(_sdpa(turn == 2), (speakers,), 4 * STEPS, finish=True) == []
+
+
+def test_a_prepended_cls_key_and_heads_folded_into_the_batch_are_lined_up() -> None:
+    tokens = _tokens(LENGTHS)
+    with_cls = torch.cat([torch.zeros(6, 1, dtype=torch.bool), tokens == PAD], 1)  # [B, S + 1]
+    assert len(_forwards(_sdpa(with_cls), (tokens,), STEPS)) == 1
+    assert _forwards(_sdpa(~with_cls), (tokens,), 4 * STEPS) == []
+    folded = (tokens == PAD).repeat_interleave(4, 0)[:, None, :]  # [B x 4 heads, 1, S]
+    q = torch.randn(24, 12, 8)
+    found = _forwards(lambda: F.scaled_dot_product_attention(q, q, q, folded), (tokens,), STEPS)
+    assert len(found) == 1
+
+
+def test_the_decoders_mask_is_read_after_the_encoders() -> None:
+    """A seq2seq forward: the source's mask right, the target's inverted."""
+    source, target = _tokens(LENGTHS), _tokens([4, 8, 3, 6, 11, 5])
+
+    def both() -> None:
+        _sdpa(source != PAD)()
+        _sdpa(target == PAD)()
+
+    found = _forwards(both, (source, target), STEPS)
+    assert [f.evidence["padded_rows"] for f in found] == [5]  # (a row of 11: one padding)

@@ -129,7 +129,9 @@ class Doctor:
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
         self.heldout = HeldOut(monitor.add)  # evaluation rows trained on by an earlier phase
         self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
-        self.masks = AttentionMasks(monitor.add)  # attention masks leaving only padding open
+        # Attention masks leaving only the padding open, or a language model's future.
+        self.masks = AttentionMasks(monitor.add, lambda: monitor.sampling and not monitor.paused)
+        monitor.loss_check.targets.append(self.masks.causal.target)
         self.broadcast_found = False  # a hand-written loss over [N, 1] - [N] (said once)
         self.seeds = Seeds(monitor.add)  # torch.manual_seed(s) on every step
         # Modules run in eval mode without gradients before the clock knows its models.
@@ -492,8 +494,8 @@ class Doctor:
             sampling, training = self.monitor.sampling, module.training and torch.is_grad_enabled()
             if sampling or self.heldout.evaluated or not training:
                 self.heldout.forward(args, kwargs, training, sampling, self.monitor.step)
-            if sampling and training:
-                self.masks.begin(args, kwargs)
+            if sampling and training and not (self.monitor.compiling or compiled()):
+                self.masks.begin(module, args, kwargs)  # (wrappers a compiled graph would guard on)
             if self.prints is not None:
                 self.prints.forward((*args, kwargs), self.monitor.sampling)  # model(**batch)
         elif self.monitor.sampling:  # a teacher's forward, say: is it in eval mode?

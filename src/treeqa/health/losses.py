@@ -69,7 +69,7 @@ head's average is within about 0.15 of 0 there."""
 class LossInputCheck:
     """``active()``: look at this call (a sampled step, not eval); ``at_init()``: no step done
     yet; ``targets``: given the target of every ``cross_entropy`` and ``nll_loss`` call (the
-    loaders' ``note_target``, which returns at once unless it needs it)."""
+    loaders' ``note_target``, which returns at once unless it needs it; more in ``.targets``)."""
 
     def __init__(
         self,
@@ -78,7 +78,8 @@ class LossInputCheck:
         at_init: Callable[[], bool],
         targets: Callable[[Any], None] | None = None,
     ):
-        self.add, self.active, self.at_init, self.targets = add, active, at_init, targets
+        self.add, self.active, self.at_init = add, active, at_init
+        self.targets = [] if targets is None else [targets]  # (a check may add its own)
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
         # cross-entropies over in-batch similarities: calls, those with one target (the same
@@ -368,8 +369,8 @@ class LossInputCheck:
         input = args[0] if args else kwargs.get("input", kwargs.get("log_probs"))  # ctc's name
         if fname in ("cross_entropy", "nll_loss"):
             target = args[1] if len(args) > 1 else kwargs.get("target")
-            if self.targets is not None:
-                self.targets(target)
+            for note in self.targets:
+                note(target)
             if isinstance(input, torch.Tensor) and result.requires_grad:
                 self._count_labels(input, target, args[2:], kwargs)
         if (

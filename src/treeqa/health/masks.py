@@ -17,91 +17,128 @@ repeated to its end and shared by the padded rows. The mask is inverted where, i
 two padding positions or more and two others, it ignores exactly the others (one position of
 slack: an end token that shares the padding's id), in rows padded to two lengths or more (a
 fixed run of memory tokens a mask opens alone is no padding), and no tensor the model was given
-reads it as the padding. One call is judged per forward, the first whose mask can be read.
+reads it as the padding. Up to 4 masks a forward are read; one inverted makes the forward so.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from treeqa.health import checks, sites
+from treeqa.health.causal import CausalReads
 from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_function_calls
 
-IGNORED = -1e4
+IGNORED = -100.0
 """An additive mask's value at or below which a key counts as masked out (-inf from a boolean
-mask, ``finfo.min``, the -10000 of older code); above it, a bias (ALiBi's) is no mask."""
+mask, ``finfo.min``, the -10000 of older code, -100: exp(-100) is 0 to a softmax). A bias
+(ALiBi's, far below this for distant keys) leaves each key open to its own query."""
 SLACK = 1
 """Positions of a row where the mask may differ from the padding, or from its complement."""
 STEPS = 2
 """Sampled steps with an inverted mask, and more than those with a mask that matched."""
+IDS = 8
+"""The fewest values an integer tensor holds to be read as ids: a mask given beside them
+(1 for tokens), segment, speaker or turn ids hold a few, and the last segment, a run at each
+row's end of varying length that a pooling may open alone, reads as padding."""
+ADDED = 4
+"""Keys a model may add to its inputs' positions (a CLS vector, memory tokens)."""
+CALLS = 4
+"""Masks read per forward, told apart by their values (a stack's layers share one; a seq2seq
+model's decoder masks its own keys after the encoder's)."""
 CANDIDATES = 8
 """The most tensors of a forward's inputs read for padding."""
 
+HERE = str(Path(__file__).parent)
 FUNCTIONS = ("multi_head_attention_forward", "scaled_dot_product_attention")
+FILLS = ("masked_fill", "masked_fill_")
+"""Tensor methods attention written by hand masks its scores with (``scores.masked_fill(mask,
+float("-inf"))`` before a softmax)."""
 
 
 class AttentionMasks:
     """``add``: where the finding goes. ``begin``/``end`` bracket a trained model's forward on
     a sampled step."""
 
-    def __init__(self, add: Callable[[Finding], None]):
+    def __init__(self, add: Callable[[Finding], None], active: Callable[[], bool]):
         self.add = add
+        self.causal = CausalReads(add, active)  # read through the same wrappers
         self.inputs: list[torch.Tensor] = []  # this forward's [B, S] and [B, S, F] tensors
-        self.judged = False  # a call of this forward was judged
+        self.masks: list[torch.Tensor] = []  # the forward's masks read, [B, S] ignored keys
+        self.read = 0  # those read against its inputs' padding
+        self.found: tuple[dict[str, Any], str] | None = None  # the first inverted, its line
         self.inverted = self.matched = 0  # sampled forwards, by what their mask read as
         self.example: dict[str, Any] | None = None
         self.where = ""
         self.said = False
         self.wrappers = Wrappers()
 
-    def begin(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
-        """A trained model's forward on a sampled step, given ``args`` and ``kwargs``."""
+    def begin(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
+        """A trained ``model``'s forward on a sampled step, given ``args`` and ``kwargs``."""
         self.end()  # (a forward that raised left its wrappers)
-        if self.said:
+        inputs = list(_tensors((*args, *(kwargs or {}).values())))[:CANDIDATES]
+        self.causal.forward(model, [x for x in inputs if x.dim() == 2])
+        self.inputs = [] if self.said else inputs
+        if not self.inputs and not self.causal.ids:
             return
-        self.inputs = list(_tensors((*args, *(kwargs or {}).values())))[:CANDIDATES]
-        if not self.inputs:
-            return
-        self.judged = False
         for name in FUNCTIONS:
             self.wrappers.add(note_function_calls(F, name, self._called))
+        for name in FILLS:
+            self.wrappers.add(note_function_calls(torch.Tensor, name, self._called))
+        self.wrappers.add(note_function_calls(torch.Tensor, "softmax", self._called))  # (F's too)
+        self.wrappers.add(note_function_calls(torch, "softmax", self._called))
 
     def end(self) -> None:
         self.wrappers.undo()
-        self.inputs = []
+        self.inputs, self.masks = [], []
+        if self.read:
+            self._tally()
 
     def finish(self) -> None:
         """The run ended: one inverted forward is enough where no other was read (a short
         run)."""
+        if self.read:
+            self._tally()
         if not self.said and self.inverted and not self.matched:
             self._report()
 
     def _called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if self.judged or self.said:
+        self.causal.called(name, args, kwargs)
+        if len(self.masks) >= CALLS or name not in (*FUNCTIONS, *FILLS) or not self.inputs:
+            return
+        if name != FUNCTIONS[0] and _torchs_own():
             return
         ignored = _ignored(name, args, kwargs)
-        if ignored is None:
-            return
+        if ignored is None or any(
+            m.shape == ignored.shape and m.equal(ignored) for m in self.masks
+        ):
+            return  # (the layers of a stack share their mask)
+        self.masks.append(ignored)
         readings = [r for x in self.inputs for r in _readings(x, ignored)]
         if not readings:
             return
-        self.judged = True
-        if any(r["matched"] for r in readings):
-            self.matched += 1
-            return
+        self.read += 1
         inverted = [r for r in readings if r["inverted"]]
-        if not inverted:
-            self.matched += 1  # read, and not inverted: another mask (causal, say)
+        if inverted and not any(r["matched"] for r in readings) and self.found is None:
+            self.found = ({**inverted[0], "function": name}, sites.user_site())
+
+    def _tally(self) -> None:
+        """The forward's calls read: inverted where one of them was."""
+        found, self.read, self.found, self.masks = self.found, 0, None, []
+        if found is None:
+            self.matched += 1
             return
         self.inverted += 1
         if self.example is None:
-            self.example = {**inverted[0], "function": name}
-            self.where = sites.user_site()
+            self.example, self.where = found
         if self.inverted >= STEPS and self.inverted > self.matched:
             self._report()
 
@@ -111,6 +148,16 @@ class AttentionMasks:
         found = attention_mask_inverted(self.inverted, self.inverted + self.matched, self.example)
         found.where = self.where
         self.add(found)
+
+
+def _torchs_own() -> bool:
+    """Whether the call being noted was made by torch itself: ``nn.MultiheadAttention``
+    making a float mask of a boolean one with ``masked_fill``, or calling
+    ``scaled_dot_product_attention`` (its mask read at its own call)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(HERE):
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename.startswith(sites.TORCH_DIR)
 
 
 def _tensors(values: Any, depth: int = 0) -> Iterator[torch.Tensor]:
@@ -138,6 +185,8 @@ def _ignored(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.
         if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
             return None
         return _masked_out(mask)
+    if name in FILLS:  # (scores [B, ..., S], mask, value)
+        return _filled(args, kwargs)
     query = args[0] if args else kwargs.get("query")
     mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
     if not isinstance(query, torch.Tensor) or not isinstance(mask, torch.Tensor):
@@ -150,36 +199,76 @@ def _ignored(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.
     return out.flatten(1, -2).all(1)  # [B, S]: ignored by every head and query
 
 
+def _filled(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """[B, S] bool: the keys every query ignores, where ``scores.masked_fill(mask, value)``
+    masks scores ([B, S], or [B, ..., L, S]) out by a value at or below ``IGNORED`` with a mask
+    that has a batch dim; else None."""
+    scores = args[0] if args else None
+    mask = args[1] if len(args) > 1 else kwargs.get("mask")
+    value = args[2] if len(args) > 2 else kwargs.get("value")
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not checks.untraceable(value):
+        value = value.item() if value.device.type == "cpu" else None
+    if not isinstance(value, float | int) or value > IGNORED:
+        return None
+    if not isinstance(scores, torch.Tensor) or not isinstance(mask, torch.Tensor):
+        return None
+    if mask.dtype != torch.bool or scores.dim() < 2 or mask.dim() != scores.dim():
+        return None
+    if mask.shape[0] != scores.shape[0] or mask.shape[-1] != scores.shape[-1] or mask.shape[0] < 2:
+        return None  # no batch dim (a causal mask), or not over the keys
+    if checks.untraceable(mask) or not checks.dense(mask):
+        return None
+    return mask if mask.dim() == 2 else mask.flatten(1, -2).all(1)
+
+
 def _masked_out(mask: torch.Tensor) -> torch.Tensor:
     """True where a boolean key padding mask, or an additive mask, masks a key out."""
     return mask if mask.dtype == torch.bool else mask <= IGNORED
 
 
 def _readings(x: torch.Tensor, ignored: torch.Tensor) -> list[dict[str, Any]]:
-    """How ``ignored`` [B, S] reads against the padding of ``x`` ([B, S, *] or [S, B, *]),
-    right-padded and left-padded: one dict per reading that judged rows."""
-    b, s = ignored.shape
-    rows = []
-    if tuple(x.shape[:2]) == (b, s):
-        rows.append(x)
-    if tuple(x.shape[:2]) == (s, b) and b != s:
-        rows.append(x.transpose(0, 1))
+    """How ``ignored`` [N, K] reads against the padding of ``x`` ([B, S, *] or [S, B, *]),
+    right-padded and left-padded: one dict per reading that judged rows. N may be B times the
+    heads (folded into the batch), K up to ``ADDED`` more than S (tokens the model prepended or
+    appended, a CLS vector). Integers of fewer than ``IDS`` values are no ids (a mask, segment
+    or speaker ids: runs of each read as padding too)."""
+    pairs = [
+        (rows, keys)
+        for rows in ([x, x.transpose(0, 1)] if x.shape[0] != x.shape[1] else [x])
+        for keys in _aligned(ignored, *rows.shape[:2])
+    ]
+    if pairs and not x.is_floating_point() and x.unique().numel() < IDS:
+        return []
     found = []
-    for r in rows:
-        r = r.detach().reshape(b, s, -1)
+    for rows, keys in pairs:
+        r = rows.detach().reshape(*rows.shape[:2], -1)  # [B, S, F]
         for side in ("right", "left"):
-            padding = _padding(r if side == "right" else r.flip(1))
-            if padding is None:
-                continue
-            reading = _reading(padding if side == "right" else padding.flip(1), ignored)
+            padding, elsewhere = _padding(r if side == "right" else r.flip(1))
+            if side == "left":
+                padding, elsewhere = padding.flip(1), elsewhere.flip(1)
+            reading = _reading(padding, elsewhere, keys)
             if reading is not None:
                 found.append({**reading, "side": side})
     return found
 
 
-def _padding(rows: torch.Tensor) -> torch.Tensor | None:
-    """[B, S] bool: each row's trailing run of the vector the padded rows of ``rows`` [B, S, F]
-    end in; None where no two rows end in it."""
+def _aligned(ignored: torch.Tensor, b: int, s: int) -> list[torch.Tensor]:
+    """``ignored`` [N, K] as [B, S] keys, each way it may line up with rows [B, S]."""
+    n, k = ignored.shape
+    if n != b:
+        if n % b or n < b:
+            return []
+        ignored = ignored.reshape(b, n // b, k).all(1)  # [B, K]: heads folded into the batch
+    if k == s:
+        return [ignored]
+    if 0 < k - s <= ADDED:
+        return [ignored[:, k - s :], ignored[:, :s]]  # prepended, appended
+    return []
+
+
+def _padding(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, S] bool each: each row's trailing run of the vector the padded rows of ``rows``
+    [B, S, F] end in (the row with the longest run gives it), and that vector elsewhere."""
     last = rows[:, -1]  # [B, F]
     same = (rows == last[:, None]).all(-1)  # [B, S]
     run = same.flip(1).int().cumprod(1).sum(1)  # [B]: its length at each row's end
@@ -187,13 +276,18 @@ def _padding(rows: torch.Tensor) -> torch.Tensor | None:
     padded = (last == pad).all(-1)  # [B]
     run = torch.where(padded, run, 0)
     positions = torch.arange(rows.shape[1], device=rows.device)
-    return positions >= (rows.shape[1] - run)[:, None]
+    padding = positions >= (rows.shape[1] - run)[:, None]
+    return padding, (rows == pad).all(-1) & ~padding
 
 
-def _reading(padding: torch.Tensor, ignored: torch.Tensor) -> dict[str, Any] | None:
+def _reading(
+    padding: torch.Tensor, elsewhere: torch.Tensor, ignored: torch.Tensor
+) -> dict[str, Any] | None:
     """Rows judged (two padding positions or more and two others), those whose ignored keys are
     the padding (matched) or its complement (inverted), and the padding's lengths; one host
-    read. None where fewer than two rows are judged."""
+    read. None where fewer than two rows are judged. Inverted needs padding found nowhere else
+    in the rows judged (once a row, on average: an end token that shares its id): a speaker's
+    or segment's id, whose last run a mask may open alone, is found in earlier turns too."""
     ignored = ignored.to(padding.device)
     pads = padding.sum(1)  # [B]
     judged = (pads >= 2) & (padding.shape[1] - pads >= 2)
@@ -202,13 +296,14 @@ def _reading(padding: torch.Tensor, ignored: torch.Tensor) -> dict[str, Any] | N
     row = inverted.int().argmax()
     shortest = torch.where(inverted, pads, padding.shape[1]).min()
     longest = torch.where(inverted, pads, 0).max()
-    stats = [judged.sum(), matched.sum(), inverted.sum(), row, pads[row], shortest, longest]
-    n_judged, n_matched, n_inverted, row, pad, low, high = torch.stack(stats).tolist()
+    inside = (elsewhere & judged[:, None]).sum()
+    stats = [judged.sum(), matched.sum(), inverted.sum(), row, pads[row], shortest, longest, inside]
+    n_judged, n_matched, n_inverted, row, pad, low, high, inside = torch.stack(stats).tolist()
     if n_judged < 2:
         return None
     return {
         "matched": n_matched * 2 >= n_judged,
-        "inverted": n_inverted == n_judged and low < high,
+        "inverted": n_inverted == n_judged and low < high and inside <= n_judged,
         "rows": n_judged,
         "row": row,
         "row_padding": pad,
@@ -222,7 +317,15 @@ def attention_mask_inverted(forwards: int, judged: int, example: dict[str, Any])
     call = {
         "multi_head_attention_forward": "nn.MultiheadAttention's key_padding_mask",
         "scaled_dot_product_attention": "scaled_dot_product_attention's attn_mask",
+        "masked_fill": "masked_fill's mask over the attention scores",
+        "masked_fill_": "masked_fill_'s mask over the attention scores",
     }[example["function"]]
+    hint = (
+        "masked_fill fills where its mask is True: it should be True for the padding"
+        if example["function"] in FILLS
+        else "a mask built for the other convention? (key_padding_mask is True for padding, "
+        "scaled_dot_product_attention's boolean attn_mask True for tokens)"
+    )
     return Finding(
         "attention-mask-inverted",
         "error",
@@ -230,8 +333,7 @@ def attention_mask_inverted(forwards: int, judged: int, example: dict[str, Any])
         f"of {judged} sampled forwards: in the first, all {example['rows']} padded rows "
         f"(row {example['row']}: its {example['row_tokens']} tokens masked, its "
         f"{example['row_padding']} padding positions attended; padded on the "
-        f"{example['side']}); a mask built for the other convention? (key_padding_mask is True "
-        "for padding, scaled_dot_product_attention's boolean attn_mask True for tokens)",
+        f"{example['side']}); {hint}",
         evidence={
             "forwards": forwards,
             "judged_forwards": judged,

@@ -210,6 +210,7 @@ def install_wrapper(
     # or, for a builtin of its own (torch.autograd.backward), calls that builtin
     wrapper.__prepare_scriptable__ = lambda: original  # type: ignore[attr-defined]
     forget_builtin = as_torchscript_builtin(wrapper, original)
+    inherited = name not in getattr(owner, "__dict__", {name: None})  # a base class's method
     setattr(owner, name, wrapper)
     _wrapper_code.add(wrapper.__code__)  # closures of one ``def`` share their code
     _skip_wrappers_in_warnings(+1)
@@ -220,7 +221,10 @@ def install_wrapper(
         nonlocal undone
         if not undone:
             undone = True
-            setattr(owner, name, original)
+            if inherited:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
             _skip_wrappers_in_warnings(-1)
             _wrappers.pop(id(original), None)
             forget_builtin()

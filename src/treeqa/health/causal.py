@@ -1,0 +1,247 @@
+"""A language model whose attention shows each position the token it is to predict
+(``causal-mask-missing``).
+
+Next-token prediction trains position i on token i + 1 (the targets are the input ids shifted
+by one). A decoder's self-attention must hide every later key; without the causal mask
+(``nn.TransformerEncoder`` called without ``mask=``, ``scaled_dot_product_attention`` without
+``is_causal=True``, scores never filled above the diagonal) or with a bidirectional RNN, each
+position reads its answer: the loss falls near 0 within a few hundred steps, and generation,
+one token at a time with no future to read, produces nothing sensible.
+
+While ``masks.AttentionMasks`` has a trained model's forward on a sampled step wrapped, each
+attention over as many keys as queries, T of them, the length of an id tensor the model was
+given, is read for whether query i may see key i + 1, [B, T - 1]: from
+``scaled_dot_product_attention``'s ``is_causal`` and ``attn_mask``, and from the scores given to a
+softmax over their last dim (attention by hand, ``nn.MultiheadAttention`` asked for its
+weights), where a masked key's score is at or below ``masks.IGNORED``. The step's
+``cross_entropy`` (or ``nll_loss``) target is then read against those ids: the language
+model's form is 90% of its targets (``-100`` and other negatives left out) equal to the next
+id. The forward leaks where every attention read lets most of those positions see their
+target's key, and the model has no unidirectional RNN (a recurrent decoder attending over a
+source of the same length is causal by its recurrence); with no attention read, where it has
+a bidirectional RNN and no unidirectional one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from treeqa.health import checks, sites
+from treeqa.health.findings import Finding
+
+IGNORED = -100.0
+"""A score at or below this is masked out (exp(-100) is 0 to a softmax)."""
+SHIFTED = 0.9
+"""Share of a cross-entropy's targets equal to the next input id, for a language model."""
+SEEN = 0.5
+"""Share of those positions whose query sees its target's key, for an attention read to leak."""
+SUPERVISED = 8
+"""Fewest positions a target must supervise to be judged."""
+READS = 4
+"""Attention calls read per forward."""
+STEPS = 2
+"""Sampled steps whose language model's attention leaked, more than those where it did not."""
+
+SOFTMAXES = ("softmax",)
+
+
+class CausalReads:
+    """``add``: where the finding goes. ``forward`` starts a sampled forward's reads,
+    ``called`` reads one attention call, ``target`` judges the step's loss target."""
+
+    def __init__(self, add: Callable[[Finding], None], active: Callable[[], bool]):
+        self.add, self.active = add, active
+        self.ids: list[torch.Tensor] = []  # the forward's id tensors, [B, T] (time first: [T, B])
+        self.reads: list[tuple[str, torch.Tensor]] = []  # (call, [B, T - 1] query sees next)
+        self.recurrent = ""  # "bidirectional": the model's RNNs read both ways, and none one way
+        self.leaked = self.causal = 0  # sampled steps judged, by what their reads showed
+        self.example: dict[str, Any] | None = None
+        self.where = ""
+        self.said = False
+        self.rnns: dict[int, str] = {}  # per model: its recurrent layers' directions
+
+    def forward(self, model: nn.Module, ids: list[torch.Tensor]) -> None:
+        """A trained model's sampled forward starts, given these id tensors ([B, T], or
+        [T, B]: both are tried)."""
+        self.ids = [] if self.said else [x for x in ids if min(x.shape) >= 2]
+        self.reads = []
+        self.recurrent = self._directions(model) if self.ids else ""
+
+    def _directions(self, model: nn.Module) -> str:
+        found = self.rnns.get(id(model))
+        if found is None:
+            rnns = [m for m in model.modules() if isinstance(m, nn.RNNBase)]
+            one_way = any(not m.bidirectional for m in rnns)
+            found = "one-way" if one_way else "bidirectional" if rnns else ""
+            self.rnns[id(model)] = found
+        return found
+
+    def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """An attention call of the forward (the name ``masks`` wrapped it by)."""
+        if not self.ids or len(self.reads) >= READS:
+            return
+        if name == "scaled_dot_product_attention":
+            nxt = _sdpa_sees_next(args, kwargs)
+        elif name in SOFTMAXES:
+            nxt = _scores_see_next(args, kwargs)
+        else:
+            return
+        if nxt is None:
+            return
+        shapes = {(b, t) for x in self.ids for b, t in (x.shape, x.shape[::-1])}
+        rows = [_per_row(nxt, b) for b, t in shapes if t - 1 == nxt.shape[-1]]
+        if not any(r is not None for r in rows):
+            return
+        for seen in rows:
+            if seen is not None:
+                self.reads.append((name, seen))
+        self.where = self.where or sites.user_site()
+
+    def target(self, target: Any) -> None:
+        """A ``cross_entropy``/``nll_loss`` target, after the forward: judge the step."""
+        if self.said or not self.ids or not isinstance(target, torch.Tensor) or not self.active():
+            return
+        if checks.untraceable(target) or target.is_floating_point() or not checks.dense(target):
+            return
+        if not self.reads and self.recurrent != "bidirectional":
+            self.ids = []
+            return
+        ways = [(x, False) for x in self.ids] + [(x, True) for x in self.ids]
+        judged = next((j for x, t in ways if (j := self._judge(x, target, t)) is not None), None)
+        self.ids = []  # one target a step
+        if judged is None:
+            return
+        if judged["leaked"]:
+            self.leaked += 1
+            self.example = self.example or judged
+        else:
+            self.causal += 1
+        if self.example is not None and self.leaked >= STEPS and self.leaked > self.causal:
+            self.said = True
+            found = causal_mask_missing(self.leaked, self.leaked + self.causal, self.example)
+            found.where = self.where
+            self.add(found)
+
+    def _judge(
+        self, ids: torch.Tensor, target: torch.Tensor, time_first: bool
+    ) -> dict[str, Any] | None:
+        """Whether ``target`` is ``ids`` ([B, T], or [T, B] ``time_first``, the target
+        flattened the same way) shifted by one and, if so, whether the forward's reads let its
+        positions see their targets; one host read."""
+        ids = ids.t() if time_first else ids
+        b, t = ids.shape
+        if target.numel() == b * t:
+            shifted = _rows(target, b, t, time_first)[:, :-1]
+        elif target.numel() == b * (t - 1):
+            shifted = _rows(target, b, t - 1, time_first)
+        else:
+            return None
+        shifted = shifted.to(ids.device)
+        nxt = ids[:, 1:]  # [B, T - 1]
+        supervised = shifted >= 0
+        same = supervised & (shifted == nxt)
+        repeats = supervised & (nxt == ids[:, :-1])  # a copy of the input matches too
+        reads = [seen for _, seen in self.reads if seen.shape == nxt.shape]
+        seen = [(s.to(ids.device) & supervised).sum() for s in reads]
+        counts = torch.stack([supervised.sum(), same.sum(), repeats.sum(), *seen]).tolist()
+        n, matched, repeated, *sees = counts
+        if n < SUPERVISED or matched < SHIFTED * n or repeated > n / 2:
+            return None
+        if sees:  # (a recurrent decoder is causal, whatever its attention over a source)
+            leaked = all(k >= SEEN * n for k in sees) and self.recurrent != "one-way"
+            call = self.reads[0][0]
+        else:
+            leaked, call = self.recurrent == "bidirectional", "rnn"
+        return {"leaked": leaked, "positions": n, "shifted": matched, "call": call}
+
+
+def _rows(target: torch.Tensor, b: int, t: int, time_first: bool) -> torch.Tensor:
+    """``target`` as [B, t] rows, flattened from [B, t] or, ``time_first``, from [t, B]."""
+    return target.reshape(t, b).t() if time_first else target.reshape(b, t)
+
+
+def _sdpa_sees_next(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """[..., L - 1] (the mask's leading dims): whether query i of
+    ``scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)`` may see key
+    i + 1, where there are as many keys as queries; else None."""
+    query = args[0] if args else kwargs.get("query")
+    key = args[1] if len(args) > 1 else kwargs.get("key")
+    mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+    causal = args[5] if len(args) > 5 else kwargs.get("is_causal", False)
+    if not isinstance(query, torch.Tensor) or not isinstance(key, torch.Tensor):
+        return None
+    if query.dim() < 3 or query.shape[-2] != key.shape[-2] or checks.untraceable(query):
+        return None
+    length = query.shape[-2]
+    if causal or mask is None:
+        return torch.full((length - 1,), not causal, device=query.device)
+    if not isinstance(mask, torch.Tensor) or mask.shape[-2:] != (length, length):
+        return None
+    if checks.untraceable(mask) or not checks.dense(mask):
+        return None
+    open_ = mask if mask.dtype == torch.bool else mask > IGNORED
+    return open_.diagonal(offset=1, dim1=-2, dim2=-1)  # [..., L - 1]
+
+
+def _scores_see_next(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
+    """[N, ..., L - 1]: whether query i may see key i + 1 in scores [N, ..., L, L] given to
+    a softmax over their last dim; else None."""
+    scores = args[0] if args else kwargs.get("input")
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    if not isinstance(scores, torch.Tensor) or not isinstance(dim, int):
+        return None
+    if scores.dim() < 3 or dim not in (-1, scores.dim() - 1) or not scores.is_floating_point():
+        return None
+    if scores.shape[-1] != scores.shape[-2] or checks.untraceable(scores):
+        return None
+    if not checks.dense(scores):
+        return None
+    return scores.detach().diagonal(offset=1, dim1=-2, dim2=-1) > IGNORED  # [N, ..., L - 1]
+
+
+def _per_row(nxt: torch.Tensor, b: int) -> torch.Tensor | None:
+    """[B, L - 1] of ``nxt`` [..., L - 1] (any head sees): a mask without a batch dim holds
+    for every row; a first dim of B x H (``nn.MultiheadAttention``'s) is split by B."""
+    if nxt.dim() == 1:
+        return nxt.expand(b, -1)
+    rows = nxt.reshape(nxt.shape[0], -1, nxt.shape[-1])  # [N, *, L - 1]
+    n = rows.shape[0]
+    if n == b:
+        return rows.any(1)
+    if n == 1:
+        return rows.any(1).expand(b, -1)
+    if n % b == 0:
+        return rows.reshape(b, -1, rows.shape[-1]).any(1)
+    return None
+
+
+def causal_mask_missing(steps: int, judged: int, example: dict[str, Any]) -> Finding:
+    """``steps`` of ``judged`` sampled steps trained a language model whose attention (or
+    RNN) let each position see the token it predicts (``example``: the first step's
+    reading)."""
+    how = {
+        "scaled_dot_product_attention": "scaled_dot_product_attention runs without is_causal=True "
+        "or a mask hiding later keys",
+        "softmax": "the attention scores given to the softmax are not masked above the diagonal",
+        "rnn": "its RNN is bidirectional: each position's state has read the rest of the sequence",
+    }[example["call"]]
+    return Finding(
+        "causal-mask-missing",
+        "error",
+        f"the model is trained to predict each next token ({example['shifted']} of "
+        f"{example['positions']} targets are the input id one position on) while each position "
+        f"can see the token it is to predict, on {steps} of {judged} sampled steps: {how}; "
+        "the model learns to copy, its loss falls near 0, and generation, one token at a time, "
+        "has no later token to copy",
+        evidence={
+            "steps": steps,
+            "judged_steps": judged,
+            "read_by": example["call"],
+            "positions": example["positions"],
+            "targets_next_id": example["shifted"],
+        },
+    )

@@ -1,0 +1,114 @@
+"""``causal-mask-missing``: a next-token target read against what the forward's attention let
+each position see."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from treeqa.health.causal import STEPS, _per_row, _scores_see_next, _sdpa_sees_next
+from treeqa.health.findings import Finding
+from treeqa.health.masks import AttentionMasks
+
+B, T = 4, 10
+
+
+def _text() -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, T] ids and their next-token targets [B, T]."""
+    stream = torch.randint(0, 50, (B, T + 1))
+    return stream[:, :-1], stream[:, 1:]
+
+
+def _causal(t: int = T) -> torch.Tensor:
+    return torch.ones(t, t, dtype=torch.bool).tril()
+
+
+def test_what_each_query_may_see_of_the_next_key() -> None:
+    q = torch.randn(B, 2, T, 8)
+    assert _sdpa_sees_next((q, q, q), {"is_causal": True}).tolist() == [False] * (T - 1)
+    assert _sdpa_sees_next((q, q, q), {}).tolist() == [True] * (T - 1)
+    assert _sdpa_sees_next((q, q, q, _causal()), {}).sum() == 0
+    additive = torch.zeros(B, 1, T, T).masked_fill(~_causal(), float("-inf"))
+    assert _sdpa_sees_next((q, q, q, additive), {}).shape == (B, 1, T - 1)
+    assert _sdpa_sees_next((q, q, q, additive), {}).sum() == 0
+    cross = torch.randn(B, 2, T + 3, 8)  # keys of another length: no self-attention
+    assert _sdpa_sees_next((q, cross, cross), {}) is None
+    scores = torch.randn(B * 2, T, T)  # nn.MultiheadAttention's [B x heads, T, T]
+    assert _per_row(_scores_see_next((scores, -1), {}), B).shape == (B, T - 1)
+    masked = scores.masked_fill(~_causal(), float("-inf"))
+    assert _scores_see_next((masked, -1), {}).sum() == 0
+    assert _scores_see_next((scores, 1), {}) is None  # a softmax over queries: no attention
+
+
+def _steps(
+    forward: Any, ids: Any, target: torch.Tensor, steps: int, model: nn.Module | None = None
+) -> list[Finding]:
+    """``steps`` sampled steps: a forward given ``ids`` that runs ``forward()``, then a loss
+    over ``target``."""
+    found: list[Finding] = []
+    check = AttentionMasks(found.append, lambda: True)
+    try:
+        for _ in range(steps):
+            check.begin(model or nn.Identity(), (ids,), {})
+            forward()
+            check.end()
+            check.causal.target(target)
+    finally:
+        check.end()
+    return found
+
+
+def _attention(mask: torch.Tensor | None = None, fused: bool = False) -> Any:
+    q = torch.randn(B, 2, T, 8)
+    if fused:
+        return lambda: F.scaled_dot_product_attention(q, q, q, mask)
+    scores = q @ q.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return lambda: F.softmax(scores, dim=-1)
+
+
+def test_a_language_model_whose_attention_sees_the_next_token_is_named() -> None:
+    ids, next_ids = _text()
+    assert _steps(_attention(), ids, next_ids.reshape(-1), STEPS - 1) == []
+    found = _steps(_attention(), ids, next_ids.reshape(-1), STEPS)
+    assert [f.code for f in found] == ["causal-mask-missing"]
+    assert found[0].evidence["read_by"] == "softmax"
+    assert found[0].evidence["positions"] == B * (T - 1)
+    found = _steps(_attention(fused=True), ids, next_ids[:, :-1].reshape(-1), STEPS)
+    assert [f.evidence["read_by"] for f in found] == ["scaled_dot_product_attention"]
+
+
+def test_masked_attention_and_other_targets_are_not_named() -> None:
+    ids, next_ids = _text()
+    assert _steps(_attention(_causal()), ids, next_ids, 3 * STEPS) == []
+    assert _steps(_attention(_causal(), fused=True), ids, next_ids, 3 * STEPS) == []
+    masked_lm = torch.where(torch.rand(B, T) < 0.3, ids, -100)  # the ids themselves, masked
+    assert _steps(_attention(), ids, masked_lm, 3 * STEPS) == []
+    tags = ids % 3  # a tagger's labels
+    assert _steps(_attention(), ids, tags, 3 * STEPS) == []
+    prefix = _causal()
+    prefix[:, : T // 2] = True  # the prefix attends both ways; targets only after it
+    after = next_ids.clone()
+    after[:, : T // 2] = -100
+    assert _steps(_attention(prefix, fused=True), ids, after, 3 * STEPS) == []
+
+
+def test_time_first_ids_and_targets_are_read() -> None:
+    ids, next_ids = _text()
+    found = _steps(_attention(), ids.t(), next_ids.t().reshape(-1), STEPS)
+    assert len(found) == 1
+
+
+def test_recurrent_models_by_their_directions() -> None:
+    ids, next_ids = _text()
+    both_ways = nn.LSTM(4, 4, bidirectional=True)
+    found = _steps(lambda: None, ids, next_ids, STEPS, model=both_ways)
+    assert [f.evidence["read_by"] for f in found] == ["rnn"]
+    one_way = nn.ModuleList([nn.LSTM(4, 4), nn.LSTM(4, 4, bidirectional=True)])
+    assert _steps(lambda: None, ids, next_ids, 3 * STEPS, model=one_way) == []
+    # a recurrent decoder's attention over a source as long as its target is no leak
+    assert _steps(_attention(), ids, next_ids, 3 * STEPS, model=one_way) == []
