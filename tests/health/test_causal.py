@@ -22,6 +22,11 @@ def _text() -> tuple[torch.Tensor, torch.Tensor]:
     return stream[:, :-1], stream[:, 1:]
 
 
+def _queries(*shape: int) -> torch.Tensor:
+    """Queries (keys too) as a model computes them: a product with a weight."""
+    return torch.randn(*shape, 8) @ (0.3 * torch.eye(8)).requires_grad_()
+
+
 def _causal(t: int = T) -> torch.Tensor:
     return torch.ones(t, t, dtype=torch.bool).tril()
 
@@ -36,7 +41,8 @@ def test_what_each_query_may_see_of_the_next_key() -> None:
     assert _sdpa_sees_next((q, q, q, additive), {}).sum() == 0
     cross = torch.randn(B, 2, T + 3, 8)  # keys of another length: no self-attention
     assert _sdpa_sees_next((q, cross, cross), {}) is None
-    scores = torch.randn(B * 2, T, T)  # nn.MultiheadAttention's [B x heads, T, T]
+    keys = _queries(B * 2, T)
+    scores = keys @ keys.transpose(1, 2)  # nn.MultiheadAttention's [B x heads, T, T]
     assert _per_row(_scores_see_next((scores, -1), {}), B).shape == (B, T - 1)
     masked = scores.masked_fill(~_causal(), float("-inf"))
     assert _scores_see_next((masked, -1), {}).sum() == 0
@@ -62,7 +68,7 @@ def _steps(
 
 
 def _attention(mask: torch.Tensor | None = None, fused: bool = False) -> Any:
-    q = torch.randn(B, 2, T, 8)
+    q = _queries(B, 2, T)
     if fused:
         return lambda: F.scaled_dot_product_attention(q, q, q, mask)
     scores = q @ q.transpose(-2, -1)
@@ -112,3 +118,42 @@ def test_recurrent_models_by_their_directions() -> None:
     assert _steps(lambda: None, ids, next_ids, 3 * STEPS, model=one_way) == []
     # a recurrent decoder's attention over a source as long as its target is no leak
     assert _steps(_attention(), ids, next_ids, 3 * STEPS, model=one_way) == []
+
+
+def test_a_mask_soft_capped_after_it_was_filled_still_hides_the_future() -> None:
+    """``30 * tanh(s / 30)`` of a filled score is -30, far below the query's best."""
+    ids, next_ids = _text()
+    q = _queries(B, 2, T)
+    scores = (q @ q.transpose(-2, -1)).masked_fill(~_causal(), float("-inf"))
+    capped = 30 * torch.tanh(scores / 30)
+    assert _steps(lambda: capped.softmax(-1), ids, next_ids, 3 * STEPS) == []
+
+
+def test_a_key_padding_mask_alone_hides_no_later_key() -> None:
+    ids, next_ids = _text()
+    padding = torch.zeros(B, 1, 1, T, dtype=torch.bool)  # [B, 1, 1, T]: True takes part
+    padding[:, ..., :8] = True
+    found = _steps(_attention(padding, fused=True), ids, next_ids, STEPS)
+    assert len(found) == 1
+
+
+def test_a_deep_encoder_over_a_source_as_long_does_not_crowd_out_the_decoder() -> None:
+    """Twelve encoder reads see everything (the source); the decoder's one is causal."""
+    ids, next_ids = _text()
+    encoder = _attention(fused=True)
+    decoder = _attention(_causal(), fused=True)
+
+    def seq2seq() -> None:
+        for _ in range(12):
+            encoder()
+        decoder()
+
+    assert _steps(seq2seq, ids, next_ids, 3 * STEPS) == []
+
+
+def test_a_softmax_over_a_vocabulary_as_large_as_the_sequence_is_no_attention() -> None:
+    """Logits [B, T, V] with V = T from a Linear: their softmax is no [T, T] attention."""
+    ids, next_ids = _text()
+    head = nn.Linear(8, T)
+    logits = head(torch.randn(B, T, 8))
+    assert _steps(lambda: logits.softmax(-1), ids, next_ids, 3 * STEPS) == []

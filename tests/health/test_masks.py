@@ -144,9 +144,14 @@ def test_scores_filled_by_hand_are_read_through_masked_fill() -> None:
     found = _forwards(fill(tokens != PAD, -1e9), (tokens,), STEPS)
     assert [f.evidence["function"] for f in found] == ["masked_fill"]
     assert _forwards(fill(tokens != PAD, 0.0), (tokens,), 4 * STEPS) == []  # zeroed, not masked
-    pooled = torch.randn(6, 12)  # attention pooling's scores [B, S], filled in place
-    found = _forwards(lambda: pooled.masked_fill_(tokens != PAD, -1e4), (tokens,), STEPS)
+    pooled = torch.randn(6, 1, 12)  # attention pooling's scores [B, 1, S], filled in place
+    found = _forwards(lambda: pooled.masked_fill_((tokens != PAD)[:, None], -1e4), (tokens,), STEPS)
     assert [f.evidence["function"] for f in found] == ["masked_fill_"]
+    logits = torch.randn(6, 12)  # a pointer's or policy's logits [B, S]: taken slots filled
+    assert _forwards(lambda: logits.masked_fill(tokens != PAD, -1e9), (tokens,), 4 * STEPS) == []
+    labels = tokens.clone()  # labels set to -100 where not predicted: no scores
+    filled = torch.zeros(6, 1, 12, dtype=torch.long)
+    assert _forwards(lambda: filled.masked_fill((tokens != PAD)[:, None], -100), (labels,), 8) == []
     assert "masked_fill" not in vars(torch.Tensor)  # the base class's method again
 
 

@@ -24,6 +24,7 @@ a bidirectional RNN and no unidirectional one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -35,14 +36,19 @@ from treeqa.health.findings import Finding
 
 IGNORED = -100.0
 """A score at or below this is masked out (exp(-100) is 0 to a softmax)."""
-SHIFTED = 0.9
-"""Share of a cross-entropy's targets equal to the next input id, for a language model."""
+GAP = 20.0
+"""A score this far below its query's highest is masked too (exp(-20) is 2e-9): a mask's -inf
+soft-capped afterwards (``cap * tanh(s / cap)``) is -cap."""
+SHIFTED = 0.98
+"""Share of a cross-entropy's targets equal to the next input id, for a language model's (a
+masked language model's over runs of one id matched 94%)."""
 SEEN = 0.5
 """Share of those positions whose query sees its target's key, for an attention read to leak."""
 SUPERVISED = 8
 """Fewest positions a target must supervise to be judged."""
-READS = 4
-"""Attention calls read per forward."""
+READS = 32
+"""Attention calls read per forward: enough for a seq2seq model's encoder layers (their
+attention over a source as long as the target sees it all) and its decoder's after them."""
 STEPS = 2
 """Sampled steps whose language model's attention leaked, more than those where it did not."""
 
@@ -60,7 +66,8 @@ class CausalReads:
         self.recurrent = ""  # "bidirectional": the model's RNNs read both ways, and none one way
         self.leaked = self.causal = 0  # sampled steps judged, by what their reads showed
         self.example: dict[str, Any] | None = None
-        self.where = ""
+        self.where = ""  # the first leaking forward's first attention call
+        self.site = ""  # this forward's
         self.said = False
         self.rnns: dict[int, str] = {}  # per model: its recurrent layers' directions
 
@@ -68,7 +75,7 @@ class CausalReads:
         """A trained model's sampled forward starts, given these id tensors ([B, T], or
         [T, B]: both are tried)."""
         self.ids = [] if self.said else [x for x in ids if min(x.shape) >= 2]
-        self.reads = []
+        self.reads, self.site = [], ""
         self.recurrent = self._directions(model) if self.ids else ""
 
     def _directions(self, model: nn.Module) -> str:
@@ -99,7 +106,7 @@ class CausalReads:
         for seen in rows:
             if seen is not None:
                 self.reads.append((name, seen))
-        self.where = self.where or sites.user_site()
+        self.site = self.site or sites.user_site()
 
     def target(self, target: Any) -> None:
         """A ``cross_entropy``/``nll_loss`` target, after the forward: judge the step."""
@@ -111,20 +118,22 @@ class CausalReads:
             self.ids = []
             return
         ways = [(x, False) for x in self.ids] + [(x, True) for x in self.ids]
-        judged = next((j for x, t in ways if (j := self._judge(x, target, t)) is not None), None)
+        found = [j for x, t in ways if (j := self._judge(x, target, t)) is not None]
+        judged = next((j for j in found if "positions" in j), found[0] if found else None)
         self.ids = []  # one target a step
         if judged is None:
             return
         if judged["leaked"]:
             self.leaked += 1
-            self.example = self.example or judged
-        else:
+            if self.example is None:
+                self.example, self.where = judged, self.site
+        else:  # causal, or targets of another form (a masked LM's, over runs of one id)
             self.causal += 1
         if self.example is not None and self.leaked >= STEPS and self.leaked > self.causal:
             self.said = True
-            found = causal_mask_missing(self.leaked, self.leaked + self.causal, self.example)
-            found.where = self.where
-            self.add(found)
+            finding = causal_mask_missing(self.leaked, self.leaked + self.causal, self.example)
+            finding.where = self.where
+            self.add(finding)
 
     def _judge(
         self, ids: torch.Tensor, target: torch.Tensor, time_first: bool
@@ -149,8 +158,10 @@ class CausalReads:
         seen = [(s.to(ids.device) & supervised).sum() for s in reads]
         counts = torch.stack([supervised.sum(), same.sum(), repeats.sum(), *seen]).tolist()
         n, matched, repeated, *sees = counts
-        if n < SUPERVISED or matched < SHIFTED * n or repeated > n / 2:
+        if n < SUPERVISED:
             return None
+        if matched < SHIFTED * n or repeated > n / 2:  # no language model's: counts against
+            return {"leaked": False}
         if sees:  # (a recurrent decoder is causal, whatever its attention over a source)
             leaked = all(k >= SEEN * n for k in sees) and self.recurrent != "one-way"
             call = self.reads[0][0]
@@ -179,17 +190,19 @@ def _sdpa_sees_next(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tens
     length = query.shape[-2]
     if causal or mask is None:
         return torch.full((length - 1,), not causal, device=query.device)
-    if not isinstance(mask, torch.Tensor) or mask.shape[-2:] != (length, length):
+    if not isinstance(mask, torch.Tensor) or mask.dim() < 2 or mask.shape[-1] != length:
         return None
-    if checks.untraceable(mask) or not checks.dense(mask):
+    if mask.shape[-2] not in (1, length) or checks.untraceable(mask) or not checks.dense(mask):
         return None
     open_ = mask if mask.dtype == torch.bool else mask > IGNORED
+    open_ = open_.expand(*open_.shape[:-2], length, length)  # (a key padding mask: [.., 1, L])
     return open_.diagonal(offset=1, dim1=-2, dim2=-1)  # [..., L - 1]
 
 
 def _scores_see_next(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
     """[N, ..., L - 1]: whether query i may see key i + 1 in scores [N, ..., L, L] given to
-    a softmax over their last dim; else None."""
+    a softmax over their last dim (a score above ``IGNORED`` and within ``GAP`` of the
+    query's highest); else None."""
     scores = args[0] if args else kwargs.get("input")
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     if not isinstance(scores, torch.Tensor) or not isinstance(dim, int):
@@ -198,9 +211,54 @@ def _scores_see_next(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Ten
         return None
     if scores.shape[-1] != scores.shape[-2] or checks.untraceable(scores):
         return None
-    if not checks.dense(scores):
+    if not checks.dense(scores) or not _from_queries_and_keys(scores.grad_fn):
         return None
-    return scores.detach().diagonal(offset=1, dim1=-2, dim2=-1) > IGNORED  # [N, ..., L - 1]
+    scores = scores.detach()
+    nxt = scores.diagonal(offset=1, dim1=-2, dim2=-1)  # [N, ..., L - 1]
+    top = scores[..., :-1, :].amax(-1)  # [N, ..., L - 1]: each query's highest score
+    return (nxt > IGNORED) & (nxt > top - GAP)
+
+
+VIEWS = re.compile(r"(T|Transpose|View|UnsafeView|Permute|Expand|Squeeze|Unsqueeze)Backward\d")
+MATMULS = ("BmmBackward0", "MmBackward0", "AddmmBackward0", "BaddbmmBackward0")
+PASSED = 12
+"""Autograd nodes looked through, from a softmax's input back to the product that made it."""
+
+
+def _from_queries_and_keys(node: Any) -> bool:
+    """Whether scores were made (through views, scaling, masks, biases, a soft cap) by a
+    product of two computed tensors, queries and keys, rather than by a layer's weight (a
+    vocabulary's logits, from a Linear: a softmax over them as long as the sequence is no
+    attention). Walks at most ``PASSED`` nodes, stopping at each path's first product."""
+    todo, seen = [node], 0
+    while todo and seen < PASSED:
+        node = todo.pop(0)
+        seen += 1
+        if node is None:
+            continue
+        name = type(node).__name__
+        if name in MATMULS:
+            inputs = [n for n, _ in node.next_functions if n is not None]
+            if name.startswith(("Addmm", "Baddbmm")):
+                inputs = inputs[1:]  # (the added term)
+            if len(inputs) == 2 and not any(_weight(n) for n in inputs):
+                return True
+            continue
+        todo.extend(n for n, _ in node.next_functions if n is not None)
+    return False
+
+
+def _weight(node: Any) -> bool:
+    """A parameter, or a view of one (``weight.t()``): a leaf's gradient accumulated."""
+    for _ in range(3):
+        name = type(node).__name__
+        if name == "AccumulateGrad":
+            return True
+        inputs = [n for n, _ in node.next_functions if n is not None]
+        if len(inputs) != 1 or not VIEWS.fullmatch(name):
+            return False
+        node = inputs[0]
+    return False
 
 
 def _per_row(nxt: torch.Tensor, b: int) -> torch.Tensor | None:

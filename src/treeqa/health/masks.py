@@ -73,6 +73,7 @@ class AttentionMasks:
         self.causal = CausalReads(add, active)  # read through the same wrappers
         self.inputs: list[torch.Tensor] = []  # this forward's [B, S] and [B, S, F] tensors
         self.masks: list[torch.Tensor] = []  # the forward's masks read, [B, S] ignored keys
+        self.given: list[Any] = []  # the masks its calls were given (held until it ends)
         self.read = 0  # those read against its inputs' padding
         self.found: tuple[dict[str, Any], str] | None = None  # the first inverted, its line
         self.inverted = self.matched = 0  # sampled forwards, by what their mask read as
@@ -98,7 +99,7 @@ class AttentionMasks:
 
     def end(self) -> None:
         self.wrappers.undo()
-        self.inputs, self.masks = [], []
+        self.inputs, self.masks, self.given = [], [], []
         if self.read:
             self._tally()
 
@@ -116,11 +117,15 @@ class AttentionMasks:
             return
         if name != FUNCTIONS[0] and _torchs_own():
             return
+        given = _given_mask(name, args, kwargs)
+        if given is None or any(m is given for m in self.given):
+            return  # (the layers of a stack share their mask: no host read)
+        self.given.append(given)
         ignored = _ignored(name, args, kwargs)
         if ignored is None or any(
             m.shape == ignored.shape and m.equal(ignored) for m in self.masks
         ):
-            return  # (the layers of a stack share their mask)
+            return
         self.masks.append(ignored)
         readings = [r for x in self.inputs for r in _readings(x, ignored)]
         if not readings:
@@ -132,7 +137,7 @@ class AttentionMasks:
 
     def _tally(self) -> None:
         """The forward's calls read: inverted where one of them was."""
-        found, self.read, self.found, self.masks = self.found, 0, None, []
+        found, self.read, self.found = self.found, 0, None
         if found is None:
             self.matched += 1
             return
@@ -177,14 +182,23 @@ def _tensors(values: Any, depth: int = 0) -> Iterator[torch.Tensor]:
             yield from _tensors(value.values(), depth + 1)
 
 
+def _given_mask(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The mask a call was given, as it was given (None: none)."""
+    if name == "multi_head_attention_forward":
+        return kwargs.get("key_padding_mask")
+    if name in FILLS:
+        return args[1] if len(args) > 1 else kwargs.get("mask")
+    return args[3] if len(args) > 3 else kwargs.get("attn_mask")
+
+
 def _ignored(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
     """[B, S] bool: the keys every query of the call ignores, where its mask has a batch dim;
     else None."""
     if name == "multi_head_attention_forward":  # (query [L, B, E], key, value, ...)
         mask = kwargs.get("key_padding_mask")
-        if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+        if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or checks.untraceable(mask):
             return None
-        return _masked_out(mask)
+        return _masked_out(mask) if checks.dense(mask) else None
     if name in FILLS:  # (scores [B, ..., S], mask, value)
         return _filled(args, kwargs)
     query = args[0] if args else kwargs.get("query")
@@ -201,7 +215,7 @@ def _ignored(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.
 
 def _filled(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
     """[B, S] bool: the keys every query ignores, where ``scores.masked_fill(mask, value)``
-    masks scores ([B, S], or [B, ..., L, S]) out by a value at or below ``IGNORED`` with a mask
+    masks floating scores [B, ..., L, S] out by a value at or below ``IGNORED`` with a mask
     that has a batch dim; else None."""
     scores = args[0] if args else None
     mask = args[1] if len(args) > 1 else kwargs.get("mask")
@@ -212,13 +226,15 @@ def _filled(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | Non
         return None
     if not isinstance(scores, torch.Tensor) or not isinstance(mask, torch.Tensor):
         return None
-    if mask.dtype != torch.bool or scores.dim() < 2 or mask.dim() != scores.dim():
+    if mask.dtype != torch.bool or scores.dim() < 3 or mask.dim() != scores.dim():
+        return None  # (a [B, S] fill: a pointer's or a policy's logits, labels set to -100)
+    if not scores.is_floating_point():
         return None
     if mask.shape[0] != scores.shape[0] or mask.shape[-1] != scores.shape[-1] or mask.shape[0] < 2:
         return None  # no batch dim (a causal mask), or not over the keys
     if checks.untraceable(mask) or not checks.dense(mask):
         return None
-    return mask if mask.dim() == 2 else mask.flatten(1, -2).all(1)
+    return mask.flatten(1, -2).all(1)
 
 
 def _masked_out(mask: torch.Tensor) -> torch.Tensor:
