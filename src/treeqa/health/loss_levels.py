@@ -138,7 +138,8 @@ def loss_at_chance(
             " (worse than ignoring them: a learning rate far too high?)"
             if worse
             else ", or the labels say little about them (labels drawn apart from their inputs, "
-            "or most of them wrong: with 65% of 4 classes' labels wrong the best loss is 1.36, "
+            f"or most of them wrong: with {wrong_labels_within(classes):.0%} of {classes} "
+            f"classes' labels wrong at random the best loss is {0.98 * math.log(classes):.3f}, "
             "within this band)"
         ),
         evidence={
@@ -151,6 +152,18 @@ def loss_at_chance(
             "max": round(max(values), 4),
         },
     )
+
+
+def wrong_labels_within(classes: int, level: float = 0.98) -> float:
+    """The share of labels, wrong at random among the other ``classes - 1``, that puts the
+    best loss a model can reach at ``level`` x log(C): the entropy of the labels given the true
+    class, ``-(1 - w) log(1 - w) - w log(w / (C - 1))``, rises to log(C) at w = (C - 1) / C."""
+    target, low, high = level * math.log(classes), 0.0, (classes - 1) / classes
+    for _ in range(50):
+        w = (low + high) / 2
+        entropy = -(1 - w) * math.log(1 - w) - w * math.log(w / (classes - 1)) if w else 0.0
+        low, high = (w, high) if entropy < target else (low, w)
+    return (low + high) / 2
 
 
 def _stays_at(
