@@ -13,7 +13,7 @@ attention over as many keys as queries, T of them, the length of an id tensor th
 given, is read for whether query i may see key i + 1, [B, T - 1]: from
 ``scaled_dot_product_attention``'s ``is_causal`` and ``attn_mask``, and from the scores given to a
 softmax over their last dim (attention by hand, ``nn.MultiheadAttention`` asked for its
-weights), where a masked key's score is at or below ``masks.IGNORED``. The step's
+weights), where a masked key's score is at or below ``IGNORED``. The step's
 ``cross_entropy`` (or ``nll_loss``) target is then read against those ids: the language
 model's form is 90% of its targets (``-100`` and other negatives left out) equal to the next
 id. The forward leaks where every attention read lets most of those positions see their
@@ -35,7 +35,10 @@ from treeqa.health import checks, sites
 from treeqa.health.findings import Finding
 
 IGNORED = -100.0
-"""A score at or below this is masked out (exp(-100) is 0 to a softmax)."""
+"""A score, or an additive mask's value, at or below which a key counts as masked out (-inf
+from a boolean mask, ``finfo.min``, the -10000 of older code, -100: exp(-100) is 0 to a
+softmax). A bias (ALiBi's, far below this for distant keys) leaves each key open to its own
+query. ``masks`` reads masks by it too."""
 GAP = 20.0
 """A score this far below its query's highest is masked too (exp(-20) is 2e-9): a mask's -inf
 soft-capped afterwards (``cap * tanh(s / cap)``) is -cap."""
@@ -117,9 +120,12 @@ class CausalReads:
         if not self.reads and self.recurrent != "bidirectional":
             self.ids = []
             return
-        ways = [(x, False) for x in self.ids] + [(x, True) for x in self.ids]
-        found = [j for x, t in ways if (j := self._judge(x, target, t)) is not None]
-        judged = next((j for j in found if "positions" in j), found[0] if found else None)
+        judged = None  # the first language model's reading (read no further), else the first
+        for j in (self._judge(x, target, t) for t in (False, True) for x in self.ids):
+            judged = judged or j
+            if j is not None and "positions" in j:
+                judged = j
+                break
         self.ids = []  # one target a step
         if judged is None:
             return

@@ -33,14 +33,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from treeqa.health import checks, sites
-from treeqa.health.causal import CausalReads
+from treeqa.health.causal import IGNORED, CausalReads
 from treeqa.health.findings import Finding
+from treeqa.health.packing import padding_runs
 from treeqa.health.wrap import Wrappers, note_function_calls
 
-IGNORED = -100.0
-"""An additive mask's value at or below which a key counts as masked out (-inf from a boolean
-mask, ``finfo.min``, the -10000 of older code, -100: exp(-100) is 0 to a softmax). A bias
-(ALiBi's, far below this for distant keys) leaves each key open to its own query."""
 SLACK = 1
 """Positions of a row where the mask may differ from the padding, or from its complement."""
 STEPS = 2
@@ -74,6 +71,7 @@ class AttentionMasks:
         self.inputs: list[torch.Tensor] = []  # this forward's [B, S] and [B, S, F] tensors
         self.masks: list[torch.Tensor] = []  # the forward's masks read, [B, S] ignored keys
         self.given: list[Any] = []  # the masks its calls were given (held until it ends)
+        self.sifted = False  # its inputs left to those that may be ids or vectors
         self.read = 0  # those read against its inputs' padding
         self.found: tuple[dict[str, Any], str] | None = None  # the first inverted, its line
         self.inverted = self.matched = 0  # sampled forwards, by what their mask read as
@@ -99,7 +97,7 @@ class AttentionMasks:
 
     def end(self) -> None:
         self.wrappers.undo()
-        self.inputs, self.masks, self.given = [], [], []
+        self.inputs, self.masks, self.given, self.sifted = [], [], [], False
         if self.read:
             self._tally()
 
@@ -127,6 +125,8 @@ class AttentionMasks:
         ):
             return
         self.masks.append(ignored)
+        if not self.sifted:  # once a forward, at its first mask read
+            self.inputs, self.sifted = [x for x in self.inputs if _ids_or_vectors(x)], True
         readings = [r for x in self.inputs for r in _readings(x, ignored)]
         if not readings:
             return
@@ -246,15 +246,12 @@ def _readings(x: torch.Tensor, ignored: torch.Tensor) -> list[dict[str, Any]]:
     """How ``ignored`` [N, K] reads against the padding of ``x`` ([B, S, *] or [S, B, *]),
     right-padded and left-padded: one dict per reading that judged rows. N may be B times the
     heads (folded into the batch), K up to ``ADDED`` more than S (tokens the model prepended or
-    appended, a CLS vector). Integers of fewer than ``IDS`` values are no ids (a mask, segment
-    or speaker ids: runs of each read as padding too)."""
+    appended, a CLS vector)."""
     pairs = [
         (rows, keys)
         for rows in ([x, x.transpose(0, 1)] if x.shape[0] != x.shape[1] else [x])
         for keys in _aligned(ignored, *rows.shape[:2])
     ]
-    if pairs and not x.is_floating_point() and x.unique().numel() < IDS:
-        return []
     found = []
     for rows, keys in pairs:
         r = rows.detach().reshape(*rows.shape[:2], -1)  # [B, S, F]
@@ -266,6 +263,12 @@ def _readings(x: torch.Tensor, ignored: torch.Tensor) -> list[dict[str, Any]]:
             if reading is not None:
                 found.append({**reading, "side": side})
     return found
+
+
+def _ids_or_vectors(x: torch.Tensor) -> bool:
+    """Vectors, or integers of ``IDS`` values or more: fewer are no ids (a mask, segment or
+    speaker ids, whose runs read as padding too). One host read for integers."""
+    return x.is_floating_point() or x.unique().numel() >= IDS
 
 
 def _aligned(ignored: torch.Tensor, b: int, s: int) -> list[torch.Tensor]:
@@ -285,12 +288,7 @@ def _aligned(ignored: torch.Tensor, b: int, s: int) -> list[torch.Tensor]:
 def _padding(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, S] bool each: each row's trailing run of the vector the padded rows of ``rows``
     [B, S, F] end in (the row with the longest run gives it), and that vector elsewhere."""
-    last = rows[:, -1]  # [B, F]
-    same = (rows == last[:, None]).all(-1)  # [B, S]
-    run = same.flip(1).int().cumprod(1).sum(1)  # [B]: its length at each row's end
-    pad = last[run.argmax()]  # [F]
-    padded = (last == pad).all(-1)  # [B]
-    run = torch.where(padded, run, 0)
+    run, pad = padding_runs(rows)  # [B], [F]
     positions = torch.arange(rows.shape[1], device=rows.device)
     padding = positions >= (rows.shape[1] - run)[:, None]
     return padding, (rows == pad).all(-1) & ~padding

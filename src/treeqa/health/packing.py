@@ -139,16 +139,21 @@ def padding_starts(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
     b, t = rows.shape[:2]
     if b < 2 or t < 3:
         return None
-    rows = rows.reshape(b, t, -1)  # [B, T, F]
-    last = rows[:, -1]  # [B, F]
-    same = (rows == last[:, None]).all(-1)  # [B, T]: equal to the row's last vector
-    run = _trailing(same)  # [B]: how many at the row's end
-    longest = int(run.argmax())
-    pad = last[longest]  # [F]
-    padded = (last == pad).all(-1)  # [B]
-    if int(run[longest]) < 2 or int(padded.sum()) < 2:
+    run, _ = padding_runs(rows.reshape(b, t, -1))  # [B]
+    padded = run > 0
+    if int(run.max()) < 2 or int(padded.sum()) < 2:
         return None
     return torch.where(padded, t - run, -1).cpu()
+
+
+def padding_runs(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The padding of ``rows`` [B, T, F]: the vector [F] the padded rows end in (the row with
+    the longest run of one vector at its end gives it), and each row's run of it at its end,
+    [B] (0 for rows that end in another). No host read."""
+    last = rows[:, -1]  # [B, F]
+    run = _trailing((rows == last[:, None]).all(-1))  # [B]: the row's last vector, at its end
+    pad = last[run.argmax()]  # [F]
+    return torch.where((last == pad).all(-1), run, 0), pad
 
 
 def _trailing(mask: torch.Tensor) -> torch.Tensor:
