@@ -44,6 +44,8 @@ EXPECTED = {
     "bug_attention_mask_inverted.py": "attention-mask-inverted",
     "bug_attention_scores_filled_inverted.py": "attention-mask-inverted",  # masked_fill by hand
     "bug_causal_mask_missing.py": "causal-mask-missing",
+    "bug_units_identical.py": "units-identical",
+    "bug_targets_outside_output_range.py": "targets-outside-output-range",
     "bug_unused_parameter.py": "unused-parameter",
     "bug_router_under_no_grad.py": "unused-parameter",  # its layer runs, under no_grad
     "bug_round_without_straight_through.py": "zero-derivative-op",  # QAT: weights never train

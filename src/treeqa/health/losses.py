@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from treeqa.health import checks, loss_inputs, loss_levels, processes, sites
+from treeqa.health import checks, loss_inputs, loss_levels, processes, ranges, sites
 from treeqa.health.findings import Finding
 from treeqa.health.priors import LabelCounts, TargetMoments
 from treeqa.health.resumes import Resumes
@@ -131,6 +131,7 @@ class LossInputCheck:
         self.moments = TargetMoments()  # the training mean squared errors' targets
         # the noted regression loss's target sums (``TargetMoments.batch``), micro-batches added
         self.batch_moments: tuple[tuple[int, ...], int, torch.Tensor] | None = None
+        self.ranges = ranges.OutputRanges(add)  # ``targets-outside-output-range``
         self.wrappers = Wrappers()
 
     def watch(self, modules: Iterable[nn.Module]) -> None:
@@ -429,6 +430,8 @@ class LossInputCheck:
                 if found is not None:
                     found.where = sites.user_site(2)
                     self.add(found)
+            if result.requires_grad:
+                self.ranges.note(fname, input, target, kwargs)
             return
         if fname in (*BINARY, "binary_cross_entropy_with_logits"):
             weight = args[1] if len(args) > 1 else kwargs.get("weight")

@@ -66,6 +66,7 @@ from treeqa.health.profile import in_backward
 from treeqa.health.rates import LearningRates
 from treeqa.health.returned import ReturnedLosses
 from treeqa.health.scalers import LossScalers
+from treeqa.health.symmetry import IdenticalUnits
 from treeqa.health.teachers import FrozenInTrainMode
 from treeqa.health.wrap import Watched, Wrappers, note_calls_of, note_function_calls
 
@@ -122,6 +123,7 @@ class Updates:
         self.eval_site = ""  # where the last eval() of a trained model was called
         # Every optimiser that stepped in the run (the doctor adds them; weak: finished runs').
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self.symmetry = IdenticalUnits(self._report)  # ``units-identical``
         self.orphans = Orphans(self._report, self._held, self.optimizers, self.reported)
         # Told of each torch.autograd.grad call's outputs and inputs (the doctor's steps made
         # by hand).
@@ -506,6 +508,7 @@ class Updates:
             if self.backwards and not frozen:
                 self._note_zero_gradients([p.grad for p, *_ in self.stepped_grads], loss)
             self._note_frozen_decayed(optimizer, roots)
+            self.symmetry.note(step - self.first + 1, optimizer, params)
             if self.teachers.models or self.teachers.seen:  # (no held set built for none)
                 self.teachers.end_sampled_step(self._held(optimizer))
             self.teachers.frozen_norms(roots)

@@ -1,0 +1,164 @@
+"""``units-identical``: a layer whose units are copies of one another, trained so.
+
+Weights initialised to one value (``nn.init.zeros_``/``constant_``/``ones_`` applied to every
+layer, ``weight.data.fill_(0.01)``, an ``nn.Parameter(torch.zeros(...))`` written by hand)
+give every unit of a hidden layer the same output; where the layers after it are alike too,
+each unit gets the same gradient, and they stay copies for the whole run: the layer works as
+one unit, however wide (symmetry never broken). A layer whose next layer is random is not
+this: its units get different gradients and part at the first step.
+
+After the clock's step, on its sampled steps from its ``FROM``-th step on, each parameter of
+two dims or more that the optimiser holds and that has a gradient is read for its rows along
+dim 0 (a layer's output units, a convolution's filters), all rows at once or within each of
+3 or 4 equal blocks (an LSTM's gates, a GRU's, the queries, keys and values of a fused
+projection): equal within ``TOLERANCE`` of the weight's largest value, with a gradient not
+zero. Three rows of each block first (one host read for all parameters), every row of those
+that pass. Such a parameter found so again at the next sampled step, its values moved since
+(trained), makes the finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from treeqa.health.findings import Finding
+from treeqa.health.processes import local_part
+
+FROM = 10
+"""The clock's step (from its first) from which parameters are read: by then a zero-initialised
+output layer, whose rows get different gradients, has parted them."""
+TOLERANCE = 1e-3
+"""Rows within this share of the weight's largest absolute value of one another are equal."""
+BLOCKS = (1, 3, 4)
+"""Ways to cut dim 0 into equal blocks read on their own: the whole; a GRU's or a fused
+projection's three (queries, keys, values); an LSTM's four gates."""
+READINGS = 2
+"""Sampled steps read: a layer's units are copies from the start or not at all."""
+
+
+class IdenticalUnits:
+    def __init__(self, add: Callable[[Finding], None]):
+        self.add = add
+        self.readings = 0
+        # parameter id -> (blocks, the first 64 values of its first row) at the last reading
+        self.candidates: dict[int, tuple[int, torch.Tensor]] = {}
+
+    def note(
+        self,
+        steps: int,
+        optimizer: torch.optim.Optimizer,
+        params: Sequence[tuple[str, nn.Parameter]],
+    ) -> None:
+        """A sampled step of the clock, the ``steps``-th of its run, after its update;
+        ``params``: the trained models' named parameters (for names)."""
+        if steps < FROM or self.readings >= READINGS:
+            return
+        self.readings += 1
+        held = [
+            p
+            for group in optimizer.param_groups
+            for p in group["params"]
+            if isinstance(p, torch.Tensor)
+            and p.dim() >= 2
+            and p.shape[0] >= 2
+            and p.grad is not None
+            and p.is_floating_point()
+            and not p.is_meta
+        ]
+        found = _identical(held)
+        named = {id(p): name for name, p in params}
+        again = [
+            (p, blocks)
+            for p, blocks in found
+            if id(p) in self.candidates
+            and self.candidates[id(p)][0] == blocks
+            and not torch.equal(self.candidates[id(p)][1], _first_values(p))
+        ]
+        self.candidates = {id(p): (blocks, _first_values(p)) for p, blocks in found}
+        if again:
+            self.readings = READINGS
+            self.add(_finding(again, named, steps))
+
+
+def _rows(p: torch.Tensor) -> torch.Tensor:
+    """``p``'s rows [dim 0, rest] (this process's shard's, for a sharded parameter)."""
+    w = local_part(p.detach())
+    return w.reshape(w.shape[0], -1)
+
+
+def _first_values(p: torch.Tensor) -> torch.Tensor:
+    return _rows(p)[0, :64].clone()
+
+
+def _identical(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
+    """The parameters whose rows are equal (all, or within each of a way of ``BLOCKS``), whose
+    gradient is not zero: (parameter, blocks)."""
+    params = [p for p in params if _rows(p).shape[0] >= 2 and _rows(p).shape[1]]
+    if not params:
+        return []
+    with torch.no_grad():
+        # each parameter's largest value and gradient, then its three rows' spread per way
+        reads: list[torch.Tensor] = []
+        ways: list[list[int]] = []
+        for p in params:
+            w = _rows(p)
+            fits = [b for b in BLOCKS if w.shape[0] % b == 0 and w.shape[0] // b >= 2]
+            ways.append(fits)
+            assert p.grad is not None  # (only those with one are read)
+            reads += [w.abs().amax(), local_part(p.grad.detach()).abs().amax().to(w.dtype)]
+            reads += [_spread(w, b, whole=False) for b in fits]
+        values = torch.stack([r.float().cpu() for r in reads]).tolist()
+    passed: list[tuple[torch.Tensor, int]] = []
+    at = 0
+    for p, fits in zip(params, ways, strict=True):
+        top, grad, spreads = values[at], values[at + 1], values[at + 2 : at + 2 + len(fits)]
+        at += 2 + len(fits)
+        if top > 0 and grad > 0:
+            passed += [(p, b) for b, s in zip(fits, spreads, strict=True) if s <= TOLERANCE * top]
+    # every row of those that passed on three; the fewest blocks that hold
+    kept: dict[int, tuple[torch.Tensor, int]] = {}
+    for p, b in passed:
+        if id(p) in kept:
+            continue
+        w = _rows(p)
+        if float(_spread(w, b, whole=True)) <= TOLERANCE * float(w.abs().amax()):
+            kept[id(p)] = (p, b)
+    return list(kept.values())
+
+
+def _spread(w: torch.Tensor, blocks: int, whole: bool) -> torch.Tensor:
+    """The largest difference between a row of each of ``blocks`` equal blocks of ``w``'s rows
+    and that block's first row: every row (``whole``), or its second and last."""
+    rows = w.reshape(blocks, w.shape[0] // blocks, -1)
+    first = rows[:, :1]
+    picked = rows if whole else rows[:, [1, -1]]
+    return (picked - first).abs().amax()
+
+
+def _finding(found: list[tuple[torch.Tensor, int]], named: dict[int, str], steps: int) -> Finding:
+    said = [
+        named.get(id(p), f"a {list(p.shape)} parameter")
+        + ("" if blocks == 1 else f" (within each of its {blocks} blocks)")
+        for p, blocks in found
+    ]
+    units = sum(int(p.shape[0]) for p, _ in found)
+    first, blocks = found[0]
+    return Finding(
+        "units-identical",
+        "warning",
+        f"{len(found)} trained weight tensors have identical units at step {steps} and kept "
+        f"them so while training ({units} rows in all; every row of {said[0]}, shape "
+        f"{list(first.shape)}, equals its first): the weights were initialised to one value "
+        "(and so were the layers after them), so every unit gets the same gradient and the "
+        f"layer works as one unit, however wide: {', '.join(said[:5])}",
+        where=said[0],
+        evidence={
+            "parameters": said[:20],
+            "shapes": [list(p.shape) for p, _ in found[:20]],
+            "blocks": [b for _, b in found[:20]],
+            "step": steps,
+        },
+    )
