@@ -45,6 +45,7 @@ EXPECTED = {
     "bug_attention_scores_filled_inverted.py": "attention-mask-inverted",  # masked_fill by hand
     "bug_causal_mask_missing.py": "causal-mask-missing",
     "bug_units_identical.py": "units-identical",
+    "bug_eval_inputs_off_scale.py": "eval-inputs-off-scale",
     "bug_targets_outside_output_range.py": "targets-outside-output-range",
     "bug_unused_parameter.py": "unused-parameter",
     "bug_router_under_no_grad.py": "unused-parameter",  # its layer runs, under no_grad

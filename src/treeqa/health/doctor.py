@@ -60,6 +60,7 @@ from treeqa.health.heldout import HeldOut
 from treeqa.health.masks import AttentionMasks
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
 from treeqa.health.overlaps import Overlaps
+from treeqa.health.scales import InputScales
 from treeqa.health.seeds import Seeds
 from treeqa.health.updates import Updates
 
@@ -128,6 +129,7 @@ class Doctor:
         self.updates = Updates(monitor.add, monitor.scalers)
         self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
         self.heldout = HeldOut(monitor.add)  # evaluation rows trained on by an earlier phase
+        self.scales = InputScales(monitor.add)  # evaluation inputs off the training ones' scale
         self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
         # Attention masks leaving only the padding open, or a language model's future.
         self.masks = AttentionMasks(monitor.add, lambda: monitor.sampling and not monitor.paused)
@@ -494,6 +496,8 @@ class Doctor:
             sampling, training = self.monitor.sampling, module.training and torch.is_grad_enabled()
             if sampling or self.heldout.evaluated or not training:
                 self.heldout.forward(args, kwargs, training, sampling, self.monitor.step)
+                if sampling or not training:
+                    self.scales.forward(args, kwargs, training, self.monitor.step)
             if sampling and training and not (self.monitor.compiling or compiled()):
                 self.masks.begin(module, args, kwargs)  # (wrappers a compiled graph would guard on)
             if self.prints is not None:
@@ -866,6 +870,7 @@ class Doctor:
                 for found in monitor.loss_check.take_run_end():
                     monitor.add(found)
                 self.heldout.judge(monitor.step)
+                self.scales.judge(monitor.step)
                 self.masks.finish()
                 self.resumes.say_unmatched()
                 monitor.maximize = self.updates.rates.maximize

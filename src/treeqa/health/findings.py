@@ -20,6 +20,7 @@ FIXES: dict[str, str] = {
     "targets-out-of-range": "scale a binary cross-entropy's targets into [0, 1]: a mask stored as 0/255 divided by 255, labels of -1/+1 mapped by (y + 1) / 2",
     "targets-outside-output-range": "drop the bounded activation after the last layer (a regression head ends in a Linear layer), or scale the targets into its range (min-max into [0, 1] for a sigmoid, [-1, 1] for a tanh), or scale its output to theirs (1 + 4 * torch.sigmoid(x) for ratings from 1 to 5)",
     "units-identical": "initialise weights randomly (a layer's own reset_parameters(), or nn.init.kaiming_uniform_ / xavier_uniform_); a constant (zero) initialisation belongs to biases and a final layer, not to every layer",
+    "eval-inputs-off-scale": "give the evaluation data the training data's preprocessing: the same transforms (ToTensor, then Normalize with the training set's mean and std), the scaler fitted on the training set applied with transform() to the validation and test sets",
     "zero-derivative-op": "pass the gradient straight through the op (a straight-through estimator: x + (torch.round(x) - x).detach()), or sample with the reparameterisation trick (mu + std * torch.randn_like(std))",
     "probabilities-into-cross-entropy": "pass raw logits to cross_entropy/CrossEntropyLoss; use log_softmax with NLLLoss",
     "activation-growth": "remove the per-block scaling (e.g. x * sqrt(d) inside each block); scale once or normalise",

@@ -196,7 +196,7 @@ class HeldOut:
     ) -> torch.Tensor | None:
         """[B] int64: a hash of each row over the tensors of the forward's batch (exact:
         integer sums wrap around); None where it is given no rows of data."""
-        tensors = _given(args, kwargs)
+        tensors = given(args, kwargs)
         if not tensors:
             return None
         batch = tensors[0].shape[0]
@@ -237,7 +237,7 @@ def _as_integers(rows: torch.Tensor) -> torch.Tensor:
     return rows.to(torch.int64)
 
 
-def _given(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> list[torch.Tensor]:
+def given(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> list[torch.Tensor]:
     """The dense tensors a forward is given with a batch dim: its arguments, and those in a
     dict, list or tuple among them (``model(**batch)``, ``model(batch)``)."""
     found = []

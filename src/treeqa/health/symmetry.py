@@ -65,6 +65,7 @@ class IdenticalUnits:
             and p.dim() >= 2
             and p.shape[0] >= 2
             and p.grad is not None
+            and p.grad.layout == p.layout == torch.strided  # (a sparse gradient: an Embedding's)
             and p.is_floating_point()
             and not p.is_meta
         ]
