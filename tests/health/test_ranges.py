@@ -31,6 +31,7 @@ def _calls(
         fname = loss.__name__ if hasattr(loss, "__name__") else "mse_loss"
         check.note(fname, prediction, target, {})
         assert value.requires_grad
+    check.finish()
     return found
 
 
@@ -68,6 +69,7 @@ def test_ratings_into_a_sigmoid_through_views_and_the_other_way_round() -> None:
     for _ in range(STEPS):
         p = torch.tanh(torch.randn(128, 1, requires_grad=True))
         swapped.note("mse_loss", ratings * 3, p, {})
+    swapped.finish()
     assert [f.evidence["produced_by"] for f in out] == ["tanh"]
 
 
@@ -95,6 +97,7 @@ def test_the_floor_is_the_loss_at_the_nearest_values_in_range(fname: str) -> Non
     for _ in range(STEPS):
         p = F.relu(torch.randn(256, requires_grad=True))
         check.note(fname, p, y, {"beta": 0.5} if fname == "smooth_l1_loss" else {"delta": 0.5})
+    check.finish()
     knee = {"beta": 0.5} if fname == "smooth_l1_loss" else {"delta": 0.5}
     floor = getattr(F, fname)(y.clamp(min=0), y, **knee)
     assert found[0].evidence["floor"] == pytest.approx(float(floor), rel=1e-4)
@@ -116,14 +119,24 @@ def test_targets_in_reach_are_not_named() -> None:
     for _ in range(6):
         p = F.relu(torch.randn(256, requires_grad=True))
         check.note("mse_loss", p, _standardised(), {"reduction": "none"})
+    check.finish()
     assert found == []
 
 
-def test_a_call_in_reach_starts_the_count_again() -> None:
-    found: list[Finding] = []
-    check = OutputRanges(found.append)
-    for y in (
-        [_standardised()] * (STEPS - 1) + [_standardised().abs()] + [_standardised()] * (STEPS - 1)
-    ):
-        check.note("mse_loss", F.relu(torch.randn(256, requires_grad=True)), y, {})
-    assert found == []
+def test_a_line_is_judged_by_its_last_calls() -> None:
+    """Calls out of range and then in range (targets jittered early, the jitter annealed
+    away), or a streak cut short, are not named; a streak to the end is."""
+    out, inside = _standardised(), _standardised().abs()
+    for calls, named in [
+        ([out] * 5 + [inside], False),
+        ([out] * (STEPS - 1) + [inside] + [out] * (STEPS - 1), False),
+        ([inside] * 4 + [out] * STEPS, True),
+    ]:
+        found: list[Finding] = []
+        check = OutputRanges(found.append)
+        for y in calls:
+            check.note("mse_loss", F.relu(torch.randn(256, requires_grad=True)), y, {})
+        check.finish()
+        assert len(found) == named
+        if named:
+            assert found[0].evidence["calls"] == STEPS

@@ -107,3 +107,20 @@ def test_an_lstm_initialised_to_one_value_is_read_gate_by_gate() -> None:
     )
     gates = lstm.weight_ih_l0.detach().view(4, 8, -1)
     assert not torch.equal(gates[0, 0], gates[2, 0])  # gates parted
+
+
+def test_every_layer_initialised_to_zero_below_relu_is_named_as_never_training() -> None:
+    """Weights and biases all 0 below ReLU: every unit outputs 0 and no weight gets a gradient
+    (the output layer's bias alone trains); not a single zero layer beside trained ones."""
+    model = _mlp(nn.init.zeros_)
+    model[1], model[3] = nn.ReLU(), nn.ReLU()
+    found = _train(model, model)
+    assert [f.code for f in found] == ["units-identical"]
+    assert found[0].evidence["all_zero"] == ["0.weight", "2.weight", "4.weight"]
+    assert found[0].evidence["parameters"] == []
+    assert "never train" in found[0].message
+    model = _mlp(None)
+    nn.init.zeros_(model[2].weight)
+    nn.init.zeros_(model[2].bias)
+    model[3] = nn.ReLU()
+    assert _train(model, model) == []  # (its next layer gets 0s in, and trains its bias alone)

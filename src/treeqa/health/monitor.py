@@ -641,6 +641,7 @@ class HealthMonitor(Callback):
         if self._unused_params:  # a run shorter than the window
             self._track_unused(self.step, last=True)
         self.nonfinite.finish()
+        self.loss_check.ranges.finish()
         steps, losses = self.even("step"), self.even("loss")
         chance = (
             loss_levels.loss_at_chance(self.chance, steps, losses, self._chance_levels())

@@ -8,8 +8,9 @@ loss cannot fall below their distance to the range, and a ReLU pushed below 0 st
 On sampled steps ``mse_loss``, ``l1_loss``, ``smooth_l1_loss`` and ``huber_loss`` (the nn
 losses call them), reduced to a mean or a sum, have their prediction walked back through
 view-like nodes and selections to one of the activations in ``BOUNDS``; its targets are then
-read (one host read) for the share outside the range and for the loss's floor there.
-``STEPS`` such calls in a row at one line of the script make the finding.
+read (one host read) for the share outside the range and for the loss's floor there. At
+the run's end, a line of the script whose last ``STEPS`` such calls or more were out of
+range makes the finding.
 """
 
 from __future__ import annotations
@@ -43,10 +44,16 @@ FLOOR = 0.05
 as a share of its value where each is predicted by their mean (their variance, for
 ``mse_loss``), below which the targets out of range cost too little to matter."""
 STEPS = 3
-"""Judged calls in a row at one line, each out of range, for the finding."""
+"""Judged calls in a row at one line, each out of range, the run's last there, for the
+finding."""
 SLACK = 1e-3
 """Targets within this much of the range (times its width, at least 1) count as in it: a
 target stored as 1.0000001."""
+
+Read = tuple[float, float, float, float, float]
+"""(share outside, the loss's floor, the loss at the targets' mean, lowest, highest)."""
+Said = tuple[str, str, float, float, Read, str]
+"""(loss function, activation, lowest, highest, the reading, the line)."""
 
 
 class OutputRanges:
@@ -54,7 +61,8 @@ class OutputRanges:
 
     def __init__(self, add: Callable[[Finding], None]):
         self.add = add
-        self.runs: dict[str, int] = {}  # line -> judged calls in a row out of range there
+        # line -> (judged calls in a row out of range there, the last one's reading)
+        self.runs: dict[str, tuple[int, Said | None]] = {}
 
     def note(self, fname: str, input: torch.Tensor, target: Any, kwargs: dict[str, Any]) -> None:
         """``F.<fname>(input, target, **kwargs)`` with gradients, on a sampled step."""
@@ -74,14 +82,19 @@ class OutputRanges:
         read = _outside(target.detach(), lo, hi, lambda d: _loss(fname, d, kwargs))
         if read is None:
             return
-        share, floor, spread, low, high = read
+        share, floor, spread, _, _ = read
         if share < SHARE or floor < FLOOR * spread:
-            self.runs[where] = 0
+            self.runs[where] = (0, None)
             return
-        self.runs[where] = self.runs.get(where, 0) + 1
-        if self.runs[where] != STEPS:
-            return
-        self.add(_finding(fname, made, lo, hi, read, where))
+        calls = self.runs.get(where, (0, None))[0]
+        self.runs[where] = (calls + 1, (fname, made, lo, hi, read, where))
+
+    def finish(self) -> None:
+        """The run ended: each line whose last ``STEPS`` judged calls or more were out of
+        range (targets out of range only early on, label noise annealed away, are not)."""
+        for calls, said in self.runs.values():
+            if calls >= STEPS and said is not None:
+                self.add(_finding(*said, calls=calls))
 
 
 def _prediction(input: torch.Tensor, target: torch.Tensor) -> tuple[Any, torch.Tensor]:
@@ -129,7 +142,7 @@ def _loss(fname: str, d: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
 
 def _outside(
     target: torch.Tensor, lo: float, hi: float, loss: Callable[[torch.Tensor], torch.Tensor]
-) -> tuple[float, float, float, float, float] | None:
+) -> Read | None:
     """(share of the targets outside [lo, hi], the loss of predicting each its nearest value
     in range (the loss's floor), that of predicting their mean, lowest, highest); one host
     read. None for an empty or non-finite target."""
@@ -165,16 +178,17 @@ def _finding(
     made: str,
     lo: float,
     hi: float,
-    read: tuple[float, float, float, float, float],
+    read: Read,
     where: str,
+    calls: int,
 ) -> Finding:
     share, floor, spread, low, high = read
     return Finding(
         "targets-outside-output-range",
         "warning",
         f"{fname}'s prediction comes out of a {made}, {_span(lo, hi)}, but {share:.0%} of its "
-        f"targets lie outside that range (they run from {low:.3g} to {high:.3g}) on {STEPS} "
-        f"sampled steps in a row: the model cannot reach them, and the loss cannot fall below "
+        f"targets lie outside that range (they run from {low:.3g} to {high:.3g}) on the last "
+        f"{calls} sampled steps that called it: the model cannot reach them, and the loss cannot fall below "
         f"{floor:.3g}, its value at the nearest values in range ({_share(floor, spread)} the "
         f"{spread:.3g} of predicting the targets' mean)"
         + (", while outputs pushed below 0 get no gradient" if made == "ReLU" else ""),
@@ -187,5 +201,6 @@ def _finding(
             "floor": round(floor, 6),
             "spread": round(spread, 6),
             "targets": [round(low, 6), round(high, 6)],
+            "calls": calls,
         },
     )

@@ -37,6 +37,9 @@ BLOCKS = (1, 3, 4)
 projection's three (queries, keys, values); an LSTM's four gates."""
 READINGS = 2
 """Sampled steps read: a layer's units are copies from the start or not at all."""
+DEAD = 2
+"""Weights all 0, with a gradient all 0, at two readings, for the finding: every layer
+initialised to 0 with its biases, below ReLU or tanh (0 at 0), passes no gradient to any."""
 
 
 class IdenticalUnits:
@@ -45,6 +48,7 @@ class IdenticalUnits:
         self.readings = 0
         # parameter id -> (blocks, the first 64 values of its first row) at the last reading
         self.candidates: dict[int, tuple[int, torch.Tensor]] = {}
+        self.dead: set[int] = set()  # ids of those all 0 with a gradient of 0, at the last reading
 
     def note(
         self,
@@ -69,7 +73,7 @@ class IdenticalUnits:
             and p.is_floating_point()
             and not p.is_meta
         ]
-        found = _identical(held)
+        found, dead = _identical(held)
         named = {id(p): name for name, p in params}
         again = [
             (p, blocks)
@@ -78,10 +82,12 @@ class IdenticalUnits:
             and self.candidates[id(p)][0] == blocks
             and not torch.equal(self.candidates[id(p)][1], _first_values(p))
         ]
+        still = [p for p in dead if id(p) in self.dead]
         self.candidates = {id(p): (blocks, _first_values(p)) for p, blocks in found}
-        if again:
+        self.dead = {id(p) for p in dead}
+        if again or len(still) >= DEAD:
             self.readings = READINGS
-            self.add(_finding(again, named, steps))
+            self.add(_finding(again, still if len(still) >= DEAD else [], named, steps))
 
 
 def _rows(p: torch.Tensor) -> torch.Tensor:
@@ -94,12 +100,14 @@ def _first_values(p: torch.Tensor) -> torch.Tensor:
     return _rows(p)[0, :64].clone()
 
 
-def _identical(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
+def _identical(
+    params: list[torch.Tensor],
+) -> tuple[list[tuple[torch.Tensor, int]], list[torch.Tensor]]:
     """The parameters whose rows are equal (all, or within each of a way of ``BLOCKS``), whose
-    gradient is not zero: (parameter, blocks)."""
+    gradient is not zero: (parameter, blocks); and those all 0 whose gradient is all 0."""
     params = [p for p in params if _rows(p).shape[0] >= 2 and _rows(p).shape[1]]
     if not params:
-        return []
+        return [], []
     with torch.no_grad():
         # each parameter's largest value and gradient, then its three rows' spread per way
         reads: list[torch.Tensor] = []
@@ -113,10 +121,13 @@ def _identical(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
             reads += [_spread(w, b, whole=False) for b in fits]
         values = torch.stack([r.float().cpu() for r in reads]).tolist()
     passed: list[tuple[torch.Tensor, int]] = []
+    dead: list[torch.Tensor] = []
     at = 0
     for p, fits in zip(params, ways, strict=True):
         top, grad, spreads = values[at], values[at + 1], values[at + 2 : at + 2 + len(fits)]
         at += 2 + len(fits)
+        if top == 0 and grad == 0:
+            dead.append(p)
         if top > 0 and grad > 0:
             passed += [(p, b) for b, s in zip(fits, spreads, strict=True) if s <= TOLERANCE * top]
     # every row of those that passed on three; the fewest blocks that hold
@@ -127,7 +138,7 @@ def _identical(params: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
         w = _rows(p)
         if float(_spread(w, b, whole=True)) <= TOLERANCE * float(w.abs().amax()):
             kept[id(p)] = (p, b)
-    return list(kept.values())
+    return list(kept.values()), dead
 
 
 def _spread(w: torch.Tensor, blocks: int, whole: bool) -> torch.Tensor:
@@ -139,27 +150,47 @@ def _spread(w: torch.Tensor, blocks: int, whole: bool) -> torch.Tensor:
     return (picked - first).abs().amax()
 
 
-def _finding(found: list[tuple[torch.Tensor, int]], named: dict[int, str], steps: int) -> Finding:
+def _finding(
+    found: list[tuple[torch.Tensor, int]],
+    dead: list[torch.Tensor],
+    named: dict[int, str],
+    steps: int,
+) -> Finding:
+    """``found``: trained weights whose units stayed copies; ``dead``: weights all 0 with a
+    gradient all 0 (at step ``steps`` and the reading before)."""
     said = [
         named.get(id(p), f"a {list(p.shape)} parameter")
         + ("" if blocks == 1 else f" (within each of its {blocks} blocks)")
         for p, blocks in found
     ]
-    units = sum(int(p.shape[0]) for p, _ in found)
-    first, blocks = found[0]
+    zeros = [named.get(id(p), f"a {list(p.shape)} parameter") for p in dead]
+    parts = []
+    if found:
+        first = found[0][0]
+        parts.append(
+            f"{len(found)} trained weight tensors have identical units at step {steps} and "
+            f"kept them so while training ({sum(int(p.shape[0]) for p, _ in found)} rows in "
+            f"all; every row of {said[0]}, shape {list(first.shape)}, equals its first): the "
+            "weights were initialised to one value (and so were the layers after them), so "
+            "every unit gets the same gradient and the layer works as one unit, however wide: "
+            + ", ".join(said[:5])
+        )
+    if dead:
+        parts.append(
+            f"{len(dead)} weight tensors are all 0 at step {steps} with a gradient of exactly 0 "
+            "(their layers, initialised to 0 with their biases, output 0 through ReLU or tanh, "
+            "so no gradient reaches any of them): they never train: " + ", ".join(zeros[:5])
+        )
     return Finding(
         "units-identical",
         "warning",
-        f"{len(found)} trained weight tensors have identical units at step {steps} and kept "
-        f"them so while training ({units} rows in all; every row of {said[0]}, shape "
-        f"{list(first.shape)}, equals its first): the weights were initialised to one value "
-        "(and so were the layers after them), so every unit gets the same gradient and the "
-        f"layer works as one unit, however wide: {', '.join(said[:5])}",
-        where=said[0],
+        "; ".join(parts),
+        where=(said + zeros)[0],
         evidence={
             "parameters": said[:20],
             "shapes": [list(p.shape) for p, _ in found[:20]],
             "blocks": [b for _, b in found[:20]],
+            "all_zero": zeros[:20],
             "step": steps,
         },
     )
