@@ -233,6 +233,7 @@ CLEAN = [
     "clean_language_models.py",  # causal by mask, is_causal, LSTM; seq2seq, prefix LM, MLM
     "clean_initialisations.py",  # zero heads and branches, LoRA, one value before a random layer
     "clean_bounded_outputs.py",  # a sigmoid over pixels, 1 + 4 * sigmoid, tanh, masked targets
+    "clean_evaluation_inputs.py",  # one Normalize for both; noise for training; a sampler; a grid
     "clean_overlap_losses.py",  # Dice, IoU, V-Net, Tversky over probabilities; a weighted mean
     "clean_packed_sequences.py",  # sorted, unsorted, an EOS counted, a position signal, ...
     "clean_rnn_layouts.py",  # [T, B, F] to a time-first GRU, batch_first=True, packed

@@ -497,7 +497,7 @@ class Doctor:
             if sampling or self.heldout.evaluated or not training:
                 self.heldout.forward(args, kwargs, training, sampling, self.monitor.step)
                 if sampling or not training:
-                    self.scales.forward(args, kwargs, training, self.monitor.step)
+                    self.scales.forward(module, args, kwargs, training, self.monitor.step)
             if sampling and training and not (self.monitor.compiling or compiled()):
                 self.masks.begin(module, args, kwargs)  # (wrappers a compiled graph would guard on)
             if self.prints is not None:
