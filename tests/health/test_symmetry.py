@@ -124,3 +124,29 @@ def test_every_layer_initialised_to_zero_below_relu_is_named_as_never_training()
     nn.init.zeros_(model[2].bias)
     model[3] = nn.ReLU()
     assert _train(model, model) == []  # (its next layer gets 0s in, and trains its bias alone)
+
+
+def test_rows_a_small_learning_rate_barely_moves_from_one_value_are_not() -> None:
+    """An output layer at one value under a warm-up's tiny rate: its rows stay within 1e-3 of
+    one another for a while, but each moves by its own gradient, not in step."""
+    torch.manual_seed(0)
+    head = nn.Linear(6, 3)
+    nn.init.constant_(head.weight, 2.0)
+    assert _train(head, head, lr=1e-6) == []
+
+
+def test_heads_weighted_zero_beside_a_model_that_trains_are_not_dead() -> None:
+    """Two auxiliary heads at 0 whose loss is weighted 0 for a warm-up: all 0 with no gradient,
+    while the rest of the model's weights have theirs."""
+    model = _mlp(None)
+    heads = nn.ModuleList([nn.Linear(8, 4), nn.Linear(8, 4)])
+    for head in heads:
+        nn.init.zeros_(head.weight)
+    both = nn.ModuleDict({"model": model, "heads": heads})
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        hidden = model[:4](x)
+        aux = sum(head(hidden).sum() for head in heads)
+        return model[4](hidden) + 0.0 * aux
+
+    assert _train(both, forward) == []

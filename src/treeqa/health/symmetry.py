@@ -13,8 +13,8 @@ dim 0 (a layer's output units, a convolution's filters), all rows at once or wit
 3 or 4 equal blocks (an LSTM's gates, a GRU's, the queries, keys and values of a fused
 projection): equal within ``TOLERANCE`` of the weight's largest value, with a gradient not
 zero. Three rows of each block first (one host read for all parameters), every row of those
-that pass. Such a parameter found so again at the next sampled step, its values moved since
-(trained), makes the finding.
+that pass. Such a parameter found so again at the next sampled step, every row moved by the
+same since (trained in step), makes the finding.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ TOLERANCE = 1e-3
 BLOCKS = (1, 3, 4)
 """Ways to cut dim 0 into equal blocks read on their own: the whole; a GRU's or a fused
 projection's three (queries, keys, values); an LSTM's four gates."""
+STEP_TOLERANCE = 1e-2
+"""Rows whose moves since the last reading are within this share of the largest move of one
+another moved in step (the bug's, by Adam: within ~1e-6)."""
 READINGS = 2
 """Sampled steps read: a layer's units are copies from the start or not at all."""
 DEAD = 2
@@ -46,7 +49,7 @@ class IdenticalUnits:
     def __init__(self, add: Callable[[Finding], None]):
         self.add = add
         self.readings = 0
-        # parameter id -> (blocks, the first 64 values of its first row) at the last reading
+        # parameter id -> (blocks, a copy of its rows) at the last reading
         self.candidates: dict[int, tuple[int, torch.Tensor]] = {}
         self.dead: set[int] = set()  # ids of those all 0 with a gradient of 0, at the last reading
 
@@ -73,21 +76,29 @@ class IdenticalUnits:
             and p.is_floating_point()
             and not p.is_meta
         ]
-        found, dead = _identical(held)
+        found, dead, flowing = _identical(held)
         named = {id(p): name for name, p in params}
-        again = [
-            (p, blocks)
-            for p, blocks in found
-            if id(p) in self.candidates
-            and self.candidates[id(p)][0] == blocks
-            and not torch.equal(self.candidates[id(p)][1], _first_values(p))
-        ]
-        still = [p for p in dead if id(p) in self.dead]
-        self.candidates = {id(p): (blocks, _first_values(p)) for p, blocks in found}
+        again = [(p, blocks) for p, blocks in found if _in_step(p, blocks, self.candidates)]
+        # every weight of the stack all 0 and no gradient through any (a zero layer beside
+        # trained ones, an auxiliary head weighted 0 for a warm-up, is not)
+        still = [p for p in dead if id(p) in self.dead] if not flowing else []
+        self.candidates = {id(p): (blocks, _rows(p).clone()) for p, blocks in found}
         self.dead = {id(p) for p in dead}
         if again or len(still) >= DEAD:
             self.readings = READINGS
             self.add(_finding(again, still if len(still) >= DEAD else [], named, steps))
+
+
+def _in_step(p: torch.Tensor, blocks: int, before: dict[int, tuple[int, torch.Tensor]]) -> bool:
+    """``p``'s rows, equal now, were so at the last reading too, and every row has moved by
+    the same since (within ``STEP_TOLERANCE`` of the move): the units train in step. (Rows a
+    small learning rate barely moves from one value, each by its own gradient, stay within
+    ``TOLERANCE`` of one another for a while: a warm-up's, per-channel scales' [C, 1, 1].)"""
+    if id(p) not in before or before[id(p)][0] != blocks:
+        return False
+    moved = _rows(p) - before[id(p)][1]
+    top = float(moved.abs().amax())
+    return top > 0 and float(_spread(moved, blocks, whole=True)) <= STEP_TOLERANCE * top
 
 
 def _rows(p: torch.Tensor) -> torch.Tensor:
@@ -96,18 +107,15 @@ def _rows(p: torch.Tensor) -> torch.Tensor:
     return w.reshape(w.shape[0], -1)
 
 
-def _first_values(p: torch.Tensor) -> torch.Tensor:
-    return _rows(p)[0, :64].clone()
-
-
 def _identical(
     params: list[torch.Tensor],
-) -> tuple[list[tuple[torch.Tensor, int]], list[torch.Tensor]]:
+) -> tuple[list[tuple[torch.Tensor, int]], list[torch.Tensor], bool]:
     """The parameters whose rows are equal (all, or within each of a way of ``BLOCKS``), whose
-    gradient is not zero: (parameter, blocks); and those all 0 whose gradient is all 0."""
+    gradient is not zero: (parameter, blocks); those all 0 whose gradient is all 0; whether
+    any has a gradient not zero."""
     params = [p for p in params if _rows(p).shape[0] >= 2 and _rows(p).shape[1]]
     if not params:
-        return [], []
+        return [], [], False
     with torch.no_grad():
         # each parameter's largest value and gradient, then its three rows' spread per way
         reads: list[torch.Tensor] = []
@@ -122,10 +130,12 @@ def _identical(
         values = torch.stack([r.float().cpu() for r in reads]).tolist()
     passed: list[tuple[torch.Tensor, int]] = []
     dead: list[torch.Tensor] = []
+    flowing = False
     at = 0
     for p, fits in zip(params, ways, strict=True):
         top, grad, spreads = values[at], values[at + 1], values[at + 2 : at + 2 + len(fits)]
         at += 2 + len(fits)
+        flowing = flowing or grad > 0
         if top == 0 and grad == 0:
             dead.append(p)
         if top > 0 and grad > 0:
@@ -138,7 +148,7 @@ def _identical(
         w = _rows(p)
         if float(_spread(w, b, whole=True)) <= TOLERANCE * float(w.abs().amax()):
             kept[id(p)] = (p, b)
-    return list(kept.values()), dead
+    return list(kept.values()), dead, flowing
 
 
 def _spread(w: torch.Tensor, blocks: int, whole: bool) -> torch.Tensor:

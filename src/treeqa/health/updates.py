@@ -123,7 +123,6 @@ class Updates:
         self.eval_site = ""  # where the last eval() of a trained model was called
         # Every optimiser that stepped in the run (the doctor adds them; weak: finished runs').
         self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
-        self.symmetry = IdenticalUnits(self._report)  # ``units-identical``
         self.orphans = Orphans(self._report, self._held, self.optimizers, self.reported)
         # Told of each torch.autograd.grad call's outputs and inputs (the doctor's steps made
         # by hand).
@@ -198,6 +197,8 @@ class Updates:
         # -1 once one had a loss or a gradient
         self.zero_losses = 0
         self.orphans.reset()
+        # ``units-identical``, read afresh at a new clock (a head made for a new phase)
+        self.symmetry = IdenticalUnits(self._report)
         # (parameter, its gradient, the gradient's version) of the clock's parameters with a
         # gradient at the end of a sampled step, looked at again at its next step
         self.stepped_grads: list[tuple[nn.Parameter, weakref.ref[torch.Tensor], int]] = []
