@@ -141,3 +141,14 @@ def test_a_test_set_scored_after_the_validation_at_the_same_step_is_cut_from_it(
     ]
     found = _run(train, [evaluation])
     assert [f.evidence["eval_forwards"] for f in found] == [3]
+
+
+def test_subsets_and_later_periods_on_the_training_scale_are_not() -> None:
+    """Standardised features of a later period (all above the training mean), a dark subset
+    of a brightness augmentation (20x smaller than the training batches), single rows."""
+    torch.manual_seed(0)
+    train = [torch.randn(32, 8) for _ in range(TRAINED)]
+    assert _run(train, [[torch.rand(32, 8) + 1.5 for _ in range(3)]]) == []
+    bright = [_images(16, s) * torch.rand(16, 1, 1, 1) for s in range(TRAINED)]
+    assert _run(bright, [[_images(16, 10 + s) * 0.02 for s in range(3)]]) == []
+    assert _run(train, [[1000 * torch.randn(1, 8) for _ in range(3)]]) == []

@@ -14,8 +14,9 @@ tensor in the same place with the same size past the batch dim, ``TRAINED`` or m
 readings and ``EVALUATED`` or more of the evaluation's, each side's root mean squares within
 ``STEADY`` of one another (a diffusion model's sampler runs from pure noise to an image, whose
 scale changes by far more). Off scale: the medians ``APART`` or more apart; or one side
-centred on 0 (``_centred``), no value below 0 on the other, and their means ``SHIFT`` apart:
-images normalised by their channels' means for training, left in [0, 1] for validation.
+centred on 0 (``_centred``), images in [0, 1] on the other (``_unit_images``), and their
+means ``SHIFT`` apart: images normalised by their channels' means for training, left in
+[0, 1] for validation. Forwards of one row are not read.
 """
 
 from __future__ import annotations
@@ -39,17 +40,22 @@ KEPT = 16
 """The latest training readings kept."""
 STEADY = 4.0
 """The most one side's root mean squares may differ, largest over smallest, to be judged."""
-APART = 10.0
-"""Medians of root mean square this far apart (either way): off scale whatever the signs."""
+APART = 50.0
+"""Medians of root mean square this far apart (either way): off scale whatever the signs
+(bytes against [0, 1]: ~250x; raw tabular features against standardised ones: 100x and far
+more). Subsets legitimately far from a training batch's scale, dominated by its largest rows,
+stood 11-47x from it: the quiet or dark ones of a gain or brightness augmentation, short
+documents as raw counts, a truncated GAN's latents, fault windows for an anomaly detector, an
+activation maximisation's small start; the first version, at 10x, flagged them."""
 NEGATIVE, CENTRED = 0.1, 0.5
 """A side is centred where every reading has this share of its values below 0 or more, and
 their mean within this share of their root mean square of 0 (images normalised by another
 set's statistics, ImageNet's, stand up to a third of it away)."""
 SHIFT = 0.25
 """Medians of the mean this far apart (times the smaller root mean square), one side centred
-on 0 and the other with no value below 0: off scale, however near their root mean squares
-(images scaled to [-1, 1] for training and left in [0, 1] for validation: about as large).
-Noise added to training images alone leaves their mean where it was."""
+on 0 and the other images in [0, 1] (``_unit_images``): off scale, however near their root
+mean squares (images scaled to [-1, 1] for training and left in [0, 1] for validation: about
+as large). Noise added to training images alone leaves their mean where it was."""
 
 Key = tuple[int, tuple[int, ...]]
 """Where the read tensor was among the forward's tensors, and its size past the batch dim."""
@@ -107,8 +113,8 @@ class InputScales:
 
 
 class Readings:
-    """One model's: its latest training readings and its evaluation's since, each [3] (root
-    mean square, share below 0, mean) on the device."""
+    """One model's: its latest training readings and its evaluation's since, each [4] (root
+    mean square, share below 0, mean, whether images in [0, 1]) on the device."""
 
     def __init__(self) -> None:
         self.key: Key | None = None  # of the training readings
@@ -129,20 +135,23 @@ class Readings:
 
 
 def _read(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> tuple[Key, torch.Tensor] | None:
-    """The forward's first floating tensor of two dims or more: its key and [3] reading."""
+    """The forward's first floating tensor of two dims or more: its key and [4] reading."""
     for at, x in enumerate(given(args, kwargs)):
         if x.is_floating_point() and x.dim() >= 2 and x.numel() and not checks.untraceable(x):
+            if x.shape[0] < 2:  # one row's scale is no batch's (a deployment's single inputs)
+                return None
             with torch.no_grad():
                 v = x.detach().float()
                 rms, below = v.square().mean().sqrt(), (v < 0).float().mean()
-                reading = torch.stack([rms, below, v.mean()])
+                unit = float(x.dim() >= 4) * (v.amin() >= 0) * (v.amax() <= 1)
+                reading = torch.stack([rms, below, v.mean(), unit])
             return (at, tuple(x.shape[1:])), reading
     return None
 
 
 def _off_scale(trained: list[list[float]], scored: list[list[float]]) -> Finding | None:
     """The finding where the evaluation's readings ``scored`` are off the training ones'
-    scale; each reading (root mean square, share below 0, mean)."""
+    scale; each reading (root mean square, share below 0, mean, whether images in [0, 1])."""
     t_rms, e_rms = [r[0] for r in trained], [r[0] for r in scored]
     if min(t_rms) <= 0 or min(e_rms) <= 0:
         return None
@@ -150,7 +159,9 @@ def _off_scale(trained: list[list[float]], scored: list[list[float]]) -> Finding
         return None
     t_mid, e_mid = statistics.median(t_rms), statistics.median(e_rms)
     ratio = max(e_mid / t_mid, t_mid / e_mid)
-    signed = _centred(trained) and _unsigned(scored) or _unsigned(trained) and _centred(scored)
+    signed = (
+        _centred(trained) and _unit_images(scored) or _unit_images(trained) and _centred(scored)
+    )
     t_mean = statistics.median(r[2] for r in trained)
     e_mean = statistics.median(r[2] for r in scored)
     moved = abs(t_mean - e_mean) >= SHIFT * min(t_mid, e_mid)
@@ -178,11 +189,16 @@ def _centred(readings: list[list[float]]) -> bool:
     (within ``CENTRED`` of their root mean square): data normalised by its mean. (Noise added
     to images in [0, 1] puts values below 0 too; where the images' mean is small, MNIST's
     0.13, it is centred as well, and ``SHIFT`` tells them apart.)"""
-    return all(below >= NEGATIVE and abs(mean) <= CENTRED * rms for rms, below, mean in readings)
+    return all(below >= NEGATIVE and abs(mean) <= CENTRED * rms for rms, below, mean, _ in readings)
 
 
-def _unsigned(readings: list[list[float]]) -> bool:
-    return all(below == 0 for _, below, _ in readings)
+def _unit_images(readings: list[list[float]]) -> bool:
+    """Images (four dims or more: ``[B, C, H, W]``) with every value in [0, 1] on every
+    reading: ToTensor's, without Normalize. (Features of two dims that are all above 0 are
+    as often a subset above the training mean, a later period of a trending series, a
+    quadrant of a coordinate network's domain, as features left unscaled: the first version,
+    which asked no value below 0 of any tensor, flagged 6 such clean scripts.)"""
+    return all(unit == 1 for *_, unit in readings)
 
 
 def eval_inputs_off_scale(
