@@ -14,7 +14,9 @@ dim 0 (a layer's output units, a convolution's filters), all rows at once or wit
 projection): equal within ``TOLERANCE`` of the weight's largest value, with a gradient not
 zero. Three rows of each block first (one host read for all parameters), every row of those
 that pass. Such a parameter found so again at the next sampled step, every row moved by the
-same since (trained in step), makes the finding.
+same since (trained in step), makes the finding; so do ``DEAD`` weights or more all 0 with a
+gradient of 0 at both readings, where no weight has a gradient (initialised to 0 below ReLU
+or tanh, every layer outputs 0 and passes no gradient on). A new clock is read afresh.
 """
 
 from __future__ import annotations
