@@ -31,6 +31,13 @@ def untraceable(x: Any) -> bool:
     )
 
 
+def read_together(values: Sequence[torch.Tensor]) -> list[float]:
+    """One-element tensors brought to the host in one read, gathered on the first one's
+    device (not each to the CPU in turn: a device sync apiece)."""
+    device = values[0].device
+    return torch.stack([v.float().reshape(()).to(device) for v in values]).tolist()
+
+
 def dense(x: Any) -> bool:
     """A tensor with a strided layout, as most are: a sparse one (COO, CSR: a graph's
     adjacency a module returns), a nested one or an MKL-DNN one has no mean, ``pow`` or

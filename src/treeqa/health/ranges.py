@@ -52,8 +52,8 @@ target stored as 1.0000001."""
 
 Read = tuple[float, float, float, float, float]
 """(share outside, the loss's floor, the loss at the targets' mean, lowest, highest)."""
-Said = tuple[str, str, float, float, Read, str]
-"""(loss function, activation, lowest, highest, the reading, the line)."""
+Said = tuple[str, str, float, float, Read]
+"""(loss function, activation, lowest, highest, the reading) of a line's last call."""
 
 
 class OutputRanges:
@@ -87,14 +87,14 @@ class OutputRanges:
             self.runs[where] = (0, None)
             return
         calls = self.runs.get(where, (0, None))[0]
-        self.runs[where] = (calls + 1, (fname, made, lo, hi, read, where))
+        self.runs[where] = (calls + 1, (fname, made, lo, hi, read))
 
     def finish(self) -> None:
         """The run ended: each line whose last ``STEPS`` judged calls or more were out of
         range (targets out of range only early on, label noise annealed away, are not)."""
-        for calls, said in self.runs.values():
+        for where, (calls, said) in self.runs.items():
             if calls >= STEPS and said is not None:
-                self.add(_finding(*said, calls=calls))
+                self.add(_finding(*said, where=where, calls=calls))
 
 
 def _prediction(input: torch.Tensor, target: torch.Tensor) -> tuple[Any, torch.Tensor]:

@@ -101,7 +101,8 @@ class InputScales:
         trained = readings.trained
         if self.said or len(evaluated) < EVALUATED or len(trained) < TRAINED:
             return
-        values = torch.stack([r.float().cpu() for r in (*trained, *evaluated)]).tolist()
+        device = trained[0].device  # (an evaluation's inputs may sit elsewhere)
+        values = torch.stack([r.to(device) for r in (*trained, *evaluated)]).tolist()  # one read
         found = None
         for scored in _apart(values[len(trained) :]):
             found = found or _off_scale(values[: len(trained)], scored)

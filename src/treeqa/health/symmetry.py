@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+from treeqa.health import checks
 from treeqa.health.findings import Finding
 from treeqa.health.processes import local_part
 
@@ -86,9 +87,10 @@ class IdenticalUnits:
         still = [p for p in dead if id(p) in self.dead] if not flowing else []
         self.candidates = {id(p): (blocks, _rows(p).clone()) for p, blocks in found}
         self.dead = {id(p) for p in dead}
-        if again or len(still) >= DEAD:
+        still = still if len(still) >= DEAD else []
+        if again or still:
             self.readings = READINGS
-            self.add(_finding(again, still if len(still) >= DEAD else [], named, steps))
+            self.add(_finding(again, still, named, steps))
 
 
 def _in_step(p: torch.Tensor, blocks: int, before: dict[int, tuple[int, torch.Tensor]]) -> bool:
@@ -115,7 +117,8 @@ def _identical(
     """The parameters whose rows are equal (all, or within each of a way of ``BLOCKS``), whose
     gradient is not zero: (parameter, blocks); those all 0 whose gradient is all 0; whether
     any has a gradient not zero."""
-    params = [p for p in params if _rows(p).shape[0] >= 2 and _rows(p).shape[1]]
+    rows = {id(p): _rows(p) for p in params}
+    params = [p for p in params if rows[id(p)].shape[0] >= 2 and rows[id(p)].shape[1]]
     if not params:
         return [], [], False
     with torch.no_grad():
@@ -123,13 +126,13 @@ def _identical(
         reads: list[torch.Tensor] = []
         ways: list[list[int]] = []
         for p in params:
-            w = _rows(p)
+            w = rows[id(p)]
             fits = [b for b in BLOCKS if w.shape[0] % b == 0 and w.shape[0] // b >= 2]
             ways.append(fits)
             assert p.grad is not None  # (only those with one are read)
-            reads += [w.abs().amax(), local_part(p.grad.detach()).abs().amax().to(w.dtype)]
+            reads += [w.abs().amax(), local_part(p.grad.detach()).abs().amax()]
             reads += [_spread(w, b, whole=False) for b in fits]
-        values = torch.stack([r.float().cpu() for r in reads]).tolist()
+        values = checks.read_together(reads)
     passed: list[tuple[torch.Tensor, int]] = []
     dead: list[torch.Tensor] = []
     flowing = False
@@ -147,7 +150,7 @@ def _identical(
     for p, b in passed:
         if id(p) in kept:
             continue
-        w = _rows(p)
+        w = rows[id(p)]
         if float(_spread(w, b, whole=True)) <= TOLERANCE * float(w.abs().amax()):
             kept[id(p)] = (p, b)
     return list(kept.values()), dead, flowing
