@@ -157,3 +157,48 @@ def test_a_softmax_over_a_vocabulary_as_large_as_the_sequence_is_no_attention() 
     head = nn.Linear(8, T)
     logits = head(torch.randn(B, T, 8))
     assert _steps(lambda: logits.softmax(-1), ids, next_ids, 3 * STEPS) == []
+
+
+def _embedding(ids: torch.Tensor, forward: Any) -> Any:
+    """``forward`` after an Embedding's lookup of ``ids``."""
+    table = torch.randn(50, 8)
+
+    def run() -> None:
+        F.embedding(ids, table)
+        forward()
+
+    return run
+
+
+def test_a_causal_model_trained_on_its_own_ids_is_named() -> None:
+    """Targets that are the input ids, not shifted by one, embedded as given, under a causal
+    mask."""
+    ids, _ = _text()
+    causal = _embedding(ids, _attention(_causal()))
+    assert _steps(causal, ids, ids, STEPS - 1) == []
+    found = _steps(causal, ids, ids.reshape(-1), STEPS)
+    assert [f.code for f in found] == ["targets-not-shifted"]
+    assert found[0].evidence["targets_own_id"] == B * (T - 1)
+    # logits[:, :-1] against ids[:, :-1]: the logits shifted, the labels not
+    fused = _embedding(ids.view(B, T), _attention(_causal(), fused=True))
+    found = _steps(fused, ids, ids[:, :-1], STEPS)
+    assert [f.evidence["read_by"] for f in found] == ["scaled_dot_product_attention"]
+    padded = ids.clone()
+    padded[:, -3:] = -100
+    assert len(_steps(fused, ids, padded, STEPS)) == 1
+
+
+def test_own_ids_read_both_ways_shifted_inside_or_by_an_rnn_are_not_named() -> None:
+    """An autoencoder over tokens (no causal mask) reconstructs its input on purpose; a model
+    that puts a BOS before its ids itself embeds them shifted; an RNN alone cannot be told
+    from a recurrent autoencoder's encoder; runs of one id match both ways."""
+    ids, _ = _text()
+    assert _steps(_embedding(ids, _attention()), ids, ids, 3 * STEPS) == []
+    assert _steps(_embedding(ids, _attention(fused=True)), ids, ids, 3 * STEPS) == []
+    shifted = torch.cat([torch.zeros(B, 1, dtype=ids.dtype), ids[:, :-1]], 1)
+    assert _steps(_embedding(shifted, _attention(_causal())), ids, ids, 3 * STEPS) == []
+    assert _steps(_attention(_causal()), ids, ids, 3 * STEPS) == []  # (nothing embedded)
+    assert _steps(lambda: None, ids, ids, 3 * STEPS, model=nn.LSTM(4, 4)) == []
+    runs = ids[:, :1].expand(B, T).clone()  # one id a row
+    runs[:, -1] = 7
+    assert _steps(_embedding(runs, _attention(_causal())), runs, runs, 3 * STEPS) == []

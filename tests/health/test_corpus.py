@@ -44,7 +44,10 @@ EXPECTED = {
     "bug_attention_mask_inverted.py": "attention-mask-inverted",
     "bug_attention_scores_filled_inverted.py": "attention-mask-inverted",  # masked_fill by hand
     "bug_causal_mask_missing.py": "causal-mask-missing",
+    "bug_targets_not_shifted.py": "targets-not-shifted",
+    "bug_target_in_features.py": "target-in-features",
     "bug_units_identical.py": "units-identical",
+    "bug_units_identical_functional.py": "units-identical",  # no module begins its steps
     "bug_eval_inputs_off_scale.py": "eval-inputs-off-scale",
     "bug_targets_outside_output_range.py": "targets-outside-output-range",
     "bug_unused_parameter.py": "unused-parameter",
@@ -234,6 +237,8 @@ CLEAN = [
     "clean_initialisations.py",  # zero heads and branches, LoRA, one value before a random layer
     "clean_bounded_outputs.py",  # a sigmoid over pixels, 1 + 4 * sigmoid, tanh, masked targets
     "clean_evaluation_inputs.py",  # one Normalize for both; noise for training; a sampler; a grid
+    "clean_label_inputs.py",  # a 98% verdict, ArcFace's one-hot, labels given, a forecast, an aux head
+    "clean_unshifted_targets.py",  # a BOS put before the ids inside; reconstruction; a denoiser
     "clean_overlap_losses.py",  # Dice, IoU, V-Net, Tversky over probabilities; a weighted mean
     "clean_packed_sequences.py",  # sorted, unsorted, an EOS counted, a position signal, ...
     "clean_rnn_layouts.py",  # [T, B, F] to a time-first GRU, batch_first=True, packed

@@ -67,9 +67,10 @@ class CausalReads:
         self.ids: list[torch.Tensor] = []  # the forward's id tensors, [B, T] (time first: [T, B])
         self.reads: list[tuple[str, torch.Tensor]] = []  # (call, [B, T - 1] query sees next)
         self.recurrent = ""  # "bidirectional": the model's RNNs read both ways, and none one way
-        self.leaked = self.causal = 0  # sampled steps judged, by what their reads showed
-        self.example: dict[str, Any] | None = None
-        self.where = ""  # the first leaking forward's first attention call
+        self.embedded = False  # an Embedding looked up an id tensor as given (not shifted)
+        self.leaked = {"next": 0, "here": 0}  # sampled steps that leaked, by their targets' form
+        self.judged = 0  # sampled steps judged
+        self.examples: dict[str, tuple[dict[str, Any], str]] = {}  # form: (reading, call site)
         self.site = ""  # this forward's
         self.said = False
         self.rnns: dict[int, str] = {}  # per model: its recurrent layers' directions
@@ -78,7 +79,7 @@ class CausalReads:
         """A trained model's sampled forward starts, given these id tensors ([B, T], or
         [T, B]: both are tried)."""
         self.ids = [] if self.said else [x for x in ids if min(x.shape) >= 2]
-        self.reads, self.site = [], ""
+        self.reads, self.site, self.embedded = [], "", False
         self.recurrent = self._directions(model) if self.ids else ""
 
     def _directions(self, model: nn.Module) -> str:
@@ -91,7 +92,12 @@ class CausalReads:
         return found
 
     def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """An attention call of the forward (the name ``masks`` wrapped it by)."""
+        """An attention call of the forward (the name ``masks`` wrapped it by), or an
+        Embedding's lookup."""
+        if name == "embedding":
+            looked_up = args[0] if args else kwargs.get("input")
+            self.embedded = self.embedded or any(_as_given(looked_up, x) for x in self.ids)
+            return
         if not self.ids or len(self.reads) >= READS:
             return
         if name == "scaled_dot_product_attention":
@@ -129,51 +135,75 @@ class CausalReads:
         self.ids = []  # one target a step
         if judged is None:
             return
+        self.judged += 1  # (not leaked: causal, or targets of another form, a masked LM's)
         if judged["leaked"]:
-            self.leaked += 1
-            if self.example is None:
-                self.example, self.where = judged, self.site
-        else:  # causal, or targets of another form (a masked LM's, over runs of one id)
-            self.causal += 1
-        if self.example is not None and self.leaked >= STEPS and self.leaked > self.causal:
-            self.said = True
-            finding = causal_mask_missing(self.leaked, self.leaked + self.causal, self.example)
-            finding.where = self.where
-            self.add(finding)
+            form = judged["form"]
+            self.leaked[form] += 1
+            self.examples.setdefault(form, (judged, self.site))
+        for form, (example, where) in self.examples.items():
+            steps = self.leaked[form]
+            if steps >= STEPS and steps > self.judged - steps:
+                self.said = True
+                report = causal_mask_missing if form == "next" else targets_not_shifted
+                finding = report(steps, self.judged, example)
+                finding.where = where
+                self.add(finding)
+                return
 
     def _judge(
         self, ids: torch.Tensor, target: torch.Tensor, time_first: bool
     ) -> dict[str, Any] | None:
         """Whether ``target`` is ``ids`` ([B, T], or [T, B] ``time_first``, the target
         flattened the same way) shifted by one and, if so, whether the forward's reads let its
-        positions see their targets; one host read."""
+        positions see their targets; or ``ids`` themselves, unshifted, read by a causal forward
+        (``form`` "here"); one host read."""
         ids = ids.t() if time_first else ids
         b, t = ids.shape
         if target.numel() == b * t:
-            shifted = _rows(target, b, t, time_first)[:, :-1]
+            rows = _rows(target, b, t, time_first)[:, :-1]
         elif target.numel() == b * (t - 1):
-            shifted = _rows(target, b, t - 1, time_first)
+            rows = _rows(target, b, t - 1, time_first)
         else:
             return None
-        shifted = shifted.to(ids.device)
-        nxt = ids[:, 1:]  # [B, T - 1]
-        supervised = shifted >= 0
-        same = supervised & (shifted == nxt)
-        repeats = supervised & (nxt == ids[:, :-1])  # a copy of the input matches too
+        rows = rows.to(ids.device)  # [B, T - 1]: the targets of queries 0 .. T - 2
+        here, nxt = ids[:, :-1], ids[:, 1:]  # [B, T - 1]
+        supervised = rows >= 0
+        repeats = supervised & (nxt == here)  # a copy of the input matches too
         reads = [seen for _, seen in self.reads if seen.shape == nxt.shape]
         seen = [(s.to(ids.device) & supervised).sum() for s in reads]
-        counts = torch.stack([supervised.sum(), same.sum(), repeats.sum(), *seen]).tolist()
-        n, matched, repeated, *sees = counts
+        matches = [supervised & (rows == nxt), supervised & (rows == here)]
+        counts = torch.stack([supervised.sum(), *(m.sum() for m in matches), repeats.sum(), *seen])
+        n, shifted, unshifted, repeated, *sees = counts.tolist()
         if n < SUPERVISED:
             return None
-        if matched < SHIFTED * n or repeated > n / 2:  # no language model's: counts against
+        if repeated > n / 2 or max(shifted, unshifted) < SHIFTED * n:  # no language model's
             return {"leaked": False}
+        call = self.reads[0][0] if sees else "rnn"
+        if shifted < SHIFTED * n:  # each position's own id: leaked where no read sees ahead,
+            # embedded as given (a model may shift its ids itself, a BOS put before them)
+            leaked = bool(sees) and all(k < SEEN * n for k in sees) and self.embedded
+            return {
+                "leaked": leaked,
+                "form": "here",
+                "positions": n,
+                "same": unshifted,
+                "call": call,
+            }
         if sees:  # (a recurrent decoder is causal, whatever its attention over a source)
             leaked = all(k >= SEEN * n for k in sees) and self.recurrent != "one-way"
-            call = self.reads[0][0]
         else:
-            leaked, call = self.recurrent == "bidirectional", "rnn"
-        return {"leaked": leaked, "positions": n, "shifted": matched, "call": call}
+            leaked = self.recurrent == "bidirectional"
+        return {"leaked": leaked, "form": "next", "positions": n, "shifted": shifted, "call": call}
+
+
+def _as_given(looked_up: Any, ids: torch.Tensor) -> bool:
+    """Whether an Embedding looked up ``ids`` themselves, or a view of them of one shape
+    (``ids.view(-1, T)``, ``ids.t()``): the same memory from the same place."""
+    return (
+        isinstance(looked_up, torch.Tensor)
+        and looked_up.shape in (ids.shape, ids.shape[::-1])
+        and looked_up.data_ptr() == ids.data_ptr()
+    )
 
 
 def _rows(target: torch.Tensor, b: int, t: int, time_first: bool) -> torch.Tensor:
@@ -281,6 +311,28 @@ def _per_row(nxt: torch.Tensor, b: int) -> torch.Tensor | None:
     if n % b == 0:
         return rows.reshape(b, -1, rows.shape[-1]).any(1)
     return None
+
+
+def targets_not_shifted(steps: int, judged: int, example: dict[str, Any]) -> Finding:
+    """``steps`` of ``judged`` sampled steps trained a causal model (no attention read let a
+    position see the next) on targets that are its own input ids (``example``: the first
+    step's reading)."""
+    return Finding(
+        "targets-not-shifted",
+        "error",
+        f"the targets are the input ids themselves, not shifted by one ({example['same']} of "
+        f"{example['positions']} targets are the id at their own position) while the model's "
+        f"attention is causal, on {steps} of {judged} sampled steps: each position is trained to "
+        "repeat the token it reads, the loss falls near 0, and the model never learns to "
+        "predict the next token",
+        evidence={
+            "steps": steps,
+            "judged_steps": judged,
+            "read_by": example["call"],
+            "positions": example["positions"],
+            "targets_own_id": example["same"],
+        },
+    )
 
 
 def causal_mask_missing(steps: int, judged: int, example: dict[str, Any]) -> Finding:

@@ -93,6 +93,7 @@ class Doctor:
         )  # steps of each other optimiser since the clock's last step
         self.most_between = 0  # the most steps another optimiser made between two clock steps
         self.open = False
+        self.begun_by_forward = False  # a model's forward began this step (not the last's end)
         self.ended_in_backward = False  # the clock stepped by a gradient hook, in a backward
         self.loss: torch.Tensor | None = None
         self.loss_of_weights = False  # taken by torch.autograd.grad with respect to parameters
@@ -438,7 +439,8 @@ class Doctor:
             assert self.hand.optimizer is not None
             self._step_end(self.hand.optimizer, (), {})
 
-    def _begin(self) -> None:
+    def _begin(self, by_forward: bool = True) -> None:
+        self.begun_by_forward = self.begun_by_forward or by_forward
         if not self.open:
             self.open = True
             self.compute_start = time.perf_counter()
@@ -498,6 +500,8 @@ class Doctor:
                 self.heldout.forward(args, kwargs, training, sampling, self.monitor.step)
                 if sampling or not training:
                     self.scales.forward(module, args, kwargs, training, self.monitor.step)
+            if sampling and training:
+                self.monitor.loss_check.leaks.forward(args, kwargs, self.monitor.step)
             if sampling and training and not (self.monitor.compiling or compiled()):
                 self.masks.begin(module, args, kwargs)  # (wrappers a compiled graph would guard on)
             if self.prints is not None:
@@ -811,11 +815,14 @@ class Doctor:
         elif self.late_tops:
             self._hook_late_tops()
         now = time.perf_counter()
-        # No model's forward starts this script's steps (its model is raw tensors): each step
-        # is opened at the end of the one before, so that it can be sampled.
-        functional = not self.open and not self.hooked
-        if not self.open and self.hooked and self.updates.backwards:
+        begun, self.begun_by_forward = self.begun_by_forward, False
+        if not begun and self.hooked and self.updates.backwards:
             self._look_again()
+        # No model's forward begins this script's steps (its model is raw tensors): each step
+        # is opened at the end of the one before, so that it can be sampled. So too where the
+        # models hooked run no more (a teacher that labelled the data once) and a second look
+        # for models found none to begin this step.
+        functional = not begun and (not self.hooked or self.looked_again)
         if not self.open:  # no module forward seen this step (functional model)
             self.compute_start = self.last_end
         loss, value_of = self._take_loss(isinstance(optimizer, torch.optim.LBFGS), alone)
@@ -854,7 +861,7 @@ class Doctor:
         # PyTorch's tutorial does it): the rest of that backward is no wait for data.
         self.ended_in_backward = profile.in_backward()
         if functional:
-            self._begin()
+            self._begin(by_forward=False)
         if self.monitor.stop_requested:
             raise HealthError(f"strict mode: stopping on an error finding ({self._said_error()})")
 

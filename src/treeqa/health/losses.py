@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from treeqa.health import checks, loss_inputs, loss_levels, processes, ranges, sites
+from treeqa.health import checks, leaks, loss_inputs, loss_levels, processes, ranges, sites
 from treeqa.health.findings import Finding
 from treeqa.health.priors import LabelCounts, TargetMoments
 from treeqa.health.resumes import Resumes
@@ -132,6 +132,7 @@ class LossInputCheck:
         # the noted regression loss's target sums (``TargetMoments.batch``), micro-batches added
         self.batch_moments: tuple[tuple[int, ...], int, torch.Tensor] | None = None
         self.ranges = ranges.OutputRanges(add)  # ``targets-outside-output-range``
+        self.leaks = leaks.FeatureLeaks(add)  # ``target-in-features``: given inputs by the doctor
         self.wrappers = Wrappers()
 
     def watch(self, modules: Iterable[nn.Module]) -> None:
@@ -216,6 +217,7 @@ class LossInputCheck:
         times the factor (``_standing_for``); a mean times the processes is
         ``loss-times-processes``."""
         node, scale = loss_inputs.unscaled(loss)
+        self.leaks.backward(node)
         if self.minimised is None and node is not None:  # judged at the step (``maximize``)
             form = loss_inputs.minimised_log_likelihood(node)
             if form is not None:
@@ -389,6 +391,9 @@ class LossInputCheck:
         ):
             rest = {k: v for k, v in kwargs.items() if k != "input"}
             self._inspect(fname, input, result, args[1:], rest)
+            if result.requires_grad and fname in (*leaks.TARGETED, *ELEMENTWISE):
+                target = args[1] if len(args) > 1 else kwargs.get("target")
+                self.leaks.target(fname, input, target, result)
 
     def _note_moments(self, target: Any) -> None:
         """A sampled step's mean squared error's target, for the level of predicting the

@@ -94,6 +94,8 @@ class AttentionMasks:
             self.wrappers.add(note_function_calls(torch.Tensor, name, self._called))
         self.wrappers.add(note_function_calls(torch.Tensor, "softmax", self._called))  # (F's too)
         self.wrappers.add(note_function_calls(torch, "softmax", self._called))
+        if self.causal.ids:  # (an Embedding's lookup: the ids it embeds, for ``causal``)
+            self.wrappers.add(note_function_calls(F, "embedding", self._called))
 
     def end(self) -> None:
         self.wrappers.undo()
