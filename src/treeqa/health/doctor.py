@@ -440,7 +440,8 @@ class Doctor:
             self._step_end(self.hand.optimizer, (), {})
 
     def _begin(self, by_forward: bool = True) -> None:
-        self.begun_by_forward = self.begun_by_forward or by_forward
+        if by_forward:
+            self.begun_by_forward = True
         if not self.open:
             self.open = True
             self.compute_start = time.perf_counter()

@@ -14,10 +14,10 @@ that reconstructs one feature) is read against them, on the device: a column tha
 target times a constant plus a constant (the least-squares line through them leaves at most
 ``RESIDUAL`` of the target's spread: a copy, or the label standardised with the features), or
 for class targets the 0/1 indicator of one class (a one-hot label). A column that is so on
-every sampled step that judged it, ``STEPS`` or more, makes the finding: a leak holds on every
-batch, while a feature that agrees with the label on most rows (a test's verdict, last
-year's grade) matches a whole batch now and then. A batch judges a target only with ``SIDE``
-rows or more on each side of its mean. Not read: an input that is the target's own storage
+every sampled step that judged it, ``STEPS`` or more of ``JUDGED_ROWS`` rows in all, makes
+the finding: a leak holds on every batch, while a feature that agrees with the label on most
+rows (a test's verdict, last year's grade, a teacher's prediction) matches a whole batch now
+and then. A batch judges a target only with ``SIDE`` rows or more on each side of its mean. Not read: an input that is the target's own storage
 (labels given to a model that computes its loss, sliced there), and an input every column of
 which is the target (a one-hot label given on purpose: ArcFace's margin). A series sampled so
 finely that each value is nearly the last (a sine at 0.01 rad a step: the line leaves 1% of
@@ -47,10 +47,13 @@ share of it, for the column to be the target (a copy: 0; standardised in float32
 SIDE = 4
 """The fewest rows on each side of a target's mean (a class and the rest) for a batch to
 judge it: a rare word present in the one positive row of a batch is no copy of the label."""
-STEPS = 4
-"""Sampled steps that judged a column, every one finding it the target. A feature that agrees
-with a binary label on 97-99% of the rows matched whole batches of 32-64 on 40% of them (19
-of 40): on 4 in a row from the first, 2-3% of such runs."""
+STEPS, JUDGED_ROWS = 4, 512
+"""Sampled steps that judged a column, and their rows, every one finding it the target. A
+feature that agrees with a binary label on 97-99% of the rows matched whole batches of 32-64
+on 40% of them (19 of 40), a teacher 97% right (its one-hot prediction beside the features,
+for a student) one class's indicator as often: 4 batches of 64 in a row from the first were
+enough for such a feature at times (a run of the teacher's was named with 4); a feature wrong
+on 1 row in 200 agrees with 512 rows 8% of the time, one wrong on 1 in 50 almost never."""
 CLASSES = 64
 """The most classes whose indicators are read against the columns."""
 INPUTS = 8
@@ -75,9 +78,9 @@ class FeatureLeaks:
         # read this step: the input's place, [F, K] columns found, [K] targets judged, the
         # loss's autograd node, function, rows, line
         self.pending: list[tuple[Place, torch.Tensor, torch.Tensor, Any, str, int, str]] = []
-        # each place's columns found on every step that judged them, and those steps, [F, K]
-        # and [K], on the device
-        self.held: dict[Place, tuple[torch.Tensor, torch.Tensor]] = {}
+        # each place's columns found on every step that judged them, and those steps and
+        # their rows, [F, K], [K] and [K], on the device
+        self.held: dict[Place, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.said = False
 
     def forward(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None, step: int) -> None:
@@ -127,15 +130,20 @@ class FeatureLeaks:
         if not judged:
             return
         readings = []
-        for place, found, read, *_ in judged:
+        for place, found, read, _, _, rows, _ in judged:
             kept = self.held.get(place)
+            count, seen = read, read * rows
             if kept is not None and kept[0].shape == found.shape:
                 # a column stays found while every step that judged its target found it
-                found, read = kept[0] & (found | ~read.bool()), kept[1] + read
+                found, count, seen = (
+                    kept[0] & (found | ~read.bool()),
+                    kept[1] + count,
+                    kept[2] + seen,
+                )
             else:
                 found = found | ~read.bool()  # (targets not judged yet keep every column)
-            self.held[place] = (found, read)
-            readings.append(_first(found & (read >= STEPS)))
+            self.held[place] = (found, count, seen)
+            readings.append(_first(found & ((count >= STEPS) & (seen >= JUDGED_ROWS))[None, :]))
         values = torch.stack(readings).tolist()  # [places, 2]
         for (place, *_, fname, rows, where), (column, kind) in zip(judged, values, strict=True):
             if column >= 0:
