@@ -50,20 +50,27 @@ def test_what_each_query_may_see_of_the_next_key() -> None:
 
 
 def _steps(
-    forward: Any, ids: Any, target: torch.Tensor, steps: int, model: nn.Module | None = None
+    forward: Any,
+    ids: Any,
+    target: torch.Tensor,
+    steps: int,
+    model: nn.Module | None = None,
+    loss: float = 0.01,
+    given: tuple[Any, ...] = (),
 ) -> list[Finding]:
-    """``steps`` sampled steps: a forward given ``ids`` that runs ``forward()``, then a loss
-    over ``target``."""
+    """``steps`` sampled steps: a forward given ``ids`` (and ``given``) that runs
+    ``forward()``, then a loss over ``target``; the run's losses end at ``loss``."""
     found: list[Finding] = []
     check = AttentionMasks(found.append, lambda: True)
     try:
         for _ in range(steps):
-            check.begin(model or nn.Identity(), (ids,), {})
+            check.begin(model or nn.Identity(), (ids, *given), {})
             forward()
             check.end()
             check.causal.target(target)
     finally:
         check.end()
+    check.causal.finish([2.0, 1.0, 0.5, loss])
     return found
 
 
@@ -186,6 +193,21 @@ def test_a_causal_model_trained_on_its_own_ids_is_named() -> None:
     padded = ids.clone()
     padded[:, -3:] = -100
     assert len(_steps(fused, ids, padded, STEPS)) == 1
+    found = _steps(_embedding(ids.t(), _attention(_causal())), ids.t(), ids.t(), STEPS)
+    assert len(found) == 1  # time first, [T, B]
+    assert found[0].evidence["last_quarter_loss"] == 0.01
+
+
+def test_own_ids_are_named_only_where_the_model_learned_to_copy_them() -> None:
+    """A model that shifts its ids itself after the lookup (hidden states rolled, a strict
+    mask) predicts the next token: its loss stays at the text's uncertainty."""
+    ids, _ = _text()
+    causal = _embedding(ids, _attention(_causal()))
+    assert _steps(causal, ids, ids, 3 * STEPS, loss=0.8) == []
+
+
+def causal_embedded(ids: torch.Tensor) -> Any:
+    return _embedding(ids, _attention(_causal()))
 
 
 def test_own_ids_read_both_ways_shifted_inside_or_by_an_rnn_are_not_named() -> None:
@@ -198,6 +220,15 @@ def test_own_ids_read_both_ways_shifted_inside_or_by_an_rnn_are_not_named() -> N
     shifted = torch.cat([torch.zeros(B, 1, dtype=ids.dtype), ids[:, :-1]], 1)
     assert _steps(_embedding(shifted, _attention(_causal())), ids, ids, 3 * STEPS) == []
     assert _steps(_attention(_causal()), ids, ids, 3 * STEPS) == []  # (nothing embedded)
+    # a seq2seq model given its labels (T5's labels=), its source embedded: the labels are
+    # no input ids of its own
+    source, labels = _text()
+    seq2seq = _embedding(source, _attention(_causal()))
+    assert _steps(seq2seq, source, labels, 3 * STEPS, given=(labels,)) == []
+    other = _embedding(labels, _attention(_causal()))  # another tensor looked up
+    assert _steps(other, source, source, 3 * STEPS, given=(labels,)) == []
+    recurrent = nn.ModuleList([nn.GRU(4, 4)])  # a GRU encoder beside causal attention
+    assert _steps(causal_embedded(ids), ids, ids, 3 * STEPS, model=recurrent) == []
     assert _steps(lambda: None, ids, ids, 3 * STEPS, model=nn.LSTM(4, 4)) == []
     runs = ids[:, :1].expand(B, T).clone()  # one id a row
     runs[:, -1] = 7

@@ -33,6 +33,7 @@ def _run(
         loss = getattr(F, fname)(input, y)
         check.target(fname, input, y, loss)
         check.backward((loss if alone else loss + input.square().mean()).grad_fn)
+    check.finish(step)
     return found
 
 
@@ -108,6 +109,7 @@ def test_near_copies_rare_matches_and_in_batch_targets_are_not_named() -> None:
         loss = F.cross_entropy(similarities, ids)
         check.target("cross_entropy", similarities, ids, loss)
         check.backward(loss.grad_fn)
+    check.finish(step)
     assert found == []
 
 
@@ -124,6 +126,7 @@ def test_targets_of_another_shape_and_losses_summed_with_others_are_not_read() -
         loss = F.mse_loss(output, x)
         check.target("mse_loss", output, x, loss)
         check.backward(loss.grad_fn)
+    check.finish(step)
     assert found == []
     batches = [_batch(s) for s in range(3 * N)]
     leaky = [(_with(x, y.float(), 6), y) for x, y in batches]
@@ -158,4 +161,52 @@ def test_labels_given_on_purpose_are_not_read() -> None:
         loss = F.cross_entropy(logits, labels[:, 0])
         check.target("cross_entropy", logits, labels[:, 0], loss)
         check.backward(loss.grad_fn)
+    check.finish(step)
+    assert found == []
+
+
+def test_as_many_classes_as_rows_is_no_in_batch_target() -> None:
+    """100 categories in batches of 100: logits [B, B], but the targets are labels, not
+    arange(B); the label-encoded column is read by its value."""
+    found: list[Finding] = []
+    check = FeatureLeaks(found.append)
+    for step in range(N):
+        y = torch.randint(0, 100, (100,))
+        check.forward((torch.cat([torch.randn(100, 5), y[:, None] / 99], 1),), {}, step)
+        logits = torch.zeros(100, 100, requires_grad=True)
+        loss = F.cross_entropy(logits, y)
+        check.target("cross_entropy", logits, y, loss)
+        check.backward(loss.grad_fn)
+    check.finish(step)
+    assert [f.evidence["place"] for f in found] == [[5]]
+
+
+def test_one_batch_read_again_counts_once_and_a_view_of_the_input_is_read() -> None:
+    """Full-batch training gives one batch each step: its rows are counted once. A target
+    sliced from the very batch given as the input (``x = batch[:, :]``, ``y = batch[:, -1]``)
+    is read."""
+    x, y = _batch(0)
+    assert _run([(_with(x, y.float(), 6), y)] * (3 * N)) == []
+    batches = []
+    for s in range(N):
+        x, y = _batch(s)
+        table = _with(x, y.float(), 6)  # [B, 7], the label last
+        batches.append((table, table[:, -1]))
+    assert len(_run(batches, "mse_loss")) == 1
+
+
+def test_a_column_judged_only_early_in_the_run_is_not_named() -> None:
+    """An AC-GAN's generator, given the one-hot class beside its noise, is trained on its
+    auxiliary cross-entropy alone for a warm-up, then on a sum with its adversarial loss:
+    judged no more after the warm-up."""
+    found: list[Finding] = []
+    check = FeatureLeaks(found.append)
+    for step in range(4 * N):
+        x, y = _batch(step)
+        check.forward((_with(x, y.float(), 6),), {}, step)
+        logits = torch.zeros(B, 3, requires_grad=True)
+        loss = F.cross_entropy(logits, y)
+        check.target("cross_entropy", logits, y, loss)
+        check.backward((loss if step < 2 * N else loss + logits.square().mean()).grad_fn)
+    check.finish(step)
     assert found == []

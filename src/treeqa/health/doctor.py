@@ -135,6 +135,7 @@ class Doctor:
         # Attention masks leaving only the padding open, or a language model's future.
         self.masks = AttentionMasks(monitor.add, lambda: monitor.sampling and not monitor.paused)
         monitor.loss_check.targets.append(self.masks.causal.target)
+        monitor.at_end.append(self.masks.causal.finish)
         self.broadcast_found = False  # a hand-written loss over [N, 1] - [N] (said once)
         self.seeds = Seeds(monitor.add)  # torch.manual_seed(s) on every step
         # Modules run in eval mode without gradients before the clock knows its models.
