@@ -134,13 +134,10 @@ class CausalReads:
         if not self.reads and self.recurrent != "bidirectional":
             self.ids = []
             return
-        # Not the target itself, given beside the ids to a model that computes its own loss
-        # (T5's labels=); a model given only its targets' tensor (``model(idx)``, or
-        # ``model(idx, targets=idx)``) is read against it.
-        mine = [
-            x for x in self.ids if x.data_ptr() != target.data_ptr() or x.numel() != target.numel()
-        ]
-        ids = mine or self.ids
+        # Not the target itself, given to a model that computes its own loss from it and
+        # embeds other ids (T5's labels=, a tagger's gold tags); a model that embeds the very
+        # tensor its targets are (``model(idx)``, ``model(ids, labels=ids)``) is read.
+        ids = [x for x in self.ids if not _same(x, target) or x.data_ptr() in self.embedded]
         judged = None  # the first language model's reading (read no further), else the first
         for j in (self._judge(x, target, t) for t in (False, True) for x in ids):
             judged = judged or j
@@ -235,6 +232,11 @@ class CausalReads:
         else:
             leaked = self.recurrent == "bidirectional"
         return {"leaked": leaked, "form": "next", "positions": n, "shifted": shifted, "call": call}
+
+
+def _same(ids: torch.Tensor, target: torch.Tensor) -> bool:
+    """Whether ``target`` is ``ids``, or a view of all of them (``ids.view(-1)``)."""
+    return ids.data_ptr() == target.data_ptr() and ids.numel() == target.numel()
 
 
 def _as_given(looked_up: Any, ids: torch.Tensor) -> bool:
