@@ -235,3 +235,14 @@ def test_own_ids_read_both_ways_shifted_inside_or_by_an_rnn_are_not_named() -> N
     runs = ids[:, :1].expand(B, T).clone()  # one id a row
     runs[:, -1] = 7
     assert _steps(_embedding(runs, _attention(_causal())), runs, runs, 3 * STEPS) == []
+
+
+def test_labels_given_beside_the_decoder_ids_are_not_read_against_themselves() -> None:
+    """A seq2seq model given its labels first (``model(labels=..., decoder_input_ids=...)``)
+    and the decoder's ids, the labels shifted right: the decoder's ids are read, and their
+    attention without a causal mask is named."""
+    labels, _ = _text()
+    decoder_ids = torch.cat([torch.zeros(B, 1, dtype=labels.dtype), labels[:, :-1]], 1)
+    unmasked = _embedding(decoder_ids, _attention())
+    found = _steps(unmasked, labels, labels, STEPS, given=(decoder_ids,))
+    assert [f.code for f in found] == ["causal-mask-missing"]
