@@ -42,9 +42,12 @@ COLUMNS = 4096
 """The most values a row of an input may have to be read column by column (not an image's)."""
 READ_ROWS = 1024
 """Rows of a batch read, at most."""
-RESIDUAL = 1e-4
+RESIDUAL, ROUNDED = 1e-4, 0.02
 """The most a column's least-squares line may leave of the target's standard deviation, as a
-share of it, for the column to be the target (a copy: 0; standardised in float32: ~1e-7)."""
+share of it, for the column to be the target (a copy: 0; standardised in float32: ~1e-7). In a
+float16 or bfloat16 input, a copy is rounded to the format's grid: there, the format's epsilon
+times the column's root mean square over its spread, up to ``ROUNDED`` (prices of 3-4 copied
+into them left 1.8e-3 and 1.6e-2 of their spread, and were missed at 1e-4)."""
 SIDE = 4
 """The fewest rows on each side of a target's mean (a class and the rest) for a batch to
 judge it: a rare word present in the one positive row of a batch is no copy of the label."""
@@ -187,6 +190,8 @@ def _columns(x: torch.Tensor, y: torch.Tensor, classes: int) -> tuple[torch.Tens
     integer ``y``; [K] which targets the batch judges (``SIDE``). None where every column is
     (the input is the target itself)."""
     wide = torch.float32 if x.device.type == "mps" else torch.float64
+    half = x.dtype in (torch.float16, torch.bfloat16)
+    eps = torch.finfo(x.dtype).eps if half else 0.0
     x, y = x.to(wide), y.to(x.device, wide)
     with torch.no_grad():
         targets = [y]  # [B] each
@@ -200,7 +205,11 @@ def _columns(x: torch.Tensor, y: torch.Tensor, classes: int) -> tuple[torch.Tens
         x_norm, y_norm = xc.square().sum(0), yc.square().sum(0)  # [F], [K]
         # share of y's variance the best line through (x_j, y_k) leaves: 1 - r^2
         left = 1 - covariance.square() / (x_norm[:, None] * y_norm[None, :]).clamp_min(1e-300)
-        found = (left <= RESIDUAL**2) & judged[None, :] & (x_norm[:, None] > 0)  # [F, K]
+        # a copy rounded to a 16-bit input's grid leaves about its epsilon times the values'
+        # size over their spread: [F]
+        grid = eps * x.square().mean(0).sqrt() / (x_norm / len(x)).sqrt().clamp_min(1e-300)
+        residual = grid.clamp(RESIDUAL, ROUNDED)[:, None]  # [F, 1]
+        found = (left <= residual**2) & judged[None, :] & (x_norm[:, None] > 0)  # [F, K]
         # every column that varies the target: the label given on purpose (a one-hot's
         # columns of classes not in the batch are 0 throughout)
         found &= ~(found.any(1) | (x_norm == 0)).all()
