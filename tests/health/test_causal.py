@@ -196,6 +196,9 @@ def test_a_causal_model_trained_on_its_own_ids_is_named() -> None:
     found = _steps(_embedding(ids.t(), _attention(_causal())), ids.t(), ids.t(), STEPS)
     assert len(found) == 1  # time first, [T, B]
     assert found[0].evidence["last_quarter_loss"] == 0.01
+    # int32 ids, embedded as ids.long(): a copy of them
+    small = ids.to(torch.int32)
+    assert len(_steps(_embedding(small.long(), _attention(_causal())), small, small, STEPS)) == 1
     # model(ids, labels=ids): the very tensor embedded is also given as the labels
     assert len(_steps(causal_embedded(ids), ids, ids, STEPS, given=(ids,))) == 1
 

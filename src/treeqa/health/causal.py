@@ -241,11 +241,14 @@ def _same(ids: torch.Tensor, target: torch.Tensor) -> bool:
 
 def _as_given(looked_up: Any, ids: torch.Tensor) -> bool:
     """Whether an Embedding looked up ``ids`` themselves, or a view of them of one shape
-    (``ids.view(-1, T)``, ``ids.t()``): the same memory from the same place."""
+    (``ids.view(-1, T)``, ``ids.t()``): the same memory from the same place; or a copy in
+    another integer type (``ids.long()`` of int32 ids), read by value (one host read)."""
+    if not isinstance(looked_up, torch.Tensor):
+        return False
+    if looked_up.shape == ids.shape and looked_up.dtype != ids.dtype:
+        return looked_up.device == ids.device and torch.equal(looked_up, ids.to(looked_up.dtype))
     return (
-        isinstance(looked_up, torch.Tensor)
-        and looked_up.shape in (ids.shape, ids.shape[::-1])
-        and looked_up.data_ptr() == ids.data_ptr()
+        looked_up.shape in (ids.shape, ids.shape[::-1]) and looked_up.data_ptr() == ids.data_ptr()
     )
 
 
