@@ -70,7 +70,7 @@ def _steps(
             check.causal.target(target)
     finally:
         check.end()
-    check.causal.finish([2.0, 1.0, 0.5, loss])
+    check.causal.finish([1, 2, 3, 4], [2.0, 1.0, 0.5, loss])
     return found
 
 

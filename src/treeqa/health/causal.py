@@ -24,16 +24,14 @@ a bidirectional RNN and no unidirectional one.
 
 from __future__ import annotations
 
-import math
 import re
-import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from treeqa.health import checks, sites
+from treeqa.health import checks, loss_levels, sites
 from treeqa.health.findings import Finding
 
 IGNORED = -100.0
@@ -55,13 +53,13 @@ READS = 32
 """Attention calls read per forward: enough for a seq2seq model's encoder layers (their
 attention over a source as long as the target sees it all) and its decoder's after them."""
 STEPS = 2
+"""Sampled steps whose language model's attention leaked, more than those where it did not."""
 COPIED = 0.05
 """The most the median loss of a run's last quarter may be for targets that were the ids
 themselves to be named: a model that learned to copy them (0.002-0.014 in the probes) rather
 than one that shifts its ids itself after the lookup and predicts the next token, whose loss
 stays at the text's uncertainty (0.6-1.6 there); a denoiser of 1.5% of its tokens that learned
 to copy read 0.07."""
-"""Sampled steps whose language model's attention leaked, more than those where it did not."""
 
 SOFTMAXES = ("softmax",)
 
@@ -160,24 +158,25 @@ class CausalReads:
             finding.where = where
             self.add(finding)
 
-    def finish(self, losses: Sequence[float]) -> None:
-        """The run ended, its steps' losses ``losses``: targets that were the ids themselves
+    def finish(self, steps: Sequence[float], losses: Sequence[float]) -> None:
+        """The run ended, its steps' losses ``losses`` (at ``steps``): targets that were the ids themselves
         are named where the model learned to copy them, the loss of its last quarter's steps
         near 0 (a model that shifts its ids itself, after the lookup, predicts the next token
         and stays at the text's own uncertainty)."""
-        steps = self.leaked["here"]
+        leaked = self.leaked["here"]
         if (
             self.said
             or "here" not in self.examples
-            or steps < STEPS
-            or steps <= self.judged - steps
+            or leaked < STEPS
+            or leaked <= self.judged - leaked
+            or not steps
         ):
             return
-        last = [v for v in losses[len(losses) * 3 // 4 :] if math.isfinite(v)]
-        if last and statistics.median(last) <= COPIED:
+        last = loss_levels.typical_late_loss(steps, losses, 0.75 * steps[-1])  # (NaN: none)
+        if last <= COPIED:
             self.said = True
             example, where = self.examples["here"]
-            finding = targets_not_shifted(steps, self.judged, example, statistics.median(last))
+            finding = targets_not_shifted(leaked, self.judged, example, last)
             finding.where = where
             self.add(finding)
 

@@ -504,8 +504,8 @@ class Doctor:
                     self.scales.forward(module, args, kwargs, training, self.monitor.step)
             if sampling and training:
                 self.monitor.loss_check.leaks.forward(args, kwargs, self.monitor.step)
-            if sampling and training and not (self.monitor.compiling or compiled()):
-                self.masks.begin(module, args, kwargs)  # (wrappers a compiled graph would guard on)
+                if not (self.monitor.compiling or compiled()):  # (wrappers a compiled graph
+                    self.masks.begin(module, args, kwargs)  # would guard on)
             if self.prints is not None:
                 self.prints.forward((*args, kwargs), self.monitor.sampling)  # model(**batch)
         elif self.monitor.sampling:  # a teacher's forward, say: is it in eval mode?

@@ -125,13 +125,19 @@ class FeatureLeaks:
         count = int(input.shape[1]) if classes and input.dim() == 2 else 0
         count = count if 2 < count <= CLASSES else 0
         y = target.detach()[:READ_ROWS].reshape(-1)
-        for at, shape, x, start in self.inputs:
-            # (not labels given to a model that computes its own loss on a slice of them)
-            if len(x) == len(y) and start != target.data_ptr():
-                found, judged = _columns(x, y, count)
-                place, fingerprint = (at, shape, 1 + count), _fingerprint(y)
-                pending = (place, found, judged, fingerprint, result.grad_fn)
-                self.pending.append((*pending, fname, len(y), sites.user_site(3)))
+        # (not labels given to a model that computes its own loss on a slice of them)
+        read = [
+            (at, shape, x)
+            for at, shape, x, start in self.inputs
+            if len(x) == len(y) and start != target.data_ptr()
+        ]
+        if not read:
+            return
+        fingerprint, where = _fingerprint(y), sites.user_site(3)
+        for at, shape, x in read:
+            found, judged = _columns(x, y, count)
+            pending = ((at, shape, 1 + count), found, judged, fingerprint, result.grad_fn)
+            self.pending.append((*pending, fname, len(y), where))
 
     def backward(self, node: Any) -> None:
         """A sampled step's backward, of a loss whose autograd node (constant factors walked
@@ -176,10 +182,15 @@ class FeatureLeaks:
                 return
 
 
+def _wide(device: torch.device) -> torch.dtype:
+    """float64 for exact sums, where the device has it (MPS has not: float32)."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
 def _fingerprint(y: torch.Tensor) -> torch.Tensor:
     """A batch's targets [B] as one number, on their device: the same batch read again (a
     full batch, every step) gives the same."""
-    wide = torch.float32 if y.device.type == "mps" else torch.float64
+    wide = _wide(y.device)
     weights = torch.arange(1, len(y) + 1, device=y.device, dtype=wide)
     return (y.to(wide) * weights).sum()
 
@@ -189,7 +200,7 @@ def _columns(x: torch.Tensor, y: torch.Tensor, classes: int) -> tuple[torch.Tens
     factor and offset (k = 0) or the indicator of class k - 1 of ``classes`` > 2 classes of
     integer ``y``; [K] which targets the batch judges (``SIDE``). None where every column is
     (the input is the target itself)."""
-    wide = torch.float32 if x.device.type == "mps" else torch.float64
+    wide = _wide(x.device)
     half = x.dtype in (torch.float16, torch.bfloat16)
     eps = torch.finfo(x.dtype).eps if half else 0.0
     x, y = x.to(wide), y.to(x.device, wide)

@@ -326,8 +326,8 @@ class HealthMonitor(Callback):
         self._node_read: tuple[int, int] | None = None  # (step, its loss's autograd number)
         self._begin_cost = 0.0  # seconds begin_step took: the monitor's, not the step's
         self.losses = LossReadings()
-        # checks judged at the run's end over the losses of its steps (``even``), the doctor's
-        self.at_end: list[Callable[[Sequence[float]], None]] = []
+        # checks judged at the run's end over its steps and their losses (``even``), the doctor's
+        self.at_end: list[Callable[[Sequence[float], Sequence[float]], None]] = []
         # Steps whose memory is allocator warm-up, left out of the memory-growth check. Under
         # fit() the first epoch (every batch shape seen once, so RSS climbs to its working size)
         # or FIT_MEMORY_WARMUP steps, whichever ends first; elsewhere warmup_of(n) only.
@@ -647,7 +647,7 @@ class HealthMonitor(Callback):
         self.loss_check.leaks.finish(self.step)
         steps, losses = self.even("step"), self.even("loss")
         for judge in self.at_end:
-            judge(losses)
+            judge(steps, losses)
         chance = (
             loss_levels.loss_at_chance(self.chance, steps, losses, self._chance_levels())
             if not self.loss_check.margin  # (a margin softmax's loss sits above log(C))
