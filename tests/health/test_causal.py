@@ -57,9 +57,11 @@ def _steps(
     model: nn.Module | None = None,
     loss: float = 0.01,
     given: tuple[Any, ...] = (),
+    summed: bool = False,
 ) -> list[Finding]:
     """``steps`` sampled steps: a forward given ``ids`` (and ``given``) that runs
-    ``forward()``, then a loss over ``target``; the run's losses end at ``loss``."""
+    ``forward()``, then a loss over ``target`` and a backward of it (or, ``summed``, of it
+    plus another term); the run's losses end at ``loss``."""
     found: list[Finding] = []
     check = AttentionMasks(found.append, lambda: True)
     try:
@@ -67,7 +69,9 @@ def _steps(
             check.begin(model or nn.Identity(), (ids, *given), {})
             forward()
             check.end()
-            check.causal.target(target)
+            made = torch.ones(1, requires_grad=True).sum()
+            check.causal.target(target, made)
+            check.causal.backward((made + made.detach() * 0 if summed else made).grad_fn)
     finally:
         check.end()
     check.causal.finish([1, 2, 3, 4], [2.0, 1.0, 0.5, loss])
@@ -201,6 +205,27 @@ def test_a_causal_model_trained_on_its_own_ids_is_named() -> None:
     assert len(_steps(_embedding(small.long(), _attention(_causal())), small, small, STEPS)) == 1
     # model(ids, labels=ids): the very tensor embedded is also given as the labels
     assert len(_steps(causal_embedded(ids), ids, ids, STEPS, given=(ids,))) == 1
+
+
+def test_targets_two_ids_on_are_named_where_they_are_the_steps_loss() -> None:
+    """Labels shifted by one before a loss that shifts them again: the target of position i
+    is id i + 2. A term of a sum (a multi-token model's head for the token after the next)
+    is not named."""
+    ids, _ = _text()
+    twice = torch.cat([ids[:, 2:], torch.full((B, 2), -100)], 1)  # [B, T]
+    causal = _embedding(ids, _attention(_causal()))
+    assert _steps(causal, ids, twice, STEPS - 1) == []
+    found = _steps(causal, ids, twice.reshape(-1), STEPS, loss=2.0)
+    assert [f.code for f in found] == ["targets-shifted-twice"]
+    assert found[0].evidence["targets_two_on"] == found[0].evidence["positions"] == B * (T - 2)
+    # a transformers causal LM given labels shifted already, padded at the end: its loss
+    # takes logits[:, :-1] against labels[:, 1:], [B, T - 1]
+    labels = torch.cat([ids[:, 1:], torch.full((B, 1), -100)], 1)
+    assert len(_steps(causal, ids, labels[:, 1:], STEPS)) == 1
+    assert _steps(causal, ids, twice, 3 * STEPS, summed=True) == []
+    assert _steps(_embedding(ids, _attention()), ids, twice, 3 * STEPS) == []  # not causal
+    runs = ids[:, :1].expand(B, T).clone()  # one id a row: every target matches
+    assert _steps(_embedding(runs, _attention(_causal())), runs, runs[:, 2:], 3 * STEPS) == []
 
 
 def test_own_ids_are_named_only_where_the_model_learned_to_copy_them() -> None:

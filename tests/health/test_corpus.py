@@ -45,6 +45,7 @@ EXPECTED = {
     "bug_attention_scores_filled_inverted.py": "attention-mask-inverted",  # masked_fill by hand
     "bug_causal_mask_missing.py": "causal-mask-missing",
     "bug_targets_not_shifted.py": "targets-not-shifted",
+    "bug_targets_shifted_twice.py": "targets-shifted-twice",
     "bug_target_in_features.py": "target-in-features",
     "bug_units_identical.py": "units-identical",
     "bug_units_identical_functional.py": "units-identical",  # no module begins its steps
@@ -134,6 +135,7 @@ EXPECTED = {
     "bug_evaluation_with_gradients.py": "evaluation-with-gradients",
     "bug_fp16_without_scaler.py": "fp16-without-loss-scaling",
     "bug_fp16_autocast_in_forward.py": "fp16-without-loss-scaling",  # @autocast on forward
+    "bug_updates_rounded_away.py": "updates-rounded-away",
     "bug_device_idle.py": "device-idle",  # a GPU script: runs with -m gpu on a CUDA device
     "bug_anomaly_detection_on.py": "anomaly-detection-on",
     "bug_lr_zero.py": "lr-zero",
@@ -239,6 +241,7 @@ CLEAN = [
     "clean_evaluation_inputs.py",  # one Normalize for both; noise for training; a sampler; a grid
     "clean_label_inputs.py",  # a 98% verdict, ArcFace's one-hot, labels given, a forecast, an aux head
     "clean_unshifted_targets.py",  # a BOS put before the ids inside; reconstruction; a denoiser
+    "clean_multi_token_heads.py",  # a head for token t + 2 summed with the next-token loss
     "clean_overlap_losses.py",  # Dice, IoU, V-Net, Tversky over probabilities; a weighted mean
     "clean_packed_sequences.py",  # sorted, unsorted, an EOS counted, a position signal, ...
     "clean_rnn_layouts.py",  # [T, B, F] to a time-first GRU, batch_first=True, packed

@@ -20,6 +20,11 @@ id. The forward leaks where every attention read lets most of those positions se
 target's key, and the model has no unidirectional RNN (a recurrent decoder attending over a
 source of the same length is causal by its recurrence); with no attention read, where it has
 a bidirectional RNN and no unidirectional one.
+
+The same reads name two other forms of a causal model's targets (``targets-not-shifted``: the
+ids themselves, unshifted, judged at the run's end where the model learned to copy them;
+``targets-shifted-twice``: the ids two positions on, labels shifted before a loss that shifts
+them again, judged where that loss is the step's, not a term of a sum).
 """
 
 from __future__ import annotations
@@ -74,7 +79,9 @@ class CausalReads:
         self.reads: list[tuple[str, torch.Tensor]] = []  # (call, [B, T - 1] query sees next)
         self.recurrent = ""  # "bidirectional": the model's RNNs read both ways, and none one way
         self.embedded: set[int] = set()  # the id tensors an Embedding looked up as given
-        self.leaked = {"next": 0, "here": 0}  # sampled steps that leaked, by their targets' form
+        self.leaked = {"next": 0, "here": 0, "twice": 0}  # sampled steps that leaked, by form
+        # the step's reading of targets two on, and its loss's autograd node, until its backward
+        self.pending: tuple[dict[str, Any], Any, str] | None = None
         self.judged = 0  # sampled steps judged
         self.examples: dict[str, tuple[dict[str, Any], str]] = {}  # form: (reading, call site)
         self.site = ""  # this forward's
@@ -123,8 +130,9 @@ class CausalReads:
                 self.reads.append((name, seen))
         self.site = self.site or sites.user_site()
 
-    def target(self, target: Any) -> None:
-        """A ``cross_entropy``/``nll_loss`` target, after the forward: judge the step."""
+    def target(self, target: Any, loss: torch.Tensor) -> None:
+        """A ``cross_entropy``/``nll_loss`` target, after the forward, and the ``loss`` it made:
+        judge the step."""
         if self.said or not self.ids or not isinstance(target, torch.Tensor) or not self.active():
             return
         if checks.untraceable(target) or target.is_floating_point() or not checks.dense(target):
@@ -146,7 +154,9 @@ class CausalReads:
         if judged is None:
             return
         self.judged += 1  # (not leaked: causal, or targets of another form, a masked LM's)
-        if judged["leaked"]:
+        if judged["leaked"] and judged["form"] == "twice":  # counted if it is the step's loss
+            self.pending = (judged, loss.grad_fn, self.site)
+        elif judged["leaked"]:
             form = judged["form"]
             self.leaked[form] += 1
             self.examples.setdefault(form, (judged, self.site))
@@ -155,6 +165,22 @@ class CausalReads:
             self.said = True
             example, where = self.examples["next"]
             finding = causal_mask_missing(steps, self.judged, example)
+            finding.where = where
+            self.add(finding)
+
+    def backward(self, node: Any) -> None:
+        """A sampled step's backward, of a loss whose autograd node (constant factors walked
+        back) is ``node``: targets of the ids two on count where they are that loss's, not a
+        term of a sum (a multi-token model's heads for the tokens after the next)."""
+        pending, self.pending = self.pending, None
+        if pending is None or self.said or pending[1] is not node:
+            return
+        example, _, where = pending
+        self.leaked["twice"] += 1
+        steps = self.leaked["twice"]
+        if steps >= STEPS and steps > self.judged - steps:
+            self.said = True
+            finding = targets_shifted_twice(steps, self.judged, example)
             finding.where = where
             self.add(finding)
 
@@ -199,16 +225,50 @@ class CausalReads:
         here, nxt = ids[:, :-1], ids[:, 1:]  # [B, T - 1]
         supervised = rows >= 0
         repeats = supervised & (nxt == here)  # a copy of the input matches too
+        # [B, T - 2]: the targets of queries 0 .. T - 3 against the id two on
+        two, after = supervised[:, :-1], ids[:, 2:]
         reads = [seen for _, seen in self.reads if seen.shape == nxt.shape]
         seen = [(s.to(ids.device) & supervised).sum() for s in reads]
-        matches = [supervised & (rows == nxt), supervised & (rows == here)]
-        counts = torch.stack([supervised.sum(), *(m.sum() for m in matches), repeats.sum(), *seen])
-        n, shifted, unshifted, repeated, *sees = counts.tolist()
+        matches = [
+            supervised & (rows == nxt),
+            supervised & (rows == here),
+            two & (rows[:, :-1] == after),
+        ]
+        counts = torch.stack(
+            [
+                supervised.sum(),
+                *(m.sum() for m in matches),
+                repeats.sum(),
+                two.sum(),
+                (two & (ids[:, 1:-1] == after)).sum(),  # the next id repeated, which matches too
+                *seen,
+            ]
+        )
+        n, shifted, unshifted, twice, repeated, n_two, repeated_two, *sees = counts.tolist()
         if n < SUPERVISED:
             return None
+        call = self.reads[0][0] if sees else "rnn"
+        if (
+            max(shifted, unshifted) < SHIFTED * n
+            and n_two >= SUPERVISED
+            and twice >= SHIFTED * n_two
+            and repeated_two <= n_two / 2
+        ):  # the ids two on: leaked where a causal forward embedded them as given, as "here"
+            leaked = (
+                bool(sees)
+                and all(k < SEEN * n for k in sees)
+                and ids.data_ptr() in self.embedded
+                and not self.recurrent
+            )
+            return {
+                "leaked": leaked,
+                "form": "twice",
+                "positions": n_two,
+                "twice": twice,
+                "call": call,
+            }
         if repeated > n / 2 or max(shifted, unshifted) < SHIFTED * n:  # no language model's
             return {"leaked": False}
-        call = self.reads[0][0] if sees else "rnn"
         if shifted < SHIFTED * n:  # each position's own id: leaked where no read sees ahead,
             # embedded as given (a model may shift its ids itself, a BOS put before them), no
             # RNN (an encoder's, say, that read the ids)
@@ -377,6 +437,27 @@ def targets_not_shifted(steps: int, judged: int, example: dict[str, Any], loss: 
             "positions": example["positions"],
             "targets_own_id": example["same"],
             "last_quarter_loss": loss,
+        },
+    )
+
+
+def targets_shifted_twice(steps: int, judged: int, example: dict[str, Any]) -> Finding:
+    """``steps`` of ``judged`` sampled steps trained a causal model on the ids two positions on
+    (``example``: the first step's reading): the step's loss, embedded ids as given."""
+    return Finding(
+        "targets-shifted-twice",
+        "error",
+        f"each position is trained on the token two places on, not the next ({example['twice']} "
+        f"of {example['positions']} targets are the input id two positions after their own), "
+        f"on {steps} of {judged} sampled steps: the labels were shifted by one and then again by "
+        "the loss (a transformers causal LM shifts labels= itself); the model learns to skip a "
+        "token, and generation, which asks it for the next one, goes wrong",
+        evidence={
+            "steps": steps,
+            "judged_steps": judged,
+            "read_by": example["call"],
+            "positions": example["positions"],
+            "targets_two_on": example["twice"],
         },
     )
 

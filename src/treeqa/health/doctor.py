@@ -60,6 +60,7 @@ from treeqa.health.heldout import HeldOut
 from treeqa.health.masks import AttentionMasks
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
 from treeqa.health.overlaps import Overlaps
+from treeqa.health.rounding import Rounding
 from treeqa.health.scales import InputScales
 from treeqa.health.seeds import Seeds
 from treeqa.health.updates import Updates
@@ -132,9 +133,11 @@ class Doctor:
         self.heldout = HeldOut(monitor.add)  # evaluation rows trained on by an earlier phase
         self.scales = InputScales(monitor.add)  # evaluation inputs off the training ones' scale
         self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
+        self.rounding = Rounding(monitor.add)  # half-precision weights that updates leave put
         # Attention masks leaving only the padding open, or a language model's future.
         self.masks = AttentionMasks(monitor.add, lambda: monitor.sampling and not monitor.paused)
         monitor.loss_check.targets.append(self.masks.causal.target)
+        monitor.loss_check.backwards.append(self.masks.causal.backward)
         monitor.at_end.append(self.masks.causal.finish)
         self.broadcast_found = False  # a hand-written loss over [N, 1] - [N] (said once)
         self.seeds = Seeds(monitor.add)  # torch.manual_seed(s) on every step
@@ -839,6 +842,8 @@ class Doctor:
         self.clipping.end_step()
         if sampled:
             self.heldout.stepped(self.monitor.step, optimizer)
+            if not isinstance(optimizer, hand.HandUpdates):
+                self.rounding.stepped(self.monitor.step, optimizer, self.monitor.params)
         if self.monitor.loss_check.minimised is not None:
             found = self.monitor.loss_check.take_minimised(optimizer)
             if found is not None:
@@ -880,6 +885,7 @@ class Doctor:
                     monitor.add(found)
                 self.heldout.judge(monitor.step)
                 self.scales.judge(monitor.step)
+                self.rounding.judge()
                 self.masks.finish()
                 self.resumes.say_unmatched()
                 monitor.maximize = self.updates.rates.maximize

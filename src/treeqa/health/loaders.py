@@ -178,8 +178,8 @@ class Loaders:
         else:
             self.drawn_elsewhere += 1
 
-    def note_target(self, target: Any) -> None:
-        """A classification loss got ``target``: while the newest loader does not shuffle, on
+    def note_target(self, target: Any, loss: Any = None) -> None:
+        """A classification loss got ``target`` (and made ``loss``, not read): while the newest loader does not shuffle, on
         the first steps of its pass, note whether it is all one class (with gradients on: a
         training loss)."""
         if not self.unshuffled or self.labelled >= SORTED_STEPS or not torch.is_grad_enabled():

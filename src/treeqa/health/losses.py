@@ -68,15 +68,17 @@ head's average is within about 0.15 of 0 there."""
 
 class LossInputCheck:
     """``active()``: look at this call (a sampled step, not eval); ``at_init()``: no step done
-    yet; ``targets``: given the target of every ``cross_entropy`` and ``nll_loss`` call (the
-    loaders' ``note_target``, which returns at once unless it needs it; more in ``.targets``)."""
+    yet; ``targets``: given the target of every ``cross_entropy`` and ``nll_loss`` call and the
+    loss it made (the loaders' ``note_target``, which returns at once unless it needs it; more in
+    ``.targets``); ``.backwards``: given the autograd node of each sampled step's backward loss,
+    constant factors walked back (``loss_inputs.unscaled``)."""
 
     def __init__(
         self,
         add: Callable[[Finding], None],
         active: Callable[[], bool],
         at_init: Callable[[], bool],
-        targets: Callable[[Any], None] | None = None,
+        targets: Callable[[Any, torch.Tensor], None] | None = None,
     ):
         self.add, self.active, self.at_init = add, active, at_init
         self.targets = [] if targets is None else [targets]  # (a check may add its own)
@@ -133,6 +135,7 @@ class LossInputCheck:
         self.batch_moments: tuple[tuple[int, ...], int, torch.Tensor] | None = None
         self.ranges = ranges.OutputRanges(add)  # ``targets-outside-output-range``
         self.leaks = leaks.FeatureLeaks(add)  # ``target-in-features``: given inputs by the doctor
+        self.backwards: list[Callable[[Any], None]] = [self.leaks.backward]
         self.wrappers = Wrappers()
 
     def watch(self, modules: Iterable[nn.Module]) -> None:
@@ -217,7 +220,8 @@ class LossInputCheck:
         times the factor (``_standing_for``); a mean times the processes is
         ``loss-times-processes``."""
         node, scale = loss_inputs.unscaled(loss)
-        self.leaks.backward(node)
+        for note in self.backwards:
+            note(node)
         if self.minimised is None and node is not None:  # judged at the step (``maximize``)
             form = loss_inputs.minimised_log_likelihood(node)
             if form is not None:
@@ -373,7 +377,7 @@ class LossInputCheck:
         if fname in ("cross_entropy", "nll_loss"):
             target = args[1] if len(args) > 1 else kwargs.get("target")
             for note in self.targets:
-                note(target)
+                note(target, result)
             if isinstance(input, torch.Tensor) and result.requires_grad:
                 self._count_labels(input, target, args[2:], kwargs)
         if (

@@ -1,0 +1,205 @@
+"""``updates-rounded-away``: weights stored in bfloat16 or float16 (``model.to(torch.bfloat16)``,
+``model.half()``) and stepped in place by the optimiser keep an update only where it is at least
+half the format's spacing at the weight's value; a smaller one rounds back to the same number,
+step after step, and the weight never moves. bfloat16 has 8 significant bits: at 1.0 (a norm's
+weight) an update below 2^-8 = 0.0039 is lost, at 0.02 (a Linear weight) one below 6e-5. Adam's
+updates are about its learning rate, so at 1e-3 the norms of a model so cast never train, and at
+a fine-tuning rate of 1e-5 most of its weights do not. Nothing fails: the loss falls through the
+weights that do move.
+
+On the clock's sampled steps, after its step, up to ``ELEMENTS`` evenly spaced elements of each
+of its half-precision parameters with a gradient at the first such step (the anchor; up to
+``PARAMETERS`` of them) are read on the device: whether their values differ from the anchor's,
+and whether their gradients are nonzero. At the run's end, or when the clock's parameters
+change (one host read), an element is stuck where its gradient was nonzero at the anchor and at
+the last sampled step, its value is not 0 (a pruning mask's zeros stay put by design), and it
+never differed from its anchor value at a sampled step. A parameter with ``JUDGED`` or more
+elements so judged, ``STUCK`` of them stuck, over ``STEPS`` sampled steps and ``SPAN`` steps of
+the clock, in a group whose learning rate was above 0 at some sampled step, is named. Weights
+in float32 (autocast, an fp32 master copy that the optimiser steps) are not read.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from treeqa.health.findings import Finding
+
+HALF = (torch.bfloat16, torch.float16)
+ELEMENTS = 256
+"""Elements read of each parameter, evenly spaced."""
+PARAMETERS = 512
+"""Parameters read, at most (evenly spaced over the optimiser's)."""
+JUDGED = 8
+"""Elements of a parameter judged (a nonzero gradient at both ends, a nonzero value), at least."""
+STUCK = 0.5
+"""Share of those that never moved for the parameter to be named (in float32, or with updates
+that round stochastically, next to none do over ``SPAN`` steps)."""
+STEPS, SPAN = 4, 30
+"""Sampled steps after the anchor, and steps of the clock from it to the last, at least."""
+SHOWN = 6
+"""Parameters named in the message."""
+
+
+class Rounding:
+    """``add``: where the finding goes (``HealthMonitor.add``)."""
+
+    def __init__(self, add: Callable[[Finding], None]):
+        self.add = add
+        self.said = False
+        self._reset()
+
+    def _reset(self, key: tuple[int, ...] = ()) -> None:
+        self.key = key  # ids of the clock's parameters when the anchor was taken
+        self.params: list[weakref.ref[nn.Parameter]] = []
+        self.names: list[str] = []
+        self.dtypes: list[torch.dtype] = []
+        self.index: list[torch.Tensor] = []  # [k] the elements read of each parameter
+        self.groups: list[dict] = []  # each parameter's group
+        self.rates: list[float] = []  # the highest learning rate its group had
+        self.anchor: torch.Tensor | None = None  # [N] the values read at the anchor
+        self.first_live: torch.Tensor | None = None  # [N] gradient nonzero there
+        self.last_live: torch.Tensor | None = None  # [N] ... at the last sampled step
+        self.moved: torch.Tensor | None = None  # [N] differed from the anchor at a sampled step
+        self.first = self.last = self.steps = 0
+
+    def stepped(
+        self, step: int, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]
+    ) -> None:
+        """After the clock's sampled step ``step``; ``params``: the trained parameters' names."""
+        key = tuple(id(p) for g in optimizer.param_groups for p in g["params"])
+        if key != self.key or self.anchor is None:
+            self.judge()
+            self._reset(key)
+            self._anchor(step, optimizer, params)
+            return
+        assert self.moved is not None
+        read = self._read()
+        if read is None:  # a parameter read is gone (a model freed): start again
+            self.judge()
+            self._reset(key)
+            return
+        values, live = read
+        self.moved |= values != self.anchor
+        self.last_live = live
+        self.last, self.steps = step, self.steps + 1
+        for i, group in enumerate(self.groups):
+            self.rates[i] = max(self.rates[i], _rate(group))
+
+    def _anchor(
+        self, step: int, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]
+    ) -> None:
+        held = [
+            (p, g)
+            for g in optimizer.param_groups
+            for p in g["params"]
+            if p.dtype in HALF and p.grad is not None and not p.grad.is_sparse and p.numel() > 0
+        ]
+        held = [(p, g) for p, g in held if p.is_contiguous() and p.device == held[0][0].device]
+        if not held:
+            return
+        if len(held) > PARAMETERS:
+            held = [held[i * len(held) // PARAMETERS] for i in range(PARAMETERS)]
+        names = {id(p): n for n, p in params}
+        for p, g in held:
+            n = p.numel()
+            k = min(n, ELEMENTS)
+            self.params.append(weakref.ref(p))
+            self.names.append(names.get(id(p), f"a {list(p.shape)} parameter"))
+            self.dtypes.append(p.dtype)
+            self.index.append(torch.arange(k, device=p.device) * n // k)
+            self.groups.append(g)
+            self.rates.append(_rate(g))
+        read = self._read()
+        if read is None:
+            self._reset(self.key)
+            return
+        self.anchor, self.first_live = read
+        self.moved = torch.zeros_like(self.first_live)
+        self.first = self.last = step
+
+    def _read(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The values read ([N]) and whether their gradients are nonzero ([N] bool)."""
+        values, live = [], []
+        for ref, index in zip(self.params, self.index, strict=True):
+            p = ref()
+            if p is None:
+                return None
+            flat = p.detach().view(-1)
+            if flat.numel() <= index[-1]:  # resized since the anchor
+                return None
+            values.append(flat[index].float())
+            grad = p.grad
+            if grad is None or grad.is_sparse or grad.shape != p.shape:
+                live.append(torch.zeros(len(index), dtype=torch.bool, device=p.device))
+            else:
+                live.append(grad.detach().reshape(-1)[index] != 0)
+        return torch.cat(values), torch.cat(live)
+
+    def judge(self) -> None:
+        """Name the parameters whose read elements stayed put (one host read)."""
+        if self.said or self.anchor is None or self.moved is None or self.last_live is None:
+            return
+        assert self.first_live is not None
+        if self.steps < STEPS or self.last - self.first < SPAN:
+            return
+        judged = self.first_live & self.last_live & (self.anchor != 0)
+        stuck = judged & ~self.moved
+        table = torch.stack([judged.float(), stuck.float(), self.anchor]).cpu()
+        found, start = [], 0
+        for i, index in enumerate(self.index):
+            part = table[:, start : start + len(index)]
+            start += len(index)
+            n_judged, n_stuck = int(part[0].sum()), int(part[1].sum())
+            if n_judged >= JUDGED and n_stuck >= STUCK * n_judged and self.rates[i] > 0:
+                at = part[2][part[1] > 0].abs().median().item()
+                found.append((i, n_judged, n_stuck, at))
+        if not found:
+            return
+        self.said = True
+        found.sort(key=lambda f: -f[2] / f[1])  # the most stuck first
+        first, _, _, at = found[0]
+        kind = _format(self.dtypes[first])
+        shown = ", ".join(f"{self.names[i]} ({s / j:.0%})" for i, j, s, _ in found[:SHOWN])
+        more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+        self.add(
+            Finding(
+                "updates-rounded-away",
+                "warning",
+                f"{len(found)} of the {len(self.params)} {kind} parameters the optimiser steps "
+                f"kept most of their values from step {self.first} to step {self.last} where "
+                f"their gradients were nonzero (the share of the elements read that never moved): "
+                f"{shown}{more}. An update below half the {kind} spacing at a weight rounds back "
+                f"to it: {_half_spacing(at, self.dtypes[first]):.2g} at {at:.3g}, the first's "
+                f"typical size, against a learning rate of {self.rates[first]:.2g}",
+                evidence={
+                    "parameters": [self.names[i] for i, *_ in found],
+                    "stuck": [s for _, _, s, _ in found],
+                    "judged": [j for _, j, _, _ in found],
+                    "steps": [self.first, self.last],
+                    "lr": self.rates[first],
+                },
+                step=self.last,
+            )
+        )
+
+
+def _rate(group: dict) -> float:
+    lr = group.get("lr", 0.0)
+    return float(lr) if lr is not None else 0.0
+
+
+def _format(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _half_spacing(value: float, dtype: torch.dtype) -> float:
+    """Half the distance between neighbouring ``dtype`` numbers at ``value``."""
+    if value <= 0:
+        return 0.0
+    return torch.finfo(dtype).eps * 2.0 ** math.floor(math.log2(value)) / 2
