@@ -58,10 +58,12 @@ def _steps(
     loss: float = 0.01,
     given: tuple[Any, ...] = (),
     summed: bool = False,
+    made_by: Any = None,
 ) -> list[Finding]:
     """``steps`` sampled steps: a forward given ``ids`` (and ``given``) that runs
-    ``forward()``, then a loss over ``target`` and a backward of it (or, ``summed``, of it
-    plus another term); the run's losses end at ``loss``."""
+    ``forward()``, then a loss over ``target`` (made by ``made_by()``, of logits) and a
+    backward of it (or, ``summed``, of it plus another term); the run's losses end at
+    ``loss``."""
     found: list[Finding] = []
     check = AttentionMasks(found.append, lambda: True)
     try:
@@ -69,7 +71,7 @@ def _steps(
             check.begin(model or nn.Identity(), (ids, *given), {})
             forward()
             check.end()
-            made = torch.ones(1, requires_grad=True).sum()
+            made = made_by() if made_by else torch.ones(1, requires_grad=True).sum()
             check.causal.target(target, made)
             check.causal.backward((made + made.detach() * 0 if summed else made).grad_fn)
     finally:
@@ -226,6 +228,27 @@ def test_targets_two_ids_on_are_named_where_they_are_the_steps_loss() -> None:
     assert _steps(_embedding(ids, _attention()), ids, twice, 3 * STEPS) == []  # not causal
     runs = ids[:, :1].expand(B, T).clone()  # one id a row: every target matches
     assert _steps(_embedding(runs, _attention(_causal())), runs, runs[:, 2:], 3 * STEPS) == []
+
+
+def test_targets_two_on_of_a_one_way_rnn_are_named_and_of_rows_one_on_are_not() -> None:
+    """An LSTM language model is causal by its recurrence; a model that reads a conditioning
+    token first and drops its position (``h[:, 1:]``) before its logits, trained on ids
+    shifted once in the data, has rows one position on from its ids': right."""
+    ids, _ = _text()
+    twice = torch.cat([ids[:, 2:], torch.full((B, 2), -100)], 1)[:, :-1]  # [B, T - 1]
+    embedded = _embedding(ids, lambda: None)
+    assert len(_steps(embedded, ids, twice, STEPS, model=nn.LSTM(4, 4))) == 1
+    both_ways = nn.LSTM(4, 4, bidirectional=True)
+    assert _steps(embedded, ids, twice, 3 * STEPS, model=both_ways) == []
+    hidden = torch.randn(B, T, 8, requires_grad=True)
+
+    def dropped() -> torch.Tensor:  # logits of positions 1 .. T - 1
+        return nn.functional.linear(hidden[:, 1:], torch.randn(5, 8)).sum()
+
+    causal = _embedding(ids, _attention(_causal()))
+    assert _steps(causal, ids, twice, 3 * STEPS, made_by=dropped) == []
+    kept = lambda: nn.functional.linear(hidden[:, :-1], torch.randn(5, 8)).sum()  # noqa: E731
+    assert len(_steps(causal, ids, twice, STEPS, made_by=kept)) == 1
 
 
 def test_own_ids_are_named_only_where_the_model_learned_to_copy_them() -> None:

@@ -66,6 +66,10 @@ than one that shifts its ids itself after the lookup and predicts the next token
 stays at the text's uncertainty (0.6-1.6 there); a denoiser of 1.5% of its tokens that learned
 to copy read 0.07."""
 
+WALKED = 32
+"""Autograd nodes walked back from a loss of targets two on, for a slice that dropped the
+model's first position (``_drops_first``)."""
+
 SOFTMAXES = ("softmax",)
 
 
@@ -137,7 +141,7 @@ class CausalReads:
             return
         if checks.untraceable(target) or target.is_floating_point() or not checks.dense(target):
             return
-        if not self.reads and self.recurrent != "bidirectional":
+        if not self.reads and not self.recurrent:
             self.ids = []
             return
         # Not the target itself, given to a model that computes its own loss from it and
@@ -145,7 +149,7 @@ class CausalReads:
         # tensor its targets are (``model(idx)``, ``model(ids, labels=ids)``) is read.
         ids = [x for x in self.ids if not _same(x, target) or x.data_ptr() in self.embedded]
         judged = None  # the first language model's reading (read no further), else the first
-        for j in (self._judge(x, target, t) for t in (False, True) for x in ids):
+        for j in (self._judge(x, target, t, loss) for t in (False, True) for x in ids):
             judged = judged or j
             if j is not None and "positions" in j:
                 judged = j
@@ -207,7 +211,7 @@ class CausalReads:
             self.add(finding)
 
     def _judge(
-        self, ids: torch.Tensor, target: torch.Tensor, time_first: bool
+        self, ids: torch.Tensor, target: torch.Tensor, time_first: bool, loss: torch.Tensor
     ) -> dict[str, Any] | None:
         """Whether ``target`` is ``ids`` ([B, T], or [T, B] ``time_first``, the target
         flattened the same way) shifted by one and, if so, whether the forward's reads let its
@@ -253,12 +257,14 @@ class CausalReads:
             and n_two >= SUPERVISED
             and twice >= SHIFTED * n_two
             and repeated_two <= n_two / 2
-        ):  # the ids two on: leaked where a causal forward embedded them as given, as "here"
+        ):  # the ids two on: leaked where a causal forward (its attention masked, or a
+            # one-way RNN's) embedded them as given, and the loss's rows are its positions
+            causal = all(k < SEEN * n for k in sees) if sees else self.recurrent == "one-way"
             leaked = (
-                bool(sees)
-                and all(k < SEEN * n for k in sees)
+                causal
+                and self.recurrent != "bidirectional"
                 and ids.data_ptr() in self.embedded
-                and not self.recurrent
+                and not _drops_first(loss, t, time_first)
             )
             return {
                 "leaked": leaked,
@@ -309,6 +315,27 @@ def _as_given(looked_up: Any, ids: torch.Tensor) -> bool:
     return (
         looked_up.shape in (ids.shape, ids.shape[::-1]) and looked_up.data_ptr() == ids.data_ptr()
     )
+
+
+def _drops_first(loss: torch.Tensor, length: int, time_first: bool) -> bool:
+    """Whether the loss's logits come from positions of which the model dropped the first
+    (``h[:, 1:]`` of hidden states over ``length`` positions: a conditioning token read, then
+    left out), so that its rows are one position on from the ids': walks at most ``WALKED``
+    autograd nodes back from ``loss`` for such a slice (its time dim, 1 or, ``time_first``, 0)."""
+    todo: list[Any] = [loss.grad_fn]
+    seen = 0
+    while todo and seen < WALKED:
+        node = todo.pop(0)
+        seen += 1
+        if node is None:
+            continue
+        name = type(node).__name__
+        if name == "SliceBackward0" and node._saved_dim == int(not time_first):
+            if node._saved_start >= 1 and node._saved_self_sym_sizes[node._saved_dim] == length:
+                return True
+        if name != "AccumulateGrad":
+            todo.extend(n for n, _ in node.next_functions if n is not None)
+    return False
 
 
 def _rows(target: torch.Tensor, b: int, t: int, time_first: bool) -> torch.Tensor:
