@@ -162,3 +162,21 @@ def test_weights_that_move_and_come_back_count_as_moved() -> None:
             p.fill_(2.0 if step % 20 == 0 else 1.0)
     check.judge()
     assert found == []
+
+
+def test_a_learned_scale_of_one_number_is_judged_whole() -> None:
+    """A logit scale made a bfloat16 parameter at 1.0: Adam at 3e-3 never moves it."""
+    torch.manual_seed(0)
+    scale = nn.Parameter(torch.tensor(1.0, dtype=torch.bfloat16))
+    opt = torch.optim.Adam([scale], lr=3e-3)
+    found: list[Finding] = []
+    check = Rounding(found.append)
+    for step in range(1, 121):
+        loss = (scale.float() * torch.randn(8)).square().mean() - scale.float()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % EVERY == 1:
+            check.stepped(step, opt, [("scale", scale)])
+    check.judge()
+    assert [f.evidence["parameters"] for f in found] == [["scale"]]
