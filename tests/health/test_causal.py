@@ -57,13 +57,12 @@ def _steps(
     model: nn.Module | None = None,
     loss: float = 0.01,
     given: tuple[Any, ...] = (),
-    summed: bool = False,
+    then: Any = None,
     made_by: Any = None,
 ) -> list[Finding]:
     """``steps`` sampled steps: a forward given ``ids`` (and ``given``) that runs
     ``forward()``, then a loss over ``target`` (made by ``made_by()``, of logits) and a
-    backward of it (or, ``summed``, of it plus another term); the run's losses end at
-    ``loss``."""
+    backward of it (or of ``then(it)``); the run's losses end at ``loss``."""
     found: list[Finding] = []
     check = AttentionMasks(found.append, lambda: True)
     try:
@@ -73,7 +72,7 @@ def _steps(
             check.end()
             made = made_by() if made_by else torch.ones(1, requires_grad=True).sum()
             check.causal.target(target, made)
-            check.causal.backward((made + made.detach() * 0 if summed else made).grad_fn)
+            check.causal.backward((then(made) if then else made).grad_fn)
     finally:
         check.end()
     check.causal.finish([1, 2, 3, 4], [2.0, 1.0, 0.5, loss])
@@ -209,6 +208,12 @@ def test_a_causal_model_trained_on_its_own_ids_is_named() -> None:
     assert len(_steps(causal_embedded(ids), ids, ids, STEPS, given=(ids,))) == 1
 
 
+def _logits(rows: slice) -> Any:
+    """A loss of logits [B, T, 5] at the positions ``rows`` of the time dim."""
+    hidden = torch.randn(B, T, 8, requires_grad=True)
+    return lambda: F.linear(hidden[:, rows], torch.randn(5, 8)).sum()
+
+
 def test_targets_two_ids_on_are_named_where_they_are_the_steps_loss() -> None:
     """Labels shifted by one before a loss that shifts them again: the target of position i
     is id i + 2. A term of a sum (a multi-token model's head for the token after the next)
@@ -220,35 +225,36 @@ def test_targets_two_ids_on_are_named_where_they_are_the_steps_loss() -> None:
     found = _steps(causal, ids, twice.reshape(-1), STEPS, loss=2.0)
     assert [f.code for f in found] == ["targets-shifted-twice"]
     assert found[0].evidence["targets_two_on"] == found[0].evidence["positions"] == B * (T - 2)
-    # a transformers causal LM given labels shifted already, padded at the end: its loss
-    # takes logits[:, :-1] against labels[:, 1:], [B, T - 1]
+    # labels shifted already, padded at the end, given to a loss that takes logits[:, :-1]
+    # against labels[:, 1:], [B, T - 1]
     labels = torch.cat([ids[:, 1:], torch.full((B, 1), -100)], 1)
-    assert len(_steps(causal, ids, labels[:, 1:], STEPS)) == 1
-    assert _steps(causal, ids, twice, 3 * STEPS, summed=True) == []
+    assert len(_steps(causal, ids, labels[:, 1:], STEPS, made_by=_logits(slice(0, -1)))) == 1
+    plus = lambda loss: loss + torch.ones(1, requires_grad=True).sum()  # noqa: E731
+    assert _steps(causal, ids, twice, 3 * STEPS, then=plus) == []
+    # a loss of reduction="none", masked and averaged: the step's loss still
+    masked = lambda loss: (loss * torch.ones(1)).sum() / torch.tensor(4.0)  # noqa: E731
+    assert len(_steps(causal, ids, twice, STEPS, then=masked)) == 1
     assert _steps(_embedding(ids, _attention()), ids, twice, 3 * STEPS) == []  # not causal
     runs = ids[:, :1].expand(B, T).clone()  # one id a row: every target matches
     assert _steps(_embedding(runs, _attention(_causal())), runs, runs[:, 2:], 3 * STEPS) == []
 
 
 def test_targets_two_on_of_a_one_way_rnn_are_named_and_of_rows_one_on_are_not() -> None:
-    """An LSTM language model is causal by its recurrence; a model that reads a conditioning
-    token first and drops its position (``h[:, 1:]``) before its logits, trained on ids
-    shifted once in the data, has rows one position on from its ids': right."""
+    """An LSTM language model is causal by its recurrence. Over one position fewer than the
+    ids, the logits must be of the model's first positions (``logits[:, :-1]``): a model that
+    reads a conditioning token and leaves its position out (``h[:, 1:]``), trained on ids
+    shifted once in the data, has rows one position on from its ids', and is right."""
     ids, _ = _text()
     twice = torch.cat([ids[:, 2:], torch.full((B, 2), -100)], 1)[:, :-1]  # [B, T - 1]
     embedded = _embedding(ids, lambda: None)
-    assert len(_steps(embedded, ids, twice, STEPS, model=nn.LSTM(4, 4))) == 1
+    first = _logits(slice(0, -1))
+    assert len(_steps(embedded, ids, twice, STEPS, model=nn.LSTM(4, 4), made_by=first)) == 1
     both_ways = nn.LSTM(4, 4, bidirectional=True)
-    assert _steps(embedded, ids, twice, 3 * STEPS, model=both_ways) == []
-    hidden = torch.randn(B, T, 8, requires_grad=True)
-
-    def dropped() -> torch.Tensor:  # logits of positions 1 .. T - 1
-        return nn.functional.linear(hidden[:, 1:], torch.randn(5, 8)).sum()
-
+    assert _steps(embedded, ids, twice, 3 * STEPS, model=both_ways, made_by=first) == []
     causal = _embedding(ids, _attention(_causal()))
-    assert _steps(causal, ids, twice, 3 * STEPS, made_by=dropped) == []
-    kept = lambda: nn.functional.linear(hidden[:, :-1], torch.randn(5, 8)).sum()  # noqa: E731
-    assert len(_steps(causal, ids, twice, STEPS, made_by=kept)) == 1
+    assert len(_steps(causal, ids, twice, STEPS, made_by=first)) == 1
+    assert _steps(causal, ids, twice, 3 * STEPS, made_by=_logits(slice(1, None))) == []
+    assert _steps(causal, ids, twice, 3 * STEPS) == []  # (no slice found)
 
 
 def test_own_ids_are_named_only_where_the_model_learned_to_copy_them() -> None:

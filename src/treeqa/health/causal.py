@@ -66,9 +66,13 @@ than one that shifts its ids itself after the lookup and predicts the next token
 stays at the text's uncertainty (0.6-1.6 there); a denoiser of 1.5% of its tokens that learned
 to copy read 0.07."""
 
-WALKED = 32
-"""Autograd nodes walked back from a loss of targets two on, for a slice that dropped the
-model's first position (``_drops_first``)."""
+WALKED = 16
+"""Autograd nodes walked back from a loss of targets two on, over one position fewer than the
+ids, for the slice that kept the model's first positions (``_first_positions``)."""
+
+REDUCTIONS = re.compile(r"(Mean|Sum|Mul|Div)Backward\d")
+REDUCING = 3
+"""Nodes between a backward's loss and the cross-entropy it reduces (``_reduced``)."""
 
 SOFTMAXES = ("softmax",)
 
@@ -158,6 +162,8 @@ class CausalReads:
         if judged is None:
             return
         self.judged += 1  # (not leaked: causal, or targets of another form, a masked LM's)
+        if judged["leaked"] and not self.site:  # (an RNN's: no attention read; the loss's line)
+            self.site = sites.user_site()
         if judged["leaked"] and judged["form"] == "twice":  # counted if it is the step's loss
             self.pending = (judged, loss.grad_fn, self.site)
         elif judged["leaked"]:
@@ -177,7 +183,7 @@ class CausalReads:
         back) is ``node``: targets of the ids two on count where they are that loss's, not a
         term of a sum (a multi-token model's heads for the tokens after the next)."""
         pending, self.pending = self.pending, None
-        if pending is None or self.said or pending[1] is not node:
+        if pending is None or self.said or not _reduced(node, pending[1]):
             return
         example, _, where = pending
         self.leaked["twice"] += 1
@@ -264,7 +270,7 @@ class CausalReads:
                 causal
                 and self.recurrent != "bidirectional"
                 and ids.data_ptr() in self.embedded
-                and not _drops_first(loss, t, time_first)
+                and (target.numel() == b * t or _first_positions(loss, t, time_first))
             )
             return {
                 "leaked": leaked,
@@ -317,11 +323,29 @@ def _as_given(looked_up: Any, ids: torch.Tensor) -> bool:
     )
 
 
-def _drops_first(loss: torch.Tensor, length: int, time_first: bool) -> bool:
-    """Whether the loss's logits come from positions of which the model dropped the first
-    (``h[:, 1:]`` of hidden states over ``length`` positions: a conditioning token read, then
-    left out), so that its rows are one position on from the ids': walks at most ``WALKED``
-    autograd nodes back from ``loss`` for such a slice (its time dim, 1 or, ``time_first``, 0)."""
+def _reduced(node: Any, loss: Any) -> bool:
+    """Whether ``node`` is the loss's node ``loss``, or its mean or sum, times a mask or over a
+    count (a loss of ``reduction="none"`` masked and averaged): through at most ``REDUCING``
+    nodes, each of one input with gradients. A sum with another term has two."""
+    for _ in range(REDUCING + 1):
+        if node is loss:
+            return True
+        if node is None or not REDUCTIONS.fullmatch(type(node).__name__):
+            return False
+        inputs = [n for n, _ in node.next_functions if n is not None]
+        if len(inputs) != 1:
+            return False
+        node = inputs[0]
+    return False
+
+
+def _first_positions(loss: torch.Tensor, length: int, time_first: bool) -> bool:
+    """Whether the ``length - 1`` logit rows of ``loss`` are the model's first positions: a
+    slice of the time dim (1 or, ``time_first``, 0) from 0 up to the last of ``length``
+    (``logits[:, :-1]``, a loss that shifts), within ``WALKED`` autograd nodes of the loss. A
+    model that read a conditioning token and left its position out (``h[:, 1:]``, a boolean
+    mask, ``index_select``, ``split``), trained on ids shifted once in the data, has rows one
+    position on from its ids', and its targets two on from the ids are the next tokens."""
     todo: list[Any] = [loss.grad_fn]
     seen = 0
     while todo and seen < WALKED:
@@ -329,11 +353,13 @@ def _drops_first(loss: torch.Tensor, length: int, time_first: bool) -> bool:
         seen += 1
         if node is None:
             continue
-        name = type(node).__name__
-        if name == "SliceBackward0" and node._saved_dim == int(not time_first):
-            if node._saved_start >= 1 and node._saved_self_sym_sizes[node._saved_dim] == length:
+        if type(node).__name__ == "SliceBackward0" and node._saved_dim == int(not time_first):
+            size, end = node._saved_self_sym_sizes[node._saved_dim], node._saved_end
+            end = end - 2**64 if end >= 2**63 else end  # (-1 is saved as an unsigned number)
+            end = min(end + size if end < 0 else end, size)
+            if size == length and node._saved_start == 0 and end == length - 1:
                 return True
-        if name != "AccumulateGrad":
+        if type(node).__name__ != "AccumulateGrad":
             todo.extend(n for n, _ in node.next_functions if n is not None)
     return False
 
@@ -473,12 +499,13 @@ def targets_shifted_twice(steps: int, judged: int, example: dict[str, Any]) -> F
     (``example``: the first step's reading): the step's loss, embedded ids as given."""
     return Finding(
         "targets-shifted-twice",
-        "error",
+        "warning",
         f"each position is trained on the token two places on, not the next ({example['twice']} "
         f"of {example['positions']} targets are the input id two positions after their own), "
-        f"on {steps} of {judged} sampled steps: the labels were shifted by one and then again by "
-        "the loss (a transformers causal LM shifts labels= itself); the model learns to skip a "
-        "token, and generation, which asks it for the next one, goes wrong",
+        f"on {steps} of {judged} sampled steps: labels shifted by one and then again by the loss "
+        "(a transformers causal LM shifts labels= itself) teach the model to skip a token, and "
+        "generation, which asks it for the next one, goes wrong; unless the token after the "
+        "next is what this model is for (a draft head, a forecast two steps ahead)",
         evidence={
             "steps": steps,
             "judged_steps": judged,
