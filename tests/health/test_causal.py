@@ -216,8 +216,8 @@ def _logits(rows: slice) -> Any:
 
 def test_targets_two_ids_on_are_named_where_they_are_the_steps_loss() -> None:
     """Labels shifted by one before a loss that shifts them again: the target of position i
-    is id i + 2. A term of a sum (a multi-token model's head for the token after the next)
-    is not named."""
+    is id i + 2. A term of a sum with another cross-entropy (a multi-token model's head for
+    the token after the next beside its next-token loss) is not named."""
     ids, _ = _text()
     twice = torch.cat([ids[:, 2:], torch.full((B, 2), -100)], 1)  # [B, T]
     causal = _embedding(ids, _attention(_causal()))
@@ -229,8 +229,12 @@ def test_targets_two_ids_on_are_named_where_they_are_the_steps_loss() -> None:
     # against labels[:, 1:], [B, T - 1]
     labels = torch.cat([ids[:, 1:], torch.full((B, 1), -100)], 1)
     assert len(_steps(causal, ids, labels[:, 1:], STEPS, made_by=_logits(slice(0, -1)))) == 1
-    plus = lambda loss: loss + torch.ones(1, requires_grad=True).sum()  # noqa: E731
-    assert _steps(causal, ids, twice, 3 * STEPS, then=plus) == []
+    head = torch.randn(3, 5, requires_grad=True)
+    next_token = lambda loss: loss + F.cross_entropy(head, torch.zeros(3).long())  # noqa: E731
+    assert _steps(causal, ids, twice, 3 * STEPS, then=next_token) == []
+    # plus a term that is no other classification loss: a z-loss, a router's balance term
+    z_loss = lambda loss: loss + 1e-4 * head.logsumexp(-1).square().mean()  # noqa: E731
+    assert len(_steps(causal, ids, twice, STEPS, then=z_loss)) == 1
     # a loss of reduction="none", masked and averaged: the step's loss still
     masked = lambda loss: (loss * torch.ones(1)).sum() / torch.tensor(4.0)  # noqa: E731
     assert len(_steps(causal, ids, twice, STEPS, then=masked)) == 1

@@ -71,7 +71,8 @@ WALKED = 16
 ids, for the slice that kept the model's first positions (``_first_positions``)."""
 
 REDUCTIONS = re.compile(r"(Mean|Sum|Mul|Div)Backward\d")
-REDUCING = 3
+TERMS = re.compile(r"(Add|Sub)Backward\d")
+REDUCING = 4
 """Nodes between a backward's loss and the cross-entropy it reduces (``_reduced``)."""
 
 SOFTMAXES = ("softmax",)
@@ -323,19 +324,34 @@ def _as_given(looked_up: Any, ids: torch.Tensor) -> bool:
     )
 
 
-def _reduced(node: Any, loss: Any) -> bool:
+def _reduced(node: Any, loss: Any, depth: int = 0) -> bool:
     """Whether ``node`` is the loss's node ``loss``, or its mean or sum, times a mask or over a
-    count (a loss of ``reduction="none"`` masked and averaged): through at most ``REDUCING``
-    nodes, each of one input with gradients. A sum with another term has two."""
-    for _ in range(REDUCING + 1):
-        if node is loss:
+    count (a loss of ``reduction="none"`` masked and averaged), or it plus terms that are no
+    other classification loss (a z-loss, a mixture of experts' balance term, a penalty):
+    through at most ``REDUCING`` nodes. A sum with another cross-entropy (a multi-token model's
+    head for the token after the next beside its next-token loss) is not."""
+    if node is loss:
+        return True
+    if node is None or depth >= REDUCING:
+        return False
+    name = type(node).__name__
+    inputs = [n for n, _ in node.next_functions if n is not None]
+    if REDUCTIONS.fullmatch(name):
+        return len(inputs) == 1 and _reduced(inputs[0], loss, depth + 1)
+    if TERMS.fullmatch(name) and len(inputs) == 2:
+        ours = [n for n in inputs if _reduced(n, loss, depth + 1)]
+        return len(ours) == 1 and not _classifies(next(n for n in inputs if n is not ours[0]))
+    return False
+
+
+def _classifies(node: Any) -> bool:
+    """Whether a cross-entropy or NLL loss is within ``REDUCING`` nodes back of ``node``."""
+    todo, seen = [node], 0
+    while todo and seen < 4 * REDUCING:
+        node, seen = todo.pop(0), seen + 1
+        if type(node).__name__.startswith("NllLoss"):
             return True
-        if node is None or not REDUCTIONS.fullmatch(type(node).__name__):
-            return False
-        inputs = [n for n, _ in node.next_functions if n is not None]
-        if len(inputs) != 1:
-            return False
-        node = inputs[0]
+        todo.extend(n for n, _ in node.next_functions if n is not None)
     return False
 
 
