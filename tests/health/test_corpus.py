@@ -229,6 +229,7 @@ CLEAN = [
     "clean_transformer.py",
     "clean_fp16_scaler.py",
     "clean_fp16_static_scale.py",  # (loss * 1024).backward(), gradients divided by hand
+    "clean_half_precision_weights.py",  # bfloat16 Linear weights at a rate that moves them
     "clean_func_per_sample.py",  # torch.func: vmap'd losses, no backward (no loss seen)
     "clean_eval_mode_gradients.py",  # trained in eval mode; PGD with autograd.grad
     "clean_padded_sequences.py",  # ignore_index=PAD; a tag set whose "O" is id 0
