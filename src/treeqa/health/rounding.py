@@ -9,20 +9,24 @@ weights that do move.
 
 On the clock's sampled steps, after its step, up to ``ELEMENTS`` evenly spaced elements of each
 of its half-precision parameters with a gradient at the first such step (the anchor; up to
-``PARAMETERS`` of them) are read on the device: whether their values differ from the anchor's,
-and whether their gradients are nonzero. At the run's end, or when the clock's parameters
-change (one host read), an element is stuck where its gradient was nonzero at the anchor and at
-the last sampled step, its value is not 0 (a pruning mask's zeros stay put by design), and it
-never differed from its anchor value at a sampled step. A parameter with ``JUDGED`` or more
-elements so judged (all of one with fewer), ``STUCK`` of them stuck, over ``STEPS`` sampled
-steps and ``SPAN`` steps of the clock, in a group whose learning rate was above 0 at some
-sampled step, is named. Weights
-in float32 (autocast, an fp32 master copy that the optimiser steps) are not read.
+``PARAMETERS`` of them; parameters added to the clock later, a group unfrozen, are not) are
+read on the device: whether their values differ from the anchor's, and whether their gradients
+are nonzero. At the run's end, or when the clock's parameters change (one host read), an
+element is stuck where its gradient was nonzero at a sampled step and at the last one, its value
+is not 0 (a pruning mask's zeros stay put by design), and it never differed from its anchor
+value at a sampled step. Where the optimiser is Adam, AdamW or SGD, its own step at each
+element is read from its state (``_update``, at the group's highest learning rate): an element
+whose step is at least half the spacing is held by something else (a clamp, a projection after
+the step) and is not judged, and one whose steps over the run would not add up to half the
+spacing is no loss (weights at their optimum, whose float32 twin barely moves). A parameter with
+``JUDGED`` or more elements judged (all of one with fewer), ``STUCK`` of them stuck, over
+``STEPS`` sampled steps and ``SPAN`` steps of the clock, in a group whose learning rate was
+above 0 at some sampled step, is named. Weights in float32 (autocast, an fp32 master copy that
+the optimiser steps) are not read.
 """
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Callable
 
@@ -60,6 +64,8 @@ class Rounding:
 
     def _reset(self, key: tuple[int, ...] = ()) -> None:
         self.key = key  # ids of the clock's parameters when the anchor was taken
+        self.halves = True  # the clock holds half-precision parameters (else: not read again)
+        self.optimizer: weakref.ref[torch.optim.Optimizer] | None = None
         self.params: list[weakref.ref[nn.Parameter]] = []
         self.names: list[str] = []
         self.dtypes: list[torch.dtype] = []
@@ -67,22 +73,27 @@ class Rounding:
         self.groups: list[dict] = []  # each parameter's group
         self.rates: list[float] = []  # the highest learning rate its group had
         self.anchor: torch.Tensor | None = None  # [N] the values read at the anchor
-        self.first_live: torch.Tensor | None = None  # [N] gradient nonzero there
-        self.last_live: torch.Tensor | None = None  # [N] ... at the last sampled step
+        self.live_before: torch.Tensor | None = None  # [N] gradient nonzero at a sampled step
+        self.last_live: torch.Tensor | None = None  # [N] ... at the last one
         self.moved: torch.Tensor | None = None  # [N] differed from the anchor at a sampled step
         self.first = self.last = self.steps = 0
 
     def stepped(
         self, step: int, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]
     ) -> None:
-        """After the clock's sampled step ``step``; ``params``: the trained parameters' names."""
+        """After the clock's sampled step ``step``; ``params``: the trained parameters' names.
+        Parameters added to the clock (a group unfrozen later) leave those read as they were."""
         key = tuple(id(p) for g in optimizer.param_groups for p in g["params"])
+        if key != self.key and self.anchor is not None and set(self.key) <= set(key):
+            self.key = key
+        if key == self.key and self.anchor is None and not self.halves:
+            return
         if key != self.key or self.anchor is None:
             self.judge()
             self._reset(key)
             self._anchor(step, optimizer, params)
             return
-        assert self.moved is not None
+        assert self.moved is not None and self.live_before is not None
         read = self._read()
         if read is None:  # a parameter read is gone (a model freed): start again
             self.judge()
@@ -90,6 +101,8 @@ class Rounding:
             return
         values, live = read
         self.moved |= values != self.anchor
+        if self.last_live is not None:
+            self.live_before |= self.last_live
         self.last_live = live
         self.last, self.steps = step, self.steps + 1
         for i, group in enumerate(self.groups):
@@ -98,18 +111,16 @@ class Rounding:
     def _anchor(
         self, step: int, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]
     ) -> None:
-        held = [
-            (p, g)
-            for g in optimizer.param_groups
-            for p in g["params"]
-            if p.dtype in HALF and p.grad is not None and not p.grad.is_sparse and p.numel() > 0
-        ]
-        held = [(p, g) for p, g in held if p.is_contiguous() and p.device == held[0][0].device]
+        half = [(p, g) for g in optimizer.param_groups for p in g["params"] if p.dtype in HALF]
+        self.halves = bool(half)
+        held = [(p, g) for p, g in half if p.grad is not None and p.numel() > 0]
+        held = [(p, g) for p, g in held if not p.grad.is_sparse and p.device == held[0][0].device]
         if not held:
             return
         if len(held) > PARAMETERS:
             held = [held[i * len(held) // PARAMETERS] for i in range(PARAMETERS)]
         names = {id(p): n for n, p in params}
+        self.optimizer = weakref.ref(optimizer)
         for p, g in held:
             n = p.numel()
             k = min(n, ELEMENTS)
@@ -123,46 +134,78 @@ class Rounding:
         if read is None:
             self._reset(self.key)
             return
-        self.anchor, self.first_live = read
-        self.moved = torch.zeros_like(self.first_live)
+        self.anchor, self.live_before = read
+        self.moved = torch.zeros_like(self.live_before)
         self.first = self.last = step
 
     def _read(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The values read ([N]) and whether their gradients are nonzero ([N] bool)."""
+        """The values read ([N]) and whether their gradients are nonzero ([N] bool); elements
+        taken in the logical order, whatever the memory layout (a channels-last convolution's)."""
         values, live = [], []
         for ref, index in zip(self.params, self.index, strict=True):
             p = ref()
-            if p is None:
+            if p is None or p.numel() <= index[-1]:  # gone, or resized since the anchor
                 return None
-            flat = p.detach().view(-1)
-            if flat.numel() <= index[-1]:  # resized since the anchor
-                return None
-            values.append(flat[index].float())
+            values.append(torch.take(p.detach(), index).float())
             grad = p.grad
             if grad is None or grad.is_sparse or grad.shape != p.shape:
                 live.append(torch.zeros(len(index), dtype=torch.bool, device=p.device))
             else:
-                live.append(grad.detach().reshape(-1)[index] != 0)
+                live.append(torch.take(grad.detach(), index) != 0)
         return torch.cat(values), torch.cat(live)
 
+    def _update(self, i: int) -> torch.Tensor | None:
+        """[k] the size of the step the clock's optimiser takes at parameter ``i``'s elements
+        read, from its state after its last step and its group's highest learning rate, where
+        it is Adam's, AdamW's or SGD's:
+        ``lr * |m| / (sqrt(v) + eps)`` with the bias corrections, ``lr * |momentum buffer|``
+        or ``lr * |grad|``; None for any other (not read)."""
+        optimizer = self.optimizer() if self.optimizer is not None else None
+        p = self.params[i]()
+        if optimizer is None or p is None:
+            return None
+        state, group, index = optimizer.state.get(p, {}), self.groups[i], self.index[i]
+        lr = self.rates[i]  # (a schedule may have ended at 0)
+        if isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and "exp_avg_sq" in state:
+            step = float(state["step"])
+            beta1, beta2 = group["betas"]
+            m = torch.take(state["exp_avg"], index).float().abs() / (1 - beta1**step)
+            v = torch.take(state["exp_avg_sq"], index).float() / (1 - beta2**step)
+            return (lr * m / (v.sqrt() + group["eps"])).cpu()
+        if isinstance(optimizer, torch.optim.SGD):
+            moved_by = state.get("momentum_buffer", p.grad)
+            if isinstance(moved_by, torch.Tensor) and not moved_by.is_sparse:
+                return (lr * torch.take(moved_by.detach(), index).float().abs()).cpu()
+        return None
+
     def judge(self) -> None:
-        """Name the parameters whose read elements stayed put (one host read)."""
+        """Name the parameters whose read elements stayed put (a host read, and one for each
+        parameter whose optimiser's own update is read)."""
         if self.said or self.anchor is None or self.moved is None or self.last_live is None:
             return
-        assert self.first_live is not None
+        assert self.live_before is not None
         if self.steps < STEPS or self.last - self.first < SPAN:
             return
-        judged = self.first_live & self.last_live & (self.anchor != 0)
+        judged = self.live_before & self.last_live & (self.anchor != 0)
         stuck = judged & ~self.moved
         table = torch.stack([judged.float(), stuck.float(), self.anchor]).cpu()
         found, start = [], 0
         for i, index in enumerate(self.index):
             part = table[:, start : start + len(index)]
             start += len(index)
-            n_judged, n_stuck = int(part[0].sum()), int(part[1].sum())
+            if self.rates[i] <= 0:
+                continue
+            judged_i, stuck_i = part[0] > 0, part[1] > 0
+            update = self._update(i)  # [k] the optimiser's own step there, where it is known
+            if update is not None:
+                half = _half_spacing(part[2].abs(), self.dtypes[i])
+                held = update >= half  # held there by something else: a clamp, a projection
+                lost = update * (self.last - self.first) >= half  # more than float32 moves
+                judged_i, stuck_i = judged_i & ~held, stuck_i & ~held & lost
+            n_judged, n_stuck = int(judged_i.sum()), int(stuck_i.sum())
             enough = n_judged >= min(JUDGED, len(index))
-            if enough and n_judged > 0 and n_stuck >= STUCK * n_judged and self.rates[i] > 0:
-                at = part[2][part[1] > 0].abs().median().item()
+            if enough and n_judged > 0 and n_stuck >= STUCK * n_judged:
+                at = part[2][stuck_i].abs().median().item()
                 found.append((i, n_judged, n_stuck, at))
         if not found:
             return
@@ -180,7 +223,8 @@ class Rounding:
                 f"have weights that never moved from step {self.first} to step {self.last} "
                 f"though their gradients were nonzero (the share of the elements read): "
                 f"{shown}{more}. An update below half the {kind} spacing at a weight rounds back "
-                f"to it: {_half_spacing(at, self.dtypes[first]):.2g} at {at:.3g}, the first's "
+                f"to it: {_half_spacing(torch.tensor(at), self.dtypes[first]).item():.2g} at "
+                f"{at:.3g}, the first's "
                 f"typical size, against a learning rate of {self.rates[first]:.2g}",
                 evidence={
                     "parameters": [self.names[i] for i, *_ in found],
@@ -203,8 +247,6 @@ def _format(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _half_spacing(value: float, dtype: torch.dtype) -> float:
-    """Half the distance between neighbouring ``dtype`` numbers at ``value``."""
-    if value <= 0:
-        return 0.0
-    return torch.finfo(dtype).eps * 2.0 ** math.floor(math.log2(value)) / 2
+def _half_spacing(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Half the distance from each of ``values`` (> 0) to the next ``dtype`` number above it."""
+    return torch.finfo(dtype).eps * torch.exp2(torch.floor(torch.log2(values))) / 2
