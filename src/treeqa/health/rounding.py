@@ -41,8 +41,8 @@ ELEMENTS = 256
 PARAMETERS = 512
 """Parameters read, at most (evenly spaced over the optimiser's)."""
 JUDGED = 8
-"""Elements of a parameter judged (a nonzero gradient at both ends, a nonzero value), at least;
-every one of a parameter of fewer (a learned scale, one number)."""
+"""Elements of a parameter judged (a nonzero gradient at a sampled step and at the last one, a
+nonzero value), at least; every one of a parameter of fewer (a learned scale, one number)."""
 STUCK = 0.2
 """Share of those that never moved for the parameter to be named (in float32, or with updates
 that round stochastically or are compensated, next to none do over ``SPAN`` steps: 0 of 20
@@ -196,15 +196,17 @@ class Rounding:
             if self.rates[i] <= 0:
                 continue
             judged_i, stuck_i = part[0] > 0, part[1] > 0
+            if not _named(judged_i, stuck_i):
+                continue
             update = self._update(i)  # [k] the optimiser's own step there, where it is known
             if update is not None:
                 half = _half_spacing(part[2].abs(), self.dtypes[i])
-                held = update >= half  # held there by something else: a clamp, a projection
+                # stuck though its step would move it: held there by a clamp, a projection
+                held = stuck_i & (update >= half)
                 lost = update * (self.last - self.first) >= half  # more than float32 moves
                 judged_i, stuck_i = judged_i & ~held, stuck_i & ~held & lost
-            n_judged, n_stuck = int(judged_i.sum()), int(stuck_i.sum())
-            enough = n_judged >= min(JUDGED, len(index))
-            if enough and n_judged > 0 and n_stuck >= STUCK * n_judged:
+            if _named(judged_i, stuck_i):
+                n_judged, n_stuck = int(judged_i.sum()), int(stuck_i.sum())
                 at = part[2][stuck_i].abs().median().item()
                 found.append((i, n_judged, n_stuck, at))
         if not found:
@@ -224,8 +226,8 @@ class Rounding:
                 f"though their gradients were nonzero (the share of the elements read): "
                 f"{shown}{more}. An update below half the {kind} spacing at a weight rounds back "
                 f"to it: {_half_spacing(torch.tensor(at), self.dtypes[first]).item():.2g} at "
-                f"{at:.3g}, the first's "
-                f"typical size, against a learning rate of {self.rates[first]:.2g}",
+                f"{at:.3g}, the first's typical size, against a learning rate of "
+                f"{self.rates[first]:.2g}",
                 evidence={
                     "parameters": [self.names[i] for i, *_ in found],
                     "stuck": [s for _, _, s, _ in found],
@@ -236,6 +238,12 @@ class Rounding:
                 step=self.last,
             )
         )
+
+
+def _named(judged: torch.Tensor, stuck: torch.Tensor) -> bool:
+    """Whether a parameter's elements read, ``judged`` ([k] bool) and ``stuck``, name it."""
+    n = int(judged.sum())
+    return n >= min(JUDGED, len(judged)) and n > 0 and int(stuck.sum()) >= STUCK * n
 
 
 def _rate(group: dict) -> float:
