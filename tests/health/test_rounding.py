@@ -230,3 +230,20 @@ def test_weights_without_gradients_at_the_first_sampled_step_are_judged_later() 
             check.stepped(step, opt, [("a", a), ("b", b), ("conv.weight", conv.weight)])
     check.judge()
     assert {"a", "conv.weight"} <= set(found[0].evidence["parameters"])
+
+
+def test_a_group_added_to_the_optimiser_keeps_the_reading_going() -> None:
+    """Gradual unfreezing: the head's group first, the body's added at step 40; the head's
+    weights read from the first sampled step to the last (not restarted at the addition)."""
+    model = _model()
+    body, head = model[0], model[1:]
+    body.requires_grad_(False)
+    opt = torch.optim.AdamW(head.parameters(), lr=1e-4)
+
+    def unfreeze(step: int) -> None:
+        if step == 40:
+            body.requires_grad_(True)
+            opt.add_param_group({"params": body.parameters()})
+
+    (found,) = _train(model, opt, after=unfreeze)
+    assert found.evidence["steps"] == [1, 111] and "1.weight" in found.evidence["parameters"]
