@@ -64,7 +64,6 @@ class Rounding:
 
     def _reset(self, key: tuple[int, ...] = ()) -> None:
         self.key = key  # ids of the clock's parameters when the anchor was taken
-        self.halves = True  # the clock holds half-precision parameters (else: not read again)
         self.optimizer: weakref.ref[torch.optim.Optimizer] | None = None
         self.params: list[weakref.ref[nn.Parameter]] = []
         self.names: list[str] = []
@@ -86,8 +85,6 @@ class Rounding:
         key = tuple(id(p) for g in optimizer.param_groups for p in g["params"])
         if key != self.key and self.anchor is not None and set(self.key) <= set(key):
             self.key = key
-        if key == self.key and self.anchor is None and not self.halves:
-            return
         if key != self.key or self.anchor is None:
             self.judge()
             self._reset(key)
@@ -112,7 +109,6 @@ class Rounding:
         self, step: int, optimizer: torch.optim.Optimizer, params: list[tuple[str, nn.Parameter]]
     ) -> None:
         half = [(p, g) for g in optimizer.param_groups for p in g["params"] if p.dtype in HALF]
-        self.halves = bool(half)
         held = [(p, g) for p, g in half if p.grad is not None and p.numel() > 0]
         held = [(p, g) for p, g in held if not p.grad.is_sparse and p.device == held[0][0].device]
         if not held:
