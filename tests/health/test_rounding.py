@@ -247,3 +247,12 @@ def test_a_group_added_to_the_optimiser_keeps_the_reading_going() -> None:
 
     (found,) = _train(model, opt, after=unfreeze)
     assert found.evidence["steps"] == [1, 111] and "1.weight" in found.evidence["parameters"]
+
+
+def test_a_model_cast_to_bfloat16_after_a_float32_phase_is_read() -> None:
+    """Pre-training in float32, then the same parameters cast and fine-tuned by a new AdamW."""
+    model, check = _model(torch.float32), Rounding(lambda f: None)
+    _train(model, torch.optim.AdamW(model.parameters(), lr=1e-3), 40, None, check, judge=False)
+    model.to(torch.bfloat16)
+    (found,) = _train(model, torch.optim.AdamW(model.parameters(), lr=1e-4), 120, None, check)
+    assert "1.weight" in found.evidence["parameters"]
