@@ -345,7 +345,8 @@ def _reduced(node: Any, loss: Any, depth: int = 0) -> bool:
 
 
 def _classifies(node: Any) -> bool:
-    """Whether a cross-entropy or NLL loss is within ``REDUCING`` nodes back of ``node``."""
+    """Whether a cross-entropy or NLL loss is among the ``4 * REDUCING`` autograd nodes
+    nearest ``node``, walking back."""
     todo, seen = [node], 0
     while todo and seen < 4 * REDUCING:
         node, seen = todo.pop(0), seen + 1
