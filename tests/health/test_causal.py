@@ -59,10 +59,12 @@ def _steps(
     given: tuple[Any, ...] = (),
     then: Any = None,
     made_by: Any = None,
+    ignore: int = -100,
 ) -> list[Finding]:
     """``steps`` sampled steps: a forward given ``ids`` (and ``given``) that runs
-    ``forward()``, then a loss over ``target`` (made by ``made_by()``, of logits) and a
-    backward of it (or of ``then(it)``); the run's losses end at ``loss``."""
+    ``forward()``, then a loss over ``target`` (made by ``made_by()``, of logits; its
+    ``ignore_index`` ``ignore``) and a backward of it (or of ``then(it)``); the run's losses end
+    at ``loss``."""
     found: list[Finding] = []
     check = AttentionMasks(found.append, lambda: True)
     try:
@@ -71,7 +73,7 @@ def _steps(
             forward()
             check.end()
             made = made_by() if made_by else torch.ones(1, requires_grad=True).sum()
-            check.causal.target(target, made)
+            check.causal.target(target, made, ignore)
             check.causal.backward((then(made) if then else made).grad_fn)
     finally:
         check.end()
@@ -241,6 +243,18 @@ def test_targets_two_ids_on_are_named_where_they_are_the_steps_loss() -> None:
     assert _steps(_embedding(ids, _attention()), ids, twice, 3 * STEPS) == []  # not causal
     runs = ids[:, :1].expand(B, T).clone()  # one id a row: every target matches
     assert _steps(_embedding(runs, _attention(_causal())), runs, runs[:, 2:], 3 * STEPS) == []
+
+
+def test_targets_at_the_ignore_index_given_are_left_out() -> None:
+    """A prompt labelled with the pad id 0 and ``ignore_index=0``: its positions are no
+    targets, and the answer's, two on, are read alone."""
+    ids, _ = _text()
+    ids = ids.clamp(min=1)  # (no id is the pad id)
+    twice = torch.cat([ids[:, 2:], torch.zeros(B, 2, dtype=ids.dtype)], 1)  # [B, T]
+    twice[:, :3] = 0  # the prompt's positions
+    causal = _embedding(ids, _attention(_causal()))
+    assert _steps(causal, ids, twice, 3 * STEPS) == []  # (read as targets, the zeros break it)
+    assert len(_steps(causal, ids, twice, STEPS, ignore=0)) == 1
 
 
 def test_targets_two_on_of_a_one_way_rnn_are_named_and_of_rows_one_on_are_not() -> None:

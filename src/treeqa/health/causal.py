@@ -15,8 +15,8 @@ given, is read for whether query i may see key i + 1, [B, T - 1]: from
 softmax over their last dim (attention by hand, ``nn.MultiheadAttention`` asked for its
 weights), where a masked key's score is at or below ``IGNORED``. The step's
 ``cross_entropy`` (or ``nll_loss``) target is then read against those ids: the language
-model's form is 90% of its targets (``-100`` and other negatives left out) equal to the next
-id. The forward leaks where every attention read lets most of those positions see their
+model's form is ``SHIFTED`` of its targets (``-100`` and other negatives left out, and those at
+the call's ``ignore_index``) equal to the next id. The forward leaks where every attention read lets most of those positions see their
 target's key, and the model has no unidirectional RNN (a recurrent decoder attending over a
 source of the same length is causal by its recurrence); with no attention read, where it has
 a bidirectional RNN and no unidirectional one.
@@ -139,8 +139,9 @@ class CausalReads:
                 self.reads.append((name, seen))
         self.site = self.site or sites.user_site()
 
-    def target(self, target: Any, loss: torch.Tensor) -> None:
-        """A ``cross_entropy``/``nll_loss`` target, after the forward, and the ``loss`` it made:
+    def target(self, target: Any, loss: torch.Tensor, ignore_index: Any = -100) -> None:
+        """A ``cross_entropy``/``nll_loss`` target, after the forward, the ``loss`` it made and
+        the ``ignore_index`` it was given (a pad id, left out of the targets read as -100 is):
         judge the step."""
         if self.said or not self.ids or not isinstance(target, torch.Tensor) or not self.active():
             return
@@ -154,6 +155,8 @@ class CausalReads:
         # tensor its targets are (``model(idx)``, ``model(ids, labels=ids)``) is read.
         ids = [x for x in self.ids if not _same(x, target) or x.data_ptr() in self.embedded]
         judged = None  # the first language model's reading (read no further), else the first
+        if isinstance(ignore_index, int) and ignore_index >= 0:  # (negative ones are left out)
+            target = target.masked_fill(target == ignore_index, -1)
         for j in (self._judge(x, target, t, loss) for t in (False, True) for x in ids):
             judged = judged or j
             if j is not None and "positions" in j:

@@ -68,9 +68,9 @@ head's average is within about 0.15 of 0 there."""
 
 class LossInputCheck:
     """``active()``: look at this call (a sampled step, not eval); ``at_init()``: no step done
-    yet; ``targets``: given the target of every ``cross_entropy`` and ``nll_loss`` call and the
-    loss it made (the loaders' ``note_target``, which returns at once unless it needs it; more in
-    ``.targets``); ``.backwards``: given the autograd node of each sampled step's backward loss,
+    yet; ``targets``: given the target of every ``cross_entropy`` and ``nll_loss`` call, the loss
+    it made and its ``ignore_index`` (the loaders' ``note_target``, which returns at once unless
+    it needs it; more in ``.targets``); ``.backwards``: given the autograd node of each sampled step's backward loss,
     constant factors walked back (``loss_inputs.unscaled``)."""
 
     def __init__(
@@ -78,7 +78,7 @@ class LossInputCheck:
         add: Callable[[Finding], None],
         active: Callable[[], bool],
         at_init: Callable[[], bool],
-        targets: Callable[[Any, torch.Tensor], None] | None = None,
+        targets: Callable[[Any, torch.Tensor, Any], None] | None = None,
     ):
         self.add, self.active, self.at_init = add, active, at_init
         self.targets = [] if targets is None else [targets]  # (a check may add its own)
@@ -376,8 +376,9 @@ class LossInputCheck:
         input = args[0] if args else kwargs.get("input", kwargs.get("log_probs"))  # ctc's name
         if fname in ("cross_entropy", "nll_loss"):
             target = args[1] if len(args) > 1 else kwargs.get("target")
+            ignore = kwargs.get("ignore_index", args[4] if len(args) > 4 else -100)
             for note in self.targets:
-                note(target, result)
+                note(target, result, ignore)
             if isinstance(input, torch.Tensor) and result.requires_grad:
                 self._count_labels(input, target, args[2:], kwargs)
         if (
