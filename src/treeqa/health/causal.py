@@ -30,7 +30,7 @@ them again, judged where that loss is the step's, not a term of a sum).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -350,13 +350,7 @@ def _reduced(node: Any, loss: Any, depth: int = 0) -> bool:
 def _classifies(node: Any) -> bool:
     """Whether a cross-entropy or NLL loss is among the ``4 * REDUCING`` autograd nodes
     nearest ``node``, walking back."""
-    todo, seen = [node], 0
-    while todo and seen < 4 * REDUCING:
-        node, seen = todo.pop(0), seen + 1
-        if type(node).__name__.startswith("NllLoss"):
-            return True
-        todo.extend(n for n, _ in node.next_functions if n is not None)
-    return False
+    return any(type(n).__name__.startswith("NllLoss") for n in _nearest(node, 4 * REDUCING))
 
 
 def _first_positions(loss: torch.Tensor, length: int, time_first: bool) -> bool:
@@ -366,22 +360,25 @@ def _first_positions(loss: torch.Tensor, length: int, time_first: bool) -> bool:
     model that read a conditioning token and left its position out (``h[:, 1:]``, a boolean
     mask, ``index_select``, ``split``), trained on ids shifted once in the data, has rows one
     position on from its ids', and its targets two on from the ids are the next tokens."""
-    todo: list[Any] = [loss.grad_fn]
-    seen = 0
-    while todo and seen < WALKED:
-        node = todo.pop(0)
-        seen += 1
-        if node is None:
-            continue
+    for node in _nearest(loss.grad_fn, WALKED):
         if type(node).__name__ == "SliceBackward0" and node._saved_dim == int(not time_first):
             size, end = node._saved_self_sym_sizes[node._saved_dim], node._saved_end
             end = end - 2**64 if end >= 2**63 else end  # (-1 is saved as an unsigned number)
             end = min(end + size if end < 0 else end, size)
             if size == length and node._saved_start == 0 and end == length - 1:
                 return True
-        if type(node).__name__ != "AccumulateGrad":
-            todo.extend(n for n, _ in node.next_functions if n is not None)
     return False
+
+
+def _nearest(node: Any, most: int) -> Iterator[Any]:
+    """The autograd nodes nearest ``node`` (itself first), breadth first, at most ``most``."""
+    todo = [] if node is None else [node]
+    for _ in range(most):
+        if not todo:
+            return
+        node = todo.pop(0)
+        yield node
+        todo.extend(n for n, _ in node.next_functions if n is not None)
 
 
 def _rows(target: torch.Tensor, b: int, t: int, time_first: bool) -> torch.Tensor:
