@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from treeqa.health.causal import STEPS, _per_row, _scores_see_next, _sdpa_sees_next
+from treeqa.health.causal import PROBES, STEPS, _per_row, _scores_see_next, _sdpa_sees_next
 from treeqa.health.findings import Finding
 from treeqa.health.masks import AttentionMasks
 
@@ -321,3 +321,109 @@ def test_labels_given_beside_the_decoder_ids_are_not_read_against_themselves() -
     unmasked = _embedding(decoder_ids, _attention())
     found = _steps(unmasked, labels, labels, STEPS, given=(decoder_ids,))
     assert [f.code for f in found] == ["causal-mask-missing"]
+
+
+V, D = 20, 8
+
+
+class _Convolutional(nn.Module):
+    """A language model of two convolutions over its embeddings: ``pad`` positions on the left
+    and ``right`` on the right of each (a causal one pads k - 1 on the left alone); ``norm``
+    batch norm over time, ``classes_first`` logits [B, V, T] for the loss."""
+
+    def __init__(self, pad: int = 2, right: int = 0, norm: bool = False):
+        super().__init__()
+        self.pad, self.right = pad, right
+        self.embed = nn.Embedding(V, D)
+        self.convs = nn.ModuleList(nn.Conv1d(D, D, pad + right + 1) for _ in range(2))
+        self.norm = nn.BatchNorm1d(D) if norm else nn.Identity()
+        self.head = nn.Conv1d(D, V, 1)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids).transpose(1, 2)  # [B, D, T]
+        for conv in self.convs:
+            h = h + torch.relu(self.norm(conv(F.pad(h, (self.pad, self.right)))))
+        return self.head(h)  # [B, V, T]
+
+
+class _Attending(nn.Module):
+    """One attention layer by hand; ``after``: its causal mask applied after the softmax and
+    the weights renormalised; ``backwards``: an LSTM both ways, whose forward half alone
+    predicts (ELMo's), instead."""
+
+    def __init__(self, after: bool = False, backwards: bool = False):
+        super().__init__()
+        self.after, self.backwards = after, backwards
+        self.embed = nn.Embedding(V, D)
+        self.qk = nn.Linear(D, 2 * D)
+        self.rnn = nn.LSTM(D, D, batch_first=True, bidirectional=True)
+        self.head = nn.Linear(D, V)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)  # [B, T, D]
+        if self.backwards:
+            return self.head(self.rnn(h)[0][..., :D])  # [B, T, V]: the forward half's
+        q, k = self.qk(h).chunk(2, -1)
+        weights = (q @ k.transpose(1, 2)).softmax(-1)  # [B, T, T]
+        if self.after:
+            weights = weights * torch.ones_like(weights[0]).tril()
+            weights = weights / weights.sum(-1, keepdim=True)
+        return self.head(h + weights @ h)  # [B, T, V]
+
+
+def _trained(model: nn.Module, steps: int, own_ids: bool = False, loss: float = 2.0) -> Any:
+    """``steps`` sampled steps of ``model`` on next-token targets (the ids themselves with
+    ``own_ids``) through the checks, each loss backpropagated; the findings, and the check."""
+    found: list[Finding] = []
+    check = AttentionMasks(found.append, lambda: True)
+    for _ in range(steps):
+        stream = torch.randint(0, V, (B, T + 1))
+        ids, targets = stream[:, :-1], stream[:, :-1] if own_ids else stream[:, 1:]
+        model.zero_grad(set_to_none=True)
+        check.begin(model, (ids,), {})
+        logits = model(ids)
+        check.end()
+        flat = logits if logits.shape[1] == V and logits.dim() == 3 else logits.reshape(-1, V)
+        target = targets if flat.dim() == 3 else targets.reshape(-1)
+        made = F.cross_entropy(flat, target)
+        check.causal.target(target, made, -100, flat)
+        assert all(p.grad is None for p in model.parameters())  # (the gradient read adds none)
+        check.causal.backward(made.grad_fn)
+        made.backward()  # (the graph was kept for the script's backward)
+    check.causal.finish([1, 2, 3, 4], [3.0, 2.0, 1.0, loss])
+    return found, check
+
+
+def test_a_convolution_padded_on_both_sides_is_named_by_the_gradient() -> None:
+    """No attention and no RNN to read: the gradient of a position's logits reaches the next
+    token's embedding. Padded on the left alone, it reaches no later token."""
+    found, _ = _trained(_Convolutional(pad=1, right=1), STEPS)
+    assert [f.code for f in found] == ["causal-mask-missing"]
+    assert found[0].evidence["read_by"] == "gradient"
+    assert found[0].evidence["next_token_gradient_share"] >= 0.1
+    found, check = _trained(_Convolutional(pad=2), 3 * STEPS)
+    assert found == [] and check.causal.probes == 1  # (known causal after one reading)
+
+
+def test_batch_norm_over_time_reaches_later_tokens_too_little_to_be_named() -> None:
+    found, check = _trained(_Convolutional(pad=2, norm=True), 3 * STEPS)
+    assert found == [] and check.causal.probes == 3 * STEPS  # (undecided: read each step)
+    _, check = _trained(_Convolutional(pad=2, norm=True), 3 * PROBES)
+    assert check.causal.probes == PROBES
+
+
+def test_the_gradient_clears_attention_that_reads_as_unmasked() -> None:
+    """A causal mask applied after the softmax, the weights renormalised, and an LSTM both
+    ways whose forward half alone predicts: the attention read and the RNN's directions say
+    leak, the gradient says causal."""
+    assert _trained(_Attending(after=True), 3 * STEPS)[0] == []
+    assert _trained(_Attending(backwards=True), 3 * STEPS)[0] == []
+    found, _ = _trained(_Attending(), STEPS)  # (unmasked: the attention read names it)
+    assert [f.evidence["read_by"] for f in found] == ["softmax"]
+
+
+def test_a_causal_convolution_trained_on_its_own_ids_is_named() -> None:
+    found, _ = _trained(_Convolutional(pad=2), STEPS, own_ids=True, loss=0.01)
+    assert [f.code for f in found] == ["targets-not-shifted"]
+    assert _trained(_Convolutional(pad=2), STEPS, own_ids=True, loss=1.0)[0] == []
+    assert _trained(_Convolutional(pad=1, right=1), 3 * STEPS, own_ids=True, loss=0.01)[0] == []

@@ -36,8 +36,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health import checks, loss_levels, sites
+from treeqa.health import checks, lookahead, loss_levels, sites
 from treeqa.health.findings import Finding
+from treeqa.health.processes import world_size
 
 IGNORED = -100.0
 """A score, or an additive mask's value, at or below which a key counts as masked out (-inf
@@ -76,6 +77,10 @@ REDUCING = 4
 """Nodes between a backward's loss and the cross-entropy it reduces (``_reduced``)."""
 
 SOFTMAXES = ("softmax",)
+PROBES = 8
+"""Sampled steps a run on which the gradient is read (``lookahead``), until it decides."""
+LOOKUPS = 4
+"""An id tensor's Embedding outputs kept a forward, for the gradient."""
 
 
 class CausalReads:
@@ -96,13 +101,20 @@ class CausalReads:
         self.site = ""  # this forward's
         self.said = False
         self.rnns: dict[int, str] = {}  # per model: its recurrent layers' directions
+        self.model = 0  # this forward's model (its id)
+        # this forward's Embedding outputs of each id tensor (by its memory), and whether each
+        # is laid out as the ids were given (else transposed), for the gradient
+        self.looked_up: dict[int, list[tuple[torch.Tensor, bool]]] = {}
+        self.probed: dict[int, tuple[bool, float]] = {}  # per model: the gradient's verdict
+        self.probes = 0  # sampled steps whose gradient was read
 
     def forward(self, model: nn.Module, ids: list[torch.Tensor]) -> None:
         """A trained model's sampled forward starts, given these id tensors ([B, T], or
         [T, B]: both are tried)."""
         self.ids = [] if self.said else [x for x in ids if min(x.shape) >= 2]
-        self.reads, self.site, self.embedded = [], "", set()
+        self.reads, self.site, self.embedded, self.looked_up = [], "", set(), {}
         self.recurrent = self._directions(model) if self.ids else ""
+        self.model = id(model)
 
     def _directions(self, model: nn.Module) -> str:
         found = self.rnns.get(id(model))
@@ -113,13 +125,25 @@ class CausalReads:
             self.rnns[id(model)] = found
         return found
 
-    def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """An attention call of the forward (the name ``masks`` wrapped it by), or an
-        Embedding's lookup."""
-        if name == "embedding":
-            looked_up = args[0] if args else kwargs.get("input")
-            self.embedded |= {x.data_ptr() for x in self.ids if _as_given(looked_up, x)}
+    def looked(self, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+        """An Embedding's lookup of the forward, ``F.embedding(*args, **kwargs)``, returned
+        ``result``: the ids it embeds as given, and its output where it has a gradient."""
+        looked_up = args[0] if args else kwargs.get("input")
+        if not isinstance(looked_up, torch.Tensor):
             return
+        for x in self.ids:
+            if not _as_given(looked_up, x):
+                continue
+            self.embedded.add(x.data_ptr())
+            kept = self.looked_up.setdefault(x.data_ptr(), [])
+            if isinstance(result, torch.Tensor) and result.requires_grad and len(kept) < LOOKUPS:
+                same = looked_up.shape == x.shape and (
+                    x.shape[0] != x.shape[1] or looked_up.stride() == x.stride()
+                )
+                kept.append((result, same))
+
+    def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """An attention call of the forward (the name ``masks`` wrapped it by)."""
         if not self.ids or len(self.reads) >= READS:
             return
         if name == "scaled_dot_product_attention":
@@ -139,16 +163,18 @@ class CausalReads:
                 self.reads.append((name, seen))
         self.site = self.site or sites.user_site()
 
-    def target(self, target: Any, loss: torch.Tensor, ignore_index: Any = -100) -> None:
-        """A ``cross_entropy``/``nll_loss`` target, after the forward, the ``loss`` it made and
-        the ``ignore_index`` it was given (a pad id, left out of the targets read as -100 is):
-        judge the step."""
+    def target(
+        self, target: Any, loss: torch.Tensor, ignore_index: Any = -100, logits: Any = None
+    ) -> None:
+        """A ``cross_entropy``/``nll_loss`` target, after the forward, the ``loss`` it made,
+        the ``ignore_index`` it was given (a pad id, left out of the targets read as -100 is)
+        and its input, ``logits``: judge the step."""
         if self.said or not self.ids or not isinstance(target, torch.Tensor) or not self.active():
             return
         if checks.untraceable(target) or target.is_floating_point() or not checks.dense(target):
             return
-        if not self.reads and not self.recurrent:
-            self.ids = []
+        if not self.reads and not self.recurrent and not self._gradient_read(logits):
+            self.ids, self.looked_up = [], {}
             return
         # Not the target itself, given to a model that computes its own loss from it and
         # embeds other ids (T5's labels=, a tagger's gold tags); a model that embeds the very
@@ -157,17 +183,17 @@ class CausalReads:
         judged = None  # the first language model's reading (read no further), else the first
         if isinstance(ignore_index, int) and ignore_index >= 0:  # (negative ones are left out)
             target = target.masked_fill(target == ignore_index, -1)
-        for j in (self._judge(x, target, t, loss) for t in (False, True) for x in ids):
+        for j in (self._judge(x, target, t, loss, logits) for t in (False, True) for x in ids):
             judged = judged or j
             if j is not None and "positions" in j:
                 judged = j
                 break
-        self.ids = []  # one target a step
+        self.ids, self.looked_up = [], {}  # one target a step
         if judged is None:
             return
         self.judged += 1  # (not leaked: causal, or targets of another form, a masked LM's)
-        if judged["leaked"] and not self.site:  # (an RNN's: no attention read; the loss's line)
-            self.site = sites.user_site()
+        if judged["leaked"] and (not self.site or judged["call"] == "gradient"):
+            self.site = sites.user_site()  # (no attention read named it: the loss's line)
         if judged["leaked"] and judged["form"] == "twice":  # counted if it is the step's loss
             self.pending = (judged, loss.grad_fn, self.site)
         elif judged["leaked"]:
@@ -220,14 +246,46 @@ class CausalReads:
             finding.where = where
             self.add(finding)
 
+    def _gradient_read(self, logits: Any) -> bool:
+        """Whether the gradient may judge this step where no attention or RNN was read."""
+        return bool(self.looked_up) and (
+            self.model in self.probed
+            or (isinstance(logits, torch.Tensor) and logits.requires_grad and self.probes < PROBES)
+        )
+
+    def _sees(
+        self, logits: Any, given: torch.Tensor, supervised: torch.Tensor, time_first: bool
+    ) -> tuple[bool, float] | None:
+        """The gradient's verdict for this forward's model (``lookahead``): read once it is
+        known, on up to ``PROBES`` sampled steps until then (not under DDP or FSDP, whose
+        backward hooks talk to the other processes)."""
+        known = self.probed.get(self.model)
+        looked_up = self.looked_up.get(given.data_ptr())
+        if known is not None or not looked_up or self.probes >= PROBES:
+            return known
+        if not isinstance(logits, torch.Tensor) or world_size() > 1:
+            return None
+        self.probes += 1
+        batch_first = [(out, same != time_first) for out, same in looked_up]
+        found = lookahead.sees_ahead(logits, batch_first, supervised, time_first)
+        if found is not None:
+            self.probed[self.model] = found
+        return found
+
     def _judge(
-        self, ids: torch.Tensor, target: torch.Tensor, time_first: bool, loss: torch.Tensor
+        self,
+        given: torch.Tensor,
+        target: torch.Tensor,
+        time_first: bool,
+        loss: torch.Tensor,
+        logits: Any,
     ) -> dict[str, Any] | None:
-        """Whether ``target`` is ``ids`` ([B, T], or [T, B] ``time_first``, the target
-        flattened the same way) shifted by one and, if so, whether the forward's reads let its
-        positions see their targets; or ``ids`` themselves, unshifted, read by a causal forward
-        (``form`` "here"); one host read."""
-        ids = ids.t() if time_first else ids
+        """Whether ``target`` is ``given`` ids ([B, T], or [T, B] ``time_first``, the target
+        flattened the same way) shifted by one and, if so, whether the forward's reads (or the
+        gradient of its ``logits``) let its positions see their targets; or the ids
+        themselves, unshifted, read by a causal forward (``form`` "here"); one host read, and
+        the gradient's where it is read."""
+        ids = given.t() if time_first else given
         b, t = ids.shape
         if target.numel() == b * t:
             rows = _rows(target, b, t, time_first)[:, :-1]
@@ -261,7 +319,7 @@ class CausalReads:
         n, shifted, unshifted, twice, repeated, n_two, repeated_two, *sees = counts.tolist()
         if n < SUPERVISED:
             return None
-        call = self.reads[0][0] if sees else "rnn"
+        call = self.reads[0][0] if sees else "rnn" if self.recurrent else "gradient"
         if (
             max(shifted, unshifted) < SHIFTED * n
             and n_two >= SUPERVISED
@@ -269,7 +327,11 @@ class CausalReads:
             and repeated_two <= n_two / 2
         ):  # the ids two on: leaked where a causal forward (its attention masked, or a
             # one-way RNN's) embedded them as given, and the loss's rows are its positions
-            causal = all(k < SEEN * n for k in sees) if sees else self.recurrent == "one-way"
+            ahead = self._sees(logits, given, supervised, time_first)
+            if ahead is not None:
+                causal = not ahead[0]
+            else:
+                causal = all(k < SEEN * n for k in sees) if sees else self.recurrent == "one-way"
             leaked = (
                 causal
                 and self.recurrent != "bidirectional"
@@ -285,15 +347,18 @@ class CausalReads:
             }
         if repeated > n / 2 or max(shifted, unshifted) < SHIFTED * n:  # no language model's
             return {"leaked": False}
-        if shifted < SHIFTED * n:  # each position's own id: leaked where no read sees ahead,
-            # embedded as given (a model may shift its ids itself, a BOS put before them), no
-            # RNN (an encoder's, say, that read the ids)
-            if not sees:
+        ahead = self._sees(logits, given, supervised, time_first)
+        if shifted < SHIFTED * n:  # each position's own id: leaked where no read (nor the
+            # gradient) sees ahead, embedded as given (a model may shift its ids itself, a BOS
+            # put before them), and no RNN (an encoder's, say, that read the ids) unless the
+            # gradient shows the model causal
+            if ahead is None and not sees:
                 return {"leaked": False}  # (the other layout may have the reads)
+            causal = not ahead[0] if ahead is not None else all(k < SEEN * n for k in sees)
             leaked = (
-                all(k < SEEN * n for k in sees)
+                causal
                 and ids.data_ptr() in self.embedded
-                and not self.recurrent
+                and (not self.recurrent or ahead is not None)
             )
             return {
                 "leaked": leaked,
@@ -303,10 +368,18 @@ class CausalReads:
                 "call": call,
             }
         if sees:  # (a recurrent decoder is causal, whatever its attention over a source)
-            leaked = all(k >= SEEN * n for k in sees) and self.recurrent != "one-way"
+            read = all(k >= SEEN * n for k in sees) and self.recurrent != "one-way"
         else:
-            leaked = self.recurrent == "bidirectional"
-        return {"leaked": leaked, "form": "next", "positions": n, "shifted": shifted, "call": call}
+            read = self.recurrent == "bidirectional"
+        leaked = read if ahead is None else ahead[0]  # (the gradient decides where it can)
+        return {
+            "leaked": leaked,
+            "form": "next",
+            "positions": n,
+            "shifted": shifted,
+            "call": call if ahead is None or read else "gradient",
+            "share": ahead[1] if ahead is not None else None,
+        }
 
 
 def _same(ids: torch.Tensor, target: torch.Tensor) -> bool:
@@ -535,14 +608,21 @@ def targets_shifted_twice(steps: int, judged: int, example: dict[str, Any]) -> F
 
 def causal_mask_missing(steps: int, judged: int, example: dict[str, Any]) -> Finding:
     """``steps`` of ``judged`` sampled steps trained a language model whose attention (or
-    RNN) let each position see the token it predicts (``example``: the first step's
-    reading)."""
+    RNN, or another layer, read by the gradient) let each position see the token it predicts
+    (``example``: the first step's reading)."""
+    share = example.get("share")
     how = {
         "scaled_dot_product_attention": "scaled_dot_product_attention runs without is_causal=True "
         "or a mask hiding later keys",
         "softmax": "the attention scores given to the softmax are not masked above the diagonal",
         "rnn": "its RNN is bidirectional: each position's state has read the rest of the sequence",
+        "gradient": f"the gradient of a position's logits reaches the embedding of the next token "
+        f"at {share or 0:.2g} of the most it reaches at its own or an earlier one, so a layer "
+        "reads later tokens (a convolution padded on both sides, padding=k // 2 or 'same', or "
+        "a dilated one without the trim of its right end; a mixing over time without a "
+        "triangular mask; an attention layer left unmasked)",
     }[example["call"]]
+    gradient = {} if share is None else {"next_token_gradient_share": round(share, 4)}
     return Finding(
         "causal-mask-missing",
         "error",
@@ -557,5 +637,6 @@ def causal_mask_missing(steps: int, judged: int, example: dict[str, Any]) -> Fin
             "read_by": example["call"],
             "positions": example["positions"],
             "targets_next_id": example["shifted"],
+            **gradient,
         },
     )

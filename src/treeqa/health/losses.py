@@ -69,7 +69,7 @@ head's average is within about 0.15 of 0 there."""
 class LossInputCheck:
     """``active()``: look at this call (a sampled step, not eval); ``at_init()``: no step done
     yet; ``targets``: given the target of every ``cross_entropy`` and ``nll_loss`` call, the loss
-    it made and its ``ignore_index`` (the loaders' ``note_target``, which returns at once unless
+    it made, its ``ignore_index`` and its input (the loaders' ``note_target``, which returns at once unless
     it needs it; more in ``.targets``); ``.backwards``: given the autograd node of each sampled step's backward loss,
     constant factors walked back (``loss_inputs.unscaled``)."""
 
@@ -78,7 +78,7 @@ class LossInputCheck:
         add: Callable[[Finding], None],
         active: Callable[[], bool],
         at_init: Callable[[], bool],
-        targets: Callable[[Any, torch.Tensor, Any], None] | None = None,
+        targets: Callable[[Any, torch.Tensor, Any, Any], None] | None = None,
     ):
         self.add, self.active, self.at_init = add, active, at_init
         self.targets = [] if targets is None else [targets]  # (a check may add its own)
@@ -378,7 +378,7 @@ class LossInputCheck:
             target = args[1] if len(args) > 1 else kwargs.get("target")
             ignore = kwargs.get("ignore_index", args[4] if len(args) > 4 else -100)
             for note in self.targets:
-                note(target, result, ignore)
+                note(target, result, ignore, input)
             if isinstance(input, torch.Tensor) and result.requires_grad:
                 self._count_labels(input, target, args[2:], kwargs)
         if (

@@ -36,7 +36,7 @@ from treeqa.health import checks, sites
 from treeqa.health.causal import IGNORED, CausalReads
 from treeqa.health.findings import Finding
 from treeqa.health.packing import padding_runs
-from treeqa.health.wrap import Wrappers, note_function_calls
+from treeqa.health.wrap import Wrappers, note_function_calls, note_function_results
 
 SLACK = 1
 """Positions of a row where the mask may differ from the padding, or from its complement."""
@@ -95,7 +95,7 @@ class AttentionMasks:
         self.wrappers.add(note_function_calls(torch.Tensor, "softmax", self._called))  # (F's too)
         self.wrappers.add(note_function_calls(torch, "softmax", self._called))
         if self.causal.ids:  # (an Embedding's lookup: the ids it embeds, for ``causal``)
-            self.wrappers.add(note_function_calls(F, "embedding", self._called))
+            self.wrappers.add(note_function_results(F, "embedding", self._looked_up))
 
     def end(self) -> None:
         self.wrappers.undo()
@@ -110,6 +110,11 @@ class AttentionMasks:
             self._tally()
         if not self.said and self.inverted and not self.matched:
             self._report()
+
+    def _looked_up(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+    ) -> None:
+        self.causal.looked(args, kwargs, result)
 
     def _called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.causal.called(name, args, kwargs)
