@@ -45,6 +45,7 @@ EXPECTED = {
     "bug_attention_scores_filled_inverted.py": "attention-mask-inverted",  # masked_fill by hand
     "bug_causal_mask_missing.py": "causal-mask-missing",
     "bug_causal_convolution_padded.py": "causal-mask-missing",
+    "bug_end_token_masked.py": "end-token-masked",
     "bug_targets_not_shifted.py": "targets-not-shifted",
     "bug_targets_shifted_twice.py": "targets-shifted-twice",
     "bug_target_in_features.py": "target-in-features",
@@ -239,6 +240,7 @@ CLEAN = [
     "clean_attention_masks.py",  # key padding, left-padded causal, additive, memory slots
     "clean_language_models.py",  # causal by mask, is_causal, LSTM; seq2seq, prefix LM, MLM
     "clean_causal_sequence_models.py",  # a trimmed TCN, batch norm, a mask after the softmax
+    "clean_end_token_kept.py",  # padding masked by position, a padding token of its own
     "clean_initialisations.py",  # zero heads and branches, LoRA, one value before a random layer
     "clean_bounded_outputs.py",  # a sigmoid over pixels, 1 + 4 * sigmoid, tanh, masked targets
     "clean_evaluation_inputs.py",  # one Normalize for both; noise for training; a sampler; a grid

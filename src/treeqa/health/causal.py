@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health import checks, lookahead, loss_levels, sites
+from treeqa.health import checks, endings, lookahead, loss_levels, sites
 from treeqa.health.findings import Finding
 from treeqa.health.processes import world_size
 
@@ -81,6 +81,9 @@ PROBES = 8
 """Sampled steps a run on which the gradient is read (``lookahead``), until it decides."""
 LOOKUPS = 4
 """An id tensor's Embedding outputs kept a forward, for the gradient."""
+MASKS = 3
+"""Tensors of the ids' shape given beside them read as their attention mask (``endings``; the
+labels, given too, read as none)."""
 
 
 class CausalReads:
@@ -107,6 +110,11 @@ class CausalReads:
         self.looked_up: dict[int, list[tuple[torch.Tensor, bool]]] = {}
         self.probed: dict[int, tuple[bool, float]] = {}  # per model: the gradient's verdict
         self.probes = 0  # sampled steps whose gradient was read
+        # next-token steps read beside an attention mask (``endings``), those whose texts' end
+        # token was never a target, the first such reading
+        self.ends = {"judged": 0, "ignored": 0}
+        self.ending: dict[str, Any] | None = None
+        self.ends_said = False
 
     def forward(self, model: nn.Module, ids: list[torch.Tensor]) -> None:
         """A trained model's sampled forward starts, given these id tensors ([B, T], or
@@ -192,6 +200,8 @@ class CausalReads:
         if judged is None:
             return
         self.judged += 1  # (not leaked: causal, or targets of another form, a masked LM's)
+        if judged.get("ending") is not None:
+            self._ended(judged["ending"])
         if judged["leaked"] and (not self.site or judged["call"] == "gradient"):
             self.site = sites.user_site()  # (no attention read named it: the loss's line)
         if judged["leaked"] and judged["form"] == "twice":  # counted if it is the step's loss
@@ -206,6 +216,20 @@ class CausalReads:
             example, where = self.examples["next"]
             finding = causal_mask_missing(steps, self.judged, example)
             finding.where = where
+            self.add(finding)
+
+    def _ended(self, reading: dict[str, Any]) -> None:
+        """A next-token step's reading of the rows' end token (``endings``)."""
+        self.ends["judged"] += 1
+        if not reading["ignored"]:
+            return
+        self.ends["ignored"] += 1
+        self.ending = self.ending or {**reading, "where": sites.user_site()}
+        steps, judged = self.ends["ignored"], self.ends["judged"]
+        if not self.ends_said and steps >= STEPS and steps > judged - steps:
+            self.ends_said = True
+            finding = endings.end_token_masked(steps, judged, self.ending)
+            finding.where = self.ending["where"]
             self.add(finding)
 
     def backward(self, node: Any) -> None:
@@ -301,6 +325,14 @@ class CausalReads:
         two, after = supervised[:, :-1], ids[:, 2:]
         reads = [seen for _, seen in self.reads if seen.shape == nxt.shape]
         seen = [(s.to(ids.device) & supervised).sum() for s in reads]
+        masks = [m for m in self.ids if m is not given and m.shape == given.shape][:MASKS]
+        ending = [
+            count
+            for m in ([] if self.ends_said or ids.is_floating_point() else masks)
+            for count in endings.counts(
+                ids, (m.t() if time_first else m).to(ids.device), supervised
+            )
+        ]
         matches = [
             supervised & (rows == nxt),
             supervised & (rows == here),
@@ -313,10 +345,12 @@ class CausalReads:
                 repeats.sum(),
                 two.sum(),
                 (two & (ids[:, 1:-1] == after)).sum(),  # the next id repeated, which matches too
+                *ending,
                 *seen,
             ]
         )
-        n, shifted, unshifted, twice, repeated, n_two, repeated_two, *sees = counts.tolist()
+        n, shifted, unshifted, twice, repeated, n_two, repeated_two, *rest = counts.tolist()
+        ended, sees = rest[: len(ending)], rest[len(ending) :]
         if n < SUPERVISED:
             return None
         call = self.reads[0][0] if sees else "rnn" if self.recurrent else "gradient"
@@ -379,6 +413,14 @@ class CausalReads:
             "shifted": shifted,
             "call": call if ahead is None or read else "gradient",
             "share": ahead[1] if ahead is not None else None,
+            "ending": next(
+                (
+                    r
+                    for i in range(0, len(ended), endings.COUNTS)
+                    if (r := endings.reading(ended[i : i + endings.COUNTS], b)) is not None
+                ),
+                None,
+            ),
         }
 
 

@@ -1,0 +1,82 @@
+"""A language model never trained on the token that ends its texts, masked out of the loss as
+padding (``end-token-masked``).
+
+Tokenizers without a padding token (GPT-2's, Llama's, Mistral's) are given their end-of-text
+token as one (``tokenizer.pad_token = tokenizer.eos_token``, as transformers' own language
+modelling guide did), and the labels are then made from the ids with the padding id set to
+-100 (``DataCollatorForLanguageModeling``, ``labels[labels == pad_id] = -100``). That masks the
+real end-of-text token each text ends with too: the model is never trained to predict it, and
+at generation it does not stop (transformers issue 23530, TRL issues 734 and 976).
+
+``causal.py`` reads it from a next-token target beside an attention mask given to the same
+forward (0/1, the ids' shape: a Hugging Face ``attention_mask``): the padding id is the one
+every unattended position holds; a row ends in it where its last attended position holds it
+(the tokenizer's end token, attended, before the padding or at the row's end); and the target
+of the position before each such end is read. Counted on the device with the step's other
+counts (no host read of its own).
+
+Coordinates: ids, mask ``[B, T]``; ``supervised`` ``[B, T - 1]``, the targets of queries
+0 .. T - 2 that are not ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from treeqa.health.findings import Finding
+
+COUNTS = 6
+"""Numbers ``counts`` gives: values of the mask other than 0 and 1, unattended positions,
+those of another id than the padding's, rows ending in it, positions whose target is such an
+end, those supervised."""
+ROWS = 0.5
+"""Share of the rows that must end in the padding id, attended."""
+
+
+def counts(ids: torch.Tensor, mask: torch.Tensor, supervised: torch.Tensor) -> list[torch.Tensor]:
+    """``COUNTS`` counts on the device, for ``reading``; the padding id is the largest id at
+    an unattended position (all of them the same where the mask pads with one id)."""
+    attended = mask != 0  # [B, T]
+    odd = ((mask != 0) & (mask != 1)).sum()
+    padding = ids.masked_fill(attended, torch.iinfo(ids.dtype).min).amax()
+    unattended = ~attended
+    other = (unattended & (ids != padding)).sum()
+    after = torch.cat([unattended[:, 1:], torch.ones_like(attended[:, :1])], 1)  # [B, T]
+    ends = attended & after & (ids == padding)  # [B, T]: a row's last attended id, the padding's
+    before = ends[:, 1:]  # [B, T - 1]: queries whose target is such an end
+    return [
+        odd,
+        unattended.sum(),
+        other,
+        ends.any(1).sum(),
+        before.sum(),
+        (before & supervised).sum(),
+    ]
+
+
+def reading(values: list[float], rows: int) -> dict[str, Any] | None:
+    """The step's reading from ``counts``' values over ``rows`` rows: None where it says
+    nothing (no padding, or padding of several ids, or a mask of other values), else whether
+    the end token was left out of the targets (``ignored``)."""
+    odd, unattended, other, ended, ends, supervised = values
+    if odd or not unattended or other or ended < ROWS * rows or not ends:
+        return None
+    return {"ignored": supervised == 0, "rows": int(ended), "ends": int(ends)}
+
+
+def end_token_masked(steps: int, judged: int, example: dict[str, Any]) -> Finding:
+    """``steps`` of ``judged`` sampled steps left the end token out of their targets."""
+    return Finding(
+        "end-token-masked",
+        "warning",
+        f"the token that ends each text is never a target: {example['rows']} of the batch's rows "
+        "end in an attended token whose id is also the padding's, and no position before one "
+        f"of them is trained to predict it ({example['ends']} such positions, all ignored), on "
+        f"{steps} of {judged} sampled steps; the labels were made by masking the padding id "
+        "(-100), which masks the real end-of-text token too where the padding token is the "
+        "end token (pad_token = eos_token), so the model never learns to end a text and at "
+        "generation goes on until its length limit",
+        evidence={"steps": steps, "judged_steps": judged, "rows_ending": example["rows"]},
+    )

@@ -1,0 +1,85 @@
+"""``end-token-masked``: the token that ends each text, also the padding id, left out of a
+language model's targets with the padding."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from treeqa.health.causal import STEPS
+from treeqa.health.findings import Finding
+from treeqa.health.masks import AttentionMasks
+
+V, D, B, T = 30, 8, 6, 12
+END = 0  # the end-of-text token, given to the tokenizer as its padding token too
+
+
+class _Causal(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(V, D)
+        self.head = nn.Linear(D, V)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids) * mask[..., None]  # [B, T, D]
+        scores = (h @ h.transpose(1, 2)).masked_fill(~torch.ones(T, T).tril().bool(), -1e9)
+        return self.head(h + scores.softmax(-1) @ h)  # [B, T, V]
+
+
+def _batch(left: bool = False, pad: int = END) -> tuple[torch.Tensor, torch.Tensor]:
+    """Texts of 4 to T tokens, each ending in END, padded with ``pad`` (at the left with
+    ``left``): ids and attention mask [B, T]."""
+    ids = torch.full((B, T), pad)
+    mask = torch.zeros(B, T, dtype=torch.long)
+    for row, length in enumerate(torch.randint(4, T + 1, (B,)).tolist()):
+        text = torch.cat([torch.randint(1, V - 1, (length - 1,)), torch.tensor([END])])
+        span = slice(T - length, T) if left else slice(0, length)
+        ids[row, span], mask[row, span] = text, 1
+    return ids, mask
+
+
+def _trained(labels_of, steps: int, left: bool = False, pad: int = END, given=True):
+    found: list[Finding] = []
+    check = AttentionMasks(found.append, lambda: True)
+    model = _Causal()
+    for _ in range(steps):
+        ids, mask = _batch(left, pad)
+        labels = labels_of(ids, mask)
+        check.begin(model, (ids, mask) if given else (ids,), {})
+        logits = model(ids, mask)
+        check.end()
+        flat = logits[:, :-1].reshape(-1, V)  # the transformers shift: position i, token i + 1
+        target = labels[:, 1:].reshape(-1)
+        loss = F.cross_entropy(flat, target)
+        check.causal.target(target, loss, -100, flat)
+        check.causal.backward(loss.grad_fn)
+    return found
+
+
+def _by_id(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """DataCollatorForLanguageModeling's labels: every padding id masked, the end token too."""
+    return ids.masked_fill(ids == END, -100)
+
+
+def _by_position(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return ids.masked_fill(mask == 0, -100)
+
+
+def test_labels_masked_by_the_padding_id_that_ends_each_text_are_named() -> None:
+    assert _trained(_by_id, STEPS - 1) == []
+    found = _trained(_by_id, STEPS)
+    assert [f.code for f in found] == ["end-token-masked"]
+    assert found[0].evidence["rows_ending"] >= B / 2
+    assert [f.code for f in _trained(_by_id, STEPS, left=True)] == ["end-token-masked"]
+
+
+def test_padding_masked_by_position_or_a_padding_token_of_its_own_is_not_named() -> None:
+    assert _trained(_by_position, 3 * STEPS) == []
+    assert _trained(_by_position, 3 * STEPS, left=True) == []
+    own_pad = V - 1  # the end token kept a target; the padding id masked
+    assert (
+        _trained(lambda ids, mask: ids.masked_fill(ids == own_pad, -100), 3 * STEPS, pad=own_pad)
+        == []
+    )
+    assert _trained(_by_id, 3 * STEPS, given=False) == []  # (no attention mask to read)
