@@ -371,11 +371,18 @@ class _Attending(nn.Module):
         return self.head(h + weights @ h)  # [B, T, V]
 
 
-def _trained(model: nn.Module, steps: int, own_ids: bool = False, loss: float = 2.0) -> Any:
+def _trained(
+    model: nn.Module,
+    steps: int,
+    own_ids: bool = False,
+    loss: float = 2.0,
+    check: AttentionMasks | None = None,
+) -> Any:
     """``steps`` sampled steps of ``model`` on next-token targets (the ids themselves with
-    ``own_ids``) through the checks, each loss backpropagated; the findings, and the check."""
+    ``own_ids``) through the checks (``check``, or new ones), each loss backpropagated; the
+    findings, and the check."""
     found: list[Finding] = []
-    check = AttentionMasks(found.append, lambda: True)
+    check = check or AttentionMasks(found.append, lambda: True)
     for _ in range(steps):
         stream = torch.randint(0, V, (B, T + 1))
         ids, targets = stream[:, :-1], stream[:, :-1] if own_ids else stream[:, 1:]
@@ -406,9 +413,13 @@ def test_a_convolution_padded_on_both_sides_is_named_by_the_gradient() -> None:
 
 
 def test_batch_norm_over_time_reaches_later_tokens_too_little_to_be_named() -> None:
-    found, check = _trained(_Convolutional(pad=2, norm=True), 3 * STEPS)
-    assert found == [] and check.causal.probes == 3 * STEPS  # (undecided: read each step)
-    _, check = _trained(_Convolutional(pad=2, norm=True), 3 * PROBES)
+    """Undecided, the gradient is read again on the 2nd, 4th, 8th ... step, ``PROBES`` at most;
+    the steps are not judged."""
+    found, check = _trained(_Convolutional(pad=2, norm=True), 24)
+    assert found == [] and check.causal.probes == 5  # steps 1, 2, 4, 8, 16
+    assert check.causal.judged == 0
+    check.causal.probes = PROBES - 1  # (one read left of the run's)
+    _trained(_Convolutional(pad=2, norm=True), 24, check=check)
     assert check.causal.probes == PROBES
 
 

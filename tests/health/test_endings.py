@@ -39,21 +39,27 @@ def _batch(left: bool = False, pad: int = END) -> tuple[torch.Tensor, torch.Tens
     return ids, mask
 
 
-def _trained(labels_of, steps: int, left: bool = False, pad: int = END, given=True):
+def _trained(
+    labels_of, steps: int, left: bool = False, pad: int = END, given=True, mask_as=None, then=None
+):
+    """``steps`` sampled steps of the model on texts ending in END, padded with ``pad``, its
+    labels ``labels_of(ids, mask)``, the mask given as ``mask_as(mask)`` (or not ``given``), the
+    loss backpropagated as ``then(loss)``: the findings."""
     found: list[Finding] = []
     check = AttentionMasks(found.append, lambda: True)
     model = _Causal()
     for _ in range(steps):
         ids, mask = _batch(left, pad)
         labels = labels_of(ids, mask)
-        check.begin(model, (ids, mask) if given else (ids,), {})
+        shown = mask_as(mask) if mask_as else mask
+        check.begin(model, (ids, shown) if given else (ids,), {})
         logits = model(ids, mask)
         check.end()
         flat = logits[:, :-1].reshape(-1, V)  # the transformers shift: position i, token i + 1
         target = labels[:, 1:].reshape(-1)
         loss = F.cross_entropy(flat, target)
         check.causal.target(target, loss, -100, flat)
-        check.causal.backward(loss.grad_fn)
+        check.causal.backward((then(loss) if then else loss).grad_fn)
     return found
 
 
@@ -83,3 +89,36 @@ def test_padding_masked_by_position_or_a_padding_token_of_its_own_is_not_named()
         == []
     )
     assert _trained(_by_id, 3 * STEPS, given=False) == []  # (no attention mask to read)
+
+
+def test_a_boolean_floating_or_four_dimensional_mask_is_read() -> None:
+    for shown in (
+        lambda m: m.bool(),
+        lambda m: m.float(),
+        lambda m: m[:, None, None, :].bool(),
+    ):
+        assert [f.code for f in _trained(_by_id, STEPS, mask_as=shown)] == ["end-token-masked"]
+    assert _trained(_by_id, 3 * STEPS, mask_as=lambda m: (1.0 - m) * -1e9) == []  # (additive)
+
+
+def test_an_end_token_taught_elsewhere_in_the_rows_or_by_another_loss_is_not_named() -> None:
+    """A chat whose last turn's end is left out on purpose, earlier turns' ends taught; the
+    language model's loss beside a classifier's, or beside another that teaches the end."""
+
+    def last_end_left_out(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        labels = _by_position(ids, mask)
+        labels[:, 2] = END  # (an earlier turn's end, taught)
+        ids[:, 2] = END
+        last = mask.sum(1) - 1
+        labels[torch.arange(B), last] = -100
+        return labels
+
+    assert _trained(last_end_left_out, 3 * STEPS) == []
+    head = torch.randn(3, 4, requires_grad=True)
+    classified = lambda loss: loss + F.cross_entropy(head, torch.zeros(3).long())  # noqa: E731
+    assert _trained(_by_id, 3 * STEPS, then=classified) == []
+    on = (head.detach() > 0).float()
+    stops = lambda loss: loss + F.binary_cross_entropy_with_logits(head, on)  # noqa: E731
+    assert _trained(_by_id, 3 * STEPS, then=stops) == []
+    penalised = lambda loss: loss + 1e-4 * head.square().sum()  # noqa: E731
+    assert [f.code for f in _trained(_by_id, STEPS, then=penalised)] == ["end-token-masked"]

@@ -81,9 +81,10 @@ PROBES = 8
 """Sampled steps a run on which the gradient is read (``lookahead``), until it decides."""
 LOOKUPS = 4
 """An id tensor's Embedding outputs kept a forward, for the gradient."""
-MASKS = 3
+MASKS = 6
 """Tensors of the ids' shape given beside them read as their attention mask (``endings``; the
-labels, given too, read as none)."""
+labels, position ids and token type ids, given too, read as none: a mask given fourth was
+missed at 3)."""
 
 
 class CausalReads:
@@ -110,16 +111,24 @@ class CausalReads:
         self.looked_up: dict[int, list[tuple[torch.Tensor, bool]]] = {}
         self.probed: dict[int, tuple[bool, float]] = {}  # per model: the gradient's verdict
         self.probes = 0  # sampled steps whose gradient was read
+        self.tries: dict[int, int] = {}  # per model: its language-model steps not yet decided
         # next-token steps read beside an attention mask (``endings``), those whose texts' end
         # token was never a target, the first such reading
         self.ends = {"judged": 0, "ignored": 0}
         self.ending: dict[str, Any] | None = None
         self.ends_said = False
+        self.ending_pending: tuple[dict[str, Any], Any] | None = None  # until the backward
+        self.beside: list[torch.Tensor] = []  # this forward's tensors that may be its mask
 
-    def forward(self, model: nn.Module, ids: list[torch.Tensor]) -> None:
+    def forward(
+        self, model: nn.Module, ids: list[torch.Tensor], beside: Sequence[torch.Tensor] = ()
+    ) -> None:
         """A trained model's sampled forward starts, given these id tensors ([B, T], or
-        [T, B]: both are tried)."""
-        self.ids = [] if self.said else [x for x in ids if min(x.shape) >= 2]
+        [T, B]: both are tried) and ``beside`` them these, which may be an attention mask
+        (boolean or floating [B, T], [B, 1, 1, T])."""
+        done = self.said and self.ends_said
+        self.ids = [] if done else [x for x in ids if min(x.shape) >= 2]
+        self.beside = [*self.ids, *beside] if self.ids else []
         self.reads, self.site, self.embedded, self.looked_up = [], "", set(), {}
         self.recurrent = self._directions(model) if self.ids else ""
         self.model = id(model)
@@ -177,12 +186,12 @@ class CausalReads:
         """A ``cross_entropy``/``nll_loss`` target, after the forward, the ``loss`` it made,
         the ``ignore_index`` it was given (a pad id, left out of the targets read as -100 is)
         and its input, ``logits``: judge the step."""
-        if self.said or not self.ids or not isinstance(target, torch.Tensor) or not self.active():
+        if not self.ids or not isinstance(target, torch.Tensor) or not self.active():
             return
         if checks.untraceable(target) or target.is_floating_point() or not checks.dense(target):
             return
-        if not self.reads and not self.recurrent and not self._gradient_read(logits):
-            self.ids, self.looked_up = [], {}
+        if not (self.reads or self.recurrent or self.looked_up or self._masks()):
+            self.ids = []  # (nothing to read the target against)
             return
         # Not the target itself, given to a model that computes its own loss from it and
         # embeds other ids (T5's labels=, a tagger's gold tags); a model that embeds the very
@@ -197,11 +206,11 @@ class CausalReads:
                 judged = j
                 break
         self.ids, self.looked_up = [], {}  # one target a step
-        if judged is None:
-            return
+        if judged is not None and judged.get("ending") is not None:
+            self.ending_pending = (judged["ending"], loss.grad_fn)  # counted if the step's loss
+        if self.said or judged is None or not judged.get("read", True):
+            return  # (a language model that no read, RNN or gradient has decided yet)
         self.judged += 1  # (not leaked: causal, or targets of another form, a masked LM's)
-        if judged.get("ending") is not None:
-            self._ended(judged["ending"])
         if judged["leaked"] and (not self.site or judged["call"] == "gradient"):
             self.site = sites.user_site()  # (no attention read named it: the loss's line)
         if judged["leaked"] and judged["form"] == "twice":  # counted if it is the step's loss
@@ -219,7 +228,9 @@ class CausalReads:
             self.add(finding)
 
     def _ended(self, reading: dict[str, Any]) -> None:
-        """A next-token step's reading of the rows' end token (``endings``)."""
+        """A next-token step's reading of the rows' end token (``endings``), its loss the
+        step's (not a language model's term beside a classifier's, nor beside a loss that
+        trains the end token another way)."""
         self.ends["judged"] += 1
         if not reading["ignored"]:
             return
@@ -236,6 +247,9 @@ class CausalReads:
         """A sampled step's backward, of a loss whose autograd node (constant factors walked
         back) is ``node``: targets of the ids two on count where they are that loss's, not a
         term of a sum (a multi-token model's heads for the tokens after the next)."""
+        ending, self.ending_pending = self.ending_pending, None
+        if ending is not None and not self.ends_said and _reduced(node, ending[1]):
+            self._ended(ending[0])
         pending, self.pending = self.pending, None
         if pending is None or self.said or not _reduced(node, pending[1]):
             return
@@ -270,24 +284,25 @@ class CausalReads:
             finding.where = where
             self.add(finding)
 
-    def _gradient_read(self, logits: Any) -> bool:
-        """Whether the gradient may judge this step where no attention or RNN was read."""
-        return bool(self.looked_up) and (
-            self.model in self.probed
-            or (isinstance(logits, torch.Tensor) and logits.requires_grad and self.probes < PROBES)
-        )
+    def _masks(self) -> bool:
+        """Whether two of the forward's tensors have one shape (ids and an attention mask)."""
+        shapes = [x.shape for x in self.ids]
+        return len(set(shapes)) < len(shapes)
 
     def _sees(
         self, logits: Any, given: torch.Tensor, supervised: torch.Tensor, time_first: bool
     ) -> tuple[bool, float] | None:
         """The gradient's verdict for this forward's model (``lookahead``): read once it is
-        known, on up to ``PROBES`` sampled steps until then (not under DDP or FSDP, whose
+        known; until then on the model's 1st, 2nd, 4th, 8th ... language-model step of those
+        sampled, ``PROBES`` a run at most (a leak a model learns to use stands out later in
+        the run: linear attention over the whole sequence's sums), not under DDP or FSDP (whose
         backward hooks talk to the other processes)."""
         known = self.probed.get(self.model)
         looked_up = self.looked_up.get(given.data_ptr())
-        if known is not None or not looked_up or self.probes >= PROBES:
+        if known is not None or not looked_up or self.probes >= PROBES or self.said:
             return known
-        if not isinstance(logits, torch.Tensor) or world_size() > 1:
+        tries = self.tries[self.model] = self.tries.get(self.model, 0) + 1
+        if tries & (tries - 1) or not isinstance(logits, torch.Tensor) or world_size() > 1:
             return None
         self.probes += 1
         batch_first = [(out, same != time_first) for out, same in looked_up]
@@ -325,7 +340,14 @@ class CausalReads:
         two, after = supervised[:, :-1], ids[:, 2:]
         reads = [seen for _, seen in self.reads if seen.shape == nxt.shape]
         seen = [(s.to(ids.device) & supervised).sum() for s in reads]
-        masks = [m for m in self.ids if m is not given and m.shape == given.shape][:MASKS]
+        masks = [
+            m.reshape(given.shape)
+            for m in self.beside
+            if m is not given
+            and m.numel() == given.numel()
+            and m.shape[0] == given.shape[0]
+            and m.shape[-1] == given.shape[-1]
+        ][:MASKS]
         ending = [
             count
             for m in ([] if self.ends_said or ids.is_floating_point() else masks)
@@ -407,6 +429,7 @@ class CausalReads:
             read = self.recurrent == "bidirectional"
         leaked = read if ahead is None else ahead[0]  # (the gradient decides where it can)
         return {
+            "read": ahead is not None or bool(sees) or bool(self.recurrent),
             "leaked": leaked,
             "form": "next",
             "positions": n,
@@ -462,10 +485,13 @@ def _reduced(node: Any, loss: Any, depth: int = 0) -> bool:
     return False
 
 
+CLASSIFIES = ("NllLoss", "BinaryCrossEntropy")
+
+
 def _classifies(node: Any) -> bool:
-    """Whether a cross-entropy or NLL loss is among the ``4 * REDUCING`` autograd nodes
+    """Whether a cross-entropy, NLL or binary cross-entropy loss is among the ``4 * REDUCING`` autograd nodes
     nearest ``node``, walking back."""
-    return any(type(n).__name__.startswith("NllLoss") for n in _nearest(node, 4 * REDUCING))
+    return any(type(n).__name__.startswith(CLASSIFIES) for n in _nearest(node, 4 * REDUCING))
 
 
 def _first_positions(loss: torch.Tensor, length: int, time_first: bool) -> bool:

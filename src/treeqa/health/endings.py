@@ -11,8 +11,12 @@ at generation it does not stop (transformers issue 23530, TRL issues 734 and 976
 ``causal.py`` reads it from a next-token target beside an attention mask given to the same
 forward (0/1, the ids' shape: a Hugging Face ``attention_mask``): the padding id is the one
 every unattended position holds; a row ends in it where its last attended position holds it
-(the tokenizer's end token, attended, before the padding or at the row's end); and the target
-of the position before each such end is read. Counted on the device with the step's other
+(the tokenizer's end token, attended, before the padding or at the row's end); and the model
+is never taught the end where no position whose target is that id, attended, is supervised
+(the one before each such end, or any other: a chat's turns that end in it, the last turn's
+left out on purpose, still teach it). Judged where the loss is the step's, as for
+``targets-shifted-twice`` (a language model's term beside a classifier's, or beside another
+loss that teaches the end, is not). Counted on the device with the step's other
 counts (no host read of its own).
 
 Coordinates: ids, mask ``[B, T]``; ``supervised`` ``[B, T - 1]``, the targets of queries
@@ -30,7 +34,7 @@ from treeqa.health.findings import Finding
 COUNTS = 6
 """Numbers ``counts`` gives: values of the mask other than 0 and 1, unattended positions,
 those of another id than the padding's, rows ending in it, positions whose target is such an
-end, those supervised."""
+end, and supervised positions whose target is the padding id, attended, anywhere in a row."""
 ROWS = 0.125
 """Share of the rows that must end in the padding id, attended (a corpus of long documents
 truncated to the context ends few of its rows: 3 of 16 in a probe)."""
@@ -47,13 +51,16 @@ def counts(ids: torch.Tensor, mask: torch.Tensor, supervised: torch.Tensor) -> l
     after = torch.cat([unattended[:, 1:], torch.ones_like(attended[:, :1])], 1)  # [B, T]
     ends = attended & after & (ids == padding)  # [B, T]: a row's last attended id, the padding's
     before = ends[:, 1:]  # [B, T - 1]: queries whose target is such an end
+    # [B, T - 1]: queries trained on the end token anywhere (a chat's turns ending in it, the
+    # last turn's ignored on purpose, still teach it)
+    taught = supervised & attended[:, 1:] & (ids[:, 1:] == padding)
     return [
         odd,
         unattended.sum(),
         other,
         ends.any(1).sum(),
         before.sum(),
-        (before & supervised).sum(),
+        taught.sum(),
     ]
 
 
@@ -61,10 +68,10 @@ def reading(values: list[float], rows: int) -> dict[str, Any] | None:
     """The step's reading from ``counts``' values over ``rows`` rows: None where it says
     nothing (no padding, or padding of several ids, or a mask of other values), else whether
     the end token was left out of the targets (``ignored``)."""
-    odd, unattended, other, ended, ends, supervised = values
+    odd, unattended, other, ended, ends, taught = values
     if odd or not unattended or other or ended < ROWS * rows or not ends:
         return None
-    return {"ignored": supervised == 0, "rows": int(ended), "ends": int(ends)}
+    return {"ignored": taught == 0, "rows": int(ended), "ends": int(ends)}
 
 
 def end_token_masked(steps: int, judged: int, example: dict[str, Any]) -> Finding:

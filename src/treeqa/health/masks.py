@@ -84,7 +84,11 @@ class AttentionMasks:
         """A trained ``model``'s forward on a sampled step, given ``args`` and ``kwargs``."""
         self.end()  # (a forward that raised left its wrappers)
         inputs = list(_tensors((*args, *(kwargs or {}).values())))[:CANDIDATES]
-        self.causal.forward(model, [x for x in inputs if x.dim() == 2])
+        self.causal.forward(
+            model,
+            [x for x in inputs if x.dim() == 2],
+            list(_beside((*args, *(kwargs or {}).values()))),
+        )
         self.inputs = [] if self.said else inputs
         if not self.inputs and not self.causal.ids:
             return
@@ -172,21 +176,35 @@ def _torchs_own() -> bool:
     return frame is not None and frame.f_code.co_filename.startswith(sites.TORCH_DIR)
 
 
-def _tensors(values: Any, depth: int = 0) -> Iterator[torch.Tensor]:
-    """The [B, S] integer and [B, S, F] floating tensors among a forward's arguments (in
-    lists, tuples and dicts, two levels down: a batch dict given whole)."""
+def _given(values: Any, depth: int = 0) -> Iterator[torch.Tensor]:
+    """The dense tensors among a forward's arguments (in lists, tuples and dicts, two levels
+    down: a batch dict given whole)."""
     for value in values:
         if isinstance(value, torch.Tensor):
-            if not checks.dense(value) or checks.untraceable(value):
-                continue
-            if value.dim() == 2 and not value.is_floating_point() and value.dtype != torch.bool:
-                yield value
-            elif value.dim() == 3 and value.is_floating_point():
+            if checks.dense(value) and not checks.untraceable(value):
                 yield value
         elif depth < 2 and isinstance(value, list | tuple):
-            yield from _tensors(value, depth + 1)
+            yield from _given(value, depth + 1)
         elif depth < 2 and isinstance(value, dict):
-            yield from _tensors(value.values(), depth + 1)
+            yield from _given(value.values(), depth + 1)
+
+
+def _tensors(values: Any) -> Iterator[torch.Tensor]:
+    """The [B, S] integer and [B, S, F] floating tensors among a forward's arguments."""
+    for value in _given(values):
+        if value.dim() == 2 and not value.is_floating_point() and value.dtype != torch.bool:
+            yield value
+        elif value.dim() == 3 and value.is_floating_point():
+            yield value
+
+
+def _beside(values: Any) -> Iterator[torch.Tensor]:
+    """The boolean or floating [B, S] tensors and the [B, 1, 1, S] ones among a forward's
+    arguments, which may be the mask of [B, S] ids beside them."""
+    for value in _given(values):
+        flat = value.dim() == 2 and (value.is_floating_point() or value.dtype == torch.bool)
+        if flat or (value.dim() == 4 and value.shape[1:3] == (1, 1)):
+            yield value
 
 
 def _given_mask(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
