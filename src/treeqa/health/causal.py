@@ -30,6 +30,7 @@ them again, judged where that loss is the step's, not a term of a sum).
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -105,13 +106,16 @@ class CausalReads:
         self.site = ""  # this forward's
         self.said = False
         self.rnns: dict[int, str] = {}  # per model: its recurrent layers' directions
-        self.model = 0  # this forward's model (its id)
+        self.model: weakref.ref[nn.Module] | None = None  # this forward's
         # this forward's Embedding outputs of each id tensor (by its memory), and whether each
         # is laid out as the ids were given (else transposed), for the gradient
         self.looked_up: dict[int, list[tuple[torch.Tensor, bool]]] = {}
-        self.probed: dict[int, tuple[bool, float]] = {}  # per model: the gradient's verdict
+        # per model (held weakly: a model freed takes its verdict with it): the gradient's
+        # verdict, and its language-model steps while it has none
+        self.probed: weakref.WeakKeyDictionary[nn.Module, tuple[bool, float]]
+        self.probed = weakref.WeakKeyDictionary()
         self.probes = 0  # sampled steps whose gradient was read
-        self.tries: dict[int, int] = {}  # per model: its language-model steps not yet decided
+        self.tries: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         # next-token steps read beside an attention mask (``endings``), those whose texts' end
         # token was never a target, the first such reading
         self.ends = {"judged": 0, "ignored": 0}
@@ -131,7 +135,7 @@ class CausalReads:
         self.beside = [*self.ids, *beside] if self.ids else []
         self.reads, self.site, self.embedded, self.looked_up = [], "", set(), {}
         self.recurrent = self._directions(model) if self.ids else ""
-        self.model = id(model)
+        self.model = weakref.ref(model)
 
     def _directions(self, model: nn.Module) -> str:
         found = self.rnns.get(id(model))
@@ -205,7 +209,7 @@ class CausalReads:
             if j is not None and "positions" in j:
                 judged = j
                 break
-        self.ids, self.looked_up = [], {}  # one target a step
+        self.ids, self.looked_up, self.beside = [], {}, []  # one target a step
         if judged is not None and judged.get("ending") is not None:
             self.ending_pending = (judged["ending"], loss.grad_fn)  # counted if the step's loss
         if self.said or judged is None or not judged.get("read", True):
@@ -297,18 +301,21 @@ class CausalReads:
         sampled, ``PROBES`` a run at most (a leak a model learns to use stands out later in
         the run: linear attention over the whole sequence's sums), not under DDP or FSDP (whose
         backward hooks talk to the other processes)."""
-        known = self.probed.get(self.model)
+        model = self.model() if self.model is not None else None
+        known = self.probed.get(model) if model is not None else None
         looked_up = self.looked_up.get(given.data_ptr())
         if known is not None or not looked_up or self.probes >= PROBES or self.said:
             return known
-        tries = self.tries[self.model] = self.tries.get(self.model, 0) + 1
+        if model is None:
+            return None
+        tries = self.tries[model] = self.tries.get(model, 0) + 1
         if tries & (tries - 1) or not isinstance(logits, torch.Tensor) or world_size() > 1:
             return None
         self.probes += 1
         batch_first = [(out, same != time_first) for out, same in looked_up]
         found = lookahead.sees_ahead(logits, batch_first, supervised, time_first)
         if found is not None:
-            self.probed[self.model] = found
+            self.probed[model] = found
         return found
 
     def _judge(
