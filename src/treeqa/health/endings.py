@@ -85,6 +85,8 @@ def end_token_masked(steps: int, judged: int, example: dict[str, Any]) -> Findin
         f"{steps} of {judged} sampled steps; the labels were made by masking the padding id "
         "(-100), which masks the real end-of-text token too where the padding token is the "
         "end token (pad_token = eos_token), so the model never learns to end a text and at "
-        "generation goes on until its length limit",
+        "generation goes on until its length limit; unless it is not meant to end one (a "
+        "fixed length) or ends its texts with a stop token of its own just before (a chat "
+        "format's turn end)",
         evidence={"steps": steps, "judged_steps": judged, "rows_ending": example["rows"]},
     )
