@@ -46,6 +46,7 @@ EXPECTED = {
     "bug_causal_mask_missing.py": "causal-mask-missing",
     "bug_causal_convolution_padded.py": "causal-mask-missing",
     "bug_end_token_masked.py": "end-token-masked",
+    "bug_end_token_missing.py": "end-token-missing",
     "bug_targets_not_shifted.py": "targets-not-shifted",
     "bug_targets_shifted_twice.py": "targets-shifted-twice",
     "bug_target_in_features.py": "target-in-features",

@@ -27,20 +27,31 @@ class _Causal(nn.Module):
         return self.head(h + scores.softmax(-1) @ h)  # [B, T, V]
 
 
-def _batch(left: bool = False, pad: int = END) -> tuple[torch.Tensor, torch.Tensor]:
-    """Texts of 4 to T tokens, each ending in END, padded with ``pad`` (at the left with
-    ``left``): ids and attention mask [B, T]."""
+def _batch(
+    left: bool = False, pad: int = END, ended: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Texts of 4 to T tokens, each ending in END (or not, unless ``ended``), padded with
+    ``pad`` (at the left with ``left``): ids and attention mask [B, T]."""
     ids = torch.full((B, T), pad)
     mask = torch.zeros(B, T, dtype=torch.long)
-    for row, length in enumerate(torch.randint(4, T + 1, (B,)).tolist()):
+    for row, length in enumerate(torch.randint(4, T, (B,)).tolist()):
         text = torch.cat([torch.randint(1, V - 1, (length - 1,)), torch.tensor([END])])
+        if not ended:
+            text[-1] = int(torch.randint(1, V - 1, ()))
         span = slice(T - length, T) if left else slice(0, length)
         ids[row, span], mask[row, span] = text, 1
     return ids, mask
 
 
 def _trained(
-    labels_of, steps: int, left: bool = False, pad: int = END, given=True, mask_as=None, then=None
+    labels_of,
+    steps: int,
+    left: bool = False,
+    pad: int = END,
+    given=True,
+    mask_as=None,
+    then=None,
+    ended=True,
 ):
     """``steps`` sampled steps of the model on texts ending in END, padded with ``pad``, its
     labels ``labels_of(ids, mask)``, the mask given as ``mask_as(mask)`` (or not ``given``), the
@@ -49,7 +60,7 @@ def _trained(
     check = AttentionMasks(found.append, lambda: True)
     model = _Causal()
     for _ in range(steps):
-        ids, mask = _batch(left, pad)
+        ids, mask = _batch(left, pad, ended)
         labels = labels_of(ids, mask)
         shown = mask_as(mask) if mask_as else mask
         check.begin(model, (ids, shown) if given else (ids,), {})
@@ -122,3 +133,17 @@ def test_an_end_token_taught_elsewhere_in_the_rows_or_by_another_loss_is_not_nam
     assert _trained(_by_id, 3 * STEPS, then=stops) == []
     penalised = lambda loss: loss + 1e-4 * head.square().sum()  # noqa: E731
     assert [f.code for f in _trained(_by_id, STEPS, then=penalised)] == ["end-token-masked"]
+
+
+def test_padded_texts_that_end_in_no_common_token_are_named() -> None:
+    """No end-of-text token appended (GPT-2's and Llama's tokenizers by default): the padded
+    rows' texts end in whatever word they end in; padded with an id of its own."""
+    pad = V - 1
+    by_pad = lambda ids, mask: ids.masked_fill(mask == 0, -100)  # noqa: E731
+    found = _trained(by_pad, STEPS, pad=pad, ended=False)
+    assert [f.code for f in found] == ["end-token-missing"]
+    assert found[0].evidence["rows_padded"] >= 4
+    assert [f.code for f in _trained(by_pad, STEPS, pad=pad, ended=False, left=True)] == [
+        "end-token-missing"
+    ]
+    assert _trained(by_pad, 3 * STEPS, pad=pad) == []  # (each text ends in END)

@@ -78,6 +78,10 @@ REDUCING = 4
 """Nodes between a backward's loss and the cross-entropy it reduces (``_reduced``)."""
 
 SOFTMAXES = ("softmax",)
+ENDINGS = {
+    "end-token-masked": endings.end_token_masked,
+    "end-token-missing": endings.end_token_missing,
+}
 PROBES = 8
 """Sampled steps a run on which the gradient is read (``lookahead``), until it decides."""
 LOOKUPS = 4
@@ -118,9 +122,9 @@ class CausalReads:
         self.tries: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
         # next-token steps read beside an attention mask (``endings``), those whose texts' end
         # token was never a target, the first such reading
-        self.ends = {"judged": 0, "ignored": 0}
-        self.ending: dict[str, Any] | None = None
-        self.ends_said = False
+        self.ends = {code: [0, 0] for code in ENDINGS}  # per code: steps judged, found
+        self.endings_found: dict[str, dict[str, Any]] = {}  # per code: the first reading
+        self.ends_said = False  # (either code, said: one cause of a model that never stops)
         self.ending_pending: tuple[dict[str, Any], Any] | None = None  # until the backward
         self.beside: list[torch.Tensor] = []  # this forward's tensors that may be its mask
 
@@ -232,19 +236,21 @@ class CausalReads:
             self.add(finding)
 
     def _ended(self, reading: dict[str, Any]) -> None:
-        """A next-token step's reading of the rows' end token (``endings``), its loss the
+        """A next-token step's reading of its texts' end token (``endings``), its loss the
         step's (not a language model's term beside a classifier's, nor beside a loss that
         trains the end token another way)."""
-        self.ends["judged"] += 1
-        if not reading["ignored"]:
+        code = reading["code"]
+        tally = self.ends[code]
+        tally[0] += 1
+        if not reading["found"]:
             return
-        self.ends["ignored"] += 1
-        self.ending = self.ending or {**reading, "where": sites.user_site()}
-        steps, judged = self.ends["ignored"], self.ends["judged"]
+        tally[1] += 1
+        example = self.endings_found.setdefault(code, {**reading, "where": sites.user_site()})
+        judged, steps = tally
         if not self.ends_said and steps >= STEPS and steps > judged - steps:
             self.ends_said = True
-            finding = endings.end_token_masked(steps, judged, self.ending)
-            finding.where = self.ending["where"]
+            finding = ENDINGS[code](steps, judged, example)
+            finding.where = example["where"]
             self.add(finding)
 
     def backward(self, node: Any) -> None:

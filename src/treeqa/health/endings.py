@@ -31,13 +31,18 @@ import torch
 
 from treeqa.health.findings import Finding
 
-COUNTS = 6
+COUNTS = 8
 """Numbers ``counts`` gives: values of the mask other than 0 and 1, unattended positions,
 those of another id than the padding's, rows ending in it, positions whose target is such an
-end, and supervised positions whose target is the padding id, attended, anywhere in a row."""
+end, supervised positions whose target is the padding id, attended, anywhere in a row; rows
+with padding, and the most of them whose texts end in one id."""
 ROWS = 0.125
 """Share of the rows that must end in the padding id, attended (a corpus of long documents
 truncated to the context ends few of its rows: 3 of 16 in a probe)."""
+PADDED = 4
+"""Rows with padding, at least, for their texts' last ids to be read (``end-token-missing``)."""
+SHARED = 0.5
+"""Share of those rows whose texts must end in one id for it to be an end token."""
 
 
 def counts(ids: torch.Tensor, mask: torch.Tensor, supervised: torch.Tensor) -> list[torch.Tensor]:
@@ -54,6 +59,11 @@ def counts(ids: torch.Tensor, mask: torch.Tensor, supervised: torch.Tensor) -> l
     # [B, T - 1]: queries trained on the end token anywhere (a chat's turns ending in it, the
     # last turn's ignored on purpose, still teach it)
     taught = supervised & attended[:, 1:] & (ids[:, 1:] == padding)
+    # the last attended id of each row with padding (its text whole, not cut at the length)
+    padded = attended.any(1) & unattended.any(1)  # [B]
+    positions = torch.arange(ids.shape[1], device=ids.device)
+    last = ids.gather(1, (attended * positions).argmax(1, keepdim=True))[:, 0]  # [B]
+    same = (last[:, None] == last[None, :]) & padded[:, None] & padded[None, :]  # [B, B]
     return [
         odd,
         unattended.sum(),
@@ -61,17 +71,50 @@ def counts(ids: torch.Tensor, mask: torch.Tensor, supervised: torch.Tensor) -> l
         ends.any(1).sum(),
         before.sum(),
         taught.sum(),
+        padded.sum(),
+        same.sum(1).amax(),
     ]
 
 
 def reading(values: list[float], rows: int) -> dict[str, Any] | None:
     """The step's reading from ``counts``' values over ``rows`` rows: None where it says
-    nothing (no padding, or padding of several ids, or a mask of other values), else whether
-    the end token was left out of the targets (``ignored``)."""
-    odd, unattended, other, ended, ends, taught = values
-    if odd or not unattended or other or ended < ROWS * rows or not ends:
+    nothing (no padding, or padding of several ids, or a mask of other values); else, where
+    rows end in the padding id, whether that end token was left out of the targets
+    (``end-token-masked``), and where they do not, whether the texts end in no shared id at
+    all (``end-token-missing``): ``code`` and ``found``."""
+    odd, unattended, other, ended, ends, taught, padded, shared = values
+    if odd or not unattended or other:
         return None
-    return {"ignored": taught == 0, "rows": int(ended), "ends": int(ends)}
+    if ended >= ROWS * rows and ends:
+        return {
+            "code": "end-token-masked",
+            "found": taught == 0,
+            "rows": int(ended),
+            "ends": int(ends),
+        }
+    if padded >= PADDED:
+        return {
+            "code": "end-token-missing",
+            "found": shared < SHARED * padded,
+            "rows": int(padded),
+            "shared": int(shared),
+        }
+    return None
+
+
+def end_token_missing(steps: int, judged: int, example: dict[str, Any]) -> Finding:
+    """``steps`` of ``judged`` sampled steps padded texts that end in no shared token."""
+    return Finding(
+        "end-token-missing",
+        "warning",
+        f"the padded texts end in no common token: of {example['rows']} rows with padding, at "
+        f"most {example['shared']} end in one id, on {steps} of {judged} sampled steps; with no "
+        "end-of-text token after each text (a tokenizer that does not append one: Llama's "
+        "add_eos_token=False, GPT-2's), or one left out of the attention mask as padding, the "
+        "model is never trained to end a text and at generation goes on until its length "
+        "limit; unless it is not meant to end one (a fixed length)",
+        evidence={"steps": steps, "judged_steps": judged, "rows_padded": example["rows"]},
+    )
 
 
 def end_token_masked(steps: int, judged: int, example: dict[str, Any]) -> Finding:
