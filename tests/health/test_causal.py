@@ -349,11 +349,12 @@ class _Convolutional(nn.Module):
 class _Attending(nn.Module):
     """One attention layer by hand; ``after``: its causal mask applied after the softmax and
     the weights renormalised; ``backwards``: an LSTM both ways, whose forward half alone
-    predicts (ELMo's), instead."""
+    predicts (ELMo's), instead; ``block``: attention open within blocks of that many
+    positions, causal between them (a chunked model without its mask inside each chunk)."""
 
-    def __init__(self, after: bool = False, backwards: bool = False):
+    def __init__(self, after: bool = False, backwards: bool = False, block: int = 0):
         super().__init__()
-        self.after, self.backwards = after, backwards
+        self.after, self.backwards, self.block = after, backwards, block
         self.embed = nn.Embedding(V, D)
         self.qk = nn.Linear(D, 2 * D)
         self.rnn = nn.LSTM(D, D, batch_first=True, bidirectional=True)
@@ -364,7 +365,11 @@ class _Attending(nn.Module):
         if self.backwards:
             return self.head(self.rnn(h)[0][..., :D])  # [B, T, V]: the forward half's
         q, k = self.qk(h).chunk(2, -1)
-        weights = (q @ k.transpose(1, 2)).softmax(-1)  # [B, T, T]
+        scores = q @ k.transpose(1, 2)  # [B, T, T]
+        if self.block:
+            chunk = torch.arange(ids.shape[1]) // self.block
+            scores = scores.masked_fill(chunk[None, :] > chunk[:, None], float("-inf"))
+        weights = scores.softmax(-1)
         if self.after:
             weights = weights * torch.ones_like(weights[0]).tril()
             weights = weights / weights.sum(-1, keepdim=True)
@@ -377,6 +382,7 @@ def _trained(
     own_ids: bool = False,
     loss: float = 2.0,
     check: AttentionMasks | None = None,
+    length: int = T,
 ) -> Any:
     """``steps`` sampled steps of ``model`` on next-token targets (the ids themselves with
     ``own_ids``) through the checks (``check``, or new ones), each loss backpropagated; the
@@ -384,7 +390,7 @@ def _trained(
     found: list[Finding] = []
     check = check or AttentionMasks(found.append, lambda: True)
     for _ in range(steps):
-        stream = torch.randint(0, V, (B, T + 1))
+        stream = torch.randint(0, V, (B, length + 1))
         ids, targets = stream[:, :-1], stream[:, :-1] if own_ids else stream[:, 1:]
         model.zero_grad(set_to_none=True)
         check.begin(model, (ids,), {})
@@ -438,3 +444,24 @@ def test_a_causal_convolution_trained_on_its_own_ids_is_named() -> None:
     assert [f.code for f in found] == ["targets-not-shifted"]
     assert _trained(_Convolutional(pad=2), STEPS, own_ids=True, loss=1.0)[0] == []
     assert _trained(_Convolutional(pad=1, right=1), 3 * STEPS, own_ids=True, loss=0.01)[0] == []
+
+
+def test_attention_open_within_blocks_is_named_wherever_the_gradient_reads() -> None:
+    """Blocks of 4 or 8 in rows of 16: the middle position, 7, is a block's last, which reads
+    no later token; the gradient reads an even position, never a block's last (a first
+    version read 7, found the model causal and cleared the step)."""
+    for block in (4, 8):
+        found, _ = _trained(_Attending(block=block), STEPS, length=16)
+        assert [f.code for f in found] == ["causal-mask-missing"]
+
+
+def test_a_verdict_holds_for_steps_like_the_one_it_was_read_on() -> None:
+    """A model masked at first (its reads and the gradient causal) and unmasked later (its
+    reads see ahead) is read again, and named."""
+    model = _Attending(block=1)  # (blocks of one: causal)
+    found, check = _trained(model, 4)
+    assert found == [] and check.causal.probes == 1
+    model.block = T  # (one block: unmasked)
+    _trained(model, 6, check=check)  # (more steps leak than did not; findings to ``found``)
+    assert check.causal.probes > 1  # (read again: steps unlike the first)
+    assert [f.code for f in found] == ["causal-mask-missing"]

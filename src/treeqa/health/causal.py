@@ -114,12 +114,14 @@ class CausalReads:
         # this forward's Embedding outputs of each id tensor (by its memory), and whether each
         # is laid out as the ids were given (else transposed), for the gradient
         self.looked_up: dict[int, list[tuple[torch.Tensor, bool]]] = {}
-        # per model (held weakly: a model freed takes its verdict with it): the gradient's
-        # verdict, and its language-model steps while it has none
-        self.probed: weakref.WeakKeyDictionary[nn.Module, tuple[bool, float]]
+        # per model (held weakly: a model freed takes its verdicts with it) and what its step
+        # was like (``_sees``): the gradient's verdict, and its language-model steps while it
+        # has none
+        self.probed: weakref.WeakKeyDictionary[nn.Module, dict[Any, tuple[bool, float]]]
         self.probed = weakref.WeakKeyDictionary()
         self.probes = 0  # sampled steps whose gradient was read
-        self.tries: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+        self.tries: weakref.WeakKeyDictionary[nn.Module, dict[Any, int]]
+        self.tries = weakref.WeakKeyDictionary()
         # next-token steps read beside an attention mask (``endings``), those whose texts' end
         # token was never a target, the first such reading
         self.ends = {code: [0, 0] for code in ENDINGS}  # per code: steps judged, found
@@ -300,28 +302,37 @@ class CausalReads:
         return len(set(shapes)) < len(shapes)
 
     def _sees(
-        self, logits: Any, given: torch.Tensor, supervised: torch.Tensor, time_first: bool
+        self,
+        logits: Any,
+        given: torch.Tensor,
+        supervised: torch.Tensor,
+        time_first: bool,
+        like: Any,
     ) -> tuple[bool, float] | None:
-        """The gradient's verdict for this forward's model (``lookahead``): read once it is
-        known; until then on the model's 1st, 2nd, 4th, 8th ... language-model step of those
-        sampled, ``PROBES`` a run at most (a leak a model learns to use stands out later in
-        the run: linear attention over the whole sequence's sums), not under DDP or FSDP (whose
-        backward hooks talk to the other processes)."""
+        """The gradient's verdict for this forward's model (``lookahead``) on steps ``like``
+        this one (what its attention reads said, its length): read once it is known; until
+        then on the 1st, 2nd, 4th, 8th ... such language-model step of those sampled,
+        ``PROBES`` a run at most (a leak a model learns to use stands out later in the run:
+        linear attention over the whole sequence's sums), not under DDP or FSDP (whose backward
+        hooks talk to the other processes). A verdict holds for steps like the one it was read
+        on: a model masked at a first length and unmasked at a later one, or given a padding
+        mask in place of the causal one only where a batch has padding, is read again."""
         model = self.model() if self.model is not None else None
-        known = self.probed.get(model) if model is not None else None
+        if model is None:
+            return None
+        known = self.probed.setdefault(model, {}).get(like)
         looked_up = self.looked_up.get(given.data_ptr())
         if known is not None or not looked_up or self.probes >= PROBES or self.said:
             return known
-        if model is None:
-            return None
-        tries = self.tries[model] = self.tries.get(model, 0) + 1
+        counts = self.tries.setdefault(model, {})
+        tries = counts[like] = counts.get(like, 0) + 1
         if tries & (tries - 1) or not isinstance(logits, torch.Tensor) or world_size() > 1:
             return None
         self.probes += 1
         batch_first = [(out, same != time_first) for out, same in looked_up]
         found = lookahead.sees_ahead(logits, batch_first, supervised, time_first)
         if found is not None:
-            self.probed[model] = found
+            self.probed[model][like] = found
         return found
 
     def _judge(
@@ -389,6 +400,7 @@ class CausalReads:
         if n < SUPERVISED:
             return None
         call = self.reads[0][0] if sees else "rnn" if self.recurrent else "gradient"
+        like = (bool(sees) and all(k >= SEEN * n for k in sees), t)  # (the gradient's verdicts')
         if (
             max(shifted, unshifted) < SHIFTED * n
             and n_two >= SUPERVISED
@@ -396,7 +408,7 @@ class CausalReads:
             and repeated_two <= n_two / 2
         ):  # the ids two on: leaked where a causal forward (its attention masked, or a
             # one-way RNN's) embedded them as given, and the loss's rows are its positions
-            ahead = self._sees(logits, given, supervised, time_first)
+            ahead = self._sees(logits, given, supervised, time_first, like)
             if ahead is not None:
                 causal = not ahead[0]
             else:
@@ -416,7 +428,7 @@ class CausalReads:
             }
         if repeated > n / 2 or max(shifted, unshifted) < SHIFTED * n:  # no language model's
             return {"leaked": False}
-        ahead = self._sees(logits, given, supervised, time_first)
+        ahead = self._sees(logits, given, supervised, time_first, like)
         if shifted < SHIFTED * n:  # each position's own id: leaked where no read (nor the
             # gradient) sees ahead, embedded as given (a model may shift its ids itself, a BOS
             # put before them), and no RNN (an encoder's, say, that read the ids) unless the
