@@ -9,8 +9,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from treeqa.health.causal import PROBES, STEPS, _per_row, _scores_see_next, _sdpa_sees_next
+from treeqa.health.causal import STEPS, _per_row, _scores_see_next, _sdpa_sees_next
 from treeqa.health.findings import Finding
+from treeqa.health.lookahead import PROBES
 from treeqa.health.masks import AttentionMasks
 
 B, T = 4, 10
@@ -387,6 +388,7 @@ def _trained(
     """``steps`` sampled steps of ``model`` on next-token targets (the ids themselves with
     ``own_ids``) through the checks (``check``, or new ones), each loss backpropagated; the
     findings, and the check."""
+    torch.manual_seed(0)
     found: list[Finding] = []
     check = check or AttentionMasks(found.append, lambda: True)
     for _ in range(steps):
@@ -415,18 +417,18 @@ def test_a_convolution_padded_on_both_sides_is_named_by_the_gradient() -> None:
     assert found[0].evidence["read_by"] == "gradient"
     assert found[0].evidence["next_token_gradient_share"] >= 0.1
     found, check = _trained(_Convolutional(pad=2), 3 * STEPS)
-    assert found == [] and check.causal.probes == 1  # (known causal after one reading)
+    assert found == [] and check.causal.verdicts.reads == 1  # (known causal after one reading)
 
 
 def test_batch_norm_over_time_reaches_later_tokens_too_little_to_be_named() -> None:
     """Undecided, the gradient is read again on the 2nd, 4th, 8th ... step, ``PROBES`` at most;
     the steps are not judged."""
     found, check = _trained(_Convolutional(pad=2, norm=True), 24)
-    assert found == [] and check.causal.probes == 5  # steps 1, 2, 4, 8, 16
+    assert found == [] and check.causal.verdicts.reads == 5  # steps 1, 2, 4, 8, 16
     assert check.causal.judged == 0
-    check.causal.probes = PROBES - 1  # (one read left of the run's)
+    check.causal.verdicts.reads = PROBES - 1  # (one read left of the run's)
     _trained(_Convolutional(pad=2, norm=True), 24, check=check)
-    assert check.causal.probes == PROBES
+    assert check.causal.verdicts.reads == PROBES
 
 
 def test_the_gradient_clears_attention_that_reads_as_unmasked() -> None:
@@ -460,8 +462,8 @@ def test_a_verdict_holds_for_steps_like_the_one_it_was_read_on() -> None:
     reads see ahead) is read again, and named."""
     model = _Attending(block=1)  # (blocks of one: causal)
     found, check = _trained(model, 4)
-    assert found == [] and check.causal.probes == 1
+    assert found == [] and check.causal.verdicts.reads == 1
     model.block = T  # (one block: unmasked)
     _trained(model, 6, check=check)  # (more steps leak than did not; findings to ``found``)
-    assert check.causal.probes > 1  # (read again: steps unlike the first)
+    assert check.causal.verdicts.reads > 1  # (read again: steps unlike the first)
     assert [f.code for f in found] == ["causal-mask-missing"]

@@ -21,10 +21,17 @@ target's key, and the model has no unidirectional RNN (a recurrent decoder atten
 source of the same length is causal by its recurrence); with no attention read, where it has
 a bidirectional RNN and no unidirectional one.
 
+Where an Embedding's outputs for those ids have a gradient, the gradient decides instead
+(``lookahead``): a position whose logits reach the next token's embedding sees it, whatever
+layer lets it (a convolution padded on both sides, token mixing over time); one whose logits
+reach no later token is causal, whatever the reads said (a mask applied after the softmax).
+
 The same reads name two other forms of a causal model's targets (``targets-not-shifted``: the
 ids themselves, unshifted, judged at the run's end where the model learned to copy them;
 ``targets-shifted-twice``: the ids two positions on, labels shifted before a loss that shifts
-them again, judged where that loss is the step's, not a term of a sum).
+them again, judged where that loss is the step's, not a term of a sum), and, beside an
+attention mask given to the forward, texts whose end token is masked out of the labels or
+missing (``endings``).
 """
 
 from __future__ import annotations
@@ -39,7 +46,6 @@ from torch import nn
 
 from treeqa.health import checks, endings, lookahead, loss_levels, sites
 from treeqa.health.findings import Finding
-from treeqa.health.processes import world_size
 
 IGNORED = -100.0
 """A score, or an additive mask's value, at or below which a key counts as masked out (-inf
@@ -82,8 +88,6 @@ ENDINGS = {
     "end-token-masked": endings.end_token_masked,
     "end-token-missing": endings.end_token_missing,
 }
-PROBES = 8
-"""Sampled steps a run on which the gradient is read (``lookahead``), until it decides."""
 LOOKUPS = 4
 """An id tensor's Embedding outputs kept a forward, for the gradient."""
 MASKS = 6
@@ -114,14 +118,7 @@ class CausalReads:
         # this forward's Embedding outputs of each id tensor (by its memory), and whether each
         # is laid out as the ids were given (else transposed), for the gradient
         self.looked_up: dict[int, list[tuple[torch.Tensor, bool]]] = {}
-        # per model (held weakly: a model freed takes its verdicts with it) and what its step
-        # was like (``_sees``): the gradient's verdict, and its language-model steps while it
-        # has none
-        self.probed: weakref.WeakKeyDictionary[nn.Module, dict[Any, tuple[bool, float]]]
-        self.probed = weakref.WeakKeyDictionary()
-        self.probes = 0  # sampled steps whose gradient was read
-        self.tries: weakref.WeakKeyDictionary[nn.Module, dict[Any, int]]
-        self.tries = weakref.WeakKeyDictionary()
+        self.verdicts = lookahead.Verdicts()  # the gradient's, per model
         # next-token steps read beside an attention mask (``endings``), those whose texts' end
         # token was never a target, the first such reading
         self.ends = {code: [0, 0] for code in ENDINGS}  # per code: steps judged, found
@@ -309,31 +306,14 @@ class CausalReads:
         time_first: bool,
         like: Any,
     ) -> tuple[bool, float] | None:
-        """The gradient's verdict for this forward's model (``lookahead``) on steps ``like``
-        this one (what its attention reads said, its length): read once it is known; until
-        then on the 1st, 2nd, 4th, 8th ... such language-model step of those sampled,
-        ``PROBES`` a run at most (a leak a model learns to use stands out later in the run:
-        linear attention over the whole sequence's sums), not under DDP or FSDP (whose backward
-        hooks talk to the other processes). A verdict holds for steps like the one it was read
-        on: a model masked at a first length and unmasked at a later one, or given a padding
-        mask in place of the causal one only where a batch has padding, is read again."""
+        """The gradient's verdict (``lookahead.Verdicts``) for this forward's model on steps
+        ``like`` this one, where its Embedding's outputs for ``given`` were kept."""
         model = self.model() if self.model is not None else None
-        if model is None:
-            return None
-        known = self.probed.setdefault(model, {}).get(like)
         looked_up = self.looked_up.get(given.data_ptr())
-        if known is not None or not looked_up or self.probes >= PROBES or self.said:
-            return known
-        counts = self.tries.setdefault(model, {})
-        tries = counts[like] = counts.get(like, 0) + 1
-        if tries & (tries - 1) or not isinstance(logits, torch.Tensor) or world_size() > 1:
+        if model is None or self.said:
             return None
-        self.probes += 1
-        batch_first = [(out, same != time_first) for out, same in looked_up]
-        found = lookahead.sees_ahead(logits, batch_first, supervised, time_first)
-        if found is not None:
-            self.probed[model][like] = found
-        return found
+        batch_first = [(out, same != time_first) for out, same in looked_up or []]
+        return self.verdicts.of(model, like, logits, batch_first, supervised, time_first)
 
     def _judge(
         self,
@@ -461,14 +441,7 @@ class CausalReads:
             "shifted": shifted,
             "call": call if ahead is None or read else "gradient",
             "share": ahead[1] if ahead is not None else None,
-            "ending": next(
-                (
-                    r
-                    for i in range(0, len(ended), endings.COUNTS)
-                    if (r := endings.reading(ended[i : i + endings.COUNTS], b)) is not None
-                ),
-                None,
-            ),
+            "ending": endings.first_reading(ended, b),
         }
 
 
@@ -514,8 +487,8 @@ CLASSIFIES = ("NllLoss", "BinaryCrossEntropy")
 
 
 def _classifies(node: Any) -> bool:
-    """Whether a cross-entropy, NLL or binary cross-entropy loss is among the ``4 * REDUCING`` autograd nodes
-    nearest ``node``, walking back."""
+    """Whether a cross-entropy, NLL or binary cross-entropy loss is among the ``4 * REDUCING``
+    autograd nodes nearest ``node``, walking back."""
     return any(type(n).__name__.startswith(CLASSIFIES) for n in _nearest(node, 4 * REDUCING))
 
 

@@ -102,6 +102,16 @@ def reading(values: list[float], rows: int) -> dict[str, Any] | None:
     return None
 
 
+def first_reading(values: list[float], rows: int) -> dict[str, Any] | None:
+    """The reading of the first tensor read as the mask that says something, from ``counts``'
+    values of each (``COUNTS`` a tensor) over ``rows`` rows."""
+    for i in range(0, len(values), COUNTS):
+        found = reading(values[i : i + COUNTS], rows)
+        if found is not None:
+            return found
+    return None
+
+
 def end_token_missing(steps: int, judged: int, example: dict[str, Any]) -> Finding:
     """``steps`` of ``judged`` sampled steps padded texts that end in no shared token."""
     return Finding(

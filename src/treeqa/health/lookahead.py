@@ -27,7 +27,13 @@ first), T' = T or T - 1; the Embedding's outputs ``[B, T, E]`` (or ``[T, B, E]``
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 import torch
+from torch import nn
+
+from treeqa.health.processes import world_size
 
 AHEAD = 0.1
 """Share of the largest gradient at a token up to p that the gradient at token p + 1 must reach
@@ -38,8 +44,53 @@ CAUSAL = 1e-6
 """Share of the largest gradient at a token up to p below which no later token is read."""
 
 
+PROBES = 8
+"""Sampled steps a run on which the gradient is read, at most."""
+
 _GRAD = torch.autograd.grad
 """Taken at import, before a monitor wraps it: this read is no gradient the script took."""
+
+
+class Verdicts:
+    """The gradient's verdicts, per model (held weakly: a model freed takes its verdicts with
+    it) and per kind of step (``like``: what its attention reads said, its length)."""
+
+    def __init__(self) -> None:
+        self.known: weakref.WeakKeyDictionary[nn.Module, dict[Any, tuple[bool, float]]]
+        self.known = weakref.WeakKeyDictionary()
+        self.tries: weakref.WeakKeyDictionary[nn.Module, dict[Any, int]]
+        self.tries = weakref.WeakKeyDictionary()  # steps like it seen while it had none
+        self.reads = 0  # gradients taken this run
+
+    def of(
+        self,
+        model: nn.Module,
+        like: Any,
+        logits: Any,
+        looked_up: list[tuple[torch.Tensor, bool]],
+        supervised: torch.Tensor,
+        time_first: bool,
+    ) -> tuple[bool, float] | None:
+        """``model``'s verdict on steps ``like`` this one: read once it is known; until then
+        on the 1st, 2nd, 4th, 8th ... such step of those sampled, ``PROBES`` a run at most (a
+        leak a model learns to use stands out later in the run: linear attention over the
+        whole sequence's sums), where the Embedding's outputs were kept (``looked_up``), and
+        not under DDP or FSDP (whose backward hooks talk to the other processes). A verdict
+        holds for steps like the one it was read on: a model masked at a first length and
+        unmasked at a later one, or given a padding mask in place of the causal one only where
+        a batch has padding, is read again."""
+        known = self.known.setdefault(model, {}).get(like)
+        if known is not None or not looked_up or self.reads >= PROBES:
+            return known
+        counts = self.tries.setdefault(model, {})
+        tries = counts[like] = counts.get(like, 0) + 1
+        if tries & (tries - 1) or not isinstance(logits, torch.Tensor) or world_size() > 1:
+            return None
+        self.reads += 1
+        found = sees_ahead(logits, looked_up, supervised, time_first)
+        if found is not None:
+            self.known[model][like] = found
+        return found
 
 
 def sees_ahead(
