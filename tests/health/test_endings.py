@@ -148,3 +148,21 @@ def test_padded_texts_that_end_in_no_common_token_are_named() -> None:
         "end-token-missing"
     ]
     assert _trained(by_pad, 3 * STEPS, pad=pad) == []  # (each text ends in END)
+
+
+def test_a_key_padding_mask_is_read_the_other_way_round() -> None:
+    """``key_padding_mask`` is True for padding: read inverted, as an attention mask."""
+    found = _trained(_by_id, STEPS, mask_as=lambda m: m == 0)
+    assert [f.code for f in found] == ["end-token-masked"]
+
+
+def test_an_end_token_the_mask_hides_but_the_labels_keep_is_taught() -> None:
+    """The padding token is the end token and the mask is ``ids != pad``, hiding each text's
+    end; its label is kept, so the model learns to end (the texts' last attended ids vary)."""
+
+    def end_kept(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        labels = _by_position(ids, mask)
+        mask[ids == END] = 0  # (the mask the model is given: ids != pad)
+        return labels
+
+    assert _trained(end_kept, 3 * STEPS) == []

@@ -355,8 +355,9 @@ class CausalReads:
         ending = [
             count
             for m in ([] if self.ends_said or ids.is_floating_point() else masks)
+            for way in (m, ~m if m.dtype == torch.bool else 1 - m)  # (a key padding mask's too)
             for count in endings.counts(
-                ids, (m.t() if time_first else m).to(ids.device), supervised
+                ids, (way.t() if time_first else way).to(ids.device), supervised
             )
         ]
         matches = [

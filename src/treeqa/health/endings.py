@@ -12,9 +12,12 @@ at generation it does not stop (transformers issue 23530, TRL issues 734 and 976
 forward (0/1, the ids' shape: a Hugging Face ``attention_mask``): the padding id is the one
 every unattended position holds; a row ends in it where its last attended position holds it
 (the tokenizer's end token, attended, before the padding or at the row's end); and the model
-is never taught the end where no position whose target is that id, attended, is supervised
-(the one before each such end, or any other: a chat's turns that end in it, the last turn's
-left out on purpose, still teach it). Judged where the loss is the step's, as for
+is never taught the end where no position whose target is that id is supervised (the one
+before each such end, or any other: a chat's turns that end in it, the last turn's left out
+on purpose, still teach it). Where the rows do not end in it, their texts' last ids are read:
+texts that end in no shared id have no end token (``end-token-missing``), unless a target is
+the padding id (an end token that the mask hides, its label kept). A mask is read both ways
+(True for a token, or for padding: ``key_padding_mask``'s). Judged where the loss is the step's, as for
 ``targets-shifted-twice`` (a language model's term beside a classifier's, or beside another
 loss that teaches the end, is not). Counted on the device with the step's other
 counts (no host read of its own).
@@ -56,9 +59,10 @@ def counts(ids: torch.Tensor, mask: torch.Tensor, supervised: torch.Tensor) -> l
     after = torch.cat([unattended[:, 1:], torch.ones_like(attended[:, :1])], 1)  # [B, T]
     ends = attended & after & (ids == padding)  # [B, T]: a row's last attended id, the padding's
     before = ends[:, 1:]  # [B, T - 1]: queries whose target is such an end
-    # [B, T - 1]: queries trained on the end token anywhere (a chat's turns ending in it, the
-    # last turn's ignored on purpose, still teach it)
-    taught = supervised & attended[:, 1:] & (ids[:, 1:] == padding)
+    # [B, T - 1]: queries trained on the padding id anywhere (a chat's turns ending in it, the
+    # last turn's ignored on purpose, still teach it; an end token the mask hides, its label
+    # kept, too)
+    taught = supervised & (ids[:, 1:] == padding)
     # the last attended id of each row with padding (its text whole, not cut at the length)
     padded = attended.any(1) & unattended.any(1)  # [B]
     positions = torch.arange(ids.shape[1], device=ids.device)
@@ -95,7 +99,7 @@ def reading(values: list[float], rows: int) -> dict[str, Any] | None:
     if padded >= PADDED:
         return {
             "code": "end-token-missing",
-            "found": shared < SHARED * padded,
+            "found": shared < SHARED * padded and taught == 0,
             "rows": int(padded),
             "shared": int(shared),
         }
