@@ -11,7 +11,7 @@ from treeqa.health.causal import STEPS
 from treeqa.health.findings import Finding
 from treeqa.health.masks import AttentionMasks
 
-V, D, B, T = 30, 8, 6, 12
+V, D, B, T = 30, 8, 12, 12
 END = 0  # the end-of-text token, given to the tokenizer as its padding token too
 
 
@@ -28,16 +28,18 @@ class _Causal(nn.Module):
 
 
 def _batch(
-    left: bool = False, pad: int = END, ended: bool = True
+    left: bool = False, pad: int = END, ended: bool = True, ends: tuple[int, ...] = ()
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Texts of 4 to T tokens, each ending in END (or not, unless ``ended``), padded with
-    ``pad`` (at the left with ``left``): ids and attention mask [B, T]."""
+    """Texts of 4 to T - 1 tokens, each ending in END (or, unless ``ended``, in a word: one of
+    ``ends`` if given), padded with ``pad`` (at the left with ``left``): ids and attention mask
+    [B, T]."""
     ids = torch.full((B, T), pad)
     mask = torch.zeros(B, T, dtype=torch.long)
     for row, length in enumerate(torch.randint(4, T, (B,)).tolist()):
         text = torch.cat([torch.randint(1, V - 1, (length - 1,)), torch.tensor([END])])
         if not ended:
-            text[-1] = int(torch.randint(1, V - 1, ()))
+            choices = torch.tensor(ends or range(1, V - 1))
+            text[-1] = int(choices[torch.randint(len(choices), ())])
         span = slice(T - length, T) if left else slice(0, length)
         ids[row, span], mask[row, span] = text, 1
     return ids, mask
@@ -52,6 +54,7 @@ def _trained(
     mask_as=None,
     then=None,
     ended=True,
+    ends=(),
 ):
     """``steps`` sampled steps of the model on texts ending in END, padded with ``pad``, its
     labels ``labels_of(ids, mask)``, the mask given as ``mask_as(mask)`` (or not ``given``), the
@@ -61,7 +64,7 @@ def _trained(
     check = AttentionMasks(found.append, lambda: True)
     model = _Causal()
     for _ in range(steps):
-        ids, mask = _batch(left, pad, ended)
+        ids, mask = _batch(left, pad, ended, ends)
         labels = labels_of(ids, mask)
         shown = mask_as(mask) if mask_as else mask
         check.begin(model, (ids, shown) if given else (ids,), {})
@@ -108,9 +111,9 @@ def test_a_boolean_floating_or_four_dimensional_mask_is_read() -> None:
         lambda m: m.bool(),
         lambda m: m.float(),
         lambda m: m[:, None, None, :].bool(),
+        lambda m: (1.0 - m) * -1e9,  # additive
     ):
         assert [f.code for f in _trained(_by_id, STEPS, mask_as=shown)] == ["end-token-masked"]
-    assert _trained(_by_id, 3 * STEPS, mask_as=lambda m: (1.0 - m) * -1e9) == []  # (additive)
 
 
 def test_an_end_token_taught_elsewhere_in_the_rows_or_by_another_loss_is_not_named() -> None:
@@ -166,3 +169,66 @@ def test_an_end_token_the_mask_hides_but_the_labels_keep_is_taught() -> None:
         return labels
 
     assert _trained(end_kept, 3 * STEPS) == []
+
+
+def _steps(batches, steps: int = 3 * STEPS) -> list[Finding]:
+    """``steps`` sampled steps on ``batches()``: (ids, what the forward is given beside them,
+    the mask the model uses, labels); the findings."""
+    found: list[Finding] = []
+    check = AttentionMasks(found.append, lambda: True)
+    model = _Causal()
+    torch.manual_seed(0)
+    for _ in range(steps):
+        ids, given, mask, labels = batches()
+        check.begin(model, (ids, *given), {})
+        logits = model(ids, mask)
+        check.end()
+        flat, target = logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1)
+        loss = F.cross_entropy(flat, target)
+        check.causal.target(target, loss, -100, flat)
+        check.causal.backward(loss.grad_fn)
+    return found
+
+
+def test_texts_that_end_in_one_of_a_few_tokens_are_ended() -> None:
+    """'.', '?' or '!'; a stop token per speaker: few ids end many texts."""
+    by_pad = lambda ids, mask: ids.masked_fill(mask == 0, -100)  # noqa: E731
+    assert _trained(by_pad, 3 * STEPS, pad=V - 1, ended=False, ends=(3, 4, 5)) == []
+
+
+def test_rows_as_long_as_the_longest_are_not_read_for_their_end() -> None:
+    """Texts of one length padded to a multiple of 8: every row as long as the longest, any of
+    which may have been cut at the length."""
+
+    def fixed() -> tuple[torch.Tensor, ...]:
+        mask = torch.ones(B, T, dtype=torch.long)
+        mask[:, 8:] = 0
+        ids = torch.randint(1, V - 1, (B, T)).masked_fill(mask == 0, V - 1)
+        return ids, (mask,), mask, ids.masked_fill(mask == 0, -100)
+
+    assert _steps(fixed) == []
+
+
+def test_an_id_both_padding_and_a_word_inside_the_texts_still_reads() -> None:
+    """The unknown word's id given as the padding's: targets of it inside the texts teach no
+    end."""
+    unknown = V - 1
+
+    def with_unknowns(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        ids[:, 1] = unknown  # (every text's second word unknown)
+        return ids.masked_fill(mask == 0, -100)
+
+    found = _trained(with_unknowns, STEPS, pad=unknown, ended=False)
+    assert [f.code for f in found] == ["end-token-missing"]
+
+
+def test_token_type_ids_given_before_the_mask_are_not_read_as_it() -> None:
+    """0 on a prompt's first position, 1 elsewhere: one position of 'padding' in every row."""
+
+    def typed() -> tuple[torch.Tensor, ...]:
+        ids, mask = _batch(pad=V - 1, ended=False)
+        types = torch.ones_like(mask)
+        types[:, 0] = 0
+        return ids, (types, mask), mask, ids.masked_fill(mask == 0, -100)
+
+    assert [f.code for f in _steps(typed, STEPS)] == ["end-token-missing"]

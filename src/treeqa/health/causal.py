@@ -355,7 +355,7 @@ class CausalReads:
         ending = [
             count
             for m in ([] if self.ends_said or ids.is_floating_point() else masks)
-            for way in (m, ~m if m.dtype == torch.bool else 1 - m)  # (a key padding mask's too)
+            for way in endings.ways(m)
             for count in endings.counts(
                 ids, (way.t() if time_first else way).to(ids.device), supervised
             )

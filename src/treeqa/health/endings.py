@@ -34,18 +34,37 @@ import torch
 
 from treeqa.health.findings import Finding
 
-COUNTS = 8
+COUNTS = 9
 """Numbers ``counts`` gives: values of the mask other than 0 and 1, unattended positions,
-those of another id than the padding's, rows ending in it, positions whose target is such an
-end, supervised positions whose target is the padding id, attended, anywhere in a row; rows
-with padding, and the most of them whose texts end in one id."""
+those of another id than the padding's (all of them where every row has as much padding), rows
+ending in it, positions whose target is such an end, supervised positions whose target is the
+padding id anywhere in a row, and where it closes a text; rows with padding and a text shorter
+than the longest, and how many ids end them."""
 ROWS = 0.125
 """Share of the rows that must end in the padding id, attended (a corpus of long documents
 truncated to the context ends few of its rows: 3 of 16 in a probe)."""
-PADDED = 4
-"""Rows with padding, at least, for their texts' last ids to be read (``end-token-missing``)."""
+ADDED = -100.0
+"""An additive mask's value at or below which a position is padding (``causal.IGNORED``)."""
+PADDED = 8
+"""Rows with padding and a text shorter than the longest (a row as long as the longest may
+have been cut at the length: padded to a multiple of 8, it has padding too), at least, for
+their texts' last ids to be read (``end-token-missing``): in fewer, a few stop tokens ('.',
+'?' or '!'; one per speaker) end half of them as often as no end token does."""
 SHARED = 0.5
-"""Share of those rows whose texts must end in one id for it to be an end token."""
+"""Ids that end those rows, as a share of them, from which the texts have no end token:
+texts of a corpus end in whatever word they end in, nearly one id a row; texts closed by an end
+token, or by one of a few (a stop token per speaker, '.', '?' or '!', the end token or it and a
+newline), end in few."""
+
+
+def ways(mask: torch.Tensor) -> list[torch.Tensor]:
+    """The ways a tensor given beside ids may mark their tokens: as given (1 or True for a
+    token: a Hugging Face ``attention_mask``), inverted (True for padding: a
+    ``key_padding_mask``), and an additive mask's 0 for a token (-inf, -1e9 for padding)."""
+    if mask.dtype == torch.bool:
+        return [mask, ~mask]
+    found = [mask, 1 - mask]
+    return [*found, mask > ADDED] if mask.is_floating_point() else found
 
 
 def counts(ids: torch.Tensor, mask: torch.Tensor, supervised: torch.Tensor) -> list[torch.Tensor]:
@@ -56,37 +75,47 @@ def counts(ids: torch.Tensor, mask: torch.Tensor, supervised: torch.Tensor) -> l
     padding = ids.masked_fill(attended, torch.iinfo(ids.dtype).min).amax()
     unattended = ~attended
     other = (unattended & (ids != padding)).sum()
+    # padding of one length in every row is no padding to the longest (token type ids, 0 on a
+    # prompt's first position, read as a mask hid the real one)
+    width = unattended.sum(1)  # [B]
+    varied = width.amax() - width.amin()
     after = torch.cat([unattended[:, 1:], torch.ones_like(attended[:, :1])], 1)  # [B, T]
     ends = attended & after & (ids == padding)  # [B, T]: a row's last attended id, the padding's
     before = ends[:, 1:]  # [B, T - 1]: queries whose target is such an end
     # [B, T - 1]: queries trained on the padding id anywhere (a chat's turns ending in it, the
-    # last turn's ignored on purpose, still teach it; an end token the mask hides, its label
-    # kept, too)
+    # last turn's ignored on purpose, still teach it)
     taught = supervised & (ids[:, 1:] == padding)
-    # the last attended id of each row with padding (its text whole, not cut at the length)
-    padded = attended.any(1) & unattended.any(1)  # [B]
+    # ... where it closes a text, the first of the padding (an end token the mask hides, its
+    # label kept): not inside one (an unknown word's id given as the padding's)
+    closing = unattended[:, 1:] & attended[:, :-1]  # [B, T - 1]
+    # the last attended id of each row with padding whose text is shorter than the longest
+    # (whole, not cut at the length), and how many ids end them
+    length = attended.sum(1)  # [B]
+    whole = attended.any(1) & unattended.any(1) & (length < length.amax())  # [B]
     positions = torch.arange(ids.shape[1], device=ids.device)
     last = ids.gather(1, (attended * positions).argmax(1, keepdim=True))[:, 0]  # [B]
-    same = (last[:, None] == last[None, :]) & padded[:, None] & padded[None, :]  # [B, B]
+    same = (last[:, None] == last[None, :]) & whole[:, None] & whole[None, :]  # [B, B]
+    distinct = (whole / same.sum(1).clamp(min=1)).sum()  # sum over rows of 1 / rows sharing
     return [
         odd,
         unattended.sum(),
-        other,
+        other + (varied == 0) * unattended.sum(),  # (no padding to read where not varied)
         ends.any(1).sum(),
         before.sum(),
         taught.sum(),
-        padded.sum(),
-        same.sum(1).amax(),
+        (taught & closing).sum(),
+        whole.sum(),
+        distinct,
     ]
 
 
 def reading(values: list[float], rows: int) -> dict[str, Any] | None:
     """The step's reading from ``counts``' values over ``rows`` rows: None where it says
-    nothing (no padding, or padding of several ids, or a mask of other values); else, where
-    rows end in the padding id, whether that end token was left out of the targets
-    (``end-token-masked``), and where they do not, whether the texts end in no shared id at
-    all (``end-token-missing``): ``code`` and ``found``."""
-    odd, unattended, other, ended, ends, taught, padded, shared = values
+    nothing (no padding, or padding of several ids, or of one length in every row, or a mask
+    of other values); else, where rows end in the padding id, whether that end token was left
+    out of the targets (``end-token-masked``), and where they do not, whether the texts end in
+    ids as many as they are (``end-token-missing``): ``code`` and ``found``."""
+    odd, unattended, other, ended, ends, taught, closing, whole, distinct = values
     if odd or not unattended or other:
         return None
     if ended >= ROWS * rows and ends:
@@ -96,12 +125,12 @@ def reading(values: list[float], rows: int) -> dict[str, Any] | None:
             "rows": int(ended),
             "ends": int(ends),
         }
-    if padded >= PADDED:
+    if whole >= PADDED:
         return {
             "code": "end-token-missing",
-            "found": shared < SHARED * padded and taught == 0,
-            "rows": int(padded),
-            "shared": int(shared),
+            "found": distinct >= SHARED * whole and closing == 0,
+            "rows": int(whole),
+            "shared": round(distinct),
         }
     return None
 
@@ -121,8 +150,8 @@ def end_token_missing(steps: int, judged: int, example: dict[str, Any]) -> Findi
     return Finding(
         "end-token-missing",
         "warning",
-        f"the padded texts end in no common token: of {example['rows']} rows with padding, at "
-        f"most {example['shared']} end in one id, on {steps} of {judged} sampled steps; with no "
+        f"the padded texts end in no common token: {example['rows']} rows with padding end in "
+        f"{example['shared']} different ids, on {steps} of {judged} sampled steps; with no "
         "end-of-text token after each text (a tokenizer that does not append one: Llama's "
         "add_eos_token=False, GPT-2's), or one left out of the attention mask as padding, the "
         "model is never trained to end a text and at generation goes on until its length "
