@@ -209,17 +209,16 @@ def test_rows_as_long_as_the_longest_are_not_read_for_their_end() -> None:
     assert _steps(fixed) == []
 
 
-def test_an_id_both_padding_and_a_word_inside_the_texts_still_reads() -> None:
-    """The unknown word's id given as the padding's: targets of it inside the texts teach no
-    end."""
-    unknown = V - 1
+def test_end_tokens_taught_inside_packed_rows_are_an_end() -> None:
+    """Left-padded rows of packed texts, cut mid-text at the row's end: their last ids vary,
+    but the end tokens between the texts are targets."""
 
-    def with_unknowns(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        ids[:, 1] = unknown  # (every text's second word unknown)
-        return ids.masked_fill(mask == 0, -100)
+    def packed() -> tuple[torch.Tensor, ...]:
+        ids, mask = _batch(left=True, pad=END, ended=False)
+        ids[:, -3] = END  # (a text ends, the next begins, in every row)
+        return ids, (mask,), mask, ids.masked_fill(mask == 0, -100)
 
-    found = _trained(with_unknowns, STEPS, pad=unknown, ended=False)
-    assert [f.code for f in found] == ["end-token-missing"]
+    assert _steps(packed) == []
 
 
 def test_token_type_ids_given_before_the_mask_are_not_read_as_it() -> None:

@@ -14,10 +14,11 @@ every unattended position holds; a row ends in it where its last attended positi
 (the tokenizer's end token, attended, before the padding or at the row's end); and the model
 is never taught the end where no position whose target is that id is supervised (the one
 before each such end, or any other: a chat's turns that end in it, the last turn's left out
-on purpose, still teach it). Where the rows do not end in it, their texts' last ids are read:
-texts that end in no shared id have no end token (``end-token-missing``), unless a target is
-the padding id (an end token that the mask hides, its label kept). A mask is read both ways
-(True for a token, or for padding: ``key_padding_mask``'s). Judged where the loss is the step's, as for
+on purpose, still teach it). Where the rows do not end in it, the last ids of the texts shorter than the
+longest are read: texts that end in as many ids as half their rows have no end token
+(``end-token-missing``), unless a target is the padding id (an end token that the mask hides,
+its label kept; end tokens inside packed rows). A mask is read as given, inverted (True for
+padding: ``key_padding_mask``'s) and, additive, by its 0s (``ways``). Judged where the loss is the step's, as for
 ``targets-shifted-twice`` (a language model's term beside a classifier's, or beside another
 loss that teaches the end, is not). Counted on the device with the step's other
 counts (no host read of its own).
@@ -34,12 +35,12 @@ import torch
 
 from treeqa.health.findings import Finding
 
-COUNTS = 9
+COUNTS = 8
 """Numbers ``counts`` gives: values of the mask other than 0 and 1, unattended positions,
 those of another id than the padding's (all of them where every row has as much padding), rows
 ending in it, positions whose target is such an end, supervised positions whose target is the
-padding id anywhere in a row, and where it closes a text; rows with padding and a text shorter
-than the longest, and how many ids end them."""
+padding id anywhere in a row; rows with padding and a text shorter than the longest, and how
+many ids end them."""
 ROWS = 0.125
 """Share of the rows that must end in the padding id, attended (a corpus of long documents
 truncated to the context ends few of its rows: 3 of 16 in a probe)."""
@@ -83,11 +84,9 @@ def counts(ids: torch.Tensor, mask: torch.Tensor, supervised: torch.Tensor) -> l
     ends = attended & after & (ids == padding)  # [B, T]: a row's last attended id, the padding's
     before = ends[:, 1:]  # [B, T - 1]: queries whose target is such an end
     # [B, T - 1]: queries trained on the padding id anywhere (a chat's turns ending in it, the
-    # last turn's ignored on purpose, still teach it)
+    # last turn's ignored on purpose, still teach it; an end token the mask hides, its label
+    # kept; the end tokens inside packed rows)
     taught = supervised & (ids[:, 1:] == padding)
-    # ... where it closes a text, the first of the padding (an end token the mask hides, its
-    # label kept): not inside one (an unknown word's id given as the padding's)
-    closing = unattended[:, 1:] & attended[:, :-1]  # [B, T - 1]
     # the last attended id of each row with padding whose text is shorter than the longest
     # (whole, not cut at the length), and how many ids end them
     length = attended.sum(1)  # [B]
@@ -103,7 +102,6 @@ def counts(ids: torch.Tensor, mask: torch.Tensor, supervised: torch.Tensor) -> l
         ends.any(1).sum(),
         before.sum(),
         taught.sum(),
-        (taught & closing).sum(),
         whole.sum(),
         distinct,
     ]
@@ -115,7 +113,7 @@ def reading(values: list[float], rows: int) -> dict[str, Any] | None:
     of other values); else, where rows end in the padding id, whether that end token was left
     out of the targets (``end-token-masked``), and where they do not, whether the texts end in
     ids as many as they are (``end-token-missing``): ``code`` and ``found``."""
-    odd, unattended, other, ended, ends, taught, closing, whole, distinct = values
+    odd, unattended, other, ended, ends, taught, whole, distinct = values
     if odd or not unattended or other:
         return None
     if ended >= ROWS * rows and ends:
@@ -128,7 +126,7 @@ def reading(values: list[float], rows: int) -> dict[str, Any] | None:
     if whole >= PADDED:
         return {
             "code": "end-token-missing",
-            "found": distinct >= SHARED * whole and closing == 0,
+            "found": distinct >= SHARED * whole and taught == 0,
             "rows": int(whole),
             "shared": round(distinct),
         }
