@@ -182,8 +182,9 @@ class Loaders:
         self, target: Any, loss: Any = None, ignore_index: Any = -100, input: Any = None
     ) -> None:
         """A classification loss got ``target`` (and made ``loss`` of ``input``, with
-        ``ignore_index``: not read): while the newest loader does not shuffle, on the first steps of its pass, note
-        whether it is all one class (with gradients on: a training loss)."""
+        ``ignore_index``: not read): while the newest loader does not shuffle, on the first
+        steps of its pass, note whether it is all one class (with gradients on: a training
+        loss)."""
         if not self.unshuffled or self.labelled >= SORTED_STEPS or not torch.is_grad_enabled():
             return
         # Bounded without the doctor's end_step too (a Lightning run reads a few and stops).

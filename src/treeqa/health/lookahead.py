@@ -113,13 +113,13 @@ def sees_ahead(
     t = queries + 1
     row = int(supervised.sum(1).argmax())
     positions = supervised[row].nonzero().flatten().tolist()
-    even = [q for q in positions if q % 2 == 0] or positions
-    picked = (
-        [(row, min(even, key=lambda q: abs(q - positions[len(positions) // 2])))] if even else []
-    )
-    weights = _weights(logits, b, t, picked, time_first)
+    if not positions:
+        return None
+    middle = positions[len(positions) // 2]
+    p = min([q for q in positions if q % 2 == 0] or positions, key=lambda q: abs(q - middle))
+    weights = _weights(logits, b, t, row, p, time_first)
     outputs = [out for out, _ in looked_up]
-    if not picked or weights is None or not all(out.requires_grad for out in outputs):
+    if weights is None or not all(out.requires_grad for out in outputs):
         return None
     try:
         grads = _GRAD(logits, outputs, weights, retain_graph=True, allow_unused=True)
@@ -132,30 +132,24 @@ def sees_ahead(
     ]
     if not norms or any(n.shape != (b, t) for n in norms):
         return None
-    norm = torch.stack(norms).square().sum(0).sqrt()  # [B, T]
-    zero = torch.zeros((), device=norm.device)
-    read = []
-    for row, p in picked:  # own (the most up to p), next, the most after p, the median after
-        later = norm[row, p + 1 :]
-        far = later[1:].median() if len(later) > 2 else zero
-        read.append(torch.stack([norm[row, : p + 1].max(), later[0], later.max(), far]))
-    values = torch.stack(read).tolist()  # [rows, 4]
-    if any(own <= 0 for own, *_ in values):
+    norm = torch.stack(norms).square().sum(0).sqrt()[row]  # [T]
+    later = norm[p + 1 :]
+    far = later[1:].median() if len(later) > 2 else torch.zeros((), device=norm.device)
+    own, nxt, most, far_ = torch.stack([norm[: p + 1].max(), later[0], later.max(), far]).tolist()
+    if own <= 0:
         return None
-    ahead = [nxt / own for own, nxt, _, far in values if nxt >= max(AHEAD * own, STANDS_OUT * far)]
-    if ahead:
-        return True, max(ahead)
-    if all(most <= CAUSAL * own for own, _, most, _ in values):
+    if nxt >= max(AHEAD * own, STANDS_OUT * far_):
+        return True, nxt / own
+    if most <= CAUSAL * own:
         return False, 0.0
     return None
 
 
 def _weights(
-    logits: torch.Tensor, b: int, t: int, picked: list[tuple[int, int]], time_first: bool
+    logits: torch.Tensor, b: int, t: int, row: int, p: int, time_first: bool
 ) -> torch.Tensor | None:
-    """The gradient's weights on ``logits``: a fixed random vector over the classes at each
-    (row, position p) ``picked``, 0 elsewhere; None where the layout is not one of the
-    module's."""
+    """The gradient's weights on ``logits``: a fixed random vector over the classes at (row,
+    position p), 0 elsewhere; None where the layout is not one of the module's."""
     if not logits.is_floating_point() or not logits.requires_grad:
         return None
     weights = torch.zeros_like(logits)
@@ -163,17 +157,16 @@ def _weights(
     for length in (t, t - 1):  # targets of every position, or of all but the last
         if n != b * length:
             continue
+        at: tuple[int | slice, ...]
+        if logits.dim() == 2:
+            at = (p * b + row,) if time_first else (row * length + p,)
+        elif logits.dim() == 3 and logits.shape[::2] == (
+            (length, b) if time_first else (b, length)
+        ):
+            at = (p, slice(None), row) if time_first else (row, slice(None), p)
+        else:
+            return None
         drawn = torch.randn(logits.shape[1], generator=torch.Generator().manual_seed(0))
-        for row, p in picked:
-            at: tuple[int | slice, ...]
-            if logits.dim() == 2:
-                at = (p * b + row,) if time_first else (row * length + p,)
-            elif logits.dim() == 3 and logits.shape[::2] == (
-                (length, b) if time_first else (b, length)
-            ):
-                at = (p, slice(None), row) if time_first else (row, slice(None), p)
-            else:
-                return None
-            weights[at] = drawn.to(weights.dtype)
+        weights[at] = drawn.to(weights.dtype)
         return weights
     return None

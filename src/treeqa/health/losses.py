@@ -69,9 +69,10 @@ head's average is within about 0.15 of 0 there."""
 class LossInputCheck:
     """``active()``: look at this call (a sampled step, not eval); ``at_init()``: no step done
     yet; ``targets``: given the target of every ``cross_entropy`` and ``nll_loss`` call, the loss
-    it made, its ``ignore_index`` and its input (the loaders' ``note_target``, which returns at once unless
-    it needs it; more in ``.targets``); ``.backwards``: given the autograd node of each sampled step's backward loss,
-    constant factors walked back (``loss_inputs.unscaled``)."""
+    it made, its ``ignore_index`` and its input (the loaders' ``note_target``, which returns at
+    once unless it needs it; more in ``.targets``); ``.backwards``: given the autograd node of
+    each sampled step's backward loss, constant factors walked back
+    (``loss_inputs.unscaled``)."""
 
     def __init__(
         self,

@@ -83,12 +83,9 @@ class AttentionMasks:
     def begin(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
         """A trained ``model``'s forward on a sampled step, given ``args`` and ``kwargs``."""
         self.end()  # (a forward that raised left its wrappers)
-        inputs = list(_tensors((*args, *(kwargs or {}).values())))[:CANDIDATES]
-        self.causal.forward(
-            model,
-            [x for x in inputs if x.dim() == 2],
-            list(_beside((*args, *(kwargs or {}).values()))),
-        )
+        given = list(_given((*args, *(kwargs or {}).values())))
+        inputs = list(_tensors(given))[:CANDIDATES]
+        self.causal.forward(model, [x for x in inputs if x.dim() == 2], list(_beside(given)))
         self.inputs = [] if self.said else inputs
         if not self.inputs and not self.causal.ids:
             return
@@ -189,19 +186,19 @@ def _given(values: Any, depth: int = 0) -> Iterator[torch.Tensor]:
             yield from _given(value.values(), depth + 1)
 
 
-def _tensors(values: Any) -> Iterator[torch.Tensor]:
-    """The [B, S] integer and [B, S, F] floating tensors among a forward's arguments."""
-    for value in _given(values):
+def _tensors(given: list[torch.Tensor]) -> Iterator[torch.Tensor]:
+    """The [B, S] integer and [B, S, F] floating tensors among a forward's (``_given``)."""
+    for value in given:
         if value.dim() == 2 and not value.is_floating_point() and value.dtype != torch.bool:
             yield value
         elif value.dim() == 3 and value.is_floating_point():
             yield value
 
 
-def _beside(values: Any) -> Iterator[torch.Tensor]:
+def _beside(given: list[torch.Tensor]) -> Iterator[torch.Tensor]:
     """The boolean or floating [B, S] tensors and the [B, 1, 1, S] ones among a forward's
-    arguments, which may be the mask of [B, S] ids beside them."""
-    for value in _given(values):
+    (``_given``), which may be the mask of [B, S] ids beside them."""
+    for value in given:
         flat = value.dim() == 2 and (value.is_floating_point() or value.dtype == torch.bool)
         if flat or (value.dim() == 4 and value.shape[1:3] == (1, 1)):
             yield value
