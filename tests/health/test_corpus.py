@@ -39,6 +39,8 @@ EXPECTED = {
     "bug_best_weights_by_reference.py": "weights-not-loaded",  # its own tensors loaded back
     "bug_sampler_class_weights.py": "sampler-weights-short",
     "bug_packed_lengths_sorted_apart.py": "packed-lengths-mismatch",
+    "bug_rnn_state_after_padding.py": "rnn-state-after-padding",
+    "bug_rnn_unpacked_output_last.py": "rnn-state-after-padding",
     "bug_kfold_model_reused.py": "evaluation-data-trained-on",
     "bug_dice_on_logits.py": "dice-on-logits",
     "bug_attention_mask_inverted.py": "attention-mask-inverted",
@@ -251,6 +253,7 @@ CLEAN = [
     "clean_overlap_losses.py",  # Dice, IoU, V-Net, Tversky over probabilities; a weighted mean
     "clean_packed_sequences.py",  # sorted, unsorted, an EOS counted, a position signal, ...
     "clean_rnn_layouts.py",  # [T, B, F] to a time-first GRU, batch_first=True, packed
+    "clean_rnn_padding_read.py",  # packed, gathered at the last word, padded at the start, ...
     "clean_images.py",  # scaled outside or inside the model, a 0/1 mask; convs are info
     "clean_optimiser_wrapper.py",  # Lookahead, plain SGD made each step, Adam each epoch
     "clean_two_runs.py",  # a second model and optimiser: its steps are counted too

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from treeqa.health import checks, findings, loss_levels, report, sites, timing, wrap
+from treeqa.health.final_states import FinalStates
 from treeqa.health.findings import Finding
 from treeqa.health.heap import heap_mb
 from treeqa.health.loaders import Loaders
@@ -297,6 +298,9 @@ class HealthMonitor(Callback):
         self._rms: dict[str, torch.Tensor] = {}
         self._kinds: dict[str, tuple[Any, ...]] = {}  # of the modules numbered in a stack
         self.inputs = ModelInputs(self.add)  # raw pixels, RNN layouts, dims reordered by view
+        self.finals = FinalStates(
+            self.add, self.safely, lambda: self.sampling and not self.paused
+        )  # recurrent layers' final states after padding
         self.packing = PackedLengths(self.add, lambda: self.sampling and not self.paused)
         self._unused: set[str] | None = None  # no gradient in the first sampled steps
         self._unused_params: list[tuple[str, nn.Parameter]] = []  # and since then, to check
@@ -401,6 +405,7 @@ class HealthMonitor(Callback):
         self.loaders.install()
         self.scalers.install()
         self.packing.install()
+        self.finals.install()
 
     def uninstall(self) -> None:
         """Take off every hook and wrapper of this monitor (again: a no-op)."""
@@ -409,6 +414,7 @@ class HealthMonitor(Callback):
         self.loaders.uninstall()
         self.scalers.uninstall()
         self.packing.uninstall()
+        self.finals.uninstall()
 
     def begin_step(self) -> None:
         """Call when the step's compute starts (after its batch is ready). Its own time (a
@@ -430,6 +436,7 @@ class HealthMonitor(Callback):
         if self.sampling and hooks:
             self._rms, self._kinds = {}, {}
             self.inputs.begin_step()
+            self.finals.begin_step()
             # Through ``safely``: an output a hook cannot read is the monitor's failure, said in
             # one line, never the script's.
             hook = functools.partial(self.safely, self._rms_hook)
@@ -761,6 +768,7 @@ class HealthMonitor(Callback):
         if name is None:
             return
         self.inputs.note(name, module, inputs, output)
+        self.finals.note(name, module, inputs, output)
         if name not in self._rms and checks.dense(output) and output.is_floating_point():
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
             if name[-1:].isdigit():  # a member of a stack (blocks.3): what it is, for the check
@@ -772,6 +780,7 @@ class HealthMonitor(Callback):
             if self._anomaly == 2:  # on for more than a first step or two under watch
                 self.add(checks.anomaly_detection_on(s))
         self.inputs.judge(self.loaders.batch_size)
+        self.finals.judge(s)
         if self._rms:
             names = list(self._rms)
             values = torch.stack(

@@ -109,6 +109,18 @@ class PackedLengths:
 def padding_ids_start(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
     """[B] where each row's padding ids start, where ``x`` is an Embedding's output with a
     ``padding_idx`` (dropout between), read off the ids its autograd node saved; else None."""
+    ids, pad = embedded_ids(x) or (None, None)
+    if ids is None or pad is None:
+        return None
+    ids = ids if batch_first else ids.t()
+    run = trailing(ids == pad)  # [B]: padding ids at the row's end
+    return (ids.shape[1] - run).cpu()
+
+
+def embedded_ids(x: torch.Tensor) -> tuple[torch.Tensor, int | None] | None:
+    """(the ids, the ``padding_idx`` or None) where ``x`` is an Embedding's output with the ids'
+    shape and a feature dim (dropout or a constant factor between), read off the ids its
+    autograd node saved; else None."""
     node: Any = x.grad_fn
     for _ in range(3):
         name = type(node).__name__
@@ -122,11 +134,9 @@ def padding_ids_start(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None
         ids, pad = node._saved_indices, int(node._saved_padding_idx)
     except (AttributeError, RuntimeError):  # not an Embedding's, freed, another torch's names
         return None
-    if not 0 <= pad < 2**63 or ids.shape != x.shape[:2]:
+    if ids.shape != x.shape[:-1]:
         return None
-    ids = ids if batch_first else ids.t()
-    run = _trailing(ids == pad)  # [B]: padding ids at the row's end
-    return (ids.shape[1] - run).cpu()
+    return ids, pad if 0 <= pad < 2**63 else None
 
 
 def padding_starts(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
@@ -151,12 +161,12 @@ def padding_runs(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     the longest run of one vector at its end gives it), and each row's run of it at its end,
     [B] (0 for rows that end in another). No host read."""
     last = rows[:, -1]  # [B, F]
-    run = _trailing((rows == last[:, None]).all(-1))  # [B]: the row's last vector, at its end
+    run = trailing((rows == last[:, None]).all(-1))  # [B]: the row's last vector, at its end
     pad = last[run.argmax()]  # [F]
     return torch.where((last == pad).all(-1), run, 0), pad
 
 
-def _trailing(mask: torch.Tensor) -> torch.Tensor:
+def trailing(mask: torch.Tensor) -> torch.Tensor:
     """[B]: how many of each row's last entries of ``mask`` [B, T] are True in a row."""
     return mask.flip(1).int().cumprod(1).sum(1)
 
