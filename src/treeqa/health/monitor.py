@@ -42,6 +42,7 @@ from treeqa.health.losses import LossInputCheck
 from treeqa.health.model_inputs import ModelInputs
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.packing import PackedLengths
+from treeqa.health.positions import PositionTables
 from treeqa.health.profile import ProfileWindow
 from treeqa.health.readings import LossReadings
 from treeqa.health.retention import Retention
@@ -301,6 +302,7 @@ class HealthMonitor(Callback):
         self.finals = FinalStates(
             self.add, self.safely, lambda: self.sampling and not self.paused
         )  # recurrent layers' final states after padding
+        self.positions = PositionTables(self.add)  # a position table added by the batch's dim
         self.packing = PackedLengths(self.add, lambda: self.sampling and not self.paused)
         self._unused: set[str] | None = None  # no gradient in the first sampled steps
         self._unused_params: list[tuple[str, nn.Parameter]] = []  # and since then, to check
@@ -371,6 +373,7 @@ class HealthMonitor(Callback):
         self.names = checks.module_names(self.models)
         modules = self._modules()
         self.loss_check.watch(modules)
+        self.positions.watch(modules)
         # A dense 2-D conv over embedded text (the QANet report's 2-D character CNN), which a
         # 1-D depthwise-separable one replaces. An image CNN's convolutions dominating is how
         # it should look, a diffusion model's with a timestep Embedding too.
@@ -437,6 +440,7 @@ class HealthMonitor(Callback):
             self._rms, self._kinds = {}, {}
             self.inputs.begin_step()
             self.finals.begin_step()
+            self.positions.begin_step()
             # Through ``safely``: an output a hook cannot read is the monitor's failure, said in
             # one line, never the script's.
             hook = functools.partial(self.safely, self._rms_hook)
@@ -769,6 +773,7 @@ class HealthMonitor(Callback):
             return
         self.inputs.note(name, module, inputs, output)
         self.finals.note(name, module, inputs, output)
+        self.positions.note(name, module, inputs, output)
         if name not in self._rms and checks.dense(output) and output.is_floating_point():
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
             if name[-1:].isdigit():  # a member of a stack (blocks.3): what it is, for the check
@@ -781,6 +786,7 @@ class HealthMonitor(Callback):
                 self.add(checks.anomaly_detection_on(s))
         self.inputs.judge(self.loaders.batch_size)
         self.finals.judge(s)
+        self.positions.judge(self.loaders.batch_size)
         if self._rms:
             names = list(self._rms)
             values = torch.stack(
