@@ -27,7 +27,7 @@ def _rows(
     start with ``left``), and their lengths [B]."""
     lengths = torch.randint(shortest, T + 1, (B,))
     lengths[0] = shortest  # (at least one padded row)
-    ids = torch.randint(1, V, (B, T))
+    ids = torch.randint(1, V - 1, (B, T))  # (V - 1: the padding of an Embedding without one)
     at = torch.arange(T)[None]
     inside = at >= T - lengths[:, None] if left else at < lengths[:, None]
     return torch.where(inside, ids, pad), lengths
@@ -125,8 +125,14 @@ def test_padding_is_read_off_ids_or_off_a_repeated_vector() -> None:
     series[0, 2:] = 0.0
     series[1, 3:] = 0.0
     assert row_ends(series, batch_first=True).tolist() == [2, 3, 4]
-    assert row_ends(series[..., :2], batch_first=True) is None  # few features: its own zeros?
+    assert row_ends(series[..., :1], batch_first=True).tolist() == [2, 3, 4]  # one feature
     assert row_ends(torch.randn(3, 4, 5), batch_first=True) is None  # no padding
+    # a value the rows end in a run of, found before their ends too, is data: a word of a
+    # small vocabulary, a series' zeros
+    bits = torch.tensor([[0, 1, 1, 1], [1, 0, 1, 1], [0, 0, 1, 0]])
+    assert row_ends(nn.Embedding(2, 4)(bits), batch_first=True) is None
+    series[2, 0] = 0.0
+    assert row_ends(series, batch_first=True) is None
 
 
 def test_a_batch_with_few_padded_rows_is_not_judged() -> None:
@@ -159,3 +165,16 @@ def _unpacked_findings(read: Read) -> list[str]:
 def test_pad_packed_sequences_output_read_at_its_last_position_is_named() -> None:
     assert _unpacked_findings(_last_output) == ["rnn-state-after-padding"]  # zeros, for most
     assert _unpacked_findings(_output_at_last_word) == []
+
+
+def test_ids_are_read_through_layers_that_keep_each_position_where_it_was() -> None:
+    ids = torch.tensor([[3, 4, 0, 0], [5, 6, 7, 0], [1, 2, 3, 4]])  # 0 pads, nowhere else
+    words, positions = nn.Embedding(8, 4), nn.Embedding(4, 4)
+    assert row_ends(words(ids) + positions(torch.arange(4)), True).tolist() == [2, 3, 4]
+    projected = torch.relu(nn.Linear(4, 4)(F.dropout(words(ids), 0.5)))
+    assert row_ends(projected, True).tolist() == [2, 3, 4]
+    below = nn.LSTM(4, 4, batch_first=True)(words(ids))[0]  # a second layer's input
+    assert row_ends(below, True).tolist() == [2, 3, 4]
+    assert row_ends(words(ids).transpose(0, 1), False).tolist() == [2, 3, 4]
+    # rows flipped: their padding comes first, and their last position is a word
+    assert row_ends(words(ids).flip(1), True) is None

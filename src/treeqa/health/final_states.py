@@ -7,18 +7,22 @@ T - length padding steps, not after its last word. A label read off it must be c
 through all of them (the probe's LSTM, a label token anywhere in rows of 5 to 60, stayed at
 0.28 accuracy over 400 steps where packed rows reached 0.98; a GRU 0.51 against 1.00). The
 backward half of a bidirectional layer starts in the padding, and its output at the last
-position has read padding only.
+position has read padding only. Rows packed, then padded again by ``pad_packed_sequence`` and
+read at the last position, read its zeros.
 
-On sampled steps, a recurrent layer given a batch whose rows end in padding (an Embedding's
-output: the ids its node saved, its ``padding_idx`` or the id the padded rows end in a run of;
-else a vector repeated to the row's end, over 4 features or more) has gradient hooks put on its
-output and final states. In the backward each row's squared gradient is summed: at the final
-states (the forward directions' ``h_n`` and ``c_n``, and the output at the last position) and
-in all. Rows with 2 padding positions or more, an eighth of the batch or more, whose final
-states get a quarter of their gradient or more make the step count; 3 sampled steps in a row
-make the finding. A packed batch is not judged, nor rows padded at their start (read off
-the last state as they should be), and a row whose output is read at its own last word, or
-pooled under a mask, leaves its padding no gradient.
+On sampled steps, a recurrent layer given a batch whose rows end in padding has gradient hooks
+put on its output and final states, and so has ``pad_packed_sequence``'s output (wrapped for
+the run; its rows' padding starts at their lengths). The padding is read off the ids of the
+Embedding the input was made from (``packing.embedded_ids``): its ``padding_idx``; without one,
+the id the padded rows end in a run of, found nowhere else in the batch. Else off the vector so
+repeated at the rows' ends, found nowhere else either: a small vocabulary's word, a series'
+zeros or a sensor's ceiling found before a row's end too are data. In the backward each row's
+squared gradient is summed: at the final states (the forward directions' ``h_n`` and ``c_n``,
+and the output at the last position) and in all. Rows with 2 padding positions or more, an
+eighth of the batch or more, whose final states get a quarter of their gradient or more make
+the step count; 3 sampled steps in a row make the finding. A packed batch is not judged, nor
+rows padded at their start (read off the last state as they should be), and a row whose
+output is read at its own last word, or pooled under a mask, leaves its padding no gradient.
 """
 
 from __future__ import annotations
@@ -33,13 +37,7 @@ from torch.nn.utils import rnn
 
 from treeqa.health import sites
 from treeqa.health.findings import Finding
-from treeqa.health.packing import (
-    FEATURES,
-    embedded_ids,
-    padding_runs,
-    padding_starts,
-    trailing,
-)
+from treeqa.health.packing import embedded_ids, padding_runs, trailing
 from treeqa.health.wrap import Wrappers, note_function_results
 
 CALLS = 4
@@ -195,22 +193,31 @@ def _share(reading: Reading) -> torch.Tensor:
 
 def row_ends(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
     """[B] on the host, where each row of ``x`` ([B, T, F] batch first, else [T, B, F]) starts
-    its padding at its end (T for a row that ends in none), or None where no padding shows:
-    read off the ids of an Embedding's output, else off a vector repeated to the rows' ends.
-    One host read."""
+    its padding at its end (T for a row that ends in none), or None where no padding shows.
+    Read off the ids of an Embedding's output: its ``padding_idx``'s run at each row's end;
+    without one, the id that the rows end in a run of (the row with the longest run gives it)
+    where it is found nowhere else in any row. Else off the vector so repeated at the rows'
+    ends, found nowhere else either (a small vocabulary's word, a series' zeros or a sensor's
+    ceiling that come before its end too are data). One host read."""
     embedded = embedded_ids(x)
+    rows = x if batch_first else x.transpose(0, 1)  # [B, T, F]
     if embedded is not None:
-        ids, pad = embedded
-        rows = ids if batch_first else ids.t()  # [B, T]
-        run = padding_runs(rows[..., None])[0] if pad is None else trailing(rows == pad)
-        return (rows.shape[1] - run).cpu()
-    if x.shape[-1] < FEATURES:
-        return None  # a series of few values may end in its own zeros
-    starts = padding_starts(x, batch_first)
-    if starts is None:
+        ids, padding_idx = embedded
+        rows = (ids if batch_first else ids.t())[..., None]  # [B, T, 1]
+        if padding_idx is not None:
+            return (rows.shape[1] - trailing(rows[..., 0] == padding_idx)).cpu()
+    b, t = rows.shape[:2]
+    if b < 2 or t < 3:
         return None
-    t = x.shape[1 if batch_first else 0]
-    return torch.where(starts >= 0, starts, t)
+    rows = rows.detach().reshape(b, t, -1)
+    run, pad = padding_runs(rows)  # [B], [F]
+    starts = t - run
+    inside = (rows == pad).all(-1) & (torch.arange(t, device=rows.device) < starts[:, None])
+    padded = (run > 0).sum()
+    read = torch.stack([run.max(), padded, inside.any().long()]).tolist()
+    if read[0] < 2 or read[1] < 2 or read[2]:
+        return None
+    return starts.cpu()
 
 
 def rnn_state_after_padding(reading: Reading, share: float, step: int, steps: int) -> Finding:
@@ -219,22 +226,24 @@ def rnn_state_after_padding(reading: Reading, share: float, step: int, steps: in
     starts = reading.starts
     padded = starts <= reading.length - PADDED
     shortest = int(starts[padded].min()) if bool(padded.any()) else reading.length
-    rows = f"{int(padded.sum())} of {starts.numel()} rows at step {step}, the shortest {shortest}"
+    rows = (
+        f"from step {step}: {int(padded.sum())} of {starts.numel()} rows padded, the shortest "
+        f"{shortest} of {reading.length} positions"
+    )
     if reading.unpacked:
         said = (
-            f"the output of pad_packed_sequence is read at its last position ({rows} of "
-            f"{reading.length} positions; {share:.0%} of the gradient that reaches those rows is "
-            f"there, {steps} sampled steps in a row): for a row shorter than the longest that "
+            "the output of pad_packed_sequence is read at its last position: "
+            f"{share:.0%} of the gradient that reaches its padded rows is there, on {steps} "
+            f"sampled steps in a row ({rows}); for a row shorter than the longest that "
             "position is padding, filled with zeros, so the loss reads nothing of its words"
         )
     else:
         said = (
-            f"{reading.layer} is given rows padded at their end as a plain tensor ({rows} of "
-            f"{reading.length} positions), and {share:.0%} of the gradient that reaches those "
-            f"rows is at its final state (h_n, or its output at the last position; {steps} "
-            "sampled steps in a row): for a padded row that is the state after its padding, "
-            "not after its last word, so what the loss reads must be carried through every "
-            "padding step"
+            f"{reading.layer} is given rows padded at their end as a plain tensor, not packed, "
+            f"and {share:.0%} of the gradient that reaches those rows is at its final state "
+            f"(h_n, or its output at the last position), on {steps} sampled steps in a row "
+            f"({rows}): for a padded row that is the state after its padding, not after its "
+            "last word, so what the loss reads must be carried through every padding step"
         )
     found = Finding(
         "rnn-state-after-padding",

@@ -15,7 +15,8 @@ counts, digital silence at a clip's end, a poly-A tail as long as the padding), 
 by repeating their own last vector. Lengths sorted on their own to satisfy
 ``enforce_sorted=True``, while the rows keep their order, or taken from another batch, make
 rows of both kinds in one call: that is what counts. Where the input is an Embedding's output
-with a ``padding_idx`` (dropout between), the padding is read off the ids its autograd node
+with a ``padding_idx`` (or made from one by layers that keep each position where it was:
+dropout, a position signal, a Linear), the padding is read off the ids its autograd node
 saved, exactly: rows read past their padding ids count alone (lengths counted before tokens
 were filtered out).
 
@@ -108,7 +109,7 @@ class PackedLengths:
 
 def padding_ids_start(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
     """[B] where each row's padding ids start, where ``x`` is an Embedding's output with a
-    ``padding_idx`` (dropout between), read off the ids its autograd node saved; else None."""
+    ``padding_idx`` (``embedded_ids``), read off the ids its autograd node saved; else None."""
     ids, pad = embedded_ids(x) or (None, None)
     if ids is None or pad is None:
         return None
@@ -118,24 +119,78 @@ def padding_ids_start(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None
 
 
 def embedded_ids(x: torch.Tensor) -> tuple[torch.Tensor, int | None] | None:
-    """(the ids, the ``padding_idx`` or None) where ``x`` is an Embedding's output with the ids'
-    shape and a feature dim (dropout or a constant factor between), read off the ids its
-    autograd node saved; else None."""
-    node: Any = x.grad_fn
-    for _ in range(3):
+    """(the ids, laid out as ``x``'s first dims, and the ``padding_idx`` or None) where ``x``
+    [B, T, F] (or [T, B, F]) was made from an Embedding's output by operations that keep each
+    position where it was (dropout, a scale, a sum with a position signal, a Linear, an
+    activation, a layer norm, a cast, a transpose, a convolution over time, a recurrent layer:
+    see ``ALIGNED``), read off the ids its autograd node saved; else None. Of several such
+    Embeddings, the nearest with a ``padding_idx``, else the nearest whose rows are not all
+    alike (position ids)."""
+    found: list[tuple[torch.Tensor, int | None]] = []
+    queue: list[Any] = [x.grad_fn]
+    seen: set[Any] = set()
+    while queue and len(seen) < NODES:
+        node: Any = queue.pop(0)
+        if node is None or node in seen:
+            continue
+        seen.add(node)
         name = type(node).__name__
-        if node is None or name == "EmbeddingBackward0":
-            break
-        inputs = [n for n, _ in node.next_functions if n is not None]
-        if len(inputs) != 1 or name not in ("NativeDropoutBackward0", "MulBackward0"):
-            return None
-        node = inputs[0]
+        if name == "EmbeddingBackward0":
+            read = _saved_ids(node, x.shape[:-1])
+            if read is not None:
+                found.append(read)
+        elif name.startswith(ALIGNED) or any(n in name for n in RECURRENT):
+            queue += [n for n, _ in node.next_functions]
+    padded = [f for f in found if f[1] is not None]
+    if padded:
+        return padded[0]
+    for ids, pad in found:
+        if ids.shape[0] > 1 and not bool((ids == ids[:1]).all()):
+            return ids, pad
+    return None
+
+
+NODES = 64
+"""Autograd nodes looked through for the Embedding an input was made from, at most."""
+ALIGNED = (
+    "NativeDropout",
+    "Mul",
+    "Div",
+    "Add",
+    "Sub",
+    "View",
+    "UnsafeView",
+    "Addmm",
+    "Mm",
+    "Transpose",
+    "Permute",
+    "Relu",
+    "Tanh",
+    "Sigmoid",
+    "Gelu",
+    "Silu",
+    "NativeLayerNorm",
+    "ToCopy",
+    "Clone",
+    "Convolution",
+)
+"""Autograd nodes (their names' starts) of operations that keep each position of a sequence
+where it was."""
+RECURRENT = ("Rnn", "Lstm", "Gru")
+"""Parts of the names of recurrent layers' autograd nodes (``MkldnnRnnLayerBackward0``,
+``CudnnRnnBackward0``)."""
+
+
+def _saved_ids(node: Any, shape: torch.Size) -> tuple[torch.Tensor, int | None] | None:
+    """(ids, ``padding_idx`` or None) an Embedding's node saved, laid out as ``shape``."""
     try:
         ids, pad = node._saved_indices, int(node._saved_padding_idx)
-    except (AttributeError, RuntimeError):  # not an Embedding's, freed, another torch's names
+    except (AttributeError, RuntimeError):  # freed, another torch's names
         return None
-    if ids.shape != x.shape[:-1]:
-        return None
+    if ids.shape != shape:
+        if ids.dim() != 2 or ids.shape[::-1] != shape:
+            return None
+        ids = ids.t()  # made time first after the Embedding
     return ids, pad if 0 <= pad < 2**63 else None
 
 
