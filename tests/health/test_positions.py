@@ -42,21 +42,25 @@ def _codes(
     batch_first: bool | None,
     batch_size: int | None = None,
     steps: int = STEPS,
+    transposed: bool = False,
+    drawing: bool = True,
 ) -> list[str]:
-    """``steps`` sampled steps of ``module`` on inputs of ``shape``, in a model whose attention
-    is ``batch_first`` (None: no attention layer), beside a DataLoader of ``batch_size``."""
+    """``steps`` sampled steps of ``module`` on inputs of ``shape``, its output given to an
+    attention layer that is ``batch_first`` (None: none; ``transposed``: after a transpose),
+    a DataLoader of ``batch_size`` drawing a batch each step (or none, unless ``drawing``)."""
     torch.manual_seed(0)
     found: list[Finding] = []
     check = PositionTables(found.append)
-    modules = [module]
-    if batch_first is not None:
-        modules.append(nn.MultiheadAttention(D, 2, batch_first=batch_first))
-    check.watch(modules)
-    module.register_forward_hook(lambda m, args, out: check.note("position", m, args, out))
-    for _ in range(steps):
+    attention = nn.MultiheadAttention(D, 2, batch_first=bool(batch_first))
+    for layer in (module, attention):
+        layer.register_forward_hook(lambda m, args, out: check.note("layer", m, args, out))
+    for step in range(steps):
         check.begin_step()
-        module(torch.randn(shape))
-        check.judge(batch_size)
+        h = module(torch.randn(shape))
+        if batch_first is not None:
+            h = h.transpose(0, 1) if transposed else h
+            attention(h, h, h)
+        check.judge(batch_size, (0, step if drawing else 0))
     return [f.code for f in found]
 
 
@@ -67,6 +71,8 @@ def test_the_tutorials_table_given_batch_first_input_is_named() -> None:
     assert _codes(Tutorial(p=0.0), (B, T, D), True) == ["position-signal-by-batch"]
     # no attention layer to tell: the DataLoader's batch size is dim 0's
     assert _codes(Tutorial(), (B, T, D), None, batch_size=B) == ["position-signal-by-batch"]
+    # (a loader that drew no batch for these steps, a validation loader, tells nothing)
+    assert _codes(Tutorial(), (B, T, D), None, batch_size=B, drawing=False) == []
 
 
 def test_tables_laid_along_the_positions_are_not() -> None:
@@ -74,6 +80,8 @@ def test_tables_laid_along_the_positions_are_not() -> None:
     assert _codes(Tutorial("transposed"), (B, T, D), batch_first=True) == []
     assert _codes(Tutorial(), (T, B, D), None, batch_size=B) == []
     assert _codes(Tutorial(), (B, T, D), None) == []  # which dim is the batch's: unknown
+    # batch-first input made time first for the attention, by a transpose after the table
+    assert _codes(Tutorial(), (T, B, D), batch_first=True, transposed=True) == []
     assert _codes(Tutorial(), (B, 1, D), True) == []  # one position: nothing to tell apart
 
 
@@ -83,3 +91,18 @@ def test_a_table_whose_rows_are_not_what_was_added_is_not_read() -> None:
             return x + self.pe[torch.arange(1, x.size(0) + 1)]
 
     assert _codes(Gathered(), (B, T, D), batch_first=True) == []
+
+
+def test_tables_of_the_batchs_rows_or_of_rows_all_alike_are_not_judged() -> None:
+    class Offsets(nn.Module):  # a learned offset for each of the B series, the batch's rows
+        def __init__(self):
+            super().__init__()
+            self.offset = nn.Parameter(torch.randn(B, 1, D))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.offset
+
+    assert _codes(Offsets(), (B, T, D), batch_first=True) == []
+    silent = Tutorial(p=0.0)  # no position signal at all: a table of zeros
+    silent.pe.zero_()
+    assert _codes(silent, (B, T, D), batch_first=True) == []

@@ -373,7 +373,6 @@ class HealthMonitor(Callback):
         self.names = checks.module_names(self.models)
         modules = self._modules()
         self.loss_check.watch(modules)
-        self.positions.watch(modules)
         # A dense 2-D conv over embedded text (the QANet report's 2-D character CNN), which a
         # 1-D depthwise-separable one replaces. An image CNN's convolutions dominating is how
         # it should look, a diffusion model's with a timestep Embedding too.
@@ -786,7 +785,8 @@ class HealthMonitor(Callback):
                 self.add(checks.anomaly_detection_on(s))
         self.inputs.judge(self.loaders.batch_size)
         self.finals.judge(s)
-        self.positions.judge(self.loaders.batch_size)
+        drawn = (id(self.loaders.newest), self.loaders.drawn)  # moves with each batch drawn
+        self.positions.judge(self.loaders.batch_size, drawn)
         if self._rms:
             names = list(self._rms)
             values = torch.stack(

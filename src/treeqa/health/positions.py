@@ -10,14 +10,18 @@ along dim 1 of a time-first input does the same. Nothing fails while the table i
 the batch.
 
 On sampled steps, a module that holds such a table (a buffer or parameter of its own, of 3
-dims, one of the first two of size 1, the last the input's features) and no children but
-dropout, whose input and output share a 3-dim shape, has what it added read: its output (times
-1 - p where its dropout dropped, over the kept values) less its input (or the input times
-sqrt(D), a scale some put inside the module) is compared with the table's first rows laid along
-the input's dim that the table runs along. Where they agree (one host read at the step's end)
-and that dim is the batch's (the model's attention layers are all ``batch_first`` one way, or
-else the DataLoader's batch size is that dim's size and not the other's), the step counts; 3
-sampled steps in a row make the finding.
+dims, one of the first two of size 1, the last the input's features, longer than the dim it
+runs along: a table of exactly the batch's rows is one a row, a series' or a speaker's own) and
+no children but dropout, whose input and output share a 3-dim shape, has what it added read:
+its output (times 1 - p where its dropout dropped, over the kept values) less its input (or the
+input times sqrt(D), a scale some put inside the module) is compared with the table's first
+rows laid along the input's dim that the table runs along (rows all alike, a table of zeros,
+say nothing of position and are not judged). Where they agree (one host read at the step's end)
+and that dim is the batch's, the step counts; 3 sampled steps in a row make the finding. The
+batch's dim is read off an ``nn.MultiheadAttention`` of the same step given the same two dims,
+in either order (a transpose between the table and the attention is read as such); where the
+step ran no attention layer, off the DataLoader's batch size, when a batch of it was drawn
+since the last sampled step.
 """
 
 from __future__ import annotations
@@ -47,28 +51,32 @@ class PositionTables:
 
     def __init__(self, add: Callable[[Finding], None]):
         self.add = add
-        self.batch_dim: int | None = None  # the models' attention layers' (None: not all alike)
         self.tables: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
-        # this step's tables read: (module, dim they run along, input shape, error, where)
+        # this step's tables read: (module, dim they run along, input shape, [error, spread],
+        # where its class is defined)
         self.added: list[tuple[str, int, list[int], torch.Tensor, str]] = []
+        # this step's nn.MultiheadAttention calls: (their queries' length, batch)
+        self.attended: set[tuple[int, int]] = set()
+        # the DataLoader batches drawn by the last sampled step's end (newest iterator, count)
+        self.drawn: tuple[int, int] = (0, -1)
         self.steps = 0  # sampled steps in a row with a table added along the batch's dim
         self.said = False
 
-    def watch(self, modules: list[nn.Module]) -> None:
-        """The watched models' modules: their attention layers (``nn.MultiheadAttention``, in
-        every ``nn.Transformer*`` layer) tell the batch's dim."""
-        flags = {bool(m.batch_first) for m in modules if isinstance(m, nn.MultiheadAttention)}
-        self.batch_dim = (0 if flags == {True} else 1) if len(flags) == 1 else None
-
     def begin_step(self) -> None:
-        self.added = []
+        self.added, self.attended = [], set()
 
     def note(self, name: str, module: nn.Module, inputs: Any, output: Any) -> None:
-        """A module's forward on a sampled step: one that holds a position table is read."""
-        if self.said or len(self.added) >= TABLES:
+        """A module's forward on a sampled step: one that holds a position table is read, and
+        an attention layer's input tells which dim is the batch's."""
+        if self.said:
+            return
+        x = inputs[0] if isinstance(inputs, tuple) and inputs else None
+        if isinstance(module, nn.MultiheadAttention):
+            if isinstance(x, torch.Tensor) and x.dim() == 3:
+                length, batch = x.shape[:2] if not module.batch_first else x.shape[1::-1]
+                self.attended.add((length, batch))
             return
         table = self._table(module)
-        x = inputs[0] if isinstance(inputs, tuple) and inputs else None
         if not table or not isinstance(x, torch.Tensor) or not isinstance(output, torch.Tensor):
             return
         rows = getattr(module, table)  # [L, 1, D] or [1, L, D]
@@ -76,7 +84,10 @@ class PositionTables:
             return
         along = 0 if rows.shape[1] == 1 else 1  # the dim of x the table's rows run along
         n = x.shape[along]
-        if x.shape[1 - along] < 2 or rows.shape[along] < n or not x.is_floating_point():
+        # (a table of exactly n rows is one a row of the batch: a series' or a speaker's own)
+        if x.shape[1 - along] < 2 or rows.shape[along] <= n or not x.is_floating_point():
+            return
+        if len(self.added) >= TABLES:
             return
         signal = rows.narrow(along, 0, n).detach().float()  # broadcast over the other dim
         kept, scale = output.detach().float(), 1.0
@@ -86,13 +97,13 @@ class PositionTables:
         x = x.detach().float()
         errors = []
         for factor in (1.0, math.sqrt(x.shape[2])):
-            added = kept * scale - x * factor
-            off = (added - signal).abs()
+            off = (kept * scale - x * factor - signal).abs()
             errors.append(torch.where(kept != 0, off, 0).amax())
         size = signal.abs().amax().clamp_min(1e-12)
-        error = torch.stack(errors).amin() / size
+        spread = (signal - signal.narrow(along, 0, 1)).abs().amax() / size  # 0: rows alike
+        read = torch.stack([torch.stack(errors).amin() / size, spread])
         layer = f"{name} ({type(module).__name__}.{table})"
-        self.added.append((layer, along, list(x.shape), error, sites.definition_site(module)))
+        self.added.append((layer, along, list(x.shape), read, sites.definition_site(module)))
 
     def _table(self, module: nn.Module) -> str:
         """The name of ``module``'s own position table, or "" (looked up once a module)."""
@@ -102,27 +113,25 @@ class PositionTables:
             if all(isinstance(m, nn.Dropout) for m in module.children()):
                 own = {**module._parameters, **module._buffers}
                 for key, t in own.items():
-                    if (
-                        t is not None
-                        and t.dim() == 3
-                        and 1 in t.shape[:2]
-                        and t.shape[:2] != (1, 1)
-                    ):
+                    if t is not None and t.dim() == 3 and 1 in t.shape[:2] and max(t.shape[:2]) > 1:
                         name = key
                         break
             self.tables[module] = name
         return name
 
-    def judge(self, batch_size: int | None) -> None:
-        """At the sampled step's end (one host read); ``batch_size``: the newest DataLoader's."""
+    def judge(self, batch_size: int | None, drawn: tuple[int, int]) -> None:
+        """At the sampled step's end (one host read); ``batch_size``: the newest DataLoader's,
+        whose newest iterator (its id) has given ``drawn[1]`` batches."""
         added, self.added = self.added, []
+        fresh, self.drawn = drawn != self.drawn, drawn
         if self.said or not added:
             return
-        errors = torch.stack([a[3].to(added[0][3].device) for a in added]).tolist()
+        reads = torch.stack([a[3].to(added[0][3].device) for a in added]).tolist()
         by_batch = [
             a
-            for a, error in zip(added, errors, strict=True)
-            if error <= TOLERANCE and self._batch_dim(a[2], batch_size) == a[1]
+            for a, (error, spread) in zip(added, reads, strict=True)
+            if error <= TOLERANCE < spread
+            and self._batch_dim(a[2], batch_size if fresh else None) == a[1]
         ]
         self.steps = self.steps + 1 if by_batch else 0
         if self.steps >= STEPS:
@@ -131,13 +140,27 @@ class PositionTables:
             self.add(position_signal_by_batch(layer, along, shape, self.steps, where))
 
     def _batch_dim(self, shape: list[int], batch_size: int | None) -> int | None:
-        """Which of the first two dims of an input of ``shape`` is the batch's: the attention
-        layers' ``batch_first``, else the one the DataLoader's batch size is (None: unknown)."""
-        if self.batch_dim is not None:
-            return self.batch_dim
-        if batch_size and shape[0] != shape[1]:
-            return 0 if shape[0] == batch_size else 1 if shape[1] == batch_size else None
+        """Which of the first two dims of an input of ``shape`` is the batch's (None: unknown):
+        where an ``nn.MultiheadAttention`` of the step was given the same two dims, the one
+        that is its batch (a transpose between the table and the layer is read); where none
+        was, the one the DataLoader's batch size is, when a batch of it was drawn since the
+        last sampled step (a validation loader's is not this step's)."""
+        first, second = shape[:2]
+        if first == second:
+            return None
+        for length, batch in self.attended:
+            if (length, batch) in ((first, second), (second, first)):
+                return 0 if batch == first else 1
+        if batch_size and not self.attended:
+            return 0 if first == batch_size else 1 if second == batch_size else None
         return None
+
+
+LAYOUTS = (
+    "a table laid out [max_len, 1, D] for [T, B, D] input, given [B, T, D]",
+    "a table laid out [1, max_len, D] for [B, T, D] input, given [T, B, D]",
+)
+"""What each way of adding a table along the batch's dim comes from, by the dim it runs along."""
 
 
 def position_signal_by_batch(
@@ -152,7 +175,7 @@ def position_signal_by_batch(
         f"{layer} adds its position table along dim {along} of its {shape} input, which is the "
         f"batch's ({steps} sampled steps in a row): each sequence gets one row of the table, "
         f"the same at all of its {positions} positions, so the model is told nothing of "
-        "their order (a table laid out [max_len, 1, D] for [T, B, D] input, given [B, T, D])",
+        f"their order ({LAYOUTS[along]})",
         evidence={"layer": layer, "dim": along, "shape": shape, "steps": steps},
     )
     found.where = where or layer
