@@ -116,16 +116,24 @@ def test_time_first_layers_and_padding_without_a_padding_idx_are_read() -> None:
     assert _findings(_h_n, padding_idx=None, pad=V - 1) == ["rnn-state-after-padding"]
 
 
+def _starts(x: torch.Tensor, batch_first: bool) -> list[int]:
+    ends = row_ends(x, batch_first)
+    assert ends is not None
+    return ends[0].tolist()
+
+
 def test_padding_is_read_off_ids_or_off_a_repeated_vector() -> None:
     ids = torch.tensor([[3, 4, 0, 0], [5, 6, 7, 0], [1, 2, 3, 4]])
     embedded = nn.Embedding(8, 4, padding_idx=0)(ids)
-    assert row_ends(embedded, batch_first=True).tolist() == [2, 3, 4]
-    assert row_ends(nn.Embedding(8, 4)(ids), batch_first=True).tolist() == [2, 3, 4]
+    assert _starts(embedded, batch_first=True) == [2, 3, 4]
+    assert row_ends(embedded, batch_first=True)[1]  # exactly: off its padding_idx
+    assert not row_ends(nn.Embedding(8, 4)(ids), batch_first=True)[1]  # a run of one id
+    assert _starts(nn.Embedding(8, 4)(ids), batch_first=True) == [2, 3, 4]
     series = torch.randn(3, 4, 5)
     series[0, 2:] = 0.0
     series[1, 3:] = 0.0
-    assert row_ends(series, batch_first=True).tolist() == [2, 3, 4]
-    assert row_ends(series[..., :1], batch_first=True).tolist() == [2, 3, 4]  # one feature
+    assert _starts(series, batch_first=True) == [2, 3, 4]
+    assert _starts(series[..., :1], batch_first=True) == [2, 3, 4]  # one feature
     assert row_ends(torch.randn(3, 4, 5), batch_first=True) is None  # no padding
     # a value the rows end in a run of, found before their ends too, is data: a word of a
     # small vocabulary, a series' zeros
@@ -170,11 +178,11 @@ def test_pad_packed_sequences_output_read_at_its_last_position_is_named() -> Non
 def test_ids_are_read_through_layers_that_keep_each_position_where_it_was() -> None:
     ids = torch.tensor([[3, 4, 0, 0], [5, 6, 7, 0], [1, 2, 3, 4]])  # 0 pads, nowhere else
     words, positions = nn.Embedding(8, 4), nn.Embedding(4, 4)
-    assert row_ends(words(ids) + positions(torch.arange(4)), True).tolist() == [2, 3, 4]
+    assert _starts(words(ids) + positions(torch.arange(4)), True) == [2, 3, 4]
     projected = torch.relu(nn.Linear(4, 4)(F.dropout(words(ids), 0.5)))
-    assert row_ends(projected, True).tolist() == [2, 3, 4]
+    assert _starts(projected, True) == [2, 3, 4]
     below = nn.LSTM(4, 4, batch_first=True)(words(ids))[0]  # a second layer's input
-    assert row_ends(below, True).tolist() == [2, 3, 4]
-    assert row_ends(words(ids).transpose(0, 1), False).tolist() == [2, 3, 4]
+    assert _starts(below, True) == [2, 3, 4]
+    assert _starts(words(ids).transpose(0, 1), False) == [2, 3, 4]
     # rows flipped: their padding comes first, and their last position is a word
     assert row_ends(words(ids).flip(1), True) is None

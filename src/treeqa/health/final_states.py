@@ -57,10 +57,17 @@ class Reading:
     squared gradient at its final states and in all."""
 
     def __init__(
-        self, layer: str, where: str, starts: torch.Tensor, length: int, unpacked: bool = False
+        self,
+        layer: str,
+        where: str,
+        starts: torch.Tensor,
+        length: int,
+        unpacked: bool = False,
+        exact: bool = True,
     ):
         self.layer, self.where, self.length = layer, where, length
         self.unpacked = unpacked  # pad_packed_sequence's output: zeros at the padding
+        self.exact = exact  # the padding read off a padding_idx or lengths, not a repeated value
         self.starts = starts  # [B] on the host: where each row's padding starts (T: none)
         self.final: torch.Tensor | None = None  # [B] on the device, filled by the hooks
         self.total: torch.Tensor | None = None
@@ -125,11 +132,12 @@ class FinalStates:
         states = list(state) if isinstance(state, tuple) else [state]  # (h_n, c_n) or h_n
         if not isinstance(out, torch.Tensor) or not out.requires_grad:
             return
-        starts = row_ends(x, module.batch_first)
-        if starts is None:
+        ends = row_ends(x, module.batch_first)
+        if ends is None:
             return
         length = x.shape[1 if module.batch_first else 0]
-        reading = Reading(f"{name} ({type(module).__name__})", sites.user_site(), starts, length)
+        layer = f"{name} ({type(module).__name__})"
+        reading = Reading(layer, sites.user_site(), ends[0], length, exact=ends[1])
         self.readings.append(reading)
         self._read_output(reading, out, module.batch_first)
         directions = 2 if module.bidirectional else 1
@@ -191,9 +199,10 @@ def _share(reading: Reading) -> torch.Tensor:
     return torch.where(total > 0, reading.final[rows].sum() / total, 0.0)
 
 
-def row_ends(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
-    """[B] on the host, where each row of ``x`` ([B, T, F] batch first, else [T, B, F]) starts
-    its padding at its end (T for a row that ends in none), or None where no padding shows.
+def row_ends(x: torch.Tensor, batch_first: bool) -> tuple[torch.Tensor, bool] | None:
+    """([B] on the host, where each row of ``x`` ([B, T, F] batch first, else [T, B, F]) starts
+    its padding at its end (T for a row that ends in none); whether that was read exactly, off
+    a ``padding_idx``), or None where no padding shows.
     Read off the ids of an Embedding's output: its ``padding_idx``'s run at each row's end;
     without one, the id that the rows end in a run of (the row with the longest run gives it)
     where it is found nowhere else in any row. Else off the vector so repeated at the rows'
@@ -205,7 +214,7 @@ def row_ends(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
         ids, padding_idx = embedded
         rows = (ids if batch_first else ids.t())[..., None]  # [B, T, 1]
         if padding_idx is not None:
-            return (rows.shape[1] - trailing(rows[..., 0] == padding_idx)).cpu()
+            return (rows.shape[1] - trailing(rows[..., 0] == padding_idx)).cpu(), True
     b, t = rows.shape[:2]
     if b < 2 or t < 3:
         return None
@@ -217,7 +226,7 @@ def row_ends(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
     read = torch.stack([run.max(), padded, inside.any().long()]).tolist()
     if read[0] < 2 or read[1] < 2 or read[2]:
         return None
-    return starts.cpu()
+    return starts.cpu(), False
 
 
 def rnn_state_after_padding(reading: Reading, share: float, step: int, steps: int) -> Finding:
@@ -245,6 +254,12 @@ def rnn_state_after_padding(reading: Reading, share: float, step: int, steps: in
             f"({rows}): for a padded row that is the state after its padding, not after its "
             "last word, so what the loss reads must be carried through every padding step"
         )
+        if not reading.exact:
+            said += (
+                " (the padding is read as the run of one value those rows end in, found nowhere "
+                "else in the batch: data that ends so, an absorbing state or a sensor latched at "
+                "its limit, reads the same)"
+            )
     found = Finding(
         "rnn-state-after-padding",
         "warning",
