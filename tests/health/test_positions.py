@@ -44,6 +44,7 @@ def _codes(
     steps: int = STEPS,
     transposed: bool = False,
     drawing: bool = True,
+    dtype: torch.dtype = torch.float32,
 ) -> list[str]:
     """``steps`` sampled steps of ``module`` on inputs of ``shape``, its output given to an
     attention layer that is ``batch_first`` (None: none; ``transposed``: after a transpose),
@@ -51,12 +52,13 @@ def _codes(
     torch.manual_seed(0)
     found: list[Finding] = []
     check = PositionTables(found.append)
-    attention = nn.MultiheadAttention(D, 2, batch_first=bool(batch_first))
+    attention = nn.MultiheadAttention(D, 2, batch_first=bool(batch_first), dtype=dtype)
     for layer in (module, attention):
         layer.register_forward_hook(lambda m, args, out: check.note("layer", m, args, out))
     for step in range(steps):
         check.begin_step()
-        h = module(torch.randn(shape))
+        h = module(torch.randn(shape, dtype=dtype))
+        h = h[0] if isinstance(h, tuple) else h
         if batch_first is not None:
             h = h.transpose(0, 1) if transposed else h
             attention(h, h, h)
@@ -106,3 +108,41 @@ def test_tables_of_the_batchs_rows_or_of_rows_all_alike_are_not_judged() -> None
     silent = Tutorial(p=0.0)  # no position signal at all: a table of zeros
     silent.pe.zero_()
     assert _codes(silent, (B, T, D), batch_first=True) == []
+
+
+class _Variant(nn.Module):
+    """The tutorial's error written other ways: a 2-dim table, kept as a plain attribute,
+    scaled by a learned factor, dropped out by F.dropout, returned in a tuple."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+        self.alpha = nn.Parameter(torch.tensor(0.7))
+        table = Tutorial().pe
+        if how == "2-dim":
+            self.register_buffer("pe", table[:, 0])  # [max_len, D]
+        elif how == "attribute":
+            self.pe = table  # not registered
+        else:
+            self.register_buffer("pe", table)
+
+    def forward(self, x: torch.Tensor):
+        pe = self.pe[: x.size(0)]
+        if self.how == "2-dim":
+            return x + pe.unsqueeze(1)
+        if self.how == "scaled":
+            return x + self.alpha * pe
+        if self.how == "functional dropout":
+            return torch.nn.functional.dropout(x + pe, 0.1, self.training)
+        if self.how == "tuple":
+            return x + pe, pe
+        return x + pe
+
+
+def test_tables_added_other_ways_are_read() -> None:
+    for how in ("2-dim", "attribute", "scaled", "functional dropout", "tuple"):
+        assert _codes(_Variant(how), (B, T, D), batch_first=True) == ["position-signal-by-batch"], (
+            how
+        )
+    model = Tutorial().to(torch.bfloat16)  # its sums rounded to bfloat16
+    assert _codes(model, (B, T, D), True, dtype=torch.bfloat16) == ["position-signal-by-batch"]

@@ -26,7 +26,6 @@ since the last sampled step.
 
 from __future__ import annotations
 
-import math
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -42,8 +41,11 @@ STEPS = 3
 TABLES = 8
 """Modules with a position table read a sampled step, at most."""
 TOLERANCE = 1e-4
-"""How far the added signal may be from the table's rows, relative to the table's largest
-value (the dropout's rescaling rounds)."""
+"""How far the output may be from the fit of input and table, past its dtype's rounding,
+relative to the table's largest value as added."""
+SCALE = 0.05
+"""The least factor the table is added with for it to count (a table scaled to nothing adds
+no position to speak of)."""
 
 
 class PositionTables:
@@ -77,46 +79,34 @@ class PositionTables:
                 self.attended.add((length, batch))
             return
         table = self._table(module)
-        if not table or not isinstance(x, torch.Tensor) or not isinstance(output, torch.Tensor):
+        out = output[0] if isinstance(output, tuple) and output else output
+        if not table or not isinstance(x, torch.Tensor) or not isinstance(out, torch.Tensor):
             return
-        rows = getattr(module, table)  # [L, 1, D] or [1, L, D]
-        if x.dim() != 3 or output.shape != x.shape or x.shape[2] != rows.shape[2]:
+        rows = getattr(module, table)  # [L, 1, D], [1, L, D] or [L, D]
+        if x.dim() != 3 or out.shape != x.shape or x.shape[2] != rows.shape[-1]:
             return
-        along = 0 if rows.shape[1] == 1 else 1  # the dim of x the table's rows run along
-        n = x.shape[along]
-        # (a table of exactly n rows is one a row of the batch: a series' or a speaker's own)
-        if x.shape[1 - along] < 2 or rows.shape[along] <= n or not x.is_floating_point():
+        if not x.is_floating_point():
             return
-        if len(self.added) >= TABLES:
-            return
-        signal = rows.narrow(along, 0, n).detach().float()  # broadcast over the other dim
-        kept, scale = output.detach().float(), 1.0
-        dropouts = [m for m in module.children() if isinstance(m, nn.Dropout)]
-        if dropouts and module.training and dropouts[0].p > 0:
-            scale = 1 - dropouts[0].p
-        x = x.detach().float()
-        errors = []
-        for factor in (1.0, math.sqrt(x.shape[2])):
-            off = (kept * scale - x * factor - signal).abs()
-            errors.append(torch.where(kept != 0, off, 0).amax())
-        size = signal.abs().amax().clamp_min(1e-12)
-        spread = (signal - signal.narrow(along, 0, 1)).abs().amax() / size  # 0: rows alike
-        read = torch.stack([torch.stack(errors).amin() / size, spread])
-        layer = f"{name} ({type(module).__name__}.{table})"
-        self.added.append((layer, along, list(x.shape), read, sites.definition_site(module)))
+        for along in (0, 1):  # the dim of x the table's rows may run along
+            n, length = x.shape[along], rows.shape[along] if rows.dim() == 3 else rows.shape[0]
+            if rows.dim() == 3 and rows.shape[along] == 1 or len(self.added) >= TABLES:
+                continue
+            # (a table of exactly n rows is one a row of the batch: a series' or a speaker's own)
+            if x.shape[1 - along] < 2 or length <= n:
+                continue
+            if rows.dim() == 3:
+                signal = rows.narrow(along, 0, n)
+            else:
+                signal = rows[:n].unsqueeze(1 - along)
+            read = fitted(x, out, signal.detach())
+            layer = f"{name} ({type(module).__name__}.{table})"
+            self.added.append((layer, along, list(x.shape), read, sites.definition_site(module)))
 
     def _table(self, module: nn.Module) -> str:
         """The name of ``module``'s own position table, or "" (looked up once a module)."""
         name = self.tables.get(module)
         if name is None:
-            name = ""
-            if all(isinstance(m, nn.Dropout) for m in module.children()):
-                own = {**module._parameters, **module._buffers}
-                for key, t in own.items():
-                    if t is not None and t.dim() == 3 and 1 in t.shape[:2] and max(t.shape[:2]) > 1:
-                        name = key
-                        break
-            self.tables[module] = name
+            name = self.tables[module] = own_table(module)
         return name
 
     def judge(self, batch_size: int | None, drawn: tuple[int, int]) -> None:
@@ -129,8 +119,9 @@ class PositionTables:
         reads = torch.stack([a[3].to(added[0][3].device) for a in added]).tolist()
         by_batch = [
             a
-            for a, (error, spread) in zip(added, reads, strict=True)
+            for a, (error, spread, scale) in zip(added, reads, strict=True)
             if error <= TOLERANCE < spread
+            and scale >= SCALE
             and self._batch_dim(a[2], batch_size if fresh else None) == a[1]
         ]
         self.steps = self.steps + 1 if by_batch else 0
@@ -161,6 +152,47 @@ LAYOUTS = (
     "a table laid out [1, max_len, D] for [B, T, D] input, given [T, B, D]",
 )
 """What each way of adding a table along the batch's dim comes from, by the dim it runs along."""
+
+
+def own_table(module: nn.Module) -> str:
+    """The name of a parameter, buffer or tensor attribute of ``module`` that may be a table
+    of position signals: [L, 1, D] or [1, L, D] (L > 1), or [L, D]; "" if none (torch's own
+    layers, whose 2-dim weights are no such tables, hold none)."""
+    if type(module).__module__.startswith("torch."):
+        return ""
+    attributes = {k: v for k, v in vars(module).items() if isinstance(v, torch.Tensor)}
+    for key, t in {**module._parameters, **module._buffers, **attributes}.items():
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+            continue
+        if t.dim() == 2 and min(t.shape) > 1 or t.dim() == 3 and _laid_out(t.shape):
+            return key
+    return ""
+
+
+def _laid_out(shape: torch.Size) -> bool:
+    """A 3-dim table laid out [L, 1, D] or [1, L, D], L > 1."""
+    return 1 in shape[:2] and max(shape[:2]) > 1
+
+
+def fitted(x: torch.Tensor, out: torch.Tensor, signal: torch.Tensor) -> torch.Tensor:
+    """How well ``out`` [A, B, D] is ``a * x + c * signal`` (``signal`` broadcast to it) over
+    its nonzero values (dropout's zeros left out): a and c by least squares (the input scaled
+    by sqrt(D), dropout's 1 / (1 - p) and a learned scale on the table are all such factors).
+    [the largest miss, less the rounding of ``out``'s dtype, over |c| times the table's
+    largest value; how far the table's rows differ from its first, over its largest value;
+    |c|]. On the device, no host read (a singular fit gives NaN)."""
+    o, v, t = (u.detach().double() for u in (out, x, signal.expand_as(out)))
+    kept = o != 0
+    v, t, o = (torch.where(kept, u, 0) for u in (v, t, o))
+    vv, vt, tt, vo, to = ((a * b).sum() for a, b in ((v, v), (v, t), (t, t), (v, o), (t, o)))
+    det = vv * tt - vt * vt
+    a, c = (vo * tt - vt * to) / det, (vv * to - vt * vo) / det
+    rounding = 4 * torch.finfo(out.dtype).eps * o.abs().amax()
+    miss = torch.where(kept, (o - a * v - c * t).abs(), 0).amax() - rounding
+    size = signal.detach().double().abs().amax()
+    first = signal.narrow(0, 0, 1) if signal.shape[0] > 1 else signal.narrow(1, 0, 1)
+    spread = (signal - first).detach().double().abs().amax() / size
+    return torch.stack([miss / (c.abs() * size), spread, c.abs()])
 
 
 def position_signal_by_batch(
