@@ -178,7 +178,7 @@ class FinalStates:
             return
         self.steps += 1
         if self.first is None:
-            self.first = (*counted[0], step)
+            self.first = (*max(counted, key=lambda c: c[1]), step)  # the most read
         if self.steps >= STEPS:
             self.said = True
             reading, share, at = self.first
