@@ -41,6 +41,7 @@ EXPECTED = {
     "bug_packed_lengths_sorted_apart.py": "packed-lengths-mismatch",
     "bug_rnn_state_after_padding.py": "rnn-state-after-padding",
     "bug_position_signal_by_batch.py": "position-signal-by-batch",
+    "bug_batch_norm_momentum_inverted.py": "batch-norm-momentum-inverted",
     "bug_rnn_unpacked_output_last.py": "rnn-state-after-padding",
     "bug_kfold_model_reused.py": "evaluation-data-trained-on",
     "bug_dice_on_logits.py": "dice-on-logits",
@@ -254,6 +255,7 @@ CLEAN = [
     "clean_overlap_losses.py",  # Dice, IoU, V-Net, Tversky over probabilities; a weighted mean
     "clean_packed_sequences.py",  # sorted, unsorted, an EOS counted, a position signal, ...
     "clean_rnn_layouts.py",  # [T, B, F] to a time-first GRU, batch_first=True, packed
+    "clean_batch_norm_momentum.py",  # 0.1, 0.01, None, no running statistics, frozen
     "clean_position_tables.py",  # time first, [1, L, D], transposed, learned, scaled
     "clean_rnn_padding_read.py",  # packed, gathered at the last word, padded at the start, ...
     "clean_images.py",  # scaled outside or inside the model, a 0/1 mask; convs are info

@@ -110,3 +110,14 @@ def test_raw_pixels_whose_scale_the_next_norm_removes_are_not_named() -> None:
     assert judged(nn.BatchNorm2d(4).eval()) == ["pixels-not-scaled"]  # frozen batch norm
     assert judged(nn.BatchNorm2d(4, track_running_stats=False).eval()) == []
     assert judged(nn.ReLU(), nn.InstanceNorm2d(4)) == ["pixels-not-scaled"]
+
+
+def test_a_batch_norm_given_keras_momentum_is_named_where_it_trains() -> None:
+    def codes(norm: nn.Module) -> list[str]:
+        return _judged(1, (4, 3, 8, 8), None, norm)
+
+    assert codes(nn.BatchNorm2d(3, momentum=0.99)) == ["batch-norm-momentum-inverted"]
+    assert codes(nn.BatchNorm2d(3)) == []  # 0.1
+    assert codes(nn.BatchNorm2d(3, momentum=None)) == []  # a cumulative average
+    assert codes(nn.BatchNorm2d(3, momentum=0.99, track_running_stats=False)) == []
+    assert codes(nn.BatchNorm2d(3, momentum=0.99).eval()) == []  # frozen: never updated

@@ -477,6 +477,36 @@ def gradient_flags(named: Sequence[tuple[str, torch.Tensor]]) -> tuple[list[str]
     return bad, zeros
 
 
+MOMENTUM = 0.5
+"""A batch norm's ``momentum`` at or above which its running statistics are mostly the last
+batch's: PyTorch's momentum is the new batch's weight, Keras's and TensorFlow's (0.99, 0.9) the
+old statistics'. torch's default is 0.1."""
+
+
+def batch_norm_momentum(name: str, module: nn.Module) -> Finding | None:
+    """A finding where ``module`` (named ``name``) is a batch norm that keeps running
+    statistics, runs in training mode and has a momentum of ``MOMENTUM`` or more."""
+    if not isinstance(module, nn.modules.batchnorm._BatchNorm) or not module.training:
+        return None
+    momentum = module.momentum
+    if not module.track_running_stats or momentum is None or momentum < MOMENTUM:
+        return None
+    kept = 1 - momentum
+    found = Finding(
+        "batch-norm-momentum-inverted",
+        "warning",
+        f"{name} ({type(module).__name__}) has momentum={momentum:g}: in PyTorch that is the "
+        f"weight of each new batch in the running statistics (running = {kept:g} * running + "
+        f"{momentum:g} * batch), the opposite of Keras's and TensorFlow's momentum, which is "
+        "the old statistics' weight. Its running mean and variance are thus mostly the last "
+        "training batch's, and evaluation normalises by them (the last batch of an epoch may "
+        "hold a few rows)",
+        where=f"{name} ({definition_site(module) or type(module).__name__})",
+        evidence={"layer": name, "momentum": momentum},
+    )
+    return found
+
+
 def anomaly_detection_on(step: int) -> Finding:
     """Autograd's anomaly detection was on at two sampled steps, the second ``step``."""
     return Finding(
