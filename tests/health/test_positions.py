@@ -146,3 +146,9 @@ def test_tables_added_other_ways_are_read() -> None:
         )
     model = Tutorial().to(torch.bfloat16)  # its sums rounded to bfloat16
     assert _codes(model, (B, T, D), True, dtype=torch.bfloat16) == ["position-signal-by-batch"]
+
+
+def test_as_many_sequences_as_positions_are_read_by_the_attention_given_them() -> None:
+    assert _codes(Tutorial(), (T, T, D), batch_first=True) == ["position-signal-by-batch"]
+    assert _codes(Tutorial(), (T, T, D), batch_first=False) == []
+    assert _codes(Tutorial(), (T, T, D), None, batch_size=T) == []  # a loader cannot tell

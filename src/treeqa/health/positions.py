@@ -57,8 +57,8 @@ class PositionTables:
         # this step's tables read: (module, dim they run along, input shape, [error, spread],
         # where its class is defined)
         self.added: list[tuple[str, int, list[int], torch.Tensor, str]] = []
-        # this step's nn.MultiheadAttention calls: (their queries' length, batch)
-        self.attended: set[tuple[int, int]] = set()
+        # this step's nn.MultiheadAttention calls: their queries' first two dims, batch_first
+        self.attended: set[tuple[int, int, bool]] = set()
         # the DataLoader batches drawn by the last sampled step's end (newest iterator, count)
         self.drawn: tuple[int, int] = (0, -1)
         self.steps = 0  # sampled steps in a row with a table added along the batch's dim
@@ -75,8 +75,7 @@ class PositionTables:
         x = inputs[0] if isinstance(inputs, tuple) and inputs else None
         if isinstance(module, nn.MultiheadAttention):
             if isinstance(x, torch.Tensor) and x.dim() == 3:
-                length, batch = x.shape[:2] if not module.batch_first else x.shape[1::-1]
-                self.attended.add((length, batch))
+                self.attended.add((x.shape[0], x.shape[1], bool(module.batch_first)))
             return
         table = self._table(module)
         out = output[0] if isinstance(output, tuple) and output else output
@@ -133,16 +132,16 @@ class PositionTables:
     def _batch_dim(self, shape: list[int], batch_size: int | None) -> int | None:
         """Which of the first two dims of an input of ``shape`` is the batch's (None: unknown):
         where an ``nn.MultiheadAttention`` of the step was given the same two dims, the one
-        that is its batch (a transpose between the table and the layer is read); where none
-        was, the one the DataLoader's batch size is, when a batch of it was drawn since the
-        last sampled step (a validation loader's is not this step's)."""
+        its ``batch_first`` says (in the other order, a transpose between the table and the
+        layer, the other one; where the two are equal, in the same order); where none was,
+        the one the DataLoader's batch size is, when a batch of it was drawn since the last
+        sampled step (a validation loader's is not this step's)."""
         first, second = shape[:2]
-        if first == second:
-            return None
-        for length, batch in self.attended:
-            if (length, batch) in ((first, second), (second, first)):
-                return 0 if batch == first else 1
-        if batch_size and not self.attended:
+        for same in (True, False):
+            for a, b, batch_first in self.attended:
+                if (a, b) == ((first, second) if same else (second, first)):
+                    return (0 if batch_first else 1) if same else (1 if batch_first else 0)
+        if batch_size and not self.attended and first != second:
             return 0 if first == batch_size else 1 if second == batch_size else None
         return None
 
