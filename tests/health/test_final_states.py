@@ -184,5 +184,21 @@ def test_ids_are_read_through_layers_that_keep_each_position_where_it_was() -> N
     below = nn.LSTM(4, 4, batch_first=True)(words(ids))[0]  # a second layer's input
     assert _starts(below, True) == [2, 3, 4]
     assert _starts(words(ids).transpose(0, 1), False) == [2, 3, 4]
+    cased = torch.cat([words(ids), positions(ids % 4)], -1)  # features joined by cat
+    assert _starts(F.dropout(cased, 0.5), True) == [2, 3, 4]
     # rows flipped: their padding comes first, and their last position is a word
     assert row_ends(words(ids).flip(1), True) is None
+
+
+def test_rows_of_one_repeated_input_have_no_last_word_to_read() -> None:
+    """A decoder run on zeros after an encoder: every position of every row is one vector."""
+    found: list[Finding] = []
+    check = FinalStates(found.append)
+    gru, head = nn.GRU(D, H, batch_first=True), nn.Linear(H, C)
+    gru.register_forward_hook(lambda m, args, out: check.note("decoder", m, args, out))
+    for step in range(1, STEPS + 1):
+        check.begin_step()
+        out, _ = gru(torch.zeros(B, T, D), torch.randn(1, B, H))
+        F.cross_entropy(head(out[:, -1]), torch.randint(0, C, (B,))).backward()
+        check.judge(step)
+    assert found == []

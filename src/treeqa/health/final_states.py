@@ -40,10 +40,12 @@ from treeqa.health.findings import Finding
 from treeqa.health.packing import embedded_ids, padding_runs, trailing
 from treeqa.health.wrap import Wrappers, note_function_results
 
-CALLS = 4
-"""Recurrent layer calls read a sampled step, at most."""
+CALLS = 64
+"""Recurrent layer calls read a sampled step, at most (a word-level layer called once a
+sentence of a document goes before the sentence-level one)."""
 PADDED = 2
-"""Padding positions at a row's end for it to be judged."""
+"""Padding positions at a row's end for it to be judged (after one word or more: a row of
+nothing but one repeated input, a decoder run on zeros, has no last word)."""
 ROWS = 0.125
 """Share of a batch's rows that must be judged for the call to be."""
 SHARE = 0.25
@@ -186,12 +188,18 @@ class FinalStates:
             self.add(found)
 
 
+def _judged(reading: Reading) -> torch.Tensor:
+    """[B] bool on the host: the rows with a word or more and ``PADDED`` padding positions or
+    more after it."""
+    return (reading.starts >= 1) & (reading.starts <= reading.length - PADDED)
+
+
 def _share(reading: Reading) -> torch.Tensor:
     """The share of the padded rows' squared gradient at their final states (0 where their
     rows are too few to judge)."""
     assert reading.final is not None and reading.total is not None
     starts = reading.starts
-    padded = starts <= reading.length - PADDED
+    padded = _judged(reading)
     if int(padded.sum()) < max(2, ROWS * starts.numel()):
         return torch.zeros((), device=reading.final.device)
     rows = padded.to(reading.final.device)
@@ -233,7 +241,7 @@ def rnn_state_after_padding(reading: Reading, share: float, step: int, steps: in
     """``reading``'s rows padded at their end had ``share`` of their gradient at the layer's
     final states at ``step``, and ``steps`` sampled steps in a row did so."""
     starts = reading.starts
-    padded = starts <= reading.length - PADDED
+    padded = _judged(reading)
     shortest = int(starts[padded].min()) if bool(padded.any()) else reading.length
     rows = (
         f"from step {step}: {int(padded.sum())} of {starts.numel()} rows padded, the shortest "

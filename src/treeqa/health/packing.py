@@ -121,11 +121,11 @@ def padding_ids_start(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None
 def embedded_ids(x: torch.Tensor) -> tuple[torch.Tensor, int | None] | None:
     """(the ids, laid out as ``x``'s first dims, and the ``padding_idx`` or None) where ``x``
     [B, T, F] (or [T, B, F]) was made from an Embedding's output by operations that keep each
-    position where it was (dropout, a scale, a sum with a position signal, a Linear, an
-    activation, a layer norm, a cast, a transpose, a convolution over time, a recurrent layer:
-    see ``ALIGNED``), read off the ids its autograd node saved; else None. Of several such
-    Embeddings, the nearest with a ``padding_idx``, else the nearest whose rows are not all
-    alike (position ids)."""
+    position where it was (dropout, a scale, a sum with a position signal, features joined by
+    ``cat``, a Linear, an activation, a layer norm, a cast, a transpose, a convolution over
+    time, a recurrent layer: see ``ALIGNED``), read off the ids its autograd node saved; else
+    None. Of several such Embeddings, the nearest with a ``padding_idx``, else the nearest
+    whose rows are not all alike (position ids)."""
     found: list[tuple[torch.Tensor, int | None]] = []
     queue: list[Any] = [x.grad_fn]
     seen: set[Any] = set()
@@ -150,13 +150,14 @@ def embedded_ids(x: torch.Tensor) -> tuple[torch.Tensor, int | None] | None:
     return None
 
 
-NODES = 64
+NODES = 256
 """Autograd nodes looked through for the Embedding an input was made from, at most."""
 ALIGNED = (
     "NativeDropout",
     "Mul",
     "Div",
     "Add",
+    "Cat",
     "Sub",
     "View",
     "UnsafeView",
