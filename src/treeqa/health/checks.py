@@ -501,7 +501,7 @@ def batch_norm_momentum(name: str, module: nn.Module) -> Finding | None:
         "the old statistics' weight. Its running mean and variance are thus mostly the last "
         "training batch's, and evaluation normalises by them (the last batch of an epoch may "
         "hold a few rows)",
-        where=f"{name} ({definition_site(module) or type(module).__name__})",
+        where=f"{name} ({type(module).__name__})",
         evidence={"layer": name, "momentum": momentum},
     )
     return found

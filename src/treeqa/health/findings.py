@@ -63,7 +63,7 @@ FIXES: dict[str, str] = {
     "packed-lengths-mismatch": "give pack_padded_sequence each row's own length, in the rows' order (sort the rows and their lengths together, or pass enforce_sorted=False and leave both unsorted)",
     "rnn-state-after-padding": "pack the rows before the recurrent layer (pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)), whose h_n is then each row's state at its last word, or read each row's output at its own last word (out[torch.arange(B), lengths - 1]); or pad at the rows' start",
     "position-signal-by-batch": "add the table along the positions' dim: a [max_len, 1, D] table over batch-first input as x + pe[: x.size(1)].transpose(0, 1), a [1, max_len, D] one over time-first input as x + pe[:, : x.size(0)].transpose(0, 1); or give the module the layout its table expects",
-    "batch-norm-momentum-inverted": "give the layer PyTorch's momentum, one minus the Keras or TensorFlow value: momentum=0.01 for their 0.99, 0.1 for their 0.9 (torch's default is 0.1)",
+    "batch-norm-momentum-inverted": "leave the layer at PyTorch's default momentum=0.1, or give momentum=None for an exact average over the batches seen; Keras's 0.99 is PyTorch's 0.01, whose statistics take thousands of steps to settle",
     "view-as-transpose": "move dims with transpose or permute (x.transpose(1, 2), x.permute(0, 3, 1, 2)), not view or reshape; add .contiguous() where a layer needs it",
     "anomaly-detection-on": "remove torch.autograd.set_detect_anomaly(True) (or detect_anomaly()) once the NaN it was for is found",
     "seed-reset-every-step": "seed once, before the loop (or give each step its own seed, seed + step, if steps must be reproducible one by one)",

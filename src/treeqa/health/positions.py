@@ -90,8 +90,9 @@ class PositionTables:
             n, length = x.shape[along], rows.shape[along] if rows.dim() == 3 else rows.shape[0]
             if rows.dim() == 3 and rows.shape[along] == 1 or len(self.added) >= TABLES:
                 continue
-            # (a table of exactly n rows is one a row of the batch: a series' or a speaker's own)
-            if x.shape[1 - along] < 2 or length <= n:
+            # (a learned table of exactly n rows is one a row of the batch: a series' own)
+            own = length == n and isinstance(rows, nn.Parameter)
+            if x.shape[1 - along] < 2 or length < n or own:
                 continue
             if rows.dim() == 3:
                 signal = rows.narrow(along, 0, n)
@@ -116,34 +117,38 @@ class PositionTables:
         if self.said or not added:
             return
         reads = torch.stack([a[3].to(added[0][3].device) for a in added]).tolist()
-        by_batch = [
-            a
-            for a, (error, spread, scale) in zip(added, reads, strict=True)
-            if error <= TOLERANCE < spread
-            and scale >= SCALE
-            and self._batch_dim(a[2], batch_size if fresh else None) == a[1]
-        ]
+        by_batch = []
+        for a, (error, spread, scale) in zip(added, reads, strict=True):
+            batch, by_loader = self._batch_dim(a[2], batch_size if fresh else None)
+            if error <= TOLERANCE < spread and scale >= SCALE and batch == a[1]:
+                by_batch.append((a, by_loader))
         self.steps = self.steps + 1 if by_batch else 0
         if self.steps >= STEPS:
             self.said = True
-            layer, along, shape, _, where = by_batch[0]
-            self.add(position_signal_by_batch(layer, along, shape, self.steps, where))
+            (layer, along, shape, _, where), by_loader = by_batch[0]
+            found = position_signal_by_batch(layer, along, shape, self.steps, where, by_loader)
+            self.add(found)
 
-    def _batch_dim(self, shape: list[int], batch_size: int | None) -> int | None:
-        """Which of the first two dims of an input of ``shape`` is the batch's (None: unknown):
-        where an ``nn.MultiheadAttention`` of the step was given the same two dims, the one
-        its ``batch_first`` says (in the other order, a transpose between the table and the
-        layer, the other one; where the two are equal, in the same order); where none was,
-        the one the DataLoader's batch size is, when a batch of it was drawn since the last
-        sampled step (a validation loader's is not this step's)."""
+    def _batch_dim(self, shape: list[int], batch_size: int | None) -> tuple[int | None, bool]:
+        """Which of the first two dims of an input of ``shape`` is the batch's (None: unknown),
+        and whether the DataLoader said so. Where an ``nn.MultiheadAttention`` of the step was
+        given the same two dims, the one its ``batch_first`` says (in the other order, a
+        transpose between the table and the layer, the other one; where the two are equal, in
+        the same order). Else the one that is the batch size of such a layer given other dims
+        (a CLS token added, a pooling query of length 1), or else of the DataLoader, when it
+        drew a batch since the last sampled step (a validation loader's is not this step's)."""
         first, second = shape[:2]
         for same in (True, False):
             for a, b, batch_first in self.attended:
                 if (a, b) == ((first, second) if same else (second, first)):
-                    return (0 if batch_first else 1) if same else (1 if batch_first else 0)
-        if batch_size and not self.attended and first != second:
-            return 0 if first == batch_size else 1 if second == batch_size else None
-        return None
+                    return (0 if batch_first else 1) if same else (1 if batch_first else 0), False
+        if first == second:
+            return None, False
+        batches = {(a if batch_first else b) for a, b, batch_first in self.attended}
+        for sizes, by_loader in ((batches, False), ({batch_size} if batch_size else set(), True)):
+            if (first in sizes) != (second in sizes):  # one of the two dims only
+                return (0 if first in sizes else 1), by_loader
+        return None, False
 
 
 LAYOUTS = (
@@ -195,19 +200,36 @@ def fitted(x: torch.Tensor, out: torch.Tensor, signal: torch.Tensor) -> torch.Te
 
 
 def position_signal_by_batch(
-    layer: str, along: int, shape: list[int], steps: int, where: str
+    layer: str, along: int, shape: list[int], steps: int, where: str, by_loader: bool = False
 ) -> Finding:
     """``layer`` added its table's rows along dim ``along`` of a ``shape`` input, the batch's
-    dim, on ``steps`` sampled steps in a row."""
+    dim, on ``steps`` sampled steps in a row; ``by_loader``: the DataLoader's batch size, not
+    an attention layer, told that dim (a warning, not an error: a sequence as long as the
+    loader's batch reads the same)."""
     positions = shape[1 - along]
-    found = Finding(
-        "position-signal-by-batch",
-        "error",
+    said = (
         f"{layer} adds its position table along dim {along} of its {shape} input, which is the "
         f"batch's ({steps} sampled steps in a row): each sequence gets one row of the table, "
         f"the same at all of its {positions} positions, so the model is told nothing of "
-        f"their order ({LAYOUTS[along]})",
-        evidence={"layer": layer, "dim": along, "shape": shape, "steps": steps},
+        f"their order ({LAYOUTS[along]})"
+    )
+    if by_loader:
+        said += (
+            f"; dim {along} was read as the batch's for holding the DataLoader's batch size, "
+            "no attention layer showing the layout: sequences as long as the loader's batch "
+            "read the same"
+        )
+    found = Finding(
+        "position-signal-by-batch",
+        "warning" if by_loader else "error",
+        said,
+        evidence={
+            "layer": layer,
+            "dim": along,
+            "shape": shape,
+            "steps": steps,
+            "batch_dim_from": "DataLoader" if by_loader else "attention",
+        },
     )
     found.where = where or layer
     return found
