@@ -152,3 +152,24 @@ def test_as_many_sequences_as_positions_are_read_by_the_attention_given_them() -
     assert _codes(Tutorial(), (T, T, D), batch_first=True) == ["position-signal-by-batch"]
     assert _codes(Tutorial(), (T, T, D), batch_first=False) == []
     assert _codes(Tutorial(), (T, T, D), None, batch_size=T) == []  # a loader cannot tell
+
+
+def test_a_fixed_table_as_long_as_the_batch_is_judged_a_learned_one_is_not() -> None:
+    short = Tutorial()
+    short.pe = short.pe[:B].clone()  # a buffer of exactly B rows: max_len = the batch size
+    assert _codes(short, (B, T, D), batch_first=True) == ["position-signal-by-batch"]
+
+
+def test_the_layout_told_by_the_dataloader_alone_makes_a_warning() -> None:
+    found: list[Finding] = []
+    check = PositionTables(found.append)
+    module = Tutorial()
+    module.register_forward_hook(lambda m, args, out: check.note("position", m, args, out))
+    for step in range(STEPS):
+        check.begin_step()
+        module(torch.randn(B, T, D))
+        check.judge(B, (0, step))
+    assert [(f.code, f.severity) for f in found] == [("position-signal-by-batch", "warning")]
+    assert found[0].evidence["batch_dim_from"] == "DataLoader"
+    # an attention layer given the same dims tells it for sure: an error
+    assert _codes(Tutorial(), (B, T, D), batch_first=True) == ["position-signal-by-batch"]
