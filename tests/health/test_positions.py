@@ -54,6 +54,7 @@ def _codes(
     check = PositionTables(found.append)
     attention = nn.MultiheadAttention(D, 2, batch_first=bool(batch_first), dtype=dtype)
     for layer in (module, attention):
+        layer.register_forward_pre_hook(check.before)
         layer.register_forward_hook(lambda m, args, out: check.note("layer", m, args, out))
     for step in range(steps):
         check.begin_step()
@@ -112,7 +113,7 @@ def test_tables_of_the_batchs_rows_or_of_rows_all_alike_are_not_judged() -> None
 
 class _Variant(nn.Module):
     """The tutorial's error written other ways: a 2-dim table, kept as a plain attribute,
-    scaled by a learned factor, dropped out by F.dropout, returned in a tuple."""
+    scaled by a learned factor, dropped out by F.dropout, returned in a tuple, added in place."""
 
     def __init__(self, how: str):
         super().__init__()
@@ -136,11 +137,14 @@ class _Variant(nn.Module):
             return torch.nn.functional.dropout(x + pe, 0.1, self.training)
         if self.how == "tuple":
             return x + pe, pe
+        if self.how == "in place":
+            x += pe
+            return x
         return x + pe
 
 
 def test_tables_added_other_ways_are_read() -> None:
-    for how in ("2-dim", "attribute", "scaled", "functional dropout", "tuple"):
+    for how in ("2-dim", "attribute", "scaled", "functional dropout", "tuple", "in place"):
         assert _codes(_Variant(how), (B, T, D), batch_first=True) == ["position-signal-by-batch"], (
             how
         )

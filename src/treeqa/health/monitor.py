@@ -444,6 +444,8 @@ class HealthMonitor(Callback):
             # one line, never the script's.
             hook = functools.partial(self.safely, self._rms_hook)
             self._hooks.append(torch.nn.modules.module.register_module_forward_hook(hook))
+            before = functools.partial(self.safely, self._input_hook)
+            self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(before))
         if armed and hooks:
             self._hooks.append(self.nonfinite.begin_step(self.safely))
         if own == self.every + 1 and self.profile.windows == 0:
@@ -763,6 +765,10 @@ class HealthMonitor(Callback):
         self._safely_uninstall()
 
     # ------------------------------------------------------------------ sampled checks
+
+    def _input_hook(self, module: nn.Module, inputs: Any) -> None:
+        if id(module) in self.names and not checks.untraceable(inputs):
+            self.positions.before(module, inputs)
 
     def _rms_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if checks.untraceable(output):  # torch.compile's trace or a torch.func transform

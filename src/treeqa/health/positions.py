@@ -59,13 +59,23 @@ class PositionTables:
         self.added: list[tuple[str, int, list[int], torch.Tensor, str]] = []
         # this step's nn.MultiheadAttention calls: their queries' first two dims, batch_first
         self.attended: set[tuple[int, int, bool]] = set()
+        self.given: dict[int, torch.Tensor] = {}  # the inputs of this step's table modules
         # the DataLoader batches drawn by the last sampled step's end (newest iterator, count)
         self.drawn: tuple[int, int] = (0, -1)
         self.steps = 0  # sampled steps in a row with a table added along the batch's dim
         self.said = False
 
     def begin_step(self) -> None:
-        self.added, self.attended = [], set()
+        self.added, self.attended, self.given = [], set(), {}
+
+    def before(self, module: nn.Module, args: Any) -> None:
+        """A module's forward is about to run on a sampled step: one that holds a table keeps
+        a copy of its input as given (an add in place, ``x += pe``, changes that tensor)."""
+        x = args[0] if isinstance(args, tuple) and args else None
+        if self.said or not isinstance(x, torch.Tensor) or x.dim() != 3:
+            return
+        if x.is_floating_point() and self._table(module) and len(self.given) < TABLES:
+            self.given[id(module)] = x.detach().clone()
 
     def note(self, name: str, module: nn.Module, inputs: Any, output: Any) -> None:
         """A module's forward on a sampled step: one that holds a position table is read, and
@@ -73,6 +83,7 @@ class PositionTables:
         if self.said:
             return
         x = inputs[0] if isinstance(inputs, tuple) and inputs else None
+        x = self.given.pop(id(module), x)
         if isinstance(module, nn.MultiheadAttention):
             if isinstance(x, torch.Tensor) and x.dim() == 3:
                 self.attended.add((x.shape[0], x.shape[1], bool(module.batch_first)))
