@@ -9,19 +9,17 @@ tokens comes first: 0.51 against 0.95 after 1,000 steps). A ``[1, max_len, D]`` 
 along dim 1 of a time-first input does the same. Nothing fails while the table is longer than
 the batch.
 
-On sampled steps, a module that holds such a table (a buffer or parameter of its own, of 3
-dims, one of the first two of size 1, the last the input's features, longer than the dim it
-runs along: a table of exactly the batch's rows is one a row, a series' or a speaker's own) and
-no children but dropout, whose input and output share a 3-dim shape, has what it added read:
-its output (times 1 - p where its dropout dropped, over the kept values) less its input (or the
-input times sqrt(D), a scale some put inside the module) is compared with the table's first
-rows laid along the input's dim that the table runs along (rows all alike, a table of zeros,
-say nothing of position and are not judged). Where they agree (one host read at the step's end)
-and that dim is the batch's, the step counts; 3 sampled steps in a row make the finding. The
-batch's dim is read off an ``nn.MultiheadAttention`` of the same step given the same two dims,
-in either order (a transpose between the table and the attention is read as such); where the
-step ran no attention layer, off the DataLoader's batch size, when a batch of it was drawn
-since the last sampled step.
+On sampled steps, a module of the script's own that holds a table (a parameter, buffer or
+tensor attribute of [L, 1, D], [1, L, D] or [L, D]), given a 3-dim floating tensor (copied
+before its forward: ``x += pe`` changes it) and returning one of its shape, is read for each of
+the input's first two dims the table may run along: its output is fitted as ``a * input + c *
+table rows`` over its nonzero values (``fitted``: a scale inside, dropout and a learned factor
+on the table are such factors). An exact fit of rows not all alike, with |c| of 0.05 or more,
+along the batch's dim makes the step count (one host read at its end); 3 sampled steps in a
+row make the finding. The batch's dim is read off an ``nn.MultiheadAttention`` of the step
+given the same two dims (in either order: a transpose between is read as such), else one whose
+batch size is one of them, else the DataLoader's batch size when it drew this step's batch (a
+warning then: a sequence as long as the loader's batch reads the same).
 """
 
 from __future__ import annotations
@@ -54,8 +52,8 @@ class PositionTables:
     def __init__(self, add: Callable[[Finding], None]):
         self.add = add
         self.tables: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
-        # this step's tables read: (module, dim they run along, input shape, [error, spread],
-        # where its class is defined)
+        # this step's tables read: (module, dim they run along, input shape, the fit's
+        # [error, spread, |c|], where its class is defined)
         self.added: list[tuple[str, int, list[int], torch.Tensor, str]] = []
         # this step's nn.MultiheadAttention calls: their queries' first two dims, batch_first
         self.attended: set[tuple[int, int, bool]] = set()
