@@ -202,3 +202,22 @@ def test_rows_of_one_repeated_input_have_no_last_word_to_read() -> None:
         F.cross_entropy(head(out[:, -1]), torch.randint(0, C, (B,))).backward()
         check.judge(step)
     assert found == []
+
+
+def test_no_gradient_hook_outlives_its_step() -> None:
+    """A hook left on a tensor of the script's graph that held the monitor (and through it
+    the script's models and their globals) made a cycle through autograd's nodes that gc
+    cannot collect: a script run in process kept its namespace alive after it ended."""
+    check = FinalStates(lambda found: None)
+    gru = nn.GRU(D, H, batch_first=True)
+    kept: list[torch.Tensor] = []
+    gru.register_forward_hook(lambda m, args, out: kept.append(out[0]))
+    gru.register_forward_hook(lambda m, args, out: check.note("rnn", m, args, out))
+    for ends_with in (check.judge, lambda step: check.uninstall()):  # a step's end, a run's
+        check.begin_step()
+        ids, _ = _rows()
+        out, h = gru(nn.Embedding(V, D, padding_idx=PAD)(ids))
+        assert kept[-1]._backward_hooks  # read on this sampled step
+        h[-1].sum().backward()
+        ends_with(1)
+        assert not kept[-1]._backward_hooks and check.handles == []

@@ -91,6 +91,11 @@ class FinalStates:
         active: Callable[[], bool] = lambda: True,
     ):
         self.add, self.safely, self.active = add, safely, active
+        # the gradient hooks put on this step's tensors, taken off at its end: a hook on a
+        # tensor of the script's graph that held the monitor (and through it the script's
+        # models and their module's globals) made a cycle through autograd's C++ nodes that
+        # gc cannot see, and kept a finished script's namespace alive
+        self.handles: list[Any] = []
         self.wrappers = Wrappers()
         self.readings: list[Reading] = []  # this sampled step's
         self.steps = 0  # sampled steps in a row whose final states were read after padding
@@ -102,9 +107,15 @@ class FinalStates:
 
     def uninstall(self) -> None:
         self.wrappers.undo()
+        self._unhook()
 
     def begin_step(self) -> None:
         self.readings = []
+        self._unhook()
+
+    def _unhook(self) -> None:
+        while self.handles:
+            self.handles.pop().remove()
 
     def _unpacked(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
@@ -152,7 +163,7 @@ class FinalStates:
                     g = grad.detach().float().pow(2)  # [L * D, B, H]
                     reading.add(g[::directions].sum((0, 2)), g.sum((0, 2)))
 
-                h.register_hook(functools.partial(self.safely, on_state))
+                self.handles.append(h.register_hook(functools.partial(self.safely, on_state)))
 
     def _read_output(self, reading: Reading, out: torch.Tensor, batch_first: bool) -> None:
         """A hook on ``out`` ([B, T, F] batch first, else [T, B, F]) adds each row's squared
@@ -165,12 +176,13 @@ class FinalStates:
             g = (grad if batch_first else grad.transpose(0, 1)).detach().float().pow(2)
             reading.add(g[:, last].sum(-1), g.sum((1, 2)))  # [B] each
 
-        out.register_hook(functools.partial(self.safely, on_output))
+        self.handles.append(out.register_hook(functools.partial(self.safely, on_output)))
 
     def judge(self, step: int) -> None:
         """At the sampled step's end (one host read)."""
         readings = [r for r in self.readings if r.final is not None]
         self.readings = []
+        self._unhook()
         if self.said or not readings:
             return
         shares = torch.stack([_share(r) for r in readings]).tolist()
