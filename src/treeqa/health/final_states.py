@@ -37,7 +37,7 @@ from torch.nn.utils import rnn
 
 from treeqa.health import sites
 from treeqa.health.findings import Finding
-from treeqa.health.packing import embedded_ids, padding_runs, trailing
+from treeqa.health.packing import embedded_ids, ids_start, padding_starts
 from treeqa.health.wrap import Wrappers, note_function_results
 
 CALLS = 64
@@ -227,26 +227,15 @@ def row_ends(x: torch.Tensor, batch_first: bool) -> tuple[torch.Tensor, bool] | 
     without one, the id that the rows end in a run of (the row with the longest run gives it)
     where it is found nowhere else in any row. Else off the vector so repeated at the rows'
     ends, found nowhere else either (a small vocabulary's word, a series' zeros or a sensor's
-    ceiling that come before its end too are data). One host read."""
+    ceiling that come before its end too are data). Two host reads at most."""
     embedded = embedded_ids(x)
-    rows = x if batch_first else x.transpose(0, 1)  # [B, T, F]
-    if embedded is not None:
-        ids, padding_idx = embedded
-        rows = (ids if batch_first else ids.t())[..., None]  # [B, T, 1]
-        if padding_idx is not None:
-            return (rows.shape[1] - trailing(rows[..., 0] == padding_idx)).cpu(), True
-    b, t = rows.shape[:2]
-    if b < 2 or t < 3:
+    if embedded is not None and embedded[1] is not None:
+        return ids_start(embedded[0], embedded[1], batch_first), True
+    given = x if embedded is None else embedded[0][..., None]  # (ids laid out as x)
+    starts = padding_starts(given, batch_first, alone=True)
+    if starts is None:
         return None
-    rows = rows.detach().reshape(b, t, -1)
-    run, pad = padding_runs(rows)  # [B], [F]
-    starts = t - run
-    inside = (rows == pad).all(-1) & (torch.arange(t, device=rows.device) < starts[:, None])
-    padded = (run > 0).sum()
-    read = torch.stack([run.max(), padded, inside.any().long()]).tolist()
-    if read[0] < 2 or read[1] < 2 or read[2]:
-        return None
-    return starts.cpu(), False
+    return torch.where(starts >= 0, starts, given.shape[1 if batch_first else 0]), False
 
 
 def rnn_state_after_padding(reading: Reading, share: float, step: int, steps: int) -> Finding:

@@ -66,10 +66,9 @@ class ModelInputs:
         ``output``; layers finish their forwards in the order they ran, inner before outer."""
         if self.pixels_out is not None:
             self._note_reader(self.pixels_out, module, inputs)
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
-            momentum = checks.batch_norm_momentum(name, module)
-            if momentum is not None:
-                self._report(momentum)
+        momentum = checks.batch_norm_momentum(name, module)
+        if momentum is not None:
+            self._report(momentum)
         if self.viewed is None and isinstance(module, LAYOUT_LAYERS):
             x = inputs[0] if isinstance(inputs, tuple) and inputs else None
             shapes = reordering_view(x) if isinstance(x, torch.Tensor) else None

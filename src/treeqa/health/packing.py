@@ -28,6 +28,7 @@ vectors of 4 features or more: a scalar series padded with 0 may hold 0s of its 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -113,9 +114,14 @@ def padding_ids_start(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None
     ids, pad = embedded_ids(x) or (None, None)
     if ids is None or pad is None:
         return None
+    return ids_start(ids, pad, batch_first)
+
+
+def ids_start(ids: torch.Tensor, pad: int, batch_first: bool) -> torch.Tensor:
+    """[B] on the host: where the run of ``pad`` at each row's end starts in ``ids`` ([B, T]
+    batch first, else [T, B])."""
     ids = ids if batch_first else ids.t()
-    run = trailing(ids == pad)  # [B]: padding ids at the row's end
-    return (ids.shape[1] - run).cpu()
+    return (ids.shape[1] - trailing(ids == pad)).cpu()
 
 
 def embedded_ids(x: torch.Tensor) -> tuple[torch.Tensor, int | None] | None:
@@ -127,23 +133,22 @@ def embedded_ids(x: torch.Tensor) -> tuple[torch.Tensor, int | None] | None:
     None. Of several such Embeddings, the nearest with a ``padding_idx``, else the nearest
     whose rows are not all alike (position ids)."""
     found: list[tuple[torch.Tensor, int | None]] = []
-    queue: list[Any] = [x.grad_fn]
+    queue: deque[Any] = deque([x.grad_fn])
     seen: set[Any] = set()
     while queue and len(seen) < NODES:
-        node: Any = queue.pop(0)
+        node: Any = queue.popleft()
         if node is None or node in seen:
             continue
         seen.add(node)
         name = type(node).__name__
         if name == "EmbeddingBackward0":
             read = _saved_ids(node, x.shape[:-1])
+            if read is not None and read[1] is not None:
+                return read  # the nearest with a padding_idx
             if read is not None:
                 found.append(read)
         elif name.startswith(ALIGNED) or any(n in name for n in RECURRENT):
-            queue += [n for n, _ in node.next_functions]
-    padded = [f for f in found if f[1] is not None]
-    if padded:
-        return padded[0]
+            queue.extend(n for n, _ in node.next_functions)
     for ids, pad in found:
         if ids.shape[0] > 1 and not bool((ids == ids[:1]).all()):
             return ids, pad
@@ -195,19 +200,23 @@ def _saved_ids(node: Any, shape: torch.Size) -> tuple[torch.Tensor, int | None] 
     return ids, pad if 0 <= pad < 2**63 else None
 
 
-def padding_starts(x: torch.Tensor, batch_first: bool) -> torch.Tensor | None:
+def padding_starts(x: torch.Tensor, batch_first: bool, alone: bool = False) -> torch.Tensor | None:
     """[B] where each row of the padded batch ``x`` ([B, T, *] batch first, else [T, B, *])
     starts its padding, for the rows that end in the batch's padding vector (-1 for the
-    others); None where no padding shows (see the module's text). One host read."""
+    others); None where no padding shows (see the module's text), and, with ``alone``, where
+    that vector is found before a row's padding too (a value the data holds). Two host reads."""
     if x.dim() < 2:
         return None
     rows = x.detach() if batch_first else x.detach().transpose(0, 1)
     b, t = rows.shape[:2]
     if b < 2 or t < 3:
         return None
-    run, _ = padding_runs(rows.reshape(b, t, -1))  # [B]
+    rows = rows.reshape(b, t, -1)
+    run, pad = padding_runs(rows)  # [B], [F]
     padded = run > 0
-    if int(run.max()) < 2 or int(padded.sum()) < 2:
+    inside = (rows == pad).all(-1) & (torch.arange(t, device=rows.device) < (t - run)[:, None])
+    longest, count, found = torch.stack([run.max(), padded.sum(), inside.any().long()]).tolist()
+    if longest < 2 or count < 2 or alone and found:
         return None
     return torch.where(padded, t - run, -1).cpu()
 
