@@ -43,6 +43,9 @@ EXPECTED = {
     "bug_position_signal_by_batch.py": "position-signal-by-batch",
     "bug_batch_norm_momentum_inverted.py": "batch-norm-momentum-inverted",
     "bug_rnn_unpacked_output_last.py": "rnn-state-after-padding",
+    "bug_multi_hot_into_cross_entropy.py": "multi-hot-into-cross-entropy",
+    "bug_dropout_as_keep_probability.py": "dropout-as-keep-probability",
+    "bug_outputs_constant.py": "outputs-constant",
     "bug_kfold_model_reused.py": "evaluation-data-trained-on",
     "bug_dice_on_logits.py": "dice-on-logits",
     "bug_attention_mask_inverted.py": "attention-mask-inverted",
@@ -258,6 +261,9 @@ CLEAN = [
     "clean_batch_norm_momentum.py",  # 0.1, 0.01, None, no running statistics, frozen
     "clean_position_tables.py",  # time first, [1, L, D], transposed, learned, scaled
     "clean_rnn_padding_read.py",  # packed, gathered at the last word, padded at the start, ...
+    "clean_multi_label.py",  # BCE, rows divided by their sums, a one-hot weighted by hand
+    "clean_dropout_rates.py",  # 0.5, 0.7, 1 - keep_prob, between LSTM layers, Monte Carlo
+    "clean_outputs_vary.py",  # a zero last layer warmed up, constant anchors, a large offset
     "clean_images.py",  # scaled outside or inside the model, a 0/1 mask; convs are info
     "clean_optimiser_wrapper.py",  # Lookahead, plain SGD made each step, Adam each epoch
     "clean_two_runs.py",  # a second model and optimiser: its steps are counted too

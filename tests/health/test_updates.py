@@ -983,10 +983,10 @@ def test_the_loss_wrappers_report_and_leave_correct_inputs_alone() -> None:
 
 
 def test_functional_dropout_without_training_is_named_in_evaluations_only() -> None:
-    from treeqa.health.evaluation import EvalDropout
+    from treeqa.health.dropouts import Dropouts
 
     found: list[Finding] = []
-    check = EvalDropout(found.append)
+    check = Dropouts(found.append)
     x = torch.randn(4, 8)
     F.dropout(x, 0.5)  # in a training step: not wrapped, not judged
     check.begin()
@@ -1007,7 +1007,7 @@ def test_dropout_imported_by_name_in_the_models_module_is_wrapped_there_too() ->
     import sys
     import types
 
-    from treeqa.health.evaluation import EvalDropout
+    from treeqa.health.dropouts import Dropouts
 
     source = """
 import torch
@@ -1034,7 +1034,7 @@ class Net(nn.Module):
         original = module.drop
         for mc, expected in ((True, []), (False, ["dropout-in-eval"])):
             found: list[Finding] = []
-            check = EvalDropout(found.append)
+            check = Dropouts(found.append)
             model = module.Net(mc).eval()
             check.begin(model)
             try:

@@ -55,7 +55,7 @@ from treeqa.health import (
     wrap,
 )
 from treeqa.health.clipping import Clipping
-from treeqa.health.evaluation import EvalDropout
+from treeqa.health.dropouts import Dropouts
 from treeqa.health.heldout import HeldOut
 from treeqa.health.masks import AttentionMasks
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
@@ -129,7 +129,8 @@ class Doctor:
         self.hand: hand.HandSteps | None = hand.HandSteps()
         # What the clock's steps are given (updates.py).
         self.updates = Updates(monitor.add, monitor.scalers)
-        self.eval_dropout = EvalDropout(monitor.add)  # F.dropout left on in evaluations
+        # F.dropout left on in evaluations, or trained at TensorFlow's keep probability
+        self.dropouts = Dropouts(monitor.add)
         self.heldout = HeldOut(monitor.add)  # evaluation rows trained on by an earlier phase
         self.scales = InputScales(monitor.add)  # evaluation inputs off the training ones' scale
         self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
@@ -265,7 +266,7 @@ class Doctor:
                 handle.remove()
         self.handles, self.root_handles, self.discovery = [], [], None
         self.updates.remove_hooks()
-        self.eval_dropout.end()
+        self.dropouts.end()
         self.masks.end()
         self.clipping.uninstall()
         self.updates.uninstall()
@@ -491,7 +492,7 @@ class Doctor:
         if self.hand is not None:
             self._hand_step()
         if self._evaluating(module):
-            self.eval_dropout.begin(module)
+            self.dropouts.begin(module)
             self.updates.evaluation()
             self._note_evaluation()
             self.in_evaluation = True  # (the wrapped module's own hook then counts nothing)
@@ -509,6 +510,7 @@ class Doctor:
                 self.monitor.loss_check.leaks.forward(args, kwargs, self.monitor.step)
                 if not (self.monitor.compiling or compiled()):  # (wrappers a compiled graph
                     self.masks.begin(module, args, kwargs)  # would guard on)
+                    self.dropouts.begin(module, training=True)
             if self.prints is not None:
                 self.prints.forward((*args, kwargs), self.monitor.sampling)  # model(**batch)
         elif self.monitor.sampling:  # a teacher's forward, say: is it in eval mode?
@@ -533,7 +535,7 @@ class Doctor:
             return
         # The wait for the next step's data starts when an evaluation's last forward ends.
         if self._evaluating(module):
-            self.eval_dropout.end()
+            self.dropouts.end()
             self.in_evaluation = False
             if not self.open:
                 self.last_end = time.perf_counter()
@@ -541,6 +543,7 @@ class Doctor:
             self.updates.forward_done(module, output)
             self.overlaps.forward_done(output, self.monitor.step)
             self.masks.end()
+            self.dropouts.end()
 
     def _hook_tops(self, tops: Sequence[nn.Module]) -> None:
         """A step's compute starts at the first forward of any model, trained by the clock or

@@ -675,3 +675,34 @@ def ctc_infeasible(targets: Any, input_lengths: Any, target_lengths: Any) -> tup
     else:
         return None
     return int((lengths + repeats > frames).sum()), lengths.numel()
+
+
+MULTI_HOT_SUM = 1.05
+"""A row of a cross-entropy's soft targets with two non-zero entries or more and a sum above
+this is no distribution but a set of labels (a row summing to 1 is soft labels, label
+smoothing, mixup or a normalised multi-hot; a row with one non-zero entry is a one-hot
+weighted by hand)."""
+
+
+def multi_hot(targets: torch.Tensor, dim: int, function: str) -> Finding | None:
+    """``multi-hot-into-cross-entropy`` where rows of ``targets`` over the classes' ``dim``
+    hold two labels or more and are no distribution (``MULTI_HOT_SUM``). One host read."""
+    t = targets.detach().float().abs()  # (-q, a minus taken first)
+    labels, sums = (t != 0).sum(dim), t.sum(dim)
+    rows = (labels >= 2) & (sums > MULTI_HOT_SUM)
+    stats = torch.stack([rows.sum(), labels.max(), torch.where(rows, sums, 0).max()])
+    count, most, largest = stats.tolist()
+    if not count:
+        return None
+    classes, total = int(t.shape[dim]), sums.numel()
+    return Finding(
+        "multi-hot-into-cross-entropy",
+        "warning",
+        f"{function} is given targets that are sets of labels, not distributions: "
+        f"{int(count)} of {total} rows have 2 or more of the {classes} classes (up to "
+        f"{int(most)}, summing to up to {largest:g}). A softmax shares one unit of probability "
+        "among the classes, so against a row of k labels it learns 1/k for each, and the "
+        "logits' level, which a softmax ignores, is left to drift: a threshold on "
+        "sigmoid(logits) has no fixed meaning, and one on the softmax must fall below 1/k",
+        evidence={"function": function, "rows": int(count), "of": total, "classes": classes},
+    )

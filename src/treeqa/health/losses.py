@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import nn
@@ -85,6 +85,7 @@ class LossInputCheck:
         self.targets = [] if targets is None else [targets]  # (a check may add its own)
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
+        self.multi_hot_said = False  # multi-hot-into-cross-entropy, said once
         # cross-entropies over in-batch similarities: calls, those with one target (the same
         # each time), that target, the rows (see _in_batch_targets)
         self.in_batch: tuple[int, int, int | None, int] = (0, 0, None, 0)
@@ -296,6 +297,7 @@ class LossInputCheck:
         (weighted, or of more than one label) are not judged, nor ones that do over every dim
         (an identity's: in-batch contrastive targets)."""
         for shape, dim, targets in loss_inputs.soft_cross_entropies(loss.grad_fn):
+            self._multi_hot(targets, dim, "a cross-entropy written by hand, -q * log_softmax(x)")
             classes = loss_inputs.summing_to_one(targets)
             if not classes or dim in classes:
                 continue
@@ -315,6 +317,16 @@ class LossInputCheck:
                 )
             )
             return
+
+    def _multi_hot(self, targets: torch.Tensor, dim: int, function: str) -> None:
+        """``multi-hot-into-cross-entropy`` for soft targets over the classes' ``dim``; once."""
+        if self.multi_hot_said:
+            return
+        found = loss_inputs.multi_hot(targets, dim, function)
+        if found is not None:
+            self.multi_hot_said = True
+            found.where = sites.user_site(3)
+            self.add(found)
 
     def _sum_of_cross_entropies(
         self, loss: torch.Tensor, node: Any, scale: float
@@ -527,6 +539,8 @@ class LossInputCheck:
         if fname == "cross_entropy":
             self._squashed_logits(input, classes)
             self._in_batch_targets(input, target)
+            if result.requires_grad and _soft_targets(target, input):
+                self._multi_hot(target, 1 if input.dim() >= 2 else 0, "cross_entropy")
         rows = int(input.shape[0]) if input.dim() >= 2 else 0
         if ce_like and not result.requires_grad and result.dim() >= 1:
             self.scored = max(self.scored, rows)  # reduction="none" under no_grad
@@ -590,7 +604,10 @@ class LossInputCheck:
         ):
             self.first_seen = True
             self.margin = _margin_by_design(input, target)
-            found = loss_levels.loss_at_init(float(result.detach()) / summed, classes)
+            first = float(result.detach()) / summed
+            if _soft_targets(target, input) and input.dim() >= 2:  # log(C) times a row's mass
+                first /= max(float(target.detach().sum(1).mean()), 1e-12)
+            found = loss_levels.loss_at_init(first, classes)
             # A scaled cosine head (NormFace: s x cos, no margin) starts above log(C) by its
             # scale, as a margin softmax does, and no small initialisation changes that.
             if found is not None and not self.margin and not loss_inputs.cosine_logits(input):
@@ -809,6 +826,15 @@ class LossInputCheck:
                 evidence={"function": "cross_entropy", "produced_by": "relu"},
             )
         )
+
+
+def _soft_targets(target: Any, input: torch.Tensor) -> TypeGuard[torch.Tensor]:
+    """Whether ``target`` is class probabilities for ``input`` (its shape, floating)."""
+    return (
+        isinstance(target, torch.Tensor)
+        and target.is_floating_point()
+        and target.shape == input.shape
+    )
 
 
 def _margin_by_design(input: torch.Tensor, target: Any) -> bool:

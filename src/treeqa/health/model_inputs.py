@@ -3,7 +3,8 @@ has there: images as raw 8-bit pixel values (``pixels-not-scaled``), a batch-fir
 sequence given to a recurrent layer that reads time first (``rnn-batch-first-mismatch``), and
 an input whose dims were reordered with ``view``/``reshape`` instead of a transpose
 (``view-as-transpose``); and, of the layers that read it, a batch norm given Keras's momentum
-(``batch-norm-momentum-inverted``).
+(``batch-norm-momentum-inverted``) and a dropout given TensorFlow's keep probability
+(``dropout-as-keep-probability``, ``dropouts.py``).
 
 Values are reduced on the device and read once at the sampled step's end (one host read);
 shapes are metadata.
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 
 from treeqa.health import checks
+from treeqa.health.dropouts import layer_dropout
 from treeqa.health.findings import Finding
 
 PIXEL_CHANNELS = (1, 3, 4)
@@ -66,9 +68,9 @@ class ModelInputs:
         ``output``; layers finish their forwards in the order they ran, inner before outer."""
         if self.pixels_out is not None:
             self._note_reader(self.pixels_out, module, inputs)
-        momentum = checks.batch_norm_momentum(name, module)
-        if momentum is not None:
-            self._report(momentum)
+        for found in (checks.batch_norm_momentum(name, module), layer_dropout(name, module)):
+            if found is not None:
+                self._report(found)
         if self.viewed is None and isinstance(module, LAYOUT_LAYERS):
             x = inputs[0] if isinstance(inputs, tuple) and inputs else None
             shapes = reordering_view(x) if isinstance(x, torch.Tensor) else None

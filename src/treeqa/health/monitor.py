@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from treeqa.health import checks, findings, loss_levels, report, sites, timing, wrap
+from treeqa.health.collapse import ConstantOutputs
 from treeqa.health.final_states import FinalStates
 from treeqa.health.findings import Finding
 from treeqa.health.heap import heap_mb
@@ -303,6 +304,7 @@ class HealthMonitor(Callback):
             self.add, self.safely, lambda: self.sampling and not self.paused
         )  # recurrent layers' final states after padding
         self.positions = PositionTables(self.add)  # a position table added by the batch's dim
+        self.collapse = ConstantOutputs(self.add, lambda: self.models)  # one output for all
         self.packing = PackedLengths(self.add, lambda: self.sampling and not self.paused)
         self._unused: set[str] | None = None  # no gradient in the first sampled steps
         self._unused_params: list[tuple[str, nn.Parameter]] = []  # and since then, to check
@@ -440,6 +442,7 @@ class HealthMonitor(Callback):
             self.inputs.begin_step()
             self.finals.begin_step()
             self.positions.begin_step()
+            self.collapse.begin_step()
             # Through ``safely``: an output a hook cannot read is the monitor's failure, said in
             # one line, never the script's.
             hook = functools.partial(self.safely, self._rms_hook)
@@ -779,6 +782,7 @@ class HealthMonitor(Callback):
         self.inputs.note(name, module, inputs, output)
         self.finals.note(name, module, inputs, output)
         self.positions.note(name, module, inputs, output)
+        self.collapse.note(name, module, inputs, output)
         if name not in self._rms and checks.dense(output) and output.is_floating_point():
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
             if name[-1:].isdigit():  # a member of a stack (blocks.3): what it is, for the check
@@ -793,6 +797,7 @@ class HealthMonitor(Callback):
         self.finals.judge(s)
         drawn = (id(self.loaders.newest), self.loaders.drawn)  # moves with each batch drawn
         self.positions.judge(self.loaders.batch_size, drawn)
+        self.collapse.judge(s)
         if self._rms:
             names = list(self._rms)
             values = torch.stack(

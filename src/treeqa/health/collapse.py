@@ -1,0 +1,216 @@
+"""A model whose output is the same for every example (``outputs-constant``).
+
+"My network predicts the same value for every input": a learning rate far too high has pushed
+every unit of a ReLU layer where no input turns it on (dead: all zeros, for every row, and no
+gradient to bring them back), sigmoids or tanh saturated by unscaled inputs, two layers in a row
+initialised to zero, a self-supervised pair trained without a stop-gradient collapsing to one
+point, a generator collapsed to one sample. The loss then falls no lower than the best
+constant's, which is easy to mistake for a hard task.
+
+On sampled steps, a trained model's output (its first floating tensor whose dim 0 is the
+batch) is compared across rows: all within ``TOLERANCE`` of the first row's, relative to its
+largest value (all zeros count), while the rows of its first input differ. ``STEPS`` sampled
+steps in a row, over ``SPAN`` steps or more (a last layer initialised to zero is constant until
+the first steps move it), make the finding. Once a step has been so, the next sampled steps read
+every layer's rows too, and the finding names the first layer whose output is the same for
+every row: a ReLU whose input differs and whose output is all zeros has died; a layer given
+the same input for every row lost it to a function between layers (``F.relu``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from treeqa.health.findings import Finding
+
+TOLERANCE = 1e-5
+"""Rows differ by at most this share of the output's largest magnitude to count as the same."""
+STEPS = 3
+"""Sampled steps in a row with the same output for every row."""
+SPAN = 20
+"""Steps from the first such sampled step to the last, at least."""
+LAYERS = 512
+"""Layers read a traced step, at most."""
+SATURATING = (nn.Sigmoid, nn.Tanh, nn.Hardtanh, nn.Hardsigmoid, nn.Softsign)
+
+
+def tensors(value: Any) -> Iterator[torch.Tensor]:
+    """The tensors of a forward's inputs or output, in order: a tensor, or one level into a
+    tuple, list or dict (``ModelOutput``)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, tuple | list):
+        yield from (v for v in value if isinstance(v, torch.Tensor))
+    elif isinstance(value, dict):
+        yield from (v for v in value.values() if isinstance(v, torch.Tensor))
+
+
+def spread(x: torch.Tensor) -> torch.Tensor:
+    """[largest difference from the first row, largest magnitude] of ``x``'s rows (dim 0),
+    on its device."""
+    rows = x.detach().float().reshape(x.shape[0], -1)
+    return torch.stack([(rows - rows[:1]).abs().amax(), rows.abs().amax()])
+
+
+def same(values: Sequence[float]) -> bool:
+    """Whether a ``spread`` read back says the rows are the same."""
+    return values[0] <= TOLERANCE * values[1]
+
+
+class Layer:
+    """One layer's rows on a traced step: its input's and output's ``spread``."""
+
+    def __init__(self, name: str, module: nn.Module, given: torch.Tensor, output: torch.Tensor):
+        self.name, self.module = name, module
+        self.rows = int(output.shape[0])
+        self.values = torch.cat([spread(given), spread(output)])
+        self.read: list[float] = []  # the values, read back
+
+
+class ConstantOutputs:
+    """``add``: where the finding goes; ``models``: the trained models now."""
+
+    def __init__(self, add: Callable[[Finding], None], models: Callable[[], list[nn.Module]]):
+        self.add, self.models = add, models
+        self.said = False
+        self.steps: list[int] = []  # the sampled steps in a row with the same output
+        self.reading: tuple[str, list[int], torch.Tensor] | None = None  # the model's output
+        self.tracing = False  # read every layer's rows this step
+        self.layers: list[Layer] = []
+
+    def begin_step(self) -> None:
+        """A sampled step starts."""
+        self.reading, self.layers = None, []
+
+    def note(self, name: str, module: nn.Module, inputs: Any, output: Any) -> None:
+        """``module`` (named ``name``) finished a forward in a sampled step (inner layers
+        before the model)."""
+        if self.said or not module.training or not torch.is_grad_enabled():
+            return
+        if self.reading is None and any(module is m for m in self.models()):
+            self._read_model(name, inputs, output)
+        elif self.tracing and not any(True for _ in module.children()):
+            given = next(tensors(inputs), None)
+            out = next(tensors(output), None)
+            if (
+                len(self.layers) < LAYERS
+                and given is not None
+                and out is not None
+                and out.dim() >= 1
+                and out.shape[0] >= 2
+                and given.dim() >= 1
+                and given.shape[0] == out.shape[0]
+            ):
+                self.layers.append(Layer(name, module, given, out))
+
+    def _read_model(self, name: str, inputs: Any, output: Any) -> None:
+        given = next(tensors(inputs), None)
+        rows = int(given.shape[0]) if given is not None and given.dim() >= 1 else None
+        out = next(
+            (
+                t
+                for t in tensors(output)
+                if t.is_floating_point()
+                and t.dim() >= 1
+                and t.shape[0] >= 2
+                and (rows is None or t.shape[0] == rows)
+            ),
+            None,
+        )
+        if out is None or out.numel() == 0:
+            return
+        values = spread(out)
+        if given is not None and rows is not None and rows >= 2:
+            values = torch.cat([values, spread(given)])
+        self.reading = (name, list(out.shape), values)
+
+    def judge(self, step: int) -> None:
+        """The sampled step ``step`` ended: read its values back (one host read)."""
+        if self.said or self.reading is None:
+            return
+        name, shape, values = self.reading
+        layers = self.layers
+        self.reading, self.layers = None, []
+        read = torch.cat([values, *(layer.values for layer in layers)]).tolist()
+        given_same = len(values) == 4 and read[2] == 0  # (inputs differing at all count)
+        if not same(read[:2]) or given_same:
+            self.steps, self.tracing = [], False
+            return
+        self.steps.append(step)
+        self.tracing = True
+        if len(self.steps) < STEPS or step - self.steps[0] < SPAN:
+            return
+        at = len(values)
+        for layer in layers:
+            layer.read = read[at : at + 4]
+            at += 4
+        self.said = True
+        self.add(_finding(name, shape, self.steps, layers))
+
+
+def _finding(name: str, shape: list[int], steps: list[int], layers: list[Layer]) -> Finding:
+    rows = shape[0]
+    where, why = _where(layers, rows)
+    message = (
+        f"{name}'s output {shape} is the same for every one of the batch's {rows} rows on "
+        f"{len(steps)} sampled steps in a row (steps {steps[0]}-{steps[-1]}), while its inputs "
+        "differ: whatever it is given, it predicts one thing, and its loss can fall no lower "
+        "than the best constant's"
+    )
+    if why:
+        message += f". {why}"
+    return Finding(
+        "outputs-constant",
+        "error",
+        message,
+        where=where or name,
+        evidence={"output": shape, "steps": steps[-STEPS:], **({"layer": where} if where else {})},
+    )
+
+
+def _where(layers: list[Layer], rows: int) -> tuple[str, str]:
+    """(the layer, what it says) where the rows stop differing, from a traced step's
+    layers; ("", "") where none was read."""
+    layers = [layer for layer in layers if layer.rows == rows]
+    varied = None
+    for layer in layers:
+        given, out = layer.read[:2], layer.read[2:]
+        if not same(out):
+            varied = layer
+            continue
+        kind = type(layer.module).__name__
+        zeros = out[1] == 0
+        if not same(given):
+            return layer.name, f"The rows stop differing at layer {layer.name} ({kind}): " + _state(
+                layer.module, bool(zeros)
+            )
+        before = f" after {varied.name}, whose output still differs," if varied else ""
+        held = "all zeros" if given[1] == 0 else "the same"
+        return layer.name, (
+            f"Layer {layer.name} ({kind}) is given {held} for every row{before}: the rows stop "
+            "differing in the code between them (a functional ReLU all of whose units died, "
+            "a product with zeros, a saturated activation)"
+        )
+    return "", ""
+
+
+def _state(module: nn.Module, zeros: bool) -> str:
+    """What a layer whose input differs and whose output does not has come to."""
+    if zeros and isinstance(module, nn.ReLU | nn.ReLU6):
+        return (
+            "its output is zero for every unit and row: every unit has died (no input turns "
+            "one on: a step too large, or biases set far below zero, put the weights before it "
+            "there, and a dead unit gets no gradient to come back)"
+        )
+    if isinstance(module, SATURATING):
+        return "it is saturated: its input is so large that every row gives its limit"
+    weight = getattr(module, "weight", None)
+    if isinstance(weight, torch.Tensor) and not bool(weight.detach().any()):
+        return "its weights are all zero"
+    if zeros:
+        return "its output is all zeros"
+    return "its output is the same vector for every row"
