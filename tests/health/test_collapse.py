@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from treeqa.health.collapse import SPAN, STEPS, ConstantOutputs
+from treeqa.health.collapse import SPAN, STEPS, ConstantOutputs, spread
 from treeqa.health.findings import Finding
 
 
@@ -94,3 +94,78 @@ def test_an_evaluation_is_not_read() -> None:
     nn.init.constant_(model[0].bias, -100.0)
     with torch.no_grad():
         assert _run(model, [torch.randn(32, 8) for _ in range(STEPS)]) == []
+
+
+def test_outputs_the_same_by_design_are_not_named() -> None:
+    """A prior broadcast to the rows before the logits, utterance logits repeated over the
+    frames of time-first input, a regression whose bias holds targets of 2e5."""
+
+    class Prior(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.prior, self.head = nn.Parameter(torch.zeros(3)), nn.Linear(8, 3)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.prior.expand(len(x), 3), self.head(x)
+
+    class Utterances(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, frames: torch.Tensor) -> torch.Tensor:  # [T, B, F] -> [T, B, C]
+            return self.head(frames.mean(0)).repeat(len(frames), 1, 1)
+
+    torch.manual_seed(0)
+    assert _run(Prior(), [torch.randn(32, 8) for _ in range(STEPS)]) == []
+    assert _run(Utterances(), [torch.randn(20, 32, 8) for _ in range(STEPS)]) == []
+    prices = nn.Linear(8, 1)
+    nn.init.constant_(prices.bias, 2e5)
+    assert _run(prices, [torch.randn(32, 8) for _ in range(STEPS)]) == []
+
+
+def test_a_step_whose_every_gradient_is_zero_is_not_judged() -> None:
+    """A policy's head at zero before its first reward trains nothing yet."""
+    found: list[Finding] = []
+    model = nn.Linear(8, 3)
+    nn.init.zeros_(model.weight)
+    nn.init.zeros_(model.bias)
+    check = ConstantOutputs(found.append, lambda: [model])
+    for step in range(10, 10 * (STEPS + 2), 10):
+        check.begin_step()
+        check.note("Linear", model, (torch.randn(32, 8),), model(torch.randn(32, 8)))
+        check.judge(step, still=True)
+    assert found == []
+
+
+def test_every_input_of_the_batch_is_read_and_each_column_on_its_own_scale() -> None:
+    """A diffusion model given one time for the whole batch, then noisy rows that differ, is
+    judged; a layer whose few huge channels sit beside small ones that differ still differs."""
+
+    class Denoiser(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.time = nn.Linear(1, 4)  # given the same time in every row, by design
+            self.net = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, 8))
+            nn.init.constant_(self.net[0].bias, -100.0)
+
+        def forward(self, t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            return self.net(torch.cat([x, self.time(t[:, None])], 1))
+
+    found: list[Finding] = []
+    model = Denoiser()
+    check = ConstantOutputs(found.append, lambda: [model])
+    names = {id(m): n or "Denoiser" for n, m in model.named_modules()}
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda m, i, o: check.note(names[id(m)], m, i, o) if id(m) in names else None
+    )
+    try:
+        for step in range(10, 10 * (STEPS + 1), 10):
+            check.begin_step()
+            model(torch.full((32,), 0.5), torch.randn(32, 8))
+            check.judge(step)
+    finally:
+        handle.remove()
+    assert [f.where for f in found] == ["net.1"]
+    wide = torch.cat([torch.full((32, 2), 1e11), torch.randn(32, 6)], 1)
+    assert spread(wide).tolist()[0] > 0.1

@@ -79,3 +79,18 @@ def test_functional_dropout_in_a_trained_forward_is_named_at_the_scripts_line() 
     assert F.dropout.__name__ == "dropout"  # unwrapped after the forward
     check.begin(training=True)  # said once: nothing wrapped again
     assert F.dropout.__name__ == "dropout"
+
+
+def test_a_forward_without_gradients_or_a_mask_of_ones_is_not_read() -> None:
+    """A saliency probe run through a layer in training mode under no_grad trains nothing, and
+    word dropout drawn as ``F.dropout(ones, 0.8)`` is a mask whose scale is never read."""
+    with torch.no_grad():
+        assert layer_dropout("probe", nn.Dropout(0.9)) is None
+    found: list[Finding] = []
+    check = Dropouts(found.append)
+    check.begin(training=True)
+    try:
+        F.dropout(torch.ones(4, 8), 0.8, True)
+    finally:
+        check.end()
+    assert found == []

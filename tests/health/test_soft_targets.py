@@ -83,3 +83,19 @@ def test_the_first_loss_against_multi_hot_targets_is_judged_per_unit_of_target()
     finally:
         check.uninstall()
     assert [f.code for f in found] == ["multi-hot-into-cross-entropy"]
+
+
+def test_a_mean_over_positives_and_a_policys_weights_are_not_sets_of_labels() -> None:
+    """A supervised contrastive loss divides each row's sum by its positives' count (a
+    distribution, written late); a policy gradient weighs the actions sampled by their
+    advantages, which are no labels."""
+    found: list[Finding] = []
+    check = LossInputCheck(found.append, lambda: True, lambda: False)
+    similarities = torch.randn(16, 16, requires_grad=True)
+    mask = _multi_hot(16, 16, 4)
+    log_prob = F.log_softmax(similarities, dim=1)
+    check.backward(-((mask * log_prob).sum(1) / mask.sum(1)).mean())
+    advantages = torch.zeros(16, 6).scatter_(1, torch.randint(0, 6, (16, 3)), 0.9)
+    check.backward(-(advantages * F.log_softmax(similarities[:, :6], -1)).sum(-1).mean())
+    assert found == []
+    assert loss_inputs.multi_hot(torch.tensor([[2.0, 3.0, 0.0]]), 1, "cross_entropy") is None

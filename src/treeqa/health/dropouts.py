@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
+import torch
 from torch import nn
 from torch.nn import functional as F
 
@@ -136,6 +137,9 @@ class Dropouts:
         training = args[2] if len(args) > 2 else kwargs.get("training", name in DROPOUTS)
         if not isinstance(p, float | int) or p < KEEP or not training or _torch_called():
             return  # (a layer's own call: ``layer_dropout`` names the layer)
+        given = args[0] if args else kwargs.get("input")
+        if isinstance(given, torch.Tensor) and not given.requires_grad and bool((given == 1).all()):
+            return  # a mask made by dropping ones (word dropout): its scale is never read
         self._say(
             keep_probability(float(p), f"F.{name}(x, p={p:g}) in training", sites.user_site())
         )
@@ -152,8 +156,9 @@ def _torch_called() -> bool:
 
 def rate(module: nn.Module) -> tuple[float, str] | None:
     """(p, its argument's name) of a layer that drops units while it trains: a dropout, a
-    recurrent layer's between its layers, an attention's on its weights. None otherwise."""
-    if not module.training:
+    recurrent layer's between its layers, an attention's on its weights. None otherwise (a
+    forward without gradients trains nothing: a saliency probe run in training mode)."""
+    if not module.training or not torch.is_grad_enabled():
         return None
     if isinstance(module, nn.modules.dropout._DropoutNd):
         return float(module.p), "p"

@@ -307,28 +307,38 @@ quotient by a constant (``MulBackward0``/``DivBackward0`` with one input needing
 gradient)."""
 
 
-def soft_cross_entropies(node: Any, most: int = 32) -> list[tuple[list[int], int, Any]]:
+def soft_cross_entropies(node: Any, most: int = 32) -> list[tuple[list[int], int, Any, bool]]:
     """(shape, dim, targets) of each cross-entropy against soft targets written by hand below
     the loss's ``node``: a constant ``q`` times ``log_softmax(x, dim)`` (the minus on either
     side), reduced in any order (``torch.sum(-q * log_softmax(x, -1), -1).mean()``, timm's
     ``SoftTargetCrossEntropy``; ``(-q * logp).mean(0).sum()``; label smoothing and mixup by
     hand, a distillation against a teacher's probabilities); the log-softmax's input shape
-    and dim, and ``q`` as the product saved it. Looked for within ``most`` nodes. Read before
-    the backward frees what the nodes saved; no host sync."""
-    todo, seen, found = [node], 0, []
+    and dim, ``q`` as the product saved it, and whether a quotient by a constant of more than
+    one value lies above it (``(mask * logp).sum(1) / mask.sum(1)``: each row's ``q`` divided
+    by its count, as supervised contrastive losses write a mean over positives). Looked for
+    within ``most`` nodes. Read before the backward frees what the nodes saved; no host sync."""
+    todo, seen, found = [(node, False)], 0, []
     while todo and seen < most:
-        node = todo.pop()
+        node, divided = todo.pop()
         seen += 1
         name = type(node).__name__
         if name in ("MulBackward0", "DivBackward0") and _by_constant(node):
             one = _targets_times_log_softmax(node) if name == "MulBackward0" else None
             if one is not None:
-                found.append(one)
+                found.append((*one, divided))
                 continue
+            divided = divided or (name == "DivBackward0" and _by_values(node))
         elif name not in SCALARS:
             continue
-        todo.extend(n for n, _ in node.next_functions if n is not None)
+        todo.extend((n, divided) for n, _ in node.next_functions if n is not None)
     return found
+
+
+def _by_values(node: Any) -> bool:
+    """A quotient (by a constant) whose divisor holds more than one value: rows divided each by
+    its own."""
+    divisor = getattr(node, "_saved_other", None)
+    return isinstance(divisor, torch.Tensor) and divisor.numel() > 1
 
 
 def _by_constant(node: Any) -> bool:
@@ -684,12 +694,19 @@ smoothing, mixup or a normalised multi-hot; a row with one non-zero entry is a o
 weighted by hand)."""
 
 
-def multi_hot(targets: torch.Tensor, dim: int, function: str) -> Finding | None:
+def multi_hot(
+    targets: torch.Tensor, dim: int, function: str, binary: bool = False
+) -> Finding | None:
     """``multi-hot-into-cross-entropy`` where rows of ``targets`` over the classes' ``dim``
-    hold two labels or more and are no distribution (``MULTI_HOT_SUM``). One host read."""
-    t = targets.detach().float().abs()  # (-q, a minus taken first)
+    hold two labels or more and are no distribution (``MULTI_HOT_SUM``): rows of values in
+    [0, 1] (labels, or a sigmoid's probabilities), or of 0s and 1s only where ``binary`` (a
+    cross-entropy written by hand, whose weights may be a policy's returns or advantages).
+    One host read."""
+    t = targets.detach().float()
+    t = torch.where(t.amax() <= 0, -t, t)  # (-q, a minus taken first)
     labels, sums = (t != 0).sum(dim), t.sum(dim)
-    rows = (labels >= 2) & (sums > MULTI_HOT_SUM)
+    kept = (t == 0) | (t == 1) if binary else (t >= 0) & (t <= 1 + 1e-3)
+    rows = kept.all(dim) & (labels >= 2) & (sums > MULTI_HOT_SUM)
     stats = torch.stack([rows.sum(), labels.max(), torch.where(rows, sums, 0).max()])
     count, most, largest = stats.tolist()
     if not count:

@@ -296,8 +296,9 @@ class LossInputCheck:
         of targets whose rows over dim 1 are distributions. Targets that sum to 1 over no dim
         (weighted, or of more than one label) are not judged, nor ones that do over every dim
         (an identity's: in-batch contrastive targets)."""
-        for shape, dim, targets in loss_inputs.soft_cross_entropies(loss.grad_fn):
-            self._multi_hot(targets, dim, "a cross-entropy written by hand, -q * log_softmax(x)")
+        for shape, dim, targets, divided in loss_inputs.soft_cross_entropies(loss.grad_fn):
+            if not divided:
+                self._multi_hot(targets, dim, "a cross-entropy by hand, -q * log_softmax(x)", True)
             classes = loss_inputs.summing_to_one(targets)
             if not classes or dim in classes:
                 continue
@@ -318,11 +319,13 @@ class LossInputCheck:
             )
             return
 
-    def _multi_hot(self, targets: torch.Tensor, dim: int, function: str) -> None:
+    def _multi_hot(
+        self, targets: torch.Tensor, dim: int, function: str, binary: bool = False
+    ) -> None:
         """``multi-hot-into-cross-entropy`` for soft targets over the classes' ``dim``; once."""
         if self.multi_hot_said:
             return
-        found = loss_inputs.multi_hot(targets, dim, function)
+        found = loss_inputs.multi_hot(targets, dim, function, binary)
         if found is not None:
             self.multi_hot_said = True
             found.where = sites.user_site(3)

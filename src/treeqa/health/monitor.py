@@ -797,7 +797,6 @@ class HealthMonitor(Callback):
         self.finals.judge(s)
         drawn = (id(self.loaders.newest), self.loaders.drawn)  # moves with each batch drawn
         self.positions.judge(self.loaders.batch_size, drawn)
-        self.collapse.judge(s)
         if self._rms:
             names = list(self._rms)
             values = torch.stack(
@@ -821,6 +820,12 @@ class HealthMonitor(Callback):
             if scale is None or scale < MIN_SCALE:  # else an overflow the loss scaler skipped
                 self.nonfinite.saw_gradients(s, bad)
             self.zeroed.saw(s, zero, loss, self.params)
+            # every gradient exactly zero: nothing trains the model yet (a policy's head at
+            # zero before its first reward), so a constant output is no collapse
+            still = bool(zero) and len(zero) == sum(p.grad is not None for _, p in self.params)
+            self.collapse.judge(s, still)
+        else:
+            self.collapse.judge(s)
 
     def _note_unused(self, s: int) -> None:
         """The first three steps of the window give the candidates (every parameter looked
