@@ -1231,3 +1231,30 @@ def test_zero_gradients_from_a_loss_of_exactly_zero_are_no_gradients_zeroed_in_p
             updates.backwards = 0
             opt.zero_grad()
         assert [f.code for f in found] == expected, [f.message for f in found]
+
+
+def test_zero_gradients_the_backward_gave_under_a_loss_above_zero_are_not_zeroed_in_place() -> None:
+    """REINFORCE's head at zero before its first reward: every advantage 0 and the entropy at
+    its peak give a loss above 0 whose every gradient is 0, which the probe's parameter was
+    brought by the backward (``step-without-gradients`` would blame a zero_grad after it)."""
+    torch.manual_seed(0)
+    policy = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    nn.init.zeros_(policy[2].weight)
+    nn.init.zeros_(policy[2].bias)
+    opt = torch.optim.Adam(policy.parameters(), lr=0.01)
+    found: list[Finding] = []
+    updates = Updates(found.append)
+    params = list(policy.named_parameters())
+    for step in range(1, 8):
+        updates.begin_step(sampled=True)
+        log_p = F.log_softmax(policy(torch.randn(16, 4)), -1)
+        advantages = torch.zeros(16)
+        entropy = -(log_p.exp() * log_p).sum(-1).mean()
+        loss = -(log_p[:, 0] * advantages).mean() - 0.01 * entropy
+        updates.backwards += 1
+        loss.backward()
+        opt.step()
+        updates.end_step(step, True, opt, [policy], params, True, loss)
+        updates.backwards = 0
+        opt.zero_grad()
+    assert found == [], [f.message for f in found]

@@ -73,6 +73,9 @@ class Probe:
         # (a probe ``at_backward``) the backward being run found: the gradient cleared; the
         # gradient (None if there was none) and its part's version, to tell if it added into it
         self._found: tuple[bool, weakref.ref[torch.Tensor] | None, int] | None = None
+        # the largest magnitude of the gradient the step's last backward brought, on the device
+        # (0: the backward gave zeros, which nothing cleared after it)
+        self.brought: torch.Tensor | None = None
 
     def arm(self) -> None:
         """A sampled step's compute starts: watch the backwards until ``finish`` (not a
@@ -82,7 +85,7 @@ class Probe:
         self.armed = True
         self._backwards, self._last_grad = [], None
         self._taken, self._by_grad, self._last_taken = None, [], None
-        self._found = None
+        self._found, self.brought = None, None
         if self.at_backward:
             return
         self._handles = [
@@ -149,6 +152,7 @@ class Probe:
 
     def _before_accumulate(self, grad: torch.Tensor) -> None:
         self._settle_taken()
+        self.brought = None if grad.is_sparse else grad.detach().abs().amax()
         g = self.param.grad
         kept = self._left_as_it_was(g)
         if g is not None and g.is_sparse:

@@ -575,19 +575,26 @@ class Updates:
         parameters had: those of the first and last ``ZERO_LOOKED_AT`` (dense, plain tensors)
         are all zero (one host read), on ``ZERO_STEPS_SAMPLED`` sampled steps in a row: they
         were zeroed in place after the backward, and each step applies none of them. Not where
-        the step's ``loss`` is exactly zero: the backward gave those zeros (a cross-entropy
-        saturated by logits that grew without bound, which ``activation-growth`` names)."""
+        the step's ``loss`` is exactly zero, or the probes' parameters were brought zeros by
+        the backward itself: it gave those zeros (a cross-entropy saturated by logits that grew
+        without bound, which ``activation-growth`` names; a policy's head at zero before its
+        first reward, every advantage 0)."""
         grads = [g for g in stepped if type(g) is torch.Tensor and g.layout == torch.strided]
         if not grads:
             return
         looked = grads[:ZERO_LOOKED_AT] + grads[ZERO_LOOKED_AT:][-ZERO_LOOKED_AT:]
+        brought = [p.brought for p in self.probes.values() if p.brought is not None]
         with torch.no_grad():
-            if bool(torch.stack([g.any() for g in looked]).any()):
+            flags = torch.stack([*(g.any() for g in looked), *(b > 0 for b in brought)]).tolist()
+            if any(flags[: len(looked)]):
                 self.zero_steps_sampled, self.zero_losses = 0, -1
                 return
             if isinstance(loss, torch.Tensor) and loss.numel() == 1 and float(loss) == 0.0:
                 self.zero_steps_sampled = 0
                 self.zero_losses += self.zero_losses >= 0
+                return
+            if brought and not any(flags[len(looked) :]):
+                self.zero_steps_sampled, self.zero_losses = 0, -1
                 return
         self.zero_losses = -1
         self.zero_steps_sampled += 1
