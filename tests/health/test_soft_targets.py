@@ -99,3 +99,20 @@ def test_a_mean_over_positives_and_a_policys_weights_are_not_sets_of_labels() ->
     check.backward(-(advantages * F.log_softmax(similarities[:, :6], -1)).sum(-1).mean())
     assert found == []
     assert loss_inputs.multi_hot(torch.tensor([[2.0, 3.0, 0.0]]), 1, "cross_entropy") is None
+
+
+def test_a_sum_over_soft_targets_is_judged_per_unit_of_their_mass() -> None:
+    """Per-token soft targets [B, C, T] whose padded positions are rows of zeros, summed (and
+    divided by the real tokens after): the first sum is log(C) times the real tokens, not
+    times the batch's rows."""
+    found: list[Finding] = []
+    check = LossInputCheck(found.append, lambda: True, lambda: True)
+    soft = F.one_hot(torch.randint(0, 5, (64, 16)), 5).float() * 0.9 + 0.02  # [B, T, C]
+    soft[:, 10:] = 0.0  # padding
+    check.install()
+    try:
+        logits = torch.zeros(64, 5, 16, requires_grad=True)
+        F.cross_entropy(logits, soft.transpose(1, 2), reduction="sum")
+    finally:
+        check.uninstall()
+    assert found == []

@@ -608,7 +608,8 @@ class LossInputCheck:
             self.first_seen = True
             self.margin = _margin_by_design(input, target)
             first = float(result.detach()) / summed
-            if _soft_targets(target, input) and input.dim() >= 2:  # log(C) times a row's mass
+            if _soft_targets(target, input) and input.dim() >= 2 and summed == 1:  # a mean:
+                # log(C) times a row's mass
                 first /= max(float(target.detach().sum(1).mean()), 1e-12)
             found = loss_levels.loss_at_init(first, classes)
             # A scaled cosine head (NormFace: s x cos, no margin) starts above log(C) by its
@@ -944,8 +945,9 @@ def _summed_over(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
     target = args[0] if args else kwargs.get("target")
     if reduction != "sum" or not isinstance(target, torch.Tensor):
         return None
-    if target.is_floating_point():  # class probabilities: one target a row
-        return int(target.shape[0]) if target.dim() >= 2 else None
+    if target.is_floating_point():  # class probabilities: their mass (one host sync), a
+        # target a row, none where a row is masked by zeros
+        return max(1, round(float(target.detach().sum()))) if target.dim() >= 2 else None
     ignore = _label_options(args[1:], kwargs)[1]
     counted = int((target != ignore).sum())  # one host sync
     return counted or None
