@@ -121,3 +121,26 @@ def test_a_batch_norm_given_keras_momentum_is_named_where_it_trains() -> None:
     assert codes(nn.BatchNorm2d(3, momentum=None)) == []  # a cumulative average
     assert codes(nn.BatchNorm2d(3, momentum=0.99, track_running_stats=False)) == []
     assert codes(nn.BatchNorm2d(3, momentum=0.99).eval()) == []  # frozen: never updated
+
+
+def test_a_batch_norm_trained_on_batches_of_one_example_is_named() -> None:
+    from treeqa.health.model_inputs import LONE_STEPS
+
+    def judged(norm: nn.Module, rows: int, steps: int = LONE_STEPS) -> list[str]:
+        found: list[Finding] = []
+        inputs = ModelInputs(found.append)
+        for _ in range(steps):
+            inputs.begin_step()
+            inputs.note("encoder.norm", norm, (torch.randn(rows, 4, 8, 8),))
+            inputs.judge(None)
+        return [f.code for f in found]
+
+    assert judged(nn.BatchNorm2d(4), 1) == ["batch-norm-batch-of-one"]
+    assert judged(nn.BatchNorm2d(4), 1, LONE_STEPS - 1) == []
+    assert judged(nn.BatchNorm2d(4), 2) == []
+    assert judged(nn.BatchNorm2d(4).eval(), 1) == []  # frozen while fine-tuning
+    assert judged(nn.BatchNorm2d(4, track_running_stats=False), 1) == []  # the same in eval
+    assert judged(nn.SyncBatchNorm(4), 1) == []  # the processes' examples together
+    assert judged(nn.GroupNorm(2, 4), 1) == []
+    with torch.no_grad():  # test-time adaptation, an inference at batch 1
+        assert judged(nn.BatchNorm2d(4), 1) == []

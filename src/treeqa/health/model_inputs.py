@@ -3,8 +3,9 @@ has there: images as raw 8-bit pixel values (``pixels-not-scaled``), a batch-fir
 sequence given to a recurrent layer that reads time first (``rnn-batch-first-mismatch``), and
 an input whose dims were reordered with ``view``/``reshape`` instead of a transpose
 (``view-as-transpose``); and, of the layers that read it, a batch norm given Keras's momentum
-(``batch-norm-momentum-inverted``) and a dropout given TensorFlow's keep probability
-(``dropout-as-keep-probability``, ``dropouts.py``).
+(``batch-norm-momentum-inverted``) or batches of one example (``batch-norm-batch-of-one``),
+and a dropout given TensorFlow's keep probability (``dropout-as-keep-probability``,
+``dropouts.py``).
 
 Values are reduced on the device and read once at the sampled step's end (one host read);
 shapes are metadata.
@@ -31,6 +32,8 @@ SWAPPED_STEPS = 3
 """Sampled steps whose recurrent input had the loader's batch size first, not second."""
 VIEWED_STEPS = 3
 """Sampled steps in a row whose convolution or recurrent input was a view reordering dims."""
+LONE_STEPS = 3
+"""Sampled steps in a row on which a batch norm trained on a batch of one example."""
 CHANNEL_NORMS = (
     nn.BatchNorm1d,
     nn.BatchNorm2d,
@@ -58,10 +61,13 @@ class ModelInputs:
         self.aligned = 0  # and in dim 1, as it should be
         self.viewed: tuple[str, list[int], list[int]] | None = None  # (layer, base, view)
         self.viewed_steps = 0  # sampled steps in a row with such a view
+        self.lone: str | None = None  # a batch norm given one example this sampled step
+        self.lone_steps = 0  # sampled steps in a row with one
 
     def begin_step(self) -> None:
         """A sampled step starts."""
         self.pixels, self.pixels_out, self.rnn, self.viewed = None, None, None, None
+        self.lone = None
 
     def note(self, name: str, module: nn.Module, inputs: Any, output: Any = None) -> None:
         """``module`` (named ``name``) ran a forward on ``inputs`` in a sampled step, giving
@@ -71,6 +77,8 @@ class ModelInputs:
         for found in (checks.batch_norm_momentum(name, module), layer_dropout(name, module)):
             if found is not None:
                 self._report(found)
+        if self.lone is None and one_example_norm(module, inputs):
+            self.lone = f"{name} ({type(module).__name__})"
         if self.viewed is None and isinstance(module, LAYOUT_LAYERS):
             x = inputs[0] if isinstance(inputs, tuple) and inputs else None
             shapes = reordering_view(x) if isinstance(x, torch.Tensor) else None
@@ -124,6 +132,9 @@ class ModelInputs:
             if self.swapped >= SWAPPED_STEPS and not self.aligned:
                 self._report(rnn_batch_first_mismatch(layer, first, second, self.swapped))
         self.viewed_steps = self.viewed_steps + 1 if self.viewed is not None else 0
+        self.lone_steps = self.lone_steps + 1 if self.lone is not None else 0
+        if self.lone is not None and self.lone_steps == LONE_STEPS:
+            self._report(batch_norm_batch_of_one(self.lone, self.lone_steps))
         if self.viewed is not None and self.viewed_steps == VIEWED_STEPS:
             self._report(view_as_transpose(*self.viewed, self.viewed_steps))
 
@@ -181,6 +192,38 @@ def reordering_view(x: torch.Tensor) -> tuple[list[int], list[int]] | None:
 PIXEL_FLOOR = 31
 """Whole-number inputs whose largest value is at most this are category ids, not pixels: an
 8-bit image batch reaches well past it."""
+
+
+def one_example_norm(module: nn.Module, inputs: Any) -> bool:
+    """Whether ``module`` is a batch norm that trains (with gradients, keeping running
+    statistics for evaluation) on a batch of one example. ``SyncBatchNorm`` gathers the
+    processes' examples: one each is a batch of as many."""
+    if (
+        not isinstance(module, nn.modules.batchnorm._BatchNorm)
+        or isinstance(module, nn.SyncBatchNorm)
+        or not module.training
+        or not module.track_running_stats
+        or not torch.is_grad_enabled()
+    ):
+        return False
+    x = inputs[0] if isinstance(inputs, tuple) and inputs else None
+    return isinstance(x, torch.Tensor) and x.dim() >= 2 and x.shape[0] == 1
+
+
+def batch_norm_batch_of_one(layer: str, steps: int) -> Finding:
+    """The batch norm ``layer`` trained on batches of one example on ``steps`` sampled steps
+    in a row."""
+    return Finding(
+        "batch-norm-batch-of-one",
+        "warning",
+        f"{layer} trains on batches of one example ({steps} sampled steps in a row): in "
+        "training mode it normalises each example by its own statistics (over its positions "
+        "alone, as an instance norm does), while in eval mode it normalises by running "
+        "averages over many examples, which training never used, so the model evaluated in "
+        "eval mode is not the one that trained (and does worse)",
+        where=layer,
+        evidence={"layer": layer, "steps": steps},
+    )
 
 
 def pixels_not_scaled(layer: str, high: float, steps: int) -> Finding:
