@@ -56,7 +56,7 @@ def test_a_relu_called_as_a_function_is_placed_between_layers() -> None:
 
     found = _run(Net(), [torch.randn(32, 8) for _ in range(STEPS)])
     assert [f.where for f in found] == ["head"]
-    assert "given all zeros for every row after encode" in found[0].message
+    assert "given all zeros for every row, after encode," in found[0].message
 
 
 def test_saturated_sigmoids_are_said_so() -> None:

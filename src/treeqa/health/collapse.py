@@ -226,7 +226,7 @@ def _where(layers: list[Layer], rows: int, inputs: set[int]) -> tuple[str, str]:
             constant.add(layer.output)
         else:
             kind = type(layer.module).__name__
-            before = f" after {varied.name}, whose output still differs," if varied else ""
+            before = f", after {varied.name}, whose output still differs" if varied else ""
             held = "all zeros" if given[1] == 0 else "the same"
             return layer.name, (
                 f"Layer {layer.name} ({kind}) is given {held} for every row{before}: the rows "
@@ -251,4 +251,10 @@ def _state(module: nn.Module, zeros: bool) -> str:
         return "its weights are all zero"
     if zeros:
         return "its output is all zeros"
+    if isinstance(weight, torch.Tensor):
+        return (
+            "its output is the same vector for every row: what its weights make of each row "
+            "rounds away against the rest (weights near zero, or inputs scaled far too small: "
+            "an eps of 1e12 for 1e-12)"
+        )
     return "its output is the same vector for every row"
