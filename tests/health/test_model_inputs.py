@@ -126,17 +126,20 @@ def test_a_batch_norm_given_keras_momentum_is_named_where_it_trains() -> None:
 def test_a_batch_norm_trained_on_batches_of_one_example_is_named() -> None:
     from treeqa.health.model_inputs import LONE_STEPS
 
-    def judged(norm: nn.Module, rows: int, steps: int = LONE_STEPS) -> list[str]:
+    def judged(norm: nn.Module, rows: int, steps: int = LONE_STEPS, loader: int = 0) -> list:
         found: list[Finding] = []
         inputs = ModelInputs(found.append)
         for _ in range(steps):
             inputs.begin_step()
             inputs.note("encoder.norm", norm, (torch.randn(rows, 4, 8, 8),))
-            inputs.judge(None)
+            inputs.judge(loader or None)
         return [f.code for f in found]
 
     assert judged(nn.BatchNorm2d(4), 1) == ["batch-norm-batch-of-one"]
     assert judged(nn.BatchNorm2d(4), 1, LONE_STEPS - 1) == []
+    assert judged(nn.BatchNorm2d(4), 1, loader=1) == ["batch-norm-batch-of-one"]
+    # an epoch of 10 batches of 16, its last of one, on every sampled step: no batch of one
+    assert judged(nn.BatchNorm2d(4), 1, loader=16) == []
     assert judged(nn.BatchNorm2d(4), 2) == []
     assert judged(nn.BatchNorm2d(4).eval(), 1) == []  # frozen while fine-tuning
     assert judged(nn.BatchNorm2d(4, track_running_stats=False), 1) == []  # the same in eval

@@ -132,8 +132,11 @@ class ModelInputs:
             if self.swapped >= SWAPPED_STEPS and not self.aligned:
                 self._report(rnn_batch_first_mismatch(layer, first, second, self.swapped))
         self.viewed_steps = self.viewed_steps + 1 if self.viewed is not None else 0
-        self.lone_steps = self.lone_steps + 1 if self.lone is not None else 0
-        if self.lone is not None and self.lone_steps == LONE_STEPS:
+        # (a DataLoader of larger batches gives one example in an epoch's last batch alone, on
+        # every sampled step where an epoch is as many steps as the sampling interval)
+        lone = self.lone is not None and (batch_size is None or batch_size <= 1)
+        self.lone_steps = self.lone_steps + 1 if lone else 0
+        if self.lone is not None and lone and self.lone_steps == LONE_STEPS:
             self._report(batch_norm_batch_of_one(self.lone, self.lone_steps))
         if self.viewed is not None and self.viewed_steps == VIEWED_STEPS:
             self._report(view_as_transpose(*self.viewed, self.viewed_steps))
