@@ -169,3 +169,28 @@ def test_every_input_of_the_batch_is_read_and_each_column_on_its_own_scale() -> 
     assert [f.where for f in found] == ["net.1"]
     wide = torch.cat([torch.full((32, 2), 1e11), torch.randn(32, 6)], 1)
     assert spread(wide).tolist()[0] > 0.1
+
+
+def test_a_sparse_input_is_passed_over() -> None:
+    """A graph network given its adjacency as a sparse tensor: its rows are not compared (the
+    monitor failed on it: no as_strided for sparse tensors)."""
+
+    class Graph(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(8, 3)
+
+        def forward(self, adjacency: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+            return torch.sparse.mm(adjacency, self.layer(x))
+
+    torch.manual_seed(0)
+    adjacency = torch.eye(32).to_sparse()
+    found: list[Finding] = []
+    model = Graph()
+    check = ConstantOutputs(found.append, lambda: [model])
+    for step in range(10, 10 * (STEPS + 1), 10):
+        check.begin_step()
+        x = torch.randn(32, 8)
+        check.note("Graph", model, (adjacency, x), model(adjacency, x))
+        check.judge(step)
+    assert found == []

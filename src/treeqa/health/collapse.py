@@ -43,14 +43,18 @@ SATURATING = (nn.Sigmoid, nn.Tanh, nn.Hardtanh, nn.Hardsigmoid, nn.Softsign)
 
 
 def tensors(value: Any) -> Iterator[torch.Tensor]:
-    """The tensors of a forward's inputs or output, in order: a tensor, or one level into a
-    tuple, list or dict (``ModelOutput``)."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, tuple | list):
-        yield from (v for v in value if isinstance(v, torch.Tensor))
+    """The dense tensors of a forward's inputs or output, in order: a tensor, or one level into
+    a tuple, list or dict (``ModelOutput``). A sparse one (a graph's adjacency) or a nested one
+    has no rows to compare."""
+    if isinstance(value, tuple | list):
+        values = list(value)
     elif isinstance(value, dict):
-        yield from (v for v in value.values() if isinstance(v, torch.Tensor))
+        values = list(value.values())
+    else:
+        values = [value]
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.layout == torch.strided and not v.is_nested:
+            yield v
 
 
 def spread(x: torch.Tensor, sequence: bool = False) -> torch.Tensor:

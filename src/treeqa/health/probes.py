@@ -152,7 +152,7 @@ class Probe:
 
     def _before_accumulate(self, grad: torch.Tensor) -> None:
         self._settle_taken()
-        self.brought = None if grad.is_sparse else grad.detach().abs().amax()
+        self.brought = grad.detach().abs().amax() if grad.layout == torch.strided else None
         g = self.param.grad
         kept = self._left_as_it_was(g)
         if g is not None and g.is_sparse:
