@@ -72,9 +72,10 @@ def spread(x: torch.Tensor, sequence: bool = False) -> torch.Tensor:
     return torch.stack([shares.amax(), sizes.amax()])
 
 
-def differing(given: list[torch.Tensor]) -> torch.Tensor:
-    """1 where the rows of any of these inputs differ, 0 where each has all its rows alike."""
-    return torch.stack([(x != x[:1]).any() for x in given]).any().float()
+def differing(given: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """1 where the rows of any of these inputs differ, 0 where each has all its rows alike (on
+    ``device``: a model split over devices is given inputs on several)."""
+    return torch.stack([(x != x[:1]).any().to(device) for x in given]).any().float()
 
 
 def same(values: Sequence[float]) -> bool:
@@ -88,7 +89,7 @@ class Layer:
     def __init__(self, name: str, module: nn.Module, given: torch.Tensor, output: torch.Tensor):
         self.name, self.module = name, module
         self.rows = int(output.shape[0])
-        self.values = torch.cat([spread(given), spread(output)])
+        self.values = torch.cat([spread(given).to(output.device), spread(output)])
         self.read: list[float] = []  # the values, read back
         self.given, self.output = id(given), id(output)
 
@@ -140,7 +141,7 @@ class ConstantOutputs:
         # all its inputs of as many rows: model(t, x) of one diffusion time a batch differs
         given = [x for x in tensors(inputs) if x.dim() >= 1 and x.shape[0] == rows]
         if given and rows is not None and rows >= 2:
-            values = torch.cat([values, differing(given)[None]])
+            values = torch.cat([values, differing(given, values.device)[None]])
         self.reading = (name, list(out.shape), values)
         self.given = {id(x) for x in tensors(inputs)}
 
@@ -153,7 +154,7 @@ class ConstantOutputs:
         name, shape, values = self.reading
         layers = self.layers
         self.reading, self.layers = None, []
-        read = torch.cat([values, *(layer.values for layer in layers)]).tolist()
+        read = torch.cat([values, *(layer.values.to(values.device) for layer in layers)]).tolist()
         given_same = len(values) == 3 and read[2] == 0  # (inputs differing at all count)
         if not same(read[:2]) or given_same:
             self.steps, self.tracing = [], False
