@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from treeqa.health import checks
 from treeqa.health.findings import Finding
 
 TOLERANCE = 5e-7
@@ -52,9 +53,7 @@ def tensors(value: Any) -> Iterator[torch.Tensor]:
         values = list(value.values())
     else:
         values = [value]
-    for v in values:
-        if isinstance(v, torch.Tensor) and v.layout == torch.strided and not v.is_nested:
-            yield v
+    yield from (v for v in values if checks.dense(v))
 
 
 def spread(x: torch.Tensor, sequence: bool = False) -> torch.Tensor:

@@ -814,18 +814,16 @@ class HealthMonitor(Callback):
                     else found.where
                 )
                 self.add(found)
+        still = False  # every gradient exactly zero: nothing trains the model yet (a policy's
+        # head at zero before its first reward), so a constant output is no collapse
         if self.params:
             bad, zero = checks.gradient_flags(self.params)
             scale = self.scalers.scale() if bad else None
             if scale is None or scale < MIN_SCALE:  # else an overflow the loss scaler skipped
                 self.nonfinite.saw_gradients(s, bad)
             self.zeroed.saw(s, zero, loss, self.params)
-            # every gradient exactly zero: nothing trains the model yet (a policy's head at
-            # zero before its first reward), so a constant output is no collapse
             still = bool(zero) and len(zero) == sum(p.grad is not None for _, p in self.params)
-            self.collapse.judge(s, still)
-        else:
-            self.collapse.judge(s)
+        self.collapse.judge(s, still)
 
     def _note_unused(self, s: int) -> None:
         """The first three steps of the window give the candidates (every parameter looked
