@@ -164,10 +164,14 @@ class Canary:
 
     On a shared host the speed of a core drifts (other tenants, clock changes) by up to 2x
     within a minute, and every step drifts with it; CPU time drifts too, so it cannot tell
-    this from a leak. A leak slows the steps but not this workload. It takes ~8 us hot but
-    ~50-80 us right after a step (cold caches), hence every step only while a run is short:
-    read every 4th step from the start, an 80-step script had ~5 readings a quarter, too few
-    (3 of 15 clean runs flagged on a busy host, as without it).
+    this from a leak. A leak slows the steps but not this workload, timed hot: its first pass
+    right after a step runs on caches the step filled (~10-25 us against ~5 us hot), and
+    state that grows fills more of them (the corpus memory bank, whose steps got 4.5x
+    slower: first pass 11.5 -> 23.5 us over the run, second 4.9 -> 5.1 us), so a first pass
+    read as the machine's speed took half the leak's slowdown for the machine's. The first
+    pass warms the caches; the second is timed. Every step while a run is short: read every
+    4th step from the start, an 80-step script had ~5 readings a quarter, too few (3 of 15
+    clean runs flagged on a busy host, as without it).
     """
 
     def __init__(self) -> None:
@@ -178,12 +182,14 @@ class Canary:
         self.b = a.reshape(1, 16, 32).repeat(1, 2, 1)  # [1, 32, 32]
 
     def __call__(self) -> float:
-        """A [16, 32] x [32, 32] product as elementwise work on one thread: a BLAS matmul
-        would start its thread team here, and a script that trains a model too small to
-        start it and then forks would have its child hang in its first matmul. Under
-        32,768 elements, torch runs it on the calling thread; no grad, no graph."""
+        """A [16, 32] x [32, 32] product as elementwise work on one thread, twice, the second
+        timed: a BLAS matmul would start its thread team here, and a script that trains a
+        model too small to start it and then forks would have its child hang in its first
+        matmul. Under 32,768 elements, torch runs it on the calling thread; no grad, no
+        graph."""
+        (self.a * self.b).sum(1)  # [16, 32, 32] -> [16, 32]: warms the caches
         start = time.perf_counter()
-        (self.a * self.b).sum(1)  # [16, 32, 32] -> [16, 32]
+        (self.a * self.b).sum(1)
         return time.perf_counter() - start
 
 
