@@ -28,6 +28,7 @@ FIXES: dict[str, str] = {
     "loss-at-init": "initialise the output layer small (or zero) so that the first loss is near log(C)",
     "loss-times-processes": "leave a mean loss as it is under DDP, or divide a sum over the targets by every process's count (all-reduced) before multiplying by the processes; under the transformers Trainer, for a model whose loss is a mean (BERT's classification head), set TrainingArguments(average_tokens_across_devices=False) or model.accepts_loss_kwargs = False",
     "outputs-constant": "find where the rows stop differing (the layer named): dead ReLUs want a learning rate often 10x lower, a warm-up or gradient clipping (and LeakyReLU or a fresh initialisation to recover); saturated sigmoids or tanh want inputs standardised ((x - mean) / std); layers initialised to zero want a random initialisation; a self-supervised pair wants a stop-gradient (.detach()) on its target branch",
+    "same-batch-every-step": "draw a new batch each step: for x, y in loader (or it = iter(loader) once, next(it) each step), and give the model the loop's own batch, not a tensor from before the loop",
     "loss-diverged": "lower the learning rate (often by 10x; Adam rarely wants more than 1e-3 here), or warm it up and clip the gradients",
     "non-finite": "guard the operation (eps in log/sqrt/division), lower the lr or clip gradients",
     "step-time-regression": "look for state that grows with steps: retained graphs, caches, lists of tensors",

@@ -5,7 +5,8 @@ step``: ``next(iter(loader))`` inside the loop), a shuffling ``DistributedSample
 training loader that does not shuffle data sorted by label (``loader-not-shuffled``: batches
 of one class each, class after class), and a ``WeightedRandomSampler`` with fewer weights than
 the dataset has examples (``sampler-weights-short``: weights per class, where one per example
-belongs).
+belongs); and the batches drawn with gradients on, for ``same-batch-every-step``
+(``repeats.py``).
 
 A loader may be gone by the time a check runs (made inside a function per epoch, or the script
 ends before the last check), so what matters is noted when its iterator is made:
@@ -21,6 +22,7 @@ losses, under ``no_grad``, do not count: evaluation data need not be shuffled.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +38,7 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from treeqa.health import checks, sites, slips
 from treeqa.health.findings import Finding
+from treeqa.health.repeats import Drawn
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 RESTART_STEPS = 20
@@ -94,6 +97,12 @@ class Loaders:
         self.shard_where = ""  # where that iterator was made
         self.reported: set[str] = set()
         self.on_draw: Callable[[], None] | None = None  # told of each batch, before it is drawn
+        # Each iterator's loader's id and pass as ``Drawn`` keeps it (weak: a finished pass's),
+        # and what the loaders gave (``same-batch-every-step``).
+        self.iterators: weakref.WeakKeyDictionary[Any, tuple[int, list[Any]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.drawn_batches = Drawn()
 
     def install(self) -> None:
         self.wrappers.add(note_function_results(DataLoader, "__iter__", self._made))
@@ -115,6 +124,10 @@ class Loaders:
             self.newest, self.length = None, None
         self.drawn = 0
         self.batch_size = loader.batch_size  # None with a batch sampler of the script's own
+        size = self.batch_size or getattr(loader.batch_sampler, "batch_size", None)
+        if isinstance(size, int):
+            with contextlib.suppress(TypeError):  # an iterator that takes no weak reference
+                self.iterators[it] = (id(loader), [size, self.length, 0, _described(loader), False])
         sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
         if isinstance(sampler, WeightedRandomSampler):
             self._weights_short(sampler, loader)
@@ -131,7 +144,7 @@ class Loaders:
             self.sequential = sequential
             self.workers = int(loader.num_workers)
             self.persistent = bool(loader.persistent_workers) and self.workers > 0
-            self.loader = f"a DataLoader over {type(loader.dataset).__name__}"
+            self.loader = _described(loader)
             self.where = sites.user_site()
 
     def watch_batches_by_hand(self) -> None:
@@ -177,6 +190,11 @@ class Loaders:
             self.drawn += 1
         else:
             self.drawn_elsewhere += 1
+        trained = torch.is_grad_enabled()  # a training batch (validation draws without)
+        self.drawn_batches.batches += trained
+        drawn_from = self.iterators.get(it)
+        if drawn_from is not None:  # its pass, as its loader's last
+            self.drawn_batches.note(*drawn_from, trained)
 
     def note_target(
         self, target: Any, loss: Any = None, ignore_index: Any = -100, input: Any = None
@@ -244,6 +262,10 @@ class Loaders:
         )
         found.where = self.where
         self._report(found)
+
+
+def _described(loader: DataLoader[Any]) -> str:
+    return f"a DataLoader over {type(loader.dataset).__name__}"
 
 
 def _single_class(target: Any) -> int | None:

@@ -46,6 +46,7 @@ from treeqa.health.packing import PackedLengths
 from treeqa.health.positions import PositionTables
 from treeqa.health.profile import ProfileWindow
 from treeqa.health.readings import LossReadings
+from treeqa.health.repeats import SameInputs
 from treeqa.health.retention import Retention
 from treeqa.health.runqueue import RUN_QUEUE, waited_since
 from treeqa.health.scalers import MIN_SCALE, LossScalers
@@ -325,6 +326,8 @@ class HealthMonitor(Callback):
         self.zeroed = ZeroGradients(self.add)  # exactly zero through torch.round and the like
         self.profile = ProfileWindow(memory=rss_mb, waited=RUN_QUEUE.waited, heap=heap_mb)
         self.loaders = Loaders(self.add)  # DataLoader workers, iterators and samplers
+        # one batch at every step
+        self.repeats = SameInputs(self.add, lambda: self.models, lambda: self.loaders.drawn_batches)
         self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN
         # Graphs kept past their step: retain_graph=True, and gc scans for what holds them.
         self.retention = Retention(self.add, self.every, scan_budget, self.source_files)
@@ -449,10 +452,13 @@ class HealthMonitor(Callback):
             self.finals.begin_step()
             self.positions.begin_step()
             self.collapse.begin_step()
+            self.repeats.begin_step()
             # Through ``safely``: an output a hook cannot read is the monitor's failure, said in
             # one line, never the script's.
             hook = functools.partial(self.safely, self._rms_hook)
-            self._hooks.append(torch.nn.modules.module.register_module_forward_hook(hook))
+            self._hooks.append(
+                torch.nn.modules.module.register_module_forward_hook(hook, with_kwargs=True)
+            )
             before = functools.partial(self.safely, self._input_hook)
             self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(before))
         if armed and hooks:
@@ -779,7 +785,7 @@ class HealthMonitor(Callback):
         if id(module) in self.names and not checks.untraceable(inputs):
             self.positions.before(module, inputs)
 
-    def _rms_hook(self, module: nn.Module, inputs: Any, output: Any) -> None:
+    def _rms_hook(self, module: nn.Module, inputs: Any, keywords: Any, output: Any) -> None:
         if checks.untraceable(output):  # torch.compile's trace or a torch.func transform
             return
         name = self.names.get(id(module))
@@ -789,6 +795,7 @@ class HealthMonitor(Callback):
         self.finals.note(name, module, inputs, output)
         self.positions.note(name, module, inputs, output)
         self.collapse.note(name, module, inputs, output)
+        self.repeats.note(name, module, inputs, keywords)
         if name not in self._rms and checks.dense(output) and output.is_floating_point():
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
             if name[-1:].isdigit():  # a member of a stack (blocks.3): what it is, for the check
@@ -830,6 +837,7 @@ class HealthMonitor(Callback):
             self.zeroed.saw(s, zero, loss, self.params)
             still = bool(zero) and len(zero) == sum(p.grad is not None for _, p in self.params)
         self.collapse.judge(s, still)
+        self.repeats.judge(s)
 
     def _note_unused(self, s: int) -> None:
         """The first three steps of the window give the candidates (every parameter looked
