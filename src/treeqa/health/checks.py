@@ -45,6 +45,11 @@ def dense(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.layout == torch.strided and not x.is_nested
 
 
+def wide(device: torch.device) -> torch.dtype:
+    """float64 for exact sums, where the device has it (MPS has not: float32)."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
 def module_names(models: Iterable[nn.Module]) -> dict[int, str]:
     names: dict[int, str] = {}
     for i, model in enumerate(models):

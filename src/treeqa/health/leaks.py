@@ -182,15 +182,10 @@ class FeatureLeaks:
                 return
 
 
-def _wide(device: torch.device) -> torch.dtype:
-    """float64 for exact sums, where the device has it (MPS has not: float32)."""
-    return torch.float32 if device.type == "mps" else torch.float64
-
-
 def _fingerprint(y: torch.Tensor) -> torch.Tensor:
     """A batch's targets [B] as one number, on their device: the same batch read again (a
     full batch, every step) gives the same."""
-    wide = _wide(y.device)
+    wide = checks.wide(y.device)
     weights = torch.arange(1, len(y) + 1, device=y.device, dtype=wide)
     return (y.to(wide) * weights).sum()
 
@@ -200,7 +195,7 @@ def _columns(x: torch.Tensor, y: torch.Tensor, classes: int) -> tuple[torch.Tens
     factor and offset (k = 0) or the indicator of class k - 1 of ``classes`` > 2 classes of
     integer ``y``; [K] which targets the batch judges (``SIDE``). None where every column is
     (the input is the target itself)."""
-    wide = _wide(x.device)
+    wide = checks.wide(x.device)
     half = x.dtype in (torch.float16, torch.bfloat16)
     eps = torch.finfo(x.dtype).eps if half else 0.0
     x, y = x.to(wide), y.to(x.device, wide)

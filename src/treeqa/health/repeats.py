@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health import sites
+from treeqa.health import checks, sites
 from treeqa.health.collapse import tensors
 from treeqa.health.findings import Finding
 
@@ -72,13 +72,14 @@ class Drawn:
 
 def fingerprint(x: torch.Tensor) -> torch.Tensor:
     """[sum, sum of the rows' sums weighted by row, sum of the columns' sums weighted by
-    column] of ``x`` (rows: dim 0) in float64, on its device: the same tensor gives the same
-    three, another batch almost never does, one-hot rows included."""
+    column] of ``x`` (rows: dim 0) in float64 (float32 on MPS), on its device: the same
+    tensor gives the same three, another batch almost never does, one-hot rows included."""
+    wide = checks.wide(x.device)
     rows = x.detach().reshape(x.shape[0], -1) if x.dim() >= 1 else x.detach().reshape(1, 1)
-    by_row = rows.sum(1, dtype=torch.float64)  # [R]
-    by_column = rows.sum(0, dtype=torch.float64)  # [C]
-    r = torch.arange(1, by_row.numel() + 1, device=x.device, dtype=torch.float64)
-    c = torch.arange(1, by_column.numel() + 1, device=x.device, dtype=torch.float64)
+    by_row = rows.sum(1, dtype=wide)  # [R]
+    by_column = rows.sum(0, dtype=wide)  # [C]
+    r = torch.arange(1, by_row.numel() + 1, device=x.device, dtype=wide)
+    c = torch.arange(1, by_column.numel() + 1, device=x.device, dtype=wide)
     return torch.stack([by_row.sum(), (by_row * r).sum(), (by_column * c).sum()])
 
 
