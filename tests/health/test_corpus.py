@@ -48,6 +48,7 @@ EXPECTED = {
     "bug_outputs_constant.py": "outputs-constant",
     "bug_batch_norm_batch_of_one.py": "batch-norm-batch-of-one",
     "bug_same_batch_every_step.py": "same-batch-every-step",
+    "bug_targets_shuffled_apart.py": "targets-shuffled-apart",
     "bug_kfold_model_reused.py": "evaluation-data-trained-on",
     "bug_dice_on_logits.py": "dice-on-logits",
     "bug_attention_mask_inverted.py": "attention-mask-inverted",
@@ -268,6 +269,7 @@ CLEAN = [
     "clean_outputs_vary.py",  # a zero last layer warmed up, constant anchors, a large offset
     "clean_batch_norm_batches.py",  # 16 a batch, a last batch of 1, frozen, GroupNorm at 1
     "clean_loader_batches.py",  # a watched batch, validation, full-batch, a graph over every node
+    "clean_paired_loaders.py",  # in order, seeded alike, domain adaptation, mixup of two passes
     "clean_images.py",  # scaled outside or inside the model, a 0/1 mask; convs are info
     "clean_optimiser_wrapper.py",  # Lookahead, plain SGD made each step, Adam each epoch
     "clean_two_runs.py",  # a second model and optimiser: its steps are counted too

@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import (
     DataLoader,
     DistributedSampler,
+    RandomSampler,
     SequentialSampler,
     WeightedRandomSampler,
 )
@@ -38,8 +39,8 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from treeqa.health import checks, sites, slips
 from treeqa.health.findings import Finding
-from treeqa.health.repeats import Drawn
-from treeqa.health.wrap import Wrappers, note_calls, note_function_results
+from treeqa.health.passes import Drawn, Pass
+from treeqa.health.wrap import Wrappers, note_calls_and_results, note_function_results
 
 RESTART_STEPS = 20
 """Steps in a row that each made a new iterator and left it before its end."""
@@ -97,16 +98,17 @@ class Loaders:
         self.shard_where = ""  # where that iterator was made
         self.reported: set[str] = set()
         self.on_draw: Callable[[], None] | None = None  # told of each batch, before it is drawn
-        # Each iterator's loader's id and pass as ``Drawn`` keeps it (weak: a finished pass's),
-        # and what the loaders gave (``same-batch-every-step``).
-        self.iterators: weakref.WeakKeyDictionary[Any, tuple[int, list[Any]]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Each iterator's pass (weak: a finished pass's), and what the loaders gave.
+        self.iterators: weakref.WeakKeyDictionary[Any, Pass] = weakref.WeakKeyDictionary()
         self.drawn_batches = Drawn()
+        self.keeping: Callable[[], bool] = lambda: False  # the step to come is sampled
 
     def install(self) -> None:
         self.wrappers.add(note_function_results(DataLoader, "__iter__", self._made))
-        self.wrappers.add(note_calls(_BaseDataLoaderIter, "__next__", self._drawn))
+        self.wrappers.add(
+            note_calls_and_results(_BaseDataLoaderIter, "__next__", self._drawn, self._batch)
+        )
+        self.wrappers.add(note_function_results(_BaseDataLoaderIter, "_next_index", self._index))
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -124,11 +126,9 @@ class Loaders:
             self.newest, self.length = None, None
         self.drawn = 0
         self.batch_size = loader.batch_size  # None with a batch sampler of the script's own
-        size = self.batch_size or getattr(loader.batch_sampler, "batch_size", None)
-        if isinstance(size, int):
-            with contextlib.suppress(TypeError):  # an iterator that takes no weak reference
-                self.iterators[it] = (id(loader), [size, self.length, 0, _described(loader), False])
         sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
+        with contextlib.suppress(TypeError):  # an iterator that takes no weak reference
+            self.iterators[it] = _pass(loader, sampler, self.length)
         if isinstance(sampler, WeightedRandomSampler):
             self._weights_short(sampler, loader)
         sequential = isinstance(sampler, SequentialSampler)
@@ -190,11 +190,25 @@ class Loaders:
             self.drawn += 1
         else:
             self.drawn_elsewhere += 1
-        trained = torch.is_grad_enabled()  # a training batch (validation draws without)
-        self.drawn_batches.batches += trained
         drawn_from = self.iterators.get(it)
-        if drawn_from is not None:  # its pass, as its loader's last
-            self.drawn_batches.note(*drawn_from, trained)
+        if drawn_from is not None:  # a training batch with gradients (validation without)
+            self.drawn_batches.note(drawn_from, torch.is_grad_enabled())
+
+    def _index(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], index: Any) -> None:
+        """An iterator fetched the dataset indices of a batch to come (``index``)."""
+        drawn_from = self.iterators.get(args[0]) if args else None
+        if drawn_from is not None and drawn_from.indexed:
+            drawn_from.pending.append(index)
+
+    def _batch(self, it: Any, batch: Any) -> None:
+        """``it`` gave ``batch``: held as its pass's last, and kept where it is a training
+        batch for a sampled step to come."""
+        drawn_from = self.iterators.get(it)
+        if drawn_from is not None:
+            indices = drawn_from.pending.popleft() if drawn_from.pending else None
+            self.drawn_batches.hold(drawn_from, batch)
+            if torch.is_grad_enabled() and self.keeping():
+                self.drawn_batches.keep(drawn_from, batch, indices)
 
     def note_target(
         self, target: Any, loss: Any = None, ignore_index: Any = -100, input: Any = None
@@ -266,6 +280,25 @@ class Loaders:
 
 def _described(loader: DataLoader[Any]) -> str:
     return f"a DataLoader over {type(loader.dataset).__name__}"
+
+
+def _pass(loader: DataLoader[Any], sampler: Any, batches: int | None) -> Pass:
+    """A new pass over ``loader`` (drawn by ``sampler``, of ``batches``). Worker processes
+    fetch ahead as the iterator is made, before it is noted: their indices are not followed."""
+    size = loader.batch_size or getattr(loader.batch_sampler, "batch_size", None)
+    try:
+        examples: int | None = len(loader.dataset)  # type: ignore[arg-type]
+    except TypeError:  # an iterable dataset without a length
+        examples = None
+    return Pass(
+        id(loader),
+        size if isinstance(size, int) else None,
+        batches,
+        examples,
+        _described(loader),
+        loader.num_workers == 0,
+        type(sampler) is RandomSampler and sampler.generator is None,
+    )
 
 
 def _single_class(target: Any) -> int | None:

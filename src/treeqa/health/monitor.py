@@ -43,6 +43,7 @@ from treeqa.health.losses import LossInputCheck
 from treeqa.health.model_inputs import ModelInputs
 from treeqa.health.nonfinite import NonFiniteTracer
 from treeqa.health.packing import PackedLengths
+from treeqa.health.pairing import Pairing
 from treeqa.health.positions import PositionTables
 from treeqa.health.profile import ProfileWindow
 from treeqa.health.readings import LossReadings
@@ -326,8 +327,10 @@ class HealthMonitor(Callback):
         self.zeroed = ZeroGradients(self.add)  # exactly zero through torch.round and the like
         self.profile = ProfileWindow(memory=rss_mb, waited=RUN_QUEUE.waited, heap=heap_mb)
         self.loaders = Loaders(self.add)  # DataLoader workers, iterators and samplers
-        # one batch at every step
+        self.loaders.keeping = lambda: self._sampled(self.step + 1)  # its batches compared
+        # one batch at every step; inputs and targets from two loaders shuffled apart
         self.repeats = SameInputs(self.add, lambda: self.models, lambda: self.loaders.drawn_batches)
+        self.pairing = Pairing(self.add, lambda: self.models, lambda: self.loaders.drawn_batches)
         self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN
         # Graphs kept past their step: retain_graph=True, and gc scans for what holds them.
         self.retention = Retention(self.add, self.every, scan_budget, self.source_files)
@@ -355,6 +358,7 @@ class HealthMonitor(Callback):
             lambda: self.step == 0,
             self.loaders.note_target,
         )
+        self.loss_check.trained_targets += [self.pairing.target, self.repeats.target]
         self.started = time.time()
 
     # ------------------------------------------------------------------ API for any loop
@@ -429,6 +433,10 @@ class HealthMonitor(Callback):
         self.packing.uninstall()
         self.finals.uninstall()
 
+    def _sampled(self, s: int) -> bool:
+        """Whether step ``s`` is sampled: the run's first 3, then every ``every``-th."""
+        return s - self.steps_before <= 3 or s % self.every == 0
+
     def begin_step(self) -> None:
         """Call when the step's compute starts (after its batch is ready). Its own time (a
         profiler starting, hooks added on sampled steps) is taken off the ``step_time`` given
@@ -443,7 +451,7 @@ class HealthMonitor(Callback):
         if self.timed:
             self._cpu_begin = time.process_time()
             self._wait_begin = RUN_QUEUE.waited()
-        self.sampling = own <= 3 or s % self.every == 0
+        self.sampling = self._sampled(s)
         armed = self.nonfinite.armed
         hooks = (self.sampling or armed) and not (self.compiling or compiled())
         if self.sampling and hooks:
@@ -453,6 +461,7 @@ class HealthMonitor(Callback):
             self.positions.begin_step()
             self.collapse.begin_step()
             self.repeats.begin_step()
+            self.pairing.begin_step()
             # Through ``safely``: an output a hook cannot read is the monitor's failure, said in
             # one line, never the script's.
             hook = functools.partial(self.safely, self._rms_hook)
@@ -573,6 +582,7 @@ class HealthMonitor(Callback):
         if self._late is not None:
             self._check_late(s)
         self.retention.end_step(tensor)
+        self.loaders.drawn_batches.kept.clear()  # (kept for a sampled step, until its end)
         # No loss at all (gradients from torch.autograd.grad or torch.func, set by hand): the
         # NaN in the series is a placeholder, not a non-finite loss.
         if not queued and loss is not None:
@@ -796,6 +806,7 @@ class HealthMonitor(Callback):
         self.positions.note(name, module, inputs, output)
         self.collapse.note(name, module, inputs, output)
         self.repeats.note(name, module, inputs, keywords)
+        self.pairing.forward(name, module, inputs, keywords)
         if name not in self._rms and checks.dense(output) and output.is_floating_point():
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
             if name[-1:].isdigit():  # a member of a stack (blocks.3): what it is, for the check
@@ -838,6 +849,7 @@ class HealthMonitor(Callback):
             still = bool(zero) and len(zero) == sum(p.grad is not None for _, p in self.params)
         self.collapse.judge(s, still)
         self.repeats.judge(s)
+        self.pairing.judge(s)
 
     def _note_unused(self, s: int) -> None:
         """The first three steps of the window give the candidates (every parameter looked

@@ -10,22 +10,23 @@ On sampled steps, every forward of a trained model in training (with gradients o
 ``FORWARDS``) has its inputs read as fingerprints (``fingerprint``: sums weighted by row and
 by column, so one-hot rows, which all sum alike, are told apart), with their shapes: the
 positional tensors, then those given by keyword. ``STEPS`` sampled steps in a row with the
-same readings, over ``SPAN`` steps or more, make the finding where a first input has as many
-rows (or, time first, columns) as the batches of a DataLoader drawn from, of 2 examples or
-more, that has 2 batches or more (full-batch training on a tensor, by design, has the set's
-rows; a batch of one is what a model fitted to one example, on purpose, is given), and either
-no batch was drawn with gradients on over those steps while that loader's last pass was left
-before its end (the batch drawn once before them: a pass read to its end was read for
-something else, statistics, a mean), or one or more was drawn at every step (the loop's
-batches do not reach the model). Validation batches, drawn without gradients, count for
-neither. A forward that differs from the last sampled step's (the batch, after a fixed one:
-boundary points, a start token, a replayed memory) makes the step differ.
+same readings, over ``SPAN`` steps or more, make the finding where an input, or a target of
+the step's training losses (the batch normalised for the model, its labels as drawn), holds
+the values of a tensor of a batch the DataLoaders drew before the first of them
+(``passes.provenance``: the same under a cast, a view, a transpose or a move to a device), the
+last of a pass not drawn from since, over a loader of 2 batches or more of 2 examples or more
+(a batch of one is what a model fitted to one example on purpose is given);
+and either no batch was drawn with gradients on over those steps (the batch drawn once above
+the loop), or one was drawn for each of them (the loop's batches do not reach the model). A
+fixed input that is no batch of a loader (boundary points, a prompt, a mask, a latent grid,
+the whole set as one tensor) is not named, nor is a step with any forward that differs from
+the last sampled step's (the batch, after a fixed one), nor steps of a replayed memory drawn
+once that alternate with steps that draw (no batch drawn for the sampled ones).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ from torch import nn
 from treeqa.health import checks, sites
 from treeqa.health.collapse import tensors
 from treeqa.health.findings import Finding
+from treeqa.health.passes import BatchCheck, provenance, same_values
 
 STEPS = 3
 """Sampled steps in a row given the same inputs."""
@@ -43,31 +45,8 @@ design (a meta-learner's 30 steps on a task's support set, test-time adaptation 
 example, 30 steps overfitting one batch as a check before training) is shorter."""
 FORWARDS = 16
 """Forwards of the trained models read a sampled step, at most."""
-LOADERS = 16
-"""Loaders whose last pass is kept, the newest."""
-
-
-@dataclass
-class Drawn:
-    """What the DataLoaders have given so far: ``batches`` drawn with gradients on, and the
-    last pass drawn from each of the last ``LOADERS`` loaders (with gradients or not: a batch
-    drawn once inside a ``no_grad`` helper and trained on), by the loader's id, as [its batch
-    size, its batches (None: no length), the batches drawn from it, the loader in words,
-    whether one was drawn with gradients on]."""
-
-    batches: int = 0
-    passes: dict[int, list[Any]] = field(default_factory=dict)
-
-    def note(self, loader: int, drawn_from: list[Any], trained: bool) -> None:
-        """A batch was drawn (with gradients on: ``trained``) from the pass ``drawn_from`` of
-        the loader whose id is ``loader``."""
-        drawn_from[2] += 1
-        drawn_from[4] = drawn_from[4] or trained
-        if self.passes.get(loader) is not drawn_from:
-            self.passes.pop(loader, None)  # the newest last
-            self.passes[loader] = drawn_from
-            if len(self.passes) > LOADERS:
-                del self.passes[next(iter(self.passes))]
+TARGETS = 4
+"""Training losses' targets read a sampled step, at most."""
 
 
 def fingerprint(x: torch.Tensor) -> torch.Tensor:
@@ -83,47 +62,71 @@ def fingerprint(x: torch.Tensor) -> torch.Tensor:
     return torch.stack([by_row.sum(), (by_row * r).sum(), (by_column * c).sum()])
 
 
-class SameInputs:
-    """``add``: where the finding goes; ``models``: the trained models now; ``drawn``: what
-    the DataLoaders have given so far (``Loaders.trained``)."""
+def data(inputs: Any, keywords: Any) -> list[torch.Tensor]:
+    """The dense tensors a forward was given that no gradient flows into (a batch's, not a
+    backbone's features), positional then by keyword, two levels into tuples, lists and dicts
+    (``model((ids, lengths))``, a ``PackedSequence``)."""
+    found = []
+    for value in (*_within(inputs), *_within(keywords)):
+        for x in _within(value) if isinstance(value, tuple | list | dict) else [value]:
+            if checks.dense(x) and not x.requires_grad:
+                found.append(x)
+    return found
 
-    def __init__(
-        self,
-        add: Callable[[Finding], None],
-        models: Callable[[], list[nn.Module]],
-        drawn: Callable[[], Drawn],
-    ):
-        self.add, self.models, self.drawn = add, models, drawn
-        self.said = False
-        # This sampled step's forwards: (model, the batch sizes a first input may hold,
-        # shapes, fingerprints, where it was called) of each.
-        self.reading: list[tuple[str, list[int], list[list[int]], torch.Tensor, str]] = []
+
+def _within(value: Any) -> list[Any]:
+    """What a tuple, list or dict holds; else ``value`` itself."""
+    if isinstance(value, tuple | list):
+        return list(value)
+    return list(value.values()) if isinstance(value, dict) else [value]
+
+
+@dataclass
+class Forward:
+    """A trained model's forward on a sampled step: the ``model``'s name, its inputs'
+    ``shapes`` and ``prints`` ([inputs, 3] fingerprints), ``where`` it was called and its
+    inputs' provenance ``values`` ([inputs, 3]; None: not read)."""
+
+    model: str
+    shapes: list[list[int]]
+    prints: torch.Tensor
+    where: str
+    values: torch.Tensor | None
+
+
+class SameInputs(BatchCheck):
+    """The check, over the forwards of the trained models (``BatchCheck``)."""
+
+    def start(self) -> None:
+        # This sampled step's forwards: (model, shapes, fingerprints, where it was called,
+        # the inputs' provenance once the steps before were the same) of each.
+        self.reading: list[Forward] = []
         self.last: list[Any] | None = None  # the last sampled step's, read back
-        self.steps: list[tuple[int, int]] = []  # (step, batches drawn) of those in a row
+        # (step, batches drawn with gradients on, whether batches were drawn for it) of the
+        # sampled steps in a row with the same readings, and the draws before the first
+        self.steps: list[tuple[int, int, bool]] = []
+        self.draws = 0
+        self.targets: list[tuple[torch.Tensor, str]] = []  # the step's losses', once read
 
     def begin_step(self) -> None:
         """A sampled step starts."""
-        self.reading = []
+        self.reading, self.targets = [], []
 
     def note(self, name: str, module: nn.Module, inputs: Any, keywords: Any) -> None:
         """``module`` (named ``name``) finished a forward on ``inputs`` and ``keywords`` (a
         dict) in a sampled step."""
-        if self.said or len(self.reading) >= FORWARDS or not module.training:
+        if len(self.reading) >= FORWARDS or not self.trained(module):
             return
-        if not torch.is_grad_enabled() or not any(module is m for m in self.models()):
+        given = [x for x in data(inputs, keywords) if not x.is_complex() and x.numel() > 0]
+        if not given:  # (a head given features that train: not a batch)
             return
-        given = [*tensors(inputs), *tensors(keywords)]  # model(input_ids=..., mask=...)
-        given = [x for x in given if not x.is_complex() and x.numel() > 0]
-        if not given:
-            return
-        prints = torch.stack([fingerprint(x).to(given[0].device) for x in given])
-        first = given[0]
-        sizes = [int(first.shape[0])] if first.dim() >= 1 else []
-        if first.dim() >= 3 or (first.dim() == 2 and not first.is_floating_point()):
-            sizes.append(int(first.shape[1]))  # time first: [T, B, F] features, [T, B] ids
-        # Where the model is called, once the last two sampled steps' were the same.
-        where = sites.user_site() if len(self.steps) >= STEPS - 1 else ""
-        self.reading.append((name, sizes, [list(x.shape) for x in given], prints, where))
+        device = given[0].device
+        prints = torch.stack([fingerprint(x).to(device) for x in given])
+        where, values = "", None
+        if len(self.steps) >= STEPS - 1:  # the last sampled steps' were the same
+            where = sites.user_site()  # where the model is called
+            values = torch.stack([provenance(x).to(device) for x in given])
+        self.reading.append(Forward(name, [list(x.shape) for x in given], prints, where, values))
 
     def judge(self, step: int) -> None:
         """The sampled step ``step`` ended: read its fingerprints back (one host read)."""
@@ -131,45 +134,68 @@ class SameInputs:
             self.steps, self.last = [], None
             return
         forwards, self.reading = self.reading, []
-        device = forwards[0][3].device
-        values = torch.cat([f[3].flatten().to(device) for f in forwards]).tolist()
-        now = [[(f[0], f[2]) for f in forwards], values]
+        device = forwards[0].prints.device
+        values = torch.cat([f.prints.flatten().to(device) for f in forwards]).tolist()
+        now = [[(f.model, f.shapes) for f in forwards], values]
         drawn = self.drawn()
         if now != self.last:
-            self.steps = []
+            self.steps, self.draws = [], drawn.draws - len(drawn.kept)
         self.last = now
-        self.steps.append((step, drawn.batches))
+        self.steps.append((step, drawn.batches, bool(drawn.kept)))
         if len(self.steps) < STEPS or step - self.steps[0][0] < SPAN:
             return
+        # Nothing drawn with gradients on over them, or a batch drawn for each of them.
         first, batches = self.steps[0][0], drawn.batches - self.steps[0][1]
-        if batches != 0 and batches < step - first:  # some steps drew a batch, some did not
+        if batches and not all(kept for _, _, kept in self.steps):
             return
-        for name, sizes, shapes, _, where in forwards:
-            for size in sizes:
-                drawn_from = _loader_of(drawn, size, batches)
-                if drawn_from is not None:
-                    self.said = True
+        found = self._stale(forwards, (first, step), batches)
+        if found is not None:
+            self.said = True
+            self.add(found)
+
+    def target(self, target: Any) -> None:
+        """A training loss was taken against ``target`` on a sampled step: read where the
+        steps before were the same (a batch normalised for the model, its labels as drawn)."""
+        if self.said or not self.reading or len(self.targets) >= TARGETS:
+            return
+        if len(self.steps) >= STEPS - 1 and checks.dense(target) and target.numel():
+            if not target.is_complex():
+                self.targets.append((provenance(target), sites.user_site(3)))
+
+    def _stale(
+        self, forwards: list[Forward], span: tuple[int, int], batches: int
+    ) -> Finding | None:
+        """The finding, where an input of these forwards or a target of their losses holds the
+        values of a tensor of the last batch of a pass not drawn from since before the first
+        of the steps, over a loader of 2 batches or more of 2 examples or more (a batch of one
+        is what a model fitted to one example on purpose is given); else None."""
+        stale = [
+            p
+            for p in self.drawn().passes.values()
+            if p.last is not None
+            and p.at <= self.draws
+            and (p.batches is None or p.batches >= 2)
+            and (p.batch_size is None or p.batch_size >= 2)
+        ]
+        held = [(p, x) for p in stale for x in tensors(p.last) if x.numel() and not x.is_complex()]
+        read = [(f, v, f.where) for f in forwards if f.values is not None for v in f.values]
+        read += [(forwards[0], v, where) for v, where in self.targets]
+        if not held or not read:
+            return None
+        device = read[0][1].device
+        given = torch.stack([v.to(device) for _, v, _ in read])
+        batch = torch.stack([provenance(x).to(device) for _, x in held])
+        values = torch.cat([given, batch]).tolist()
+        for (f, _, where), v in zip(read, values, strict=False):
+            for (p, _), b in zip(held, values[len(read) :], strict=True):
+                if same_values(v, b):
+                    loader = (p.described, p.batches, p.batch_size)
                     found = same_batch_every_step(
-                        name, shapes[0], (first, step), len(self.steps), drawn_from, batches
+                        f.model, f.shapes[0], span, len(self.steps), loader, batches
                     )
                     found.where = where
-                    self.add(found)
-                    return
-
-
-def _loader_of(drawn: Drawn, size: int, batches: int) -> tuple[str, int, int] | None:
-    """(in words, its batches, ``size``) of the loader whose batches of ``size`` (2 or more)
-    the model was given, else None: of the passes that drew such batches, the newest drawn
-    with gradients on, or where none was, any drawn without (a batch drawn once in a
-    ``no_grad`` helper, and validation passes after it); one of a loader of 2 batches or more
-    that, where no batch was drawn over the steps judged (``batches``), was left before its
-    end."""
-    of_size = [p for p in drawn.passes.values() if p[0] == size and size >= 2]
-    trained = [p for p in of_size if p[4]]
-    for _, length, taken, described, _ in trained[-1:] or of_size:
-        if length is not None and length >= 2 and (batches or taken < length):
-            return described, length, size
-    return None
+                    return found
+        return None
 
 
 def same_batch_every_step(
@@ -177,7 +203,7 @@ def same_batch_every_step(
     shape: list[int],
     span: tuple[int, int],
     steps: int,
-    loader: tuple[str, int, int],
+    loader: tuple[str, int | None, int | None],
     batches: int,
 ) -> Finding:
     """``model`` was given the same inputs (the first of ``shape``) on ``steps`` sampled steps
@@ -192,8 +218,8 @@ def same_batch_every_step(
         )
     else:
         how = (
-            f"and no batch was drawn over them: one batch of {size} examples drawn from "
-            f"{described} ({length} batches) before them is trained on over and over "
+            f"and no batch was drawn over them: one batch{f' of {size} examples' if size else ''} drawn from "
+            f"{described}{f' ({length} batches)' if length else ''} before them is trained on over and over "
             "(next(iter(loader)) above the loop)"
         )
     return Finding(

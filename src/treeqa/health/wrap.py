@@ -102,6 +102,26 @@ def note_calls(cls: type, name: str, note: Callable[[Any], None]) -> Callable[[]
     return install_wrapper(cls, name, original, method_wrapper(wrapper, original), noted)
 
 
+def note_calls_and_results(
+    cls: type, name: str, note: Callable[[Any], None], result: Callable[[Any, Any], None]
+) -> Callable[[], None] | None:
+    """As ``note_calls``, and ``result(instance, what it returned)`` after it returns (an
+    exception raised goes through, noted before only)."""
+    original = vars(cls)[name]
+    if taken(original):
+        return None
+    noted = Note(note, f"{cls.__name__}.{name}")
+    returned = Note(result, f"{cls.__name__}.{name}")
+
+    def wrapper(instance: Any, *args: Any, **kwargs: Any) -> Any:
+        noted(instance)
+        value = original(instance, *args, **kwargs)
+        returned(instance, value)
+        return value
+
+    return install_wrapper(cls, name, original, method_wrapper(wrapper, original), noted)
+
+
 def method_wrapper(wrapper: Callable[..., Any], original: Any) -> Callable[..., Any]:
     """A method's ``wrapper`` (its code uses no global of this module) with the original's
     globals: TorchScript, compiling a module whose method is wrapped (``_BatchNorm.forward``),

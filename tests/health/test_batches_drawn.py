@@ -1,6 +1,7 @@
-"""A model trained on the same batch at every step: one batch drawn above the loop, or a loop
-over a loader whose batches never reach the model; and the ways of drawing batches that are
-not that."""
+"""The checks that compare a model's inputs and its losses' targets with the batches the
+DataLoaders drew: a model trained on the same batch at every step (one batch drawn above the
+loop, or a loop over a loader whose batches never reach the model), inputs and targets from
+two loaders drawn apart; and the ways of drawing batches that are neither."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any
 import torch
 
 from treeqa.health.launch import run_doctor
+from treeqa.health.passes import provenance, same_values
 from treeqa.health.repeats import fingerprint
 
+APART = "targets-shuffled-apart"
 HEAD = """
 import torch
 from torch import nn
@@ -35,13 +38,13 @@ def train(x, y):
 """
 
 
-def _doctor(tmp_path: Path, body: str) -> list[dict[str, Any]]:
+def _doctor(tmp_path: Path, body: str, code: str = "same-batch-every-step") -> list[dict[str, Any]]:
     script = tmp_path / "script.py"
     script.write_text(HEAD + body)
     with contextlib.redirect_stdout(io.StringIO()):
         _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
     assert not report.get("monitor_failures")
-    return [f for f in report["findings"] if f["code"] == "same-batch-every-step"]
+    return [f for f in report["findings"] if f["code"] == code]
 
 
 def test_one_batch_drawn_above_the_loop_is_named_where_the_model_is_called(
@@ -80,6 +83,31 @@ for _step in range(100):
 """
     found = _doctor(tmp_path, body)
     assert len(found) == 1 and "(20 batches)" in found[0]["message"]
+
+
+def test_a_batch_given_in_a_tuple_to_a_backbone_then_a_head_is_named(tmp_path: Path) -> None:
+    body = """
+class Backbone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(8, 16)
+
+    def forward(self, pair):  # model((x, weights)): a batch in a tuple
+        x, weights = pair
+        return self.layer(x * weights[:, None])
+
+
+backbone, head = Backbone(), nn.Linear(16, 3)  # the head given features that train
+opt = torch.optim.SGD([*backbone.parameters(), *head.parameters()], lr=0.1)
+x, y = next(iter(loader))
+for _step in range(100):
+    loss = F.cross_entropy(head(backbone((x, torch.ones(32)))), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    found = _doctor(tmp_path, body)
+    assert len(found) == 1 and "Backbone was given the same batch [32, 8]" in found[0]["message"]
 
 
 def test_the_loops_batches_not_given_to_the_model_are_named(tmp_path: Path) -> None:
@@ -146,13 +174,14 @@ def test_a_fixed_input_beside_a_loaders_batch_and_short_loops_on_one_batch_are_n
 ) -> None:
     body = """
 grid = torch.randn(32, 8)  # the same 32 points first each step (boundary points), then a batch
+grid_labels = torch.randint(0, 3, (32,))
 for _epoch in range(5):
     for x, y in loader:
         model(grid).pow(2).mean().backward()
         train(x, y)
 stats = sum(x.sum(0) for x, _ in loader)  # a pass read to its end, with gradients on
 for _step in range(60):  # then a fixed input of the loader's batch size, by design
-    train(grid, y)
+    train(grid, grid_labels)
 single = DataLoader(TensorDataset(features, labels), batch_size=1)
 x, y = next(iter(single))  # one example, fitted on purpose
 for _step in range(60):
@@ -176,3 +205,72 @@ def test_fingerprints_tell_batches_apart_one_hot_rows_and_integer_inputs_include
     one_hot = torch.nn.functional.one_hot(torch.randint(0, 5, (64,)), 5)  # every row sums to 1
     other = torch.nn.functional.one_hot(torch.randint(0, 5, (64,)), 5)
     assert not torch.equal(fingerprint(one_hot), fingerprint(other))
+
+
+def test_generators_seeded_alike_fall_out_of_step_once_zip_stops_on_one(tmp_path: Path) -> None:
+    body = """
+xs = DataLoader(features, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(1))
+ys = DataLoader(labels, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(1))
+for _epoch in range(3):  # the first epoch in step; then xs's sampler drew one more order
+    for x, y in zip(xs, ys):
+        train(x, y)
+"""
+    found = _doctor(tmp_path, body, APART)
+    assert len(found) == 1 and found[0]["evidence"]["steps"][0] > 20
+
+
+def test_inputs_and_targets_from_two_shuffling_loaders_are_named_where_the_loss_is_taken(
+    tmp_path: Path,
+) -> None:
+    body = """
+xs = DataLoader(TensorDataset(features), batch_size=32, shuffle=True)
+ys = DataLoader(labels, batch_size=32, shuffle=True)
+for _epoch in range(3):
+    for (x,), y in zip(xs, ys):
+        train(x.double().float(), y.view(-1, 1).squeeze(1))  # copies of the same values
+"""
+    found = _doctor(tmp_path, body, APART)
+    assert len(found) == 1 and found[0]["severity"] == "error"
+    assert found[0]["where"].endswith("script.py:15")  # the loss, in train
+    assert "(over TensorDataset)" in found[0]["message"]
+    assert "(over Tensor)" in found[0]["message"]
+    assert found[0]["evidence"]["examples"] == 640
+
+
+def test_loaders_kept_in_one_order_and_unpaired_sets_are_not_named(tmp_path: Path) -> None:
+    body = """
+order = torch.randperm(640).tolist()
+for sampler in (None, order):  # in order; one shuffled order, shared
+    xs = DataLoader(features, batch_size=32, sampler=sampler)
+    ys = DataLoader(labels, batch_size=32, sampler=sampler)
+    for _epoch in range(2):
+        for x, y in zip(xs, ys):
+            train(x, y)
+both = DataLoader(TensorDataset(features, labels), batch_size=32, shuffle=True)
+more = DataLoader(torch.randn(960, 8), batch_size=32, shuffle=True)  # another set, unpaired
+for _epoch in range(2):
+    for (x, y), u in zip(both, more):
+        train(x, y)
+        model(u).logsumexp(1).mean().backward()
+mixed = DataLoader(TensorDataset(features, labels), batch_size=32, shuffle=True)
+for _epoch in range(2):  # another pass mixed into a batch in place, each its labels
+    for (x, y), (x2, y2) in zip(both, mixed):
+        loss = 0.5 * F.cross_entropy(model(x.mul_(0.5).add_(0.5 * x2)), y)
+        loss = loss + 0.5 * F.cross_entropy(model(x), y2)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    assert _doctor(tmp_path, body, APART) == []
+
+
+def test_sums_tell_a_batch_by_its_values_whatever_its_shape_or_type() -> None:
+    torch.manual_seed(0)
+    y = torch.randint(0, 5, (64,))
+    read = provenance(y).tolist()
+    assert same_values(read, provenance(y.float().view(8, 8)).tolist())
+    assert same_values(read, provenance(y[:, None]).tolist())
+    assert not same_values(read, provenance(y[torch.randperm(64)][:63]).tolist())
+    x = torch.randn(64, 4, dtype=torch.float64)
+    assert same_values(provenance(x).tolist(), provenance(x.float()).tolist())
+    assert not same_values(provenance(x).tolist(), provenance(torch.randn(64, 4)).tolist())

@@ -1,0 +1,159 @@
+"""What the DataLoaders have given: the last passes (one iterator each) drawn from, the last
+batch of the newest, and how many batches were drawn with gradients on, kept by ``loaders.py`` as batches are drawn and read by the
+checks that compare a model's inputs and a loss's targets with the batches
+(``same-batch-every-step`` in ``repeats.py``, ``targets-shuffled-apart`` in ``pairing.py``);
+and, on the draws for a sampled step, the batches themselves until its end."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from treeqa.health import checks
+from treeqa.health.collapse import tensors
+from treeqa.health.findings import Finding
+
+PASSES = 16
+"""Passes kept, the newest."""
+HELD = 4
+"""Of those, the newest whose last batch is held (until the next is drawn from them)."""
+KEPT = 8
+"""Batches kept for a sampled step, at most."""
+TOLERANCE = 1e-6
+"""Relative difference of sums within which two tensors hold the same values (a float64 batch
+cast to float32 moves its sums by ~1e-8)."""
+
+
+def provenance(x: torch.Tensor) -> torch.Tensor:
+    """[elements, sum, sum of squares] of ``x`` in float64 (float32 on MPS), on its device:
+    the same under a view, a transpose, a squeeze, a cast of exact values or a move to a
+    device, so a tensor made so from a batch is told as that batch's (``same_values``)."""
+    wide = checks.wide(x.device)
+    values = x.detach()
+    return torch.stack(
+        [
+            torch.tensor(float(values.numel()), dtype=wide, device=x.device),
+            values.sum(dtype=wide),
+            values.to(wide).square().sum(),
+        ]
+    )
+
+
+def same_values(a: list[float], b: list[float]) -> bool:
+    """Whether two ``provenance`` read back hold the same values."""
+    return a[0] == b[0] and all(
+        abs(u - v) <= TOLERANCE * max(abs(u), abs(v), 1e-30)
+        for u, v in zip(a[1:], b[1:], strict=True)
+    )
+
+
+@dataclass(slots=True)
+class Pass:
+    """A pass over a DataLoader (one iterator): the loader's ``id``, its ``batch_size`` (None:
+    a batch sampler without one), its ``batches`` (None: no length), its dataset's
+    ``examples`` (None: no length), the loader ``described`` in words, whether its batches'
+    dataset indices are followed (``indexed``: not where worker processes fetch them), whether
+    it shuffles by a ``RandomSampler`` seeded anew from torch's generator (``at_random``); the
+    batches ``taken`` from it, whether one was taken with gradients on (``trained``), the
+    ``last`` batch taken (held by the newest ``HELD``), the count of all draws when it was
+    (``at``), and the indices fetched for batches not yet given (``pending``, in order: a
+    worker process fetches ahead)."""
+
+    id: int
+    batch_size: int | None
+    batches: int | None
+    examples: int | None
+    described: str
+    indexed: bool
+    at_random: bool
+    taken: int = 0
+    trained: bool = False
+    last: Any = None
+    at: int = 0
+    held: bool = True
+    pending: deque[Any] = field(default_factory=deque)
+
+
+@dataclass(slots=True)
+class Kept:
+    """A batch drawn for a sampled step: its pass, the ``provenance`` of each of its tensors
+    when drawn (read back: before the script edits it in place), its dataset ``indices``
+    (None: not followed)."""
+
+    drawn_from: Pass
+    values: list[list[float]]
+    indices: Any
+
+
+@dataclass
+class Drawn:
+    """``draws`` from any loader; ``batches`` drawn with gradients on; the last ``PASSES``
+    passes drawn from (with gradients or not: a batch drawn once inside a ``no_grad`` helper
+    and trained on), by their id, the newest last; and the batches drawn for the sampled step
+    to come, with their passes (``kept``)."""
+
+    draws: int = 0
+    batches: int = 0
+    passes: dict[int, Pass] = field(default_factory=dict)
+    kept: list[Kept] = field(default_factory=list)
+
+    def note(self, drawn_from: Pass, trained: bool) -> None:
+        """A batch was drawn (with gradients on: ``trained``) from the pass ``drawn_from``."""
+        self.draws += 1
+        self.batches += trained
+        drawn_from.taken += 1
+        drawn_from.trained = drawn_from.trained or trained
+        drawn_from.at = self.draws
+        if id(drawn_from) not in self.passes:  # the newest last
+            self.passes[id(drawn_from)] = drawn_from
+            if len(self.passes) > PASSES:
+                del self.passes[next(iter(self.passes))]
+            for older in list(self.passes.values())[:-HELD]:
+                older.held, older.last = False, None  # its batch let go
+
+    def hold(self, drawn_from: Pass, batch: Any) -> None:
+        """``batch`` was drawn from ``drawn_from`` (noted): its last, if it is held."""
+        if drawn_from.held:
+            drawn_from.last = batch
+
+    def keep(self, drawn_from: Pass, batch: Any, indices: Any) -> None:
+        """``batch`` was drawn from ``drawn_from`` for a sampled step, of these dataset
+        ``indices`` (None: not known): its tensors read now (one host read)."""
+        if len(self.kept) >= KEPT:
+            return
+        read = [x for x in tensors(batch) if x.numel() and not x.is_complex()]
+        if read:
+            device = read[0].device
+            values = torch.stack([provenance(x).to(device) for x in read]).tolist()
+            self.kept.append(Kept(drawn_from, values, indices))
+
+
+class BatchCheck:
+    """A check of a trained model's forwards against the batches drawn: ``add``: where its
+    finding goes (one a run: ``said``); ``models``: the trained models now; ``drawn``: what
+    the DataLoaders have given (``Loaders.drawn_batches``)."""
+
+    def __init__(
+        self,
+        add: Callable[[Finding], None],
+        models: Callable[[], list[nn.Module]],
+        drawn: Callable[[], Drawn],
+    ):
+        self.add, self.models, self.drawn = add, models, drawn
+        self.said = False
+        self.start()
+
+    def start(self) -> None:
+        """Set the check's own state."""
+
+    def trained(self, module: nn.Module) -> bool:
+        """Whether a forward of ``module`` is a trained model's, in training, with gradients,
+        and the finding is still to be made."""
+        if self.said or not module.training or not torch.is_grad_enabled():
+            return False
+        return any(module is m for m in self.models())
