@@ -237,6 +237,22 @@ for _epoch in range(3):
     assert found[0]["evidence"]["examples"] == 640
 
 
+def test_targets_given_to_a_loss_module_are_read_as_targets(tmp_path: Path) -> None:
+    body = """
+xs = DataLoader(TensorDataset(features), batch_size=32, shuffle=True)
+masks = DataLoader((features > 0).float(), batch_size=32, shuffle=True)
+segment = nn.Linear(8, 8)
+opt = torch.optim.SGD(segment.parameters(), lr=0.1)
+for _epoch in range(2):
+    for (x,), m in zip(xs, masks):
+        loss = nn.BCEWithLogitsLoss()(segment(x), m)  # a module, itself given the masks
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    assert len(_doctor(tmp_path, body, APART)) == 1
+
+
 def test_loaders_kept_in_one_order_and_unpaired_sets_are_not_named(tmp_path: Path) -> None:
     body = """
 order = torch.randperm(640).tolist()
@@ -260,6 +276,27 @@ for _epoch in range(2):  # another pass mixed into a batch in place, each its la
         opt.zero_grad()
         loss.backward()
         opt.step()
+"""
+    assert _doctor(tmp_path, body, APART) == []
+
+
+def test_labels_a_generator_is_given_then_a_critics_targets_are_not_named(tmp_path: Path) -> None:
+    body = """
+real = DataLoader(TensorDataset(features, labels), batch_size=32, shuffle=True)
+wanted = DataLoader(labels.clone(), batch_size=32, shuffle=True)  # the classes to draw
+generator = nn.Embedding(3, 8)  # a class's features, as a conditional generator draws them
+make = torch.optim.SGD(generator.parameters(), lr=0.1)
+for _epoch in range(3):
+    for (x, y), c in zip(real, wanted):
+        fake = generator(c).detach()
+        loss = F.cross_entropy(model(x), y) + F.cross_entropy(model(fake), c)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()  # the critic's optimiser steps first: its model is the one watched
+        made = F.cross_entropy(model(generator(c)), c)
+        make.zero_grad()
+        made.backward()
+        make.step()
 """
     assert _doctor(tmp_path, body, APART) == []
 

@@ -799,7 +799,8 @@ class HealthMonitor(Callback):
         if checks.untraceable(output):  # torch.compile's trace or a torch.func transform
             return
         name = self.names.get(id(module))
-        if name is None:
+        if name is None:  # another model's (a generator of the first optimiser's critic)
+            self.pairing.elsewhere(module, inputs, keywords)
             return
         self.inputs.note(name, module, inputs, output)
         self.finals.note(name, module, inputs, output)

@@ -30,7 +30,7 @@ from torch import nn
 
 from treeqa.health import checks, sites
 from treeqa.health.findings import Finding
-from treeqa.health.passes import BatchCheck, Kept, Pass, provenance, same_values
+from treeqa.health.passes import BatchCheck, Kept, Pass, constant, provenance, same_values
 from treeqa.health.repeats import FORWARDS, data
 
 STEPS = 3
@@ -46,11 +46,25 @@ class Pairing(BatchCheck):
         self.forwards = 0  # this sampled step's forwards read
         self.inputs: list[tuple[str, torch.Tensor]] = []  # (model, an input's provenance)
         self.targets: list[tuple[torch.Tensor, str]] = []  # (a target's provenance, where)
+        self.others: list[torch.Tensor] = []  # what modules not watched were given
         self.steps: list[int] = []  # the sampled steps in a row apart
 
     def begin_step(self) -> None:
         """A sampled step starts."""
-        self.forwards, self.inputs, self.targets = 0, [], []
+        self.forwards, self.inputs, self.targets, self.others = 0, [], [], []
+
+    def elsewhere(self, module: nn.Module, inputs: Any, keywords: Any) -> None:
+        """A module the monitor does not watch (``module``) ran a forward in a sampled step:
+        its data inputs went into a model too (an AC-GAN's generator given the labels it is to
+        draw, whose critic's loss then takes them as targets), not apart from its inputs. A
+        loss module's targets are not."""
+        if self.said or len(self.others) >= FORWARDS or not torch.is_grad_enabled():
+            return
+        if isinstance(module, nn.modules.loss._Loss):
+            return
+        for x in data(inputs, keywords):
+            if x.numel() and not x.is_complex() and len(self.others) < FORWARDS:
+                self.others.append(provenance(x))
 
     def forward(self, name: str, module: nn.Module, inputs: Any, keywords: Any) -> None:
         """``module`` (named ``name``) finished a forward in a sampled step."""
@@ -76,21 +90,26 @@ class Pairing(BatchCheck):
             self.steps = []
             return
         device = self.inputs[0][1].device
-        read = [v.to(device) for _, v in self.inputs] + [v.to(device) for v, _ in self.targets]
-        values = torch.stack(read).tolist()
-        given, targets = values[: len(self.inputs)], values[len(self.inputs) :]
-        fed = {  # the batches that went into a forward, with the model given each
+        read = [v for _, v in self.inputs] + [v for v, _ in self.targets] + self.others
+        values = torch.stack([v.to(device) for v in read]).tolist()
+        given = values[: len(self.inputs)]
+        targets = values[len(self.inputs) : len(self.inputs) + len(self.targets)]
+        others = values[len(self.inputs) + len(self.targets) :]
+        fed = {  # the batches that went into a trained model's forward, with the model
             id(k): (k, name)
             for (name, _), v in zip(self.inputs, given, strict=True)
             for k in kept
             if any(same_values(v, b) for b in k.values)
         }
+        elsewhere = {
+            id(k) for v in others for k in kept if any(same_values(v, b) for b in k.values)
+        }
         apart = None
         for t, (_, where) in zip(targets, self.targets, strict=True):
-            if _constant(t):
+            if constant(t):
                 continue
-            of = [k for k in kept if any(same_values(t, b) for b in k.values)]
-            if not of or any(id(k) in fed for k in of):
+            of = [k for k in kept if any(same_values(t, b, ordered=True) for b in k.values)]
+            if not of or any(id(k) in fed or id(k) in elsewhere for k in of):
                 continue
             apart = next(
                 (
@@ -113,12 +132,6 @@ class Pairing(BatchCheck):
             found = targets_shuffled_apart(name, inputs, targets_from, self.steps)
             found.where = where
             self.add(found)
-
-
-def _constant(values: list[float]) -> bool:
-    """Whether a ``provenance`` read back is of one value repeated (n * sum(x^2) = sum(x)^2)."""
-    n, total, squares = values
-    return abs(n * squares - total * total) <= 1e-9 * max(n * squares, 1e-30)
 
 
 def _drawn_apart(a: Kept, b: Kept) -> bool:

@@ -6,6 +6,7 @@ and, on the draws for a sampled step, the batches themselves until its end."""
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,27 +30,51 @@ TOLERANCE = 1e-6
 cast to float32 moves its sums by ~1e-8)."""
 
 
+ORDERED = 65536
+"""Elements of a tensor up to which its values are also summed weighted by their place."""
+
+
 def provenance(x: torch.Tensor) -> torch.Tensor:
-    """[elements, sum, sum of squares] of ``x`` in float64 (float32 on MPS), on its device:
-    the same under a view, a transpose, a squeeze, a cast of exact values or a move to a
-    device, so a tensor made so from a batch is told as that batch's (``same_values``)."""
+    """[elements, sum, sum of squares, sum weighted by place in the flattened order (NaN over
+    ``ORDERED`` elements)] of ``x`` in float64 (float32 on MPS), on its device: the first
+    three the same under a view, a transpose, a squeeze, a cast of exact values or a move to a
+    device, so a tensor made so from a batch is told as that batch's (``same_values``); the
+    fourth tells apart two batches of labels that hold as many of each class."""
     wide = checks.wide(x.device)
     values = x.detach()
+    n = values.numel()
+    if n <= ORDERED:
+        places = torch.arange(1, n + 1, device=x.device, dtype=wide)
+        ordered = (values.reshape(-1).to(wide) * places).sum()
+    else:
+        ordered = torch.tensor(float("nan"), dtype=wide, device=x.device)
     return torch.stack(
         [
-            torch.tensor(float(values.numel()), dtype=wide, device=x.device),
+            torch.tensor(float(n), dtype=wide, device=x.device),
             values.sum(dtype=wide),
             values.to(wide).square().sum(),
+            ordered,
         ]
     )
 
 
-def same_values(a: list[float], b: list[float]) -> bool:
-    """Whether two ``provenance`` read back hold the same values."""
-    return a[0] == b[0] and all(
+def same_values(a: list[float], b: list[float], ordered: bool = False) -> bool:
+    """Whether two ``provenance`` read back hold the same values (``ordered``: in the same
+    order too, where both were summed so: a target, which is not transposed)."""
+    if a[0] != b[0]:
+        return False
+    compared = 4 if ordered and math.isfinite(a[3]) and math.isfinite(b[3]) else 3
+    return all(
         abs(u - v) <= TOLERANCE * max(abs(u), abs(v), 1e-30)
-        for u, v in zip(a[1:], b[1:], strict=True)
+        for u, v in zip(a[1:compared], b[1:compared], strict=True)
     )
+
+
+def constant(values: list[float]) -> bool:
+    """Whether a ``provenance`` read back is of one value repeated (n * sum(x^2) = sum(x)^2):
+    a mask of ones, a domain label, which tell nothing of where they came from."""
+    n, total, squares, _ = values
+    return abs(n * squares - total * total) <= 1e-9 * max(n * squares, 1e-30)
 
 
 @dataclass(slots=True)

@@ -35,7 +35,7 @@ from torch import nn
 from treeqa.health import checks, sites
 from treeqa.health.collapse import tensors
 from treeqa.health.findings import Finding
-from treeqa.health.passes import BatchCheck, provenance, same_values
+from treeqa.health.passes import BatchCheck, constant, provenance, same_values
 
 STEPS = 3
 """Sampled steps in a row given the same inputs."""
@@ -178,17 +178,25 @@ class SameInputs(BatchCheck):
             and (p.batch_size is None or p.batch_size >= 2)
         ]
         held = [(p, x) for p in stale for x in tensors(p.last) if x.numel() and not x.is_complex()]
-        read = [(f, v, f.where) for f in forwards if f.values is not None for v in f.values]
-        read += [(forwards[0], v, where) for v, where in self.targets]
+        # (forward, its input's shape, the value, where; None: a target, its order kept)
+        read: list[tuple[Forward, list[int] | None, torch.Tensor, str]] = [
+            (f, shape, v, f.where)
+            for f in forwards
+            if f.values is not None
+            for shape, v in zip(f.shapes, f.values, strict=True)
+        ]
+        read += [(forwards[0], None, v, where) for v, where in self.targets]
         if not held or not read:
             return None
-        device = read[0][1].device
-        given = torch.stack([v.to(device) for _, v, _ in read])
+        device = read[0][2].device
+        given = torch.stack([v.to(device) for _, _, v, _ in read])
         batch = torch.stack([provenance(x).to(device) for _, x in held])
         values = torch.cat([given, batch]).tolist()
-        for (f, _, where), v in zip(read, values, strict=False):
-            for (p, _), b in zip(held, values[len(read) :], strict=True):
-                if same_values(v, b):
+        for (f, shape, _, where), v in zip(read, values, strict=False):
+            for (p, x), b in zip(held, values[len(read) :], strict=True):
+                # in its order, unless a transpose of it (the time-first input of a batch)
+                moved = shape is not None and shape != list(x.shape)
+                if not constant(v) and same_values(v, b, ordered=not moved):
                     loader = (p.described, p.batches, p.batch_size)
                     found = same_batch_every_step(
                         f.model, f.shapes[0], span, len(self.steps), loader, batches
