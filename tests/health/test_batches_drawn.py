@@ -234,7 +234,7 @@ for _epoch in range(3):
     assert found[0]["where"].endswith("script.py:15")  # the loss, in train
     assert "(over TensorDataset)" in found[0]["message"]
     assert "(over Tensor)" in found[0]["message"]
-    assert found[0]["evidence"]["examples"] == 640
+    assert found[0]["evidence"]["examples"] == [640, 640]
 
 
 def test_targets_given_to_a_loss_module_are_read_as_targets(tmp_path: Path) -> None:
@@ -251,6 +251,36 @@ for _epoch in range(2):
         opt.step()
 """
     assert len(_doctor(tmp_path, body, APART)) == 1
+
+
+def test_targets_scored_against_no_forward_of_the_other_loaders_batch_are_not_named(
+    tmp_path: Path,
+) -> None:
+    body = """
+class Two(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body, self.aux = nn.Linear(8, 3), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+net = Two()
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+first = DataLoader(TensorDataset(features, labels), batch_size=32, shuffle=True)
+second = DataLoader(TensorDataset(features * 255, labels), batch_size=32, shuffle=True)
+for _epoch in range(3):
+    for (x, y), (x2, y2) in zip(first, second):
+        loss = F.cross_entropy(net(x), y)  # then a task of its own through a method
+        loss = loss + F.cross_entropy(net.aux(x2 / 255), y2)
+        prior = net.body.bias.expand(32, 3)  # and a class prior, scored against y2 too
+        loss = loss + F.cross_entropy(prior, y2)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    assert _doctor(tmp_path, body, APART) == []
 
 
 def test_loaders_kept_in_one_order_and_unpaired_sets_are_not_named(tmp_path: Path) -> None:

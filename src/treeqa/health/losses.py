@@ -84,7 +84,7 @@ class LossInputCheck:
         self.add, self.active, self.at_init = add, active, at_init
         self.targets = [] if targets is None else [targets]  # (a check may add its own)
         # told of each training loss's target on a sampled step (``pairing.py``)
-        self.trained_targets: list[Callable[[Any], None]] = []
+        self.trained_targets: list[Callable[[Any, Any], None]] = []
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
         self.multi_hot_said = False  # multi-hot-into-cross-entropy, said once
@@ -418,7 +418,7 @@ class LossInputCheck:
                 target = args[1] if len(args) > 1 else kwargs.get("target")
                 self.leaks.target(fname, input, target, result)
                 for told in self.trained_targets:
-                    told(target)
+                    told(target, input)
 
     def _note_moments(self, target: Any) -> None:
         """A sampled step's mean squared error's target, for the level of predicting the

@@ -807,7 +807,7 @@ class HealthMonitor(Callback):
         self.positions.note(name, module, inputs, output)
         self.collapse.note(name, module, inputs, output)
         self.repeats.note(name, module, inputs, keywords)
-        self.pairing.forward(name, module, inputs, keywords)
+        self.pairing.forward(name, module, inputs, keywords, output)
         if name not in self._rms and checks.dense(output) and output.is_floating_point():
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
             if name[-1:].isdigit():  # a member of a stack (blocks.3): what it is, for the check

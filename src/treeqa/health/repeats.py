@@ -63,13 +63,14 @@ def fingerprint(x: torch.Tensor) -> torch.Tensor:
 
 
 def data(inputs: Any, keywords: Any) -> list[torch.Tensor]:
-    """The dense tensors a forward was given that no gradient flows into (a batch's, not a
-    backbone's features), positional then by keyword, two levels into tuples, lists and dicts
+    """The dense tensors a forward was given that no layer made (leaves of the graph: a
+    batch's, one made to require gradients for an input-gradient penalty; not a backbone's
+    features), positional then by keyword, two levels into tuples, lists and dicts
     (``model((ids, lengths))``, a ``PackedSequence``)."""
     found = []
     for value in (*_within(inputs), *_within(keywords)):
         for x in _within(value) if isinstance(value, tuple | list | dict) else [value]:
-            if checks.dense(x) and not x.requires_grad:
+            if checks.dense(x) and x.grad_fn is None:
                 found.append(x)
     return found
 
@@ -153,9 +154,10 @@ class SameInputs(BatchCheck):
             self.said = True
             self.add(found)
 
-    def target(self, target: Any) -> None:
-        """A training loss was taken against ``target`` on a sampled step: read where the
-        steps before were the same (a batch normalised for the model, its labels as drawn)."""
+    def target(self, target: Any, input: Any = None) -> None:
+        """A training loss scored ``input`` against ``target`` on a sampled step: the target
+        read where the steps before were the same (a batch normalised for the model, its
+        labels as drawn)."""
         if self.said or not self.reading or len(self.targets) >= TARGETS:
             return
         if len(self.steps) >= STEPS - 1 and checks.dense(target) and target.numel():
