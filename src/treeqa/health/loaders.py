@@ -5,8 +5,9 @@ step``: ``next(iter(loader))`` inside the loop), a shuffling ``DistributedSample
 training loader that does not shuffle data sorted by label (``loader-not-shuffled``: batches
 of one class each, class after class), and a ``WeightedRandomSampler`` with fewer weights than
 the dataset has examples (``sampler-weights-short``: weights per class, where one per example
-belongs); and the batches drawn with gradients on, for ``same-batch-every-step``
-(``repeats.py``).
+belongs); and what they drew (``passes.py``): each pass's last batch, and the batches drawn
+for a sampled step with the dataset indices they were drawn at, for ``same-batch-every-step``
+(``repeats.py``) and ``targets-shuffled-apart`` (``pairing.py``).
 
 A loader may be gone by the time a check runs (made inside a function per epoch, or the script
 ends before the last check), so what matters is noted when its iterator is made:
