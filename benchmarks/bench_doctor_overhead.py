@@ -73,10 +73,16 @@ def loop(steps: int, loader: bool, out: Path, count: bool = False) -> None:
     times: list[float] = []  # seconds a step (``count``: pairs of bytecodes and calls)
     counter = Bytecodes()
     start = time.perf_counter()
-    for inputs, targets in batches:  # type: ignore[attr-defined]
-        if count:
+    drawn = iter(batches)  # type: ignore[call-overload]
+    while True:
+        if count:  # (the draw counted too: a DataLoader's iterator is wrapped)
             counter.ops = counter.calls = 0
             sys.settrace(counter)
+        try:
+            inputs, targets = next(drawn)
+        except StopIteration:
+            sys.settrace(None)
+            break
         optimizer.zero_grad()
         loss = loss_fn(model(inputs), targets)  # [B, 1] against [B, 1]
         loss.backward()

@@ -24,6 +24,7 @@ losses, under ``no_grad``, do not count: evaluation data need not be shuffled.
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -102,14 +103,13 @@ class Loaders:
         # Each iterator's pass (weak: a finished pass's), and what the loaders gave.
         self.iterators: weakref.WeakKeyDictionary[Any, Pass] = weakref.WeakKeyDictionary()
         self.drawn_batches = Drawn()
-        self.keeping: Callable[[], bool] = lambda: False  # the step to come is sampled
+        self.keep = True  # the step to come is sampled: its batches are kept, with indices
 
     def install(self) -> None:
         self.wrappers.add(note_function_results(DataLoader, "__iter__", self._made))
         self.wrappers.add(
             note_calls_and_results(_BaseDataLoaderIter, "__next__", self._drawn, self._batch)
         )
-        self.wrappers.add(note_function_results(_BaseDataLoaderIter, "_next_index", self._index))
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -194,22 +194,21 @@ class Loaders:
         drawn_from = self.iterators.get(it)
         if drawn_from is not None:  # a training batch with gradients (validation without)
             self.drawn_batches.note(drawn_from, torch.is_grad_enabled())
-
-    def _index(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], index: Any) -> None:
-        """An iterator fetched the dataset indices of a batch to come (``index``)."""
-        drawn_from = self.iterators.get(args[0]) if args else None
-        if drawn_from is not None and drawn_from.indexed:
-            drawn_from.pending.append(index)
+            if self.keep and drawn_from.indexed:  # the indices it fetches now, for this batch
+                it._next_index = functools.partial(_fetching, it, drawn_from)
 
     def _batch(self, it: Any, batch: Any) -> None:
         """``it`` gave ``batch``: held as its pass's last, and kept where it is a training
         batch for a sampled step to come."""
         drawn_from = self.iterators.get(it)
         if drawn_from is not None:
-            indices = drawn_from.pending.popleft() if drawn_from.pending else None
-            self.drawn_batches.hold(drawn_from, batch)
-            if torch.is_grad_enabled() and self.keeping():
-                self.drawn_batches.keep(drawn_from, batch, indices)
+            if drawn_from.held:
+                drawn_from.last = batch
+            if self.keep:
+                vars(it).pop("_next_index", None)  # (its own again)
+                indices, drawn_from.indices = drawn_from.indices, None
+                if torch.is_grad_enabled():
+                    self.drawn_batches.keep(drawn_from, batch, indices)
 
     def note_target(
         self, target: Any, loss: Any = None, ignore_index: Any = -100, input: Any = None
@@ -277,6 +276,13 @@ class Loaders:
         )
         found.where = self.where
         self._report(found)
+
+
+def _fetching(it: _BaseDataLoaderIter, drawn_from: Pass) -> Any:
+    """``it``'s own ``_next_index`` (the indices of the batch it is drawing, in the script's
+    process), noted in ``drawn_from`` on the way."""
+    drawn_from.indices = _BaseDataLoaderIter._next_index(it)
+    return drawn_from.indices
 
 
 def _described(loader: DataLoader[Any]) -> str:

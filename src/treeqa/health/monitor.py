@@ -327,7 +327,6 @@ class HealthMonitor(Callback):
         self.zeroed = ZeroGradients(self.add)  # exactly zero through torch.round and the like
         self.profile = ProfileWindow(memory=rss_mb, waited=RUN_QUEUE.waited, heap=heap_mb)
         self.loaders = Loaders(self.add)  # DataLoader workers, iterators and samplers
-        self.loaders.keeping = lambda: self._sampled(self.step + 1)  # its batches compared
         # one batch at every step; inputs and targets from two loaders shuffled apart
         self.repeats = SameInputs(self.add, lambda: self.models, lambda: self.loaders.drawn_batches)
         self.pairing = Pairing(self.add, lambda: self.models, lambda: self.loaders.drawn_batches)
@@ -583,6 +582,7 @@ class HealthMonitor(Callback):
             self._check_late(s)
         self.retention.end_step(tensor)
         self.loaders.drawn_batches.kept.clear()  # (kept for a sampled step, until its end)
+        self.loaders.keep = self._sampled(self.step + 1)  # the next one's are kept
         # No loss at all (gradients from torch.autograd.grad or torch.func, set by hand): the
         # NaN in the series is a placeholder, not a non-finite loss.
         if not queued and loss is not None:

@@ -7,7 +7,6 @@ and, on the draws for a sampled step, the batches themselves until its end."""
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,9 +84,9 @@ class Pass:
     dataset indices are followed (``indexed``: not where worker processes fetch them), whether
     it shuffles by a ``RandomSampler`` seeded anew from torch's generator (``at_random``); the
     batches ``taken`` from it, whether one was taken with gradients on (``trained``), the
-    ``last`` batch taken (held by the newest ``HELD``), the count of all draws when it was
-    (``at``), and the indices fetched for batches not yet given (``pending``, in order: a
-    worker process fetches ahead)."""
+    ``last`` batch taken (held by the newest ``HELD``: ``held``), the count of all draws when it
+    was (``at``), and the dataset indices of the batch being drawn for a sampled step
+    (``indices``)."""
 
     id: int
     batch_size: int | None
@@ -101,7 +100,7 @@ class Pass:
     last: Any = None
     at: int = 0
     held: bool = True
-    pending: deque[Any] = field(default_factory=deque)
+    indices: Any = None
 
 
 @dataclass(slots=True)
@@ -140,11 +139,6 @@ class Drawn:
                 del self.passes[next(iter(self.passes))]
             for older in list(self.passes.values())[:-HELD]:
                 older.held, older.last = False, None  # its batch let go
-
-    def hold(self, drawn_from: Pass, batch: Any) -> None:
-        """``batch`` was drawn from ``drawn_from`` (noted): its last, if it is held."""
-        if drawn_from.held:
-            drawn_from.last = batch
 
     def keep(self, drawn_from: Pass, batch: Any, indices: Any) -> None:
         """``batch`` was drawn from ``drawn_from`` for a sampled step, of these dataset
