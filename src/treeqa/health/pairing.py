@@ -33,10 +33,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health import checks, sites
+from treeqa.health import sites
 from treeqa.health.collapse import tensors
 from treeqa.health.findings import Finding
-from treeqa.health.passes import BatchCheck, Kept, Pass, constant, provenance, same_values
+from treeqa.health.passes import BatchCheck, Kept, Pass, constant, provenance, readable, same_values
 from treeqa.health.repeats import FORWARDS, data
 
 STEPS = 3
@@ -75,7 +75,7 @@ class Pairing(BatchCheck):
         if isinstance(module, nn.modules.loss._Loss):
             return
         for x in data(inputs, keywords):
-            if x.numel() and not x.is_complex() and len(self.others) < FORWARDS:
+            if readable(x) and len(self.others) < FORWARDS:
                 self.others.append(provenance(x))
 
     def forward(
@@ -86,7 +86,7 @@ class Pairing(BatchCheck):
             return
         self.forwards += 1
         for x in data(inputs, keywords):
-            if x.numel() and not x.is_complex():
+            if readable(x):
                 self.inputs.append((self.forwards, name, provenance(x)))
         for y in tensors(output):
             if y.grad_fn is not None:
@@ -98,7 +98,7 @@ class Pairing(BatchCheck):
         of its graph back at most)."""
         if self.said or not self.outputs or len(self.targets) >= TARGETS:
             return
-        if not (checks.dense(target) and target.numel() and not target.is_complex()):
+        if not readable(target):
             return
         scored = _reached(input, self.outputs)
         if scored:

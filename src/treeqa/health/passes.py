@@ -33,6 +33,11 @@ ORDERED = 65536
 """Elements of a tensor up to which its values are also summed weighted by their place."""
 
 
+def readable(x: Any) -> bool:
+    """A dense tensor with values to sum: not empty, complex or quantized."""
+    return checks.dense(x) and x.numel() > 0 and not (x.is_complex() or x.is_quantized)
+
+
 def provenance(x: torch.Tensor) -> torch.Tensor:
     """[elements, sum, sum of squares, sum weighted by place in the flattened order (NaN over
     ``ORDERED`` elements)] of ``x`` in float64 (float32 on MPS), on its device: the first
@@ -145,7 +150,7 @@ class Drawn:
         ``indices`` (None: not known): its tensors read now (one host read)."""
         if len(self.kept) >= KEPT:
             return
-        read = [x for x in tensors(batch) if x.numel() and not x.is_complex()]
+        read = [x for x in tensors(batch) if readable(x)]
         if read:
             device = read[0].device
             values = torch.stack([provenance(x).to(device) for x in read]).tolist()

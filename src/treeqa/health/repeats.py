@@ -35,7 +35,7 @@ from torch import nn
 from treeqa.health import checks, sites
 from treeqa.health.collapse import tensors
 from treeqa.health.findings import Finding
-from treeqa.health.passes import BatchCheck, constant, provenance, same_values
+from treeqa.health.passes import BatchCheck, constant, provenance, readable, same_values
 
 STEPS = 3
 """Sampled steps in a row given the same inputs."""
@@ -118,7 +118,7 @@ class SameInputs(BatchCheck):
         dict) in a sampled step."""
         if len(self.reading) >= FORWARDS or not self.trained(module):
             return
-        given = [x for x in data(inputs, keywords) if not x.is_complex() and x.numel() > 0]
+        given = [x for x in data(inputs, keywords) if readable(x)]
         if not given:  # (a head given features that train: not a batch)
             return
         device = given[0].device
@@ -160,9 +160,8 @@ class SameInputs(BatchCheck):
         labels as drawn)."""
         if self.said or not self.reading or len(self.targets) >= TARGETS:
             return
-        if len(self.steps) >= STEPS - 1 and checks.dense(target) and target.numel():
-            if not target.is_complex():
-                self.targets.append((provenance(target), sites.user_site(3)))
+        if len(self.steps) >= STEPS - 1 and readable(target):
+            self.targets.append((provenance(target), sites.user_site(3)))
 
     def _stale(
         self, forwards: list[Forward], span: tuple[int, int], batches: int
@@ -179,7 +178,7 @@ class SameInputs(BatchCheck):
             and (p.batches is None or p.batches >= 2)
             and (p.batch_size is None or p.batch_size >= 2)
         ]
-        held = [(p, x) for p in stale for x in tensors(p.last) if x.numel() and not x.is_complex()]
+        held = [(p, x) for p in stale for x in tensors(p.last) if readable(x)]
         # (forward, its input's shape, the value, where; None: a target, its order kept)
         read: list[tuple[Forward, list[int] | None, torch.Tensor, str]] = [
             (f, shape, v, f.where)
