@@ -88,8 +88,7 @@ class Pass:
     ``examples`` (None: no length), the loader ``described`` in words, whether its batches'
     dataset indices are followed (``indexed``: not where worker processes fetch them), whether
     it shuffles by a ``RandomSampler`` seeded anew from torch's generator (``at_random``); the
-    batches ``taken`` from it, whether one was taken with gradients on (``trained``), the
-    ``last`` batch taken (held by the newest ``HELD``: ``held``), the count of all draws when it
+    batches ``taken`` from it, the ``last`` batch taken (held by the newest ``HELD``: ``held``), the count of all draws when it
     was (``at``), and the dataset indices of the batch being drawn for a sampled step
     (``indices``)."""
 
@@ -101,7 +100,6 @@ class Pass:
     indexed: bool
     at_random: bool
     taken: int = 0
-    trained: bool = False
     last: Any = None
     at: int = 0
     held: bool = True
@@ -136,7 +134,6 @@ class Drawn:
         self.draws += 1
         self.batches += trained
         drawn_from.taken += 1
-        drawn_from.trained = drawn_from.trained or trained
         drawn_from.at = self.draws
         if id(drawn_from) not in self.passes:  # the newest last
             self.passes[id(drawn_from)] = drawn_from

@@ -62,24 +62,13 @@ def fingerprint(x: torch.Tensor) -> torch.Tensor:
     return torch.stack([by_row.sum(), (by_row * r).sum(), (by_column * c).sum()])
 
 
-def data(inputs: Any, keywords: Any) -> list[torch.Tensor]:
+def data(inputs: tuple[Any, ...], keywords: dict[str, Any]) -> list[torch.Tensor]:
     """The dense tensors a forward was given that no layer made (leaves of the graph: a
     batch's, one made to require gradients for an input-gradient penalty; not a backbone's
-    features), positional then by keyword, two levels into tuples, lists and dicts
+    features), positional then by keyword, one level further into tuples, lists and dicts
     (``model((ids, lengths))``, a ``PackedSequence``)."""
-    found = []
-    for value in (*_within(inputs), *_within(keywords)):
-        for x in _within(value) if isinstance(value, tuple | list | dict) else [value]:
-            if checks.dense(x) and x.grad_fn is None:
-                found.append(x)
-    return found
-
-
-def _within(value: Any) -> list[Any]:
-    """What a tuple, list or dict holds; else ``value`` itself."""
-    if isinstance(value, tuple | list):
-        return list(value)
-    return list(value.values()) if isinstance(value, dict) else [value]
+    given = (*inputs, *keywords.values())
+    return [x for value in given for x in tensors(value) if x.grad_fn is None]
 
 
 @dataclass
