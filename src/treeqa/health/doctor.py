@@ -57,6 +57,7 @@ from treeqa.health import (
 from treeqa.health.clipping import Clipping
 from treeqa.health.dropouts import Dropouts
 from treeqa.health.heldout import HeldOut
+from treeqa.health.loaded import LoadedWeights
 from treeqa.health.masks import AttentionMasks
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
 from treeqa.health.overlaps import Overlaps
@@ -152,6 +153,10 @@ class Doctor:
             monitor.add, lambda: monitor.step
         )
         self.updates.rates.scheduler_noted = self.resumes.scheduler_stepped
+        # weights loaded, then written over or loaded into a model that is not trained
+        self.loaded_weights = LoadedWeights(monitor.add)
+        monitor.loss_check.modules_loaded.append(self.loaded_weights.loaded)
+        monitor.at_end.append(self.loaded_weights.finish)
         # One of several processes: what it trained, to compare with the others.
         self.prints = prints
         self.spawned: Path | None = None  # the reports of processes torch.multiprocessing started
@@ -243,6 +248,7 @@ class Doctor:
         self.clipping.install()
         self.updates.install()
         self.seeds.install()
+        self.loaded_weights.install()
         self.monitor.install_loss_checks()
         self.monitor.loaders.watch_batches_by_hand()
         wrapped: list[tuple[Any, str, Any]] = [
@@ -271,6 +277,7 @@ class Doctor:
         self.clipping.uninstall()
         self.updates.uninstall()
         self.seeds.uninstall()
+        self.loaded_weights.uninstall()
         while self.undo:
             self.undo.pop()()
         self.monitor.uninstall()

@@ -100,6 +100,8 @@ class LossInputCheck:
         self.margin = False
         self.loaded = False  # a model loaded trained weights: its first loss is no init's
         self.resumes: Resumes | None = None  # the doctor's: checkpoints and modules loaded
+        # told of each module a load_state_dict loaded, or torch.load returned, and its line
+        self.modules_loaded: list[Callable[[nn.Module, str], None]] = []
         # (id, classes, autograd node, scale) of the last mean cross-entropy with gradients on
         # a sampled step: the monitor tells whether it is the step's loss (``loss-at-chance``,
         # ``loss-diverged``); ``backward`` whether the loss a backward is given stands for it,
@@ -162,7 +164,11 @@ class LossInputCheck:
     def install(self) -> None:
         for fname in (*CLASSIFICATION, *BINARY, *LOG_PROBABILITIES_LAST, *ELEMENTWISE):
             self.wrappers.add(note_function_results(F, fname, self._called))
-        self.wrappers.add(note_function_calls(nn.Module, "load_state_dict", self._loaded))
+        self.wrappers.add(
+            note_function_results(
+                nn.Module, "load_state_dict", self._load_returned, before=self._loaded
+            )
+        )
         # A whole model saved with torch.save(model) comes back trained without a
         # load_state_dict call (torch.jit.load likewise), alone or in a checkpoint dict.
         self.wrappers.add(note_function_results(torch, "load", self._torch_loaded))
@@ -190,12 +196,26 @@ class LossInputCheck:
                 args[2] if len(args) > 2 else kwargs.get("strict", True),
             )
 
+    def _load_returned(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
+    ) -> None:
+        """``module.load_state_dict(state_dict)`` has loaded it."""
+        if args and self.modules_loaded:
+            where = sites.user_site()
+            for note in self.modules_loaded:
+                note(args[0], where)
+
     def _torch_loaded(
         self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any
     ) -> None:
         values = result.values() if isinstance(result, dict) else (result,)
-        if any(isinstance(v, nn.Module) for v in values):
+        modules = [v for v in values if isinstance(v, nn.Module)]
+        if modules:
             self.loaded = True
+            where = sites.user_site()
+            for note in self.modules_loaded:
+                for module in modules:
+                    note(module, where)
         if self.resumes is not None:
             self.resumes.checkpoint(result, args[0] if args else kwargs.get("f"))
 

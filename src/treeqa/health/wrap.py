@@ -164,16 +164,24 @@ def note_function_calls(
 
 
 def note_function_results(
-    owner: Any, name: str, note: Callable[[str, tuple[Any, ...], dict[str, Any], Any], None]
+    owner: Any,
+    name: str,
+    note: Callable[[str, tuple[Any, ...], dict[str, Any], Any], None],
+    before: Callable[[str, tuple[Any, ...], dict[str, Any]], None] | None = None,
 ) -> Callable[[], None] | None:
     """As ``note_function_calls``, but ``note(name, args, kwargs, result)`` runs after the
-    function has returned (a loss wrapper that reads the loss's value too)."""
+    function has returned (a loss wrapper that reads the loss's value too); ``before(name,
+    args, kwargs)``, where given, before it runs (an exception raised goes through, noted
+    before only)."""
     original = getattr(owner, name, None)
     if original is None or taken(original):
         return None
     noted = Note(note, name)
+    first = None if before is None else Note(before, name)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if first is not None:
+            first(name, args, kwargs)
         result = original(*args, **kwargs)
         noted(name, args, kwargs, result)
         return result

@@ -1,0 +1,285 @@
+"""``loaded-weights-not-trained``: weights loaded before training that training does not start
+from.
+
+Two forms, both silent: the run trains, from weights of no checkpoint.
+
+- Written over: ``model.load_state_dict(torch.load(path))`` and then ``model.apply(init_weights)``
+  (or ``reset_parameters()``, an init loop over ``model.parameters()``), the two in the wrong
+  order: every loaded tensor is initialised again before the first step.
+- Loaded into another instance: ``model.load_state_dict(...)`` and then ``model = Net()``
+  built again before the optimiser, or ``pretrained.load_state_dict(...)`` beside a ``net``
+  that the loop trains: the loaded model never runs.
+
+Each module a ``load_state_dict`` loaded (or ``torch.load`` returned whole) has a few values of
+each of its parameters kept (``SAMPLED``, evenly spaced), with the line of the load. At the
+first step of an optimiser over some of them (a pre-hook, there while a load waits), those
+values are read again: a tensor whose values moved (``MOVED`` of them by more than rounding:
+a cast to half precision is no change) was written over. Half the loaded tensors or more, and
+half their values, written over make the finding, at the line that wrote the first of them
+where it was an ``nn.init`` function (wrapped for the run; ``.data.normal_()`` is not seen).
+Re-initialising a new head, a small part of the weights, is fine.
+
+Loads before the run's first step whose parameters the first optimiser does not step are held:
+where the optimiser's parameters have the loaded model's shapes, in order, and not its values,
+and the loaded model never runs a forward to the script's end (a forward pre-hook on it,
+removed at its first call), the finding is made at the end. A model loaded to compare with the
+one trained runs (a teacher, a reference model, a baseline scored at the end).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from treeqa.health import sites
+from treeqa.health.findings import Finding
+from treeqa.health.wrap import Wrappers, note_function_calls
+
+SAMPLED = 64
+"""Values of each loaded tensor kept to compare (evenly spaced over it)."""
+WAITS = 4
+"""Optimiser steps a load waits for one over its parameters (a GAN's other optimiser steps
+between; a target network loaded now and then, never stepped, is let go)."""
+MOVED = 0.5
+"""Share of a tensor's kept values that moved for it to count as written over, and share of
+the loaded tensors (and of their values) written over for the finding."""
+ROUNDING = 1e-2
+"""A value moved when it differs by more than this part of itself, or of the tensor's mean
+magnitude: a cast to bfloat16 rounds by at most 2**-8."""
+INITS = (
+    "uniform_",
+    "normal_",
+    "trunc_normal_",
+    "constant_",
+    "ones_",
+    "zeros_",
+    "eye_",
+    "dirac_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "orthogonal_",
+    "sparse_",
+)
+"""The ``torch.nn.init`` functions wrapped to name the line that wrote over a loaded tensor."""
+
+
+class Kept(NamedTuple):
+    """A loaded parameter: itself (weakly), its shape, the positions kept and their values as
+    loaded."""
+
+    param: weakref.ref[torch.Tensor]
+    shape: tuple[int, ...]
+    positions: torch.Tensor
+    values: torch.Tensor
+
+
+class Load(NamedTuple):
+    """One load: the module (weakly), the line, its parameters kept, in order, whether the
+    module ran a forward since (a one-element list, set by its pre-hook ``hook``) and the
+    optimiser steps it waits for yet (likewise)."""
+
+    module: weakref.ref[nn.Module]
+    where: str
+    kept: list[Kept]
+    ran: list[bool]
+    hook: Any
+    waits: list[int]
+
+
+class LoadedWeights:
+    """Fed by the loss checks' wrappers of ``load_state_dict`` and ``torch.load``
+    (``loaded``); ``add``: where findings go."""
+
+    def __init__(self, add: Callable[[Finding], None]) -> None:
+        self.add = add
+        self.wrappers = Wrappers()
+        self.loads: list[Load] = []  # loads none of whose parameters an optimiser has stepped
+        self.early: list[Load] = []  # loads before the first step that it did not step
+        self.stepped = False  # an optimiser has stepped
+        self.written: dict[int, str] = {}  # a loaded tensor's data_ptr -> the nn.init call's line
+        self.handle: Any = None  # the optimisers' step pre-hook, while a load waits
+        self.said = False
+
+    def install(self) -> None:
+        for name in INITS:
+            self.wrappers.add(
+                note_function_calls(nn.init, name, self._initialised, label=f"nn.init.{name}")
+            )
+
+    def uninstall(self) -> None:
+        self.wrappers.undo()
+        for handle in [self.handle, *(load.hook for load in self.loads + self.early)]:
+            if handle is not None:
+                handle.remove()
+        self.handle = None
+
+    def loaded(self, module: nn.Module, where: str) -> None:
+        """``module`` holds weights just loaded (at ``where``): an earlier load's kept values
+        of the same tensors are dropped."""
+        kept = [_kept(p) for p in module.parameters() if p.numel()]
+        if not kept or self.said:
+            return
+        ids = {id(k.param()) for k in kept}
+        loads = []
+        for load in self.loads:
+            load.kept[:] = [k for k in load.kept if id(k.param()) not in ids]
+            if load.kept:
+                loads.append(load)
+            else:
+                load.hook.remove()
+        ran = [False]
+
+        def running(module: nn.Module, args: Any) -> None:
+            ran[0] = True
+            hook.remove()
+
+        hook = module.register_forward_pre_hook(running)
+        self.loads = [*loads, Load(weakref.ref(module), where, kept, ran, hook, [WAITS])]
+        pointers = _pointers(kept)
+        self.written = {k: v for k, v in self.written.items() if k not in pointers}
+        if self.handle is None:
+            self.handle = register_optimizer_step_pre_hook(self._stepping)
+
+    def _initialised(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``nn.init.<name>(tensor, ...)``: the line, where it writes over a loaded tensor."""
+        tensor = args[0] if args else kwargs.get("tensor")
+        if not self.loads or not isinstance(tensor, torch.Tensor) or not tensor.numel():
+            return
+        pointer = tensor.data_ptr()  # (m.weight.data is another tensor over the same memory)
+        if pointer not in self.written and any(
+            pointer in _pointers(load.kept) for load in self.loads
+        ):
+            self.written[pointer] = f"{sites.user_site()} ({name})"
+
+    def _stepping(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        """An optimiser's step is about to update its parameters: the loads among them are
+        read against what was loaded."""
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        ids = {id(p) for p in params}
+        waiting = []
+        for load in self.loads:
+            mine = [k for k in load.kept if id(k.param()) in ids]
+            load.waits[0] -= 1
+            if mine:
+                self._judge(load, mine, optimizer)
+            elif not self.stepped and self._elsewhere(load, params):
+                self.early.append(load)
+            elif load.waits[0] > 0:
+                waiting.append(load)
+            if not mine and not (load.waits[0] > 0 or load in self.early):
+                load.hook.remove()
+        self.loads, self.stepped = waiting, True
+        if not self.loads and self.handle is not None:
+            self.handle.remove()
+            self.handle = None
+
+    def _judge(self, load: Load, mine: list[Kept], optimizer: torch.optim.Optimizer) -> None:
+        moved = [k for k in mine if _moved(k)]
+        values = sum(_numel(k) for k in mine)
+        over = sum(_numel(k) for k in moved)
+        if self.said or len(moved) < MOVED * len(mine) or over < MOVED * values:
+            return
+        written = [self.written[p] for p in _pointers(moved) if p in self.written]
+        self.said = True
+        how = f"at {written[0]}" if written else "not by an nn.init function (.data written?)"
+        self.add(
+            Finding(
+                "loaded-weights-not-trained",
+                "error",
+                f"{len(moved)} of the {len(mine)} tensors loaded at {load.where} ({over:,} of "
+                f"{values:,} values) were written over before {type(optimizer).__name__}'s "
+                f"first step, {how}: training starts from new weights, not the loaded ones "
+                "(an initialisation applied after the load)",
+                where=written[0].split(" (")[0] if written else load.where,
+                evidence={
+                    "loaded_at": load.where,
+                    "tensors": len(mine),
+                    "tensors_written_over": len(moved),
+                    "values": values,
+                    "values_written_over": over,
+                    "written_at": written[0] if written else "",
+                },
+            )
+        )
+
+    def _elsewhere(self, load: Load, params: list[torch.Tensor]) -> bool:
+        """A load before the first step whose model the first optimiser does not step, where
+        that optimiser steps as many tensors of the same shapes in a row, with other values."""
+        shapes = [k.shape for k in load.kept]
+        if len(shapes) < 2:
+            return False
+        theirs = [tuple(p.shape) for p in params]
+        for start in range(len(theirs) - len(shapes) + 1):
+            if theirs[start : start + len(shapes)] == shapes:
+                run = params[start : start + len(shapes)]
+                other = [
+                    k._replace(param=weakref.ref(p)) for k, p in zip(load.kept, run, strict=True)
+                ]
+                return sum(_moved(k) for k in other) >= MOVED * len(other)
+        return False
+
+    def finish(self, steps: Sequence[float] = (), losses: Sequence[float] = ()) -> None:
+        """The script ends: a load held by ``_elsewhere`` whose model never ran."""
+        for load in self.early:
+            if load.ran[0] or self.said:
+                continue
+            module = load.module()
+            what = type(module).__name__ if module is not None else "a model since freed"
+            self.said = True
+            self.add(
+                Finding(
+                    "loaded-weights-not-trained",
+                    "error",
+                    f"load_state_dict at {load.where} loaded {what} ({len(load.kept)} tensors), "
+                    "which never ran; the optimiser trained another model of the same shapes, "
+                    "whose weights are not those loaded: training started from new weights (the "
+                    "model built again after the load, or the weights loaded into another "
+                    "instance than the one trained)",
+                    where=load.where,
+                    evidence={
+                        "loaded_at": load.where,
+                        "tensors": len(load.kept),
+                        "freed": module is None,
+                    },
+                    fix="load the weights into the model the optimiser trains: "
+                    "model.load_state_dict(...) after its last model = Net(...), before the "
+                    "optimiser is built over model.parameters()",
+                )
+            )
+
+
+def _kept(param: torch.Tensor) -> Kept:
+    """``param``'s values at ``SAMPLED`` evenly spaced positions, as it holds them now."""
+    flat = param.detach().reshape(-1)
+    positions = torch.linspace(0, flat.numel() - 1, min(SAMPLED, flat.numel()))
+    positions = positions.long().to(flat.device)
+    return Kept(weakref.ref(param), tuple(param.shape), positions, flat[positions].float().cpu())
+
+
+def _moved(kept: Kept) -> bool:
+    """Whether most of ``kept``'s values are no longer where they were (its tensor freed,
+    reshaped or resized: not judged, False)."""
+    param = kept.param()
+    if param is None or param.numel() <= int(kept.positions[-1]):
+        return False
+    now = param.detach().reshape(-1)[kept.positions.to(param.device)].float().cpu()
+    scale = kept.values.abs().mean() + 1e-12
+    off = (now - kept.values).abs() > ROUNDING * torch.maximum(kept.values.abs(), scale)
+    return bool(off.float().mean() >= MOVED)
+
+
+def _numel(kept: Kept) -> int:
+    param = kept.param()
+    return 0 if param is None else param.numel()
+
+
+def _pointers(kept: list[Kept]) -> set[int]:
+    """The data pointers of the kept tensors still alive."""
+    return {p.data_ptr() for p in (k.param() for k in kept) if p is not None}
