@@ -212,6 +212,8 @@ EXPECTED = {
     "bug_loss_at_chance_regression_split.py": "loss-at-chance",  # same wrong pairs each epoch
     "bug_optimiser_state_not_loaded.py": "optimiser-state-not-loaded",
     "bug_weights_not_loaded.py": "weights-not-loaded",  # strict=False over module. keys
+    "bug_loaded_weights_overwritten.py": "loaded-weights-not-trained",  # init after the load
+    "bug_lr_lambda_returns_rate.py": "lr-lambda-returns-rate",  # lr * min(1, step / warmup)
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -221,6 +223,8 @@ CLEAN = [
     "clean_returned_losses_elsewhere.py",  # by a second optimiser, autograd.grad, a list
     "clean_cosine_head.py",  # NormFace: a first loss above log(C) by its scale
     "clean_finetune_new_head.py",  # a body loaded with strict=False beside a new head
+    "clean_loaded_weights_trained.py",  # init then load, a new head, a teacher, a baseline
+    "clean_lr_lambda_factors.py",  # factors; the rate itself over lr=1.0; a long warm-up
     "clean_block_coordinate.py",  # two optimisers over a model's halves, in turn
     "clean_two_optimisers_same_parameters.py",  # each its own objective: the first the clock
     "clean_two_optimisers_second_first.py",  # the every-4th one stepping first

@@ -4,6 +4,7 @@ broadcast loss shapes, sigmoid output and logits where the loss wants something 
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 import weakref
@@ -648,6 +649,32 @@ def test_a_learning_rate_at_zero_from_the_first_step_is_named() -> None:
     for step in range(1, 101):
         updates.end_step(step, False, backbone, [], [])
     assert found == []
+
+
+def test_a_lambda_that_returns_a_learning_rate_is_named() -> None:
+    """LambdaLR multiplies the optimiser's lr by what its lambda returns: a lambda that returns
+    the rate (the optimiser given it too) trains at the rate squared."""
+    sched = torch.optim.lr_scheduler
+    rate = lambda lr: lambda o: sched.LambdaLR(o, lambda s: lr * min(1.0, (s + 1) / 20))  # noqa: E731
+    assert _lr_findings(rate(1e-3), 200, lr=1e-3) == ["lr-lambda-returns-rate"]
+    assert _lr_findings(rate(1e-3), 40, lr=1e-3) == []  # judged after 50 steps
+    flat = lambda o: sched.LambdaLR(o, lambda s: 3e-4)  # noqa: E731  (flat: no longer rising)
+    assert _lr_findings(flat, 200, lr=1e-3) == ["lr-lambda-returns-rate"]
+    # Transformer's rate() with its own lr given: found once its factor nears the lr.
+    noam = lambda o: sched.LambdaLR(  # noqa: E731
+        o, lambda s: 512**-0.5 * min((s + 1) ** -0.5, (s + 1) * 400**-1.5)
+    )
+    assert _lr_findings(noam, 600, lr=1e-3) == ["lr-lambda-returns-rate"]
+    # The same with lr=1.0 (the Annotated Transformer's): the lambda is the rate, rightly.
+    assert _lr_findings(noam, 600, lr=1.0) == []
+    # Factors: a warm-up longer than the run (still rising), a cosine to 1e-3 of its peak.
+    assert _lr_findings(lambda o: sched.LambdaLR(o, lambda s: s / 10_000), 300, lr=1e-3) == []
+    cosine = lambda o: sched.LambdaLR(  # noqa: E731
+        o, lambda s: max(1e-3, 0.5 * (1 + math.cos(math.pi * min(s, 300) / 300)))
+    )
+    assert _lr_findings(cosine, 400, lr=1e-3) == []
+    # A group frozen at lr 0 beside the one the lambda schedules.
+    assert _lr_findings(rate(0.01), 200, lr=0.01, frozen_group=True) == ["lr-lambda-returns-rate"]
 
 
 def test_a_cosine_schedule_stepped_past_its_end_is_named() -> None:

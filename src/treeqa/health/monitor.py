@@ -195,7 +195,7 @@ class Canary:
         return time.perf_counter() - start
 
 
-LOW_LR = ("lr-zero", "lr-schedule-stalled", "lr-collapsed")
+LOW_LR = ("lr-zero", "lr-schedule-stalled", "lr-collapsed", "lr-lambda-returns-rate")
 """Findings of a learning rate too low to train, which a loss at chance then follows."""
 
 

@@ -20,6 +20,11 @@ each of its steps, and the schedulers that set them.
 - ``lr-schedule-stalled``: a ``OneCycleLR`` of the clock stepped far fewer times than the
   clock (built, then never stepped, or stepped once an epoch), judged when the clock's run
   ends.
+- ``lr-lambda-returns-rate``: a ``LambdaLR`` whose factors stay tiny (at most
+  ``RATE_FACTOR``) over an optimiser given a rate of its own: its ``lr_lambda`` returns a
+  learning rate, which the scheduler multiplies by the optimiser's, so the run trains at the
+  rate squared. The factor of the group with the largest base rate is read after each of the
+  scheduler's steps (``get_last_lr``, where its own step put it: inside a ``SequentialLR`` too).
 - ``plateau-mode-reversed``: a ``ReduceLROnPlateau``'s first cut came after values that, by
   its mode, never improved on the first and went the other way while the training loss fell
   (a loss given to ``mode="max"``; an accuracy to ``mode="min"``). Its ``step`` is noted after
@@ -39,7 +44,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, OneCycleLR, ReduceLROnPlateau
+from torch.optim.lr_scheduler import (
+    CosineAnnealingLR,
+    LambdaLR,
+    LRScheduler,
+    OneCycleLR,
+    ReduceLROnPlateau,
+)
 
 from treeqa.health import sites, slips
 from treeqa.health.findings import Finding
@@ -49,6 +60,14 @@ from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 ZERO_STEPS = 50
 """Steps from the first with every group's learning rate at 0 (a warm-up from 0 is above it
 after its first step)."""
+RATE_FACTOR = 0.05
+"""A LambdaLR's largest factor, at most, for ``lr-lambda-returns-rate``: a schedule of factors
+reaches about 1 (after its warm-up), a learning rate is 1e-2 to 1e-6."""
+RATE_STEPS = 50
+"""Its steps before it is judged."""
+RATE_BASE = 0.1
+"""The optimiser's own rate, at most: one given lr=1.0 (or 0.5) for its LambdaLR to return the
+rate is right (the Annotated Transformer's ``rate()``)."""
 
 
 class LearningRates:
@@ -82,6 +101,11 @@ class LearningRates:
         # OneCycleLRs stepped before any clock (their constructor steps them once): adopted at
         # the clock's first step if they schedule it, so one never stepped again is judged
         self.unclocked: list[weakref.ref[OneCycleLR]] = []
+        # each LambdaLR's (steps, largest factor, the step it came at), for
+        # ``lr-lambda-returns-rate`` (None once judged)
+        self.factors: weakref.WeakKeyDictionary[LambdaLR, list[float] | None] = (
+            weakref.WeakKeyDictionary()
+        )
         # told of every scheduler step before it runs (the doctor's ``Resumes``)
         self.scheduler_noted: Callable[[LRScheduler], None] | None = None
         self.reset(0)
@@ -143,6 +167,35 @@ class LearningRates:
         if type(scheduler) is CosineAnnealingLR:
             name, t_max = type(scheduler).__name__, int(scheduler.T_max)
             self.report(slips.lr_schedule_past_end(name, t_max, scheduler.last_epoch + 1))
+        if isinstance(scheduler, LambdaLR) and scheduler.last_epoch >= 0:
+            self._lambda_stepped(scheduler)
+
+    def _lambda_stepped(self, scheduler: LambdaLR) -> None:
+        """A LambdaLR is about to step: the factor its last step set is read
+        (``lr-lambda-returns-rate``)."""
+        seen = self.factors.get(scheduler, [0, 0.0, 0])
+        if seen is None:
+            return
+        bases = [float(b) for b in scheduler.base_lrs]
+        group = max(range(len(bases)), key=bases.__getitem__)
+        base, step = bases[group], scheduler.last_epoch
+        lr = scheduler.get_last_lr()[group]
+        if not 0 < base <= RATE_BASE or not isinstance(lr, (float, int)):
+            self.factors[scheduler] = None  # (a tensor rate is not read)
+            return
+        seen[0] += 1
+        factor = float(lr) / base
+        if factor > seen[1]:
+            seen[1], seen[2] = factor, step
+        self.factors[scheduler] = seen
+        peak = seen[1]
+        if seen[0] < RATE_STEPS or not 0 < peak <= RATE_FACTOR:
+            return
+        near = 0.25 <= peak / base <= 4  # the lambda multiplies by the optimiser's own lr
+        settled = step - seen[2] >= step / 3  # not still warming up to a factor of 1
+        if near or settled:
+            self.factors[scheduler] = None
+            self.report(_returns_rate(scheduler, group, base, peak, step, near))
 
     def note(self, step: int, sampled: bool, optimizer: torch.optim.Optimizer) -> None:
         """After the clock ``optimizer``'s step ``step`` (``sampled``: the monitor sampled it)."""
@@ -267,6 +320,29 @@ def metric_kind(frame: FrameType | None) -> str:
     if re.match(r"-|1\s*-", given):
         kind = "higher" if kind == "lower" else "lower"
     return kind
+
+
+def _returns_rate(
+    scheduler: LambdaLR, group: int, base: float, peak: float, step: int, near: bool
+) -> Finding:
+    """``lr-lambda-returns-rate`` at the lambda's line (its scheduler's where it has none)."""
+    function = scheduler.lr_lambdas[group]
+    code = getattr(getattr(function, "func", function), "__code__", None)
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+    like = (
+        f"about the optimiser's own lr ({base:.3g})"
+        if near
+        else f"and no longer rising, over an optimiser given lr={base:.3g}"
+    )
+    return Finding(
+        "lr-lambda-returns-rate",
+        "warning",
+        f"LambdaLR's lr_lambda gave factors of at most {peak:.3g} in {step + 1} steps, {like}: "
+        "it returns a learning rate, but LambdaLR multiplies the optimiser's lr by what it "
+        f"returns, so the run trains at their product, at most {base * peak:.3g}",
+        where=where or sites.user_site(3),
+        evidence={"base_lr": base, "largest_factor": peak, "steps": step + 1},
+    )
 
 
 _CUT: list[float] = []
