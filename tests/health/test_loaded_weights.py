@@ -150,5 +150,11 @@ def test_kept_values_move_with_a_new_init_and_not_with_rounding() -> None:
         weight.copy_(weight.to(torch.bfloat16).float())
     assert not _moved(kept)
     with torch.no_grad():
+        weight.mul_(0.5).add_(0.01 * torch.randn_like(weight))  # shrunk and perturbed
+    assert not _moved(kept)
+    with torch.no_grad():
         torch.nn.init.kaiming_uniform_(weight)
+    assert _moved(kept)
+    with torch.no_grad():
+        torch.nn.init.zeros_(weight)
     assert _moved(kept)

@@ -51,6 +51,9 @@ the loaded tensors (and of their values) written over for the finding."""
 ROUNDING = 1e-2
 """A value moved when it differs by more than this part of itself, or of the tensor's mean
 magnitude: a cast to bfloat16 rounds by at most 2**-8."""
+CORRELATED = 0.5
+"""Correlation with the loaded values at or above which moved values are the loaded ones
+changed (scaled, perturbed), not written over."""
 INITS = (
     "uniform_",
     "normal_",
@@ -264,15 +267,20 @@ def _kept(param: torch.Tensor) -> Kept:
 
 
 def _moved(kept: Kept) -> bool:
-    """Whether most of ``kept``'s values are no longer where they were (its tensor freed,
-    reshaped or resized: not judged, False)."""
+    """Whether ``kept``'s tensor holds other values now: most of them moved, and what is left
+    is no longer in line with what was loaded (loaded weights shrunk and perturbed on purpose,
+    warm-starting, keep their correlation). Its tensor freed or resized: not judged, False."""
     param = kept.param()
     if param is None or param.numel() <= int(kept.positions[-1]):
         return False
     now = param.detach().reshape(-1)[kept.positions.to(param.device)].float().cpu()
     scale = kept.values.abs().mean() + 1e-12
     off = (now - kept.values).abs() > ROUNDING * torch.maximum(kept.values.abs(), scale)
-    return bool(off.float().mean() >= MOVED)
+    if off.float().mean() < MOVED:
+        return False
+    if len(now) < 2 or now.std() == 0 or kept.values.std() == 0:
+        return True  # (a constant: zeros_, ones_)
+    return bool(torch.corrcoef(torch.stack([now, kept.values]))[0, 1] < CORRELATED)
 
 
 def _numel(kept: Kept) -> int:
