@@ -214,6 +214,7 @@ EXPECTED = {
     "bug_weights_not_loaded.py": "weights-not-loaded",  # strict=False over module. keys
     "bug_loaded_weights_overwritten.py": "loaded-weights-not-trained",  # init after the load
     "bug_lr_lambda_returns_rate.py": "lr-lambda-returns-rate",  # lr * min(1, step / warmup)
+    "bug_target_not_detached.py": "target-not-detached",  # r + gamma * V(s') with gradients
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -225,6 +226,7 @@ CLEAN = [
     "clean_finetune_new_head.py",  # a body loaded with strict=False beside a new head
     "clean_loaded_weights_trained.py",  # init then load, a new head, a teacher, a baseline
     "clean_lr_lambda_factors.py",  # factors; the rate itself over lr=1.0; a long warm-up
+    "clean_targets_with_gradients.py",  # feature matching, a PINN, a target network
     "clean_block_coordinate.py",  # two optimisers over a model's halves, in turn
     "clean_two_optimisers_same_parameters.py",  # each its own objective: the first the clock
     "clean_two_optimisers_second_first.py",  # the every-4th one stepping first

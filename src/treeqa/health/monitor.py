@@ -35,6 +35,7 @@ from torch import nn
 
 from treeqa.health import checks, findings, loss_levels, report, sites, timing, wrap
 from treeqa.health.collapse import ConstantOutputs
+from treeqa.health.detached import TargetGradients
 from treeqa.health.final_states import FinalStates
 from treeqa.health.findings import Finding
 from treeqa.health.heap import heap_mb
@@ -330,6 +331,8 @@ class HealthMonitor(Callback):
         # one batch at every step; inputs and targets from two loaders shuffled apart
         self.repeats = SameInputs(self.add, lambda: self.models, lambda: self.loaders.drawn_batches)
         self.pairing = Pairing(self.add, lambda: self.models, lambda: self.loaders.drawn_batches)
+        # a loss's target from another forward of the model it scores, with gradients
+        self.detached = TargetGradients(self.add, lambda: self.models)
         self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN
         # Graphs kept past their step: retain_graph=True, and gc scans for what holds them.
         self.retention = Retention(self.add, self.every, scan_budget, self.source_files)
@@ -357,7 +360,11 @@ class HealthMonitor(Callback):
             lambda: self.step == 0,
             self.loaders.note_target,
         )
-        self.loss_check.trained_targets += [self.pairing.target, self.repeats.target]
+        self.loss_check.trained_targets += [
+            self.pairing.target,
+            self.repeats.target,
+            self.detached.target,
+        ]
         self.started = time.time()
 
     # ------------------------------------------------------------------ API for any loop
@@ -461,6 +468,7 @@ class HealthMonitor(Callback):
             self.collapse.begin_step()
             self.repeats.begin_step()
             self.pairing.begin_step()
+            self.detached.begin_step(s)
             # Through ``safely``: an output a hook cannot read is the monitor's failure, said in
             # one line, never the script's.
             hook = functools.partial(self.safely, self._rms_hook)
@@ -808,6 +816,7 @@ class HealthMonitor(Callback):
         self.collapse.note(name, module, inputs, output)
         self.repeats.note(name, module, inputs, keywords)
         self.pairing.forward(name, module, inputs, keywords, output)
+        self.detached.forward(module, output)
         if name not in self._rms and checks.dense(output) and output.is_floating_point():
             self._rms[name] = output.detach().float().pow(2).mean().sqrt()
             if name[-1:].isdigit():  # a member of a stack (blocks.3): what it is, for the check
