@@ -658,6 +658,8 @@ def test_a_lambda_that_returns_a_learning_rate_is_named() -> None:
     rate = lambda lr: lambda o: sched.LambdaLR(o, lambda s: lr * min(1.0, (s + 1) / 20))  # noqa: E731
     assert _lr_findings(rate(1e-3), 200, lr=1e-3) == ["lr-lambda-returns-rate"]
     assert _lr_findings(rate(1e-3), 40, lr=1e-3) == []  # judged after 50 steps
+    # A warm-up longer than the run passes the optimiser's lr on its way to 1: not judged.
+    assert _lr_findings(lambda o: sched.LambdaLR(o, lambda s: s / 10_000), 200, lr=1e-2) == []
     flat = lambda o: sched.LambdaLR(o, lambda s: 3e-4)  # noqa: E731  (flat: no longer rising)
     assert _lr_findings(flat, 200, lr=1e-3) == ["lr-lambda-returns-rate"]
     # Transformer's rate() with its own lr given: found once its factor nears the lr.

@@ -21,7 +21,7 @@ each of its steps, and the schedulers that set them.
   clock (built, then never stepped, or stepped once an epoch), judged when the clock's run
   ends.
 - ``lr-lambda-returns-rate``: a ``LambdaLR`` whose factors stay tiny (at most
-  ``RATE_FACTOR``) over an optimiser given a rate of its own: its ``lr_lambda`` returns a
+  ``RATE_FACTOR``, and no longer rising) over an optimiser given a rate of its own: its ``lr_lambda`` returns a
   learning rate, which the scheduler multiplies by the optimiser's, so the run trains at the
   rate squared. The factor of the group with the largest base rate is read after each of the
   scheduler's steps (``get_last_lr``, where its own step put it: inside a ``SequentialLR`` too).
@@ -191,9 +191,10 @@ class LearningRates:
         peak = seen[1]
         if seen[0] < RATE_STEPS or not 0 < peak <= RATE_FACTOR:
             return
-        near = 0.25 <= peak / base <= 4  # the lambda multiplies by the optimiser's own lr
-        settled = step - seen[2] >= step / 3  # not still warming up to a factor of 1
-        if near or settled:
+        # No rise over the last third of its steps: not a warm-up still on its way to 1 (over
+        # a warm-up longer than the run, the factor passes the optimiser's own lr by chance).
+        if step - seen[2] >= step / 3:
+            near = 0.25 <= peak / base <= 4  # the lambda multiplies by the optimiser's own lr
             self.factors[scheduler] = None
             self.report(_returns_rate(scheduler, group, base, peak, step, near))
 
