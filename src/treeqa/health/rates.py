@@ -187,8 +187,9 @@ class LearningRates:
         factor = float(lr) / base
         if factor > seen[1]:
             seen[1], seen[2] = factor, step
-        self.factors[scheduler] = seen
         peak = seen[1]
+        # (a factor above RATE_FACTOR once: a schedule of factors, not read again)
+        self.factors[scheduler] = seen if peak <= RATE_FACTOR else None
         if seen[0] < RATE_STEPS or not 0 < peak <= RATE_FACTOR:
             return
         # No rise over the last third of its steps: not a warm-up still on its way to 1 (over
