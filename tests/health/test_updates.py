@@ -657,7 +657,18 @@ def test_a_lambda_that_returns_a_learning_rate_is_named() -> None:
     sched = torch.optim.lr_scheduler
     rate = lambda lr: lambda o: sched.LambdaLR(o, lambda s: lr * min(1.0, (s + 1) / 20))  # noqa: E731
     assert _lr_findings(rate(1e-3), 200, lr=1e-3) == ["lr-lambda-returns-rate"]
-    assert _lr_findings(rate(1e-3), 40, lr=1e-3) == []  # judged after 50 steps
+    assert _lr_findings(rate(1e-3), 18, lr=1e-3) == []  # judged after 20 steps
+    # A factor below 0.05 meant as one: batch / 256 folded in over SGD(lr=0.1) trains at 3e-3.
+    scaled = lambda o: sched.LambdaLR(o, lambda s: 8 / 256 * (1 - s / 400))  # noqa: E731
+    assert _lr_findings(scaled, 300, lr=0.1) == []
+
+    # Resumed near the end of a cosine (its last_epoch past its start): not read.
+    def resumed(o: torch.optim.Optimizer) -> sched.LambdaLR:
+        for group in o.param_groups:
+            group["initial_lr"] = group["lr"]
+        return sched.LambdaLR(o, lambda s: 0.5 * (1 + math.cos(math.pi * s / 800)), last_epoch=780)
+
+    assert _lr_findings(resumed, 100, lr=1e-3) == []
     # A warm-up longer than the run passes the optimiser's lr on its way to 1: not judged.
     assert _lr_findings(lambda o: sched.LambdaLR(o, lambda s: s / 10_000), 200, lr=1e-2) == []
     flat = lambda o: sched.LambdaLR(o, lambda s: 3e-4)  # noqa: E731  (flat: no longer rising)

@@ -63,8 +63,13 @@ after its first step)."""
 RATE_FACTOR = 0.05
 """A LambdaLR's largest factor, at most, for ``lr-lambda-returns-rate``: a schedule of factors
 reaches about 1 (after its warm-up), a learning rate is 1e-2 to 1e-6."""
-RATE_STEPS = 50
-"""Its steps before it is judged."""
+RATE_STEPS = 20
+"""Its steps before it is judged (one stepped once an epoch takes few)."""
+RATE_PRODUCT = 2e-4
+"""The rate trained at (the optimiser's times the largest factor), at most: a rate returned
+over an optimiser given it too is that rate squared (1e-6 for 1e-3; 1e-4 for SGD's 0.01),
+while a factor below 0.05 meant as one (the linear-scaling rule's batch / 256 folded into the
+lambda, over SGD's 0.1) leaves a rate that trains."""
 RATE_BASE = 0.1
 """The optimiser's own rate, at most: one given lr=1.0 (or 0.5) for its LambdaLR to return the
 rate is right (the Annotated Transformer's ``rate()``)."""
@@ -173,9 +178,14 @@ class LearningRates:
     def _lambda_stepped(self, scheduler: LambdaLR) -> None:
         """A LambdaLR is about to step: the factor its last step set is read
         (``lr-lambda-returns-rate``)."""
-        seen = self.factors.get(scheduler, [0, 0.0, 0])
-        if seen is None:
+        seen = self.factors.get(scheduler)
+        if seen is None and scheduler in self.factors:
             return
+        if seen is None:  # its first step: one resumed past its start (a cosine's tail) is not
+            seen = [0, 0.0, 0]  # read: its largest factors are behind it
+            if scheduler.last_epoch > 1:
+                self.factors[scheduler] = None
+                return
         bases = [float(b) for b in scheduler.base_lrs]
         group = max(range(len(bases)), key=bases.__getitem__)
         base, step = bases[group], scheduler.last_epoch
@@ -190,7 +200,7 @@ class LearningRates:
         peak = seen[1]
         # (a factor above RATE_FACTOR once: a schedule of factors, not read again)
         self.factors[scheduler] = seen if peak <= RATE_FACTOR else None
-        if seen[0] < RATE_STEPS or not 0 < peak <= RATE_FACTOR:
+        if seen[0] < RATE_STEPS or not 0 < peak <= RATE_FACTOR or base * peak > RATE_PRODUCT:
             return
         # No rise over the last third of its steps: not a warm-up still on its way to 1 (over
         # a warm-up longer than the run, the factor passes the optimiser's own lr by chance).
