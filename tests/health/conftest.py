@@ -91,3 +91,19 @@ def doctor_report(
         return _REPORTS[name]
 
     return run
+
+
+@pytest.fixture
+def doctor_script(tmp_path: Path) -> Callable[[str, str], list[dict[str, Any]]]:
+    """A script's text run under the doctor in this process (``script.py`` in the test's
+    ``tmp_path``): the findings it made of a code, the run without monitor failures."""
+
+    def findings(text: str, code: str) -> list[dict[str, Any]]:
+        script = tmp_path / "script.py"
+        script.write_text(text)
+        with contextlib.redirect_stdout(io.StringIO()):
+            _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
+        assert not report.get("monitor_failures")
+        return [f for f in report["findings"] if f["code"] == code]
+
+    return findings

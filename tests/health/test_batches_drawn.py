@@ -5,17 +5,16 @@ two loaders drawn apart; and the ways of drawing batches that are neither."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from treeqa.health.launch import run_doctor
 from treeqa.health.passes import provenance, same_values
 from treeqa.health.repeats import fingerprint
 
+Doctor = Callable[[str, str], list[dict[str, Any]]]
+"""The ``doctor_script`` fixture: a script's text -> its findings of a code."""
 APART = "targets-shuffled-apart"
 HEAD = """
 import torch
@@ -38,20 +37,19 @@ def train(x, y):
 """
 
 
-def _doctor(tmp_path: Path, body: str, code: str = "same-batch-every-step") -> list[dict[str, Any]]:
-    script = tmp_path / "script.py"
-    script.write_text(HEAD + body)
-    with contextlib.redirect_stdout(io.StringIO()):
-        _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
-    assert not report.get("monitor_failures")
-    return [f for f in report["findings"] if f["code"] == code]
+def _doctor(
+    doctor_script: Doctor,
+    body: str,
+    code: str = "same-batch-every-step",
+) -> list[dict[str, Any]]:
+    return doctor_script(HEAD + body, code)
 
 
 def test_one_batch_drawn_above_the_loop_is_named_where_the_model_is_called(
-    tmp_path: Path,
+    doctor_script: Doctor,
 ) -> None:
     found = _doctor(
-        tmp_path,
+        doctor_script,
         "x, y = next(iter(loader))\nfor _step in range(100):\n    train(x, y)\n",
     )
     assert len(found) == 1
@@ -63,7 +61,7 @@ def test_one_batch_drawn_above_the_loop_is_named_where_the_model_is_called(
 
 
 def test_one_batch_drawn_without_gradients_is_named_past_validation_passes(
-    tmp_path: Path,
+    doctor_script: Doctor,
 ) -> None:
     body = """
 validation = DataLoader(TensorDataset(features, labels), batch_size=32)
@@ -81,11 +79,11 @@ for _step in range(100):
         with torch.no_grad():  # a pass to its end, of the same batch size
             sum(model(v).sum() for v, _ in validation)
 """
-    found = _doctor(tmp_path, body)
+    found = _doctor(doctor_script, body)
     assert len(found) == 1 and "(20 batches)" in found[0]["message"]
 
 
-def test_a_batch_given_in_a_tuple_to_a_backbone_then_a_head_is_named(tmp_path: Path) -> None:
+def test_a_batch_given_in_a_tuple_to_a_backbone_then_a_head_is_named(doctor_script: Doctor) -> None:
     body = """
 class Backbone(nn.Module):
     def __init__(self):
@@ -106,25 +104,25 @@ for _step in range(100):
     loss.backward()
     opt.step()
 """
-    found = _doctor(tmp_path, body)
+    found = _doctor(doctor_script, body)
     assert len(found) == 1 and "Backbone was given the same batch [32, 8]" in found[0]["message"]
 
 
-def test_the_loops_batches_not_given_to_the_model_are_named(tmp_path: Path) -> None:
+def test_the_loops_batches_not_given_to_the_model_are_named(doctor_script: Doctor) -> None:
     body = """
 x, y = next(iter(loader))  # looked at for its shape
 for _epoch in range(5):
     for xb, yb in loader:
         train(x, y)  # the loop's batches unused
 """
-    found = _doctor(tmp_path, body)
+    found = _doctor(doctor_script, body)
     assert len(found) == 1
     assert "gave a new batch at every step" in found[0]["message"]
     assert found[0]["evidence"]["batches_drawn_over_them"] >= 20
 
 
 def test_batches_drawn_each_step_validation_draws_and_a_changing_batch_are_not_named(
-    tmp_path: Path,
+    doctor_script: Doctor,
 ) -> None:
     body = """
 watch_x, watch_y = next(iter(loader))  # a batch to watch, read without gradients
@@ -138,10 +136,10 @@ x, y = next(iter(loader))
 for _step in range(60):  # one batch, new noise each step: its inputs differ
     train(x + 0.1 * torch.randn_like(x), y)
 """
-    assert _doctor(tmp_path, body) == []
+    assert _doctor(doctor_script, body) == []
 
 
-def test_full_batch_training_and_a_loader_of_one_batch_are_not_named(tmp_path: Path) -> None:
+def test_full_batch_training_and_a_loader_of_one_batch_are_not_named(doctor_script: Doctor) -> None:
     body = """
 x, y = next(iter(loader))  # a shape check; then the whole set as one batch, by design
 for _step in range(60):
@@ -151,10 +149,10 @@ x, y = next(iter(whole))  # a loader of one batch: that batch is all it has
 for _step in range(60):
     train(x, y)
 """
-    assert _doctor(tmp_path, body) == []
+    assert _doctor(doctor_script, body) == []
 
 
-def test_a_batch_drawn_on_some_steps_only_is_not_named(tmp_path: Path) -> None:
+def test_a_batch_drawn_on_some_steps_only_is_not_named(doctor_script: Doctor) -> None:
     body = """
 batches = iter(loader)
 x, y = next(batches)
@@ -166,11 +164,11 @@ for _step in range(100):
             batches = iter(loader)
     train(x, y)
 """
-    assert _doctor(tmp_path, body) == []
+    assert _doctor(doctor_script, body) == []
 
 
 def test_a_fixed_input_beside_a_loaders_batch_and_short_loops_on_one_batch_are_not_named(
-    tmp_path: Path,
+    doctor_script: Doctor,
 ) -> None:
     body = """
 grid = torch.randn(32, 8)  # the same 32 points first each step (boundary points), then a batch
@@ -191,7 +189,7 @@ for _task in range(3):  # 30 steps on one batch a task: an inner loop by design
     for _inner in range(30):
         train(x, y)
 """
-    assert _doctor(tmp_path, body) == []
+    assert _doctor(doctor_script, body) == []
 
 
 def test_fingerprints_tell_batches_apart_one_hot_rows_and_integer_inputs_included() -> None:
@@ -207,7 +205,9 @@ def test_fingerprints_tell_batches_apart_one_hot_rows_and_integer_inputs_include
     assert not torch.equal(fingerprint(one_hot), fingerprint(other))
 
 
-def test_generators_seeded_alike_fall_out_of_step_once_zip_stops_on_one(tmp_path: Path) -> None:
+def test_generators_seeded_alike_fall_out_of_step_once_zip_stops_on_one(
+    doctor_script: Doctor,
+) -> None:
     body = """
 xs = DataLoader(features, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(1))
 ys = DataLoader(labels, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(1))
@@ -215,12 +215,12 @@ for _epoch in range(3):  # the first epoch in step; then xs's sampler drew one m
     for x, y in zip(xs, ys):
         train(x, y)
 """
-    found = _doctor(tmp_path, body, APART)
+    found = _doctor(doctor_script, body, APART)
     assert len(found) == 1 and found[0]["evidence"]["steps"][0] > 20
 
 
 def test_inputs_and_targets_from_two_shuffling_loaders_are_named_where_the_loss_is_taken(
-    tmp_path: Path,
+    doctor_script: Doctor,
 ) -> None:
     body = """
 xs = DataLoader(TensorDataset(features), batch_size=32, shuffle=True)
@@ -229,7 +229,7 @@ for _epoch in range(3):
     for (x,), y in zip(xs, ys):
         train(x.double().float(), y.view(-1, 1).squeeze(1))  # copies of the same values
 """
-    found = _doctor(tmp_path, body, APART)
+    found = _doctor(doctor_script, body, APART)
     assert len(found) == 1 and found[0]["severity"] == "error"
     assert found[0]["where"].endswith("script.py:15")  # the loss, in train
     assert "(over TensorDataset)" in found[0]["message"]
@@ -237,7 +237,7 @@ for _epoch in range(3):
     assert found[0]["evidence"]["examples"] == [640, 640]
 
 
-def test_targets_given_to_a_loss_module_are_read_as_targets(tmp_path: Path) -> None:
+def test_targets_given_to_a_loss_module_are_read_as_targets(doctor_script: Doctor) -> None:
     body = """
 xs = DataLoader(TensorDataset(features), batch_size=32, shuffle=True)
 masks = DataLoader((features > 0).float(), batch_size=32, shuffle=True)
@@ -250,11 +250,11 @@ for _epoch in range(2):
         loss.backward()
         opt.step()
 """
-    assert len(_doctor(tmp_path, body, APART)) == 1
+    assert len(_doctor(doctor_script, body, APART)) == 1
 
 
 def test_targets_scored_against_no_forward_of_the_other_loaders_batch_are_not_named(
-    tmp_path: Path,
+    doctor_script: Doctor,
 ) -> None:
     body = """
 class Two(nn.Module):
@@ -280,10 +280,10 @@ for _epoch in range(3):
         loss.backward()
         opt.step()
 """
-    assert _doctor(tmp_path, body, APART) == []
+    assert _doctor(doctor_script, body, APART) == []
 
 
-def test_loaders_kept_in_one_order_and_unpaired_sets_are_not_named(tmp_path: Path) -> None:
+def test_loaders_kept_in_one_order_and_unpaired_sets_are_not_named(doctor_script: Doctor) -> None:
     body = """
 order = torch.randperm(640).tolist()
 for sampler in (None, order):  # in order; one shuffled order, shared
@@ -307,10 +307,12 @@ for _epoch in range(2):  # another pass mixed into a batch in place, each its la
         loss.backward()
         opt.step()
 """
-    assert _doctor(tmp_path, body, APART) == []
+    assert _doctor(doctor_script, body, APART) == []
 
 
-def test_labels_a_generator_is_given_then_a_critics_targets_are_not_named(tmp_path: Path) -> None:
+def test_labels_a_generator_is_given_then_a_critics_targets_are_not_named(
+    doctor_script: Doctor,
+) -> None:
     body = """
 real = DataLoader(TensorDataset(features, labels), batch_size=32, shuffle=True)
 wanted = DataLoader(labels.clone(), batch_size=32, shuffle=True)  # the classes to draw
@@ -328,7 +330,7 @@ for _epoch in range(3):
         made.backward()
         make.step()
 """
-    assert _doctor(tmp_path, body, APART) == []
+    assert _doctor(doctor_script, body, APART) == []
 
 
 def test_sums_tell_a_batch_by_its_values_whatever_its_shape_or_type() -> None:

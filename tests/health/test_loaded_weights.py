@@ -3,8 +3,7 @@ or loaded into a model that is not the one trained; and loads that training star
 
 from __future__ import annotations
 
-import contextlib
-import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,8 @@ import torch
 
 from treeqa.health.loaded import _kept, _moved
 
+Doctor = Callable[[str, str], list[dict[str, Any]]]
+"""The ``doctor_script`` fixture: a script's text -> its findings of a code."""
 CODE = "loaded-weights-not-trained"
 HEAD = """
 import torch
@@ -57,20 +58,15 @@ torch.save(pretrained.state_dict(), path)
 """
 
 
-def _doctor(tmp_path: Path, body: str) -> list[dict[str, Any]]:
-    from treeqa.health.launch import run_doctor
-
-    script = tmp_path / "script.py"
-    script.write_text(HEAD.replace("{path}", str(tmp_path / "pre.pt")) + body)
-    with contextlib.redirect_stdout(io.StringIO()):
-        _, report = run_doctor(["python", str(script)], every=10, stream=io.StringIO())
-    assert not report.get("monitor_failures")
-    return [f for f in report["findings"] if f["code"] == CODE]
+def _doctor(tmp_path: Path, doctor_script: Doctor, body: str) -> list[dict[str, Any]]:
+    return doctor_script(HEAD.replace("{path}", str(tmp_path / "pre.pt")) + body, CODE)
 
 
-def test_an_init_applied_after_the_load_is_named_at_its_line(tmp_path: Path) -> None:
+def test_an_init_applied_after_the_load_is_named_at_its_line(
+    tmp_path: Path, doctor_script: Doctor
+) -> None:
     body = "model = Net()\nmodel.load_state_dict(torch.load(path))\nmodel.apply(init_weights)\n"
-    found = _doctor(tmp_path, body + "train(model)\n")
+    found = _doctor(tmp_path, doctor_script, body + "train(model)\n")
     assert len(found) == 1
     assert found[0]["severity"] == "error"
     assert found[0]["where"].endswith("script.py:22")  # nn.init.xavier_uniform_, in init_weights
@@ -78,51 +74,59 @@ def test_an_init_applied_after_the_load_is_named_at_its_line(tmp_path: Path) -> 
     assert found[0]["evidence"]["loaded_at"].endswith("script.py:43")
 
 
-def test_the_init_before_the_load_is_clean(tmp_path: Path) -> None:
+def test_the_init_before_the_load_is_clean(tmp_path: Path, doctor_script: Doctor) -> None:
     body = "model = Net()\nmodel.apply(init_weights)\nmodel.load_state_dict(torch.load(path))\n"
-    assert _doctor(tmp_path, body + "train(model)\n") == []
+    assert _doctor(tmp_path, doctor_script, body + "train(model)\n") == []
 
 
 def test_weights_written_through_data_are_found_without_a_line_of_their_own(
-    tmp_path: Path,
+    tmp_path: Path, doctor_script: Doctor
 ) -> None:
     body = (
         "model = Net()\nmodel.load_state_dict(torch.load(path))\n"
         "for p in model.parameters():\n    p.data.normal_(0, 0.02)\ntrain(model)\n"
     )
-    found = _doctor(tmp_path, body)
+    found = _doctor(tmp_path, doctor_script, body)
     assert len(found) == 1
     assert "not by an nn.init function" in found[0]["message"]
     assert found[0]["where"].endswith("script.py:43")  # the load
 
 
-def test_a_new_head_initialised_after_the_load_is_clean(tmp_path: Path) -> None:
+def test_a_new_head_initialised_after_the_load_is_clean(
+    tmp_path: Path, doctor_script: Doctor
+) -> None:
     body = (
         "model = Net()\nmodel.load_state_dict(torch.load(path))\n"
         "model.head.apply(init_weights)\nmodel.head = nn.Linear(32, 3)\ntrain(model)\n"
     )
-    assert _doctor(tmp_path, body) == []
+    assert _doctor(tmp_path, doctor_script, body) == []
 
 
-def test_a_second_load_over_the_first_and_a_cast_are_no_overwrite(tmp_path: Path) -> None:
+def test_a_second_load_over_the_first_and_a_cast_are_no_overwrite(
+    tmp_path: Path, doctor_script: Doctor
+) -> None:
     body = (
         "model = Net()\nmodel.load_state_dict(torch.load(path))\n"
         "model.load_state_dict(Net().state_dict())\n"
         "model.to(torch.bfloat16).to(torch.float32)\ntrain(model)\n"
     )
-    assert _doctor(tmp_path, body) == []
+    assert _doctor(tmp_path, doctor_script, body) == []
 
 
-def test_a_model_built_again_after_the_load_is_found_at_the_end(tmp_path: Path) -> None:
+def test_a_model_built_again_after_the_load_is_found_at_the_end(
+    tmp_path: Path, doctor_script: Doctor
+) -> None:
     body = "model = Net()\nmodel.load_state_dict(torch.load(path))\nmodel = Net()\ntrain(model)\n"
-    found = _doctor(tmp_path, body)
+    found = _doctor(tmp_path, doctor_script, body)
     assert len(found) == 1
     assert found[0]["where"].endswith("script.py:43")
     assert found[0]["evidence"]["freed"] is True
     assert "never ran" in found[0]["message"]
 
 
-def test_a_loaded_teacher_that_runs_beside_a_student_is_clean(tmp_path: Path) -> None:
+def test_a_loaded_teacher_that_runs_beside_a_student_is_clean(
+    tmp_path: Path, doctor_script: Doctor
+) -> None:
     body = (
         "teacher = Net()\nteacher.load_state_dict(torch.load(path))\nstudent = Net()\n"
         "opt = torch.optim.SGD(student.parameters(), lr=0.05)\n"
@@ -131,15 +135,17 @@ def test_a_loaded_teacher_that_runs_beside_a_student_is_clean(tmp_path: Path) ->
         "    loss = F.cross_entropy(student(x[:32]), soft)\n"
         "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
     )
-    assert _doctor(tmp_path, body) == []
+    assert _doctor(tmp_path, doctor_script, body) == []
 
 
-def test_a_baseline_loaded_and_scored_after_training_is_clean(tmp_path: Path) -> None:
+def test_a_baseline_loaded_and_scored_after_training_is_clean(
+    tmp_path: Path, doctor_script: Doctor
+) -> None:
     body = (
         "baseline = Net()\nbaseline.load_state_dict(torch.load(path))\nmodel = Net()\n"
         "train(model)\nwith torch.no_grad():\n    print(baseline(x).argmax(1).eq(y).float().mean())\n"
     )
-    assert _doctor(tmp_path, body) == []
+    assert _doctor(tmp_path, doctor_script, body) == []
 
 
 def test_kept_values_move_with_a_new_init_and_not_with_rounding() -> None:
