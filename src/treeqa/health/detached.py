@@ -128,14 +128,14 @@ class TargetGradients:
 
     def _forwards(self, node: Any) -> set[int]:
         """The forwards (by number) whose outputs the graph from ``node`` was made from,
-        ``DEPTH`` nodes back at most (not past a forward's output: its model's insides)."""
+        ``DEPTH`` nodes back at most, on through them (SimSiam's predictor's forward, then its
+        encoder's)."""
         found: set[int] = set()
         seen, frontier = {node}, [node]
         while frontier and len(seen) < DEPTH:
             node = frontier.pop(0)
             if node in self.outputs:
                 found.add(self.outputs[node][0])
-                continue
             for child, _ in node.next_functions:
                 if child is not None and child not in seen:
                     seen.add(child)

@@ -434,9 +434,10 @@ class LossInputCheck:
         ):
             rest = {k: v for k, v in kwargs.items() if k != "input"}
             self._inspect(fname, input, result, args[1:], rest)
-            if result.requires_grad and fname in (*leaks.TARGETED, *ELEMENTWISE):
+            if result.requires_grad and fname in (*leaks.TARGETED, *ELEMENTWISE, "kl_div"):
                 target = args[1] if len(args) > 1 else kwargs.get("target")
-                self.leaks.target(fname, input, target, result)
+                if fname != "kl_div":  # (a distribution, no column of the inputs)
+                    self.leaks.target(fname, input, target, result)
                 for told in self.trained_targets:
                     told(target, input)
 
