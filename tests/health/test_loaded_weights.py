@@ -164,3 +164,54 @@ def test_kept_values_move_with_a_new_init_and_not_with_rounding() -> None:
     with torch.no_grad():
         torch.nn.init.zeros_(weight)
     assert _moved(kept)
+
+
+def test_an_init_in_the_loops_first_iteration_after_its_step_is_found_at_the_second(
+    tmp_path: Path, doctor_script: Doctor
+) -> None:
+    body = (
+        "model = Net()\nmodel.load_state_dict(torch.load(path))\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.05)\n"
+        "for step in range(40):\n"
+        "    loss = F.cross_entropy(model(x[:32]), y[:32])\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+        "    if step == 0:\n        model.apply(init_weights)\n"
+    )
+    found = _doctor(tmp_path, doctor_script, body)
+    assert len(found) == 1
+    assert found[0]["evidence"]["optimiser_steps_before"] == 1
+
+
+def test_a_head_larger_than_the_body_initialised_again_is_clean(
+    tmp_path: Path, doctor_script: Doctor
+) -> None:
+    # The last two of four layers re-initialised on purpose: 84% of the values, none of the
+    # first layers.
+    body = (
+        "def deep():\n"
+        "    return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), "
+        "nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 3))\n"
+        "torch.save(deep().state_dict(), path)\n"
+        "model = deep()\nmodel.load_state_dict(torch.load(path))\n"
+        "model[4].apply(init_weights)\nmodel[6].apply(init_weights)\ntrain(model)\n"
+    )
+    assert _doctor(tmp_path, doctor_script, body) == []
+    written = body.replace("model[4].apply", "model[0].apply(init_weights)\nmodel[4].apply")
+    # (a first layer as well: found)
+    assert len(_doctor(tmp_path, doctor_script, written)) == 1
+
+
+def test_a_loaded_model_beside_a_new_one_its_optimiser_grouped_head_first_is_found(
+    tmp_path: Path, doctor_script: Doctor
+) -> None:
+    body = (
+        "pretrained_net = Net()\npretrained_net.load_state_dict(torch.load(path))\n"
+        "net = Net()\n"
+        "opt = torch.optim.SGD([{'params': net.head.parameters()}, "
+        "{'params': net.body.parameters(), 'lr': 0.01}], lr=0.05)\n"
+        "for step in range(40):\n"
+        "    loss = F.cross_entropy(net(x[:32]), y[:32])\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    found = _doctor(tmp_path, doctor_script, body)
+    assert len(found) == 1 and found[0]["evidence"]["freed"] is False

@@ -11,19 +11,23 @@ Two forms, both silent: the run trains, from weights of no checkpoint.
   that the loop trains: the loaded model never runs.
 
 Each module a ``load_state_dict`` loaded (or ``torch.load`` returned whole) has a few values of
-each of its parameters kept (``SAMPLED``, evenly spaced), with the line of the load. At the
-first step of an optimiser over some of them (a pre-hook, there while a load waits), those
-values are read again: a tensor whose values moved (``MOVED`` of them by more than rounding:
-a cast to half precision is no change) was written over. Half the loaded tensors or more, and
-half their values, written over make the finding, at the line that wrote the first of them
-where it was an ``nn.init`` function (wrapped for the run; ``.data.normal_()`` is not seen).
-Re-initialising a new head, a small part of the weights, is fine.
+each of its parameters kept (``SAMPLED``, evenly spaced), with the line of the load. At each of
+the first ``WAITS`` steps of an optimiser over some of them (a pre-hook, there while a load
+waits), those values are read again: a tensor whose values moved (``MOVED`` of them by more
+than rounding: a cast to half precision is no change) and no longer correlate with the loaded
+ones (a few optimiser steps, or weights shrunk and perturbed on purpose, keep them in line) was
+written over. Half the loaded values written over, in one of the first half of the model's
+tensors or more, make the finding, at the line that wrote the first of them where it was an
+``nn.init`` function (wrapped for the run; ``.data.normal_()`` is not seen). Re-initialising a
+head, the model's last layers, is fine, whatever their size; so is a parametrisation
+registered after the load (its ``original`` is not the weight).
 
 Loads before the run's first step whose parameters the first optimiser does not step are held:
-where the optimiser's parameters have the loaded model's shapes, in order, and not its values,
-and the loaded model never runs a forward to the script's end (a forward pre-hook on it,
-removed at its first call), the finding is made at the end. A model loaded to compare with the
-one trained runs (a teacher, a reference model, a baseline scored at the end).
+where the optimiser steps a tensor of each of the loaded model's shapes (in order within each
+shape), half of them with other values, and the loaded model never runs a forward to the
+script's end (a forward pre-hook on it, removed at its first call), the finding is made at the
+end. A model loaded to compare with the one trained runs (a teacher, a reference model, a
+baseline scored at the end).
 """
 
 from __future__ import annotations
@@ -163,7 +167,8 @@ class LoadedWeights:
 
     def _stepping(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """An optimiser's step is about to update its parameters: the loads among them are
-        read against what was loaded."""
+        read against what was loaded, at each of the first ``WAITS`` steps after the load (an
+        init run in the loop's first iteration, after its step, is read at the second)."""
         params = [p for group in optimizer.param_groups for p in group["params"]]
         ids = {id(p) for p in params}
         waiting = []
@@ -174,9 +179,10 @@ class LoadedWeights:
                 self._judge(load, mine, optimizer)
             elif not self.stepped and self._elsewhere(load, params):
                 self.early.append(load)
-            elif load.waits[0] > 0:
+                continue
+            if load.waits[0] > 0 and not self.said:
                 waiting.append(load)
-            if not mine and not (load.waits[0] > 0 or load in self.early):
+            else:
                 load.hook.remove()
         self.loads, self.stepped = waiting, True
         if not self.loads and self.handle is not None:
@@ -184,21 +190,28 @@ class LoadedWeights:
             self.handle = None
 
     def _judge(self, load: Load, mine: list[Kept], optimizer: torch.optim.Optimizer) -> None:
+        """Half the values of the loaded tensors ``optimizer`` steps written over, one of the
+        first half of the model's tensors among them (a head re-initialised on purpose is its
+        last layers, whatever their size)."""
+        mine = [k for k in mine if id(k.param()) not in _parametrized(load.module())]
         moved = [k for k in mine if _moved(k)]
         values = sum(_numel(k) for k in mine)
         over = sum(_numel(k) for k in moved)
-        if self.said or len(moved) < MOVED * len(mine) or over < MOVED * values:
+        first = {id(k.param()) for k in load.kept[: max(1, len(load.kept) // 2)]}
+        if self.said or over < MOVED * values or not any(id(k.param()) in first for k in moved):
             return
         written = [self.written[p] for p in _pointers(moved) if p in self.written]
         self.said = True
         how = f"at {written[0]}" if written else "not by an nn.init function (.data written?)"
+        steps = WAITS - load.waits[0] - 1
+        when = "first step" if not steps else f"step {steps + 1} (after the load)"
         self.add(
             Finding(
                 "loaded-weights-not-trained",
                 "error",
                 f"{len(moved)} of the {len(mine)} tensors loaded at {load.where} ({over:,} of "
                 f"{values:,} values) were written over before {type(optimizer).__name__}'s "
-                f"first step, {how}: training starts from new weights, not the loaded ones "
+                f"{when}, {how}: training starts from new weights, not the loaded ones "
                 "(an initialisation applied after the load)",
                 where=written[0].split(" (")[0] if written else load.where,
                 evidence={
@@ -208,25 +221,27 @@ class LoadedWeights:
                     "values": values,
                     "values_written_over": over,
                     "written_at": written[0] if written else "",
+                    "optimiser_steps_before": steps,
                 },
             )
         )
 
     def _elsewhere(self, load: Load, params: list[torch.Tensor]) -> bool:
         """A load before the first step whose model the first optimiser does not step, where
-        that optimiser steps as many tensors of the same shapes in a row, with other values."""
-        shapes = [k.shape for k in load.kept]
-        if len(shapes) < 2:
+        that optimiser steps a tensor of each loaded one's shape (taken in order within each
+        shape: parameter groups may put the head first), half of them with other values."""
+        if len(load.kept) < 2:
             return False
-        theirs = [tuple(p.shape) for p in params]
-        for start in range(len(theirs) - len(shapes) + 1):
-            if theirs[start : start + len(shapes)] == shapes:
-                run = params[start : start + len(shapes)]
-                other = [
-                    k._replace(param=weakref.ref(p)) for k, p in zip(load.kept, run, strict=True)
-                ]
-                return sum(_moved(k) for k in other) >= MOVED * len(other)
-        return False
+        by_shape: dict[tuple[int, ...], list[torch.Tensor]] = {}
+        for p in params:
+            by_shape.setdefault(tuple(p.shape), []).append(p)
+        other = []
+        for k in load.kept:
+            same = by_shape.get(k.shape)
+            if not same:
+                return False
+            other.append(k._replace(param=weakref.ref(same.pop(0))))
+        return sum(_moved(k) for k in other) >= MOVED * len(other)
 
     def finish(self, steps: Sequence[float] = (), losses: Sequence[float] = ()) -> None:
         """The script ends: a load held by ``_elsewhere`` whose model never ran."""
@@ -281,6 +296,14 @@ def _moved(kept: Kept) -> bool:
     if len(now) < 2 or now.std() == 0 or kept.values.std() == 0:
         return True  # (a constant: zeros_, ones_)
     return bool(torch.corrcoef(torch.stack([now, kept.values]))[0, 1] < CORRELATED)
+
+
+def _parametrized(module: nn.Module | None) -> set[int]:
+    """The ids of ``module``'s parameters that a parametrisation registered since holds as its
+    ``original`` (an orthogonal one sets it to what maps to the weight, not to the weight)."""
+    if module is None:
+        return set()
+    return {id(p) for n, p in module.named_parameters() if "parametrizations." in n}
 
 
 def _numel(kept: Kept) -> int:
