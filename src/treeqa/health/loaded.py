@@ -40,7 +40,7 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from treeqa.health import sites
+from treeqa.health import hooks, sites
 from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_function_calls
 
@@ -95,7 +95,7 @@ class Load(NamedTuple):
     module: weakref.ref[nn.Module]
     where: str
     kept: list[Kept]
-    ran: list[bool]
+    ran: list[Any]
     hook: Any
     waits: list[int]
 
@@ -141,13 +141,8 @@ class LoadedWeights:
                 loads.append(load)
             else:
                 load.hook.remove()
-        ran = [False]
-
-        def running(module: nn.Module, args: Any) -> None:
-            ran[0] = True
-            hook.remove()
-
-        hook = module.register_forward_pre_hook(running)
+        ran: list[Any] = [False, None]  # (a ModelHook: left out of a pickle of the module)
+        hook = ran[1] = module.register_forward_pre_hook(hooks.ModelHook(_ran, ran))
         self.loads = [*loads, Load(weakref.ref(module), where, kept, ran, hook, [WAITS])]
         pointers = _pointers(kept)
         self.written = {k: v for k, v in self.written.items() if k not in pointers}
@@ -271,6 +266,12 @@ class LoadedWeights:
                     "optimiser is built over model.parameters()",
                 )
             )
+
+
+def _ran(ran: list[Any], module: nn.Module, args: Any) -> None:
+    """A loaded module's first forward: noted, and its pre-hook (``ran[1]``) removed."""
+    ran[0] = True
+    ran[1].remove()
 
 
 def _kept(param: torch.Tensor) -> Kept:
