@@ -215,3 +215,16 @@ def test_a_loaded_model_beside_a_new_one_its_optimiser_grouped_head_first_is_fou
     )
     found = _doctor(tmp_path, doctor_script, body)
     assert len(found) == 1 and found[0]["evidence"]["freed"] is False
+
+
+def test_a_loaded_model_read_through_its_state_dict_is_used(
+    tmp_path: Path, doctor_script: Doctor
+) -> None:
+    # A baseline trained from scratch first, then the loaded body's tensors copied by hand.
+    body = (
+        "pretrained_net = Net()\npretrained_net.load_state_dict(torch.load(path))\n"
+        "train(Net())\n"
+        "probe = Net()\nprobe.body.load_state_dict({k[5:]: v for k, v in "
+        "pretrained_net.state_dict().items() if k.startswith('body.')})\n"
+    )
+    assert _doctor(tmp_path, doctor_script, body) == []

@@ -25,9 +25,10 @@ registered after the load (its ``original`` is not the weight).
 Loads before the run's first step whose parameters the first optimiser does not step are held:
 where the optimiser steps a tensor of each of the loaded model's shapes (in order within each
 shape), half of them with other values, and the loaded model never runs a forward to the
-script's end (a forward pre-hook on it, removed at its first call), the finding is made at the
-end. A model loaded to compare with the one trained runs (a teacher, a reference model, a
-baseline scored at the end).
+script's end (a forward pre-hook on it, removed at its first call) nor has its ``state_dict()``
+read (its tensors copied into another model by hand, or averaged into one), the finding is
+made at the end. A model loaded to compare with the one trained runs (a teacher, a reference
+model, a baseline scored at the end).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from treeqa.health import hooks, sites
 from treeqa.health.findings import Finding
-from treeqa.health.wrap import Wrappers, note_function_calls
+from treeqa.health.wrap import Wrappers, note_calls, note_function_calls
 
 SAMPLED = 64
 """Values of each loaded tensor kept to compare (evenly spaced over it)."""
@@ -119,6 +120,9 @@ class LoadedWeights:
             self.wrappers.add(
                 note_function_calls(nn.init, name, self._initialised, label=f"nn.init.{name}")
             )
+        # A loaded model whose state_dict() is read is used (its tensors copied by hand into
+        # another model, or averaged into one), as one that runs is.
+        self.wrappers.add(note_calls(nn.Module, "state_dict", self._read))
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -148,6 +152,12 @@ class LoadedWeights:
         self.written = {k: v for k, v in self.written.items() if k not in pointers}
         if self.handle is None:
             self.handle = register_optimizer_step_pre_hook(self._stepping)
+
+    def _read(self, module: nn.Module) -> None:
+        """``module.state_dict()`` is called (for each of its submodules too)."""
+        for load in (*self.loads, *self.early):
+            if load.module() is module:
+                load.ran[0] = True
 
     def _initialised(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``nn.init.<name>(tensor, ...)``: the line, where it writes over a loaded tensor."""
