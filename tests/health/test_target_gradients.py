@@ -92,14 +92,36 @@ def test_a_residual_and_a_periodic_condition_are_clean(doctor_script: Doctor) ->
     assert _doctor(doctor_script, body) == []
 
 
-def test_a_consistency_target_without_its_stop_gradient_is_named(doctor_script: Doctor) -> None:
+def test_two_passes_scored_against_each_other_are_clean_a_predictor_on_one_side_named(
+    doctor_script: Doctor,
+) -> None:
+    # R-Drop, a Π-model, TRADES: both passes train on purpose.
     head = HEAD.replace("nn.Linear(32, 1)", "nn.Linear(32, 4)")
     body = (
         "    x = eye[s] + 0.1 * torch.randn(64, S)\n"
-        "    weak = net(eye[s]).softmax(1)\n"
-        "    step(F.cross_entropy(net(x), weak))\n"
+        "    other = net(eye[s]).softmax(1)\n"
+        "    step(F.cross_entropy(net(x), other) + F.mse_loss(net(x).softmax(1), other))\n"
     )
-    found = _doctor(doctor_script, body, head)
-    assert len(found) == 1
-    fixed = body.replace(".softmax(1)", ".softmax(1).detach()")
+    assert _doctor(doctor_script, body, head) == []
+    # SimSiam without its stop-gradient: a predictor on one side only.
+    head = head.replace("opt = ", "predictor = nn.Linear(4, 4)\nopt = ").replace(
+        "net.parameters()", "[*net.parameters(), *predictor.parameters()]"
+    )
+    body = (
+        "    x1, x2 = eye[s] + 0.1 * torch.randn(64, S), eye[s] + 0.1 * torch.randn(64, S)\n"
+        "    z1, z2 = net(x1), net(x2)\n"
+        "    step(F.mse_loss(F.normalize(predictor(z1), dim=1), F.normalize(z2, dim=1)))\n"
+    )
+    assert len(_doctor(doctor_script, body, head)) == 1
+    fixed = body.replace("normalize(z2, dim=1)", "normalize(z2.detach(), dim=1)")
     assert _doctor(doctor_script, fixed, head) == []
+
+
+def test_a_td_error_only_logged_is_no_loss(doctor_script: Doctor) -> None:
+    body = (
+        "    with torch.no_grad():\n"
+        "        target = R[s] + gamma * net(eye[s2]).squeeze(1)\n"
+        "    step(F.mse_loss(net(eye[s]).squeeze(1), target))\n"
+        "    logged = F.mse_loss(net(eye[s]).squeeze(1), R[s] + gamma * net(eye[s2]).squeeze(1))\n"
+    )
+    assert _doctor(doctor_script, body) == []

@@ -1,4 +1,4 @@
-"""``target-not-detached``: a loss's target computed from a second forward of the model being
+"""``target-not-detached``: a loss's target computed from another forward of the model being
 trained, with gradients through it, so the step moves the target towards the prediction as
 much as the prediction towards the target.
 
@@ -7,24 +7,29 @@ gamma * net(s2).max(1)[0]`` without ``torch.no_grad()`` (or ``.detach()``), scor
 ``F.mse_loss(q, target)`` or ``smooth_l1_loss``; an actor-critic's critic with ``r + gamma *
 critic(s2)``. Semi-gradient methods hold the target fixed; with gradients through it the update
 minimises the Bellman residual, which in a stochastic environment settles on the wrong values
-(and in a deterministic one learns more slowly). A consistency loss scored against
-``softmax(model(x_weak))`` without its stop-gradient is the same form.
+(and in a deterministic one learns more slowly). SimSiam or BYOL without the stop-gradient on
+the other view's projection is the same form, and collapses.
 
 On sampled steps, the outputs of each trained model's forwards (their autograd nodes) are kept
 (``FORWARDS`` at most). A training loss (``losses``: the classification and regression losses
 read for their targets) whose target has gradients is read: its graph and its input's are
 walked back ``DEPTH`` nodes at most, to the forwards each was made from. A target made from a
-forward of a model (by arithmetic on its output: the output itself, a periodic boundary
-condition's ``u(x1)`` or a Π-model's second pass, is left alone) that made the input in another
-forward, and no forward in common (a physics-informed residual's two sides come from one), is a
-candidate; it counts when the next optimiser step changes that model's weights (a GAN's feature
-matching scores the generator against the critic's features of real images, through the
-critic, and the generator's optimiser leaves the critic alone). ``STEPS`` such sampled steps
-make the finding, at the loss's line.
+forward of a model (not the output itself: a periodic boundary condition's ``u(x1)``) that made
+the input in another forward, with no forward in common (a physics-informed residual's two
+sides come from one), is a candidate where the target adds a reward (a tensor without
+gradients, or a number: bootstrapped) or the input reaches the model through a head of its own
+(SimSiam's predictor). Two passes of one model scored against each other as they are (a
+Π-model, R-Drop, TRADES) train both on purpose and are not. A candidate counts when the
+backward reaches its prediction (a hook on it: a TD error only logged is no loss) and the next
+optimiser step changes that model's weights (its first or last: a GAN's feature matching
+scores the generator against the critic's features of real images, through the critic, and
+the generator's optimiser leaves the critic alone). ``STEPS`` such sampled steps make the
+finding, at the loss's line.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -37,8 +42,9 @@ from treeqa.health.findings import Finding
 
 FORWARDS = 16
 """Forwards of trained models whose outputs are kept a sampled step."""
-DEPTH = 64
-"""Autograd nodes walked back from a loss's target, or its input, to the forwards."""
+DEPTH = 256
+"""Autograd nodes walked back from a loss's target, or its input, to the forwards (a return
+over 25 steps built in a loop is 77)."""
 STEPS = 3
 """Sampled steps with such a target, each followed by a step of that model's weights."""
 VIEWS = frozenset(
@@ -67,8 +73,9 @@ class TargetGradients:
         """``models()``: the models the monitor watches (the trained ones)."""
         self.add, self.models = add, models
         self.outputs: dict[Any, tuple[int, nn.Module]] = {}  # output node -> (forward, model)
-        # the candidate of this step: (the model, its first weight and version, where, loss)
-        self.pending: tuple[nn.Parameter, int, str, str] | None = None
+        # this step's candidates: (the model's first and last weights, their versions,
+        # whether the backward reached the prediction, where, the model's class)
+        self.pending: list[tuple[Any, tuple[int, int], list[bool], str, str]] = []
         self.steps: list[int] = []
         self.step = 0
         self.said = False
@@ -92,7 +99,7 @@ class TargetGradients:
 
     def target(self, target: Any, input: Any) -> None:
         """A training loss scored ``input`` against ``target`` on a sampled step."""
-        if self.said or self.pending is not None or not self.outputs:
+        if self.said or len(self.pending) >= FORWARDS or not self.outputs:
             return
         if not isinstance(target, torch.Tensor) or target.grad_fn is None:
             return
@@ -103,28 +110,72 @@ class TargetGradients:
         made, given = self._forwards(target.grad_fn), self._forwards(input.grad_fn)
         if not made or not given or made & given:
             return
-        models = {id(m): m for n, m in self.outputs.values() if n in made}
+        models = {id(m) for n, m in self.outputs.values() if n in made}
         shared = [m for n, m in self.outputs.values() if n in given and id(m) in models]
-        weight = (
-            next((p for p in shared[0].parameters() if p.requires_grad), None) if shared else None
-        )
-        if weight is not None:
-            name = type(shared[0]).__name__
-            self.pending = (weight, weight._version, sites.user_site(3), name)
+        if not shared:
+            return
+        # A target to hold fixed: one that adds a reward to the model's value of the next
+        # state (a bootstrapped target), or one the prediction reaches through a head of its
+        # own (SimSiam's predictor). Two passes of one model scored against each other as they
+        # are (a Π-model, R-Drop, TRADES) train both on purpose.
+        nearest = self._nearest(input.grad_fn)
+        ahead = nearest is not None and id(nearest) not in models
+        if not (ahead or self._adds_constant(target.grad_fn)):
+            return
+        weights = [p for p in shared[0].parameters() if p.requires_grad]
+        if not weights:
+            return
+        fired = [False]  # set when the backward reaches the prediction (a loss only logged: not)
+        input.register_hook(functools.partial(_reached, fired))
+        ends = (weights[0], weights[-1])
+        versions = (ends[0]._version, ends[1]._version)
+        self.pending.append((ends, versions, fired, sites.user_site(3), type(shared[0]).__name__))
 
     def stepped(self) -> None:
-        """An optimiser step ended: the candidate counts where it changed the model's
-        weights."""
-        if self.pending is None:
-            return
-        weight, version, where, model = self.pending
-        self.pending = None
-        if weight._version == version or self.step in self.steps:
-            return
-        self.steps.append(self.step)
-        if len(self.steps) >= STEPS and not self.said:
-            self.said = True
-            self.add(_finding(model, where, self.steps))
+        """An optimiser step ended: a candidate counts where the backward reached its
+        prediction and the step changed its model's weights (its first or last)."""
+        pending, self.pending = self.pending, []
+        for ends, versions, fired, where, model in pending:
+            changed = (ends[0]._version, ends[1]._version) != versions
+            if not fired[0] or not changed or self.step in self.steps:
+                continue
+            self.steps.append(self.step)
+            if len(self.steps) >= STEPS and not self.said:
+                self.said = True
+                self.add(_finding(model, where, self.steps))
+
+    def _nearest(self, node: Any) -> nn.Module | None:
+        """The model of the first forward output the graph from ``node`` reaches."""
+        seen, frontier = {node}, [node]
+        while frontier and len(seen) < DEPTH:
+            node = frontier.pop(0)
+            if node in self.outputs:
+                return self.outputs[node][1]
+            for child, _ in node.next_functions:
+                if child is not None and child not in seen:
+                    seen.add(child)
+                    frontier.append(child)
+        return None
+
+    def _adds_constant(self, node: Any) -> bool:
+        """Whether the graph from ``node`` down to the forwards' outputs adds a tensor with no
+        gradient, or a number (a reward: ``r + gamma * V(s')``)."""
+        seen, frontier = {node}, [node]
+        while frontier and len(seen) < DEPTH:
+            node = frontier.pop(0)
+            if node in self.outputs:
+                continue
+            name = type(node).__name__
+            if name in ("AddBackward1", "SubBackward1", "RsubBackward1"):
+                return True
+            children = [child for child, _ in node.next_functions]
+            if name in ("AddBackward0", "SubBackward0") and None in children:
+                return True
+            for child in children:
+                if child is not None and child not in seen:
+                    seen.add(child)
+                    frontier.append(child)
+        return False
 
     def _forwards(self, node: Any) -> set[int]:
         """The forwards (by number) whose outputs the graph from ``node`` was made from,
@@ -143,6 +194,11 @@ class TargetGradients:
         return found
 
 
+def _reached(fired: list[bool], grad: torch.Tensor) -> None:
+    """A tensor hook: the backward reached the prediction."""
+    fired[0] = True
+
+
 def _through_views(node: Any) -> Any:
     """``node``, or the node under the views (and copies) it passes a tensor through."""
     while node is not None and type(node).__name__ in VIEWS and node.next_functions:
@@ -159,9 +215,8 @@ def _finding(model: str, where: str, steps: list[int]) -> Finding:
         "also moves the target towards the prediction. A temporal-difference target (r + "
         "gamma * max Q(s')) wants torch.no_grad() or .detach(): with gradients through it the "
         "update minimises the Bellman residual, which settles on wrong values where "
-        "transitions are random; so does a consistency target (softmax of the model on "
-        "another view) want its stop-gradient. Where both passes are meant to train, this is "
-        "by design",
+        "transitions are random; a self-supervised target (SimSiam's, BYOL's projection "
+        "of the other view) wants its stop-gradient too, or the model collapses",
         where=where,
         evidence={"model": model, "steps": steps},
     )

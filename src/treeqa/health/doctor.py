@@ -777,7 +777,7 @@ class Doctor:
                 print(quiet.getvalue(), end="", file=self.monitor.stream, flush=True)
         if self.resumes.watching and not by_hand:
             self.resumes.stepped(optimizer, self.monitor.step + 1, optimizer in self.stepped)
-        if self.monitor.detached.pending is not None:  # (a call a step less)
+        if self.monitor.detached.pending:  # (a call a step less)
             self.monitor.detached.stepped()
         clock = self.clock() if self.clock is not None else None
         # The last run's optimiser is gone. (Updates by hand gone are not: weights moved by
