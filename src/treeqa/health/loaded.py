@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from treeqa.health import hooks, sites
+from treeqa.health import checks, hooks, sites
 from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_calls, note_function_calls
 
@@ -134,7 +134,7 @@ class LoadedWeights:
     def loaded(self, module: nn.Module, where: str) -> None:
         """``module`` holds weights just loaded (at ``where``): an earlier load's kept values
         of the same tensors are dropped."""
-        kept = [_kept(p) for p in module.parameters() if p.numel()]
+        kept = [_kept(p) for p in module.parameters() if _plain(p)]
         if not kept or self.said:
             return
         ids = {id(k.param()) for k in kept}
@@ -162,7 +162,7 @@ class LoadedWeights:
     def _initialised(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``nn.init.<name>(tensor, ...)``: the line, where it writes over a loaded tensor."""
         tensor = args[0] if args else kwargs.get("tensor")
-        if not self.loads or not isinstance(tensor, torch.Tensor) or not tensor.numel():
+        if not self.loads or not _plain(tensor):
             return
         pointer = tensor.data_ptr()  # (m.weight.data is another tensor over the same memory)
         if pointer not in self.written and any(
@@ -282,6 +282,17 @@ def _ran(ran: list[Any], module: nn.Module, args: Any) -> None:
     """A loaded module's first forward: noted, and its pre-hook (``ran[1]``) removed."""
     ran[0] = True
     ran[1].remove()
+
+
+def _plain(tensor: Any) -> TypeGuard[torch.Tensor]:
+    """A tensor with values in memory of its own to read: dense, not empty, not on the meta
+    device, not a subclass (a sharded DTensor's values are spread over processes)."""
+    return (
+        type(tensor) in (torch.Tensor, nn.Parameter)
+        and checks.dense(tensor)
+        and tensor.numel() > 0
+        and tensor.device.type != "meta"
+    )
 
 
 def _kept(param: torch.Tensor) -> Kept:
