@@ -195,8 +195,9 @@ def not_in_optimiser(
             "not-in-optimiser",
             "warning",
             f"{len(names)} nn.Parameter tensors ({values} values) that the loss reaches get "
-            f"gradients at every step but no optimiser that steps holds them, so they never "
-            f"change: {', '.join(names[:5])}",
+            f"gradients at every step but no optimiser that steps holds them, and they have "
+            f"not changed over the steps read (a copy loaded now and then, a target network, "
+            f"changes only then): {', '.join(names[:5])}",
             fix="give them to the optimiser with the model's parameters (e.g. "
             "AdamW([*model.parameters(), logit_scale])), or make them attributes of the model; "
             "if they are meant to stay as they are (a target network, a frozen model), compute "
