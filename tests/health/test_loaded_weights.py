@@ -151,7 +151,7 @@ def test_a_baseline_loaded_and_scored_after_training_is_clean(
 def test_kept_values_move_with_a_new_init_and_not_with_rounding() -> None:
     torch.manual_seed(0)
     weight = torch.nn.Parameter(torch.randn(64, 64))
-    kept = _kept(weight)
+    (kept,) = _kept([weight])
     with torch.no_grad():
         weight.copy_(weight.to(torch.bfloat16).float())
     assert not _moved(kept)

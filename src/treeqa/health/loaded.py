@@ -134,7 +134,7 @@ class LoadedWeights:
     def loaded(self, module: nn.Module, where: str) -> None:
         """``module`` holds weights just loaded (at ``where``): an earlier load's kept values
         of the same tensors are dropped."""
-        kept = [_kept(p) for p in module.parameters() if _plain(p)]
+        kept = _kept([p for p in module.parameters() if p.requires_grad and _plain(p)])
         if not kept or self.said:
             return
         ids = {id(k.param()) for k in kept}
@@ -295,12 +295,28 @@ def _plain(tensor: Any) -> TypeGuard[torch.Tensor]:
     )
 
 
-def _kept(param: torch.Tensor) -> Kept:
-    """``param``'s values at ``SAMPLED`` evenly spaced positions, as it holds them now."""
-    flat = param.detach().reshape(-1)
-    positions = torch.linspace(0, flat.numel() - 1, min(SAMPLED, flat.numel()))
-    positions = positions.long().to(flat.device)
-    return Kept(weakref.ref(param), tuple(param.shape), positions, flat[positions].float().cpu())
+def _kept(params: list[torch.Tensor]) -> list[Kept]:
+    """Each of ``params``' values at ``SAMPLED`` evenly spaced positions, as it holds them now
+    (brought to the host in one copy a device: a target network loaded at every step is read
+    without a sync a tensor)."""
+    picks = []  # (param, positions, values on its device)
+    for param in params:
+        flat = param.detach().reshape(-1)
+        positions = torch.linspace(0, flat.numel() - 1, min(SAMPLED, flat.numel()))
+        positions = positions.long().to(flat.device)
+        picks.append((param, positions, flat[positions].float()))
+    on_host: dict[int, torch.Tensor] = {}
+    devices: dict[torch.device, list[int]] = {}
+    for i, (param, _, _) in enumerate(picks):
+        devices.setdefault(param.device, []).append(i)
+    for indices in devices.values():
+        values = torch.cat([picks[i][2] for i in indices]).cpu()
+        sizes = [len(picks[i][2]) for i in indices]
+        on_host.update(zip(indices, values.split(sizes), strict=True))
+    return [
+        Kept(weakref.ref(param), tuple(param.shape), positions, on_host[i])
+        for i, (param, positions, _) in enumerate(picks)
+    ]
 
 
 def _moved(kept: Kept) -> bool:
