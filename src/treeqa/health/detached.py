@@ -36,9 +36,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health import sites
+from treeqa.health import graphs, sites
 from treeqa.health.collapse import tensors
 from treeqa.health.findings import Finding
+from treeqa.health.loss_inputs import VIEWS
 
 FORWARDS = 16
 """Forwards of trained models whose outputs are kept a sampled step."""
@@ -47,21 +48,6 @@ DEPTH = 256
 over 25 steps built in a loop is 77)."""
 STEPS = 3
 """Sampled steps with such a target, each followed by a step of that model's weights."""
-VIEWS = frozenset(
-    {
-        "ViewBackward0",
-        "UnsafeViewBackward0",
-        "ReshapeAliasBackward0",
-        "SqueezeBackward0",
-        "SqueezeBackward1",
-        "SqueezeBackward2",
-        "UnsqueezeBackward0",
-        "ExpandBackward0",
-        "CloneBackward0",
-        "ToCopyBackward0",
-    }
-)
-"""Nodes that pass a forward's output on as it is: a target made through them is the output."""
 
 
 class TargetGradients:
@@ -73,6 +59,7 @@ class TargetGradients:
         """``models()``: the models the monitor watches (the trained ones)."""
         self.add, self.models = add, models
         self.outputs: dict[Any, tuple[int, nn.Module]] = {}  # output node -> (forward, model)
+        self.forwards = 0  # this sampled step's forwards kept
         # this step's candidates: (the model's first and last weights, their versions,
         # whether the backward reached the prediction, where, the model's class)
         self.pending: list[tuple[Any, tuple[int, int], list[bool], str, str]] = []
@@ -82,7 +69,11 @@ class TargetGradients:
 
     def begin_step(self, step: int) -> None:
         """The sampled step ``step`` starts."""
-        self.outputs, self.step = {}, step
+        self.outputs, self.forwards, self.step = {}, 0, step
+
+    def end_step(self) -> None:
+        """The sampled step ends: its autograd nodes are let go."""
+        self.outputs = {}
 
     def forward(self, module: nn.Module, output: Any) -> None:
         """A trained model finished a forward in a sampled step, giving ``output``."""
@@ -90,12 +81,12 @@ class TargetGradients:
             return
         if not any(module is m for m in self.models()):  # (a layer of one: its model's)
             return
-        forwards = len({n for n, _ in self.outputs.values()})
-        if forwards >= FORWARDS:
+        if self.forwards >= FORWARDS:
             return
+        self.forwards += 1
         for y in tensors(output):
             if y.grad_fn is not None:
-                self.outputs[y.grad_fn] = (forwards + 1, module)
+                self.outputs[y.grad_fn] = (self.forwards, module)
 
     def target(self, target: Any, input: Any) -> None:
         """A training loss scored ``input`` against ``target`` on a sampled step."""
@@ -108,18 +99,18 @@ class TargetGradients:
         if _through_views(target.grad_fn) in self.outputs:  # the output itself
             return
         made, given = self._forwards(target.grad_fn), self._forwards(input.grad_fn)
-        if not made or not given or made & given:
+        if not made or not given or {n for n, _ in made} & {n for n, _ in given}:
             return
-        models = {id(m) for n, m in self.outputs.values() if n in made}
-        shared = [m for n, m in self.outputs.values() if n in given and id(m) in models]
+        models = {id(m) for _, m in made}
+        shared = [m for _, m in given if id(m) in models]
         if not shared:
             return
         # A target to hold fixed: one that adds a reward to the model's value of the next
         # state (a bootstrapped target), or one the prediction reaches through a head of its
-        # own (SimSiam's predictor). Two passes of one model scored against each other as they
-        # are (a Π-model, R-Drop, TRADES) train both on purpose.
-        nearest = self._nearest(input.grad_fn)
-        ahead = nearest is not None and id(nearest) not in models
+        # own (SimSiam's predictor: the first forward its graph meets is another model's). Two
+        # passes of one model scored against each other as they are (a Π-model, R-Drop,
+        # TRADES) train both on purpose.
+        ahead = id(given[0][1]) not in models
         if not (ahead or self._adds_constant(target.grad_fn)):
             return
         weights = [p for p in shared[0].parameters() if p.requires_grad]
@@ -144,54 +135,26 @@ class TargetGradients:
                 self.said = True
                 self.add(_finding(model, where, self.steps))
 
-    def _nearest(self, node: Any) -> nn.Module | None:
-        """The model of the first forward output the graph from ``node`` reaches."""
-        seen, frontier = {node}, [node]
-        while frontier and len(seen) < DEPTH:
-            node = frontier.pop(0)
-            if node in self.outputs:
-                return self.outputs[node][1]
-            for child, _ in node.next_functions:
-                if child is not None and child not in seen:
-                    seen.add(child)
-                    frontier.append(child)
-        return None
-
     def _adds_constant(self, node: Any) -> bool:
         """Whether the graph from ``node`` down to the forwards' outputs adds a tensor with no
         gradient, or a number (a reward: ``r + gamma * V(s')``)."""
-        seen, frontier = {node}, [node]
-        while frontier and len(seen) < DEPTH:
-            node = frontier.pop(0)
-            if node in self.outputs:
+        for met in graphs.walk(node, DEPTH, self.outputs):
+            name = type(met).__name__
+            if met in self.outputs:
                 continue
-            name = type(node).__name__
             if name in ("AddBackward1", "SubBackward1", "RsubBackward1"):
                 return True
-            children = [child for child, _ in node.next_functions]
-            if name in ("AddBackward0", "SubBackward0") and None in children:
+            if name in ("AddBackward0", "SubBackward0") and any(
+                child is None for child, _ in met.next_functions
+            ):
                 return True
-            for child in children:
-                if child is not None and child not in seen:
-                    seen.add(child)
-                    frontier.append(child)
         return False
 
-    def _forwards(self, node: Any) -> set[int]:
-        """The forwards (by number) whose outputs the graph from ``node`` was made from,
-        ``DEPTH`` nodes back at most, on through them (SimSiam's predictor's forward, then its
-        encoder's)."""
-        found: set[int] = set()
-        seen, frontier = {node}, [node]
-        while frontier and len(seen) < DEPTH:
-            node = frontier.pop(0)
-            if node in self.outputs:
-                found.add(self.outputs[node][0])
-            for child, _ in node.next_functions:
-                if child is not None and child not in seen:
-                    seen.add(child)
-                    frontier.append(child)
-        return found
+    def _forwards(self, node: Any) -> list[tuple[int, nn.Module]]:
+        """The forwards (number, model) whose outputs the graph from ``node`` was made from,
+        nearest first, ``DEPTH`` nodes back at most, on through them (SimSiam's predictor's
+        forward, then its encoder's)."""
+        return [self.outputs[n] for n in graphs.walk(node, DEPTH) if n in self.outputs]
 
 
 def _reached(fired: list[bool], grad: torch.Tensor) -> None:
@@ -201,7 +164,7 @@ def _reached(fired: list[bool], grad: torch.Tensor) -> None:
 
 def _through_views(node: Any) -> Any:
     """``node``, or the node under the views (and copies) it passes a tensor through."""
-    while node is not None and type(node).__name__ in VIEWS and node.next_functions:
+    while node is not None and VIEWS.fullmatch(type(node).__name__) and node.next_functions:
         node = node.next_functions[0][0]
     return node
 

@@ -13,6 +13,7 @@ alive.
 
 from __future__ import annotations
 
+import collections
 import gc
 import sys
 import types
@@ -45,6 +46,21 @@ def grad_fn(tensor: torch.Tensor) -> Any:
         return tensor.grad_fn
     except RuntimeError:
         return None
+
+
+def walk(node: Any, most: int, stop: Collection[Any] = ()) -> Iterator[Any]:
+    """The autograd nodes of the graph from ``node`` back, breadth first, ``most`` at most
+    (``node`` None: none); those in ``stop`` are given and not walked past."""
+    seen: set[Any] = set()
+    queue = collections.deque([node])
+    while queue and len(seen) < most:
+        node = queue.popleft()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        yield node
+        if node not in stop:
+            queue.extend(child for child, _ in node.next_functions)
 
 
 def sequence_nr(tensor: torch.Tensor) -> int:

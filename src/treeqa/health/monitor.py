@@ -860,7 +860,7 @@ class HealthMonitor(Callback):
         self.collapse.judge(s, still)
         self.repeats.judge(s)
         self.pairing.judge(s)
-        self.detached.outputs = {}  # (the step's autograd nodes let go)
+        self.detached.end_step()
 
     def _note_unused(self, s: int) -> None:
         """The first three steps of the window give the candidates (every parameter looked

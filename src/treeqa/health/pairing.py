@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health import sites
+from treeqa.health import graphs, sites
 from treeqa.health.collapse import tensors
 from treeqa.health.findings import Finding
 from treeqa.health.passes import BatchCheck, Kept, Pass, constant, provenance, readable, same_values
@@ -159,20 +159,10 @@ class Pairing(BatchCheck):
 
 def _reached(input: Any, outputs: dict[Any, int]) -> set[int]:
     """The forwards (their numbers in ``outputs``, by their outputs' autograd nodes) whose
-    outputs ``input`` was made from, its graph walked ``DEPTH`` nodes back at most."""
+    outputs ``input`` was made from, its graph walked ``DEPTH`` nodes back at most (and on
+    past them: a probe's forward, then its encoder's)."""
     node = input.grad_fn if isinstance(input, torch.Tensor) else None
-    found: set[int] = set()
-    seen: set[Any] = set()
-    queue: list[Any] = [node] if node is not None else []
-    while queue and len(seen) < DEPTH:
-        node = queue.pop(0)
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        if node in outputs:  # (and on: a probe's forward, then its encoder's)
-            found.add(outputs[node])
-        queue.extend(next_node for next_node, _ in node.next_functions)
-    return found
+    return {outputs[n] for n in graphs.walk(node, DEPTH) if n in outputs}
 
 
 def _drawn_apart(a: Kept, b: Kept) -> bool:
