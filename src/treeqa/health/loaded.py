@@ -89,15 +89,15 @@ class Kept(NamedTuple):
 
 
 class Load(NamedTuple):
-    """One load: the module (weakly), the line, its parameters kept, in order, whether the
-    module ran a forward since (a one-element list, set by its pre-hook ``hook``) and the
-    optimiser steps it waits for yet (likewise)."""
+    """One load: the module (weakly), the line, its parameters kept, in order, ``ran``:
+    whether the module ran a forward (or had its state_dict read) since, and the handle of the
+    forward pre-hook that sets it, and the optimiser steps it waits for yet (a one-element
+    list)."""
 
     module: weakref.ref[nn.Module]
     where: str
     kept: list[Kept]
     ran: list[Any]
-    hook: Any
     waits: list[int]
 
 
@@ -126,7 +126,7 @@ class LoadedWeights:
 
     def uninstall(self) -> None:
         self.wrappers.undo()
-        for handle in [self.handle, *(load.hook for load in self.loads + self.early)]:
+        for handle in [self.handle, *(load.ran[1] for load in self.loads + self.early)]:
             if handle is not None:
                 handle.remove()
         self.handle = None
@@ -144,10 +144,10 @@ class LoadedWeights:
             if load.kept:
                 loads.append(load)
             else:
-                load.hook.remove()
+                load.ran[1].remove()
         ran: list[Any] = [False, None]  # (a ModelHook: left out of a pickle of the module)
-        hook = ran[1] = module.register_forward_pre_hook(hooks.ModelHook(_ran, ran))
-        self.loads = [*loads, Load(weakref.ref(module), where, kept, ran, hook, [WAITS])]
+        ran[1] = module.register_forward_pre_hook(hooks.ModelHook(_ran, ran))
+        self.loads = [*loads, Load(weakref.ref(module), where, kept, ran, [WAITS])]
         pointers = _pointers(kept)
         self.written = {k: v for k, v in self.written.items() if k not in pointers}
         if self.handle is None:
@@ -188,7 +188,7 @@ class LoadedWeights:
             if load.waits[0] > 0 and not self.said:
                 waiting.append(load)
             else:
-                load.hook.remove()
+                load.ran[1].remove()
         self.loads, self.stepped = waiting, True
         if not self.loads and self.handle is not None:
             self.handle.remove()

@@ -21,9 +21,9 @@ each of its steps, and the schedulers that set them.
   clock (built, then never stepped, or stepped once an epoch), judged when the clock's run
   ends.
 - ``lr-lambda-returns-rate``: a ``LambdaLR`` whose factors stay tiny (at most
-  ``RATE_FACTOR``, and no longer rising) over an optimiser given a rate of its own: its ``lr_lambda`` returns a
-  learning rate, which the scheduler multiplies by the optimiser's, so the run trains at the
-  rate squared. The factor of the group with the largest base rate is read after each of the
+  ``RATE_FACTOR``, and no longer rising) over an optimiser given a rate of its own: its
+  ``lr_lambda`` returns a learning rate, which the scheduler multiplies by the optimiser's,
+  so the run trains at the rate squared. The factor of the group with the largest base rate is read after each of the
   scheduler's steps (``get_last_lr``, where its own step put it: inside a ``SequentialLR`` too).
 - ``plateau-mode-reversed``: a ``ReduceLROnPlateau``'s first cut came after values that, by
   its mode, never improved on the first and went the other way while the training loss fell
