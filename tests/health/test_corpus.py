@@ -215,6 +215,8 @@ EXPECTED = {
     "bug_loaded_weights_overwritten.py": "loaded-weights-not-trained",  # init after the load
     "bug_lr_lambda_returns_rate.py": "lr-lambda-returns-rate",  # lr * min(1, step / warmup)
     "bug_target_not_detached.py": "target-not-detached",  # r + gamma * V(s') with gradients
+    "bug_sample_not_reparameterised.py": "sample-not-reparameterised",  # a VAE's q.sample()
+    "bug_losses_not_backpropagated.py": "losses-not-backpropagated",  # backward after the loop
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -227,6 +229,8 @@ CLEAN = [
     "clean_loaded_weights_trained.py",  # init then load, a new head, a teacher, a baseline
     "clean_lr_lambda_factors.py",  # factors; the rate itself over lr=1.0; a long warm-up
     "clean_targets_with_gradients.py",  # feature matching, a PINN, a target network
+    "clean_draws_without_gradients.py",  # REINFORCE's actions, a frozen encoder's latents
+    "clean_losses_backpropagated.py",  # summed micro-batches, hard example mining, TBPTT
     "clean_block_coordinate.py",  # two optimisers over a model's halves, in turn
     "clean_two_optimisers_same_parameters.py",  # each its own objective: the first the clock
     "clean_two_optimisers_second_first.py",  # the every-4th one stepping first

@@ -139,6 +139,7 @@ class Doctor:
         # Attention masks leaving only the padding open, or a language model's future.
         self.masks = AttentionMasks(monitor.add, lambda: monitor.sampling and not monitor.paused)
         monitor.loss_check.targets.append(self.masks.causal.target)
+        monitor.loss_check.graded = self.updates.loss_computed
         monitor.loss_check.backwards.append(self.masks.causal.backward)
         monitor.at_end.append(self.masks.causal.finish)
         self.broadcast_found = False  # a hand-written loss over [N, 1] - [N] (said once)

@@ -80,9 +80,12 @@ def next_sequence_nr() -> int:
     return -1 if probe.grad_fn is None else int(probe.grad_fn._sequence_nr())  # inference mode
 
 
-def oldest_node(tensor: torch.Tensor, limit: int = 20_000, floor: int = -1) -> int | None:
+def oldest_node(
+    tensor: torch.Tensor, limit: int = 20_000, floor: int = -1, until: int = -1
+) -> int | None:
     """The smallest sequence number above ``floor`` in ``tensor``'s graph (walks at most
-    ``limit`` nodes; nodes at or below ``floor`` and what they reach are left out)."""
+    ``limit`` nodes; nodes at or below ``floor`` and what they reach are left out), or the
+    first found at or below ``until`` (where only whether there is one matters)."""
     fn = tensor.grad_fn
     if fn is None:
         return None
@@ -97,6 +100,8 @@ def oldest_node(tensor: torch.Tensor, limit: int = 20_000, floor: int = -1) -> i
             if seq > floor:
                 todo.append(child)
                 oldest = min(oldest, seq)
+                if oldest <= until:
+                    return oldest
     return oldest
 
 

@@ -85,6 +85,10 @@ class LossInputCheck:
         self.targets = [] if targets is None else [targets]  # (a check may add its own)
         # told of each training loss's target on a sampled step (``pairing.py``)
         self.trained_targets: list[Callable[[Any, Any], None]] = []
+        # told of what each loss scores, on a sampled step: (its input or target, "F.<name>")
+        self.fed: list[Callable[[Any, str], None]] = []
+        # told of each loss computed with gradients, on every step (``thrown.py``)
+        self.graded: Callable[[], None] | None = None
         self.paddings: dict[int, int] = {}  # see watch
         self.first_seen = False
         self.multi_hot_said = False  # multi-hot-into-cross-entropy, said once
@@ -411,6 +415,8 @@ class LossInputCheck:
         self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: torch.Tensor
     ) -> None:
         """``F.<fname>(input, *args, **kwargs)`` returned ``result``."""
+        if self.graded is not None and isinstance(result, torch.Tensor) and result.requires_grad:
+            self.graded()  # (not a torch.fx trace's proxy)
         input = args[0] if args else kwargs.get("input", kwargs.get("log_probs"))  # ctc's name
         if fname in ("cross_entropy", "nll_loss"):
             target = args[1] if len(args) > 1 else kwargs.get("target")
@@ -434,6 +440,8 @@ class LossInputCheck:
         ):
             rest = {k: v for k, v in kwargs.items() if k != "input"}
             self._inspect(fname, input, result, args[1:], rest)
+            for told in self.fed:
+                told((input, args[1] if len(args) > 1 else kwargs.get("target")), f"F.{fname}")
             if result.requires_grad and fname in (*leaks.TARGETED, *ELEMENTWISE, "kl_div"):
                 target = args[1] if len(args) > 1 else kwargs.get("target")
                 if fname != "kl_div":  # (a distribution, no column of the inputs)

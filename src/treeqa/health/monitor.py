@@ -36,6 +36,7 @@ from torch import nn
 from treeqa.health import checks, findings, loss_levels, report, sites, timing, wrap
 from treeqa.health.collapse import ConstantOutputs
 from treeqa.health.detached import TargetGradients
+from treeqa.health.draws import Draws
 from treeqa.health.final_states import FinalStates
 from treeqa.health.findings import Finding
 from treeqa.health.heap import heap_mb
@@ -333,6 +334,10 @@ class HealthMonitor(Callback):
         self.pairing = Pairing(self.add, lambda: self.models, lambda: self.loaders.drawn_batches)
         # a loss's target from another forward of the model it scores, with gradients
         self.detached = TargetGradients(self.add, lambda: self.models)
+        # a draw taken with sample() that feeds the model: no gradient reaches its parameters
+        self.draws = Draws(
+            self.add, lambda: self.sampling and not self.paused, lambda: [p for _, p in self.params]
+        )
         self.scalers = LossScalers()  # fp16 loss scalers: their overflows are no NaN
         # Graphs kept past their step: retain_graph=True, and gc scans for what holds them.
         self.retention = Retention(self.add, self.every, scan_budget, self.source_files)
@@ -365,6 +370,7 @@ class HealthMonitor(Callback):
             self.repeats.target,
             self.detached.target,
         ]
+        self.loss_check.fed.append(self.draws.fed)
         self.started = time.time()
 
     # ------------------------------------------------------------------ API for any loop
@@ -429,6 +435,7 @@ class HealthMonitor(Callback):
         self.scalers.install()
         self.packing.install()
         self.finals.install()
+        self.draws.install()
 
     def uninstall(self) -> None:
         """Take off every hook and wrapper of this monitor (again: a no-op)."""
@@ -438,6 +445,7 @@ class HealthMonitor(Callback):
         self.scalers.uninstall()
         self.packing.uninstall()
         self.finals.uninstall()
+        self.draws.uninstall()
 
     def _sampled(self, s: int) -> bool:
         """Whether step ``s`` is sampled: the run's first 3, then every ``every``-th."""
@@ -802,6 +810,8 @@ class HealthMonitor(Callback):
     def _input_hook(self, module: nn.Module, inputs: Any) -> None:
         if id(module) in self.names and not checks.untraceable(inputs):
             self.positions.before(module, inputs)
+            if self.draws.pending:
+                self.draws.fed(inputs, f"the forward of {self.names[id(module)]}")
 
     def _rms_hook(self, module: nn.Module, inputs: Any, keywords: Any, output: Any) -> None:
         if checks.untraceable(output):  # torch.compile's trace or a torch.func transform
@@ -861,6 +871,7 @@ class HealthMonitor(Callback):
         self.repeats.judge(s)
         self.pairing.judge(s)
         self.detached.end_step()
+        self.draws.judge(s)
 
     def _note_unused(self, s: int) -> None:
         """The first three steps of the window give the candidates (every parameter looked

@@ -68,6 +68,8 @@ from treeqa.health.returned import ReturnedLosses
 from treeqa.health.scalers import LossScalers
 from treeqa.health.symmetry import IdenticalUnits
 from treeqa.health.teachers import FrozenInTrainMode
+from treeqa.health.thrown import FORWARDS as LOST_FORWARDS
+from treeqa.health.thrown import ThrownLosses
 from treeqa.health.wrap import Watched, Wrappers, note_calls_of, note_function_calls
 
 EMPTY_STEPS = 20
@@ -82,6 +84,9 @@ EVAL_STEPS = 20
 EVAL_FORWARDS = 5
 """Forwards in a row without gradients in train mode that read as an evaluation (MixMatch
 guesses labels with 2 a step)."""
+LOSS_FLOORS = 4096
+"""Forwards with a training loss in a run whose autograd number is kept (to count those a
+backward left out)."""
 FP16_STEPS = 3
 """Sampled steps under float16 autocast with no loss scaler before it is reported."""
 STALE_STEPS = 3
@@ -218,6 +223,13 @@ class Updates:
         # the second, the autograd number before it and before the latest (``unused_graphs``)
         self.train_grad_run, self.train_grad_site = 0, ""
         self.run_floor = self.latest_floor = -1
+        # of those, the ones a training loss followed, and the latest such (its number there);
+        # from the second, their autograd numbers before them (``LOSS_FLOORS`` at most), and
+        # the number before the first forward after 3 of them
+        self.loss_forwards = self.loss_at = 0
+        self.loss_floors: list[int] = []
+        self.lost_floor = -1
+        self.thrown = ThrownLosses()  # backwards in a row that left out forwards with a loss
         if not same_models:  # (the first reset, from __init__, never has the same models)
             self.train_steps, self.eval_steps, self.eval_since = 0, 0, 0
             self.phase_seq = 0  # the mode calls' count when the eval-mode phase began
@@ -289,24 +301,66 @@ class Updates:
         self.latest_floor = graphs.next_sequence_nr()
         if self.train_grad_run == 2:
             self.run_floor = self.latest_floor
+            self.loss_floors, self.lost_floor = [], -1
+        if self.lost_floor < 0 and self.loss_forwards >= LOST_FORWARDS:
+            self.lost_floor = self.latest_floor  # the first forward after 3 with a loss
         if self.train_grad_run == EVAL_FORWARDS:
             self.train_grad_site = sites.user_site(2)
 
+    def loss_computed(self) -> None:
+        """A wrapped loss computed with gradients (a training loss), after the run's latest
+        forward."""
+        if self.train_grad_run != self.loss_at:
+            self.loss_at = self.train_grad_run
+            self.loss_forwards += 1
+            if self.train_grad_run > 1 and len(self.loss_floors) < LOSS_FLOORS:
+                self.loss_floors.append(self.latest_floor)
+
     def unused_graphs(self, loss: torch.Tensor, roots: list[nn.Module]) -> None:
         """A backward of ``loss`` ends a run of forwards in train mode with gradients on: where
-        ``EVAL_FORWARDS`` or more came before the latest and its graph reaches none of theirs,
-        no backward used them (an evaluation outside ``no_grad`` and ``model.eval()``, actions
-        chosen with gradients on). A policy gradient's episode, a decoder called once a token,
-        reach them all; a loss over two forwards reaches the one before the latest too, and is
-        not judged."""
+        its graph reaches none of those before the latest, no backward used them. Where it
+        reaches none of the first ``thrown.FORWARDS`` that a training loss followed (nor what
+        came between them), their losses were thrown away (``thrown.py``: a backward after the
+        loop over batches, or in a few in a row, a validation with its loss); else
+        ``EVAL_FORWARDS`` or more were an evaluation outside ``no_grad`` and ``model.eval()``,
+        or actions chosen with gradients on. A policy gradient's episode, a decoder called once
+        a token, reach them all; a loss over two forwards reaches the one before the latest
+        too, and is not judged."""
         before = self.train_grad_run - 1
-        if before < EVAL_FORWARDS or self.run_floor < 0 or self.latest_floor < 0:
+        if before < LOST_FORWARDS:  # (a step of one forward: no call more)
+            if self.thrown.thrown:
+                self._validated(roots)
             return
-        if "evaluation-with-gradients" in self.reported:  # said: no more walks of the graph
+        lossy = self.lost_floor >= 0  # a forward after 3 a training loss followed
+        if not (lossy or before >= EVAL_FORWARDS) or self.run_floor < 0 or self.latest_floor < 0:
+            self._validated(roots)
             return
-        oldest = graphs.oldest_node(loss, floor=self.run_floor)
-        if oldest is not None and oldest > self.latest_floor:
+        if "evaluation-with-gradients" in self.reported and self.thrown.said:
+            return  # both said: no more walks of the graph
+        until = self.lost_floor if lossy else self.latest_floor
+        oldest = graphs.oldest_node(loss, floor=self.run_floor, until=until)
+        if oldest is None or oldest <= until:  # it reaches them
+            self._validated(roots)
+        elif lossy:
+            # the forwards with a loss that it left out: all but those from the one where its
+            # graph starts (the loss it backpropagates follows that one)
+            reached = 1 + sum(floor >= oldest for floor in self.loss_floors)
+            lost = max(self.loss_forwards - reached, LOST_FORWARDS)
+            self._report(self.thrown.threw(before, lost, self.train_grad_site))
+        else:
+            self._validated(roots)
             self._unused_in_train_mode(before, roots)
+
+    def _validated(self, roots: Iterable[nn.Module]) -> None:
+        """A backward threw no losses away, or the run ended: the few before it in a row that
+        did were a validation with its loss, outside ``no_grad`` and ``model.eval()``."""
+        if not self.thrown.thrown:
+            return
+        kept = self.thrown.kept()
+        if kept is not None and kept[0] >= EVAL_FORWARDS:
+            found = slips.evaluation_with_gradients(kept[0], _mode_dependent(roots, True))
+            found.where = kept[1]
+            self._report(found, at_step=False)
 
     def _unused_in_train_mode(self, forwards: int, roots: Iterable[nn.Module]) -> None:
         """``forwards`` in train mode with gradients on whose graphs no backward used."""
@@ -328,6 +382,7 @@ class Updates:
         for each of the critic's steps), which an evaluation does not."""
         self.eval_grad_run = self.train_grad_run = 0
         self.no_grad_run, self._no_grad_input = 0, None
+        self.loss_forwards = self.loss_at = 0
 
     def begin_step(self, sampled: bool) -> None:
         """The step's compute starts: on a sampled step, hook the probe parameters (another
@@ -730,9 +785,12 @@ class Updates:
 
     def finish(self, step: int, roots: Sequence[nn.Module] = ()) -> None:
         self._evaluated_with_gradients(at_step=False)  # the script's last evaluation
-        if self.train_grad_run >= EVAL_FORWARDS:
-            # The script's last forwards ran in train mode with gradients, no backward after
-            # them: a final evaluation with neither model.eval() nor no_grad.
+        self._validated(roots)
+        # The script's last forwards ran in train mode with gradients, no backward after them:
+        # a final evaluation with neither model.eval() nor no_grad, unless a loss followed them
+        # in a loop that throws its losses away (the last epoch's batches after its backward).
+        lost = self.thrown.said and self.loss_forwards >= LOST_FORWARDS
+        if self.train_grad_run >= EVAL_FORWARDS and not lost:
             self._unused_in_train_mode(self.train_grad_run, roots)
         if self.frozen_streak is not None:  # no other optimiser stepped after it
             self._report(self.frozen_streak[0], at_step=False)
