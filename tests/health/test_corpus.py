@@ -217,6 +217,7 @@ EXPECTED = {
     "bug_target_not_detached.py": "target-not-detached",  # r + gamma * V(s') with gradients
     "bug_sample_not_reparameterised.py": "sample-not-reparameterised",  # a VAE's q.sample()
     "bug_losses_not_backpropagated.py": "losses-not-backpropagated",  # backward after the loop
+    "bug_splits_overlap.py": "splits-overlap",  # random_split called twice
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -231,6 +232,7 @@ CLEAN = [
     "clean_targets_with_gradients.py",  # feature matching, a PINN, a target network
     "clean_draws_without_gradients.py",  # REINFORCE's actions, a frozen encoder's latents
     "clean_losses_backpropagated.py",  # summed micro-batches, hard example mining, TBPTT
+    "clean_splits_apart.py",  # one random_split, training rows scored, k-fold
     "clean_block_coordinate.py",  # two optimisers over a model's halves, in turn
     "clean_two_optimisers_same_parameters.py",  # each its own objective: the first the clock
     "clean_two_optimisers_second_first.py",  # the every-4th one stepping first

@@ -64,6 +64,7 @@ from treeqa.health.overlaps import Overlaps
 from treeqa.health.rounding import Rounding
 from treeqa.health.scales import InputScales
 from treeqa.health.seeds import Seeds
+from treeqa.health.splits import Splits
 from treeqa.health.updates import Updates
 
 REMADE_STEPS = 20
@@ -133,6 +134,8 @@ class Doctor:
         # F.dropout left on in evaluations, or trained at TensorFlow's keep probability
         self.dropouts = Dropouts(monitor.add)
         self.heldout = HeldOut(monitor.add)  # evaluation rows trained on by an earlier phase
+        self.splits = Splits(monitor.add)  # an evaluation loader's rows among the training one's
+        monitor.loaders.on_made = self.splits.made
         self.scales = InputScales(monitor.add)  # evaluation inputs off the training ones' scale
         self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
         self.rounding = Rounding(monitor.add)  # half-precision weights that updates leave put
@@ -510,6 +513,8 @@ class Doctor:
             self.monitor.input_elements += _elements(args, kwargs)
             self.updates.forward(module, args)
             sampling, training = self.monitor.sampling, module.training and torch.is_grad_enabled()
+            if self.splits.pending is not None:  # (the first forward of a loader's pass)
+                self.splits.forward(training)
             if sampling or self.heldout.evaluated or not training:
                 self.heldout.forward(args, kwargs, training, sampling, self.monitor.step)
                 if sampling or not training:
@@ -674,6 +679,7 @@ class Doctor:
         was freed (``_count_step``)."""
         self._set_clock(optimizer)
         self.heldout.reset()
+        self.splits.reset()
         self.others.clear()
         self.most_between = 0
         self.finding_roots = True

@@ -100,6 +100,7 @@ class Loaders:
         self.shard_where = ""  # where that iterator was made
         self.reported: set[str] = set()
         self.on_draw: Callable[[], None] | None = None  # told of each batch, before it is drawn
+        self.on_made: Callable[[DataLoader[Any]], None] | None = None  # told of each iterator
         # Each iterator's pass (weak: a finished pass's), and what the loaders gave.
         self.iterators: weakref.WeakKeyDictionary[Any, Pass] = weakref.WeakKeyDictionary()
         self.drawn_batches = Drawn()
@@ -117,6 +118,8 @@ class Loaders:
     def _made(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], it: Any) -> None:
         loader = args[0]
         self.most = max(self.most, int(loader.num_workers))
+        if self.on_made is not None:
+            self.on_made(loader)
         if isinstance(loader.sampler, DistributedSampler) and loader.sampler.shuffle:
             self._note_epoch(loader.sampler)
         self.made += 1

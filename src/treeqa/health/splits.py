@@ -1,0 +1,139 @@
+"""``splits-overlap``: an evaluation's DataLoader whose rows are partly the training
+DataLoader's, the two split from one dataset, so the validation score counts rows the model
+trained on.
+
+``train, _ = random_split(data, [0.8, 0.2])`` and then ``_, val = random_split(data, [0.8,
+0.2])``, each call a new permutation, share about 80% of ``val`` with ``train``; so do two
+``torch.randperm(n)`` taken for the two index lists, and index ranges that overlap
+(``idx[:900]``, ``idx[800:]``). Nothing fails: the validation accuracy rises with the training
+accuracy, and the model chosen by it is the one that overfits most.
+
+A DataLoader's split is read when its iterator is made and the model's next forward shows
+what it is for (a forward of a model the clock trains, in train mode with gradients on: a
+training loader; any other: an evaluation's): the dataset under its ``Subset``\\ s and the rows
+of it they keep (and those of a ``SubsetRandomSampler``), or, for a ``TensorDataset`` of
+slices of one tensor, that tensor's memory and the rows the slices start at. An evaluation
+loader's rows, given by index, are compared with those of the latest training loader of the
+clock, over the same dataset (``torch.isin``, once a pair: the latest, so that a k-fold loop's
+fold is compared with its own training rows, not an earlier fold's): ``OVERLAP`` rows or more in
+common, ``SHARE`` of its rows or more, and ``OVERLAP`` or more of its own (an evaluation of rows
+all among the training ones scores the training data on purpose, and one over the whole
+dataset is no held-out split) make the finding, at the line that made the evaluation's
+iterator.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Subset, SubsetRandomSampler, TensorDataset
+
+from treeqa.health import sites
+from treeqa.health.findings import Finding
+
+OVERLAP = 5
+"""Rows an evaluation shares with a training split, and rows of its own, at least."""
+SHARE = 0.01
+"""The least share of an evaluation's rows among a training split's."""
+
+
+@dataclass
+class Split:
+    base: tuple[int, int]  # the dataset (its id), or a tensor's memory and row stride
+    rows: torch.Tensor | None  # the base's rows it reads (None: all of them)
+    kind: str  # the base's class
+    loader: int  # id of the DataLoader
+
+
+class Splits:
+    """``add``: where the finding goes."""
+
+    def __init__(self, add: Callable[[Finding], None]) -> None:
+        self.add = add
+        # a loader whose iterator was made, and where, until the model's next forward
+        self.pending: tuple[weakref.ref[DataLoader[Any]], str] | None = None
+        self.trained: Split | None = None  # the latest training loader's, this clock's
+        self.judged: set[tuple[int, int]] = set()  # (evaluation, training) loaders compared
+        self.said = False
+
+    def made(self, loader: DataLoader[Any]) -> None:
+        """An iterator over ``loader`` is made."""
+        if not self.said:
+            self.pending = (weakref.ref(loader), sites.user_site())
+
+    def reset(self) -> None:
+        """A new clock: its training loaders are yet to come."""
+        self.trained = self.pending = None
+
+    def forward(self, training: bool) -> None:
+        """The first forward of a model the clock trains since an iterator was made: in train
+        mode with gradients on (``training``) or not."""
+        pending, self.pending = self.pending, None
+        loader = pending[0]() if pending is not None else None
+        if loader is None or pending is None:
+            return
+        split = _split(loader)
+        if split is None:
+            return
+        if training:
+            self.trained = split
+            return
+        trained = self.trained
+        if trained is None or trained.base != split.base or split.rows is None:
+            return  # (an evaluation over the whole dataset: no held-out split)
+        if trained.rows is None or (split.loader, trained.loader) in self.judged:
+            return  # (all of it trained: an evaluation within the training data)
+        self.judged.add((split.loader, trained.loader))
+        shared = int(torch.isin(split.rows, trained.rows).sum())
+        own = len(split.rows) - shared
+        if shared >= max(OVERLAP, SHARE * len(split.rows)) and own >= OVERLAP:
+            self.said = True
+            self.add(_finding(split, trained, shared, pending[1]))
+
+
+def _split(loader: DataLoader[Any]) -> Split | None:
+    """The dataset ``loader`` reads rows of, under its ``Subset``\\ s, and which rows."""
+    try:
+        dataset: Any = loader.dataset
+        rows: torch.Tensor | None = None
+        sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
+        if isinstance(sampler, SubsetRandomSampler):
+            rows = torch.as_tensor(list(sampler.indices), dtype=torch.long)
+        while isinstance(dataset, Subset):
+            kept = torch.as_tensor(list(dataset.indices), dtype=torch.long)
+            rows = kept if rows is None else kept[rows]
+            dataset = dataset.dataset
+    except (TypeError, ValueError, IndexError):  # indices of another kind
+        return None
+    base = (id(dataset), 0)
+    if isinstance(dataset, TensorDataset) and dataset.tensors:
+        # slices of one tensor (data[:900], data[800:]) are rows of its memory
+        t = dataset.tensors[0]
+        if t.dim() and t.stride(0) > 0 and t.storage_offset() % t.stride(0) == 0:
+            memory = t.untyped_storage()
+            base = (memory.data_ptr(), t.stride(0) * t.element_size())
+            first = t.storage_offset() // t.stride(0)
+            whole = first == 0 and len(t) * base[1] == memory.nbytes()
+            if rows is not None or not whole:  # (the whole tensor: all of its rows)
+                rows = (torch.arange(len(t)) if rows is None else rows) + first
+    return Split(base, rows, type(dataset).__name__, id(loader))
+
+
+def _finding(evaluated: Split, trained: Split, shared: int, where: str) -> Finding:
+    rows = 0 if evaluated.rows is None else len(evaluated.rows)
+    of = 0 if trained.rows is None else len(trained.rows)
+    return Finding(
+        "splits-overlap",
+        "warning",
+        f"the evaluation's DataLoader reads {rows} rows of a {evaluated.kind}, {shared} of "
+        f"them among the {of} the training DataLoader reads from it: the two were split from "
+        "one dataset so that they overlap (random_split called twice, each a new "
+        "permutation; two torch.randperm taken for the two index lists; index ranges that "
+        "overlap), and the validation score counts rows the model trained on",
+        where=where,
+        evidence={"evaluated_rows": rows, "shared": shared, "trained_rows": of},
+    )
