@@ -95,3 +95,18 @@ def test_latents_of_an_encoder_the_optimiser_does_not_train_are_clean(
     head = HEAD.replace("[*enc.parameters(), *dec.parameters()]", "dec.parameters()")
     body = "    z = q.sample()\n    step(F.mse_loss(dec(z), x))\n"
     assert _doctor(doctor_script, body, head) == []
+
+
+def test_a_draw_given_as_a_keyword_argument_is_named(doctor_script: Doctor) -> None:
+    head = HEAD.replace(
+        "dec = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 8))",
+        "class Decoder(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.net = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 8))\n\n"
+        "    def forward(self, *, z):\n"
+        "        return self.net(z * 1.0)\n\n\n"
+        "dec = Decoder()",
+    )
+    body = "    z = q.sample()\n    step(F.mse_loss(dec(z=z), x) + kl)\n"
+    assert len(_doctor(doctor_script, body, head)) == 1

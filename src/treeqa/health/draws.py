@@ -12,7 +12,8 @@ On sampled steps, the ``sample`` of a distribution that has an ``rsample`` (the 
 draw taken with gradients on, from a distribution holding a tensor that requires gradients (in
 its own fields, a base distribution's or a transform's), is kept until the step's end. It is
 fed on where a forward of a watched model's module is given it (or a view of it: the same
-memory) or a loss scores it. A ``log_prob`` of it (the distributions' ``log_prob`` is wrapped
+memory; among its arguments or keyword arguments, or in a tuple, list or dict there) or a loss
+scores it. A ``log_prob`` of it (the distributions' ``log_prob`` is wrapped
 for the run) is a score-function gradient (REINFORCE: an action sampled, then scored), and the
 draw is let go. At the step's end, a draw fed on whose distribution's tensors reach a parameter
 the clock's optimiser trains (their graph walked ``NODES`` nodes at most: a frozen teacher's
@@ -178,13 +179,14 @@ def _reaches(tensors: list[torch.Tensor], trained: set[int]) -> bool:
     return False
 
 
-def _tensors(values: Any) -> Iterator[torch.Tensor]:
+def _tensors(values: Any, depth: int = 2) -> Iterator[torch.Tensor]:
+    """The tensors in ``values``, and in the tuples, lists and dicts in it (``depth`` down: a
+    forward's arguments, one of them a dict)."""
     if isinstance(values, torch.Tensor):
         yield values
-    elif isinstance(values, list | tuple):
-        yield from (v for v in values if isinstance(v, torch.Tensor))
-    elif isinstance(values, dict):
-        yield from (v for v in values.values() if isinstance(v, torch.Tensor))
+    elif depth and isinstance(values, list | tuple | dict):
+        for value in values.values() if isinstance(values, dict) else values:
+            yield from _tensors(value, depth - 1)
 
 
 def _memory(t: torch.Tensor) -> int:

@@ -810,8 +810,6 @@ class HealthMonitor(Callback):
     def _input_hook(self, module: nn.Module, inputs: Any) -> None:
         if id(module) in self.names and not checks.untraceable(inputs):
             self.positions.before(module, inputs)
-            if self.draws.pending:
-                self.draws.fed(inputs, f"the forward of {self.names[id(module)]}")
 
     def _rms_hook(self, module: nn.Module, inputs: Any, keywords: Any, output: Any) -> None:
         if checks.untraceable(output):  # torch.compile's trace or a torch.func transform
@@ -820,6 +818,8 @@ class HealthMonitor(Callback):
         if name is None:  # another model's (a generator of the first optimiser's critic)
             self.pairing.elsewhere(module, inputs, keywords)
             return
+        if self.draws.pending:  # (its arguments, and keyword arguments, as they were given)
+            self.draws.fed((*inputs, *keywords.values()), f"the forward of {name}")
         self.inputs.note(name, module, inputs, output)
         self.finals.note(name, module, inputs, output)
         self.positions.note(name, module, inputs, output)
