@@ -87,6 +87,18 @@ def test_an_action_scored_by_its_log_probability_is_clean(doctor_script: Doctor)
     assert _doctor(doctor_script, body) == []
 
 
+def test_actions_scored_after_they_are_stacked_are_clean(doctor_script: Doctor) -> None:
+    # the log-probabilities taken of a copy of the draws: the run learns through them
+    body = (
+        "    a = q.sample()\n"
+        "    value = dec(a).sum(1)\n"
+        "    advantage = (value - value.mean()).detach()\n"
+        "    kept = torch.stack([a.clone()])\n"
+        "    step(-(q.log_prob(kept[0]).sum(1) * advantage).mean() + value.pow(2).mean())\n"
+    )
+    assert _doctor(doctor_script, body) == []
+
+
 def test_latents_of_an_encoder_the_optimiser_does_not_train_are_clean(
     doctor_script: Doctor,
 ) -> None:

@@ -12,19 +12,23 @@ On sampled steps, the ``sample`` of a distribution that has an ``rsample`` (the 
 draw taken with gradients on, from a distribution holding a tensor that requires gradients (in
 its own fields, a base distribution's or a transform's), is kept until the step's end. It is
 fed on where a forward of a watched model's module is given it (or a view of it: the same
-memory; among its arguments or keyword arguments, or in a tuple, list or dict there) or a loss
-scores it. A ``log_prob`` of it (the distributions' ``log_prob`` is wrapped
-for the run) is a score-function gradient (REINFORCE: an action sampled, then scored), and the
-draw is let go. At the step's end, a draw fed on whose distribution's tensors reach a parameter
-the clock's optimiser trains (their graph walked ``NODES`` nodes at most: a frozen teacher's
-latents train nothing of the teacher) makes the step count; ``STEPS`` sampled steps in a row
-make the finding, at the ``sample()`` line.
+memory; among its arguments or keyword arguments, or in a tuple, list or dict there), and a
+backward then reaches what that returned (a tensor hook: not a draw decoded for the log), or
+where a loss scores it as its input. A ``log_prob`` of it (the distributions' ``log_prob`` is
+wrapped for the run) is a score-function gradient (REINFORCE: an action sampled, then scored),
+and the draw is let go; a ``log_prob`` with gradients on of any distribution holding tensors
+that require them ends the check for the run: it learns through log-probabilities, of draws
+kept, cloned or stacked before they are scored. At the step's end, a draw fed on whose distribution's tensors reach a
+parameter the clock's optimiser trains (their graph walked ``NODES`` nodes at most: a frozen
+teacher's latents train nothing of the teacher) makes the step count; ``STEPS`` sampled steps
+in a row make the finding, at the ``sample()`` line.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -55,6 +59,8 @@ class Draw:
     kind: str  # the distribution's class
     where: str
     fed: str = ""  # what it was given to
+    # whether a backward reached what that returned (a loss: no graph, not asked)
+    reached: list[bool] = field(default_factory=lambda: [True])
 
 
 class Draws:
@@ -71,6 +77,7 @@ class Draws:
         self.pending: dict[int, Draw] = {}  # by the draw's memory
         self.steps: list[int] = []
         self.first: tuple[str, str, str] | None = None  # the first counted: kind, where, fed
+        self.done = False  # said, or the run scores draws by their log-probabilities
         self.wrappers = Wrappers()
 
     def install(self) -> None:
@@ -88,7 +95,7 @@ class Draws:
 
     def _drawn(self, dist: Any, value: Any) -> None:
         """``dist.sample()`` returned ``value``."""
-        if not self.active() or self.steps_said() or len(self.pending) >= DRAWS:
+        if not self.active() or self.done or len(self.pending) >= DRAWS:
             return
         if (
             not isinstance(value, torch.Tensor)
@@ -103,38 +110,58 @@ class Draws:
             self.pending[_memory(value)] = Draw(value, graded, type(dist).__name__, user_site())
 
     def _scored(self, dist: Any, value: Any = None, *args: Any, **kwargs: Any) -> None:
-        """``dist.log_prob(value)``: a draw scored is a score-function gradient's."""
+        """``dist.log_prob(value)``: a draw scored is a score-function gradient's; and a run
+        that scores draws with gradients at all learns through log-probabilities (REINFORCE
+        over draws kept, stacked, then scored), whose draws take no gradient on purpose."""
         if self.pending and isinstance(value, torch.Tensor):
             self.pending.pop(_memory(value), None)
+        if (
+            not self.done
+            and torch.is_grad_enabled()
+            and next(_graded(dist, DEPTH), None) is not None
+        ):
+            self.done, self.pending = True, {}
 
-    def fed(self, values: Any, to: str) -> None:
+    def fed(self, values: Any, to: str, output: Any = None) -> None:
         """``values`` (tensors, or a tuple, list or dict of them) are given ``to`` a module's
-        forward or a loss, on a sampled step."""
+        forward, which returned ``output``, or to a loss as its input, on a sampled step."""
         if not self.pending:
             return
         for value in _tensors(values):
             draw = self.pending.get(_memory(value))
-            if draw is not None and not draw.fed:
-                draw.fed = to
+            if draw is None or draw.fed:
+                continue
+            draw.fed = to
+            if output is not None:  # counted if a backward reaches it: not a draw decoded
+                # for the log
+                made = next((t for t in _tensors(output) if t.requires_grad), None)
+                draw.reached = [False]
+                if made is not None:
+                    made.register_hook(functools.partial(_reached, draw.reached))
 
     def judge(self, step: int) -> None:
         """The sampled step ``step`` ends: one without such a draw starts the count again (a
         prior's samples decoded for the log every few hundred steps are not training)."""
         pending, self.pending = self.pending, {}
-        if self.steps_said():
+        if self.done:
             return
         trained = {id(p) for p in self.trained()} if pending else set()
-        draw = next((d for d in pending.values() if d.fed and _reaches(d.tensors, trained)), None)
+        draw = next(
+            (
+                d
+                for d in pending.values()
+                if d.fed and d.reached[0] and _reaches(d.tensors, trained)
+            ),
+            None,
+        )
         if draw is None:
             self.steps, self.first = [], None
             return
         self.first = self.first or (draw.kind, draw.where, draw.fed)  # (no tensor kept)
         self.steps.append(step)
         if len(self.steps) == STEPS:
+            self.done = True
             self.add(_finding(self.first, self.steps))
-
-    def steps_said(self) -> bool:
-        return len(self.steps) >= STEPS
 
 
 def _classes() -> Iterator[type]:
@@ -150,6 +177,11 @@ def _classes() -> Iterator[type]:
             and cls.has_rsample is not False  # (a property on some: their base's)
         ):
             yield cls
+
+
+def _reached(fired: list[bool], grad: torch.Tensor) -> None:
+    """A tensor hook: a backward reached what a forward given the draw returned."""
+    fired[0] = True
 
 
 def _graded(obj: Any, depth: int) -> Iterator[torch.Tensor]:

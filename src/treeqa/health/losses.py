@@ -85,7 +85,7 @@ class LossInputCheck:
         self.targets = [] if targets is None else [targets]  # (a check may add its own)
         # told of each training loss's target on a sampled step (``pairing.py``)
         self.trained_targets: list[Callable[[Any, Any], None]] = []
-        # told of what each loss scores, on a sampled step: (its input or target, "F.<name>")
+        # told of what each loss scores, on a sampled step: (its input, "F.<name>")
         self.fed: list[Callable[[Any, str], None]] = []
         # told of each loss computed with gradients, on every step (``thrown.py``)
         self.graded: Callable[[], None] | None = None
@@ -441,7 +441,7 @@ class LossInputCheck:
             rest = {k: v for k, v in kwargs.items() if k != "input"}
             self._inspect(fname, input, result, args[1:], rest)
             for told in self.fed:
-                told((input, args[1] if len(args) > 1 else kwargs.get("target")), f"F.{fname}")
+                told(input, f"F.{fname}")
             if result.requires_grad and fname in (*leaks.TARGETED, *ELEMENTWISE, "kl_div"):
                 target = args[1] if len(args) > 1 else kwargs.get("target")
                 if fname != "kl_div":  # (a distribution, no column of the inputs)

@@ -819,7 +819,7 @@ class HealthMonitor(Callback):
             self.pairing.elsewhere(module, inputs, keywords)
             return
         if self.draws.pending:  # (its arguments, and keyword arguments, as they were given)
-            self.draws.fed((*inputs, *keywords.values()), f"the forward of {name}")
+            self.draws.fed((*inputs, *keywords.values()), f"the forward of {name}", output)
         self.inputs.note(name, module, inputs, output)
         self.finals.note(name, module, inputs, output)
         self.positions.note(name, module, inputs, output)
