@@ -81,6 +81,21 @@ def test_slices_of_one_tensor_that_overlap_are_named(doctor_script: Doctor) -> N
     assert found[0]["evidence"]["shared"] == 100
 
 
+def test_a_concatenation_of_parts_that_overlaps_the_evaluation_is_named(
+    doctor_script: Doctor,
+) -> None:
+    body = (
+        "from torch.utils.data import ConcatDataset\n"
+        "order = torch.randperm(500)\n"
+        "train = ConcatDataset([Subset(data, order[:200]), Subset(data, order[200:400])])\n"
+        "run(DataLoader(train, batch_size=32, shuffle=True),\n"
+        "    DataLoader(Subset(data, order[350:]), batch_size=50))\n"
+    )
+    found = _doctor(doctor_script, body)
+    assert len(found) == 1
+    assert found[0]["evidence"]["shared"] == 50
+
+
 def test_one_split_is_clean(doctor_script: Doctor) -> None:
     body = (
         "train_set, val_set = random_split(data, [400, 100])\n"

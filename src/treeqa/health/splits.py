@@ -10,8 +10,9 @@ accuracy, and the model chosen by it is the one that overfits most.
 
 A DataLoader's split is read when its iterator is made and the model's next forward shows
 what it is for (a forward of a model the clock trains, in train mode with gradients on: a
-training loader; any other: an evaluation's): the dataset under its ``Subset``\\ s and the rows
-of it they keep (and those of a ``SubsetRandomSampler``), or, for a ``TensorDataset`` of
+training loader; any other: an evaluation's): the dataset under its ``Subset``\\ s (and a
+``ConcatDataset`` of parts of one dataset) and the rows of it they keep (and those of a
+``SubsetRandomSampler``), or, for a ``TensorDataset`` of
 slices of one tensor, that tensor's memory and the rows the slices start at. An evaluation
 loader's rows, given by index, are compared with those of the latest training loader of the
 clock, over the same dataset (``torch.isin``, once a pair: the latest, so that a k-fold loop's
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Subset, SubsetRandomSampler, TensorDataset
+from torch.utils.data import ConcatDataset, DataLoader, Subset, SubsetRandomSampler, TensorDataset
 
 from treeqa.health import sites
 from treeqa.health.findings import Finding
@@ -39,6 +40,8 @@ OVERLAP = 5
 """Rows an evaluation shares with a training split, and rows of its own, at least."""
 SHARE = 0.01
 """The least share of an evaluation's rows among a training split's."""
+DEPTH = 8
+"""Subsets and concatenations inside one another read through."""
 
 
 @dataclass
@@ -96,20 +99,37 @@ class Splits:
 
 
 def _split(loader: DataLoader[Any]) -> Split | None:
-    """The dataset ``loader`` reads rows of, under its ``Subset``\\ s, and which rows."""
+    r"""The dataset ``loader`` reads rows of, and which rows (its sampler's, through its
+    ``Subset``\ s)."""
     try:
-        dataset: Any = loader.dataset
-        rows: torch.Tensor | None = None
+        base, rows, kind = _rows(loader.dataset, DEPTH)
         sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
         if isinstance(sampler, SubsetRandomSampler):
-            rows = torch.as_tensor(list(sampler.indices), dtype=torch.long)
-        while isinstance(dataset, Subset):
-            kept = torch.as_tensor(list(dataset.indices), dtype=torch.long)
-            rows = kept if rows is None else kept[rows]
-            dataset = dataset.dataset
-    except (TypeError, ValueError, IndexError):  # indices of another kind
+            drawn = torch.as_tensor(list(sampler.indices), dtype=torch.long)
+            rows = drawn if rows is None else rows[drawn]
+    except (TypeError, ValueError, IndexError, RuntimeError):  # indices of another kind
         return None
-    base = (id(dataset), 0)
+    return Split(base, rows, kind, id(loader))
+
+
+def _rows(dataset: Any, depth: int) -> tuple[tuple[int, int], torch.Tensor | None, str]:
+    r"""(what ``dataset``'s rows are rows of, which of them (None: all), its class): under
+    ``Subset``\ s and a ``ConcatDataset`` of parts of one dataset (``depth`` down), the
+    dataset itself; a ``TensorDataset`` of slices of one tensor, that tensor's memory."""
+    if depth and isinstance(dataset, Subset):
+        base, rows, kind = _rows(dataset.dataset, depth - 1)
+        kept = torch.as_tensor(list(dataset.indices), dtype=torch.long)
+        return base, kept if rows is None else rows[kept], kind
+    if depth and isinstance(dataset, ConcatDataset) and dataset.datasets:
+        parts = [_rows(part, depth - 1) for part in dataset.datasets]
+        if len({base for base, _, _ in parts}) == 1:
+            ends = dataset.cumulative_sizes
+            sizes = [end - start for start, end in zip([0, *ends], ends, strict=False)]
+            every = [
+                torch.arange(size) if rows is None else rows
+                for size, (_, rows, _) in zip(sizes, parts, strict=True)
+            ]
+            return parts[0][0], torch.cat(every), parts[0][2]
     if isinstance(dataset, TensorDataset) and dataset.tensors:
         # slices of one tensor (data[:900], data[800:]) are rows of its memory
         t = dataset.tensors[0]
@@ -117,10 +137,10 @@ def _split(loader: DataLoader[Any]) -> Split | None:
             memory = t.untyped_storage()
             base = (memory.data_ptr(), t.stride(0) * t.element_size())
             first = t.storage_offset() // t.stride(0)
-            whole = first == 0 and len(t) * base[1] == memory.nbytes()
-            if rows is not None or not whole:  # (the whole tensor: all of its rows)
-                rows = (torch.arange(len(t)) if rows is None else rows) + first
-    return Split(base, rows, type(dataset).__name__, id(loader))
+            if first == 0 and len(t) * base[1] == memory.nbytes():  # the whole tensor
+                return base, None, type(dataset).__name__
+            return base, torch.arange(len(t)) + first, type(dataset).__name__
+    return (id(dataset), 0), None, type(dataset).__name__
 
 
 def _finding(evaluated: Split, trained: Split, shared: int, where: str) -> Finding:
