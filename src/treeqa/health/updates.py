@@ -296,7 +296,8 @@ class Updates:
         between, the autograd numbering is read before it (~5 us), so that the backward that
         ends the run can tell whether its graph reaches the forwards before the latest."""
         self.train_grad_run += 1
-        if self.train_grad_run < 2:
+        if self.train_grad_run < 2:  # a new run (after a backward, or a step)
+            self.loss_forwards = self.loss_at = 0
             return
         self.latest_floor = graphs.next_sequence_nr()
         if self.train_grad_run == 2:
@@ -382,7 +383,6 @@ class Updates:
         for each of the critic's steps), which an evaluation does not."""
         self.eval_grad_run = self.train_grad_run = 0
         self.no_grad_run, self._no_grad_input = 0, None
-        self.loss_forwards = self.loss_at = 0
 
     def begin_step(self, sampled: bool) -> None:
         """The step's compute starts: on a sampled step, hook the probe parameters (another
