@@ -66,6 +66,32 @@ def test_a_draw_viewed_before_the_decoder_is_named(doctor_script: Doctor) -> Non
     assert "the forward of" in found[0]["message"]
 
 
+def test_a_draw_put_beside_a_label_before_the_decoder_is_named(doctor_script: Doctor) -> None:
+    # a conditional VAE: the decoder is given torch.cat([z, y])
+    head = HEAD.replace(
+        "nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 8)",
+        "nn.Linear(3, 32), nn.ReLU(), nn.Linear(32, 8)",
+    )
+    body = "    z = q.sample()\n    step(F.mse_loss(dec(torch.cat([z, x[:, :1]], 1)), x) + kl)\n"
+    found = _doctor(doctor_script, body, head)
+    assert len(found) == 1
+    assert found[0]["where"].endswith("script.py:25")  # the draw
+
+
+def test_an_action_beside_the_state_in_a_critic_and_scored_is_clean(doctor_script: Doctor) -> None:
+    head = HEAD.replace(
+        "nn.Linear(2, 32), nn.ReLU(), nn.Linear(32, 8)",
+        "nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 8)",
+    )
+    body = (
+        "    a = q.sample()\n"
+        "    value = dec(torch.cat([x, a], 1)).sum(1)\n"
+        "    advantage = (value - value.mean()).detach()\n"
+        "    step(-(q.log_prob(a).sum(1) * advantage).mean() + value.pow(2).mean())\n"
+    )
+    assert _doctor(doctor_script, body, head) == []
+
+
 def test_a_draw_scored_by_a_loss_is_named(doctor_script: Doctor) -> None:
     body = (
         "    y = dec(q.mean)\n    step(F.mse_loss(Normal(y, 0.1).sample(), x) + F.mse_loss(y, x))\n"

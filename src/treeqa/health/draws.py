@@ -12,16 +12,17 @@ On sampled steps, the ``sample`` of a distribution that has an ``rsample`` (the 
 draw taken with gradients on, from a distribution holding a tensor that requires gradients (in
 its own fields, a base distribution's or a transform's), is kept until the step's end. It is
 fed on where a forward of a watched model's module is given it (or a view of it: the same
-memory; among its arguments or keyword arguments, or in a tuple, list or dict there), and a
-backward then reaches what that returned (a tensor hook: not a draw decoded for the log), or
-where a loss scores it as its input. A ``log_prob`` of it (the distributions' ``log_prob`` is
-wrapped for the run) is a score-function gradient (REINFORCE: an action sampled, then scored),
-and the draw is let go; a ``log_prob`` with gradients on of any distribution holding tensors
-that require them ends the check for the run: it learns through log-probabilities, of draws
-kept, cloned or stacked before they are scored. At the step's end, a draw fed on whose distribution's tensors reach a
-parameter the clock's optimiser trains (their graph walked ``NODES`` nodes at most: a frozen
-teacher's latents train nothing of the teacher) makes the step count; ``STEPS`` sampled steps
-in a row make the finding, at the ``sample()`` line.
+memory; or what ``torch.cat`` or ``torch.stack``, wrapped while a draw waits, made of it; among
+its arguments or keyword arguments, or in a tuple, list or dict there), and a backward then
+reaches what that returned (a tensor hook: not a draw decoded for the log), or where a loss
+scores it as its input. A ``log_prob`` of it (the distributions' ``log_prob`` is wrapped for
+the run) is a score-function gradient (REINFORCE: an action sampled, then scored), and the
+draw is let go; a ``log_prob`` with gradients on of any distribution holding tensors that
+require them ends the check for the run: it learns through log-probabilities, of draws kept,
+cloned or stacked before they are scored. At the step's end, a draw fed on whose
+distribution's tensors reach a parameter the clock's optimiser trains (their graph walked
+``NODES`` nodes at most: a frozen teacher's latents train nothing of the teacher) makes the
+step count; ``STEPS`` sampled steps in a row make the finding, at the ``sample()`` line.
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ from torch.distributions.transforms import Transform
 from treeqa.health import graphs
 from treeqa.health.findings import Finding
 from treeqa.health.sites import user_site
-from treeqa.health.wrap import Wrappers, note_calls_and_results, note_calls_of
+from treeqa.health.wrap import (
+    Wrappers,
+    note_calls_and_results,
+    note_calls_of,
+    note_function_results,
+)
 
 STEPS = 3
 """Sampled steps in a row on which such a draw fed the model."""
@@ -47,6 +53,8 @@ DRAWS = 16
 NODES = 2_000
 """Autograd nodes walked back from a distribution's tensors to the parameters they are made
 from."""
+JOINS = ("cat", "stack")
+"""The torch functions read, while a draw waits, for one that puts it beside other tensors."""
 DEPTH = 3
 """Distributions and transforms inside one another read for tensors (a relaxed one-hot
 categorical holds its logits two down)."""
@@ -59,6 +67,7 @@ class Draw:
     kind: str  # the distribution's class
     where: str
     fed: str = ""  # what it was given to
+    joined: list[torch.Tensor] = field(default_factory=list)  # what torch.cat made of it, kept
     # whether a backward reached what that returned (a loss: no graph, not asked)
     reached: list[bool] = field(default_factory=lambda: [True])
 
@@ -79,6 +88,7 @@ class Draws:
         self.first: tuple[str, str, str] | None = None  # the first counted: kind, where, fed
         self.done = False  # said, or the run scores draws by their log-probabilities
         self.wrappers = Wrappers()
+        self.joins = Wrappers()  # torch.cat and torch.stack, wrapped while a draw is pending
 
     def install(self) -> None:
         for cls in _classes():
@@ -89,6 +99,7 @@ class Draws:
 
     def uninstall(self) -> None:
         self.wrappers.undo()
+        self.joins.undo()
 
     def _drawing(self, dist: Any) -> None:
         """(Nothing is noted before a draw.)"""
@@ -108,19 +119,38 @@ class Draws:
         graded = list(_graded(dist, DEPTH))
         if graded:
             self.pending[_memory(value)] = Draw(value, graded, type(dist).__name__, user_site())
+            if not self.joins:  # (until the step's end: a conditional VAE's cat([z, y]))
+                for name in JOINS:
+                    self.joins.add(note_function_results(torch, name, self._joined))
+
+    def _joined(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], made: Any) -> None:
+        """``torch.cat(tensors)`` (or ``stack``) returned ``made``: a draw among them is in it."""
+        parts = args[0] if args else kwargs.get("tensors", ())
+        if not self.pending or not isinstance(made, torch.Tensor):
+            return
+        for part in parts if isinstance(parts, list | tuple) else ():
+            draw = self.pending.get(_memory(part)) if isinstance(part, torch.Tensor) else None
+            if draw is not None:
+                draw.joined.append(made)
+                self.pending.setdefault(_memory(made), draw)
+                return
 
     def _scored(self, dist: Any, value: Any = None, *args: Any, **kwargs: Any) -> None:
         """``dist.log_prob(value)``: a draw scored is a score-function gradient's; and a run
         that scores draws with gradients at all learns through log-probabilities (REINFORCE
         over draws kept, stacked, then scored), whose draws take no gradient on purpose."""
+        scored = None
         if self.pending and isinstance(value, torch.Tensor):
-            self.pending.pop(_memory(value), None)
+            scored = self.pending.get(_memory(value))
+        if scored is not None:  # (and what torch.cat made of it)
+            self.pending = {k: d for k, d in self.pending.items() if d is not scored}
         if (
             not self.done
             and torch.is_grad_enabled()
             and next(_graded(dist, DEPTH), None) is not None
         ):
             self.done, self.pending = True, {}
+            self.joins.undo()
 
     def fed(self, values: Any, to: str, output: Any = None) -> None:
         """``values`` (tensors, or a tuple, list or dict of them) are given ``to`` a module's
@@ -143,6 +173,7 @@ class Draws:
         """The sampled step ``step`` ends: one without such a draw starts the count again (a
         prior's samples decoded for the log every few hundred steps are not training)."""
         pending, self.pending = self.pending, {}
+        self.joins.undo()
         if self.done:
             return
         trained = {id(p) for p in self.trained()} if pending else set()
