@@ -39,12 +39,7 @@ from torch.distributions.transforms import Transform
 from treeqa.health import graphs
 from treeqa.health.findings import Finding
 from treeqa.health.sites import user_site
-from treeqa.health.wrap import (
-    Wrappers,
-    note_calls_and_results,
-    note_calls_of,
-    note_function_results,
-)
+from treeqa.health.wrap import Wrappers, note_function_calls, note_function_results
 
 STEPS = 3
 """Sampled steps in a row on which such a draw fed the model."""
@@ -93,21 +88,19 @@ class Draws:
     def install(self) -> None:
         for cls in _classes():
             if "sample" in vars(cls):
-                self.wrappers.add(note_calls_and_results(cls, "sample", self._drawing, self._drawn))
+                self.wrappers.add(note_function_results(cls, "sample", self._drawn))
             if "log_prob" in vars(cls):
-                self.wrappers.add(note_calls_of(cls, "log_prob", self._scored))
+                self.wrappers.add(note_function_calls(cls, "log_prob", self._scored))
 
     def uninstall(self) -> None:
         self.wrappers.undo()
         self.joins.undo()
 
-    def _drawing(self, dist: Any) -> None:
-        """(Nothing is noted before a draw.)"""
-
-    def _drawn(self, dist: Any, value: Any) -> None:
-        """``dist.sample()`` returned ``value``."""
+    def _drawn(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], value: Any) -> None:
+        """``dist.sample()`` returned ``value`` (``dist``: ``args[0]``)."""
         if not self.active() or self.done or len(self.pending) >= DRAWS:
             return
+        dist = args[0]
         if (
             not isinstance(value, torch.Tensor)
             or not value.is_floating_point()
@@ -135,10 +128,12 @@ class Draws:
                 self.pending.setdefault(_memory(made), draw)
                 return
 
-    def _scored(self, dist: Any, value: Any = None, *args: Any, **kwargs: Any) -> None:
-        """``dist.log_prob(value)``: a draw scored is a score-function gradient's; and a run
-        that scores draws with gradients at all learns through log-probabilities (REINFORCE
-        over draws kept, stacked, then scored), whose draws take no gradient on purpose."""
+    def _scored(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``dist.log_prob(value)`` (``args``: the two): a draw scored is a score-function
+        gradient's; and a run that scores draws with gradients at all learns through
+        log-probabilities (REINFORCE over draws kept, stacked, then scored), whose draws take
+        no gradient on purpose."""
+        dist, value = args[0], args[1] if len(args) > 1 else kwargs.get("value")
         scored = None
         if self.pending and isinstance(value, torch.Tensor):
             scored = self.pending.get(_memory(value))

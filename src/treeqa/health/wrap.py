@@ -199,20 +199,19 @@ class Watched:
 
 
 def note_calls_of(
-    cls: type, name: str, note: Callable[..., None], watched: Watched | None = None
+    cls: type, name: str, note: Callable[..., None], watched: Watched
 ) -> Callable[[], None] | None:
-    """As ``note_calls``, with the call's arguments: ``note(instance, *args, **kwargs)``; for a
-    method called often on instances of which few matter (``Module.train`` runs once per
-    submodule), only for an instance whose id ``watched`` holds, checked in the wrapper itself
-    (``watched`` None: every instance's)."""
+    """As ``note_calls``, for a method called often on instances of which few matter
+    (``Module.train`` runs once per submodule): ``note(instance, *args, **kwargs)`` runs only
+    for an instance whose id ``watched`` holds, checked in the wrapper itself."""
     original = vars(cls)[name]
     if taken(original):
         return None
     noted = Note(note, f"{cls.__name__}.{name}")
-    ids = watched.ids if watched is not None else None
+    ids = watched.ids
 
     def wrapper(instance: Any, *args: Any, **kwargs: Any) -> Any:
-        if ids is None or id(instance) in ids:
+        if id(instance) in ids:
             noted(instance, *args, **kwargs)
         return original(instance, *args, **kwargs)
 
