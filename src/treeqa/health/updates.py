@@ -359,14 +359,15 @@ class Updates:
             return
         kept = self.thrown.kept()
         if kept is not None and kept[0] >= EVAL_FORWARDS:
-            found = slips.evaluation_with_gradients(kept[0], _mode_dependent(roots, True))
-            found.where = kept[1]
-            self._report(found, at_step=False)
+            self._unused_in_train_mode(kept[0], roots, kept[1])
 
-    def _unused_in_train_mode(self, forwards: int, roots: Iterable[nn.Module]) -> None:
-        """``forwards`` in train mode with gradients on whose graphs no backward used."""
+    def _unused_in_train_mode(
+        self, forwards: int, roots: Iterable[nn.Module], where: str | None = None
+    ) -> None:
+        """``forwards`` in train mode with gradients on whose graphs no backward used; ``where``:
+        the fifth's line (the current run's by default)."""
         found = slips.evaluation_with_gradients(forwards, _mode_dependent(roots, True))
-        found.where = self.train_grad_site
+        found.where = self.train_grad_site if where is None else where
         self._report(found, at_step=False)
 
     def _evaluated_with_gradients(self, at_step: bool = True) -> None:
