@@ -8,8 +8,8 @@ trained on.
 (``idx[:900]``, ``idx[800:]``). Nothing fails: the validation accuracy rises with the training
 accuracy, and the model chosen by it is the one that overfits most.
 
-A DataLoader's split is read when its iterator is made and the model's next forward shows
-what it is for (a forward of a model the clock trains, in train mode with gradients on: a
+A DataLoader's split is read at its first pass, when its iterator is made and the model's next
+forward shows what it is for (a forward of a model the clock trains, in train mode with gradients on: a
 training loader; any other: an evaluation's): the dataset under its ``Subset``\\ s (and a
 ``ConcatDataset`` of parts of one dataset) and the rows of it they keep (and those of a
 ``SubsetRandomSampler``), or, for a ``TensorDataset`` of
@@ -61,6 +61,10 @@ class Splits:
         self.pending: tuple[weakref.ref[DataLoader[Any]], str] | None = None
         self.trained: Split | None = None  # the latest training loader's, this clock's
         self.judged: set[tuple[int, int]] = set()  # (evaluation, training) loaders compared
+        # each loader's split, read at its first pass (weak: a loader made an epoch is freed)
+        self.known: weakref.WeakKeyDictionary[DataLoader[Any], Split | None] = (
+            weakref.WeakKeyDictionary()
+        )
         self.said = False
 
     def made(self, loader: DataLoader[Any]) -> None:
@@ -79,23 +83,31 @@ class Splits:
         loader = pending[0]() if pending is not None else None
         if loader is None or pending is None:
             return
-        split = _split(loader)
-        if split is None:
-            return
         if training:
-            self.trained = split
+            self.trained = self._split_of(loader) or self.trained
             return
         trained = self.trained
-        if trained is None or trained.base != split.base or split.rows is None:
-            return  # (an evaluation over the whole dataset: no held-out split)
-        if trained.rows is None or (split.loader, trained.loader) in self.judged:
-            return  # (all of it trained: an evaluation within the training data)
+        if trained is None or (id(loader), trained.loader) in self.judged:
+            return
+        split = self._split_of(loader)
+        if split is None:
+            return
         self.judged.add((split.loader, trained.loader))
+        if trained.base != split.base or split.rows is None:
+            return  # (an evaluation over the whole dataset: no held-out split)
+        if trained.rows is None:
+            return  # (all of it trained: an evaluation within the training data)
         shared = int(torch.isin(split.rows, trained.rows).sum())
         own = len(split.rows) - shared
         if shared >= max(OVERLAP, SHARE * len(split.rows)) and own >= OVERLAP:
             self.said = True
             self.add(_finding(split, trained, shared, pending[1]))
+
+    def _split_of(self, loader: DataLoader[Any]) -> Split | None:
+        """``loader``'s split, read at its first pass."""
+        if loader not in self.known:
+            self.known[loader] = _split(loader)
+        return self.known[loader]
 
 
 def _split(loader: DataLoader[Any]) -> Split | None:
