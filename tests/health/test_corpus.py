@@ -218,6 +218,10 @@ EXPECTED = {
     "bug_sample_not_reparameterised.py": "sample-not-reparameterised",  # a VAE's q.sample()
     "bug_losses_not_backpropagated.py": "losses-not-backpropagated",  # backward after the loop
     "bug_splits_overlap.py": "splits-overlap",  # random_split called twice
+    "bug_argmax_over_one_class.py": "argmax-over-one-class",  # one logit's argmax
+    "bug_accuracy_broadcast.py": "accuracy-broadcast",  # [N, 1] predictions eq [N] targets
+    "bug_lr_not_applied.py": "lr-not-applied",  # a step decay written to optimizer.lr
+    "bug_padding_not_masked.py": "padding-not-masked",  # an encoder without its padding mask
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -233,6 +237,9 @@ CLEAN = [
     "clean_draws_without_gradients.py",  # REINFORCE's actions, a frozen encoder's latents
     "clean_losses_backpropagated.py",  # summed micro-batches, hard example mining, TBPTT
     "clean_splits_apart.py",  # one random_split, training rows scored, k-fold
+    "clean_predictions_scored.py",  # one logit by its sign, view_as, masks, one-hot, [B, 1, V]
+    "clean_lr_written_to_groups.py",  # the groups' lr by hand, mirrors, a default before a group
+    "clean_padding_masked.py",  # each way of masking the padding; causal over right padding
     "clean_block_coordinate.py",  # two optimisers over a model's halves, in turn
     "clean_two_optimisers_same_parameters.py",  # each its own objective: the first the clock
     "clean_two_optimisers_second_first.py",  # the every-4th one stepping first

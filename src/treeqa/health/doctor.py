@@ -61,6 +61,7 @@ from treeqa.health.loaded import LoadedWeights
 from treeqa.health.masks import AttentionMasks
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
 from treeqa.health.overlaps import Overlaps
+from treeqa.health.predictions import Predictions
 from treeqa.health.rounding import Rounding
 from treeqa.health.scales import InputScales
 from treeqa.health.seeds import Seeds
@@ -138,6 +139,7 @@ class Doctor:
         monitor.loaders.on_made = self.splits.made
         self.scales = InputScales(monitor.add)  # evaluation inputs off the training ones' scale
         self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
+        self.predictions = Predictions(monitor.add)  # a model's output scored wrongly
         self.rounding = Rounding(monitor.add)  # half-precision weights that updates leave put
         # Attention masks leaving only the padding open, or a language model's future.
         self.masks = AttentionMasks(monitor.add, lambda: monitor.sampling and not monitor.paused)
@@ -278,6 +280,7 @@ class Doctor:
         self.updates.remove_hooks()
         self.dropouts.end()
         self.masks.end()
+        self.predictions.end()
         self.clipping.uninstall()
         self.updates.uninstall()
         self.seeds.uninstall()
@@ -510,6 +513,8 @@ class Doctor:
         else:
             self._begin()  # (first: the step's forwards are noted as sampled or not)
         if id(module) in self.trained:
+            if self.predictions.open:  # (the last output's scoring is over)
+                self.predictions.begin()
             self.monitor.input_elements += _elements(args, kwargs)
             self.updates.forward(module, args)
             sampling, training = self.monitor.sampling, module.training and torch.is_grad_enabled()
@@ -550,11 +555,13 @@ class Doctor:
         if self._evaluating(module):
             self.dropouts.end()
             self.in_evaluation = False
+            self.predictions.done(output, evaluation=True)
             if not self.open:
                 self.last_end = time.perf_counter()
         elif self.updates.sampled and id(module) in self.trained:  # (all it reads is sampled)
             self.updates.forward_done(module, output)
             self.overlaps.forward_done(output, self.monitor.step)
+            self.predictions.done(output, evaluation=False)
             self.masks.end()
             self.dropouts.end()
 

@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from treeqa.health import checks, sites
+from treeqa.health.attended import PaddingReads
 from treeqa.health.causal import IGNORED, CausalReads
 from treeqa.health.findings import Finding
 from treeqa.health.packing import padding_runs
@@ -68,6 +69,7 @@ class AttentionMasks:
     def __init__(self, add: Callable[[Finding], None], active: Callable[[], bool]):
         self.add = add
         self.causal = CausalReads(add, active)  # read through the same wrappers
+        self.padding = PaddingReads(add)  # and attention given no mask over padded rows
         self.inputs: list[torch.Tensor] = []  # this forward's [B, S] and [B, S, F] tensors
         self.masks: list[torch.Tensor] = []  # the forward's masks read, [B, S] ignored keys
         self.given: list[Any] = []  # the masks its calls were given (held until it ends)
@@ -86,8 +88,9 @@ class AttentionMasks:
         given = list(_given((*args, *(kwargs or {}).values())))
         inputs = list(_tensors(given))[:CANDIDATES]
         self.causal.forward(model, [x for x in inputs if x.dim() == 2], list(_beside(given)))
+        self.padding.forward([x for x in inputs if x.dim() == 2])
         self.inputs = [] if self.said else inputs
-        if not self.inputs and not self.causal.ids:
+        if not self.inputs and not self.causal.ids and not self.padding.ids:
             return
         for name in FUNCTIONS:
             self.wrappers.add(note_function_calls(F, name, self._called))
@@ -100,6 +103,7 @@ class AttentionMasks:
 
     def end(self) -> None:
         self.wrappers.undo()
+        self.padding.end()
         self.inputs, self.masks, self.given, self.sifted = [], [], [], False
         if self.read:
             self._tally()
@@ -119,6 +123,7 @@ class AttentionMasks:
 
     def _called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.causal.called(name, args, kwargs)
+        self.padding.called(name, args, kwargs)
         if len(self.masks) >= CALLS or name not in (*FUNCTIONS, *FILLS) or not self.inputs:
             return
         if name != FUNCTIONS[0] and _torchs_own():

@@ -55,6 +55,7 @@ from torch.optim.lr_scheduler import (
 from treeqa.health import sites, slips
 from treeqa.health.findings import Finding
 from treeqa.health.hand import HandUpdates
+from treeqa.health.lr_writes import LrWrites
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 ZERO_STEPS = 50
@@ -113,11 +114,13 @@ class LearningRates:
         )
         # told of every scheduler step before it runs (the doctor's ``Resumes``)
         self.scheduler_noted: Callable[[LRScheduler], None] | None = None
+        self.writes = LrWrites(report)  # rates written where the optimiser does not read them
         self.reset(0)
 
     def install(self, wrappers: Wrappers) -> None:
         wrappers.add(note_function_results(ReduceLROnPlateau, "step", self._plateau_stepped))
         wrappers.add(note_calls(LRScheduler, "step", self._scheduler_stepped))
+        self.writes.install(wrappers)
 
     def reset(self, step: int) -> None:
         """A new clock, whose first step is ``step + 1``: the last one's schedules judged."""
@@ -217,6 +220,7 @@ class LearningRates:
             self.clock = weakref.ref(optimizer)
         lrs = [g.get("lr") for g in optimizer.param_groups]
         if sampled:  # (said with loss-diverged, at the run's end)
+            self.writes.note(step, optimizer)
             climbing = [g for g in optimizer.param_groups if g.get("maximize") is True]
             self.maximize = type(optimizer).__name__ if climbing else ""
             # (an input ascended on purpose, an attack's perturbation, is no nn.Parameter)
@@ -265,6 +269,9 @@ class LearningRates:
         """The script ended at the clock's step ``step``."""
         if self.low_since is not None:
             self.report(self.collapsed(step), at_step=False)
+        clock = self.clock() if self.clock is not None else None
+        if clock is not None:
+            self.writes.note(step, clock)
         self._one_cycles_judged(step)
 
     def adopt_cycles(self, optimizer: torch.optim.Optimizer) -> None:

@@ -1,0 +1,209 @@
+"""``padding-not-masked``: attention over padded batches given no padding mask at all.
+
+Sequences of several lengths padded to one (a pad id at the end of the shorter rows, or at
+their start) and given to ``nn.TransformerEncoder`` without ``src_key_padding_mask``, to
+``nn.MultiheadAttention`` without ``key_padding_mask``, to ``scaled_dot_product_attention``
+without ``attn_mask``, or to a softmax over scores by hand that nothing masks: every token also
+attends to the padding, so what it gathers depends on how much padding its batch holds. Nothing
+fails; the model trains on its batches' padding, and an evaluation padded otherwise (one
+example at a time, a batch padded to a longer row) scores otherwise.
+
+Fed by ``masks.AttentionMasks``, whose wrappers are on during a trained model's forward on a
+sampled step. Each attention call of the forward (up to ``CALLS``) is read for whether it was
+given a mask over each row's keys: ``key_padding_mask``, an ``attn_mask`` with a batch dim, or,
+by hand, scores at or below ``IGNORED`` given to a softmax over keys as many as its queries
+(one host read a call); a ``[L, S]`` mask or ``is_causal`` masks no row's padding. Where no call
+of the forward was, the forward's id tensors ([B, S] integers of ``IDS`` values or more, or
+time first) are read for their padding (as ``masks`` reads it): rows padded to two lengths or
+more, two padding positions or more and two tokens each, and the pad id found nowhere else in
+them. Padding on the right under a causal mask is never attended by a token (only later
+positions are, and they are padding), and is not this. 3 sampled forwards in a row make the
+finding, at the first unmasked call's line.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+
+from treeqa.health import sites
+from treeqa.health.causal import IGNORED
+from treeqa.health.findings import Finding
+from treeqa.health.packing import padding_runs
+
+CALLS = 4
+"""Attention calls read per forward."""
+STEPS = 3
+"""Sampled forwards in a row whose padding every attention left open."""
+IDS = 8
+"""The fewest values an id tensor holds (as ``masks.IDS``): a mask or segment ids hold few."""
+ADDED = 4
+"""Keys a model may add to its inputs' positions (a CLS vector, memory tokens)."""
+HERE = str(Path(__file__).parent)
+
+
+class PaddingReads:
+    """``add``: where the finding goes. ``forward(ids)`` at a sampled forward's start, with its
+    integer [B, S] tensors; ``called`` for each call the masks' wrappers see; ``end()`` after
+    it; ``finish()`` when the run ends."""
+
+    def __init__(self, add: Any):
+        self.add = add
+        self.ids: list[torch.Tensor] = []
+        self.calls: list[tuple[int, bool]] = []  # (keys, a causal mask) of each unmasked call
+        self.masked = False  # a call of this forward masked each row's keys
+        self.where = ""  # the first unmasked call's line
+        self.example: dict[str, Any] | None = None
+        self.in_a_row = 0
+        self.said = False
+
+    def forward(self, ids: list[torch.Tensor]) -> None:
+        self.ids = [] if self.said else ids
+        self.calls, self.masked = [], False
+
+    def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not self.ids or self.masked or len(self.calls) >= CALLS:
+            return
+        if name == "multi_head_attention_forward":  # (query [L, B, E], key [S, B, E], ...)
+            key = args[1] if len(args) > 1 else kwargs.get("key")
+            mask, attn = kwargs.get("key_padding_mask"), kwargs.get("attn_mask")
+            if not isinstance(key, torch.Tensor) or key.dim() != 3:
+                return
+            keys, batched = key.shape[0], _batched(attn, 3)
+            causal = bool(kwargs.get("is_causal")) or (attn is not None and not batched)
+            given = mask is not None or batched
+        elif name == "scaled_dot_product_attention" and not _in_torch_attention():
+            key = args[1] if len(args) > 1 else kwargs.get("key")
+            attn = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+            if not isinstance(key, torch.Tensor) or key.dim() < 3:
+                return
+            keys, batched = key.shape[-2], _batched(attn, key.dim())
+            causal = bool(args[5] if len(args) > 5 else kwargs.get("is_causal")) or (
+                attn is not None and not batched
+            )
+            given = batched
+        elif name == "softmax" and not _in_torch_attention():  # scores by hand
+            scores = args[0] if args else kwargs.get("input")
+            dim = args[1] if len(args) > 1 else kwargs.get("dim")
+            if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+                return
+            if scores.dim() < 3 or dim not in (-1, scores.dim() - 1):
+                return
+            keys = scores.shape[-1]
+            if keys != scores.shape[-2]:
+                return  # (self-attention scores are square)
+            low = scores.detach() <= IGNORED  # one host read: is any key masked?
+            given = causal = bool(low.any())
+            if given and bool(low[..., 0, 1:].all()):  # the first query sees itself alone
+                given = False  # a causal mask, over no row's padding
+        else:
+            return
+        if given:
+            self.masked = True
+            return
+        if not self.calls:
+            self.where = sites.user_site()
+        self.calls.append((keys, causal))
+
+    def end(self) -> None:
+        """The forward ended: judged where every attention call left its keys open."""
+        calls, self.calls = self.calls, []
+        if self.said or not self.ids:
+            return
+        if self.masked or not calls:
+            self.in_a_row = 0 if self.masked else self.in_a_row
+            return
+        keys = calls[0][0]
+        causal = all(c for _, c in calls)
+        reading = None
+        for ids in self.ids:
+            reading = reading or _padded(ids, keys, causal)
+        self.ids = []
+        if reading is None:
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        self.example = self.example or reading
+        if self.in_a_row >= STEPS:
+            self._report()
+
+    def finish(self) -> None:
+        """The run ended: a short run's one or two such forwards are not judged."""
+
+    def _report(self) -> None:
+        assert self.example is not None
+        self.said = True
+        e = self.example
+        self.add(
+            Finding(
+                "padding-not-masked",
+                "warning",
+                f"attention runs over padded batches with no padding mask, on {self.in_a_row} "
+                f"sampled forwards in a row: in the first, {e['rows']} rows padded to "
+                f"{e['lengths']} lengths (row {e['row']}: {e['tokens']} tokens and "
+                f"{e['padding']} padding positions, padded on the {e['side']}); every token "
+                "attends to the padding too, so what it gathers depends on how much padding "
+                "its batch holds, and an evaluation padded otherwise (one example at a time, a "
+                "longer batch) scores otherwise",
+                where=self.where,
+                evidence={"forwards": self.in_a_row, **e},
+            )
+        )
+
+
+def _batched(mask: Any, dims: int) -> bool:
+    """Whether an attention's mask has a batch dim (``dims``: its query's dims): one mask per
+    row, which may mask each row's padding."""
+    return isinstance(mask, torch.Tensor) and mask.dim() >= dims and mask.shape[0] > 1
+
+
+def _in_torch_attention() -> bool:
+    """Whether the call noted (a softmax, or ``scaled_dot_product_attention``) was made inside
+    torch's ``multi_head_attention_forward``: that call is read as itself (its own masks, as
+    given, before it merges them into one per row)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(HERE):
+        frame = frame.f_back
+    while frame is not None and frame.f_code.co_filename.startswith(sites.TORCH_DIR):
+        if frame.f_code.co_name == "multi_head_attention_forward":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _padded(ids: torch.Tensor, keys: int, causal: bool) -> dict[str, Any] | None:
+    """How ``ids`` ([B, S] or [S, B]) are padded, lined up with attention over ``keys`` keys
+    (its S, or up to ``ADDED`` more): None where fewer than two rows are padded, to one length,
+    or where right padding meets a causal mask (no token attends to later keys)."""
+    if ids.unique().numel() < IDS:  # (one host read)
+        return None
+    rows = [ids] if ids.shape[0] == ids.shape[1] else [ids, ids.t()]
+    for x in rows:
+        if not 0 <= keys - x.shape[1] <= ADDED:
+            continue
+        for side in ("right", "left"):
+            if side == "right" and causal:
+                continue
+            r = (x if side == "right" else x.flip(1)).detach()[..., None]  # [B, S, 1]
+            run, pad = padding_runs(r)
+            tokens = x.shape[1] - run
+            elsewhere = (r == pad).all(-1).sum(1) - run  # the pad id before the padding
+            judged = (run >= 2) & (tokens >= 2)
+            lengths = (torch.where(judged, run, -1).unique() >= 0).sum()
+            stats = [judged.sum(), run.argmax(), run.max(), lengths, elsewhere.sum()]
+            stats.append(torch.where(judged, run, x.shape[1]).min())
+            n, row, most, lengths, inside, least = torch.stack(stats).tolist()
+            if n >= 2 and least < most and inside <= n:
+                return {
+                    "rows": n,
+                    "lengths": lengths,
+                    "row": row,
+                    "tokens": int(tokens[row]),
+                    "padding": most,
+                    "side": side,
+                }
+    return None

@@ -1,0 +1,173 @@
+"""Predictions scored wrongly: what the script does with a trained model's output between its
+forwards (an evaluation's metric, a training accuracy).
+
+- ``argmax-over-one-class``: the predicted class taken by ``argmax`` (``max`` or ``topk``
+  over a dim) over a dim of size 1 of the output: a binary classifier with one logit
+  (``nn.Linear(d, 1)`` under ``BCEWithLogitsLoss``) scored as ``out.argmax(1)`` or
+  ``_, pred = torch.max(out, 1)``, copied from multi-class code. The index is 0 in every row:
+  every prediction is class 0, and the accuracy is the share of class 0 whatever the model
+  learned.
+- ``accuracy-broadcast``: predictions of shape ``[N, 1]`` compared with targets of shape
+  ``[N]`` (or the other way round) by ``==``, ``eq`` or ``torch.eq``: the comparison broadcasts
+  to ``[N, N]``, every prediction against every target, so ``(pred == y).float().mean()`` is
+  the share of agreeing pairs (near 0.5 on two balanced classes, whatever the model) and
+  ``(pred == y).sum()`` counts up to N * N.
+
+After each forward of a model the clock trains that returns a batch (an evaluation's; a
+training step's, on sampled steps) the reductions and comparisons are wrapped until the next
+forward of such a model (the window where its output is scored), so a step that is not
+sampled pays nothing. Each call looks at shapes only (no host sync). A reduction counts when
+its tensor has the output's shape (``sigmoid(out)``, ``out.data`` too; or the evaluation's
+outputs joined) and its dim is of size 1 there; a comparison when its two sides are ``[N, 1]`` and ``[N]`` for the output's batch size
+``N`` (or the rows of the evaluation's outputs so far: its predictions joined with
+``torch.cat``) and are not views of one tensor (a contrastive loss's mask,
+``labels.view(-1, 1) == labels``, compares a batch's labels with themselves on purpose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from treeqa.health import sites
+from treeqa.health.findings import Finding
+from treeqa.health.wrap import Wrappers, note_function_calls
+
+REDUCTIONS = ("argmax", "max", "topk")
+"""The functions (``torch.X`` and ``Tensor.X``) that pick a class along a dim."""
+COMPARISONS = (("__eq__", True), ("eq", True), ("eq", False))
+"""``(name, a Tensor method)``: ``pred == y``, ``pred.eq(y)``, ``torch.eq(pred, y)``."""
+
+
+class Predictions:
+    """``add``: where findings go. ``done(output)`` after a trained model's forward (whose
+    output is scored), ``begin()`` before the next one, ``end()`` when the run ends."""
+
+    def __init__(self, add: Callable[[Finding], None]):
+        self.add = add
+        self.reported: set[str] = set()
+        self.wrappers = Wrappers()
+        self.shape: torch.Size | None = None  # the output's, in this window
+        self.rows = 0  # the outputs' rows since the evaluation began (a window of training: its)
+        self.evaluating = False  # the last output was an evaluation's
+        self.open = False  # a window's wrappers are in place
+
+    def done(self, output: Any, evaluation: bool) -> None:
+        """A trained model's forward returned ``output`` (``evaluation``: in an evaluation,
+        else a training step's): wrap what scores it."""
+        if len(self.reported) == 2:
+            return
+        out = _output_tensor(output)
+        if out is None or not out.is_floating_point() or out.dim() < 2 or out.shape[0] < 2:
+            return
+        self.shape = out.shape
+        self.rows = self.rows + out.shape[0] if evaluation and self.evaluating else out.shape[0]
+        self.evaluating = evaluation
+        if self.open:
+            return
+        self.open = True
+        if "argmax-over-one-class" not in self.reported and 1 in out.shape[1:]:
+            for name in REDUCTIONS:
+                self.wrappers.add(note_function_calls(torch, name, self._reduced))
+                self.wrappers.add(note_function_calls(torch.Tensor, name, self._reduced))
+        if "accuracy-broadcast" not in self.reported:
+            for name, method in COMPARISONS:
+                owner = torch.Tensor if method else torch
+                self.wrappers.add(note_function_calls(owner, name, self._compared))
+
+    def begin(self) -> None:
+        """A trained model's forward starts: its last output's window closes (called where
+        ``open``)."""
+        self.open = False
+        self.wrappers.undo()
+
+    end = begin  # the run ends
+
+    def _reduced(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``torch.<name>(x, dim)`` or ``x.<name>(dim)`` ran in the window."""
+        if not args or not isinstance(args[0], torch.Tensor) or self.shape is None:
+            return
+        x, rest = args[0], args[1:]
+        if x.shape[1:] != self.shape[1:] or x.shape[0] not in (self.shape[0], self.rows):
+            return  # (the batch's outputs, or the evaluation's so far joined)
+        if name == "topk":  # topk(k, dim=-1, ...)
+            k = rest[0] if rest else kwargs.get("k")
+            dim = rest[1] if len(rest) > 1 else kwargs.get("dim", -1)
+            if k != 1:
+                return
+        else:  # argmax(dim=None, keepdim=False), max(dim, keepdim): a max of two tensors
+            dim = rest[0] if rest else kwargs.get("dim")  # or over everything is no class
+        if not isinstance(dim, int) or not -x.dim() <= dim < x.dim() or x.shape[dim] != 1:
+            return
+        shape = list(x.shape)
+        call = {"argmax": f"argmax(dim={dim})", "max": f"max(dim={dim})", "topk": "topk(1)"}[name]
+        self._say(
+            Finding(
+                "argmax-over-one-class",
+                "error",
+                f"{call} over a dim of size 1 of the model's output {shape}: the index is 0 "
+                "in every row, so every prediction is class 0 and the accuracy is the share "
+                "of class 0, whatever the model learned (a single output unit holds one "
+                "logit, not a score for each class)",
+                where=sites.user_site(),
+                evidence={"function": name, "dim": dim, "shape": shape},
+            )
+        )
+
+    def _compared(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``a == b``, ``a.eq(b)`` or ``torch.eq(a, b)`` ran in the window."""
+        if len(args) < 2 or self.shape is None or "accuracy-broadcast" in self.reported:
+            return
+        a, b = args[0], args[1]
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            return
+        column, flat = (a, b) if a.dim() == 2 else (b, a)
+        n = flat.shape[0] if flat.dim() == 1 else 0
+        if column.shape != (n, 1) or n not in (self.shape[0], self.rows):
+            return  # (the batch's, or the evaluation's so far: its batches' outputs joined)
+        if _same_memory(a, b):
+            return
+        shapes = [list(a.shape), list(b.shape)]
+        self._say(
+            Finding(
+                "accuracy-broadcast",
+                "warning",
+                f"predictions compared with targets as {shapes[0]} and {shapes[1]}: the "
+                f"comparison broadcasts to [{n}, {n}], every prediction against every "
+                "target, so its mean is the share of agreeing pairs (the chance that two "
+                "rows share a label: 0.5 on two balanced classes, whatever the model) and its "
+                f"sum counts up to {n * n}",
+                where=sites.user_site(),
+                evidence={"shapes": shapes},
+            )
+        )
+
+    def _say(self, found: Finding) -> None:
+        self.reported.add(found.code)
+        self.begin()  # a later window wraps only what is still looked for
+        self.add(found)
+
+
+def _output_tensor(output: Any) -> torch.Tensor | None:
+    """The tensor a forward's output is scored by: itself, the first tensor of a tuple or
+    list, a dict's ``logits`` (or first tensor), an object's ``logits`` attribute."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, dict):
+        found = output.get("logits")
+        values = [found] if isinstance(found, torch.Tensor) else list(output.values())
+    elif isinstance(output, list | tuple):
+        values = list(output)
+    else:
+        values = [getattr(output, "logits", None)]
+    return next((v for v in values if isinstance(v, torch.Tensor)), None)
+
+
+def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are views of one tensor's memory."""
+    try:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # (a tensor without storage)
+        return False
