@@ -80,6 +80,7 @@ def test_a_training_accuracy_by_argmax_is_named_on_a_sampled_step(doctor_script:
         "pred = torch.max(out, torch.zeros_like(out))",  # of two tensors
         "pred = out.argmax()",  # over everything
         "pred = out.unsqueeze(1).argmax(-1)",  # another shape than the output's
+        "pick = torch.softmax(out, dim=1).argmax(1)",  # one value throughout: a mixture of one
     ],
 )
 def test_a_single_logit_predicted_otherwise_is_clean(doctor_script: Doctor, scored: str) -> None:
@@ -146,6 +147,7 @@ def test_predictions_compared_broadcast_are_named(
         "onehot = classes[500:][:, None] == torch.arange(3)",
         "match = out.argmax(1, keepdim=True) == classes[:80]",  # a gallery of another size
         "pairs = classes[500:, None] == classes[None, 500:]",  # [N, 1] against [1, N]
+        "match = classes[500:][:, None] == torch.randint(0, 3, (100,))",  # a vector's column
     ],
 )
 def test_comparisons_of_one_shape_or_on_purpose_are_clean(

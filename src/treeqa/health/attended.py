@@ -15,10 +15,13 @@ by hand, scores at or below ``IGNORED`` given to a softmax over keys as many as 
 (one host read a call); a ``[L, S]`` mask or ``is_causal`` masks no row's padding. Where no call
 of the forward was, the forward's id tensors ([B, S] integers of ``IDS`` values or more, or
 time first) are read for their padding (as ``masks`` reads it): rows padded to two lengths or
-more, two padding positions or more and two tokens each, and the pad id found nowhere else in
-them. Padding on the right under a causal mask is never attended by a token (only later
-positions are, and they are padding), and is not this. 3 sampled forwards in a row make the
-finding, at the first unmasked call's line.
+more, a padding position or more and two tokens each, and the pad id found nowhere else in
+them, or, where an Embedding of the model declares a ``padding_idx`` that rows end in, two rows
+or more padded with it by one position or more (length-bucketed batches pad a little). Padding
+on the right under a causal mask is never attended by a token (only later positions are, and
+they are padding), and is not this. 3 sampled forwards so, with none between whose attention
+was masked (a batch without padding says nothing), make the finding, at the first unmasked
+call's line.
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ from types import FrameType
 from typing import Any
 
 import torch
+from torch import nn
 
 from treeqa.health import sites
 from treeqa.health.causal import IGNORED
 from treeqa.health.findings import Finding
-from treeqa.health.packing import padding_runs
+from treeqa.health.packing import padding_runs, trailing
 
 CALLS = 4
 """Attention calls read per forward."""
@@ -60,10 +64,19 @@ class PaddingReads:
         self.example: dict[str, Any] | None = None
         self.in_a_row = 0
         self.said = False
+        self.declared: dict[int, set[int]] = {}  # each model's Embeddings' padding_idx
+        self.pads: set[int] = set()  # the forward's model's
 
-    def forward(self, ids: list[torch.Tensor]) -> None:
+    def forward(self, model: nn.Module, ids: list[torch.Tensor]) -> None:
         self.ids = [] if self.said else ids
         self.calls, self.masked = [], False
+        if self.ids and id(model) not in self.declared:  # (once a model)
+            self.declared[id(model)] = {
+                int(m.padding_idx)
+                for m in model.modules()
+                if isinstance(m, nn.Embedding) and m.padding_idx is not None
+            }
+        self.pads = self.declared.get(id(model), set())
 
     def called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not self.ids or self.masked or len(self.calls) >= CALLS:
@@ -121,11 +134,10 @@ class PaddingReads:
         causal = all(c for _, c in calls)
         reading = None
         for ids in self.ids:
-            reading = reading or _padded(ids, keys, causal)
+            reading = reading or _padded(ids, keys, causal, self.pads)
         self.ids = []
         if reading is None:
-            self.in_a_row = 0
-            return
+            return  # (a batch without padding, length-bucketed, says nothing)
         self.in_a_row += 1
         self.example = self.example or reading
         if self.in_a_row >= STEPS:
@@ -138,17 +150,18 @@ class PaddingReads:
         assert self.example is not None
         self.said = True
         e = self.example
+        lengths = f" to {e['lengths']} lengths" if e["lengths"] > 1 else ""
         self.add(
             Finding(
                 "padding-not-masked",
                 "warning",
                 f"attention runs over padded batches with no padding mask, on {self.in_a_row} "
-                f"sampled forwards in a row: in the first, {e['rows']} rows padded to "
-                f"{e['lengths']} lengths (row {e['row']}: {e['tokens']} tokens and "
-                f"{e['padding']} padding positions, padded on the {e['side']}); every token "
-                "attends to the padding too, so what it gathers depends on how much padding "
-                "its batch holds, and an evaluation padded otherwise (one example at a time, a "
-                "longer batch) scores otherwise",
+                f"sampled forwards: in the first, {e['rows']} rows padded{lengths} (row "
+                f"{e['row']}: {e['tokens']} tokens and {e['padding']} padding "
+                f"position{'s' if e['padding'] != 1 else ''}, padded on the {e['side']}); every "
+                "token attends to the padding too, so what it gathers depends on how much "
+                "padding its batch holds, and an evaluation padded otherwise (one example at a "
+                "time, a longer batch) scores otherwise",
                 where=self.where,
                 evidence={"forwards": self.in_a_row, **e},
             )
@@ -175,10 +188,14 @@ def _in_torch_attention() -> bool:
     return False
 
 
-def _padded(ids: torch.Tensor, keys: int, causal: bool) -> dict[str, Any] | None:
+def _padded(
+    ids: torch.Tensor, keys: int, causal: bool, declared: set[int]
+) -> dict[str, Any] | None:
     """How ``ids`` ([B, S] or [S, B]) are padded, lined up with attention over ``keys`` keys
-    (its S, or up to ``ADDED`` more): None where fewer than two rows are padded, to one length,
-    or where right padding meets a causal mask (no token attends to later keys)."""
+    (its S, or up to ``ADDED`` more): None where fewer than two rows are padded, or to one
+    length unless the pad is an Embedding's ``padding_idx`` (``declared``: rows bucketed by
+    length, each padded by one), or where right padding meets a causal mask (no token attends
+    to later keys)."""
     if ids.unique().numel() < IDS:  # (one host read)
         return None
     rows = [ids] if ids.shape[0] == ids.shape[1] else [ids, ids.t()]
@@ -188,22 +205,36 @@ def _padded(ids: torch.Tensor, keys: int, causal: bool) -> dict[str, Any] | None
         for side in ("right", "left"):
             if side == "right" and causal:
                 continue
-            r = (x if side == "right" else x.flip(1)).detach()[..., None]  # [B, S, 1]
-            run, pad = padding_runs(r)
-            tokens = x.shape[1] - run
-            elsewhere = (r == pad).all(-1).sum(1) - run  # the pad id before the padding
-            judged = (run >= 2) & (tokens >= 2)
-            lengths = (torch.where(judged, run, -1).unique() >= 0).sum()
-            stats = [judged.sum(), run.argmax(), run.max(), lengths, elsewhere.sum()]
-            stats.append(torch.where(judged, run, x.shape[1]).min())
-            n, row, most, lengths, inside, least = torch.stack(stats).tolist()
-            if n >= 2 and least < most and inside <= n:
-                return {
-                    "rows": n,
-                    "lengths": lengths,
-                    "row": row,
-                    "tokens": int(tokens[row]),
-                    "padding": most,
-                    "side": side,
-                }
+            r = (x if side == "right" else x.flip(1)).detach()  # [B, S]
+            reading = _reading(r, declared)
+            if reading is not None:
+                return {**reading, "side": side}
     return None
+
+
+def _reading(rows: torch.Tensor, declared: set[int]) -> dict[str, Any] | None:
+    """The padding at the end of ``rows`` [B, S]: an Embedding's ``padding_idx`` where the
+    rows end in one (``declared``), else the id the padded rows end in (``masks``' reading);
+    None where fewer than two rows are padded, or, for an id not declared, to one length."""
+    ends = [p for p in declared if bool((rows[:, -1] == p).any())][:1]
+    if ends:
+        pad = torch.tensor(ends, device=rows.device)
+        run = trailing(rows == pad)
+    else:
+        run, pad = padding_runs(rows[..., None])
+    tokens = rows.shape[1] - run
+    elsewhere = (rows == pad).sum(1) - run  # the pad id before the padding
+    judged = (run >= 1) & (tokens >= 2)  # (length-bucketed batches pad a little)
+    lengths = (torch.where(judged, run, -1).unique() >= 0).sum()
+    stats = [judged.sum(), run.argmax(), run.max(), lengths, elsewhere.sum()]
+    stats.append(torch.where(judged, run, rows.shape[1]).min())
+    n, row, most, lengths, inside, least = torch.stack(stats).tolist()
+    if n < 2 or inside > n or (least == most and not ends):
+        return None
+    return {
+        "rows": n,
+        "lengths": lengths,
+        "row": row,
+        "tokens": int(tokens[row]),
+        "padding": most,
+    }

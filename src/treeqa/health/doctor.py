@@ -555,13 +555,15 @@ class Doctor:
         if self._evaluating(module):
             self.dropouts.end()
             self.in_evaluation = False
-            self.predictions.done(output, evaluation=True)
+            if not (self.monitor.compiling or compiled()):  # (wrappers a graph would guard on)
+                self.predictions.done(output, evaluation=True)
             if not self.open:
                 self.last_end = time.perf_counter()
         elif self.updates.sampled and id(module) in self.trained:  # (all it reads is sampled)
             self.updates.forward_done(module, output)
             self.overlaps.forward_done(output, self.monitor.step)
-            self.predictions.done(output, evaluation=False)
+            if not (self.monitor.compiling or compiled()):
+                self.predictions.done(output, evaluation=False)
             self.masks.end()
             self.dropouts.end()
 

@@ -16,14 +16,16 @@ clock's optimiser on its sampled steps and when the run ends (dict lookups):
   returns new dicts: ``Optimizer.state_dict`` is wrapped to keep the groups of its latest
   result, with their rates then, per optimiser).
 
-Such a rate that no group holds makes the finding where it was changed since it was first seen
-(the script runs a schedule there), or, for an attribute or a group's key that has stayed as it
-was first seen, where the groups' rates have not moved in the run either (a rate set there
-once, before training, that the optimiser never took) and 20 steps have passed. A value that
-mirrors a group's rate (``optimizer.current_lr = g["lr"]`` for the log) holds a rate a group
-holds and is none; an attribute set once beside a scheduler that moves the groups is none
-either. Only torch's own optimisers are judged: a class of the script's may read an attribute
-or key of its own.
+Such a value that no group holds, where the groups' own values of that setting have not moved
+since it was first seen (where they move, a schedule of the script's own moves them, and the
+value is its bookkeeping: a base rate it multiplies, a rate logged a step late), makes the
+finding: at once where it has changed since it was first seen (the script runs a schedule
+there) or is a copy's changed rate; at the run's end for one that stayed as it was for 20
+steps or more (a rate set once that the optimiser never took, or a default changed for a group
+added later: by then it has been, and the default counts from it). A value that mirrors a
+group's (``optimizer.current_lr = g["lr"]`` for the log) is none, and so is a copy loaded back
+(``Optimizer.load_state_dict`` is wrapped to let its copies go). Only torch's own optimisers
+are judged: a class of the script's may read an attribute or key of its own.
 """
 
 from __future__ import annotations
@@ -68,11 +70,13 @@ class LrWrites:
             weakref.WeakKeyDictionary()
         )
         self.files: list[str] = []  # the script's files on the stack at the first judged step
+        self.pending: Finding | None = None  # a value never taken, said at the run's end
 
     def install(self, wrappers: Wrappers) -> None:
         optimizer = torch.optim.Optimizer
         wrappers.add(note_function_results(optimizer, "add_param_group", self._built))
         wrappers.add(note_function_results(optimizer, "state_dict", self._copied))
+        wrappers.add(note_function_results(optimizer, "load_state_dict", self._loaded))
 
     def _built(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
         if args and isinstance(args[0], torch.optim.Optimizer):
@@ -86,34 +90,53 @@ class LrWrites:
             kept = [(g, g.get("lr")) for g in groups if isinstance(g, dict)]
             self.copies[args[0]] = kept
 
+    def _loaded(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
+        """A state loaded into the optimiser: a copy edited and loaded back took effect."""
+        if args:
+            self.copies.pop(args[0], None)
+
     def note(self, step: int, optimizer: torch.optim.Optimizer) -> None:
-        """After the clock's sampled step ``step`` (and at the run's end)."""
+        """After the clock's sampled step ``step`` (and at the run's end, while it lives)."""
         if self.said or not type(optimizer).__module__.startswith("torch.optim"):
             return
         seen = self.seen.get(optimizer)
         if seen is None:
             seen = self.seen[optimizer] = {"groups": {}, "moved": set()}
             self.files = self.files or _user_files()
-        for place, value, steady_counts, setting in self._places(optimizer):
+        self.pending = None
+        for place, value, written, setting in self._places(optimizer):
             held = [float(g[setting]) for g in optimizer.param_groups if _number(g.get(setting))]
             if not held or not _number(value):
                 continue
             if seen["groups"].setdefault(setting, held) != held:
-                seen["moved"].add(setting)  # (a schedule moves the groups' values)
-            if any(math.isclose(value, v, rel_tol=1e-6) for v in held):
-                continue  # a mirror of what the groups hold
+                seen["moved"].add(setting)  # (a schedule moves the groups: the script's own)
+            if setting in seen["moved"] or any(math.isclose(value, v, rel_tol=1e-6) for v in held):
+                continue  # a mirror of what the groups hold, or a rate of the script's own
             first = seen.setdefault(place, (value, step))
             changed = value != first[0]
-            steady = steady_counts and setting not in seen["moved"] and step - first[1] >= STEADY
-            if changed or steady or place == "defaults" or place == "copy":
+            if not (changed or written or step - first[1] >= STEADY):
+                continue
+            found = _finding(optimizer, place, setting, float(value), held, first[1], changed)
+            found.where = _written_at(found.evidence.pop("pattern"), self.files)
+            if changed or written:
                 self.said = True
-                found = _finding(optimizer, place, setting, float(value), held, first[1], changed)
-                found.where = _written_at(found.evidence.pop("pattern"), self.files)
                 self.report(found)
                 return
+            # A default changed may be for a group added later; a value set once, for a
+            # schedule by hand that moves the groups later: both wait for the run's end.
+            self.pending = self.pending or found
+
+    def finish(self, step: int, optimizer: torch.optim.Optimizer | None) -> None:
+        """The run ended at the clock's step ``step`` (its optimiser, where it lives): a value
+        that stayed as it was, never taken, is said as the last reading left it."""
+        if optimizer is not None:
+            self.note(step, optimizer)
+        if self.pending is not None and not self.said:
+            self.said = True
+            self.report(self.pending)
 
     def _places(self, optimizer: torch.optim.Optimizer) -> list[tuple[str, Any, bool, str]]:
-        """``(place, value, whether a value that never changed counts, the group key meant)``
+        """``(place, value, whether it shows a write (a copy's changed rate), the group key meant)``
         of each setting written outside the groups: attributes named for the rate or for a key
         of the optimiser's defaults (``weight_decay``, ``momentum``), the default rate, keys
         named for the rate, a copy's rate."""
@@ -121,19 +144,19 @@ class LrWrites:
         defaults = optimizer.defaults if isinstance(optimizer.defaults, dict) else {}
         for name, value in vars(optimizer).items():
             if RATE_NAME.match(name):
-                found.append((f"attribute {name}", value, True, "lr"))
+                found.append((f"attribute {name}", value, False, "lr"))
             elif name in defaults and name != "params":
-                found.append((f"attribute {name}", value, True, name))
+                found.append((f"attribute {name}", value, False, name))
         built, now = self.built.get(optimizer), defaults.get("lr")
         if _number(built) and _number(now) and now != built:
-            found.append(("defaults", now, False, "lr"))
+            found.append(("defaults", now, False, "lr"))  # (judged at the end)
         for group in optimizer.param_groups:
             for key, value in group.items():
                 if key != "lr" and isinstance(key, str) and RATE_NAME.match(key):
-                    found.append((f"key {key}", value, True, "lr"))
+                    found.append((f"key {key}", value, False, "lr"))
         for group, then in self.copies.get(optimizer, ()):
             if group.get("lr") != then:
-                found.append(("copy", group.get("lr"), False, "lr"))
+                found.append(("copy", group.get("lr"), True, "lr"))
         return found
 
 

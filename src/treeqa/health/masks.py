@@ -88,7 +88,7 @@ class AttentionMasks:
         given = list(_given((*args, *(kwargs or {}).values())))
         inputs = list(_tensors(given))[:CANDIDATES]
         self.causal.forward(model, [x for x in inputs if x.dim() == 2], list(_beside(given)))
-        self.padding.forward([x for x in inputs if x.dim() == 2])
+        self.padding.forward(model, [x for x in inputs if x.dim() == 2])
         self.inputs = [] if self.said else inputs
         if not self.inputs and not self.causal.ids and not self.padding.ids:
             return

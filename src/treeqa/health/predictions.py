@@ -21,7 +21,10 @@ its tensor has the output's shape (``sigmoid(out)``, ``out.data`` too; or the ev
 outputs joined) and its dim is of size 1 there; a comparison when its two sides are ``[N, 1]`` and ``[N]`` for the output's batch size
 ``N`` (or the rows of the evaluation's outputs so far: its predictions joined with
 ``torch.cat``) and are not views of one tensor (a contrastive loss's mask,
-``labels.view(-1, 1) == labels``, compares a batch's labels with themselves on purpose).
+``labels.view(-1, 1) == labels``, compares a batch's labels with themselves on purpose), and
+the column is not a view of a vector (``q[:, None] == g``: a match matrix of two label sets
+written as one, on purpose). A reduction over a tensor of one value throughout (a softmax over
+one mixture component) is none either (one host read).
 """
 
 from __future__ import annotations
@@ -101,6 +104,8 @@ class Predictions:
             dim = rest[0] if rest else kwargs.get("dim")  # or over everything is no class
         if not isinstance(dim, int) or not -x.dim() <= dim < x.dim() or x.shape[dim] != 1:
             return
+        if bool((x == x.flatten()[0]).all()):  # (one host read, once)
+            return  # one value throughout: a softmax over one component, picked on purpose
         shape = list(x.shape)
         call = {"argmax": f"argmax(dim={dim})", "max": f"max(dim={dim})", "topk": "topk(1)"}[name]
         self._say(
@@ -127,8 +132,8 @@ class Predictions:
         n = flat.shape[0] if flat.dim() == 1 else 0
         if column.shape != (n, 1) or n not in (self.shape[0], self.rows):
             return  # (the batch's, or the evaluation's so far: its batches' outputs joined)
-        if _same_memory(a, b):
-            return
+        if _same_memory(a, b) or (column._base is not None and column._base.dim() == 1):
+            return  # a batch against itself; a column made of a vector: an outer one on purpose
         shapes = [list(a.shape), list(b.shape)]
         self._say(
             Finding(

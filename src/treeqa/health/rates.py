@@ -269,9 +269,7 @@ class LearningRates:
         """The script ended at the clock's step ``step``."""
         if self.low_since is not None:
             self.report(self.collapsed(step), at_step=False)
-        clock = self.clock() if self.clock is not None else None
-        if clock is not None:
-            self.writes.note(step, clock)
+        self.writes.finish(step, self.clock() if self.clock is not None else None)
         self._one_cycles_judged(step)
 
     def adopt_cycles(self, optimizer: torch.optim.Optimizer) -> None:
