@@ -119,3 +119,19 @@ def test_attention_that_masks_the_padding_or_has_none_is_clean(
     doctor_script: Doctor, forward: str, left: bool, same: bool
 ) -> None:
     assert _run(doctor_script, forward, left, same) == []
+
+
+def test_length_bucketed_batches_padded_by_one_are_named_by_their_padding_idx(
+    doctor_script: Doctor,
+) -> None:
+    """Rows of two lengths a batch, the shorter padded by one: one padding length, told as
+    padding by the Embedding's ``padding_idx`` (without it, one length is no padding)."""
+    bucketed = HEAD.replace(
+        "    lengths = torch.full((n,), S) if same else torch.randint(4, S, (n,))",
+        "    lengths = S - torch.randint(0, 2, (n,))",
+    )
+    text = bucketed.replace("FORWARD", "h = self.enc(h)").replace("LEFT", "False")
+    found = doctor_script(text.replace("SAME", "False"), CODE)
+    assert len(found) == 1 and found[0]["evidence"]["padding"] == 1, found
+    undeclared = text.replace(", padding_idx=PAD)", ")").replace("SAME", "False")
+    assert doctor_script(undeclared, CODE) == []

@@ -114,3 +114,26 @@ class Plain(torch.optim.Optimizer):
 opt = Plain(model.parameters(), 0.01)""",
     )
     assert _run(doctor_script, "opt.param_groups[0]['learning_rate'] = lr", head) == []
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        # a base rate the script multiplies into the groups, held flat for a while
+        "opt.lr = 0.02\nfor g in opt.param_groups: g['lr'] = opt.lr * min(1, epoch / 3)",
+        # a rate logged a step late
+        "opt.lr = opt.param_groups[0]['lr']\nfor g in opt.param_groups: g['lr'] = lr",
+        # a default changed for a group added later
+        "opt.defaults['lr'] = 0.005\nif epoch == 3: opt.add_param_group({'params': [extra]})",
+        # a state edited and loaded back, then moved on
+        "sd = opt.state_dict(); sd['param_groups'][0]['lr'] = lr * 2; opt.load_state_dict(sd)\n"
+        "for g in opt.param_groups: g['lr'] = lr",
+    ],
+)
+def test_a_value_the_scripts_own_schedule_keeps_is_clean(doctor_script: Doctor, write: str) -> None:
+    head = HEAD.replace(
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)",
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\nextra = nn.Parameter(torch.zeros(1))",
+    )
+    body = "\n    ".join(write.splitlines())
+    assert _run(doctor_script, body, head) == []

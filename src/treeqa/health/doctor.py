@@ -563,9 +563,12 @@ class Doctor:
             self.updates.forward_done(module, output)
             self.overlaps.forward_done(output, self.monitor.step)
             if not (self.monitor.compiling or compiled()):
-                self.predictions.done(output, evaluation=False)
+                self.predictions.done(output, evaluation=not torch.is_grad_enabled())
             self.masks.end()
             self.dropouts.end()
+        elif not torch.is_grad_enabled() and id(module) in self.trained:  # an evaluation that
+            if not (self.monitor.compiling or compiled()):  # never called model.eval()
+                self.predictions.done(output, evaluation=True)
 
     def _hook_tops(self, tops: Sequence[nn.Module]) -> None:
         """A step's compute starts at the first forward of any model, trained by the clock or

@@ -13,8 +13,8 @@ forwards (an evaluation's metric, a training accuracy).
   the share of agreeing pairs (near 0.5 on two balanced classes, whatever the model) and
   ``(pred == y).sum()`` counts up to N * N.
 
-After each forward of a model the clock trains that returns a batch (an evaluation's; a
-training step's, on sampled steps) the reductions and comparisons are wrapped until the next
+After each forward of a model the clock trains that returns a batch (an evaluation's, without
+gradients, in eval mode or not; a training step's, on sampled steps) the reductions and comparisons are wrapped until the next
 forward of such a model (the window where its output is scored), so a step that is not
 sampled pays nothing. Each call looks at shapes only (no host sync). A reduction counts when
 its tensor has the output's shape (``sigmoid(out)``, ``out.data`` too; or the evaluation's
@@ -52,7 +52,8 @@ class Predictions:
         self.add = add
         self.reported: set[str] = set()
         self.wrappers = Wrappers()
-        self.shape: torch.Size | None = None  # the output's, in this window
+        self.shapes: list[torch.Size] = []  # the output's tensors', in this window
+        self.batch = 0  # their rows
         self.rows = 0  # the outputs' rows since the evaluation began (a window of training: its)
         self.evaluating = False  # the last output was an evaluation's
         self.open = False  # a window's wrappers are in place
@@ -62,16 +63,21 @@ class Predictions:
         else a training step's): wrap what scores it."""
         if len(self.reported) == 2:
             return
-        out = _output_tensor(output)
-        if out is None or not out.is_floating_point() or out.dim() < 2 or out.shape[0] < 2:
+        outputs = [
+            t
+            for t in _output_tensors(output)
+            if t.is_floating_point() and t.dim() >= 2 and t.shape[0] >= 2
+        ]
+        if not outputs:
             return
-        self.shape = out.shape
-        self.rows = self.rows + out.shape[0] if evaluation and self.evaluating else out.shape[0]
+        self.batch = outputs[0].shape[0]
+        self.shapes = [t.shape for t in outputs if t.shape[0] == self.batch]
+        self.rows = self.rows + self.batch if evaluation and self.evaluating else self.batch
         self.evaluating = evaluation
         if self.open:
             return
         self.open = True
-        if "argmax-over-one-class" not in self.reported and 1 in out.shape[1:]:
+        if "argmax-over-one-class" not in self.reported and any(1 in t[1:] for t in self.shapes):
             for name in REDUCTIONS:
                 self.wrappers.add(note_function_calls(torch, name, self._reduced))
                 self.wrappers.add(note_function_calls(torch.Tensor, name, self._reduced))
@@ -90,10 +96,12 @@ class Predictions:
 
     def _reduced(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``torch.<name>(x, dim)`` or ``x.<name>(dim)`` ran in the window."""
-        if not args or not isinstance(args[0], torch.Tensor) or self.shape is None:
+        if not args or not isinstance(args[0], torch.Tensor):
             return
         x, rest = args[0], args[1:]
-        if x.shape[1:] != self.shape[1:] or x.shape[0] not in (self.shape[0], self.rows):
+        if x.shape[0] not in (self.batch, self.rows) or all(
+            x.shape[1:] != t[1:] for t in self.shapes
+        ):
             return  # (the batch's outputs, or the evaluation's so far joined)
         if name == "topk":  # topk(k, dim=-1, ...)
             k = rest[0] if rest else kwargs.get("k")
@@ -123,14 +131,14 @@ class Predictions:
 
     def _compared(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``a == b``, ``a.eq(b)`` or ``torch.eq(a, b)`` ran in the window."""
-        if len(args) < 2 or self.shape is None or "accuracy-broadcast" in self.reported:
+        if len(args) < 2 or not self.shapes or "accuracy-broadcast" in self.reported:
             return
         a, b = args[0], args[1]
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
             return
         column, flat = (a, b) if a.dim() == 2 else (b, a)
         n = flat.shape[0] if flat.dim() == 1 else 0
-        if column.shape != (n, 1) or n not in (self.shape[0], self.rows):
+        if column.shape != (n, 1) or n not in (self.batch, self.rows):
             return  # (the batch's, or the evaluation's so far: its batches' outputs joined)
         if _same_memory(a, b) or (column._base is not None and column._base.dim() == 1):
             return  # a batch against itself; a column made of a vector: an outer one on purpose
@@ -155,19 +163,21 @@ class Predictions:
         self.add(found)
 
 
-def _output_tensor(output: Any) -> torch.Tensor | None:
-    """The tensor a forward's output is scored by: itself, the first tensor of a tuple or
-    list, a dict's ``logits`` (or first tensor), an object's ``logits`` attribute."""
+def _output_tensors(output: Any) -> list[torch.Tensor]:
+    """The tensors a forward's output may be scored by (4 at most): itself, those of a tuple,
+    list or dict (``logits`` first), an object's (``logits`` first: a dataclass, a named tuple,
+    a library's output object)."""
     if isinstance(output, torch.Tensor):
-        return output
+        return [output]
+    logits = output.get("logits") if isinstance(output, dict) else getattr(output, "logits", None)
     if isinstance(output, dict):
-        found = output.get("logits")
-        values = [found] if isinstance(found, torch.Tensor) else list(output.values())
+        values = list(output.values())
     elif isinstance(output, list | tuple):
         values = list(output)
     else:
-        values = [getattr(output, "logits", None)]
-    return next((v for v in values if isinstance(v, torch.Tensor)), None)
+        values = list(getattr(output, "__dict__", {}).values())
+    values = [logits, *values] if isinstance(logits, torch.Tensor) else values
+    return [v for v in values if isinstance(v, torch.Tensor)][:4]
 
 
 def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
