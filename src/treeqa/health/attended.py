@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from treeqa.health import sites
+from treeqa.health import checks, sites
 from treeqa.health.causal import IGNORED
 from treeqa.health.findings import Finding
 from treeqa.health.packing import padding_runs, trailing
@@ -84,7 +84,7 @@ class PaddingReads:
         if name == "multi_head_attention_forward":  # (query [L, B, E], key [S, B, E], ...)
             key = args[1] if len(args) > 1 else kwargs.get("key")
             mask, attn = kwargs.get("key_padding_mask"), kwargs.get("attn_mask")
-            if not isinstance(key, torch.Tensor) or key.dim() != 3:
+            if not isinstance(key, torch.Tensor) or not checks.dense(key) or key.dim() != 3:
                 return
             keys, batched = key.shape[0], _batched(attn, 3)
             causal = bool(kwargs.get("is_causal")) or (attn is not None and not batched)
@@ -92,7 +92,7 @@ class PaddingReads:
         elif name == "scaled_dot_product_attention" and not _in_torch_attention():
             key = args[1] if len(args) > 1 else kwargs.get("key")
             attn = args[3] if len(args) > 3 else kwargs.get("attn_mask")
-            if not isinstance(key, torch.Tensor) or key.dim() < 3:
+            if not isinstance(key, torch.Tensor) or not checks.dense(key) or key.dim() < 3:
                 return
             keys, batched = key.shape[-2], _batched(attn, key.dim())
             causal = bool(args[5] if len(args) > 5 else kwargs.get("is_causal")) or (
@@ -102,7 +102,9 @@ class PaddingReads:
         elif name == "softmax" and not _in_torch_attention():  # scores by hand
             scores = args[0] if args else kwargs.get("input")
             dim = args[1] if len(args) > 1 else kwargs.get("dim")
-            if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+            if not isinstance(scores, torch.Tensor) or not checks.dense(scores):
+                return
+            if not scores.is_floating_point():
                 return
             if scores.dim() < 3 or dim not in (-1, scores.dim() - 1):
                 return
