@@ -113,6 +113,13 @@ def test_attention_without_a_padding_mask_is_named(
         ("h = self.enc(h)", False, True),  # rows of one length: no padding
         ("h = self.by_hand(h)", False, True),
         ("h = nn.functional.relu(h)", False, False),  # no attention
+        # each row cropped to its tokens and attended alone: no padded batch
+        (
+            "h = torch.stack([F.pad(self.by_hand(r[None, : int(n)])[0], (0, 0, 0, S - int(n)))"
+            " for r, n in zip(h, (~pad).sum(1))])",
+            False,
+            False,
+        ),
     ],
 )
 def test_attention_that_masks_the_padding_or_has_none_is_clean(

@@ -53,12 +53,13 @@ HERE = str(Path(__file__).parent)
 class PaddingReads:
     """``add``: where the finding goes. ``forward(ids)`` at a sampled forward's start, with its
     integer [B, S] tensors; ``called`` for each call the masks' wrappers see; ``end()`` after
-    it; ``finish()`` when the run ends."""
+    it (a short run's one or two such forwards are not judged)."""
 
     def __init__(self, add: Any):
         self.add = add
         self.ids: list[torch.Tensor] = []
-        self.calls: list[tuple[int, bool]] = []  # (keys, a causal mask) of each unmasked call
+        # (keys, rows, a causal mask) of each unmasked call: rows, its batch (times its heads)
+        self.calls: list[tuple[int, int, bool]] = []
         self.masked = False  # a call of this forward masked each row's keys
         self.where = ""  # the first unmasked call's line
         self.example: dict[str, Any] | None = None
@@ -86,7 +87,7 @@ class PaddingReads:
             mask, attn = kwargs.get("key_padding_mask"), kwargs.get("attn_mask")
             if not isinstance(key, torch.Tensor) or not checks.dense(key) or key.dim() != 3:
                 return
-            keys, batched = key.shape[0], _batched(attn, 3)
+            keys, rows, batched = key.shape[0], key.shape[1], _batched(attn, 3)
             causal = bool(kwargs.get("is_causal")) or (attn is not None and not batched)
             given = mask is not None or batched
         elif name == "scaled_dot_product_attention" and not _in_torch_attention():
@@ -94,7 +95,7 @@ class PaddingReads:
             attn = args[3] if len(args) > 3 else kwargs.get("attn_mask")
             if not isinstance(key, torch.Tensor) or not checks.dense(key) or key.dim() < 3:
                 return
-            keys, batched = key.shape[-2], _batched(attn, key.dim())
+            keys, rows, batched = key.shape[-2], key.shape[0], _batched(attn, key.dim())
             causal = bool(args[5] if len(args) > 5 else kwargs.get("is_causal")) or (
                 attn is not None and not batched
             )
@@ -108,7 +109,7 @@ class PaddingReads:
                 return
             if scores.dim() < 3 or dim not in (-1, scores.dim() - 1):
                 return
-            keys = scores.shape[-1]
+            keys, rows = scores.shape[-1], scores.shape[0]
             if keys != scores.shape[-2]:
                 return  # (self-attention scores are square)
             low = scores.detach() <= IGNORED  # one host read: is any key masked?
@@ -122,7 +123,7 @@ class PaddingReads:
             return
         if not self.calls:
             self.where = sites.user_site()
-        self.calls.append((keys, causal))
+        self.calls.append((keys, rows, causal))
 
     def end(self) -> None:
         """The forward ended: judged where every attention call left its keys open."""
@@ -132,11 +133,11 @@ class PaddingReads:
         if self.masked or not calls:
             self.in_a_row = 0 if self.masked else self.in_a_row
             return
-        keys = calls[0][0]
-        causal = all(c for _, c in calls)
+        keys, rows, _ = calls[0]
+        causal = all(c for _, _, c in calls)
         reading = None
         for ids in self.ids:
-            reading = reading or _padded(ids, keys, causal, self.pads)
+            reading = reading or _padded(ids, keys, rows, causal, self.pads)
         self.ids = []
         if reading is None:
             return  # (a batch without padding, length-bucketed, says nothing)
@@ -144,9 +145,6 @@ class PaddingReads:
         self.example = self.example or reading
         if self.in_a_row >= STEPS:
             self._report()
-
-    def finish(self) -> None:
-        """The run ended: a short run's one or two such forwards are not judged."""
 
     def _report(self) -> None:
         assert self.example is not None
@@ -191,18 +189,18 @@ def _in_torch_attention() -> bool:
 
 
 def _padded(
-    ids: torch.Tensor, keys: int, causal: bool, declared: set[int]
+    ids: torch.Tensor, keys: int, rows: int, causal: bool, declared: set[int]
 ) -> dict[str, Any] | None:
     """How ``ids`` ([B, S] or [S, B]) are padded, lined up with attention over ``keys`` keys
-    (its S, or up to ``ADDED`` more): None where fewer than two rows are padded, or to one
+    (its S, or up to ``ADDED`` more) and ``rows`` rows (B, or B times the heads: each row
+    attended alone, cropped to its length, is no padded batch): None where fewer than two rows are padded, or to one
     length unless the pad is an Embedding's ``padding_idx`` (``declared``: rows bucketed by
     length, each padded by one), or where right padding meets a causal mask (no token attends
     to later keys)."""
     if ids.unique().numel() < IDS:  # (one host read)
         return None
-    rows = [ids] if ids.shape[0] == ids.shape[1] else [ids, ids.t()]
-    for x in rows:
-        if not 0 <= keys - x.shape[1] <= ADDED:
+    for x in [ids] if ids.shape[0] == ids.shape[1] else [ids, ids.t()]:
+        if not 0 <= keys - x.shape[1] <= ADDED or rows % x.shape[0]:
             continue
         for side in ("right", "left"):
             if side == "right" and causal:

@@ -536,6 +536,8 @@ def _sdpa_sees_next(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tens
     causal = args[5] if len(args) > 5 else kwargs.get("is_causal", False)
     if not isinstance(query, torch.Tensor) or not isinstance(key, torch.Tensor):
         return None
+    if not checks.dense(query) or not checks.dense(key):  # (a nested tensor's sizes raise)
+        return None
     if query.dim() < 3 or query.shape[-2] != key.shape[-2] or checks.untraceable(query):
         return None
     length = query.shape[-2]
@@ -558,11 +560,13 @@ def _scores_see_next(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Ten
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     if not isinstance(scores, torch.Tensor) or not isinstance(dim, int):
         return None
+    if not checks.dense(scores):  # (a nested tensor's sizes raise)
+        return None
     if scores.dim() < 3 or dim not in (-1, scores.dim() - 1) or not scores.is_floating_point():
         return None
     if scores.shape[-1] != scores.shape[-2] or checks.untraceable(scores):
         return None
-    if not checks.dense(scores) or not _from_queries_and_keys(scores.grad_fn):
+    if not _from_queries_and_keys(scores.grad_fn):
         return None
     scores = scores.detach()
     nxt = scores.diagonal(offset=1, dim1=-2, dim2=-1)  # [N, ..., L - 1]
