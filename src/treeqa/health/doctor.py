@@ -737,6 +737,7 @@ class Doctor:
         step taken already: numbered from 1."""
         state = args[1] if len(args) > 1 else kwargs.get("state_dict")
         self.resumes.optimiser_loaded(args[0], state)
+        self.updates.rates.writes.loaded(args[0])  # (a copy of its groups edited and loaded)
         if self.monitor.step or self.monitor.in_step or self.open:
             return
         steps = resumes.steps_taken(state)

@@ -24,7 +24,7 @@ there) or is a copy's changed rate; at the run's end for one that stayed as it w
 steps or more (a rate set once that the optimiser never took, or a default changed for a group
 added later: by then it has been, and the default counts from it). A value that mirrors a
 group's (``optimizer.current_lr = g["lr"]`` for the log) is none, and so is a copy loaded back
-(``Optimizer.load_state_dict`` is wrapped to let its copies go). Only torch's own optimisers
+(``Optimizer.load_state_dict``, which the doctor wraps, lets its copies go). Only torch's own optimisers
 are judged: a class of the script's may read an attribute or key of its own.
 """
 
@@ -76,7 +76,6 @@ class LrWrites:
         optimizer = torch.optim.Optimizer
         wrappers.add(note_function_results(optimizer, "add_param_group", self._built))
         wrappers.add(note_function_results(optimizer, "state_dict", self._copied))
-        wrappers.add(note_function_results(optimizer, "load_state_dict", self._loaded))
 
     def _built(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
         if args and isinstance(args[0], torch.optim.Optimizer):
@@ -90,10 +89,10 @@ class LrWrites:
             kept = [(g, g.get("lr")) for g in groups if isinstance(g, dict)]
             self.copies[args[0]] = kept
 
-    def _loaded(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
-        """A state loaded into the optimiser: a copy edited and loaded back took effect."""
-        if args:
-            self.copies.pop(args[0], None)
+    def loaded(self, optimizer: torch.optim.Optimizer) -> None:
+        """A state loaded into ``optimizer`` (the doctor's wrapper of ``load_state_dict``): a
+        copy edited and loaded back took effect."""
+        self.copies.pop(optimizer, None)
 
     def note(self, step: int, optimizer: torch.optim.Optimizer) -> None:
         """After the clock's sampled step ``step`` (and at the run's end, while it lives)."""
