@@ -75,7 +75,7 @@ def _trained(
         loss = F.cross_entropy(flat, target)
         check.causal.target(target, loss, -100, flat)
         check.causal.backward((then(loss) if then else loss).grad_fn)
-    return found
+    return _not_padding(found)
 
 
 def _by_id(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -187,7 +187,13 @@ def _steps(batches, steps: int = 3 * STEPS) -> list[Finding]:
         loss = F.cross_entropy(flat, target)
         check.causal.target(target, loss, -100, flat)
         check.causal.backward(loss.grad_fn)
-    return found
+    return _not_padding(found)
+
+
+def _not_padding(found: list[Finding]) -> list[Finding]:
+    """The findings but padding-not-masked's: the model's causal mask leaves left padding open
+    to its tokens, which that check names (``test_attended.py``), not these."""
+    return [f for f in found if f.code != "padding-not-masked"]
 
 
 def test_texts_that_end_in_one_of_a_few_tokens_are_ended() -> None:
