@@ -42,9 +42,12 @@ from treeqa.health.packing import padding_runs, trailing
 CALLS = 4
 """Attention calls read per forward."""
 STEPS = 3
-"""Sampled forwards in a row whose padding every attention left open."""
+"""Sampled forwards whose padding every attention left open, none masked between."""
 IDS = 8
-"""The fewest values an id tensor holds (as ``masks.IDS``): a mask or segment ids hold few."""
+"""The fewest values an integer tensor holds to be read as ids (here and in ``masks``): a mask
+given beside them (1 for tokens), segment, speaker or turn ids hold a few, and the last
+segment, a run at each row's end of varying length that a pooling may open alone, reads as
+padding."""
 ADDED = 4
 """Keys a model may add to its inputs' positions (a CLS vector, memory tokens)."""
 HERE = str(Path(__file__).parent)
@@ -63,7 +66,7 @@ class PaddingReads:
         self.masked = False  # a call of this forward masked each row's keys
         self.where = ""  # the first unmasked call's line
         self.example: dict[str, Any] | None = None
-        self.in_a_row = 0
+        self.forwards = 0  # sampled forwards left open, none masked since the first
         self.said = False
         self.declared: dict[int, set[int]] = {}  # each model's Embeddings' padding_idx
         self.pads: set[int] = set()  # the forward's model's
@@ -130,8 +133,9 @@ class PaddingReads:
         calls, self.calls = self.calls, []
         if self.said or not self.ids:
             return
+        if self.masked:
+            self.forwards = 0
         if self.masked or not calls:
-            self.in_a_row = 0 if self.masked else self.in_a_row
             return
         keys, rows, _ = calls[0]
         causal = all(c for _, _, c in calls)
@@ -141,9 +145,9 @@ class PaddingReads:
         self.ids = []
         if reading is None:
             return  # (a batch without padding, length-bucketed, says nothing)
-        self.in_a_row += 1
+        self.forwards += 1
         self.example = self.example or reading
-        if self.in_a_row >= STEPS:
+        if self.forwards >= STEPS:
             self._report()
 
     def _report(self) -> None:
@@ -155,7 +159,7 @@ class PaddingReads:
             Finding(
                 "padding-not-masked",
                 "warning",
-                f"attention runs over padded batches with no padding mask, on {self.in_a_row} "
+                f"attention runs over padded batches with no padding mask, on {self.forwards} "
                 f"sampled forwards: in the first, {e['rows']} rows padded{lengths} (row "
                 f"{e['row']}: {e['tokens']} tokens and {e['padding']} padding "
                 f"position{'s' if e['padding'] != 1 else ''}, padded on the {e['side']}); every "
@@ -163,7 +167,7 @@ class PaddingReads:
                 "padding its batch holds, and an evaluation padded otherwise (one example at a "
                 "time, a longer batch) scores otherwise",
                 where=self.where,
-                evidence={"forwards": self.in_a_row, **e},
+                evidence={"forwards": self.forwards, **e},
             )
         )
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -33,7 +32,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from treeqa.health import checks, sites
-from treeqa.health.attended import PaddingReads
+from treeqa.health.attended import ADDED, HERE, IDS, PaddingReads
 from treeqa.health.causal import IGNORED, CausalReads
 from treeqa.health.findings import Finding
 from treeqa.health.packing import padding_runs
@@ -43,19 +42,12 @@ SLACK = 1
 """Positions of a row where the mask may differ from the padding, or from its complement."""
 STEPS = 2
 """Sampled steps with an inverted mask, and more than those with a mask that matched."""
-IDS = 8
-"""The fewest values an integer tensor holds to be read as ids: a mask given beside them
-(1 for tokens), segment, speaker or turn ids hold a few, and the last segment, a run at each
-row's end of varying length that a pooling may open alone, reads as padding."""
-ADDED = 4
-"""Keys a model may add to its inputs' positions (a CLS vector, memory tokens)."""
 CALLS = 4
 """Masks read per forward, told apart by their values (a stack's layers share one; a seq2seq
 model's decoder masks its own keys after the encoder's)."""
 CANDIDATES = 8
 """The most tensors of a forward's inputs read for padding."""
 
-HERE = str(Path(__file__).parent)
 FUNCTIONS = ("multi_head_attention_forward", "scaled_dot_product_attention")
 FILLS = ("masked_fill", "masked_fill_")
 """Tensor methods attention written by hand masks its scores with (``scores.masked_fill(mask,
