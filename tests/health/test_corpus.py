@@ -222,6 +222,9 @@ EXPECTED = {
     "bug_accuracy_broadcast.py": "accuracy-broadcast",  # [N, 1] predictions eq [N] targets
     "bug_lr_not_applied.py": "lr-not-applied",  # a step decay written to optimizer.lr
     "bug_padding_not_masked.py": "padding-not-masked",  # an encoder without its padding mask
+    "bug_loss_averaged_twice.py": "loss-averaged-twice",  # criterion(out, y) / len(x)
+    "bug_class_weights_by_frequency.py": "class-weights-by-frequency",  # counts / counts.sum()
+    "bug_evaluation_drops_examples.py": "evaluation-drops-examples",  # drop_last at evaluation
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [

@@ -535,7 +535,9 @@ class Doctor:
             self.updates.teachers.forward(module)
 
     def _note_evaluation(self) -> None:
-        """An evaluation's forward, for the processes side by side: over which loader's share?"""
+        """An evaluation's forward: from a loader that drops its last batch? For the processes
+        side by side: over which loader's share?"""
+        self.monitor.loaders.evaluated()
         if self.prints is not None:
             loaders = self.monitor.loaders
             fresh = loaders.made > 0  # an iterator made since the last step: the evaluation's
@@ -874,6 +876,7 @@ class Doctor:
         self.clipping.end_step()
         if sampled:
             self.heldout.stepped(self.monitor.step, optimizer)
+            self.monitor.loss_check.twice.stepped(optimizer)
             if not isinstance(optimizer, hand.HandUpdates):
                 self.rounding.stepped(self.monitor.step, optimizer, self.monitor.params)
         if self.monitor.loss_check.minimised is not None:

@@ -99,6 +99,9 @@ class Loaders:
         self.shard = 1  # its DistributedSampler's num_replicas: this process reads 1/shard of it
         self.shard_where = ""  # where that iterator was made
         self.reported: set[str] = set()
+        # the newest iterator's loader drops its last batch: (examples dropped, of, batch
+        # size, shuffled, the line that made the iterator), for ``evaluation-drops-examples``
+        self.dropping: tuple[int, int, int, bool, str] | None = None
         self.on_draw: Callable[[], None] | None = None  # told of each batch, before it is drawn
         self.on_made: Callable[[DataLoader[Any]], None] | None = None  # told of each iterator
         # Each iterator's pass (weak: a finished pass's), and what the loaders gave.
@@ -135,6 +138,9 @@ class Loaders:
             self.iterators[it] = _pass(loader, sampler, self.length)
         if isinstance(sampler, WeightedRandomSampler):
             self._weights_short(sampler, loader)
+        self.dropping = (
+            _dropping(loader, sampler) if "evaluation-drops-examples" not in self.reported else None
+        )
         sequential = isinstance(sampler, SequentialSampler)
         self.shard = int(sampler.num_replicas) if isinstance(sampler, DistributedSampler) else 1
         self.shard_where = sites.user_site() if self.shard > 1 else ""
@@ -181,6 +187,17 @@ class Loaders:
             found = slips.sampler_weights_short(len(sampler.weights), size)
             found.where = sites.user_site()
             self._report(found)
+
+    def evaluated(self) -> None:
+        """A forward of an evaluation (a trained model in eval mode, without gradients): where
+        an iterator was made since the clock's last step, the evaluation's, and its loader
+        drops its last batch, ``evaluation-drops-examples``."""
+        if self.made and self.dropping is not None:
+            dropped, examples, size, shuffled, where = self.dropping
+            found = slips.evaluation_drops_examples(dropped, examples, size, shuffled)
+            found.where = where
+            self._report(found)
+        self.dropping = None
 
     def _report(self, found: Finding) -> None:
         if found.code not in self.reported:
@@ -286,6 +303,25 @@ def _fetching(it: _BaseDataLoaderIter, drawn_from: Pass) -> Any:
     process), noted in ``drawn_from`` on the way."""
     drawn_from.indices = _BaseDataLoaderIter._next_index(it)
     return drawn_from.indices
+
+
+def _dropping(loader: DataLoader[Any], sampler: Any) -> tuple[int, int, int, bool, str] | None:
+    """How many of the examples ``loader`` draws (by ``sampler``) each pass leaves out, where
+    it drops a last batch smaller than the others (``drop_last=True``, of the loader or of its
+    ``BatchSampler``); None where none (or its length is unknown)."""
+    batch_sampler = loader.batch_sampler
+    drop = bool(getattr(batch_sampler, "drop_last", False))
+    size = getattr(batch_sampler, "batch_size", None)
+    if not drop or not isinstance(size, int) or size < 2:
+        return None
+    try:
+        examples = len(sampler)
+    except TypeError:  # an iterable dataset without a length
+        return None
+    dropped = examples % size
+    if not dropped:
+        return None
+    return dropped, examples, size, isinstance(sampler, RandomSampler), sites.user_site()
 
 
 def _described(loader: DataLoader[Any]) -> str:

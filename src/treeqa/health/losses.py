@@ -25,7 +25,17 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from treeqa.health import checks, leaks, loss_inputs, loss_levels, processes, ranges, sites
+from treeqa.health import (
+    checks,
+    class_weights,
+    leaks,
+    loss_inputs,
+    loss_levels,
+    processes,
+    ranges,
+    sites,
+    twice,
+)
 from treeqa.health.findings import Finding
 from treeqa.health.priors import LabelCounts, TargetMoments
 from treeqa.health.resumes import Resumes
@@ -146,6 +156,8 @@ class LossInputCheck:
         self.ranges = ranges.OutputRanges(add)  # ``targets-outside-output-range``
         self.leaks = leaks.FeatureLeaks(add)  # ``target-in-features``: given inputs by the doctor
         self.backwards: list[Callable[[Any], None]] = [self.leaks.backward]
+        self.twice = twice.AveragedTwice(add)  # ``loss-averaged-twice``
+        self.weights = class_weights.ClassWeights(add)  # ``class-weights-by-frequency``
         self.wrappers = Wrappers()
 
     def watch(self, modules: Iterable[nn.Module]) -> None:
@@ -250,6 +262,7 @@ class LossInputCheck:
         node, scale = loss_inputs.unscaled(loss)
         for note in self.backwards:
             note(node)
+        self.twice.backward(node, scale)
         if self.minimised is None and node is not None:  # judged at the step (``maximize``)
             form = loss_inputs.minimised_log_likelihood(node)
             if form is not None:
@@ -354,7 +367,7 @@ class LossInputCheck:
         found = loss_inputs.multi_hot(targets, dim, function, binary)
         if found is not None:
             self.multi_hot_said = True
-            found.where = sites.user_site(3)
+            found.where = sites.user_site()
             self.add(found)
 
     def _sum_of_cross_entropies(
@@ -440,6 +453,10 @@ class LossInputCheck:
         ):
             rest = {k: v for k, v in kwargs.items() if k != "input"}
             self._inspect(fname, input, result, args[1:], rest)
+            if result.numel() == 1 and twice.mean_reduced(fname, args, kwargs):
+                self.twice.loss(fname, input, result, sites.user_site())
+            if result.requires_grad and not self.weights.done:
+                self._class_weights(fname, input, args, kwargs)
             for told in self.fed:
                 told(input, f"F.{fname}")
             if result.requires_grad and fname in (*leaks.TARGETED, *ELEMENTWISE, "kl_div"):
@@ -448,6 +465,21 @@ class LossInputCheck:
                     self.leaks.target(fname, input, target, result)
                 for told in self.trained_targets:
                     told(target, input)
+
+    def _class_weights(
+        self, fname: str, input: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """A sampled training loss's class weights, for ``class-weights-by-frequency``."""
+        target = args[1] if len(args) > 1 else kwargs.get("target")
+        if fname in ("cross_entropy", "nll_loss") and input.dim() >= 2:
+            weight, ignore, _ = _label_options(args[2:], kwargs)
+            if isinstance(weight, torch.Tensor):
+                where = sites.user_site()
+                self.weights.weighted(weight, target, ignore, int(input.shape[1]), where)
+        elif fname == "binary_cross_entropy_with_logits":
+            pos_weight = kwargs.get("pos_weight", args[6] if len(args) > 6 else None)
+            if isinstance(pos_weight, torch.Tensor):
+                self.weights.pos_weighted(pos_weight, target, sites.user_site())
 
     def _note_moments(self, target: Any) -> None:
         """A sampled step's mean squared error's target, for the level of predicting the
@@ -748,7 +780,7 @@ class LossInputCheck:
             return
         found = loss_inputs.ctc_targets_invalid(targets, lengths, blank, int(input.shape[-1]))
         if found is not None:
-            found.where = sites.user_site(3)
+            found.where = sites.user_site()
             self.add(found)
         if kwargs.get("zero_infinity", args[5] if len(args) > 5 else False) is True:
             frames = args[1] if len(args) > 1 else kwargs.get("input_lengths")

@@ -786,3 +786,21 @@ def lr_collapsed(
         },
         fix=HAND_DECAY_FIX if by_hand else "",
     )
+
+
+def evaluation_drops_examples(dropped: int, examples: int, size: int, shuffled: bool) -> Finding:
+    """An evaluation drew its batches from a loader that drops its last batch: ``dropped`` of
+    its ``examples`` are never scored, in batches of ``size``."""
+    which = (
+        "a different subset each evaluation, since it shuffles"
+        if shuffled
+        else "the same ones each time, the set's last"
+    )
+    return Finding(
+        "evaluation-drops-examples",
+        "warning",
+        f"an evaluation drew its batches from a DataLoader with drop_last=True: {dropped} of "
+        f"its {examples} examples ({dropped / examples:.0%}) do not fill a last batch of "
+        f"{size} and are never scored ({which}), so the score is over part of the set",
+        evidence={"dropped": dropped, "examples": examples, "batch_size": size},
+    )

@@ -1,0 +1,182 @@
+"""Class weights that rise with each class's frequency (``class-weights-by-frequency``):
+``nn.CrossEntropyLoss(weight=counts / counts.sum())`` where the inverse was meant, or
+``nn.BCEWithLogitsLoss(pos_weight=positives / negatives)`` where ``negatives / positives``
+was. The common class then weighs more and the rare one less than without weights at all: the
+rare class's recall falls where weighting was meant to raise it.
+
+On sampled steps each training ``cross_entropy`` or ``nll_loss`` given a ``weight`` of C
+values over integer targets counts its targets by class (``ignore_index`` left out), and each
+``binary_cross_entropy_with_logits`` given a ``pos_weight`` sums its targets' positives by
+column, on the device. After ``CALLS`` such calls with ``TARGETS`` targets or more, one host
+read judges them, once:
+
+- weights: over the classes that came and weigh more than 0 (a class weighted 0 is left out
+  on purpose: padding), the most common ``IMBALANCE`` times the rarest or more, the weights
+  ``SPREAD`` apart or more, and the weight rising with the frequency: a least-squares slope of
+  log(weight) on log(frequency) of ``SLOPE`` or more (weights proportional to the counts: 1;
+  inverse: -1; a costly common class weighted 2 against 1 and 1: about 0.4), the most common
+  class weighted above the rarest;
+- ``pos_weight``: on half the columns whose positives stand ``IMBALANCE`` to 1 from their
+  negatives (either way) or more, and one at least, a ``pos_weight`` within 2x of positives /
+  negatives: the reciprocal of the balancing one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from treeqa.health.findings import Finding
+
+CALLS = 5
+"""Sampled weighted losses counted before they are judged."""
+TARGETS = 200
+"""Targets counted (rows of a binary one's) before they are judged."""
+IMBALANCE = 3.0
+"""The most common class's count over the rarest's (or positives against negatives)."""
+SPREAD = 1.5
+"""The highest weight over the lowest."""
+SLOPE = 0.5
+"""Of log(weight) on log(frequency): the least that rises with the frequency."""
+
+
+class ClassWeights:
+    """``add``: where the finding goes. ``weighted`` and ``pos_weighted`` are told of each
+    sampled training loss with its weights."""
+
+    def __init__(self, add: Callable[[Finding], None]) -> None:
+        self.add = add
+        self.done = False
+        self.calls = 0
+        self.counts: torch.Tensor | None = None  # [C] targets a class (or [L] positives)
+        self.rows = 0  # targets counted (rows, for positives)
+        self.weight: torch.Tensor | None = None  # the latest weights, [C] (or [L] / [1])
+        self.binary = False  # pos_weight, not weight
+        self.where = ""
+
+    def weighted(self, weight: Any, target: Any, ignore: Any, classes: int, where: str) -> None:
+        """A cross-entropy over ``classes`` classes given class ``weight`` and ``target``."""
+        integer = isinstance(target, torch.Tensor) and not target.is_floating_point()
+        if self.done or not integer or not _vector(weight, classes) or classes < 2:
+            return
+        flat = target.detach().reshape(-1)
+        valid = (flat != ignore) & (flat >= 0) & (flat < classes)
+        counts = torch.bincount(flat.clamp(0, classes - 1), valid.to(torch.float32), classes)
+        self._note(counts, flat.numel(), weight, False, where)
+
+    def pos_weighted(self, pos_weight: Any, target: Any, where: str) -> None:
+        """A binary cross-entropy of logits given ``pos_weight`` and ``target`` (in [0, 1])."""
+        if self.done or not isinstance(target, torch.Tensor) or not target.is_floating_point():
+            return
+        if not isinstance(pos_weight, torch.Tensor) or pos_weight.dim() > 1 or target.dim() < 1:
+            return
+        columns = target.detach().reshape(-1, target.shape[-1]) if target.dim() > 1 else None
+        if columns is None or pos_weight.numel() != columns.shape[1]:
+            columns = target.detach().reshape(-1, 1)
+            if pos_weight.numel() != 1:
+                return
+        self._note(columns.float().sum(0), columns.shape[0], pos_weight, True, where)
+
+    def _note(
+        self, counts: torch.Tensor, rows: int, weight: torch.Tensor, binary: bool, where: str
+    ) -> None:
+        same = self.counts is not None and self.counts.shape == counts.shape
+        if not same or self.binary != binary:
+            self.counts, self.rows, self.calls = counts, 0, 0
+        else:
+            self.counts = self.counts + counts  # type: ignore[operator]
+        self.rows += rows
+        self.calls += 1
+        self.weight, self.binary, self.where = weight.detach(), binary, where
+        if self.calls >= CALLS and self.rows >= TARGETS:
+            self.done = True
+            self._judge()
+
+    def _judge(self) -> None:
+        assert self.counts is not None and self.weight is not None
+        counts = self.counts.double().cpu().tolist()  # one host read each
+        weights = self.weight.double().reshape(-1).cpu().tolist()
+        found = (
+            _inverted_pos_weight(counts, self.rows, weights)
+            if self.binary
+            else _rising_weights(counts, weights)
+        )
+        if found is not None:
+            found.where = self.where
+            self.add(found)
+
+
+def _vector(weight: Any, classes: int) -> bool:
+    return isinstance(weight, torch.Tensor) and weight.shape == (classes,)
+
+
+def _rising_weights(counts: list[float], weights: list[float]) -> Finding | None:
+    """``class-weights-by-frequency`` where ``weights`` rise with the classes' ``counts``."""
+    kept = [(c, w) for c, w in zip(counts, weights, strict=True) if c > 0 and w > 0]
+    if len(kept) < 2 or any(not math.isfinite(w) for _, w in kept):
+        return None
+    total = sum(c for c, _ in kept)
+    rarest, commonest = min(kept), max(kept)
+    low, high = min(w for _, w in kept), max(w for _, w in kept)
+    if commonest[0] < IMBALANCE * rarest[0] or high < SPREAD * low:
+        return None
+    x = [math.log(c / total) for c, _ in kept]
+    y = [math.log(w) for _, w in kept]
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    slope = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sum(
+        (a - mx) ** 2 for a in x
+    )
+    if slope < SLOPE or commonest[1] <= rarest[1]:
+        return None
+    share = commonest[0] / total
+    return Finding(
+        "class-weights-by-frequency",
+        "warning",
+        f"the cross-entropy's class weights rise with the classes' frequency in its targets "
+        f"(slope {slope:.2f} on a log-log scale; 1 where they are proportional): the most "
+        f"common class ({share:.0%} of the targets) weighs {commonest[1]:.3g}, the rarest "
+        f"({rarest[0] / total:.1%}) {rarest[1]:.3g}, so the rare classes count less than "
+        "without weights, not more (counts where their inverse was meant?)",
+        evidence={
+            "slope": round(slope, 3),
+            "frequencies": [round(c / total, 4) for c in counts],
+            "weights": [round(w, 4) for w in weights],
+        },
+    )
+
+
+def _inverted_pos_weight(counts: list[float], rows: int, weights: list[float]) -> Finding | None:
+    """``class-weights-by-frequency`` where ``pos_weight`` is positives over negatives by
+    column (``counts``: positives of ``rows``), on half the imbalanced columns or more."""
+    weights = weights * len(counts) if len(weights) == 1 else weights
+    imbalanced, inverted = 0, []
+    for i, (positives, w) in enumerate(zip(counts, weights, strict=True)):
+        negatives = rows - positives
+        if positives <= 0 or negatives <= 0 or w <= 0 or not math.isfinite(w):
+            continue
+        ratio = positives / negatives
+        if abs(math.log(ratio)) < math.log(IMBALANCE):
+            continue
+        imbalanced += 1
+        if abs(math.log(w / ratio)) <= math.log(2):
+            inverted.append((i, ratio, w))
+    if not inverted or 2 * len(inverted) < imbalanced:
+        return None
+    _, ratio, w = inverted[0]
+    columns = f"{len(inverted)} of {len(counts)} columns" if len(counts) > 1 else "its targets"
+    return Finding(
+        "class-weights-by-frequency",
+        "warning",
+        f"the binary cross-entropy's pos_weight is near positives / negatives on {columns} "
+        f"({w:.3g} where positives stand {ratio:.3g} to 1 against negatives): the reciprocal "
+        f"of the balancing weight, so the {'rare positives' if ratio < 1 else 'rare negatives'} "
+        "count less than without it, not more (negatives / positives was meant?)",
+        evidence={
+            "columns": [i for i, _, _ in inverted][:20],
+            "positives_per_negative": round(ratio, 4),
+            "pos_weight": round(w, 4),
+        },
+    )
