@@ -116,7 +116,7 @@ def _vector(weight: Any, classes: int) -> bool:
 def _rising_weights(counts: list[float], weights: list[float]) -> Finding | None:
     """``class-weights-by-frequency`` where ``weights`` rise with the classes' ``counts``."""
     kept = [(c, w) for c, w in zip(counts, weights, strict=True) if c > 0 and w > 0]
-    if len(kept) < 2 or any(not math.isfinite(w) for _, w in kept):
+    if len(kept) < 2 or not all(math.isfinite(w) for w in weights):
         return None
     total = sum(c for c, _ in kept)
     rarest, commonest = min(kept), max(kept)

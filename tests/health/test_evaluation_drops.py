@@ -1,0 +1,81 @@
+"""``evaluation-drops-examples``: an evaluation drawn from a DataLoader that drops its last,
+smaller batch (``drop_last=True``, or a ``BatchSampler``'s); and loaders that drop nothing, or
+drop batches where no evaluation reads them (training, batch-norm statistics recomputed)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+Doctor = Callable[[str, str], list[dict[str, Any]]]
+"""The ``doctor_script`` fixture: a script's text -> its findings of a code."""
+CODE = "evaluation-drops-examples"
+HEAD = """
+import torch
+from torch import nn
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
+
+torch.manual_seed(0)
+x = torch.randn(700, 6)
+y = (x[:, 0] > 0).long()
+train = DataLoader(TensorDataset(x[:500], y[:500]), batch_size=32, shuffle=True, drop_last=True)
+held = TensorDataset(x[500:VAL_END], y[500:VAL_END])
+val = LOADER
+model = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    model.train()
+    for xb, yb in train:
+        loss = nn.functional.cross_entropy(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    SCORE
+"""
+LOOP = """model.eval()
+    with torch.no_grad():
+        correct = sum((model(xb).argmax(1) == yb).sum().item() for xb, yb in val)"""
+
+
+def _run(doctor: Doctor, val: str, evaluate: str = LOOP, end: int = 700) -> list[dict[str, Any]]:
+    script = HEAD.replace("VAL_END", str(end)).replace("LOADER", val)
+    return doctor(script.replace("SCORE", evaluate), CODE)
+
+
+@pytest.mark.parametrize(
+    ("val", "shuffled"),
+    [
+        ("DataLoader(held, batch_size=64, drop_last=True)", False),
+        ("DataLoader(held, batch_size=64, shuffle=True, drop_last=True)", True),
+        ("DataLoader(held, batch_sampler=BatchSampler(SequentialSampler(held), 64, True))", False),
+    ],
+)
+def test_an_evaluation_over_a_loader_that_drops_its_last_batch_is_named(
+    doctor_script: Doctor, val: str, shuffled: bool
+) -> None:
+    found = _run(doctor_script, val)
+    assert len(found) == 1, found
+    assert found[0]["evidence"] == {"dropped": 8, "examples": 200, "batch_size": 64}
+    assert ("different subset" in found[0]["message"]) == shuffled
+    assert found[0]["where"].endswith(":23")  # the evaluation's loop
+
+
+def test_loaders_that_drop_nothing_pass(doctor_script: Doctor) -> None:
+    assert not _run(doctor_script, "DataLoader(held, batch_size=64)")
+    assert not _run(doctor_script, "DataLoader(held, batch_size=64, drop_last=True)", end=692)
+
+
+def test_passes_that_are_no_evaluation_pass(doctor_script: Doctor) -> None:
+    """Batch-norm statistics recomputed without gradients in train mode (``update_bn``), and an
+    evaluation over tensors after the training loader's pass, which drops its last batch."""
+    recompute = """model.train()
+    with torch.no_grad():
+        for xb, _ in DataLoader(held, batch_size=64, drop_last=True):
+            model(xb)"""
+    assert not _run(doctor_script, "None", recompute)
+    tensors = """model.eval()
+    with torch.no_grad():
+        correct = (model(x[500:]).argmax(1) == y[500:]).sum().item()"""
+    assert not _run(doctor_script, "None", tensors)

@@ -1,0 +1,122 @@
+"""``loss-averaged-twice``: a mean loss divided by its batch's rows again before backward,
+under an optimiser whose step scales with the gradient (SGD, or an L2 decay added to it); and
+divisions that are right (a sum over the batch, k micro-batches accumulated) or change nothing
+(Adam without decay)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from treeqa.health import twice
+
+Doctor = Callable[[str, str], list[dict[str, Any]]]
+"""The ``doctor_script`` fixture: a script's text -> its findings of a code."""
+CODE = "loss-averaged-twice"
+HEAD = """
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+torch.manual_seed(0)
+x = torch.randn(640, 8)
+y = (x[:, 0] > 0).long()
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+opt = OPTIMISER
+for epoch in range(2):
+    for i in range(0, 640, 32):
+        xb, yb = x[i : i + 32], y[i : i + 32]
+        loss = LOSS
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+SGD = "torch.optim.SGD(model.parameters(), lr=0.1)"
+
+
+def _run(doctor: Doctor, loss: str, optimiser: str = SGD) -> list[dict[str, Any]]:
+    return doctor(HEAD.replace("OPTIMISER", optimiser).replace("LOSS", loss), CODE)
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        "F.cross_entropy(model(xb), yb) / len(xb)",
+        "F.cross_entropy(model(xb), yb) * (1.0 / xb.size(0))",
+        "nn.CrossEntropyLoss()(model(xb), yb).div(32)",
+        "F.mse_loss(model(xb)[:, 0], yb.float()) / 32",
+        "F.binary_cross_entropy_with_logits(model(xb)[:, 0], yb.float()) / len(yb)",
+    ],
+)
+def test_a_mean_divided_by_its_rows_under_sgd_is_named(doctor_script: Doctor, loss: str) -> None:
+    found = _run(doctor_script, loss)
+    assert len(found) == 1, found
+    assert found[0]["evidence"]["rows"] == 32
+    assert found[0]["evidence"]["optimizer"] == "SGD"
+    assert found[0]["where"].endswith(":14")  # the loss's line
+
+
+def test_adam_is_named_only_where_its_weight_decay_is_added_to_the_gradient(
+    doctor_script: Doctor,
+) -> None:
+    loss = "F.cross_entropy(model(xb), yb) / len(xb)"
+    coupled = _run(doctor_script, loss, "torch.optim.Adam(model.parameters(), weight_decay=1e-2)")
+    assert len(coupled) == 1 and "weight_decay" in coupled[0]["message"]
+    assert not _run(doctor_script, loss, "torch.optim.Adam(model.parameters())")
+    assert not _run(doctor_script, loss, "torch.optim.AdamW(model.parameters())")
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        "F.cross_entropy(model(xb), yb)",
+        "F.cross_entropy(model(xb), yb, reduction='sum') / len(xb)",  # a sum: right
+        "F.cross_entropy(model(xb), yb) / 4",  # a constant that is not the rows
+        "F.cross_entropy(model(xb), yb) * 0.5",
+        "(F.cross_entropy(model(xb), yb) + F.mse_loss(model(xb)[:, 0], yb.float())) / 32",
+    ],
+)
+def test_losses_that_are_not_a_mean_over_its_rows_again_pass(
+    doctor_script: Doctor, loss: str
+) -> None:
+    assert not _run(doctor_script, loss)
+
+
+def test_micro_batches_accumulated_each_divided_by_their_count_pass(doctor_script: Doctor) -> None:
+    """8 micro-batches of 8 rows, each loss / 8: the mean over the 64 rows a step, right,
+    though each is a mean over 8 rows times 1/8."""
+    script = """
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+torch.manual_seed(0)
+x = torch.randn(1280, 8)
+y = (x[:, 0] > 0).long()
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(0, 1280, 64):
+    opt.zero_grad()
+    for j in range(i, i + 64, 8):
+        loss = F.cross_entropy(model(x[j : j + 8]), y[j : j + 8]) / 8
+        loss.backward()
+    opt.step()
+"""
+    assert not doctor_script(script, CODE)
+    single = script.replace("for j in range(i, i + 64, 8):", "for j in [i]:")
+    assert doctor_script(single, CODE)  # one micro-batch a step, / 8: twice
+
+
+def test_mean_reduced_reads_the_reduction_and_the_legacy_flags() -> None:
+    x, t = torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)
+    assert twice.mean_reduced("cross_entropy", (x, t), {})
+    assert not twice.mean_reduced("cross_entropy", (x, t), {"reduction": "sum"})
+    assert not twice.mean_reduced("cross_entropy", (x, t, None, None, -100, None, "sum"), {})
+    assert twice.mean_reduced("cross_entropy", (x, t, None, None, -100, None, "mean"), {})
+    assert not twice.mean_reduced("cross_entropy", (x, t), {"size_average": False})
+    assert not twice.mean_reduced("mse_loss", (x, x, False), {})
+    assert twice.mean_reduced("huber_loss", (x, x, "mean"), {})
+    assert not twice.mean_reduced("kl_div", (x, x), {})
