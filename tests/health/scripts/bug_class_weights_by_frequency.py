@@ -14,7 +14,7 @@ counts = torch.bincount(y[:5000], minlength=3).float()
 criterion = nn.CrossEntropyLoss(weight=counts / counts.sum())  # bug: counts.sum() / counts
 model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 3))
 opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-for epoch in range(4):
+for _epoch in range(4):
     for i in range(0, 5000, 64):
         loss = criterion(model(x[i : i + 64]), y[i : i + 64])
         opt.zero_grad()

@@ -11,7 +11,7 @@ y = (x @ torch.randn(20, 4)).argmax(1)  # four classes, separable
 model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 criterion = nn.CrossEntropyLoss()  # reduction="mean": already over the batch
-for epoch in range(2):
+for _epoch in range(2):
     for i in range(0, 5000, 32):
         xb, yb = x[i : i + 32], y[i : i + 32]
         loss = criterion(model(xb), yb) / len(xb)  # bug: the mean is already a mean
