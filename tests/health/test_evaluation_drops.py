@@ -15,7 +15,7 @@ CODE = "evaluation-drops-examples"
 HEAD = """
 import torch
 from torch import nn
-from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, Subset, TensorDataset
 
 torch.manual_seed(0)
 x = torch.randn(700, 6)
@@ -79,3 +79,15 @@ def test_passes_that_are_no_evaluation_pass(doctor_script: Doctor) -> None:
     with torch.no_grad():
         correct = (model(x[500:]).argmax(1) == y[500:]).sum().item()"""
     assert not _run(doctor_script, "None", tensors)
+
+
+def test_a_second_loader_over_the_tail_that_the_first_drops_passes(doctor_script: Doctor) -> None:
+    """Batches of one size for the most (static shapes), then a loader over the 8 left: every
+    example scored. The tail forgotten, the evaluation is named at the clock's next step."""
+    both = """model.eval()
+    with torch.no_grad():
+        for loader in (val, DataLoader(Subset(held, range(192, 200)), batch_size=64)):
+            correct = sum((model(xb).argmax(1) == yb).sum().item() for xb, yb in loader)"""
+    val = "DataLoader(held, batch_size=64, drop_last=True)"
+    assert not _run(doctor_script, val, both)
+    assert _run(doctor_script, val, both.replace("range(192, 200)", "range(192, 196)"))

@@ -922,6 +922,7 @@ class Doctor:
                 self.scales.judge(monitor.step)
                 self.rounding.judge()
                 self.masks.finish()
+                monitor.loaders.judge_dropped()
                 self.resumes.say_unmatched()
                 monitor.maximize = self.updates.rates.maximize
                 monitor.maximize_weights = self.updates.rates.maximize_weights

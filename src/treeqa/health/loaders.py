@@ -35,6 +35,7 @@ from torch.utils.data import (
     DistributedSampler,
     RandomSampler,
     SequentialSampler,
+    Subset,
     WeightedRandomSampler,
 )
 from torch.utils.data.dataloader import _BaseDataLoaderIter
@@ -44,6 +45,8 @@ from treeqa.health.findings import Finding
 from treeqa.health.passes import Drawn, Pass
 from treeqa.health.wrap import Wrappers, note_calls_and_results, note_function_results
 
+Dropping = tuple[int, int, int, bool, str]
+"""(examples dropped, of, batch size, shuffled, the line that iterated the loader)."""
 RESTART_STEPS = 20
 """Steps in a row that each made a new iterator and left it before its end."""
 SORTED_STEPS = 20
@@ -101,7 +104,12 @@ class Loaders:
         self.reported: set[str] = set()
         # the newest iterator's loader drops its last batch: (examples dropped, of, batch
         # size, shuffled, the line that made the iterator), for ``evaluation-drops-examples``
-        self.dropping: tuple[int, int, int, bool, str] | None = None
+        self.dropping: Dropping | None = None
+        # an evaluation drew from such a loader since the clock's last step: what it dropped,
+        # the dataset it drew from (a Subset's own) and the examples passes over that dataset
+        # made since cover (a second loader over the tail scores what the first left out)
+        self.dropped: tuple[Dropping, int, int] | None = None
+        self.base = 0  # the newest iterator's dataset (``_base``)
         self.on_draw: Callable[[], None] | None = None  # told of each batch, before it is drawn
         self.on_made: Callable[[DataLoader[Any]], None] | None = None  # told of each iterator
         # Each iterator's pass (weak: a finished pass's), and what the loaders gave.
@@ -138,6 +146,7 @@ class Loaders:
             self.iterators[it] = _pass(loader, sampler, self.length)
         if isinstance(sampler, WeightedRandomSampler):
             self._weights_short(sampler, loader)
+        self._cover(loader, sampler)
         self.dropping = (
             _dropping(loader, sampler) if "evaluation-drops-examples" not in self.reported else None
         )
@@ -191,13 +200,33 @@ class Loaders:
     def evaluated(self) -> None:
         """A forward of an evaluation (a trained model in eval mode, without gradients): where
         an iterator was made since the clock's last step, the evaluation's, and its loader
-        drops its last batch, ``evaluation-drops-examples``."""
-        if self.made and self.dropping is not None:
-            dropped, examples, size, shuffled, where = self.dropping
-            found = slips.evaluation_drops_examples(dropped, examples, size, shuffled)
-            found.where = where
-            self._report(found)
+        drops its last batch, the evaluation is held until the next step (``judge_dropped``)."""
+        if self.made and self.dropping is not None and self.dropped is None:
+            dropping, examples = self.dropping, self.dropping[1]
+            self.dropped = (dropping, self.base, examples - dropping[0])
         self.dropping = None
+
+    def _cover(self, loader: DataLoader[Any], sampler: Any) -> None:
+        """A new pass over ``loader``: what it draws counts toward the held evaluation's
+        examples, where it draws from the same dataset."""
+        self.base = _base(loader.dataset)
+        if self.dropped is None or self.base != self.dropped[1]:
+            return
+        with contextlib.suppress(TypeError):  # an iterable dataset without a length
+            dropping = _dropping(loader, sampler)
+            drawn = len(sampler) - (dropping[0] if dropping is not None else 0)
+            self.dropped = (self.dropped[0], self.dropped[1], self.dropped[2] + drawn)
+
+    def judge_dropped(self) -> None:
+        """The clock stepped, or the run ended: ``evaluation-drops-examples`` for the held
+        evaluation, unless passes over its dataset covered every example."""
+        held, self.dropped = self.dropped, None
+        if held is None or held[2] >= held[0][1]:
+            return
+        dropped, examples, size, shuffled, where = held[0]
+        found = slips.evaluation_drops_examples(dropped, examples, size, shuffled)
+        found.where = where
+        self._report(found)
 
     def _report(self, found: Finding) -> None:
         if found.code not in self.reported:
@@ -270,6 +299,8 @@ class Loaders:
     def end_step(self) -> None:
         """The clock stepped (under ``treeqa doctor``): a new iterator this step, left before
         its end, makes one more step in a row; ``RESTART_STEPS`` of them make the finding."""
+        if self.dropped is not None:
+            self.judge_dropped()
         if not self.made and not self.pending:  # no iterator made this step: no restart
             self.restarts = self.drawn_elsewhere = 0
             return
@@ -305,7 +336,14 @@ def _fetching(it: _BaseDataLoaderIter, drawn_from: Pass) -> Any:
     return drawn_from.indices
 
 
-def _dropping(loader: DataLoader[Any], sampler: Any) -> tuple[int, int, int, bool, str] | None:
+def _base(dataset: Any) -> int:
+    """The identity of the dataset ``dataset`` draws from (a ``Subset``'s, any depth)."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return id(dataset)
+
+
+def _dropping(loader: DataLoader[Any], sampler: Any) -> Dropping | None:
     """How many of the examples ``loader`` draws (by ``sampler``) each pass leaves out, where
     it drops a last batch smaller than the others (``drop_last=True``, of the loader or of its
     ``BatchSampler``); None where none (or its length is unknown)."""
