@@ -229,6 +229,7 @@ EXPECTED = {
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
     "clean_mlp.py",
+    "clean_weights_and_scaling.py",  # inverse weights, a sum over rows, a tail scored
     "clean_plateau_schedulers.py",  # mode="max" on an accuracy, mode="min" on a loss
     "clean_returned_losses.py",  # loss terms a model returns, each used
     "clean_returned_losses_elsewhere.py",  # by a second optimiser, autograd.grad, a list
