@@ -68,11 +68,12 @@ def test_loaders_that_drop_nothing_pass(doctor_script: Doctor) -> None:
 
 
 def test_passes_that_are_no_evaluation_pass(doctor_script: Doctor) -> None:
-    """Batch-norm statistics recomputed without gradients in train mode (``update_bn``), and an
-    evaluation over tensors after the training loader's pass, which drops its last batch."""
+    """Batch-norm statistics recomputed without gradients over the training set
+    (``update_bn``), and an evaluation over tensors after the training loader's pass, which
+    drops its last batch."""
     recompute = """model.train()
     with torch.no_grad():
-        for xb, _ in DataLoader(held, batch_size=64, drop_last=True):
+        for xb, _ in DataLoader(train.dataset, batch_size=64, drop_last=True):
             model(xb)"""
     assert not _run(doctor_script, "None", recompute)
     tensors = """model.eval()

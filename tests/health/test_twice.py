@@ -49,6 +49,9 @@ def _run(doctor: Doctor, loss: str, optimiser: str = SGD) -> list[dict[str, Any]
         "nn.CrossEntropyLoss()(model(xb), yb).div(32)",
         "F.mse_loss(model(xb)[:, 0], yb.float()) / 32",
         "F.binary_cross_entropy_with_logits(model(xb)[:, 0], yb.float()) / len(yb)",
+        "(F.cross_entropy(model(xb), yb) + 0.1 * F.mse_loss(model(xb)[:, 0], yb.float())) / 32",
+        "((model(xb)[:, 0] - yb.float()) ** 2).mean() / len(xb)",  # a mean by hand
+        "F.cross_entropy(model(xb), yb) / torch.tensor(32.0)",
     ],
 )
 def test_a_mean_divided_by_its_rows_under_sgd_is_named(doctor_script: Doctor, loss: str) -> None:
@@ -56,7 +59,8 @@ def test_a_mean_divided_by_its_rows_under_sgd_is_named(doctor_script: Doctor, lo
     assert len(found) == 1, found
     assert found[0]["evidence"]["rows"] == 32
     assert found[0]["evidence"]["optimizer"] == "SGD"
-    assert found[0]["where"].endswith(":14")  # the loss's line
+    line = ":16" if "by hand" in found[0]["evidence"]["loss"] else ":14"  # backward's, the loss's
+    assert found[0]["where"].endswith(line)
 
 
 def test_adam_is_named_only_where_its_weight_decay_is_added_to_the_gradient(
@@ -76,7 +80,7 @@ def test_adam_is_named_only_where_its_weight_decay_is_added_to_the_gradient(
         "F.cross_entropy(model(xb), yb, reduction='sum') / len(xb)",  # a sum: right
         "F.cross_entropy(model(xb), yb) / 4",  # a constant that is not the rows
         "F.cross_entropy(model(xb), yb) * 0.5",
-        "(F.cross_entropy(model(xb), yb) + F.mse_loss(model(xb)[:, 0], yb.float())) / 32",
+        "F.cross_entropy(model(xb), yb) * 32 / 1024",  # a sum over 1,024 rows estimated
     ],
 )
 def test_losses_that_are_not_a_mean_over_its_rows_again_pass(
@@ -108,6 +112,10 @@ for i in range(0, 1280, 64):
     assert not doctor_script(script, CODE)
     single = script.replace("for j in range(i, i + 64, 8):", "for j in [i]:")
     assert doctor_script(single, CODE)  # one micro-batch a step, / 8: twice
+    # 2 micro-batches of 32 a step, each divided by its 32 rows (by 2 was meant): twice
+    halves = script.replace("range(i, i + 64, 8)", "range(i, i + 64, 32)")
+    halves = halves.replace("j : j + 8", "j : j + 32").replace(") / 8", ") / 32")
+    assert doctor_script(halves, CODE)
 
 
 def test_mean_reduced_reads_the_reduction_and_the_legacy_flags() -> None:

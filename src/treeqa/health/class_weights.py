@@ -1,4 +1,4 @@
-"""Class weights that rise with each class's frequency (``class-weights-by-frequency``):
+"""Class weights that follow each class's frequency (``class-weights-by-frequency``):
 ``nn.CrossEntropyLoss(weight=counts / counts.sum())`` where the inverse was meant, or
 ``nn.BCEWithLogitsLoss(pos_weight=positives / negatives)`` where ``negatives / positives``
 was. The common class then weighs more and the rare one less than without weights at all: the
@@ -10,15 +10,21 @@ values over integer targets counts its targets by class (``ignore_index`` left o
 column, on the device. After ``CALLS`` such calls with ``TARGETS`` targets or more, one host
 read judges them, once:
 
-- weights: over the classes that came and weigh more than 0 (a class weighted 0 is left out
-  on purpose: padding), the most common ``IMBALANCE`` times the rarest or more, the weights
-  ``SPREAD`` apart or more, and the weight rising with the frequency: a least-squares slope of
-  log(weight) on log(frequency) of ``SLOPE`` or more (weights proportional to the counts: 1;
-  inverse: -1; a costly common class weighted 2 against 1 and 1: about 0.4), the most common
-  class weighted above the rarest;
+- weights: over the classes that came ``LEAST`` times or more and weigh more than 0 (a class
+  weighted 0 is left out on purpose: padding), the most common ``IMBALANCE`` times the rarest
+  or more, the weights ``SPREAD`` apart or more, and proportional to the frequencies: a
+  least-squares slope of log(weight) on log(frequency) within ``PROPORTIONAL`` (1 where they
+  are the counts; -1 their inverse). Weights chosen for a cost, a prior shift or a sampling
+  rate follow the counts too, but not in proportion: a costly common class weighted 5, 2, 1 at
+  72/21/7%, slope 0.71; a deployment prior over the training prior, 1.59; negatives kept at
+  a tenth and weighted 10, 1.51;
 - ``pos_weight``: on half the columns whose positives stand ``IMBALANCE`` to 1 from their
-  negatives (either way) or more, and one at least, a ``pos_weight`` within 2x of positives /
-  negatives: the reciprocal of the balancing one.
+  negatives (either way) or more, and one at least, a ``pos_weight`` within ``NEAR`` of
+  positives / negatives: the reciprocal of the balancing one.
+
+The finding waits for the run's end, where the weights are read again: weights a schedule
+moves (from the counts toward their inverse over the epochs, head classes first on purpose)
+are not the ones judged by then.
 """
 
 from __future__ import annotations
@@ -33,14 +39,19 @@ from treeqa.health.findings import Finding
 
 CALLS = 5
 """Sampled weighted losses counted before they are judged."""
-TARGETS = 200
-"""Targets counted (rows of a binary one's) before they are judged."""
-IMBALANCE = 3.0
+TARGETS = 500
+"""Targets counted (rows of a binary one's) before they are judged: the rare classes' counts
+then read their frequency within about a tenth."""
+LEAST = 5
+"""Targets a class needs for its frequency to be judged."""
+IMBALANCE = 2.0
 """The most common class's count over the rarest's (or positives against negatives)."""
 SPREAD = 1.5
 """The highest weight over the lowest."""
-SLOPE = 0.5
-"""Of log(weight) on log(frequency): the least that rises with the frequency."""
+PROPORTIONAL = (0.8, 1.25)
+"""Of log(weight) on log(frequency): the slopes read as weights proportional to the counts."""
+NEAR = 1.5
+"""How far ``pos_weight`` may be from positives / negatives, either way."""
 
 
 class ClassWeights:
@@ -56,11 +67,12 @@ class ClassWeights:
         self.weight: torch.Tensor | None = None  # the latest weights, [C] (or [L] / [1])
         self.binary = False  # pos_weight, not weight
         self.where = ""
+        self.pending: tuple[Finding, list[float]] | None = None  # said at the run's end
 
     def weighted(self, weight: Any, target: Any, ignore: Any, classes: int, where: str) -> None:
         """A cross-entropy over ``classes`` classes given class ``weight`` and ``target``."""
         integer = isinstance(target, torch.Tensor) and not target.is_floating_point()
-        if self.done or not integer or not _vector(weight, classes) or classes < 2:
+        if not integer or not _vector(weight, classes) or classes < 2:
             return
         flat = target.detach().reshape(-1)
         valid = (flat != ignore) & (flat >= 0) & (flat < classes)
@@ -69,8 +81,10 @@ class ClassWeights:
 
     def pos_weighted(self, pos_weight: Any, target: Any, where: str) -> None:
         """A binary cross-entropy of logits given ``pos_weight`` and ``target`` (in [0, 1])."""
-        if self.done or not isinstance(target, torch.Tensor) or not target.is_floating_point():
+        if not isinstance(target, torch.Tensor) or not target.is_floating_point():
             return
+        if isinstance(pos_weight, torch.Tensor) and pos_weight.dim() == 2:
+            pos_weight = pos_weight[0] if pos_weight.shape[0] == 1 else pos_weight
         if not isinstance(pos_weight, torch.Tensor) or pos_weight.dim() > 1 or target.dim() < 1:
             return
         columns = target.detach().reshape(-1, target.shape[-1]) if target.dim() > 1 else None
@@ -79,6 +93,10 @@ class ClassWeights:
             if pos_weight.numel() != 1:
                 return
         self._note(columns.float().sum(0), columns.shape[0], pos_weight, True, where)
+
+    def seen(self, weight: torch.Tensor) -> None:
+        """The latest weights given once judged, read again at the run's end."""
+        self.weight = weight.detach()
 
     def _note(
         self, counts: torch.Tensor, rows: int, weight: torch.Tensor, binary: bool, where: str
@@ -106,7 +124,15 @@ class ClassWeights:
         )
         if found is not None:
             found.where = self.where
-            self.add(found)
+            self.pending = (found, weights)
+
+    def take_run_end(self) -> Finding | None:
+        """The finding, where the latest weights are still those judged (one host read)."""
+        if self.pending is None or self.weight is None:
+            return None
+        found, judged = self.pending
+        self.pending = None
+        return found if self.weight.double().reshape(-1).cpu().tolist() == judged else None
 
 
 def _vector(weight: Any, classes: int) -> bool:
@@ -114,9 +140,12 @@ def _vector(weight: Any, classes: int) -> bool:
 
 
 def _rising_weights(counts: list[float], weights: list[float]) -> Finding | None:
-    """``class-weights-by-frequency`` where ``weights`` rise with the classes' ``counts``."""
-    kept = [(c, w) for c, w in zip(counts, weights, strict=True) if c > 0 and w > 0]
-    if len(kept) < 2 or not all(math.isfinite(w) for w in weights):
+    """``class-weights-by-frequency`` where ``weights`` are proportional to the classes'
+    ``counts``."""
+    if not all(math.isfinite(w) for w in weights):
+        return None
+    kept = [(c, w) for c, w in zip(counts, weights, strict=True) if c >= LEAST and w > 0]
+    if len(kept) < 2:
         return None
     total = sum(c for c, _ in kept)
     rarest, commonest = min(kept), max(kept)
@@ -129,21 +158,21 @@ def _rising_weights(counts: list[float], weights: list[float]) -> Finding | None
     slope = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sum(
         (a - mx) ** 2 for a in x
     )
-    if slope < SLOPE or commonest[1] <= rarest[1]:
+    if not PROPORTIONAL[0] <= slope <= PROPORTIONAL[1]:
         return None
     share = commonest[0] / total
     return Finding(
         "class-weights-by-frequency",
         "warning",
-        f"the cross-entropy's class weights rise with the classes' frequency in its targets "
-        f"(slope {slope:.2f} on a log-log scale; 1 where they are proportional): the most "
-        f"common class ({share:.0%} of the targets) weighs {commonest[1]:.3g}, the rarest "
-        f"({rarest[0] / total:.1%}) {rarest[1]:.3g}, so the rare classes count less than "
-        "without weights, not more (counts where their inverse was meant?)",
+        f"the cross-entropy's class weights are proportional to the classes' frequency in its "
+        f"targets (slope {slope:.2f} on a log-log scale): the most common class ({share:.0%} "
+        f"of the targets) weighs {commonest[1]:.3g}, the rarest ({rarest[0] / total:.1%}) "
+        f"{rarest[1]:.3g}, so the rare classes count less than without weights, not more "
+        "(counts where their inverse was meant?)",
         evidence={
             "slope": round(slope, 3),
-            "frequencies": [round(c / total, 4) for c in counts],
-            "weights": [round(w, 4) for w in weights],
+            "frequencies": [round(c / sum(counts), 4) for c in counts][:50],
+            "weights": [round(w, 4) for w in weights][:50],
         },
     )
 
@@ -161,7 +190,7 @@ def _inverted_pos_weight(counts: list[float], rows: int, weights: list[float]) -
         if abs(math.log(ratio)) < math.log(IMBALANCE):
             continue
         imbalanced += 1
-        if abs(math.log(w / ratio)) <= math.log(2):
+        if abs(math.log(w / ratio)) <= math.log(NEAR):
             inverted.append((i, ratio, w))
     if not inverted or 2 * len(inverted) < imbalanced:
         return None

@@ -512,6 +512,8 @@ class Doctor:
             self.in_evaluation = True  # (the wrapped module's own hook then counts nothing)
         else:
             self._begin()  # (first: the step's forwards are noted as sampled or not)
+            if not torch.is_grad_enabled() and id(module) in self.trained:
+                self.monitor.loaders.evaluated()  # (an evaluation that never called eval())
         if id(module) in self.trained:
             if self.predictions.open:  # (the last output's scoring is over)
                 self.predictions.begin()

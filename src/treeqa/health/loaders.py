@@ -27,6 +27,7 @@ import contextlib
 import functools
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -47,6 +48,20 @@ from treeqa.health.wrap import Wrappers, note_calls_and_results, note_function_r
 
 Dropping = tuple[int, int, int, bool, str]
 """(examples dropped, of, batch size, shuffled, the line that iterated the loader)."""
+
+
+@dataclass(slots=True)
+class Held:
+    """An evaluation drawn from a loader that drops its last batch, held until the clock's
+    next step: what it dropped, its dataset (``_base``: a Subset's own) and the dataset's own
+    id, and the examples passes since have ``covered``."""
+
+    dropping: Dropping
+    base: int
+    dataset: int
+    covered: int
+
+
 RESTART_STEPS = 20
 """Steps in a row that each made a new iterator and left it before its end."""
 SORTED_STEPS = 20
@@ -105,11 +120,11 @@ class Loaders:
         # the newest iterator's loader drops its last batch: (examples dropped, of, batch
         # size, shuffled, the line that made the iterator), for ``evaluation-drops-examples``
         self.dropping: Dropping | None = None
-        # an evaluation drew from such a loader since the clock's last step: what it dropped,
-        # the dataset it drew from (a Subset's own) and the examples passes over that dataset
-        # made since cover (a second loader over the tail scores what the first left out)
-        self.dropped: tuple[Dropping, int, int] | None = None
+        self.dropped: Held | None = None  # such an evaluation, until the clock's next step
         self.base = 0  # the newest iterator's dataset (``_base``)
+        self.dataset = 0  # its dataset's own id
+        self.last_dataset = 0  # the dataset of the iterator drawn from last
+        self.trained_on: set[int] = set()  # datasets drawn from last before a clock's step
         self.on_draw: Callable[[], None] | None = None  # told of each batch, before it is drawn
         self.on_made: Callable[[DataLoader[Any]], None] | None = None  # told of each iterator
         # Each iterator's pass (weak: a finished pass's), and what the loaders gave.
@@ -198,32 +213,36 @@ class Loaders:
             self._report(found)
 
     def evaluated(self) -> None:
-        """A forward of an evaluation (a trained model in eval mode, without gradients): where
-        an iterator was made since the clock's last step, the evaluation's, and its loader
-        drops its last batch, the evaluation is held until the next step (``judge_dropped``)."""
+        """A forward of a trained model without gradients (an evaluation's): where an iterator
+        was made since the clock's last step, the evaluation's, and its loader drops its last
+        batch, the evaluation is held until the next step (``judge_dropped``)."""
         if self.made and self.dropping is not None and self.dropped is None:
-            dropping, examples = self.dropping, self.dropping[1]
-            self.dropped = (dropping, self.base, examples - dropping[0])
+            dropping = self.dropping
+            self.dropped = Held(dropping, self.base, self.dataset, dropping[1] - dropping[0])
         self.dropping = None
 
     def _cover(self, loader: DataLoader[Any], sampler: Any) -> None:
         """A new pass over ``loader``: what it draws counts toward the held evaluation's
-        examples, where it draws from the same dataset."""
-        self.base = _base(loader.dataset)
-        if self.dropped is None or self.base != self.dropped[1]:
+        examples, where it draws from the same dataset (a Subset's own) or as many examples as
+        the evaluation left out (a loader over the tail scores what the first left out)."""
+        self.base, self.dataset = _base(loader.dataset), id(loader.dataset)
+        if self.dropped is None:
             return
         with contextlib.suppress(TypeError):  # an iterable dataset without a length
             dropping = _dropping(loader, sampler)
             drawn = len(sampler) - (dropping[0] if dropping is not None else 0)
-            self.dropped = (self.dropped[0], self.dropped[1], self.dropped[2] + drawn)
+            if self.base == self.dropped.base or drawn == self.dropped.dropping[0]:
+                self.dropped.covered += drawn
 
     def judge_dropped(self) -> None:
         """The clock stepped, or the run ended: ``evaluation-drops-examples`` for the held
-        evaluation, unless passes over its dataset covered every example."""
+        evaluation, unless passes since covered every example, or its dataset is one the
+        clock's steps trained on (features or targets computed over the training set without
+        gradients, batch-norm statistics recomputed: no score of the model)."""
         held, self.dropped = self.dropped, None
-        if held is None or held[2] >= held[0][1]:
+        if held is None or held.covered >= held.dropping[1] or held.dataset in self.trained_on:
             return
-        dropped, examples, size, shuffled, where = held[0]
+        dropped, examples, size, shuffled, where = held.dropping
         found = slips.evaluation_drops_examples(dropped, examples, size, shuffled)
         found.where = where
         self._report(found)
@@ -242,6 +261,7 @@ class Loaders:
             self.drawn_elsewhere += 1
         drawn_from = self.iterators.get(it)
         if drawn_from is not None:  # a training batch with gradients (validation without)
+            self.last_dataset = drawn_from.dataset
             self.drawn_batches.note(drawn_from, torch.is_grad_enabled())
             if self.keep and drawn_from.indexed:  # the indices it fetches now, for this batch
                 it._next_index = functools.partial(_fetching, it, drawn_from)
@@ -299,6 +319,7 @@ class Loaders:
     def end_step(self) -> None:
         """The clock stepped (under ``treeqa doctor``): a new iterator this step, left before
         its end, makes one more step in a row; ``RESTART_STEPS`` of them make the finding."""
+        self.trained_on.add(self.last_dataset)
         if self.dropped is not None:
             self.judge_dropped()
         if not self.made and not self.pending:  # no iterator made this step: no restart
@@ -376,6 +397,7 @@ def _pass(loader: DataLoader[Any], sampler: Any, batches: int | None) -> Pass:
         examples = None
     return Pass(
         id(loader),
+        id(loader.dataset),
         size if isinstance(size, int) else None,
         batches,
         examples,

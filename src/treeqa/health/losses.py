@@ -262,7 +262,7 @@ class LossInputCheck:
         node, scale = loss_inputs.unscaled(loss)
         for note in self.backwards:
             note(node)
-        self.twice.backward(node, scale)
+        self.twice.backward(loss.grad_fn, node, scale)
         if self.minimised is None and node is not None:  # judged at the step (``maximize``)
             form = loss_inputs.minimised_log_likelihood(node)
             if form is not None:
@@ -295,10 +295,14 @@ class LossInputCheck:
         term multiplied by the integer 0; ``in-batch-targets-constant`` where every
         cross-entropy over in-batch similarities on sampled steps (3 or more) had one and
         the same target for every row (a class that most batches hold alone, over as many
-        classes as a batch has rows, had other targets some of the time)."""
+        classes as a batch has rows, had other targets some of the time); and
+        ``class-weights-by-frequency`` where the weights judged are still the latest."""
         found = []
         if self.zeroed_open and self.zeroed >= ZEROED_BACKWARDS:
             found.append(loss_inputs.loss_term_zeroed(self.zeroed))
+        weighted = self.weights.take_run_end()
+        if weighted is not None:
+            found.append(weighted)
         calls, constant, value, rows = self.in_batch
         if calls >= IN_BATCH_CALLS and constant == calls and value is not None:
             found.append(loss_inputs.in_batch_targets_constant(rows, value, calls))
@@ -455,7 +459,7 @@ class LossInputCheck:
             self._inspect(fname, input, result, args[1:], rest)
             if result.numel() == 1 and twice.mean_reduced(fname, args, kwargs):
                 self.twice.loss(fname, input, result, sites.user_site())
-            if result.requires_grad and not self.weights.done:
+            if result.requires_grad and (not self.weights.done or self.weights.pending):
                 self._class_weights(fname, input, args, kwargs)
             for told in self.fed:
                 told(input, f"F.{fname}")
@@ -473,12 +477,16 @@ class LossInputCheck:
         target = args[1] if len(args) > 1 else kwargs.get("target")
         if fname in ("cross_entropy", "nll_loss") and input.dim() >= 2:
             weight, ignore, _ = _label_options(args[2:], kwargs)
-            if isinstance(weight, torch.Tensor):
+            if isinstance(weight, torch.Tensor) and self.weights.done:
+                self.weights.seen(weight)
+            elif isinstance(weight, torch.Tensor):
                 where = sites.user_site()
                 self.weights.weighted(weight, target, ignore, int(input.shape[1]), where)
         elif fname == "binary_cross_entropy_with_logits":
             pos_weight = kwargs.get("pos_weight", args[6] if len(args) > 6 else None)
-            if isinstance(pos_weight, torch.Tensor):
+            if isinstance(pos_weight, torch.Tensor) and self.weights.done:
+                self.weights.seen(pos_weight)
+            elif isinstance(pos_weight, torch.Tensor):
                 self.weights.pos_weighted(pos_weight, target, sites.user_site())
 
     def _note_moments(self, target: Any) -> None:

@@ -83,16 +83,17 @@ def constant(values: list[float]) -> bool:
 
 @dataclass(slots=True)
 class Pass:
-    """A pass over a DataLoader (one iterator): the loader's ``id``, its ``batch_size`` (None:
-    a batch sampler without one), its ``batches`` (None: no length), its dataset's
-    ``examples`` (None: no length), the loader ``described`` in words, whether its batches'
-    dataset indices are followed (``indexed``: not where worker processes fetch them), whether
-    it shuffles by a ``RandomSampler`` seeded anew from torch's generator (``at_random``); the
-    batches ``taken`` from it, the ``last`` batch taken (held by the newest ``HELD``: ``held``), the count of all draws when it
-    was (``at``), and the dataset indices of the batch being drawn for a sampled step
-    (``indices``)."""
+    """A pass over a DataLoader (one iterator): the loader's ``id``, its ``dataset``'s id,
+    its ``batch_size`` (None: a batch sampler without one), its ``batches`` (None: no
+    length), its dataset's ``examples`` (None: no length), the loader ``described`` in words,
+    whether its batches' dataset indices are followed (``indexed``: not where worker processes
+    fetch them), whether it shuffles by a ``RandomSampler`` seeded anew from torch's generator
+    (``at_random``); the batches ``taken`` from it, the ``last`` batch taken (held by the
+    newest ``HELD``: ``held``), the count of all draws when it was (``at``), and the dataset
+    indices of the batch being drawn for a sampled step (``indices``)."""
 
     id: int
+    dataset: int  # its dataset's id
     batch_size: int | None
     batches: int | None
     examples: int | None

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from treeqa.health import loss_inputs, sites
 from treeqa.health.findings import Finding
 
 ROWS = 8
@@ -71,30 +72,39 @@ def mean_reduced(fname: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> b
     return (args[at] if len(args) > at else kwargs.get("reduction", "mean")) == "mean"
 
 
+Noted = tuple[int, str, str]
+"""A mean loss: its rows, its line, what it is (``F.cross_entropy's mean``)."""
+
+
 class AveragedTwice:
     """``add``: where the finding goes. ``loss`` notes each sampled mean loss,
     ``backward`` each sampled backward, ``stepped`` the optimiser's step after them."""
 
     def __init__(self, add: Callable[[Finding], None]) -> None:
         self.add = add
-        self.means: dict[Any, tuple[int, str]] = {}  # this step's mean losses: node -> rows, line
-        self.backwards: list[tuple[int, str] | None] = []  # each backward's (rows, line) if 1/N
+        # this step's mean losses: node -> (rows, line, what)
+        self.means: dict[Any, Noted] = {}
+        self.backwards: list[Noted | None] = []  # each backward's mean, where times 1/N
         self.steps = 0  # sampled steps in a row so (-1 once said)
-        self.function = ""
 
     def loss(self, fname: str, input: torch.Tensor, result: torch.Tensor, where: str) -> None:
         """``F.<fname>`` returned ``result``, a mean over ``input`` (rows: its dim 0)."""
         if self.steps >= 0 and result.grad_fn is not None and input.dim() >= 1:
             rows = int(input.shape[0])
             if rows >= ROWS:
-                self.means[result.grad_fn] = (rows, where)
-                self.function = fname
+                self.means[result.grad_fn] = (rows, where, f"F.{fname}'s mean")
 
-    def backward(self, node: Any, scale: float) -> None:
-        """A sampled backward of a loss whose node is ``node`` once constant factors, ``scale``
-        in all, are walked back. The noted nodes are let go: held, they keep the graph."""
+    def backward(self, first: Any, node: Any, scale: float) -> None:
+        """A sampled backward of a loss whose node is ``first``, and ``node`` once constant
+        factors, ``scale`` in all, are walked back: a noted mean (or one by hand,
+        ``x.mean()`` over N rows; or a sum of terms among which a noted mean is) times 1/N by
+        one factor (``* 32 / 1024``, a sum over the data estimated from a batch, is two). The
+        noted nodes are let go: held, they keep the graph."""
         means, self.means = self.means, {}
-        noted = means.get(node) if node is not None else None
+        noted = None
+        one = first is not node and first is not None and first.next_functions[0][0] is node
+        if one and node is not None:
+            noted = means.get(node) or _summed_mean(node, means) or _mean_by_hand(node)
         twice = noted is not None and math.isclose(scale * noted[0], 1.0, rel_tol=1e-3)
         self.backwards.append(noted if twice else None)
 
@@ -104,7 +114,11 @@ class AveragedTwice:
         self.means = {}
         if self.steps < 0 or not backwards:
             return
-        noted = backwards[0] if len(backwards) == 1 else None
+        # k micro-batches accumulated, each divided by k, are right whatever their rows: only
+        # where k is not their rows are they read (2 of 64 rows, each divided by 64, are twice).
+        noted = backwards[0] if all(backwards) else None
+        if noted is not None and len(backwards) > 1 and noted[0] == len(backwards):
+            noted = None
         self.steps = self.steps + 1 if noted is not None else 0
         if noted is None or self.steps < STEPS:
             return
@@ -112,22 +126,46 @@ class AveragedTwice:
         if effect is None:
             return
         self.steps = -1
-        rows, where = noted
+        rows, where, what = noted
         self.add(
             Finding(
                 "loss-averaged-twice",
                 "warning",
-                f"the loss given to backward is F.{self.function}'s mean over the batch's {rows} "
-                f"rows divided by {rows} again, on {STEPS} sampled steps in a row: {effect}",
+                f"the loss given to backward is {what} over the batch's {rows} rows divided by "
+                f"{rows} again, on {STEPS} sampled steps in a row: {effect}",
                 where=where,
                 evidence={
                     "rows": rows,
                     "factor": round(1 / rows, 6),
-                    "function": self.function,
+                    "loss": what,
                     "optimizer": type(optimizer).__name__,
                 },
             )
         )
+
+
+def _summed_mean(node: Any, means: dict[Any, Noted]) -> Noted | None:
+    """The rows and line of a noted mean among the terms ``node`` adds up (``(ce + 0.1 *
+    mse) / B``: the sum divided, its main term a mean), where the noted terms share their rows."""
+    if type(node).__name__ != "AddBackward0":
+        return None
+    terms = loss_inputs.summed_terms(node) or []
+    noted = [means[n] for n, _ in terms if n in means]
+    if not noted or len({rows for rows, _, _ in noted}) != 1:
+        return None
+    rows, where, what = noted[0]
+    return rows, where, f"a sum of {what} and other terms"
+
+
+def _mean_by_hand(node: Any) -> Noted | None:
+    """The rows of a mean over all elements written by hand (``((out - y) ** 2).mean()``), of
+    ``ROWS`` or more, and the line of the backward."""
+    if type(node).__name__ != "MeanBackward0":
+        return None
+    sizes = node._saved_self_sym_sizes
+    if not sizes or int(sizes[0]) < ROWS:
+        return None
+    return int(sizes[0]), sites.user_site(), "a mean written by hand"
 
 
 def _effect(optimizer: torch.optim.Optimizer) -> str | None:
