@@ -125,6 +125,11 @@ class AveragedTwice:
         effect = _effect(optimizer)
         if effect is None:
             return
+        if not any(p.grad is not None for g in optimizer.param_groups for p in g["params"]):
+            # The clock's optimiser took no gradient (frozen, or run under no_grad): another
+            # optimiser trains, accumulating these backwards over its own steps.
+            self.steps = 0
+            return
         self.steps = -1
         rows, where, what = noted
         self.add(
