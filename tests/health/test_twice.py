@@ -128,3 +128,36 @@ def test_mean_reduced_reads_the_reduction_and_the_legacy_flags() -> None:
     assert not twice.mean_reduced("mse_loss", (x, x, False), {})
     assert twice.mean_reduced("huber_loss", (x, x, "mean"), {})
     assert not twice.mean_reduced("kl_div", (x, x), {})
+
+
+LANGUAGE_MODEL = """
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+torch.manual_seed(0)
+ids = torch.randint(0, 20, (640, 13))
+model = nn.Sequential(nn.Embedding(20, 16), nn.Linear(16, 20))
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+for epoch in range(2):
+    for i in range(0, 640, 16):
+        x, y = ids[i : i + 16, :-1], ids[i : i + 16, 1:]
+        logits = model(x)  # [16, 12, 20]
+        loss = LOSS
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_token_mean_divided_by_the_models_batch_is_named(doctor_script: Doctor) -> None:
+    """Logits ``[B * T, V]`` over ``[B, T]`` ids: the mean over the tokens divided by B (the
+    model's batch) or by B * T (its rows) is twice; a sum over the tokens divided by B is a
+    loss a sequence, once."""
+    flat = "F.cross_entropy(logits.reshape(-1, 20), y.reshape(-1){}) / {}"
+    by_batch = doctor_script(LANGUAGE_MODEL.replace("LOSS", flat.format("", "len(x)")), CODE)
+    assert len(by_batch) == 1 and by_batch[0]["evidence"]["rows"] == 16
+    by_rows = doctor_script(LANGUAGE_MODEL.replace("LOSS", flat.format("", "y.numel()")), CODE)
+    assert len(by_rows) == 1 and by_rows[0]["evidence"]["rows"] == 192
+    summed = flat.format(", reduction='sum'", "len(x)")
+    assert not doctor_script(LANGUAGE_MODEL.replace("LOSS", summed), CODE)

@@ -56,7 +56,7 @@ from treeqa.health import (
 )
 from treeqa.health.clipping import Clipping
 from treeqa.health.dropouts import Dropouts
-from treeqa.health.heldout import HeldOut
+from treeqa.health.heldout import HeldOut, given
 from treeqa.health.loaded import LoadedWeights
 from treeqa.health.masks import AttentionMasks
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
@@ -528,6 +528,7 @@ class Doctor:
                     self.scales.forward(module, args, kwargs, training, self.monitor.step)
             if sampling and training:
                 self.monitor.loss_check.leaks.forward(args, kwargs, self.monitor.step)
+                self.monitor.loss_check.twice.forward(given(args, kwargs))
                 if not (self.monitor.compiling or compiled()):  # (wrappers a compiled graph
                     self.masks.begin(module, args, kwargs)  # would guard on)
                     self.dropouts.begin(module, training=True)

@@ -72,8 +72,11 @@ def mean_reduced(fname: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> b
     return (args[at] if len(args) > at else kwargs.get("reduction", "mean")) == "mean"
 
 
-Noted = tuple[int, str, str]
-"""A mean loss: its rows, its line, what it is (``F.cross_entropy's mean``)."""
+Noted = tuple[tuple[int, ...], str, str]
+"""A mean loss: the batch sizes it may be divided by (its rows; the model's batch, where the
+rows are that batch's tokens flattened), its line, what it is (``F.cross_entropy's mean``)."""
+Twice = tuple[int, str, str]
+"""A backward's mean loss divided by a batch size again: that size, its line, what it is."""
 
 
 class AveragedTwice:
@@ -84,14 +87,19 @@ class AveragedTwice:
         self.add = add
         # this step's mean losses: node -> (rows, line, what)
         self.means: dict[Any, Noted] = {}
-        self.backwards: list[Noted | None] = []  # each backward's mean, where times 1/N
+        self.backwards: list[Twice | None] = []  # each backward's mean, where times 1/N
         self.steps = 0  # sampled steps in a row so (-1 once said)
+        self.batch = 0  # the rows of the sampled step's first training forward's input
+
+    def forward(self, given: list[torch.Tensor]) -> None:
+        """A sampled step's training forward was ``given`` these tensors (a batch dim each)."""
+        self.batch = int(given[0].shape[0]) if given else 0
 
     def loss(self, fname: str, input: torch.Tensor, result: torch.Tensor, where: str) -> None:
         """``F.<fname>`` returned ``result``, a mean over ``input`` (rows: its dim 0)."""
         if self.steps >= 0 and result.grad_fn is not None and input.dim() >= 1:
-            rows = int(input.shape[0])
-            if rows >= ROWS:
+            rows = _sizes(int(input.shape[0]), self.batch)
+            if rows:
                 self.means[result.grad_fn] = (rows, where, f"F.{fname}'s mean")
 
     def backward(self, first: Any, node: Any, scale: float) -> None:
@@ -104,9 +112,19 @@ class AveragedTwice:
         noted = None
         one = first is not node and first is not None and first.next_functions[0][0] is node
         if one and node is not None:
-            noted = means.get(node) or _summed_mean(node, means) or _mean_by_hand(node)
-        twice = noted is not None and math.isclose(scale * noted[0], 1.0, rel_tol=1e-3)
-        self.backwards.append(noted if twice else None)
+            noted = means.get(node) or _summed_mean(node, means) or self._mean_by_hand(node)
+        sizes = noted[0] if noted is not None else ()
+        size = next((n for n in sizes if math.isclose(scale * n, 1.0, rel_tol=1e-3)), 0)
+        self.backwards.append((size, *noted[1:]) if noted is not None and size else None)
+
+    def _mean_by_hand(self, node: Any) -> Noted | None:
+        """A mean over all elements written by hand (``((out - y) ** 2).mean()``) of ``ROWS``
+        rows or more, and the line of the backward."""
+        if type(node).__name__ != "MeanBackward0":
+            return None
+        sizes = node._saved_self_sym_sizes
+        rows = _sizes(int(sizes[0]), self.batch) if sizes else ()
+        return (rows, sites.user_site(), "a mean written by hand") if rows else None
 
     def stepped(self, optimizer: torch.optim.Optimizer) -> None:
         """The clock's optimiser stepped on a sampled step, after its backwards."""
@@ -136,8 +154,8 @@ class AveragedTwice:
             Finding(
                 "loss-averaged-twice",
                 "warning",
-                f"the loss given to backward is {what} over the batch's {rows} rows divided by "
-                f"{rows} again, on {STEPS} sampled steps in a row: {effect}",
+                f"the loss given to backward is {what} divided again by the batch's size, "
+                f"{rows}, on {STEPS} sampled steps in a row: {effect}",
                 where=where,
                 evidence={
                     "rows": rows,
@@ -162,15 +180,14 @@ def _summed_mean(node: Any, means: dict[Any, Noted]) -> Noted | None:
     return rows, where, f"a sum of {what} and other terms"
 
 
-def _mean_by_hand(node: Any) -> Noted | None:
-    """The rows of a mean over all elements written by hand (``((out - y) ** 2).mean()``), of
-    ``ROWS`` or more, and the line of the backward."""
-    if type(node).__name__ != "MeanBackward0":
-        return None
-    sizes = node._saved_self_sym_sizes
-    if not sizes or int(sizes[0]) < ROWS:
-        return None
-    return int(sizes[0]), sites.user_site(), "a mean written by hand"
+def _sizes(rows: int, batch: int) -> tuple[int, ...]:
+    """The batch sizes a mean over ``rows`` rows may be divided by again: the rows (``ROWS`` or
+    more), and the model's ``batch`` where the rows are its tokens flattened (``[B * T, V]``
+    logits of a language model over ``[B, T]`` ids)."""
+    sizes: tuple[int, ...] = (rows,) if rows >= ROWS else ()
+    if batch >= ROWS and rows > batch and rows % batch == 0:
+        sizes += (batch,)
+    return sizes
 
 
 def _effect(optimizer: torch.optim.Optimizer) -> str | None:
