@@ -92,3 +92,37 @@ def test_a_second_loader_over_the_tail_that_the_first_drops_passes(doctor_script
     val = "DataLoader(held, batch_size=64, drop_last=True)"
     assert not _run(doctor_script, val, both)
     assert _run(doctor_script, val, both.replace("range(192, 200)", "range(192, 196)"))
+
+
+BEFORE = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+x = torch.randn(700, 6)
+y = (x[:, 0] > 0).long()
+held = DataLoader(TensorDataset(x[500:], y[500:]), batch_size=64, drop_last=True)
+model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 2))
+scored = SCORED
+scored.eval()
+with torch.no_grad():
+    baseline = sum((scored(xb).argmax(1) == yb).sum().item() for xb, yb in held)
+model.train()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for i in range(0, 500, 25):
+    loss = nn.functional.cross_entropy(model(x[i : i + 25]), y[i : i + 25])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_baseline_before_the_first_step_is_named_when_its_model_trains(
+    doctor_script: Doctor,
+) -> None:
+    """Before the clock's first step the models it trains are not known: an evaluation then is
+    held, and named at the first step where its model is one the clock trains (not a teacher
+    that scored the same loader)."""
+    assert doctor_script(BEFORE.replace("SCORED", "model"), CODE)
+    assert not doctor_script(BEFORE.replace("SCORED", "nn.Linear(6, 2)"), CODE)

@@ -486,8 +486,11 @@ class Doctor:
         if id(module) not in self.called:
             self.called[id(module)] = module
             self.resumes.pretrained(module)
-        if not module.training and not torch.is_grad_enabled():  # an evaluation, it may be
+        if torch.is_grad_enabled():
+            self.monitor.loaders.fed()
+        elif not module.training:  # an evaluation, it may be
             self.evaluated_early.add(id(module))
+            self.monitor.loaders.evaluated(early=True)
         if not self._evaluating(module):
             self._begin()
 
@@ -515,6 +518,8 @@ class Doctor:
             if not torch.is_grad_enabled() and id(module) in self.trained:
                 self.monitor.loaders.evaluated()  # (an evaluation that never called eval())
         if id(module) in self.trained:
+            if torch.is_grad_enabled():
+                self.monitor.loaders.fed()
             if self.predictions.open:  # (the last output's scoring is over)
                 self.predictions.begin()
             self.monitor.input_elements += _elements(args, kwargs)
@@ -657,8 +662,10 @@ class Doctor:
         self.updates.watch_modes(self.roots)
         self.updates.orphans.frozen_beside([m for m in tops if id(m) not in trained_roots])
         # An evaluation of the models before this clock's first step (a baseline score).
-        if any(id(m) in self.evaluated_early for m in self.roots):
+        early = any(id(m) in self.evaluated_early for m in self.roots)
+        if early:
             self.updates.evaluated = True
+        self.monitor.loaders.first_step(early)
         self.evaluated_early.clear()
         self.clipping.reset(optimizer)
 

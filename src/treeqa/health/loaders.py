@@ -60,6 +60,7 @@ class Held:
     base: int
     dataset: int
     covered: int
+    early: bool = False  # before the clock's first step: of a model trained or not, not yet known
 
 
 RESTART_STEPS = 20
@@ -123,8 +124,9 @@ class Loaders:
         self.dropped: Held | None = None  # such an evaluation, until the clock's next step
         self.base = 0  # the newest iterator's dataset (``_base``)
         self.dataset = 0  # its dataset's own id
-        self.last_dataset = 0  # the dataset of the iterator drawn from last
-        self.trained_on: set[int] = set()  # datasets drawn from last before a clock's step
+        self.drawn_dataset = 0  # the dataset of the iterator drawn from last, with gradients
+        self.fed_dataset = 0  # the one drawn from last before a forward with gradients
+        self.trained_on: set[int] = set()  # datasets that fed a clock's steps so
         self.on_draw: Callable[[], None] | None = None  # told of each batch, before it is drawn
         self.on_made: Callable[[DataLoader[Any]], None] | None = None  # told of each iterator
         # Each iterator's pass (weak: a finished pass's), and what the loaders gave.
@@ -212,14 +214,27 @@ class Loaders:
             found.where = sites.user_site()
             self._report(found)
 
-    def evaluated(self) -> None:
-        """A forward of a trained model without gradients (an evaluation's): where an iterator
-        was made since the clock's last step, the evaluation's, and its loader drops its last
-        batch, the evaluation is held until the next step (``judge_dropped``)."""
+    def evaluated(self, early: bool = False) -> None:
+        """A forward of a trained model without gradients (an evaluation's; ``early``: of a
+        model in eval mode before the clock's first step, which says whether it trains): where
+        an iterator was made since the clock's last step, the evaluation's, and its loader
+        drops its last batch, the evaluation is held until the next step (``judge_dropped``)."""
         if self.made and self.dropping is not None and self.dropped is None:
             dropping = self.dropping
-            self.dropped = Held(dropping, self.base, self.dataset, dropping[1] - dropping[0])
+            covered = dropping[1] - dropping[0]
+            self.dropped = Held(dropping, self.base, self.dataset, covered, early)
         self.dropping = None
+
+    def fed(self) -> None:
+        """A forward with gradients: the batch drawn last trains (an evaluation's forwards
+        between do not)."""
+        self.fed_dataset = self.drawn_dataset
+
+    def first_step(self, evaluated: bool) -> None:
+        """The clock's first step: a model it trains was ``evaluated`` before it (a baseline
+        score), or the evaluation held since was another model's (a teacher's labels)."""
+        if self.dropped is not None and self.dropped.early and not evaluated:
+            self.dropped = None
 
     def _cover(self, loader: DataLoader[Any], sampler: Any) -> None:
         """A new pass over ``loader``: what it draws counts toward the held evaluation's
@@ -261,7 +276,8 @@ class Loaders:
             self.drawn_elsewhere += 1
         drawn_from = self.iterators.get(it)
         if drawn_from is not None:  # a training batch with gradients (validation without)
-            self.last_dataset = drawn_from.dataset
+            # (a batch drawn without gradients is no training batch: an evaluation's loop)
+            self.drawn_dataset = drawn_from.dataset if torch.is_grad_enabled() else 0
             self.drawn_batches.note(drawn_from, torch.is_grad_enabled())
             if self.keep and drawn_from.indexed:  # the indices it fetches now, for this batch
                 it._next_index = functools.partial(_fetching, it, drawn_from)
@@ -319,7 +335,7 @@ class Loaders:
     def end_step(self) -> None:
         """The clock stepped (under ``treeqa doctor``): a new iterator this step, left before
         its end, makes one more step in a row; ``RESTART_STEPS`` of them make the finding."""
-        self.trained_on.add(self.last_dataset)
+        self.trained_on.add(self.fed_dataset)
         if self.dropped is not None:
             self.judge_dropped()
         if not self.made and not self.pending:  # no iterator made this step: no restart
