@@ -486,8 +486,8 @@ class Doctor:
         if id(module) not in self.called:
             self.called[id(module)] = module
             self.resumes.pretrained(module)
-        if torch.is_grad_enabled():
-            self.monitor.loaders.fed()
+        if torch.is_grad_enabled():  # the batch drawn last trains (``Loaders.fed_dataset``)
+            self.monitor.loaders.fed_dataset = self.monitor.loaders.drawn_dataset
         elif not module.training:  # an evaluation, it may be
             self.evaluated_early.add(id(module))
             self.monitor.loaders.evaluated(early=True)
@@ -518,13 +518,15 @@ class Doctor:
             if not torch.is_grad_enabled() and id(module) in self.trained:
                 self.monitor.loaders.evaluated()  # (an evaluation that never called eval())
         if id(module) in self.trained:
-            if torch.is_grad_enabled():
-                self.monitor.loaders.fed()
+            grad = torch.is_grad_enabled()
+            if grad:  # the batch drawn last trains (``Loaders.fed_dataset``)
+                loaders = self.monitor.loaders
+                loaders.fed_dataset = loaders.drawn_dataset
             if self.predictions.open:  # (the last output's scoring is over)
                 self.predictions.begin()
             self.monitor.input_elements += _elements(args, kwargs)
             self.updates.forward(module, args)
-            sampling, training = self.monitor.sampling, module.training and torch.is_grad_enabled()
+            sampling, training = self.monitor.sampling, module.training and grad
             if self.splits.pending is not None:  # (the first forward of a loader's pass)
                 self.splits.forward(training)
             if sampling or self.heldout.evaluated or not training:

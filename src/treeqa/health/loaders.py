@@ -125,7 +125,9 @@ class Loaders:
         self.base = 0  # the newest iterator's dataset (``_base``)
         self.dataset = 0  # its dataset's own id
         self.drawn_dataset = 0  # the dataset of the iterator drawn from last, with gradients
-        self.fed_dataset = 0  # the one drawn from last before a forward with gradients
+        # the one drawn from last before a forward with gradients of a trained model (the
+        # doctor sets it there: a training batch; an evaluation's forwards between do not)
+        self.fed_dataset = 0
         self.trained_on: set[int] = set()  # datasets that fed a clock's steps so
         self.on_draw: Callable[[], None] | None = None  # told of each batch, before it is drawn
         self.on_made: Callable[[DataLoader[Any]], None] | None = None  # told of each iterator
@@ -224,11 +226,6 @@ class Loaders:
             covered = dropping[1] - dropping[0]
             self.dropped = Held(dropping, self.base, self.dataset, covered, early)
         self.dropping = None
-
-    def fed(self) -> None:
-        """A forward with gradients: the batch drawn last trains (an evaluation's forwards
-        between do not)."""
-        self.fed_dataset = self.drawn_dataset
 
     def first_step(self, evaluated: bool) -> None:
         """The clock's first step: a model it trains was ``evaluated`` before it (a baseline
