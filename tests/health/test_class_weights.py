@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from treeqa.health.class_weights import _inverted_pos_weight, _rising_weights
+from treeqa.health.class_weights import _inverted_pos_weight, _proportional_weights
 
 Doctor = Callable[[str, str], list[dict[str, Any]]]
 """The ``doctor_script`` fixture: a script's text -> its findings of a code."""
@@ -99,12 +99,12 @@ def test_pos_weight_of_positives_over_negatives_is_named(
 
 
 def test_the_rules_on_numbers() -> None:
-    assert _rising_weights([700, 200, 100], [0.7, 0.2, 0.1]) is not None
-    assert _rising_weights([700, 200, 100], [1 / 7, 1 / 2, 1.0]) is None
-    assert _rising_weights([340, 330, 330], [0.34, 0.33, 0.33]) is None  # balanced
-    assert _rising_weights([700, 400, 0], [0.7, 0.4, 0.1]) is None  # two classes, 1.75x apart
-    assert _rising_weights([720, 210, 70], [5.0, 2.0, 1.0]) is None  # a cost's: slope 0.71
-    assert _rising_weights([700, 200, 100], [0.7, 0.2, float("nan")]) is None
+    assert _proportional_weights([700, 200, 100], [0.7, 0.2, 0.1]) is not None
+    assert _proportional_weights([700, 200, 100], [1 / 7, 1 / 2, 1.0]) is None
+    assert _proportional_weights([340, 330, 330], [0.34, 0.33, 0.33]) is None  # balanced
+    assert _proportional_weights([700, 400, 0], [0.7, 0.4, 0.1]) is None  # two classes, 1.75x apart
+    assert _proportional_weights([720, 210, 70], [5.0, 2.0, 1.0]) is None  # a cost's: slope 0.71
+    assert _proportional_weights([700, 200, 100], [0.7, 0.2, float("nan")]) is None
     assert _inverted_pos_weight([100.0], 1000, [100 / 900]) is not None
     assert _inverted_pos_weight([100.0], 1000, [9.0]) is None
     assert _inverted_pos_weight([900.0], 1000, [9.0]) is not None  # rare negatives

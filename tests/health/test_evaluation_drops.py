@@ -62,6 +62,17 @@ def test_an_evaluation_over_a_loader_that_drops_its_last_batch_is_named(
     assert found[0]["where"].endswith(":23")  # the evaluation's loop
 
 
+def test_an_evaluation_over_the_same_loader_twice_is_named(doctor_script: Doctor) -> None:
+    """Two passes over one loader that drops its last batch (accuracy, then a loss) leave out
+    the same examples: the second covers nothing the first did not."""
+    twice = (
+        LOOP
+        + """
+        loss = sum(nn.functional.cross_entropy(model(xb), yb).item() for xb, yb in val)"""
+    )
+    assert _run(doctor_script, "DataLoader(held, batch_size=64, drop_last=True)", twice)
+
+
 def test_loaders_that_drop_nothing_pass(doctor_script: Doctor) -> None:
     assert not _run(doctor_script, "DataLoader(held, batch_size=64)")
     assert not _run(doctor_script, "DataLoader(held, batch_size=64, drop_last=True)", end=692)

@@ -121,7 +121,7 @@ class ClassWeights:
         found = (
             _inverted_pos_weight(counts, self.rows, weights)
             if self.binary
-            else _rising_weights(counts, weights)
+            else _proportional_weights(counts, weights)
         )
         if found is not None:
             found.where = self.where
@@ -140,7 +140,7 @@ def _vector(weight: Any, classes: int) -> bool:
     return isinstance(weight, torch.Tensor) and weight.shape == (classes,)
 
 
-def _rising_weights(counts: list[float], weights: list[float]) -> Finding | None:
+def _proportional_weights(counts: list[float], weights: list[float]) -> Finding | None:
     """``class-weights-by-frequency`` where ``weights`` are proportional to the classes'
     ``counts``."""
     if not all(math.isfinite(w) for w in weights):

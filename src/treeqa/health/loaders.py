@@ -53,10 +53,11 @@ Dropping = tuple[int, int, int, bool, str]
 @dataclass(slots=True)
 class Held:
     """An evaluation drawn from a loader that drops its last batch, held until the clock's
-    next step: what it dropped, its dataset (``_base``: a Subset's own) and the dataset's own
-    id, and the examples passes since have ``covered``."""
+    next step: what it dropped, the loader's id, its dataset (``_base``: a Subset's own) and
+    the dataset's own id, and the examples passes since have ``covered``."""
 
     dropping: Dropping
+    loader: int
     base: int
     dataset: int
     covered: int
@@ -122,7 +123,8 @@ class Loaders:
         # size, shuffled, the line that made the iterator), for ``evaluation-drops-examples``
         self.dropping: Dropping | None = None
         self.dropped: Held | None = None  # such an evaluation, until the clock's next step
-        self.base = 0  # the newest iterator's dataset (``_base``)
+        self.loader_id = 0  # the newest iterator's loader
+        self.base = 0  # its dataset (``_base``)
         self.dataset = 0  # its dataset's own id
         self.drawn_dataset = 0  # the dataset of the iterator drawn from last, with gradients
         # the one drawn from last before a forward with gradients of a trained model (the
@@ -224,7 +226,7 @@ class Loaders:
         if self.made and self.dropping is not None and self.dropped is None:
             dropping = self.dropping
             covered = dropping[1] - dropping[0]
-            self.dropped = Held(dropping, self.base, self.dataset, covered, early)
+            self.dropped = Held(dropping, self.loader_id, self.base, self.dataset, covered, early)
         self.dropping = None
 
     def first_step(self, evaluated: bool) -> None:
@@ -236,9 +238,14 @@ class Loaders:
     def _cover(self, loader: DataLoader[Any], sampler: Any) -> None:
         """A new pass over ``loader``: what it draws counts toward the held evaluation's
         examples, where it draws from the same dataset (a Subset's own) or as many examples as
-        the evaluation left out (a loader over the tail scores what the first left out)."""
-        self.base, self.dataset = _base(loader.dataset), id(loader.dataset)
-        if self.dropped is None:
+        the evaluation left out (a loader over the tail scores what the first left out). The
+        same loader again leaves out the same ones (or, shuffled, others in their place)."""
+        self.loader_id, self.base, self.dataset = (
+            id(loader),
+            _base(loader.dataset),
+            id(loader.dataset),
+        )
+        if self.dropped is None or self.loader_id == self.dropped.loader:
             return
         with contextlib.suppress(TypeError):  # an iterable dataset without a length
             dropping = _dropping(loader, sampler)

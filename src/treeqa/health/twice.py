@@ -1,19 +1,23 @@
 """A loss that is already a mean over its batch divided by the batch size again
 (``loss-averaged-twice``): ``loss = criterion(out, y) / len(x)``, from code whose loss was a sum.
-Each gradient is then the mean's over N, N the batch's rows: a step of SGD is N times smaller
+Each gradient is then the mean's over N, N the batch's size: a step of SGD is N times smaller
 (the learning rate in effect lr / N), and under an adaptive optimiser with an L2 weight decay
 added to the gradient (Adam's ``weight_decay``) the decay weighs N times more against it.
 
 On sampled steps, each mean loss the script computes with gradients (``cross_entropy``,
 ``nll_loss``, the binary cross-entropies, the regression losses; ``reduction="mean"``) is noted
-by its autograd node with its input's rows (dim 0) and the line that called it. A backward of
-that node walked back through constant factors (``loss_inputs.unscaled``) by a factor of 1/N,
-N its rows (8 or more), is a loss averaged twice, where it is the step's one backward: k
-micro-batches accumulated each divide by k, and a micro-batch of k rows so divided is right.
-``STEPS`` sampled steps in a row so make the finding, where the optimiser's step scales with
-the gradient: SGD (and ASGD), or an adaptive one whose groups add an L2 decay to the gradient.
-Adam without decay, AdamW, Adagrad without decay, sign-based and unknown optimisers are
-(nearly) unchanged by a constant factor on the loss, and are left alone.
+by its autograd node with the batch sizes it may be divided by (``_sizes``: its input's rows,
+8 or more, and the model's batch where those rows are its tokens flattened) and the line that
+called it. A backward whose loss is one such mean, a sum of terms with one among them, or a
+mean over all elements written by hand, times one constant factor of 1/N (``loss_inputs.
+unscaled``; ``* 32 / 1024``, a sum over the data estimated from a batch, is two factors), N
+one of those sizes, counts where every backward of the step does: k micro-batches accumulated
+each divide by k, right whatever their rows, and are read as twice only where k is not their
+rows. ``STEPS`` sampled steps in a row so make the finding, where the clock's optimiser holds
+gradients (one over a frozen layer, stepped beside an optimiser that accumulates, takes none)
+and its step scales with the gradient: SGD (and ASGD), or an adaptive one whose groups add an
+L2 decay to the gradient. Adam without decay, AdamW, Adagrad without decay, sign-based and
+unknown optimisers are (nearly) unchanged by a constant factor on the loss, and are left alone.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ class AveragedTwice:
 
     def __init__(self, add: Callable[[Finding], None]) -> None:
         self.add = add
-        # this step's mean losses: node -> (rows, line, what)
+        # this step's mean losses: node -> (the batch sizes, line, what)
         self.means: dict[Any, Noted] = {}
         self.backwards: list[Twice | None] = []  # each backward's mean, where times 1/N
         self.steps = 0  # sampled steps in a row so (-1 once said)
@@ -168,16 +172,16 @@ class AveragedTwice:
 
 
 def _summed_mean(node: Any, means: dict[Any, Noted]) -> Noted | None:
-    """The rows and line of a noted mean among the terms ``node`` adds up (``(ce + 0.1 *
-    mse) / B``: the sum divided, its main term a mean), where the noted terms share their rows."""
+    """A noted mean among the terms ``node`` adds up (``(ce + 0.1 * mse) / B``: the sum
+    divided, its main term a mean), where the noted terms share their batch sizes."""
     if type(node).__name__ != "AddBackward0":
         return None
     terms = loss_inputs.summed_terms(node) or []
     noted = [means[n] for n, _ in terms if n in means]
-    if not noted or len({rows for rows, _, _ in noted}) != 1:
+    if not noted or len({sizes for sizes, _, _ in noted}) != 1:
         return None
-    rows, where, what = noted[0]
-    return rows, where, f"a sum of {what} and other terms"
+    sizes, where, what = noted[0]
+    return sizes, where, f"a sum of {what} and other terms"
 
 
 def _sizes(rows: int, batch: int) -> tuple[int, ...]:
