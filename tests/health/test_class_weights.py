@@ -14,7 +14,15 @@ from treeqa.health.class_weights import _inverted_pos_weight, _proportional_weig
 Doctor = Callable[[str, str], list[dict[str, Any]]]
 """The ``doctor_script`` fixture: a script's text -> its findings of a code."""
 CODE = "class-weights-by-frequency"
-HEAD = """
+LOOP = """for step in range(100):
+    i = step % 50 * 64
+    loss = criterion(model(x[i : i + 64]), y[i : i + 64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()"""
+"""The training loop of both scripts below: 100 steps of 64 rows, two passes."""
+HEAD = (
+    """
 import torch
 from torch import nn
 
@@ -25,13 +33,9 @@ counts = torch.bincount(y, minlength=3).float()
 criterion = nn.CrossEntropyLoss(weight=WEIGHT)
 model = nn.Linear(6, 3)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(100):
-    i = step % 50 * 64
-    loss = criterion(model(x[i : i + 64]), y[i : i + 64])
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
 """
+    + LOOP
+)
 
 
 @pytest.mark.parametrize("weight", ["counts / counts.sum()", "counts", "counts / counts.mean()"])
@@ -60,7 +64,8 @@ def test_weights_that_balance_or_do_not_follow_the_counts_pass(
     assert not doctor_script(HEAD.replace("WEIGHT", weight), CODE)
 
 
-BINARY = """
+BINARY = (
+    """
 import torch
 from torch import nn
 
@@ -71,13 +76,9 @@ positives = y.sum(0)
 criterion = nn.BCEWithLogitsLoss(pos_weight=WEIGHT)
 model = nn.Linear(6, COLUMNS)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(100):
-    i = step % 50 * 64
-    loss = criterion(model(x[i : i + 64]), y[i : i + 64])
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
 """
+    + LOOP
+)
 
 
 @pytest.mark.parametrize(

@@ -46,22 +46,26 @@ from treeqa.health.findings import Finding
 from treeqa.health.passes import Drawn, Pass
 from treeqa.health.wrap import Wrappers, note_calls_and_results, note_function_results
 
-Dropping = tuple[int, int, int, bool, str]
-"""(examples dropped, of, batch size, shuffled, the line that iterated the loader)."""
-
 
 @dataclass(slots=True)
-class Held:
-    """An evaluation drawn from a loader that drops its last batch, held until the clock's
-    next step: what it dropped, the loader's id, its dataset (``_base``: a Subset's own) and
-    the dataset's own id, and the examples passes since have ``covered``."""
+class Dropped:
+    """A pass over a loader that drops its last batch (``drop_last=True``): the examples it
+    leaves out, of how many, in batches of what size, whether it shuffles, the line that
+    iterated it, the loader's id, its dataset (``_base``: a Subset's own) and the dataset's own
+    id; once an evaluation drew from it, held until the clock's next step, the examples it and
+    the passes since have ``covered``, and whether it came ``early`` (before the clock's first
+    step: of a model trained or not, not yet known)."""
 
-    dropping: Dropping
+    dropped: int
+    examples: int
+    size: int
+    shuffled: bool
+    where: str
     loader: int
     base: int
     dataset: int
-    covered: int
-    early: bool = False  # before the clock's first step: of a model trained or not, not yet known
+    covered: int = 0
+    early: bool = False
 
 
 RESTART_STEPS = 20
@@ -119,13 +123,11 @@ class Loaders:
         self.shard = 1  # its DistributedSampler's num_replicas: this process reads 1/shard of it
         self.shard_where = ""  # where that iterator was made
         self.reported: set[str] = set()
-        # the newest iterator's loader drops its last batch: (examples dropped, of, batch
-        # size, shuffled, the line that made the iterator), for ``evaluation-drops-examples``
-        self.dropping: Dropping | None = None
-        self.dropped: Held | None = None  # such an evaluation, until the clock's next step
-        self.loader_id = 0  # the newest iterator's loader
-        self.base = 0  # its dataset (``_base``)
-        self.dataset = 0  # its dataset's own id
+        # the newest iterator's pass, where its loader drops its last batch, for
+        # ``evaluation-drops-examples``; and such a pass an evaluation drew from, held until
+        # the clock's next step
+        self.dropping: Dropped | None = None
+        self.dropped: Dropped | None = None
         self.drawn_dataset = 0  # the dataset of the iterator drawn from last, with gradients
         # the one drawn from last before a forward with gradients of a trained model (the
         # doctor sets it there: a training batch; an evaluation's forwards between do not)
@@ -167,10 +169,9 @@ class Loaders:
             self.iterators[it] = _pass(loader, sampler, self.length)
         if isinstance(sampler, WeightedRandomSampler):
             self._weights_short(sampler, loader)
-        self._cover(loader, sampler)
-        self.dropping = (
-            _dropping(loader, sampler) if "evaluation-drops-examples" not in self.reported else None
-        )
+        dropping = _dropping(loader, sampler)
+        self._cover(loader, sampler, dropping)
+        self.dropping = dropping if "evaluation-drops-examples" not in self.reported else None
         sequential = isinstance(sampler, SequentialSampler)
         self.shard = int(sampler.num_replicas) if isinstance(sampler, DistributedSampler) else 1
         self.shard_where = sites.user_site() if self.shard > 1 else ""
@@ -223,10 +224,10 @@ class Loaders:
         model in eval mode before the clock's first step, which says whether it trains): where
         an iterator was made since the clock's last step, the evaluation's, and its loader
         drops its last batch, the evaluation is held until the next step (``judge_dropped``)."""
-        if self.made and self.dropping is not None and self.dropped is None:
-            dropping = self.dropping
-            covered = dropping[1] - dropping[0]
-            self.dropped = Held(dropping, self.loader_id, self.base, self.dataset, covered, early)
+        held = self.dropping
+        if self.made and held is not None and self.dropped is None:
+            held.covered, held.early = held.examples - held.dropped, early
+            self.dropped = held
         self.dropping = None
 
     def first_step(self, evaluated: bool) -> None:
@@ -235,23 +236,19 @@ class Loaders:
         if self.dropped is not None and self.dropped.early and not evaluated:
             self.dropped = None
 
-    def _cover(self, loader: DataLoader[Any], sampler: Any) -> None:
-        """A new pass over ``loader``: what it draws counts toward the held evaluation's
-        examples, where it draws from the same dataset (a Subset's own) or as many examples as
-        the evaluation left out (a loader over the tail scores what the first left out). The
-        same loader again leaves out the same ones (or, shuffled, others in their place)."""
-        self.loader_id, self.base, self.dataset = (
-            id(loader),
-            _base(loader.dataset),
-            id(loader.dataset),
-        )
-        if self.dropped is None or self.loader_id == self.dropped.loader:
+    def _cover(self, loader: DataLoader[Any], sampler: Any, dropping: Dropped | None) -> None:
+        """A new pass over ``loader`` (``dropping``: what it leaves out): what it draws counts
+        toward the held evaluation's examples, where it draws from the same dataset (a Subset's
+        own) or as many examples as the evaluation left out (a loader over the tail scores what
+        the first left out). The same loader again leaves out the same ones (or, shuffled,
+        others in their place)."""
+        held = self.dropped
+        if held is None or id(loader) == held.loader:
             return
         with contextlib.suppress(TypeError):  # an iterable dataset without a length
-            dropping = _dropping(loader, sampler)
-            drawn = len(sampler) - (dropping[0] if dropping is not None else 0)
-            if self.base == self.dropped.base or drawn == self.dropped.dropping[0]:
-                self.dropped.covered += drawn
+            drawn = len(sampler) - (dropping.dropped if dropping is not None else 0)
+            if _base(loader.dataset) == held.base or drawn == held.dropped:
+                held.covered += drawn
 
     def judge_dropped(self) -> None:
         """The clock stepped, or the run ended: ``evaluation-drops-examples`` for the held
@@ -259,11 +256,12 @@ class Loaders:
         clock's steps trained on (features or targets computed over the training set without
         gradients, batch-norm statistics recomputed: no score of the model)."""
         held, self.dropped = self.dropped, None
-        if held is None or held.covered >= held.dropping[1] or held.dataset in self.trained_on:
+        if held is None or held.covered >= held.examples or held.dataset in self.trained_on:
             return
-        dropped, examples, size, shuffled, where = held.dropping
-        found = slips.evaluation_drops_examples(dropped, examples, size, shuffled)
-        found.where = where
+        found = slips.evaluation_drops_examples(
+            held.dropped, held.examples, held.size, held.shuffled
+        )
+        found.where = held.where
         self._report(found)
 
     def _report(self, found: Finding) -> None:
@@ -384,10 +382,10 @@ def _base(dataset: Any) -> int:
     return id(dataset)
 
 
-def _dropping(loader: DataLoader[Any], sampler: Any) -> Dropping | None:
-    """How many of the examples ``loader`` draws (by ``sampler``) each pass leaves out, where
-    it drops a last batch smaller than the others (``drop_last=True``, of the loader or of its
-    ``BatchSampler``); None where none (or its length is unknown)."""
+def _dropping(loader: DataLoader[Any], sampler: Any) -> Dropped | None:
+    """The pass ``loader`` (drawing by ``sampler``) is starting, where it drops a last batch
+    smaller than the others (``drop_last=True``, of the loader or of its ``BatchSampler``) and
+    so leaves examples out; None where it leaves none (or its length is unknown)."""
     batch_sampler = loader.batch_sampler
     drop = bool(getattr(batch_sampler, "drop_last", False))
     size = getattr(batch_sampler, "batch_size", None)
@@ -400,7 +398,12 @@ def _dropping(loader: DataLoader[Any], sampler: Any) -> Dropping | None:
     dropped = examples % size
     if not dropped:
         return None
-    return dropped, examples, size, isinstance(sampler, RandomSampler), sites.user_site()
+    shuffled = isinstance(sampler, RandomSampler)
+    dataset = loader.dataset
+    where = sites.user_site()
+    return Dropped(
+        dropped, examples, size, shuffled, where, id(loader), _base(dataset), id(dataset)
+    )
 
 
 def _described(loader: DataLoader[Any]) -> str:
