@@ -225,11 +225,15 @@ EXPECTED = {
     "bug_loss_averaged_twice.py": "loss-averaged-twice",  # criterion(out, y) / len(x)
     "bug_class_weights_by_frequency.py": "class-weights-by-frequency",  # counts / counts.sum()
     "bug_evaluation_drops_examples.py": "evaluation-drops-examples",  # drop_last at evaluation
+    "bug_batch_norm_shared.py": "batch-norm-shared",  # one norm after three layers
+    "bug_evaluation_inputs_random.py": "evaluation-inputs-random",  # val augmented too
+    "bug_evaluation_labels_permuted.py": "evaluation-labels-permuted",  # a vocabulary per split
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
     "clean_mlp.py",
     "clean_weights_and_scaling.py",  # inverse weights, a sum over rows, a tail scored
+    "clean_views_and_vocabulary.py",  # one encoder on two views, one vocabulary
     "clean_plateau_schedulers.py",  # mode="max" on an accuracy, mode="min" on a loss
     "clean_returned_losses.py",  # loss terms a model returns, each used
     "clean_returned_losses_elsewhere.py",  # by a second optimiser, autograd.grad, a list

@@ -23,7 +23,6 @@ norm's forward.
 
 from __future__ import annotations
 
-import sys
 import weakref
 from typing import Any
 
@@ -35,8 +34,6 @@ from torch.optim.swa_utils import AveragedModel
 from treeqa.health import sites
 from treeqa.health.findings import Finding
 from treeqa.health.wrap import Watched, Wrappers, note_calls_of, note_function_results
-
-_CALL = nn.Module._call_impl.__code__
 
 
 class AveragedNorms:
@@ -81,7 +78,7 @@ class AveragedNorms:
         if _versions(norm) != versions:  # recomputed since the average's last update
             self.evaluated.pop(key, None)
         elif key not in self.evaluated:
-            self.evaluated[key] = (_caller_of_models(), _norms(model), int(model.n_averaged))
+            self.evaluated[key] = (sites.models_caller(), _norms(model), int(model.n_averaged))
 
     def finish(self) -> Finding | None:
         """The run ended: an average whose last evaluation read statistics of other weights."""
@@ -113,16 +110,3 @@ def _versions(norm: nn.Module) -> int:
     return sum(
         b._version for b in (norm.running_mean, norm.running_var) if isinstance(b, torch.Tensor)
     )
-
-
-def _caller_of_models() -> str:
-    """The script's line that called the outermost module running now (``evaluate(model)``'s
-    ``model(x)``, not a line of the model's own ``forward``)."""
-    frame, outside = sys._getframe(1), None
-    while frame is not None:
-        if frame.f_code is _CALL:
-            outside = frame.f_back
-        frame = frame.f_back  # type: ignore[assignment]
-    while outside is not None and not sites.users(outside.f_code.co_filename):
-        outside = outside.f_back
-    return "" if outside is None else f"{outside.f_code.co_filename}:{outside.f_lineno}"

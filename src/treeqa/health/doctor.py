@@ -54,6 +54,7 @@ from treeqa.health import (
     slips,
     wrap,
 )
+from treeqa.health.augmented import AugmentedEvaluation
 from treeqa.health.clipping import Clipping
 from treeqa.health.dropouts import Dropouts
 from treeqa.health.heldout import HeldOut, given
@@ -62,6 +63,7 @@ from treeqa.health.masks import AttentionMasks
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
 from treeqa.health.overlaps import Overlaps
 from treeqa.health.predictions import Predictions
+from treeqa.health.relabelled import EvaluationLabels
 from treeqa.health.rounding import Rounding
 from treeqa.health.scales import InputScales
 from treeqa.health.seeds import Seeds
@@ -140,6 +142,14 @@ class Doctor:
         self.scales = InputScales(monitor.add)  # evaluation inputs off the training ones' scale
         self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
         self.predictions = Predictions(monitor.add)  # a model's output scored wrongly
+        # evaluation passes over the same examples with other inputs
+        loaders = monitor.loaders
+        loaders.augmented = AugmentedEvaluation(monitor.add, loaders.trained_on)
+        # an evaluation's class indices not the training ones
+        self.labels = self.predictions.labels = EvaluationLabels(
+            monitor.add, lambda: monitor.sampling
+        )
+        monitor.loss_check.targets.append(self.labels.target)
         self.rounding = Rounding(monitor.add)  # half-precision weights that updates leave put
         # Attention masks leaving only the padding open, or a language model's future.
         self.masks = AttentionMasks(monitor.add, lambda: monitor.sampling and not monitor.paused)
@@ -512,11 +522,13 @@ class Doctor:
             self.dropouts.begin(module)
             self.updates.evaluation()
             self._note_evaluation()
+            self._note_scored(args, kwargs)
             self.in_evaluation = True  # (the wrapped module's own hook then counts nothing)
         else:
             self._begin()  # (first: the step's forwards are noted as sampled or not)
             if not torch.is_grad_enabled() and id(module) in self.trained:
                 self.monitor.loaders.evaluated()  # (an evaluation that never called eval())
+                self._note_scored(args, kwargs)
         if id(module) in self.trained:
             grad = torch.is_grad_enabled()
             if grad:  # the batch drawn last trains (``Loaders.fed_dataset``)
@@ -553,6 +565,14 @@ class Doctor:
             fresh = loaders.made > 0  # an iterator made since the last step: the evaluation's
             shard = loaders.shard if fresh else 1
             self.prints.evaluation(self.monitor.step, shard, loaders.shard_where)
+
+    def _note_scored(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
+        """An evaluation's forward: which data its predictions score."""
+        if not self.labels.said:
+            first = next(iter(given(args, kwargs)), None)
+            loaders = self.monitor.loaders
+            newest = loaders.newest() if loaders.newest is not None else None
+            self.labels.evaluating(first, loaders.drawn_batches.draws, newest)
 
     def _inner_pre_hook(self, module: nn.Module, args: Any) -> None:
         """The module inside a ``DistributedDataParallel`` run alone (``model.module(x)``): an
@@ -905,6 +925,8 @@ class Doctor:
             loss,
         )
         self.monitor.loaders.end_step()
+        if self.labels.confusions:  # (an evaluation since the last step)
+            self.labels.judge()
         self.seeds.end_step()
         if self.prints is not None:
             params = (p for group in optimizer.param_groups for p in group["params"])
@@ -935,6 +957,7 @@ class Doctor:
                 self.rounding.judge()
                 self.masks.finish()
                 monitor.loaders.judge_dropped()
+                self.labels.judge()
                 self.resumes.say_unmatched()
                 monitor.maximize = self.updates.rates.maximize
                 monitor.maximize_weights = self.updates.rates.maximize_weights

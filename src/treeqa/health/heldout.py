@@ -80,7 +80,6 @@ class HeldOut:
         self.last: list[Record] = []  # after its last two
         self.phase_step = 0  # the step at which this phase began
         self.said = False
-        self._weights: dict[torch.device, torch.Tensor] = {}
 
     def reset(self) -> None:
         """Another model trains from now on: nothing before counts."""
@@ -207,19 +206,26 @@ class HeldOut:
             rows = x.detach().reshape(batch, -1)
             if rows.shape[1] <= 1 and not rows.is_floating_point():
                 continue  # ids: a user, an item, a timestep
-            h = self._hash(rows)
+            h = row_hashes(rows)
             hashed = h if hashed is None else hashed * 1_000_003 + h
         return hashed
 
-    def _hash(self, rows: torch.Tensor) -> torch.Tensor:
-        rows = rows[:, :: max(1, rows.shape[1] // ELEMENTS)]
-        bits = _as_integers(rows)
-        weights = self._weights.get(rows.device)
-        if weights is None or weights.numel() < bits.shape[1]:
-            made = torch.Generator().manual_seed(0)
-            odd = torch.randint(1, 2**62, (max(bits.shape[1], ELEMENTS + 1),), generator=made)
-            weights = self._weights[rows.device] = (odd | 1).to(rows.device)
-        return (bits * weights[: bits.shape[1]]).sum(1)
+
+def row_hashes(rows: torch.Tensor) -> torch.Tensor:
+    """[R] int64: a hash of the bits of each row of ``rows`` ([R, C]; up to ``ELEMENTS`` of
+    each, evenly spaced), exact: integer sums wrap around."""
+    rows = rows[:, :: max(1, rows.shape[1] // ELEMENTS)]
+    bits = _as_integers(rows)
+    weights = _WEIGHTS.get(rows.device)
+    if weights is None or weights.numel() < bits.shape[1]:
+        made = torch.Generator().manual_seed(0)
+        odd = torch.randint(1, 2**62, (max(bits.shape[1], ELEMENTS + 1),), generator=made)
+        weights = _WEIGHTS[rows.device] = (odd | 1).to(rows.device)
+    return (bits * weights[: bits.shape[1]]).sum(1)
+
+
+_WEIGHTS: dict[torch.device, torch.Tensor] = {}
+"""Odd multipliers of a row's values, by device, made once."""
 
 
 def _values(parameter: torch.Tensor) -> torch.Tensor:

@@ -32,16 +32,19 @@ from typing import Any
 
 import torch
 from torch.utils.data import (
+    BatchSampler,
     DataLoader,
     DistributedSampler,
     RandomSampler,
     SequentialSampler,
     Subset,
+    SubsetRandomSampler,
     WeightedRandomSampler,
 )
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from treeqa.health import checks, sites, slips
+from treeqa.health.augmented import AugmentedEvaluation
 from treeqa.health.findings import Finding
 from treeqa.health.passes import Drawn, Pass
 from treeqa.health.wrap import Wrappers, note_calls_and_results, note_function_results
@@ -133,6 +136,9 @@ class Loaders:
         # doctor sets it there: a training batch; an evaluation's forwards between do not)
         self.fed_dataset = 0
         self.trained_on: set[int] = set()  # datasets that fed a clock's steps so
+        # evaluation passes hashed, for ``evaluation-inputs-random`` (the doctor's: it tells
+        # which datasets trained, ``end_step``)
+        self.augmented: AugmentedEvaluation | None = None
         self.on_draw: Callable[[], None] | None = None  # told of each batch, before it is drawn
         self.on_made: Callable[[DataLoader[Any]], None] | None = None  # told of each iterator
         # Each iterator's pass (weak: a finished pass's), and what the loaders gave.
@@ -291,6 +297,13 @@ class Loaders:
         if drawn_from is not None:
             if drawn_from.held:
                 drawn_from.last = batch
+            augmented = self.augmented
+            if (
+                augmented is not None
+                and drawn_from.whole
+                and drawn_from.dataset not in self.trained_on
+            ):
+                augmented.drawn(drawn_from, batch)  # (an evaluation's, it may be)
             if self.keep:
                 vars(it).pop("_next_index", None)  # (its own again)
                 indices, drawn_from.indices = drawn_from.indices, None
@@ -427,7 +440,18 @@ def _pass(loader: DataLoader[Any], sampler: Any, batches: int | None) -> Pass:
         _described(loader),
         loader.num_workers == 0,
         type(sampler) is RandomSampler and sampler.generator is None,
+        _whole(loader, sampler),
     )
+
+
+def _whole(loader: DataLoader[Any], sampler: Any) -> bool:
+    """Whether ``loader`` draws each of its examples once a pass, in batches of torch's
+    ``BatchSampler`` (in order, or shuffled without replacement, over all of them)."""
+    if type(loader.batch_sampler) is not BatchSampler:
+        return False
+    if isinstance(sampler, RandomSampler):
+        return not sampler.replacement and sampler._num_samples is None
+    return isinstance(sampler, SequentialSampler | SubsetRandomSampler)
 
 
 def _single_class(target: Any) -> int | None:

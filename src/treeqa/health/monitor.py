@@ -53,6 +53,7 @@ from treeqa.health.repeats import SameInputs
 from treeqa.health.retention import Retention
 from treeqa.health.runqueue import RUN_QUEUE, waited_since
 from treeqa.health.scalers import MIN_SCALE, LossScalers
+from treeqa.health.shared_norms import SharedNorms
 from treeqa.health.thinning import Thinning, row
 from treeqa.health.wrap import mark_never_compiled, never_compiled, say_failed
 from treeqa.health.zeroed import ZeroGradients
@@ -314,6 +315,7 @@ class HealthMonitor(Callback):
             self.add, self.safely, lambda: self.sampling and not self.paused
         )  # recurrent layers' final states after padding
         self.positions = PositionTables(self.add)  # a position table added by the batch's dim
+        self.norms = SharedNorms(self.add)  # one batch norm at two places of a forward
         self.collapse = ConstantOutputs(self.add, lambda: self.models)  # one output for all
         self.packing = PackedLengths(self.add, lambda: self.sampling and not self.paused)
         self._unused: set[str] | None = None  # no gradient in the first sampled steps
@@ -398,6 +400,7 @@ class HealthMonitor(Callback):
                 if site and site not in self.source_files and "site-packages" not in site:
                     self.source_files.append(site)
         self.names = checks.module_names(self.models)
+        self.norms.roots = {id(m) for m in self.models}
         modules = self._modules()
         self.loss_check.watch(modules)
         # A dense 2-D conv over embedded text (the QANet report's 2-D character CNN), which a
@@ -446,6 +449,7 @@ class HealthMonitor(Callback):
         self.packing.uninstall()
         self.finals.uninstall()
         self.draws.uninstall()
+        self.norms.unhook()
 
     def _sampled(self, s: int) -> bool:
         """Whether step ``s`` is sampled: the run's first 3, then every ``every``-th."""
@@ -821,6 +825,7 @@ class HealthMonitor(Callback):
         if self.draws.pending:  # (its arguments, and keyword arguments, as they were given)
             self.draws.fed((*inputs, *keywords.values()), f"the forward of {name}", output)
         self.inputs.note(name, module, inputs, output)
+        self.norms.note(name, module, inputs)
         self.finals.note(name, module, inputs, output)
         self.positions.note(name, module, inputs, output)
         self.collapse.note(name, module, inputs, output)
@@ -838,6 +843,7 @@ class HealthMonitor(Callback):
             if self._anomaly == 2:  # on for more than a first step or two under watch
                 self.add(checks.anomaly_detection_on(s))
         self.inputs.judge(self.loaders.batch_size)
+        self.norms.judge()
         self.finals.judge(s)
         drawn = (id(self.loaders.newest), self.loaders.drawn)  # moves with each batch drawn
         self.positions.judge(self.loaders.batch_size, drawn)

@@ -88,7 +88,7 @@ class Pass:
     length), its dataset's ``examples`` (None: no length), the loader ``described`` in words,
     whether its batches' dataset indices are followed (``indexed``: not where worker processes
     fetch them), whether it shuffles by a ``RandomSampler`` seeded anew from torch's generator
-    (``at_random``); the batches ``taken`` from it, the ``last`` batch taken (held by the
+    (``at_random``), whether it draws each of its examples once (``whole``); the batches ``taken`` from it, the ``last`` batch taken (held by the
     newest ``HELD``: ``held``), the count of all draws when it was (``at``), and the dataset
     indices of the batch being drawn for a sampled step (``indices``)."""
 
@@ -100,6 +100,7 @@ class Pass:
     described: str
     indexed: bool
     at_random: bool
+    whole: bool = False
     taken: int = 0
     last: Any = None
     at: int = 0

@@ -36,6 +36,7 @@ import torch
 
 from treeqa.health import sites
 from treeqa.health.findings import Finding
+from treeqa.health.relabelled import EvaluationLabels
 from treeqa.health.wrap import Wrappers, note_function_calls
 
 REDUCTIONS = ("argmax", "max", "topk")
@@ -57,11 +58,14 @@ class Predictions:
         self.rows = 0  # the outputs' rows since the evaluation began (a window of training: its)
         self.evaluating = False  # the last output was an evaluation's
         self.open = False  # a window's wrappers are in place
+        # told of an evaluation's comparisons of class indices (``evaluation-labels-permuted``)
+        self.labels: EvaluationLabels | None = None
 
     def done(self, output: Any, evaluation: bool) -> None:
         """A trained model's forward returned ``output`` (``evaluation``: in an evaluation,
         else a training step's): wrap what scores it."""
-        if len(self.reported) == 2:
+        labels = evaluation and self.labels is not None and not self.labels.said
+        if len(self.reported) == 2 and not labels:
             return
         outputs = [
             t
@@ -81,7 +85,7 @@ class Predictions:
             for name in REDUCTIONS:
                 self.wrappers.add(note_function_calls(torch, name, self._reduced))
                 self.wrappers.add(note_function_calls(torch.Tensor, name, self._reduced))
-        if "accuracy-broadcast" not in self.reported:
+        if "accuracy-broadcast" not in self.reported or labels:
             for name, method in COMPARISONS:
                 owner = torch.Tensor if method else torch
                 self.wrappers.add(note_function_calls(owner, name, self._compared))
@@ -131,10 +135,15 @@ class Predictions:
 
     def _compared(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``a == b``, ``a.eq(b)`` or ``torch.eq(a, b)`` ran in the window."""
-        if len(args) < 2 or not self.shapes or "accuracy-broadcast" in self.reported:
+        if len(args) < 2 or not self.shapes:
             return
         a, b = args[0], args[1]
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            return
+        if self.evaluating and self.labels is not None and a.dim() == b.dim() == 1:
+            if len(self.shapes[0]) == 2:  # [N] class indices, of [N, C] outputs
+                self.labels.compared(a, b, self.shapes[0][1], self.rows)
+        if "accuracy-broadcast" in self.reported:
             return
         column, flat = (a, b) if a.dim() == 2 else (b, a)
         n = flat.shape[0] if flat.dim() == 1 else 0

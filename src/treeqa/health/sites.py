@@ -41,6 +41,8 @@ _SKIP_PACKAGES = (
 """Frameworks that call the user's training step: their frames are not where a bug is (an
 ``optimizer.step()`` inside ignite's trainer or skorch's ``fit`` was named, not the script's
 line that set it going)."""
+_CALL = nn.Module._call_impl.__code__
+"""The code of a module call's frame."""
 
 
 def _framework(filename: str) -> bool:
@@ -65,6 +67,19 @@ def user_site(depth: int = 1) -> str:
     """``file:line`` of the innermost caller outside torch, this package and runpy."""
     frame = user_frame(depth + 1)
     return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def models_caller() -> str:
+    """The script's line that called the outermost module running now (``evaluate(model)``'s
+    ``model(x)``, not a line of the model's own ``forward``)."""
+    frame, outside = sys._getframe(1), None
+    while frame is not None:
+        if frame.f_code is _CALL:
+            outside = frame.f_back
+        frame = frame.f_back  # type: ignore[assignment]
+    while outside is not None and not users(outside.f_code.co_filename):
+        outside = outside.f_back
+    return "" if outside is None else f"{outside.f_code.co_filename}:{outside.f_lineno}"
 
 
 def definition_file(cls: type) -> str:

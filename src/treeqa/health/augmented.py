@@ -1,0 +1,134 @@
+"""Evaluation data put through random transforms (``evaluation-inputs-random``): the
+validation set made by ``random_split`` of a dataset built with the training transform (the
+two Subsets share it), a validation dataset given ``transform=train_tf``, a ``__getitem__``
+that crops, flips or adds noise whatever the split. Every evaluation then scores inputs drawn
+at random: the score is lower than the model's on the data as they are, and it moves from one
+evaluation to the next by chance, which early stopping and model selection then follow.
+
+Batches drawn over a dataset no step of the clock has trained on (an evaluation's, whether
+under ``no_grad`` or not; a training loader's first batch, before its first step) from a loader
+that draws each of its examples once a pass (a ``SequentialSampler``, a ``RandomSampler`` without
+replacement over all of them, a ``SubsetRandomSampler``; batched by torch's ``BatchSampler``)
+have each of their tensors' rows hashed on the device (``heldout.row_hashes``: exact, up to
+4,096 values a row). At the end of a whole pass its hashes are compared with the loader's last
+whole pass's (one host read): the same examples come again where a tensor's rows are the same
+multiset as before (the targets; a pass in another order is the same multiset), and their
+inputs were drawn at random where, of a tensor of two values a row or more, of one width
+throughout both passes (rows padded to each batch's longest, shuffled, change width), fewer
+than ``REPEATED`` of the rows are found in the last pass. A pass over a dataset the clock's
+steps trained on (a training accuracy under ``no_grad``) is no evaluation, and is not hashed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from treeqa.health import sites
+from treeqa.health.findings import Finding
+from treeqa.health.heldout import given, row_hashes
+from treeqa.health.passes import Pass
+
+REPEATED = 0.75
+"""Share of a pass's rows found in the pass before, under which its inputs were drawn at
+random (a flip half the time leaves about half alike; a fixed transform, all)."""
+
+
+@dataclass
+class Hashed:
+    """A pass without gradients over one loader: itself, the line that drew its first batch,
+    each tensor's rows' hashes by batch ([B] int64), and each tensor's widths (its trailing
+    shapes, one throughout or more)."""
+
+    drawn_from: Pass
+    where: str
+    rows: list[list[torch.Tensor]] = field(default_factory=list)
+    widths: list[set[tuple[int, ...]]] = field(default_factory=list)
+
+
+class AugmentedEvaluation:
+    """``add``: where the finding goes; ``trained_on``: the datasets the clock's steps trained
+    on (``Loaders.trained_on``, the same set)."""
+
+    def __init__(self, add: Callable[[Finding], None], trained_on: set[int]) -> None:
+        self.add = add
+        self.trained_on = trained_on
+        self.said = False
+        self.passes: dict[int, Hashed] = {}  # by loader: its pass being drawn
+        self.whole: dict[int, Hashed] = {}  # by loader: its last whole pass
+
+    def drawn(self, drawn_from: Pass, batch: Any) -> None:
+        """``drawn_from``, a loader that draws each example once a pass over a dataset no step
+        trained on yet, gave ``batch``."""
+        if self.said:
+            return
+        tensors = given((batch,), None)
+        hashed = self.passes.get(drawn_from.id)
+        if hashed is None or hashed.drawn_from is not drawn_from:
+            hashed = self.passes[drawn_from.id] = Hashed(drawn_from, sites.user_site())
+            hashed.rows = [[] for _ in tensors]
+            hashed.widths = [set() for _ in tensors]
+        if len(tensors) != len(hashed.rows):
+            del self.passes[drawn_from.id]  # (batches of another make-up: not one pass's rows)
+            return
+        for x, rows, widths in zip(tensors, hashed.rows, hashed.widths, strict=True):
+            rows.append(row_hashes(x.detach().reshape(x.shape[0], -1)))
+            widths.add(tuple(x.shape[1:]))
+        if drawn_from.batches is not None and len(hashed.rows[0]) == drawn_from.batches:
+            del self.passes[drawn_from.id]
+            last, self.whole[drawn_from.id] = self.whole.get(drawn_from.id), hashed
+            if last is not None and drawn_from.dataset not in self.trained_on:
+                self._compare(last, hashed)
+
+    def _compare(self, last: Hashed, now: Hashed) -> None:
+        """Two whole passes over one loader: the same examples, some inputs drawn anew?"""
+        counts = {torch.cat(r).numel() for r in (*last.rows, *now.rows)}
+        if len(last.rows) != len(now.rows) or len(counts) != 1:
+            return  # (another number of examples: the data changed)
+        read = []
+        for before, after in zip(last.rows, now.rows, strict=True):
+            a, b = torch.cat(before), torch.cat(after)
+            same = torch.equal(a.sort().values, b.sort().values)
+            read.append(torch.stack([torch.isin(b, a).float().mean(), torch.tensor(float(same))]))
+        shares = torch.stack(read).tolist()
+        if not any(same for _, same in shares):
+            return  # (no tensor the same: other examples, a rebuilt set)
+        for i, (share, same) in enumerate(shares):
+            widths = last.widths[i] | now.widths[i]
+            width = next(iter(widths))
+            if same or len(widths) != 1 or math.prod(width) < 2 or share >= REPEATED:
+                continue
+            self.said = True
+            found = evaluation_inputs_random(now.drawn_from.described, i, width, share)
+            found.where = now.where
+            self.add(found)
+            return
+
+
+def evaluation_inputs_random(
+    loader: str, tensor: int, width: tuple[int, ...], share: float
+) -> Finding:
+    """Two whole passes without gradients over ``loader`` drew the same examples, its
+    ``tensor``-th tensor (rows of ``width``) with only ``share`` of its rows found again."""
+    return Finding(
+        "evaluation-inputs-random",
+        "warning",
+        f"two evaluation passes over {loader} drew the same examples (a tensor of the batches "
+        f"held the same rows both times) but different inputs: of tensor {tensor} "
+        f"({list(width)} a row), {share:.0%} of the second pass's rows were in the first. A "
+        "random transform (crop, flip, noise, masking) is applied to the evaluation data, so "
+        "each evaluation scores inputs drawn at random: its score is lower than the model's on "
+        "the data as they are, and moves from one evaluation to the next by chance (random_split "
+        "of a dataset built with the training transform gives the validation Subset that "
+        "transform too)",
+        evidence={
+            "loader": loader,
+            "tensor": tensor,
+            "width": list(width),
+            "found": round(share, 3),
+        },
+    )
