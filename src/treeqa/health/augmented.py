@@ -62,9 +62,12 @@ class AugmentedEvaluation:
         self.whole: dict[int, Hashed] = {}  # by loader: its last whole pass
 
     def drawn(self, drawn_from: Pass, batch: Any) -> None:
-        """``drawn_from``, a loader that draws each example once a pass over a dataset no step
-        trained on yet, gave ``batch``."""
-        if self.said:
+        """``drawn_from``, a loader that draws each example once a pass, gave ``batch``: hashed
+        while no step has trained on its dataset (a training loader's pass stops here at its
+        first step, and its next batches are not looked at)."""
+        if self.said or drawn_from.dataset in self.trained_on:
+            drawn_from.whole = False
+            self.passes.pop(drawn_from.id, None)
             return
         tensors = given((batch,), None)
         hashed = self.passes.get(drawn_from.id)

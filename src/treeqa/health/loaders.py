@@ -297,13 +297,8 @@ class Loaders:
         if drawn_from is not None:
             if drawn_from.held:
                 drawn_from.last = batch
-            augmented = self.augmented
-            if (
-                augmented is not None
-                and drawn_from.whole
-                and drawn_from.dataset not in self.trained_on
-            ):
-                augmented.drawn(drawn_from, batch)  # (an evaluation's, it may be)
+            if drawn_from.whole and self.augmented is not None:  # an evaluation's, it may be
+                self.augmented.drawn(drawn_from, batch)
             if self.keep:
                 vars(it).pop("_next_index", None)  # (its own again)
                 indices, drawn_from.indices = drawn_from.indices, None
