@@ -15,7 +15,7 @@ CODE = "evaluation-inputs-random"
 SCRIPT = """
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset, random_split
+from torch.utils.data import DataLoader, Dataset, SubsetRandomSampler, TensorDataset, random_split
 
 torch.manual_seed(0)
 x = torch.randn(600, 16)
@@ -32,6 +32,27 @@ class Noisy(Dataset):
     def __getitem__(self, i):
         j = self.rows[i]
         return x[j] + self.noise * torch.randn(16), y[j]
+
+
+class Labelled(Dataset):
+    def __init__(self, data):
+        self.data = data
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        x, y = self.data[i]
+        return x, {"label": y}
+
+
+class Masked(Dataset):
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        ids = torch.arange(20) + i
+        return ids.masked_fill(torch.rand(20) < 0.15, 0), torch.ones(20, dtype=torch.long)
 
 
 TRAIN = Noisy(range(500), 0.3)
@@ -96,6 +117,47 @@ def test_a_validation_subset_of_an_augmented_dataset_is_named(doctor_script: Doc
 
 
 @pytest.mark.parametrize(
+    ("val", "evaluate", "train"),
+    [
+        (  # one augmenting dataset split by two samplers: the validation indices their own
+            "val_loader = DataLoader(full, batch_size=40, sampler=SubsetRandomSampler(range(500, 600)))",
+            SCORE,
+            "full = Noisy(range(600), 0.3)\nTRAIN = full  # ",
+        ),
+        (  # a loader made for each evaluation over one dataset
+            "val_set = Noisy(range(500, 600), 0.3)",
+            "val_loader = DataLoader(val_set, batch_size=40)\n    " + SCORE,
+            "",
+        ),
+        (  # the labels a level down, in a dict
+            "val_loader = DataLoader(Labelled(Noisy(range(500, 600), 0.3)), batch_size=40)",
+            SCORE.replace("yb).sum()", "yb['label']).sum()"),
+            "",
+        ),
+    ],
+)
+def test_random_evaluations_split_by_samplers_remade_or_nested_are_named(
+    doctor_script: Doctor, val: str, evaluate: str, train: str
+) -> None:
+    train_loader = (
+        "train_loader = DataLoader(TRAIN, batch_size=50, sampler=SubsetRandomSampler(range(500)))"
+    )
+    found = doctor_script(
+        SCRIPT.replace("VALIDATION_LOADER", val)
+        .replace("SCORING", evaluate)
+        .replace("TRAIN = ", train or "TRAIN = ")
+        .replace(
+            "train_loader = DataLoader(TRAIN, batch_size=50, shuffle=True)",
+            train_loader
+            if train
+            else "train_loader = DataLoader(TRAIN, batch_size=50, shuffle=True)",
+        ),
+        CODE,
+    )
+    assert len(found) == 1, found
+
+
+@pytest.mark.parametrize(
     ("val", "evaluate"),
     [
         ("val_loader = DataLoader(Noisy(range(500, 600), 0.0), batch_size=40)", SCORE),
@@ -119,6 +181,16 @@ def test_a_validation_subset_of_an_augmented_dataset_is_named(doctor_script: Doc
         (  # a training accuracy over the (augmented) training set, under no_grad
             "val_loader = DataLoader(TRAIN, batch_size=50)",
             SCORE,
+        ),
+        (  # each evaluation a new dataset at the last one's address, of other data
+            "val_loader = None",
+            """val_loader = DataLoader(Noisy(range(500 + epoch, 600 + epoch), 0.0), batch_size=40)
+    """
+            + SCORE,
+        ),
+        (  # words masked at random, a masked language model's: no label the same
+            "val_loader = DataLoader(Masked(), batch_size=40)",
+            "ids, mask = next(iter(val_loader)); [b for b in val_loader]",
         ),
         (  # dropout left on for the evaluation: the model is random, not its inputs
             "val_loader = DataLoader(Noisy(range(500, 600), 0.0), batch_size=40)",

@@ -95,6 +95,12 @@ def test_an_evaluation_indexed_otherwise_than_training_is_named(
             "torch.where((k_val < 2) & (torch.rand(200) < 0.3), 1 - k_val, k_val)",
             ACCURACY,
         ),
+        (  # predictions decoded off by one for the training set and the validation set alike
+            "k_val",
+            """decode = lambda out: (out.argmax(1) + 1) % 4
+        train_right = (decode(model(x_train)) == y_train).sum()
+        val_right = (decode(model(x_val)) == y_val).sum()""",
+        ),
     ],
 )
 def test_evaluations_indexed_as_training_are_not_named(
@@ -110,3 +116,8 @@ def test_a_pairing_is_one_to_one_over_the_classes_seen_and_beats_the_diagonal() 
     assert _pairing([[20, 20, 0], [20, 20, 0], [0, 0, 20]]) is None  # two rows on one column
     assert _pairing([[0, 3, 0], [2, 0, 0], [0, 0, 5]]) is None  # too few rows
     assert _pairing([[0, 25, 25], [25, 0, 25], [25, 25, 0]]) is None  # no column leads
+    ten = [[100 if j == i else 0 for j in range(10)] for i in range(10)]
+    ten[0], ten[1] = ten[1], ten[0]  # 2 of 10 classes swapped: a fifth of the examples
+    assert _pairing(ten) == ({0: 1, 1: 0}, 1.0, 0.8)
+    collapsed = [[30, 30, 0, 0], [0, 0, 0, 0], [0, 0, 30, 30], [0, 0, 0, 0]]  # rows predicted
+    assert _pairing(collapsed) is None  # columns 1 and 3 paired with no row

@@ -129,13 +129,63 @@ def test_norms_of_their_own_or_shared_where_that_is_right_are_not_named(
     assert _run(doctor_script, norms, forward, evaluate) == []
 
 
+def test_a_norm_shared_by_sequences_one_at_a_time_or_under_no_grad_is_named(
+    doctor_script: Doctor,
+) -> None:
+    """Statistics over a sequence's positions (a batch of one), and a place run under
+    ``no_grad`` in training mode (its statistics update all the same)."""
+    found = _run(
+        doctor_script,
+        "self.norm = nn.BatchNorm1d(32)",
+        """x = F.relu(self.norm(self.hidden[0](x).T[None]))[0].T
+        with torch.no_grad():
+            self.norm(self.hidden[1](x).T[None] * 10 + 40)
+        x = F.relu(self.hidden[1](x))""",
+    )
+    assert len(found) == 1, found
+
+
+def test_a_quarter_of_the_channels_apart_is_apart(doctor_script: Doctor) -> None:
+    """One norm for two groups of the same columns, a third of them in other units."""
+    found = _run(
+        doctor_script,
+        "self.norm = nn.BatchNorm1d(6)",
+        """a = self.norm(x)
+        b = self.norm(torch.cat([x[:, :2] * 100 + 300, x[:, 2:]], 1))
+        x = F.relu(self.hidden[0](a + b))""",
+    )
+    assert len(found) == 1, found
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [
+        # ghost batch norm: one norm over chunks of 8 rows, their statistics noisy alike
+        """x = torch.cat([self.norm(c) for c in self.hidden[0](x).split(8)])
+        x = F.relu(self.hidden[2](F.relu(self.hidden[1](F.relu(x)))))""",
+        # a recurrence from a state of zeros: the first call's input is a constant
+        """h = torch.zeros(len(x), 32)
+        for _ in range(4):
+            h = torch.tanh(self.norm(self.hidden[1](h)) + self.hidden[0](x))""",
+    ],
+)
+def test_calls_apart_by_noise_or_a_first_state_of_zeros_are_not_named(
+    doctor_script: Doctor, forward: str
+) -> None:
+    script = forward + "\n        x = h" if "h = " in forward else forward
+    assert _run(doctor_script, ONE_NORM, script) == []
+
+
 def test_the_gap_is_each_calls_distance_from_the_blend_of_the_calls() -> None:
     """Two calls alike give 0; one shifted by 2 standard deviations gives 1 (each is 1 from
-    their mean); variances 4x apart, log(2.5 / 1) / 2 for the smaller."""
+    their mean); variances 4x apart, the calls' median (the lower of two): log(4 / 2.5) / 2, the
+    larger's; a first call of a constant input is left out."""
     ones = torch.ones(8)
     alike = torch.stack([torch.stack([ones * 0, ones]), torch.stack([ones * 0, ones])])
     assert float(_gap(alike)) == pytest.approx(0, abs=1e-6)
     shifted = torch.stack([torch.stack([ones * 0, ones]), torch.stack([ones * 2, ones])])
     assert float(_gap(shifted)) == pytest.approx(1, abs=1e-4)
     scaled = torch.stack([torch.stack([ones * 0, ones]), torch.stack([ones * 0, ones * 4])])
-    assert float(_gap(scaled)) == pytest.approx(0.5 * torch.tensor(2.5).log().item(), abs=1e-4)
+    assert float(_gap(scaled)) == pytest.approx(0.5 * torch.tensor(1.6).log().item(), abs=1e-4)
+    start = torch.stack([torch.stack([ones * 3, ones * 0]), *alike])  # zeros in, a bias out
+    assert float(_gap(start)) == pytest.approx(0, abs=1e-6)

@@ -213,8 +213,12 @@ class HeldOut:
 
 def row_hashes(rows: torch.Tensor) -> torch.Tensor:
     """[R] int64: a hash of the bits of each row of ``rows`` ([R, C]; up to ``ELEMENTS`` of
-    each, evenly spaced), exact: integer sums wrap around."""
-    rows = rows[:, :: max(1, rows.shape[1] // ELEMENTS)]
+    each, evenly spaced by a step prime to 2 and 3, so that channels interleaved by 2, 3, 4 or
+    6, ``[T, 2]`` of a time and a value, are all read), exact: integer sums wrap around."""
+    step = max(1, rows.shape[1] // ELEMENTS)
+    while step > 1 and (step % 2 == 0 or step % 3 == 0):
+        step += 1
+    rows = rows[:, ::step]
     bits = _as_integers(rows)
     weights = _WEIGHTS.get(rows.device)
     if weights is None or weights.numel() < bits.shape[1]:

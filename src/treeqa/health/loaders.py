@@ -410,7 +410,7 @@ def _dropping(loader: DataLoader[Any], sampler: Any) -> Dropped | None:
     dataset = loader.dataset
     where = sites.user_site()
     return Dropped(
-        dropped, examples, size, shuffled, where, id(loader), _base(dataset), id(dataset)
+        dropped, examples, size, shuffled, where, id(loader), _base(dataset), _data(loader, sampler)
     )
 
 
@@ -428,7 +428,7 @@ def _pass(loader: DataLoader[Any], sampler: Any, batches: int | None) -> Pass:
         examples = None
     return Pass(
         id(loader),
-        id(loader.dataset),
+        _data(loader, sampler),
         size if isinstance(size, int) else None,
         batches,
         examples,
@@ -436,7 +436,25 @@ def _pass(loader: DataLoader[Any], sampler: Any, batches: int | None) -> Pass:
         loader.num_workers == 0,
         type(sampler) is RandomSampler and sampler.generator is None,
         _whole(loader, sampler),
+        _weakly(loader.dataset),
     )
+
+
+def _weakly(obj: Any) -> Any:
+    """A weak reference to ``obj``, or None where it takes none."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None
+
+
+def _data(loader: DataLoader[Any], sampler: Any) -> int:
+    """What ``loader`` draws from: its dataset, or, through a ``SubsetRandomSampler``, that
+    sampler's indices of it (a training and a validation split of one dataset by two samplers
+    are two sets)."""
+    if isinstance(sampler, SubsetRandomSampler):
+        return hash((id(loader.dataset), id(sampler.indices)))
+    return id(loader.dataset)
 
 
 def _whole(loader: DataLoader[Any], sampler: Any) -> bool:

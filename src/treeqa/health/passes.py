@@ -83,7 +83,9 @@ def constant(values: list[float]) -> bool:
 
 @dataclass(slots=True)
 class Pass:
-    """A pass over a DataLoader (one iterator): the loader's ``id``, its ``dataset``'s id,
+    """A pass over a DataLoader (one iterator): the loader's ``id``, what it draws from
+    (``dataset``: its dataset's id, or a ``SubsetRandomSampler``'s indices of it) and the
+    dataset itself (``data``, weakly; None where it takes no weak reference),
     its ``batch_size`` (None: a batch sampler without one), its ``batches`` (None: no
     length), its dataset's ``examples`` (None: no length), the loader ``described`` in words,
     whether its batches' dataset indices are followed (``indexed``: not where worker processes
@@ -93,7 +95,7 @@ class Pass:
     indices of the batch being drawn for a sampled step (``indices``)."""
 
     id: int
-    dataset: int  # its dataset's id
+    dataset: int
     batch_size: int | None
     batches: int | None
     examples: int | None
@@ -101,6 +103,7 @@ class Pass:
     indexed: bool
     at_random: bool
     whole: bool = False
+    data: Any = None
     taken: int = 0
     last: Any = None
     at: int = 0

@@ -24,15 +24,17 @@ from typing import Any
 
 import torch
 
-from treeqa.health import sites
+from treeqa.health import checks, sites
 from treeqa.health.findings import Finding
 
 LEARNED = 0.6
 """Training accuracy (sampled cross-entropies' argmax against their targets) the model reached."""
 MAPPED = 0.6
 """Share of an evaluation's examples the one-to-one pairing of classes gets right."""
-GAIN = 0.3
+GAIN = 0.1
 """How much more of them it gets right than the identity (the accuracy reported)."""
+MOVED = 0.1
+"""Share of the examples in classes paired with another (2 of 10 classes swapped hold 0.2)."""
 LEAST = 5
 """Examples of a class for its pairing to be read."""
 ROWS = 50
@@ -60,6 +62,7 @@ class EvaluationLabels:
         self.source = 0  # the data the evaluation's last forward was given
         self.draws = -1  # the loaders' draws counted at that forward
         self.sources: dict[int, int] = {}  # the source of its forward of so many rows, by rows
+        self.inputs: set[int] = set()  # the memory of its forwards' integer inputs (token ids)
 
     def target(self, target: Any, loss: Any, ignore_index: Any = -100, logits: Any = None) -> None:
         """A ``cross_entropy``/``nll_loss`` over ``logits`` made ``loss`` of ``target``."""
@@ -75,8 +78,13 @@ class EvaluationLabels:
         classes = logits.shape[1] if logits.dim() == 2 else 0
         if target.dim() != 1 or target.is_floating_point() or not 2 <= classes <= CLASSES:
             return
+        if checks.untraceable(logits) or checks.untraceable(target):  # vmap, compile
+            return
+        target = target.detach()
+        if isinstance(ignore_index, int) and 0 <= ignore_index < classes:  # (a pad class)
+            target = target.masked_fill(target == ignore_index, -1)
         predicted = torch.ops.aten.argmax.default(logits.detach(), 1)  # (not torch.argmax: wrapped)
-        confusion = _confusion(target.detach(), predicted, classes)
+        confusion = _confusion(target, predicted, classes)
         if grad:
             right = torch.stack([confusion.diagonal().sum(), confusion.sum()])
             if self.trained is not None and self.classes == classes:
@@ -96,6 +104,8 @@ class EvaluationLabels:
             self.source = id(first._base if first._base is not None else first)
         if first is not None:
             self.sources[first.shape[0]] = self.source
+            if not first.is_floating_point() and _memory(first):
+                self.inputs.add(_memory(first))
 
     def compared(self, a: torch.Tensor, b: torch.Tensor, classes: int, rows: int) -> None:
         """An evaluation whose outputs have ``classes`` columns (``rows`` so far) compared ``a``
@@ -107,6 +117,8 @@ class EvaluationLabels:
         n = a.shape[0]
         if n not in self.sources and n != rows:
             return  # (not a count of rows the evaluation scored)
+        if self.inputs and (_memory(a) in self.inputs or _memory(b) in self.inputs):
+            return  # (the model's own input ids: a language model's next token against them)
         source, self.source = self.source, self.sources.get(n, self.source)
         self._count("compared", _confusion(a.detach(), b.detach(), classes))
         self.source = source
@@ -126,7 +138,7 @@ class EvaluationLabels:
         """The clock stepped, or the run ended: the evaluation since the last judged."""
         confusions, self.confusions = self.confusions, {}
         where, self.where = self.where, ""
-        self.sources = {}
+        self.sources, self.inputs = {}, set()
         if self.said or not confusions or self.trained is None:
             return
         device = self.trained.device
@@ -138,15 +150,22 @@ class EvaluationLabels:
         if rows == 0 or right / rows < LEARNED:
             return
         c = self.classes
-        for n in range(len(flat)):
+        pairings = []
+        sources: dict[frozenset[frozenset[int]], set[int]] = {}  # each pairing's sets scored
+        for n, (_, source) in enumerate(confusions):
             counts = read[2 + n * c * c : 2 + (n + 1) * c * c]
             pairing = _pairing([counts[i * c : (i + 1) * c] for i in range(c)])
             if pairing is not None:
-                self.said = True
-                found = evaluation_labels_permuted(*pairing, right / rows)
-                found.where = where
-                self.add(found)
-                return
+                pairings.append(pairing)
+                edges = frozenset(frozenset(pair) for pair in pairing[0].items())
+                sources.setdefault(edges, set()).add(source)
+        if any(len(scored) > 1 for scored in sources.values()):
+            return  # (two sets scored alike, the training's among them: how scores are read)
+        if pairings:
+            self.said = True
+            found = evaluation_labels_permuted(*pairings[0], right / rows)
+            found.where = where
+            self.add(found)
 
 
 def _confusion(a: torch.Tensor, b: torch.Tensor, classes: int) -> torch.Tensor:
@@ -157,25 +176,38 @@ def _confusion(a: torch.Tensor, b: torch.Tensor, classes: int) -> torch.Tensor:
     return torch.bincount(pairs, valid.long(), classes * classes).reshape(classes, classes)
 
 
+def _memory(x: torch.Tensor) -> int:
+    """The address of the memory ``x`` views (0 where it has none to read)."""
+    try:
+        return int(x.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
 def _pairing(counts: list[list[float]]) -> tuple[dict[int, int], float, float] | None:
-    """Of a confusion's rows (a class of ``LEAST`` examples or more), each class's commonest
-    partner where those pair the classes one to one, two or more not with themselves, the pairs
-    right for ``MAPPED`` of the examples and ``GAIN`` more than the diagonal: (the pairs moved,
-    the pairing's share, the diagonal's); else None."""
+    """Of a confusion, each row's class (of ``LEAST`` examples or more) paired with its
+    commonest column where that column's commonest row is it again (mutual), the pairs one to
+    one and covering every column of ``LEAST`` examples or more (a model collapsing several
+    classes onto one pairs them with no one), two or more not with themselves, holding
+    ``MOVED`` of the examples or more, the pairs right for ``MAPPED`` of the examples and
+    ``GAIN`` more than the diagonal: (the pairs moved, the pairing's share, the diagonal's);
+    else None."""
+    n = len(counts)
     total = sum(map(sum, counts))
     if total < ROWS:
         return None
-    partner = {
-        i: max(range(len(row)), key=row.__getitem__)
-        for i, row in enumerate(counts)
-        if sum(row) >= LEAST
-    }
-    if len(set(partner.values())) != len(partner):
-        return None  # (two classes paired with one: a model that is merely poor)
-    mapped = sum(counts[i][j] for i, j in partner.items()) / total
-    diagonal = sum(counts[i][i] for i in range(len(counts))) / total
+    columns = [[counts[i][j] for i in range(n)] for j in range(n)]
+    rows = [i for i in range(n) if sum(counts[i]) >= LEAST]
+    partner = {i: max(range(n), key=counts[i].__getitem__) for i in rows}
+    mutual = all(max(range(n), key=columns[j].__getitem__) == i for i, j in partner.items())
+    covered = {j for j in range(n) if sum(columns[j]) >= LEAST} <= set(partner.values())
+    if not mutual or not covered or len(set(partner.values())) != len(partner):
+        return None
     moved = {i: j for i, j in partner.items() if i != j}
-    if len(moved) < 2 or mapped < MAPPED or mapped - diagonal < GAIN:
+    mapped = sum(counts[i][j] for i, j in partner.items()) / total
+    diagonal = sum(counts[i][i] for i in range(n)) / total
+    held = sum(sum(counts[i]) for i in moved) / total
+    if len(moved) < 2 or held < MOVED or mapped < MAPPED or mapped - diagonal < GAIN:
         return None
     return moved, mapped, diagonal
 
