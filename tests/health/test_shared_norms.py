@@ -178,14 +178,14 @@ def test_calls_apart_by_noise_or_a_first_state_of_zeros_are_not_named(
 
 def test_the_gap_is_each_calls_distance_from_the_blend_of_the_calls() -> None:
     """Two calls alike give 0; one shifted by 2 standard deviations gives 1 (each is 1 from
-    their mean); variances 4x apart, the calls' median (the lower of two): log(4 / 2.5) / 2, the
-    larger's; a first call of a constant input is left out."""
+    their mean); variances 4x apart, the calls' median (the upper of two): log(2.5 / 1) / 2, the
+    smaller's; a first call of a constant input is left out."""
     ones = torch.ones(8)
     alike = torch.stack([torch.stack([ones * 0, ones]), torch.stack([ones * 0, ones])])
     assert float(_gap(alike)) == pytest.approx(0, abs=1e-6)
     shifted = torch.stack([torch.stack([ones * 0, ones]), torch.stack([ones * 2, ones])])
     assert float(_gap(shifted)) == pytest.approx(1, abs=1e-4)
     scaled = torch.stack([torch.stack([ones * 0, ones]), torch.stack([ones * 0, ones * 4])])
-    assert float(_gap(scaled)) == pytest.approx(0.5 * torch.tensor(1.6).log().item(), abs=1e-4)
+    assert float(_gap(scaled)) == pytest.approx(0.5 * torch.tensor(2.5).log().item(), abs=1e-4)
     start = torch.stack([torch.stack([ones * 3, ones * 0]), *alike])  # zeros in, a bias out
     assert float(_gap(start)) == pytest.approx(0, abs=1e-6)

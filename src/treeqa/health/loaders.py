@@ -449,12 +449,15 @@ def _weakly(obj: Any) -> Any:
 
 
 def _data(loader: DataLoader[Any], sampler: Any) -> int:
-    """What ``loader`` draws from: its dataset, or, through a ``SubsetRandomSampler``, that
-    sampler's indices of it (a training and a validation split of one dataset by two samplers
-    are two sets)."""
+    """What ``loader`` draws from: its dataset, with the indices that pick its examples where
+    it is a ``Subset`` or its sampler a ``SubsetRandomSampler`` (a training and a validation
+    split of one dataset by two samplers are two sets; a Subset given new indices, another)."""
+    dataset = loader.dataset
     if isinstance(sampler, SubsetRandomSampler):
-        return hash((id(loader.dataset), id(sampler.indices)))
-    return id(loader.dataset)
+        return hash((id(dataset), id(sampler.indices)))
+    if isinstance(dataset, Subset):
+        return hash((id(dataset), id(dataset.indices)))
+    return id(dataset)
 
 
 def _whole(loader: DataLoader[Any], sampler: Any) -> bool:

@@ -132,15 +132,16 @@ def _gap(stats: torch.Tensor) -> torch.Tensor:
     input left out, each channel of each other call is off the blend of them (the running
     statistics) by its mean's distance from the blend's, in its own standard deviations, plus
     half the log of the blend's variance over its own; a call's distance is its channels'
-    ``QUANTILE``, the gap the calls' median (a weight-tied iteration whose first steps differ
-    and whose later ones converge is not far off)."""
+    ``QUANTILE``, the gap the calls' median, the upper of two (a weight-tied iteration whose
+    first steps differ and whose later ones converge is not far off)."""
     level = stats[:, 1].median(dim=1).values  # [calls]
     kept = stats[level >= CONSTANT * level.median()]  # (not the zeros of a first state)
     mean, variance = kept[:, 0], kept[:, 1] + EPS  # [calls, C]
     blend_mean, blend_variance = mean.mean(0), variance.mean(0)  # [C]
     shift = (mean - blend_mean).abs() / variance.sqrt()
     scale = 0.5 * (blend_variance / variance).log().abs()
-    return (shift + scale).quantile(QUANTILE, dim=1).median()
+    calls = (shift + scale).quantile(QUANTILE, dim=1).sort().values
+    return calls[len(calls) // 2]  # (the upper of two: the place the blend is furthest from)
 
 
 def batch_norm_shared(layer: str, kind: str, calls: int, gap: float) -> Finding:
@@ -148,10 +149,11 @@ def batch_norm_shared(layer: str, kind: str, calls: int, gap: float) -> Finding:
         "batch-norm-shared",
         "warning",
         f"{layer} ({kind}) is called at {calls} places of one forward, on inputs whose channels "
-        f"differ (a median of {gap:.2f} standard deviations of shift and log-scale from their "
-        "blend): in training each call is normalised by its own batch's statistics, but the "
-        "running mean and variance blend every place's, and now, in eval mode, each place is "
-        "normalised by that blend, not its own: the model evaluated is not the one that trained",
+        f"differ (by {gap:.2f} standard deviations of shift and log-scale from their blend, "
+        "at a quarter of the channels): in training each call is normalised by its own "
+        "batch's statistics, but the running mean and variance blend every place's, and now, "
+        "in eval mode, each place is normalised by that blend, not its own: the model "
+        "evaluated is not the one that trained",
         where=f"{layer} ({kind}), evaluated at {sites.models_caller()}",
         evidence={"layer": layer, "calls": calls, "gap": round(gap, 3)},
     )
