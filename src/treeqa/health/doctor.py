@@ -147,7 +147,7 @@ class Doctor:
         loaders.augmented = AugmentedEvaluation(monitor.add, loaders.trained_on)
         # an evaluation's class indices not the training ones
         self.labels = self.predictions.labels = EvaluationLabels(
-            monitor.add, lambda: monitor.sampling
+            monitor.add, lambda: monitor.sampling, loaders.trained_on
         )
         monitor.loss_check.targets.append(self.labels.target)
         self.rounding = Rounding(monitor.add)  # half-precision weights that updates leave put
@@ -548,6 +548,7 @@ class Doctor:
             if sampling and training:
                 self.monitor.loss_check.leaks.forward(args, kwargs, self.monitor.step)
                 self.monitor.loss_check.twice.forward(given(args, kwargs))
+                self.labels.training(given(args, kwargs))
                 if not (self.monitor.compiling or compiled()):  # (wrappers a compiled graph
                     self.masks.begin(module, args, kwargs)  # would guard on)
                     self.dropouts.begin(module, training=True)
@@ -572,7 +573,9 @@ class Doctor:
             first = next(iter(given(args, kwargs)), None)
             loaders = self.monitor.loaders
             newest = loaders.newest() if loaders.newest is not None else None
-            self.labels.evaluating(first, loaders.drawn_batches.draws, newest)
+            drawn_from = loaders.iterators.get(newest) if newest is not None else None
+            data = drawn_from.dataset if drawn_from is not None else id(newest)
+            self.labels.evaluating(first, loaders.drawn_batches.draws, data)
 
     def _inner_pre_hook(self, module: nn.Module, args: Any) -> None:
         """The module inside a ``DistributedDataParallel`` run alone (``model.module(x)``): an

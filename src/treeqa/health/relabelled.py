@@ -48,9 +48,15 @@ class EvaluationLabels:
     every cross-entropy's ``target`` (``LossInputCheck.targets``) and of an evaluation's
     comparisons of class indices (``Predictions``); ``judge`` at the clock's steps."""
 
-    def __init__(self, add: Callable[[Finding], None], sampling: Callable[[], bool]) -> None:
+    def __init__(
+        self, add: Callable[[Finding], None], sampling: Callable[[], bool], trained_on: set[int]
+    ) -> None:
         self.add = add
         self.sampling = sampling
+        # what the training drew from: datasets (``Loaders.trained_on``, the same set), and
+        # the tensors sampled training forwards were given slices of
+        self.trained_on = trained_on
+        self.trained_tensors: set[int] = set()
         self.said = False
         # [2]: sampled training rows right, in all, since the last evaluation judged
         self.trained: torch.Tensor | None = None
@@ -93,15 +99,20 @@ class EvaluationLabels:
         else:
             self._count("loss", confusion)
 
-    def evaluating(self, first: torch.Tensor | None, draws: int, newest: Any) -> None:
-        """An evaluation's forward, given ``first`` (its first tensor): what it scores is the
-        newest loader iterator's pass where a batch was drawn since the last forward (``draws``
-        counts them), else the tensor ``first`` is a slice of, or is (a training accuracy
-        beside a validation one, each its own)."""
+    def training(self, given: list[torch.Tensor]) -> None:
+        """A sampled training forward was ``given`` these tensors: slices of what it trains on."""
+        if given and not self.said:
+            self.trained_tensors.add(_whole(given[0]))
+
+    def evaluating(self, first: torch.Tensor | None, draws: int, data: int) -> None:
+        """An evaluation's forward, given ``first`` (its first tensor): what it scores is what
+        the newest loader iterator draws from (``data``) where a batch was drawn since the last
+        forward (``draws`` counts them), else the tensor ``first`` is a slice of, or is (a
+        training accuracy beside a validation one, each its own)."""
         if draws != self.draws:
-            self.draws, self.source = draws, id(newest)
+            self.draws, self.source = draws, data
         elif first is not None:
-            self.source = id(first._base if first._base is not None else first)
+            self.source = _whole(first)
         if first is not None:
             self.sources[first.shape[0]] = self.source
             if not first.is_floating_point() and _memory(first):
@@ -159,8 +170,9 @@ class EvaluationLabels:
                 pairings.append(pairing)
                 edges = frozenset(frozenset(pair) for pair in pairing[0].items())
                 sources.setdefault(edges, set()).add(source)
-        if any(len(scored) > 1 for scored in sources.values()):
-            return  # (two sets scored alike, the training's among them: how scores are read)
+        trained = self.trained_on | self.trained_tensors
+        if any(len(scored) > 1 or scored & trained for scored in sources.values()):
+            return  # (the training data, or two sets, scored alike: how scores are read)
         if pairings:
             self.said = True
             found = evaluation_labels_permuted(*pairings[0], right / rows)
@@ -174,6 +186,11 @@ def _confusion(a: torch.Tensor, b: torch.Tensor, classes: int) -> torch.Tensor:
     valid = (a >= 0) & (a < classes) & (b >= 0) & (b < classes)
     pairs = (a * classes + b).clamp(0, classes * classes - 1)
     return torch.bincount(pairs, valid.long(), classes * classes).reshape(classes, classes)
+
+
+def _whole(x: torch.Tensor) -> int:
+    """The identity of the tensor ``x`` is a view of (``x_val[i : i + 64]``'s: ``x_val``)."""
+    return id(x._base if x._base is not None else x)
 
 
 def _memory(x: torch.Tensor) -> int:
