@@ -84,6 +84,14 @@ def test_an_evaluation_indexed_otherwise_than_training_is_named(
     assert "script.py" in found[0]["where"]
 
 
+def test_a_model_trained_on_soft_targets_is_read_by_their_argmax(doctor_script: Doctor) -> None:
+    """Mixup's or label smoothing's soft targets: the training accuracy is the argmax's."""
+    script = SCRIPT.replace("VAL_TARGETS", "3 - k_val").replace("SCORE", ACCURACY)
+    soft = "F.one_hot(y_train[i : i + 32], 4).float() * 0.9 + 0.025"
+    found = doctor_script(script.replace("y_train[i : i + 32])\n", soft + ")\n", 1), CODE)
+    assert len(found) == 1, found
+
+
 @pytest.mark.parametrize(
     ("targets", "score"),
     [

@@ -15,7 +15,8 @@ whole pass's (one host read): the same examples come again where a tensor's rows
 multiset as before (the targets; a pass in another order is the same multiset), and their
 inputs were drawn at random where, of a tensor of two values a row or more, of one width
 throughout both passes (rows padded to each batch's longest, shuffled, change width), fewer
-than ``REPEATED`` of the rows are found in the last pass. A pass over a dataset the clock's
+than ``REPEATED`` of the rows are found in the last pass, and fewer than ``DRAWN`` are rows
+of the same pass again (pairs the dataset draws at random from its pool repeat). A pass over a dataset the clock's
 steps trained on (a training accuracy under ``no_grad``) is no evaluation, and is not hashed.
 """
 
@@ -37,6 +38,11 @@ REPEATED = 0.95
 """Share of a pass's rows found in the pass before, under which its inputs were drawn at
 random (a flip half the time leaves about half alike, an erasing one time in ten about 81%; a
 fixed transform, all)."""
+DRAWN = 0.1
+"""Share of a pass's rows of a tensor that are rows of it again, at or above which its rows
+are examples drawn at random from a pool (pairs drawn anew by the dataset, as pytorch/examples'
+siamese_network draws them: as many draws as examples repeat about 37%), not transformed ones,
+which repeat none."""
 TARGET = 16
 """The most values a row of the tensor that shows the same examples came again may hold (a
 label, a few regression targets; not an attention mask, which random masking leaves as it
@@ -101,17 +107,21 @@ class AugmentedEvaluation:
         read = []
         for before, after in zip(last.rows, now.rows, strict=True):
             a, b = torch.cat(before), torch.cat(after)
-            same = ~torch.ne(a.sort().values, b.sort().values).any()  # (not ==: wrapped at times)
-            read.append(torch.stack([torch.isin(b, a).float().mean(), same.float()]))
+            ordered = b.sort().values
+            same = ~torch.ne(a.sort().values, ordered).any()  # (not ==: wrapped at times)
+            twice = 1 - torch.ne(ordered[1:], ordered[:-1]).float().mean()  # rows drawn again
+            read.append(torch.stack([torch.isin(b, a).float().mean(), same.float(), twice]))
         shares = torch.stack(read).tolist()
         targets = [math.prod(w) <= TARGET for w in (next(iter(x)) for x in now.widths)]
-        if not any(same and target for (_, same), target in zip(shares, targets, strict=True)):
+        if not any(same and target for (_, same, _), target in zip(shares, targets, strict=True)):
             return  # (no targets the same: other examples, a rebuilt set)
-        for i, (share, same) in enumerate(shares):
+        for i, (share, same, twice) in enumerate(shares):
             widths = last.widths[i] | now.widths[i]
             width = next(iter(widths))
             if same or len(widths) != 1 or math.prod(width) < 2 or share >= REPEATED:
                 continue
+            if twice >= DRAWN:
+                continue  # (examples drawn at random from a pool, not transformed)
             self.said = True
             found = evaluation_inputs_random(now.drawn_from.described, i, width, share)
             found.where = now.where

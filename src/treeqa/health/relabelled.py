@@ -6,7 +6,7 @@ model learns the training indices; scored against others, its validation accurac
 chance or below while it trains well, and reads as overfitting.
 
 Sampled training cross-entropies (``cross_entropy``, ``nll_loss`` over ``[N, C]``) count how
-often the model's argmax is the target; an evaluation's (without gradients), and its
+often the model's argmax is the target (soft targets': their own argmax); an evaluation's (without gradients), and its
 comparisons of two vectors of class indices as long as its outputs' rows (``pred == y``, in the
 window ``predictions.py`` opens after an evaluation's forward), add up a confusion matrix over
 the C classes on the device. At the clock's next step or the run's end (one host read) the
@@ -82,6 +82,8 @@ class EvaluationLabels:
         if grad and not self.sampling():
             return
         classes = logits.shape[1] if logits.dim() == 2 else 0
+        if grad and target.is_floating_point() and target.shape == logits.shape:
+            target = torch.ops.aten.argmax.default(target.detach(), 1)  # soft targets' class
         if target.dim() != 1 or target.is_floating_point() or not 2 <= classes <= CLASSES:
             return
         if checks.untraceable(logits) or checks.untraceable(target):  # vmap, compile

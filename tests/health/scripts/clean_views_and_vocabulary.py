@@ -37,8 +37,8 @@ class Leaves(Dataset):
 class Pair(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.encoder = nn.Sequential(nn.Linear(64, 512), nn.BatchNorm1d(512), nn.ReLU())
-        self.head = nn.Linear(1024, 4)
+        self.encoder = nn.Sequential(nn.Linear(64, 2048), nn.BatchNorm1d(2048), nn.ReLU())
+        self.head = nn.Linear(4096, 4)
 
     def forward(self, views: torch.Tensor) -> torch.Tensor:
         a, b = self.encoder(views[:, 0]), self.encoder(views[:, 1])  # one encoder, two views
