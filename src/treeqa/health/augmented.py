@@ -10,13 +10,14 @@ under ``no_grad`` or not; a training loader's first batch, before its first step
 that draws each of its examples once a pass (a ``SequentialSampler``, a ``RandomSampler`` without
 replacement over all of them, a ``SubsetRandomSampler``; batched by torch's ``BatchSampler``)
 have each of their tensors' rows hashed on the device (``heldout.row_hashes``: exact, up to
-4,096 values a row). At the end of a whole pass its hashes are compared with the loader's last
-whole pass's (one host read): the same examples come again where a tensor's rows are the same
-multiset as before (the targets; a pass in another order is the same multiset), and their
-inputs were drawn at random where, of a tensor of two values a row or more, of one width
-throughout both passes (rows padded to each batch's longest, shuffled, change width), fewer
-than ``REPEATED`` of the rows are found in the last pass, and fewer than ``DRAWN`` are rows
-of the same pass again (pairs the dataset draws at random from its pool repeat). A pass over a dataset the clock's
+4,096 values a row). At the end of a whole pass its hashes are compared with those of the last
+whole pass over the same data (the same dataset, alive, and the same indices of it), one host
+read: the same examples came again where a short tensor's rows (``TARGET``: the labels) are the
+same multiset as before (a pass in another order is the same multiset), and their inputs were
+drawn at random where, of a tensor of two values a row or more, of one width throughout both
+passes (rows padded to each batch's longest, shuffled, change width), fewer than ``REPEATED``
+of the rows are found in the last pass, and fewer than ``DRAWN`` are rows of the same pass
+again (pairs a dataset draws at random from its pool repeat). A pass over a dataset the clock's
 steps trained on (a training accuracy under ``no_grad``) is no evaluation, and is not hashed.
 """
 
@@ -43,6 +44,9 @@ DRAWN = 0.1
 are examples drawn at random from a pool (pairs drawn anew by the dataset, as pytorch/examples'
 siamese_network draws them: as many draws as examples repeat about 37%), not transformed ones,
 which repeat none."""
+KEPT = 8
+"""The most sets of data whose passes are kept (an evaluation of a new dataset each epoch
+leaves its last ones behind)."""
 TARGET = 16
 """The most values a row of the tensor that shows the same examples came again may hold (a
 label, a few regression targets; not an attention mask, which random masking leaves as it
@@ -51,9 +55,9 @@ was)."""
 
 @dataclass
 class Hashed:
-    """A pass without gradients over one loader: itself, the line that drew its first batch,
-    each tensor's rows' hashes by batch ([B] int64), and each tensor's widths (its trailing
-    shapes, one throughout or more)."""
+    """A pass over one loader: itself, the line that drew its first batch, each tensor's rows'
+    hashes by batch ([B] int64), and each tensor's widths (its trailing shapes, one throughout
+    or more)."""
 
     drawn_from: Pass
     where: str
@@ -81,8 +85,11 @@ class AugmentedEvaluation:
             self.passes.pop(drawn_from.dataset, None)
             return
         tensors = _tensors(batch)
+        if not tensors:
+            return
         hashed = self.passes.get(drawn_from.dataset)
         if hashed is None or hashed.drawn_from is not drawn_from:
+            _keep(self.passes, KEPT - 1)
             hashed = self.passes[drawn_from.dataset] = Hashed(drawn_from, sites.user_site())
             hashed.rows = [[] for _ in tensors]
             hashed.widths = [set() for _ in tensors]
@@ -95,7 +102,9 @@ class AugmentedEvaluation:
         if drawn_from.batches is not None and len(hashed.rows[0]) == drawn_from.batches:
             key = drawn_from.dataset
             del self.passes[key]
-            last, self.whole[key] = self.whole.get(key), hashed
+            last = self.whole.pop(key, None)
+            _keep(self.whole, KEPT - 1)
+            self.whole[key] = hashed
             if last is not None and _same_data(last.drawn_from, drawn_from):
                 self._compare(last, hashed)
 
@@ -127,6 +136,12 @@ class AugmentedEvaluation:
             found.where = now.where
             self.add(found)
             return
+
+
+def _keep(passes: dict[int, Hashed], most: int) -> None:
+    """Drop the oldest of ``passes`` beyond ``most``."""
+    while len(passes) > most:
+        del passes[next(iter(passes))]
 
 
 def _tensors(batch: Any, depth: int = 2) -> list[torch.Tensor]:

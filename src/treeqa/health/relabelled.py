@@ -6,15 +6,18 @@ model learns the training indices; scored against others, its validation accurac
 chance or below while it trains well, and reads as overfitting.
 
 Sampled training cross-entropies (``cross_entropy``, ``nll_loss`` over ``[N, C]``) count how
-often the model's argmax is the target (soft targets': their own argmax); an evaluation's (without gradients), and its
-comparisons of two vectors of class indices as long as its outputs' rows (``pred == y``, in the
-window ``predictions.py`` opens after an evaluation's forward), add up a confusion matrix over
-the C classes on the device. At the clock's next step or the run's end (one host read) the
-evaluation's confusion is judged: where the model trained to ``LEARNED`` accuracy or more, and
-the evaluation pairs each class (of ``LEAST`` examples or more, ``ROWS`` in all) with one other
-class, one to one, for ``MAPPED`` of its examples or more, ``GAIN`` more than the diagonal does,
-two classes or more not with themselves, the targets were indexed otherwise. A model that is
-merely poor, or confuses two classes both ways while the diagonal leads, pairs no such way.
+often the model's argmax is the target (soft targets': their own argmax); an evaluation's (without
+gradients), and its comparisons of two vectors of class indices as long as its outputs' rows
+(``pred == y``, in the window ``predictions.py`` opens after an evaluation's forward), add up
+a confusion matrix over the C classes on the device, one for each set scored. At the clock's
+next step or the run's end (one host read) each is judged (``_pairing``): where the model
+trained to ``LEARNED`` accuracy or more, and the evaluation pairs the classes one to one, each
+with its commonest partner and mutually, two classes or more with another, the pairs right
+``GAIN`` more than the diagonal (the accuracy reported), the targets were indexed otherwise;
+unless the set so paired is one the training drew from, or two sets pair alike: then the
+pairing is how the script reads its scores (a decoding off by one), not a split's indices. A
+model merely poor, collapsed, or confusing two classes both ways while the diagonal leads,
+pairs no such way.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ LEAST = 5
 """Examples of a class for its pairing to be read."""
 ROWS = 50
 """Examples an evaluation scored for it to be judged."""
+TENSORS = 16
+"""The latest tensors given to sampled training forwards kept (whose slices they were)."""
 CLASSES = 256
 """The most classes counted (a confusion of C x C counts)."""
 
@@ -56,7 +61,7 @@ class EvaluationLabels:
         # what the training drew from: datasets (``Loaders.trained_on``, the same set), and
         # the tensors sampled training forwards were given slices of
         self.trained_on = trained_on
-        self.trained_tensors: set[int] = set()
+        self.trained_tensors: dict[int, None] = {}  # (the latest ``TENSORS``, in order)
         self.said = False
         # [2]: sampled training rows right, in all, since the last evaluation judged
         self.trained: torch.Tensor | None = None
@@ -104,7 +109,9 @@ class EvaluationLabels:
     def training(self, given: list[torch.Tensor]) -> None:
         """A sampled training forward was ``given`` these tensors: slices of what it trains on."""
         if given and not self.said:
-            self.trained_tensors.add(_whole(given[0]))
+            self.trained_tensors[_whole(given[0])] = None
+            if len(self.trained_tensors) > TENSORS:  # (a loader's batches: each a new one)
+                del self.trained_tensors[next(iter(self.trained_tensors))]
 
     def evaluating(self, first: torch.Tensor | None, draws: int, data: int) -> None:
         """An evaluation's forward, given ``first`` (its first tensor): what it scores is what
@@ -172,7 +179,7 @@ class EvaluationLabels:
                 pairings.append(pairing)
                 edges = frozenset(frozenset(pair) for pair in pairing[0].items())
                 sources.setdefault(edges, set()).add(source)
-        trained = self.trained_on | self.trained_tensors
+        trained = self.trained_on | self.trained_tensors.keys()
         if any(len(scored) > 1 or scored & trained for scored in sources.values()):
             return  # (the training data, or two sets, scored alike: how scores are read)
         if pairings:
