@@ -13,6 +13,8 @@ Doctor = Callable[[str, str], list[dict[str, Any]]]
 """The ``doctor_script`` fixture: a script's text -> its findings of a code."""
 CODE = "evaluation-inputs-random"
 SCRIPT = """
+from collections import UserDict
+
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, SubsetRandomSampler, TensorDataset, random_split
@@ -132,6 +134,13 @@ def test_a_validation_subset_of_an_augmented_dataset_is_named(doctor_script: Doc
         (  # the labels a level down, in a dict
             "val_loader = DataLoader(Labelled(Noisy(range(500, 600), 0.3)), batch_size=40)",
             SCORE.replace("yb).sum()", "yb['label']).sum()"),
+            "",
+        ),
+        (  # batches that are a Mapping but no dict (transformers' BatchEncoding, a UserDict)
+            "val_loader = DataLoader(Noisy(range(500, 600), 0.3), batch_size=40, collate_fn=lambda b: UserDict(x=torch.stack([r[0] for r in b]), y=torch.stack([r[1] for r in b])))",
+            SCORE.replace(
+                "for xb, yb in val_loader", "for xb, yb in ((b['x'], b['y']) for b in val_loader)"
+            ),
             "",
         ),
     ],

@@ -129,3 +129,7 @@ def test_a_pairing_is_one_to_one_over_the_classes_seen_and_beats_the_diagonal() 
     assert _pairing(ten) == ({0: 1, 1: 0}, 1.0, 0.8)
     collapsed = [[30, 30, 0, 0], [0, 0, 0, 0], [0, 0, 30, 30], [0, 0, 0, 0]]  # rows predicted
     assert _pairing(collapsed) is None  # columns 1 and 3 paired with no row
+    # labels from 1 where training's are from 0: the last class's targets out of range, its
+    # stray predictions (13, of other classes' examples) paired with no one
+    stray = [[0, 60, 0, 0], [0, 0, 60, 0], [0, 0, 0, 60], [0, 7, 6, 0]]
+    assert _pairing(stray) == ({0: 1, 1: 2, 2: 3}, 180 / 193, 0.0)

@@ -24,7 +24,7 @@ steps trained on (a training accuracy under ``no_grad``) is no evaluation, and i
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,9 +151,9 @@ def _tensors(batch: Any, depth: int = 2) -> list[torch.Tensor]:
         return given((batch,), None)
     if depth == 0:
         return []
-    items = batch.values() if isinstance(batch, dict) else batch
-    if not isinstance(items, list | tuple) and not isinstance(batch, dict):
-        return []
+    items = batch.values() if isinstance(batch, Mapping) else batch
+    if not isinstance(items, list | tuple) and not isinstance(batch, Mapping):
+        return []  # (a Mapping: transformers' BatchEncoding is a UserDict, no dict)
     return [t for item in items for t in _tensors(item, depth - 1)]
 
 

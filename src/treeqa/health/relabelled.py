@@ -36,6 +36,8 @@ MAPPED = 0.6
 """Share of an evaluation's examples the one-to-one pairing of classes gets right."""
 GAIN = 0.1
 """How much more of them it gets right than the identity (the accuracy reported)."""
+HELD = 0.9
+"""Share of the examples the mutual pairs must hold, by rows and by columns."""
 MOVED = 0.1
 """Share of the examples in classes paired with another (2 of 10 classes swapped hold 0.2)."""
 LEAST = 5
@@ -212,12 +214,12 @@ def _memory(x: torch.Tensor) -> int:
 
 def _pairing(counts: list[list[float]]) -> tuple[dict[int, int], float, float] | None:
     """Of a confusion, each row's class (of ``LEAST`` examples or more) paired with its
-    commonest column where that column's commonest row is it again (mutual), the pairs one to
-    one and covering every column of ``LEAST`` examples or more (a model collapsing several
-    classes onto one pairs them with no one), two or more not with themselves, holding
-    ``MOVED`` of the examples or more, the pairs right for ``MAPPED`` of the examples and
-    ``GAIN`` more than the diagonal: (the pairs moved, the pairing's share, the diagonal's);
-    else None."""
+    commonest column where that column's commonest row is it again (mutual: one to one), the
+    pairs holding ``HELD`` of the examples or more by rows and by columns (a few stray
+    predictions of a class no target has are let be; a model collapsing several classes onto
+    one pairs half of them with no one), two or more not with themselves, holding ``MOVED`` of
+    the examples or more, the pairs right for ``MAPPED`` of the examples and ``GAIN`` more than
+    the diagonal: (the pairs moved, the pairing's share, the diagonal's); else None."""
     n = len(counts)
     total = sum(map(sum, counts))
     if total < ROWS:
@@ -225,12 +227,13 @@ def _pairing(counts: list[list[float]]) -> tuple[dict[int, int], float, float] |
     columns = [[counts[i][j] for i in range(n)] for j in range(n)]
     rows = [i for i in range(n) if sum(counts[i]) >= LEAST]
     partner = {i: max(range(n), key=counts[i].__getitem__) for i in rows}
-    mutual = all(max(range(n), key=columns[j].__getitem__) == i for i, j in partner.items())
-    covered = {j for j in range(n) if sum(columns[j]) >= LEAST} <= set(partner.values())
-    if not mutual or not covered or len(set(partner.values())) != len(partner):
+    pairs = {i: j for i, j in partner.items() if max(range(n), key=columns[j].__getitem__) == i}
+    by_rows = sum(sum(counts[i]) for i in pairs) / total
+    by_columns = sum(sum(columns[j]) for j in pairs.values()) / total
+    if by_rows < HELD or by_columns < HELD:
         return None
-    moved = {i: j for i, j in partner.items() if i != j}
-    mapped = sum(counts[i][j] for i, j in partner.items()) / total
+    moved = {i: j for i, j in pairs.items() if i != j}
+    mapped = sum(counts[i][j] for i, j in pairs.items()) / total
     diagonal = sum(counts[i][i] for i in range(n)) / total
     held = sum(sum(counts[i]) for i in moved) / total
     if len(moved) < 2 or held < MOVED or mapped < MAPPED or mapped - diagonal < GAIN:
