@@ -74,9 +74,12 @@ def doctor_report(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Callable[[str], tuple[int, dict[str, Any], str]]:
     """``(exit code, report, script stdout)`` of ``treeqa doctor`` on a corpus script, run in
-    process (no fresh interpreter and torch import per script) and cached for the rest of the test run."""
+    process (no fresh interpreter and torch import per script) and cached for the rest of the
+    test run (``again=True``: run anew)."""
 
-    def run(name: str) -> tuple[int, dict[str, Any], str]:
+    def run(name: str, again: bool = False) -> tuple[int, dict[str, Any], str]:
+        if again:  # (a second run, not the one cached)
+            _REPORTS.pop(name, None)
         if name in FRESH_PROCESS | TORCHRUN and name not in _REPORTS:
             _REPORTS[name] = _run_cli(name, tmp_path_factory.mktemp("doctor") / "report.json")
         if name not in _REPORTS:

@@ -514,13 +514,24 @@ def test_bug_script_is_named(name: str, doctor_report) -> None:
         assert finding["severity"] in ("warning", "error")
 
 
+TIMED = {"step-time-regression"}
+"""Findings read off step times alone. Run in the suite's own process, late in it, a clean
+script's later steps have read slower once in a few suite runs (clean_contrastive_targets.py:
+quarter medians 0.77, 0.74, 0.95, 1.18 ms, the machine's reference as fast as before; flat in
+every run on its own): such a finding must come again in a second run to count."""
+
+
 @pytest.mark.parametrize("name", _marked(CLEAN))
 def test_clean_script_has_no_warnings(name: str, doctor_report) -> None:
     _skip_where_torch_lacks_the_api(name)
     code, report, _ = doctor_report(name)
     assert code == 0
     assert report["steps"] >= 80  # enough steps for the timing and memory checks to run
-    assert [f for f in report["findings"] if f["severity"] != "info"] == []
+    warned = [f for f in report["findings"] if f["severity"] != "info"]
+    if warned and {f["code"] for f in warned} <= TIMED:
+        code, report, _ = doctor_report(name, again=True)
+        warned = [f for f in report["findings"] if f["severity"] != "info"]
+    assert warned == []
 
 
 def test_a_loss_climbed_by_maximize_names_it_as_the_cause(doctor_report) -> None:
