@@ -547,8 +547,9 @@ class Doctor:
                     self.scales.forward(module, args, kwargs, training, self.monitor.step)
             if sampling and training:
                 self.monitor.loss_check.leaks.forward(args, kwargs, self.monitor.step)
-                self.monitor.loss_check.twice.forward(given(args, kwargs))
-                self.labels.training(given(args, kwargs))
+                inputs = given(args, kwargs)
+                self.monitor.loss_check.twice.forward(inputs)
+                self.labels.training(inputs)
                 if not (self.monitor.compiling or compiled()):  # (wrappers a compiled graph
                     self.masks.begin(module, args, kwargs)  # would guard on)
                     self.dropouts.begin(module, training=True)

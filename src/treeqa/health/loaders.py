@@ -54,8 +54,8 @@ from treeqa.health.wrap import Wrappers, note_calls_and_results, note_function_r
 class Dropped:
     """A pass over a loader that drops its last batch (``drop_last=True``): the examples it
     leaves out, of how many, in batches of what size, whether it shuffles, the line that
-    iterated it, the loader's id, its dataset (``_base``: a Subset's own) and the dataset's own
-    id; once an evaluation drew from it, held until the clock's next step, the examples it and
+    iterated it, the loader's id, its dataset (``_base``: a Subset's own) and what it draws
+    from (``_data``: the dataset, with a Subset's or a SubsetRandomSampler's indices); once an evaluation drew from it, held until the clock's next step, the examples it and
     the passes since have ``covered``, and whether it came ``early`` (before the clock's first
     step: of a model trained or not, not yet known)."""
 
