@@ -3,12 +3,15 @@ each position see."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from treeqa.health import run_doctor
 from treeqa.health.causal import STEPS, _per_row, _scores_see_next, _sdpa_sees_next
 from treeqa.health.findings import Finding
 from treeqa.health.lookahead import PROBES
@@ -467,3 +470,45 @@ def test_a_verdict_holds_for_steps_like_the_one_it_was_read_on() -> None:
     _trained(model, 6, check=check)  # (more steps leak than did not; findings to ``found``)
     assert check.causal.verdicts.reads > 1  # (read again: steps unlike the first)
     assert [f.code for f in found] == ["causal-mask-missing"]
+
+
+def test_a_sampled_forwards_lookups_are_let_go_by_its_backward(tmp_path: Any) -> None:
+    """The Embedding outputs kept from a sampled forward for its loss's target go at its
+    backward where the loss took none (a binary cross-entropy): kept to the next sampled step
+    (50 on), they held that forward's graph, named by ``graph-retained``."""
+    script = tmp_path / "script.py"
+    script.write_text(
+        """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+ids = torch.randint(1, 40, (2000, 20))
+y = (ids < 5).any(1).float()
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(40, 16)
+        self.rnn = nn.GRU(16, 16, batch_first=True)
+        self.out = nn.Linear(16, 1)
+
+    def forward(self, x):
+        h, _ = self.rnn(self.embed(x))
+        return self.out(h.mean(1)).squeeze(1)
+
+
+model = Tagger()
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+for i in range(0, 2000, 25):
+    loss = nn.functional.binary_cross_entropy_with_logits(model(ids[i : i + 25]), y[i : i + 25])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        _, report = run_doctor(["python", str(script)], every=50, stream=io.StringIO())
+    assert report["steps"] == 80
+    assert [f for f in report["findings"] if f["code"] == "graph-retained"] == []

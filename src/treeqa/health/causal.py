@@ -255,7 +255,11 @@ class CausalReads:
     def backward(self, node: Any) -> None:
         """A sampled step's backward, of a loss whose autograd node (constant factors walked
         back) is ``node``: targets of the ids two on count where they are that loss's, not a
-        term of a sum (a multi-token model's heads for the tokens after the next)."""
+        term of a sum (a multi-token model's heads for the tokens after the next). The
+        forward's lookups are let go here where no target took them (a loss of another kind:
+        kept until the next sampled forward, they held its graph, which ``graph-retained``
+        then named)."""
+        self.ids, self.looked_up, self.beside = [], {}, []
         ending, self.ending_pending = self.ending_pending, None
         if ending is not None and not self.ends_said and _reduced(node, ending[1]):
             self._ended(ending[0])
