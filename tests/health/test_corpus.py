@@ -130,6 +130,9 @@ EXPECTED = {
     "bug_second_optimiser_never_stepped.py": "not-in-optimiser",  # named: Adam never stepped
     "bug_swa_without_update_bn.py": "averaged-norm-not-updated",
     "bug_swa_evaluated_through_module.py": "averaged-norm-not-updated",
+    "bug_ema_decay_too_slow.py": "evaluated-copy-at-init",  # decay 0.9999 over 470 steps
+    "bug_best_copy_never_taken.py": "evaluated-copy-at-init",  # `val_loss > best_loss` from inf
+    "bug_iterable_dataset_in_every_worker.py": "same-data-in-every-worker",  # no worker split
     "bug_plateau_mode_max_on_loss.py": "plateau-mode-reversed",
     "bug_moe_aux_loss_left_out.py": "returned-loss-unused",
     "bug_in_batch_targets_zero.py": "in-batch-targets-constant",
@@ -219,6 +222,9 @@ EXPECTED = {
     "bug_losses_not_backpropagated.py": "losses-not-backpropagated",  # backward after the loop
     "bug_splits_overlap.py": "splits-overlap",  # random_split called twice
     "bug_argmax_over_one_class.py": "argmax-over-one-class",  # one logit's argmax
+    "bug_logits_rounded.py": "threshold-off-scale",  # torch.round of BCE-with-logits outputs
+    "bug_logits_read_at_half.py": "threshold-off-scale",  # logits read at a probability's 0.5
+    "bug_probabilities_read_at_zero.py": "threshold-off-scale",  # a sigmoid head read at 0
     "bug_accuracy_broadcast.py": "accuracy-broadcast",  # [N, 1] predictions eq [N] targets
     "bug_lr_not_applied.py": "lr-not-applied",  # a step decay written to optimizer.lr
     "bug_padding_not_masked.py": "padding-not-masked",  # an encoder without its padding mask
@@ -343,6 +349,10 @@ CLEAN = [
     "clean_frozen_norm_second_phase.py",  # frozen with the gradients of the phase before
     "clean_zero_valued_surrogate.py",  # a loss of value 0 whose gradient trains
     "clean_swa_update_bn.py",  # update_bn before evaluating; an EMA with use_buffers=True
+    "clean_model_copies_kept.py",  # a best-model copy taken at the best epoch, evaluated at the end
+    "clean_untrained_baseline_beside.py",  # an untrained copy scored once beside the model
+    "clean_thresholds_on_scale.py",  # a sigmoid head's probabilities rounded; MSE outputs at 0.5
+    "clean_iterable_dataset_split.py",  # a stream split by worker, some examples given twice
     "clean_gradients_as_data.py",  # a penalty with create_graph; FGSM and a norm without it
     "clean_log_likelihoods.py",  # -logsigmoid; a log-likelihood maximised; a policy gradient
     "clean_hinge_gan.py",  # the critic's last bias's gradient exactly zero by chance

@@ -84,7 +84,7 @@ class AugmentedEvaluation:
             drawn_from.whole = False
             self.passes.pop(drawn_from.dataset, None)
             return
-        tensors = _tensors(batch)
+        tensors = batch_tensors(batch)
         if not tensors:
             return
         hashed = self.passes.get(drawn_from.dataset)
@@ -144,7 +144,7 @@ def _keep(passes: dict[int, Hashed], most: int) -> None:
         del passes[next(iter(passes))]
 
 
-def _tensors(batch: Any, depth: int = 2) -> list[torch.Tensor]:
+def batch_tensors(batch: Any, depth: int = 2) -> list[torch.Tensor]:
     """The tensors of ``batch`` with a batch dim: itself, or those of its tuples, lists and
     dicts, ``depth`` levels down (``(x, {"label": y})``)."""
     if isinstance(batch, torch.Tensor):
@@ -154,7 +154,7 @@ def _tensors(batch: Any, depth: int = 2) -> list[torch.Tensor]:
     items = batch.values() if isinstance(batch, Mapping) else batch
     if not isinstance(items, list | tuple) and not isinstance(batch, Mapping):
         return []  # (a Mapping: transformers' BatchEncoding is a UserDict, no dict)
-    return [t for item in items for t in _tensors(item, depth - 1)]
+    return [t for item in items for t in batch_tensors(item, depth - 1)]
 
 
 def _same_data(last: Pass, now: Pass) -> bool:

@@ -56,6 +56,7 @@ from treeqa.health import (
 )
 from treeqa.health.augmented import AugmentedEvaluation
 from treeqa.health.clipping import Clipping
+from treeqa.health.copies import Copies
 from treeqa.health.dropouts import Dropouts
 from treeqa.health.heldout import HeldOut, given
 from treeqa.health.loaded import LoadedWeights
@@ -150,6 +151,7 @@ class Doctor:
             monitor.add, lambda: monitor.sampling, loaders.trained_on
         )
         monitor.loss_check.targets.append(self.labels.target)
+        monitor.loss_check.fed.append(self.predictions.thresholds.loss_input)
         self.rounding = Rounding(monitor.add)  # half-precision weights that updates leave put
         # Attention masks leaving only the padding open, or a language model's future.
         self.masks = AttentionMasks(monitor.add, lambda: monitor.sampling and not monitor.paused)
@@ -173,6 +175,10 @@ class Doctor:
         self.loaded_weights = LoadedWeights(monitor.add)
         monitor.loss_check.modules_loaded.append(self.loaded_weights.loaded)
         monitor.at_end.append(self.loaded_weights.finish)
+        # a copy of the model made before training, evaluated while still at its start
+        self.copies = Copies(monitor.add, monitor.safely, lambda: monitor.step)
+        self.loaded_weights.read_too = self.copies.touched
+        monitor.at_end.append(self.copies.finish)
         # One of several processes: what it trained, to compare with the others.
         self.prints = prints
         self.spawned: Path | None = None  # the reports of processes torch.multiprocessing started
@@ -265,6 +271,7 @@ class Doctor:
         self.updates.install()
         self.seeds.install()
         self.loaded_weights.install()
+        self.copies.install()
         self.monitor.install_loss_checks()
         self.monitor.loaders.watch_batches_by_hand()
         wrapped: list[tuple[Any, str, Any]] = [
@@ -295,6 +302,7 @@ class Doctor:
         self.updates.uninstall()
         self.seeds.uninstall()
         self.loaded_weights.uninstall()
+        self.copies.uninstall()
         while self.undo:
             self.undo.pop()()
         self.monitor.uninstall()
@@ -534,8 +542,9 @@ class Doctor:
             if grad:  # the batch drawn last trains (``Loaders.fed_dataset``)
                 loaders = self.monitor.loaders
                 loaders.fed_dataset = loaders.drawn_dataset
-            if self.predictions.open:  # (the last output's scoring is over)
-                self.predictions.begin()
+            scoring = self.predictions
+            if scoring.open or scoring.thresholds.open:  # (the last output's scoring is over)
+                scoring.begin()
             self.monitor.input_elements += _elements(args, kwargs)
             self.updates.forward(module, args)
             sampling, training = self.monitor.sampling, module.training and grad
@@ -570,6 +579,7 @@ class Doctor:
 
     def _note_scored(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
         """An evaluation's forward: which data its predictions score."""
+        self.copies.model_scored(args, kwargs)
         if not self.labels.said:
             first = next(iter(given(args, kwargs)), None)
             loaders = self.monitor.loaders

@@ -46,6 +46,7 @@ FIXES: dict[str, str] = {
     "sample-not-reparameterised": "draw with rsample() (the reparameterised sample, loc + scale * eps), whose gradient reaches the distribution's parameters; sample() is for draws no gradient should pass through, or for a score-function gradient through log_prob(draw) (REINFORCE)",
     "argmax-over-one-class": "predict a single logit's class by its sign: pred = (out.squeeze(1) > 0).long() (the same as sigmoid(out) > 0.5), or give the model two outputs and train it with cross_entropy if argmax is wanted",
     "accuracy-broadcast": "compare tensors of one shape: (pred.squeeze(1) == y) or pred.eq(y.view_as(pred)), so each prediction meets its own target",
+    "threshold-off-scale": "read logits at 0 (pred = (out > 0).float()), or take torch.sigmoid(out) once and read that at 0.5 (never round raw logits); a model that ends in a sigmoid already gives probabilities: read them at 0.5, with no second sigmoid",
     "lr-not-applied": "write the rate into every param group: for g in optimizer.param_groups: g['lr'] = new_lr (or use a torch.optim.lr_scheduler), which is what the optimiser reads at each step",
     "padding-not-masked": "pass the padding mask to every attention: src_key_padding_mask=(ids == pad_id) to nn.TransformerEncoder (key_padding_mask to nn.MultiheadAttention), a boolean attn_mask True where a key is a token to scaled_dot_product_attention ((ids != pad_id)[:, None, None, :]), scores.masked_fill((ids == pad_id)[:, None, None, :], float('-inf')) before a softmax by hand; and pool over the tokens only",
     "loss-averaged-twice": "leave a mean loss as it is (criterion(out, y), not criterion(out, y) / len(x)); divide by the batch size only a sum (reduction='sum'), and by k only to accumulate k micro-batches",
@@ -58,6 +59,7 @@ FIXES: dict[str, str] = {
     "weights-not-loaded": "give load_state_dict keys named as the model's own (strip or add the prefix they differ by, e.g. {k.removeprefix('module.'): v for k, v in state.items()}), and leave strict=True, which raises where keys do not match",
     "evaluation-data-trained-on": "start each fold from fresh weights: build the model inside the fold loop (or load a copy of its initial state_dict, or call reset_parameters() on its layers) before the fold's optimiser",
     "averaged-norm-not-updated": "call torch.optim.swa_utils.update_bn(train_loader, swa_model) after the last update_parameters() and before evaluating the average (or make it with use_buffers=True, which averages the statistics too)",
+    "evaluated-copy-at-init": "update the copy in place every step (under torch.no_grad(): e.mul_(d).add_(p, alpha=1 - d), or AveragedModel.update_parameters(model)) with a decay the run can move (d = 0.99 averages about 100 steps, 0.9999 about 10,000), or warm it up (d = min(d, (1 + n) / (10 + n))); take a best-model copy when the score improves (check the comparison's direction: a loss improves when it falls)",
     "penalty-without-graph": "pass create_graph=True (and retain_graph=True) to torch.autograd.grad for gradients that a loss term penalises, so that the term's own gradient reaches the weights",
     "log-likelihood-minimised": "negate the log-likelihood: loss = -F.logsigmoid(x).mean() (or F.softplus(-x).mean()), loss = -log_softmax(x, d).gather(d, y).mean() (or F.cross_entropy)",
     "loss-zero": "print the loss and its terms on the first batch: each must depend on the model's output and be above 0 there (a margin against a distance that is 0 by construction, an anchor given as its own positive, a loss multiplied by an all-zero mask, logits saturated by a missing scale)",
@@ -121,6 +123,7 @@ FIXES: dict[str, str] = {
     "gradients-not-averaged": "wrap the model once, model = DistributedDataParallel(model, device_ids=[local_rank]), and call the wrapper in the loop (not model.module); or all_reduce the gradients before each step",
     "evaluation-on-one-shard": "evaluate the whole set: on process 0 over a loader without a DistributedSampler, or on every process over its share, all_reduce-ing the sums (correct, total) before the score",
     "same-data-on-every-process": "give each process its part of the data: DataLoader(dataset, sampler=DistributedSampler(dataset), ...) and sampler.set_epoch(epoch) each epoch (or shard the dataset by rank)",
+    "same-data-in-every-worker": "split the stream between the workers in the dataset's __iter__: info = torch.utils.data.get_worker_info(), and where it is not None, rows = itertools.islice(rows, info.id, None, info.num_workers) (or give each worker its own files), as torch.utils.data's IterableDataset documentation shows",
 }
 CODES = tuple(FIXES)
 

@@ -114,6 +114,7 @@ class LoadedWeights:
         self.written: dict[int, str] = {}  # a loaded tensor's data_ptr -> the nn.init call's line
         self.handle: Any = None  # the optimisers' step pre-hook, while a load waits
         self.said = False
+        self.read_too: Callable[[nn.Module], None] | None = None  # told of state_dict() too
 
     def install(self) -> None:
         for name in INITS:
@@ -155,6 +156,8 @@ class LoadedWeights:
 
     def _read(self, module: nn.Module) -> None:
         """``module.state_dict()`` is called (for each of its submodules too)."""
+        if self.read_too is not None:
+            self.read_too(module)
         for load in (*self.loads, *self.early):
             if load.module() is module:
                 load.ran[0] = True

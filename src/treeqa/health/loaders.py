@@ -47,6 +47,7 @@ from treeqa.health import checks, sites, slips
 from treeqa.health.augmented import AugmentedEvaluation
 from treeqa.health.findings import Finding
 from treeqa.health.passes import Drawn, Pass
+from treeqa.health.replicas import WorkerReplicas
 from treeqa.health.wrap import Wrappers, note_calls_and_results, note_function_results
 
 
@@ -94,6 +95,7 @@ class Loaders:
     def __init__(self, add: Callable[[Finding], None]) -> None:
         self.add = add
         self.most = 0
+        self.replicas = WorkerReplicas(add)  # a stream read whole by each of its workers
         # Each shuffling DistributedSampler's epoch at its loader's last pass, and the passes
         # in a row at that epoch (weak: a finished run's).
         self.epochs: weakref.WeakKeyDictionary[DistributedSampler[Any], tuple[int, int]] = (
@@ -163,6 +165,7 @@ class Loaders:
         if isinstance(loader.sampler, DistributedSampler) and loader.sampler.shuffle:
             self._note_epoch(loader.sampler)
         self.made += 1
+        self.replicas.made(loader, it)
         try:
             self.newest = weakref.ref(it)
             self.length = len(loader)
@@ -278,6 +281,8 @@ class Loaders:
     def _drawn(self, it: Any) -> None:
         if self.on_draw is not None:
             self.on_draw()
+        if self.replicas.watching is not None:
+            self.replicas.asking(it)
         if self.newest is not None and self.newest() is it:
             self.drawn += 1
         else:
@@ -293,6 +298,8 @@ class Loaders:
     def _batch(self, it: Any, batch: Any) -> None:
         """``it`` gave ``batch``: held as its pass's last, and kept where it is a training
         batch for a sampled step to come."""
+        if self.replicas.watching is not None:
+            self.replicas.batch(it, batch)
         drawn_from = self.iterators.get(it)
         if drawn_from is not None:
             if drawn_from.held:

@@ -357,6 +357,7 @@ class HealthMonitor(Callback):
         self.losses = LossReadings()
         # checks judged at the run's end over its steps and their losses (``even``), the doctor's
         self.at_end: list[Callable[[Sequence[float], Sequence[float]], None]] = []
+        self.at_end.append(lambda steps, losses: self.loaders.replicas.finish())
         # Steps whose memory is allocator warm-up, left out of the memory-growth check. Under
         # fit() the first epoch (every batch shape seen once, so RSS climbs to its working size)
         # or FIT_MEMORY_WARMUP steps, whichever ends first; elsewhere warmup_of(n) only.

@@ -37,6 +37,7 @@ import torch
 from treeqa.health import sites
 from treeqa.health.findings import Finding
 from treeqa.health.relabelled import EvaluationLabels
+from treeqa.health.thresholds import Thresholds
 from treeqa.health.wrap import Wrappers, note_function_calls
 
 REDUCTIONS = ("argmax", "max", "topk")
@@ -60,18 +61,17 @@ class Predictions:
         self.open = False  # a window's wrappers are in place
         # told of an evaluation's comparisons of class indices (``evaluation-labels-permuted``)
         self.labels: EvaluationLabels | None = None
+        self.thresholds = Thresholds(add)  # ``threshold-off-scale``, in the same windows
 
     def done(self, output: Any, evaluation: bool) -> None:
         """A trained model's forward returned ``output`` (``evaluation``: in an evaluation,
         else a training step's): wrap what scores it."""
         labels = evaluation and self.labels is not None and not self.labels.said
+        tensors = [t for t in _output_tensors(output) if t.is_floating_point()]
+        self.thresholds.window(tensors)
         if len(self.reported) == 2 and not labels:
             return
-        outputs = [
-            t
-            for t in _output_tensors(output)
-            if t.is_floating_point() and t.dim() >= 2 and t.shape[0] >= 2
-        ]
+        outputs = [t for t in tensors if t.dim() >= 2 and t.shape[0] >= 2]
         if not outputs:
             return
         self.batch = outputs[0].shape[0]
@@ -95,6 +95,7 @@ class Predictions:
         ``open``)."""
         self.open = False
         self.wrappers.undo()
+        self.thresholds.close()
 
     end = begin  # the run ends
 

@@ -46,12 +46,12 @@ class Note:
     def __init__(self, method: Callable[..., Any], what: str):
         self.method, self.what, self.failed = weakref.WeakMethod(method), what, False
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         method = self.method()
         if method is None or self.failed:
             return None
         try:
-            return method(*args)
+            return method(*args, **kwargs)
         except Exception as error:
             self.failed = True
             say_failed(f"the check on {self.what}", error, "it is off for the rest of the run")
