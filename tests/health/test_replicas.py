@@ -38,6 +38,12 @@ class Drawn(IterableDataset):
             yield v, (v[:3].sum() > 0).long()
 
 
+class Constant(IterableDataset):
+    def __iter__(self):
+        for _ in range(100):
+            yield x[:200], y[:200]
+
+
 class Indexed(Dataset):
     def __len__(self):
         return len(x)
@@ -93,6 +99,8 @@ def test_a_stream_of_few_distinct_rows_read_whole_by_each_worker_is_named(
         ("DataLoader(Stream(), batch_size=20, num_workers=0)", "pass"),
         ("DataLoader(Drawn(), batch_size=20, num_workers=2)", "pass"),
         ("DataLoader(Indexed(), batch_size=20, num_workers=2, shuffle=True)", "pass"),
+        # one full batch given again and again by each worker, on purpose
+        ("DataLoader(Constant(), batch_size=None, num_workers=2)", "pass"),
         (  # a stream of few distinct rows, split by worker
             "DataLoader(Stream(), batch_size=20, num_workers=2)",
             "rows = ((x[i % 50].round(), y[i % 50]) for i in range(3000))\n        " + SPLIT,

@@ -13,9 +13,10 @@ label and inputs together). After ``READ`` batches of the pass, and each time th
 host read), the workers' streams are read side by side: 90% of the places alike in every
 worker's stream (the j-th row each gave) make the finding. A pass read to its end (the
 iterator's last ``__next__`` gave no batch: its next pass is made, or the run ends) is read
-whole: 90% of the rows given by another worker too, 0.3 above the share repeated within a
-worker's own stream (data that holds duplicates, few distinct values), make it (a shuffle
-buffer in each worker orders the stream apart, but each still gives every row). Both at the
+whole: 90% of the rows given by another worker too make it (a shuffle buffer in each worker
+orders the stream apart, but each still gives every row). Neither where more than 60% of a
+worker's own rows repeat within its stream (data of few distinct rows, a constant batch given
+again and again on purpose). Both at the
 line that iterated the loader. A loader whose workers each draw fresh random examples (torch
 seeds each worker apart) or each read their own shard has no rows in common between them; a
 stream that repeats some examples on purpose (an easy third twice) and is split by worker has
@@ -44,7 +45,7 @@ ALIKE = 0.9
 """The share of places alike in every worker's stream, or of rows given by another worker too
 over a whole pass, that counts..."""
 ABOVE = 0.3
-"""...the latter where it is this much above the share repeated within a worker's own rows."""
+"""...where the share of rows repeated within a worker's own stream is this much below it."""
 
 
 class WorkerReplicas:
@@ -136,7 +137,9 @@ class WorkerReplicas:
             shared += sum(h in others for h in stream)
             repeated += len(stream) - len(sets[k])
         share, within = shared / total, repeated / total
-        if alike < ALIKE and not (whole and share >= ALIKE and share - within >= ABOVE):
+        if within > ALIKE - ABOVE:
+            return  # (a stream of few rows, each worker's repeating them: one batch, on purpose)
+        if alike < ALIKE and not (whole and share >= ALIKE):
             return
         self.said = True
         self.watching = None
