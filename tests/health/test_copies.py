@@ -82,6 +82,15 @@ def _run(doctor: Doctor, copy: str, update: str, epoch: str, final: str) -> list
             f"print(score(best, {TEST}))",
             False,
         ),
+        (  # an average made at the first step's end, lazily
+            "ema = None",
+            """if ema is None:
+            ema = copy.deepcopy(model)
+        BY_HAND""".replace("BY_HAND", BY_HAND.replace("DECAY", "0.9995")),
+            "",
+            f"print(score(ema, {TEST}))",
+            True,
+        ),
         (
             "ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9999))",
             "ema.update_parameters(model)",
@@ -135,6 +144,32 @@ def test_a_copy_evaluated_at_its_start_is_named(
         opt2.step()""",
             "",
             f"print(score(twin, {TEST}))",
+        ),
+        (  # one trained by its own optimiser, its gradients set to None after each step
+            "twin = copy.deepcopy(model)\nopt2 = torch.optim.SGD(twin.parameters(), lr=0.1)",
+            """loss2 = nn.functional.cross_entropy(twin(x[i + 1 : i + 26]), y[i + 1 : i + 26])
+        loss2.backward()
+        opt2.step()
+        opt2.zero_grad()""",
+            "",
+            f"print(score(twin, {TEST}))",
+        ),
+        (  # a best copy made before training, loaded with the best epoch's weights (the first)
+            "best = copy.deepcopy(model)",
+            "pass",
+            f"""val_loss = 1 - score(model, {VALIDATION}) + (epoch > 0)
+    if val_loss < best_loss:
+        best_loss = val_loss
+        best.load_state_dict(model.state_dict())""",
+            f"print(score(best, {TEST}))",
+        ),
+        (  # a reference read on every third step
+            "reference = copy.deepcopy(model).eval()",
+            """if i % 75 == 0:
+            with torch.no_grad():
+                anchor = reference(x[i : i + 25])""",
+            "",
+            f"print(score(model, {TEST}), score(reference, {TEST}))",
         ),
     ],
 )

@@ -44,6 +44,12 @@ from treeqa.health.findings import Finding
 from treeqa.health.heldout import given, row_hashes
 from treeqa.health.wrap import Watched, Wrappers, note_calls_of, note_function_results
 
+MADE_BY = 2
+"""Copies made by this many clock steps are watched (an average made lazily at the first step's
+end, ``if ema is None: ema = deepcopy(model)``, is made from weights one step from the start)."""
+REFERENCE = 0.2
+"""A copy run on this share of the steps since it was made or more is read inside them: a
+reference (a KL anchor, a teacher), part of the training, never judged."""
 KEPT = 64
 """Values kept of each parameter (evenly spaced)."""
 COPIES = 8
@@ -91,16 +97,22 @@ class Copy:
     evaluations: int = 0  # steps it was evaluated at
     last: Evaluation | None = None
     moved: bool = False  # its source moved off the start by MOVED at an evaluation
+    snapshot: bool = False  # weights were loaded into it (load_state_dict)
 
 
 class Copies:
     """``add``: where findings go; ``safely``: runs the hooks' work (``HealthMonitor.safely``);
-    ``step()``: the clock's steps so far."""
+    ``step()``: the clock's steps so far; ``optimised()``: the ids of the parameters of the
+    optimisers that stepped."""
 
     def __init__(
-        self, add: Callable[[Finding], None], safely: Callable[..., None], step: Callable[[], int]
+        self,
+        add: Callable[[Finding], None],
+        safely: Callable[..., None],
+        step: Callable[[], int],
+        optimised: Callable[[], set[int]],
     ):
-        self.add, self.safely, self.step = add, safely, step
+        self.add, self.safely, self.step, self.optimised = add, safely, step, optimised
         self.copies: list[Copy] = []
         # the trained model's evaluations at the clock's latest step: that step, its rows
         self.scored: tuple[int, list[torch.Tensor]] = (-1, [])
@@ -132,7 +144,9 @@ class Copies:
     def _copied(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], made: Any) -> None:
         """``copy.deepcopy(args[0])`` returned ``made``."""
         source = args[0] if args else None
-        if self.step() > 0 or not isinstance(made, nn.Module) or not isinstance(source, nn.Module):
+        if self.step() > MADE_BY or not isinstance(made, nn.Module):
+            return
+        if not isinstance(source, nn.Module):
             return
         params, sources = list(made.parameters()), list(source.parameters())
         if not params or len(params) != len(sources):
@@ -188,8 +202,8 @@ class Copies:
             return
         kept.steps_run.add(step)
         trained_for = step - kept.step
-        if trained_for < 1 or len(kept.steps_run) > max(1, trained_for / 2):
-            return  # (before training; or run on most steps: inside them, a reference)
+        if trained_for < 1 or len(kept.steps_run) > max(1, REFERENCE * trained_for):
+            return  # (before training; or run on many steps: inside them, a reference)
         source = kept.source()
         if source is None:
             return
@@ -221,17 +235,27 @@ class Copies:
         kept.last = Evaluation(step, followed, written, sites.models_caller())
         kept.last.rows.append(_rows(args, kwargs))
 
+    def loaded(self, module: nn.Module, where: str) -> None:
+        """``module.load_state_dict`` loaded weights: into a copy, a snapshot kept on purpose
+        (the best epoch's, a target network's sync)."""
+        for kept in self.copies:
+            if kept.copied() is module:
+                kept.snapshot = True
+
     def finish(self, steps: Sequence[float] = (), losses: Sequence[float] = ()) -> None:
         """The run ends: judge each copy on its last evaluation."""
+        optimised = self.optimised()
         for kept in self.copies:
             last, made = kept.last, kept.copied()
             if last is None or made is None or not kept.moved or last.followed >= FOLLOWED:
                 continue
             trained_for = last.step - kept.step
-            if trained_for < STEPS or len(kept.steps_run) >= trained_for / 2:
+            if trained_for < STEPS or len(kept.steps_run) >= REFERENCE * trained_for:
                 continue  # (a reference read inside the steps: part of the training)
-            if any(p.grad is not None for p in made.parameters()):
-                continue  # (trained itself)
+            if kept.snapshot or any(
+                p.grad is not None or id(p) in optimised for p in made.parameters()
+            ):
+                continue  # (trained itself; or a snapshot loaded into it: a best epoch's)
             touched = len(kept.touched) >= trained_for / 2  # (an update that wrote nothing)
             if not (last.written or touched) and kept.evaluations == 1 and self._beside(last):
                 continue  # (an untrained baseline scored once, beside the trained model)

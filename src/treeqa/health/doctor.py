@@ -176,8 +176,9 @@ class Doctor:
         monitor.loss_check.modules_loaded.append(self.loaded_weights.loaded)
         monitor.at_end.append(self.loaded_weights.finish)
         # a copy of the model made before training, evaluated while still at its start
-        self.copies = Copies(monitor.add, monitor.safely, lambda: monitor.step)
+        self.copies = Copies(monitor.add, monitor.safely, lambda: monitor.step, self._optimised)
         self.loaded_weights.read_too = self.copies.touched
+        monitor.loss_check.modules_loaded.append(self.copies.loaded)
         monitor.at_end.append(self.copies.finish)
         # One of several processes: what it trained, to compare with the others.
         self.prints = prints
@@ -588,6 +589,10 @@ class Doctor:
             data = drawn_from.dataset if drawn_from is not None else id(newest)
             self.labels.evaluating(first, loaders.drawn_batches.draws, data)
 
+    def _optimised(self) -> set[int]:
+        """The ids of the parameters of every optimiser that stepped."""
+        return {id(p) for o in self.stepped for g in o.param_groups for p in g["params"]}
+
     def _inner_pre_hook(self, module: nn.Module, args: Any) -> None:
         """The module inside a ``DistributedDataParallel`` run alone (``model.module(x)``): an
         evaluation on one process must not go through the wrapper, which syncs buffers."""
@@ -602,19 +607,19 @@ class Doctor:
             self.dropouts.end()
             self.in_evaluation = False
             if not (self.monitor.compiling or compiled()):  # (wrappers a graph would guard on)
-                self.predictions.done(output, evaluation=True)
+                self.predictions.done(output, True, id(module))
             if not self.open:
                 self.last_end = time.perf_counter()
         elif self.updates.sampled and id(module) in self.trained:  # (all it reads is sampled)
             self.updates.forward_done(module, output)
             self.overlaps.forward_done(output, self.monitor.step)
             if not (self.monitor.compiling or compiled()):
-                self.predictions.done(output, evaluation=not torch.is_grad_enabled())
+                self.predictions.done(output, not torch.is_grad_enabled(), id(module))
             self.masks.end()
             self.dropouts.end()
         elif not torch.is_grad_enabled() and id(module) in self.trained:  # an evaluation that
             if not (self.monitor.compiling or compiled()):  # never called model.eval()
-                self.predictions.done(output, evaluation=True)
+                self.predictions.done(output, True, id(module))
 
     def _hook_tops(self, tops: Sequence[nn.Module]) -> None:
         """A step's compute starts at the first forward of any model, trained by the clock or

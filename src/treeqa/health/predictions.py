@@ -63,12 +63,12 @@ class Predictions:
         self.labels: EvaluationLabels | None = None
         self.thresholds = Thresholds(add)  # ``threshold-off-scale``, in the same windows
 
-    def done(self, output: Any, evaluation: bool) -> None:
+    def done(self, output: Any, evaluation: bool, model: int = 0) -> None:
         """A trained model's forward returned ``output`` (``evaluation``: in an evaluation,
-        else a training step's): wrap what scores it."""
+        else a training step's; ``model``: its id): wrap what scores it."""
         labels = evaluation and self.labels is not None and not self.labels.said
         tensors = [t for t in _output_tensors(output) if t.is_floating_point()]
-        self.thresholds.window(tensors)
+        self.thresholds.window(tensors, model, evaluation)
         if len(self.reported) == 2 and not labels:
             return
         outputs = [t for t in tensors if t.dim() >= 2 and t.shape[0] >= 2]
