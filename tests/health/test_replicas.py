@@ -38,6 +38,12 @@ class Drawn(IterableDataset):
             yield v, (v[:3].sum() > 0).long()
 
 
+class Pool(IterableDataset):
+    def __iter__(self):  # draws with replacement from one pool (each worker seeded apart)
+        for i in torch.randint(0, 400, (600,)).tolist():
+            yield x[i], y[i]
+
+
 class Constant(IterableDataset):
     def __iter__(self):
         for _ in range(100):
@@ -79,6 +85,27 @@ def test_a_stream_read_whole_by_each_worker_is_named(doctor_script: Doctor, work
     assert "script.py" in found[0]["where"]
 
 
+@pytest.mark.parametrize(
+    ("loader", "rows"),
+    [  # passes of 3 batches a worker, read whole at their end
+        ("DataLoader(Stream(), batch_size=500, num_workers=2)", "pass"),
+        (  # each worker shuffles the whole stream its own way (torch seeds them apart)
+            "DataLoader(Stream(), batch_size=20, num_workers=2)",
+            "rows = ((x[i], y[i]) for i in torch.randperm(len(x)).tolist())",
+        ),
+    ],
+)
+def test_a_stream_read_whole_by_each_worker_in_short_or_shuffled_passes_is_named(
+    doctor_script: Doctor, loader: str, rows: str
+) -> None:
+    script = SCRIPT.replace("LOADER", loader).replace("ROWS", rows)
+    found = doctor_script(
+        script.replace("for xb, yb in loader:", "for xb, yb in [*loader, *loader]:"), CODE
+    )
+    assert len(found) == 1, found
+    assert found[0]["evidence"]["whole"] is True
+
+
 def test_a_stream_of_few_distinct_rows_read_whole_by_each_worker_is_named(
     doctor_script: Doctor,
 ) -> None:
@@ -99,6 +126,8 @@ def test_a_stream_of_few_distinct_rows_read_whole_by_each_worker_is_named(
         ("DataLoader(Stream(), batch_size=20, num_workers=0)", "pass"),
         ("DataLoader(Drawn(), batch_size=20, num_workers=2)", "pass"),
         ("DataLoader(Indexed(), batch_size=20, num_workers=2, shuffle=True)", "pass"),
+        # 4 workers drawing with replacement from one pool
+        ("DataLoader(Pool(), batch_size=20, num_workers=4)", "pass"),
         # one full batch given again and again by each worker, on purpose
         ("DataLoader(Constant(), batch_size=None, num_workers=2)", "pass"),
         (  # a stream of few distinct rows, split by worker

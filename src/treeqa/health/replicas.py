@@ -13,8 +13,10 @@ label and inputs together). After ``READ`` batches of the pass, and each time th
 host read), the workers' streams are read side by side: 90% of the places alike in every
 worker's stream (the j-th row each gave) make the finding. A pass read to its end (the
 iterator's last ``__next__`` gave no batch: its next pass is made, or the run ends) is read
-whole: 90% of the rows given by another worker too make it (a shuffle buffer in each worker
-orders the stream apart, but each still gives every row). Neither where more than 60% of a
+whole: 90% of the rows given by another worker too make it, where no more than 30% of a
+worker's own rows repeat within its stream (a shuffle buffer in each worker orders the stream
+apart, but each still gives every row; workers drawing with replacement from one pool share
+most rows, and repeat many within their own). Neither where more than 60% of a
 worker's own rows repeat within its stream (data of few distinct rows, a constant batch given
 again and again on purpose). Both at the
 line that iterated the loader. A loader whose workers each draw fresh random examples (torch
@@ -45,7 +47,8 @@ ALIKE = 0.9
 """The share of places alike in every worker's stream, or of rows given by another worker too
 over a whole pass, that counts..."""
 ABOVE = 0.3
-"""...where the share of rows repeated within a worker's own stream is this much below it."""
+"""...where the share of rows repeated within a worker's own stream is this much below it (at
+most this much, over a whole pass)."""
 
 
 class WorkerReplicas:
@@ -139,8 +142,8 @@ class WorkerReplicas:
         share, within = shared / total, repeated / total
         if within > ALIKE - ABOVE:
             return  # (a stream of few rows, each worker's repeating them: one batch, on purpose)
-        if alike < ALIKE and not (whole and share >= ALIKE):
-            return
+        if alike < ALIKE and not (whole and share >= ALIKE and within <= ABOVE):
+            return  # (rows drawn with replacement from one pool in each worker repeat)
         self.said = True
         self.watching = None
         w = self.workers
