@@ -37,7 +37,7 @@ import torch
 from treeqa.health import sites
 from treeqa.health.findings import Finding
 from treeqa.health.relabelled import EvaluationLabels
-from treeqa.health.thresholds import Thresholds
+from treeqa.health.thresholds import Thresholds, same_memory
 from treeqa.health.wrap import Wrappers, note_function_calls
 
 REDUCTIONS = ("argmax", "max", "topk")
@@ -150,7 +150,7 @@ class Predictions:
         n = flat.shape[0] if flat.dim() == 1 else 0
         if column.shape != (n, 1) or n not in (self.batch, self.rows):
             return  # (the batch's, or the evaluation's so far: its batches' outputs joined)
-        if _same_memory(a, b) or (column._base is not None and column._base.dim() == 1):
+        if same_memory(a, b) or (column._base is not None and column._base.dim() == 1):
             return  # a batch against itself; a column made of a vector: an outer one on purpose
         shapes = [list(a.shape), list(b.shape)]
         self._say(
@@ -188,11 +188,3 @@ def _output_tensors(output: Any) -> list[torch.Tensor]:
         values = list(getattr(output, "__dict__", {}).values())
     values = [logits, *values] if isinstance(logits, torch.Tensor) else values
     return [v for v in values if isinstance(v, torch.Tensor)][:4]
-
-
-def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``a`` and ``b`` are views of one tensor's memory."""
-    try:
-        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):  # (a tensor without storage)
-        return False

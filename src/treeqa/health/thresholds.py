@@ -103,7 +103,7 @@ class Thresholds:
             output = ref()
             if output is None:
                 continue
-            if _same_memory(input, output):
+            if same_memory(input, output):
                 self._learnt(place, output, kind)
                 return
             if node is not None and output.grad_fn is not None and output.grad_fn in node:
@@ -303,6 +303,6 @@ def _memory(t: torch.Tensor) -> int:
         return id(t)
 
 
-def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` and ``b`` are views of one tensor's memory."""
     return _memory(a) == _memory(b)
