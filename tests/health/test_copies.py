@@ -177,3 +177,35 @@ def test_copies_that_follow_train_or_are_meant_to_stay_are_clean(
     doctor_script: Doctor, copy: str, update: str, epoch: str, final: str
 ) -> None:
     assert _run(doctor_script, copy, update, epoch, final) == []
+
+
+def test_a_copy_returned_by_a_function_and_gone_at_the_end_is_named(doctor_script: Doctor) -> None:
+    """``best = train(model)``, scored inside ``main()``: the copy is gone when the run ends,
+    and its last evaluation is judged as it was read."""
+    script = SCRIPT.replace("COPY", "").replace("UPDATE", "pass").replace("EPOCH", "")
+    script = script.replace("FINAL", "").split("best_loss = float")[0]
+    script += f"""
+
+def train():
+    best_loss, best = float("inf"), copy.deepcopy(model)
+    for epoch in range(5):
+        for i in range(0, 1000, 25):
+            loss = nn.functional.cross_entropy(model(x[i : i + 25]), y[i : i + 25])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        val_loss = 1 - score(model, {VALIDATION})
+        if val_loss > best_loss:
+            best_loss, best = val_loss, copy.deepcopy(model)
+    return best
+
+
+def main():
+    print(score(train(), {TEST}))
+
+
+main()
+"""
+    found = doctor_script(script, CODE)
+    assert len(found) == 1, found
+    assert found[0]["evidence"]["written"] is False

@@ -69,11 +69,12 @@ FORWARDS = 64
 @dataclass
 class Evaluation:
     """A copy's evaluation: the step, the share followed, whether it was written since it was
-    made, where, and its rows' hashes (a tensor a forward)."""
+    made, whether it had gradients, where, and its rows' hashes (a tensor a forward)."""
 
     step: int
     followed: float
     written: bool
+    graded: bool  # a gradient on any of its parameters (trained itself)
     where: str
     rows: list[torch.Tensor] = field(default_factory=list)
 
@@ -89,6 +90,7 @@ class Copy:
     places: list[torch.Tensor]
     start: list[torch.Tensor]
     versions: list[int]
+    ids: set[int]  # its parameters'
     where: str
     step: int
     handle: Any = None
@@ -166,6 +168,7 @@ class Copies:
             places,
             start,
             [a._version for a in params],
+            {id(a) for a in params},
             sites.user_site(),
             self.step(),
         )
@@ -232,7 +235,8 @@ class Copies:
         written = any(p._version != v for p, v in zip(params, kept.versions, strict=True))
         followed = along / moved if moved > 0 else 1.0
         kept.evaluations += 1
-        kept.last = Evaluation(step, followed, written, sites.models_caller())
+        graded = any(p.grad is not None for p in params)
+        kept.last = Evaluation(step, followed, written, graded, sites.models_caller())
         kept.last.rows.append(_rows(args, kwargs))
 
     def loaded(self, module: nn.Module, where: str) -> None:
@@ -246,15 +250,13 @@ class Copies:
         """The run ends: judge each copy on its last evaluation."""
         optimised = self.optimised()
         for kept in self.copies:
-            last, made = kept.last, kept.copied()
-            if last is None or made is None or not kept.moved or last.followed >= FOLLOWED:
+            last = kept.last  # (the copy may be gone: a function's local, returned and scored)
+            if last is None or not kept.moved or last.followed >= FOLLOWED:
                 continue
             trained_for = last.step - kept.step
             if trained_for < STEPS or len(kept.steps_run) >= REFERENCE * trained_for:
                 continue  # (a reference read inside the steps: part of the training)
-            if kept.snapshot or any(
-                p.grad is not None or id(p) in optimised for p in made.parameters()
-            ):
+            if kept.snapshot or last.graded or not optimised.isdisjoint(kept.ids):
                 continue  # (trained itself; or a snapshot loaded into it: a best epoch's)
             touched = len(kept.touched) >= trained_for / 2  # (an update that wrote nothing)
             if not (last.written or touched) and kept.evaluations == 1 and self._beside(last):
