@@ -9,20 +9,20 @@ are the same batch, stepped on that many times in a row. The documented pitfall 
 From ``Loaders``: an iterator made over such a loader is watched. Its batches come in turn from
 its workers (batch i from worker i mod W, torch's in-order delivery), and each batch's rows are
 hashed on the device (``heldout.row_hashes`` of each tensor with a batch dim, joined: the row's
-label and inputs together). After ``READ`` batches of the pass, and each time they double (one
-host read), the workers' streams are read side by side: 90% of the places alike in every
-worker's stream (the j-th row each gave) make the finding. A pass read to its end (the
-iterator's last ``__next__`` gave no batch: its next pass is made, or the run ends) is read
-whole: 90% of the rows given by another worker too make it, where no more than 30% of a
+label and inputs together). After ``READ`` batches of the pass, each time they double, and at
+``ROWS`` rows (one host read), the workers' streams are read side by side: 90% of the places
+alike in every worker's stream (the j-th row each gave) make the finding. A pass read to its
+end (the iterator's last ``__next__`` gave no batch: its next pass is made, or the run ends) is
+read whole: 90% of the rows given by another worker too make it, where no more than 30% of a
 worker's own rows repeat within its stream (a shuffle buffer in each worker orders the stream
 apart, but each still gives every row; workers drawing with replacement from one pool share
-most rows, and repeat many within their own). Neither where more than 60% of a
-worker's own rows repeat within its stream (data of few distinct rows, a constant batch given
-again and again on purpose). Both at the
-line that iterated the loader. A loader whose workers each draw fresh random examples (torch
-seeds each worker apart) or each read their own shard has no rows in common between them; a
-stream that repeats some examples on purpose (an easy third twice) and is split by worker has
-its copies at other places, and some of its rows in one worker only.
+most rows, and repeat many within their own). Neither where more than 60% of a worker's own
+rows repeat within its stream (data of few distinct rows, a constant batch given again and
+again on purpose). Both at the line that iterated the loader. A loader whose workers each draw
+fresh random examples (torch seeds each worker apart) or each read their own shard has no rows
+in common between them; a stream that repeats some examples on purpose (an easy third twice)
+and is split by worker has its copies at other places, and some of its rows in one worker
+only.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from treeqa.health.findings import Finding
 from treeqa.health.heldout import row_hashes
 
 READ = 32
-"""The pass's rows are read after this many batches, and again each time their count doubles."""
+"""The pass's rows are read after this many batches, again each time their count doubles, and
+once when ``ROWS`` are hashed."""
 ROWS = 1 << 18
 """Rows hashed in one pass at most (a pass longer is not read whole)."""
 ALIKE = 0.9
@@ -97,11 +98,11 @@ class WorkerReplicas:
         self.asked = False
         tensors = [t for t in batch_tensors(batch) if t.shape[0] > 0]
         if not tensors or self.counted >= ROWS:
-            self.counted = ROWS  # (a pass not hashed whole is not read whole)
+            self.counted = ROWS + 1  # (a pass not hashed whole is not read whole)
             return
         rows = tensors[0].shape[0]
         if any(t.shape[0] != rows for t in tensors):
-            self.counted = ROWS
+            self.counted = ROWS + 1
             return
         with torch.no_grad():
             hashed = torch.zeros(rows, dtype=torch.int64, device=tensors[0].device)
@@ -111,13 +112,14 @@ class WorkerReplicas:
         self.rows[self.batches % self.workers].append(hashed)
         self.batches += 1
         self.counted += rows
-        if self.batches >= READ and self.batches & (self.batches - 1) == 0:
+        doubled = self.batches >= READ and self.batches & (self.batches - 1) == 0
+        if doubled or self.counted >= ROWS:  # (and once at the rows' limit: large batches)
             self._read(whole=False)
 
     def finish(self) -> None:
         """The watched pass is over (a new one is made, or the run ends): read it whole where
         it was read to its end."""
-        if self.watching is not None and self.asked and not self.said and self.counted < ROWS:
+        if self.watching is not None and self.asked and not self.said and self.counted <= ROWS:
             self._read(whole=True)
         self.watching = None
 
