@@ -153,8 +153,7 @@ class Copies:
         params, sources = list(made.parameters()), list(source.parameters())
         if not params or len(params) != len(sources):
             return
-        pairs = list(zip(params, sources, strict=True))
-        if any(a.shape != b.shape for a, b in pairs):
+        if any(a.shape != b.shape for a, b in zip(params, sources, strict=True)):
             return
         places = [
             torch.linspace(0, a.numel() - 1, min(KEPT, a.numel()), device=a.device).long()

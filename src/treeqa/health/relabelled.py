@@ -126,8 +126,8 @@ class EvaluationLabels:
             self.source = _whole(first)
         if first is not None:
             self.sources[first.shape[0]] = self.source
-            if not first.is_floating_point() and _memory(first):
-                self.inputs.add(_memory(first))
+            if not first.is_floating_point() and memory_of(first):
+                self.inputs.add(memory_of(first))
 
     def compared(self, a: torch.Tensor, b: torch.Tensor, classes: int, rows: int) -> None:
         """An evaluation whose outputs have ``classes`` columns (``rows`` so far) compared ``a``
@@ -139,7 +139,7 @@ class EvaluationLabels:
         n = a.shape[0]
         if n not in self.sources and n != rows:
             return  # (not a count of rows the evaluation scored)
-        if self.inputs and (_memory(a) in self.inputs or _memory(b) in self.inputs):
+        if self.inputs and (memory_of(a) in self.inputs or memory_of(b) in self.inputs):
             return  # (the model's own input ids: a language model's next token against them)
         source, self.source = self.source, self.sources.get(n, self.source)
         self._count("compared", _confusion(a.detach(), b.detach(), classes))
@@ -204,7 +204,7 @@ def _whole(x: torch.Tensor) -> int:
     return id(x._base if x._base is not None else x)
 
 
-def _memory(x: torch.Tensor) -> int:
+def memory_of(x: torch.Tensor) -> int:
     """The address of the memory ``x`` views (0 where it has none to read)."""
     try:
         return int(x.untyped_storage().data_ptr())

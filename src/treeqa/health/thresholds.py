@@ -33,6 +33,7 @@ import torch
 
 from treeqa.health import sites
 from treeqa.health.findings import Finding
+from treeqa.health.relabelled import memory_of
 from treeqa.health.wrap import Wrappers, note_function_calls, note_function_results
 
 LOSSES = {
@@ -79,7 +80,7 @@ class Thresholds:
         for place, t in enumerate(outputs):
             scale = self.scales.get((model, place))
             if scale is not None:
-                self.known[_memory(t)] = (weakref.ref(t), scale)
+                self._know(t, scale)
                 self._wrap()
 
     def close(self) -> None:
@@ -112,9 +113,15 @@ class Thresholds:
 
     def _learnt(self, place: int, output: torch.Tensor, kind: str) -> None:
         kind = self.scales.setdefault((self.model, place), kind)
-        self.known[_memory(output)] = (weakref.ref(output), kind)
+        self._know(output, kind)
         if self.open:
             self._wrap()
+
+    def _know(self, t: torch.Tensor, scale: str) -> None:
+        """``t`` (and its views) has ``scale``; one without memory to read is not kept."""
+        memory = memory_of(t)
+        if memory:
+            self.known[memory] = (weakref.ref(t), scale)
 
     def _wrap(self) -> None:
         if self.wrappers:
@@ -134,7 +141,7 @@ class Thresholds:
         outputs, or ``"squashed"``: a sigmoid of probabilities."""
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
             return None
-        known = self.known.get(_memory(x))
+        known = self.known.get(memory_of(x))
         if known is None or known[0]() is None:
             return None
         return known[1]
@@ -143,7 +150,7 @@ class Thresholds:
         """``torch.sigmoid(x)`` returned ``y``: of probabilities, a second sigmoid."""
         x = args[0] if args else kwargs.get("input")
         if isinstance(y, torch.Tensor) and self._scale(x) == "probabilities":
-            self.known[_memory(y)] = (weakref.ref(y), "squashed")
+            self._know(y, "squashed")
 
     def _joined(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], y: Any) -> None:
         """``torch.cat(tensors)`` returned ``y``: outputs joined keep their scale."""
@@ -153,7 +160,7 @@ class Thresholds:
         scales = {self._scale(t) for t in tensors}
         scale = scales.pop() if len(scales) == 1 else None
         if scale is not None:
-            self.known[_memory(y)] = (weakref.ref(y), scale)
+            self._know(y, scale)
 
     def _rounded(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         x = args[0] if args else kwargs.get("input")
@@ -295,14 +302,7 @@ def _number(t: Any) -> float | None:
     return None
 
 
-def _memory(t: torch.Tensor) -> int:
-    """The address of ``t``'s memory (its views share it)."""
-    try:
-        return t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):  # (a tensor without storage)
-        return id(t)
-
-
 def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether ``a`` and ``b`` are views of one tensor's memory."""
-    return _memory(a) == _memory(b)
+    memory = memory_of(a)
+    return memory != 0 and memory == memory_of(b)
