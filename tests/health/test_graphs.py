@@ -342,3 +342,26 @@ def test_a_holders_site_is_the_line_that_gives_it_a_graph(tmp_path: Path) -> Non
     )
     assert sites.assignment_site([str(script)], "hidden", scope="<module>") == f"{script}:6"
     assert sites.assignment_site([str(script)], "hidden", scope="forward") == f"{script}:2"
+
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "clean_gradients_as_data",  # gradients by torch.autograd.grad; forwards no backward took
+        "clean_losses_backpropagated",  # a forward that picks the hardest examples, not trained on
+    ],
+)
+def test_a_sampled_steps_graphs_are_let_go_at_its_end_at_the_default_sampling(name: str) -> None:
+    """What a sampled step keeps of its forwards (their outputs, their autograd nodes: each
+    holds its graph) goes at the step's end, not at the next sampled step's forward, 50 steps
+    on: scripts whose forwards no backward takes were named ``graph-retained`` at ``--every 50``
+    for what the monitor held (``Overlaps.outputs``, ``Pairing.outputs``)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        _, report = run_doctor(
+            ["python", str(SCRIPTS / f"{name}.py")], every=50, stream=io.StringIO()
+        )
+    assert report["steps"] >= 100
+    assert [f for f in report["findings"] if f["code"] in GRAPH_CODES] == []

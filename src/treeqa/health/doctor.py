@@ -926,6 +926,7 @@ class Doctor:
         )
         self.clipping.end_step()
         if sampled:
+            self.overlaps.end_step()
             self.heldout.stepped(self.monitor.step, optimizer)
             self.monitor.loss_check.twice.stepped(optimizer)
             if not isinstance(optimizer, hand.HandUpdates):

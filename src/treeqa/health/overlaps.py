@@ -65,6 +65,11 @@ class Overlaps:
             self.outputs, self.step = [], step
         self.outputs = (self.outputs + kept)[:OUTPUTS]
 
+    def end_step(self) -> None:
+        """A sampled step ended: outputs no backward took (gradients taken by
+        ``torch.autograd.grad``) go with it, and their graphs."""
+        self.outputs = []
+
     def backward(self, loss: torch.Tensor) -> None:
         """A backward of ``loss`` on a sampled step (before it frees the saved tensors)."""
         outputs, self.outputs = self.outputs, []

@@ -107,6 +107,7 @@ class Pairing(BatchCheck):
     def judge(self, step: int) -> None:
         """The sampled step ``step`` ended: its inputs and targets against the batches drawn
         for it (one host read)."""
+        self.outputs = {}  # (their nodes hold their graphs: a forward no backward took too)
         kept = self.drawn().kept
         if self.said or not self.inputs or not self.targets or len(kept) < 2:
             self.steps = []
