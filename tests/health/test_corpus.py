@@ -234,6 +234,9 @@ EXPECTED = {
     "bug_batch_norm_shared.py": "batch-norm-shared",  # one norm after three layers
     "bug_evaluation_inputs_random.py": "evaluation-inputs-random",  # val augmented too
     "bug_evaluation_labels_permuted.py": "evaluation-labels-permuted",  # a vocabulary per split
+    "bug_scheduler_given_val_accuracy.py": "scheduler-given-metric",  # MultiStepLR.step(val_acc)
+    "bug_class_balanced_twice.py": "class-balanced-twice",  # a balancing sampler and 1 / counts
+    "bug_group_rates_flattened.py": "group-rates-flattened",  # one warm-up rate into each group
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -241,6 +244,9 @@ CLEAN = [
     "clean_weights_and_scaling.py",  # inverse weights, a sum over rows, a tail scored
     "clean_views_and_vocabulary.py",  # one encoder on two views, one vocabulary
     "clean_plateau_schedulers.py",  # mode="max" on an accuracy, mode="min" on a loss
+    "clean_scheduler_fractional_epochs.py",  # a cosine given fractional epochs, a plateau a loss
+    "clean_class_balance_once.py",  # sources balanced with pos_weight; classes, no weights
+    "clean_group_rates_own.py",  # each group's own rate scaled; a frozen phase; lr_scale
     "clean_returned_losses.py",  # loss terms a model returns, each used
     "clean_returned_losses_elsewhere.py",  # by a second optimiser, autograd.grad, a list
     "clean_cosine_head.py",  # NormFace: a first loss above log(C) by its scale

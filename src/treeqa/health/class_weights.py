@@ -25,6 +25,20 @@ read judges them, once:
 The finding waits for the run's end, where the weights are read again: weights a schedule
 moves (from the counts toward their inverse over the epochs, head classes first on purpose)
 are not the ones judged by then.
+
+``class-balanced-twice``: weights inverse to the classes' frequency in the data, over batches a
+sampler or oversampling has balanced already (the rare classes then count the imbalance's
+square over the common ones, and are over-predicted). Where the weights are not proportional to
+the batches' counts, the data's labels are read once (``label_counts.py``: the dataset the
+latest training batch was drawn from, each example once), with the same counts and weights:
+over the classes counted ``LEAST`` times or more, the data's commonest ``IMBALANCE`` times its
+rarest or more, the weights ``SPREAD`` apart or more, the batches' counts flatter than the
+data's (a slope of log(drawn frequency) on log(frequency in the data) of ``FLATTER`` or less)
+and the weights inverse to the data's (a slope within ``INVERSE``). ``pos_weight``: within
+``NEAR`` of the data's negatives / positives, with positives drawn near as often as negatives,
+on half the imbalanced columns. Weights over natural batches, a balanced sampler alone, costs
+on balanced batches, and weights that undo a sampling rate (negatives kept at a tenth and
+weighted 10: the batches are then less balanced than the data, not more) are not it.
 """
 
 from __future__ import annotations
@@ -53,6 +67,12 @@ PROPORTIONAL = (0.8, 1.25)
 """Of log(weight) on log(frequency): the slopes read as weights proportional to the counts."""
 NEAR = 1.5
 """How far ``pos_weight`` may be from positives / negatives, either way."""
+FLATTER = 0.35
+"""Of log(drawn frequency) on log(frequency in the data) (1 drawn as the data holds them; 0
+balanced): at most this, the batches are balanced by the pipeline (``class-balanced-twice``).
+For ``pos_weight``: the log-odds drawn within this share of the data's."""
+INVERSE = (-1.25, -0.8)
+"""Of log(weight) on log(frequency in the data): the slopes read as inverse frequencies."""
 
 
 class ClassWeights:
@@ -69,6 +89,9 @@ class ClassWeights:
         self.binary = False  # pos_weight, not weight
         self.where = ""
         self.pending: tuple[Finding, list[float]] | None = None  # said at the run's end
+        # the labels of the data the latest training batch was drawn from, each example once
+        # (``Loaders.trained_labels``), for ``class-balanced-twice``
+        self.natural: Callable[[], torch.Tensor | None] = lambda: None
 
     def weighted(self, weight: Any, target: Any, ignore: Any, classes: int, where: str) -> None:
         """A cross-entropy over ``classes`` classes given class ``weight`` and ``target``."""
@@ -123,9 +146,29 @@ class ClassWeights:
             if self.binary
             else _proportional_weights(counts, weights)
         )
+        if found is None:
+            found = self._twice(counts, weights)
         if found is not None:
             found.where = self.where
             self.pending = (found, weights)
+
+    def _twice(self, counts: list[float], weights: list[float]) -> Finding | None:
+        """``class-balanced-twice``: the batches' classes against the data's (one host read
+        of its labels, once)."""
+        labels = self.natural()
+        if labels is None:
+            return None
+        if self.binary:
+            columns = labels.reshape(len(labels), -1)
+            if columns.shape[1] != len(counts) or not bool(((columns == 0) | (columns == 1)).all()):
+                return None
+            natural = columns.double().sum(0).cpu().tolist()
+            return balanced_twice_binary(counts, self.rows, natural, len(labels), weights)
+        if labels.is_floating_point():
+            return None
+        kept = labels[(labels >= 0) & (labels < len(counts))]
+        natural = torch.bincount(kept, minlength=len(counts)).double().cpu().tolist()
+        return balanced_twice(counts, natural, weights)
 
     def take_run_end(self) -> Finding | None:
         """The finding, where the latest weights are still those judged (one host read)."""
@@ -153,12 +196,7 @@ def _proportional_weights(counts: list[float], weights: list[float]) -> Finding 
     low, high = min(w for _, w in kept), max(w for _, w in kept)
     if commonest[0] < IMBALANCE * rarest[0] or high < SPREAD * low:
         return None
-    x = [math.log(c / total) for c, _ in kept]
-    y = [math.log(w) for _, w in kept]
-    mx, my = sum(x) / len(x), sum(y) / len(y)
-    slope = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sum(
-        (a - mx) ** 2 for a in x
-    )
+    slope = _slope([math.log(c / total) for c, _ in kept], [math.log(w) for _, w in kept])
     if not PROPORTIONAL[0] <= slope <= PROPORTIONAL[1]:
         return None
     share = commonest[0] / total
@@ -209,4 +247,100 @@ def _inverted_pos_weight(counts: list[float], rows: int, weights: list[float]) -
             "positives_per_negative": round(ratio, 4),
             "pos_weight": round(w, 4),
         },
+    )
+
+
+def balanced_twice(
+    counts: list[float], natural: list[float], weights: list[float]
+) -> Finding | None:
+    """``class-balanced-twice`` where the batches' class ``counts`` are far flatter than the
+    data's (``natural``) and the class ``weights`` are inverse to the data's."""
+    kept = [
+        (c, n, w)
+        for c, n, w in zip(counts, natural, weights, strict=True)
+        if c >= LEAST and n > 0 and 0 < w < math.inf
+    ]
+    if len(kept) < 2:
+        return None
+    data = [math.log(n) for _, n, _ in kept]
+    if max(data) - min(data) < math.log(IMBALANCE) or not _apart([w for *_, w in kept]):
+        return None
+    drawn = _slope(data, [math.log(c) for c, _, _ in kept])  # 1: as the data; 0: balanced
+    weighed = _slope(data, [math.log(w) for *_, w in kept])  # -1: inverse to the data
+    if drawn > FLATTER or not INVERSE[0] <= weighed <= INVERSE[1]:
+        return None
+    total, drawn_total = sum(n for _, n, _ in kept), sum(c for c, _, _ in kept)
+    rare = min(kept, key=lambda k: k[1])
+    common = max(kept, key=lambda k: k[1])
+    return Finding(
+        "class-balanced-twice",
+        "warning",
+        f"the cross-entropy's class weights are inverse to the classes' frequency in the data "
+        f"(slope {weighed:.2f} on a log-log scale), but its batches are balanced already: the "
+        f"rarest class is {rare[1] / total:.1%} of the data and {rare[0] / drawn_total:.0%} of "
+        f"the targets drawn, the commonest {common[1] / total:.0%} and "
+        f"{common[0] / drawn_total:.0%} (a sampler or oversampling). Weighted again "
+        f"({rare[2]:.3g} against {common[2]:.3g}), the rare classes count "
+        f"{rare[2] / common[2]:.3g}x as much as the common ones on balanced batches, and the "
+        "model over-predicts them",
+        evidence={
+            "weights_slope": round(weighed, 3),
+            "drawn_slope": round(drawn, 3),
+            "data_frequencies": [round(n / sum(natural), 4) for n in natural][:50],
+            "drawn_frequencies": [round(c / max(sum(counts), 1), 4) for c in counts][:50],
+            "weights": [round(w, 4) for w in weights][:50],
+        },
+    )
+
+
+def balanced_twice_binary(
+    counts: list[float], rows: int, natural: list[float], examples: int, weights: list[float]
+) -> Finding | None:
+    """``class-balanced-twice`` for ``pos_weight``: on half the columns whose positives stand
+    ``IMBALANCE`` to 1 from their negatives in the data (either way) or more, and one at least,
+    positives drawn near as often as negatives and a ``pos_weight`` within ``NEAR`` of the
+    data's negatives / positives."""
+    weights = weights * len(counts) if len(weights) == 1 else weights
+    imbalanced, twice = 0, []
+    for i, (drawn, held, w) in enumerate(zip(counts, natural, weights, strict=True)):
+        if not 0 < held < examples or not 0 < drawn < rows or not 0 < w < math.inf:
+            continue
+        ratio = held / (examples - held)
+        if abs(math.log(ratio)) < math.log(IMBALANCE):
+            continue
+        imbalanced += 1
+        ratio_drawn = drawn / (rows - drawn)
+        flatter = abs(math.log(ratio_drawn)) <= FLATTER * abs(math.log(ratio))
+        if flatter and abs(math.log(w * ratio)) <= math.log(NEAR):
+            twice.append((i, ratio, ratio_drawn, w))
+    if not twice or 2 * len(twice) < imbalanced:
+        return None
+    _, ratio, ratio_drawn, w = twice[0]
+    columns = f"{len(twice)} of {len(counts)} columns" if len(counts) > 1 else "its targets"
+    return Finding(
+        "class-balanced-twice",
+        "warning",
+        f"the binary cross-entropy's pos_weight is near negatives / positives of the data on "
+        f"{columns} ({w:.3g} where positives stand {ratio:.3g} to 1 against negatives in the "
+        f"data), but its batches are balanced already ({ratio_drawn:.3g} to 1 drawn: a sampler "
+        f"or oversampling). Weighted again, each positive counts about {w * ratio_drawn:.3g}x "
+        "as much as all the negatives of its batch together, and the model over-predicts them",
+        evidence={
+            "columns": [i for i, *_ in twice][:20],
+            "positives_per_negative": round(ratio, 4),
+            "drawn_positives_per_negative": round(ratio_drawn, 4),
+            "pos_weight": round(w, 4),
+        },
+    )
+
+
+def _apart(weights: list[float]) -> bool:
+    return max(weights) >= SPREAD * min(weights)
+
+
+def _slope(x: list[float], y: list[float]) -> float:
+    """The least-squares slope of ``y`` on ``x`` (``x`` not all one value)."""
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    return sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / sum(
+        (a - mx) ** 2 for a in x
     )

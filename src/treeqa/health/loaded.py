@@ -154,7 +154,7 @@ class LoadedWeights:
         if self.handle is None:
             self.handle = register_optimizer_step_pre_hook(self._stepping)
 
-    def _read(self, module: nn.Module) -> None:
+    def _read(self, module: nn.Module, *_: Any, **__: Any) -> None:
         """``module.state_dict()`` is called (for each of its submodules too)."""
         if self.read_too is not None:
             self.read_too(module)

@@ -43,7 +43,7 @@ from torch.utils.data import (
 )
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-from treeqa.health import checks, sites, slips
+from treeqa.health import checks, label_counts, sites, slips
 from treeqa.health.augmented import AugmentedEvaluation
 from treeqa.health.findings import Finding
 from treeqa.health.passes import Drawn, Pass
@@ -134,6 +134,7 @@ class Loaders:
         self.dropping: Dropped | None = None
         self.dropped: Dropped | None = None
         self.drawn_dataset = 0  # the dataset of the iterator drawn from last, with gradients
+        self.trained_pass: Pass | None = None  # and that iterator's pass
         # the one drawn from last before a forward with gradients of a trained model (the
         # doctor sets it there: a training batch; an evaluation's forwards between do not)
         self.fed_dataset = 0
@@ -291,6 +292,8 @@ class Loaders:
         if drawn_from is not None:  # a training batch with gradients (validation without)
             # (a batch drawn without gradients is no training batch: an evaluation's loop)
             self.drawn_dataset = drawn_from.dataset if torch.is_grad_enabled() else 0
+            if torch.is_grad_enabled():
+                self.trained_pass = drawn_from
             self.drawn_batches.note(drawn_from, torch.is_grad_enabled())
             if self.keep and drawn_from.indexed:  # the indices it fetches now, for this batch
                 it._next_index = functools.partial(_fetching, it, drawn_from)
@@ -348,6 +351,13 @@ class Loaders:
             found = slips.loader_not_shuffled(self.loader, len(self.single), self.labelled, classes)
             found.where = self.where
             self._report(found)
+
+    def trained_labels(self) -> torch.Tensor | None:
+        """The labels of the dataset the latest batch with gradients was drawn from, each
+        example once (``label_counts.labels``); None where unknown."""
+        drawn = self.trained_pass
+        dataset = drawn.data() if drawn is not None and drawn.data is not None else None
+        return None if dataset is None else label_counts.labels(dataset)
 
     def end_step(self) -> None:
         """The clock stepped (under ``treeqa doctor``): a new iterator this step, left before

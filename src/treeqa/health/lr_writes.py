@@ -35,6 +35,7 @@ import math
 import re
 import sys
 import weakref
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -71,6 +72,8 @@ class LrWrites:
         )
         self.files: list[str] = []  # the script's files on the stack at the first judged step
         self.pending: Finding | None = None  # a value never taken, said at the run's end
+        # told of each group an optimiser adds, after it is added (``group_rates.py``)
+        self.added: Callable[[torch.optim.Optimizer], None] | None = None
 
     def install(self, wrappers: Wrappers) -> None:
         optimizer = torch.optim.Optimizer
@@ -80,6 +83,8 @@ class LrWrites:
     def _built(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], _: Any) -> None:
         if args and isinstance(args[0], torch.optim.Optimizer):
             self.built[args[0]] = getattr(args[0], "defaults", {}).get("lr")
+            if self.added is not None:
+                self.added(args[0])
 
     def _copied(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], sd: Any) -> None:
         if self.said or not args or not isinstance(sd, dict):
@@ -101,7 +106,7 @@ class LrWrites:
         seen = self.seen.get(optimizer)
         if seen is None:
             seen = self.seen[optimizer] = {"groups": {}, "moved": set()}
-            self.files = self.files or _user_files()
+            self.files = self.files or user_files()
         self.pending = None
         for place, value, written, setting in self._places(optimizer):
             held = [float(g[setting]) for g in optimizer.param_groups if _number(g.get(setting))]
@@ -116,7 +121,7 @@ class LrWrites:
             if not (changed or written or step - first[1] >= STEADY):
                 continue
             found = _finding(optimizer, place, setting, float(value), held, first[1], changed)
-            found.where = _written_at(found.evidence.pop("pattern"), self.files)
+            found.where = written_at(found.evidence.pop("pattern"), self.files)
             if changed or written:
                 self.said = True
                 self.report(found)
@@ -211,7 +216,7 @@ def _finding(
     )
 
 
-def _user_files() -> list[str]:
+def user_files() -> list[str]:
     """The script's files on the stack, innermost first."""
     frame: FrameType | None = sys._getframe(1)
     files: list[str] = []
@@ -223,7 +228,7 @@ def _user_files() -> list[str]:
     return files
 
 
-def _written_at(pattern: str, files: list[str]) -> str:
+def written_at(pattern: str, files: list[str]) -> str:
     """The first line matching ``pattern`` in the script's ``files`` (the line that writes the
     rate, read from the source: the write itself was not seen), else the script's line on the
     stack."""

@@ -368,6 +368,7 @@ class HealthMonitor(Callback):
             lambda: self.step == 0,
             self.loaders.note_target,
         )
+        self.loss_check.weights.natural = self.loaders.trained_labels  # (class-balanced-twice)
         self.loss_check.trained_targets += [
             self.pairing.target,
             self.repeats.target,

@@ -54,8 +54,10 @@ from torch.optim.lr_scheduler import (
 
 from treeqa.health import sites, slips
 from treeqa.health.findings import Finding
+from treeqa.health.group_rates import GroupRates
 from treeqa.health.hand import HandUpdates
-from treeqa.health.lr_writes import LrWrites
+from treeqa.health.lr_writes import LrWrites, user_files, written_at
+from treeqa.health.metric_steps import MetricSteps
 from treeqa.health.wrap import Wrappers, note_calls, note_function_results
 
 ZERO_STEPS = 50
@@ -115,6 +117,12 @@ class LearningRates:
         # told of every scheduler step before it runs (the doctor's ``Resumes``)
         self.scheduler_noted: Callable[[LRScheduler], None] | None = None
         self.writes = LrWrites(report)  # rates written where the optimiser does not read them
+        self.metrics = MetricSteps(
+            report, metric_kind
+        )  # schedulers other than a plateau's given a metric
+        # groups made at rates of their own, run at one
+        self.groups = GroupRates(report, lambda pattern: written_at(pattern, user_files()))
+        self.writes.added = self.groups.added
         self.reset(0)
 
     def install(self, wrappers: Wrappers) -> None:
@@ -161,8 +169,10 @@ class LearningRates:
         if optimizer not in self.scheduler_sites:
             self.scheduler_sites[optimizer] = sites.user_site(2)
 
-    def _scheduler_stepped(self, scheduler: LRScheduler) -> None:
+    def _scheduler_stepped(self, scheduler: LRScheduler, *args: Any, **kwargs: Any) -> None:
         # Before the call: this one makes it last_epoch + 1 steps.
+        if args or kwargs:  # (a value given: the deprecated epoch, or a metric meant for one)
+            self.metrics.stepped(scheduler, args, kwargs)
         if self.scheduler_noted is not None:
             self.scheduler_noted(scheduler)
         if scheduler.last_epoch >= 0:  # (not the step its constructor takes)
@@ -219,6 +229,7 @@ class LearningRates:
         if self.clock is None or self.clock() is not optimizer:
             self.clock = weakref.ref(optimizer)
         lrs = [g.get("lr") for g in optimizer.param_groups]
+        self.groups.stepped(step, optimizer, lrs)
         if sampled:  # (said with loss-diverged, at the run's end)
             self.writes.note(step, optimizer)
             climbing = [g for g in optimizer.param_groups if g.get("maximize") is True]

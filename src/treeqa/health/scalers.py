@@ -48,7 +48,7 @@ class LossScalers:
     def uninstall(self) -> None:
         self.wrappers.undo()
 
-    def _note(self, scaler: GradScaler) -> None:
+    def _note(self, scaler: GradScaler, *_: Any, **__: Any) -> None:
         if scaler.is_enabled():
             self.seen.add(scaler)
 

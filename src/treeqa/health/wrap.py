@@ -87,16 +87,17 @@ class Wrappers:
             self._undo.pop()()
 
 
-def note_calls(cls: type, name: str, note: Callable[[Any], None]) -> Callable[[], None] | None:
-    """Make ``cls.name`` call the bound method ``note(instance)`` before it runs. Returns the
-    undo, or None when a monitor has wrapped it already (the one that did notes the calls)."""
+def note_calls(cls: type, name: str, note: Callable[..., None]) -> Callable[[], None] | None:
+    """Make ``cls.name`` call the bound method ``note(instance, *args, **kwargs)`` before it
+    runs, with the call's arguments. Returns the undo, or None when a monitor has wrapped it
+    already (the one that did notes the calls)."""
     original = vars(cls)[name]
     if taken(original):
         return None
     noted = Note(note, f"{cls.__name__}.{name}")
 
     def wrapper(instance: Any, *args: Any, **kwargs: Any) -> Any:
-        noted(instance)
+        noted(instance, *args, **kwargs)
         return original(instance, *args, **kwargs)
 
     return install_wrapper(cls, name, original, method_wrapper(wrapper, original), noted)
