@@ -53,9 +53,12 @@ class GroupRates:
         self.last: weakref.WeakKeyDictionary[torch.optim.Optimizer, list[float]] = (
             weakref.WeakKeyDictionary()
         )
+        self.watched = 0  # optimisers not judged yet (the clock's steps skip the call at 0)
 
     def added(self, optimizer: torch.optim.Optimizer) -> None:
         """``optimizer`` added a group (its last)."""
+        if optimizer not in self.built:
+            self.watched += 1
         rates = self.built.get(optimizer, [])
         if rates is not None and optimizer not in self.last:
             group = optimizer.param_groups[-1]
@@ -74,9 +77,9 @@ class GroupRates:
         numbers = [float(v) for v in built if type(v) is float or type(v) is int]
         rates = [float(v) for v in held if type(v) is float or type(v) is int]
         if len(numbers) < 2 or len(numbers) < len(built) or not _apart(numbers):
-            self.built[optimizer] = None
+            self._judged(optimizer)
         elif len(rates) < len(held) or len(rates) != len(numbers):
-            self.built[optimizer] = None  # (a tensor rate is not read; a group added since)
+            self._judged(optimizer)  # (a tensor rate is not read; a group added since)
         elif any(v != 0 for v in rates):  # (a warm-up from 0: its next step tells)
             last = self.last.get(optimizer)
             self.last[optimizer] = rates
@@ -86,13 +89,17 @@ class GroupRates:
             moved = last is not None and min(last) > 0 and not _alike(last)
             moved = moved and all(a != b for a, b in zip(rates, last or [], strict=True))
             if _alike(rates) and (last is None or moved):
-                self.built[optimizer] = None
+                self._judged(optimizer)
                 cycled = "max_lr" in optimizer.param_groups[0]  # OneCycleLR's, CyclicLR's key
                 found = group_rates_flattened(
                     optimizer, numbers, rates[0], step, cycled, last is None
                 )
                 found.where = self.written_at(PATTERN)
                 self.report(found)
+
+    def _judged(self, optimizer: torch.optim.Optimizer) -> None:
+        self.built[optimizer] = None
+        self.watched -= 1
 
 
 def _alike(rates: list[float]) -> bool:

@@ -291,10 +291,11 @@ class Loaders:
         drawn_from = self.iterators.get(it)
         if drawn_from is not None:  # a training batch with gradients (validation without)
             # (a batch drawn without gradients is no training batch: an evaluation's loop)
-            self.drawn_dataset = drawn_from.dataset if torch.is_grad_enabled() else 0
-            if torch.is_grad_enabled():
+            trained = torch.is_grad_enabled()
+            self.drawn_dataset = drawn_from.dataset if trained else 0
+            if trained:
                 self.trained_pass = drawn_from
-            self.drawn_batches.note(drawn_from, torch.is_grad_enabled())
+            self.drawn_batches.note(drawn_from, trained)
             if self.keep and drawn_from.indexed:  # the indices it fetches now, for this batch
                 it._next_index = functools.partial(_fetching, it, drawn_from)
 

@@ -229,7 +229,8 @@ class LearningRates:
         if self.clock is None or self.clock() is not optimizer:
             self.clock = weakref.ref(optimizer)
         lrs = [g.get("lr") for g in optimizer.param_groups]
-        self.groups.stepped(step, optimizer, lrs)
+        if self.groups.watched:
+            self.groups.stepped(step, optimizer, lrs)
         if sampled:  # (said with loss-diverged, at the run's end)
             self.writes.note(step, optimizer)
             climbing = [g for g in optimizer.param_groups if g.get("maximize") is True]
