@@ -259,3 +259,35 @@ def test_the_twice_rules_on_numbers() -> None:
     assert balanced_twice_binary([500.0], 1000, [50.0], 1000, [1 / 9]) is None
     assert balanced_twice_binary([500.0], 1000, [100.0], 1000, [9.0]) is not None
     assert balanced_twice_binary([100.0], 1000, [100.0], 1000, [9.0]) is None  # natural
+
+
+def test_labels_held_as_examples_columns_or_behind_a_wrapper_are_read() -> None:
+    pairs = [(torch.randn(2), label) for label in (0, 1, 1)]
+    assert label_counts.labels(pairs).tolist() == [0, 1, 1]
+
+    class Folder(torch.utils.data.Dataset):  # torchvision's folders keep (path, class) pairs
+        def __init__(self) -> None:
+            self.samples = [("a.png", 2), ("b.png", 0)]
+
+        def __len__(self) -> int:
+            return 2
+
+    class Columns(torch.utils.data.Dataset):
+        def __init__(self) -> None:
+            self.columns = {"features": torch.randn(3, 2), "label": torch.tensor([1, 0, 0])}
+
+        def __len__(self) -> int:
+            return 3
+
+    class Jitter(torch.utils.data.Dataset):
+        def __init__(self, base: torch.utils.data.Dataset) -> None:
+            self.base, self.sigma = base, 0.1
+
+        def __len__(self) -> int:
+            return 3
+
+    assert label_counts.labels(Folder()).tolist() == [2, 0]
+    assert label_counts.labels(Columns()).tolist() == [1, 0, 0]
+    wrapped = TensorDataset(torch.randn(3, 2), torch.tensor([0, 0, 1]))
+    assert label_counts.labels(Jitter(wrapped)).tolist() == [0, 0, 1]
+    assert label_counts.labels([(torch.randn(2), 0.5)]) is None  # not whole numbers

@@ -48,6 +48,12 @@ def _script(scheduler: str, batch: str = "pass", epoch: str = "pass") -> str:
     [
         (STEP, "pass", "scheduler.step(val_loss)", "a loss"),  # a 0-dim tensor
         (STEP, "pass", "scheduler.step(val_loss.item())", "a loss"),
+        (  # its own step, which takes fractional epochs by design
+            "torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, T_0=2)",
+            "pass",
+            "scheduler.step(val_loss.item())",
+            "a loss",
+        ),
         (
             "torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=8)",
             "pass",
@@ -101,10 +107,16 @@ def test_epochs_and_a_plateaus_metric_pass(
 
 
 def test_the_rule_on_numbers() -> None:
-    assert a_metric([0.41, 0.38, 0.35])  # a loss falls
+    assert a_metric([0.41, 0.38])  # a loss falls
     assert a_metric([0.5, 0.62, 0.62])  # came twice
-    assert a_metric([0.61, 0.74, 0.79, 0.81])  # an accuracy levelling off
-    assert not a_metric([0.61, 0.74, 0.79])  # (three rising: not yet)
-    assert not a_metric([1.0, 2.0, 3.0])
+    assert a_metric([0.61, 0.74, 0.79, 0.81, 0.82])  # an accuracy levelling off
+    assert a_metric([18.2, 19.5, 20.3, 20.7, 20.9])  # a PSNR, alike
+    assert not a_metric([0.61, 0.74, 0.79, 0.81])  # (three rises: not yet)
+    assert not a_metric([0.233, 0.465, 0.698, 0.931, 1.0])  # an epoch's short last batch
     assert not a_metric([0.1, 0.2, 0.3, 0.4])  # a fractional epoch
+    # a fractional epoch of batches that shrink as their sequences grow (a token budget)
+    assert not a_metric([0.104, 0.162, 0.207, 0.247, 0.281, 0.312, 0.341])
     assert not a_metric([2.5, 3.5, 4.5, 5.5])
+    assert a_metric([667.0, 667.0, 640.0])  # a count of right answers that fell
+    assert not a_metric([1.0, 2.0, 3.0])
+    assert not a_metric([3.0, 4.0, 5.0, 0.0, 1.0, 2.0])  # a second phase counted anew

@@ -67,11 +67,12 @@ PROPORTIONAL = (0.8, 1.25)
 """Of log(weight) on log(frequency): the slopes read as weights proportional to the counts."""
 NEAR = 1.5
 """How far ``pos_weight`` may be from positives / negatives, either way."""
-FLATTER = 0.35
+FLATTER = 0.5
 """Of log(drawn frequency) on log(frequency in the data) (1 drawn as the data holds them; 0
 balanced): at most this, the batches are balanced by the pipeline (``class-balanced-twice``).
-For ``pos_weight``: the log-odds drawn within this share of the data's."""
-INVERSE = (-1.25, -0.8)
+For ``pos_weight``: the log-odds drawn within this share of the data's (a multi-label sampler
+that draws rows by their rarest label balances each label in part)."""
+INVERSE = (-1.2, -0.85)
 """Of log(weight) on log(frequency in the data): the slopes read as inverse frequencies."""
 
 

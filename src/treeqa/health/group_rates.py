@@ -10,14 +10,20 @@ backbone. So does a ``OneCycleLR`` or ``CyclicLR`` given one ``max_lr`` for all 
 Each optimiser's groups' rates are noted as it adds them (``Optimizer.add_param_group``, which
 its constructor calls for each group, is wrapped for the run by ``lr_writes.py``), times a
 factor the group holds for a schedule of the script's own (``SCALES``: MAE's layer-wise
-``lr_scale``). Groups made ``SPREAD`` times apart or more are watched at the clock's steps, on
-the rates ``rates.py`` reads there: at the first step whose rates are not all 0 (a warm-up from 0
-puts every group at 0, rightly), all at one rate make the finding; later, each group's rate
-moved to one where at the step before they were apart and none at 0 (a hand-made plateau
-schedule that writes its cut rate into every group). A schedule that scales each group's own
-rate keeps them apart; groups made alike and moved apart later are not watched; a frozen group
-at 0 set to the others' rate, or a backbone's rate raised to its head's (the head's unmoved), at
-a phase change on purpose, is not the finding.
+``lr_scale``; not for an optimiser class of the script's, which may apply it in its step).
+Where two groups were made above 0 and ``SPREAD`` times apart or more, those groups' rates are
+read at each of the clock's steps (the list ``rates.py`` reads there): ``READS`` reads in a row
+within ``ALIKE`` of one rate, from the first read whose rates are not all 0 (a warm-up from 0
+puts every group at 0, rightly), or from a read where each group's rate moved to one from rates
+apart (a plateau schedule by hand whose first cut writes its rate into every group) and that
+rate is ``SPREAD`` times the slowest group's or more (a floor, ``min_lr`` or a cosine's
+``eta_min``, or a last phase at one low rate, is below it), make the finding, said when the
+clock's run ends unless the groups run apart again before (a learning-rate range test at one
+rate, then training at each group's). A schedule that scales each group's own rate keeps them
+apart; groups made alike and set apart later are not watched; a frozen group at 0 set to the
+others' rate, or a backbone's rate raised to its head's (the head's unmoved) at a phase change
+on purpose, is not the finding; nor is a warm-up that starts every group at one small rate and
+takes each to its own.
 """
 
 from __future__ import annotations
@@ -33,6 +39,11 @@ from treeqa.health.findings import Finding
 
 SPREAD = 2.0
 """How many times apart the groups' rates were made, at least (a group at 0: any other)."""
+READS = 3
+"""Reads in a row at one rate that make the finding (a warm-up from one small rate for every
+group to each group's own moves them apart at its second step)."""
+ALIKE = 0.01
+"""Rates within this share of one another are one rate (a floor added to a decay)."""
 SCALES = ("lr_scale", "lr_mult", "lr_multiplier")
 """A group's keys for a factor of the rate that a schedule of the script's own applies."""
 PATTERN = r"""\[\s*["']lr["']\s*\]\s*=(?!=)"""
@@ -45,25 +56,33 @@ class GroupRates:
 
     def __init__(self, report: Callable[..., None], written_at: Callable[[str], str]):
         self.report, self.written_at = report, written_at
-        # each optimiser's groups' rates as it added them (a scale's product), then, once it
-        # has stepped, its rates at its last step; None once judged
+        # each optimiser's groups' rates as it added them (a scale's product); None once judged
         self.built: weakref.WeakKeyDictionary[torch.optim.Optimizer, list[Any] | None] = (
             weakref.WeakKeyDictionary()
         )
-        self.last: weakref.WeakKeyDictionary[torch.optim.Optimizer, list[float]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # each watched optimiser's reading: (its last read rates, reads alike in a row (-1:
+        # alike, but not from the first read nor by a write into every group), whether from the
+        # first read, the step they were first alike at)
+        self.reads: weakref.WeakKeyDictionary[
+            torch.optim.Optimizer, tuple[list[float], int, bool, int]
+        ] = weakref.WeakKeyDictionary()
         self.watched = 0  # optimisers not judged yet (the clock's steps skip the call at 0)
+        # the finding of each optimiser whose groups run at one rate, said when the clock's run
+        # ends unless they run apart again first (a range test before training, by its id)
+        self.pending: dict[int, Finding] = {}
 
     def added(self, optimizer: torch.optim.Optimizer) -> None:
         """``optimizer`` added a group (its last)."""
         if optimizer not in self.built:
             self.watched += 1
         rates = self.built.get(optimizer, [])
-        if rates is not None and optimizer not in self.last:
+        if rates is not None and optimizer not in self.reads:
             group = optimizer.param_groups[-1]
             lr: Any = group.get("lr")
-            scale: Any = next((group[k] for k in SCALES if k in group), 1)  # (MAE's layer decay)
+            # (a factor a schedule of the script's own applies: not one an optimiser of its own
+            # class applies in its step)
+            own = type(optimizer).__module__.startswith("torch.optim")
+            scale: Any = next((group[k] for k in SCALES if k in group), 1) if own else 1
             numbers = type(lr) in (float, int) and type(scale) in (float, int)
             rates.append(float(lr * scale) if numbers else None)
             self.built[optimizer] = rates
@@ -76,26 +95,43 @@ class GroupRates:
             return
         numbers = [float(v) for v in built if type(v) is float or type(v) is int]
         rates = [float(v) for v in held if type(v) is float or type(v) is int]
-        if len(numbers) < 2 or len(numbers) < len(built) or not _apart(numbers):
-            self._judged(optimizer)
-        elif len(rates) < len(held) or len(rates) != len(numbers):
+        made = [v for v in numbers if v > 0]
+        if len(numbers) < len(built) or len(made) < 2 or max(made) < SPREAD * min(made):
+            self._judged(optimizer)  # (no two groups made apart; a rate not a number)
+            return
+        if len(rates) < len(held) or len(rates) != len(numbers):
             self._judged(optimizer)  # (a tensor rate is not read; a group added since)
-        elif any(v != 0 for v in rates):  # (a warm-up from 0: its next step tells)
-            last = self.last.get(optimizer)
-            self.last[optimizer] = rates
-            # At the first step; or later, each group's rate moved to one, from rates apart of
-            # which none was 0 (a schedule's write: a frozen group unfrozen to the others' rate,
-            # or a backbone raised to its head's, on purpose, moves one group)
-            moved = last is not None and min(last) > 0 and not _alike(last)
-            moved = moved and all(a != b for a, b in zip(rates, last or [], strict=True))
-            if _alike(rates) and (last is None or moved):
-                self._judged(optimizer)
-                cycled = "max_lr" in optimizer.param_groups[0]  # OneCycleLR's, CyclicLR's key
-                found = group_rates_flattened(
-                    optimizer, numbers, rates[0], step, cycled, last is None
-                )
-                found.where = self.written_at(PATTERN)
-                self.report(found)
+            return
+        # The groups made at rates above 0 (a frozen one at 0 is set apart on purpose)
+        now = [r for r, v in zip(rates, numbers, strict=True) if v > 0]
+        if not any(now):
+            return  # (a warm-up from 0: its next step tells)
+        last, alike, first, since = self.reads.get(optimizer, (None, 0, True, step))
+        if not (min(now) > 0 and _alike(now)):
+            self.reads[optimizer] = (now, 0, False, step)
+            self.pending.pop(id(optimizer), None)  # apart again: one rate was a phase
+            return
+        if alike == 0:  # one rate from this read on: from the first, or by a write into each
+            first, since = last is None, step
+            if last is not None and not _written_to_each(last, now):
+                alike = -1  # (one group moved to the others' rate: set so on purpose)
+        alike = alike + 1 if alike >= 0 else alike
+        self.reads[optimizer] = (now, alike, first, since)
+        # Later in the run, a schedule's floor (rates cut to one min_lr, a cosine to its
+        # eta_min) or a final phase at one low rate is no flattening: only a rate well above
+        # the slowest group's counts there.
+        high = first or now[0] >= SPREAD * min(made)
+        if alike >= READS and high and id(optimizer) not in self.pending:
+            cycled = "max_lr" in optimizer.param_groups[0]  # OneCycleLR's, CyclicLR's key
+            found = group_rates_flattened(optimizer, numbers, now[0], since, cycled, first)
+            found.where = self.written_at(PATTERN)
+            self.pending[id(optimizer)] = found
+
+    def finish(self) -> None:
+        """The clock's run ended: the groups still at one rate are said."""
+        for found in self.pending.values():
+            self.report(found, at_step=False)
+        self.pending.clear()
 
     def _judged(self, optimizer: torch.optim.Optimizer) -> None:
         self.built[optimizer] = None
@@ -103,12 +139,13 @@ class GroupRates:
 
 
 def _alike(rates: list[float]) -> bool:
-    return all(math.isclose(v, rates[0]) for v in rates)
+    return all(math.isclose(v, rates[0], rel_tol=ALIKE) for v in rates)
 
 
-def _apart(rates: list[float]) -> bool:
-    low, high = min(rates), max(rates)
-    return high > 0 and (low <= 0 or high >= SPREAD * low)
+def _written_to_each(last: list[float], now: list[float]) -> bool:
+    """Whether rates apart, none at 0, moved each to one (a schedule's write into every group)."""
+    apart = min(last) > 0 and not _alike(last)
+    return apart and all(a != b for a, b in zip(now, last, strict=True))
 
 
 def group_rates_flattened(

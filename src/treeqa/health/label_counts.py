@@ -10,7 +10,10 @@ where they can be found without drawing an example:
   0/1 targets (one column or several);
 - an attribute ``targets``, ``labels``, ``label``, ``target`` or ``y`` in the dataset's own
   ``__dict__`` (a tensor, a NumPy array or a list, one entry an example; properties are not
-  run);
+  run), or such a key of a dict of columns it holds; a list of examples it holds (or is), the
+  last of each tuple (torchvision's folders keep ``samples`` as ``(path, class)``) or such a
+  key of each dict, where they are whole numbers; the dataset it wraps (an attribute that is a
+  dataset of as many examples: a transform's wrapper);
 - a ``Subset``: its dataset's labels at its indices; a ``ConcatDataset``: its datasets'
   labels, one after the other; each example once however often they hold it (a ``Subset`` of
   the rare examples concatenated to the whole, eight times, adds none).
@@ -18,10 +21,11 @@ where they can be found without drawing an example:
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
-from torch.utils.data import ConcatDataset, Subset, TensorDataset
+from torch.utils.data import ConcatDataset, Dataset, Subset, TensorDataset
 
 NAMES = ("targets", "labels", "label", "target", "y")
 """Attributes of a dataset that hold its labels."""
@@ -68,15 +72,70 @@ def _rows(
         return None
     if isinstance(dataset, TensorDataset):
         found = _labels(dataset.tensors[-1], count) if len(dataset.tensors) >= 2 else None
+    elif isinstance(dataset, list | tuple):
+        found = _from_items(dataset, count)
     else:
         attributes = getattr(dataset, "__dict__", {})
-        found = next(
-            (f for f in (_labels(attributes.get(n), count) for n in NAMES) if f is not None), None
-        )
+        found = _held(attributes, count)
+        if found is None:  # a dataset that wraps another (a transform's): the one it wraps
+            inner = next((v for v in attributes.values() if _wrapped(v, count)), None)
+            return None if inner is None else _rows(inner, roots, depth + 1)
     if found is None:
         return None
     root = roots.setdefault(id(dataset), len(roots))
     return found.cpu(), torch.arange(count) + (root << 40)
+
+
+def _held(attributes: dict[str, Any], count: int) -> torch.Tensor | None:
+    """The labels a dataset's own attributes hold: under a label's name; in a dict of columns
+    under one; the last of each (x, y) pair of a list of examples (``samples``, as
+    torchvision's folders keep them)."""
+    for name in NAMES:
+        found = _labels(attributes.get(name), count)
+        if found is not None:
+            return found
+    for value in attributes.values():
+        if isinstance(value, dict):
+            found = next((_labels(value[n], count) for n in NAMES if n in value), None)
+        elif isinstance(value, list | tuple) and len(value) == count:
+            found = _from_items(value, count)
+        else:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def _from_items(items: list[Any] | tuple[Any, ...], count: int) -> torch.Tensor | None:
+    """The labels of a list of examples: the last of each tuple, or a label's key of each
+    dict, where they are whole numbers (one pass over the list, once)."""
+    if len(items) != count or not count:
+        return None
+    first = items[0]
+    if isinstance(first, dict):
+        name = next((n for n in NAMES if n in first), None)
+        if name is None:
+            return None
+        picked = [item.get(name) if isinstance(item, dict) else None for item in items]
+    elif isinstance(first, tuple | list) and len(first) >= 2:
+        picked = [item[-1] if isinstance(item, tuple | list) and item else None for item in items]
+    else:
+        return None
+    try:
+        found = torch.as_tensor([operator.index(v) for v in picked])  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    return found
+
+
+def _wrapped(value: Any, count: int) -> bool:
+    """Whether ``value`` is a dataset of ``count`` examples (what a wrapper reads from)."""
+    if not isinstance(value, Dataset):
+        return False
+    try:
+        return len(value) == count  # type: ignore[arg-type]
+    except TypeError:
+        return False
 
 
 def _labels(value: Any, count: int) -> torch.Tensor | None:

@@ -8,16 +8,18 @@ that epoch (its closed form where it has one). A loss of 0.4 is epoch 0.4, every
 ``OneCycleLR`` or a ``LinearLR`` warm-up never leaves its first rate, and the rate moves with
 the metric rather than with time.
 
-The schedulers' common ``step`` is wrapped for the run (``rates.py``); each value given to it is
-noted (a number, or a tensor of one value: one host read, once an epoch or once a step). From
-the ``STEPS``-th such call on, each judges the scheduler's values so far (its first ``KEPT``),
-until one finds them a metric: all whole numbers is an epoch count (``scheduler.step(epoch)``,
-deprecated, right); otherwise a metric where a value fell from the one before or came twice (an
-epoch given each step only rises), or where values all within [0, 1] rose by ever less (an
-accuracy levelling off; a fractional epoch, ``epoch + i / batches``, rises by the same amount
-each step). ``CosineAnnealingWarmRestarts`` takes fractional epochs by design and steps by its
-own ``step``; so do ``ReduceLROnPlateau``, ``SequentialLR`` and ``ChainedScheduler``: none is
-wrapped here.
+The schedulers' common ``step`` is wrapped for the run (``rates.py``), and
+``CosineAnnealingWarmRestarts.step``, its own; each value given to them is noted (a number, or a
+tensor of one value: one host read, once an epoch or once a step). From the ``STEPS``-th such
+call on, each judges the scheduler's values so far (its first ``KEPT``), until one finds them a
+metric. Whole numbers are epochs (``scheduler.step(epoch)``, deprecated, right) unless one fell
+to above 1 (a count of correct answers, a loss rounded; a second phase counted anew from 0 or 1
+is epochs). Others are a metric where one fell from the one before or came twice (an epoch given
+each step only rises, by the same amount each step: ``epoch + i / batches``), or where the last
+``RISES`` rises or more each came smaller than the one before, the last ``LEVELLING`` times
+smaller than the first or more (an accuracy or PSNR levelling off; an epoch's short last batch
+makes one small rise, then a full one). ``ReduceLROnPlateau`` takes a metric, and
+``SequentialLR`` and ``ChainedScheduler`` take no value (they raise): none is wrapped here.
 """
 
 from __future__ import annotations
@@ -34,13 +36,14 @@ from torch.optim.lr_scheduler import LRScheduler
 from treeqa.health import sites
 from treeqa.health.findings import Finding
 
-STEPS = 3
+STEPS = 2
 """Calls given a value before a scheduler is judged."""
+RISES = 4
+"""Rises in a row, each smaller than the one before, that make a metric levelling off."""
 KEPT = 12
 """The values kept for each scheduler (the first ones)."""
 LEVELLING = 3.0
-"""How many times smaller a rise in [0, 1] ends than it began, to be an accuracy levelling
-off."""
+"""How many times smaller the last of those rises is than the first, at least."""
 
 
 class MetricSteps:
@@ -80,13 +83,13 @@ class MetricSteps:
 
 def a_metric(values: list[float]) -> bool:
     """Whether ``values`` given as epochs are a metric (see the module's text)."""
-    if all(v == math.floor(v) for v in values):
-        return False
     rises = [b - a for a, b in zip(values, values[1:], strict=False)]
+    if all(v == math.floor(v) for v in values):  # whole numbers: a count that fell (to 0 or
+        return any(r < 0 and b > 1 for r, b in zip(rises, values[1:], strict=True))  # 1: anew)
     if min(rises) <= 0:
         return True
-    levelling = len(values) >= 4 and rises[-1] * LEVELLING < rises[0]
-    return levelling and all(0 <= v <= 1 for v in values)
+    shrinking = all(b < a for a, b in zip(rises, rises[1:], strict=False))
+    return len(rises) >= RISES and shrinking and rises[-1] * LEVELLING <= rises[0]
 
 
 def scheduler_given_metric(
@@ -104,10 +107,10 @@ def scheduler_given_metric(
     return Finding(
         "scheduler-given-metric",
         "warning",
-        f"{name}.step was given {trail}, not whole epochs: {given}, "
-        "which a scheduler other than ReduceLROnPlateau takes as the epoch to set "
-        f"(step(epoch), deprecated), so each step puts the rate where the schedule is at that "
-        f"'epoch', near its start, and it follows the metric instead of time{rate}",
+        f"{name}.step was given {trail}: {given}, not an epoch count, which a scheduler "
+        "other than ReduceLROnPlateau takes as the epoch to set "
+        "(step(epoch), deprecated), so each step puts the rate where the schedule stands at "
+        f"that 'epoch' (a loss below 1: its start), and it follows the metric, not time{rate}",
         where=where,
         evidence={"scheduler": name, "values": values, "lr": lr, "base_lr": base, "metric": kind},
     )

@@ -46,6 +46,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import (
     CosineAnnealingLR,
+    CosineAnnealingWarmRestarts,
     LambdaLR,
     LRScheduler,
     OneCycleLR,
@@ -128,11 +129,13 @@ class LearningRates:
     def install(self, wrappers: Wrappers) -> None:
         wrappers.add(note_function_results(ReduceLROnPlateau, "step", self._plateau_stepped))
         wrappers.add(note_calls(LRScheduler, "step", self._scheduler_stepped))
+        wrappers.add(note_calls(CosineAnnealingWarmRestarts, "step", self._restarts_stepped))
         self.writes.install(wrappers)
 
     def reset(self, step: int) -> None:
         """A new clock, whose first step is ``step + 1``: the last one's schedules judged."""
         self._one_cycles_judged(step)
+        self.groups.finish()
         self.peak, self.floor, self.first = 0.0, 0.0, step + 1
         self.low_since: int | None = None  # the lr is below LR_FLOOR x peak since this step
         self.plateau = 0  # ReduceLROnPlateau steps of the clock's optimiser (at its last step)
@@ -187,6 +190,13 @@ class LearningRates:
             self.report(slips.lr_schedule_past_end(name, t_max, scheduler.last_epoch + 1))
         if isinstance(scheduler, LambdaLR) and scheduler.last_epoch >= 0:
             self._lambda_stepped(scheduler)
+
+    def _restarts_stepped(
+        self, scheduler: CosineAnnealingWarmRestarts, *args: Any, **kwargs: Any
+    ) -> None:
+        """Its own ``step`` (fractional epochs by design): a metric given to it is read too."""
+        if args or kwargs:
+            self.metrics.stepped(scheduler, args, kwargs)
 
     def _lambda_stepped(self, scheduler: LambdaLR) -> None:
         """A LambdaLR is about to step: the factor its last step set is read
@@ -283,6 +293,7 @@ class LearningRates:
             self.report(self.collapsed(step), at_step=False)
         self.writes.finish(step, self.clock() if self.clock is not None else None)
         self._one_cycles_judged(step)
+        self.groups.finish()
 
     def adopt_cycles(self, optimizer: torch.optim.Optimizer) -> None:
         """The clock's first step: the OneCycleLRs built over it before any step, as they
