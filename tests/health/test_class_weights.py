@@ -220,6 +220,13 @@ def test_a_pos_weight_over_batches_balanced_already_is_named(
     assert len(found) == named, found
 
 
+def test_a_loader_over_a_plain_list_of_pairs_is_read(doctor_script: Doctor) -> None:
+    """A list takes no weak reference: its labels are read through the loader's."""
+    script = TWICE.replace("SAMPLER", BALANCING).replace("WEIGHT", "counts.sum() / counts")
+    script = script.replace("data = TensorDataset(x, y)", "data = list(zip(x, y.tolist()))")
+    assert len(doctor_script(script, "class-balanced-twice")) == 1
+
+
 def test_the_data_s_labels_are_read_each_example_once() -> None:
     y = torch.tensor([0, 0, 0, 1])
     data = TensorDataset(torch.randn(4, 2), y)

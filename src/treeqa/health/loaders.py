@@ -357,7 +357,12 @@ class Loaders:
         """The labels of the dataset the latest batch with gradients was drawn from, each
         example once (``label_counts.labels``); None where unknown."""
         drawn = self.trained_pass
-        dataset = drawn.data() if drawn is not None and drawn.data is not None else None
+        if drawn is None:
+            return None
+        dataset = drawn.data() if drawn.data is not None else None
+        if dataset is None and drawn.data is None and drawn.loader is not None:
+            loader = drawn.loader()  # (a plain list of examples takes no weak reference)
+            dataset = None if loader is None else loader.dataset
         return None if dataset is None else label_counts.labels(dataset)
 
     def end_step(self) -> None:
@@ -455,6 +460,7 @@ def _pass(loader: DataLoader[Any], sampler: Any, batches: int | None) -> Pass:
         type(sampler) is RandomSampler and sampler.generator is None,
         _whole(loader, sampler),
         _weakly(loader.dataset),
+        _weakly(loader),
     )
 
 

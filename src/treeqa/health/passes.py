@@ -85,7 +85,8 @@ def constant(values: list[float]) -> bool:
 class Pass:
     """A pass over a DataLoader (one iterator): the loader's ``id``, what it draws from
     (``dataset``: its dataset's id, or a ``SubsetRandomSampler``'s indices of it) and the
-    dataset itself (``data``, weakly; None where it takes no weak reference),
+    dataset itself (``data``, weakly; None where it takes no weak reference; the ``loader``
+    weakly too),
     its ``batch_size`` (None: a batch sampler without one), its ``batches`` (None: no
     length), its dataset's ``examples`` (None: no length), the loader ``described`` in words,
     whether its batches' dataset indices are followed (``indexed``: not where worker processes
@@ -104,6 +105,7 @@ class Pass:
     at_random: bool
     whole: bool = False
     data: Any = None
+    loader: Any = None  # the loader, weakly (its dataset where that takes no weak reference)
     taken: int = 0
     last: Any = None
     at: int = 0
