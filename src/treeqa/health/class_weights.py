@@ -72,7 +72,7 @@ FLATTER = 0.5
 balanced): at most this, the batches are balanced by the pipeline (``class-balanced-twice``).
 For ``pos_weight``: the log-odds drawn within this share of the data's (a multi-label sampler
 that draws rows by their rarest label balances each label in part)."""
-INVERSE = (-1.2, -0.85)
+INVERSE = (-1.3, -0.85)
 """Of log(weight) on log(frequency in the data): the slopes read as inverse frequencies."""
 
 
@@ -324,8 +324,8 @@ def balanced_twice_binary(
         f"the binary cross-entropy's pos_weight is near negatives / positives of the data on "
         f"{columns} ({w:.3g} where positives stand {ratio:.3g} to 1 against negatives in the "
         f"data), but its batches are balanced already ({ratio_drawn:.3g} to 1 drawn: a sampler "
-        f"or oversampling). Weighted again, each positive counts about {w * ratio_drawn:.3g}x "
-        "as much as all the negatives of its batch together, and the model over-predicts them",
+        f"or oversampling). Weighted again, a batch's positives together weigh about "
+        f"{w * ratio_drawn:.3g}x its negatives, and the model over-predicts them",
         evidence={
             "columns": [i for i, *_ in twice][:20],
             "positives_per_negative": round(ratio, 4),

@@ -13,8 +13,9 @@ factor the group holds for a schedule of the script's own (``SCALES``: MAE's lay
 ``lr_scale``; not for an optimiser class of the script's, which may apply it in its step).
 Where two groups were made above 0 and ``SPREAD`` times apart or more, those groups' rates are
 read at each of the clock's steps (the list ``rates.py`` reads there): ``READS`` reads in a row
-within ``ALIKE`` of one rate, from the first read whose rates are not all 0 (a warm-up from 0
-puts every group at 0, rightly), or from a read where each group's rate moved to one from rates
+within ``ALIKE`` of one rate, from the first or second read whose rates are not all 0 (a
+warm-up from 0 puts every group at 0, rightly; Lightning's documented warm-up writes its rate
+into every group after the first step), or from a later read where each group's rate moved to one from rates
 apart (a plateau schedule by hand whose first cut writes its rate into every group) and that
 rate is ``SPREAD`` times the slowest group's or more (a floor, ``min_lr`` or a cosine's
 ``eta_min``, or a last phase at one low rate, is below it), make the finding, said when the
@@ -61,10 +62,10 @@ class GroupRates:
             weakref.WeakKeyDictionary()
         )
         # each watched optimiser's reading: (its last read rates, reads alike in a row (-1:
-        # alike, but not from the first read nor by a write into every group), whether from the
-        # first read, the step they were first alike at)
+        # alike, but not from the start nor by a write into every group), whether from its
+        # first two reads, the step they were first alike at, its reads)
         self.reads: weakref.WeakKeyDictionary[
-            torch.optim.Optimizer, tuple[list[float], int, bool, int]
+            torch.optim.Optimizer, tuple[list[float], int, bool, int, int]
         ] = weakref.WeakKeyDictionary()
         self.watched = 0  # optimisers not judged yet (the clock's steps skip the call at 0)
         # the finding of each optimiser whose groups run at one rate, said when the clock's run
@@ -106,17 +107,18 @@ class GroupRates:
         now = [r for r, v in zip(rates, numbers, strict=True) if v > 0]
         if not any(now):
             return  # (a warm-up from 0: its next step tells)
-        last, alike, first, since = self.reads.get(optimizer, (None, 0, True, step))
+        last, alike, first, since, count = self.reads.get(optimizer, (None, 0, True, step, 0))
         if not (min(now) > 0 and _alike(now)):
-            self.reads[optimizer] = (now, 0, False, step)
+            self.reads[optimizer] = (now, 0, False, step, count + 1)
             self.pending.pop(id(optimizer), None)  # apart again: one rate was a phase
             return
-        if alike == 0:  # one rate from this read on: from the first, or by a write into each
-            first, since = last is None, step
-            if last is not None and not _written_to_each(last, now):
+        if alike == 0:  # one rate from this read on: from the start, or by a write into each
+            # (Lightning's documented warm-up writes its rate after the first step)
+            first, since = count <= 1, step
+            if not first and last is not None and not _written_to_each(last, now):
                 alike = -1  # (one group moved to the others' rate: set so on purpose)
         alike = alike + 1 if alike >= 0 else alike
-        self.reads[optimizer] = (now, alike, first, since)
+        self.reads[optimizer] = (now, alike, first, since, count + 1)
         # Later in the run, a schedule's floor (rates cut to one min_lr, a cosine to its
         # eta_min) or a final phase at one low rate is no flattening: only a rate well above
         # the slowest group's counts there.
@@ -167,7 +169,7 @@ def group_rates_flattened(
         '(for g in optimizer.param_groups: g["lr"] = lr)'
     )
     when = (
-        f"at step {step}, the first read, it"
+        f"from its first steps (step {step} on) it"
         if first
         else f"from step {step} on, rates apart until then, it"
     )
