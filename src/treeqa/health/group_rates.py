@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -51,6 +52,20 @@ PATTERN = r"""\[\s*["']lr["']\s*\]\s*=(?!=)"""
 """A line of the script that writes a group's rate."""
 
 
+@dataclass(slots=True)
+class Reading:
+    """A watched optimiser's rates as last read (of its groups made above 0), ``alike`` reads
+    in a row at one rate (-1: at one rate, but neither from the start nor by a write into every
+    group), whether that run began in its ``first`` two reads, the step it began at
+    (``since``), and its ``reads`` so far."""
+
+    rates: list[float]
+    alike: int = 0
+    first: bool = False
+    since: int = 0
+    reads: int = 0
+
+
 class GroupRates:
     """``report``: where the finding goes (``Updates._report``); ``written_at(pattern)``: the
     script's first line matching ``pattern``."""
@@ -61,12 +76,9 @@ class GroupRates:
         self.built: weakref.WeakKeyDictionary[torch.optim.Optimizer, list[Any] | None] = (
             weakref.WeakKeyDictionary()
         )
-        # each watched optimiser's reading: (its last read rates, reads alike in a row (-1:
-        # alike, but not from the start nor by a write into every group), whether from its
-        # first two reads, the step they were first alike at, its reads)
-        self.reads: weakref.WeakKeyDictionary[
-            torch.optim.Optimizer, tuple[list[float], int, bool, int, int]
-        ] = weakref.WeakKeyDictionary()
+        self.reads: weakref.WeakKeyDictionary[torch.optim.Optimizer, Reading] = (
+            weakref.WeakKeyDictionary()
+        )
         self.watched = 0  # optimisers not judged yet (the clock's steps skip the call at 0)
         # the finding of each optimiser whose groups run at one rate, said when the clock's run
         # ends unless they run apart again first (a range test before training, by its id)
@@ -107,25 +119,29 @@ class GroupRates:
         now = [r for r, v in zip(rates, numbers, strict=True) if v > 0]
         if not any(now):
             return  # (a warm-up from 0: its next step tells)
-        last, alike, first, since, count = self.reads.get(optimizer, (None, 0, True, step, 0))
+        reading = self.reads.setdefault(optimizer, Reading([]))
+        last, reading.rates = reading.rates, now
+        reading.reads += 1
         if not (min(now) > 0 and _alike(now)):
-            self.reads[optimizer] = (now, 0, False, step, count + 1)
+            reading.alike = 0
             self.pending.pop(id(optimizer), None)  # apart again: one rate was a phase
             return
-        if alike == 0:  # one rate from this read on: from the start, or by a write into each
-            # (Lightning's documented warm-up writes its rate after the first step)
-            first, since = count <= 1, step
-            if not first and last is not None and not _written_to_each(last, now):
-                alike = -1  # (one group moved to the others' rate: set so on purpose)
-        alike = alike + 1 if alike >= 0 else alike
-        self.reads[optimizer] = (now, alike, first, since, count + 1)
+        if reading.alike == 0:  # one rate from this read on: from the start, or by a write
+            # into each (Lightning's documented warm-up writes its rate after the first step)
+            reading.first, reading.since = reading.reads <= 2, step
+            if not reading.first and not _written_to_each(last, now):
+                reading.alike = -1  # (one group moved to the others' rate: set so on purpose)
+        if reading.alike >= 0:
+            reading.alike += 1
         # Later in the run, a schedule's floor (rates cut to one min_lr, a cosine to its
         # eta_min) or a final phase at one low rate is no flattening: only a rate well above
         # the slowest group's counts there.
-        high = first or now[0] >= SPREAD * min(made)
-        if alike >= READS and high and id(optimizer) not in self.pending:
+        high = reading.first or now[0] >= SPREAD * min(made)
+        if reading.alike >= READS and high and id(optimizer) not in self.pending:
             cycled = "max_lr" in optimizer.param_groups[0]  # OneCycleLR's, CyclicLR's key
-            found = group_rates_flattened(optimizer, numbers, now[0], since, cycled, first)
+            found = group_rates_flattened(
+                optimizer, numbers, now[0], reading.since, cycled, reading.first
+            )
             found.where = self.written_at(PATTERN)
             self.pending[id(optimizer)] = found
 

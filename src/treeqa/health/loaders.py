@@ -360,7 +360,7 @@ class Loaders:
         if drawn is None:
             return None
         dataset = drawn.data() if drawn.data is not None else None
-        if dataset is None and drawn.data is None and drawn.loader is not None:
+        if dataset is None and drawn.loader is not None:
             loader = drawn.loader()  # (a plain list of examples takes no weak reference)
             dataset = None if loader is None else loader.dataset
         return None if dataset is None else label_counts.labels(dataset)

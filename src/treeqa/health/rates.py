@@ -118,9 +118,8 @@ class LearningRates:
         # told of every scheduler step before it runs (the doctor's ``Resumes``)
         self.scheduler_noted: Callable[[LRScheduler], None] | None = None
         self.writes = LrWrites(report)  # rates written where the optimiser does not read them
-        self.metrics = MetricSteps(
-            report, metric_kind
-        )  # schedulers other than a plateau's given a metric
+        # schedulers other than a plateau's given a metric
+        self.metrics = MetricSteps(report, metric_kind)
         # groups made at rates of their own, run at one
         self.groups = GroupRates(report, lambda pattern: written_at(pattern, user_files()))
         self.writes.added = self.groups.added
