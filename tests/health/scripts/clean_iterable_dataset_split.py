@@ -43,7 +43,7 @@ def main():
     expected = EASY_REPEATS * len(ds.easy) + len(ds.hard)
     loader = DataLoader(ds, batch_size=None, num_workers=NUM_WORKERS)
     model = nn.Sequential(
-        nn.Linear(D, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, C)
+        nn.Linear(D, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, C)
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     times = []
