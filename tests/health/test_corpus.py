@@ -237,6 +237,9 @@ EXPECTED = {
     "bug_scheduler_given_val_accuracy.py": "scheduler-given-metric",  # MultiStepLR.step(val_acc)
     "bug_class_balanced_twice.py": "class-balanced-twice",  # a balancing sampler and 1 / counts
     "bug_group_rates_flattened.py": "group-rates-flattened",  # one warm-up rate into each group
+    "bug_gradients_off_by_loss_scale.py": "gradients-off-by-loss-scale",  # optimizer.step() on it
+    "bug_rnn_state_carried_over.py": "rnn-state-carried-over",  # h = h.data over shuffled batches
+    "bug_worker_memory_copied.py": "worker-memory-copied",  # a list of dicts, two forked workers
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -247,6 +250,9 @@ CLEAN = [
     "clean_scheduler_fractional_epochs.py",  # a cosine given fractional epochs, a plateau a loss
     "clean_class_balance_once.py",  # sources balanced with pos_weight; classes, no weights
     "clean_group_rates_own.py",  # each group's own rate scaled; a frozen phase; lr_scale
+    "clean_scaler_recipes.py",  # unscale_ and clip; a disabled scaler; accumulation; a GAN
+    "clean_rnn_states_carried_right.py",  # a stream in order; chunks a step each; a decoder
+    "clean_worker_memory_arrays.py",  # NumPy arrays; a small list; a list with no workers
     "clean_returned_losses.py",  # loss terms a model returns, each used
     "clean_returned_losses_elsewhere.py",  # by a second optimiser, autograd.grad, a list
     "clean_cosine_head.py",  # NormFace: a first loss above log(C) by its scale

@@ -55,6 +55,7 @@ from treeqa.health import (
     wrap,
 )
 from treeqa.health.augmented import AugmentedEvaluation
+from treeqa.health.carried_states import CarriedStates
 from treeqa.health.clipping import Clipping
 from treeqa.health.copies import Copies
 from treeqa.health.dropouts import Dropouts
@@ -66,6 +67,7 @@ from treeqa.health.overlaps import Overlaps
 from treeqa.health.predictions import Predictions
 from treeqa.health.relabelled import EvaluationLabels
 from treeqa.health.rounding import Rounding
+from treeqa.health.scaled_steps import ScaledSteps
 from treeqa.health.scales import InputScales
 from treeqa.health.seeds import Seeds
 from treeqa.health.splits import Splits
@@ -165,6 +167,13 @@ class Doctor:
         self.evaluated_early: set[int] = set()
         # Clips of the wrong gradients (before backward, before a scaler's unscale_).
         self.clipping = Clipping(monitor.add, self.updates, monitor.scalers)
+        # a recurrent layer's state carried from batch to batch over independent batches
+        self.states = CarriedStates(
+            monitor.add, monitor.safely, self._shuffled, lambda: monitor.loaders.draws
+        )
+        # A scaled loss stepped without its scaler, or an unscaled one stepped through it.
+        self.scaled_steps = ScaledSteps(monitor.add, monitor.safely)
+        monitor.scalers.on_scaled.append(self.scaled_steps.scaled)
         # a checkpoint's optimiser state left unloaded: torch.load and load_state_dict are
         # seen by the loss checks' wrappers
         self.resumes = monitor.loss_check.resumes = resumes.Resumes(
@@ -269,6 +278,7 @@ class Doctor:
         self.undo.append(wrap.install_wrapper(process_class, "start", original_start, start))
         self.undo.append(hooks.install())
         self.clipping.install()
+        self.scaled_steps.install()
         self.updates.install()
         self.seeds.install()
         self.loaded_weights.install()
@@ -300,6 +310,8 @@ class Doctor:
         self.masks.end()
         self.predictions.end()
         self.clipping.uninstall()
+        self.states.unwatch()
+        self.scaled_steps.uninstall()
         self.updates.uninstall()
         self.seeds.uninstall()
         self.loaded_weights.uninstall()
@@ -403,6 +415,8 @@ class Doctor:
             if self.updates.mode & 4:  # a sampled step under float16 autocast: scaled by hand?
                 gradient = kwargs.get("grad_tensors", args[0] if args else None)
                 self.monitor.scalers.note_backward(loss, gradient)
+        if self.scaled_steps.handle is not None:  # (a loss scaler has scaled a loss)
+            self.scaled_steps.backward(tensors)
         self.updates.backwards += 1
         self.updates.gradients_taken()
         if self.updates.reading:
@@ -697,6 +711,7 @@ class Doctor:
         self.monitor.watch(
             *self.roots, trained=[p for group in optimizer.param_groups for p in group["params"]]
         )
+        self.states.watch(self.roots)
         self.called.clear()
         self.finding_roots = False
         self.updates.reset(self.monitor.step, same_models)
@@ -709,6 +724,11 @@ class Doctor:
         self.monitor.loaders.first_step(early)
         self.evaluated_early.clear()
         self.clipping.reset(optimizer)
+
+    def _shuffled(self) -> bool:
+        """This step's training batches came from a loader that draws at random."""
+        drawn_from = self.monitor.loaders.trained_pass
+        return drawn_from is not None and drawn_from.shuffled
 
     def _made_anew(self, optimizer: torch.optim.Optimizer) -> bool:
         """``optimizer`` steps for the first time, after a backward since the clock's last
@@ -948,6 +968,8 @@ class Doctor:
         if self.labels.confusions:  # (an evaluation since the last step)
             self.labels.judge()
         self.seeds.end_step()
+        if self.states.handles:  # (the trained models have recurrent layers)
+            self.states.end_step()
         if self.prints is not None:
             params = (p for group in optimizer.param_groups for p in group["params"])
             self.prints.end_step(self.monitor.step, sampled, self.roots, params)

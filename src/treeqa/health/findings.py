@@ -78,6 +78,7 @@ FIXES: dict[str, str] = {
     "loader-not-shuffled": "shuffle the training data: DataLoader(dataset, batch_size=..., shuffle=True) (or sampler=RandomSampler(dataset)); for batches sliced by hand, index them with torch.randperm(n) each epoch; keep evaluation in order",
     "sampler-epoch-not-set": "call loader.sampler.set_epoch(epoch) at the start of each epoch, before iterating the loader",
     "pixels-not-scaled": "scale the images to [0, 1] (x.float() / 255, as torchvision's ToTensor does) and normalise them (transforms.Normalize(mean, std))",
+    "rnn-state-carried-over": "start each batch's state afresh: pass no state (the layer starts from zeros), or make h0 for each batch inside the loop (init_hidden(batch_size) there, not once an epoch); carry a state from batch to batch only over a stream read in order, row i of each batch going on from row i of the one before",
     "rnn-batch-first-mismatch": "build the layer with batch_first=True for [batch, time, features] input (or give it input.transpose(0, 1))",
     "packed-lengths-mismatch": "give pack_padded_sequence each row's own length, in the rows' order (sort the rows and their lengths together, or pass enforce_sorted=False and leave both unsorted)",
     "rnn-state-after-padding": "pack the rows before the recurrent layer (pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)), whose h_n is then each row's state at its last word, or read each row's output at its own last word (out[torch.arange(B), lengths - 1]); or pad at the rows' start",
@@ -120,12 +121,14 @@ FIXES: dict[str, str] = {
     "ctc-targets-invalid": "number the labels from 1, keeping 0 for CTC's blank (or pass blank= the index it has), give target_lengths each target's own length, so padding past it is not read, and keep every label below C",
     "softmax-over-wrong-dim": "normalise over the classes: log_softmax(logits, dim=-1) (dim=1 for [N, C, ...]); a softmax without dim= on 3-D input normalises over dim 0",
     "clip-before-backward": "clip after loss.backward() and before optimizer.step(), so the step applies the clipped gradients",
+    "gradients-off-by-loss-scale": "go through the scaler both ways: scaler.scale(loss).backward(), then scaler.step(optimizer) (after scaler.unscale_(optimizer) where the gradients are clipped) and scaler.update(); never optimizer.step() on a scaled loss's gradients, nor scaler.step on an unscaled loss's",
     "clip-before-unscale": "call scaler.unscale_(optimizer) before clipping, so the limit applies to the true gradients",
     "clip-no-parameters": "give the clip a list (params = list(model.parameters())) or call model.parameters() anew at each clip",
     "clip-by-weight-norm": "give get_total_norm the gradients, [p.grad for p in params if p.grad is not None], not the parameters (or clip with clip_grad_norm_(params, max_norm), which takes their gradients' norm itself)",
     "gradients-not-averaged": "wrap the model once, model = DistributedDataParallel(model, device_ids=[local_rank]), and call the wrapper in the loop (not model.module); or all_reduce the gradients before each step",
     "evaluation-on-one-shard": "evaluate the whole set: on process 0 over a loader without a DistributedSampler, or on every process over its share, all_reduce-ing the sums (correct, total) before the score",
     "same-data-on-every-process": "give each process its part of the data: DataLoader(dataset, sampler=DistributedSampler(dataset), ...) and sampler.set_epoch(epoch) each epoch (or shard the dataset by rank)",
+    "worker-memory-copied": "keep the dataset in a few large objects that reading does not write to: NumPy arrays or tensors of its numbers (np.array of fixed-width strings, or one byte buffer and its offsets, for text; records pickled into one np.uint8 array with an offsets array), a memory-mapped file, or an Arrow table, in place of a list or dict of Python objects",
     "same-data-in-every-worker": "split the stream between the workers in the dataset's __iter__: info = torch.utils.data.get_worker_info(), and where it is not None, rows = itertools.islice(rows, info.id, None, info.num_workers) (or give each worker its own files), as torch.utils.data's IterableDataset documentation shows",
 }
 CODES = tuple(FIXES)

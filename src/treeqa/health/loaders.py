@@ -48,6 +48,7 @@ from treeqa.health.augmented import AugmentedEvaluation
 from treeqa.health.findings import Finding
 from treeqa.health.passes import Drawn, Pass
 from treeqa.health.replicas import WorkerReplicas
+from treeqa.health.worker_memory import WorkerMemory
 from treeqa.health.wrap import Wrappers, note_calls_and_results, note_function_results
 
 
@@ -96,6 +97,7 @@ class Loaders:
         self.add = add
         self.most = 0
         self.replicas = WorkerReplicas(add)  # a stream read whole by each of its workers
+        self.memory = WorkerMemory(add)  # workers copying a dataset of Python objects
         # Each shuffling DistributedSampler's epoch at its loader's last pass, and the passes
         # in a row at that epoch (weak: a finished run's).
         self.epochs: weakref.WeakKeyDictionary[DistributedSampler[Any], tuple[int, int]] = (
@@ -103,6 +105,7 @@ class Loaders:
         )
         self.wrappers = Wrappers()
         self.made = 0  # iterators made since the last step
+        self.draws = 0  # batches drawn from any loader, ever
         self.newest: weakref.ref[Any] | None = None  # the last iterator made
         self.drawn = 0  # batches it has given
         self.drawn_elsewhere = 0  # batches other iterators gave since the last step
@@ -167,6 +170,7 @@ class Loaders:
             self._note_epoch(loader.sampler)
         self.made += 1
         self.replicas.made(loader, it)
+        self.memory.made(loader, it)
         try:
             self.newest = weakref.ref(it)
             self.length = len(loader)
@@ -280,6 +284,7 @@ class Loaders:
             self.add(found)
 
     def _drawn(self, it: Any) -> None:
+        self.draws += 1
         if self.on_draw is not None:
             self.on_draw()
         if self.replicas.watching is not None:
@@ -368,6 +373,8 @@ class Loaders:
     def end_step(self) -> None:
         """The clock stepped (under ``treeqa doctor``): a new iterator this step, left before
         its end, makes one more step in a row; ``RESTART_STEPS`` of them make the finding."""
+        if self.memory.watching is not None:
+            self.memory.end_step()
         self.trained_on.add(self.fed_dataset)
         if self.dropped is not None:
             self.judge_dropped()
@@ -461,7 +468,15 @@ def _pass(loader: DataLoader[Any], sampler: Any, batches: int | None) -> Pass:
         _whole(loader, sampler),
         _weakly(loader.dataset),
         _weakly(loader),
+        shuffled=_shuffles(sampler),
     )
+
+
+def _shuffles(sampler: Any) -> bool:
+    """``sampler`` draws at random: consecutive batches are of unrelated examples."""
+    if isinstance(sampler, DistributedSampler):
+        return bool(sampler.shuffle)
+    return isinstance(sampler, RandomSampler | SubsetRandomSampler | WeightedRandomSampler)
 
 
 def _weakly(obj: Any) -> Any:

@@ -111,6 +111,7 @@ class Pass:
     at: int = 0
     held: bool = True
     indices: Any = None
+    shuffled: bool = False  # its sampler draws at random (``loaders._shuffles``)
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ the same way. ``scale_by_hand`` reads that factor off the loss's autograd graph.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -24,7 +25,7 @@ from torch.amp import GradScaler
 
 from treeqa.health import loss_inputs
 from treeqa.health.findings import Finding
-from treeqa.health.wrap import Wrappers, note_calls
+from treeqa.health.wrap import Wrappers, note_calls_and_results
 
 HAND_SCALE = 8.0
 """A constant the loss is multiplied by before its backward from which it reads as a loss scale
@@ -41,9 +42,11 @@ class LossScalers:
         self.seen: weakref.WeakSet[GradScaler] = weakref.WeakSet()
         self.wrappers = Wrappers()
         self.by_hand = False  # a backward's loss was multiplied by HAND_SCALE or more
+        # Told each scaled loss: ``(scaler, what scale returned)`` (``scaled_steps.py``).
+        self.on_scaled: list[Callable[[GradScaler, Any], None]] = []
 
     def install(self) -> None:
-        self.wrappers.add(note_calls(GradScaler, "scale", self._note))
+        self.wrappers.add(note_calls_and_results(GradScaler, "scale", self._note, self._scaled))
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -51,6 +54,10 @@ class LossScalers:
     def _note(self, scaler: GradScaler, *_: Any, **__: Any) -> None:
         if scaler.is_enabled():
             self.seen.add(scaler)
+
+    def _scaled(self, scaler: GradScaler, output: Any) -> None:
+        for told in self.on_scaled:
+            told(scaler, output)
 
     def enabled(self) -> list[GradScaler]:
         """The scalers in use (one disabled later in the run no longer counts)."""
