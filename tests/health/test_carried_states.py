@@ -71,18 +71,26 @@ def test_a_state_carried_over_shuffled_batches_is_named(
 
 
 EVALUATION = """with torch.no_grad():
-        for xb, yb in DataLoader(TensorDataset(x[:320], y[:320]), batch_size=32):
+        for xb, yb in DataLoader(TensorDataset(x[:320], y[:320]), batch_size=32, shuffle=ORDER):
             out, h = rnn(embed(xb), HIDDEN)"""
 
 
 def test_an_evaluation_that_carries_the_state_is_named(doctor: Doctor) -> None:
     """Trained from zeros each batch, evaluated from the state of the batch before (the first
-    from the last training batch's)."""
+    from the last training batch's) over batches drawn at random; read in order, the batches
+    may be a stream's chunks, and are not judged."""
     afresh = "(torch.zeros(1, 32, 32), torch.zeros(1, 32, 32))"
-    script = _script(afresh, evaluate=EVALUATION.replace("HIDDEN", "h"))
-    found = doctor(script, CODE)
+    carried = EVALUATION.replace("HIDDEN", "h")
+    found = doctor(_script(afresh, evaluate=carried.replace("ORDER", "True")), CODE)
     assert len(found) == 1 and found[0]["evidence"]["in"] == "evaluation"
-    assert not doctor(_script(afresh, evaluate=EVALUATION.replace("HIDDEN", "None")), CODE)
+    assert not doctor(_script(afresh, evaluate=carried.replace("ORDER", "False")), CODE)
+    afresh_too = EVALUATION.replace("HIDDEN", "None").replace("ORDER", "True")
+    assert not doctor(_script(afresh, evaluate=afresh_too), CODE)
+
+
+def test_a_state_zeroed_in_place_each_batch_is_not_named(doctor: Doctor) -> None:
+    zeroed = "tuple(e.detach().zero_() for e in h)"  # the same memory, holding zeros
+    assert not doctor(_script(zeroed), CODE)
 
 
 def test_a_state_carried_over_a_stream_read_in_order_is_not_named(doctor: Doctor) -> None:
@@ -133,6 +141,7 @@ def test_a_state_is_the_same_by_its_memory_or_its_values() -> None:
     assert _same(held.detach(), held) and _same(held.data, held)
     assert _same(held.clone(), held)  # a copy on the CPU, by its values
     assert not _same(torch.zeros(1, 4, 8), held)
+    assert not _same(held.detach().zero_(), held)  # zeroed in place: nothing carried
     assert not _same(held[:, :2], held)  # another shape
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import ConcatDataset, Dataset, Subset
 
-from treeqa.health.worker_memory import HELD_MB, _copied, _memory, held
+from treeqa.health.worker_memory import HELD_MB, _addresses, _copied, _memory, _own_pages, held
 
 
 class Records(Dataset[tuple[torch.Tensor, int]]):
@@ -81,6 +81,32 @@ def test_a_list_another_class_keeps_for_the_dataset_is_found() -> None:
         Cache.rows = []
 
 
+class Store:
+    def __init__(self, n: int):
+        self.items = [(i, str(i)) for i in range(n)]
+
+
+class Columns(Dataset[tuple[str, int]]):
+    def __init__(self, n: int):
+        self.data = {"text": [f"w{i} w{i + 1}" for i in range(n)], "label": [0] * n}
+        self.store = Store(10)
+
+    def __len__(self) -> int:
+        return len(self.data["label"])
+
+    def __getitem__(self, i: int) -> tuple[str, int]:
+        return self.data["text"][i], self.data["label"][i]
+
+
+def test_lists_in_a_dict_of_columns_or_in_a_store_object_are_found() -> None:
+    found = held(Columns(1_500_000))
+    assert found is not None and found.name == "dataset.data['text']" and found.item == "str"
+    columns = Columns(10)
+    columns.store = Store(800_000)  # an object of the dataset's own module
+    found = held(columns)
+    assert found is not None and found.name == "dataset.store.items"
+
+
 def test_arrays_and_small_lists_are_not_found() -> None:
     assert held(Arrays(1_000_000)) is None
     assert held(Records(5_000)) is None  # fewer than ITEMS
@@ -89,7 +115,8 @@ def test_arrays_and_small_lists_are_not_found() -> None:
 
 def test_a_forked_process_reading_a_list_copies_it() -> None:
     """What the check reads off the workers, on a plain forked child: its private memory rises
-    as its shared memory falls while it reads a list of ~110 MB."""
+    as its shared memory falls while it reads a list of ~110 MB, and the records' pages become
+    its own."""
     rows = Records(300_000).rows
     context = multiprocessing.get_context("fork")
     ready, go, done, end = (context.Event() for _ in range(4))
@@ -109,9 +136,13 @@ def test_a_forked_process_reading_a_list_copies_it() -> None:
         first: dict[int, tuple[float, float]] = {}
         assert process.pid is not None
         assert _copied(first, process.pid) == 0.0  # the first read
+        addresses = _addresses(rows)  # (read without touching the records)
+        before = _own_pages(process.pid, addresses)
         go.set()
         assert done.wait(60)
         assert _copied(first, process.pid) >= 32.0
+        after = _own_pages(process.pid, addresses)  # the records' pages are its own now
+        assert before is not None and after is not None and before < 0.2 and after > 0.9
         end.set()
     finally:
         process.kill()

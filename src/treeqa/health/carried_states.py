@@ -21,8 +21,9 @@ will (a decoder fed its own state, the chunks of one sequence, an encoder's stat
 decoder, which is another layer's). Batches are independent where the training batches come
 from a loader that draws at random (``passes.Pass.shuffled``); a loader read in order, or
 batches the script makes itself, are not judged. ``STEPS`` training steps in a row, or
-``STEPS`` evaluation batches of 2 rows or more (a stream scored one series at a time has one),
-each started from the carried state make the finding.
+``STEPS`` evaluation batches of 2 rows or more drawn at random too (an evaluation read in order
+may stream series in chunks; one scored a series at a time has one row), each started from the
+carried state make the finding. A state zeroed in place (``h.zero_()``) carries nothing.
 """
 
 from __future__ import annotations
@@ -43,14 +44,15 @@ STEPS = 3
 
 class CarriedStates:
     """``add``: where the finding goes; ``safely``: what runs the hooks
-    (``HealthMonitor.safely``); ``shuffled``: whether the latest training batches were drawn
-    at random; ``draws``: the batches drawn from the loaders so far."""
+    (``HealthMonitor.safely``); ``shuffled(latest)``: whether the latest training batches
+    (``latest``: and the latest batch, an evaluation's) were drawn at random; ``draws``: the
+    batches drawn from the loaders so far."""
 
     def __init__(
         self,
         add: Callable[[Finding], None],
         safely: Callable[..., None],
-        shuffled: Callable[[], bool],
+        shuffled: Callable[[bool], bool],
         draws: Callable[[], int],
     ):
         self.add, self.safely, self.shuffled, self.draws = add, safely, shuffled, draws
@@ -103,7 +105,7 @@ class CarriedStates:
             if carried and (not self.layer or max(self.steps, self.evaluated) + 1 >= STEPS):
                 self.layer = f"{name or 'the model'} ({type(module).__name__})"
                 self.where = sites.user_site()
-            if self.evaluated >= STEPS and self.shuffled():
+            if self.evaluated >= STEPS and self.shuffled(True):
                 self._report(evaluated=True)
                 return
         state = _hidden(output[1] if isinstance(module, nn.RNNBase) else output)
@@ -112,7 +114,7 @@ class CarriedStates:
 
     def end_step(self) -> None:
         """The clock stepped (the doctor calls it while layers are hooked)."""
-        self.steps = self.steps + 1 if self.carried and self.shuffled() else 0
+        self.steps = self.steps + 1 if self.carried and self.shuffled(False) else 0
         self.carried = False
         if self.steps >= STEPS:
             self._report(evaluated=False)
@@ -144,8 +146,8 @@ def _same(given: torch.Tensor, held: torch.Tensor) -> bool:
     its values."""
     if given.shape != held.shape or given.device != held.device:
         return False
-    if given.data_ptr() == held.data_ptr():
-        return True
+    if given.data_ptr() == held.data_ptr():  # (unless zeroed in place since: h.zero_())
+        return bool(given.any())
     return given.device.type == "cpu" and bool(torch.equal(given.detach(), held))
 
 

@@ -725,10 +725,12 @@ class Doctor:
         self.evaluated_early.clear()
         self.clipping.reset(optimizer)
 
-    def _shuffled(self) -> bool:
-        """This step's training batches came from a loader that draws at random."""
-        drawn_from = self.monitor.loaders.trained_pass
-        return drawn_from is not None and drawn_from.shuffled
+    def _shuffled(self, latest: bool) -> bool:
+        """The latest training batches came from a loader that draws at random (``latest``:
+        and so did the latest batch drawn, an evaluation's)."""
+        loaders = self.monitor.loaders
+        passes = (loaders.trained_pass, loaders.drawn_pass) if latest else (loaders.trained_pass,)
+        return all(p is not None and p.shuffled for p in passes)
 
     def _made_anew(self, optimizer: torch.optim.Optimizer) -> bool:
         """``optimizer`` steps for the first time, after a backward since the clock's last

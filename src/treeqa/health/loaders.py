@@ -106,6 +106,7 @@ class Loaders:
         self.wrappers = Wrappers()
         self.made = 0  # iterators made since the last step
         self.draws = 0  # batches drawn from any loader, ever
+        self.drawn_pass: Pass | None = None  # the pass the latest batch was drawn from
         self.newest: weakref.ref[Any] | None = None  # the last iterator made
         self.drawn = 0  # batches it has given
         self.drawn_elsewhere = 0  # batches other iterators gave since the last step
@@ -293,7 +294,7 @@ class Loaders:
             self.drawn += 1
         else:
             self.drawn_elsewhere += 1
-        drawn_from = self.iterators.get(it)
+        drawn_from = self.drawn_pass = self.iterators.get(it)
         if drawn_from is not None:  # a training batch with gradients (validation without)
             # (a batch drawn without gradients is no training batch: an evaluation's loop)
             trained = torch.is_grad_enabled()

@@ -55,6 +55,9 @@ WALKED = 20_000
 """Nodes walked a graph, at most."""
 KEPT = 16
 """Backwards kept since the last optimiser step, the latest (micro-batches)."""
+OUTPUTS = 8
+"""Scaled losses held until a backward (more: they were not backpropagated, but differentiated
+by ``torch.autograd.grad``, and are let go)."""
 
 
 @dataclass
@@ -99,6 +102,8 @@ class ScaledSteps:
         if self.reported or not scaler.is_enabled():
             return
         tensors = [output] if isinstance(output, torch.Tensor) else _tensors(output)
+        if len(self.outputs) >= OUTPUTS:  # scaled, never backpropagated: autograd.grad's
+            self.outputs = {}
         for tensor in tensors:
             if tensor.grad_fn is not None:
                 self.outputs[id(tensor.grad_fn)] = (tensor.grad_fn, weakref.ref(scaler))
@@ -122,7 +127,7 @@ class ScaledSteps:
     def _stepping(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         """An optimiser's step begins: the first slip, gradients still scaled."""
         window, unscaled = self.window, self.unscaled
-        self.window, self.unscaled = [], set()
+        self.window, self.unscaled, self.outputs = [], set(), {}  # (no graph held past a step)
         if self.reported or id(optimizer.param_groups) in unscaled:
             return  # (a wrapper such as Lookahead shares its inner optimiser's groups)
         for backward in window:

@@ -10,15 +10,18 @@ into every worker: (workers + 1) times its memory where one copy should do (PyTo
 which are one object each).
 
 A loader with worker processes started by ``fork`` has its dataset looked through once
-(``held``: its attributes and its class's, through ``Subset`` and ``ConcatDataset``, and the
-globals its ``__getitem__`` reads, a class's attributes among them) for a
+(``held``: its attributes and its class's, through ``Subset``, ``ConcatDataset`` and objects
+of classes of its own module, the values of small dicts (columns), and the globals its
+``__getitem__`` reads, a class's attributes among them) for a
 container of ``ITEMS`` Python objects or more whose estimated size (``SAMPLED`` of them measured)
 is ``HELD_MB`` or more. Only then are its workers read, from ``/proc/<pid>/smaps_rollup``
 (about 3 ms a worker), at the first step after they start and then at gaps that double to
 ``MOST_GAP_S``: a worker's memory copied since its first read is its private memory's rise,
 where its shared memory fell as much (memory of its own, a cache it fills, takes nothing from
 the shared). A worker that copied ``COPIED_MB`` or more, and a quarter of the container's size
-or more, makes the finding, at the line that defines the dataset's ``__init__`` (told again,
+or more, with half or more of ``PAGES`` of the container's items on pages it holds as its own
+(its ``/proc/<pid>/pagemap``: so a copy that is not of the container, as a worker's first full
+garbage collection makes of the interpreter's objects, is not taken for one) makes the finding, at the line that defines the dataset's ``__init__`` (told again,
 the same finding, as the copy grows a quarter more). Not judged:
 workers started by ``spawn`` or ``forkserver`` (each gets a pickled copy of the dataset at
 once), data reached otherwise (through a function the dataset calls), systems without
@@ -27,8 +30,10 @@ once), data reached otherwise (through a function the dataset calls), systems wi
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import multiprocessing
+import os
 import sys
 import time
 import weakref
@@ -42,10 +47,19 @@ from treeqa.health.findings import Finding
 
 ITEMS = 10_000
 """Items of a container for it to be measured."""
+COLUMNS = 64
+"""Keys of a dict up to which its values are looked at as the dataset's columns."""
 SAMPLED = 32
 """Items measured of it, spread over it."""
 HELD_MB = 64.0
 """Estimated size of the container's objects for its workers to be read."""
+PAGES = 64
+"""Items of the container whose pages are looked up in a worker's page map."""
+SHARE = 0.5
+"""Share of them on pages the worker holds as its own copy for the finding (a worker's first
+full garbage collection copies ~60-75 MB of the interpreter's objects whatever the dataset: not
+the pages of strings it never read)."""
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 COPIED_MB = 64.0
 """Memory a worker copied from the main process for the finding (a full garbage collection in a
 worker copies the pages of every container the main process made, ~60 MB with torch alone)."""
@@ -65,6 +79,7 @@ class Held:
     item: str
     mb: float
     where: str
+    addresses: list[int]  # of items spread over it, to find their pages (none: not read)
 
 
 class WorkerMemory:
@@ -105,14 +120,18 @@ class WorkerMemory:
         if iterator is None:  # its pass is over and gone
             self.watching = None
             return
-        processes = getattr(iterator, "_workers", None) or []
-        copied = [_copied(self.first, p.pid) for p in processes[:WORKERS_READ] if p.is_alive()]
+        processes = [p for p in getattr(iterator, "_workers", None) or [] if p.is_alive()]
+        copied = [_copied(self.first, p.pid) for p in processes[:WORKERS_READ]]
         self.gap = min(self.gap * 2, MOST_GAP_S)
         self.next_read = time.perf_counter() + self.gap
         most = max(copied, default=0.0)
-        if most >= max(COPIED_MB, found.mb / 4, self.said * 1.25):  # first, or grown since
+        if most < max(COPIED_MB, found.mb / 4, self.said * 1.25):  # first, or grown since
+            return
+        shares = [_own_pages(p.pid, found.addresses) for p in processes[:WORKERS_READ]]
+        share = max((s for s in shares if s is not None), default=None)
+        if share is None or share >= SHARE:  # (None: pages unreadable, the memory decides)
             self.said = most
-            finding = worker_memory_copied(found, workers, most)
+            finding = worker_memory_copied(found, workers, most, share)
             finding.where = found.where
             self.add(finding)
 
@@ -140,6 +159,48 @@ def _copied(first: dict[int, tuple[float, float]], pid: int | None) -> float:
     return max(0.0, min(private - private0, shared0 - shared))
 
 
+def _addresses(container: Any) -> list[int]:
+    """Where ``PAGES`` items of a list or tuple lie, read off its array of pointers (CPython's
+    layout: the items themselves untouched, since a reference taken to one writes its count,
+    and the main process would copy its page, the workers' then reading as their own); none
+    for a dict, or where the layout is not CPython's (the memory alone then decides)."""
+    if type(container) not in (list, tuple) or sys.implementation.name != "cpython":
+        return []
+    start = id(container) + 3 * ctypes.sizeof(ctypes.c_void_p)  # past the object's head
+    if type(container) is list:
+        start = ctypes.c_void_p.from_address(start).value or 0
+    n = len(container)
+
+    def item(i: int) -> int:
+        return ctypes.c_void_p.from_address(start + i * ctypes.sizeof(ctypes.c_void_p)).value or 0
+
+    if item(0) != id(container[0]):  # (the first item's page is read to check the layout)
+        return []
+    return [item((2 * i + 1) * n // (2 * PAGES)) for i in range(PAGES)]
+
+
+def _own_pages(pid: int, addresses: list[int]) -> float | None:
+    """The share of ``addresses`` whose pages process ``pid`` holds as its own copy (mapped
+    there alone: ``/proc/<pid>/pagemap``'s bit 56, present: bit 63); None where it cannot be
+    read."""
+    if not addresses:
+        return None
+    try:
+        fd = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        own = 0
+        for address in addresses:
+            entry = int.from_bytes(os.pread(fd, 8, address // PAGE * 8), "little")
+            own += (entry >> 63) & (entry >> 56) & 1
+        return own / len(addresses)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def _memory(pid: int) -> tuple[float, float] | None:
     """(private, shared) MB of process ``pid`` (None where it cannot be read)."""
     fields: dict[str, float] = {}
@@ -159,13 +220,14 @@ def _memory(pid: int) -> tuple[float, float] | None:
 def held(dataset: Any, depth: int = 3) -> Held | None:
     """The largest container of Python objects ``dataset`` holds (None: none of ``HELD_MB``)."""
     best: Held | None = None
-    for name, value in _attributes(dataset, "dataset", depth) + _read_globals(dataset):
+    for name, value in _inside(_attributes(dataset, "dataset", depth) + _read_globals(dataset)):
         if isinstance(value, list | tuple | dict) and len(value) >= ITEMS:
             mb = _size(value) / 2**20
             if mb >= HELD_MB and (best is None or mb > best.mb):
-                first = next(iter(value.values() if isinstance(value, dict) else value))
-                kind, item = type(value).__name__, type(first).__name__
-                best = Held(name, kind, len(value), item, mb, _where(dataset))
+                items = list(value.values()) if isinstance(value, dict) else value
+                kind, item = type(value).__name__, type(items[0]).__name__
+                addresses = _addresses(value)
+                best = Held(name, kind, len(items), item, mb, _where(dataset), addresses)
     return best
 
 
@@ -180,7 +242,7 @@ def _attributes(dataset: Any, name: str, depth: int) -> list[tuple[str, Any]]:
         if key.startswith("__"):
             continue
         label = f"{name}.{key}"
-        if isinstance(value, Dataset):
+        if isinstance(value, Dataset) or _own(value, dataset):
             found += _attributes(value, label, depth - 1)
         elif isinstance(dataset, ConcatDataset) and key == "datasets":
             for i, inner in enumerate(value):
@@ -190,6 +252,24 @@ def _attributes(dataset: Any, name: str, depth: int) -> list[tuple[str, Any]]:
     if isinstance(dataset, Subset):
         found += _attributes(dataset.dataset, f"{name}.dataset", depth - 1)
     return found
+
+
+def _own(value: Any, dataset: Any) -> bool:
+    """``value`` is an object of a class of the dataset's own module (a store it keeps)."""
+    kind = type(value)
+    return hasattr(value, "__dict__") and kind.__module__ == type(dataset).__module__
+
+
+def _inside(found: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``found``, and the values of each small dict among them (``{"text": [...], "label":
+    [...]}``: columns, each a list)."""
+    inner = [
+        (f"{name}[{key!r}]", v)
+        for name, value in found
+        if isinstance(value, dict) and len(value) < COLUMNS
+        for key, v in value.items()
+    ]
+    return found + inner
 
 
 def _read_globals(dataset: Any) -> list[tuple[str, Any]]:
@@ -241,7 +321,7 @@ def _where(dataset: Any) -> str:
         return type(dataset).__name__
 
 
-def worker_memory_copied(found: Held, workers: int, most: float) -> Finding:
+def worker_memory_copied(found: Held, workers: int, most: float, share: float | None) -> Finding:
     return Finding(
         "worker-memory-copied",
         "warning",
@@ -258,5 +338,6 @@ def worker_memory_copied(found: Held, workers: int, most: float) -> Finding:
             "items": found.items,
             "item": found.item,
             "held_mb": round(found.mb, 1),
+            "items_on_copied_pages": None if share is None else round(share, 2),
         },
     )
