@@ -481,7 +481,7 @@ class Doctor:
         scalar = loss is not None and loss.numel() == 1 and loss.grad_fn is not None
         if not (self.hand.watched and scalar):
             return
-        of_weights = any(isinstance(t, nn.Parameter) for t in _tensors(inputs))
+        of_weights = any(isinstance(t, nn.Parameter) for t in loss_inputs.given_tensors(inputs))
         if self.loss is None or (of_weights and not self.loss_of_weights):
             self.loss, self.loss_of_weights = loss, of_weights
 
@@ -1026,16 +1026,6 @@ def _elements(args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> int:
         items = value if isinstance(value, list | tuple) else (value,)
         total += sum(t.numel() for t in items if isinstance(t, torch.Tensor))
     return total
-
-
-def _tensors(tensors: Any) -> list[torch.Tensor]:
-    """The tensors given as ``torch.autograd.grad``'s inputs: a tensor, or those of a list or
-    tuple. A generator (``model.parameters()``) is left unread, for torch to read whole."""
-    if isinstance(tensors, torch.Tensor):
-        return [tensors]
-    if isinstance(tensors, list | tuple):
-        return [t for t in tensors if isinstance(t, torch.Tensor)]
-    return []
 
 
 def _first(tensors: Any) -> torch.Tensor | None:

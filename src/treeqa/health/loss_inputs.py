@@ -723,3 +723,14 @@ def multi_hot(
         "sigmoid(logits) has no fixed meaning, and one on the softmax must fall below 1/k",
         evidence={"function": function, "rows": int(count), "of": total, "classes": classes},
     )
+
+
+def given_tensors(tensors: Any) -> list[torch.Tensor]:
+    """The tensors given to ``torch.autograd.backward`` or ``grad`` (or returned by
+    ``GradScaler.scale``): a tensor, or those of a list or tuple. A generator
+    (``model.parameters()``) is left unread, for torch to read whole."""
+    if isinstance(tensors, torch.Tensor):
+        return [tensors]
+    if isinstance(tensors, list | tuple):
+        return [t for t in tensors if isinstance(t, torch.Tensor)]
+    return []

@@ -41,7 +41,7 @@ from torch.amp import GradScaler
 from torch.amp.grad_scaler import OptState
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from treeqa.health import sites
+from treeqa.health import loss_inputs, sites
 from treeqa.health.findings import Finding
 from treeqa.health.wrap import Wrappers, note_calls
 
@@ -101,7 +101,7 @@ class ScaledSteps:
         """``scaler.scale`` returned ``output`` (a tensor, or an iterable of them)."""
         if self.reported or not scaler.is_enabled():
             return
-        tensors = [output] if isinstance(output, torch.Tensor) else _tensors(output)
+        tensors = loss_inputs.given_tensors(output)
         if len(self.outputs) >= OUTPUTS:  # scaled, never backpropagated: autograd.grad's
             self.outputs = {}
         for tensor in tensors:
@@ -116,7 +116,7 @@ class ScaledSteps:
         """``torch.autograd.backward(tensors)`` is about to run."""
         if self.reported:
             return
-        roots = [tensors] if isinstance(tensors, torch.Tensor) else _tensors(tensors)
+        roots = loss_inputs.given_tensors(tensors)
         nodes = [t.grad_fn for t in roots if t.grad_fn is not None]
         scaler = _scaled_by(nodes, self.outputs)
         self.outputs = {}
@@ -210,13 +210,6 @@ def _reached(nodes: list[Any], params: set[int]) -> bool:
             return True
         queue += [child for child, _ in node.next_functions]
     return False
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    """The tensors of a list or tuple (``scaler.scale`` and ``backward`` take either)."""
-    if isinstance(value, list | tuple):
-        return [v for v in value if isinstance(v, torch.Tensor)]
-    return []
 
 
 def stepped_scaled(optimizer: str, scale: float) -> Finding:

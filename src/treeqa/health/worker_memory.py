@@ -31,7 +31,6 @@ once), data reached otherwise (through a function the dataset calls), systems wi
 from __future__ import annotations
 
 import ctypes
-import inspect
 import multiprocessing
 import os
 import sys
@@ -279,7 +278,7 @@ def _read_globals(dataset: Any) -> list[tuple[str, Any]]:
     for method in ("__getitem__", "__iter__"):
         function = getattr(type(dataset), method, None)
         code, space = getattr(function, "__code__", None), getattr(function, "__globals__", {})
-        if code is None or function in (Dataset.__getitem__,):
+        if code is None:
             continue
         for name in code.co_names:
             value = space.get(name)
@@ -313,12 +312,10 @@ def _deep(value: Any, depth: int) -> float:
 
 
 def _where(dataset: Any) -> str:
-    """Where the dataset's class defines ``__init__`` (where it stores its data)."""
-    init: Any = getattr(type(dataset), "__init__", None)
-    try:
-        return f"{inspect.getsourcefile(init)}:{inspect.getsourcelines(init)[1]}"
-    except (OSError, TypeError):
-        return type(dataset).__name__
+    """Where the dataset's class defines ``__init__`` (where it stores its data), off its code
+    object (no source file read)."""
+    code = getattr(getattr(type(dataset), "__init__", None), "__code__", None)
+    return f"{code.co_filename}:{code.co_firstlineno}" if code else type(dataset).__name__
 
 
 def worker_memory_copied(found: Held, workers: int, most: float, share: float | None) -> Finding:
