@@ -240,6 +240,9 @@ EXPECTED = {
     "bug_gradients_off_by_loss_scale.py": "gradients-off-by-loss-scale",  # optimizer.step() on it
     "bug_rnn_state_carried_over.py": "rnn-state-carried-over",  # h = h.data over shuffled batches
     "bug_worker_memory_copied.py": "worker-memory-copied",  # a list of dicts, two forked workers
+    "bug_tokens_mostly_unknown.py": "tokens-mostly-unknown",  # built lower-cased, looked up raw
+    "bug_metric_not_reset.py": "metric-not-reset",  # early stopping on an Accuracy never reset
+    "bug_rows_mixed_across_batch.py": "rows-mixed-across-batch",  # batch_first=False, [B, T, d]
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
 CLEAN = [
@@ -253,6 +256,9 @@ CLEAN = [
     "clean_scaler_recipes.py",  # unscale_ and clip; a disabled scaler; accumulation; a GAN
     "clean_rnn_states_carried_right.py",  # a stream in order; chunks a step each; a decoder
     "clean_worker_memory_arrays.py",  # NumPy arrays; a small list; a list with no workers
+    "clean_token_vocabularies.py",  # a capped vocabulary: 10% unknown, rows padded
+    "clean_metrics_reset.py",  # a running metric read within the epoch, reset at its end
+    "clean_rows_scored_alone.py",  # centring, softmax, cumsum and norms over time, not dim 0
     "clean_returned_losses.py",  # loss terms a model returns, each used
     "clean_returned_losses_elsewhere.py",  # by a second optimiser, autograd.grad, a list
     "clean_cosine_head.py",  # NormFace: a first loss above log(C) by its scale

@@ -62,6 +62,8 @@ from treeqa.health.dropouts import Dropouts
 from treeqa.health.heldout import HeldOut, given
 from treeqa.health.loaded import LoadedWeights
 from treeqa.health.masks import AttentionMasks
+from treeqa.health.metric_resets import MetricResets
+from treeqa.health.mixed_rows import MixedRows
 from treeqa.health.monitor import HealthError, HealthMonitor, compiled, compiled_module
 from treeqa.health.overlaps import Overlaps
 from treeqa.health.predictions import Predictions
@@ -71,6 +73,7 @@ from treeqa.health.scaled_steps import ScaledSteps
 from treeqa.health.scales import InputScales
 from treeqa.health.seeds import Seeds
 from treeqa.health.splits import Splits
+from treeqa.health.unknown_tokens import UnknownTokens
 from treeqa.health.updates import Updates
 
 REMADE_STEPS = 20
@@ -141,7 +144,10 @@ class Doctor:
         self.dropouts = Dropouts(monitor.add)
         self.heldout = HeldOut(monitor.add)  # evaluation rows trained on by an earlier phase
         self.splits = Splits(monitor.add)  # an evaluation loader's rows among the training one's
-        monitor.loaders.on_made = self.splits.made
+        # a torchmetrics metric computed once a pass and never reset
+        self.evaluated_at: int | None = None  # the clock's step count at the latest evaluation
+        self.metric_resets = MetricResets(monitor.add, self._drawn_from)
+        monitor.loaders.on_made = self._loader_made
         self.scales = InputScales(monitor.add)  # evaluation inputs off the training ones' scale
         self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
         self.predictions = Predictions(monitor.add)  # a model's output scored wrongly
@@ -170,6 +176,16 @@ class Doctor:
         # a recurrent layer's state carried from batch to batch over independent batches
         self.states = CarriedStates(
             monitor.add, monitor.safely, self._shuffled, lambda: monitor.loaders.draws
+        )
+        # a model in eval mode whose output for one example changes with the rest of its batch
+        self.mixed = MixedRows(monitor.add, lambda: monitor.loaders.batch_size)
+        monitor.loss_check.trained_targets.append(self.mixed.target)
+        # a text model's token ids mostly one id (a vocabulary lookup that fails)
+        self.tokens = UnknownTokens(
+            monitor.add,
+            monitor.safely,
+            lambda: monitor.sampling,
+            lambda: monitor.loaders.batch_size,
         )
         # A scaled loss stepped without its scaler, or an unscaled one stepped through it.
         self.scaled_steps = ScaledSteps(monitor.add, monitor.safely)
@@ -311,7 +327,9 @@ class Doctor:
         self.predictions.end()
         self.clipping.uninstall()
         self.states.unwatch()
+        self.tokens.unwatch()
         self.scaled_steps.uninstall()
+        self.metric_resets.uninstall()
         self.updates.uninstall()
         self.seeds.uninstall()
         self.loaded_weights.uninstall()
@@ -527,6 +545,16 @@ class Doctor:
         if not self._evaluating(module):
             self._begin()
 
+    def _drawn_from(self) -> Any:
+        """Where the latest batch came from: its DataLoader's pass, or (batches made by hand)
+        the step of the latest evaluation."""
+        drawn = self.monitor.loaders.drawn_pass
+        return drawn if drawn is not None else ("evaluated at", self.evaluated_at)
+
+    def _loader_made(self, loader: Any) -> None:
+        self.splits.made(loader)
+        self.metric_resets.look()
+
     def _evaluating(self, module: nn.Module) -> bool:
         """A model the clock trains, run in eval mode without gradients: an evaluation between
         steps (``model.eval()`` under ``no_grad``/``inference_mode``), not the next step's
@@ -550,6 +578,7 @@ class Doctor:
         else:
             self._begin()  # (first: the step's forwards are noted as sampled or not)
             if not torch.is_grad_enabled() and id(module) in self.trained:
+                self.evaluated_at = self.monitor.step
                 self.monitor.loaders.evaluated()  # (an evaluation that never called eval())
                 self._note_scored(args, kwargs)
         if id(module) in self.trained:
@@ -573,6 +602,7 @@ class Doctor:
                 self.monitor.loss_check.leaks.forward(args, kwargs, self.monitor.step)
                 inputs = given(args, kwargs)
                 self.monitor.loss_check.twice.forward(inputs)
+                self.mixed.forward(module, args, kwargs or {})
                 self.labels.training(inputs)
                 if not (self.monitor.compiling or compiled()):  # (wrappers a compiled graph
                     self.masks.begin(module, args, kwargs)  # would guard on)
@@ -585,6 +615,7 @@ class Doctor:
     def _note_evaluation(self) -> None:
         """An evaluation's forward: from a loader that drops its last batch? For the processes
         side by side: over which loader's share?"""
+        self.evaluated_at = self.monitor.step
         self.monitor.loaders.evaluated()
         if self.prints is not None:
             loaders = self.monitor.loaders
@@ -712,6 +743,8 @@ class Doctor:
             *self.roots, trained=[p for group in optimizer.param_groups for p in group["params"]]
         )
         self.states.watch(self.roots)
+        self.tokens.watch(self.roots)
+        self.metric_resets.look()
         self.called.clear()
         self.finding_roots = False
         self.updates.reset(self.monitor.step, same_models)
@@ -948,6 +981,7 @@ class Doctor:
         )
         self.clipping.end_step()
         if sampled:
+            self.mixed.stepped(self.discovery is None and not compiled())
             self.overlaps.end_step()
             self.heldout.stepped(self.monitor.step, optimizer)
             self.monitor.loss_check.twice.stepped(optimizer)

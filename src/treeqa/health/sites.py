@@ -37,6 +37,7 @@ _SKIP_PACKAGES = (
     "composer",
     "catalyst",
     "torchtnt",
+    "torchmetrics",
 )
 """Frameworks that call the user's training step: their frames are not where a bug is (an
 ``optimizer.step()`` inside ignite's trainer or skorch's ``fit`` was named, not the script's
