@@ -92,6 +92,26 @@ def test_a_metric_read_once_after_training_is_not_named(doctor: Doctor) -> None:
     assert not doctor(script, CODE)
 
 
+def test_a_best_so_far_and_a_score_over_new_data_each_epoch_are_not_named(doctor: Doctor) -> None:
+    """A ``MaxMetric`` of the best accuracy so far keeps its value across epochs by design; a
+    score pooled over new data each epoch (a stream's new days) counts no example twice."""
+    best = _script(reset="accuracy.reset()").replace(
+        "    print(epoch, float(accuracy.compute()))",
+        "    best(accuracy.compute())\n    print(epoch, float(best.compute()))",
+    )
+    best = best.replace(
+        "for epoch in range(4):", "best = torchmetrics.MaxMetric()\nfor epoch in range(4):"
+    )
+    assert not doctor(best, CODE)
+    stream = _script().replace(
+        "        for xb, yb in val:",
+        "        fresh = torch.randn(160, 10)\n"
+        "        day = TensorDataset(fresh, (fresh[:, 0] > 0).long())\n"
+        "        for xb, yb in DataLoader(day, batch_size=40):",
+    )
+    assert not doctor(stream, CODE)
+
+
 @pytest.fixture
 def doctor(doctor_script: Doctor) -> Doctor:
     return doctor_script

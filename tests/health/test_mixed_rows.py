@@ -113,11 +113,13 @@ def test_a_rows_batch_dim_is_dim_0_or_the_one_dim_of_that_size() -> None:
 
 def test_rows_differ_beyond_a_tolerance_of_their_size() -> None:
     x = torch.randn(8, 6)
+    last = slice(4, None)
     same, moved = _rows(x, 8), _rows(x + 1e-7, 8)
-    assert _rows_differing(same, moved, 4) == 0.0
+    assert _rows_differing(same, moved, last) == 0.0
     mixed = _rows(x - x.mean(0), 8)
-    assert _rows_differing(same, mixed, 4) == 1.0
-    assert _rows_differing(same, _rows(x.t().contiguous(), 6), 4) is None
+    assert _rows_differing(same, mixed, last) == 1.0
+    assert _rows_differing(same, _rows(x[4:], 4), last) == 0.0  # the last rows scored alone
+    assert _rows_differing(same, _rows(x.t().contiguous(), 6), last) is None
 
 
 @pytest.fixture

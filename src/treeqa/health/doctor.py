@@ -146,7 +146,7 @@ class Doctor:
         self.splits = Splits(monitor.add)  # an evaluation loader's rows among the training one's
         # a torchmetrics metric computed once a pass and never reset
         self.evaluated_at: int | None = None  # the clock's step count at the latest evaluation
-        self.metric_resets = MetricResets(monitor.add, self._drawn_from)
+        self.metric_resets = MetricResets(monitor.add, self._epoch)
         monitor.loaders.on_made = self._loader_made
         self.scales = InputScales(monitor.add)  # evaluation inputs off the training ones' scale
         self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
@@ -178,7 +178,7 @@ class Doctor:
             monitor.add, monitor.safely, self._shuffled, lambda: monitor.loaders.draws
         )
         # a model in eval mode whose output for one example changes with the rest of its batch
-        self.mixed = MixedRows(monitor.add, lambda: monitor.loaders.batch_size)
+        self.mixed = MixedRows(monitor.add, self._batch_rows)
         monitor.loss_check.trained_targets.append(self.mixed.target)
         # a text model's token ids mostly one id (a vocabulary lookup that fails)
         self.tokens = UnknownTokens(
@@ -545,11 +545,23 @@ class Doctor:
         if not self._evaluating(module):
             self._begin()
 
-    def _drawn_from(self) -> Any:
-        """Where the latest batch came from: its DataLoader's pass, or (batches made by hand)
-        the step of the latest evaluation."""
-        drawn = self.monitor.loaders.drawn_pass
-        return drawn if drawn is not None else ("evaluated at", self.evaluated_at)
+    def _batch_rows(self) -> int | None:
+        """The rows of the batch drawn last: its dataset indices, where a sampled step noted
+        them, else its DataLoader's batch size (None: no DataLoader)."""
+        loaders = self.monitor.loaders
+        drawn = loaders.drawn_pass
+        indices = drawn.indices if drawn is not None else None
+        return len(indices) if indices is not None else loaders.batch_size
+
+    def _epoch(self) -> tuple[Any, Any]:
+        """(the training pass: the DataLoader pass of the latest training batch or, with
+        batches sliced by hand, the step of the latest evaluation; the dataset of the latest
+        batch drawn, None where no DataLoader gave it)."""
+        loaders = self.monitor.loaders
+        trained = loaders.trained_pass
+        drawn = loaders.drawn_pass
+        data = drawn.dataset if drawn is not None else None
+        return (trained if trained is not None else ("evaluated at", self.evaluated_at)), data
 
     def _loader_made(self, loader: Any) -> None:
         self.splits.made(loader)

@@ -11,24 +11,24 @@ over dim 0 mix the rows; a batch norm without running statistics normalises by t
 Nothing fails, the shapes are right; the model learns from other examples' inputs, and its
 predictions depend on which examples share a batch.
 
-On a sampled training step whose batch has the DataLoader's batch size B (4 or more) in dim 0
-of its first tensor, or (batches sliced by hand) whose loss's target is one value for each of
-the B rows of dim 0 ([B] or [B, 1]), the doctor keeps the forward's arguments; at the step's
-end it copies the model (``copy.deepcopy``, without the doctor's hooks; models over
-``MOST_BYTES`` are left alone), puts the copy in eval mode and, without gradients, runs it on
-the batch twice and on its last B // 2 rows (every tensor argument with B rows in dim 0 cut to
-those: a sum running over the rows changes the last ones alone). The generator state is put
-back after, and the copy's prints are dropped. Each row of a tensor with a batch dim (B or
-B // 2 rows: dim 0, or the one dim of that size) is reduced to two numbers (its dot product
-with fixed weights and its L2 norm, the scale of that product's change), kept for the model's output and for each submodule's
-inputs and outputs. The two full runs must agree (a model that samples, or keeps state from one
-call to the next, is not judged); then half or more of the rows the output has in both runs
-differing by more than ``TOLERANCE`` of their size make the finding. The submodule named is
-the first (outermost) whose inputs agree and whose outputs do not, looked into where it is a
-container or the script's own class; where none is, the rows mix in the model's own forward,
-between the last submodule whose output agrees and the first whose input does not. One batch
-decides; an undecided one (no batch dim in the output, a copy that fails) leaves it to the
-next sampled step, ``TRIES`` at most.
+On a sampled training step whose batch has the DataLoader's batch size B (4 or more) in dim 0 of
+a tensor it is given, or (batches sliced by hand, B in dim 0 of its first) whose loss's target
+is one value for each of those rows ([B] or [B, 1]), the doctor keeps the forward's arguments;
+at the step's end it copies the model (``copy.deepcopy``, without the doctor's hooks; models
+over ``MOST_BYTES`` are left alone), puts the copy in eval mode and, without gradients, runs it
+on the batch twice, on its last B // 2 rows and on its first (every tensor argument with B rows
+in dim 0 cut to those: a sum running over the rows changes the last ones alone, one running
+backwards the first). The generator state is put back after, and the copy's prints are dropped.
+Each row of a tensor with a batch dim (B or B // 2 rows: dim 0, or the one dim of that size) is
+reduced to two numbers (its dot product with fixed weights and its L2 norm, the scale of that
+product's change), kept for the model's output and for each submodule's inputs and outputs. The
+two full runs must agree (a model that samples, or keeps state from one call to the next, is not
+judged); then half or more of the rows the output has in both runs differing by more than
+``TOLERANCE`` of their size make the finding. The submodule named is the first (outermost) whose
+inputs agree and whose outputs do not, looked into where it is a container or the script's own
+class; where none is, the rows mix in the model's own forward, between the last submodule whose
+output agrees and the first whose input does not. One batch decides; an undecided one (no batch
+dim in the output, a copy that fails) leaves it to the next sampled step, ``TRIES`` at most.
 """
 
 from __future__ import annotations
@@ -97,7 +97,8 @@ class Call:
 
 
 class MixedRows:
-    """``add``: where the finding goes; ``batch_size()``: the newest DataLoader's."""
+    """``add``: where the finding goes; ``batch_size()``: the rows of the batch drawn last
+    (its dataset indices, on a sampled step) or else its DataLoader's batch size."""
 
     def __init__(self, add: Callable[[Finding], None], batch_size: Callable[[], int | None]):
         self.add, self.batch_size = add, batch_size
@@ -112,12 +113,20 @@ class MixedRows:
         """A sampled training forward of a trained model (the doctor's root pre-hook)."""
         if self.done or self.kept is not None:
             return
-        first = _first(args, kwargs)
-        if first is None or first.shape[0] < MIN_ROWS:
-            return
-        rows = first.shape[0]
+        tensors = [t for t in _tensors((args, kwargs), []) if t.dim() >= 1]
+        size = self.batch_size()
+        batch = next((t for t in tensors if t.shape[0] == size), None)  # (positions first)
+        if batch is None and tensors:
+            batch = tensors[0]
+        if (
+            batch is None
+            or batch.shape[0] < MIN_ROWS
+            or list(batch.shape).count(batch.shape[0]) > 1
+        ):
+            return  # (too few rows; or a square batch: [T, B] time first with T = B, or not)
+        rows = batch.shape[0]
         self.kept = (weakref.ref(model), args, kwargs, rows)
-        self.rows_known = rows == self.batch_size()
+        self.rows_known = rows == size
 
     def target(self, target: Any, input: Any) -> None:
         """A sampled training loss's target (the loss wrappers'): one value for each row of
@@ -155,6 +164,9 @@ def judge(
     if _bytes(inner) > MOST_BYTES:
         return True, None
     half = rows // 2
+    # the last rows (a sum running over the batch's rows changes the last ones alone), then
+    # the first (one running backwards, the first)
+    halves = (slice(rows - half, None), slice(0, half))
     state = torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     try:
@@ -163,20 +175,27 @@ def judge(
             twin.eval()
             first = _prints(twin(*args, **kwargs), rows)
             calls = _recorded(twin, args, kwargs, rows)
-            part = _recorded(twin, _cut(args, rows, half), _cut(kwargs, rows, half), half)
+            parts = [
+                _recorded(twin, _cut(args, rows, kept), _cut(kwargs, rows, kept), half)
+                for kept in halves
+            ]
     except Exception:  # a model that cannot be copied, or run on half its batch
         return False, None
     finally:
         torch.set_rng_state(state)
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
-    full, halved = calls[0].outputs, part[0].outputs
-    if full is None or halved is None or _differs(first, full, rows) is not False:
+    full = calls[0].outputs
+    if full is None or _differs(first, full, slice(None)) is not False:
         return False, None  # (a model that samples or keeps state from call to call)
-    mixed = _differs(full, halved, half)
-    if not mixed:
-        return mixed is not None, None
-    return True, _found(inner, calls, part, half, _share(full, halved, half))
+    decided = False
+    for part, kept in zip(parts, halves, strict=True):
+        halved = part[0].outputs or []
+        mixed = _differs(full, halved, kept)
+        if mixed:
+            return True, _found(inner, calls, part, kept, half, _share(full, halved, kept))
+        decided = decided or mixed is not None
+    return decided, None
 
 
 def _recorded(
@@ -219,7 +238,9 @@ class _Before:
         self.fn(self.name, module, inputs, given)
 
 
-def _found(model: nn.Module, calls: list[Call], part: list[Call], half: int, share: float):
+def _found(
+    model: nn.Module, calls: list[Call], part: list[Call], rows: slice, half: int, share: float
+) -> Finding:
     """The finding for a model whose output rows mix: the submodule where they do."""
     halves: dict[tuple[str, int], Call] = {}
     seen: dict[str, int] = {}
@@ -234,9 +255,9 @@ def _found(model: nn.Module, calls: list[Call], part: list[Call], half: int, sha
         other = halves.get((call.name, k))
         if other is not None:
             outputs, others = call.outputs or [], other.outputs or []
-            given = _agree(call.inputs, other.inputs, half)
+            given = _agree(call.inputs, other.inputs, rows)
             states.append(
-                (call, given, _differs(outputs, others, half), _agree(outputs, others, half))
+                (call, given, _differs(outputs, others, rows), _agree(outputs, others, rows))
             )
     culprit = next((c for c, given, out, _ in states if given and out), None)
     while culprit is not None and _looked_into(culprit.module):
@@ -295,17 +316,6 @@ def _between(model: str, after: Call | None, before: Call | None) -> str:
     return f"{model}.forward" + (f", after `{after.name}`" if after is not None else "")
 
 
-def _first(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, dict):
-            value = next(iter(value.values()), None)
-        elif isinstance(value, list | tuple) and value:
-            value = value[0]
-        if isinstance(value, torch.Tensor) and value.dim() >= 1:
-            return value
-    return None
-
-
 def _unwrapped(model: nn.Module) -> nn.Module:
     """The module itself: inside ``torch.compile``'s wrapper or a data-parallel one."""
     inner = getattr(model, "_orig_mod", None)
@@ -320,15 +330,14 @@ def _bytes(model: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _cut(value: Any, rows: int, half: int) -> Any:
-    """``value`` with each tensor of ``rows`` rows cut to its last ``half`` (a sum running over
-    the batch's rows, or a recurrence across them, changes the last rows alone)."""
+def _cut(value: Any, rows: int, part: slice) -> Any:
+    """``value`` with each tensor of ``rows`` rows in dim 0 cut to the rows ``part``."""
     if isinstance(value, torch.Tensor):
-        return value[rows - half :] if value.dim() >= 1 and value.shape[0] == rows else value
+        return value[part] if value.dim() >= 1 and value.shape[0] == rows else value
     if isinstance(value, dict):
-        return {k: _cut(v, rows, half) for k, v in value.items()}
+        return {k: _cut(v, rows, part) for k, v in value.items()}
     if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
-        return type(value)(_cut(v, rows, half) for v in value)
+        return type(value)(_cut(v, rows, part) for v in value)
     return value
 
 
@@ -367,48 +376,50 @@ def _rows(t: torch.Tensor, rows: int) -> Rows | None:
     return Rows(dim, width, numbers)
 
 
-def _tensor_differs(a: Rows | None, b: Rows | None, rows: int) -> bool | None:
-    """Whether the last ``rows`` rows of ``a`` and ``b`` differ (None: not comparable)."""
-    share = _rows_differing(a, b, rows)
+def _tensor_differs(a: Rows | None, b: Rows | None, part: slice) -> bool | None:
+    """Whether the rows ``part`` of ``a`` and ``b`` differ (None: not comparable)."""
+    share = _rows_differing(a, b, part)
     return None if share is None else share >= MIXED
 
 
-def _rows_differing(a: Rows | None, b: Rows | None, rows: int) -> float | None:
-    """The share of the last ``rows`` rows of ``a`` and ``b`` that differ (None: not
+def _rows_differing(a: Rows | None, b: Rows | None, part: slice) -> float | None:
+    """The share of the rows ``part`` of ``a`` and ``b`` that differ (None: not
     comparable)."""
-    changes = _changes(a, b, rows)
+    changes = _changes(a, b, part)
     return None if changes is None else float((changes > TOLERANCE).double().mean())
 
 
-def _changes(a: Rows | None, b: Rows | None, rows: int) -> torch.Tensor | None:
-    """How much each of the last ``rows`` rows' dot products changed, over their L2 norm."""
+def _changes(a: Rows | None, b: Rows | None, part: slice) -> torch.Tensor | None:
+    """How much each row of ``part`` (the rows scored in both runs) changed: its dot
+    product's change over its L2 norm."""
     if a is None or b is None or a.dim != b.dim or a.width != b.width:
         return None
-    x, y = a.numbers[-rows:], b.numbers[-rows:]
-    if x.shape[0] != rows or y.shape[0] != rows:
+    x = a.numbers[part]  # (a full run's rows; the other run's are those rows alone, or all)
+    y = b.numbers if b.numbers.shape[0] == x.shape[0] else b.numbers[part]
+    if x.shape[0] != y.shape[0] or x.shape[0] == 0:
         return None
     scale = (x[:, 1] + y[:, 1]).clamp(min=1e-30) / 2
     return (x[:, 0] - y[:, 0]).abs() / scale
 
 
-def _differs(a: Prints, b: Prints, rows: int) -> bool | None:
+def _differs(a: Prints, b: Prints, part: slice) -> bool | None:
     """Whether a forward's output rows differ between two runs: any tensor of it does (None:
     none can be compared)."""
-    verdicts = [_tensor_differs(x, y, rows) for x, y in zip(a, b, strict=False)]
+    verdicts = [_tensor_differs(x, y, part) for x, y in zip(a, b, strict=False)]
     known = [v for v in verdicts if v is not None]
     return any(known) if known else None
 
 
-def _agree(a: Prints, b: Prints, rows: int) -> bool | None:
+def _agree(a: Prints, b: Prints, part: slice) -> bool | None:
     """Whether every row of a forward's tensors agrees between two runs to float noise
     (``NOISE``; None: none can be compared)."""
-    changes = [_changes(x, y, rows) for x, y in zip(a, b, strict=False)]
+    changes = [_changes(x, y, part) for x, y in zip(a, b, strict=False)]
     known = [float(c.max()) for c in changes if c is not None]
     return max(known) <= NOISE if known else None
 
 
-def _share(a: Prints, b: Prints, rows: int) -> float:
-    shares = [_rows_differing(x, y, rows) for x, y in zip(a, b, strict=False)]
+def _share(a: Prints, b: Prints, part: slice) -> float:
+    shares = [_rows_differing(x, y, part) for x, y in zip(a, b, strict=False)]
     return max((s for s in shares if s is not None), default=0.0)
 
 

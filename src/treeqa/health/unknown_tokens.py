@@ -8,15 +8,17 @@ the evaluation text mapped through a vocabulary built anew), most tokens are tha
 model sees little of the text, and learns from the few words that got through. Nothing fails;
 the accuracy is low or, where only the evaluation's lookup is wrong, the held-out score alone.
 
-Each ``nn.Embedding`` of ``VOCABULARY`` ids or more in the models the clock trains gets a
-forward pre-hook (a ``ModelHook``). On sampled training steps, and in evaluations (the layer in
-eval mode, no gradients), its input of two dims (rows of ``MIN_LENGTH`` tokens or more, batch
-first; time first where dim 1 has the DataLoader's batch size) is read: padding is the run of
-one of a few ids (the layer's ``padding_idx``; the commonest last and first id of the rows,
-where it is half the rows') at the start or end of a row, and is left out; between a row's first and last other id, every
-id counts (an unknown id that is also the padding id, between words, counts as the word it
-stands for). ``SHARE`` of ``MIN_TOKENS`` tokens or more one id, or half the rows nothing but
-padding, in ``BATCHES`` batches in a row of training (or of evaluation), make the finding.
+Each ``nn.Embedding`` and ``nn.EmbeddingBag`` of ``VOCABULARY`` ids or more in the models the
+clock trains gets a forward pre-hook (a ``ModelHook``). On sampled training steps, and in
+evaluations (the layer in eval mode), its integer input is read. Of two dims, rows of
+``MIN_LENGTH`` tokens or more: batch first where dim 0 alone has the DataLoader's batch size,
+time first where dim 1 alone has it, and both ways where neither tells (the smaller share
+taken). Padding is left out (``unpadded``); every other id counts, between a row's words too.
+An EmbeddingBag's bags, one after another, count whole. ``SHARE`` of ``MIN_TOKENS`` tokens or
+more one id, or half the rows nothing but padding, in ``BATCHES`` batches in a row of training
+(or of evaluation), or in fewer evaluation batches that hold ``TOKENS``, make the finding,
+where that id is one a vocabulary keeps its unknown id at (``special``): a token common by
+design (a mask, a blank, silence) among those reads the same, hence a warning.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ SHARE = 0.5
 BATCHES = 3
 """Batches in a row (training steps, or evaluation batches) with one id taking the tokens."""
 TOKENS = 2048
-"""Or as many tokens in fewer batches (an evaluation of the whole test set in one batch)."""
+"""Or as many evaluation tokens in fewer batches (a test set scored in one batch)."""
+SPECIALS = 4
+"""The first ids of a vocabulary, where its unknown id is kept (or else its last)."""
 
 
 class UnknownTokens:
@@ -91,15 +95,14 @@ class UnknownTokens:
         if ids.dim() == 1 and isinstance(module, nn.EmbeddingBag):  # bags, one after another
             read = _counted(ids)
         elif ids.dim() == 2:
-            time_first = ids.shape[0] != self.batch_size() == ids.shape[1]
-            read = dominant(ids.t() if time_first else ids, module.padding_idx)
+            read = _read(ids, module.padding_idx, self.batch_size())
         else:
             return
         if read is None:
             return
         top, share, tokens = read
         last = self.runs.get(training)
-        if share < SHARE:
+        if share < SHARE or not special(top, module.num_embeddings):
             self.runs.pop(training, None)
             return
         if last is not None and last[0] == top:
@@ -107,13 +110,35 @@ class UnknownTokens:
         else:
             batches = 1
         self.runs[training] = (top, batches, share, tokens)
-        if batches >= BATCHES or tokens >= TOKENS:
+        if batches >= BATCHES or (tokens >= TOKENS and not training):
             self.said = True
             layer = f"{name} ({type(module).__name__} of {module.num_embeddings} ids)"
             found = tokens_mostly_unknown(layer, top, share, batches, training)
             found.where = sites.models_caller()
             self.add(found)
             self.unwatch()
+
+
+def special(token: int, ids: int) -> bool:
+    """Whether ``token`` is where a vocabulary keeps its unknown id: among its first
+    ``SPECIALS`` (``<pad>``, ``<unk>``, ``<s>``, ``</s>`` in some order) or its last (an
+    ``<unk>`` appended). A code or item id common by design (an image's background, a home
+    page) is anywhere."""
+    return token < SPECIALS or token == ids - 1
+
+
+def _read(
+    ids: torch.Tensor, padding_idx: int | None, batch: int | None
+) -> tuple[int, float, int] | None:
+    """``dominant`` of ids batch first ([B, T]: dim 0 alone has the DataLoader's batch size) or
+    time first ([T, B]: dim 1 alone has it); where neither tells (batches sliced by hand, a
+    square batch), the reading of the two whose share is the smaller."""
+    if ids.shape[0] == batch != ids.shape[1]:
+        return dominant(ids, padding_idx)
+    if ids.shape[1] == batch != ids.shape[0]:
+        return dominant(ids.t(), padding_idx)
+    reads = [r for r in (dominant(ids, padding_idx), dominant(ids.t(), padding_idx)) if r]
+    return min(reads, key=lambda r: r[1], default=None)
 
 
 def dominant(ids: torch.Tensor, padding_idx: int | None) -> tuple[int, float, int] | None:
@@ -134,24 +159,25 @@ def dominant(ids: torch.Tensor, padding_idx: int | None) -> tuple[int, float, in
 
 
 def unpadded(ids: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
-    """[rows, T]: the positions of ``ids`` that are no padding. Padding is a run at a row's
-    end of the commonest last id of the rows, where it ends half of them, else a run at a
-    row's start of the commonest first id, where it starts half; and a run of the layer's
-    ``padding_idx`` at either end. An id between a row's words is a word, whatever its id (an
-    unknown id that also pads)."""
+    """[rows, T]: the positions of ``ids`` that are no padding. Padding is a run, at either
+    end of a row, of the layer's ``padding_idx`` or of the commonest last id of the rows, where
+    it ends half of them (a GPT-2's end token padding on the left and closing each text); else,
+    a run at a row's start of the commonest first id, where it starts half. An id between a
+    row's words is a word, whatever its id (an unknown id that also pads), and so is a run of
+    unknown words at the start of rows padded on the right."""
     rows, length = ids.shape
-    right = [] if padding_idx is None else [padding_idx]
-    left = list(right)
-    for column, side in ((ids[:, -1], right), (ids[:, 0], left)):
+    pads = [] if padding_idx is None else [padding_idx]
+    left: list[int] = []
+    for column, side in ((ids[:, -1], pads), (ids[:, 0], left)):
         common = column.mode().values
         if 2 * int((column == common).sum()) >= rows:
             side.append(int(common))
             break  # (rows padded on the right are not padded on the left too)
     at = torch.arange(length, device=ids.device)
-    words = ~torch.isin(ids, torch.tensor(right, dtype=ids.dtype, device=ids.device))
+    words = ~torch.isin(ids, torch.tensor(pads, dtype=ids.dtype, device=ids.device))
     last = length - 1 - words.flip(1).int().argmax(1)
     kept = (at <= last[:, None]) & words.any(1)[:, None]
-    words = ~torch.isin(ids, torch.tensor(left, dtype=ids.dtype, device=ids.device))
+    words &= ~torch.isin(ids, torch.tensor(left, dtype=ids.dtype, device=ids.device))
     first = words.int().argmax(1)
     return kept & (at >= first[:, None]) & words.any(1)[:, None]
 
@@ -174,17 +200,18 @@ def tokens_mostly_unknown(
     what = ("training" if training else "evaluation") + (" batches" if batches > 1 else " batch")
     return Finding(
         "tokens-mostly-unknown",
-        "error",
+        "warning",
         f"{share:.0%} of the tokens given to {layer} were one id, {token}, in {batches} "
-        f"{what}{' in a row' if batches > 1 else ''} (padding at the rows' ends left out): the words the vocabulary "
-        "lacks all become one id, and here most of them do, so the model sees little of the "
-        "text. The vocabulary and the lookup disagree: built from lower-cased words and "
-        "looked up with the raw ones, split one way and looked up split another, a minimum "
-        "count that keeps too few words, or "
+        f"{what}{' in a row' if batches > 1 else ''} (padding at the rows' ends left out). "
+        "Where that id is the unknown word's, most words are missing from the vocabulary and "
+        "the model sees little of the text: the vocabulary and the lookup disagree (built "
+        "from lower-cased words and looked up with the raw ones, split one way and looked up "
+        "split another, a minimum count that keeps too few words, "
         + (
-            "a vocabulary of another corpus"
+            "a vocabulary of another corpus)"
             if training
-            else "the evaluation text mapped through a vocabulary other than the training one"
-        ),
+            else "the evaluation text mapped through a vocabulary other than the training one)"
+        )
+        + "; a token common by design (a mask, a blank, silence) reads the same",
         evidence={"layer": layer, "id": token, "share": round(share, 3), "batches": batches},
     )
