@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 from treeqa.health.findings import Finding
 
@@ -142,7 +143,7 @@ class MixedRows:
         """The sampled step ended (the monitor's hooks are off): judge the batch kept, where
         ``ready`` (no hook of the doctor's sees every module's forward)."""
         kept, self.kept = self.kept, None
-        if kept is None or self.done or not ready or not self.rows_known:
+        if kept is None or self.done or not ready or not self.rows_known or _recording():
             return
         ref, args, kwargs, rows = kept
         model = ref()
@@ -316,6 +317,12 @@ def _between(model: str, after: Call | None, before: Call | None) -> str:
     return f"{model}.forward" + (f", after `{after.name}`" if after is not None else "")
 
 
+def _recording() -> bool:
+    """Whether the copy's forwards would be recorded as the script's: by a profiler (the
+    script's own, or the doctor's window) or a dispatch mode (a FLOP counter)."""
+    return torch._C._autograd._profiler_enabled() or bool(_get_current_dispatch_mode_stack())
+
+
 def _unwrapped(model: nn.Module) -> nn.Module:
     """The module itself: inside ``torch.compile``'s wrapper or a data-parallel one."""
     inner = getattr(model, "_orig_mod", None)
@@ -429,7 +436,7 @@ def rows_mixed(model: str, layer: str, why: str, rows: int, share: float) -> Fin
     norm = "track_running_stats=False" in why
     return Finding(
         "rows-mixed-across-batch",
-        "warning" if norm else "error",
+        "info" if norm else "error",
         f"in eval mode, {model}'s output for an example changes with the other examples in its "
         f"batch: {rows} rows scored without the rest of their batch got other outputs for "
         f"{share:.0%} of them. They mix at {layer}: {why}. The model learns from other "
