@@ -41,6 +41,7 @@ from torch.optim.optimizer import (
 
 from treeqa.health import (
     checks,
+    copies,
     forks,
     hand,
     hooks,
@@ -993,7 +994,9 @@ class Doctor:
         )
         self.clipping.end_step()
         if sampled:
-            self.mixed.stepped(self.discovery is None and not compiled())
+            # (not while copies are watched: the check's own copy is none of the script's)
+            ready = self.discovery is None and self.monitor.step > copies.MADE_BY
+            self.mixed.stepped(ready and not compiled())
             self.overlaps.end_step()
             self.heldout.stepped(self.monitor.step, optimizer)
             self.monitor.loss_check.twice.stepped(optimizer)
