@@ -152,14 +152,14 @@ class Draws:
         forward, which returned ``output``, or to a loss as its input, on a sampled step."""
         if not self.pending:
             return
-        for value in _tensors(values):
+        for value in tensors_in(values):
             draw = self.pending.get(_memory(value))
             if draw is None or draw.fed:
                 continue
             draw.fed = to
             if output is not None:  # counted if a backward reaches it: not a draw decoded
                 # for the log
-                made = next((t for t in _tensors(output) if t.requires_grad), None)
+                made = next((t for t in tensors_in(output) if t.requires_grad), None)
                 draw.reached = [False]
                 if made is not None:
                     made.register_hook(functools.partial(_reached, draw.reached))
@@ -237,14 +237,14 @@ def _reaches(tensors: list[torch.Tensor], trained: set[int]) -> bool:
     return False
 
 
-def _tensors(values: Any, depth: int = 2) -> Iterator[torch.Tensor]:
+def tensors_in(values: Any, depth: int = 2) -> Iterator[torch.Tensor]:
     """The tensors in ``values``, and in the tuples, lists and dicts in it (``depth`` down: a
     forward's arguments, one of them a dict)."""
     if isinstance(values, torch.Tensor):
         yield values
     elif depth and isinstance(values, list | tuple | dict):
         for value in values.values() if isinstance(values, dict) else values:
-            yield from _tensors(value, depth - 1)
+            yield from tensors_in(value, depth - 1)
 
 
 def _memory(t: torch.Tensor) -> int:

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
+from treeqa.health.draws import tensors_in
 from treeqa.health.findings import Finding
 
 MIN_ROWS = 4
@@ -59,6 +60,9 @@ MIXED = 0.5
 """The share of a tensor's rows that must differ for the tensor to be mixed."""
 TRIES = 3
 """Batches tried at most before the check gives up (each one undecided)."""
+DEPTH = 4
+"""Tuples, lists and dicts looked into for tensors (a forward's (args, kwargs), a dict batch in
+them; an output's hidden states in a ModelOutput)."""
 ATTENTION = (
     nn.MultiheadAttention,
     nn.TransformerEncoder,
@@ -114,7 +118,7 @@ class MixedRows:
         """A sampled training forward of a trained model (the doctor's root pre-hook)."""
         if self.done or self.kept is not None:
             return
-        tensors = [t for t in _tensors((args, kwargs), []) if t.dim() >= 1]
+        tensors = [t for t in tensors_in((args, kwargs), DEPTH) if t.dim() >= 1]
         size = self.batch_size()
         batch = next((t for t in tensors if t.shape[0] == size), None)  # (positions first)
         if batch is None and tensors:
@@ -348,20 +352,8 @@ def _cut(value: Any, rows: int, part: slice) -> Any:
     return value
 
 
-def _tensors(value: Any, found: list[torch.Tensor]) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        found.append(value)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _tensors(v, found)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            _tensors(v, found)
-    return found
-
-
 def _prints(value: Any, rows: int) -> Prints:
-    return [_rows(t, rows) for t in _tensors(value, [])]
+    return [_rows(t, rows) for t in tensors_in(value, DEPTH)]
 
 
 def _rows(t: torch.Tensor, rows: int) -> Rows | None:
