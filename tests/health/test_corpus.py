@@ -242,6 +242,9 @@ EXPECTED = {
     "bug_worker_memory_copied.py": "worker-memory-copied",  # a list of dicts, two forked workers
     "bug_tokens_mostly_unknown.py": "tokens-mostly-unknown",  # built lower-cased, looked up raw
     "bug_metric_not_reset.py": "metric-not-reset",  # early stopping on an Accuracy never reset
+    "bug_dataset_changed_in_place.py": "dataset-changed-in-place",  # x.sub_(m).div_(s) in __getitem__
+    "bug_output_squashed_twice.py": "output-squashed-twice",  # sigmoid of a sigmoid into BCELoss
+    "bug_attention_mask_not_additive.py": "attention-mask-not-additive",  # 0/1 float attn_mask
     "bug_rows_mixed_across_batch.py": "rows-mixed-across-batch",  # batch_first=False, [B, T, d]
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
@@ -258,6 +261,9 @@ CLEAN = [
     "clean_worker_memory_arrays.py",  # NumPy arrays; a small list; a list with no workers
     "clean_token_vocabularies.py",  # a capped vocabulary: 10% unknown, rows padded
     "clean_metrics_reset.py",  # a running metric read within the epoch, reset at its end
+    "clean_soft_targets_updated.py",  # a Dataset's soft targets updated in place by design
+    "clean_squashed_once.py",  # a softmax gate over experts' softmaxes, log into nll_loss
+    "clean_additive_attention_mask.py",  # a float key padding mask of 0 and -1e9
     "clean_rows_scored_alone.py",  # centring, softmax, cumsum and norms over time, not dim 0
     "clean_returned_losses.py",  # loss terms a model returns, each used
     "clean_returned_losses_elsewhere.py",  # by a second optimiser, autograd.grad, a list

@@ -57,6 +57,7 @@ from treeqa.health import (
 )
 from treeqa.health.augmented import AugmentedEvaluation
 from treeqa.health.carried_states import CarriedStates
+from treeqa.health.changed_data import ChangedData
 from treeqa.health.clipping import Clipping
 from treeqa.health.copies import Copies
 from treeqa.health.dropouts import Dropouts
@@ -149,6 +150,9 @@ class Doctor:
         self.evaluated_at: int | None = None  # the clock's step count at the latest evaluation
         self.metric_resets = MetricResets(monitor.add, self._epoch)
         monitor.loaders.on_made = self._loader_made
+        # examples changed in place by their own reading (a dataset's, or a sliced tensor's)
+        self.changed = ChangedData(monitor.add)
+        monitor.at_end.append(self.changed.finish)
         self.scales = InputScales(monitor.add)  # evaluation inputs off the training ones' scale
         self.overlaps = Overlaps(monitor.add)  # Dice or IoU by hand over logits
         self.predictions = Predictions(monitor.add)  # a model's output scored wrongly
@@ -567,6 +571,7 @@ class Doctor:
     def _loader_made(self, loader: Any) -> None:
         self.splits.made(loader)
         self.metric_resets.look()
+        self.changed.loader_made(loader)
 
     def _evaluating(self, module: nn.Module) -> bool:
         """A model the clock trains, run in eval mode without gradients: an evaluation between
@@ -616,6 +621,7 @@ class Doctor:
                 inputs = given(args, kwargs)
                 self.monitor.loss_check.twice.forward(inputs)
                 self.mixed.forward(module, args, kwargs or {})
+                self.changed.forward(inputs)
                 self.labels.training(inputs)
                 if not (self.monitor.compiling or compiled()):  # (wrappers a compiled graph
                     self.masks.begin(module, args, kwargs)  # would guard on)
@@ -639,6 +645,7 @@ class Doctor:
     def _note_scored(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
         """An evaluation's forward: which data its predictions score."""
         self.copies.model_scored(args, kwargs)
+        self.changed.forward(given(args, kwargs))
         if not self.labels.said:
             first = next(iter(given(args, kwargs)), None)
             loaders = self.monitor.loaders

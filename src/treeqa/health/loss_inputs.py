@@ -524,13 +524,13 @@ def _producer(
         name = type(node).__name__
         if name in ops:
             return node, passed
-        if not (VIEWS.fullmatch(name) or _selects(node, rows)) or not node.next_functions:
+        if not (VIEWS.fullmatch(name) or selects(node, rows)) or not node.next_functions:
             return None
         node = node.next_functions[0][0]
     return None
 
 
-def _selects(node: Any, rows: bool) -> bool:
+def selects(node: Any, rows: bool) -> bool:
     """``node`` picks some of its input's entries along its leading dims: ``h[mask]`` (a
     GCN's training nodes, a detector's anchors left in), ``h[idx]``, ``h.index_select(0,
     idx)``. The values are those of its input; with ``rows``, only where it keeps the last dim

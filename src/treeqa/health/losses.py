@@ -34,6 +34,7 @@ from treeqa.health import (
     processes,
     ranges,
     sites,
+    squashed,
     twice,
 )
 from treeqa.health.findings import Finding
@@ -532,6 +533,11 @@ class LossInputCheck:
             if result.requires_grad:
                 self.ranges.note(fname, input, target, kwargs)
             return
+        if fname in (*BINARY, "nll_loss", "kl_div", "cross_entropy") and result.requires_grad:
+            found = squashed.squashed_twice(fname, input)
+            if found is not None:
+                found.where = sites.user_site(2)
+                self.add(found)
         if fname in (*BINARY, "binary_cross_entropy_with_logits"):
             weight = args[1] if len(args) > 1 else kwargs.get("weight")
             reduction = args[4] if len(args) > 4 else kwargs.get("reduction", "mean")

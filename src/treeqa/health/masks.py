@@ -37,6 +37,7 @@ from treeqa.health.causal import IGNORED, CausalReads
 from treeqa.health.findings import Finding
 from treeqa.health.packing import padding_runs
 from treeqa.health.wrap import Wrappers, note_function_calls, note_function_results
+from treeqa.health.zero_one_masks import ZeroOneMasks
 
 SLACK = 1
 """Positions of a row where the mask may differ from the padding, or from its complement."""
@@ -62,6 +63,7 @@ class AttentionMasks:
         self.add = add
         self.causal = CausalReads(add, active)  # read through the same wrappers
         self.padding = PaddingReads(add)  # and attention given no mask over padded rows
+        self.zero_one = ZeroOneMasks(add)  # and floating masks of 0s and 1s
         self.inputs: list[torch.Tensor] = []  # this forward's [B, S] and [B, S, F] tensors
         self.masks: list[torch.Tensor] = []  # the forward's masks read, [B, S] ignored keys
         self.given: list[Any] = []  # the masks its calls were given (held until it ends)
@@ -96,6 +98,7 @@ class AttentionMasks:
     def end(self) -> None:
         self.wrappers.undo()
         self.padding.end()
+        self.zero_one.end()
         self.inputs, self.masks, self.given, self.sifted = [], [], [], False
         if self.read:
             self._tally()
@@ -105,6 +108,7 @@ class AttentionMasks:
         run)."""
         if self.read:
             self._tally()
+        self.zero_one.finish()
         if not self.said and self.inverted and not self.matched:
             self._report()
 
@@ -116,6 +120,8 @@ class AttentionMasks:
     def _called(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.causal.called(name, args, kwargs)
         self.padding.called(name, args, kwargs)
+        if name == FUNCTIONS[0] or (name == FUNCTIONS[1] and not _torchs_own()):
+            self.zero_one.called(name, args, kwargs)
         if len(self.masks) >= CALLS or name not in (*FUNCTIONS, *FILLS) or not self.inputs:
             return
         if name != FUNCTIONS[0] and _torchs_own():
