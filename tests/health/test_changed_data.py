@@ -27,6 +27,7 @@ class Images(Dataset):
     def __init__(self, x, y):
         self.x, self.y = x, y
         self.clean = x.clone()
+        self.rows = list(x.clone())  # per-example tensors
         self.soft = torch.full((len(x), 2), 0.5)
 
     def __len__(self):
@@ -78,6 +79,7 @@ for epoch in range(4):
         ("x = self.x[i]\n        x /= 255.0", False),
         ("x = self.x[i]\n        x.add_(torch.randn_like(x) * 20)", False),
         ("x = self.x[i]\n        x.sub_(100.0).div_(80.0)", False),
+        ("x = self.rows[i]\n        x /= 255.0", False),
         ("xb = X[i : i + 32]\n        xb.sub_(0.5).mul_(2.0)", True),
         ("xb = X[i : i + 32]\n        xb += 0.1 * torch.randn_like(xb)", True),
     ],
@@ -90,9 +92,9 @@ def test_data_transformed_in_place_by_its_reading_is_named(
     assert len(found) == 1 and found[0]["severity"] == "error"
     evidence = found[0]["evidence"]
     assert evidence["sliced_by_hand"] is sliced
-    assert evidence["array"] == (
-        "the tensor [640, 20] the model's input is sliced from" if sliced else "Images.x"
-    )
+    held = "Images.rows" if "self.rows" in get else "Images.x"
+    sliced_from = "the tensor [640, 20] the model's input is sliced from"
+    assert evidence["array"] == (sliced_from if sliced else held)
     assert evidence["values_transformed_again"] >= 16
 
 

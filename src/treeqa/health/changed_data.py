@@ -11,19 +11,23 @@ first epoch or the model forgets what it learnt.
 
 Where it is read (no per-step cost): each DataLoader's dataset, when an iterator over it is made
 (each pass), for its floating tensors and NumPy arrays (attributes of the dataset and of the
-datasets it wraps, ``TensorDataset.tensors``, lists of per-example arrays); and, on sampled
-training steps and in evaluations, the tensor a model's input is a view of (``x._base``,
-``VIEWED`` times its size or more); once more when the run ends. ``POSITIONS`` values of each,
-at fixed positions, are read (one host read) and compared with the last read. An interval in
-which ``CHANGED`` positions or more changed counts, unless they all held one value before (a
-cache first filled). The finding: ``REPEATED`` positions or more (``REPEATED_SHARE`` of them)
-changed in two intervals or more, and moved on from where the first change left them (their RMS
-changed by ``DRIFT`` or more again, or their distance from the first read grew ``FARTHER``
-times): new draws of an augmentation written into a buffer from clean data, a staging buffer
-refilled with batches alike, move no farther. Or intervals that set their positions to one
-value (an erasing, 0), twice or more, leaving that many more positions at it. A dataset's array
-is judged only where its rows are the size of a row of a model's input, or it is 1-D (a series
-cut into windows, a target): a memory bank of soft targets updated by design is not.
+datasets it wraps, ``TensorDataset.tensors``, lists of per-example arrays); again on sampled
+training steps, where the doctor kept the batch's dataset indices (mapped to each array's rows
+through Subsets and ConcatDatasets); and, on sampled training steps and in evaluations, the
+tensor a model's input is a view of (``x._base``, ``VIEWED`` times its size or more); once more
+when the run ends. ``POSITIONS`` values of each, at fixed positions, are read (one host read)
+and compared with the read before. An interval in which ``CHANGED`` positions or more changed
+counts, unless they all held one value before (a cache first filled). The finding: the rows
+batches just drew (or sliced off; read again after the forward) changed since the read before
+more than the other rows (``DRAWN``: changed as they are read, not rewritten between passes,
+nor updated after the step as a memory bank is), and
+``REPEATED`` positions or more (``REPEATED_SHARE`` of them) changed in two intervals or more and
+moved on from where their first change left them (their RMS changed by ``DRIFT`` or more again,
+or their distance from the first read grew ``FARTHER`` times; new draws of an augmentation
+written from clean data move no farther); or intervals that set their positions to one value
+(an erasing, 0), twice or more, leaving that many more positions at it. A dataset's array is
+judged only where its rows are the size of a row of a model's input, or it is 1-D (a series cut
+into windows, a target).
 """
 
 from __future__ import annotations
@@ -55,6 +59,12 @@ REPEATED, REPEATED_SHARE = 16, 0.02
 """Positions transformed twice or more that make the finding (the larger of the two)."""
 DRIFT, FARTHER = 1.1, 1.25
 """Their RMS moved again by this factor, or their distance from the first read grew so."""
+DRAWN, AS_READ, ABOVE = 8, 0.05, 1.5
+"""The rows batches just drew (or sliced off) change as they are read: of their positions read
+(``DRAWN`` or more), the share changed since the read before is ``AS_READ`` more than the
+other rows' share and ``ABOVE`` times it. An array rewritten whole between passes (an
+augmentation drawn afresh from clean data, a cache refreshed), or rows updated after the step
+(a memory bank, a persistent adversarial perturbation), change alike or not at all."""
 SOURCES = 32
 """The most arrays followed."""
 DEPTH = 3
@@ -77,6 +87,11 @@ class Source:
     after: np.ndarray | None = None  # each position's value after its first transform
     counts: np.ndarray | None = None  # intervals each position was transformed in
     fills: dict[float, int] = field(default_factory=dict)  # intervals that set one value
+    row_of: np.ndarray | None = None  # each position's row (its example)
+    # positions of rows a batch just drew (or sliced off), read against the read before, and
+    # those of the other rows: [read, changed] each
+    drawn: list[int] = field(default_factory=lambda: [0, 0])
+    others: list[int] = field(default_factory=lambda: [0, 0])
     said: bool = False
 
 
@@ -87,6 +102,12 @@ class ChangedData:
     def __init__(self, add: Callable[[Finding], None]):
         self.add = add
         self.sources: dict[int, Source] = {}
+        # a loader's dataset's, by its id, with the map from its indices to their rows
+        self.of_dataset: dict[int, list[tuple[Source, Rows]]] = {}
+        self.drawn_at = -1  # the step whose drawn batches were read (its first forward's)
+        # the tensors this forward's inputs were sliced from, with the rows they cover: read
+        # again when it ends (a forward that changes its input in place)
+        self.sliced: list[tuple[Source, np.ndarray | None]] = []
         self.row_sizes: set[int] = set()  # values a row of a model's input holds
         self.said = False
 
@@ -95,22 +116,38 @@ class ChangedData:
         if self.said or not isinstance(dataset, Dataset):
             return
         where = ""
-        for name, array in _arrays(dataset):
-            source = self.sources.get(id(array))
-            if source is None or source.ref() is not array:
+        mine = self.of_dataset.setdefault(id(dataset), [])
+        for name, array, rows in _arrays(dataset):
+            held = array() if isinstance(array, Held) else array  # (the list itself)
+            source = self.sources.get(id(held))
+            if source is None or source.ref() is not held:
                 if len(self.sources) >= SOURCES:
                     continue
                 where = where or sites.user_site()
                 source = _source(array, name, where, manual=False)
                 if source is None:
                     continue
-                self.sources[id(array)] = source
+                self.sources[id(held)] = source
+            if all(s is not source for s, _ in mine):
+                mine.append((source, rows))
             self._read(source)
 
-    def forward(self, inputs: list[torch.Tensor]) -> None:
-        """A sampled training forward's tensors, or an evaluation's (``heldout.given``)."""
+    def forward(
+        self, inputs: list[torch.Tensor], drawn: list[tuple[Any, Any]], step: int = -1
+    ) -> None:
+        """A sampled training forward's tensors, or an evaluation's (``heldout.given``), and
+        the batches drawn for it: (their loader's dataset, their indices in it), read at the
+        step's first forward (a second forward after the loop updated rows it drew by design,
+        an adversarial perturbation, is no reading)."""
         if self.said:
             return
+        if step != self.drawn_at:
+            self.drawn_at = step
+            for dataset, indices in drawn:
+                for held, rows in self.of_dataset.get(id(dataset), []):
+                    if rows is not None and indices is not None and held.ref() is not None:
+                        picked = rows(np.asarray(indices, dtype=np.int64).reshape(-1))
+                        self._read(held, picked[picked >= 0])
         for x in inputs:
             if not x.is_floating_point() or checks.untraceable(x):
                 continue
@@ -127,7 +164,16 @@ class ChangedData:
                 if source is None:
                     continue
                 self.sources[id(base)] = source
-            self._read(source)
+            covered = _covered(x, base)
+            self._read(source, covered)
+            self.sliced.append((source, covered))
+
+    def forward_done(self) -> None:
+        """The forward ended: the tensors its inputs were sliced from are read again."""
+        sliced, self.sliced = self.sliced, []
+        for source, covered in sliced:
+            if not self.said:
+                self._read(source, covered)
 
     def finish(self, steps: Sequence[float] = (), losses: Sequence[float] = ()) -> None:
         """The run ended: each array is read once more."""
@@ -137,7 +183,9 @@ class ChangedData:
             if source.ref() is not None:
                 self._read(source)
 
-    def _read(self, source: Source) -> None:
+    def _read(self, source: Source, drawn: np.ndarray | None = None) -> None:
+        """Read ``source`` again; ``drawn``: the rows of the batch just drawn from it (or
+        sliced off it), whose positions' changes since the read before are counted."""
         values = _values(source)
         if values is None:
             return
@@ -149,6 +197,11 @@ class ChangedData:
             return
         assert source.counts is not None and source.after is not None
         changed = ~((last == values) | (np.isnan(last) & np.isnan(values)))
+        if drawn is not None and source.row_of is not None and len(drawn):
+            just = np.isin(source.row_of, drawn)
+            for kept, these in ((source.drawn, just), (source.others, ~just)):
+                kept[0] += int(these.sum())
+                kept[1] += int((these & changed).sum())
         old, new = last[changed], values[changed]
         if changed.sum() < CHANGED or (np.isfinite(old).all() and np.ptp(old) == 0):
             return  # (a first fill: a cache written once)
@@ -164,6 +217,8 @@ class ChangedData:
         assert source.last is not None and source.after is not None
         if not source.manual and source.row_size not in {1, *self.row_sizes}:
             return  # (no model input has rows of its size: soft targets, weights)
+        if not _as_read(source):
+            return  # (not seen changing as its rows are drawn: rewritten between passes)
         repeated = source.counts >= 2
         least = max(REPEATED, REPEATED_SHARE * len(source.counts))
         found = None
@@ -184,31 +239,86 @@ class ChangedData:
         self.add(finding)
 
 
-def _arrays(dataset: Any, depth: int = 0, path: str = "") -> Iterator[tuple[str, Any]]:
-    """(name, array) for the floating tensors and NumPy arrays a dataset holds, and lists of
-    per-example ones, in its attributes and those of the datasets it holds."""
+Rows = Callable[[np.ndarray], np.ndarray] | None
+"""From a loader's dataset indices to an array's rows (-1: none of its rows); None: unknown."""
+
+
+def _arrays(
+    dataset: Any, depth: int = 0, path: str = "", rows: Rows = None
+) -> Iterator[tuple[str, Any, Rows]]:
+    """(name, array, rows) for the floating tensors and NumPy arrays a dataset holds, and lists
+    of per-example ones, in its attributes and those of the datasets it holds; ``rows`` maps
+    the loader's indices to the array's rows, through Subsets and ConcatDatasets."""
     held = vars(dataset) if hasattr(dataset, "__dict__") else {}
     owner = path or type(dataset).__name__
+    rows = rows if depth else _same
     for attr, value in held.items():
         name = f"{owner}.{attr}"
         if _floating(value):
-            yield name, value
+            yield name, value, _of(rows, dataset, value)
         elif isinstance(value, Dataset) and depth < DEPTH:
-            yield from _arrays(value, depth + 1, name)
+            inner = _through(rows, getattr(dataset, "indices", None) if attr == "dataset" else None)
+            yield from _arrays(value, depth + 1, name, inner)
         elif isinstance(value, list | tuple) and value:
             if all(isinstance(v, Dataset) for v in value[:8]) and depth < DEPTH:
+                starts = [0, *getattr(dataset, "cumulative_sizes", [])]
                 for i, v in enumerate(value[:8]):
-                    yield from _arrays(v, depth + 1, f"{name}[{i}]")
+                    part = _part(rows, starts, i) if len(starts) > len(value) else None
+                    yield from _arrays(v, depth + 1, f"{name}[{i}]", part)
             elif isinstance(value, tuple) and len(value) <= 8:  # TensorDataset.tensors
                 for i, v in enumerate(value):
                     if _floating(v):
-                        yield f"{name}[{i}]", v
+                        yield f"{name}[{i}]", v, _of(rows, dataset, v)
             if isinstance(value, list) and len(value) >= ITEMS // 4 and _item_column(value) != -1:
-                yield name, value
+                yield name, Held(dataset, attr), _of(rows, dataset, value)
         elif isinstance(value, dict) and len(value) <= 8:
             for key, v in value.items():
                 if _floating(v):
-                    yield f"{name}[{key!r}]", v
+                    yield f"{name}[{key!r}]", v, _of(rows, dataset, v)
+
+
+def _same(indices: np.ndarray) -> np.ndarray:
+    return indices
+
+
+def _through(rows: Rows, indices: Any) -> Rows:
+    """A Subset's dataset: the loader's indices through the Subset's own."""
+    if rows is None:
+        return None
+    if indices is None:
+        return rows
+    picked = np.asarray(indices)
+    return lambda i: picked[rows(i)]
+
+
+def _part(rows: Rows, starts: list[int], j: int) -> Rows:
+    """The j-th dataset of a ConcatDataset (starting at ``starts[j]``)."""
+    if rows is None:
+        return None
+    start, end = starts[j], starts[j + 1]
+    return lambda i: np.where((rows(i) >= start) & (rows(i) < end), rows(i) - start, -1)
+
+
+def _of(rows: Rows, dataset: Any, array: Any) -> Rows:
+    """``rows`` where ``array`` holds a row for each example of ``dataset`` (or more: a series
+    cut into windows, each starting at its index), else None."""
+    try:
+        return rows if len(array) >= len(dataset) else None
+    except TypeError:  # a dataset without a length
+        return None
+
+
+class Held:
+    """A list a dataset holds, as that dataset's attribute (a list takes no weak reference):
+    called, the list while the dataset lives and still holds it, else None."""
+
+    def __init__(self, holder: Any, attr: str):
+        self.holder, self.attr = weakref.ref(holder), attr
+
+    def __call__(self) -> list[Any] | None:
+        holder = self.holder()
+        value = vars(holder).get(self.attr) if holder is not None else None
+        return value if isinstance(value, list) else None
 
 
 def _floating(value: Any) -> bool:
@@ -245,7 +355,8 @@ def _element(value: Any) -> bool:
 
 def _source(array: Any, name: str, where: str, manual: bool) -> Source | None:
     rng = np.random.default_rng(0)
-    if isinstance(array, list):
+    if isinstance(array, Held):
+        held, array = array, array()
         column = _item_column(array)
         assert column != -1
         chosen = rng.choice(len(array), min(ITEMS, len(array)), replace=False)
@@ -259,7 +370,8 @@ def _source(array: Any, name: str, where: str, manual: bool) -> Source | None:
         size = int(first.numel() if isinstance(first, torch.Tensor) else first.size)
         if sum(len(p) for _, _, p in items) < SMALLEST // 4:
             return None
-        return Source(weakref.ref(array), name, size, where, manual, items=items)
+        row_of = np.concatenate([np.full(len(p), i) for i, _, p in items])
+        return Source(held, name, size, where, manual, items=items, row_of=row_of)
     n = int(array.numel() if isinstance(array, torch.Tensor) else array.size)
     shape = tuple(array.shape)
     if not shape or n < SMALLEST:
@@ -268,7 +380,30 @@ def _source(array: Any, name: str, where: str, manual: bool) -> Source | None:
     index: Any = np.unravel_index(flat, shape)
     if isinstance(array, torch.Tensor):
         index = tuple(torch.as_tensor(i, device=array.device) for i in index)
-    return Source(weakref.ref(array), name, n // shape[0], where, manual, index=index)
+    row_of = flat // max(n // shape[0], 1)
+    return Source(
+        weakref.ref(array), name, n // shape[0], where, manual, index=index, row_of=row_of
+    )
+
+
+def _as_read(source: Source) -> bool:
+    """The rows batches drew changed as they were read, more than the others (``DRAWN``)."""
+    (seen, changed), (others, other_changed) = source.drawn, source.others
+    if seen < DRAWN:
+        return False
+    share, other = changed / seen, other_changed / max(others, 1)
+    return share >= other + AS_READ and share >= ABOVE * other
+
+
+def _covered(x: torch.Tensor, base: torch.Tensor) -> np.ndarray | None:
+    """The rows of ``base`` that its view ``x`` covers (a slice X[i:i + bs], a chunk), or None
+    where its rows are not laid out one after another."""
+    if base.dim() == 0 or base.stride(0) <= 0 or not base.is_contiguous():
+        return None
+    row = base.stride(0)
+    start = (x.storage_offset() - base.storage_offset()) // row
+    span = sum((n - 1) * st for n, st in zip(x.shape, x.stride(), strict=True) if n > 0)
+    return np.arange(start, start + span // row + 1)
 
 
 def _values(source: Source) -> np.ndarray | None:

@@ -621,7 +621,9 @@ class Doctor:
                 inputs = given(args, kwargs)
                 self.monitor.loss_check.twice.forward(inputs)
                 self.mixed.forward(module, args, kwargs or {})
-                self.changed.forward(inputs)
+                kept = self.monitor.loaders.drawn_batches.kept
+                drawn = [(_dataset(k.drawn_from), k.indices) for k in kept]
+                self.changed.forward(inputs, drawn, self.monitor.step)
                 self.labels.training(inputs)
                 if not (self.monitor.compiling or compiled()):  # (wrappers a compiled graph
                     self.masks.begin(module, args, kwargs)  # would guard on)
@@ -645,7 +647,7 @@ class Doctor:
     def _note_scored(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
         """An evaluation's forward: which data its predictions score."""
         self.copies.model_scored(args, kwargs)
-        self.changed.forward(given(args, kwargs))
+        self.changed.forward(given(args, kwargs), [])
         if not self.labels.said:
             first = next(iter(given(args, kwargs)), None)
             loaders = self.monitor.loaders
@@ -670,6 +672,7 @@ class Doctor:
         # The wait for the next step's data starts when an evaluation's last forward ends.
         if self._evaluating(module):
             self.dropouts.end()
+            self.changed.forward_done()
             self.in_evaluation = False
             if not (self.monitor.compiling or compiled()):  # (wrappers a graph would guard on)
                 self.predictions.done(output, True, id(module))
@@ -678,6 +681,7 @@ class Doctor:
         elif self.updates.sampled and id(module) in self.trained:  # (all it reads is sampled)
             self.updates.forward_done(module, output)
             self.overlaps.forward_done(output, self.monitor.step)
+            self.changed.forward_done()
             if not (self.monitor.compiling or compiled()):
                 self.predictions.done(output, not torch.is_grad_enabled(), id(module))
             self.masks.end()
@@ -1102,3 +1106,9 @@ def _has_moments(optimizer: torch.optim.Optimizer) -> bool:
         for state in optimizer.state.values()
         for v in state.values()
     )
+
+
+def _dataset(drawn_from: Any) -> Any:
+    """The dataset a pass draws from (held weakly), or None where it is gone."""
+    data = drawn_from.data
+    return data() if isinstance(data, weakref.ref) else data

@@ -12,9 +12,10 @@ Read on sampled steps from the loss's input and its autograd graph, no host sync
 (``losses.py`` calls ``squashed_twice`` for ``binary_cross_entropy``, ``nll_loss``, ``kl_div``
 and ``cross_entropy``): the squash the loss is given (a sigmoid or softmax for
 ``binary_cross_entropy``; a ``log_softmax``, or the ``log`` of a softmax or sigmoid, for the
-others) is looked for through view-like nodes, selections of rows, clamps and constants added
-or multiplied (``.clamp(1e-7, 1 - 1e-7)``, ``+ 1e-8``, ``/ T``; at most ``HOPS``), and below it,
-through the same, a second sigmoid or softmax. A softmax's output given to ``cross_entropy``
+others) is looked for through the nodes ``_passed`` passes (views, selections of rows,
+clamps, ``masked_fill``, constants added or multiplied, a temperature: ``.clamp(1e-7, 1 - 1e-7)``,
+``+ 1e-8``, ``/ T``; at most ``HOPS``), and below it, through the same, a second squash
+(``INNER``). A softmax's output given to ``cross_entropy``
 itself is ``probabilities-into-cross-entropy``'s, not this.
 """
 
@@ -31,10 +32,21 @@ HOPS = 6
 """Nodes passed on the way from one squash to the next (views, selections, clamps, constants)."""
 SQUASHES = {"SigmoidBackward0": "sigmoid", "SoftmaxBackward0": "softmax"}
 LOG_SQUASHES = {"LogSoftmaxBackward0": "log_softmax", "LogSigmoidBackward0": "logsigmoid"}
-PASSED = ("ClampBackward1", "ClampMinBackward0", "ClampMaxBackward0", "RsubBackward1")
-"""Nodes whose output is their input's values bounded or complemented (``1 - p``)."""
-BY_CONSTANT = ("AddBackward0", "SubBackward0", "MulBackward0", "DivBackward0")
-"""Nodes passed where their second input is a constant (no node): ``p + eps``, ``p / T``."""
+INNER = {**SQUASHES, "HardsigmoidBackward0": "hardsigmoid"}
+"""Squashes found below the loss's: into [0, 1]; under a sigmoid a tanh too (``(tanh + 1) / 2``
+into (0, 1), or a tanh's [-1, 1] itself: a sigmoid of either lies in (0.27, 0.73))."""
+PASSED = (
+    "ClampBackward1",
+    "ClampMinBackward0",
+    "ClampMaxBackward0",
+    "RsubBackward1",
+    "MaskedFillBackward0",
+)
+"""Nodes whose output is their input's values bounded, complemented (``1 - p``) or filled."""
+ONE_SIDED = ("AddBackward0", "SubBackward0", "WhereBackward0")
+"""Passed where one side has no gradient: ``p + eps``, ``torch.where(known, p, 0)``."""
+SCALED = ("MulBackward0", "DivBackward0")
+"""Passed where the other side is a constant or one number: ``p / T``."""
 
 
 def squashed_twice(fname: str, input: torch.Tensor) -> Finding | None:
@@ -59,34 +71,53 @@ def squashed_twice(fname: str, input: torch.Tensor) -> Finding | None:
     else:
         return None
     inner = _below(outer.next_functions[0][0] if outer.next_functions else None)
-    if inner is None or type(inner).__name__ not in SQUASHES:
+    inners = {**INNER, "TanhBackward0": "tanh"} if name == "SigmoidBackward0" else INNER
+    if inner is None or type(inner).__name__ not in inners:
         return None
     made = taken + {**SQUASHES, **LOG_SQUASHES}[name]
-    return output_squashed_twice(fname, made, SQUASHES[type(inner).__name__])
+    return output_squashed_twice(fname, made, inners[type(inner).__name__])
 
 
 def _below(node: Any) -> Any:
-    """The first node at or below ``node`` that is not a view, a selection of rows, a clamp or
-    a constant added or multiplied (at most ``HOPS`` passed), or None."""
+    """The first node at or below ``node`` that ``_passed`` does not pass (at most ``HOPS``
+    passed), or None."""
     for _ in range(HOPS + 1):
         if node is None:
             return None
-        name = type(node).__name__
-        passed = (
-            loss_inputs.VIEWS.fullmatch(name)
-            or name in PASSED
-            or (name in BY_CONSTANT and len(node.next_functions) == 2 and _constant(node))
-            or loss_inputs.selects(node, rows=False)
-        )
-        if not passed or not node.next_functions:
+        after = _passed(node)
+        if after is None:
             return node
-        node = node.next_functions[0][0]
+        node = after
     return None
 
 
-def _constant(node: Any) -> bool:
-    """The node's second input is no tensor with a gradient (a number, a constant tensor)."""
-    return node.next_functions[1][0] is None
+def _passed(node: Any) -> Any:
+    """The node whose values ``node`` passes on, bounded, complemented, selected or scaled, or
+    None where it is no such node: a view, a selection of rows, a clamp, ``1 - p``, a
+    ``masked_fill``, a ``torch.where`` or a sum with one side that has no gradient (a constant),
+    a product or quotient by a constant or by one number (a temperature, learnt or not)."""
+    name, inputs = type(node).__name__, node.next_functions
+    if not inputs:
+        return None
+    if loss_inputs.VIEWS.fullmatch(name) or name in PASSED or loss_inputs.selects(node, False):
+        return inputs[0][0]
+    if name in ONE_SIDED and len(inputs) == 2:
+        sides = [n for n, _ in inputs if n is not None]
+        return sides[0] if len(sides) == 1 else None
+    if name in SCALED and len(inputs) == 2:
+        if inputs[1][0] is None or _one_number(node, "_saved_other"):
+            return inputs[0][0]
+        if name == "MulBackward0" and _one_number(node, "_saved_self"):
+            return inputs[1][0]
+    return None
+
+
+def _one_number(node: Any, saved: str) -> bool:
+    try:
+        value = getattr(node, saved)
+    except (AttributeError, RuntimeError):  # not saved, or freed
+        return False
+    return isinstance(value, torch.Tensor) and value.numel() == 1
 
 
 def output_squashed_twice(fname: str, outer: str, inner: str) -> Finding:
