@@ -97,13 +97,15 @@ class Source:
 
 class ChangedData:
     """``add``: where the finding goes. ``loader_made`` at each DataLoader iterator made,
-    ``forward`` on each sampled training forward, ``finish`` when the run ends."""
+    ``forward`` on each sampled training forward and each evaluation's, ``forward_done`` when
+    it ends, ``finish`` when the run does."""
 
     def __init__(self, add: Callable[[Finding], None]):
         self.add = add
         self.sources: dict[int, Source] = {}
-        # a loader's dataset's, by its id, with the map from its indices to their rows
-        self.of_dataset: dict[int, list[tuple[Source, Rows]]] = {}
+        # a loader's dataset's, by its id (the dataset weakly), with the map from its indices
+        # to their rows
+        self.of_dataset: dict[int, tuple[Any, list[tuple[Source, Rows]]]] = {}
         self.drawn_at = -1  # the step whose drawn batches were read (its first forward's)
         # the tensors this forward's inputs were sliced from, with the rows they cover: read
         # again when it ends (a forward that changes its input in place)
@@ -116,7 +118,13 @@ class ChangedData:
         if self.said or not isinstance(dataset, Dataset):
             return
         where = ""
-        mine = self.of_dataset.setdefault(id(dataset), [])
+        known = self.of_dataset.get(id(dataset))
+        if known is None or known[0]() is not dataset:  # (not another at a freed one's id)
+            try:
+                known = self.of_dataset[id(dataset)] = (weakref.ref(dataset), [])
+            except TypeError:  # a dataset that takes no weak reference
+                return
+        mine = known[1]
         for name, array, rows in _arrays(dataset):
             held = array() if isinstance(array, Held) else array  # (the list itself)
             source = self.sources.get(id(held))
@@ -144,7 +152,10 @@ class ChangedData:
         if step != self.drawn_at:
             self.drawn_at = step
             for dataset, indices in drawn:
-                for held, rows in self.of_dataset.get(id(dataset), []):
+                known = self.of_dataset.get(id(dataset))
+                if known is None or known[0]() is not dataset:
+                    continue
+                for held, rows in known[1]:
                     if rows is not None and indices is not None and held.ref() is not None:
                         picked = rows(np.asarray(indices, dtype=np.int64).reshape(-1))
                         self._read(held, picked[picked >= 0])
@@ -287,8 +298,16 @@ def _through(rows: Rows, indices: Any) -> Rows:
         return None
     if indices is None:
         return rows
-    picked = np.asarray(indices)
-    return lambda i: picked[rows(i)]
+    picked = np.asarray(indices).reshape(-1)
+    return lambda i: _pick(picked, rows(i))
+
+
+def _pick(picked: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``picked[rows]``, -1 where a row is none of its (-1 already, or past its end)."""
+    if not len(picked):
+        return np.full(len(rows), -1)
+    inside = (rows >= 0) & (rows < len(picked))
+    return np.where(inside, picked[np.where(inside, rows, 0)], -1)
 
 
 def _part(rows: Rows, starts: list[int], j: int) -> Rows:
