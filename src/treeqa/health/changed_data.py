@@ -92,7 +92,6 @@ class Source:
     # those of the other rows: [read, changed] each
     drawn: list[int] = field(default_factory=lambda: [0, 0])
     others: list[int] = field(default_factory=lambda: [0, 0])
-    said: bool = False
 
 
 class ChangedData:
@@ -242,7 +241,7 @@ class ChangedData:
                 found = {"value": value, "fills": fills, "grew": grew}
         if found is None:
             return
-        source.said = self.said = True
+        self.said = True
         finding = dataset_changed_in_place(
             source.name, source.manual, int(repeated.sum()), len(source.counts), found
         )

@@ -647,9 +647,10 @@ class Doctor:
     def _note_scored(self, args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
         """An evaluation's forward: which data its predictions score."""
         self.copies.model_scored(args, kwargs)
-        self.changed.forward(given(args, kwargs), [])
+        inputs = given(args, kwargs)
+        self.changed.forward(inputs, [])
         if not self.labels.said:
-            first = next(iter(given(args, kwargs)), None)
+            first = next(iter(inputs), None)
             loaders = self.monitor.loaders
             newest = loaders.newest() if loaders.newest is not None else None
             drawn_from = loaders.iterators.get(newest) if newest is not None else None
@@ -1110,5 +1111,4 @@ def _has_moments(optimizer: torch.optim.Optimizer) -> bool:
 
 def _dataset(drawn_from: Any) -> Any:
     """The dataset a pass draws from (held weakly), or None where it is gone."""
-    data = drawn_from.data
-    return data() if isinstance(data, weakref.ref) else data
+    return drawn_from.data() if drawn_from.data is not None else None
