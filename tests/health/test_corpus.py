@@ -36,7 +36,7 @@ EXPECTED = {
     "bug_retain_graph.py": "retain-graph-every-step",
     "bug_parameter_alias.py": "parameter-alias",
     "bug_tie_by_data.py": "parameter-alias",  # two parameters over one table
-    "bug_best_weights_by_reference.py": "weights-not-loaded",  # its own tensors loaded back
+    "bug_best_weights_by_reference.py": "state-dict-not-copied",  # best = model.state_dict()
     "bug_sampler_class_weights.py": "sampler-weights-short",
     "bug_packed_lengths_sorted_apart.py": "packed-lengths-mismatch",
     "bug_rnn_state_after_padding.py": "rnn-state-after-padding",
@@ -245,6 +245,7 @@ EXPECTED = {
     "bug_dataset_changed_in_place.py": "dataset-changed-in-place",  # x.sub_(m).div_(s) in __getitem__
     "bug_output_squashed_twice.py": "output-squashed-twice",  # sigmoid of a sigmoid into BCELoss
     "bug_attention_mask_not_additive.py": "attention-mask-not-additive",  # 0/1 float attn_mask
+    "bug_layer_built_in_forward.py": "layer-built-in-forward",  # nn.Linear(n, 10)(x) in forward
     "bug_rows_mixed_across_batch.py": "rows-mixed-across-batch",  # batch_first=False, [B, T, d]
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
@@ -264,6 +265,8 @@ CLEAN = [
     "clean_soft_targets_updated.py",  # a Dataset's soft targets updated in place by design
     "clean_squashed_once.py",  # a softmax gate over experts' softmaxes, log into nll_loss
     "clean_additive_attention_mask.py",  # a float key padding mask of 0 and -1e9
+    "clean_layer_built_once.py",  # a head built at the first forward, before the optimiser
+    "clean_states_kept_as_copies.py",  # a deepcopy of the best; a checkpoint; a target's sync
     "clean_rows_scored_alone.py",  # centring, softmax, cumsum and norms over time, not dim 0
     "clean_returned_losses.py",  # loss terms a model returns, each used
     "clean_returned_losses_elsewhere.py",  # by a second optimiser, autograd.grad, a list

@@ -208,6 +208,7 @@ class Doctor:
         # a copy of the model made before training, evaluated while still at its start
         self.copies = Copies(monitor.add, monitor.safely, lambda: monitor.step, self._optimised)
         self.loaded_weights.read_too = self.copies.touched
+        self.loaded_weights.taken_too = self.resumes.kept.taken
         monitor.loss_check.modules_loaded.append(self.copies.loaded)
         monitor.at_end.append(self.copies.finish)
         # One of several processes: what it trained, to compare with the others.

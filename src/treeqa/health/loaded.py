@@ -43,7 +43,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from treeqa.health import checks, hooks, sites
 from treeqa.health.findings import Finding
-from treeqa.health.wrap import Wrappers, note_calls, note_function_calls
+from treeqa.health.wrap import Wrappers, note_calls_and_results, note_function_calls
 
 SAMPLED = 64
 """Values of each loaded tensor kept to compare (evenly spaced over it)."""
@@ -115,6 +115,7 @@ class LoadedWeights:
         self.handle: Any = None  # the optimisers' step pre-hook, while a load waits
         self.said = False
         self.read_too: Callable[[nn.Module], None] | None = None  # told of state_dict() too
+        self.taken_too: Callable[[nn.Module, Any], None] | None = None  # and of what it returned
 
     def install(self) -> None:
         for name in INITS:
@@ -123,7 +124,9 @@ class LoadedWeights:
             )
         # A loaded model whose state_dict() is read is used (its tensors copied by hand into
         # another model, or averaged into one), as one that runs is.
-        self.wrappers.add(note_calls(nn.Module, "state_dict", self._read))
+        self.wrappers.add(
+            note_calls_and_results(nn.Module, "state_dict", self._read, self._returned)
+        )
 
     def uninstall(self) -> None:
         self.wrappers.undo()
@@ -161,6 +164,11 @@ class LoadedWeights:
         for load in (*self.loads, *self.early):
             if load.module() is module:
                 load.ran[0] = True
+
+    def _returned(self, module: nn.Module, result: Any) -> None:
+        """``module.state_dict()`` returned ``result``."""
+        if self.taken_too is not None:
+            self.taken_too(module, result)
 
     def _initialised(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``nn.init.<name>(tensor, ...)``: the line, where it writes over a loaded tensor."""

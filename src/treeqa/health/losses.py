@@ -239,7 +239,10 @@ class LossInputCheck:
     def _torch_saving(self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """``torch.save(obj, f)``, before it writes."""
         if self.resumes is not None:
-            self.resumes.saved_to(args[1] if len(args) > 1 else kwargs.get("f"))
+            self.resumes.saved_to(
+                args[0] if args else kwargs.get("obj"),
+                args[1] if len(args) > 1 else kwargs.get("f"),
+            )
 
     def _safetensors_loaded(
         self, fname: str, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any

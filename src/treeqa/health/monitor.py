@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from treeqa.health import checks, findings, loss_levels, report, sites, timing, wrap
+from treeqa.health.built_layers import BuiltLayers
 from treeqa.health.collapse import ConstantOutputs
 from treeqa.health.detached import TargetGradients
 from treeqa.health.draws import Draws
@@ -311,6 +312,7 @@ class HealthMonitor(Callback):
         self._rms: dict[str, torch.Tensor] = {}
         self._kinds: dict[str, tuple[Any, ...]] = {}  # of the modules numbered in a stack
         self.inputs = ModelInputs(self.add)  # raw pixels, RNN layouts, dims reordered by view
+        self.built = BuiltLayers(self.add)  # layers made inside a forward
         self.finals = FinalStates(
             self.add, self.safely, lambda: self.sampling and not self.paused
         )  # recurrent layers' final states after padding
@@ -491,6 +493,9 @@ class HealthMonitor(Callback):
             )
             before = functools.partial(self.safely, self._input_hook)
             self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(before))
+            watch = self.built.watch()
+            if watch is not None:
+                self._hooks.append(watch)
         if armed and hooks:
             self._hooks.append(self.nonfinite.begin_step(self.safely))
         if own == self.every + 1 and self.profile.windows == 0:
@@ -845,6 +850,7 @@ class HealthMonitor(Callback):
             if self._anomaly == 2:  # on for more than a first step or two under watch
                 self.add(checks.anomaly_detection_on(s))
         self.inputs.judge(self.loaders.batch_size)
+        self.built.judge(s)
         self.norms.judge()
         self.finals.judge(s)
         drawn = (id(self.loaders.newest), self.loaders.drawn)  # moves with each batch drawn

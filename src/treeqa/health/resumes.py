@@ -59,6 +59,7 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from treeqa.health import sites
 from treeqa.health.findings import Finding
+from treeqa.health.kept_states import KeptStates
 
 DEPTH = 2
 """Levels of a loaded checkpoint looked through (Lightning keeps its optimiser states in a list
@@ -110,6 +111,7 @@ class Resumes:
     def __init__(self, add: Callable[[Finding], None], steps: Callable[[], int] = int) -> None:
         """``steps()``: the optimiser steps of the run so far."""
         self.add, self.steps = add, steps
+        self.kept = KeptStates(add, steps)  # state_dict()s loaded or saved without a copy
         self.saved: list[Saved] = []  # optimiser states no optimiser has loaded or matched
         # states an optimiser loaded: matched again where that optimiser is gone (rebuilt)
         self.claimed: list[tuple[Saved, weakref.ref[torch.optim.Optimizer]]] = []
@@ -210,9 +212,10 @@ class Resumes:
         self.pretrained_folders.add(folder)
         self._weights_from(os.path.join(folder, "config.json"), where)
 
-    def saved_to(self, file: Any) -> None:
-        """``torch.save`` is about to write ``file``: weights loaded from it later are the
-        run's own."""
+    def saved_to(self, obj: Any, file: Any) -> None:
+        """``torch.save`` is about to write ``obj`` to ``file``: weights loaded from it later
+        are the run's own."""
+        self.kept.saving(obj)
         path = _path_of(file)
         if path and len(self.written) < WRITTEN:
             self.written.add(path)
@@ -223,9 +226,7 @@ class Resumes:
         new; none of them in it at all, under ``strict=False``, is ``weights-not-loaded``."""
         if not isinstance(state_dict, dict):
             return
-        if _own_tensors(module, state_dict):
-            if self.steps():  # (before any step, a load of its own weights is only idle)
-                self.add(_own_weights_loaded(type(module).__name__, len(state_dict)))
+        if self.kept.loading(module, state_dict):  # (a state_dict() kept without a copy)
             return
         if not strict and state_dict:
             self._none_matched(module, state_dict)
@@ -544,36 +545,6 @@ def _unwrapped(optimizer: Any) -> Any:
     ``Trainer``'s scheduler is built over) holds it as ``.optimizer``."""
     inner = getattr(optimizer, "optimizer", None)
     return inner if isinstance(inner, torch.optim.Optimizer) else optimizer
-
-
-def _own_tensors(module: nn.Module, state_dict: dict[Any, Any]) -> bool:
-    """Every parameter ``state_dict`` names is the module's own, in the same memory: a
-    ``state_dict()`` kept without a copy (its tensors are the parameters' memory, and follow
-    them as they train)."""
-    shared = 0
-    for name, p in module.named_parameters():
-        given = state_dict.get(name)
-        if not isinstance(given, torch.Tensor) or given.layout != torch.strided:
-            continue
-        if given.data_ptr() != p.data_ptr() or given.shape != p.shape or p.numel() == 0:
-            return False
-        shared += 1
-    return shared > 0
-
-
-def _own_weights_loaded(model: str, keys: int) -> Finding:
-    return Finding(
-        "weights-not-loaded",
-        "error",
-        f"load_state_dict was given the {model}'s own tensors ({keys} keys): a state_dict() "
-        "kept without a copy holds the parameters' memory and follows them as they train, so "
-        "'restoring' it loads the weights the model has now and changes nothing (the best "
-        "epoch's weights kept this way are lost)",
-        where=sites.user_site(),
-        evidence={"keys": keys},
-        fix="keep a copy: best = copy.deepcopy(model.state_dict()) (or {k: v.clone() for k, v "
-        "in model.state_dict().items()}), then model.load_state_dict(best)",
-    )
 
 
 def _path_of(file: Any) -> str:
