@@ -246,6 +246,7 @@ EXPECTED = {
     "bug_output_squashed_twice.py": "output-squashed-twice",  # sigmoid of a sigmoid into BCELoss
     "bug_attention_mask_not_additive.py": "attention-mask-not-additive",  # 0/1 float attn_mask
     "bug_layer_built_in_forward.py": "layer-built-in-forward",  # nn.Linear(n, 10)(x) in forward
+    "bug_targets_not_scaled.py": "targets-not-scaled",  # an MSE on raw kelvin, about 300
     "bug_rows_mixed_across_batch.py": "rows-mixed-across-batch",  # batch_first=False, [B, T, d]
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
@@ -267,6 +268,7 @@ CLEAN = [
     "clean_additive_attention_mask.py",  # a float key padding mask of 0 and -1e9
     "clean_layer_built_once.py",  # a head built at the first forward, before the optimiser
     "clean_states_kept_as_copies.py",  # a deepcopy of the best; a checkpoint; a target's sync
+    "clean_targets_at_their_scale.py",  # kelvin standardised; raw, a model started at them
     "clean_rows_scored_alone.py",  # centring, softmax, cumsum and norms over time, not dim 0
     "clean_returned_losses.py",  # loss terms a model returns, each used
     "clean_returned_losses_elsewhere.py",  # by a second optimiser, autograd.grad, a list

@@ -56,6 +56,7 @@ def script(take: str, end: str, keep: int = 1, each: str = "") -> str:
         ("model.state_dict()", "torch.save(best, PATH)"),
         ("dict(model.state_dict())", "torch.save(best, PATH)"),
         ("{'epoch': epoch, 'model': model.state_dict()}", "torch.save(best, PATH)"),
+        ("{k: v.detach() for k, v in model.state_dict().items()}", "torch.save((6, best), PATH)"),
         # into another model (a fold's best, kept for an ensemble)
         ("model.state_dict()", "other.load_state_dict(best)"),
     ],
@@ -66,8 +67,7 @@ def test_a_state_kept_without_a_copy_is_named(
     text = script(take, end.replace("PATH", PATH.format(tmp_path / "best.pt")))
     found = doctor(text, CODE)
     assert len(found) == 1 and found[0]["severity"] == "error"
-    # epoch 1's end; a dict of new tensors over the same memory is not traced to its call
-    assert found[0]["evidence"]["taken_at_step"] == (None if "detach" in take else 20)
+    assert found[0]["evidence"]["taken_at_step"] == 20  # epoch 1's end
     assert found[0]["where"].endswith(f":{len(text.splitlines())}")  # the last line
 
 
@@ -87,6 +87,8 @@ def test_a_state_kept_without_a_copy_is_named(
         ),
         # another model's weights: a target network's sync
         ("None", "other.load_state_dict(model.state_dict())", 1, ""),
+        # taken after the last step, loaded back after an evaluation: nothing changed between
+        ("None", "best = model.state_dict(); model(x); model.load_state_dict(best)", 1, ""),
     ],
 )
 def test_copies_and_states_saved_as_taken_are_not_named(

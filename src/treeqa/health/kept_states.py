@@ -30,7 +30,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import torch
 from torch import nn
@@ -40,17 +40,25 @@ from treeqa.health.findings import Finding
 
 KEPT = 32
 """``state_dict()`` calls remembered: a best epoch's, kept among checkpoints saved since."""
+TENSORS, VALUES = 8, 16
+"""Floating tensors of a ``state_dict()`` read when it is taken, and values of each (evenly
+spaced): compared with the same places when it is loaded or saved."""
+ROUNDING = 1e-6
+"""A value moved when it differs by more than this part of its magnitude (or of the tensor's
+mean magnitude)."""
 HERE = str(Path(__file__).parent)
 _STATE_DICT = nn.Module.state_dict.__code__
 """The code of ``Module.state_dict``, which calls itself for each submodule."""
 
 
 class Taken(NamedTuple):
-    """One ``state_dict()`` call: its first tensor (weakly), its tensors' version counters
-    added up, the module's class, the run's step, the line."""
+    """One ``state_dict()`` call: its first tensor (weakly) and that tensor's memory, a few
+    values of its first floating tensors (name, positions, values), the module's class, the
+    run's step, the line."""
 
     first: weakref.ref[torch.Tensor]
-    versions: int
+    pointer: tuple[int, int]
+    read: list[tuple[str, torch.Tensor, torch.Tensor]]
     kind: str
     step: int
     where: str
@@ -66,26 +74,34 @@ class KeptStates:
 
     def taken(self, module: nn.Module, result: Any) -> None:
         """``module.state_dict()`` returned ``result`` (the script's call, or one a framework
-        made; the calls it makes for the submodules are passed over)."""
+        made; the calls it makes for the submodules are passed over): a few of its values are
+        read (one host read)."""
         if self.said or not isinstance(result, dict) or _nested():
             return
         first = _first_tensor(result)
         if first is not None:
-            versions = _versions(result)
-            kind = type(module).__name__
             self.taken_calls.append(
-                Taken(weakref.ref(first), versions, kind, self.steps(), sites.user_site())
+                Taken(
+                    weakref.ref(first),
+                    _pointer(first),
+                    _read(result),
+                    type(module).__name__,
+                    self.steps(),
+                    sites.user_site(),
+                )
             )
 
     def loading(self, module: nn.Module, state_dict: dict[Any, Any]) -> bool:
         """``module.load_state_dict(state_dict)``: whether ``state_dict`` is the module's own
-        tensors (said after the run's first step), or another's written since it was taken
-        (said)."""
+        tensors (said after the run's first step, unless taken by a ``state_dict()`` call
+        whose values are unchanged since: a load right after it), or another's that changed
+        since it was taken (said)."""
         own = own_tensors(module, state_dict)
         if self.said or (own and not self.steps()):
             return own
         taken = self._taken(state_dict)
-        if own:
+        moved = taken is not None and _moved(state_dict, taken)
+        if own and (taken is None or moved):
             when = f" (taken at step {taken.step}, {taken.where})" if taken else ""
             self._say(
                 f"load_state_dict was given the {type(module).__name__}'s own tensors "
@@ -96,30 +112,35 @@ class KeptStates:
                 state_dict,
                 taken,
             )
-        elif taken is not None and _versions(state_dict) > taken.versions:
+        elif taken is not None and moved:
             self._say(
                 f"load_state_dict into the {type(module).__name__} was given a state_dict() of "
                 f"the {taken.kind} taken at step {taken.step} ({taken.where}) without a copy: "
-                f"{_written(state_dict, taken)}, so the weights loaded are those last written "
-                f"(the run is at step {self.steps()}), not those it was kept for",
+                "its tensors are the parameters' memory, which the steps since have changed, "
+                "so the weights loaded are those last written (the run is at step "
+                f"{self.steps()}), not those it was kept for",
                 state_dict,
                 taken,
             )
         return own
 
     def saving(self, obj: Any) -> None:
-        """``torch.save(obj, ...)`` is about to write: a dict a ``state_dict()`` call made,
-        written since, is saved as it is now."""
+        """``torch.save(obj, ...)`` is about to write: a dict a ``state_dict()`` call made
+        (``obj``, or one level into it), changed since, is saved as it is now."""
         if self.said or not self.taken_calls:
             return
-        for state in [obj, *obj.values()] if isinstance(obj, dict) else []:
+        inner = (
+            obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list | tuple) else ()
+        )
+        for state in [obj, *inner]:
             taken = self._taken(state) if isinstance(state, dict) else None
-            if taken is not None and _versions(state) > taken.versions:
+            if taken is not None and _moved(state, taken):
                 self._say(
                     f"torch.save wrote a state_dict() of the {taken.kind} taken at step "
-                    f"{taken.step} ({taken.where}) without a copy: {_written(state, taken)}, so "
-                    f"the file holds the weights last written (the run is at step "
-                    f"{self.steps()}), not those it was kept for",
+                    f"{taken.step} ({taken.where}) without a copy: its tensors are the "
+                    "parameters' memory, which the steps since have changed, so the file holds "
+                    f"the weights last written (the run is at step {self.steps()}), not those "
+                    "it was kept for",
                     state,
                     taken,
                 )
@@ -143,11 +164,14 @@ class KeptStates:
         )
 
     def _taken(self, state: dict[Any, Any]) -> Taken | None:
-        """The latest ``state_dict()`` call whose first tensor ``state`` holds first."""
+        """The latest ``state_dict()`` call whose first tensor ``state`` holds first; else the
+        latest whose first tensor's memory it holds first (``{k: v.detach() ...}``)."""
         first = _first_tensor(state)
         if first is None:
             return None
-        return next((t for t in reversed(self.taken_calls) if t.first() is first), None)
+        calls = list(reversed(self.taken_calls))
+        same = next((t for t in calls if t.first() is first), None)
+        return same or next((t for t in calls if t.pointer == _pointer(first)), None)
 
 
 def own_tensors(module: nn.Module, state_dict: dict[Any, Any]) -> bool:
@@ -178,16 +202,58 @@ def _first_tensor(state: dict[Any, Any]) -> torch.Tensor | None:
     return next((v for v in state.values() if isinstance(v, torch.Tensor)), None)
 
 
-def _versions(state: dict[Any, Any]) -> int:
-    """The version counters of ``state``'s tensors added up: each in-place write to them (or
-    to the parameters they are taken from) adds one."""
-    return sum(v._version for v in state.values() if isinstance(v, torch.Tensor))
+def _pointer(tensor: torch.Tensor) -> tuple[int, int]:
+    """Where a tensor's values are: its first value's address and how many (0, 0 for one
+    without memory of its own to read)."""
+    if tensor.layout != torch.strided or tensor.device.type == "meta":
+        return 0, 0
+    return tensor.data_ptr(), tensor.numel()
 
 
-def _written(state: dict[Any, Any], taken: Taken) -> str:
-    tensors = sum(isinstance(v, torch.Tensor) for v in state.values())
-    writes = (_versions(state) - taken.versions) / max(tensors, 1)
+def _readable(tensor: Any) -> TypeGuard[torch.Tensor]:
     return (
-        f"its tensors are the parameters' memory, written since (its {tensors} tensors about "
-        f"{writes:,.0f} times each: optimiser updates)"
+        isinstance(tensor, torch.Tensor)
+        and tensor.is_floating_point()
+        and tensor.layout == torch.strided
+        and tensor.device.type != "meta"
+        and tensor.numel() > 0
     )
+
+
+def _read(state: dict[Any, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(name, positions, values) of ``VALUES`` evenly spaced values of each of the first
+    ``TENSORS`` floating tensors of ``state``, brought to the host in one copy."""
+    names = [k for k, v in state.items() if _readable(v)][:TENSORS]
+    if not names:
+        return []
+    picks = []
+    for name in names:
+        flat = state[name].detach().reshape(-1)
+        positions = torch.linspace(0, flat.numel() - 1, min(VALUES, flat.numel())).long()
+        picks.append((name, positions, flat[positions.to(flat.device)].float()))
+    values = torch.cat([v.to(picks[0][2].device) for _, _, v in picks]).cpu()
+    split = values.split([len(p) for _, p, _ in picks])
+    return [(name, positions, v) for (name, positions, _), v in zip(picks, split, strict=True)]
+
+
+def _moved(state: dict[Any, Any], taken: Taken) -> bool:
+    """Whether half the tensors read when ``taken`` was made hold other values in ``state``
+    now (a frozen part an optimiser steps by zero is unchanged)."""
+    read: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    for name, positions, values in taken.read:
+        tensor = state.get(name)
+        if _readable(tensor) and tensor.numel() > int(positions[-1]):
+            read.append((tensor, positions, values))
+    if not read:
+        return False
+    device = read[0][0].device
+    now = torch.cat(
+        [t.detach().reshape(-1)[p.to(t.device)].float().to(device) for t, p, _ in read]
+    ).cpu()
+    moved = 0
+    for (_, _, values), current in zip(read, now.split([len(v) for _, _, v in read]), strict=True):
+        scale = values.abs().mean() + 1e-12
+        moved += bool(
+            ((current - values).abs() > ROUNDING * torch.maximum(values.abs(), scale)).any()
+        )
+    return moved * 2 >= len(read)

@@ -35,6 +35,7 @@ from treeqa.health import (
     ranges,
     sites,
     squashed,
+    target_scales,
     twice,
 )
 from treeqa.health.findings import Finding
@@ -155,6 +156,7 @@ class LossInputCheck:
         # the noted regression loss's target sums (``TargetMoments.batch``), micro-batches added
         self.batch_moments: tuple[tuple[int, ...], int, torch.Tensor] | None = None
         self.ranges = ranges.OutputRanges(add)  # ``targets-outside-output-range``
+        self.scales = target_scales.TargetScales(add)  # ``targets-not-scaled``
         self.leaks = leaks.FeatureLeaks(add)  # ``target-in-features``: given inputs by the doctor
         self.backwards: list[Callable[[Any], None]] = [self.leaks.backward]
         self.twice = twice.AveragedTwice(add)  # ``loss-averaged-twice``
@@ -535,6 +537,7 @@ class LossInputCheck:
                     self.add(found)
             if result.requires_grad:
                 self.ranges.note(fname, input, target, kwargs)
+                self.scales.note(fname, input, target, kwargs)
             return
         if fname in (*BINARY, "nll_loss", "kl_div", "cross_entropy") and result.requires_grad:
             found = squashed.squashed_twice(fname, input)

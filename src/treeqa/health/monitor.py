@@ -454,6 +454,7 @@ class HealthMonitor(Callback):
         self.finals.uninstall()
         self.draws.uninstall()
         self.norms.unhook()
+        self.built.close()
 
     def _sampled(self, s: int) -> bool:
         """Whether step ``s`` is sampled: the run's first 3, then every ``every``-th."""
@@ -493,9 +494,7 @@ class HealthMonitor(Callback):
             )
             before = functools.partial(self.safely, self._input_hook)
             self._hooks.append(torch.nn.modules.module.register_module_forward_pre_hook(before))
-            watch = self.built.watch()
-            if watch is not None:
-                self._hooks.append(watch)
+            self.built.open()
         if armed and hooks:
             self._hooks.append(self.nonfinite.begin_step(self.safely))
         if own == self.every + 1 and self.profile.windows == 0:
@@ -579,6 +578,7 @@ class HealthMonitor(Callback):
         if self._hooks:
             self._remove_hooks()
         if self.sampling:
+            self.built.close()
             ce, self.loss_check.cross_entropy = self.loss_check.cross_entropy, None
             self.loss_check.cross_entropies = {}
             factors, self.loss_check.factors = self.loss_check.factors, []
@@ -601,6 +601,8 @@ class HealthMonitor(Callback):
                     self.batch_moments[s] = moments
             self._sampled_checks(s, tensor)
             self.sampling = False
+            if self._sampled(s + 1) and not self.compiling:  # (steps 1-3: a layer made in the
+                self.built.open()  # loop before the next step's forward is seen)
         if s - self._unused_from < 3 and self.params:
             self._note_unused(s)
         if self._unused_params:
@@ -708,6 +710,7 @@ class HealthMonitor(Callback):
             self._track_unused(self.step, last=True)
         self.nonfinite.finish()
         self.loss_check.ranges.finish()
+        self.loss_check.scales.finish()
         self.loss_check.leaks.finish(self.step)
         steps, losses = self.even("step"), self.even("loss")
         for judge in self.at_end:
