@@ -44,16 +44,17 @@ HERE = str(Path(__file__).parent)
 
 
 class BuiltLayers:
-    """``add``: where findings go. ``watch()`` at a sampled step's start gives the handle that
-    ends the watch (kept with the step's hooks); ``judge(step)`` after it."""
+    """``add``: where findings go. The monitor calls ``open()`` at a sampled step's start (and
+    at the end of a sampled step whose next one is sampled too), ``close()`` at a sampled
+    step's end, then ``judge(step)``."""
 
     def __init__(self, add: Callable[[Finding], None]) -> None:
         self.add = add
         self.wrappers = Wrappers()
-        # (module, line, whether in a forward) made while the watch is on
+        # (module, line, whether in a forward) made while open
         self.made: list[tuple[nn.Module, str, bool]] = []
         self.params: list[tuple[nn.Parameter, str]] = []  # nn.Parameters the script made there
-        self.new: set[int] = set()  # ids of every nn.Parameter made while the watch is on
+        self.new: set[int] = set()  # ids of every nn.Parameter made while open
         self.steps: dict[str, list[int]] = {}  # line -> the sampled steps a layer was made at it
         self.values: dict[str, list[float]] = {}  # line -> a few of the last weights made there
         self.said = False

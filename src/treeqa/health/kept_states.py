@@ -6,21 +6,22 @@ are the parameters' memory, so they follow the weights as training goes on: earl
 loaded into another model (a fold's best, kept for an ensemble) or saved with
 ``torch.save(best, path)`` after more steps, it gives the last weights.
 
-Two places tell it (doctor only):
-
-- ``load_state_dict`` given the module's own tensors (every parameter it names in the same
-  memory), after the run's first step (before it, such a load restores nothing that was
-  trained, and harms nothing).
-- ``load_state_dict`` into another module, or ``torch.save``, of a dict (or of a dict's value:
-  a checkpoint ``{"model": ...}`` kept in memory) that a ``state_dict()`` call made: its first
-  tensor is one that call returned (a shallow copy keeps them), and its tensors were written
-  since (their version counters, which a ``state_dict()``'s tensors share with the parameters,
-  moved: optimiser updates, running statistics). A dict loaded or saved as it was taken (a
-  target network's sync, a checkpoint each epoch) is not named.
+Where a dict is loaded (``load_state_dict``) or saved (``torch.save``, or one level into what
+it saves: a checkpoint ``{"model": ...}`` kept in memory, a tuple), it is traced to the latest
+``state_dict()`` call whose first tensor it holds first (a shallow copy keeps them), or else
+whose first tensor's memory it holds first (``{k: v.detach() ...}``), and named where half the
+tensors read at that call hold other values now (optimiser updates, running statistics, writes
+through ``.data``): loaded into its own model, into another, or saved (doctor only). A load of
+the module's own tensors (every parameter it names in the same memory) that no call traces is
+named after the run's first step (before it, such a load restores nothing that was trained). A
+dict loaded or saved with the values it was taken with (a target network's sync, a checkpoint
+each epoch, a load back right after an evaluation, a frozen part an optimiser steps by zero) is
+not named.
 
 ``state_dict()`` calls are seen through ``loaded.py``'s wrapper (the outermost call, not the
-ones it makes for the submodules): the first tensor (weakly), the sum of the tensors' version
-counters, the module's class, the run's step and the line, for the last ``KEPT`` calls.
+ones it makes for the submodules): the first tensor (weakly) and its memory, a few values of
+the first floating tensors (gathered on their device), the module's class, the run's step and
+the line, for the last ``KEPT`` calls.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class KeptStates:
     def taken(self, module: nn.Module, result: Any) -> None:
         """``module.state_dict()`` returned ``result`` (the script's call, or one a framework
         made; the calls it makes for the submodules are passed over): a few of its values are
-        read (one host read)."""
+        gathered on their device."""
         if self.said or not isinstance(result, dict) or _nested():
             return
         first = _first_tensor(result)
@@ -217,43 +218,35 @@ def _readable(tensor: Any) -> TypeGuard[torch.Tensor]:
         and tensor.layout == torch.strided
         and tensor.device.type != "meta"
         and tensor.numel() > 0
+        and tensor.is_contiguous()
     )
 
 
 def _read(state: dict[Any, Any]) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
     """(name, positions, values) of ``VALUES`` evenly spaced values of each of the first
-    ``TENSORS`` floating tensors of ``state``, brought to the host in one copy."""
-    names = [k for k, v in state.items() if _readable(v)][:TENSORS]
-    if not names:
-        return []
+    ``TENSORS`` floating tensors of ``state``, gathered on their device (no host read: an
+    average updated from ``state_dict()`` at every step waits for nothing)."""
     picks = []
-    for name in names:
-        flat = state[name].detach().reshape(-1)
+    for name in [k for k, v in state.items() if _readable(v)][:TENSORS]:
+        flat = state[name].detach().view(-1)
         positions = torch.linspace(0, flat.numel() - 1, min(VALUES, flat.numel())).long()
         picks.append((name, positions, flat[positions.to(flat.device)].float()))
-    values = torch.cat([v.to(picks[0][2].device) for _, _, v in picks]).cpu()
-    split = values.split([len(p) for _, p, _ in picks])
-    return [(name, positions, v) for (name, positions, _), v in zip(picks, split, strict=True)]
+    return picks
 
 
 def _moved(state: dict[Any, Any], taken: Taken) -> bool:
     """Whether half the tensors read when ``taken`` was made hold other values in ``state``
-    now (a frozen part an optimiser steps by zero is unchanged)."""
-    read: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    now (a frozen part an optimiser steps by zero is unchanged): one host read."""
+    changed = []
     for name, positions, values in taken.read:
         tensor = state.get(name)
-        if _readable(tensor) and tensor.numel() > int(positions[-1]):
-            read.append((tensor, positions, values))
-    if not read:
-        return False
-    device = read[0][0].device
-    now = torch.cat(
-        [t.detach().reshape(-1)[p.to(t.device)].float().to(device) for t, p, _ in read]
-    ).cpu()
-    moved = 0
-    for (_, _, values), current in zip(read, now.split([len(v) for _, _, v in read]), strict=True):
+        if not _readable(tensor) or tensor.numel() <= int(positions[-1]):
+            continue
+        now = tensor.detach().view(-1)[positions.to(tensor.device)].float().to(values.device)
         scale = values.abs().mean() + 1e-12
-        moved += bool(
-            ((current - values).abs() > ROUNDING * torch.maximum(values.abs(), scale)).any()
-        )
-    return moved * 2 >= len(read)
+        off = (now - values).abs() > ROUNDING * torch.maximum(values.abs(), scale)
+        changed.append(off.any())
+    if not changed:
+        return False
+    device = changed[0].device
+    return int(torch.stack([c.to(device) for c in changed]).sum()) * 2 >= len(changed)
