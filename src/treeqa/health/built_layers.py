@@ -72,7 +72,7 @@ class BuiltLayers:
 
     def _made(self, module: nn.Module, *_: Any, **__: Any) -> None:
         """``module.__init__`` starts (for a subclass, from its own ``__init__``)."""
-        self.made.append((module, _maker(module), _in_forward()))
+        self.made.append((module, _maker(module), sites.in_module_call()))
 
     def _making(self, cls: type) -> None:
         """Nothing to note before ``nn.Parameter.__new__`` runs."""
@@ -84,7 +84,7 @@ class BuiltLayers:
         frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename.startswith(HERE):
             frame = frame.f_back
-        if frame is not None and sites.users(frame.f_code.co_filename) and _in_forward():
+        if frame is not None and sites.users(frame.f_code.co_filename) and sites.in_module_call():
             self.params.append((param, f"{frame.f_code.co_filename}:{frame.f_lineno}"))
 
     def judge(self, step: int) -> None:
@@ -135,14 +135,6 @@ def _some_values(params: list[nn.Parameter]) -> list[float]:
     if not params:
         return []
     return params[0].detach().reshape(-1)[:8].float().tolist()
-
-
-def _in_forward() -> bool:
-    """Whether a module's forward is running (a module call's frame on the stack)."""
-    frame: FrameType | None = sys._getframe(2)
-    while frame is not None and frame.f_code is not sites._CALL:
-        frame = frame.f_back
-    return frame is not None
 
 
 def _mode(module: nn.Module) -> str:

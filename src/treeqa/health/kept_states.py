@@ -97,7 +97,7 @@ class KeptStates:
         tensors (said after the run's first step, unless taken by a ``state_dict()`` call
         whose values are unchanged since: a load right after it), or another's that changed
         since it was taken (said)."""
-        own = own_tensors(module, state_dict)
+        own = _own_tensors(module, state_dict)
         if self.said or (own and not self.steps()):
             return own
         taken = self._taken(state_dict)
@@ -175,7 +175,7 @@ class KeptStates:
         return same or next((t for t in calls if t.pointer == _pointer(first)), None)
 
 
-def own_tensors(module: nn.Module, state_dict: dict[Any, Any]) -> bool:
+def _own_tensors(module: nn.Module, state_dict: dict[Any, Any]) -> bool:
     """Every parameter ``state_dict`` names is the module's own, in the same memory: a
     ``state_dict()`` kept without a copy (its tensors are the parameters' memory, and follow
     them as they train)."""

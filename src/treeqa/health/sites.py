@@ -70,6 +70,14 @@ def user_site(depth: int = 1) -> str:
     return "" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
+def in_module_call() -> bool:
+    """Whether a module's forward is running (a module call's frame on the stack)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code is not _CALL:
+        frame = frame.f_back
+    return frame is not None
+
+
 def models_caller() -> str:
     """The script's line that called the outermost module running now (``evaluate(model)``'s
     ``model(x)``, not a line of the model's own ``forward``)."""
