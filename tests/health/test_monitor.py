@@ -2362,6 +2362,12 @@ def test_a_steps_work_is_the_measure_that_grew_most() -> None:
     assert work[10] == 1.0 and work[30] == 8.0 and work[60] == 8.0
     assert timing.most_growth(nodes, [math.nan] * 100)[60] == 2.0
     assert math.isnan(timing.most_growth([math.nan] * 4, [math.nan] * 4)[0])
+    # Nodes read every 4th step only: each holds until the next reading, not the elements'
+    # flat 1.0 on three steps in four (a model grown block by block: 14 -> 35 nodes a step).
+    grown = [(14.0 + 7 * (s // 100)) if s % 4 == 0 else math.nan for s in range(400)]
+    work = timing.most_growth(grown, [1536.0] * 400)
+    assert work[301] == work[303] == 35 / 14
+    assert timing.work_growth(work, 20)[3] >= 2.0
 
 
 def test_label_counts_give_the_chance_level_of_imbalanced_classes_only() -> None:
@@ -2588,3 +2594,27 @@ def test_a_growth_said_early_that_stopped_since_becomes_information() -> None:
     monitor._series_checks(len(whole))
     assert monitor.findings[key].severity == "info"
     assert "host RSS after each step rose +" in monitor.findings[key].message
+
+
+def test_activation_growth_takes_no_weightless_layer_for_a_block() -> None:
+    """A CNN's three ReLUs (after convolutions of three shapes) and a 2-64-64-64 MLP's SiLUs
+    were the most common kind of their ``nn.Sequential``, and their outputs, grown 16-35x as
+    the models learned, were named; a ReLU follows the layer before it and is no block."""
+    features = nn.Sequential(
+        nn.Conv2d(1, 16, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 3), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Conv2d(32, 32, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+    )  # fmt: skip
+    kinds = {f"features.{i}": checks.module_kind(m) for i, m in enumerate(features)}
+    rms = {f"features.{i}": 0.23 * 5.9 ** (i // 3) for i in range(9)}  # c_classify_count_bins
+    assert checks.activation_growth(rms, kinds) is None
+    mlp = nn.Sequential(
+        nn.Linear(2, 64), nn.SiLU(), nn.Linear(64, 64), nn.SiLU(), nn.Linear(64, 64), nn.SiLU()
+    )
+    kinds = {f"encoder.{i}": checks.module_kind(m) for i, m in enumerate(mlp)}
+    rms = {f"encoder.{i}": 0.44 * 4.1 ** (i // 2) for i in range(6)}
+    assert checks.activation_growth(rms, kinds) is None
+    # Four like convolutions, each with its ReLU, are still a stack, and their growth found.
+    convs = nn.Sequential(*(m for _ in range(4) for m in (nn.Conv2d(8, 8, 3), nn.ReLU())))
+    kinds = {f"c.{i}": checks.module_kind(m) for i, m in enumerate(convs)}
+    found = checks.activation_growth({f"c.{i}": 10.0 ** (i // 2) for i in range(8)}, kinds)
+    assert found is not None and found.evidence["rms"] == [1.0, 10.0, 100.0, 1000.0]

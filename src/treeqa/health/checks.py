@@ -420,11 +420,13 @@ def activation_growth(
     worst: tuple[float, str, list[float]] | None = None
     for prefix, items in groups.items():
         if kinds is not None:
-            # The most common kind; of kinds as common, the one with weights: a deep MLP's
-            # Linear layers beside its ReLUs, whose outputs follow the layer before them.
-            counts = Counter(kind for _, _, kind in items)
-            rank = {k: (n, k is not None and bool(k[1] or k[2])) for k, n in counts.items()}
-            best = [k for k, r in rank.items() if r == max(rank.values())]
+            # The most common kind with weights (or children): a ReLU, a pooling or dropout
+            # follows the layer before it and is no block. A CNN's three ReLUs after convs of
+            # three shapes, or a 2-64-64-64 MLP's SiLUs, grew 16-35x as they learned.
+            counts = Counter(kind for _, _, kind in items if kind is not None and any(kind[1:]))
+            if not counts:
+                continue
+            best = [k for k, n in counts.items() if n == max(counts.values())]
             if len(best) > 1:  # no one kind repeats most
                 continue
             items = [i for i in items if i[2] == best[0]]
