@@ -136,6 +136,10 @@ def test_recurrent_models_by_their_directions() -> None:
     assert _steps(lambda: None, ids, next_ids, 3 * STEPS, model=one_way) == []
     # a recurrent decoder's attention over a source as long as its target is no leak
     assert _steps(_attention(), ids, next_ids, 3 * STEPS, model=one_way) == []
+    # A seq2seq's decoder stepped by an LSTMCell beside its bidirectional encoder (of the
+    # source) was named: the cell reads one way.
+    seq2seq = nn.ModuleList([nn.LSTM(4, 4, bidirectional=True), nn.LSTMCell(4, 4)])
+    assert _steps(lambda: None, ids, next_ids, 3 * STEPS, model=seq2seq) == []
 
 
 def test_a_mask_soft_capped_after_it_was_filled_still_hides_the_future() -> None:

@@ -247,6 +247,9 @@ EXPECTED = {
     "bug_attention_mask_not_additive.py": "attention-mask-not-additive",  # 0/1 float attn_mask
     "bug_layer_built_in_forward.py": "layer-built-in-forward",  # nn.Linear(n, 10)(x) in forward
     "bug_targets_not_scaled.py": "targets-not-scaled",  # an MSE on raw kelvin, about 300
+    "bug_logits_bounded.py": "logits-bounded",  # cosines into cross_entropy, no scale
+    "bug_features_not_scaled.py": "features-not-scaled",  # pascals and rpm into nn.Linear
+    "bug_bidirectional_last_step.py": "bidirectional-last-step",  # a BiLSTM's out[:, -1, :]
     "bug_rows_mixed_across_batch.py": "rows-mixed-across-batch",  # batch_first=False, [B, T, d]
 }
 INFO = {"hot-op", "heap-retention", "device-idle"}  # findings that explain rather than warn
@@ -269,6 +272,9 @@ CLEAN = [
     "clean_layer_built_once.py",  # a head built at the first forward, before the optimiser
     "clean_states_kept_as_copies.py",  # a deepcopy of the best; a checkpoint; a target's sync
     "clean_targets_at_their_scale.py",  # kelvin standardised; raw, a model started at them
+    "clean_logits_scaled.py",  # cosines times 16; an NT-Xent at a temperature of 0.1
+    "clean_features_scaled.py",  # sensors standardised; raw into a BatchNorm1d first
+    "clean_bidirectional_readouts.py",  # both directions' ends, a mean, a tagger, one-way
     "clean_rows_scored_alone.py",  # centring, softmax, cumsum and norms over time, not dim 0
     "clean_returned_losses.py",  # loss terms a model returns, each used
     "clean_returned_losses_elsewhere.py",  # by a second optimiser, autograd.grad, a list

@@ -143,8 +143,10 @@ class CausalReads:
     def _directions(self, model: nn.Module) -> str:
         found = self.rnns.get(id(model))
         if found is None:
-            rnns = [m for m in model.modules() if isinstance(m, nn.RNNBase)]
-            one_way = any(not m.bidirectional for m in rnns)
+            # A cell (``nn.LSTMCell``) steps one way: a seq2seq's decoder beside a
+            # bidirectional encoder of its source (which reads no id the targets are of).
+            rnns = [m for m in model.modules() if isinstance(m, (nn.RNNBase, nn.RNNCellBase))]
+            one_way = any(not getattr(m, "bidirectional", False) for m in rnns)
             found = "one-way" if one_way else "bidirectional" if rnns else ""
             self.rnns[id(model)] = found
         return found

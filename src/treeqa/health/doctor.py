@@ -804,6 +804,7 @@ class Doctor:
 
     def _set_clock(self, optimizer: torch.optim.Optimizer) -> None:
         self.clock = weakref.ref(optimizer)
+        self.monitor.inputs.features.lbfgs = isinstance(optimizer, torch.optim.LBFGS)
         self.clock_by_hand = isinstance(optimizer, hand.HandUpdates)
 
     def _adopt(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:

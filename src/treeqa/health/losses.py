@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from treeqa.health import (
+    bounded_logits,
     checks,
     class_weights,
     leaks,
@@ -157,6 +158,7 @@ class LossInputCheck:
         self.batch_moments: tuple[tuple[int, ...], int, torch.Tensor] | None = None
         self.ranges = ranges.OutputRanges(add)  # ``targets-outside-output-range``
         self.scales = target_scales.TargetScales(add)  # ``targets-not-scaled``
+        self.bounded = bounded_logits.BoundedLogits(add)  # ``logits-bounded``
         self.leaks = leaks.FeatureLeaks(add)  # ``target-in-features``: given inputs by the doctor
         self.backwards: list[Callable[[Any], None]] = [self.leaks.backward]
         self.twice = twice.AveragedTwice(add)  # ``loss-averaged-twice``
@@ -626,6 +628,8 @@ class LossInputCheck:
         summed = _summed_over(args, kwargs) if ce_like and result.numel() == 1 else None
         if fname == "cross_entropy":
             self._squashed_logits(input, classes)
+            if result.requires_grad:
+                self.bounded.note(input)
             self._in_batch_targets(input, target)
             if result.requires_grad and _soft_targets(target, input):
                 self._multi_hot(target, 1 if input.dim() >= 2 else 0, "cross_entropy")

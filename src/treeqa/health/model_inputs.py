@@ -22,7 +22,9 @@ from torch import nn
 
 from treeqa.health import checks
 from treeqa.health.dropouts import layer_dropout
+from treeqa.health.feature_scales import FeatureScales
 from treeqa.health.findings import Finding
+from treeqa.health.rnn_readouts import RnnReadouts
 
 PIXEL_CHANNELS = (1, 3, 4)
 """Input channels of a convolution that reads images: grey, RGB, RGBA."""
@@ -63,6 +65,8 @@ class ModelInputs:
         self.viewed_steps = 0  # sampled steps in a row with such a view
         self.lone: str | None = None  # a batch norm given one example this sampled step
         self.lone_steps = 0  # sampled steps in a row with one
+        self.features = FeatureScales(add)  # ``features-not-scaled``
+        self.readouts = RnnReadouts(add)  # ``bidirectional-last-step``
 
     def begin_step(self) -> None:
         """A sampled step starts."""
@@ -74,6 +78,8 @@ class ModelInputs:
         ``output``; layers finish their forwards in the order they ran, inner before outer."""
         if self.pixels_out is not None:
             self._note_reader(self.pixels_out, module, inputs)
+        self.features.note(name, module, inputs)
+        self.readouts.note(name, module, output)
         for found in (checks.batch_norm_momentum(name, module), layer_dropout(name, module)):
             if found is not None:
                 self._report(found)
@@ -118,6 +124,8 @@ class ModelInputs:
 
     def judge(self, batch_size: int | None) -> None:
         """At the sampled step's end; ``batch_size``: the newest DataLoader's, if known."""
+        self.features.judge()
+        self.readouts.judge()
         if self.pixels is not None and self.pixels[0]:
             high = raw_pixels(self.pixels[1].tolist())
             self.raw_pixels = self.raw_pixels + 1 if high is not None else 0

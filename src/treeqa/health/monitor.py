@@ -711,6 +711,7 @@ class HealthMonitor(Callback):
         self.nonfinite.finish()
         self.loss_check.ranges.finish()
         self.loss_check.scales.finish()
+        self.loss_check.bounded.finish()
         self.loss_check.leaks.finish(self.step)
         steps, losses = self.even("step"), self.even("loss")
         for judge in self.at_end:
