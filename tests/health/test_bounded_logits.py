@@ -53,6 +53,13 @@ COSINE = "F.normalize(h, dim=1) @ F.normalize(weight, dim=1).t()"
         ("torch.tanh(h @ weight.t())", "a tanh"),
         ("torch.clamp(h @ weight.t(), -1, 1)", "a clamp"),
         ("F.hardtanh(h @ weight.t())", "a hardtanh"),
+        ("F.softsign(h @ weight.t())", "a softsign"),
+        (
+            "(h @ weight.t()) / (h.norm(dim=1)[:, None] * weight.norm(dim=1)[None])",
+            "cosine similarities",
+        ),
+        ("-torch.cdist(F.normalize(h, dim=1), F.normalize(weight, dim=1))", "cosine similarities"),
+        (f"torch.stack([{COSINE}, 0.5 * {COSINE}], 2).amax(2)", "cosine similarities"),
     ],
 )
 def test_bounded_logits_are_named(doctor: Doctor, logits: str, bound: str) -> None:
@@ -82,6 +89,16 @@ def test_in_batch_cosines_with_a_masked_diagonal_are_named(doctor: Doctor, mask:
     )
     found = doctor(text, CODE)
     assert len(found) == 1 and found[0]["evidence"]["classes"] == 63
+
+
+def test_a_queue_of_normalised_keys_without_a_graph_is_read_for_unit_length(doctor: Doctor) -> None:
+    # MoCo at temperature 1: the positive's dot product beside a queue's, neither with a graph.
+    logits = (
+        "torch.cat([(F.normalize(h, dim=1) * F.normalize(centres[y], dim=1)).sum(1, keepdim=True),"
+        " F.normalize(h, dim=1) @ F.normalize(centres, dim=1).t()], dim=1)"
+    )
+    found = doctor(script(logits, target="torch.zeros(64, dtype=torch.long)"), CODE)
+    assert len(found) == 1 and found[0]["evidence"]["classes"] == 51
 
 
 @pytest.mark.parametrize(

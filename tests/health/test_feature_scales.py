@@ -60,13 +60,69 @@ def test_raw_features_into_the_first_linear_layer_are_named(doctor: Doctor) -> N
 
 
 @pytest.mark.parametrize(
+    "input",
+    [
+        "x[i : i + 32] / x.max(0).values",  # years of 0.97 +- 0.01: a band far from 0
+        "torch.log1p(x[i : i + 32])",  # the log of a year: 7.59 +- 0.01
+        "x[i : i + 32] / 100",  # sqft in hundreds (15 +- 5), years 19.8 +- 0.2
+    ],
+)
+def test_features_in_a_narrow_band_far_from_0_are_named(doctor: Doctor, input: str) -> None:
+    found = doctor(script(input), CODE)
+    assert len(found) == 1 and found[0]["evidence"]["banded_columns"] >= 1
+    assert "narrow band" in found[0]["message"]
+
+
+def test_raw_features_into_a_recurrent_or_convolutional_layer_are_named(doctor: Doctor) -> None:
+    rnn = (
+        script()
+        .replace(
+            "model = nn.Sequential(",
+            "class Last(nn.Module):\n"
+            "    def forward(self, out):\n"
+            "        return out[0][:, -1]\n"
+            "\n"
+            "\n"
+            "model = nn.Sequential(nn.GRU(3, 32, batch_first=True), Last(), nn.Linear(32, 1))\n"
+            "unused = nn.Sequential(",
+        )
+        .replace("xb = x[i : i + 32]", "xb = x[i : i + 32].unsqueeze(1).expand(32, 5, 3)")
+    )
+    found = doctor(rnn, CODE)
+    assert len(found) == 1 and found[0]["where"] == "0 (GRU)"
+    conv = (
+        script()
+        .replace(
+            "model = nn.Sequential(",
+            "model = nn.Sequential(nn.Conv1d(3, 8, 1), nn.Flatten(), nn.Linear(8, 1))\n"
+            "unused = nn.Sequential(",
+        )
+        .replace("xb = x[i : i + 32]", "xb = x[i : i + 32].unsqueeze(2)")
+    )
+    found = doctor(conv, CODE)
+    assert len(found) == 1 and found[0]["where"] == "0 (Conv1d)"
+
+
+def test_a_frozen_layer_that_standardises_is_passed_by(doctor: Doctor) -> None:
+    text = script(first_layer="scaler,").replace(
+        "mean, std = x.mean(0), x.std(0)\n",
+        "mean, std = x.mean(0), x.std(0)\n"
+        "scaler = nn.Linear(3, 3)\n"
+        "scaler.weight.data = torch.diag(1 / std)\n"
+        "scaler.bias.data = -mean / std\n"
+        "scaler.requires_grad_(False)\n",
+    )
+    assert not doctor(text, CODE)
+
+
+@pytest.mark.parametrize(
     ("input", "first_layer", "first"),
     [
         ("(x[i : i + 32] - mean) / std", "", ""),  # standardised
         ("x[i : i + 32]", "nn.BatchNorm1d(3),", ""),  # a norm layer first
         ("x[i : i + 32]", "nn.LayerNorm(3),", ""),
-        ("torch.log1p(x[i : i + 32])", "", ""),  # counts' logs: up to ~8
-        ("x[i : i + 32] / 100", "", ""),  # sqft in hundreds, years / 100: ~20 at most
+        ("(x[i : i + 32] - x.min(0).values) / (x.max(0).values - x.min(0).values)", "", ""),
+        ("(x[i : i + 32] - mean) / 100", "", ""),  # centred, in hundreds: ~5 at most
     ],
 )
 def test_scaled_features_or_a_norm_first_are_not_named(

@@ -77,8 +77,15 @@ def test_a_bidirectional_rnn_read_at_its_last_step_is_named(
     assert found[0]["where"] == f"rnn ({rnn})" and found[0]["evidence"]["time_steps"] == 20
 
 
-def test_the_last_padded_step_of_a_packed_batch_is_named(doctor: Doctor) -> None:
-    text = script("out[:, -1]").replace(
+@pytest.mark.parametrize(
+    "readout",
+    [
+        "out[:, -1]",  # the last padded step: the longest rows' last
+        "out[torch.arange(len(lengths)), lengths - 1]",  # each row's last real step
+    ],
+)
+def test_the_last_step_of_a_packed_batch_is_named(doctor: Doctor, readout: str) -> None:
+    text = script(readout).replace(
         "        out, state = self.rnn(e)\n",
         "        packed = pack_padded_sequence(e, lengths, batch_first=True, enforce_sorted=False)\n"
         "        out, state = self.rnn(packed)\n"

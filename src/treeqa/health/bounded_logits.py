@@ -55,16 +55,18 @@ BOUNDING = {
 tells)."""
 KEEPING = re.compile(
     r"CopySlices|(MaskedFill|IndexPut|Index|IndexSelect|Gather|Neg|Sqrt|Pow|Abs|Exp|Sin|Acos"
-    r"|Asin)Backward\d+"
+    r"|Asin|Max|Amax|Min|Amin|Mean)Backward\d+"
 )
 """Ops whose output is some of their first input's values, the rest filled in (a diagonal set
 to -inf in place: ``fill_diagonal_``, ``sim[mask] = -1e9``), or a function of each that keeps
-a bound (ArcFace's ``sqrt(1 - cos^2)``, ``acos``)."""
+a bound (ArcFace's ``sqrt(1 - cos^2)``, ``acos``, the best of a class's sub-centres)."""
 SCALING = re.compile(r"(Mul|Div)Backward\d+")
 """A bounded value times or over a factor (a constant, or a learned scale: the spread tells)."""
 JOINING = re.compile(r"(Add|Sub|Cat|Stack|Where)Backward\d+")
 """Ops that join several inputs: bounded where each input with a graph is."""
-PRODUCTS = ("MmBackward0", "BmmBackward0")
+PRODUCTS = ("MmBackward0", "BmmBackward0", "CdistBackward0", "EuclideanDistBackward0")
+"""Products of two sets of vectors (and distances between them): bounded where both are unit
+vectors."""
 
 
 class BoundedLogits:
@@ -127,6 +129,11 @@ def bound_of(node: Any, hops: int) -> str | None:
         return "cosine similarities" if _unit_sides(node, hops) else None
     if name == "SumBackward1" and inputs and type(inputs[0]).__name__ == "MulBackward0":
         return "cosine similarities" if _unit_sides(inputs[0], hops) else None
+    if name == "DivBackward0" and len(inputs) == 2 and _by_norms(inputs[1]):
+        if type(inputs[1]).__name__ == "AddBackward0":  # x / (1 + |x|)
+            return "a softsign"
+        if type(inputs[0]).__name__ in (*PRODUCTS, "SumBackward1"):
+            return "cosine similarities"  # (a . b) / (|a| |b|), by hand
     if not inputs:
         return None
     if VIEWS.fullmatch(name) or KEEPING.fullmatch(name):
@@ -153,19 +160,24 @@ def _unit_sides(product: Any, hops: int) -> bool:
 
 
 def _unit_saved(product: Any, i: int) -> bool:
-    """Factor ``i`` of an ``mm``/``bmm`` without a graph (a momentum encoder's keys, a bank of
-    normalised prototypes) holds unit vectors: its rows (the first) or columns (the second),
-    read off the product's saved tensors (one host read)."""
-    if type(product).__name__ not in PRODUCTS:
-        return False
+    """Factor ``i`` of an ``mm``/``bmm`` without a graph (a momentum encoder's keys, a queue of
+    them, a bank of normalised prototypes) holds unit vectors: its rows (the first) or columns
+    (the second), read off the product's saved tensors (one host read); of an elementwise
+    product (summed over its last dim: MoCo's positive logit), along that dim."""
+    name = type(product).__name__
     try:
-        side = product._saved_self if i == 0 else product._saved_mat2
+        if name in ("MmBackward0", "BmmBackward0"):
+            side, dim = (product._saved_self, -1) if i == 0 else (product._saved_mat2, -2)
+        elif name == "MulBackward0":  # (summed over the last dim after it)
+            side, dim = (product._saved_self if i == 0 else product._saved_other), -1
+        else:
+            return False
     except (AttributeError, RuntimeError):  # freed, or another torch's names
         return False
-    if not isinstance(side, torch.Tensor) or not side.is_floating_point():
+    if not isinstance(side, torch.Tensor) or not side.is_floating_point() or side.dim() < 1:
         return False
     with torch.no_grad():
-        lengths = side.float().norm(dim=-1 if i == 0 else -2)
+        lengths = side.float().norm(dim=dim)
         return bool(((lengths - 1).abs() <= 1e-3).all())
 
 
@@ -182,6 +194,15 @@ def _unit(node: Any, hops: int) -> bool:
     if SCALING.fullmatch(name):
         return any(_unit(i, hops - 1) for i in inputs if i is not None)
     return False
+
+
+def _by_norms(node: Any) -> bool:
+    """``node`` is a norm, a product of norms (``|a| * |b|``), or ``1 + |x|`` (a softsign's)."""
+    name = type(node).__name__
+    if name in ("MulBackward0", "AddBackward0"):
+        inputs = [n for n, _ in node.next_functions if n is not None]
+        return bool(inputs) and all(_norm(i) or "Abs" in type(i).__name__ for i in inputs)
+    return _norm(node)
 
 
 def _norm(node: Any) -> bool:

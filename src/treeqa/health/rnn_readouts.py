@@ -1,16 +1,17 @@
 """``bidirectional-last-step``: a bidirectional RNN's sequence output summarised by its last time
-step, ``out[:, -1, :]`` (``out[-1]`` time first, or the last padded position after
-``pad_packed_sequence``). There the forward direction has read the whole sequence, but the
+step, ``out[:, -1, :]`` (``out[-1]`` time first, the last padded position after
+``pad_packed_sequence``, or each sequence's last real step: ``out[range(B), lengths - 1]``). There the forward direction has read the whole sequence, but the
 backward direction has read only the last token: half the summary is nearly empty, and what the
 sequence says early reaches the head only through the forward direction's long way round. The
 summary of both directions is ``torch.cat([h_n[-2], h_n[-1]], dim=1)`` (or ``out[:, -1, :H]``
 with ``out[:, 0, H:]``), or a pooling over every step.
 
 On sampled training steps the output of each bidirectional ``nn.RNN``/``nn.LSTM``/``nn.GRU``
-(its padded tensor, or a ``PackedSequence``'s data) gets a gradient hook, which marks the time
-steps whose backward half (the last ``hidden_size`` features) received a gradient, on the
-device. At the step's end (one host read a layer) a layer of ``SHORTEST`` time steps or more
-whose backward half got a gradient at its last time step and nowhere else counts; ``STEPS``
+(its padded tensor, or a ``PackedSequence``'s data) gets a gradient hook, which reads whether
+its backward half (the last ``hidden_size`` features) received a gradient, and whether anywhere
+but at the last time step (a packed batch's: each sequence's own last), on the device. At the
+step's end (one host read a layer) a layer of ``SHORTEST`` time steps or more whose backward
+half got a gradient at the last step and nowhere else counts; ``STEPS``
 sampled steps in a row make the finding, at the layer. A readout that takes the backward half
 at step 0, pools over the steps, tags every step, or reads ``h_n`` alone (no gradient reaches
 the output) is not this.
@@ -38,8 +39,9 @@ class RnnReadouts:
 
     def __init__(self, add: Callable[[Finding], None]) -> None:
         self.add = add
-        # layer -> the time steps whose backward half got a gradient this step
-        self.read: dict[str, torch.Tensor] = {}
+        # layer -> (its time steps; on the device: whether its backward half got a gradient,
+        # and whether anywhere but each sequence's last step)
+        self.read: dict[str, tuple[int, torch.Tensor]] = {}
         self.steps: dict[str, int] = {}  # layer -> sampled steps in a row read at the last alone
         self.reported: set[str] = set()
 
@@ -52,43 +54,52 @@ class RnnReadouts:
         if layer in self.reported:
             return
         if isinstance(out, PackedSequence):
-            times = torch.repeat_interleave(torch.arange(len(out.batch_sizes)), out.batch_sizes).to(
-                out.data.device
-            )  # [rows]: each packed row's time step
-            tensor = out.data
+            tensor, steps = out.data, len(out.batch_sizes)
+            last = _packed_last(out.batch_sizes).to(tensor.device)  # [rows]
         elif isinstance(out, torch.Tensor) and out.dim() == 3:
-            times = torch.arange(out.shape[1 if module.batch_first else 0], device=out.device)
-            tensor = out
+            tensor, steps = out, out.shape[1 if module.batch_first else 0]
+            last = torch.arange(steps, device=out.device) == steps - 1  # [T]
+            if module.batch_first:
+                last = last[None, :]  # [1, T], against [B, T]
+            else:
+                last = last[:, None]  # [T, 1], against [T, B]
         else:
             return
         if not tensor.requires_grad or tensor.shape[-1] != 2 * module.hidden_size:
             return
-        hidden, batch_first = module.hidden_size, module.batch_first and out is tensor
+        hidden = module.hidden_size
 
         def backward_half(grad: torch.Tensor) -> None:
-            """The time steps whose backward half received a gradient (on the device)."""
-            g = grad.detach()[..., hidden:] != 0  # [B, T, H] / [T, B, H] / [rows, H]
-            if g.dim() == 3:
-                used = g.any(dim=2).any(dim=0 if batch_first else 1)  # [T]
-            else:
-                used = torch.zeros(int(times.max()) + 1, dtype=torch.bool, device=g.device)
-                used.index_fill_(0, times[g.any(dim=1)], True)
-            self.read[layer] = used
+            """Whether the backward half received a gradient, and anywhere but at the last step
+            (of the batch, or a packed batch's of each sequence): on the device."""
+            used = (grad.detach()[..., hidden:] != 0).any(dim=-1)  # [B, T] / [T, B] / [rows]
+            self.read[layer] = (steps, torch.stack([used.any(), (used & ~last).any()]))
 
         tensor.register_hook(backward_half)
 
     def judge(self) -> None:
-        """At the sampled step's end."""
+        """At the sampled step's end (one host read a layer read)."""
         read, self.read = self.read, {}
         for layer in set(self.steps) - set(read):
             self.steps[layer] = 0
-        for layer, used in read.items():
-            steps = len(used)
-            last_only = steps >= SHORTEST and used.tolist() == [False] * (steps - 1) + [True]
+        for layer, (steps, flags) in read.items():
+            used, elsewhere = flags.tolist()
+            last_only = steps >= SHORTEST and used and not elsewhere
             self.steps[layer] = self.steps.get(layer, 0) + 1 if last_only else 0
             if self.steps[layer] == STEPS and layer not in self.reported:
                 self.reported.add(layer)
                 self.add(bidirectional_last_step(layer, steps, STEPS))
+
+
+def _packed_last(batch_sizes: torch.Tensor) -> torch.Tensor:
+    """[rows] of a packed batch of these sizes by time step: whether each row is its sequence's
+    last step (the ``j``-th sequence of time ``t`` is not there at ``t + 1``)."""
+    sizes = batch_sizes.long()
+    times = torch.repeat_interleave(torch.arange(len(sizes)), sizes)  # [rows]
+    starts = torch.cumsum(sizes, 0) - sizes  # each time step's first row
+    within = torch.arange(int(sizes.sum())) - starts[times]  # j
+    following = torch.cat([sizes[1:], sizes.new_zeros(1)])  # sequences still there at t + 1
+    return within >= following[times]
 
 
 def bidirectional_last_step(layer: str, steps: int, sampled: int) -> Finding:
