@@ -29,7 +29,7 @@ import torch
 
 from treeqa.health import sites
 from treeqa.health.findings import Finding
-from treeqa.health.loss_inputs import VIEWS
+from treeqa.health.loss_inputs import VIEWS, is_norm
 
 READS = 3
 """Reads at a line before it is judged."""
@@ -187,7 +187,7 @@ def _unit(node: Any, hops: int) -> bool:
         return False
     name = type(node).__name__
     inputs = [n for n, _ in node.next_functions]
-    if name == "DivBackward0" and len(inputs) > 1 and _norm(inputs[1]):
+    if name == "DivBackward0" and len(inputs) > 1 and is_norm(inputs[1]):
         return True
     if VIEWS.fullmatch(name) or KEEPING.fullmatch(name) or name == "CatBackward0":
         return any(_unit(i, hops - 1) for i in inputs if i is not None)
@@ -201,19 +201,8 @@ def _by_norms(node: Any) -> bool:
     name = type(node).__name__
     if name in ("MulBackward0", "AddBackward0"):
         inputs = [n for n, _ in node.next_functions if n is not None]
-        return bool(inputs) and all(_norm(i) or "Abs" in type(i).__name__ for i in inputs)
-    return _norm(node)
-
-
-def _norm(node: Any) -> bool:
-    """``node`` is a norm, or one expanded, cloned or clamped away from 0 (``F.normalize``)."""
-    for _ in range(3):
-        if node is None:
-            return False
-        if "Norm" in type(node).__name__:
-            return True
-        node = node.next_functions[0][0] if node.next_functions else None
-    return False
+        return bool(inputs) and all(is_norm(i) or "Abs" in type(i).__name__ for i in inputs)
+    return is_norm(node)
 
 
 def logits_bounded(

@@ -448,14 +448,19 @@ def _normalised(node: Any, hops: int = 4) -> bool:
     """``node`` divides by a norm (``F.normalize``), through views and constant factors."""
     for step in _along_scaling(node, hops):
         if type(step).__name__ == "DivBackward0" and len(step.next_functions) > 1:
-            divisor = step.next_functions[1][0]
-            for _ in range(3):  # expand_as, clamp_min, the norm
-                if divisor is None:
-                    return False
-                if "Norm" in type(divisor).__name__:
-                    return True
-                divisor = divisor.next_functions[0][0] if divisor.next_functions else None
+            return is_norm(step.next_functions[1][0])
+    return False
+
+
+def is_norm(node: Any) -> bool:
+    """``node`` is a norm, or one expanded, cloned or clamped away from 0 (``F.normalize``'s
+    divisor: expand_as, clamp_min, the norm)."""
+    for _ in range(3):
+        if node is None:
             return False
+        if "Norm" in type(node).__name__:
+            return True
+        node = node.next_functions[0][0] if node.next_functions else None
     return False
 
 
