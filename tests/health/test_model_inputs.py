@@ -25,12 +25,22 @@ def test_raw_pixels_are_whole_numbers_from_zero_to_at_most_255() -> None:
     assert raw_pixels([0.0, 4095.0, 0.0]) is None  # 12-bit: not 8-bit pixels
 
 
-def _judged(steps: int, shape: tuple[int, ...], batch_size: int | None, layer: nn.Module) -> list:
+def _judged(
+    steps: int,
+    shape: tuple[int, ...],
+    batch_size: int | None,
+    layer: nn.Module,
+    pixels: bool = True,
+) -> list:
+    """The codes ``ModelInputs`` found in ``steps`` sampled steps of ``layer`` given a tensor of
+    ``shape``: 8-bit pixel values, or standardised ones (``pixels=False``: raw values into a
+    recurrent layer are ``features-not-scaled``)."""
     found: list[Finding] = []
     inputs = ModelInputs(found.append)
     for _ in range(steps):
         inputs.begin_step()
-        inputs.note("first", layer, (torch.randint(0, 256, shape).float(),))
+        x = torch.randint(0, 256, shape).float() if pixels else torch.randn(shape)
+        inputs.note("first", layer, (x,))
         inputs.judge(batch_size)
     return [f.code for f in found]
 
@@ -44,11 +54,13 @@ def test_raw_pixels_into_the_first_image_convolution_are_named() -> None:
 
 def test_a_time_first_rnn_given_the_loaders_batch_size_first_is_named() -> None:
     lstm = nn.LSTM(5, 4)  # batch_first=False
-    assert _judged(SWAPPED_STEPS, (32, 12, 5), 32, lstm) == ["rnn-batch-first-mismatch"]
-    assert _judged(SWAPPED_STEPS, (12, 32, 5), 32, lstm) == []  # [T, B, F], as it reads
-    assert _judged(SWAPPED_STEPS, (32, 32, 5), 32, lstm) == []  # T = B: cannot tell
-    assert _judged(SWAPPED_STEPS, (32, 12, 5), None, lstm) == []  # no DataLoader's batch size
-    assert _judged(SWAPPED_STEPS, (32, 12, 5), 32, nn.LSTM(5, 4, batch_first=True)) == []
+    swapped = _judged(SWAPPED_STEPS, (32, 12, 5), 32, lstm, pixels=False)
+    assert swapped == ["rnn-batch-first-mismatch"]
+    assert _judged(SWAPPED_STEPS, (12, 32, 5), 32, lstm, pixels=False) == []  # [T, B, F]
+    assert _judged(SWAPPED_STEPS, (32, 32, 5), 32, lstm, pixels=False) == []  # T = B
+    assert _judged(SWAPPED_STEPS, (32, 12, 5), None, lstm, pixels=False) == []  # no batch size
+    first = nn.LSTM(5, 4, batch_first=True)
+    assert _judged(SWAPPED_STEPS, (32, 12, 5), 32, first, pixels=False) == []
 
 
 def test_a_view_that_reorders_dims_is_told_from_a_transpose() -> None:

@@ -3,10 +3,17 @@ readouts of both directions, pooling, tagging, ``h_n`` and one-way RNNs."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import io
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from treeqa.health import run_doctor
+from treeqa.health.rnn_readouts import RnnReadouts
 
 Doctor = Callable[[str, str], list[dict[str, Any]]]
 CODE = "bidirectional-last-step"
@@ -46,7 +53,7 @@ for step in range(30):
 """
 
 
-def script(
+def script_text(
     readout: str, rnn: str = "LSTM", first: bool = True, bi: bool = True, layers: int = 1
 ) -> str:
     width = 24 if bi and "h[-1]" not in readout else 12
@@ -72,7 +79,7 @@ def script(
 def test_a_bidirectional_rnn_read_at_its_last_step_is_named(
     doctor: Doctor, readout: str, rnn: str, first: bool, layers: int
 ) -> None:
-    found = doctor(script(readout, rnn, first, layers=layers), CODE)
+    found = doctor(script_text(readout, rnn, first, layers=layers), CODE)
     assert len(found) == 1 and found[0]["severity"] == "warning"
     assert found[0]["where"] == f"rnn ({rnn})" and found[0]["evidence"]["time_steps"] == 20
 
@@ -85,7 +92,7 @@ def test_a_bidirectional_rnn_read_at_its_last_step_is_named(
     ],
 )
 def test_the_last_step_of_a_packed_batch_is_named(doctor: Doctor, readout: str) -> None:
-    text = script(readout).replace(
+    text = script_text(readout).replace(
         "        out, state = self.rnn(e)\n",
         "        packed = pack_padded_sequence(e, lengths, batch_first=True, enforce_sorted=False)\n"
         "        out, state = self.rnn(packed)\n"
@@ -109,15 +116,31 @@ def test_the_last_step_of_a_packed_batch_is_named(doctor: Doctor, readout: str) 
 def test_readouts_of_both_directions_or_one_way_rnns_are_not_named(
     doctor: Doctor, readout: str, bi: bool
 ) -> None:
-    assert not doctor(script(readout, bi=bi), CODE)
+    assert not doctor(script_text(readout, bi=bi), CODE)
 
 
 def test_a_tagger_reading_every_step_is_not_named(doctor: Doctor) -> None:
-    text = script("out").replace(
+    text = script_text("out").replace(
         "loss = F.cross_entropy(model(x, lengths), (x[:, 0] > 4).long())",
         "loss = F.cross_entropy(model(x, lengths).transpose(1, 2), (x > 4).long())",
     )
     assert not doctor(text, CODE)
+
+
+def test_the_hooks_keep_nothing_of_the_run_alive(tmp_path: Path) -> None:
+    """A hook holding the readouts (and through them the monitor, its models, their classes
+    and the script's globals) from a graph the script kept (its last ``loss``) made a cycle
+    through autograd that the collector cannot free: the next run in the process read that
+    script's losses as its own retained graphs."""
+    script = tmp_path / "script.py"
+    kept = script_text("out[:, -1, :]").replace(
+        "    opt.step()\n", "    opt.step()\n    kept.append(loss)\n"
+    )
+    script.write_text("kept = []\n" + kept)
+    with contextlib.redirect_stdout(io.StringIO()):
+        run_doctor(["python", str(script)], every=10, stream=io.StringIO())
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, RnnReadouts)]
 
 
 @pytest.fixture

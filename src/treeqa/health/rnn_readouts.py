@@ -19,6 +19,7 @@ the output) is not this.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -67,19 +68,16 @@ class RnnReadouts:
             return
         if not tensor.requires_grad or tensor.shape[-1] != 2 * module.hidden_size:
             return
-        hidden = module.hidden_size
-
-        def backward_half(grad: torch.Tensor) -> None:
-            """Whether the backward half received a gradient, and anywhere but at the last step
-            (of the batch, or a packed batch's of each sequence): on the device."""
-            used = (grad.detach()[..., hidden:] != 0).any(dim=-1)  # [B, T] / [T, B] / [rows]
-            self.read[layer] = (steps, torch.stack([used.any(), (used & ~last).any()]))
-
-        tensor.register_hook(backward_half)
+        # (a function of the step's reads alone: a hook holding this object, and through it
+        # the monitor and the models, from the script's graph kept its run alive after it)
+        tensor.register_hook(
+            functools.partial(_backward_half, self.read, layer, steps, last, module.hidden_size)
+        )
 
     def judge(self) -> None:
         """At the sampled step's end (one host read a layer read)."""
-        read, self.read = self.read, {}
+        read = dict(self.read)
+        self.read.clear()
         for layer in set(self.steps) - set(read):
             self.steps[layer] = 0
         for layer, (steps, flags) in read.items():
@@ -89,6 +87,20 @@ class RnnReadouts:
             if self.steps[layer] == STEPS and layer not in self.reported:
                 self.reported.add(layer)
                 self.add(bidirectional_last_step(layer, steps, STEPS))
+
+
+def _backward_half(
+    read: dict[str, tuple[int, torch.Tensor]],
+    layer: str,
+    steps: int,
+    last: torch.Tensor,
+    hidden: int,
+    grad: torch.Tensor,
+) -> None:
+    """A tensor hook: whether ``layer``'s backward half received a gradient, and anywhere but
+    at the last step (of the batch, or a packed batch's of each sequence), on the device."""
+    used = (grad.detach()[..., hidden:] != 0).any(dim=-1)  # [B, T] / [T, B] / [rows]
+    read[layer] = (steps, torch.stack([used.any(), (used & ~last).any()]))
 
 
 def _packed_last(batch_sizes: torch.Tensor) -> torch.Tensor:
