@@ -8,10 +8,11 @@ ones', and a signal in a column of small spread (a wine's density, 0.997 +- 0.00
 Standardised with the training set's mean and standard deviation, the same networks fit.
 
 On sampled training steps each ``nn.Linear``, ``nn.Conv1d`` (its channels the columns) and
-recurrent layer with weights to train, given a floating tensor without a graph (the data itself:
-a norm layer first, ``BatchNorm1d`` or ``LayerNorm``, gives its output with one; statistics kept
-as buffers and applied in the forward give small values; a frozen layer that standardises is
-passed by), has its input columns' root mean squares, means and standard deviations read on the
+recurrent layer with weights to train, given a floating tensor that needs no gradient (the data
+itself: a norm layer first, ``BatchNorm1d`` or ``LayerNorm``, gives its output with one; a
+reentrant checkpoint's block, recomputed in the backward from detached inputs, is given leaves
+that need one; statistics kept as buffers and applied in the forward give small values; a
+frozen layer that standardises is passed by), has its input columns' root mean squares, means and standard deviations read on the
 device (the first ``LAYERS`` such layers of a step; one host read at its end). A column of
 ``LARGE`` or more, or a narrow band ``OFFSET`` standard deviations from 0 or more, counts;
 ``STEPS`` sampled steps in a row make the finding, at the layer. A model trained by ``LBFGS``
@@ -71,8 +72,9 @@ class FeatureScales:
         if not any(p.requires_grad for p in module.parameters()):
             return  # a frozen layer that standardises what it is given
         x = inputs[0] if isinstance(inputs, tuple) and inputs else None
-        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.grad_fn is not None:
-            return
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.requires_grad:
+            return  # (a layer's output, or a leaf that wants a gradient: a reentrant
+            # checkpoint recomputes a block from its detached inputs in the backward)
         if isinstance(module, nn.Conv1d) and x.dim() == 3:
             x = x.transpose(1, 2)  # [B, C, T] -> [B, T, C]: the channels are its columns
         if x.dim() < 2 or x.numel() // x.shape[-1] < 2:
