@@ -65,7 +65,9 @@ class FeatureScales:
 
     def note(self, name: str, module: nn.Module, inputs: Any) -> None:
         """``module`` (named ``name``) ran a forward on ``inputs`` in a sampled step."""
-        if self.reported or len(self.reads) >= LAYERS or not isinstance(module, READ):
+        if self.reported or self.lbfgs or len(self.reads) >= LAYERS:
+            return
+        if not isinstance(module, READ):
             return
         if not module.training or not torch.is_grad_enabled():
             return
@@ -115,8 +117,12 @@ def _first_raw(
 
 def _raw(rms: float, mean: float, std: float) -> bool:
     """A column in raw units: large, or a narrow band far from 0."""
-    banded = std > TIGHTEST * abs(mean) and abs(mean) >= OFFSET * std
-    return rms >= LARGE or banded
+    return rms >= LARGE or _banded(mean, std)
+
+
+def _banded(mean: float, std: float) -> bool:
+    """A column that varies in a narrow band far from 0 (not a constant in float rounding)."""
+    return std > TIGHTEST * abs(mean) and abs(mean) >= OFFSET * std
 
 
 def features_not_scaled(
@@ -126,7 +132,7 @@ def features_not_scaled(
     deviation) on ``steps`` sampled steps in a row."""
     columns = len(rms)
     large = sorted((i for i in range(columns) if rms[i] >= LARGE), key=lambda i: -rms[i])
-    banded = [i for i in range(columns) if not rms[i] >= LARGE and _raw(rms[i], mean[i], std[i])]
+    banded = [i for i in range(columns) if rms[i] < LARGE and _banded(mean[i], std[i])]
     said = []
     if large:
         shown = ", ".join(f"{i}: {rms[i]:.3g}" for i in large[:SHOWN])
